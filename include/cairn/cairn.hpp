@@ -1,0 +1,39 @@
+// cairn: checkpoints of nested C++ state (structs, std containers, Eigen, arrays) with dtype
+// casting, partial restore and atomic commits. This umbrella header is all a user includes.
+// Eigen support is on when Eigen's headers are found (define CAIRN_NO_EIGEN to leave it out).
+#pragma once
+
+#include "cairn/core/config.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/core/json.hpp"
+#include "cairn/core/key_path.hpp"
+#include "cairn/core/shape.hpp"
+#include "cairn/dtype/dtype.hpp"
+#include "cairn/dtype/float_types.hpp"
+#include "cairn/kernels/cast.hpp"
+#include "cairn/tree/traits.hpp"
+#include "cairn/tree/describe.hpp"
+#include "cairn/tree/std_leaves.hpp"
+#include "cairn/tree/std_nodes.hpp"
+#include "cairn/tree/walk.hpp"
+#include "cairn/tree/ops.hpp"
+#include "cairn/array/array.hpp"
+#include "cairn/checkpoint/options.hpp"
+#include "cairn/checkpoint/writer.hpp"
+#include "cairn/checkpoint/load.hpp"
+
+#if !defined(CAIRN_NO_EIGEN) && (__has_include(<Eigen/Core>) || __has_include(<eigen3/Eigen/Core>))
+#include "cairn/eigen/eigen.hpp"
+#endif
+
+// cereal support for the standard types cairn's trees are made of, so that CAIRN_TREE structs
+// serialize with cereal archives out of the box.
+#include <cereal/types/array.hpp>
+#include <cereal/types/deque.hpp>
+#include <cereal/types/map.hpp>
+#include <cereal/types/optional.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/tuple.hpp>
+#include <cereal/types/unordered_map.hpp>
+#include <cereal/types/utility.hpp>
+#include <cereal/types/vector.hpp>

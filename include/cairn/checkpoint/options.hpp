@@ -1,0 +1,83 @@
+// Options of save and load, and the LoadReport that says what a load did.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cairn/core/json.hpp"
+#include "cairn/dtype/dtype.hpp"
+#include "cairn/kernels/cast.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+// Store the leaves matching `pattern` (a key-path glob, see docs/usage.md) as `dtype`. By
+// default only floating-point leaves are cast, so "params/*" -> bfloat16 leaves integer
+// counters alone.
+struct CastRule {
+  std::string pattern;
+  DType dtype;
+  bool floats_only = true;
+};
+
+struct SaveOptions {
+  bool overwrite = false;             // replace an existing checkpoint (atomically) instead of failing
+  std::vector<CastRule> cast = {};    // first matching rule wins
+  Json user_metadata = Json::object();// any JSON object: epoch, loss, learning rate ...
+  OnOverflow on_overflow = OnOverflow::error;  // for integer casts that do not fit
+};
+
+struct LoadOptions {
+  bool allow_missing = false;          // target leaves absent from the checkpoint are left as they are
+  bool allow_unexpected = false;       // checkpoint leaves the target has no place for are ignored
+  std::vector<std::string> skip = {};  // target leaves (key-path globs) left as they are, not read
+  std::string subtree = {};            // load the checkpoint's subtree at this key path into the target
+  bool allow_cast = true;              // convert when the target's dtype differs (each cast is reported)
+  OnOverflow on_overflow = OnOverflow::error;
+  std::string item = "state";          // which item of the checkpoint holds the tree
+
+  // Both allowances: load what matches, report the rest.
+  static LoadOptions partial() {
+    LoadOptions o;
+    o.allow_missing = o.allow_unexpected = true;
+    return o;
+  }
+};
+
+struct CastRecord {
+  std::string key;
+  DType from;  // as stored
+  DType to;    // as loaded
+};
+
+struct LoadReport {
+  std::vector<std::string> loaded;      // key paths (of the target) whose values were read
+  std::vector<std::string> skipped;     // matched a skip glob: left untouched
+  std::vector<std::string> missing;     // in the target, not in the checkpoint: left untouched
+  std::vector<std::string> unexpected;  // in the checkpoint, not in the target: ignored
+  std::vector<CastRecord> cast;         // leaves converted between dtypes
+  std::uint64_t bytes_read = 0;         // array bytes read from data files
+
+  std::string summary() const {
+    std::string s = std::to_string(loaded.size()) + " loaded, " + std::to_string(skipped.size()) + " skipped, " +
+                    std::to_string(missing.size()) + " missing, " + std::to_string(unexpected.size()) +
+                    " unexpected, " + std::to_string(cast.size()) + " cast; " + std::to_string(bytes_read) +
+                    " bytes read\n";
+    auto list = [&](const char* what, const std::vector<std::string>& keys) {
+      for (const auto& k : keys) s += std::string("  ") + what + " " + k + "\n";
+    };
+    list("skipped", skipped);
+    list("missing", missing);
+    list("unexpected", unexpected);
+    for (const auto& c : cast) s += "  cast " + c.key + ": " + dtype_name(c.from) + " -> " + dtype_name(c.to) + "\n";
+    return s;
+  }
+};
+
+struct SaveReport {
+  std::string path;
+  std::size_t leaves = 0;
+  std::uint64_t bytes_written = 0;  // array bytes, without padding and metadata
+  std::vector<CastRecord> cast;     // leaves stored in another dtype than in memory
+};
+
+CAIRN_END_NAMESPACE

@@ -1,0 +1,286 @@
+// CheckpointWriter: writes the items of one checkpoint into a temporary sibling directory and
+// commits it atomically: data and metadata are fsynced, the commit marker is written last,
+// the directory is renamed into place and the parent fsynced. Until commit() returns, the
+// final path holds either nothing or the previous checkpoint; a writer destroyed without
+// committing removes its temporary directory.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "cairn/checkpoint/options.hpp"
+#include "cairn/format/files.hpp"
+#include "cairn/tree/walk.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline std::string library_version_string() {
+  return std::to_string(CAIRN_VERSION_MAJOR) + "." + std::to_string(CAIRN_VERSION_MINOR) + "." +
+         std::to_string(CAIRN_VERSION_PATCH);
+}
+
+// Small leaves are gathered into one buffer and written together (10,000 leaves of a few KiB
+// would otherwise be 10,000 system calls); large ones are written straight from the caller's
+// memory, with no copy.
+inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
+// Large leaves start on 4 KiB boundaries (page-aligned for mmap and O_DIRECT), small ones on
+// 64 bytes so that thousands of tiny leaves do not pad the file to many times its size.
+inline std::uint64_t leaf_alignment(std::uint64_t nbytes) { return nbytes >= (64u << 10) ? 4096 : 64; }
+
+class DataFileWriter {
+ public:
+  DataFileWriter(std::string dir, std::string name)
+      : name_(std::move(name)), file_(File::create(join_path(dir, name_))) {}
+
+  const std::string& name() const { return name_; }
+
+  // Appends n bytes at the next aligned offset and returns where they went and their CRC.
+  ChunkRecord append(const void* data, std::uint64_t n) {
+    const std::uint64_t align = leaf_alignment(n);
+    const std::uint64_t offset = (end_ + align - 1) / align * align;
+    ChunkRecord c;
+    c.file = name_;
+    c.offset = offset;
+    c.nbytes = n;
+    c.crc32c = crc32c(data, static_cast<std::size_t>(n));
+    if (n < small_leaf_bytes) {
+      if (staging_.empty()) staging_.reserve(staging_bytes);
+      if (!staging_.empty() && offset + n - staging_base_ > staging_bytes) flush();
+      if (staging_.empty()) staging_base_ = offset;
+      staging_.resize(static_cast<std::size_t>(offset - staging_base_), 0);  // zero padding
+      const char* p = static_cast<const char*>(data);
+      staging_.insert(staging_.end(), p, p + n);
+    } else {
+      flush();
+      file_.write_at(data, n, offset);
+    }
+    end_ = offset + n;
+    return c;
+  }
+
+  // Flushes, fsyncs and closes the file.
+  void finish() {
+    flush();
+    file_.truncate(end_);
+    file_.sync();
+    file_.close();
+  }
+
+ private:
+  void flush() {
+    if (staging_.empty()) return;
+    file_.write_at(staging_.data(), staging_.size(), staging_base_);
+    staging_.clear();
+  }
+
+  std::string name_;
+  File file_;
+  std::uint64_t end_ = 0;
+  std::vector<char> staging_;
+  std::uint64_t staging_base_ = 0;
+};
+
+inline std::string temp_dir_for(const std::string& final_path) {
+  static std::atomic<unsigned> counter{0};
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    std::string p = final_path + temp_infix + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    if (!path_exists(p)) return p;
+  }
+  throw Error(ErrorKind::io, "could not find a free temporary directory name", final_path);
+}
+
+inline bool is_committed_checkpoint(const std::string& dir) { return path_exists(join_path(dir, marker_file)); }
+
+inline bool is_empty_dir(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_directory(dir, ec) && std::filesystem::is_empty(dir, ec);
+}
+
+// Refuses to write over anything that is not a cairn checkpoint: an overwrite of a wrong path
+// (the checkpoint root, a home directory) must never delete it.
+inline void check_target(const std::string& path, bool overwrite) {
+  if (!path_exists(path)) return;
+  if (!overwrite)
+    throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", path);
+  if (!is_committed_checkpoint(path) && !is_empty_dir(path))
+    throw Error(ErrorKind::already_exists, "refusing to overwrite: this path exists and is not a cairn checkpoint", path);
+}
+
+class CheckpointWriter {
+ public:
+  CheckpointWriter(const std::string& path, bool overwrite)
+      : path_(normalize_dir(path)), overwrite_(overwrite) {
+    if (path_.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint path");
+    if (path_.find(temp_infix) != std::string::npos)
+      throw Error(ErrorKind::invalid_argument, std::string("checkpoint paths may not contain '") + temp_infix + "'", path_);
+    check_target(path_, overwrite_);
+    const std::string parent = parent_dir(path_);
+    if (!is_directory(parent)) {
+      std::error_code ec;
+      std::filesystem::create_directories(parent, ec);
+      if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), parent);
+    }
+    tmp_ = temp_dir_for(path_);
+    make_dir(tmp_);
+    metadata_.library_version = library_version_string();
+  }
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+  ~CheckpointWriter() {
+    if (!committed_) {
+      std::error_code ec;
+      std::filesystem::remove_all(tmp_, ec);  // best effort: a leftover is ignored by load and cleaned by Checkpointer
+    }
+  }
+
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return tmp_; }
+
+  // Adds a tree item: every leaf's bytes go to the data file (cast first where a rule says).
+  template <class T>
+  SaveReport add_tree(const std::string& item_name, const T& tree, const SaveOptions& options) {
+    ItemRecord item;
+    item.name = item_name;
+    SaveReport report;
+    report.path = path_;
+    walk_tree(
+        tree,
+        [&](const auto&, const KeyPath& p, NodeKind k) {
+          item.nodes.push_back({p, k});
+          return true;
+        },
+        [&](const auto& value, const KeyPath& p) {
+          LeafView view = leaf_traits<std::remove_cvref_t<decltype(value)>>::view(value);
+          try {
+            item.leaves.push_back(write_leaf(p, view, options, report));
+          } catch (const Error& e) {
+            throw e.with_key(p.str());
+          }
+        });
+    report.leaves = item.leaves.size();
+    metadata_.items.push_back(std::move(item));
+    return report;
+  }
+
+  void commit(const Json& user_metadata) {
+    if (!user_metadata.is_object() && !user_metadata.is_null())
+      throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", path_);
+    if (data_) {
+      data_->finish();
+      data_.reset();
+    }
+    const auto now = std::chrono::system_clock::now();
+    metadata_.created_unix_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    std::time_t t = std::chrono::system_clock::to_time_t(now);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    metadata_.created = buf;
+
+    const std::string meta = metadata_to_json(metadata_);
+    const std::string user = user_metadata.is_null() ? std::string("{}") : user_metadata.dump();
+    write_whole_file(join_path(tmp_, metadata_file), meta);
+    write_whole_file(join_path(tmp_, user_metadata_file), user);
+    const Json marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
+                                    {user.size(), crc32c(user.data(), user.size())});
+    write_whole_file(join_path(tmp_, marker_file), marker.dump());
+    fsync_dir(tmp_);
+    publish();
+    committed_ = true;
+  }
+
+  LeafRecord write_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
+    LeafRecord rec;
+    rec.path = p;
+    rec.saved_from = view.dtype;
+    rec.dtype = view.dtype;
+    rec.shape = view.shape;
+    rec.order = view.shape.size() >= 2 ? view.order : Order::C;
+    const std::uint64_t expected = byte_count(view.shape, dtype_size(view.dtype));
+    if (view.dtype != DType::string && expected != view.nbytes)
+      throw Error(ErrorKind::invalid_argument, "leaf view says " + std::to_string(view.nbytes) + " bytes for shape " +
+                  to_string(view.shape) + " of " + dtype_name(view.dtype));
+    const std::string key = p.str();
+    const void* bytes = view.data;
+    std::uint64_t nbytes = view.nbytes;
+    std::vector<unsigned char> converted;
+    for (const auto& rule : options.cast) {
+      if (!glob_matches(rule.pattern, key)) continue;
+      const bool castable = view.dtype != DType::string && (!rule.floats_only || is_float_dtype(view.dtype));
+      if (castable && rule.dtype != view.dtype) {
+        const std::uint64_t n = element_count(view.shape);
+        converted.resize(static_cast<std::size_t>(n * dtype_size(rule.dtype)));
+        cast_host(view.dtype, view.data, rule.dtype, converted.data(), static_cast<std::size_t>(n), options.on_overflow);
+        rec.dtype = rule.dtype;
+        bytes = converted.data();
+        nbytes = converted.size();
+        report.cast.push_back({key, view.dtype, rule.dtype});
+      }
+      break;
+    }
+    if (!data_) {
+      data_ = std::make_unique<DataFileWriter>(tmp_, data_file_name(0, 0));
+      metadata_.data_files.push_back(data_->name());
+    }
+    ChunkRecord chunk = data_->append(bytes, nbytes);
+    chunk.start.assign(rec.shape.size(), 0);
+    chunk.shape = rec.shape;
+    rec.chunks.push_back(std::move(chunk));
+    report.bytes_written += nbytes;
+    return rec;
+  }
+
+ private:
+  void publish() {
+    const std::string parent = parent_dir(path_);
+    check_target(path_, overwrite_);  // again: something may have appeared while we wrote
+    if (!path_exists(path_)) {
+      rename_path(tmp_, path_);
+    } else if (exchange_paths(tmp_, path_)) {
+      // tmp_ now holds the previous checkpoint.
+      fsync_dir(parent);
+      remove_tree(tmp_);
+    } else {
+      // No atomic exchange here: move the old one aside first. A crash between the renames
+      // leaves the previous checkpoint, complete, under the ".cairn-old-" name.
+      const std::string old = path_ + ".cairn-old-" + std::to_string(::getpid());
+      rename_path(path_, old);
+      rename_path(tmp_, path_);
+      fsync_dir(parent);
+      remove_tree(old);
+    }
+    fsync_dir(parent);
+  }
+
+  std::string path_, tmp_;
+  bool overwrite_ = false;
+  bool committed_ = false;
+  CheckpointMetadata metadata_;
+  std::unique_ptr<DataFileWriter> data_;
+};
+
+}  // namespace detail
+
+// Saves a tree to a new checkpoint directory at `path`. Fails if the path exists, unless
+// options.overwrite (which replaces an existing checkpoint atomically).
+template <class T>
+SaveReport save(const std::string& path, const T& tree, const SaveOptions& options = {}) {
+  require_tree_type<T>();
+  detail::CheckpointWriter writer(path, options.overwrite);
+  SaveReport report = writer.add_tree(default_item_name, tree, options);
+  writer.commit(options.user_metadata);
+  return report;
+}
+
+CAIRN_END_NAMESPACE

@@ -1,0 +1,80 @@
+// The one exception type cairn throws. Every error says what kind of failure it is, which
+// file it concerns and which key path in the tree, so a user can act on it without a debugger.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "cairn/core/config.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+enum class ErrorKind {
+  io,                  // the operating system refused a read, write, rename, ...
+  not_found,           // no checkpoint (or no such key) at the path
+  already_exists,      // save without overwrite onto an existing checkpoint
+  incomplete,          // a temporary or uncommitted checkpoint directory
+  corrupt,             // checksum mismatch, truncated file, bad JSON, impossible offsets or shapes
+  unsupported_version, // written by a newer format version
+  structure_mismatch,  // keys missing from or unexpected in the target
+  shape_mismatch,      // a fixed-size target with another shape
+  dtype_mismatch,      // a cast that cairn will not do (string <-> number, or casting disabled)
+  value_out_of_range,  // a cast whose value does not fit the target type
+  invalid_argument,    // a bad option, pattern or key path from the caller
+};
+
+inline const char* to_string(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::io: return "io";
+    case ErrorKind::not_found: return "not_found";
+    case ErrorKind::already_exists: return "already_exists";
+    case ErrorKind::incomplete: return "incomplete";
+    case ErrorKind::corrupt: return "corrupt";
+    case ErrorKind::unsupported_version: return "unsupported_version";
+    case ErrorKind::structure_mismatch: return "structure_mismatch";
+    case ErrorKind::shape_mismatch: return "shape_mismatch";
+    case ErrorKind::dtype_mismatch: return "dtype_mismatch";
+    case ErrorKind::value_out_of_range: return "value_out_of_range";
+    case ErrorKind::invalid_argument: return "invalid_argument";
+  }
+  return "unknown";
+}
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, std::string message, std::string file = {}, std::string key = {})
+      : std::runtime_error(format(kind, message, file, key)),
+        kind_(kind), message_(std::move(message)), file_(std::move(file)), key_(std::move(key)) {}
+
+  ErrorKind kind() const noexcept { return kind_; }
+  // The file the error concerns ("" when none), and the key path ("" when the whole tree).
+  const std::string& file() const noexcept { return file_; }
+  const std::string& key_path() const noexcept { return key_; }
+  // The bare message, without kind, file and key.
+  const std::string& message() const noexcept { return message_; }
+
+  // The same error with file or key filled in where the thrower did not know them.
+  Error with_file(const std::string& file) const {
+    return file_.empty() ? Error(kind_, message_, file, key_) : *this;
+  }
+  Error with_key(const std::string& key) const {
+    return key_.empty() ? Error(kind_, message_, file_, key) : *this;
+  }
+
+ private:
+  static std::string format(ErrorKind kind, const std::string& message, const std::string& file,
+                            const std::string& key) {
+    std::string s = "cairn: ";
+    s += to_string(kind);
+    if (!file.empty()) s += ": " + file;
+    if (!key.empty()) s += ": key '" + key + "'";
+    s += ": " + message;
+    return s;
+  }
+
+  ErrorKind kind_;
+  std::string message_, file_, key_;
+};
+
+CAIRN_END_NAMESPACE

@@ -1,0 +1,208 @@
+// Key paths name a node of a tree: a list of typed entries (struct field, sequence index,
+// map key) printed as one string such as "params/dense/kernel" or "layers/0/w".
+// Separators inside keys are escaped ('/' -> "%2F", '%' -> "%25") so every string round-trips.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cairn/core/error.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+struct KeyEntry {
+  enum class Kind : char { field = 'f', index = 'i', key = 'k', int_key = 'n' };
+  Kind kind = Kind::field;
+  std::string name;   // field name or string key
+  std::int64_t number = 0;  // index or integer key
+
+  static KeyEntry field(std::string n) { return {Kind::field, std::move(n), 0}; }
+  static KeyEntry index(std::int64_t i) { return {Kind::index, {}, i}; }
+  static KeyEntry key(std::string k) { return {Kind::key, std::move(k), 0}; }
+  static KeyEntry int_key(std::int64_t k) { return {Kind::int_key, {}, k}; }
+
+  // The entry as it prints, unescaped: "kernel", "0", "dense".
+  std::string text() const {
+    return (kind == Kind::index || kind == Kind::int_key) ? std::to_string(number) : name;
+  }
+  friend bool operator==(const KeyEntry& a, const KeyEntry& b) {
+    return a.kind == b.kind && a.name == b.name && a.number == b.number;
+  }
+};
+
+inline std::string escape_key_segment(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '/') out += "%2F";
+    else if (c == '%') out += "%25";
+    else out += c;
+  }
+  return out;
+}
+
+inline std::string unescape_key_segment(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      std::string_view code = s.substr(i + 1, 2);
+      if (code == "2F" || code == "2f") { out += '/'; i += 2; continue; }
+      if (code == "25") { out += '%'; i += 2; continue; }
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+class KeyPath {
+ public:
+  KeyPath() = default;
+  KeyPath(std::vector<KeyEntry> entries) : entries_(std::move(entries)) {}
+
+  const std::vector<KeyEntry>& entries() const { return entries_; }
+  std::size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+  const KeyEntry& operator[](std::size_t i) const { return entries_[i]; }
+  const KeyEntry& back() const { return entries_.back(); }
+
+  void push_back(KeyEntry e) { entries_.push_back(std::move(e)); }
+  void pop_back() { entries_.pop_back(); }
+  KeyPath child(KeyEntry e) const { KeyPath p = *this; p.push_back(std::move(e)); return p; }
+
+  // "params/dense/kernel"; the root prints as "".
+  std::string str() const {
+    std::string s;
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      if (i) s += '/';
+      s += escape_key_segment(entries_[i].text());
+    }
+    return s;
+  }
+  // One letter per entry (f field, i index, k string key, n integer key): the types that
+  // the string form loses. Stored beside the string in the checkpoint metadata.
+  std::string kinds() const {
+    std::string s;
+    for (const auto& e : entries_) s += static_cast<char>(e.kind);
+    return s;
+  }
+
+  // Rebuild a typed path from its string and kind letters (as stored in metadata).
+  static KeyPath from_stored(std::string_view path, std::string_view kinds);
+
+  friend bool operator==(const KeyPath& a, const KeyPath& b) { return a.entries_ == b.entries_; }
+
+ private:
+  std::vector<KeyEntry> entries_;
+};
+
+// Split a printed path into unescaped segments: "a%2Fb/c" -> {"a/b", "c"}; "" -> {}.
+inline std::vector<std::string> split_key_path(std::string_view path) {
+  std::vector<std::string> out;
+  if (path.empty()) return out;
+  std::size_t start = 0;
+  while (true) {
+    std::size_t slash = path.find('/', start);
+    std::string_view seg = path.substr(start, slash == std::string_view::npos ? path.npos : slash - start);
+    out.push_back(unescape_key_segment(seg));
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return out;
+}
+
+namespace detail {
+inline bool parse_int64(std::string_view s, std::int64_t& out) {
+  if (s.empty() || s.size() > 20) return false;
+  std::size_t i = 0;
+  bool neg = false;
+  if (s[0] == '-') { neg = true; i = 1; if (s.size() == 1) return false; }
+  std::uint64_t v = 0;
+  for (; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    std::uint64_t d = static_cast<std::uint64_t>(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  if (!neg && v > static_cast<std::uint64_t>(INT64_MAX)) return false;
+  if (neg && v > static_cast<std::uint64_t>(INT64_MAX) + 1) return false;
+  out = neg ? static_cast<std::int64_t>(0 - v) : static_cast<std::int64_t>(v);
+  return true;
+}
+}  // namespace detail
+
+inline KeyPath KeyPath::from_stored(std::string_view path, std::string_view kinds) {
+  std::vector<std::string> segs = split_key_path(path);
+  if (segs.size() != kinds.size())
+    throw Error(ErrorKind::corrupt, "key path '" + std::string(path) + "' has " +
+                std::to_string(segs.size()) + " entries but its kinds '" + std::string(kinds) +
+                "' name " + std::to_string(kinds.size()));
+  KeyPath p;
+  for (std::size_t i = 0; i < segs.size(); ++i) {
+    char k = kinds[i];
+    if (k == 'f' || k == 'k') {
+      if (k == 'f' && segs[i].empty())
+        throw Error(ErrorKind::corrupt, "empty field name in key path '" + std::string(path) + "'");
+      p.push_back(k == 'f' ? KeyEntry::field(segs[i]) : KeyEntry::key(segs[i]));
+    } else if (k == 'i' || k == 'n') {
+      std::int64_t v = 0;
+      if (!detail::parse_int64(segs[i], v) || (k == 'i' && v < 0))
+        throw Error(ErrorKind::corrupt, "bad index '" + segs[i] + "' in key path '" + std::string(path) + "'");
+      p.push_back(k == 'i' ? KeyEntry::index(v) : KeyEntry::int_key(v));
+    } else {
+      throw Error(ErrorKind::corrupt, std::string("unknown key kind '") + k + "' in key path '" +
+                  std::string(path) + "'");
+    }
+  }
+  return p;
+}
+
+// Glob patterns over printed key paths. '*' matches any run of characters within one
+// segment, '**' any run across segments, '?' one character. A pattern matches a path when
+// it matches the whole path or one of its ancestors, so "opt" and "opt/*" both select
+// every leaf under "opt".
+namespace detail {
+inline bool glob_match_here(std::string_view pat, std::string_view text) {
+  // Iterative matcher with backtracking for the last star (classic wildcard algorithm),
+  // extended so that a single '*' refuses to cross '/'.
+  std::size_t p = 0, t = 0;
+  std::size_t star_p = std::string_view::npos, star_t = 0;
+  bool star_crosses = false;
+  while (t < text.size()) {
+    if (p < pat.size() && pat[p] == '*') {
+      star_crosses = (p + 1 < pat.size() && pat[p + 1] == '*');
+      p += star_crosses ? 2 : 1;
+      star_p = p;
+      star_t = t;
+    } else if (p < pat.size() && (pat[p] == '?' ? text[t] != '/' : pat[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (star_p != std::string_view::npos && (star_crosses || text[star_t] != '/')) {
+      p = star_p;
+      t = ++star_t;
+    } else {
+      return false;
+    }
+  }
+  while (p < pat.size() && pat[p] == '*') ++p;
+  return p == pat.size();
+}
+}  // namespace detail
+
+inline bool glob_matches(std::string_view pattern, std::string_view path) {
+  if (detail::glob_match_here(pattern, path)) return true;
+  for (std::size_t i = 0; i < path.size(); ++i)
+    if (path[i] == '/' && detail::glob_match_here(pattern, path.substr(0, i))) return true;
+  return false;
+}
+
+// True when `prefix` names `path` itself or one of its ancestors, segment-wise.
+inline bool key_path_has_prefix(std::string_view path, std::string_view prefix) {
+  if (prefix.empty()) return true;
+  if (path.size() < prefix.size() || path.compare(0, prefix.size(), prefix) != 0) return false;
+  return path.size() == prefix.size() || path[prefix.size()] == '/';
+}
+
+CAIRN_END_NAMESPACE

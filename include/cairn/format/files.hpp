@@ -1,0 +1,258 @@
+// The files of a checkpoint directory, and reading its metadata safely. Everything read here
+// is untrusted: sizes are capped, the metadata's CRC is checked against the commit marker,
+// JSON nesting is bounded before cereal parses it, and every record is cross-checked.
+//
+//   <checkpoint>/_CHECKPOINT      commit marker, written last (format, version, CRCs of the two below)
+//   <checkpoint>/_METADATA        tree structure, dtypes, shapes, chunk locations (cereal JSON)
+//   <checkpoint>/_USER_METADATA   the caller's JSON object
+//   <checkpoint>/data-<process>-<n>.bin   array bytes
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <unordered_set>
+
+#include <cereal/archives/json.hpp>
+
+#include "cairn/format/records.hpp"
+#include "cairn/io/crc32c.hpp"
+#include "cairn/io/file.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr const char* marker_file = "_CHECKPOINT";
+inline constexpr const char* metadata_file = "_METADATA";
+inline constexpr const char* user_metadata_file = "_USER_METADATA";
+inline constexpr const char* temp_infix = ".cairn-tmp-";
+inline constexpr std::uint64_t max_metadata_bytes = std::uint64_t{1} << 30;
+inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
+inline constexpr int max_metadata_depth = 32;
+
+inline std::string join_path(const std::string& dir, const std::string& name) { return dir + "/" + name; }
+
+inline std::string data_file_name(int process, int index) {
+  return "data-" + std::to_string(process) + "-" + std::to_string(index) + ".bin";
+}
+
+// Data file names come from untrusted metadata: only plain names, never a path out of the
+// checkpoint directory.
+inline bool is_plain_file_name(const std::string& name) {
+  if (name.empty() || name.size() > 255 || name[0] == '.') return false;
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+inline std::string read_whole_file(const std::string& path, std::uint64_t limit) {
+  File f = File::open_read(path);
+  const std::uint64_t size = f.size();
+  if (size > limit)
+    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit), path);
+  std::string s(static_cast<std::size_t>(size), '\0');
+  f.read_at(s.data(), size, 0);
+  return s;
+}
+
+inline void write_whole_file(const std::string& path, const std::string& content) {
+  File f = File::create(path);
+  f.write_at(content.data(), content.size(), 0);
+  f.sync();
+  f.close();
+}
+
+// Maximum nesting of [ and { outside strings; rapidjson (under cereal) parses recursively,
+// so deeply nested input must be refused before it gets there.
+inline int json_depth(std::string_view s) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+struct FileDigest {
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32c = 0;
+};
+
+inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
+  auto digest = [](const FileDigest& d) {
+    return Json::object({{"bytes", static_cast<std::int64_t>(d.bytes)}, {"crc32c", static_cast<std::int64_t>(d.crc32c)}});
+  };
+  return Json::object({{"format", "cairn"},
+                       {"format_version", cairn::format_version},
+                       {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
+}
+
+// Checks a checkpoint directory's commit marker and returns the digests it records.
+inline std::map<std::string, FileDigest> read_marker(const std::string& dir) {
+  if (dir.find(temp_infix) != std::string::npos)
+    throw Error(ErrorKind::incomplete, "this is a temporary directory of a save that has not committed; it is never loaded", dir);
+  const std::string path = join_path(dir, marker_file);
+  if (!path_exists(path)) {
+    if (!is_directory(dir)) throw Error(ErrorKind::not_found, "no checkpoint at this path", dir);
+    throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
+                " file: not a cairn checkpoint, or a save that did not commit", dir);
+  }
+  Json marker = Json::parse(read_whole_file(path, max_marker_bytes), path);
+  try {
+    if (!marker.is_object() || !marker.contains("format") || marker.at("format").as_string() != "cairn")
+      throw Error(ErrorKind::corrupt, "not a cairn commit marker", path);
+    const std::int64_t version = marker.at("format_version").as_int();
+    if (version < 1 || version > cairn::format_version)
+      throw Error(ErrorKind::unsupported_version, "format version " + std::to_string(version) +
+                  " (this cairn reads up to " + std::to_string(cairn::format_version) + ")", path);
+    std::map<std::string, FileDigest> out;
+    for (const auto& [name, d] : marker.at("files").items()) {
+      const std::int64_t bytes = d.at("bytes").as_int(), crc = d.at("crc32c").as_int();
+      if (bytes < 0 || crc < 0 || crc > 0xffffffffLL) throw Error(ErrorKind::corrupt, "bad digest for " + name, path);
+      out[name] = {static_cast<std::uint64_t>(bytes), static_cast<std::uint32_t>(crc)};
+    }
+    return out;
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::corrupt || e.kind() == ErrorKind::unsupported_version) throw e.with_file(path);
+    throw Error(ErrorKind::corrupt, "malformed commit marker: " + e.message(), path);
+  }
+}
+
+// Reads a file named in the marker and checks its size and CRC32C.
+inline std::string read_verified(const std::string& dir, const std::map<std::string, FileDigest>& digests,
+                                 const char* name, std::uint64_t limit) {
+  const std::string path = join_path(dir, name);
+  auto it = digests.find(name);
+  if (it == digests.end()) throw Error(ErrorKind::corrupt, std::string("commit marker does not list ") + name, dir);
+  std::string content = read_whole_file(path, limit);
+  if (content.size() != it->second.bytes)
+    throw Error(ErrorKind::corrupt, "file is " + std::to_string(content.size()) + " bytes, the commit marker says " +
+                std::to_string(it->second.bytes), path);
+  const std::uint32_t crc = crc32c(content.data(), content.size());
+  if (crc != it->second.crc32c)
+    throw Error(ErrorKind::corrupt, "checksum mismatch (CRC32C " + std::to_string(crc) + ", the commit marker says " +
+                std::to_string(it->second.crc32c) + ")", path);
+  return content;
+}
+
+inline bool boxes_overlap(const ChunkRecord& a, const ChunkRecord& b) {
+  for (std::size_t d = 0; d < a.start.size(); ++d) {
+    if (a.start[d] + a.shape[d] <= b.start[d] || b.start[d] + b.shape[d] <= a.start[d]) return false;
+  }
+  return true;
+}
+
+// Cross-checks of the records against each other: unique keys, sane shapes, chunks inside
+// their array and covering it exactly once, byte ranges that neither overflow nor overlap.
+inline void validate_metadata(const CheckpointMetadata& m, const std::string& dir) {
+  const std::string path = join_path(dir, metadata_file);
+  auto fail = [&](const std::string& why, const std::string& key = {}) {
+    throw Error(ErrorKind::corrupt, why, path, key);
+  };
+  std::unordered_set<std::string> files;
+  for (const auto& f : m.data_files) {
+    if (!is_plain_file_name(f)) fail("data file name '" + f + "' is not a plain file name");
+    if (!files.insert(f).second) fail("data file '" + f + "' listed twice");
+  }
+  std::map<std::string, std::vector<std::pair<std::uint64_t, std::uint64_t>>> ranges;
+  std::unordered_set<std::string> item_names;
+  for (const auto& item : m.items) {
+    if (item.name.empty() || !item_names.insert(item.name).second) fail("empty or repeated item name '" + item.name + "'");
+    std::unordered_set<std::string> keys;
+    for (const auto& n : item.nodes)
+      if (!keys.insert(n.path.str()).second) fail("key path listed twice", n.path.str());
+    for (const auto& l : item.leaves) {
+      const std::string key = l.key();
+      if (!keys.insert(key).second) fail("key path listed twice", key);
+      try {
+        const std::uint64_t count = element_count(l.shape);
+        (void)byte_count(l.shape, dtype_size(l.dtype));
+        if (l.chunks.empty() && count > 0) fail("leaf has no chunks", key);
+        std::uint64_t covered = 0;
+        for (std::size_t i = 0; i < l.chunks.size(); ++i) {
+          const auto& c = l.chunks[i];
+          if (c.start.size() != l.shape.size() || c.shape.size() != l.shape.size())
+            fail("chunk " + std::to_string(i) + " has rank " + std::to_string(c.shape.size()) + ", the array " +
+                 std::to_string(l.shape.size()), key);
+          for (std::size_t d = 0; d < l.shape.size(); ++d) {
+            if (c.start[d] < 0 || c.shape[d] < 0 || c.start[d] > l.shape[d] || c.shape[d] > l.shape[d] - c.start[d])
+              fail("chunk " + std::to_string(i) + " box (start " + to_string(c.start) + ", shape " + to_string(c.shape) +
+                   ") lies outside the array shape " + to_string(l.shape), key);
+          }
+          if (c.nbytes != byte_count(c.shape, dtype_size(l.dtype)))
+            fail("chunk " + std::to_string(i) + " says " + std::to_string(c.nbytes) + " bytes, its box holds " +
+                 std::to_string(byte_count(c.shape, dtype_size(l.dtype))), key);
+          if (!files.count(c.file)) fail("chunk " + std::to_string(i) + " names unknown data file '" + c.file + "'", key);
+          std::uint64_t end = 0;
+          if (!checked_add(c.offset, c.nbytes, end)) fail("chunk " + std::to_string(i) + " offset + size overflows", key);
+          if (c.nbytes) ranges[c.file].emplace_back(c.offset, end);
+          for (std::size_t j = 0; j < i; ++j)
+            if (element_count(c.shape) && element_count(l.chunks[j].shape) && boxes_overlap(c, l.chunks[j]))
+              fail("chunks " + std::to_string(j) + " and " + std::to_string(i) + " overlap", key);
+          covered += element_count(c.shape);
+        }
+        if (covered != count)
+          fail("chunks cover " + std::to_string(covered) + " of the array's " + std::to_string(count) +
+               " elements (a chunk is missing)", key);
+      } catch (const Error& e) {
+        throw Error(e.kind(), e.message(), path, key);
+      }
+    }
+  }
+  for (auto& [file, rs] : ranges) {
+    std::sort(rs.begin(), rs.end());
+    for (std::size_t i = 1; i < rs.size(); ++i)
+      if (rs[i].first < rs[i - 1].second)
+        fail("two chunks share bytes " + std::to_string(rs[i].first) + ".." + std::to_string(rs[i - 1].second) +
+             " of data file '" + file + "'");
+  }
+}
+
+// Reads, verifies and validates a committed checkpoint's metadata.
+inline CheckpointMetadata read_metadata(const std::string& dir_in) {
+  const std::string dir = normalize_dir(dir_in);
+  auto digests = read_marker(dir);
+  const std::string text = read_verified(dir, digests, metadata_file, max_metadata_bytes);
+  const std::string path = join_path(dir, metadata_file);
+  if (json_depth(text) > max_metadata_depth)
+    throw Error(ErrorKind::corrupt, "JSON nested deeper than " + std::to_string(max_metadata_depth), path);
+  CheckpointMetadata m;
+  try {
+    std::istringstream in(text);
+    cereal::JSONInputArchive ar(in);
+    load(ar, m);
+  } catch (const Error& e) {
+    throw Error(e.kind(), e.message(), path, e.key_path());
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::corrupt, std::string("malformed metadata: ") + e.what(), path);
+  }
+  validate_metadata(m, dir);
+  const std::string user = read_verified(dir, digests, user_metadata_file, max_metadata_bytes);
+  m.user_metadata = Json::parse(user, join_path(dir, user_metadata_file));
+  return m;
+}
+
+inline std::string metadata_to_json(const CheckpointMetadata& m) {
+  std::ostringstream out;
+  {
+    cereal::JSONOutputArchive ar(out, cereal::JSONOutputArchive::Options::NoIndent());
+    save(ar, m);
+  }
+  return out.str();
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE

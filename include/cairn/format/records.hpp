@@ -1,0 +1,203 @@
+// The checkpoint metadata as C++ records (docs/format.md is their specification), and their
+// cereal serialization as JSON. CheckpointMetadata is also what cairn::metadata() returns.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cereal/cereal.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+
+#include "cairn/core/json.hpp"
+#include "cairn/core/key_path.hpp"
+#include "cairn/core/shape.hpp"
+#include "cairn/dtype/dtype.hpp"
+#include "cairn/tree/traits.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+inline constexpr int format_version = 1;
+
+// One stored piece of a leaf: an index box of the global array, and where its bytes are.
+// An unsharded leaf has one chunk covering the whole array; sharded arrays have several.
+struct ChunkRecord {
+  Shape start;                 // first index of the box, per dimension
+  Shape shape;                 // extent of the box
+  std::string file;            // data file name, inside the checkpoint directory
+  std::uint64_t offset = 0;    // byte offset in the file
+  std::uint64_t nbytes = 0;    // stored bytes (box elements * dtype size)
+  std::uint32_t crc32c = 0;    // CRC32C of those bytes
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(CEREAL_NVP(start), CEREAL_NVP(shape), CEREAL_NVP(file), CEREAL_NVP(offset), CEREAL_NVP(nbytes),
+       CEREAL_NVP(crc32c));
+  }
+};
+
+struct LeafRecord {
+  KeyPath path;
+  DType dtype = DType::float32;      // as stored
+  DType saved_from = DType::float32; // the in-memory dtype at save time (differs when cast on save)
+  Shape shape;                       // logical (global) shape
+  Order order = Order::C;            // memory order of every chunk's bytes
+  std::vector<ChunkRecord> chunks;
+
+  std::string key() const { return path.str(); }
+  std::uint64_t nbytes() const { return byte_count(shape, dtype_size(dtype)); }
+};
+
+struct NodeRecord {
+  KeyPath path;
+  NodeKind kind = NodeKind::struct_;
+};
+
+// A named item of a checkpoint. Kind "tree" holds nodes and leaves; the format leaves room for
+// other kinds (a JSON blob, an opaque cereal-serialized object).
+struct ItemRecord {
+  std::string name;
+  std::string kind = "tree";
+  std::vector<NodeRecord> nodes;  // inner nodes, pre-order (the root has the empty path)
+  std::vector<LeafRecord> leaves; // leaves in tree order
+
+  const LeafRecord* find_leaf(std::string_view key) const {
+    for (const auto& l : leaves)
+      if (l.key() == key) return &l;
+    return nullptr;
+  }
+};
+
+struct CheckpointMetadata {
+  int format_version = cairn::format_version;
+  std::string library_version;
+  std::int64_t created_unix_ms = 0;
+  std::string created;             // ISO 8601, UTC
+  std::vector<std::string> data_files;
+  std::vector<ItemRecord> items;
+  Json user_metadata = Json::object();  // the caller's object, from its own file
+
+  const ItemRecord* find_item(std::string_view name) const {
+    for (const auto& i : items)
+      if (i.name == name) return &i;
+    return nullptr;
+  }
+  // The leaves of the main tree item ("state").
+  const std::vector<LeafRecord>& leaves() const;
+  std::uint64_t total_bytes() const {
+    std::uint64_t n = 0;
+    for (const auto& i : items)
+      for (const auto& l : i.leaves)
+        for (const auto& c : l.chunks) n += c.nbytes;
+    return n;
+  }
+  // One line per leaf: "params/dense/kernel: float32[3, 4] (F order)".
+  std::string summary() const;
+};
+
+inline const char* default_item_name = "state";
+
+inline const std::vector<LeafRecord>& CheckpointMetadata::leaves() const {
+  static const std::vector<LeafRecord> none;
+  const ItemRecord* item = find_item(default_item_name);
+  return item ? item->leaves : none;
+}
+
+inline std::string CheckpointMetadata::summary() const {
+  std::string s = "cairn checkpoint (format " + std::to_string(format_version) + ", created " + created + ")\n";
+  for (const auto& item : items) {
+    s += "item '" + item.name + "' (" + item.kind + ", " + std::to_string(item.leaves.size()) + " leaves)\n";
+    for (const auto& l : item.leaves) {
+      s += "  " + l.key() + ": " + dtype_name(l.dtype) + to_string(l.shape);
+      if (l.shape.size() >= 2 && l.order == Order::F) s += " F-order";
+      if (l.saved_from != l.dtype) s += std::string(" (cast from ") + dtype_name(l.saved_from) + ")";
+      if (l.chunks.size() > 1) s += " in " + std::to_string(l.chunks.size()) + " chunks";
+      s += "\n";
+    }
+  }
+  if (user_metadata.size()) s += "user metadata: " + user_metadata.dump() + "\n";
+  return s;
+}
+
+// ---- cereal (JSON) forms. Loading validates what a record can check on its own; the
+// cross-checks against files and shapes are in validate.hpp. ----
+
+namespace detail {
+[[noreturn]] inline void bad_record(const std::string& what) { throw Error(ErrorKind::corrupt, what); }
+
+inline NodeKind node_kind_from_name(const std::string& s) {
+  for (NodeKind k : {NodeKind::struct_, NodeKind::sequence, NodeKind::map, NodeKind::tuple, NodeKind::optional,
+                     NodeKind::custom})
+    if (s == node_kind_name(k)) return k;
+  bad_record("unknown node kind '" + s + "'");
+}
+
+inline DType stored_dtype(const std::string& s) {
+  DType d;
+  if (!parse_dtype(s, d)) bad_record("unknown dtype '" + s + "'");
+  return d;
+}
+}  // namespace detail
+
+template <class Archive>
+void save(Archive& ar, const LeafRecord& l) {
+  ar(cereal::make_nvp("key", l.path.str()), cereal::make_nvp("key_kinds", l.path.kinds()),
+     cereal::make_nvp("dtype", std::string(dtype_name(l.dtype))),
+     cereal::make_nvp("saved_from", std::string(dtype_name(l.saved_from))), cereal::make_nvp("shape", l.shape),
+     cereal::make_nvp("order", std::string(1, static_cast<char>(l.order))), cereal::make_nvp("chunks", l.chunks));
+}
+template <class Archive>
+void load(Archive& ar, LeafRecord& l) {
+  std::string key, kinds, dtype, saved_from, order;
+  ar(cereal::make_nvp("key", key), cereal::make_nvp("key_kinds", kinds), cereal::make_nvp("dtype", dtype),
+     cereal::make_nvp("saved_from", saved_from), cereal::make_nvp("shape", l.shape), cereal::make_nvp("order", order),
+     cereal::make_nvp("chunks", l.chunks));
+  l.path = KeyPath::from_stored(key, kinds);
+  l.dtype = detail::stored_dtype(dtype);
+  l.saved_from = detail::stored_dtype(saved_from);
+  if (order != "C" && order != "F") detail::bad_record("key '" + key + "': unknown order '" + order + "'");
+  l.order = static_cast<Order>(order[0]);
+}
+
+template <class Archive>
+void save(Archive& ar, const NodeRecord& n) {
+  ar(cereal::make_nvp("key", n.path.str()), cereal::make_nvp("key_kinds", n.path.kinds()),
+     cereal::make_nvp("kind", std::string(node_kind_name(n.kind))));
+}
+template <class Archive>
+void load(Archive& ar, NodeRecord& n) {
+  std::string key, kinds, kind;
+  ar(cereal::make_nvp("key", key), cereal::make_nvp("key_kinds", kinds), cereal::make_nvp("kind", kind));
+  n.path = KeyPath::from_stored(key, kinds);
+  n.kind = detail::node_kind_from_name(kind);
+}
+
+template <class Archive>
+void serialize(Archive& ar, ItemRecord& i) {
+  ar(cereal::make_nvp("name", i.name), cereal::make_nvp("kind", i.kind), cereal::make_nvp("nodes", i.nodes),
+     cereal::make_nvp("leaves", i.leaves));
+}
+
+// The metadata file holds everything but the user metadata, which has a file of its own.
+template <class Archive>
+void save(Archive& ar, const CheckpointMetadata& m) {
+  ar(cereal::make_nvp("format", std::string("cairn")), cereal::make_nvp("format_version", m.format_version),
+     cereal::make_nvp("library_version", m.library_version), cereal::make_nvp("created_unix_ms", m.created_unix_ms),
+     cereal::make_nvp("created", m.created), cereal::make_nvp("data_files", m.data_files),
+     cereal::make_nvp("items", m.items));
+}
+template <class Archive>
+void load(Archive& ar, CheckpointMetadata& m) {
+  std::string format;
+  ar(cereal::make_nvp("format", format), cereal::make_nvp("format_version", m.format_version));
+  if (format != "cairn") detail::bad_record("not a cairn metadata file (format '" + format + "')");
+  if (m.format_version > cairn::format_version || m.format_version < 1)
+    throw Error(ErrorKind::unsupported_version, "format version " + std::to_string(m.format_version) +
+                " (this cairn reads up to " + std::to_string(cairn::format_version) + ")");
+  ar(cereal::make_nvp("library_version", m.library_version), cereal::make_nvp("created_unix_ms", m.created_unix_ms),
+     cereal::make_nvp("created", m.created), cereal::make_nvp("data_files", m.data_files),
+     cereal::make_nvp("items", m.items));
+}
+
+CAIRN_END_NAMESPACE

@@ -1,0 +1,200 @@
+// Element-type conversion kernels, written once with Thrust so they run on the host backends
+// (CPP, OpenMP) and on CUDA. Rules (docs/casting.md):
+// - float -> narrower float: round to nearest even, NaN stays NaN, overflow to +-inf
+//   (float8_e4m3fn saturates to +-448);
+// - float -> int truncates toward zero; NaN, inf and values outside the target's range are
+//   an error by default, or clamp with OnOverflow::saturate (NaN becomes 0);
+// - int -> int: out of range is an error by default, or clamps;
+// - anything -> bool is "!= 0" (NaN is true); bool -> anything is 0 or 1.
+// No conversion is undefined behaviour: the element functor always clamps, and the error
+// mode checks the whole array first.
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include <thrust/find.h>
+#include <thrust/transform.h>
+
+#include "cairn/dtype/dtype.hpp"
+#include "cairn/kernels/policy.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+enum class OnOverflow { error, saturate };
+
+namespace detail {
+
+template <class T> inline constexpr bool is_narrow_float_v =
+    std::is_same_v<T, float16> || std::is_same_v<T, bfloat16> ||
+    std::is_same_v<T, float8_e4m3fn> || std::is_same_v<T, float8_e5m2>;
+template <class T> inline constexpr bool is_any_float_v =
+    std::is_floating_point_v<T> || is_narrow_float_v<T>;
+template <class T> inline constexpr bool is_int_v = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+
+template <class T> struct narrow_format_of;
+template <> struct narrow_format_of<float16> { using type = float16_format; };
+template <> struct narrow_format_of<bfloat16> { using type = bfloat16_format; };
+template <> struct narrow_format_of<float8_e4m3fn> { using type = float8_e4m3fn_format; };
+template <> struct narrow_format_of<float8_e5m2> { using type = float8_e5m2_format; };
+
+// Any float source as double (exact for all of them).
+template <class From>
+CAIRN_HD inline double float_as_double(From v) {
+  if constexpr (is_narrow_float_v<From>) return static_cast<double>(narrow_format_of<From>::type::decode(v.bits));
+  else return static_cast<double>(v);
+}
+
+// An integer as a double rounded to odd: exact below 2^53, otherwise the low bit records
+// inexactness so that a second rounding to a narrower float is still correct.
+template <class From>
+CAIRN_HD inline double int_as_double_round_to_odd(From v) {
+  const bool neg = std::is_signed_v<From> && v < 0;
+  std::uint64_t u = neg ? (std::uint64_t{0} - static_cast<std::uint64_t>(v)) : static_cast<std::uint64_t>(v);
+  if (u < (std::uint64_t{1} << 53)) return neg ? -static_cast<double>(u) : static_cast<double>(u);
+  int k = 0;
+  while ((u >> k) >= (std::uint64_t{1} << 53)) ++k;
+  const std::uint64_t sticky = (u & ((std::uint64_t{1} << k) - 1)) != 0;
+  double d = static_cast<double>((u >> k) | sticky);
+  for (int i = 0; i < k; ++i) d *= 2.0;  // exact
+  return neg ? -d : d;
+}
+
+template <class To>
+CAIRN_HD inline To double_to_float(double d) {
+  if constexpr (is_narrow_float_v<To>) return To::from_bits(static_cast<decltype(To{}.bits)>(narrow_format_of<To>::type::encode(d)));
+  else return static_cast<To>(d);  // float or double: round to nearest even, overflow to inf
+}
+
+// Integer range of To as exact doubles: [lo, hi).
+template <class To> CAIRN_HD inline double int_lo() {
+  if constexpr (std::is_signed_v<To>) { double p = 1; for (unsigned i = 0; i + 1 < sizeof(To) * 8; ++i) p *= 2; return -p; }
+  else return 0.0;
+}
+template <class To> CAIRN_HD inline double int_hi_excl() {
+  double p = 1;
+  for (unsigned i = 0; i < sizeof(To) * 8 - (std::is_signed_v<To> ? 1 : 0); ++i) p *= 2;
+  return p;
+}
+
+template <class To, class From>
+CAIRN_HD inline bool int_fits(From v) {
+  if constexpr (std::is_signed_v<From> == std::is_signed_v<To>) {
+    if constexpr (sizeof(To) >= sizeof(From)) return true;
+    else return v >= static_cast<From>(std::numeric_limits<To>::min()) &&
+                v <= static_cast<From>(std::numeric_limits<To>::max());
+  } else if constexpr (std::is_signed_v<From>) {  // signed -> unsigned
+    return v >= 0 && static_cast<std::make_unsigned_t<From>>(v) <= std::numeric_limits<To>::max();
+  } else {  // unsigned -> signed
+    return v <= static_cast<std::make_unsigned_t<To>>(std::numeric_limits<To>::max());
+  }
+}
+
+// True when converting v to To needs no clamping.
+template <class To, class From>
+struct cast_fits {
+  CAIRN_HD bool operator()(const From& v) const {
+    if constexpr (std::is_same_v<To, bool> || std::is_same_v<From, bool> || is_any_float_v<To>) {
+      return true;
+    } else if constexpr (is_any_float_v<From>) {
+      const double d = float_as_double(v);
+      if (!(d == d)) return false;
+      const double t = std::trunc(d);
+      return t >= int_lo<To>() && t < int_hi_excl<To>();
+    } else {
+      return int_fits<To>(v);
+    }
+  }
+};
+template <class To, class From>
+struct cast_does_not_fit {
+  CAIRN_HD bool operator()(const From& v) const { return !cast_fits<To, From>{}(v); }
+};
+
+// The element conversion. Always defined: out-of-range values clamp.
+template <class To, class From>
+struct cast_element {
+  CAIRN_HD To operator()(const From& v) const {
+    if constexpr (std::is_same_v<To, From>) {
+      return v;
+    } else if constexpr (std::is_same_v<To, bool>) {
+      if constexpr (is_any_float_v<From>) return float_as_double(v) != 0.0;
+      else return v != 0;
+    } else if constexpr (std::is_same_v<From, bool>) {
+      if constexpr (is_narrow_float_v<To>) return double_to_float<To>(v ? 1.0 : 0.0);
+      else return static_cast<To>(v ? 1 : 0);
+    } else if constexpr (is_any_float_v<To>) {
+      if constexpr (is_any_float_v<From>) return double_to_float<To>(float_as_double(v));
+      else if constexpr (std::is_same_v<To, double> || std::is_same_v<To, float>) return static_cast<To>(v);
+      else return double_to_float<To>(int_as_double_round_to_odd(v));
+    } else if constexpr (is_any_float_v<From>) {
+      const double d = float_as_double(v);
+      if (!(d == d)) return To{0};
+      if (d < int_lo<To>()) return std::numeric_limits<To>::min();
+      if (d >= int_hi_excl<To>()) return std::numeric_limits<To>::max();
+      return static_cast<To>(d);  // in range after truncation: defined
+    } else {
+      if (int_fits<To>(v)) return static_cast<To>(v);
+      if constexpr (std::is_signed_v<From>) { if (v < 0) return std::numeric_limits<To>::min(); }
+      return std::numeric_limits<To>::max();
+    }
+  }
+};
+
+template <class T>
+std::string element_to_string(const T& v) {
+  if constexpr (is_any_float_v<T>) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", float_as_double(v));
+    return buf;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return v ? "true" : "false";
+  } else {
+    return std::to_string(v);
+  }
+}
+
+template <class To, class From, class Policy>
+void cast_typed(Policy&& policy, const From* src, To* dst, std::size_t n, OnOverflow on_overflow) {
+  if (on_overflow == OnOverflow::error) {
+    const From* bad = thrust::find_if(policy, src, src + n, cast_does_not_fit<To, From>{});
+    if (bad != src + n) {
+      throw Error(ErrorKind::value_out_of_range,
+                  "element " + std::to_string(bad - src) + " (value " + element_to_string(*bad) +
+                  ") does not fit in " + dtype_name(dtype_of<To>) +
+                  " (pass OnOverflow::saturate to clamp instead)");
+    }
+  }
+  thrust::transform(policy, src, src + n, dst, cast_element<To, From>{});
+}
+
+}  // namespace detail
+
+// Convert n elements of host memory from one dtype to another. src and dst must not overlap.
+inline void cast_host(DType from, const void* src, DType to, void* dst, std::size_t n,
+                      OnOverflow on_overflow = OnOverflow::error) {
+  if (from == DType::string || to == DType::string) {
+    if (from == to) { std::memcpy(dst, src, n); return; }
+    throw Error(ErrorKind::dtype_mismatch, std::string("cannot cast between ") + dtype_name(from) +
+                " and " + dtype_name(to));
+  }
+  visit_dtype(from, [&](auto* f) {
+    using From = std::remove_pointer_t<decltype(f)>;
+    visit_dtype(to, [&](auto* t) {
+      using To = std::remove_pointer_t<decltype(t)>;
+      detail::cast_typed<To, From>(detail::host_memory_policy(), static_cast<const From*>(src),
+                                   static_cast<To*>(dst), n, on_overflow);
+    });
+  });
+}
+
+// Cast one value (for tests and for scalar conversions).
+template <class To, class From>
+CAIRN_HD inline To cast_value(const From& v) { return detail::cast_element<To, From>{}(v); }
+
+CAIRN_END_NAMESPACE

@@ -1,0 +1,83 @@
+// Leaves from the standard library: arithmetic scalars (0-d arrays), std::string (bytes),
+// and contiguous containers of numbers as 1-D arrays (std::vector<float>, std::array<int, N>,
+// std::vector<bool>).
+#pragma once
+
+#include <array>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cairn/tree/traits.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+// Scalars with a dtype: bool, integers, float, double, cairn's 16/8-bit floats.
+template <class T>
+struct leaf_traits<T, std::enable_if_t<has_dtype<T>>> {
+  static LeafView view(const T& v) { return {dtype_of<T>, {}, Order::C, &v, sizeof(T)}; }
+  static LeafBuffer prepare(T& v, const StoredLeafInfo& stored) {
+    require_shape({}, stored.shape);
+    return {dtype_of<T>, Order::C, &v, sizeof(T)};
+  }
+};
+
+template <>
+struct leaf_traits<std::string> {
+  static LeafView view(const std::string& s) {
+    return {DType::string, {static_cast<std::int64_t>(s.size())}, Order::C, s.data(), s.size()};
+  }
+  static LeafBuffer prepare(std::string& s, const StoredLeafInfo& stored) {
+    if (stored.shape.size() != 1) require_shape({-1}, stored.shape);
+    s.resize(static_cast<std::size_t>(stored.nbytes));
+    return {DType::string, Order::C, s.data(), s.size()};
+  }
+};
+
+template <class T, class Alloc>
+struct leaf_traits<std::vector<T, Alloc>, std::enable_if_t<has_dtype<T> && !std::is_same_v<T, bool>>> {
+  static LeafView view(const std::vector<T, Alloc>& v) {
+    return {dtype_of<T>, {static_cast<std::int64_t>(v.size())}, Order::C, v.data(), v.size() * sizeof(T)};
+  }
+  static LeafBuffer prepare(std::vector<T, Alloc>& v, const StoredLeafInfo& stored) {
+    if (stored.shape.size() != 1)
+      throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored.shape) +
+                  " is not 1-D, but the target is a std::vector");
+    v.resize(static_cast<std::size_t>(stored.shape[0]));
+    return {dtype_of<T>, Order::C, v.data(), v.size() * sizeof(T)};
+  }
+};
+
+// std::vector<bool> packs bits, so it goes through a byte buffer each way.
+template <class Alloc>
+struct leaf_traits<std::vector<bool, Alloc>> {
+  static LeafView view(const std::vector<bool, Alloc>& v) {
+    auto bytes = std::make_shared<std::vector<bool_byte>>(v.begin(), v.end());
+    return {DType::bool_, {static_cast<std::int64_t>(v.size())}, Order::C, bytes->data(), bytes->size(), bytes};
+  }
+  static LeafBuffer prepare(std::vector<bool, Alloc>& v, const StoredLeafInfo& stored) {
+    if (stored.shape.size() != 1)
+      throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored.shape) +
+                  " is not 1-D, but the target is a std::vector<bool>");
+    auto bytes = std::make_shared<std::vector<bool_byte>>(static_cast<std::size_t>(stored.shape[0]));
+    LeafBuffer out{DType::bool_, Order::C, bytes->data(), bytes->size()};
+    out.commit = [&v, bytes] { v.assign(bytes->begin(), bytes->end()); };
+    return out;
+  }
+
+ private:
+  struct bool_byte { bool value = false; bool_byte() = default; bool_byte(bool b) : value(b) {} operator bool() const { return value; } };
+};
+
+template <class T, std::size_t N>
+struct leaf_traits<std::array<T, N>, std::enable_if_t<has_dtype<T>>> {
+  static LeafView view(const std::array<T, N>& v) {
+    return {dtype_of<T>, {static_cast<std::int64_t>(N)}, Order::C, v.data(), N * sizeof(T)};
+  }
+  static LeafBuffer prepare(std::array<T, N>& v, const StoredLeafInfo& stored) {
+    require_shape({static_cast<std::int64_t>(N)}, stored.shape);
+    return {dtype_of<T>, Order::C, v.data(), N * sizeof(T)};
+  }
+};
+
+CAIRN_END_NAMESPACE

@@ -1,0 +1,160 @@
+// Nodes from the standard library: sequences (std::vector / std::deque / std::array of
+// nodes), maps with string or integer keys (visited in sorted key order), std::tuple,
+// std::pair and std::optional (a node with zero or one child, keyed 0).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cairn/tree/traits.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Children of a resizable sequence: the loader resizes it to the stored count, which must
+// be the indices 0..n-1.
+inline std::size_t stored_sequence_length(const std::vector<KeyEntry>& stored) {
+  std::size_t n = 0;
+  for (const auto& e : stored)
+    if (e.kind == KeyEntry::Kind::index) n = std::max<std::size_t>(n, static_cast<std::size_t>(e.number) + 1);
+  return n;
+}
+
+template <class Seq>
+struct resizable_sequence_node {
+  static constexpr NodeKind kind = NodeKind::sequence;
+  template <class Self, class F>
+  static void for_each_child(Self& node, F&& f) {
+    std::int64_t i = 0;
+    for (auto& child : node) f(KeyEntry::index(i++), child);
+  }
+  static void prepare(Seq& node, const std::vector<KeyEntry>& stored) {
+    node.resize(stored_sequence_length(stored));
+  }
+};
+
+template <class K>
+inline constexpr bool is_map_key_v =
+    std::is_same_v<K, std::string> || (std::is_integral_v<K> && !std::is_same_v<K, bool>);
+
+template <class K>
+KeyEntry map_key_entry(const K& k) {
+  if constexpr (std::is_same_v<K, std::string>) return KeyEntry::key(k);
+  else return KeyEntry::int_key(static_cast<std::int64_t>(k));
+}
+
+// A stored key as the target's key type; false when it cannot be one (it is then reported
+// as an unexpected key by the loader).
+template <class K>
+bool key_from_entry(const KeyEntry& e, K& out) {
+  if constexpr (std::is_same_v<K, std::string>) {
+    out = e.text();
+    return true;
+  } else {
+    std::int64_t v = 0;
+    if (e.kind == KeyEntry::Kind::int_key || e.kind == KeyEntry::Kind::index) v = e.number;
+    else if (!parse_int64(e.name, v)) return false;
+    if constexpr (std::is_signed_v<K>) {
+      if (v < static_cast<std::int64_t>(std::numeric_limits<K>::min()) ||
+          v > static_cast<std::int64_t>(std::numeric_limits<K>::max())) return false;
+    } else {
+      if (v < 0 || static_cast<std::uint64_t>(v) > static_cast<std::uint64_t>(std::numeric_limits<K>::max())) return false;
+    }
+    out = static_cast<K>(v);
+    return true;
+  }
+}
+
+template <class Map>
+struct map_node {
+  using key_type = typename Map::key_type;
+  static constexpr NodeKind kind = NodeKind::map;
+  template <class Self, class F>
+  static void for_each_child(Self& node, F&& f) {
+    // Sorted order even for unordered maps, so a checkpoint does not depend on hashing.
+    std::vector<decltype(&*node.begin())> items;
+    items.reserve(node.size());
+    for (auto& kv : node) items.push_back(&kv);
+    if constexpr (!requires { typename Map::key_compare; }) {
+      std::sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+    }
+    for (auto* kv : items) f(map_key_entry(kv->first), kv->second);
+  }
+  static void prepare(Map& node, const std::vector<KeyEntry>& stored) {
+    for (const auto& e : stored) {
+      key_type k{};
+      if (key_from_entry(e, k)) node.try_emplace(k);
+    }
+  }
+};
+
+}  // namespace detail
+
+template <class T, class A>
+struct node_traits<std::vector<T, A>, std::enable_if_t<!has_dtype<T>>>
+    : detail::resizable_sequence_node<std::vector<T, A>> {};
+
+// A deque is not contiguous, so even a deque of numbers is a sequence of scalar leaves.
+template <class T, class A>
+struct node_traits<std::deque<T, A>> : detail::resizable_sequence_node<std::deque<T, A>> {};
+
+template <class T, std::size_t N>
+struct node_traits<std::array<T, N>, std::enable_if_t<!has_dtype<T>>> {
+  static constexpr NodeKind kind = NodeKind::sequence;
+  template <class Self, class F>
+  static void for_each_child(Self& node, F&& f) {
+    for (std::size_t i = 0; i < N; ++i) f(KeyEntry::index(static_cast<std::int64_t>(i)), node[i]);
+  }
+};
+
+template <class K, class V, class C, class A>
+struct node_traits<std::map<K, V, C, A>, std::enable_if_t<detail::is_map_key_v<K>>>
+    : detail::map_node<std::map<K, V, C, A>> {};
+
+template <class K, class V, class H, class E, class A>
+struct node_traits<std::unordered_map<K, V, H, E, A>, std::enable_if_t<detail::is_map_key_v<K>>>
+    : detail::map_node<std::unordered_map<K, V, H, E, A>> {};
+
+template <class... Ts>
+struct node_traits<std::tuple<Ts...>> {
+  static constexpr NodeKind kind = NodeKind::tuple;
+  template <class Self, class F>
+  static void for_each_child(Self& node, F&& f) {
+    std::int64_t i = 0;
+    std::apply([&](auto&... child) { (f(KeyEntry::index(i++), child), ...); }, node);
+  }
+};
+
+template <class A, class B>
+struct node_traits<std::pair<A, B>> {
+  static constexpr NodeKind kind = NodeKind::tuple;
+  template <class Self, class F>
+  static void for_each_child(Self& node, F&& f) {
+    f(KeyEntry::index(0), node.first);
+    f(KeyEntry::index(1), node.second);
+  }
+};
+
+template <class T>
+struct node_traits<std::optional<T>> {
+  static constexpr NodeKind kind = NodeKind::optional;
+  template <class Self, class F>
+  static void for_each_child(Self& node, F&& f) {
+    if (node) f(KeyEntry::index(0), *node);
+  }
+  static void prepare(std::optional<T>& node, const std::vector<KeyEntry>& stored) {
+    if (stored.empty()) node.reset();
+    else if (!node) node.emplace();
+  }
+};
+
+CAIRN_END_NAMESPACE

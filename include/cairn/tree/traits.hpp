@@ -1,0 +1,118 @@
+// The two extension points of cairn's trees, and how a type is classified.
+// - leaf_traits<T>: a type whose value is stored as one array (scalars, strings, vectors of
+//   numbers, Eigen matrices, cairn::Array, a user's tensor class).
+// - node_traits<T>: a type with children (containers, tuples, a user's own container).
+// Structs annotated with CAIRN_TREE are nodes without any specialization. A type that is
+// neither fails with one static_assert naming the type and the fix.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "cairn/core/key_path.hpp"
+#include "cairn/core/shape.hpp"
+#include "cairn/dtype/dtype.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+// Memory order of a stored or in-memory array: row-major (C) or column-major (F, Fortran).
+enum class Order : char { C = 'C', F = 'F' };
+
+// What a leaf shows the saver: dtype, logical shape, memory order and its bytes. `owner`
+// keeps alive a buffer the view made (for leaf types that are not contiguous in memory).
+struct LeafView {
+  DType dtype = DType::float32;
+  Shape shape;
+  Order order = Order::C;
+  const void* data = nullptr;
+  std::uint64_t nbytes = 0;
+  std::shared_ptr<const void> owner = {};
+};
+
+// What the loader knows of a stored leaf when it asks the target to take its shape.
+struct StoredLeafInfo {
+  DType dtype = DType::float32;
+  Shape shape;
+  Order order = Order::C;
+  std::uint64_t nbytes = 0;
+};
+
+// Where the loader writes a leaf's values, in the target's own dtype and order. `commit`,
+// when set, runs after the bytes are written (for targets that need a final copy).
+struct LeafBuffer {
+  DType dtype = DType::float32;
+  Order order = Order::C;
+  void* data = nullptr;
+  std::uint64_t nbytes = 0;
+  std::function<void()> commit = {};
+};
+
+// Specialize for a leaf type:
+//   static LeafView view(const T&);                          // for save
+//   static LeafBuffer prepare(T&, const StoredLeafInfo&);    // for load: take the stored
+//       shape (resize) or throw via require_shape(), then say where to write
+template <class T, class Enable = void>
+struct leaf_traits {
+  using cairn_not_specialized = void;
+};
+
+enum class NodeKind : char { struct_, sequence, map, tuple, optional, custom };
+
+inline const char* node_kind_name(NodeKind k) {
+  switch (k) {
+    case NodeKind::struct_: return "struct";
+    case NodeKind::sequence: return "sequence";
+    case NodeKind::map: return "map";
+    case NodeKind::tuple: return "tuple";
+    case NodeKind::optional: return "optional";
+    case NodeKind::custom: return "custom";
+  }
+  return "?";
+}
+
+// Specialize for a node type:
+//   static constexpr NodeKind kind = ...;
+//   template <class Self, class F> static void for_each_child(Self& node, F&& f);
+//       // Self is T or const T; calls f(KeyEntry, child&) for each child in a fixed order
+//   static void prepare(T& node, const std::vector<KeyEntry>& stored_children);   // optional:
+//       // for containers whose children come from the checkpoint (resize, insert keys)
+template <class T, class Enable = void>
+struct node_traits {
+  using cairn_not_specialized = void;
+};
+
+namespace detail {
+
+template <class T>
+concept specialized_leaf = !requires { typename leaf_traits<T>::cairn_not_specialized; };
+template <class T>
+concept specialized_node = !requires { typename node_traits<T>::cairn_not_specialized; };
+template <class T>
+concept described_struct = requires { cairn_tree_fields(static_cast<const T*>(nullptr)); };
+
+template <class T> inline constexpr bool always_false = false;
+
+}  // namespace detail
+
+template <class T>
+inline constexpr bool is_leaf = detail::specialized_leaf<std::remove_cvref_t<T>>;
+template <class T>
+inline constexpr bool is_node = !is_leaf<T> && (detail::specialized_node<std::remove_cvref_t<T>> ||
+                                                detail::described_struct<std::remove_cvref_t<T>>);
+template <class T>
+inline constexpr bool is_tree = is_leaf<T> || is_node<T>;
+
+// Fails compilation with the type named in the diagnostic and the fix in the message.
+template <class T>
+constexpr void require_tree_type() {
+  static_assert(is_tree<T>,
+                "cairn: this type is neither a tree node nor a leaf. Annotate the struct with "
+                "CAIRN_TREE(Type, field1, field2, ...) at namespace scope (or CAIRN_TREE_INTRUSIVE "
+                "inside the class), or specialize cairn::leaf_traits<T> (a type stored as one array) "
+                "or cairn::node_traits<T> (a container). See docs/extending.md.");
+}
+
+CAIRN_END_NAMESPACE
