@@ -27,11 +27,6 @@ inline std::string library_version_string() {
          std::to_string(CAIRN_VERSION_PATCH);
 }
 
-// Small leaves are gathered into one buffer and written together (10,000 leaves of a few KiB
-// would otherwise be 10,000 system calls); large ones are written straight from the caller's
-// memory, with no copy.
-inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
-inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
 // Large leaves start on 4 KiB boundaries (page-aligned for mmap and O_DIRECT), small ones on
 // 64 bytes so that thousands of tiny leaves do not pad the file to many times its size.
 inline std::uint64_t leaf_alignment(std::uint64_t nbytes) { return nbytes >= (64u << 10) ? 4096 : 64; }

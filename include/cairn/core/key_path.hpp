@@ -135,6 +135,7 @@ inline bool parse_int64(std::string_view s, std::int64_t& out) {
 
 inline KeyPath KeyPath::from_stored(std::string_view path, std::string_view kinds) {
   std::vector<std::string> segs = split_key_path(path);
+  if (path.empty() && kinds.size() == 1) segs.emplace_back();  // one empty key prints as ""
   if (segs.size() != kinds.size())
     throw Error(ErrorKind::corrupt, "key path '" + std::string(path) + "' has " +
                 std::to_string(segs.size()) + " entries but its kinds '" + std::string(kinds) +

@@ -78,9 +78,10 @@ struct narrow_float_format {
     if (ieee && e == exp_all) return bits_of<float>(sign | 0x7f800000u | (m ? 0x400000u : 0u));
     if (!ieee && e == exp_all && m == mant_mask) return bits_of<float>(sign | 0x7fc00000u);
     if (e == 0) {
-      // m * 2^(1 - bias - MB); the scale is a power of two, so the product is exact.
-      const float scale = bits_of<float>(static_cast<std::uint32_t>(127 + 1 - bias - MB) << 23);
-      const float v = static_cast<float>(m) * scale;
+      // m * 2^(1 - bias - MB), exact: the scale is a power of two (a double, since for
+      // bfloat16 it is below float's normal range) and the result is a float (sub)normal.
+      const double scale = bits_of<double>(static_cast<std::uint64_t>(1023 + 1 - bias - MB) << 52);
+      const float v = static_cast<float>(static_cast<double>(m) * scale);
       return sign ? -v : v;
     }
     return bits_of<float>(sign | ((e - bias + 127) << 23) | (m << (23 - MB)));

@@ -32,6 +32,12 @@ inline constexpr std::uint64_t max_metadata_bytes = std::uint64_t{1} << 30;
 inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
 inline constexpr int max_metadata_depth = 32;
 
+// Small leaves are gathered into one buffer and written (and read) together: 10,000 leaves of
+// a few KiB would otherwise be 10,000 system calls. Large ones go straight between the file
+// and the caller's memory, with no copy.
+inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
+
 inline std::string join_path(const std::string& dir, const std::string& name) { return dir + "/" + name; }
 
 inline std::string data_file_name(int process, int index) {

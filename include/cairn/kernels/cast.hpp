@@ -18,11 +18,11 @@
 #include <string>
 #include <type_traits>
 
-#include <thrust/find.h>
-#include <thrust/transform.h>
-
 #include "cairn/dtype/dtype.hpp"
 #include "cairn/kernels/policy.hpp"
+
+#include <thrust/find.h>
+#include <thrust/transform.h>
 
 CAIRN_BEGIN_NAMESPACE
 
@@ -159,18 +159,35 @@ std::string element_to_string(const T& v) {
   }
 }
 
+// Whether some value of From does not fit in To. Known at compile time, so the checking pass
+// is only compiled (and run) for the pairs that need it.
+template <class To, class From>
+inline constexpr bool can_overflow_v = [] {
+  if constexpr (std::is_same_v<To, bool> || std::is_same_v<From, bool> || is_any_float_v<To>) return false;
+  else if constexpr (is_any_float_v<From>) return true;
+  else if constexpr (std::is_signed_v<From> == std::is_signed_v<To>) return sizeof(To) < sizeof(From);
+  else if constexpr (std::is_signed_v<From>) return true;  // negative values
+  else return sizeof(To) <= sizeof(From);                  // unsigned into a wider signed type fits
+}();
+
 template <class To, class From, class Policy>
 void cast_typed(Policy&& policy, const From* src, To* dst, std::size_t n, OnOverflow on_overflow) {
-  if (on_overflow == OnOverflow::error) {
-    const From* bad = thrust::find_if(policy, src, src + n, cast_does_not_fit<To, From>{});
-    if (bad != src + n) {
-      throw Error(ErrorKind::value_out_of_range,
+  if constexpr (std::is_same_v<To, From>) {
+    std::memcpy(dst, src, n * sizeof(To));
+  } else {
+  if constexpr (can_overflow_v<To, From>) {
+    if (on_overflow == OnOverflow::error) {
+      const From* bad = thrust::find_if(policy, src, src + n, cast_does_not_fit<To, From>{});
+      if (bad != src + n) {
+        throw Error(ErrorKind::value_out_of_range,
                   "element " + std::to_string(bad - src) + " (value " + element_to_string(*bad) +
                   ") does not fit in " + dtype_name(dtype_of<To>) +
                   " (pass OnOverflow::saturate to clamp instead)");
+      }
     }
   }
   thrust::transform(policy, src, src + n, dst, cast_element<To, From>{});
+  }
 }
 
 }  // namespace detail

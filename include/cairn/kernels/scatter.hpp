@@ -6,11 +6,11 @@
 
 #include <cstdint>
 
-#include <thrust/for_each.h>
-#include <thrust/iterator/counting_iterator.h>
-
 #include "cairn/core/error.hpp"
 #include "cairn/kernels/policy.hpp"
+
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {

@@ -1,0 +1,169 @@
+#include "test_util.hpp"
+
+#include <cmath>
+#include <limits>
+
+using namespace cairn;
+
+namespace {
+
+template <class F> struct format_info;
+template <> struct format_info<float16> { using fmt = detail::float16_format; using bits = std::uint16_t; static constexpr bool ieee = true; };
+template <> struct format_info<bfloat16> { using fmt = detail::bfloat16_format; using bits = std::uint16_t; static constexpr bool ieee = true; };
+template <> struct format_info<float8_e4m3fn> { using fmt = detail::float8_e4m3fn_format; using bits = std::uint8_t; static constexpr bool ieee = false; };
+template <> struct format_info<float8_e5m2> { using fmt = detail::float8_e5m2_format; using bits = std::uint8_t; static constexpr bool ieee = true; };
+
+// Reference rounding by brute force over every finite value of the format: nearest, ties to
+// the even bit pattern; beyond the largest finite value plus half its ulp, overflow.
+template <class F>
+std::uint32_t reference_round(float x) {
+  using I = format_info<F>;
+  constexpr std::uint32_t count = 1u << (8 * sizeof(typename I::bits));
+  const float max_finite = I::fmt::decode(I::fmt::max_finite);
+  const float below_max = I::fmt::decode(I::fmt::max_finite - 1);
+  const double overflow_at = static_cast<double>(max_finite) + (static_cast<double>(max_finite) - below_max) / 2;
+  const std::uint32_t sign = std::signbit(x) ? I::fmt::sign_bit : 0;
+  if (std::isnan(x)) return I::fmt::nan_bits;
+  if (std::fabs(static_cast<double>(x)) >= overflow_at) return sign | (I::ieee ? I::fmt::inf_bits : I::fmt::max_finite);
+  std::uint32_t best = 0;
+  double best_d = INFINITY;
+  for (std::uint32_t b = 0; b < count; ++b) {
+    if (b & I::fmt::sign_bit) continue;
+    const float v = I::fmt::decode(b);
+    if (!std::isfinite(v)) continue;
+    const double d = std::fabs(std::fabs(static_cast<double>(x)) - v);
+    if (d < best_d || (d == best_d && (b & 1) == 0)) { best = b; best_d = d; }
+  }
+  return sign | best;
+}
+
+template <class F>
+void check_format() {
+  using I = format_info<F>;
+  constexpr std::uint32_t count = 1u << (8 * sizeof(typename I::bits));
+  // Every bit pattern decodes and encodes back to itself (NaN to a NaN).
+  for (std::uint32_t b = 0; b < count; ++b) {
+    const float v = I::fmt::decode(b);
+    const std::uint32_t back = I::fmt::encode(v);
+    if (std::isnan(v)) {
+      CHECK(std::isnan(I::fmt::decode(back)));
+    } else {
+      CHECK_MESSAGE(back == b, "bits " << b);
+    }
+  }
+  // Random floats across the exponent range, including subnormals and overflow.
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  for (int i = 0; i < (sizeof(typename I::bits) == 1 ? 4000 : 300); ++i) {
+    const int e = static_cast<int>(test::rng()() % 60) - 30 + (sizeof(typename I::bits) == 2 && I::fmt::bias > 100 ? static_cast<int>(test::rng()() % 200) - 100 : 0);
+    float x = std::ldexp(mant(test::rng()), e);
+    if (test::rng()() & 1) x = -x;
+    CHECK_MESSAGE(I::fmt::encode(x) == reference_round<F>(x), "x = " << x);
+  }
+  // Exact ties between two neighbours round to the even pattern.
+  for (std::uint32_t b = 1; b + 1 < (I::fmt::max_finite); b += 7) {
+    const double mid = (static_cast<double>(I::fmt::decode(b)) + I::fmt::decode(b + 1)) / 2;
+    CHECK(I::fmt::encode(mid) == ((b & 1) ? b + 1 : b));
+  }
+  CHECK(std::isnan(I::fmt::decode(I::fmt::encode(std::numeric_limits<double>::quiet_NaN()))));
+  CHECK(I::fmt::encode(-0.0) == I::fmt::sign_bit);
+}
+
+}  // namespace
+
+TEST_CASE("float16 rounds to nearest even, overflows to infinity, keeps NaN") { check_format<float16>(); }
+TEST_CASE("bfloat16 rounds to nearest even, overflows to infinity, keeps NaN") { check_format<bfloat16>(); }
+TEST_CASE("float8_e5m2 rounds to nearest even, overflows to infinity") { check_format<float8_e5m2>(); }
+TEST_CASE("float8_e4m3fn rounds to nearest even and saturates at 448") {
+  check_format<float8_e4m3fn>();
+  CHECK(static_cast<float>(float8_e4m3fn(1e6f)) == 448.0f);
+  CHECK(static_cast<float>(float8_e4m3fn(-INFINITY)) == -448.0f);
+  CHECK(std::isnan(static_cast<float>(float8_e4m3fn(NAN))));
+}
+
+TEST_CASE("dtype names are numpy's and round-trip") {
+  for (DType d : all_numeric_dtypes) CHECK(dtype_from_name(dtype_name(d)) == d);
+  CHECK(std::string(dtype_name(DType::bfloat16)) == "bfloat16");
+  CHECK(std::string(dtype_name(DType::float8_e4m3fn)) == "float8_e4m3fn");
+  CHECK(dtype_of<long> == DType::int64);
+  CHECK(dtype_of<unsigned char> == DType::uint8);
+  CHECK(dtype_of<bfloat16> == DType::bfloat16);
+  CHECK_CAIRN_ERROR(dtype_from_name("float33"), ErrorKind::invalid_argument, "float33");
+}
+
+TEST_CASE("integer narrowing is an error by default, naming the element; saturate clamps") {
+  std::vector<std::int32_t> src = {1, -2, 300, 5};
+  std::vector<std::uint8_t> dst(4);
+  CHECK_CAIRN_ERROR(cast_host(DType::int32, src.data(), DType::uint8, dst.data(), 4), ErrorKind::value_out_of_range,
+                    "element 1 (value -2)");
+  cast_host(DType::int32, src.data(), DType::uint8, dst.data(), 4, OnOverflow::saturate);
+  CHECK(dst == std::vector<std::uint8_t>{1, 0, 255, 5});
+  std::vector<std::uint64_t> big = {~std::uint64_t{0}};
+  std::vector<std::int64_t> out(1);
+  CHECK_CAIRN_ERROR(cast_host(DType::uint64, big.data(), DType::int64, out.data(), 1), ErrorKind::value_out_of_range, "int64");
+  cast_host(DType::uint64, big.data(), DType::int64, out.data(), 1, OnOverflow::saturate);
+  CHECK(out[0] == std::numeric_limits<std::int64_t>::max());
+}
+
+TEST_CASE("float to int truncates toward zero; NaN, inf and out of range are errors or clamp") {
+  std::vector<double> src = {2.9, -2.9, -128.9, 127.99};
+  std::vector<std::int8_t> dst(4);
+  cast_host(DType::float64, src.data(), DType::int8, dst.data(), 4);
+  CHECK(dst == std::vector<std::int8_t>{2, -2, -128, 127});
+  for (double bad : {std::nan(""), static_cast<double>(INFINITY), 128.0, -129.0, 9.3e18}) {
+    std::vector<double> one = {bad};
+    CHECK_CAIRN_ERROR(cast_host(DType::float64, one.data(), DType::int8, dst.data(), 1), ErrorKind::value_out_of_range, "int8");
+  }
+  std::vector<float> s2 = {NAN, INFINITY, -INFINITY, 1e30f};
+  std::vector<std::int64_t> d2(4);
+  cast_host(DType::float32, s2.data(), DType::int64, d2.data(), 4, OnOverflow::saturate);
+  CHECK(d2 == std::vector<std::int64_t>{0, INT64_MAX, INT64_MIN, INT64_MAX});
+  std::vector<float> s3 = {-0.5f};
+  std::vector<std::uint32_t> d3(1);
+  cast_host(DType::float32, s3.data(), DType::uint32, d3.data(), 1);  // truncates to 0: fits
+  CHECK(d3[0] == 0);
+}
+
+TEST_CASE("integers to narrow floats round once, even beyond 2^53") {
+  // 2^60 + 2^52 + 1 lies just above a bfloat16 tie: a double rounding would go to even (down).
+  const std::int64_t v = (std::int64_t{1} << 60) + (std::int64_t{1} << 52) + 1;
+  const bfloat16 b = cast_value<bfloat16>(v);
+  const double lo = std::ldexp(1.0, 60), hi = std::ldexp(1.0 + 1.0 / 128, 60);
+  CHECK(static_cast<double>(b.to_float()) == hi);
+  CHECK(static_cast<double>(bfloat16(lo).to_float()) == lo);
+  CHECK(cast_value<float16>(std::int32_t{70000}).bits == detail::float16_format::inf_bits);
+  CHECK(cast_value<float>(std::uint64_t{~0ull}) == 18446744073709551616.0f);
+}
+
+TEST_CASE("bool casts: nonzero is true (NaN too), true is 1") {
+  std::vector<float> src = {0.0f, -0.0f, 2.5f, NAN};
+  std::vector<std::uint8_t> bytes(4);
+  cast_host(DType::float32, src.data(), DType::bool_, bytes.data(), 4);
+  CHECK(bytes == std::vector<std::uint8_t>{0, 0, 1, 1});
+  std::vector<bool> bools = {true, false};
+  CHECK(cast_value<float>(true) == 1.0f);
+  CHECK(cast_value<bfloat16>(true).to_float() == 1.0f);
+  CHECK_CAIRN_ERROR(cast_host(DType::string, "ab", DType::int8, bytes.data(), 2), ErrorKind::dtype_mismatch, "string");
+}
+
+TEST_CASE("every pair of numeric dtypes converts through the same kernels as single values") {
+  for (DType from : all_numeric_dtypes)
+    for (DType to : all_numeric_dtypes) {
+      auto src = test::random_bits<unsigned char>(64 * dtype_size(from));
+      std::vector<unsigned char> a(64 * dtype_size(to)), b(64 * dtype_size(to));
+      cast_host(from, src.data(), to, a.data(), 64, OnOverflow::saturate);
+      visit_dtype(from, [&](auto* f) {
+        using From = std::remove_pointer_t<decltype(f)>;
+        visit_dtype(to, [&](auto* t) {
+          using To = std::remove_pointer_t<decltype(t)>;
+          for (int i = 0; i < 64; ++i) {
+            From x;
+            std::memcpy(&x, src.data() + i * sizeof(From), sizeof(From));
+            if constexpr (std::is_same_v<From, bool>) x = (reinterpret_cast<unsigned char&>(x) & 1) != 0;
+            To y = cast_value<To>(x);
+            std::memcpy(b.data() + i * sizeof(To), &y, sizeof(To));
+          }
+        });
+      });
+      if (from != DType::bool_) CHECK_MESSAGE(a == b, dtype_name(from) << " -> " << dtype_name(to));
+    }
+}

@@ -1,0 +1,112 @@
+#include "test_util.hpp"
+
+#include <deque>
+#include <list>
+#include <optional>
+#include <unordered_map>
+
+namespace model {
+struct Dense { Eigen::MatrixXf kernel; Eigen::VectorXf bias; };
+CAIRN_TREE(Dense, kernel, bias)
+struct Net {
+  std::map<std::string, Dense> params;
+  std::vector<Dense> layers;
+  std::optional<Dense> head;
+  std::tuple<int, double> counters{1, 2.0};
+  std::pair<std::string, std::array<float, 3>> tag{"t", {1, 2, 3}};
+  std::unordered_map<int, float> scales;
+  std::deque<double> history;
+  std::int64_t step = 0;
+};
+CAIRN_TREE(Net, params, layers, head, counters, tag, scales, history, step)
+}  // namespace model
+
+// A user's own node type (a linked list) and leaf type (a tiny tensor), registered through the
+// two extension points.
+namespace user {
+struct Tensor { std::vector<std::int64_t> dims; std::vector<double> values; };
+struct Bag { std::list<float> items; };
+}  // namespace user
+
+template <>
+struct cairn::leaf_traits<user::Tensor> {
+  static LeafView view(const user::Tensor& t) {
+    return {DType::float64, t.dims, Order::C, t.values.data(), t.values.size() * sizeof(double)};
+  }
+  static LeafBuffer prepare(user::Tensor& t, const StoredLeafInfo& s) {
+    t.dims = s.shape;
+    t.values.resize(static_cast<std::size_t>(element_count(s.shape)));
+    return {DType::float64, Order::C, t.values.data(), t.values.size() * sizeof(double)};
+  }
+};
+template <>
+struct cairn::node_traits<user::Bag> {
+  static constexpr NodeKind kind = NodeKind::custom;
+  template <class Self, class F>
+  static void for_each_child(Self& bag, F&& f) {
+    std::int64_t i = 0;
+    for (auto& x : bag.items) f(KeyEntry::index(i++), x);
+  }
+  static void prepare(user::Bag& bag, const std::vector<KeyEntry>& stored) { bag.items.resize(stored.size()); }
+};
+
+TEST_CASE("flatten gives leaves in declaration, index and sorted key order with typed key paths") {
+  model::Net net;
+  net.params["b"] = {Eigen::MatrixXf::Ones(2, 3), Eigen::VectorXf::Zero(3)};
+  net.params["a"] = {Eigen::MatrixXf::Ones(1, 1), Eigen::VectorXf::Zero(1)};
+  net.layers.resize(2);
+  net.scales = {{10, 1.0f}, {-2, 2.0f}, {3, 3.0f}};
+  net.history = {0.5, 0.25};
+  auto keys = cairn::key_paths(net);
+  std::vector<std::string> expected = {
+      "params/a/kernel", "params/a/bias", "params/b/kernel", "params/b/bias", "layers/0/kernel", "layers/0/bias",
+      "layers/1/kernel", "layers/1/bias", "counters/0", "counters/1", "tag/0", "tag/1", "scales/-2", "scales/3",
+      "scales/10", "history/0", "history/1", "step"};
+  CHECK(keys == expected);
+  CHECK(cairn::leaf_count(net) == expected.size());
+  auto flat = cairn::flatten(net);
+  CHECK(flat[2].view.shape == cairn::Shape{2, 3});
+  CHECK(flat[2].view.order == cairn::Order::F);
+  CHECK(flat[2].path.kinds() == "fkf");
+  CHECK(flat[12].path.kinds() == "fn");
+  net.head.emplace();
+  CHECK(cairn::leaf_count(net) == expected.size() + 2);
+  CHECK(cairn::key_paths(net)[8] == "head/0/kernel");
+}
+
+TEST_CASE("tree_map and for_each_leaf walk several trees of the same structure") {
+  model::Dense a{Eigen::MatrixXf::Constant(2, 2, 1.0f), Eigen::VectorXf::Constant(2, 2.0f)};
+  model::Dense b{Eigen::MatrixXf::Constant(2, 2, 10.0f), Eigen::VectorXf::Constant(2, 20.0f)};
+  auto sum = cairn::tree_map([](const auto& x, const auto& y) { return (x + y).eval(); }, a, b);
+  CHECK(sum.kernel(1, 1) == 11.0f);
+  CHECK(sum.bias(0) == 22.0f);
+  std::vector<std::string> seen;
+  auto scaled = cairn::tree_map_with_path(
+      [&](const cairn::KeyPath& p, const auto& x) { seen.push_back(p.str()); return (x * 3.0f).eval(); }, a);
+  CHECK(seen == std::vector<std::string>{"kernel", "bias"});
+  CHECK(scaled.bias(1) == 6.0f);
+  double total = 0;
+  cairn::for_each_leaf(a, [&](auto& x, const auto& y) { total += static_cast<double>(x.sum() + y.sum()); }, b);
+  CHECK(total == doctest::Approx(4 + 4 + 40 + 40));
+  std::vector<model::Dense> one(1), two(2);
+  CHECK_CAIRN_ERROR(cairn::tree_map([](const auto& x, const auto&) { return x; }, one, two),
+                    cairn::ErrorKind::structure_mismatch, "leaves");
+}
+
+TEST_CASE("structure printing names every node and leaf") {
+  model::Dense d{Eigen::MatrixXf::Zero(3, 4), Eigen::VectorXf::Zero(4)};
+  CHECK(cairn::tree_structure(d) == "(root): struct\nkernel: float32[3, 4]\nbias: float32[4]\n");
+}
+
+TEST_CASE("user node and leaf types plug in through node_traits and leaf_traits") {
+  test::TempDir dir;
+  user::Tensor t{{2, 2}, {1, 2, 3, 4}};
+  user::Bag bag{{1.5f, 2.5f, 3.5f}};
+  auto both = std::make_pair(t, bag);
+  CHECK(cairn::key_paths(both) == std::vector<std::string>{"0", "1/0", "1/1", "1/2"});
+  cairn::save(dir / "c", both);
+  auto back = cairn::load<std::pair<user::Tensor, user::Bag>>(dir / "c");
+  CHECK(back.first.dims == t.dims);
+  CHECK(back.first.values == t.values);
+  CHECK(back.second.items == bag.items);
+}
