@@ -1,0 +1,147 @@
+#include "test_util.hpp"
+
+namespace {
+struct State { std::vector<float> w; Eigen::MatrixXd m; std::int64_t step = 0; };
+CAIRN_TREE(State, w, m, step)
+
+State make_state() { return {test::random_bits<float>(1000), Eigen::MatrixXd::Random(20, 30), 7}; }
+
+std::string data_file(const std::string& ckpt) { return ckpt + "/data-0-0.bin"; }
+
+// Rewrites _METADATA and signs it in the commit marker, as a buggy or malicious writer would:
+// the checks below must then come from parsing and validation, not from the checksum.
+void replace_metadata(const std::string& ckpt, const std::string& text) {
+  test::write_file(ckpt + "/_METADATA", text);
+  const std::string user = test::read_file(ckpt + "/_USER_METADATA");
+  auto marker = cairn::detail::marker_json({text.size(), cairn::crc32c(text.data(), text.size())},
+                                           {user.size(), cairn::crc32c(user.data(), user.size())});
+  test::write_file(ckpt + "/_CHECKPOINT", marker.dump());
+}
+
+// The metadata without cereal's line breaks and spaces (none of this test's keys contain any).
+std::string compact(const std::string& json) {
+  std::string out;
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    if (json[i] == '\n') continue;
+    if (json[i] == ' ' && i > 0 && json[i - 1] == ':') continue;
+    out += json[i];
+  }
+  return out;
+}
+
+std::string edit(std::string s, const std::string& from, const std::string& to) {
+  auto pos = s.find(from);
+  REQUIRE_MESSAGE(pos != std::string::npos, from);
+  return s.replace(pos, from.size(), to);
+}
+}  // namespace
+
+TEST_CASE("a flipped byte in array data is a checksum error naming file and key") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  cairn::save(c, make_state());
+  std::string bytes = test::read_file(data_file(c));
+  bytes[100] ^= 0x20;
+  test::write_file(data_file(c), bytes);
+  try {
+    cairn::load<State>(c);
+    FAIL("expected corrupt");
+  } catch (const cairn::Error& e) {
+    CHECK(e.kind() == cairn::ErrorKind::corrupt);
+    CHECK(e.key_path() == "w");
+    CHECK(e.file() == data_file(c));
+    CHECK(std::string(e.what()).find("checksum mismatch") != std::string::npos);
+  }
+  // Leaves elsewhere in the file still load on their own.
+  CHECK(cairn::load_subtree<Eigen::MatrixXd>(c, "m").rows() == 20);
+}
+
+TEST_CASE("a truncated data file is reported, not read past") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  cairn::save(c, make_state());
+  std::filesystem::resize_file(data_file(c), 5000);
+  CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::corrupt, "beyond the end of the file");
+}
+
+TEST_CASE("metadata changed after commit fails its checksum") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  cairn::save(c, make_state());
+  std::string meta = test::read_file(c + "/_METADATA");
+  meta[meta.size() / 2] ^= 1;
+  test::write_file(c + "/_METADATA", meta);
+  CHECK_CAIRN_ERROR(cairn::metadata(c), cairn::ErrorKind::corrupt, "_METADATA");
+}
+
+TEST_CASE("impossible metadata is a clear error") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  cairn::save(c, make_state());
+  const std::string meta = compact(test::read_file(c + "/_METADATA"));
+  struct Case { std::string from, to, error; };
+  const std::vector<Case> cases = {
+      {"\"shape\":[1000]", "\"shape\":[4294967296,4294967296,4294967296]", "overflows"},
+      {"\"shape\":[1000]", "\"shape\":[-3]", "negative dimension"},
+      {"\"data-0-0.bin\"]", "\"../../etc/passwd\"]", "not a plain file name"},
+      {"\"dtype\":\"float32\"", "\"dtype\":\"float128\"", "unknown dtype"},
+      {"\"format_version\":1", "\"format_version\":\"one\"", "malformed metadata"},
+      {"\"key\":\"w\"", "\"key\":\"m\"", "listed twice"},
+      {"\"key_kinds\":\"f\"", "\"key_kinds\":\"q\"", "unknown key kind"},
+      {"\"start\":[0],\"shape\":[1000]", "\"start\":[500],\"shape\":[1000]", "outside the array"},
+      {"\"start\":[0],\"shape\":[1000]", "\"start\":[0],\"shape\":[999]", "says 4000 bytes"},
+      {"\"items\":", "\"items\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],\"x\":", "nested deeper"},
+  };
+  for (const auto& k : cases) {
+    CAPTURE(k.to);
+    replace_metadata(c, edit(meta, k.from, k.to));
+    CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::corrupt, k.error);
+  }
+  // An offset beyond the file passes validation (the file size is only known on load).
+  std::string far = meta;
+  far = edit(far, "\"offset\":0", "\"offset\":18446744073709551000");
+  replace_metadata(c, far);
+  CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::corrupt, "overflows");
+  replace_metadata(c, edit(meta, "\"offset\":0", "\"offset\":900000000"));
+  CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::corrupt, "beyond the end");
+  replace_metadata(c, "{not json");
+  CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::corrupt, "_METADATA");
+  replace_metadata(c, edit(meta, "\"format_version\":1", "\"format_version\":99"));
+  CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::unsupported_version, "99");
+}
+
+TEST_CASE("random byte flips in signed metadata never crash: they load or throw cairn::Error") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  State s = make_state();
+  cairn::save(c, s);
+  const std::string meta = test::read_file(c + "/_METADATA");
+  int errors = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string m = meta;
+    for (int k = 0; k < 1 + trial % 3; ++k) m[test::rng()() % m.size()] = static_cast<char>(test::rng()());
+    replace_metadata(c, m);
+    try {
+      State back = cairn::load<State>(c);
+      CHECK(back.w.size() <= 1000);
+    } catch (const cairn::Error&) {
+      ++errors;
+    }
+  }
+  CHECK(errors > 0);
+}
+
+TEST_CASE("commit markers, temporary directories and missing paths") {
+  test::TempDir dir;
+  CHECK_CAIRN_ERROR(cairn::load<State>(dir / "nothing"), cairn::ErrorKind::not_found, "nothing");
+  const std::string c = dir / "c";
+  cairn::save(c, make_state());
+  std::filesystem::copy(c, dir / "c.cairn-tmp-1-0", std::filesystem::copy_options::recursive);
+  CHECK_CAIRN_ERROR(cairn::load<State>(dir / "c.cairn-tmp-1-0"), cairn::ErrorKind::incomplete, "temporary");
+  std::filesystem::remove(c + "/_CHECKPOINT");
+  CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::incomplete, "_CHECKPOINT");
+  test::write_file(c + "/_CHECKPOINT", "{\"format\":\"cairn\",\"format_version\":2,\"files\":{}}");
+  CHECK_CAIRN_ERROR(cairn::metadata(c), cairn::ErrorKind::unsupported_version, "2");
+  test::write_file(c + "/_CHECKPOINT", "[1,2");
+  CHECK_CAIRN_ERROR(cairn::metadata(c), cairn::ErrorKind::corrupt, "_CHECKPOINT");
+}

@@ -1,0 +1,116 @@
+#include "test_util.hpp"
+
+namespace pr {
+struct Dense { Eigen::MatrixXf kernel; Eigen::VectorXf bias; };
+CAIRN_TREE(Dense, kernel, bias)
+struct Adam { std::vector<float> m, v; std::int64_t count = 0; };
+CAIRN_TREE(Adam, m, v, count)
+struct TrainState { std::map<std::string, Dense> params; Adam opt; std::int64_t step = 0; std::string note; };
+CAIRN_TREE(TrainState, params, opt, step, note)
+// The same state after a refactor: optimizer renamed, a field added.
+struct Refactored { std::map<std::string, Dense> params; Adam optimizer; std::int64_t step = 0; float lr = 0.1f; };
+CAIRN_TREE(Refactored, params, optimizer, step, lr)
+
+TrainState make_state() {
+  TrainState s;
+  for (const char* name : {"dense1", "dense2"}) s.params[name] = {Eigen::MatrixXf::Random(16, 32), Eigen::VectorXf::Random(32)};
+  s.opt = {std::vector<float>(100, 0.5f), std::vector<float>(100, 0.25f), 9};
+  s.step = 42;
+  s.note = "hello";
+  return s;
+}
+}  // namespace pr
+
+TEST_CASE("strict load lists every missing and unexpected key") {
+  test::TempDir dir;
+  cairn::save(dir / "c", pr::make_state());
+  pr::Refactored r;
+  try {
+    cairn::load(dir / "c", r);
+    FAIL("expected a structure mismatch");
+  } catch (const cairn::Error& e) {
+    CHECK(e.kind() == cairn::ErrorKind::structure_mismatch);
+    const std::string w = e.what();
+    for (const char* k : {"optimizer/m", "optimizer/v", "optimizer/count", "lr", "opt/m", "opt/v", "opt/count", "note"})
+      CHECK_MESSAGE(w.find(k) != std::string::npos, k << " not in: " << w);
+  }
+}
+
+TEST_CASE("partial options: ignore unexpected keys, leave missing ones, report both") {
+  test::TempDir dir;
+  auto s = pr::make_state();
+  cairn::save(dir / "c", s);
+  pr::Refactored r;
+  r.lr = 0.5f;
+  cairn::LoadReport rep = cairn::load(dir / "c", r, cairn::LoadOptions::partial());
+  CHECK(r.params.at("dense2").kernel == s.params.at("dense2").kernel);
+  CHECK(r.step == 42);
+  CHECK(r.lr == 0.5f);  // untouched
+  CHECK(rep.missing == std::vector<std::string>{"optimizer/m", "optimizer/v", "optimizer/count", "lr"});
+  CHECK(rep.unexpected == std::vector<std::string>{"opt/m", "opt/v", "opt/count", "note"});
+  CHECK(rep.loaded.size() == 5);
+  cairn::LoadOptions only_unexpected;
+  only_unexpected.allow_unexpected = true;
+  CHECK_CAIRN_ERROR(cairn::load(dir / "c", r, only_unexpected), cairn::ErrorKind::structure_mismatch, "optimizer/m");
+}
+
+TEST_CASE("skip globs leave target leaves untouched and read nothing for them") {
+  test::TempDir dir;
+  auto s = pr::make_state();
+  cairn::save(dir / "c", s);
+  pr::TrainState t;
+  t.opt.m = {1, 2, 3};
+  t.opt.count = -1;
+  cairn::LoadOptions o;
+  o.skip = {"opt/*"};
+  cairn::LoadReport rep = cairn::load(dir / "c", t, o);
+  CHECK(t.opt.m == std::vector<float>{1, 2, 3});
+  CHECK(t.opt.count == -1);
+  CHECK(t.params.at("dense1").bias == s.params.at("dense1").bias);
+  CHECK(rep.skipped == std::vector<std::string>{"opt/m", "opt/v", "opt/count"});
+  CHECK(rep.unexpected.empty());
+}
+
+TEST_CASE("a subtree loads into a smaller type, and a single leaf by key path") {
+  test::TempDir dir;
+  auto s = pr::make_state();
+  cairn::save(dir / "c", s);
+  auto params = cairn::load_subtree<std::map<std::string, pr::Dense>>(dir / "c", "params");
+  CHECK(params.size() == 2);
+  CHECK(params.at("dense1").kernel == s.params.at("dense1").kernel);
+  auto kernel = cairn::load_subtree<Eigen::MatrixXf>(dir / "c", "params/dense2/kernel");
+  CHECK(kernel == s.params.at("dense2").kernel);
+  CHECK(cairn::load_subtree<std::int64_t>(dir / "c", "step") == 42);
+  CHECK_CAIRN_ERROR(cairn::load_subtree<std::int64_t>(dir / "c", "params/dense9"), cairn::ErrorKind::not_found, "dense9");
+}
+
+TEST_CASE("maps gain stored keys; entries the checkpoint lacks are missing (strict) or kept (partial)") {
+  test::TempDir dir;
+  auto s = pr::make_state();
+  cairn::save(dir / "c", s);
+  std::map<std::string, pr::Dense> params;
+  params["head"] = {Eigen::MatrixXf::Ones(2, 2), Eigen::VectorXf::Ones(2)};
+  cairn::LoadOptions sub;
+  sub.subtree = "params";
+  CHECK_CAIRN_ERROR(cairn::load(dir / "c", params, sub), cairn::ErrorKind::structure_mismatch, "head/kernel");
+  sub.allow_missing = true;
+  cairn::LoadReport rep = cairn::load(dir / "c", params, sub);
+  CHECK(params.size() == 3);
+  CHECK(params.at("head").kernel == Eigen::MatrixXf::Ones(2, 2));
+  CHECK(rep.missing == std::vector<std::string>{"head/kernel", "head/bias"});
+}
+
+TEST_CASE("a partial restore reads only the bytes of the leaves it loads") {
+  test::TempDir dir;
+  std::vector<std::vector<float>> layers(100);
+  for (auto& l : layers) l = test::random_bits<float>(4096);
+  cairn::save(dir / "c", layers);
+  const std::uint64_t total = cairn::metadata(dir / "c").total_bytes();
+  std::vector<float> one;
+  cairn::LoadOptions o;
+  o.subtree = "37";
+  cairn::LoadReport rep = cairn::load(dir / "c", one, o);
+  CHECK(std::memcmp(one.data(), layers[37].data(), 4096 * 4) == 0);
+  CHECK(rep.bytes_read == 4096 * 4);
+  CHECK(rep.bytes_read * 50 < total);
+}

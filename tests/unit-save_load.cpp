@@ -1,0 +1,211 @@
+#include "test_util.hpp"
+
+#include <deque>
+#include <optional>
+
+namespace rt {
+struct Leaves {
+  bool flag = false;
+  std::int8_t i8 = 0;
+  std::uint16_t u16 = 0;
+  std::int64_t i64 = 0;
+  double f64 = 0;
+  cairn::float16 h{};
+  cairn::bfloat16 bf{};
+  cairn::float8_e4m3fn f8{};
+  std::string text;
+  std::vector<float> vf;
+  std::vector<bool> vb;
+  std::array<std::int32_t, 5> arr{};
+  Eigen::MatrixXf col_major;
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> row_major;
+  Eigen::Matrix3f fixed;
+  Eigen::ArrayXXi arr2d;
+  Eigen::RowVectorXf row_vec;
+  cairn::Array<std::uint8_t> nd;
+  std::deque<float> dq;
+  std::optional<std::vector<double>> maybe;
+  std::map<int, std::vector<std::int16_t>> by_int;
+};
+CAIRN_TREE(Leaves, flag, i8, u16, i64, f64, h, bf, f8, text, vf, vb, arr, col_major, row_major, fixed, arr2d, row_vec,
+           nd, dq, maybe, by_int)
+
+template <class T> T pick() { return static_cast<T>(test::rng()()); }
+
+Leaves random_leaves() {
+  auto& g = test::rng();
+  Leaves v;
+  v.flag = g() & 1;
+  v.i8 = pick<std::int8_t>();
+  v.u16 = pick<std::uint16_t>();
+  v.i64 = pick<std::int64_t>();
+  auto d = test::random_bits<double>(1);
+  v.f64 = d[0];
+  v.h = cairn::float16::from_bits(pick<std::uint16_t>());
+  v.bf = cairn::bfloat16::from_bits(pick<std::uint16_t>());
+  v.f8 = cairn::float8_e4m3fn::from_bits(pick<std::uint8_t>());
+  for (std::size_t i = g() % 40; i > 0; --i) v.text += static_cast<char>(g());
+  v.vf = test::random_bits<float>(g() % 1000);
+  for (std::size_t i = g() % 100; i > 0; --i) v.vb.push_back(g() & 1);
+  for (auto& x : v.arr) x = pick<std::int32_t>();
+  const auto r = static_cast<Eigen::Index>(1 + g() % 9), c = static_cast<Eigen::Index>(1 + g() % 9);
+  v.col_major = Eigen::MatrixXf::Random(r, c);
+  v.row_major = Eigen::MatrixXd::Random(c, r);
+  v.fixed = Eigen::Matrix3f::Random();
+  v.arr2d = Eigen::ArrayXXi::Random(r, 3);
+  v.row_vec = Eigen::RowVectorXf::Random(c);
+  v.nd = cairn::Array<std::uint8_t>({2, static_cast<std::int64_t>(g() % 4), 3});
+  for (auto& x : v.nd) x = pick<std::uint8_t>();
+  for (std::size_t i = g() % 5; i > 0; --i) v.dq.push_back(static_cast<float>(g() % 100));
+  if (g() & 1) v.maybe = test::random_bits<double>(g() % 7);
+  for (std::size_t i = g() % 4; i > 0; --i) v.by_int[static_cast<int>(g() % 1000) - 500] = {1, 2, static_cast<std::int16_t>(i)};
+  return v;
+}
+
+bool bits_equal(const void* a, const void* b, std::size_t n) { return n == 0 || std::memcmp(a, b, n) == 0; }
+
+void check_same(const Leaves& a, const Leaves& b) {
+  CHECK(a.flag == b.flag);
+  CHECK(a.i8 == b.i8);
+  CHECK(a.u16 == b.u16);
+  CHECK(a.i64 == b.i64);
+  CHECK(bits_equal(&a.f64, &b.f64, 8));
+  CHECK(a.h.bits == b.h.bits);
+  CHECK(a.bf.bits == b.bf.bits);
+  CHECK(a.f8.bits == b.f8.bits);
+  CHECK(a.text == b.text);
+  REQUIRE(a.vf.size() == b.vf.size());
+  CHECK(bits_equal(a.vf.data(), b.vf.data(), a.vf.size() * 4));
+  CHECK(a.vb == b.vb);
+  CHECK(a.arr == b.arr);
+  REQUIRE(a.col_major.rows() == b.col_major.rows());
+  REQUIRE(a.col_major.cols() == b.col_major.cols());
+  CHECK(bits_equal(a.col_major.data(), b.col_major.data(), a.col_major.size() * 4));
+  CHECK(a.row_major == b.row_major);
+  CHECK(a.fixed == b.fixed);
+  CHECK((a.arr2d == b.arr2d).all());
+  CHECK(a.row_vec == b.row_vec);
+  CHECK(a.nd == b.nd);
+  CHECK(a.dq == b.dq);
+  CHECK(a.maybe.has_value() == b.maybe.has_value());
+  if (a.maybe && b.maybe) CHECK(bits_equal(a.maybe->data(), b.maybe->data(), a.maybe->size() * 8));
+  CHECK(a.by_int == b.by_int);
+}
+}  // namespace rt
+
+TEST_CASE("randomized round trips of every leaf and node kind are bit-exact") {
+  test::TempDir dir;
+  for (int trial = 0; trial < 25; ++trial) {
+    rt::Leaves v = rt::random_leaves();
+    const std::string path = dir / ("t" + std::to_string(trial));
+    cairn::save(path, v);
+    rt::Leaves back = cairn::load<rt::Leaves>(path);
+    rt::check_same(v, back);
+    // Loading into a target that already holds other sizes takes the stored ones.
+    rt::Leaves other = rt::random_leaves();
+    other.by_int.clear();  // maps keep entries the checkpoint lacks (see the partial-restore tests)
+    cairn::LoadReport r = cairn::load(path, other);
+    rt::check_same(v, other);
+    CHECK(r.missing.empty());
+    CHECK(r.cast.empty());
+    CHECK(r.loaded.size() == cairn::leaf_count(v));
+  }
+}
+
+TEST_CASE("large leaves (over the small-leaf threshold) round-trip too") {
+  test::TempDir dir;
+  std::map<std::string, std::vector<float>> big;
+  big["a"] = test::random_bits<float>((3u << 20) / 4 + 17);
+  big["b"] = test::random_bits<float>(5);
+  big["c"] = test::random_bits<float>((1u << 20) / 4);
+  cairn::save(dir / "big", big);
+  auto back = cairn::load<decltype(big)>(dir / "big");
+  for (auto& [k, v] : big) CHECK(std::memcmp(v.data(), back.at(k).data(), v.size() * 4) == 0);
+}
+
+TEST_CASE("Eigen keeps the logical shape across memory orders and refuses fixed shapes that differ") {
+  test::TempDir dir;
+  Eigen::MatrixXf m(2, 3);
+  m << 1, 2, 3, 4, 5, 6;
+  cairn::save(dir / "m", m);
+  auto row = cairn::load<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(dir / "m");
+  CHECK(row.rows() == 2);
+  CHECK(row(1, 0) == 4.0f);
+  CHECK(row == m);
+  cairn::save(dir / "r", row);
+  CHECK(cairn::load<Eigen::MatrixXf>(dir / "r") == m);
+  CHECK(cairn::load<Eigen::Matrix<float, 2, 3>>(dir / "r") == m);
+  // A big matrix converted in pieces (several 16 MiB pieces), with a cast on the way.
+  Eigen::MatrixXd big = Eigen::MatrixXd::Random(1500, 3000);
+  cairn::save(dir / "big", big);
+  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> big_row;
+  auto report = cairn::load(dir / "big", big_row);
+  CHECK(report.cast.size() == 1);
+  CHECK(big_row == big.cast<float>());
+  Eigen::Matrix<float, 3, 2> wrong;
+  CHECK_CAIRN_ERROR(cairn::load(dir / "m", wrong), cairn::ErrorKind::shape_mismatch, "[2, 3]");
+  std::array<float, 4> fixed{};
+  std::vector<float> v = {1, 2, 3};
+  cairn::save(dir / "v", v);
+  CHECK_CAIRN_ERROR(cairn::load(dir / "v", fixed), cairn::ErrorKind::shape_mismatch, "[3]");
+  Eigen::MatrixXf as_matrix;
+  CHECK_CAIRN_ERROR(cairn::load(dir / "v", as_matrix), cairn::ErrorKind::shape_mismatch, "not 2-D");
+}
+
+TEST_CASE("save refuses an existing path unless overwrite, and never overwrites a non-checkpoint") {
+  test::TempDir dir;
+  std::vector<int> a = {1, 2, 3}, b = {4, 5};
+  cairn::save(dir / "c", a);
+  CHECK_CAIRN_ERROR(cairn::save(dir / "c", b), cairn::ErrorKind::already_exists, "overwrite");
+  CHECK(cairn::load<std::vector<int>>(dir / "c") == a);
+  cairn::SaveOptions o;
+  o.overwrite = true;
+  cairn::save(dir / "c", b, o);
+  CHECK(cairn::load<std::vector<int>>(dir / "c") == b);
+  std::filesystem::create_directories(dir / "precious");
+  test::write_file(dir / "precious/notes.txt", "keep me");
+  CHECK_CAIRN_ERROR(cairn::save(dir / "precious", a, o), cairn::ErrorKind::already_exists, "not a cairn checkpoint");
+  CHECK(test::read_file(dir / "precious/notes.txt") == "keep me");
+  // Nothing left behind: no temporary directories next to the checkpoints.
+  for (auto& e : std::filesystem::directory_iterator(dir.path))
+    CHECK(e.path().filename().string().find(".cairn-") == std::string::npos);
+}
+
+TEST_CASE("metadata returns structure, dtypes, shapes and user metadata without reading data") {
+  test::TempDir dir;
+  std::map<std::string, Eigen::MatrixXf> params = {{"w", Eigen::MatrixXf::Zero(3, 5)}};
+  cairn::SaveOptions o;
+  o.user_metadata = cairn::Json::object({{"epoch", 7}, {"loss", 0.125}, {"tags", cairn::Json::array({"a", "b"})}});
+  cairn::save(dir / "c", params, o);
+  // Remove the data: metadata() must not need it.
+  for (auto& e : std::filesystem::directory_iterator(dir / "c"))
+    if (e.path().extension() == ".bin") std::filesystem::remove(e.path());
+  cairn::CheckpointMetadata m = cairn::metadata(dir / "c");
+  REQUIRE(m.leaves().size() == 1);
+  CHECK(m.leaves()[0].key() == "w");
+  CHECK(m.leaves()[0].dtype == cairn::DType::float32);
+  CHECK(m.leaves()[0].shape == cairn::Shape{3, 5});
+  CHECK(m.leaves()[0].order == cairn::Order::F);
+  CHECK(m.user_metadata.at("epoch").as_int() == 7);
+  CHECK(m.user_metadata.at("loss").as_double() == 0.125);
+  CHECK(m.user_metadata.at("tags").as_array().size() == 2);
+  CHECK(m.created.size() == 20);
+  CHECK(m.summary().find("w: float32[3, 5]") != std::string::npos);
+  CHECK_CAIRN_ERROR(cairn::load<decltype(params)>(dir / "c"), cairn::ErrorKind::not_found, "data-0-0.bin");
+}
+
+TEST_CASE("empty containers and zero-size arrays round-trip") {
+  test::TempDir dir;
+  std::tuple<std::vector<float>, std::string, Eigen::MatrixXf, std::vector<std::vector<int>>, std::map<std::string, int>> t;
+  std::get<2>(t).resize(0, 4);
+  cairn::save(dir / "e", t);
+  auto back = cairn::load<decltype(t)>(dir / "e");
+  CHECK(std::get<0>(back).empty());
+  CHECK(std::get<2>(back).cols() == 4);
+  CHECK(std::get<3>(back).empty());
+  std::vector<std::vector<int>> nonempty = {{1}, {2, 3}};
+  std::vector<std::vector<int>> target = {{9}, {9}, {9}};
+  cairn::save(dir / "n", nonempty);
+  cairn::load(dir / "n", target);
+  CHECK(target == nonempty);  // sequences take the stored length
+}
