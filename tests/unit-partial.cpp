@@ -84,20 +84,33 @@ TEST_CASE("a subtree loads into a smaller type, and a single leaf by key path") 
   CHECK_CAIRN_ERROR(cairn::load_subtree<std::int64_t>(dir / "c", "params/dense9"), cairn::ErrorKind::not_found, "dense9");
 }
 
-TEST_CASE("maps gain stored keys; entries the checkpoint lacks are missing (strict) or kept (partial)") {
+TEST_CASE("containers take the stored entries; allow_missing keeps the target's own") {
   test::TempDir dir;
   auto s = pr::make_state();
   cairn::save(dir / "c", s);
-  std::map<std::string, pr::Dense> params;
-  params["head"] = {Eigen::MatrixXf::Ones(2, 2), Eigen::VectorXf::Ones(2)};
   cairn::LoadOptions sub;
   sub.subtree = "params";
-  CHECK_CAIRN_ERROR(cairn::load(dir / "c", params, sub), cairn::ErrorKind::structure_mismatch, "head/kernel");
+  // Strict: the map becomes exactly the stored one.
+  std::map<std::string, pr::Dense> params;
+  params["head"] = {Eigen::MatrixXf::Ones(2, 2), Eigen::VectorXf::Ones(2)};
+  cairn::load(dir / "c", params, sub);
+  CHECK(params.size() == 2);
+  CHECK(params.count("head") == 0);
+  // allow_missing: a new layer of the target is kept and reported missing (fine-tuning a new head).
+  params["head"] = {Eigen::MatrixXf::Ones(2, 2), Eigen::VectorXf::Ones(2)};
   sub.allow_missing = true;
   cairn::LoadReport rep = cairn::load(dir / "c", params, sub);
   CHECK(params.size() == 3);
   CHECK(params.at("head").kernel == Eigen::MatrixXf::Ones(2, 2));
+  CHECK(params.at("dense2").bias == s.params.at("dense2").bias);
   CHECK(rep.missing == std::vector<std::string>{"head/kernel", "head/bias"});
+  std::vector<std::vector<float>> seq(6), stored = {{1}, {2}, {3}, {4}};
+  cairn::save(dir / "s", stored);
+  cairn::load(dir / "s", seq, cairn::LoadOptions::partial());
+  CHECK(seq.size() == 6);
+  CHECK(seq[3] == std::vector<float>{4});
+  cairn::load(dir / "s", seq);
+  CHECK(seq == stored);
 }
 
 TEST_CASE("a partial restore reads only the bytes of the leaves it loads") {

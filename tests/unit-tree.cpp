@@ -47,7 +47,7 @@ struct cairn::node_traits<user::Bag> {
     std::int64_t i = 0;
     for (auto& x : bag.items) f(KeyEntry::index(i++), x);
   }
-  static void prepare(user::Bag& bag, const std::vector<KeyEntry>& stored) { bag.items.resize(stored.size()); }
+  static void prepare(user::Bag& bag, const StoredChildren& stored) { bag.items.resize(stored.keys.size()); }
 };
 
 TEST_CASE("flatten gives leaves in declaration, index and sorted key order with typed key paths") {

@@ -100,12 +100,14 @@ LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& optio
         using U = std::remove_cvref_t<decltype(value)>;
         // Containers whose children come from the checkpoint take the stored children now,
         // before their children are visited (so references taken below stay valid).
-        if constexpr (requires(U& u, const std::vector<KeyEntry>& c) { node_traits<U>::prepare(u, c); }) {
+        if constexpr (requires(U& u, const StoredChildren& c) { node_traits<U>::prepare(u, c); }) {
           const std::string key = p.str();
           if (key.empty() || !skipped(key)) {
             const std::string stored = join_key(prefix, key);
-            if (const auto* children = index.children(stored)) node_traits<U>::prepare(value, *children);
-            else if (index.has_node(stored)) node_traits<U>::prepare(value, {});
+            static const std::vector<KeyEntry> no_children;
+            const auto* children = index.children(stored);
+            if (children || index.has_node(stored))
+              node_traits<U>::prepare(value, StoredChildren{children ? *children : no_children, !options.allow_missing});
           }
         }
         return true;

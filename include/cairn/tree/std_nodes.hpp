@@ -37,8 +37,10 @@ struct resizable_sequence_node {
     std::int64_t i = 0;
     for (auto& child : node) f(KeyEntry::index(i++), child);
   }
-  static void prepare(Seq& node, const std::vector<KeyEntry>& stored) {
-    node.resize(stored_sequence_length(stored));
+  static void prepare(Seq& node, const StoredChildren& stored) {
+    std::size_t n = stored_sequence_length(stored.keys);
+    if (!stored.may_remove) n = std::max(n, node.size());
+    node.resize(n);
   }
 };
 
@@ -89,11 +91,19 @@ struct map_node {
     }
     for (auto* kv : items) f(map_key_entry(kv->first), kv->second);
   }
-  static void prepare(Map& node, const std::vector<KeyEntry>& stored) {
-    for (const auto& e : stored) {
+  static void prepare(Map& node, const StoredChildren& stored) {
+    std::vector<key_type> keys;
+    for (const auto& e : stored.keys) {
       key_type k{};
-      if (key_from_entry(e, k)) node.try_emplace(k);
+      if (key_from_entry(e, k)) keys.push_back(k);
     }
+    if (stored.may_remove) {
+      for (auto it = node.begin(); it != node.end();) {
+        if (std::find(keys.begin(), keys.end(), it->first) == keys.end()) it = node.erase(it);
+        else ++it;
+      }
+    }
+    for (const auto& k : keys) node.try_emplace(k);
   }
 };
 
@@ -151,9 +161,9 @@ struct node_traits<std::optional<T>> {
   static void for_each_child(Self& node, F&& f) {
     if (node) f(KeyEntry::index(0), *node);
   }
-  static void prepare(std::optional<T>& node, const std::vector<KeyEntry>& stored) {
-    if (stored.empty()) node.reset();
-    else if (!node) node.emplace();
+  static void prepare(std::optional<T>& node, const StoredChildren& stored) {
+    if (stored.keys.empty() && stored.may_remove) node.reset();
+    else if (!stored.keys.empty() && !node) node.emplace();
   }
 };
 

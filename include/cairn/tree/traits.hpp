@@ -73,12 +73,20 @@ inline const char* node_kind_name(NodeKind k) {
   return "?";
 }
 
+// The children a checkpoint holds for a container node. A container takes the stored
+// entries; under LoadOptions::allow_missing it also keeps its own entries that the checkpoint
+// lacks (they are reported missing) instead of dropping them.
+struct StoredChildren {
+  const std::vector<KeyEntry>& keys;
+  bool may_remove = true;
+};
+
 // Specialize for a node type:
 //   static constexpr NodeKind kind = ...;
 //   template <class Self, class F> static void for_each_child(Self& node, F&& f);
 //       // Self is T or const T; calls f(KeyEntry, child&) for each child in a fixed order
-//   static void prepare(T& node, const std::vector<KeyEntry>& stored_children);   // optional:
-//       // for containers whose children come from the checkpoint (resize, insert keys)
+//   static void prepare(T& node, const StoredChildren& stored);   // optional: for containers
+//       // whose children come from the checkpoint (resize, insert or erase keys)
 template <class T, class Enable = void>
 struct node_traits {
   using cairn_not_specialized = void;
