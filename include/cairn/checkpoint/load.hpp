@@ -14,6 +14,7 @@
 
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/format/files.hpp"
+#include "cairn/io/crc_worker.hpp"
 #include "cairn/kernels/cast.hpp"
 #include "cairn/kernels/scatter.hpp"
 #include "cairn/tree/walk.hpp"
@@ -221,6 +222,7 @@ class DataFiles {
 
 inline constexpr std::uint64_t read_piece_bytes = std::uint64_t{16} << 20;
 inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
+inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{4} << 20;
 
 struct ReadTask {
   PlannedLeaf* leaf;
@@ -236,7 +238,7 @@ inline void check_crc(std::uint32_t got, const LeafRecord& s, const ChunkRecord&
 
 // Reads one leaf from its file, a piece at a time (bounded extra memory for any leaf size).
 inline void read_leaf_streaming(ReadTask& task, DataFiles& files, const std::string& dir, OnOverflow on_overflow,
-                                LoadReport& report) {
+                                LoadReport& report, CrcWorker& crc_worker) {
   const LeafRecord& s = *task.leaf->stored;
   const ChunkRecord& c = s.chunks.front();
   const File& f = files.get(c.file);
@@ -244,8 +246,17 @@ inline void read_leaf_streaming(ReadTask& task, DataFiles& files, const std::str
   const std::size_t item = dtype_size(s.dtype);
   std::uint32_t crc = 0;
   if (conv.identity()) {
-    f.read_at(task.buffer.data, c.nbytes, c.offset);
-    crc = crc32c(task.buffer.data, static_cast<std::size_t>(c.nbytes));
+    // Straight into the target, a piece at a time, each piece checksummed on the helper
+    // thread while the next one is read.
+    crc_worker.begin();
+    auto* dst = static_cast<unsigned char*>(task.buffer.data);
+    for (std::uint64_t done = 0; done < c.nbytes;) {
+      const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
+      f.read_at(dst + done, n, c.offset + done);
+      crc_worker.submit(dst + done, static_cast<std::size_t>(n));
+      done += n;
+    }
+    crc = crc_worker.finish();
   } else {
     const std::uint64_t total = c.nbytes / item;
     const std::uint64_t per_piece = conv.piece_elements(read_piece_bytes / item);
@@ -313,6 +324,7 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
     return ca.file != cb.file ? ca.file < cb.file : ca.offset < cb.offset;
   });
   std::vector<unsigned char> group;
+  CrcWorker crc_worker;
   for (std::size_t i = 0; i < tasks.size();) {
     const auto& c = tasks[i].leaf->stored->chunks.front();
     std::size_t j = i + 1;
@@ -330,7 +342,7 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
     }
     try {
       if (j == i + 1) {
-        read_leaf_streaming(tasks[i], files, dir, options.on_overflow, plan.report);
+        read_leaf_streaming(tasks[i], files, dir, options.on_overflow, plan.report, crc_worker);
       } else {
         const std::uint64_t end = tasks[j - 1].leaf->stored->chunks.front().offset +
                                   tasks[j - 1].leaf->stored->chunks.front().nbytes;

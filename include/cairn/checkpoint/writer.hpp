@@ -17,6 +17,7 @@
 
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/format/files.hpp"
+#include "cairn/io/crc_worker.hpp"
 #include "cairn/tree/walk.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -46,8 +47,8 @@ class DataFileWriter {
     c.file = name_;
     c.offset = offset;
     c.nbytes = n;
-    c.crc32c = crc32c(data, static_cast<std::size_t>(n));
     if (n < small_leaf_bytes) {
+      c.crc32c = crc32c(data, static_cast<std::size_t>(n));
       if (staging_.empty()) staging_.reserve(staging_bytes);
       if (!staging_.empty() && offset + n - staging_base_ > staging_bytes) flush();
       if (staging_.empty()) staging_base_ = offset;
@@ -56,7 +57,10 @@ class DataFileWriter {
       staging_.insert(staging_.end(), p, p + n);
     } else {
       flush();
+      crc_.begin();
+      crc_.submit(data, static_cast<std::size_t>(n));  // checksummed while it is written
       file_.write_at(data, n, offset);
+      c.crc32c = crc_.finish();
     }
     end_ = offset + n;
     return c;
@@ -82,6 +86,7 @@ class DataFileWriter {
   std::uint64_t end_ = 0;
   std::vector<char> staging_;
   std::uint64_t staging_base_ = 0;
+  CrcWorker crc_;
 };
 
 inline std::string temp_dir_for(const std::string& final_path) {

@@ -106,6 +106,8 @@ using float8_e5m2_format = narrow_float_format<5, 2, true>;
     CAIRN_HD explicit operator float() const { return Format::decode(bits); }            \
     CAIRN_HD explicit operator double() const { return Format::decode(bits); }           \
     CAIRN_HD float to_float() const { return Format::decode(bits); }                     \
+    /* numeric comparison, as for float: NaN != NaN, -0 == +0 */                         \
+    CAIRN_HD friend bool operator==(Name a, Name b) { return a.to_float() == b.to_float(); } \
   };                                                                                     \
   static_assert(sizeof(Name) == sizeof(Storage));
 
