@@ -145,3 +145,36 @@ TEST_CASE("commit markers, temporary directories and missing paths") {
   test::write_file(c + "/_CHECKPOINT", "[1,2");
   CHECK_CAIRN_ERROR(cairn::metadata(c), cairn::ErrorKind::corrupt, "_CHECKPOINT");
 }
+
+TEST_CASE("keys that look like paths never touch the filesystem: they are data, not file names") {
+  test::TempDir dir;
+  std::map<std::string, std::vector<int>> hostile = {{"../../escape", {1}}, {"/etc/passwd", {2}}, {"..", {3}}};
+  cairn::save(dir / "inner/c", hostile);
+  auto back = cairn::load<decltype(hostile)>(dir / "inner/c");
+  CHECK(back == hostile);
+  CHECK_FALSE(std::filesystem::exists(dir / "escape"));
+  std::size_t entries = 0;
+  for (auto& e : std::filesystem::recursive_directory_iterator(dir.path)) { (void)e; ++entries; }
+  CHECK(entries == 6);  // inner, inner/c, and the four files of the checkpoint
+  CHECK(cairn::key_paths(hostile) == std::vector<std::string>{"..", "..%2F..%2Fescape", "%2Fetc%2Fpasswd"});
+}
+
+TEST_CASE("bool bytes other than 0 and 1 in a data file read as true, never as an invalid bool") {
+  test::TempDir dir;
+  std::vector<bool> flags = {false, true, false, false};
+  cairn::save(dir / "b", flags);
+  std::string bytes = test::read_file(dir / "b/data-0-0.bin");
+  bytes[2] = 77;
+  test::write_file(dir / "b/data-0-0.bin", bytes);
+  // Re-sign the data so the checksum passes, as a buggy writer would have produced it.
+  std::string meta = test::read_file(dir / "b/_METADATA");
+  const std::string old_crc = std::to_string(cairn::crc32c("\0\1\0\0", 4));
+  const std::string new_crc = std::to_string(cairn::crc32c("\0\1\x4d\0", 4));
+  auto pos = meta.find(old_crc);
+  REQUIRE(pos != std::string::npos);
+  meta.replace(pos, old_crc.size(), new_crc);
+  replace_metadata(dir / "b", meta);
+  CHECK(cairn::load<std::vector<bool>>(dir / "b") == std::vector<bool>{false, true, true, false});
+  auto as_float = cairn::load<std::vector<float>>(dir / "b");
+  CHECK(as_float == std::vector<float>{0, 1, 1, 0});
+}

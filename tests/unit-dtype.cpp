@@ -149,6 +149,8 @@ TEST_CASE("every pair of numeric dtypes converts through the same kernels as sin
   for (DType from : all_numeric_dtypes)
     for (DType to : all_numeric_dtypes) {
       auto src = test::random_bits<unsigned char>(64 * dtype_size(from));
+      if (from == DType::bool_)
+        for (auto& b : src) b &= 1;  // a bool object holds 0 or 1; anything else is not a bool
       std::vector<unsigned char> a(64 * dtype_size(to)), b(64 * dtype_size(to));
       cast_host(from, src.data(), to, a.data(), 64, OnOverflow::saturate);
       visit_dtype(from, [&](auto* f) {
@@ -158,12 +160,11 @@ TEST_CASE("every pair of numeric dtypes converts through the same kernels as sin
           for (int i = 0; i < 64; ++i) {
             From x;
             std::memcpy(&x, src.data() + i * sizeof(From), sizeof(From));
-            if constexpr (std::is_same_v<From, bool>) x = (reinterpret_cast<unsigned char&>(x) & 1) != 0;
             To y = cast_value<To>(x);
             std::memcpy(b.data() + i * sizeof(To), &y, sizeof(To));
           }
         });
       });
-      if (from != DType::bool_) CHECK_MESSAGE(a == b, dtype_name(from) << " -> " << dtype_name(to));
+      CHECK_MESSAGE(a == b, dtype_name(from) << " -> " << dtype_name(to));
     }
 }

@@ -172,8 +172,9 @@ class LeafConverter {
     if (!transpose_ || inner_ == 0) return std::max<std::uint64_t>(wanted, 1);
     return std::max<std::uint64_t>(wanted / inner_, 1) * inner_;
   }
-  // `src` holds stored elements [first, first + n).
+  // `src` holds stored elements [first, first + n) (bools already normalized).
   void convert(const void* src, std::uint64_t first, std::uint64_t n) {
+    if (n == 0) return;
     const std::size_t out_size = dtype_size(t_.dtype);
     const void* p = src;
     if (s_.dtype != t_.dtype) {
@@ -224,6 +225,14 @@ inline constexpr std::uint64_t read_piece_bytes = std::uint64_t{16} << 20;
 inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
 inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{4} << 20;
 
+// A stored bool is one byte; any value but 0 reads as true (as in numpy). Bytes are made 0 or
+// 1 before anything treats them as bool, since another byte value in a bool is undefined
+// behaviour and the file is untrusted.
+inline void normalize_bools(void* data, std::uint64_t n) {
+  auto* p = static_cast<unsigned char*>(data);
+  for (std::uint64_t i = 0; i < n; ++i) p[i] = p[i] != 0;
+}
+
 struct ReadTask {
   PlannedLeaf* leaf;
   LeafBuffer buffer;
@@ -257,6 +266,7 @@ inline void read_leaf_streaming(ReadTask& task, DataFiles& files, const std::str
       done += n;
     }
     crc = crc_worker.finish();
+    if (s.dtype == DType::bool_) normalize_bools(task.buffer.data, c.nbytes);
   } else {
     const std::uint64_t total = c.nbytes / item;
     const std::uint64_t per_piece = conv.piece_elements(read_piece_bytes / item);
@@ -265,6 +275,7 @@ inline void read_leaf_streaming(ReadTask& task, DataFiles& files, const std::str
       const std::uint64_t n = std::min(per_piece, total - first);
       f.read_at(piece.data(), n * item, c.offset + first * item);
       crc = crc32c_extend(crc, piece.data(), static_cast<std::size_t>(n * item));
+      if (s.dtype == DType::bool_) normalize_bools(piece.data(), n);
       conv.convert(piece.data(), first, n);
     }
   }
@@ -273,11 +284,12 @@ inline void read_leaf_streaming(ReadTask& task, DataFiles& files, const std::str
 }
 
 // Delivers a leaf whose bytes are already in memory (part of a coalesced read).
-inline void deliver_from_memory(ReadTask& task, const unsigned char* bytes, const std::string& dir,
+inline void deliver_from_memory(ReadTask& task, unsigned char* bytes, const std::string& dir,
                                 OnOverflow on_overflow) {
   const LeafRecord& s = *task.leaf->stored;
   const ChunkRecord& c = s.chunks.front();
   check_crc(crc32c(bytes, static_cast<std::size_t>(c.nbytes)), s, c, dir);
+  if (s.dtype == DType::bool_) normalize_bools(bytes, c.nbytes);
   LeafConverter conv(s, task.buffer, on_overflow);
   conv.convert(bytes, 0, c.nbytes / dtype_size(s.dtype));
 }
