@@ -21,6 +21,9 @@
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/checkpoint/writer.hpp"
 #include "cairn/checkpoint/load.hpp"
+#include "cairn/checkpoint/items.hpp"
+#include "cairn/manager/policies.hpp"
+#include "cairn/manager/checkpointer.hpp"
 
 #if !defined(CAIRN_NO_EIGEN) && (__has_include(<Eigen/Core>) || __has_include(<eigen3/Eigen/Core>))
 #include "cairn/eigen/eigen.hpp"

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cairn/checkpoint/options.hpp"
+#include "cairn/checkpoint/snapshot.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/io/crc_worker.hpp"
 #include "cairn/tree/walk.hpp"
@@ -145,30 +146,39 @@ class CheckpointWriter {
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return tmp_; }
 
-  // Adds a tree item: every leaf's bytes go to the data file (cast first where a rule says).
-  template <class T>
-  SaveReport add_tree(const std::string& item_name, const T& tree, const SaveOptions& options) {
+  // Starts an item; its leaves follow through add_leaf, then finish_item.
+  void begin_item(const std::string& name, const std::string& kind, std::vector<NodeRecord> nodes) {
+    for (const auto& i : metadata_.items)
+      if (i.name == name) throw Error(ErrorKind::invalid_argument, "two items named '" + name + "'", path_);
     ItemRecord item;
-    item.name = item_name;
+    item.name = name;
+    item.kind = kind;
+    item.nodes = std::move(nodes);
+    metadata_.items.push_back(std::move(item));
+  }
+  // Writes one leaf of the current item (cast first where a rule says, for tree items).
+  void add_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
+    ItemRecord& item = metadata_.items.back();
+    static const SaveOptions no_casts;
+    try {
+      item.leaves.push_back(write_leaf(p, view, item.kind == "tree" ? options : no_casts, report));
+    } catch (const Error& e) {
+      throw e.with_key(p.str());
+    }
+    ++report.leaves;
+  }
+
+  SaveReport add_item(const ItemSnapshot& snapshot, const SaveOptions& options) {
     SaveReport report;
     report.path = path_;
-    walk_tree(
-        tree,
-        [&](const auto&, const KeyPath& p, NodeKind k) {
-          item.nodes.push_back({p, k});
-          return true;
-        },
-        [&](const auto& value, const KeyPath& p) {
-          LeafView view = leaf_traits<std::remove_cvref_t<decltype(value)>>::view(value);
-          try {
-            item.leaves.push_back(write_leaf(p, view, options, report));
-          } catch (const Error& e) {
-            throw e.with_key(p.str());
-          }
-        });
-    report.leaves = item.leaves.size();
-    metadata_.items.push_back(std::move(item));
+    begin_item(snapshot.name, snapshot.kind, snapshot.nodes);
+    for (const auto& leaf : snapshot.leaves) add_leaf(leaf.path, leaf.view, options, report);
     return report;
+  }
+
+  template <class T>
+  SaveReport add_tree(const std::string& item_name, const T& tree, const SaveOptions& options) {
+    return add_item(view_tree(item_name, tree), options);
   }
 
   void commit(const Json& user_metadata) {

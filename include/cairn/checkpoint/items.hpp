@@ -1,0 +1,162 @@
+// Checkpointables: one checkpoint holding several named items. The array tree, a JSON object
+// (epoch, loss, learning rate), and any cereal-serializable object (a data iterator's
+// position, an RNG state, a config struct). Save all of them together; load all or a subset.
+//
+//   cairn::Items items;
+//   items.tree("state", state).json("progress", progress).object("rng", rng_state);
+//   cairn::save(path, items);
+//   cairn::load(path, cairn::Items().tree("state", state).object("rng", rng_state));
+#pragma once
+
+#include <functional>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <cereal/archives/portable_binary.hpp>
+
+#include "cairn/checkpoint/load.hpp"
+#include "cairn/checkpoint/writer.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+class Items {
+ public:
+  // A tree item. Pass a const object to save only, a mutable one to save or load into.
+  template <class T>
+  Items& tree(std::string name, T& value) {
+    require_tree_type<std::remove_const_t<T>>();
+    Entry e{std::move(name), "tree", {}, {}};
+    const T* cvalue = &value;
+    e.snapshot = [cvalue](const std::string& n) { return detail::view_tree(n, *cvalue); };
+    if constexpr (!std::is_const_v<T>) {
+      T* target = &value;
+      e.load = [target](const std::string& path, const std::string& n, LoadOptions options) {
+        options.item = n;
+        return cairn::load(path, *target, options);
+      };
+    }
+    return add(std::move(e));
+  }
+
+  // A JSON object (or any JSON value), stored as its text.
+  template <class J>
+  Items& json(std::string name, J& value) {
+    static_assert(std::is_same_v<std::remove_const_t<J>, Json>, "cairn::Items::json takes a cairn::Json");
+    Entry e{std::move(name), "json", {}, {}};
+    const Json* cvalue = &value;
+    e.snapshot = [cvalue](const std::string& n) { return detail::bytes_item(n, "json", DType::string, cvalue->dump()); };
+    if constexpr (!std::is_const_v<J>) {
+      Json* target = &value;
+      e.load = [target](const std::string& path, const std::string& n, LoadOptions options) {
+        options.item = n;
+        options.subtree.clear();
+        std::string text;
+        LoadReport r = cairn::load(path, text, options);
+        *target = Json::parse(text, path + " (item '" + n + "')");
+        return r;
+      };
+    }
+    return add(std::move(e));
+  }
+
+  // Any object cereal can serialize, stored as a portable binary cereal archive.
+  template <class T>
+  Items& object(std::string name, T& value) {
+    Entry e{std::move(name), "cereal", {}, {}};
+    const T* cvalue = &value;
+    e.snapshot = [cvalue](const std::string& n) {
+      std::ostringstream out;
+      {
+        cereal::PortableBinaryOutputArchive ar(out);
+        ar(*cvalue);
+      }
+      return detail::bytes_item(n, "cereal", DType::uint8, out.str());
+    };
+    if constexpr (!std::is_const_v<T>) {
+      T* target = &value;
+      e.load = [target](const std::string& path, const std::string& n, LoadOptions options) {
+        options.item = n;
+        options.subtree.clear();
+        std::vector<std::uint8_t> bytes;
+        LoadReport r = cairn::load(path, bytes, options);
+        try {
+          std::istringstream in(std::string(bytes.begin(), bytes.end()));
+          cereal::PortableBinaryInputArchive ar(in);
+          T loaded{};
+          ar(loaded);
+          *target = std::move(loaded);
+        } catch (const Error&) {
+          throw;
+        } catch (const std::exception& ex) {
+          throw Error(ErrorKind::corrupt, std::string("cereal could not read the object: ") + ex.what(), path, n);
+        }
+        return r;
+      };
+    }
+    return add(std::move(e));
+  }
+
+  std::size_t size() const { return entries_.size(); }
+
+  // For the writers: one snapshot per item (views into the objects' memory for trees).
+  std::vector<detail::ItemSnapshot> snapshots() const {
+    std::vector<detail::ItemSnapshot> out;
+    for (const auto& e : entries_) out.push_back(e.snapshot(e.name));
+    return out;
+  }
+
+  // Loads every item named here from the checkpoint (reads nothing of the other items).
+  std::vector<std::pair<std::string, LoadReport>> load_all(const std::string& path, const LoadOptions& options) const {
+    std::vector<std::pair<std::string, LoadReport>> reports;
+    for (const auto& e : entries_) {
+      if (!e.load)
+        throw Error(ErrorKind::invalid_argument, "item '" + e.name + "' was given as const: it can be saved, not loaded", path);
+      reports.emplace_back(e.name, e.load(path, e.name, options));
+    }
+    return reports;
+  }
+
+ private:
+  struct Entry {
+    std::string name, kind;
+    std::function<detail::ItemSnapshot(const std::string&)> snapshot;
+    std::function<LoadReport(const std::string&, const std::string&, LoadOptions)> load;
+  };
+  Items& add(Entry e) {
+    if (e.name.empty()) throw Error(ErrorKind::invalid_argument, "items need a name");
+    for (const auto& x : entries_)
+      if (x.name == e.name) throw Error(ErrorKind::invalid_argument, "two items named '" + e.name + "'");
+    entries_.push_back(std::move(e));
+    return *this;
+  }
+  std::vector<Entry> entries_;
+};
+
+// Saves several named items as one checkpoint (committed atomically, like save()).
+inline SaveReport save(const std::string& path, const Items& items, const SaveOptions& options = {}) {
+  detail::CheckpointWriter writer(path, options.overwrite);
+  SaveReport total;
+  total.path = writer.path();
+  for (const auto& snapshot : items.snapshots()) {
+    SaveReport r = writer.add_item(snapshot, options);
+    total.leaves += r.leaves;
+    total.bytes_written += r.bytes_written;
+    total.cast.insert(total.cast.end(), r.cast.begin(), r.cast.end());
+  }
+  writer.commit(options.user_metadata);
+  return total;
+}
+
+// Loads the items named in `items` (a subset of the checkpoint's is fine); one report per item.
+inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, const Items& items,
+                                                            const LoadOptions& options = {}) {
+  return items.load_all(path, options);
+}
+inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, Items& items,
+                                                            const LoadOptions& options = {}) {
+  return items.load_all(path, options);
+}
+
+CAIRN_END_NAMESPACE

@@ -1,0 +1,465 @@
+// cairn::Checkpointer: the training-loop manager. Step directories under one root, save and
+// retention policies, async saves that return once the state is snapshotted, a `latest`
+// marker published only after a commit, and crash-safe resume (docs/checkpointer.md).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "cairn/checkpoint/items.hpp"
+#include "cairn/manager/policies.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+struct CheckpointerOptions {
+  // Step directory names: prefix + step, zero-padded to `step_digits`:
+  // "" / 0 -> "23", "" / 4 -> "0023", "step_" / 0 -> "step_23", "step_" / 4 -> "step_0023".
+  std::string step_prefix = {};
+  int step_digits = 0;
+  SavePolicy save_policy = SavePolicy::every_n_steps(1);
+  RetentionPolicy retention = RetentionPolicy::keep_all();
+  // Host memory an async save may hold for its snapshot. Up to this much, save_async copies
+  // the state and returns; beyond it, the snapshot streams: the call waits for earlier leaves
+  // to be written before copying more, and leaves larger than the budget are written from the
+  // caller's memory before the call returns.
+  std::uint64_t async_memory_budget = std::uint64_t{1} << 30;
+};
+
+struct StepSaveOptions {
+  Json metrics = Json::object();          // used by RetentionPolicy::best_n; returned by metrics(step)
+  Json custom_metadata = Json::object();  // anything else to keep with the step
+  bool force = false;                     // save even when the save policy says no
+  bool overwrite = false;                 // replace an existing checkpoint of this step
+  bool allow_older = false;               // allow a step older than the latest
+  std::vector<CastRule> cast = {};        // as SaveOptions::cast
+  OnOverflow on_overflow = OnOverflow::error;
+};
+
+class Checkpointer {
+ public:
+  explicit Checkpointer(std::string root, CheckpointerOptions options = {})
+      : root_(detail::normalize_dir(std::move(root))), options_(std::move(options)) {
+    std::error_code ec;
+    std::filesystem::create_directories(root_, ec);
+    if (ec) throw Error(ErrorKind::io, "cannot create checkpoint root: " + ec.message(), root_);
+    remove_leftovers();
+    scan();
+    if (auto l = latest()) write_latest_marker(*l);
+  }
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Finishes the save in flight. Its error, if any, can no longer be thrown: it is printed.
+  ~Checkpointer() {
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cairn::Checkpointer: the last async save failed: %s\n", e.what());
+    }
+  }
+
+  const std::string& root() const { return root_; }
+  std::string step_path(std::int64_t step) const { return root_ + "/" + step_name(step); }
+
+  std::optional<std::int64_t> latest() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (steps_.empty()) return std::nullopt;
+    return steps_.rbegin()->first;
+  }
+  std::vector<std::int64_t> steps() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::int64_t> out;
+    for (const auto& kv : steps_) out.push_back(kv.first);
+    return out;
+  }
+  Json metrics(std::int64_t step) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = steps_.find(step);
+    if (it == steps_.end()) throw Error(ErrorKind::not_found, "no checkpoint of step " + std::to_string(step), root_);
+    return it->second.metrics;
+  }
+
+  bool should_save(std::int64_t step) const {
+    SaveContext c;
+    c.step = step;
+    c.latest_step = latest();
+    c.preemption = preemption_requested();
+    c.seconds_since_last_save = seconds_since_last_save();
+    return options_.save_policy.should_save(c);
+  }
+
+  // Saves a tree (or Items) as this step if the save policy says so (or `force`); returns
+  // whether it saved. Blocks until the checkpoint has committed.
+  template <class T>
+  bool save(std::int64_t step, const T& state, const StepSaveOptions& args = {}) {
+    wait();
+    if (!args.force && !should_save(step)) return false;
+    auto job = prepare(step, snapshots_of(state), args);
+    for (auto& item : job->items)
+      for (auto& leaf : item.leaves) leaf.ready = true;
+    run_job(*job);
+    return true;
+  }
+
+  // Like save, but returns once the state is snapshotted (copied to host memory, within
+  // options.async_memory_budget); writing, fsync, commit and retention run on a background
+  // thread. The caller may change the state as soon as this returns. One save is in flight
+  // at a time: this first waits for the previous one (and throws its error, if it failed).
+  template <class T>
+  bool save_async(std::int64_t step, const T& state, const StepSaveOptions& args = {}) {
+    wait();
+    if (!args.force && !should_save(step)) return false;
+    std::shared_ptr<Job> job = prepare(step, snapshots_of(state), args);
+    worker_ = std::thread([this, job] {
+      try {
+        run_job(*job);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(job->mutex);
+        job->error = std::current_exception();
+        job->failed = true;
+        job->changed.notify_all();
+      }
+    });
+    try {
+      snapshot_streaming(*job);
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(job->mutex);
+        job->abandoned = true;
+        job->changed.notify_all();
+      }
+      worker_.join();
+      throw;
+    }
+    in_flight_ = job;
+    return true;
+  }
+
+  // Waits for the save in flight; throws its error if it failed.
+  void wait() {
+    if (worker_.joinable()) worker_.join();
+    if (in_flight_) {
+      std::exception_ptr e = in_flight_->error;
+      in_flight_.reset();
+      if (e) std::rethrow_exception(e);
+    }
+  }
+
+  template <class T>
+    requires(!std::is_same_v<std::remove_const_t<T>, Items>)
+  LoadReport load(std::int64_t step, T& target, const LoadOptions& options = {}) {
+    wait();
+    return cairn::load(existing_step_path(step), target, options);
+  }
+  // From the latest checkpoint.
+  template <class T>
+    requires(!std::is_same_v<std::remove_const_t<T>, Items>)
+  LoadReport load(T& target, const LoadOptions& options = {}) {
+    wait();
+    auto l = latest();
+    if (!l) throw Error(ErrorKind::not_found, "no checkpoint to load: the root holds none", root_);
+    return cairn::load(step_path(*l), target, options);
+  }
+  std::vector<std::pair<std::string, LoadReport>> load(std::int64_t step, const Items& items, const LoadOptions& options = {}) {
+    wait();
+    return cairn::load(existing_step_path(step), items, options);
+  }
+  std::vector<std::pair<std::string, LoadReport>> load(const Items& items, const LoadOptions& options = {}) {
+    wait();
+    auto l = latest();
+    if (!l) throw Error(ErrorKind::not_found, "no checkpoint to load: the root holds none", root_);
+    return cairn::load(step_path(*l), items, options);
+  }
+
+  CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(existing_step_path(step)); }
+
+ private:
+  struct JobLeaf {
+    KeyPath path;
+    LeafView view;
+    bool ready = false;    // snapshotted (or, for a direct leaf, may be written from user memory)
+    bool direct = false;   // larger than the budget: written from the caller's memory
+    bool written = false;
+  };
+  struct JobItem {
+    std::string name, kind;
+    std::vector<NodeRecord> nodes;
+    std::vector<JobLeaf> leaves;
+  };
+  struct Job {
+    std::int64_t step = 0;
+    StepSaveOptions args;
+    std::vector<JobItem> items;
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::uint64_t in_flight_bytes = 0;
+    bool failed = false, abandoned = false;
+    std::exception_ptr error;
+  };
+
+  template <class T>
+  static std::vector<detail::ItemSnapshot> snapshots_of(const T& state) {
+    if constexpr (std::is_same_v<T, Items>) return state.snapshots();
+    else return {detail::view_tree(default_item_name, state)};
+  }
+
+  std::shared_ptr<Job> prepare(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args) {
+    if (step < 0) throw Error(ErrorKind::invalid_argument, "steps are non-negative, got " + std::to_string(step), root_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (steps_.count(step) && !args.overwrite)
+        throw Error(ErrorKind::already_exists, "step " + std::to_string(step) + " is already saved (pass overwrite to replace it)", step_path(step));
+      if (!steps_.empty() && step < steps_.rbegin()->first && !args.allow_older)
+        throw Error(ErrorKind::invalid_argument, "step " + std::to_string(step) + " is older than the latest checkpoint (" +
+                    std::to_string(steps_.rbegin()->first) + "); pass allow_older to save it anyway", root_);
+    }
+    auto job = std::make_shared<Job>();
+    job->step = step;
+    job->args = args;
+    for (auto& s : snapshots) {
+      JobItem item{s.name, s.kind, std::move(s.nodes), {}};
+      for (auto& l : s.leaves) item.leaves.push_back({std::move(l.path), std::move(l.view)});
+      job->items.push_back(std::move(item));
+    }
+    return job;
+  }
+
+  // The caller's half of an async save: copy each leaf once the budget allows, in the order
+  // the writer takes them; leaves over the budget are written from the caller's memory while
+  // it waits.
+  void snapshot_streaming(Job& job) {
+    const std::uint64_t budget = options_.async_memory_budget;
+    for (auto& item : job.items) {
+      for (auto& leaf : item.leaves) {
+        std::unique_lock<std::mutex> lock(job.mutex);
+        if (leaf.view.owner || leaf.view.nbytes == 0) {  // already owned (JSON, cereal bytes) or empty
+          leaf.ready = true;
+          job.changed.notify_all();
+          continue;
+        }
+        if (leaf.view.nbytes > budget) {
+          leaf.direct = true;
+          leaf.ready = true;
+          job.changed.notify_all();
+          job.changed.wait(lock, [&] { return leaf.written || job.failed; });
+        } else {
+          job.changed.wait(lock, [&] { return job.in_flight_bytes + leaf.view.nbytes <= budget || job.failed; });
+          if (!job.failed) {
+            job.in_flight_bytes += leaf.view.nbytes;
+            lock.unlock();
+            detail::own_copy(leaf.view);
+            lock.lock();
+            leaf.ready = true;
+            job.changed.notify_all();
+          }
+        }
+        if (job.failed) return;  // the error surfaces from wait()
+      }
+    }
+  }
+
+  // The writer's half: write leaves as they become ready, commit, publish, apply retention.
+  void run_job(Job& job) {
+    SaveOptions so;
+    so.overwrite = job.args.overwrite;
+    so.cast = job.args.cast;
+    so.on_overflow = job.args.on_overflow;
+    const std::int64_t now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    so.user_metadata = Json::object({{"step", job.step},
+                                     {"created_unix_ms", now_ms},
+                                     {"metrics", job.args.metrics},
+                                     {"custom", job.args.custom_metadata}});
+    detail::CheckpointWriter writer(step_path(job.step), so.overwrite);
+    SaveReport report;
+    for (auto& item : job.items) {
+      writer.begin_item(item.name, item.kind, item.nodes);
+      for (auto& leaf : item.leaves) {
+        {
+          std::unique_lock<std::mutex> lock(job.mutex);
+          job.changed.wait(lock, [&] { return leaf.ready || job.abandoned; });
+          if (job.abandoned) throw Error(ErrorKind::io, "the snapshot was abandoned", step_path(job.step));
+        }
+        writer.add_leaf(leaf.path, leaf.view, so, report);
+        std::lock_guard<std::mutex> lock(job.mutex);
+        if (!leaf.direct) {
+          if (leaf.view.owner) job.in_flight_bytes -= std::min(job.in_flight_bytes, leaf.view.nbytes);
+          leaf.view.owner.reset();  // frees the copy
+          leaf.view.data = nullptr;
+        }
+        leaf.written = true;
+        job.changed.notify_all();
+      }
+    }
+    writer.commit(so.user_metadata);
+    StepInfo info{job.step, now_ms, job.args.metrics};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      steps_[job.step] = info;
+      last_save_ = std::chrono::steady_clock::now();
+    }
+    write_latest_marker(*latest());
+    apply_retention();
+  }
+
+  std::string step_name(std::int64_t step) const {
+    std::string digits = std::to_string(step);
+    if (static_cast<int>(digits.size()) < options_.step_digits)
+      digits.insert(0, static_cast<std::size_t>(options_.step_digits) - digits.size(), '0');
+    return options_.step_prefix + digits;
+  }
+
+  // The step a directory name stands for under this manager's scheme, if it is one.
+  std::optional<std::int64_t> parse_step(const std::string& name) const {
+    if (name.rfind(options_.step_prefix, 0) != 0) return std::nullopt;
+    std::string digits = name.substr(options_.step_prefix.size());
+    if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    const std::int64_t step = std::stoll(digits);
+    if (step_name(step) != name) return std::nullopt;
+    return step;
+  }
+
+  // Names another scheme would give a step: digits with any padding, with or without "step_".
+  static bool looks_like_step(const std::string& name) {
+    std::string digits = name.rfind("step_", 0) == 0 ? name.substr(5) : name;
+    return !digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string::npos;
+  }
+
+  void scan() {
+    std::map<std::int64_t, StepInfo> found;
+    std::vector<std::string> foreign;
+    for (const auto& e : std::filesystem::directory_iterator(root_)) {
+      if (!e.is_directory()) continue;
+      const std::string name = e.path().filename().string();
+      if (name.find(detail::temp_infix) != std::string::npos) continue;
+      const bool committed = detail::path_exists(root_ + "/" + name + "/" + detail::marker_file);
+      auto step = parse_step(name);
+      if (!step) {
+        if (committed && looks_like_step(name)) foreign.push_back(name);
+        continue;
+      }
+      // A step directory without its commit marker is incomplete (or was copied without it):
+      // ignored, never deleted.
+      if (!committed) continue;
+      found[*step] = read_step_info(*step);
+    }
+    if (!foreign.empty()) {
+      std::string list;
+      for (const auto& f : foreign) list += (list.empty() ? "" : ", ") + f;
+      throw Error(ErrorKind::invalid_argument,
+                  "the root holds checkpoints named with another step scheme (" + list + ") than this manager's ('" +
+                      step_name(23) + "' for step 23); set CheckpointerOptions::step_prefix and step_digits to match",
+                  root_);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    steps_ = std::move(found);
+  }
+
+  StepInfo read_step_info(std::int64_t step) const {
+    StepInfo info;
+    info.step = step;
+    try {
+      const std::string text = detail::read_whole_file(step_path(step) + "/" + detail::user_metadata_file, std::uint64_t{1} << 24);
+      Json user = Json::parse(text);
+      if (const Json* m = user.find("metrics"); m && m->is_object()) info.metrics = *m;
+      if (const Json* t = user.find("created_unix_ms"); t && t->is_int()) info.created_unix_ms = t->as_int();
+    } catch (const Error&) {
+      // Not written by a Checkpointer (or unreadable): it counts as a step without metrics.
+    }
+    return info;
+  }
+
+  // Temporary directories of saves and deletions that a crash interrupted. Those of a process
+  // still running (a concurrent saver) are left alone.
+  void remove_leftovers() {
+    for (const auto& e : std::filesystem::directory_iterator(root_)) {
+      const std::string name = e.path().filename().string();
+      const auto pos = name.find(detail::temp_infix);
+      if (pos == std::string::npos) continue;
+      std::string rest = name.substr(pos + std::string(detail::temp_infix).size());
+      if (rest.rfind("delete-", 0) == 0) rest = rest.substr(7);
+      const long pid = std::strtol(rest.c_str(), nullptr, 10);
+      if (pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
+      std::error_code ec;
+      std::filesystem::remove_all(e.path(), ec);
+    }
+  }
+
+  std::string existing_step_path(std::int64_t step) const {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!steps_.count(step))
+        throw Error(ErrorKind::not_found, "no committed checkpoint of step " + std::to_string(step), step_path(step));
+    }
+    return step_path(step);
+  }
+
+  double seconds_since_last_save() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (last_save_) return std::chrono::duration<double>(std::chrono::steady_clock::now() - *last_save_).count();
+    if (steps_.empty()) return 0;
+    const std::int64_t now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return static_cast<double>(now_ms - steps_.rbegin()->second.created_unix_ms) / 1000.0;
+  }
+
+  // `latest` names the newest committed step; replaced atomically, only after a commit.
+  void write_latest_marker(std::int64_t step) {
+    const std::string tmp = root_ + "/latest" + detail::temp_infix + std::to_string(::getpid());
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    detail::write_whole_file(tmp, step_name(step) + "\n");
+    detail::rename_path(tmp, root_ + "/latest");
+    detail::fsync_dir(root_);
+  }
+
+  // Deletes what the retention policy does not keep; never the latest. Each directory is first
+  // renamed to a temporary name (atomic), so a crash mid-deletion leaves nothing that looks
+  // like a complete checkpoint; the leftover is removed on the next start.
+  void apply_retention() {
+    std::vector<StepInfo> infos;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& kv : steps_) infos.push_back(kv.second);
+    }
+    if (infos.empty()) return;
+    std::set<std::int64_t> keep = options_.retention.keep(infos);
+    keep.insert(infos.back().step);
+    std::vector<std::string> doomed;
+    for (const auto& i : infos) {
+      if (keep.count(i.step)) continue;
+      const std::string from = step_path(i.step);
+      const std::string to = from + detail::temp_infix + "delete-" + std::to_string(::getpid());
+      detail::rename_path(from, to);
+      doomed.push_back(to);
+      std::lock_guard<std::mutex> lock(mutex_);
+      steps_.erase(i.step);
+    }
+    if (doomed.empty()) return;
+    detail::fsync_dir(root_);
+    for (const auto& d : doomed) detail::remove_tree(d);
+  }
+
+  std::string root_;
+  CheckpointerOptions options_;
+  mutable std::mutex mutex_;  // guards steps_ and last_save_ (the worker updates them)
+  std::map<std::int64_t, StepInfo> steps_;
+  std::optional<std::chrono::steady_clock::time_point> last_save_;
+  std::thread worker_;
+  std::shared_ptr<Job> in_flight_;
+};
+
+CAIRN_END_NAMESPACE

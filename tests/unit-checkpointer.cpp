@@ -1,0 +1,264 @@
+#include "test_util.hpp"
+
+#include <thread>
+
+namespace ck {
+struct State { std::vector<float> w; Eigen::MatrixXd m; std::int64_t step = 0; };
+CAIRN_TREE(State, w, m, step)
+
+State make(float v) { return {std::vector<float>(1000, v), Eigen::MatrixXd::Constant(10, 10, v), 0}; }
+
+// A cereal-serializable object that is not a tree: an RNG and a data iterator position.
+struct Progress {
+  std::string rng;
+  std::int64_t epoch = 0, offset = 0;
+  template <class A> void serialize(A& ar) { ar(rng, epoch, offset); }
+};
+
+std::vector<std::string> dir_names(const std::string& root) {
+  std::vector<std::string> out;
+  for (auto& e : std::filesystem::directory_iterator(root)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace ck
+
+TEST_CASE("step directories follow the configured naming scheme; another scheme is reported") {
+  test::TempDir dir;
+  struct Scheme { std::string prefix; int digits; std::string name; };
+  for (const auto& s : std::vector<Scheme>{{"", 0, "23"}, {"", 4, "0023"}, {"step_", 0, "step_23"}, {"step_", 4, "step_0023"}}) {
+    const std::string root = dir / ("root" + s.name);
+    cairn::CheckpointerOptions o;
+    o.step_prefix = s.prefix;
+    o.step_digits = s.digits;
+    {
+      cairn::Checkpointer c(root, o);
+      CHECK(c.save(23, ck::make(1)));
+      CHECK(std::filesystem::exists(root + "/" + s.name + "/_CHECKPOINT"));
+      CHECK(test::read_file(root + "/latest") == s.name + "\n");
+    }
+    cairn::Checkpointer again(root, o);
+    CHECK(again.latest() == 23);
+    cairn::CheckpointerOptions other;
+    other.step_prefix = s.prefix == "" ? "step_" : "";
+    CHECK_CAIRN_ERROR(cairn::Checkpointer(root, other), cairn::ErrorKind::invalid_argument, s.name);
+  }
+}
+
+TEST_CASE("save policies: every n steps, specific steps, intervals, preemption, initial, any-of, custom") {
+  using P = cairn::SavePolicy;
+  cairn::SaveContext c;
+  c.step = 10;
+  CHECK(P::every_n_steps(5).should_save(c));
+  c.step = 11;
+  CHECK_FALSE(P::every_n_steps(5).should_save(c));
+  CHECK(P::at_steps({3, 11}).should_save(c));
+  CHECK(P::initial_save().should_save(c));
+  c.latest_step = 10;
+  CHECK_FALSE(P::initial_save().should_save(c));
+  c.seconds_since_last_save = 5;
+  CHECK_FALSE(P::every_n_seconds(10).should_save(c));
+  c.seconds_since_last_save = 12;
+  CHECK(P::every_n_seconds(10).should_save(c));
+  CHECK_FALSE(P::on_preemption().should_save(c));
+  c.preemption = true;
+  CHECK(P::on_preemption().should_save(c));
+  CHECK(P::any_of({P::every_n_steps(1000), P::on_preemption()}).should_save(c));
+  CHECK_FALSE(P::all_of({P::every_n_steps(1000), P::on_preemption()}).should_save(c));
+  CHECK(P::custom([](const cairn::SaveContext& x) { return x.step == 11; }).should_save(c));
+
+  test::TempDir dir;
+  cairn::CheckpointerOptions o;
+  o.save_policy = P::any_of({P::every_n_steps(10), P::on_preemption()});
+  cairn::Checkpointer ck(dir / "root", o);
+  int saved = 0;
+  for (std::int64_t step = 1; step <= 25; ++step) saved += ck.save(step, ck::make(static_cast<float>(step)));
+  CHECK(saved == 2);
+  CHECK(ck.steps() == std::vector<std::int64_t>{10, 20});
+  CHECK(ck.save(21, ck::make(0), {.force = true}));
+  cairn::handle_preemption_signals({SIGUSR1});
+  std::raise(SIGUSR1);  // what a scheduler's SIGTERM does
+  CHECK(cairn::preemption_requested());
+  CHECK(ck.should_save(22));
+  CHECK(ck.save(22, ck::make(22)));
+  cairn::clear_preemption();
+  CHECK_FALSE(ck.should_save(23));
+}
+
+TEST_CASE("a step is saved once unless overwrite; older steps only when asked") {
+  test::TempDir dir;
+  cairn::Checkpointer ck(dir / "root");
+  ck.save(5, ck::make(5));
+  CHECK_CAIRN_ERROR(ck.save(5, ck::make(6), {.force = true}), cairn::ErrorKind::already_exists, "overwrite");
+  CHECK(ck.save(5, ck::make(6), {.force = true, .overwrite = true}));
+  ck::State s;
+  ck.load(5, s);
+  CHECK(s.w[0] == 6.0f);
+  CHECK_CAIRN_ERROR(ck.save(3, ck::make(3), {.force = true}), cairn::ErrorKind::invalid_argument, "allow_older");
+  CHECK(ck.save(3, ck::make(3), {.force = true, .allow_older = true}));
+  CHECK(ck.steps() == std::vector<std::int64_t>{3, 5});
+  CHECK(ck.latest() == 5);
+  CHECK(test::read_file(dir / "root/latest") == "5\n");
+}
+
+TEST_CASE("retention policies pick the steps to keep") {
+  using R = cairn::RetentionPolicy;
+  std::vector<cairn::StepInfo> s;
+  for (std::int64_t step = 1; step <= 10; ++step) {
+    cairn::StepInfo i{step * 100, step * 1000 * 60, cairn::Json::object()};
+    if (step != 4) i.metrics["loss"] = 1.0 / static_cast<double>(step % 5 + 1);
+    s.push_back(i);
+  }
+  CHECK(R::keep_latest(3).keep(s) == std::set<std::int64_t>{800, 900, 1000});
+  CHECK(R::keep_every_n_steps(300).keep(s) == std::set<std::int64_t>{300, 600, 900});
+  CHECK(R::keep_every_n_seconds(180).keep(s) == std::set<std::int64_t>{100, 400, 700, 1000});
+  // loss 0.2 at step 9, then 0.25 at steps 3 and 8 (a tie goes to the newer step); step 4 would
+  // have been best but has no metric.
+  CHECK(R::best_n(2, "loss", R::Mode::min).keep(s) == std::set<std::int64_t>{800, 900});
+  CHECK(R::best_n(2, "loss", R::Mode::min).keep(s).count(400) == 0);  // no metric: never among the best
+  CHECK(R::best_n(1, "loss", R::Mode::max).keep(s) == std::set<std::int64_t>{1000});
+  CHECK(R::any_of({R::keep_latest(1), R::keep_every_n_steps(500)}).keep(s) == std::set<std::int64_t>{500, 1000});
+  CHECK(R::keep_all().keep(s).size() == 10);
+}
+
+TEST_CASE("retention deletes only after a commit and never the latest") {
+  test::TempDir dir;
+  cairn::CheckpointerOptions o;
+  o.retention = cairn::RetentionPolicy::any_of({cairn::RetentionPolicy::keep_latest(2),
+                                                cairn::RetentionPolicy::best_n(1, "acc", cairn::RetentionPolicy::Mode::max)});
+  cairn::Checkpointer ck(dir / "root", o);
+  const double acc[] = {0.5, 0.9, 0.6, 0.7, 0.65};
+  for (int i = 0; i < 5; ++i) {
+    cairn::StepSaveOptions a;
+    a.metrics = cairn::Json::object({{"acc", acc[i]}});
+    ck.save(i + 1, ck::make(static_cast<float>(i)), a);
+  }
+  CHECK(ck.steps() == std::vector<std::int64_t>{2, 4, 5});
+  CHECK(ck::dir_names(dir / "root") == std::vector<std::string>{"2", "4", "5", "latest"});
+  CHECK(ck.metrics(2).at("acc").as_double() == 0.9);
+  cairn::CheckpointerOptions nothing;
+  nothing.retention = cairn::RetentionPolicy::custom([](const std::vector<cairn::StepInfo>&) { return std::set<std::int64_t>{}; });
+  cairn::Checkpointer ck2(dir / "root", nothing);
+  ck2.save(6, ck::make(6));
+  CHECK(ck2.steps() == std::vector<std::int64_t>{6});  // the latest survives a policy that keeps nothing
+}
+
+TEST_CASE("one checkpoint holds a tree, a JSON object and a cereal object; load all or a subset") {
+  test::TempDir dir;
+  cairn::Checkpointer ck(dir / "root");
+  ck::State state = ck::make(2);
+  cairn::Json progress = cairn::Json::object({{"epoch", 4}, {"loss", 0.5}, {"lr", 1e-3}});
+  std::mt19937_64 rng(7);
+  rng.discard(100);
+  std::ostringstream rs;
+  rs << rng;
+  ck::Progress data{rs.str(), 4, 1234};
+  cairn::Items items;
+  items.tree("state", state).json("progress", progress).object("data", data);
+  ck.save(1, items);
+  auto meta = ck.metadata(1);
+  REQUIRE(meta.items.size() == 3);
+  CHECK(meta.items[1].kind == "json");
+  CHECK(meta.items[2].kind == "cereal");
+
+  ck::State s2;
+  cairn::Json p2;
+  ck::Progress d2;
+  auto reports = ck.load(1, cairn::Items().tree("state", s2).json("progress", p2).object("data", d2));
+  CHECK(reports.size() == 3);
+  CHECK(s2.w == state.w);
+  CHECK(p2 == progress);
+  CHECK(d2.offset == 1234);
+  std::mt19937_64 rng2;
+  std::istringstream(d2.rng) >> rng2;
+  CHECK(rng2() == rng());
+  ck::Progress only;
+  ck.load(cairn::Items().object("data", only));  // a subset, from the latest step
+  CHECK(only.epoch == 4);
+  CHECK_CAIRN_ERROR(ck.load(1, cairn::Items().object("missing", only)), cairn::ErrorKind::not_found, "missing");
+  const ck::State& frozen = state;
+  CHECK_CAIRN_ERROR(ck.load(1, cairn::Items().tree("state", frozen)), cairn::ErrorKind::invalid_argument, "const");
+}
+
+TEST_CASE("save_async is a snapshot: the state may change right after the call") {
+  test::TempDir dir;
+  for (std::uint64_t budget : {std::uint64_t{1} << 30, std::uint64_t{8000}, std::uint64_t{0}}) {
+    CAPTURE(budget);
+    cairn::CheckpointerOptions o;
+    o.async_memory_budget = budget;
+    const std::string root = dir / ("b" + std::to_string(budget));
+    cairn::Checkpointer ck(root, o);
+    ck::State state = ck::make(1);
+    state.w.resize(200000, 1.0f);
+    for (std::int64_t step = 1; step <= 5; ++step) {
+      state.step = step;
+      std::fill(state.w.begin(), state.w.end(), static_cast<float>(step));
+      state.m.setConstant(static_cast<double>(step));
+      CHECK(ck.save_async(step, state));
+      // Mutate at once, as an optimizer step would.
+      std::fill(state.w.begin(), state.w.end(), -1.0f);
+      state.m.setConstant(-1.0);
+      state.step = -1;
+    }
+    ck.wait();
+    for (std::int64_t step = 1; step <= 5; ++step) {
+      ck::State back;
+      ck.load(step, back);
+      CHECK(back.step == step);
+      CHECK(std::all_of(back.w.begin(), back.w.end(), [&](float x) { return x == static_cast<float>(step); }));
+      CHECK((back.m.array() == static_cast<double>(step)).all());
+    }
+  }
+}
+
+TEST_CASE("async errors surface from wait() or the next call, never lost") {
+  test::TempDir dir;
+  cairn::Checkpointer ck(dir / "root");
+  std::vector<std::int64_t> ids = {1, 2, 1000};
+  cairn::StepSaveOptions bad;
+  bad.cast = {{"*", cairn::DType::int8, false}};
+  CHECK(ck.save_async(1, ids, bad));  // the cast fails on the background thread
+  CHECK_CAIRN_ERROR(ck.wait(), cairn::ErrorKind::value_out_of_range, "element 2");
+  ck.wait();  // reported once
+  CHECK(ck.save_async(2, ids, bad));
+  CHECK_CAIRN_ERROR(ck.save(3, ids), cairn::ErrorKind::value_out_of_range, "int8");
+  CHECK(ck.steps().empty());
+  CHECK(ck::dir_names(dir / "root").empty());  // no temporary directories left behind
+  CHECK(ck.save(4, ids));
+  CHECK(ck.latest() == 4);
+}
+
+TEST_CASE("the destructor finishes the save in flight") {
+  test::TempDir dir;
+  {
+    cairn::Checkpointer ck(dir / "root");
+    ck.save_async(7, ck::make(7));
+  }
+  cairn::Checkpointer again(dir / "root");
+  CHECK(again.latest() == 7);
+}
+
+TEST_CASE("leftovers of crashes are ignored and cleaned; incomplete steps are never deleted") {
+  test::TempDir dir;
+  const std::string root = dir / "root";
+  {
+    cairn::Checkpointer ck(root);
+    ck.save(1, ck::make(1));
+    ck.save(2, ck::make(2));
+  }
+  // A save killed before its commit, a deletion killed half-way, a step copied without its marker.
+  std::filesystem::create_directories(root + "/3.cairn-tmp-999999-0");
+  std::filesystem::copy(root + "/1", root + "/1.cairn-tmp-delete-999999", std::filesystem::copy_options::recursive);
+  std::filesystem::copy(root + "/2", root + "/4", std::filesystem::copy_options::recursive);
+  std::filesystem::remove(root + "/4/_CHECKPOINT");
+  test::write_file(root + "/latest", "1\n");  // a marker older than the newest commit
+  cairn::Checkpointer ck(root);
+  CHECK(ck.steps() == std::vector<std::int64_t>{1, 2});
+  CHECK(ck.latest() == 2);
+  CHECK(test::read_file(root + "/latest") == "2\n");
+  CHECK(ck::dir_names(root) == std::vector<std::string>{"1", "2", "4", "latest"});
+  ck::State s;
+  ck.load(s);
+  CHECK(s.w[0] == 2.0f);
+  CHECK_CAIRN_ERROR(ck.load(4, s), cairn::ErrorKind::not_found, "4");
+}
