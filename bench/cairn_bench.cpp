@@ -29,6 +29,9 @@ struct Options {
   int repeat = 3;
   bool json = false;
   bool warm = false;  // keep written data in the page cache before reading
+  bool async = false;  // the Checkpointer benchmarks instead
+  int saves = 1000;    // async saves for the memory-growth measurement
+  double step_ms = 50; // compute per training step in the loop benchmark
 };
 
 std::uint64_t parse_bytes(const std::string& s) {
@@ -52,7 +55,10 @@ void usage() {
       "  --dir DIR           where to write (default /tmp/cairn-bench; use the disk you care about)\n"
       "  --repeat R          runs per measurement, the median is reported (default 3)\n"
       "  --warm              read from the page cache (default: evict written files first)\n"
-      "  --json              one JSON object instead of the table");
+      "  --json              one JSON object instead of the table\n"
+      "  --async             Checkpointer benchmarks: save_async blocking time vs one in-memory copy,\n"
+      "                      a loop checkpointing every step vs not, RSS across --saves N async saves\n"
+      "  --step-ms MS        compute per training step in the loop benchmark (default 50)");
 }
 
 double now_s() {
@@ -183,7 +189,7 @@ Results run(const Options& o) {
   r.partial_leaves = state["g000"].size();
   std::filesystem::remove_all(o.dir);
   std::filesystem::create_directories(o.dir);
-  const std::string raw = o.dir + "/raw.bin", ckpt = o.dir + "/ckpt";
+  const std::string raw_dir = o.dir + "/raw", raw = raw_dir + "/raw.bin", ckpt = o.dir + "/ckpt";
   // Memory first, in child processes, before the timing runs leave freed memory in the heap
   // (which a later allocation would reuse without raising the peak).
   ::malloc_trim(0);
@@ -196,14 +202,31 @@ Results run(const Options& o) {
   std::vector<double> raw_w, raw_r, raw_new_t, save_t, load_into_t, load_new_t;
   State<T> target = state;  // an existing state to restore into (same shapes)
   for (int rep = 0; rep < o.repeat; ++rep) {
-    // Remove the previous files and let the filesystem settle (this ext4 mount discards
-    // freed blocks), then time plain and cairn back to back, alternating which goes first.
-    std::filesystem::remove(raw);
-    std::filesystem::remove_all(ckpt);
-    ::sync();
-    auto time_raw = [&] { double t0 = now_s(); raw_write(state, raw); raw_w.push_back(now_s() - t0); ::sync(); };
-    auto time_save = [&] { double t0 = now_s(); cairn::save(ckpt, state); save_t.push_back(now_s() - t0); ::sync(); };
-    if (rep % 2) { time_save(); time_raw(); } else { time_raw(); time_save(); }
+    // Both writers follow the same filesystem pattern: delete their previous output, sync,
+    // then write one new file in a new directory (a checkpoint is a directory). Each writer's
+    // runs come one after another, so each writes into the space its previous run freed: on
+    // this machine's ext4 (mounted with discard) the time of a 1 GiB write depends several-fold
+    // on such history, and interleaving the two writers measured the filesystem, not them.
+    auto time_raw = [&] {
+      std::filesystem::remove_all(raw_dir);
+      ::sync();
+      double t0 = now_s();
+      std::filesystem::create_directories(raw_dir);
+      raw_write(state, raw);
+      raw_w.push_back(now_s() - t0);
+    };
+    auto time_save = [&] {
+      std::filesystem::remove_all(ckpt);
+      ::sync();
+      double t0 = now_s();
+      cairn::save(ckpt, state);
+      save_t.push_back(now_s() - t0);
+    };
+    // Writes are grouped (all plain runs, then all cairn runs; see below), reads alternate.
+    if (rep == 0) {
+      for (int k = 0; k < o.repeat; ++k) time_raw();
+      for (int k = 0; k < o.repeat; ++k) time_save();
+    }
 
     auto cold = [&] { if (!o.warm) { evict(raw); evict_tree(ckpt); } };
     auto time_read = [&] { cold(); double t0 = now_s(); raw_read(target, raw); raw_r.push_back(now_s() - t0); };
@@ -249,6 +272,95 @@ Results run(const Options& o) {
   return r;
 }
 
+// ---- Checkpointer (async) benchmarks ----
+
+int async_bench(const Options& o) {
+  using Tree = std::vector<std::vector<float>>;
+  std::mt19937_64 rng(1);
+  Tree state(o.leaves);
+  for (auto& leaf : state) {
+    leaf.resize(static_cast<std::size_t>(o.bytes / o.leaves / sizeof(float)));
+    for (auto& x : leaf) x = static_cast<float>(rng() % 1000);
+  }
+  const double mib = static_cast<double>(o.bytes) / (1 << 20);
+  std::filesystem::remove_all(o.dir);
+
+  // 1. How long save_async blocks, beside one in-memory copy of the state.
+  std::vector<double> copy_t, block_t, total_t;
+  {
+    cairn::CheckpointerOptions co;
+    co.retention = cairn::RetentionPolicy::keep_latest(1);
+    cairn::Checkpointer ck(o.dir + "/blocking", co);
+    for (int rep = 0; rep < o.repeat; ++rep) {
+      double t0 = now_s();
+      Tree copy = state;
+      copy_t.push_back(now_s() - t0);
+      copy = Tree();
+      t0 = now_s();
+      ck.save_async(rep + 1, state);
+      block_t.push_back(now_s() - t0);
+      ck.wait();
+      total_t.push_back(now_s() - t0);
+    }
+  }
+  // 2. A training loop: each step computes for step_ms and updates the state; with and without
+  //    an async checkpoint every step.
+  auto loop = [&](bool checkpoint, int n) {
+    cairn::CheckpointerOptions co;
+    co.retention = cairn::RetentionPolicy::keep_latest(2);
+    cairn::Checkpointer ck(o.dir + (checkpoint ? "/loop" : "/noloop"), co);
+    const double t0 = now_s();
+    for (int step = 1; step <= n; ++step) {
+      const double until = now_s() + o.step_ms / 1000.0;
+      float acc = 0;
+      while (now_s() < until) acc += 1.0f;  // stands for the forward and backward pass
+      state[static_cast<std::size_t>(step) % state.size()][0] = acc;
+      if (checkpoint) ck.save_async(step, state);
+    }
+    ck.wait();
+    return n / (now_s() - t0);
+  };
+  const int loop_steps = 40;
+  const double plain_rate = loop(false, loop_steps);
+  const double ckpt_rate = loop(true, loop_steps);
+
+  // 3. RSS across many async saves.
+  std::uint64_t rss_first = 0, rss_last = 0;
+  {
+    cairn::CheckpointerOptions co;
+    co.retention = cairn::RetentionPolicy::keep_latest(2);
+    cairn::Checkpointer ck(o.dir + "/many", co);
+    for (int i = 1; i <= o.saves; ++i) {
+      state[0][0] = static_cast<float>(i);
+      ck.save_async(i, state);
+      if (i == 10) { ck.wait(); rss_first = rss_bytes(); }
+    }
+    ck.wait();
+    rss_last = rss_bytes();
+  }
+  std::filesystem::remove_all(o.dir);
+  const double copy = median(copy_t), block = median(block_t), total = median(total_t);
+  if (o.json) {
+    std::printf("{\"state_bytes\":%llu,\"leaves\":%zu,\"copy_s\":%.6f,\"save_async_blocks_s\":%.6f,\"blocks_vs_copy\":%.3f,"
+                "\"save_async_total_s\":%.6f,\"loop_steps_per_s_plain\":%.3f,\"loop_steps_per_s_checkpointing\":%.3f,"
+                "\"loop_ratio\":%.3f,\"saves\":%d,\"rss_after_10_bytes\":%llu,\"rss_after_all_bytes\":%llu}\n",
+                static_cast<unsigned long long>(o.bytes), o.leaves, copy, block, block / copy, total, plain_rate, ckpt_rate,
+                ckpt_rate / plain_rate, o.saves, static_cast<unsigned long long>(rss_first),
+                static_cast<unsigned long long>(rss_last));
+    return 0;
+  }
+  std::printf("cairn-bench --async: state of %.1f MiB in %zu leaves, in %s (median of %d)\n", mib, o.leaves, o.dir.c_str(), o.repeat);
+  std::printf("  %-34s %9.2f ms\n", "copy the state once in memory", copy * 1e3);
+  std::printf("  %-34s %9.2f ms  %.2fx of the copy\n", "save_async blocks for", block * 1e3, block / copy);
+  std::printf("  %-34s %9.2f ms\n", "until committed (wait)", total * 1e3);
+  std::printf("  %-34s %9.2f steps/s\n", "loop, no checkpoints", plain_rate);
+  std::printf("  %-34s %9.2f steps/s  %.2fx  (%.0f ms of compute per step)\n", "loop, save_async every step", ckpt_rate,
+              ckpt_rate / plain_rate, o.step_ms);
+  std::printf("  %-34s %9.1f MiB after 10 saves, %.1f MiB after %d\n", "RSS across async saves",
+              static_cast<double>(rss_first) / (1 << 20), static_cast<double>(rss_last) / (1 << 20), o.saves);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -272,9 +384,13 @@ int main(int argc, char** argv) {
     else if (a == "--repeat") o.repeat = std::max(1, std::stoi(next()));
     else if (a == "--warm") o.warm = true;
     else if (a == "--json") o.json = true;
+    else if (a == "--async") o.async = true;
+    else if (a == "--saves") o.saves = std::stoi(next());
+    else if (a == "--step-ms") o.step_ms = std::stod(next());
     else { usage(); return a == "--help" || a == "-h" ? 0 : 2; }
   }
   if (o.leaves == 0) { usage(); return 2; }
+  if (o.async) return async_bench(o);
   Results r;
   if (o.dtype == "float32") r = run<float>(o);
   else if (o.dtype == "float64") r = run<double>(o);

@@ -2128,24 +2128,16 @@ CAIRN_END_NAMESPACE
 
 #include <unistd.h>
 
-// ----- begin cairn/format/files.hpp -----
-// The files of a checkpoint directory, and reading its metadata safely. Everything read here
-// is untrusted: sizes are capped, the metadata's CRC is checked against the commit marker,
-// JSON nesting is bounded before cereal parses it, and every record is cross-checked.
-//
-//   <checkpoint>/_CHECKPOINT      commit marker, written last (format, version, CRCs of the two below)
-//   <checkpoint>/_METADATA        tree structure, dtypes, shapes, chunk locations (cereal JSON)
-//   <checkpoint>/_USER_METADATA   the caller's JSON object
-//   <checkpoint>/data-<process>-<n>.bin   array bytes
+// ----- begin cairn/checkpoint/snapshot.hpp -----
+// A snapshot of one item of a checkpoint: its node records and one view per leaf. A view
+// either points into the caller's memory (a synchronous save writes straight from it) or owns
+// a copy (an async save, so the caller may change its state at once). Items of other kinds (a
+// JSON object, a cereal-serialized object) are snapshots of one byte leaf.
 
-#include <algorithm>
-#include <map>
-#include <set>
-#include <sstream>
+#include <cstring>
+#include <memory>
 #include <string>
-#include <unordered_set>
-
-#include <cereal/archives/json.hpp>
+#include <vector>
 
 // ----- begin cairn/format/records.hpp -----
 // The checkpoint metadata as C++ records (docs/format.md is their specification), and their
@@ -2346,6 +2338,87 @@ void load(Archive& ar, CheckpointMetadata& m) {
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/format/records.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+struct SnapshotLeaf {
+  KeyPath path;
+  LeafView view;
+};
+
+struct ItemSnapshot {
+  std::string name;
+  std::string kind = "tree";  // "tree", "json" or "cereal"
+  std::vector<NodeRecord> nodes;
+  std::vector<SnapshotLeaf> leaves;
+
+  std::uint64_t leaf_bytes() const {
+    std::uint64_t n = 0;
+    for (const auto& l : leaves) n += l.view.nbytes;
+    return n;
+  }
+};
+
+// Views into the tree's own memory; nothing is copied.
+template <class T>
+ItemSnapshot view_tree(const std::string& name, const T& tree) {
+  ItemSnapshot s;
+  s.name = name;
+  walk_tree(
+      tree,
+      [&](const auto&, const KeyPath& p, NodeKind k) {
+        s.nodes.push_back({p, k});
+        return true;
+      },
+      [&](const auto& value, const KeyPath& p) {
+        s.leaves.push_back({p, leaf_traits<std::remove_cvref_t<decltype(value)>>::view(value)});
+      });
+  return s;
+}
+
+// Makes a view own a copy of its bytes.
+inline void own_copy(LeafView& v) {
+  if (v.nbytes == 0) return;
+  std::shared_ptr<unsigned char[]> copy(new unsigned char[static_cast<std::size_t>(v.nbytes)]);
+  std::memcpy(copy.get(), v.data, static_cast<std::size_t>(v.nbytes));
+  v.data = copy.get();
+  v.owner = std::shared_ptr<const void>(copy, copy.get());
+}
+
+// An item that is one array of bytes (JSON text, a cereal archive), owning them.
+inline ItemSnapshot bytes_item(const std::string& name, const std::string& kind, DType dtype, std::string bytes) {
+  ItemSnapshot s;
+  s.name = name;
+  s.kind = kind;
+  auto owned = std::make_shared<std::string>(std::move(bytes));
+  LeafView v{dtype, {static_cast<std::int64_t>(owned->size())}, Order::C, owned->data(), owned->size(), owned};
+  s.leaves.push_back({KeyPath(), std::move(v)});
+  return s;
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/snapshot.hpp -----
+// ----- begin cairn/format/files.hpp -----
+// The files of a checkpoint directory, and reading its metadata safely. Everything read here
+// is untrusted: sizes are capped, the metadata's CRC is checked against the commit marker,
+// JSON nesting is bounded before cereal parses it, and every record is cross-checked.
+//
+//   <checkpoint>/_CHECKPOINT      commit marker, written last (format, version, CRCs of the two below)
+//   <checkpoint>/_METADATA        tree structure, dtypes, shapes, chunk locations (cereal JSON)
+//   <checkpoint>/_USER_METADATA   the caller's JSON object
+//   <checkpoint>/data-<process>-<n>.bin   array bytes
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <unordered_set>
+
+#include <cereal/archives/json.hpp>
+
 // ----- begin cairn/io/crc32c.hpp -----
 // CRC32C (Castagnoli), the checksum of every stored chunk and metadata file. x86-64 uses the
 // SSE4.2 crc32 instruction (chosen at run time, no compile flags needed), three streams at
@@ -3129,30 +3202,39 @@ class CheckpointWriter {
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return tmp_; }
 
-  // Adds a tree item: every leaf's bytes go to the data file (cast first where a rule says).
-  template <class T>
-  SaveReport add_tree(const std::string& item_name, const T& tree, const SaveOptions& options) {
+  // Starts an item; its leaves follow through add_leaf, then finish_item.
+  void begin_item(const std::string& name, const std::string& kind, std::vector<NodeRecord> nodes) {
+    for (const auto& i : metadata_.items)
+      if (i.name == name) throw Error(ErrorKind::invalid_argument, "two items named '" + name + "'", path_);
     ItemRecord item;
-    item.name = item_name;
+    item.name = name;
+    item.kind = kind;
+    item.nodes = std::move(nodes);
+    metadata_.items.push_back(std::move(item));
+  }
+  // Writes one leaf of the current item (cast first where a rule says, for tree items).
+  void add_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
+    ItemRecord& item = metadata_.items.back();
+    static const SaveOptions no_casts;
+    try {
+      item.leaves.push_back(write_leaf(p, view, item.kind == "tree" ? options : no_casts, report));
+    } catch (const Error& e) {
+      throw e.with_key(p.str());
+    }
+    ++report.leaves;
+  }
+
+  SaveReport add_item(const ItemSnapshot& snapshot, const SaveOptions& options) {
     SaveReport report;
     report.path = path_;
-    walk_tree(
-        tree,
-        [&](const auto&, const KeyPath& p, NodeKind k) {
-          item.nodes.push_back({p, k});
-          return true;
-        },
-        [&](const auto& value, const KeyPath& p) {
-          LeafView view = leaf_traits<std::remove_cvref_t<decltype(value)>>::view(value);
-          try {
-            item.leaves.push_back(write_leaf(p, view, options, report));
-          } catch (const Error& e) {
-            throw e.with_key(p.str());
-          }
-        });
-    report.leaves = item.leaves.size();
-    metadata_.items.push_back(std::move(item));
+    begin_item(snapshot.name, snapshot.kind, snapshot.nodes);
+    for (const auto& leaf : snapshot.leaves) add_leaf(leaf.path, leaf.view, options, report);
     return report;
+  }
+
+  template <class T>
+  SaveReport add_tree(const std::string& item_name, const T& tree, const SaveOptions& options) {
+    return add_item(view_tree(item_name, tree), options);
   }
 
   void commit(const Json& user_metadata) {
@@ -3729,6 +3811,814 @@ inline CheckpointMetadata metadata(const std::string& path) { return detail::rea
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/load.hpp -----
+// ----- begin cairn/checkpoint/items.hpp -----
+// Checkpointables: one checkpoint holding several named items. The array tree, a JSON object
+// (epoch, loss, learning rate), and any cereal-serializable object (a data iterator's
+// position, an RNG state, a config struct). Save all of them together; load all or a subset.
+//
+//   cairn::Items items;
+//   items.tree("state", state).json("progress", progress).object("rng", rng_state);
+//   cairn::save(path, items);
+//   cairn::load(path, cairn::Items().tree("state", state).object("rng", rng_state));
+
+#include <functional>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <cereal/archives/portable_binary.hpp>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+class Items {
+ public:
+  // A tree item. Pass a const object to save only, a mutable one to save or load into.
+  template <class T>
+  Items& tree(std::string name, T& value) {
+    require_tree_type<std::remove_const_t<T>>();
+    Entry e{std::move(name), "tree", {}, {}};
+    const T* cvalue = &value;
+    e.snapshot = [cvalue](const std::string& n) { return detail::view_tree(n, *cvalue); };
+    if constexpr (!std::is_const_v<T>) {
+      T* target = &value;
+      e.load = [target](const std::string& path, const std::string& n, LoadOptions options) {
+        options.item = n;
+        return cairn::load(path, *target, options);
+      };
+    }
+    return add(std::move(e));
+  }
+
+  // A JSON object (or any JSON value), stored as its text.
+  template <class J>
+  Items& json(std::string name, J& value) {
+    static_assert(std::is_same_v<std::remove_const_t<J>, Json>, "cairn::Items::json takes a cairn::Json");
+    Entry e{std::move(name), "json", {}, {}};
+    const Json* cvalue = &value;
+    e.snapshot = [cvalue](const std::string& n) { return detail::bytes_item(n, "json", DType::string, cvalue->dump()); };
+    if constexpr (!std::is_const_v<J>) {
+      Json* target = &value;
+      e.load = [target](const std::string& path, const std::string& n, LoadOptions options) {
+        options.item = n;
+        options.subtree.clear();
+        std::string text;
+        LoadReport r = cairn::load(path, text, options);
+        *target = Json::parse(text, path + " (item '" + n + "')");
+        return r;
+      };
+    }
+    return add(std::move(e));
+  }
+
+  // Any object cereal can serialize, stored as a portable binary cereal archive.
+  template <class T>
+  Items& object(std::string name, T& value) {
+    Entry e{std::move(name), "cereal", {}, {}};
+    const T* cvalue = &value;
+    e.snapshot = [cvalue](const std::string& n) {
+      std::ostringstream out;
+      {
+        cereal::PortableBinaryOutputArchive ar(out);
+        ar(*cvalue);
+      }
+      return detail::bytes_item(n, "cereal", DType::uint8, out.str());
+    };
+    if constexpr (!std::is_const_v<T>) {
+      T* target = &value;
+      e.load = [target](const std::string& path, const std::string& n, LoadOptions options) {
+        options.item = n;
+        options.subtree.clear();
+        std::vector<std::uint8_t> bytes;
+        LoadReport r = cairn::load(path, bytes, options);
+        try {
+          std::istringstream in(std::string(bytes.begin(), bytes.end()));
+          cereal::PortableBinaryInputArchive ar(in);
+          T loaded{};
+          ar(loaded);
+          *target = std::move(loaded);
+        } catch (const Error&) {
+          throw;
+        } catch (const std::exception& ex) {
+          throw Error(ErrorKind::corrupt, std::string("cereal could not read the object: ") + ex.what(), path, n);
+        }
+        return r;
+      };
+    }
+    return add(std::move(e));
+  }
+
+  std::size_t size() const { return entries_.size(); }
+
+  // For the writers: one snapshot per item (views into the objects' memory for trees).
+  std::vector<detail::ItemSnapshot> snapshots() const {
+    std::vector<detail::ItemSnapshot> out;
+    for (const auto& e : entries_) out.push_back(e.snapshot(e.name));
+    return out;
+  }
+
+  // Loads every item named here from the checkpoint (reads nothing of the other items).
+  std::vector<std::pair<std::string, LoadReport>> load_all(const std::string& path, const LoadOptions& options) const {
+    std::vector<std::pair<std::string, LoadReport>> reports;
+    for (const auto& e : entries_) {
+      if (!e.load)
+        throw Error(ErrorKind::invalid_argument, "item '" + e.name + "' was given as const: it can be saved, not loaded", path);
+      reports.emplace_back(e.name, e.load(path, e.name, options));
+    }
+    return reports;
+  }
+
+ private:
+  struct Entry {
+    std::string name, kind;
+    std::function<detail::ItemSnapshot(const std::string&)> snapshot;
+    std::function<LoadReport(const std::string&, const std::string&, LoadOptions)> load;
+  };
+  Items& add(Entry e) {
+    if (e.name.empty()) throw Error(ErrorKind::invalid_argument, "items need a name");
+    for (const auto& x : entries_)
+      if (x.name == e.name) throw Error(ErrorKind::invalid_argument, "two items named '" + e.name + "'");
+    entries_.push_back(std::move(e));
+    return *this;
+  }
+  std::vector<Entry> entries_;
+};
+
+// Saves several named items as one checkpoint (committed atomically, like save()).
+inline SaveReport save(const std::string& path, const Items& items, const SaveOptions& options = {}) {
+  detail::CheckpointWriter writer(path, options.overwrite);
+  SaveReport total;
+  total.path = writer.path();
+  for (const auto& snapshot : items.snapshots()) {
+    SaveReport r = writer.add_item(snapshot, options);
+    total.leaves += r.leaves;
+    total.bytes_written += r.bytes_written;
+    total.cast.insert(total.cast.end(), r.cast.begin(), r.cast.end());
+  }
+  writer.commit(options.user_metadata);
+  return total;
+}
+
+// Loads the items named in `items` (a subset of the checkpoint's is fine); one report per item.
+inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, const Items& items,
+                                                            const LoadOptions& options = {}) {
+  return items.load_all(path, options);
+}
+inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, Items& items,
+                                                            const LoadOptions& options = {}) {
+  return items.load_all(path, options);
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/items.hpp -----
+// ----- begin cairn/manager/policies.hpp -----
+// When a training loop saves (SavePolicy) and which checkpoints it keeps (RetentionPolicy),
+// composable as Orbax's and TensorFlow's managers compose them; and the preemption flag a
+// signal handler sets.
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+// ---- preemption ----
+
+namespace detail {
+inline volatile std::sig_atomic_t& preemption_flag() {
+  static volatile std::sig_atomic_t flag = 0;
+  return flag;
+}
+extern "C" inline void cairn_preemption_handler(int) { preemption_flag() = 1; }
+}  // namespace detail
+
+// Installs a handler for these signals (SIGTERM by default, as schedulers send) that only
+// sets a flag. The next should_save() says yes under SavePolicy::on_preemption(), and
+// preemption_requested() tells the loop to stop after that save.
+inline void handle_preemption_signals(std::initializer_list<int> signals = {SIGTERM}) {
+  for (int s : signals) std::signal(s, detail::cairn_preemption_handler);
+}
+inline bool preemption_requested() { return detail::preemption_flag() != 0; }
+inline void request_preemption() { detail::preemption_flag() = 1; }  // for tests and custom triggers
+inline void clear_preemption() { detail::preemption_flag() = 0; }
+
+// ---- save policies ----
+
+// What a save policy sees when asked about a step.
+struct SaveContext {
+  std::int64_t step = 0;
+  std::optional<std::int64_t> latest_step;  // newest committed checkpoint, if any
+  double seconds_since_last_save = 0;       // since the last save of this process, or the latest checkpoint's commit
+  bool preemption = false;                  // a preemption signal has arrived
+};
+
+class SavePolicy {
+ public:
+  using Predicate = std::function<bool(const SaveContext&)>;
+  explicit SavePolicy(Predicate p) : p_(std::move(p)) {}
+
+  bool should_save(const SaveContext& c) const { return p_(c); }
+
+  // Steps that are multiples of n (and not already saved).
+  static SavePolicy every_n_steps(std::int64_t n) {
+    if (n <= 0) n = 1;
+    return SavePolicy([n](const SaveContext& c) { return c.step % n == 0 && (!c.latest_step || *c.latest_step != c.step); });
+  }
+  static SavePolicy at_steps(std::set<std::int64_t> steps) {
+    return SavePolicy([steps = std::move(steps)](const SaveContext& c) { return steps.count(c.step) != 0; });
+  }
+  // At least `seconds` since the last save (the first step always qualifies).
+  static SavePolicy every_n_seconds(double seconds) {
+    return SavePolicy([seconds](const SaveContext& c) { return !c.latest_step || c.seconds_since_last_save >= seconds; });
+  }
+  static SavePolicy on_preemption() {
+    return SavePolicy([](const SaveContext& c) { return c.preemption; });
+  }
+  // The first step seen when no checkpoint exists yet.
+  static SavePolicy initial_save() {
+    return SavePolicy([](const SaveContext& c) { return !c.latest_step.has_value(); });
+  }
+  static SavePolicy any_of(std::vector<SavePolicy> policies) {
+    return SavePolicy([ps = std::move(policies)](const SaveContext& c) {
+      return std::any_of(ps.begin(), ps.end(), [&](const SavePolicy& p) { return p.should_save(c); });
+    });
+  }
+  static SavePolicy all_of(std::vector<SavePolicy> policies) {
+    return SavePolicy([ps = std::move(policies)](const SaveContext& c) {
+      return std::all_of(ps.begin(), ps.end(), [&](const SavePolicy& p) { return p.should_save(c); });
+    });
+  }
+  static SavePolicy custom(Predicate p) { return SavePolicy(std::move(p)); }
+
+ private:
+  Predicate p_;
+};
+
+// ---- retention policies ----
+
+// What a retention policy knows of each committed checkpoint.
+struct StepInfo {
+  std::int64_t step = 0;
+  std::int64_t created_unix_ms = 0;
+  Json metrics = Json::object();
+};
+
+class RetentionPolicy {
+ public:
+  // Given every committed step (sorted by step), the steps this policy keeps.
+  using Keep = std::function<std::set<std::int64_t>(const std::vector<StepInfo>&)>;
+  explicit RetentionPolicy(Keep k) : k_(std::move(k)) {}
+
+  std::set<std::int64_t> keep(const std::vector<StepInfo>& steps) const { return k_(steps); }
+
+  static RetentionPolicy keep_all() {
+    return RetentionPolicy([](const std::vector<StepInfo>& s) {
+      std::set<std::int64_t> out;
+      for (const auto& i : s) out.insert(i.step);
+      return out;
+    });
+  }
+  static RetentionPolicy keep_latest(std::size_t n) {
+    return RetentionPolicy([n](const std::vector<StepInfo>& s) {
+      std::set<std::int64_t> out;
+      for (std::size_t i = s.size() > n ? s.size() - n : 0; i < s.size(); ++i) out.insert(s[i].step);
+      return out;
+    });
+  }
+  // Steps that are multiples of n.
+  static RetentionPolicy keep_every_n_steps(std::int64_t n) {
+    return RetentionPolicy([n](const std::vector<StepInfo>& s) {
+      std::set<std::int64_t> out;
+      for (const auto& i : s)
+        if (n > 0 && i.step % n == 0) out.insert(i.step);
+      return out;
+    });
+  }
+  // One checkpoint per `seconds` of wall time (TensorFlow's keep_checkpoint_every_n_hours): the
+  // oldest, then each one at least `seconds` after the previous one kept.
+  static RetentionPolicy keep_every_n_seconds(double seconds) {
+    return RetentionPolicy([seconds](const std::vector<StepInfo>& s) {
+      std::set<std::int64_t> out;
+      std::optional<std::int64_t> last_ms;
+      for (const auto& i : s) {
+        if (!last_ms || static_cast<double>(i.created_unix_ms - *last_ms) >= seconds * 1000.0) {
+          out.insert(i.step);
+          last_ms = i.created_unix_ms;
+        }
+      }
+      return out;
+    });
+  }
+  enum class Mode { min, max };
+  // The n best steps by a numeric metric saved with them. Steps without that metric are never
+  // among the best (combine with keep_latest to keep them for a while).
+  static RetentionPolicy best_n(std::size_t n, std::string metric, Mode mode) {
+    return RetentionPolicy([n, metric = std::move(metric), mode](const std::vector<StepInfo>& s) {
+      std::vector<std::pair<double, std::int64_t>> scored;
+      for (const auto& i : s) {
+        const Json* v = i.metrics.find(metric);
+        if (v && v->is_number()) scored.emplace_back(mode == Mode::min ? v->as_double() : -v->as_double(), i.step);
+      }
+      std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first < b.first : a.second > b.second;  // ties: the newer step
+      });
+      std::set<std::int64_t> out;
+      for (std::size_t i = 0; i < scored.size() && i < n; ++i) out.insert(scored[i].second);
+      return out;
+    });
+  }
+  // Keeps what any of the policies keeps.
+  static RetentionPolicy any_of(std::vector<RetentionPolicy> policies) {
+    return RetentionPolicy([ps = std::move(policies)](const std::vector<StepInfo>& s) {
+      std::set<std::int64_t> out;
+      for (const auto& p : ps) {
+        auto k = p.keep(s);
+        out.insert(k.begin(), k.end());
+      }
+      return out;
+    });
+  }
+  static RetentionPolicy custom(Keep k) { return RetentionPolicy(std::move(k)); }
+
+ private:
+  Keep k_;
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/manager/policies.hpp -----
+// ----- begin cairn/manager/checkpointer.hpp -----
+// cairn::Checkpointer: the training-loop manager. Step directories under one root, save and
+// retention policies, async saves that return once the state is snapshotted, a `latest`
+// marker published only after a commit, and crash-safe resume (docs/checkpointer.md).
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <signal.h>
+#include <unistd.h>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+struct CheckpointerOptions {
+  // Step directory names: prefix + step, zero-padded to `step_digits`:
+  // "" / 0 -> "23", "" / 4 -> "0023", "step_" / 0 -> "step_23", "step_" / 4 -> "step_0023".
+  std::string step_prefix = {};
+  int step_digits = 0;
+  SavePolicy save_policy = SavePolicy::every_n_steps(1);
+  RetentionPolicy retention = RetentionPolicy::keep_all();
+  // Host memory an async save may hold for its snapshot. Up to this much, save_async copies
+  // the state and returns; beyond it, the snapshot streams: the call waits for earlier leaves
+  // to be written before copying more, and leaves larger than the budget are written from the
+  // caller's memory before the call returns.
+  std::uint64_t async_memory_budget = std::uint64_t{1} << 30;
+};
+
+struct StepSaveOptions {
+  Json metrics = Json::object();          // used by RetentionPolicy::best_n; returned by metrics(step)
+  Json custom_metadata = Json::object();  // anything else to keep with the step
+  bool force = false;                     // save even when the save policy says no
+  bool overwrite = false;                 // replace an existing checkpoint of this step
+  bool allow_older = false;               // allow a step older than the latest
+  std::vector<CastRule> cast = {};        // as SaveOptions::cast
+  OnOverflow on_overflow = OnOverflow::error;
+};
+
+class Checkpointer {
+ public:
+  explicit Checkpointer(std::string root, CheckpointerOptions options = {})
+      : root_(detail::normalize_dir(std::move(root))), options_(std::move(options)) {
+    std::error_code ec;
+    std::filesystem::create_directories(root_, ec);
+    if (ec) throw Error(ErrorKind::io, "cannot create checkpoint root: " + ec.message(), root_);
+    remove_leftovers();
+    scan();
+    if (auto l = latest()) write_latest_marker(*l);
+  }
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Finishes the save in flight. Its error, if any, can no longer be thrown: it is printed.
+  ~Checkpointer() {
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cairn::Checkpointer: the last async save failed: %s\n", e.what());
+    }
+  }
+
+  const std::string& root() const { return root_; }
+  std::string step_path(std::int64_t step) const { return root_ + "/" + step_name(step); }
+
+  std::optional<std::int64_t> latest() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (steps_.empty()) return std::nullopt;
+    return steps_.rbegin()->first;
+  }
+  std::vector<std::int64_t> steps() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::int64_t> out;
+    for (const auto& kv : steps_) out.push_back(kv.first);
+    return out;
+  }
+  Json metrics(std::int64_t step) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = steps_.find(step);
+    if (it == steps_.end()) throw Error(ErrorKind::not_found, "no checkpoint of step " + std::to_string(step), root_);
+    return it->second.metrics;
+  }
+
+  bool should_save(std::int64_t step) const {
+    SaveContext c;
+    c.step = step;
+    c.latest_step = latest();
+    c.preemption = preemption_requested();
+    c.seconds_since_last_save = seconds_since_last_save();
+    return options_.save_policy.should_save(c);
+  }
+
+  // Saves a tree (or Items) as this step if the save policy says so (or `force`); returns
+  // whether it saved. Blocks until the checkpoint has committed.
+  template <class T>
+  bool save(std::int64_t step, const T& state, const StepSaveOptions& args = {}) {
+    wait();
+    if (!args.force && !should_save(step)) return false;
+    auto job = prepare(step, snapshots_of(state), args);
+    for (auto& item : job->items)
+      for (auto& leaf : item.leaves) leaf.ready = true;
+    run_job(*job);
+    return true;
+  }
+
+  // Like save, but returns once the state is snapshotted (copied to host memory, within
+  // options.async_memory_budget); writing, fsync, commit and retention run on a background
+  // thread. The caller may change the state as soon as this returns. One save is in flight
+  // at a time: this first waits for the previous one (and throws its error, if it failed).
+  template <class T>
+  bool save_async(std::int64_t step, const T& state, const StepSaveOptions& args = {}) {
+    wait();
+    if (!args.force && !should_save(step)) return false;
+    std::shared_ptr<Job> job = prepare(step, snapshots_of(state), args);
+    worker_ = std::thread([this, job] {
+      try {
+        run_job(*job);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(job->mutex);
+        job->error = std::current_exception();
+        job->failed = true;
+        job->changed.notify_all();
+      }
+    });
+    try {
+      snapshot_streaming(*job);
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(job->mutex);
+        job->abandoned = true;
+        job->changed.notify_all();
+      }
+      worker_.join();
+      throw;
+    }
+    in_flight_ = job;
+    return true;
+  }
+
+  // Waits for the save in flight; throws its error if it failed.
+  void wait() {
+    if (worker_.joinable()) worker_.join();
+    if (in_flight_) {
+      std::exception_ptr e = in_flight_->error;
+      in_flight_.reset();
+      if (e) std::rethrow_exception(e);
+    }
+  }
+
+  template <class T>
+    requires(!std::is_same_v<std::remove_const_t<T>, Items>)
+  LoadReport load(std::int64_t step, T& target, const LoadOptions& options = {}) {
+    wait();
+    return cairn::load(existing_step_path(step), target, options);
+  }
+  // From the latest checkpoint.
+  template <class T>
+    requires(!std::is_same_v<std::remove_const_t<T>, Items>)
+  LoadReport load(T& target, const LoadOptions& options = {}) {
+    wait();
+    auto l = latest();
+    if (!l) throw Error(ErrorKind::not_found, "no checkpoint to load: the root holds none", root_);
+    return cairn::load(step_path(*l), target, options);
+  }
+  std::vector<std::pair<std::string, LoadReport>> load(std::int64_t step, const Items& items, const LoadOptions& options = {}) {
+    wait();
+    return cairn::load(existing_step_path(step), items, options);
+  }
+  std::vector<std::pair<std::string, LoadReport>> load(const Items& items, const LoadOptions& options = {}) {
+    wait();
+    auto l = latest();
+    if (!l) throw Error(ErrorKind::not_found, "no checkpoint to load: the root holds none", root_);
+    return cairn::load(step_path(*l), items, options);
+  }
+
+  CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(existing_step_path(step)); }
+
+ private:
+  struct JobLeaf {
+    KeyPath path;
+    LeafView view;
+    bool ready = false;    // snapshotted (or, for a direct leaf, may be written from user memory)
+    bool direct = false;   // larger than the budget: written from the caller's memory
+    bool written = false;
+  };
+  struct JobItem {
+    std::string name, kind;
+    std::vector<NodeRecord> nodes;
+    std::vector<JobLeaf> leaves;
+  };
+  struct Job {
+    std::int64_t step = 0;
+    StepSaveOptions args;
+    std::vector<JobItem> items;
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::uint64_t in_flight_bytes = 0;
+    bool failed = false, abandoned = false;
+    std::exception_ptr error;
+  };
+
+  template <class T>
+  static std::vector<detail::ItemSnapshot> snapshots_of(const T& state) {
+    if constexpr (std::is_same_v<T, Items>) return state.snapshots();
+    else return {detail::view_tree(default_item_name, state)};
+  }
+
+  std::shared_ptr<Job> prepare(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args) {
+    if (step < 0) throw Error(ErrorKind::invalid_argument, "steps are non-negative, got " + std::to_string(step), root_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (steps_.count(step) && !args.overwrite)
+        throw Error(ErrorKind::already_exists, "step " + std::to_string(step) + " is already saved (pass overwrite to replace it)", step_path(step));
+      if (!steps_.empty() && step < steps_.rbegin()->first && !args.allow_older)
+        throw Error(ErrorKind::invalid_argument, "step " + std::to_string(step) + " is older than the latest checkpoint (" +
+                    std::to_string(steps_.rbegin()->first) + "); pass allow_older to save it anyway", root_);
+    }
+    auto job = std::make_shared<Job>();
+    job->step = step;
+    job->args = args;
+    for (auto& s : snapshots) {
+      JobItem item{s.name, s.kind, std::move(s.nodes), {}};
+      for (auto& l : s.leaves) item.leaves.push_back({std::move(l.path), std::move(l.view)});
+      job->items.push_back(std::move(item));
+    }
+    return job;
+  }
+
+  // The caller's half of an async save: copy each leaf once the budget allows, in the order
+  // the writer takes them; leaves over the budget are written from the caller's memory while
+  // it waits.
+  void snapshot_streaming(Job& job) {
+    const std::uint64_t budget = options_.async_memory_budget;
+    for (auto& item : job.items) {
+      for (auto& leaf : item.leaves) {
+        std::unique_lock<std::mutex> lock(job.mutex);
+        if (leaf.view.owner || leaf.view.nbytes == 0) {  // already owned (JSON, cereal bytes) or empty
+          leaf.ready = true;
+          job.changed.notify_all();
+          continue;
+        }
+        if (leaf.view.nbytes > budget) {
+          leaf.direct = true;
+          leaf.ready = true;
+          job.changed.notify_all();
+          job.changed.wait(lock, [&] { return leaf.written || job.failed; });
+        } else {
+          job.changed.wait(lock, [&] { return job.in_flight_bytes + leaf.view.nbytes <= budget || job.failed; });
+          if (!job.failed) {
+            job.in_flight_bytes += leaf.view.nbytes;
+            lock.unlock();
+            detail::own_copy(leaf.view);
+            lock.lock();
+            leaf.ready = true;
+            job.changed.notify_all();
+          }
+        }
+        if (job.failed) return;  // the error surfaces from wait()
+      }
+    }
+  }
+
+  // The writer's half: write leaves as they become ready, commit, publish, apply retention.
+  void run_job(Job& job) {
+    SaveOptions so;
+    so.overwrite = job.args.overwrite;
+    so.cast = job.args.cast;
+    so.on_overflow = job.args.on_overflow;
+    const std::int64_t now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    so.user_metadata = Json::object({{"step", job.step},
+                                     {"created_unix_ms", now_ms},
+                                     {"metrics", job.args.metrics},
+                                     {"custom", job.args.custom_metadata}});
+    detail::CheckpointWriter writer(step_path(job.step), so.overwrite);
+    SaveReport report;
+    for (auto& item : job.items) {
+      writer.begin_item(item.name, item.kind, item.nodes);
+      for (auto& leaf : item.leaves) {
+        {
+          std::unique_lock<std::mutex> lock(job.mutex);
+          job.changed.wait(lock, [&] { return leaf.ready || job.abandoned; });
+          if (job.abandoned) throw Error(ErrorKind::io, "the snapshot was abandoned", step_path(job.step));
+        }
+        writer.add_leaf(leaf.path, leaf.view, so, report);
+        std::lock_guard<std::mutex> lock(job.mutex);
+        if (!leaf.direct) {
+          if (leaf.view.owner) job.in_flight_bytes -= std::min(job.in_flight_bytes, leaf.view.nbytes);
+          leaf.view.owner.reset();  // frees the copy
+          leaf.view.data = nullptr;
+        }
+        leaf.written = true;
+        job.changed.notify_all();
+      }
+    }
+    writer.commit(so.user_metadata);
+    StepInfo info{job.step, now_ms, job.args.metrics};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      steps_[job.step] = info;
+      last_save_ = std::chrono::steady_clock::now();
+    }
+    write_latest_marker(*latest());
+    apply_retention();
+  }
+
+  std::string step_name(std::int64_t step) const {
+    std::string digits = std::to_string(step);
+    if (static_cast<int>(digits.size()) < options_.step_digits)
+      digits.insert(0, static_cast<std::size_t>(options_.step_digits) - digits.size(), '0');
+    return options_.step_prefix + digits;
+  }
+
+  // The step a directory name stands for under this manager's scheme, if it is one.
+  std::optional<std::int64_t> parse_step(const std::string& name) const {
+    if (name.rfind(options_.step_prefix, 0) != 0) return std::nullopt;
+    std::string digits = name.substr(options_.step_prefix.size());
+    if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    const std::int64_t step = std::stoll(digits);
+    if (step_name(step) != name) return std::nullopt;
+    return step;
+  }
+
+  // Names another scheme would give a step: digits with any padding, with or without "step_".
+  static bool looks_like_step(const std::string& name) {
+    std::string digits = name.rfind("step_", 0) == 0 ? name.substr(5) : name;
+    return !digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string::npos;
+  }
+
+  void scan() {
+    std::map<std::int64_t, StepInfo> found;
+    std::vector<std::string> foreign;
+    for (const auto& e : std::filesystem::directory_iterator(root_)) {
+      if (!e.is_directory()) continue;
+      const std::string name = e.path().filename().string();
+      if (name.find(detail::temp_infix) != std::string::npos) continue;
+      const bool committed = detail::path_exists(root_ + "/" + name + "/" + detail::marker_file);
+      auto step = parse_step(name);
+      if (!step) {
+        if (committed && looks_like_step(name)) foreign.push_back(name);
+        continue;
+      }
+      // A step directory without its commit marker is incomplete (or was copied without it):
+      // ignored, never deleted.
+      if (!committed) continue;
+      found[*step] = read_step_info(*step);
+    }
+    if (!foreign.empty()) {
+      std::string list;
+      for (const auto& f : foreign) list += (list.empty() ? "" : ", ") + f;
+      throw Error(ErrorKind::invalid_argument,
+                  "the root holds checkpoints named with another step scheme (" + list + ") than this manager's ('" +
+                      step_name(23) + "' for step 23); set CheckpointerOptions::step_prefix and step_digits to match",
+                  root_);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    steps_ = std::move(found);
+  }
+
+  StepInfo read_step_info(std::int64_t step) const {
+    StepInfo info;
+    info.step = step;
+    try {
+      const std::string text = detail::read_whole_file(step_path(step) + "/" + detail::user_metadata_file, std::uint64_t{1} << 24);
+      Json user = Json::parse(text);
+      if (const Json* m = user.find("metrics"); m && m->is_object()) info.metrics = *m;
+      if (const Json* t = user.find("created_unix_ms"); t && t->is_int()) info.created_unix_ms = t->as_int();
+    } catch (const Error&) {
+      // Not written by a Checkpointer (or unreadable): it counts as a step without metrics.
+    }
+    return info;
+  }
+
+  // Temporary directories of saves and deletions that a crash interrupted. Those of a process
+  // still running (a concurrent saver) are left alone.
+  void remove_leftovers() {
+    for (const auto& e : std::filesystem::directory_iterator(root_)) {
+      const std::string name = e.path().filename().string();
+      const auto pos = name.find(detail::temp_infix);
+      if (pos == std::string::npos) continue;
+      std::string rest = name.substr(pos + std::string(detail::temp_infix).size());
+      if (rest.rfind("delete-", 0) == 0) rest = rest.substr(7);
+      const long pid = std::strtol(rest.c_str(), nullptr, 10);
+      if (pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
+      std::error_code ec;
+      std::filesystem::remove_all(e.path(), ec);
+    }
+  }
+
+  std::string existing_step_path(std::int64_t step) const {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!steps_.count(step))
+        throw Error(ErrorKind::not_found, "no committed checkpoint of step " + std::to_string(step), step_path(step));
+    }
+    return step_path(step);
+  }
+
+  double seconds_since_last_save() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (last_save_) return std::chrono::duration<double>(std::chrono::steady_clock::now() - *last_save_).count();
+    if (steps_.empty()) return 0;
+    const std::int64_t now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return static_cast<double>(now_ms - steps_.rbegin()->second.created_unix_ms) / 1000.0;
+  }
+
+  // `latest` names the newest committed step; replaced atomically, only after a commit.
+  void write_latest_marker(std::int64_t step) {
+    const std::string tmp = root_ + "/latest" + detail::temp_infix + std::to_string(::getpid());
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    detail::write_whole_file(tmp, step_name(step) + "\n");
+    detail::rename_path(tmp, root_ + "/latest");
+    detail::fsync_dir(root_);
+  }
+
+  // Deletes what the retention policy does not keep; never the latest. Each directory is first
+  // renamed to a temporary name (atomic), so a crash mid-deletion leaves nothing that looks
+  // like a complete checkpoint; the leftover is removed on the next start.
+  void apply_retention() {
+    std::vector<StepInfo> infos;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& kv : steps_) infos.push_back(kv.second);
+    }
+    if (infos.empty()) return;
+    std::set<std::int64_t> keep = options_.retention.keep(infos);
+    keep.insert(infos.back().step);
+    std::vector<std::string> doomed;
+    for (const auto& i : infos) {
+      if (keep.count(i.step)) continue;
+      const std::string from = step_path(i.step);
+      const std::string to = from + detail::temp_infix + "delete-" + std::to_string(::getpid());
+      detail::rename_path(from, to);
+      doomed.push_back(to);
+      std::lock_guard<std::mutex> lock(mutex_);
+      steps_.erase(i.step);
+    }
+    if (doomed.empty()) return;
+    detail::fsync_dir(root_);
+    for (const auto& d : doomed) detail::remove_tree(d);
+  }
+
+  std::string root_;
+  CheckpointerOptions options_;
+  mutable std::mutex mutex_;  // guards steps_ and last_save_ (the worker updates them)
+  std::map<std::int64_t, StepInfo> steps_;
+  std::optional<std::chrono::steady_clock::time_point> last_save_;
+  std::thread worker_;
+  std::shared_ptr<Job> in_flight_;
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/manager/checkpointer.hpp -----
 
 #if !defined(CAIRN_NO_EIGEN) && (__has_include(<Eigen/Core>) || __has_include(<eigen3/Eigen/Core>))
 // ----- begin cairn/eigen/eigen.hpp -----
