@@ -112,7 +112,7 @@ bool same_bits(const State<T>& a, const State<T>& b) {
 
 struct Results {
   std::uint64_t bytes = 0;
-  double raw_write = 0, raw_read = 0, raw_read_new = 0, save = 0, load_into = 0, load_new = 0;
+  double raw_write = 0, raw_read = 0, raw_read_new = 0, save = 0, load_into = 0, load_noverify = 0, load_new = 0;
   std::int64_t save_extra = 0, load_extra = 0;
   std::uint64_t partial_bytes = 0, checkpoint_bytes = 0, partial_leaves = 0;
 };
@@ -199,7 +199,7 @@ Results run(const Options& o) {
     State<T> back = cairn::load<State<T>>(mem);
     return static_cast<std::int64_t>(r.bytes);
   });
-  std::vector<double> raw_w, raw_r, raw_new_t, save_t, load_into_t, load_new_t;
+  std::vector<double> raw_w, raw_r, raw_new_t, save_t, load_into_t, load_noverify_t, load_new_t;
   State<T> target = state;  // an existing state to restore into (same shapes)
   for (int rep = 0; rep < o.repeat; ++rep) {
     // Both writers follow the same filesystem pattern: delete their previous output, sync,
@@ -236,7 +236,15 @@ Results run(const Options& o) {
       cairn::load(ckpt, target);
       load_into_t.push_back(now_s() - t0);
     };
-    if (rep % 2) { time_load(); time_read(); } else { time_read(); time_load(); }
+    auto time_load_unverified = [&] {
+      cold();
+      cairn::LoadOptions trust;
+      trust.verify_checksums = false;
+      double t0 = now_s();
+      cairn::load(ckpt, target, trust);
+      load_noverify_t.push_back(now_s() - t0);
+    };
+    if (rep % 2) { time_load(); time_load_unverified(); time_read(); } else { time_read(); time_load_unverified(); time_load(); }
     if (!same_bits(target, state)) { std::fprintf(stderr, "cairn-bench: restored state differs!\n"); std::exit(1); }
     cold();
     double t0 = now_s();
@@ -258,6 +266,7 @@ Results run(const Options& o) {
   r.save = median(save_t);
   r.load_into = median(load_into_t);
   r.load_new = median(load_new_t);
+  r.load_noverify = median(load_noverify_t);
   r.raw_read_new = median(raw_new_t);
   // 1% partial restore: one group of leaves out of (up to) a hundred.
   cairn::LoadOptions sub;
@@ -404,11 +413,11 @@ int main(int argc, char** argv) {
   if (o.json) {
     std::printf(
         "{\"leaves\":%zu,\"bytes\":%llu,\"dtype\":\"%s\",\"cold_reads\":%s,\"raw_write_fsync_s\":%.6f,\"save_s\":%.6f,"
-        "\"save_vs_raw\":%.3f,\"raw_read_s\":%.6f,\"load_s\":%.6f,\"load_vs_raw\":%.3f,\"raw_read_new_s\":%.6f,\"load_new_s\":%.6f,\"save_extra_rss_bytes\":%lld,"
+        "\"save_vs_raw\":%.3f,\"raw_read_s\":%.6f,\"load_s\":%.6f,\"load_vs_raw\":%.3f,\"load_unverified_s\":%.6f,\"raw_read_new_s\":%.6f,\"load_new_s\":%.6f,\"save_extra_rss_bytes\":%lld,"
         "\"load_extra_rss_bytes\":%lld,\"partial_leaves\":%llu,\"partial_bytes_read\":%llu,\"checkpoint_bytes\":%llu,"
         "\"partial_fraction\":%.5f}\n",
         o.leaves, static_cast<unsigned long long>(r.bytes), o.dtype.c_str(), o.warm ? "false" : "true", r.raw_write,
-        r.save, r.raw_write / r.save, r.raw_read, r.load_into, r.raw_read / r.load_into, r.raw_read_new, r.load_new, static_cast<long long>(r.save_extra),
+        r.save, r.raw_write / r.save, r.raw_read, r.load_into, r.raw_read / r.load_into, r.load_noverify, r.raw_read_new, r.load_new, static_cast<long long>(r.save_extra),
         static_cast<long long>(r.load_extra), static_cast<unsigned long long>(r.partial_leaves),
         static_cast<unsigned long long>(r.partial_bytes), static_cast<unsigned long long>(r.checkpoint_bytes),
         partial_frac);
@@ -420,6 +429,7 @@ int main(int argc, char** argv) {
   std::printf("  %-28s %10.1f ms  %8.2f GiB/s  %.2fx of plain\n", "cairn save", r.save * 1e3, gib / r.save, r.raw_write / r.save);
   std::printf("  %-28s %10.1f ms  %8.2f GiB/s\n", "plain read", r.raw_read * 1e3, gib / r.raw_read);
   std::printf("  %-28s %10.1f ms  %8.2f GiB/s  %.2fx of plain\n", "cairn load (into a state)", r.load_into * 1e3, gib / r.load_into, r.raw_read / r.load_into);
+  std::printf("  %-28s %10.1f ms  %8.2f GiB/s  %.2fx of plain\n", "  without CRC32C checks", r.load_noverify * 1e3, gib / r.load_noverify, r.raw_read / r.load_noverify);
   std::printf("  %-28s %10.1f ms  %8.2f GiB/s\n", "plain read (new buffers)", r.raw_read_new * 1e3, gib / r.raw_read_new);
   std::printf("  %-28s %10.1f ms  %8.2f GiB/s  %.2fx of plain\n", "cairn load<T> (new state)", r.load_new * 1e3, gib / r.load_new, r.raw_read_new / r.load_new);
   std::printf("  %-28s %10.1f MiB over the state\n", "save peak RSS", static_cast<double>(r.save_extra) / (1 << 20));

@@ -54,6 +54,11 @@ TEST_CASE("a flipped byte in array data is a checksum error naming file and key"
   }
   // Leaves elsewhere in the file still load on their own.
   CHECK(cairn::load_subtree<Eigen::MatrixXd>(c, "m").rows() == 20);
+  // Verification can be turned off: then the flipped value loads as it is.
+  cairn::LoadOptions trust;
+  trust.verify_checksums = false;
+  State s = cairn::load<State>(c, trust);
+  CHECK(s.w.size() == 1000);
 }
 
 TEST_CASE("a truncated data file is reported, not read past") {

@@ -42,7 +42,7 @@ TEST_CASE("SIGKILL at random moments of saves leaves either no checkpoint or a c
   for (int i = 0; i < 24; ++i) big.layers.push_back(std::vector<float>(64 * 1024, static_cast<float>(i)));
   int complete = 0, absent = 0;
   for (int trial = 0; trial < 12; ++trial) {
-    const std::string path = dir / ("c" + std::to_string(trial));
+    const std::string path = dir / std::string("c").append(std::to_string(trial));
     // Each trial starts from an older checkpoint that an overwrite replaces.
     big.step = 1;
     cairn::save(path, big);

@@ -97,7 +97,7 @@ TEST_CASE("randomized round trips of every leaf and node kind are bit-exact") {
   test::TempDir dir;
   for (int trial = 0; trial < 25; ++trial) {
     rt::Leaves v = rt::random_leaves();
-    const std::string path = dir / ("t" + std::to_string(trial));
+    const std::string path = dir / std::string("t").append(std::to_string(trial));
     cairn::save(path, v);
     rt::Leaves back = cairn::load<rt::Leaves>(path);
     rt::check_same(v, back);
