@@ -3451,7 +3451,6 @@ class StoredIndex {
   std::unordered_map<std::string, const LeafRecord*> leaves_;
   std::unordered_map<std::string, const NodeRecord*> nodes_;
   std::unordered_map<std::string, std::vector<KeyEntry>> children_;
-  static inline const std::vector<KeyEntry> none_{};
 };
 
 inline std::string join_key(const std::string& prefix, const std::string& key) {
