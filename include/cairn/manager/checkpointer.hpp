@@ -169,9 +169,7 @@ class Checkpointer {
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(T& target, const LoadOptions& options = {}) {
     wait();
-    auto l = latest();
-    if (!l) throw Error(ErrorKind::not_found, "no checkpoint to load: the root holds none", root_);
-    return cairn::load(step_path(*l), target, options);
+    return cairn::load(latest_step_path(), target, options);
   }
   std::vector<std::pair<std::string, LoadReport>> load(std::int64_t step, const Items& items, const LoadOptions& options = {}) {
     wait();
@@ -179,9 +177,7 @@ class Checkpointer {
   }
   std::vector<std::pair<std::string, LoadReport>> load(const Items& items, const LoadOptions& options = {}) {
     wait();
-    auto l = latest();
-    if (!l) throw Error(ErrorKind::not_found, "no checkpoint to load: the root holds none", root_);
-    return cairn::load(step_path(*l), items, options);
+    return cairn::load(latest_step_path(), items, options);
   }
 
   CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(existing_step_path(step)); }
@@ -396,6 +392,12 @@ class Checkpointer {
       std::error_code ec;
       std::filesystem::remove_all(e.path(), ec);
     }
+  }
+
+  std::string latest_step_path() const {
+    auto l = latest();
+    if (!l) throw Error(ErrorKind::not_found, "no checkpoint to load: the root holds none", root_);
+    return step_path(*l);
   }
 
   std::string existing_step_path(std::int64_t step) const {
