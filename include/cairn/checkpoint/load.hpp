@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cairn/checkpoint/box_reader.hpp"
+#include "cairn/checkpoint/data_files.hpp"
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/kernels/cast.hpp"
@@ -202,46 +204,10 @@ class LeafConverter {
   std::vector<unsigned char> scratch_;
 };
 
-class DataFiles {
- public:
-  explicit DataFiles(std::string dir) : dir_(std::move(dir)) {}
-  const File& get(const std::string& name) {
-    auto it = files_.find(name);
-    if (it != files_.end()) return it->second.first;
-    File f = File::open_read(join_path(dir_, name));
-    const std::uint64_t size = f.size();
-    return files_.emplace(name, std::make_pair(std::move(f), size)).first->second.first;
-  }
-  std::uint64_t size(const std::string& name) { get(name); return files_.at(name).second; }
-
- private:
-  std::string dir_;
-  std::unordered_map<std::string, std::pair<File, std::uint64_t>> files_;
-};
-
-inline constexpr std::uint64_t read_piece_bytes = std::uint64_t{16} << 20;
-inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
-inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{4} << 20;
-
-// A stored bool is one byte; any value but 0 reads as true (as in numpy). Bytes are made 0 or
-// 1 before anything treats them as bool, since another byte value in a bool is undefined
-// behaviour and the file is untrusted.
-inline void normalize_bools(void* data, std::uint64_t n) {
-  auto* p = static_cast<unsigned char*>(data);
-  for (std::uint64_t i = 0; i < n; ++i) p[i] = p[i] != 0;
-}
-
 struct ReadTask {
   PlannedLeaf* leaf;
   LeafBuffer buffer;
 };
-
-inline void check_crc(std::uint32_t got, const LeafRecord& s, const ChunkRecord& c, const std::string& dir) {
-  if (got != c.crc32c)
-    throw Error(ErrorKind::corrupt, "checksum mismatch in bytes " + std::to_string(c.offset) + ".." +
-                std::to_string(c.offset + c.nbytes) + " (CRC32C " + std::to_string(got) + ", expected " +
-                std::to_string(c.crc32c) + ")", join_path(dir, c.file), s.key());
-}
 
 // Reads one leaf from its file, a piece at a time (bounded extra memory for any leaf size).
 inline void read_leaf_streaming(ReadTask& task, DataFiles& files, const std::string& dir, OnOverflow on_overflow,
@@ -296,16 +262,13 @@ inline void deliver_from_memory(ReadTask& task, unsigned char* bytes, const std:
 
 inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptions& options) {
   DataFiles files(dir);
-  std::vector<ReadTask> tasks;
+  std::vector<ReadTask> tasks, box_tasks;
   tasks.reserve(plan.leaves.size());
   for (auto& leaf : plan.leaves) {
     const LeafRecord& s = *leaf.stored;
-    if (s.chunks.size() != 1)
-      throw Error(ErrorKind::corrupt, "leaf is stored in " + std::to_string(s.chunks.size()) +
-                  " chunks; load it into a ShardedArray", join_path(dir, metadata_file), leaf.key);
     LeafBuffer buf;
     try {
-      buf = leaf.prepare(StoredLeafInfo{s.dtype, s.shape, s.order, s.nbytes()});
+      buf = leaf.prepare(StoredLeafInfo{s.dtype, s.shape, s.order, s.nbytes(), s.sharding ? &*s.sharding : nullptr});
     } catch (const Error& e) {
       throw Error(e.kind(), e.message(), dir, leaf.key);
     }
@@ -322,6 +285,13 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
     if (buf.nbytes != want)
       throw Error(ErrorKind::shape_mismatch, "target buffer holds " + std::to_string(buf.nbytes) + " bytes, " +
                   std::to_string(want) + " needed for stored shape " + to_string(s.shape), dir, leaf.key);
+    if (s.chunks.size() != 1 || !buf.shards.empty()) {
+      if (s.dtype == DType::string || buf.dtype == DType::string)
+        throw Error(ErrorKind::dtype_mismatch, "a string leaf cannot be stored in chunks or loaded into shards", dir,
+                    leaf.key);
+      box_tasks.push_back({&leaf, std::move(buf)});
+      continue;
+    }
     const ChunkRecord& c = s.chunks.front();
     const std::uint64_t fsize = files.size(c.file);
     if (c.offset > fsize || c.nbytes > fsize - c.offset)
@@ -369,10 +339,12 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
     }
     i = j;
   }
-  for (auto& t : tasks) {
-    if (t.buffer.commit) t.buffer.commit();
-    plan.report.loaded.push_back(t.leaf->key);
-  }
+  for (auto& t : box_tasks) BoxLeafReader(*t.leaf->stored, t.buffer, t.leaf->key, dir, options, plan.report).read(files);
+  for (auto* list : {&tasks, &box_tasks})
+    for (auto& t : *list) {
+      if (t.buffer.commit) t.buffer.commit();
+      plan.report.loaded.push_back(t.leaf->key);
+    }
 }
 
 }  // namespace detail

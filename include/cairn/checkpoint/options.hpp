@@ -4,7 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "cairn/core/box.hpp"
 #include "cairn/core/json.hpp"
+#include "cairn/device/memory_kind.hpp"
 #include "cairn/dtype/dtype.hpp"
 #include "cairn/kernels/cast.hpp"
 
@@ -52,6 +54,16 @@ struct CastRecord {
   DType to;    // as loaded
 };
 
+// What one target shard of a sharded (or chunked) leaf got: its box, where it lives, and the
+// stored chunks' boxes it was filled from.
+struct ShardRead {
+  std::string key;
+  Box box;
+  MemoryKind memory = MemoryKind::host;
+  int device = 0;
+  std::vector<Box> from_chunks;
+};
+
 struct LoadReport {
   std::vector<std::string> loaded;      // key paths (of the target) whose values were read
   std::vector<std::string> skipped;     // matched a skip glob: left untouched
@@ -59,6 +71,11 @@ struct LoadReport {
   std::vector<std::string> unexpected;  // in the checkpoint, not in the target: ignored
   std::vector<CastRecord> cast;         // leaves converted between dtypes
   std::uint64_t bytes_read = 0;         // array bytes read from data files
+  std::uint64_t bytes_needed = 0;       // stored bytes of the elements the target asked for
+  // Bytes read from chunks that were needed only in part (a target holding part of a
+  // sharded array): a chunk's checksum covers all of it, so these bytes are not verified.
+  std::uint64_t unverified_bytes = 0;
+  std::vector<ShardRead> shard_reads;   // per target shard of sharded or chunked leaves
 
   std::string summary() const {
     std::string s = std::to_string(loaded.size()) + " loaded, " + std::to_string(skipped.size()) + " skipped, " +

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cairn/device/memory.hpp"
 #include "cairn/format/records.hpp"
 #include "cairn/tree/walk.hpp"
 
@@ -52,6 +53,22 @@ ItemSnapshot view_tree(const std::string& name, const T& tree) {
 
 // Makes a view own a copy of its bytes.
 inline void own_copy(LeafView& v) {
+  if (!v.shards.empty()) {
+    // Each box once (replicas are not written), in host memory.
+    auto copies = std::make_shared<std::vector<std::unique_ptr<unsigned char[]>>>();
+    std::vector<ShardView> kept;
+    const std::size_t item = dtype_size(v.dtype);
+    for (const auto& s : v.shards) {
+      if (!s.primary) continue;
+      const auto n = static_cast<std::size_t>(s.box.elements() * item);
+      copies->push_back(std::make_unique<unsigned char[]>(std::max<std::size_t>(n, 1)));
+      copy_bytes(copies->back().get(), MemoryKind::host, s.data, s.memory, n);
+      kept.push_back({s.box, copies->back().get(), MemoryKind::host, 0, true});
+    }
+    v.shards = std::move(kept);
+    v.owner = copies;
+    return;
+  }
   if (v.nbytes == 0) return;
   std::shared_ptr<unsigned char[]> copy(new unsigned char[static_cast<std::size_t>(v.nbytes)]);
   std::memcpy(copy.get(), v.data, static_cast<std::size_t>(v.nbytes));

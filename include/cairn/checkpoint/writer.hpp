@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/checkpoint/snapshot.hpp"
+#include "cairn/device/memory.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/io/crc_worker.hpp"
 #include "cairn/tree/walk.hpp"
@@ -32,6 +35,9 @@ inline std::string library_version_string() {
 // Large leaves start on 4 KiB boundaries (page-aligned for mmap and O_DIRECT), small ones on
 // 64 bytes so that thousands of tiny leaves do not pad the file to many times its size.
 inline std::uint64_t leaf_alignment(std::uint64_t nbytes) { return nbytes >= (64u << 10) ? 4096 : 64; }
+
+// Pieces in which device shards cross to the host (and casts run) while being written.
+inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
 
 class DataFileWriter {
  public:
@@ -64,6 +70,44 @@ class DataFileWriter {
       c.crc32c = crc_.finish();
     }
     end_ = offset + n;
+    return c;
+  }
+
+  // Appends n bytes that fill(offset, len, dst) produces a piece at a time (a device-to-host
+  // copy, a cast): the next piece is produced on a helper thread while this one is written,
+  // and only two pieces are ever in host memory.
+  template <class Fill>
+  ChunkRecord append_produced(std::uint64_t n, std::uint64_t piece, Fill&& fill) {
+    if (n < small_leaf_bytes) {
+      std::vector<unsigned char> tmp(static_cast<std::size_t>(n));
+      fill(std::uint64_t{0}, n, tmp.data());
+      return append(tmp.data(), n);
+    }
+    flush();
+    const std::uint64_t align = leaf_alignment(n);
+    const std::uint64_t offset = (end_ + align - 1) / align * align;
+    piece = std::min(piece, n);
+    PinnedBytes bufs[2] = {PinnedBytes(static_cast<std::size_t>(piece)), PinnedBytes(static_cast<std::size_t>(piece))};
+    std::uint32_t crc = 0;
+    fill(std::uint64_t{0}, piece, bufs[0].data());
+    for (std::uint64_t done = 0, k = 0; done < n; ++k) {
+      const std::uint64_t len = std::min(piece, n - done), next = done + len;
+      std::future<void> producing;  // joined before the buffers go away, also on error
+      if (next < n)
+        producing = std::async(std::launch::async, [&, next, k] {
+          fill(next, std::min(piece, n - next), bufs[(k + 1) % 2].data());
+        });
+      file_.write_at(bufs[k % 2].data(), len, offset + done);
+      crc = crc32c_extend(crc, bufs[k % 2].data(), static_cast<std::size_t>(len));
+      if (producing.valid()) producing.get();
+      done = next;
+    }
+    end_ = offset + n;
+    ChunkRecord c;
+    c.file = name_;
+    c.offset = offset;
+    c.nbytes = n;
+    c.crc32c = crc;
     return c;
   }
 
@@ -210,7 +254,89 @@ class CheckpointWriter {
     committed_ = true;
   }
 
+  // The dtype a cast rule gives this leaf on save (its own when no rule applies).
+  static DType cast_target(const std::string& key, const LeafView& view, const SaveOptions& options) {
+    for (const auto& rule : options.cast) {
+      if (!glob_matches(rule.pattern, key)) continue;
+      const bool castable = view.dtype != DType::string && (!rule.floats_only || is_float_dtype(view.dtype));
+      return castable ? rule.dtype : view.dtype;
+    }
+    return view.dtype;
+  }
+
+  DataFileWriter& data_file() {
+    if (!data_) {
+      data_ = std::make_unique<DataFileWriter>(tmp_, data_file_name(0, 0));
+      metadata_.data_files.push_back(data_->name());
+    }
+    return *data_;
+  }
+
+  // A leaf in shards (or in device memory): each distinct box written once, by its primary
+  // holder, as one chunk; device shards are cast on the device and copied to the host a
+  // piece at a time while the previous piece is written.
+  LeafRecord write_sharded_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
+    LeafRecord rec;
+    rec.path = p;
+    rec.saved_from = view.dtype;
+    rec.shape = view.shape;
+    rec.order = Order::C;
+    rec.sharding = view.sharding;
+    if (view.dtype == DType::string) throw Error(ErrorKind::invalid_argument, "string leaves cannot be sharded");
+    rec.dtype = cast_target(p.str(), view, options);
+    if (rec.dtype != view.dtype) report.cast.push_back({p.str(), view.dtype, rec.dtype});
+    const std::size_t in_size = dtype_size(view.dtype), out_size = dtype_size(rec.dtype);
+    const std::uint64_t piece_elements = write_piece_bytes / std::max(in_size, out_size);
+    std::map<std::pair<Shape, Shape>, bool> written;
+    for (const auto& shard : view.shards) {
+      if (shard.box.rank() != view.shape.size())
+        throw Error(ErrorKind::invalid_argument, "shard box " + to_string(shard.box) + " has another rank than the "
+                    "array " + to_string(view.shape));
+      for (std::size_t d = 0; d < view.shape.size(); ++d)
+        if (shard.box.start[d] < 0 || shard.box.shape[d] < 0 || shard.box.start[d] + shard.box.shape[d] > view.shape[d])
+          throw Error(ErrorKind::invalid_argument, "shard box " + to_string(shard.box) + " lies outside the array " +
+                      to_string(view.shape));
+      const std::uint64_t n = shard.box.elements();
+      if (!shard.primary || n == 0 || !written.emplace(std::make_pair(shard.box.start, shard.box.shape), true).second)
+        continue;
+      const auto* src = static_cast<const unsigned char*>(shard.data);
+      const bool cast = rec.dtype != view.dtype;
+      ChunkRecord chunk;
+      if (shard.memory == MemoryKind::host && !cast) {
+        chunk = data_file().append(src, n * in_size);
+      } else if (shard.memory == MemoryKind::host) {
+        chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
+                                            [&](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
+          cast_host(view.dtype, src + off / out_size * in_size, rec.dtype, dst, static_cast<std::size_t>(len / out_size),
+                    options.on_overflow);
+        });
+      } else {
+        // A device scratch piece holds the cast values before they cross to the host.
+        DeviceBytes scratch;
+        if (cast) scratch = DeviceBytes(static_cast<std::size_t>(std::min(n, piece_elements) * out_size), shard.device);
+        const int device = shard.device;
+        chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
+                                            [&, device](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
+          DeviceGuard guard(device);
+          const unsigned char* from = src + off / out_size * in_size;
+          if (cast) {
+            cast_device(view.dtype, from, rec.dtype, scratch.data(), static_cast<std::size_t>(len / out_size),
+                        options.on_overflow);
+            from = static_cast<const unsigned char*>(scratch.data());
+          }
+          copy_bytes(dst, MemoryKind::host, from, MemoryKind::device, static_cast<std::size_t>(len));
+        });
+      }
+      chunk.start = shard.box.start;
+      chunk.shape = shard.box.shape;
+      report.bytes_written += chunk.nbytes;
+      rec.chunks.push_back(std::move(chunk));
+    }
+    return rec;
+  }
+
   LeafRecord write_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
+    if (!view.shards.empty()) return write_sharded_leaf(p, view, options, report);
     LeafRecord rec;
     rec.path = p;
     rec.saved_from = view.dtype;
@@ -239,11 +365,7 @@ class CheckpointWriter {
       }
       break;
     }
-    if (!data_) {
-      data_ = std::make_unique<DataFileWriter>(tmp_, data_file_name(0, 0));
-      metadata_.data_files.push_back(data_->name());
-    }
-    ChunkRecord chunk = data_->append(bytes, nbytes);
+    ChunkRecord chunk = data_file().append(bytes, nbytes);
     chunk.start.assign(rec.shape.size(), 0);
     chunk.shape = rec.shape;
     rec.chunks.push_back(std::move(chunk));

@@ -6,6 +6,11 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+#include <string_view>
+#include <type_traits>
+
+#include <cereal/archives/json.hpp>
 #include <cereal/cereal.hpp>
 #include <cereal/types/string.hpp>
 #include <cereal/types/vector.hpp>
@@ -44,6 +49,7 @@ struct LeafRecord {
   Shape shape;                       // logical (global) shape
   Order order = Order::C;            // memory order of every chunk's bytes
   std::vector<ChunkRecord> chunks;
+  std::optional<NamedSharding> sharding;  // how the array was sharded when saved (sharded leaves only)
 
   std::string key() const { return path.str(); }
   std::uint64_t nbytes() const { return byte_count(shape, dtype_size(dtype)); }
@@ -113,6 +119,7 @@ inline std::string CheckpointMetadata::summary() const {
       if (l.shape.size() >= 2 && l.order == Order::F) s += " F-order";
       if (l.saved_from != l.dtype) s += std::string(" (cast from ") + dtype_name(l.saved_from) + ")";
       if (l.chunks.size() > 1) s += " in " + std::to_string(l.chunks.size()) + " chunks";
+      if (l.sharding) s += ", sharded over " + l.sharding->describe();
       s += "\n";
     }
   }
@@ -140,12 +147,56 @@ inline DType stored_dtype(const std::string& s) {
 }
 }  // namespace detail
 
+// A sharding as stored: {"mesh": {"axes", "shape", "memory", "device_ids"}, "spec": [[axes] per dim]}.
+struct StoredSharding {
+  std::vector<std::string> axes;
+  std::vector<std::int64_t> shape;
+  std::string memory = "host";
+  std::vector<int> device_ids;
+  std::vector<std::vector<std::string>> spec;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(cereal::make_nvp("mesh_axes", axes), cereal::make_nvp("mesh_shape", shape), cereal::make_nvp("memory", memory),
+       cereal::make_nvp("device_ids", device_ids), cereal::make_nvp("spec", spec));
+  }
+
+  static StoredSharding from(const NamedSharding& s) {
+    StoredSharding r;
+    for (const auto& a : s.mesh.axes()) { r.axes.push_back(a.name); r.shape.push_back(a.size); }
+    r.memory = s.mesh.devices().empty() ? "host" : memory_kind_name(s.mesh.devices().front().memory);
+    for (const auto& d : s.mesh.devices()) r.device_ids.push_back(d.id);
+    for (const auto& d : s.spec.dims()) r.spec.push_back(d.axes);
+    return r;
+  }
+  // Checks everything (the record is untrusted); throws corrupt.
+  NamedSharding to_sharding(std::size_t rank) const {
+    try {
+      if (axes.size() != shape.size()) throw Error(ErrorKind::corrupt, "mesh_axes and mesh_shape differ in length");
+      if (memory != "host" && memory != "device") throw Error(ErrorKind::corrupt, "unknown memory '" + memory + "'");
+      const MemoryKind m = memory == "host" ? MemoryKind::host : MemoryKind::device;
+      std::vector<MeshAxis> mesh_axes;
+      for (std::size_t i = 0; i < axes.size(); ++i) mesh_axes.push_back({axes[i], shape[i]});
+      std::vector<Device> devices;
+      for (int id : device_ids) devices.push_back({m, id, 0});
+      std::vector<PartitionSpec::Dim> dims;
+      for (const auto& d : spec) dims.emplace_back(d);
+      NamedSharding s(Mesh(std::move(mesh_axes), std::move(devices)), PartitionSpec(std::move(dims)));
+      s.validate(rank);
+      return s;
+    } catch (const Error& e) {
+      throw Error(ErrorKind::corrupt, "bad sharding record: " + e.message());
+    }
+  }
+};
+
 template <class Archive>
 void save(Archive& ar, const LeafRecord& l) {
   ar(cereal::make_nvp("key", l.path.str()), cereal::make_nvp("key_kinds", l.path.kinds()),
      cereal::make_nvp("dtype", std::string(dtype_name(l.dtype))),
      cereal::make_nvp("saved_from", std::string(dtype_name(l.saved_from))), cereal::make_nvp("shape", l.shape),
      cereal::make_nvp("order", std::string(1, static_cast<char>(l.order))), cereal::make_nvp("chunks", l.chunks));
+  if (l.sharding) ar(cereal::make_nvp("sharding", StoredSharding::from(*l.sharding)));
 }
 template <class Archive>
 void load(Archive& ar, LeafRecord& l) {
@@ -158,6 +209,19 @@ void load(Archive& ar, LeafRecord& l) {
   l.saved_from = detail::stored_dtype(saved_from);
   if (order != "C" && order != "F") detail::bad_record("key '" + key + "': unknown order '" + order + "'");
   l.order = static_cast<Order>(order[0]);
+  // "sharding" is optional and follows "chunks" (readers of format 1 before it ignore it).
+  if constexpr (std::is_same_v<Archive, cereal::JSONInputArchive>) {
+    const char* next = ar.getNodeName();
+    if (next && std::string_view(next) == "sharding") {
+      StoredSharding s;
+      ar(cereal::make_nvp("sharding", s));
+      try {
+        l.sharding = s.to_sharding(l.shape.size());
+      } catch (const Error& e) {
+        throw Error(e.kind(), e.message(), {}, key);
+      }
+    }
+  }
 }
 
 template <class Archive>

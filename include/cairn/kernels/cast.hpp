@@ -18,6 +18,7 @@
 #include <string>
 #include <type_traits>
 
+#include "cairn/device/memory.hpp"
 #include "cairn/dtype/dtype.hpp"
 #include "cairn/kernels/policy.hpp"
 
@@ -171,17 +172,21 @@ inline constexpr bool can_overflow_v = [] {
   else return sizeof(To) <= sizeof(From);                  // unsigned into a wider signed type fits
 }();
 
+// `memory` says where src and dst live (the policy must run there).
 template <class To, class From, class Policy>
-void cast_typed(Policy&& policy, const From* src, To* dst, std::size_t n, OnOverflow on_overflow) {
+void cast_typed(Policy&& policy, const From* src, To* dst, std::size_t n, OnOverflow on_overflow,
+                MemoryKind memory = MemoryKind::host) {
   if constexpr (std::is_same_v<To, From>) {
-    std::memcpy(dst, src, n * sizeof(To));
+    copy_bytes(dst, memory, src, memory, n * sizeof(To));
   } else {
   if constexpr (can_overflow_v<To, From>) {
     if (on_overflow == OnOverflow::error) {
       const From* bad = thrust::find_if(policy, src, src + n, cast_does_not_fit<To, From>{});
       if (bad != src + n) {
+        From value;
+        copy_bytes(&value, MemoryKind::host, bad, memory, sizeof(From));
         throw Error(ErrorKind::value_out_of_range,
-                  "element " + std::to_string(bad - src) + " (value " + element_to_string(*bad) +
+                  "element " + std::to_string(bad - src) + " (value " + element_to_string(value) +
                   ") does not fit in " + dtype_name(dtype_of<To>) +
                   " (pass OnOverflow::saturate to clamp instead)");
       }
@@ -210,6 +215,29 @@ inline void cast_host(DType from, const void* src, DType to, void* dst, std::siz
     });
   });
 }
+
+namespace detail {
+// The same conversion on memory of Thrust's device system (a GPU under nvcc), run there.
+// Without CUDA that memory is host memory and the host instantiations serve (no second set
+// of 225 kernels to compile).
+inline void cast_device(DType from, const void* src, DType to, void* dst, std::size_t n, OnOverflow on_overflow) {
+#if !CAIRN_CUDA
+  cast_host(from, src, to, dst, n, on_overflow);
+#else
+  if (from == DType::string || to == DType::string)
+    throw Error(ErrorKind::dtype_mismatch, std::string("cannot cast between ") + dtype_name(from) + " and " +
+                dtype_name(to));
+  visit_dtype(from, [&](auto* f) {
+    using From = std::remove_pointer_t<decltype(f)>;
+    visit_dtype(to, [&](auto* t) {
+      using To = std::remove_pointer_t<decltype(t)>;
+      cast_typed<To, From>(thrust::device, static_cast<const From*>(src), static_cast<To*>(dst), n, on_overflow,
+                           MemoryKind::device);
+    });
+  });
+#endif
+}
+}  // namespace detail
 
 // Cast one value (for tests and for scalar conversions).
 template <class To, class From>

@@ -12,17 +12,35 @@
 #include <type_traits>
 #include <vector>
 
+#include <optional>
+
+#include "cairn/core/box.hpp"
 #include "cairn/core/key_path.hpp"
 #include "cairn/core/shape.hpp"
 #include "cairn/dtype/dtype.hpp"
+#include "cairn/sharding/named_sharding.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 
 // Memory order of a stored or in-memory array: row-major (C) or column-major (F, Fortran).
 enum class Order : char { C = 'C', F = 'F' };
 
+// One shard of a sharded leaf as the saver sees it: its box of the global array and its
+// elements in C order, in host or device memory. `primary` is false for a replica whose box
+// another device (the first in mesh order) holds too: each box is written once.
+struct ShardView {
+  Box box;
+  const void* data = nullptr;
+  MemoryKind memory = MemoryKind::host;
+  int device = 0;
+  bool primary = true;
+};
+
 // What a leaf shows the saver: dtype, logical shape, memory order and its bytes. `owner`
 // keeps alive a buffer the view made (for leaf types that are not contiguous in memory).
+// A leaf that lives in device memory, or in shards, leaves `data` null and lists `shards`
+// instead (one shard covering the whole array for a plain device array); `sharding`, when
+// set, is recorded in the checkpoint's metadata.
 struct LeafView {
   DType dtype = DType::float32;
   Shape shape;
@@ -30,6 +48,8 @@ struct LeafView {
   const void* data = nullptr;
   std::uint64_t nbytes = 0;
   std::shared_ptr<const void> owner = {};
+  std::vector<ShardView> shards = {};
+  std::optional<NamedSharding> sharding = {};
 };
 
 // What the loader knows of a stored leaf when it asks the target to take its shape.
@@ -38,16 +58,28 @@ struct StoredLeafInfo {
   Shape shape;
   Order order = Order::C;
   std::uint64_t nbytes = 0;
+  const NamedSharding* sharding = nullptr;  // how it was sharded when saved, if it was
+};
+
+// Where the loader writes one shard of a target: a box of the global array, C order.
+struct ShardTarget {
+  Box box;
+  void* data = nullptr;
+  MemoryKind memory = MemoryKind::host;
+  int device = 0;
 };
 
 // Where the loader writes a leaf's values, in the target's own dtype and order. `commit`,
-// when set, runs after the bytes are written (for targets that need a final copy).
+// when set, runs after the bytes are written (for targets that need a final copy). A target
+// in device memory or in shards leaves `data` null and lists `shards` (replicas included:
+// each is filled).
 struct LeafBuffer {
   DType dtype = DType::float32;
   Order order = Order::C;
   void* data = nullptr;
   std::uint64_t nbytes = 0;
   std::function<void()> commit = {};
+  std::vector<ShardTarget> shards = {};
 };
 
 // Specialize for a leaf type:

@@ -1,0 +1,291 @@
+// Loading a leaf whose stored chunks or whose target are boxes of the global array: a
+// sharded checkpoint restored onto another sharding, onto one plain array, or a plain
+// checkpoint restored into shards. Each target shard gets the intersection of its box with
+// every stored chunk (N-d box intersection), copied by the box-copy kernel.
+//
+// A chunk that this process's targets need whole is read once, sequentially, in pieces,
+// each piece scattered to every target it overlaps, and its CRC32C is checked. A chunk that
+// is needed only in part (the targets hold part of the array: another process holds the
+// rest) is read in sub-boxes whose byte spans are at most 1.1x the bytes they hold; its
+// checksum, which covers the whole chunk, cannot be checked (LoadReport::unverified_bytes).
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "cairn/checkpoint/data_files.hpp"
+#include "cairn/checkpoint/options.hpp"
+#include "cairn/device/memory.hpp"
+#include "cairn/kernels/box_copy.hpp"
+#include "cairn/kernels/cast.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// A buffer holding `box` of the global array, in C or F order, in host or device memory.
+struct BoxTarget {
+  Box box;
+  void* data = nullptr;
+  MemoryKind memory = MemoryKind::host;
+  int device = 0;
+  bool column_major = false;
+};
+
+// Calls visit(piece, first, span) for sub-boxes of `region` (a box inside the chunk `chunk`,
+// whose bytes are in C or F order). Each piece's elements lie within `span` consecutive
+// elements of the chunk starting at element `first`, with span <= limit and
+// span * 10 <= elements * 11, so reading the span reads at most 1.1x what is needed.
+template <class Visit>
+void split_for_reading(const Box& chunk, bool column_major, const Box& region, std::uint64_t limit, Visit&& visit) {
+  const std::size_t rank = chunk.rank();
+  const auto stride = dense_strides(chunk.shape, column_major);
+  std::vector<std::size_t> outer_to_inner(rank);
+  for (std::size_t k = 0; k < rank; ++k) outer_to_inner[k] = column_major ? rank - 1 - k : k;
+  auto first_of = [&](const Box& p) {
+    std::uint64_t f = 0;
+    for (std::size_t d = 0; d < rank; ++d) f += static_cast<std::uint64_t>((p.start[d] - chunk.start[d]) * stride[d]);
+    return f;
+  };
+  auto span_of = [&](const Box& p) {
+    std::uint64_t s = 1;
+    for (std::size_t d = 0; d < rank; ++d) s += static_cast<std::uint64_t>((p.shape[d] - 1) * stride[d]);
+    return s;
+  };
+  auto fits = [&](std::uint64_t span, std::uint64_t need) { return span <= limit && span * 10 <= need * 11; };
+  auto recurse = [&](auto& self, const Box& p, std::size_t level) -> void {
+    const std::uint64_t need = p.elements();
+    if (need == 0) return;
+    const std::uint64_t span = span_of(p);
+    if (fits(span, need)) return visit(p, first_of(p), span);
+    while (level < rank && p.shape[outer_to_inner[level]] == 1) ++level;
+    const std::size_t d = outer_to_inner[level];
+    Box slab = p;
+    slab.shape[d] = 1;
+    const std::uint64_t s_in = span_of(slab), n_in = slab.elements(), step = static_cast<std::uint64_t>(stride[d]);
+    const std::uint64_t extent = static_cast<std::uint64_t>(p.shape[d]);
+    std::uint64_t group = 1;
+    if (fits(s_in, n_in)) {
+      // The most slabs per read that keep both bounds: (g-1)*step + s_in <= limit, and
+      // ((g-1)*step + s_in) * 10 <= g * n_in * 11.
+      group = (limit - s_in) / step + 1;
+      if (step * 10 > n_in * 11) group = std::min(group, ((step - s_in) * 10) / (step * 10 - n_in * 11));
+      group = std::clamp<std::uint64_t>(group, 1, extent);
+      for (std::uint64_t i = 0; i < extent; i += group) {
+        Box q = p;
+        q.start[d] += static_cast<std::int64_t>(i);
+        q.shape[d] = static_cast<std::int64_t>(std::min(group, extent - i));
+        visit(q, first_of(q), span_of(q));
+      }
+      return;
+    }
+    for (std::uint64_t i = 0; i < extent; ++i) {
+      slab.start[d] = p.start[d] + static_cast<std::int64_t>(i);
+      self(self, slab, level + 1);
+    }
+  };
+  recurse(recurse, region, 0);
+}
+
+class BoxLeafReader {
+ public:
+  BoxLeafReader(const LeafRecord& stored, const LeafBuffer& buffer, const std::string& key, const std::string& dir,
+                const LoadOptions& options, LoadReport& report)
+      : s_(stored), key_(key), dir_(dir), options_(options), report_(report), to_(buffer.dtype),
+        in_size_(dtype_size(stored.dtype)), out_size_(dtype_size(buffer.dtype)) {
+    const std::size_t rank = s_.shape.size();
+    chunk_column_major_ = rank >= 2 && s_.order == Order::F;
+    if (buffer.shards.empty()) {
+      targets_.push_back({whole_box(s_.shape), buffer.data, MemoryKind::host, 0, rank >= 2 && buffer.order == Order::F});
+    } else {
+      for (const auto& t : buffer.shards) targets_.push_back({t.box, t.data, t.memory, t.device, false});
+    }
+    for (const auto& t : targets_) {
+      bool inside = t.box.rank() == rank;
+      for (std::size_t d = 0; inside && d < rank; ++d)
+        inside = t.box.start[d] >= 0 && t.box.shape[d] >= 0 && t.box.start[d] <= s_.shape[d] &&
+                 t.box.shape[d] <= s_.shape[d] - t.box.start[d];
+      if (!inside)
+        throw Error(ErrorKind::invalid_argument, "target shard box " + to_string(t.box) + " does not fit the stored "
+                    "shape " + to_string(s_.shape), dir_, key_);
+      if (!t.data && t.box.elements() > 0)
+        throw Error(ErrorKind::invalid_argument, "target shard " + to_string(t.box) + " has no buffer", dir_, key_);
+    }
+    // Replicas share a group: they get the same bytes.
+    for (std::size_t i = 0; i < targets_.size(); ++i) {
+      std::size_t g = 0;
+      while (g < groups_.size() && targets_[groups_[g].front()].box != targets_[i].box) ++g;
+      if (g == groups_.size()) groups_.push_back({});
+      groups_[g].push_back(i);
+    }
+    for (const auto& g : groups_) report_.bytes_needed += targets_[g.front()].box.elements() * in_size_;
+    first_read_ = report_.shard_reads.size();
+    for (const auto& t : targets_) report_.shard_reads.push_back({key_, t.box, t.memory, t.device, {}});
+  }
+
+  void read(DataFiles& files) {
+    std::vector<const ChunkRecord*> chunks;
+    for (const auto& c : s_.chunks) chunks.push_back(&c);
+    std::sort(chunks.begin(), chunks.end(), [](const ChunkRecord* a, const ChunkRecord* b) {
+      return a->file != b->file ? a->file < b->file : a->offset < b->offset;
+    });
+    for (const ChunkRecord* c : chunks) read_chunk(*c, files);
+  }
+
+ private:
+  struct Overlap {
+    std::size_t group;
+    Box box;
+  };
+
+  void read_chunk(const ChunkRecord& c, DataFiles& files) {
+    const Box cb{c.start, c.shape};
+    if (cb.elements() == 0) return;
+    std::vector<Overlap> overlaps;
+    std::uint64_t covered = 0;
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      Box i;
+      if (!intersect(cb, targets_[groups_[g].front()].box, i)) continue;
+      overlaps.push_back({g, i});
+      covered += i.elements();
+      for (std::size_t t : groups_[g]) report_.shard_reads[first_read_ + t].from_chunks.push_back(cb);
+    }
+    if (overlaps.empty()) return;  // no target here needs this chunk: not read
+    const File& f = files.get(c.file);
+    const std::uint64_t fsize = files.size(c.file);
+    if (c.offset > fsize || c.nbytes > fsize - c.offset)
+      throw Error(ErrorKind::corrupt, "bytes " + std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) +
+                  " lie beyond the end of the file (" + std::to_string(fsize) + " bytes; truncated?)",
+                  join_path(dir_, c.file), key_);
+    const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
+    try {
+      if (covered >= cb.elements()) {
+        // Needed whole: read sequentially, checksum every byte.
+        std::uint32_t crc = 0;
+        const bool direct = overlaps.size() == 1 && overlaps[0].box == cb && to_ == s_.dtype &&
+                            targets_[groups_[overlaps[0].group].front()].box == cb &&
+                            same_layout(targets_[groups_[overlaps[0].group].front()]);
+        split_for_reading(cb, chunk_column_major_, cb, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
+          const std::uint64_t bytes = span * in_size_;
+          if (direct) {
+            read_direct(f, c, first, bytes, groups_[overlaps[0].group], crc);
+            return;
+          }
+          scratch_.resize(static_cast<std::size_t>(bytes));
+          f.read_at(scratch_.data(), bytes, c.offset + first * in_size_);
+          if (options_.verify_checksums) crc = crc32c_extend(crc, scratch_.data(), static_cast<std::size_t>(bytes));
+          if (s_.dtype == DType::bool_) normalize_bools(scratch_.data(), span);
+          for (const auto& o : overlaps) {
+            Box j;
+            if (intersect(piece, o.box, j)) deliver(j, cb, first, o.group);
+          }
+        });
+        report_.bytes_read += c.nbytes;
+        if (options_.verify_checksums) check_crc(crc, s_, c, dir_);
+      } else {
+        for (const auto& o : overlaps) {
+          split_for_reading(cb, chunk_column_major_, o.box, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
+            const std::uint64_t bytes = span * in_size_;
+            scratch_.resize(static_cast<std::size_t>(bytes));
+            f.read_at(scratch_.data(), bytes, c.offset + first * in_size_);
+            report_.bytes_read += bytes;
+            report_.unverified_bytes += bytes;
+            if (s_.dtype == DType::bool_) normalize_bools(scratch_.data(), span);
+            deliver(piece, cb, first, o.group);
+          });
+        }
+      }
+    } catch (const Error& e) {
+      throw e.with_key(key_).with_file(join_path(dir_, c.file));
+    }
+  }
+
+  bool same_layout(const BoxTarget& t) const { return t.column_major == chunk_column_major_; }
+
+  // The chunk equals the target's box in the same layout and dtype: bytes go straight into
+  // the first host target (or through the scratch buffer to device targets), then to replicas.
+  void read_direct(const File& f, const ChunkRecord& c, std::uint64_t first, std::uint64_t bytes,
+                   const std::vector<std::size_t>& group, std::uint32_t& crc) {
+    const BoxTarget& lead = targets_[group.front()];
+    unsigned char* buf;
+    if (lead.memory == MemoryKind::host) {
+      buf = static_cast<unsigned char*>(lead.data) + first * in_size_;
+    } else {
+      scratch_.resize(static_cast<std::size_t>(bytes));
+      buf = scratch_.data();
+    }
+    f.read_at(buf, bytes, c.offset + first * in_size_);
+    if (options_.verify_checksums) crc = crc32c_extend(crc, buf, static_cast<std::size_t>(bytes));
+    if (s_.dtype == DType::bool_) normalize_bools(buf, bytes);
+    for (std::size_t t : group) {
+      const BoxTarget& target = targets_[t];
+      unsigned char* dst = static_cast<unsigned char*>(target.data) + first * in_size_;
+      if (dst != buf) copy_bytes(dst, target.memory, buf, MemoryKind::host, static_cast<std::size_t>(bytes));
+    }
+  }
+
+  // Copies region `j` (held in scratch_, which starts at element `first` of the chunk) into
+  // every target of the group, casting on the way when the target's dtype differs.
+  void deliver(const Box& j, const Box& chunk_box, std::uint64_t first, std::size_t group) {
+    const auto& members = groups_[group];
+    const bool cast = to_ != s_.dtype;
+    bool all_host = true;
+    for (std::size_t t : members) all_host = all_host && targets_[t].memory == MemoryKind::host;
+    if (!cast && all_host) {
+      for (std::size_t t : members) {
+        BoxCopyPlan plan = plan_box_copy(j, chunk_box, chunk_column_major_, targets_[t].box, targets_[t].column_major);
+        plan.src_offset -= first;
+        box_copy_host(in_size_, scratch_.data(), targets_[t].data, plan);
+      }
+      return;
+    }
+    // Gather the region compactly (C order), cast it, then place it in each target.
+    const std::uint64_t n = j.elements();
+    compact_.resize(static_cast<std::size_t>(n * in_size_));
+    BoxCopyPlan plan = plan_box_copy(j, chunk_box, chunk_column_major_, j, false);
+    plan.src_offset -= first;
+    box_copy_host(in_size_, scratch_.data(), compact_.data(), plan);
+    const unsigned char* values = compact_.data();
+    if (cast) {
+      converted_.resize(static_cast<std::size_t>(n * out_size_));
+      cast_host(s_.dtype, compact_.data(), to_, converted_.data(), static_cast<std::size_t>(n), options_.on_overflow);
+      values = converted_.data();
+    }
+    for (std::size_t t : members) {
+      const BoxTarget& target = targets_[t];
+      const BoxCopyPlan place = plan_box_copy(j, j, false, target.box, target.column_major);
+      if (target.memory == MemoryKind::host) {
+        box_copy_host(out_size_, values, target.data, place);
+      } else if (j == target.box) {
+        copy_bytes(target.data, MemoryKind::device, values, MemoryKind::host, static_cast<std::size_t>(n * out_size_));
+      } else {
+        // To the device, then the box copy runs there.
+        DeviceBytes& scratch = device_scratch(target.device, static_cast<std::size_t>(n * out_size_));
+        copy_bytes(scratch.data(), MemoryKind::device, values, MemoryKind::host, static_cast<std::size_t>(n * out_size_));
+        box_copy_device(out_size_, scratch.data(), target.data, place, target.device);
+      }
+    }
+  }
+
+  DeviceBytes& device_scratch(int device, std::size_t bytes) {
+    DeviceBytes& d = device_scratch_[device];
+    if (d.size() < bytes) d = DeviceBytes(std::max(bytes, static_cast<std::size_t>(read_piece_bytes)), device);
+    return d;
+  }
+
+  const LeafRecord& s_;
+  std::string key_, dir_;
+  const LoadOptions& options_;
+  LoadReport& report_;
+  DType to_;
+  std::size_t in_size_, out_size_;
+  bool chunk_column_major_ = false;
+  std::vector<BoxTarget> targets_;
+  std::vector<std::vector<std::size_t>> groups_;
+  std::size_t first_read_ = 0;
+  std::vector<unsigned char> scratch_, compact_, converted_;
+  std::map<int, DeviceBytes> device_scratch_;
+};
+
+}  // namespace detail
+CAIRN_END_NAMESPACE

@@ -1,0 +1,188 @@
+// Copying an N-d index box between two buffers with different layouts: the kernel behind
+// resharding (a stored chunk's part that a target shard needs) and behind loading a sharded
+// checkpoint into one plain array. Both sides are described by element strides, so C and
+// F (column-major) order, and any box inside a larger buffer, are the same case. Written
+// once with Thrust: it runs on host memory (CPP/OMP backend) and on CUDA device memory.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cairn/core/box.hpp"
+#include "cairn/device/memory.hpp"
+#include "cairn/kernels/policy.hpp"
+
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr int max_box_rank = 8;
+
+// A region to copy: its extent per dimension and the element strides of source and
+// destination (the pointers passed with it address the region's first element).
+struct StridedRegion {
+  int rank = 0;
+  std::uint64_t extent[max_box_rank] = {};
+  std::int64_t src_stride[max_box_rank] = {};
+  std::int64_t dst_stride[max_box_rank] = {};
+
+  std::uint64_t elements() const {
+    std::uint64_t n = 1;
+    for (int d = 0; d < rank; ++d) n *= extent[d];
+    return n;
+  }
+};
+
+// Element strides of a dense buffer holding `shape` in C (row-major) or F order.
+inline std::vector<std::int64_t> dense_strides(const Shape& shape, bool column_major) {
+  std::vector<std::int64_t> s(shape.size());
+  std::int64_t m = 1;
+  if (column_major) {
+    for (std::size_t d = 0; d < shape.size(); ++d) { s[d] = m; m *= shape[d]; }
+  } else {
+    for (std::size_t d = shape.size(); d-- > 0;) { s[d] = m; m *= shape[d]; }
+  }
+  return s;
+}
+
+struct BoxCopyPlan {
+  StridedRegion region;
+  std::uint64_t src_offset = 0, dst_offset = 0;  // elements, to the region's first element
+};
+
+// Plans copying `region` (global indices) from a buffer holding `src_box` to one holding
+// `dst_box`. Dimensions of extent 1 are dropped and neighbours contiguous on both sides are
+// merged, so a copy of whole rows becomes one long run.
+inline BoxCopyPlan plan_box_copy(const Box& region, const Box& src_box, bool src_column_major, const Box& dst_box,
+                                 bool dst_column_major) {
+  const auto ss = dense_strides(src_box.shape, src_column_major);
+  const auto ds = dense_strides(dst_box.shape, dst_column_major);
+  BoxCopyPlan p;
+  struct D { std::uint64_t e; std::int64_t s, t; };
+  std::vector<D> dims;
+  for (std::size_t d = 0; d < region.rank(); ++d) {
+    p.src_offset += static_cast<std::uint64_t>((region.start[d] - src_box.start[d]) * ss[d]);
+    p.dst_offset += static_cast<std::uint64_t>((region.start[d] - dst_box.start[d]) * ds[d]);
+    if (region.shape[d] != 1) dims.push_back({static_cast<std::uint64_t>(region.shape[d]), ss[d], ds[d]});
+  }
+  // The innermost dimension should be the destination's fastest one (writes stay sequential
+  // when the orders differ).
+  if (dims.size() > 1 && dst_column_major) std::reverse(dims.begin(), dims.end());
+  std::vector<D> merged;
+  for (const auto& d : dims) {
+    if (!merged.empty()) {
+      D& m = merged.back();
+      // m is outer, d inner: merge when stepping m equals running through all of d.
+      if (m.s == d.s * static_cast<std::int64_t>(d.e) && m.t == d.t * static_cast<std::int64_t>(d.e)) {
+        m.e *= d.e;
+        m.s = d.s;
+        m.t = d.t;
+        continue;
+      }
+    }
+    merged.push_back(d);
+  }
+  if (merged.empty()) merged.push_back({1, 1, 1});
+  if (merged.size() > static_cast<std::size_t>(max_box_rank))
+    throw Error(ErrorKind::invalid_argument,
+                "box copy of rank " + std::to_string(merged.size()) + " (after merging dimensions); at most " +
+                std::to_string(max_box_rank) + " is supported");
+  p.region.rank = static_cast<int>(merged.size());
+  for (std::size_t d = 0; d < merged.size(); ++d) {
+    p.region.extent[d] = merged[d].e;
+    p.region.src_stride[d] = merged[d].s;
+    p.region.dst_stride[d] = merged[d].t;
+  }
+  return p;
+}
+
+// One call copies `seg` elements of one row (the innermost dimension) of the region.
+template <class T>
+struct box_copy_segment {
+  const T* src;
+  T* dst;
+  StridedRegion r;
+  std::uint64_t seg, segs_per_row;
+
+  CAIRN_HD void operator()(std::uint64_t k) const {
+    std::uint64_t row = k / segs_per_row;
+    const std::uint64_t first = (k % segs_per_row) * seg;
+    const int inner = r.rank - 1;
+    std::int64_t so = 0, dof = 0;
+    for (int d = inner - 1; d >= 0; --d) {
+      const std::uint64_t i = row % r.extent[d];
+      row /= r.extent[d];
+      so += static_cast<std::int64_t>(i) * r.src_stride[d];
+      dof += static_cast<std::int64_t>(i) * r.dst_stride[d];
+    }
+    const std::uint64_t n = r.extent[inner] - first < seg ? r.extent[inner] - first : seg;
+    const std::int64_t a = r.src_stride[inner], b = r.dst_stride[inner];
+    const T* s = src + so + static_cast<std::int64_t>(first) * a;
+    T* t = dst + dof + static_cast<std::int64_t>(first) * b;
+#if !defined(__CUDA_ARCH__)
+    if (a == 1 && b == 1) {
+      std::memcpy(t, s, n * sizeof(T));
+      return;
+    }
+#endif
+    for (std::uint64_t i = 0; i < n; ++i) t[static_cast<std::int64_t>(i) * b] = s[static_cast<std::int64_t>(i) * a];
+  }
+};
+
+struct alignas(16) bytes16 { std::uint64_t lo, hi; };
+
+template <class T, class Policy>
+void box_copy_typed(Policy&& policy, const void* src, void* dst, const BoxCopyPlan& p, std::uint64_t seg) {
+  const StridedRegion& r = p.region;
+  const std::uint64_t inner = r.extent[r.rank - 1];
+  if (inner == 0 || r.elements() == 0) return;
+  if (seg == 0 || seg > inner) seg = inner;
+  const std::uint64_t segs_per_row = (inner + seg - 1) / seg;
+  const std::uint64_t calls = r.elements() / inner * segs_per_row;
+  thrust::for_each(policy, thrust::counting_iterator<std::uint64_t>(0), thrust::counting_iterator<std::uint64_t>(calls),
+                   box_copy_segment<T>{static_cast<const T*>(src) + p.src_offset, static_cast<T*>(dst) + p.dst_offset,
+                                       r, seg, segs_per_row});
+}
+
+// Runs a planned box copy of `item_size`-byte elements under a Thrust policy (host or
+// device). `seg` bounds the elements one call copies: long for host memory (memcpy-sized
+// runs), 1 on a GPU (one thread per element).
+template <class Policy>
+void box_copy(Policy&& policy, std::size_t item_size, const void* src, void* dst, const BoxCopyPlan& p,
+              std::uint64_t seg) {
+  switch (item_size) {
+    case 1: return box_copy_typed<std::uint8_t>(policy, src, dst, p, seg);
+    case 2: return box_copy_typed<std::uint16_t>(policy, src, dst, p, seg);
+    case 4: return box_copy_typed<std::uint32_t>(policy, src, dst, p, seg);
+    case 8: return box_copy_typed<std::uint64_t>(policy, src, dst, p, seg);
+    case 16: return box_copy_typed<bytes16>(policy, src, dst, p, seg);
+  }
+  throw Error(ErrorKind::invalid_argument, "box copy of " + std::to_string(item_size) + "-byte elements");
+}
+
+inline constexpr std::uint64_t host_copy_segment_bytes = 256 << 10;
+
+inline void box_copy_host(std::size_t item_size, const void* src, void* dst, const BoxCopyPlan& p) {
+  box_copy(host_memory_policy(), item_size, src, dst, p, host_copy_segment_bytes / item_size);
+}
+
+// The same copy between buffers in the memory of one device (a GPU under nvcc: one thread per
+// element; without CUDA the host kernel).
+inline void box_copy_device(std::size_t item_size, const void* src, void* dst, const BoxCopyPlan& p, int device) {
+#if CAIRN_CUDA
+  DeviceGuard guard(device);
+  box_copy(thrust::device, item_size, src, dst, p, 1);
+  CAIRN_CUDA_CHECK(cudaDeviceSynchronize());
+#else
+  (void)device;
+  box_copy_host(item_size, src, dst, p);
+#endif
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE

@@ -1,0 +1,214 @@
+// cairn::ShardedArray<T>: a global N-d array split over a mesh of host or device memories by
+// a NamedSharding, holding the shards of this process's devices (as a jax.Array does). It is
+// a tree leaf like any other: saving writes each distinct shard once, and loading into it
+// reshards the checkpoint onto its sharding, whatever the sharding it was saved with.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "cairn/device/memory.hpp"
+#include "cairn/kernels/box_copy.hpp"
+#include "cairn/tree/traits.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+template <class T>
+class ShardedArray {
+  static_assert(has_dtype<T>, "cairn::ShardedArray<T> needs an element type with a dtype (bool, integers, "
+                              "float, double, cairn::float16, cairn::bfloat16, cairn::float8_*)");
+
+ public:
+  // One device's part of the array: a box of the global array, C order, in the device's memory.
+  class Shard {
+   public:
+    const Device& device() const { return device_; }
+    const Box& box() const { return box_; }
+    std::size_t mesh_position() const { return position_; }
+    // False for a replica whose box a device earlier in mesh order also holds.
+    bool primary() const { return primary_; }
+    std::size_t size() const { return size_; }
+    bool on_device() const { return device_.memory == MemoryKind::device; }
+    // Host or device pointer, by where the shard lives.
+    T* data() { return on_device() ? static_cast<T*>(device_bytes_.data()) : host_.get(); }
+    const T* data() const { return on_device() ? static_cast<const T*>(device_bytes_.data()) : host_.get(); }
+
+    // Copies of the elements to and from host memory, wherever the shard lives.
+    std::vector<T> to_host() const {
+      std::vector<T> v(size_);
+      detail::copy_bytes(v.data(), MemoryKind::host, data(), device_.memory, size_ * sizeof(T));
+      return v;
+    }
+    void from_host(const T* values) {
+      detail::copy_bytes(data(), device_.memory, values, MemoryKind::host, size_ * sizeof(T));
+    }
+
+   private:
+    friend class ShardedArray;
+    Shard(Device d, Box b, std::size_t position, bool primary)
+        : device_(d), box_(std::move(b)), position_(position), primary_(primary),
+          size_(static_cast<std::size_t>(box_.elements())) {
+      if (on_device()) {
+        const int have = detail::device_count();
+        if (device_.id >= have)
+          throw Error(ErrorKind::invalid_argument, "device " + std::to_string(device_.id) + " does not exist (this "
+                      "process sees " + std::to_string(have) + " devices)");
+        device_bytes_ = detail::DeviceBytes(size_ * sizeof(T), device_.id);
+        std::vector<T> zeros(size_);
+        from_host(zeros.data());
+      } else {
+        host_ = std::make_unique<T[]>(size_);
+      }
+    }
+    Shard copy() const {
+      Shard s(device_, box_, position_, primary_);
+      detail::copy_bytes(s.data(), device_.memory, data(), device_.memory, size_ * sizeof(T));
+      return s;
+    }
+
+    Device device_;
+    Box box_;
+    std::size_t position_ = 0;
+    bool primary_ = true;
+    std::size_t size_ = 0;
+    std::unique_ptr<T[]> host_;
+    detail::DeviceBytes device_bytes_;
+  };
+
+  // No sharding yet: loading gives it the checkpoint's own sharding (or one host shard).
+  ShardedArray() = default;
+  // A load target with this sharding; its shape comes from the checkpoint.
+  explicit ShardedArray(NamedSharding sharding) : sharding_(std::move(sharding)) {}
+  // Zero-filled local shards of an array of `shape`.
+  ShardedArray(Shape shape, NamedSharding sharding) : sharding_(std::move(sharding)) { allocate(std::move(shape)); }
+
+  // Splits a dense row-major host array over the sharding (each local shard gets its box).
+  static ShardedArray from_host(const T* values, Shape shape, NamedSharding sharding) {
+    ShardedArray a(std::move(shape), std::move(sharding));
+    const Box whole = whole_box(a.shape_);
+    for (auto& s : a.shards_) {
+      if (s.size() == 0) continue;
+      std::vector<T> part(s.size());
+      detail::box_copy_host(sizeof(T), values, part.data(),
+                            detail::plan_box_copy(s.box(), whole, false, s.box(), false));
+      s.from_host(part.data());
+    }
+    return a;
+  }
+  static ShardedArray from_host(const std::vector<T>& values, Shape shape, NamedSharding sharding) {
+    if (values.size() != element_count(shape))
+      throw Error(ErrorKind::invalid_argument, "ShardedArray::from_host: " + std::to_string(values.size()) +
+                  " values for shape " + to_string(shape));
+    return from_host(values.data(), std::move(shape), std::move(sharding));
+  }
+
+  ShardedArray(const ShardedArray& o) : shape_(o.shape_), sharding_(o.sharding_), allocated_(o.allocated_) {
+    for (const auto& s : o.shards_) shards_.push_back(s.copy());
+  }
+  ShardedArray(ShardedArray&&) noexcept = default;
+  ShardedArray& operator=(const ShardedArray& o) {
+    if (this != &o) { ShardedArray c(o); *this = std::move(c); }
+    return *this;
+  }
+  ShardedArray& operator=(ShardedArray&&) noexcept = default;
+
+  const Shape& shape() const { return shape_; }
+  bool has_sharding() const { return sharding_.has_value(); }
+  const NamedSharding& sharding() const {
+    if (!sharding_) throw Error(ErrorKind::invalid_argument, "this ShardedArray has no sharding yet");
+    return *sharding_;
+  }
+  // This process's shards, in mesh order (replicas included).
+  std::vector<Shard>& shards() { return shards_; }
+  const std::vector<Shard>& shards() const { return shards_; }
+  bool allocated() const { return allocated_; }
+
+  // (Re)creates zero-filled local shards for `shape` under the current sharding.
+  void allocate(Shape shape) {
+    if (!sharding_) throw Error(ErrorKind::invalid_argument, "ShardedArray::allocate needs a sharding");
+    const auto boxes = sharding_->shard_boxes(shape);
+    std::vector<Shard> shards;
+    std::map<std::pair<Shape, Shape>, std::size_t> first_holder;
+    for (std::size_t i = 0; i < boxes.size(); ++i) {
+      const bool primary = first_holder.emplace(std::make_pair(boxes[i].start, boxes[i].shape), i).second;
+      if (sharding_->mesh.is_local(i)) shards.push_back(Shard(sharding_->mesh.devices()[i], boxes[i], i, primary));
+    }
+    shape_ = std::move(shape);
+    shards_ = std::move(shards);
+    allocated_ = true;
+  }
+  // Replaces the sharding (for loading onto another layout); the shards are re-created by
+  // the next load or allocate().
+  void set_sharding(NamedSharding sharding) {
+    sharding_ = std::move(sharding);
+    shards_.clear();
+    allocated_ = false;
+  }
+
+  // The whole array, row-major, on the host (every box must be held by this process).
+  std::vector<T> gather() const {
+    std::vector<T> out(static_cast<std::size_t>(element_count(shape_)));
+    const Box whole = whole_box(shape_);
+    std::uint64_t covered = 0;
+    for (const auto& s : shards_) {
+      if (!s.primary() || s.size() == 0) continue;
+      const std::vector<T> part = s.to_host();
+      detail::box_copy_host(sizeof(T), part.data(), out.data(), detail::plan_box_copy(s.box(), s.box(), false, whole, false));
+      covered += s.size();
+    }
+    if (covered != out.size())
+      throw Error(ErrorKind::invalid_argument, "ShardedArray::gather: this process holds " + std::to_string(covered) +
+                  " of the array's " + std::to_string(out.size()) + " elements");
+    return out;
+  }
+
+ private:
+  Shape shape_;
+  std::optional<NamedSharding> sharding_;
+  std::vector<Shard> shards_;
+  bool allocated_ = false;
+};
+
+template <class T>
+struct leaf_traits<ShardedArray<T>> {
+  static LeafView view(const ShardedArray<T>& a) {
+    if (!a.allocated())
+      throw Error(ErrorKind::invalid_argument, "this ShardedArray has no shards (construct it with a shape and a "
+                  "sharding, or load into it) and cannot be saved");
+    LeafView v{dtype_of<T>, a.shape(), Order::C, nullptr, byte_count(a.shape(), sizeof(T))};
+    for (const auto& s : a.shards())
+      v.shards.push_back({s.box(), s.data(), s.device().memory, s.device().id, s.primary()});
+    v.sharding = a.sharding();
+    return v;
+  }
+
+  static LeafBuffer prepare(ShardedArray<T>& a, const StoredLeafInfo& stored) {
+    if (!a.has_sharding()) {
+      if (stored.sharding) {
+        // The stored sharding, where this process has its devices.
+        const Mesh& m = stored.sharding->mesh;
+        if (!m.devices().empty() && m.devices().front().memory == MemoryKind::device) {
+          int max_id = 0;
+          for (const auto& d : m.devices()) max_id = std::max(max_id, d.id);
+          if (max_id >= detail::device_count())
+            throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() +
+                        " (device ids up to " + std::to_string(max_id) + "), but this process sees " +
+                        std::to_string(detail::device_count()) + " devices. Give the target a sharding for the "
+                        "devices here: ShardedArray<T>(NamedSharding(Mesh::device({{\"x\", n}}), PartitionSpec{...}))");
+        }
+        a.set_sharding(*stored.sharding);
+      } else {
+        a.set_sharding(NamedSharding(Mesh::host({}), PartitionSpec{}));  // one host shard
+      }
+    }
+    if (!a.allocated() || a.shape() != stored.shape) a.allocate(stored.shape);
+    LeafBuffer b{dtype_of<T>, Order::C, nullptr, byte_count(a.shape(), sizeof(T))};
+    for (auto& s : a.shards()) b.shards.push_back({s.box(), s.data(), s.device().memory, s.device().id});
+    return b;
+  }
+};
+
+CAIRN_END_NAMESPACE
