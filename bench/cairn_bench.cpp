@@ -32,6 +32,7 @@ struct Options {
   bool async = false;  // the Checkpointer benchmarks instead
   int saves = 1000;    // async saves for the memory-growth measurement
   double step_ms = 50; // compute per training step in the loop benchmark
+  bool sharded = false;  // the sharding benchmarks instead
 };
 
 std::uint64_t parse_bytes(const std::string& s) {
@@ -58,7 +59,10 @@ void usage() {
       "  --json              one JSON object instead of the table\n"
       "  --async             Checkpointer benchmarks: save_async blocking time vs one in-memory copy,\n"
       "                      a loop checkpointing every step vs not, RSS across --saves N async saves\n"
-      "  --step-ms MS        compute per training step in the loop benchmark (default 50)");
+      "  --step-ms MS        compute per training step in the loop benchmark (default 50)\n"
+      "  --sharded           sharding benchmarks: box-copy and cast kernels vs memcpy, restoring a\n"
+      "                      2x4-sharded --bytes array onto other shardings vs the same sharding\n"
+      "                      (and, built with nvcc on a GPU, staging and device casts vs cudaMemcpy)");
 }
 
 double now_s() {
@@ -372,6 +376,191 @@ int async_bench(const Options& o) {
 
 }  // namespace
 
+// ---- Sharding benchmarks ----
+
+// Median seconds of `repeat` runs of f.
+template <class F>
+double time_median(int repeat, F&& f) {
+  std::vector<double> t;
+  for (int i = 0; i < repeat; ++i) {
+    const double t0 = now_s();
+    f();
+    t.push_back(now_s() - t0);
+  }
+  return median(t);
+}
+
+int sharded_bench(const Options& o) {
+  using cairn::Mesh;
+  using cairn::NamedSharding;
+  using cairn::PartitionSpec;
+  // A [rows, 4096] float32 array of about --bytes.
+  const std::int64_t cols = 4096;
+  const std::int64_t rows = std::max<std::int64_t>(8, static_cast<std::int64_t>(o.bytes / (cols * 4)) / 8 * 8);
+  const cairn::Shape shape{rows, cols};
+  const std::size_t n = static_cast<std::size_t>(rows * cols), bytes = n * 4;
+  const double gib = static_cast<double>(bytes) / (1u << 30);
+  std::printf("cairn-bench --sharded: float32[%lld, %lld] (%.3f GiB) in %s (median of %d, %s reads)\n",
+              static_cast<long long>(rows), static_cast<long long>(cols), gib, o.dir.c_str(), o.repeat,
+              o.warm ? "warm" : "cold");
+
+  // 1. Kernels on the host backend beside memcpy (bandwidth = bytes read + bytes written).
+  std::vector<float> src(n), dst(n);
+  std::mt19937 rng(3);
+  for (auto& x : src) x = static_cast<float>(rng() % 100000) * 0.01f;
+  std::memset(dst.data(), 0, bytes);
+  const double t_memcpy = time_median(o.repeat, [&] { std::memcpy(dst.data(), src.data(), bytes); });
+  const double bw_memcpy = 2.0 * bytes / t_memcpy;
+  auto report_kernel = [&](const char* name, double seconds, double moved) {
+    const double bw = moved / seconds;
+    std::printf("  %-44s %8.1f ms  %6.2f GB/s  %.2fx of memcpy\n", name, seconds * 1e3, bw / 1e9, bw / bw_memcpy);
+  };
+  std::printf("  %-44s %8.1f ms  %6.2f GB/s\n", "memcpy (read + write)", t_memcpy * 1e3, bw_memcpy / 1e9);
+  const cairn::Box whole = cairn::whole_box(shape);
+  {
+    // A column block [rows, cols/4]: the reshard of a 'model'-split chunk into a row shard.
+    const cairn::Box block{{0, cols / 4}, {rows, cols / 4}};
+    const auto plan = cairn::detail::plan_box_copy(block, whole, false, block, false);
+    const double t = time_median(o.repeat, [&] { cairn::detail::box_copy_host(4, src.data(), dst.data(), plan); });
+    report_kernel("box copy, column block (rows of 4 KiB)", t, 2.0 * bytes / 4);
+    // Strided both sides: an [rows/2, cols/2] box from one [rows, cols] array into another.
+    const cairn::Box quarter{{rows / 4, cols / 4}, {rows / 2, cols / 2}};
+    const auto plan2 = cairn::detail::plan_box_copy(quarter, whole, false, whole, false);
+    const double t2 = time_median(o.repeat, [&] { cairn::detail::box_copy_host(4, src.data(), dst.data(), plan2); });
+    report_kernel("box copy, strided on both sides (8 KiB rows)", t2, 2.0 * bytes / 4);
+    const auto plan3 = cairn::detail::plan_box_copy(whole, whole, false, whole, false);
+    const double t3 = time_median(o.repeat, [&] { cairn::detail::box_copy_host(4, src.data(), dst.data(), plan3); });
+    report_kernel("box copy, whole array (one run)", t3, 2.0 * bytes);
+  }
+  {
+    std::vector<cairn::bfloat16> half(n);
+    const double t = time_median(o.repeat, [&] {
+      cairn::cast_host(cairn::DType::float32, src.data(), cairn::DType::bfloat16, half.data(), n);
+    });
+    report_kernel("cast float32 -> bfloat16", t, 6.0 * n);
+    const double t2 = time_median(o.repeat, [&] {
+      cairn::cast_host(cairn::DType::bfloat16, half.data(), cairn::DType::float32, dst.data(), n);
+    });
+    report_kernel("cast bfloat16 -> float32", t2, 6.0 * n);
+    std::vector<double> wide(n / 2);
+    const double t3 = time_median(o.repeat, [&] {
+      cairn::cast_host(cairn::DType::float32, src.data(), cairn::DType::float64, wide.data(), n / 2);
+    });
+    report_kernel("cast float32 -> float64", t3, 6.0 * n);
+    std::vector<std::int32_t> ints(n);
+    for (std::size_t i = 0; i < n; ++i) ints[i] = static_cast<std::int32_t>(rng() % 200) - 100;
+    std::vector<std::int8_t> narrow(n);
+    const double t4 = time_median(o.repeat, [&] {
+      cairn::cast_host(cairn::DType::int32, ints.data(), cairn::DType::int8, narrow.data(), n);
+    });
+    report_kernel("cast int32 -> int8 (range-checked)", t4, 5.0 * n);
+  }
+  dst = {};
+
+  // 2. Restoring a 2x4-sharded checkpoint onto other shardings beside the same sharding.
+  std::filesystem::remove_all(o.dir);
+  const NamedSharding saved(Mesh::host({{"data", 2}, {"model", 4}}), PartitionSpec{"data", "model"});
+  {
+    auto a = cairn::ShardedArray<float>::from_host(src, shape, saved);
+    src = {};
+    cairn::save(o.dir + "/c", a);
+  }
+  struct Case { const char* name; NamedSharding sharding; };
+  std::vector<Case> cases = {
+      {"same sharding (2x4, 'data', 'model')", saved},
+      {"8x1 ('x', None)", NamedSharding(Mesh::host({{"x", 8}}), PartitionSpec{"x"})},
+      {"1x8 (None, 'x')", NamedSharding(Mesh::host({{"x", 8}}), PartitionSpec{cairn::replicated, "x"})},
+      {"4x2 ('model', 'data')", NamedSharding(Mesh::host({{"data", 2}, {"model", 4}}), PartitionSpec{"model", "data"})},
+      {"one device", NamedSharding(Mesh::host({{"x", 1}}), PartitionSpec{})},
+  };
+  // Rounds over the cases (not one case after another), so that the disk's slow spells
+  // fall on every case alike; the median per case is reported.
+  std::vector<cairn::ShardedArray<float>> targets;
+  for (const auto& c : cases) targets.emplace_back(c.sharding);
+  std::vector<std::vector<double>> times(cases.size());
+  std::vector<cairn::LoadReport> last(cases.size());
+  for (int r = 0; r < o.repeat; ++r)
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      if (!o.warm) evict_tree(o.dir);
+      const double t0 = now_s();
+      last[i] = cairn::load(o.dir + "/c", targets[i]);
+      times[i].push_back(now_s() - t0);
+    }
+  const double same = median(times[0]);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const double t = median(times[i]);
+    std::printf("  restore onto %-36s %8.1f ms  %6.2f GiB/s  %.2fx the same-sharding time, read %.3fx the needed bytes\n",
+                cases[i].name, t * 1e3, gib / t, t / same,
+                static_cast<double>(last[i].bytes_read) / static_cast<double>(last[i].bytes_needed));
+  }
+  targets.clear();
+  // A process holding half the mesh with columns split: it reads parts of every chunk.
+  {
+    Mesh mesh = Mesh::host({{"a", 2}, {"b", 4}});
+    mesh.assign_processes({0, 0, 0, 0, 1, 1, 1, 1}, 1);
+    // Columns split 8 ways, b major: this process's four strips are every other 512 columns,
+    // half of each stored chunk's columns.
+    cairn::ShardedArray<float> target(NamedSharding(mesh, PartitionSpec{cairn::replicated, {"b", "a"}}));
+    cairn::LoadReport last;
+    const double t = time_median(o.repeat, [&] {
+      if (!o.warm) evict_tree(o.dir);
+      last = cairn::load(o.dir + "/c", target);
+    });
+    std::printf("  process 1 of 2, columns over 2x4: %8.1f ms, read %llu bytes for %llu needed (%.3fx)\n", t * 1e3,
+                static_cast<unsigned long long>(last.bytes_read), static_cast<unsigned long long>(last.bytes_needed),
+                static_cast<double>(last.bytes_read) / static_cast<double>(last.bytes_needed));
+  }
+  std::filesystem::remove_all(o.dir);
+
+#if CAIRN_CUDA
+  // 3. GPU: staging device shards to pinned host memory, and device casts.
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+    cairn::detail::DeviceBytes d(bytes, 0), d2(bytes, 0);
+    cairn::detail::PinnedBytes pinned(bytes);
+    CAIRN_CUDA_CHECK(cudaMemset(d.data(), 1, bytes));
+    const double t_pinned = time_median(o.repeat, [&] {
+      CAIRN_CUDA_CHECK(cudaMemcpy(pinned.data(), d.data(), bytes, cudaMemcpyDeviceToHost));
+    });
+    std::printf("  GPU: cudaMemcpy device -> pinned host     %8.1f ms  %6.2f GB/s\n", t_pinned * 1e3, bytes / t_pinned / 1e9);
+    // cairn's staging: write-sized pieces through two pinned buffers (no file: the copy alone).
+    const std::size_t piece = cairn::detail::write_piece_bytes;
+    cairn::detail::PinnedBytes bufs[2] = {cairn::detail::PinnedBytes(piece), cairn::detail::PinnedBytes(piece)};
+    const double t_stage = time_median(o.repeat, [&] {
+      for (std::size_t off = 0, k = 0; off < bytes; off += piece, ++k)
+        cairn::detail::copy_bytes(bufs[k % 2].data(), cairn::MemoryKind::host, static_cast<char*>(d.data()) + off,
+                                  cairn::MemoryKind::device, std::min(piece, bytes - off));
+    });
+    std::printf("  GPU: cairn staging in %zu MiB pieces        %8.1f ms  %6.2f GB/s  %.2fx of cudaMemcpy\n", piece >> 20,
+                t_stage * 1e3, bytes / t_stage / 1e9, t_pinned / t_stage);
+    const double t_d2d = time_median(o.repeat, [&] {
+      CAIRN_CUDA_CHECK(cudaMemcpy(d2.data(), d.data(), bytes, cudaMemcpyDeviceToDevice));
+    });
+    const double bw_d2d = 2.0 * bytes / t_d2d;
+    std::printf("  GPU: cudaMemcpy device -> device           %8.1f ms  %6.2f GB/s (read + write)\n", t_d2d * 1e3, bw_d2d / 1e9);
+    const double t_cast = time_median(o.repeat, [&] {
+      cairn::detail::cast_device(cairn::DType::float32, d.data(), cairn::DType::bfloat16, d2.data(), n,
+                                 cairn::OnOverflow::error);
+      CAIRN_CUDA_CHECK(cudaDeviceSynchronize());
+    });
+    std::printf("  GPU: cast float32 -> bfloat16 on device    %8.1f ms  %6.2f GB/s  %.2fx of device copy\n",
+                t_cast * 1e3, 6.0 * n / t_cast / 1e9, 6.0 * n / t_cast / bw_d2d);
+    const auto plan = cairn::detail::plan_box_copy(cairn::Box{{0, cols / 4}, {rows, cols / 4}}, whole, false,
+                                                   cairn::Box{{0, cols / 4}, {rows, cols / 4}}, false);
+    const double t_box = time_median(o.repeat, [&] {
+      cairn::detail::box_copy_device(4, d.data(), d2.data(), plan, 0);
+    });
+    std::printf("  GPU: box copy, column block, on device     %8.1f ms  %6.2f GB/s  %.2fx of device copy\n",
+                t_box * 1e3, 2.0 * bytes / 4 / t_box / 1e9, 2.0 * bytes / 4 / t_box / bw_d2d);
+  } else {
+    std::printf("  GPU: none visible, GPU figures skipped\n");
+  }
+#else
+  std::printf("  GPU: this build has no CUDA (build the bench with nvcc for the GPU figures)\n");
+#endif
+  return 0;
+}
+
 int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -396,10 +585,12 @@ int main(int argc, char** argv) {
     else if (a == "--async") o.async = true;
     else if (a == "--saves") o.saves = std::stoi(next());
     else if (a == "--step-ms") o.step_ms = std::stod(next());
+    else if (a == "--sharded") o.sharded = true;
     else { usage(); return a == "--help" || a == "-h" ? 0 : 2; }
   }
   if (o.leaves == 0) { usage(); return 2; }
   if (o.async) return async_bench(o);
+  if (o.sharded) return sharded_bench(o);
   Results r;
   if (o.dtype == "float32") r = run<float>(o);
   else if (o.dtype == "float64") r = run<double>(o);

@@ -168,3 +168,30 @@ TEST_CASE("every pair of numeric dtypes converts through the same kernels as sin
       CHECK_MESSAGE(a == b, dtype_name(from) << " -> " << dtype_name(to));
     }
 }
+
+TEST_CASE("the fast float32 <-> bfloat16 / float16 paths equal the reference rounding bit for bit") {
+  using cairn::detail::bfloat16_format;
+  using cairn::detail::float16_format;
+  auto check_float = [](std::uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    const auto bf = cairn::cast_value<cairn::bfloat16>(f);
+    const auto h = cairn::cast_value<cairn::float16>(f);
+    if (bf.bits != bfloat16_format::encode(static_cast<double>(f)) ||
+        h.bits != float16_format::encode(static_cast<double>(f))) {
+      FAIL("float bits " << u << ": bfloat16 " << bf.bits << " vs " << bfloat16_format::encode(f) << ", float16 "
+                         << h.bits << " vs " << float16_format::encode(f));
+    }
+  };
+  // Every upper half with the low halves where rounding decides (ties, just above and below).
+  for (std::uint32_t hi = 0; hi < 65536; ++hi)
+    for (std::uint32_t lo : {0x0000u, 0x0001u, 0x0fffu, 0x1000u, 0x1001u, 0x7fffu, 0x8000u, 0x8001u, 0xefffu,
+                             0xf000u, 0xf001u, 0xffffu})
+      check_float(hi << 16 | lo);
+  for (int i = 0; i < 2000000; ++i) check_float(static_cast<std::uint32_t>(test::rng()()));
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const float fast = cairn::cast_value<float>(cairn::bfloat16::from_bits(static_cast<std::uint16_t>(b)));
+    const float ref = bfloat16_format::decode(b);
+    CHECK(std::memcmp(&fast, &ref, 4) == 0);
+  }
+}

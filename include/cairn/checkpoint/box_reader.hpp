@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <future>
 #include <map>
 #include <vector>
 
@@ -165,21 +166,37 @@ class BoxLeafReader {
         const bool direct = overlaps.size() == 1 && overlaps[0].box == cb && to_ == s_.dtype &&
                             targets_[groups_[overlaps[0].group].front()].box == cb &&
                             same_layout(targets_[groups_[overlaps[0].group].front()]);
+        struct Piece {
+          Box box;
+          std::uint64_t first, span;
+        };
+        std::vector<Piece> pieces;
         split_for_reading(cb, chunk_column_major_, cb, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
-          const std::uint64_t bytes = span * in_size_;
-          if (direct) {
-            read_direct(f, c, first, bytes, groups_[overlaps[0].group], crc);
-            return;
-          }
-          scratch_.resize(static_cast<std::size_t>(bytes));
-          f.read_at(scratch_.data(), bytes, c.offset + first * in_size_);
-          if (options_.verify_checksums) crc = crc32c_extend(crc, scratch_.data(), static_cast<std::size_t>(bytes));
-          if (s_.dtype == DType::bool_) normalize_bools(scratch_.data(), span);
-          for (const auto& o : overlaps) {
-            Box j;
-            if (intersect(piece, o.box, j)) deliver(j, cb, first, o.group);
-          }
+          pieces.push_back({piece, first, span});
         });
+        if (direct) {
+          for (const auto& p : pieces) read_direct(f, c, p.first, p.span * in_size_, groups_[overlaps[0].group], crc);
+        } else {
+          // Piece k+1 is read on a helper thread while piece k is checksummed and scattered.
+          auto read_piece = [&](std::size_t k) {
+            auto& buf = pieces_buf_[k % 2];
+            buf.resize(static_cast<std::size_t>(pieces[k].span * in_size_));
+            f.read_at(buf.data(), buf.size(), c.offset + pieces[k].first * in_size_);
+          };
+          read_piece(0);
+          for (std::size_t k = 0; k < pieces.size(); ++k) {
+            std::future<void> next;  // joined before this scope ends, also on error
+            if (k + 1 < pieces.size()) next = std::async(std::launch::async, read_piece, k + 1);
+            unsigned char* buf = pieces_buf_[k % 2].data();
+            if (options_.verify_checksums) crc = crc32c_extend(crc, buf, static_cast<std::size_t>(pieces[k].span * in_size_));
+            if (s_.dtype == DType::bool_) normalize_bools(buf, pieces[k].span);
+            for (const auto& o : overlaps) {
+              Box j;
+              if (intersect(pieces[k].box, o.box, j)) deliver(j, cb, pieces[k].first, o.group, buf);
+            }
+            if (next.valid()) next.get();
+          }
+        }
         report_.bytes_read += c.nbytes;
         if (options_.verify_checksums) check_crc(crc, s_, c, dir_);
       } else {
@@ -191,7 +208,7 @@ class BoxLeafReader {
             report_.bytes_read += bytes;
             report_.unverified_bytes += bytes;
             if (s_.dtype == DType::bool_) normalize_bools(scratch_.data(), span);
-            deliver(piece, cb, first, o.group);
+            deliver(piece, cb, first, o.group, scratch_.data());
           });
         }
       }
@@ -224,9 +241,9 @@ class BoxLeafReader {
     }
   }
 
-  // Copies region `j` (held in scratch_, which starts at element `first` of the chunk) into
+  // Copies region `j` (held in `src`, which starts at element `first` of the chunk) into
   // every target of the group, casting on the way when the target's dtype differs.
-  void deliver(const Box& j, const Box& chunk_box, std::uint64_t first, std::size_t group) {
+  void deliver(const Box& j, const Box& chunk_box, std::uint64_t first, std::size_t group, const unsigned char* src) {
     const auto& members = groups_[group];
     const bool cast = to_ != s_.dtype;
     bool all_host = true;
@@ -235,7 +252,7 @@ class BoxLeafReader {
       for (std::size_t t : members) {
         BoxCopyPlan plan = plan_box_copy(j, chunk_box, chunk_column_major_, targets_[t].box, targets_[t].column_major);
         plan.src_offset -= first;
-        box_copy_host(in_size_, scratch_.data(), targets_[t].data, plan);
+        box_copy_host(in_size_, src, targets_[t].data, plan);
       }
       return;
     }
@@ -244,7 +261,7 @@ class BoxLeafReader {
     compact_.resize(static_cast<std::size_t>(n * in_size_));
     BoxCopyPlan plan = plan_box_copy(j, chunk_box, chunk_column_major_, j, false);
     plan.src_offset -= first;
-    box_copy_host(in_size_, scratch_.data(), compact_.data(), plan);
+    box_copy_host(in_size_, src, compact_.data(), plan);
     const unsigned char* values = compact_.data();
     if (cast) {
       converted_.resize(static_cast<std::size_t>(n * out_size_));
@@ -284,6 +301,7 @@ class BoxLeafReader {
   std::vector<std::vector<std::size_t>> groups_;
   std::size_t first_read_ = 0;
   std::vector<unsigned char> scratch_, compact_, converted_;
+  std::vector<unsigned char> pieces_buf_[2];
   std::map<int, DeviceBytes> device_scratch_;
 };
 

@@ -292,6 +292,7 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
       box_tasks.push_back({&leaf, std::move(buf)});
       continue;
     }
+    plan.report.bytes_needed += s.chunks.front().nbytes;
     const ChunkRecord& c = s.chunks.front();
     const std::uint64_t fsize = files.size(c.file);
     if (c.offset > fsize || c.nbytes > fsize - c.offset)

@@ -10,6 +10,17 @@
 #include "cairn/tree/traits.hpp"
 
 CAIRN_BEGIN_NAMESPACE
+namespace detail {
+// A fresh vector of n elements (the old values are about to be overwritten anyway). Thrust
+// 1.17's resize of an empty vector binds a reference through a null pointer, which is
+// undefined behaviour (UBSan reports it), so no resize.
+template <class Vector>
+void resize_for_load(Vector& v, std::size_t n) {
+  if (v.size() == n) return;
+  Vector fresh(n);
+  v.swap(fresh);
+}
+}  // namespace detail
 
 template <class T, class Alloc>
 struct leaf_traits<thrust::host_vector<T, Alloc>, std::enable_if_t<has_dtype<T>>> {
@@ -21,7 +32,7 @@ struct leaf_traits<thrust::host_vector<T, Alloc>, std::enable_if_t<has_dtype<T>>
     if (stored.shape.size() != 1)
       throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored.shape) +
                   " is not 1-D, but the target is a thrust::host_vector");
-    v.resize(static_cast<std::size_t>(stored.shape[0]));
+    detail::resize_for_load(v, static_cast<std::size_t>(stored.shape[0]));
     return {dtype_of<T>, Order::C, thrust::raw_pointer_cast(v.data()), v.size() * sizeof(T)};
   }
 };
@@ -39,7 +50,7 @@ struct leaf_traits<thrust::device_vector<T, Alloc>, std::enable_if_t<has_dtype<T
     if (stored.shape.size() != 1)
       throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored.shape) +
                   " is not 1-D, but the target is a thrust::device_vector");
-    v.resize(static_cast<std::size_t>(stored.shape[0]));
+    detail::resize_for_load(v, static_cast<std::size_t>(stored.shape[0]));
     T* p = thrust::raw_pointer_cast(v.data());
     LeafBuffer b{dtype_of<T>, Order::C, nullptr, v.size() * sizeof(T)};
     b.shards.push_back({whole_box(stored.shape), p, MemoryKind::device, v.empty() ? 0 : detail::device_of(p)});
