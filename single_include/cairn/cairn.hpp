@@ -3100,6 +3100,7 @@ class ShardedArray {
 
 template <class T>
 struct leaf_traits<ShardedArray<T>> {
+  static constexpr std::size_t max_adopted_devices = 4096;
   static LeafView view(const ShardedArray<T>& a) {
     if (!a.allocated())
       throw Error(ErrorKind::invalid_argument, "this ShardedArray has no shards (construct it with a shape and a "
@@ -3116,6 +3117,11 @@ struct leaf_traits<ShardedArray<T>> {
       if (stored.sharding) {
         // The stored sharding, where this process has its devices.
         const Mesh& m = stored.sharding->mesh;
+        // Each device of the stored mesh gets a copy of its box: from untrusted metadata, a
+        // huge replicated mesh could ask for any amount of memory.
+        if (m.size() > max_adopted_devices)
+          throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() + " (" +
+                      std::to_string(m.size()) + " devices); give the target a sharding of its own");
         if (!m.devices().empty() && m.devices().front().memory == MemoryKind::device) {
           int max_id = 0;
           for (const auto& d : m.devices()) max_id = std::max(max_id, d.id);
@@ -4988,12 +4994,7 @@ class BoxLeafReader {
       for (std::size_t t : groups_[g]) report_.shard_reads[first_read_ + t].from_chunks.push_back(cb);
     }
     if (overlaps.empty()) return;  // no target here needs this chunk: not read
-    const File& f = files.get(c.file);
-    const std::uint64_t fsize = files.size(c.file);
-    if (c.offset > fsize || c.nbytes > fsize - c.offset)
-      throw Error(ErrorKind::corrupt, "bytes " + std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) +
-                  " lie beyond the end of the file (" + std::to_string(fsize) + " bytes; truncated?)",
-                  join_path(dir_, c.file), key_);
+    const File& f = files.get(c.file);  // (execute_plan checked the chunk lies inside it)
     const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
     try {
       if (covered >= cb.elements()) {
@@ -5440,6 +5441,15 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
   tasks.reserve(plan.leaves.size());
   for (auto& leaf : plan.leaves) {
     const LeafRecord& s = *leaf.stored;
+    // Every chunk must lie inside its file before the target allocates anything: shapes in
+    // untrusted metadata could otherwise ask for terabytes.
+    for (const auto& c : s.chunks) {
+      const std::uint64_t fsize = files.size(c.file);
+      if (c.offset > fsize || c.nbytes > fsize - c.offset)
+        throw Error(ErrorKind::corrupt, "bytes " + std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) +
+                    " lie beyond the end of the file (" + std::to_string(fsize) + " bytes; truncated?)",
+                    join_path(dir, c.file), leaf.key);
+    }
     LeafBuffer buf;
     try {
       buf = leaf.prepare(StoredLeafInfo{s.dtype, s.shape, s.order, s.nbytes(), s.sharding ? &*s.sharding : nullptr});
@@ -5467,12 +5477,6 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
       continue;
     }
     plan.report.bytes_needed += s.chunks.front().nbytes;
-    const ChunkRecord& c = s.chunks.front();
-    const std::uint64_t fsize = files.size(c.file);
-    if (c.offset > fsize || c.nbytes > fsize - c.offset)
-      throw Error(ErrorKind::corrupt, "bytes " + std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) +
-                  " lie beyond the end of the file (" + std::to_string(fsize) + " bytes; truncated?)",
-                  join_path(dir, c.file), leaf.key);
     tasks.push_back({&leaf, std::move(buf)});
   }
   std::sort(tasks.begin(), tasks.end(), [](const ReadTask& a, const ReadTask& b) {

@@ -266,6 +266,15 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
   tasks.reserve(plan.leaves.size());
   for (auto& leaf : plan.leaves) {
     const LeafRecord& s = *leaf.stored;
+    // Every chunk must lie inside its file before the target allocates anything: shapes in
+    // untrusted metadata could otherwise ask for terabytes.
+    for (const auto& c : s.chunks) {
+      const std::uint64_t fsize = files.size(c.file);
+      if (c.offset > fsize || c.nbytes > fsize - c.offset)
+        throw Error(ErrorKind::corrupt, "bytes " + std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) +
+                    " lie beyond the end of the file (" + std::to_string(fsize) + " bytes; truncated?)",
+                    join_path(dir, c.file), leaf.key);
+    }
     LeafBuffer buf;
     try {
       buf = leaf.prepare(StoredLeafInfo{s.dtype, s.shape, s.order, s.nbytes(), s.sharding ? &*s.sharding : nullptr});
@@ -293,12 +302,6 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
       continue;
     }
     plan.report.bytes_needed += s.chunks.front().nbytes;
-    const ChunkRecord& c = s.chunks.front();
-    const std::uint64_t fsize = files.size(c.file);
-    if (c.offset > fsize || c.nbytes > fsize - c.offset)
-      throw Error(ErrorKind::corrupt, "bytes " + std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) +
-                  " lie beyond the end of the file (" + std::to_string(fsize) + " bytes; truncated?)",
-                  join_path(dir, c.file), leaf.key);
     tasks.push_back({&leaf, std::move(buf)});
   }
   std::sort(tasks.begin(), tasks.end(), [](const ReadTask& a, const ReadTask& b) {

@@ -174,6 +174,7 @@ class ShardedArray {
 
 template <class T>
 struct leaf_traits<ShardedArray<T>> {
+  static constexpr std::size_t max_adopted_devices = 4096;
   static LeafView view(const ShardedArray<T>& a) {
     if (!a.allocated())
       throw Error(ErrorKind::invalid_argument, "this ShardedArray has no shards (construct it with a shape and a "
@@ -190,6 +191,11 @@ struct leaf_traits<ShardedArray<T>> {
       if (stored.sharding) {
         // The stored sharding, where this process has its devices.
         const Mesh& m = stored.sharding->mesh;
+        // Each device of the stored mesh gets a copy of its box: from untrusted metadata, a
+        // huge replicated mesh could ask for any amount of memory.
+        if (m.size() > max_adopted_devices)
+          throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() + " (" +
+                      std::to_string(m.size()) + " devices); give the target a sharding of its own");
         if (!m.devices().empty() && m.devices().front().memory == MemoryKind::device) {
           int max_id = 0;
           for (const auto& d : m.devices()) max_id = std::max(max_id, d.id);
