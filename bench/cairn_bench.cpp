@@ -468,27 +468,36 @@ int sharded_bench(const Options& o) {
   struct Case { const char* name; NamedSharding sharding; };
   std::vector<Case> cases = {
       {"same sharding (2x4, 'data', 'model')", saved},
+      {"one device", NamedSharding(Mesh::host({{"x", 1}}), PartitionSpec{})},
       {"8x1 ('x', None)", NamedSharding(Mesh::host({{"x", 8}}), PartitionSpec{"x"})},
       {"1x8 (None, 'x')", NamedSharding(Mesh::host({{"x", 8}}), PartitionSpec{cairn::replicated, "x"})},
       {"4x2 ('model', 'data')", NamedSharding(Mesh::host({{"data", 2}, {"model", 4}}), PartitionSpec{"model", "data"})},
-      {"one device", NamedSharding(Mesh::host({{"x", 1}}), PartitionSpec{})},
   };
-  // Rounds over the cases (not one case after another), so that the disk's slow spells
-  // fall on every case alike; the median per case is reported.
+  // Rounds over the cases in a shuffled order (not one case after another), so that the
+  // disk's slow spells fall on every case alike; the median per case is reported.
   std::vector<cairn::ShardedArray<float>> targets;
   for (const auto& c : cases) targets.emplace_back(c.sharding);
   std::vector<std::vector<double>> times(cases.size());
   std::vector<cairn::LoadReport> last(cases.size());
-  for (int r = 0; r < o.repeat; ++r)
-    for (std::size_t i = 0; i < cases.size(); ++i) {
+  std::vector<std::size_t> order(cases.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::mt19937 shuffle_rng(11);
+  for (int r = 0; r < o.repeat; ++r) {
+    std::shuffle(order.begin(), order.end(), shuffle_rng);  // a case's place in a round was seen to matter
+    for (std::size_t i : order) {
       if (!o.warm) evict_tree(o.dir);
       const double t0 = now_s();
       last[i] = cairn::load(o.dir + "/c", targets[i]);
       times[i].push_back(now_s() - t0);
     }
+  }
   const double same = median(times[0]);
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const double t = median(times[i]);
+    if (std::getenv("CAIRN_BENCH_VERBOSE")) {
+      for (double x : times[i]) std::printf(" %.0f", x * 1e3);
+      std::printf("\n");
+    }
     std::printf("  restore onto %-36s %8.1f ms  %6.2f GiB/s  %.2fx the same-sharding time, read %.3fx the needed bytes\n",
                 cases[i].name, t * 1e3, gib / t, t / same,
                 static_cast<double>(last[i].bytes_read) / static_cast<double>(last[i].bytes_needed));
