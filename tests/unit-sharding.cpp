@@ -440,3 +440,24 @@ TEST_CASE("random changes to the numbers of signed sharded metadata never crash:
   CHECK(errors > 0);
   CHECK(loads > 0);  // some changes are harmless (a date, a CRC of an unread file)
 }
+
+TEST_CASE("a column-major plain leaf read in part by a process holding half the mesh") {
+  test::TempDir dir;
+  Eigen::MatrixXf m = Eigen::MatrixXf::Random(40, 30);  // stored in F order
+  cairn::save(dir / "m", m);
+  Mesh mesh = Mesh::host({{"a", 2}, {"b", 3}});
+  mesh.assign_processes({0, 0, 0, 1, 1, 1}, 1);
+  for (const auto& spec : {PartitionSpec{"a", "b"}, PartitionSpec{"b", "a"}, PartitionSpec{cairn::replicated, {"b", "a"}}}) {
+    CAPTURE(spec.str());
+    ShardedArray<float> t(NamedSharding(mesh, spec));
+    auto report = cairn::load(dir / "m", t);
+    CHECK(report.bytes_read <= report.bytes_needed * 11 / 10);
+    for (const auto& s : t.shards()) {
+      const auto got = s.to_host();
+      std::size_t k = 0;
+      for (std::int64_t i = 0; i < s.box().shape[0]; ++i)
+        for (std::int64_t j = 0; j < s.box().shape[1]; ++j, ++k)
+          CHECK(got[k] == m(s.box().start[0] + i, s.box().start[1] + j));
+    }
+  }
+}
