@@ -4659,6 +4659,8 @@ class CheckpointWriter {
           throw Error(ErrorKind::invalid_argument, "shard box " + to_string(shard.box) + " lies outside the array " +
                       to_string(view.shape));
       const std::uint64_t n = shard.box.elements();
+      if (n > 0 && !shard.data)
+        throw Error(ErrorKind::invalid_argument, "shard " + to_string(shard.box) + " has no data");
       if (!shard.primary || n == 0 || !written.emplace(std::make_pair(shard.box.start, shard.box.shape), true).second)
         continue;
       const auto* src = static_cast<const unsigned char*>(shard.data);
