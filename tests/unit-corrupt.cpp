@@ -183,3 +183,28 @@ TEST_CASE("bool bytes other than 0 and 1 in a data file read as true, never as a
   auto as_float = cairn::load<std::vector<float>>(dir / "b");
   CHECK(as_float == std::vector<float>{0, 1, 1, 0});
 }
+
+TEST_CASE("numbers in metadata that do not fit 64-bit integers are refused before the JSON parser sees them") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  cairn::save(c, make_state());
+  const std::string meta = test::read_file(c + "/_METADATA");
+  const auto at = meta.find("\"offset\":");
+  REQUIRE(at != std::string::npos);
+  const auto digits = meta.find_first_of("0123456789", at);
+  for (const char* big : {"184467440737095516150", "18446744073709551616", "1e400", "0.5", "-9223372036854775809"}) {
+    std::string m = meta;
+    m.replace(digits, 1, big);
+    replace_metadata(c, m);
+    CHECK_CAIRN_ERROR(cairn::metadata(c), cairn::ErrorKind::corrupt, "is not an integer that fits in 64 bits");
+  }
+  // The limits themselves parse (and then fail validation as offsets, not as numbers).
+  std::string m = meta;
+  m.replace(digits, 1, "18446744073709551615");
+  replace_metadata(c, m);
+  try {
+    (void)cairn::metadata(c);
+  } catch (const cairn::Error& e) {
+    CHECK(std::string(e.what()).find("fits in 64 bits") == std::string::npos);
+  }
+}

@@ -189,6 +189,22 @@ TEST_CASE("the fast float32 <-> bfloat16 / float16 paths equal the reference rou
                              0xf000u, 0xf001u, 0xffffu})
       check_float(hi << 16 | lo);
   for (int i = 0; i < 2000000; ++i) check_float(static_cast<std::uint32_t>(test::rng()()));
+  // The same through cast_host: the blocked host kernel (AVX2 where the CPU has it).
+  std::vector<std::uint32_t> bits;
+  for (std::uint32_t hi = 0; hi < 65536; ++hi)
+    for (std::uint32_t lo : {0x0000u, 0x7fffu, 0x8000u, 0x8001u, 0x1000u, 0xffffu}) bits.push_back(hi << 16 | lo);
+  for (int i = 0; i < 1000000; ++i) bits.push_back(static_cast<std::uint32_t>(test::rng()()));
+  std::vector<float> floats(bits.size());
+  std::memcpy(floats.data(), bits.data(), bits.size() * 4);
+  std::vector<cairn::bfloat16> bf(bits.size());
+  std::vector<cairn::float16> hf(bits.size());
+  cairn::cast_host(cairn::DType::float32, floats.data(), cairn::DType::bfloat16, bf.data(), floats.size());
+  cairn::cast_host(cairn::DType::float32, floats.data(), cairn::DType::float16, hf.data(), floats.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < floats.size(); ++i)
+    bad += bf[i].bits != bfloat16_format::encode(static_cast<double>(floats[i])) ||
+           hf[i].bits != float16_format::encode(static_cast<double>(floats[i]));
+  CHECK(bad == 0);
   for (std::uint32_t b = 0; b < 65536; ++b) {
     const float fast = cairn::cast_value<float>(cairn::bfloat16::from_bits(static_cast<std::uint16_t>(b)));
     const float ref = bfloat16_format::decode(b);

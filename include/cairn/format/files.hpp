@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 
 #include <cereal/archives/json.hpp>
@@ -92,6 +93,40 @@ inline int json_depth(std::string_view s) {
   return max_depth;
 }
 
+// cairn's metadata holds integers only. rapidjson (under cereal) parses a number too large
+// for 64 bits as a double, and that path has undefined behaviour on some inputs, so every
+// number token outside strings must be an integer that fits: at most 20 digits, within
+// [-2^63, 2^64 - 1]. Returns the first offending token, or "" when all are fine.
+inline std::string first_bad_json_number(std::string_view s) {
+  bool in_string = false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') { in_string = true; continue; }
+    if (c != '-' && c != '+' && c != '.' && !(c >= '0' && c <= '9')) continue;  // not a number's start
+    std::size_t j = i;
+    while (j < s.size() && (s[j] == '-' || s[j] == '+' || s[j] == '.' || s[j] == 'e' || s[j] == 'E' ||
+                            (s[j] >= '0' && s[j] <= '9')))
+      ++j;
+    const std::string_view tok = s.substr(i, j - i);
+    const bool negative = tok[0] == '-';
+    const std::string_view digits = negative ? tok.substr(1) : tok;
+    bool ok = !digits.empty() && digits.size() <= 20;
+    for (char d : digits) ok = ok && d >= '0' && d <= '9';
+    if (ok && digits.size() >= 19) {
+      const std::string_view limit = negative ? "9223372036854775808" : "18446744073709551615";
+      ok = digits.size() < limit.size() || (digits.size() == limit.size() && digits <= limit);
+    }
+    if (!ok) return std::string(tok.substr(0, 40));
+    i = j - 1;
+  }
+  return {};
+}
+
 struct FileDigest {
   std::uint64_t bytes = 0;
   std::uint32_t crc32c = 0;
@@ -161,6 +196,30 @@ inline bool boxes_overlap(const ChunkRecord& a, const ChunkRecord& b) {
   return true;
 }
 
+// No two non-empty chunk boxes of a leaf share an element. Sorted by their first index in
+// dimension 0, a chunk is compared only with the chunks that start before it ends there, so a
+// grid of thousands of shards is checked in about (chunks x chunks per row band) steps, not
+// chunks squared. `fail` throws.
+template <class Fail>
+void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < l.chunks.size(); ++i)
+    if (element_count(l.chunks[i].shape) > 0) order.push_back(i);
+  if (l.shape.empty()) {
+    if (order.size() > 1) fail("chunks " + std::to_string(order[0]) + " and " + std::to_string(order[1]) + " overlap", key);
+    return;
+  }
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return l.chunks[a].start[0] < l.chunks[b].start[0]; });
+  for (std::size_t a = 0; a < order.size(); ++a) {
+    const ChunkRecord& x = l.chunks[order[a]];
+    for (std::size_t b = a + 1; b < order.size() && l.chunks[order[b]].start[0] < x.start[0] + x.shape[0]; ++b)
+      if (boxes_overlap(x, l.chunks[order[b]]))
+        fail("chunks " + std::to_string(std::min(order[a], order[b])) + " and " +
+             std::to_string(std::max(order[a], order[b])) + " overlap", key);
+  }
+}
+
 // Cross-checks of the records against each other: unique keys, sane shapes, chunks inside
 // their array and covering it exactly once, byte ranges that neither overflow nor overlap.
 inline void validate_metadata(const CheckpointMetadata& m, const std::string& dir) {
@@ -205,11 +264,9 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& di
           std::uint64_t end = 0;
           if (!checked_add(c.offset, c.nbytes, end)) fail("chunk " + std::to_string(i) + " offset + size overflows", key);
           if (c.nbytes) ranges[c.file].emplace_back(c.offset, end);
-          for (std::size_t j = 0; j < i; ++j)
-            if (element_count(c.shape) && element_count(l.chunks[j].shape) && boxes_overlap(c, l.chunks[j]))
-              fail("chunks " + std::to_string(j) + " and " + std::to_string(i) + " overlap", key);
           covered += element_count(c.shape);
         }
+        check_no_overlap(l, key, fail);
         if (covered != count)
           fail("chunks cover " + std::to_string(covered) + " of the array's " + std::to_string(count) +
                " elements (a chunk is missing)", key);
@@ -235,6 +292,8 @@ inline CheckpointMetadata read_metadata(const std::string& dir_in) {
   const std::string path = join_path(dir, metadata_file);
   if (json_depth(text) > max_metadata_depth)
     throw Error(ErrorKind::corrupt, "JSON nested deeper than " + std::to_string(max_metadata_depth), path);
+  if (const std::string bad = first_bad_json_number(text); !bad.empty())
+    throw Error(ErrorKind::corrupt, "number '" + bad + "' is not an integer that fits in 64 bits", path);
   CheckpointMetadata m;
   try {
     std::istringstream in(text);
