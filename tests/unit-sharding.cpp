@@ -461,3 +461,11 @@ TEST_CASE("a column-major plain leaf read in part by a process holding half the 
     }
   }
 }
+
+TEST_CASE("a stored device sharding is recreated only where this process has its devices") {
+  const NamedSharding on4(Mesh::device({{"x", 4}}), PartitionSpec{"x"});
+  CHECK_NOTHROW(cairn::detail::require_devices(on4, 4));
+  CHECK_CAIRN_ERROR(cairn::detail::require_devices(on4, 2), cairn::ErrorKind::invalid_argument,
+                    "device ids up to 3), but this process sees 2 devices. Give the target a sharding");
+  CHECK_NOTHROW(cairn::detail::require_devices(NamedSharding(Mesh::host({{"x", 64}}), PartitionSpec{}), 0));
+}

@@ -1464,6 +1464,16 @@ template <class To, class From>
 __attribute__((target("avx2"))) void convert_full_block_avx2(const From* __restrict s, To* __restrict d) {
   for (std::size_t i = 0; i < cast_block_elements; ++i) d[i] = cast_element<To, From>{}(s[i]);  // fixed count: vectorizes at -O2
 }
+template <class To, class From>
+__attribute__((target("avx2"))) bool full_block_fits_avx2(const From* __restrict s) {
+  unsigned bad = 0;
+  for (std::size_t i = 0; i < cast_block_elements; ++i) bad |= static_cast<unsigned>(!cast_fits<To, From>{}(s[i]));
+  return bad == 0;
+}
+template <class To, class From>
+__attribute__((target("avx2"))) void convert_full_block_in_range_avx2(const From* __restrict s, To* __restrict d) {
+  for (std::size_t i = 0; i < cast_block_elements; ++i) d[i] = static_cast<To>(s[i]);  // every element fits
+}
 inline bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   return has;
@@ -1472,6 +1482,11 @@ inline bool cpu_has_avx2() {
 template <class To, class From>
 inline constexpr bool cast_uses_avx2 =
     std::is_same_v<From, float> && (std::is_same_v<To, bfloat16> || std::is_same_v<To, float16>);
+// Range-checked integer narrowing: the check and the conversion, both with AVX2's lanes.
+template <class To, class From>
+inline constexpr bool checked_cast_uses_avx2 = std::is_integral_v<From> && std::is_integral_v<To> &&
+                                               !std::is_same_v<From, bool> && !std::is_same_v<To, bool> &&
+                                               can_overflow_v<To, From>;
 
 template <class To, class From, bool Check>
 struct cast_block {
@@ -1484,6 +1499,14 @@ struct cast_block {
     const std::size_t first = b * cast_block_elements;
     const std::size_t m = std::min(cast_block_elements, n - first);
     if constexpr (Check) {
+#ifdef CAIRN_CAST_AVX2
+      if constexpr (checked_cast_uses_avx2<To, From>) {
+        if (m == cast_block_elements && cpu_has_avx2()) {
+          if (!full_block_fits_avx2<To, From>(src + first)) { bad[b] = 1; return; }
+          return convert_full_block_in_range_avx2<To, From>(src + first, dst + first);
+        }
+      }
+#endif
       const bool fits = m == cast_block_elements ? block_fits<To, From>(src + first, cast_block_elements)
                                                  : block_fits<To, From>(src + first, m);
       if (!fits) { bad[b] = 1; return; }
@@ -2965,6 +2988,22 @@ CAIRN_END_NAMESPACE
 
 CAIRN_BEGIN_NAMESPACE
 
+namespace detail {
+// A stored sharding can be recreated here only if this process has its devices: host
+// devices always, device ids below the device count of Thrust's device system.
+inline void require_devices(const NamedSharding& stored, int device_count) {
+  const Mesh& m = stored.mesh;
+  if (m.devices().empty() || m.devices().front().memory != MemoryKind::device) return;
+  int max_id = 0;
+  for (const auto& d : m.devices()) max_id = std::max(max_id, d.id);
+  if (max_id >= device_count)
+    throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.describe() + " (device ids up to " +
+                std::to_string(max_id) + "), but this process sees " + std::to_string(device_count) +
+                " devices. Give the target a sharding for the devices here: "
+                "ShardedArray<T>(NamedSharding(Mesh::device({{\"x\", n}}), PartitionSpec{...}))");
+}
+}  // namespace detail
+
 template <class T>
 class ShardedArray {
   static_assert(has_dtype<T>, "cairn::ShardedArray<T> needs an element type with a dtype (bool, integers, "
@@ -3145,15 +3184,7 @@ struct leaf_traits<ShardedArray<T>> {
         if (m.size() > max_adopted_devices)
           throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() + " (" +
                       std::to_string(m.size()) + " devices); give the target a sharding of its own");
-        if (!m.devices().empty() && m.devices().front().memory == MemoryKind::device) {
-          int max_id = 0;
-          for (const auto& d : m.devices()) max_id = std::max(max_id, d.id);
-          if (max_id >= detail::device_count())
-            throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() +
-                        " (device ids up to " + std::to_string(max_id) + "), but this process sees " +
-                        std::to_string(detail::device_count()) + " devices. Give the target a sharding for the "
-                        "devices here: ShardedArray<T>(NamedSharding(Mesh::device({{\"x\", n}}), PartitionSpec{...}))");
-        }
+        detail::require_devices(*stored.sharding, detail::device_count());
         a.set_sharding(*stored.sharding);
       } else {
         a.set_sharding(NamedSharding(Mesh::host({}), PartitionSpec{}));  // one host shard

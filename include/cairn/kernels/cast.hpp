@@ -243,6 +243,16 @@ template <class To, class From>
 __attribute__((target("avx2"))) void convert_full_block_avx2(const From* __restrict s, To* __restrict d) {
   for (std::size_t i = 0; i < cast_block_elements; ++i) d[i] = cast_element<To, From>{}(s[i]);  // fixed count: vectorizes at -O2
 }
+template <class To, class From>
+__attribute__((target("avx2"))) bool full_block_fits_avx2(const From* __restrict s) {
+  unsigned bad = 0;
+  for (std::size_t i = 0; i < cast_block_elements; ++i) bad |= static_cast<unsigned>(!cast_fits<To, From>{}(s[i]));
+  return bad == 0;
+}
+template <class To, class From>
+__attribute__((target("avx2"))) void convert_full_block_in_range_avx2(const From* __restrict s, To* __restrict d) {
+  for (std::size_t i = 0; i < cast_block_elements; ++i) d[i] = static_cast<To>(s[i]);  // every element fits
+}
 inline bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   return has;
@@ -251,6 +261,11 @@ inline bool cpu_has_avx2() {
 template <class To, class From>
 inline constexpr bool cast_uses_avx2 =
     std::is_same_v<From, float> && (std::is_same_v<To, bfloat16> || std::is_same_v<To, float16>);
+// Range-checked integer narrowing: the check and the conversion, both with AVX2's lanes.
+template <class To, class From>
+inline constexpr bool checked_cast_uses_avx2 = std::is_integral_v<From> && std::is_integral_v<To> &&
+                                               !std::is_same_v<From, bool> && !std::is_same_v<To, bool> &&
+                                               can_overflow_v<To, From>;
 
 template <class To, class From, bool Check>
 struct cast_block {
@@ -263,6 +278,14 @@ struct cast_block {
     const std::size_t first = b * cast_block_elements;
     const std::size_t m = std::min(cast_block_elements, n - first);
     if constexpr (Check) {
+#ifdef CAIRN_CAST_AVX2
+      if constexpr (checked_cast_uses_avx2<To, From>) {
+        if (m == cast_block_elements && cpu_has_avx2()) {
+          if (!full_block_fits_avx2<To, From>(src + first)) { bad[b] = 1; return; }
+          return convert_full_block_in_range_avx2<To, From>(src + first, dst + first);
+        }
+      }
+#endif
       const bool fits = m == cast_block_elements ? block_fits<To, From>(src + first, cast_block_elements)
                                                  : block_fits<To, From>(src + first, m);
       if (!fits) { bad[b] = 1; return; }

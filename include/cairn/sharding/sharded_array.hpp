@@ -16,6 +16,22 @@
 
 CAIRN_BEGIN_NAMESPACE
 
+namespace detail {
+// A stored sharding can be recreated here only if this process has its devices: host
+// devices always, device ids below the device count of Thrust's device system.
+inline void require_devices(const NamedSharding& stored, int device_count) {
+  const Mesh& m = stored.mesh;
+  if (m.devices().empty() || m.devices().front().memory != MemoryKind::device) return;
+  int max_id = 0;
+  for (const auto& d : m.devices()) max_id = std::max(max_id, d.id);
+  if (max_id >= device_count)
+    throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.describe() + " (device ids up to " +
+                std::to_string(max_id) + "), but this process sees " + std::to_string(device_count) +
+                " devices. Give the target a sharding for the devices here: "
+                "ShardedArray<T>(NamedSharding(Mesh::device({{\"x\", n}}), PartitionSpec{...}))");
+}
+}  // namespace detail
+
 template <class T>
 class ShardedArray {
   static_assert(has_dtype<T>, "cairn::ShardedArray<T> needs an element type with a dtype (bool, integers, "
@@ -196,15 +212,7 @@ struct leaf_traits<ShardedArray<T>> {
         if (m.size() > max_adopted_devices)
           throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() + " (" +
                       std::to_string(m.size()) + " devices); give the target a sharding of its own");
-        if (!m.devices().empty() && m.devices().front().memory == MemoryKind::device) {
-          int max_id = 0;
-          for (const auto& d : m.devices()) max_id = std::max(max_id, d.id);
-          if (max_id >= detail::device_count())
-            throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() +
-                        " (device ids up to " + std::to_string(max_id) + "), but this process sees " +
-                        std::to_string(detail::device_count()) + " devices. Give the target a sharding for the "
-                        "devices here: ShardedArray<T>(NamedSharding(Mesh::device({{\"x\", n}}), PartitionSpec{...}))");
-        }
+        detail::require_devices(*stored.sharding, detail::device_count());
         a.set_sharding(*stored.sharding);
       } else {
         a.set_sharding(NamedSharding(Mesh::host({}), PartitionSpec{}));  // one host shard
