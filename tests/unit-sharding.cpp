@@ -469,3 +469,33 @@ TEST_CASE("a stored device sharding is recreated only where this process has its
                     "device ids up to 3), but this process sees 2 devices. Give the target a sharding");
   CHECK_NOTHROW(cairn::detail::require_devices(NamedSharding(Mesh::host({{"x", 64}}), PartitionSpec{}), 0));
 }
+
+TEST_CASE("edge shapes: scalars, empty dimensions, bools, and rank above the kernel's 8 when dimensions merge") {
+  test::TempDir dir;
+  // A 0-d array on a 2-device mesh: every device holds the one element.
+  auto scalar = ShardedArray<double>::from_host(std::vector<double>{2.5}, {}, NamedSharding(Mesh::host({{"x", 2}}), PartitionSpec{}));
+  cairn::save(dir / "s", scalar);
+  CHECK(cairn::metadata(dir / "s").leaves().at(0).chunks.size() == 1);
+  CHECK(cairn::load<cairn::Array<double>>(dir / "s")[0] == 2.5);
+  // A dimension of 0: nothing written, a shape restored.
+  auto empty = ShardedArray<float>({0, 7}, NamedSharding(Mesh::host({{"x", 3}}), PartitionSpec{"x"}));
+  cairn::save(dir / "e", empty);
+  ShardedArray<float> e_back(NamedSharding(Mesh::host({{"y", 2}}), PartitionSpec{cairn::replicated, "y"}));
+  cairn::load(dir / "e", e_back);
+  CHECK(e_back.shape() == Shape{0, 7});
+  CHECK(e_back.gather().empty());
+  // Bools: stored bytes other than 0/1 never reach a bool (plain leaf rules apply).
+  std::vector<bool> flags = {true, false, true, true, false};
+  cairn::save(dir / "b", flags);
+  ShardedArray<bool> b_back(NamedSharding(Mesh::host({{"x", 2}}), PartitionSpec{"x"}));
+  cairn::load(dir / "b", b_back);
+  const auto got = b_back.gather();
+  for (std::size_t i = 0; i < flags.size(); ++i) CHECK(got[i] == flags[i]);
+  // Rank 10 with unit and whole inner dimensions: merged to a rank the kernel takes.
+  const Shape big{2, 1, 3, 1, 2, 1, 2, 1, 2, 3};
+  const auto truth = test::random_bits<std::uint16_t>(static_cast<std::size_t>(cairn::element_count(big)));
+  cairn::save(dir / "r", ShardedArray<std::uint16_t>::from_host(truth, big, NamedSharding(Mesh::host({{"x", 2}}), PartitionSpec{"x"})));
+  ShardedArray<std::uint16_t> r_back(NamedSharding(Mesh::host({{"x", 3}}), PartitionSpec{cairn::replicated, cairn::replicated, "x"}));
+  cairn::load(dir / "r", r_back);
+  check_same_bits(r_back.gather(), truth);
+}

@@ -3026,9 +3026,18 @@ class ShardedArray {
 
     // Copies of the elements to and from host memory, wherever the shard lives.
     std::vector<T> to_host() const {
-      std::vector<T> v(size_);
-      detail::copy_bytes(v.data(), MemoryKind::host, data(), device_.memory, size_ * sizeof(T));
-      return v;
+      if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs bits: through a buffer
+        auto tmp = std::make_unique<bool[]>(size_);
+        copy_to(tmp.get());
+        return std::vector<bool>(tmp.get(), tmp.get() + size_);
+      } else {
+        std::vector<T> v(size_);
+        copy_to(v.data());
+        return v;
+      }
+    }
+    void copy_to(T* host) const {
+      detail::copy_bytes(host, MemoryKind::host, data(), device_.memory, size_ * sizeof(T));
     }
     void from_host(const T* values) {
       detail::copy_bytes(data(), device_.memory, values, MemoryKind::host, size_ * sizeof(T));
@@ -3045,8 +3054,8 @@ class ShardedArray {
           throw Error(ErrorKind::invalid_argument, "device " + std::to_string(device_.id) + " does not exist (this "
                       "process sees " + std::to_string(have) + " devices)");
         device_bytes_ = detail::DeviceBytes(size_ * sizeof(T), device_.id);
-        std::vector<T> zeros(size_);
-        from_host(zeros.data());
+        auto zeros = std::make_unique<T[]>(size_);
+        from_host(zeros.get());
       } else {
         host_ = std::make_unique<T[]>(size_);
       }
@@ -3079,10 +3088,10 @@ class ShardedArray {
     const Box whole = whole_box(a.shape_);
     for (auto& s : a.shards_) {
       if (s.size() == 0) continue;
-      std::vector<T> part(s.size());
-      detail::box_copy_host(sizeof(T), values, part.data(),
+      auto part = std::make_unique<T[]>(s.size());
+      detail::box_copy_host(sizeof(T), values, part.get(),
                             detail::plan_box_copy(s.box(), whole, false, s.box(), false));
-      s.from_host(part.data());
+      s.from_host(part.get());
     }
     return a;
   }
@@ -3090,7 +3099,13 @@ class ShardedArray {
     if (values.size() != element_count(shape))
       throw Error(ErrorKind::invalid_argument, "ShardedArray::from_host: " + std::to_string(values.size()) +
                   " values for shape " + to_string(shape));
-    return from_host(values.data(), std::move(shape), std::move(sharding));
+    if constexpr (std::is_same_v<T, bool>) {
+      auto bytes = std::make_unique<bool[]>(values.size());
+      std::copy(values.begin(), values.end(), bytes.get());
+      return from_host(bytes.get(), std::move(shape), std::move(sharding));
+    } else {
+      return from_host(values.data(), std::move(shape), std::move(sharding));
+    }
   }
 
   ShardedArray(const ShardedArray& o) : shape_(o.shape_), sharding_(o.sharding_), allocated_(o.allocated_) {
@@ -3138,22 +3153,34 @@ class ShardedArray {
 
   // The whole array, row-major, on the host (every box must be held by this process).
   std::vector<T> gather() const {
-    std::vector<T> out(static_cast<std::size_t>(element_count(shape_)));
+    const auto n = static_cast<std::size_t>(element_count(shape_));
+    if constexpr (std::is_same_v<T, bool>) {
+      auto tmp = std::make_unique<bool[]>(n);
+      gather_into(tmp.get(), n);
+      return std::vector<bool>(tmp.get(), tmp.get() + n);
+    } else {
+      std::vector<T> out(n);
+      gather_into(out.data(), n);
+      return out;
+    }
+  }
+
+ private:
+  void gather_into(T* out, std::size_t n) const {
     const Box whole = whole_box(shape_);
     std::uint64_t covered = 0;
     for (const auto& s : shards_) {
       if (!s.primary() || s.size() == 0) continue;
-      const std::vector<T> part = s.to_host();
-      detail::box_copy_host(sizeof(T), part.data(), out.data(), detail::plan_box_copy(s.box(), s.box(), false, whole, false));
+      auto part = std::make_unique<T[]>(s.size());
+      s.copy_to(part.get());
+      detail::box_copy_host(sizeof(T), part.get(), out, detail::plan_box_copy(s.box(), s.box(), false, whole, false));
       covered += s.size();
     }
-    if (covered != out.size())
+    if (covered != n)
       throw Error(ErrorKind::invalid_argument, "ShardedArray::gather: this process holds " + std::to_string(covered) +
-                  " of the array's " + std::to_string(out.size()) + " elements");
-    return out;
+                  " of the array's " + std::to_string(n) + " elements");
   }
 
- private:
   Shape shape_;
   std::optional<NamedSharding> sharding_;
   std::vector<Shard> shards_;
