@@ -4855,19 +4855,14 @@ class CheckpointWriter {
     const void* bytes = view.data;
     std::uint64_t nbytes = view.nbytes;
     std::vector<unsigned char> converted;
-    for (const auto& rule : options.cast) {
-      if (!glob_matches(rule.pattern, key)) continue;
-      const bool castable = view.dtype != DType::string && (!rule.floats_only || is_float_dtype(view.dtype));
-      if (castable && rule.dtype != view.dtype) {
-        const std::uint64_t n = element_count(view.shape);
-        converted.resize(static_cast<std::size_t>(n * dtype_size(rule.dtype)));
-        cast_host(view.dtype, view.data, rule.dtype, converted.data(), static_cast<std::size_t>(n), options.on_overflow);
-        rec.dtype = rule.dtype;
-        bytes = converted.data();
-        nbytes = converted.size();
-        report.cast.push_back({key, view.dtype, rule.dtype});
-      }
-      break;
+    if (const DType to = cast_target(key, view, options); to != view.dtype) {
+      const std::uint64_t n = element_count(view.shape);
+      converted.resize(static_cast<std::size_t>(n * dtype_size(to)));
+      cast_host(view.dtype, view.data, to, converted.data(), static_cast<std::size_t>(n), options.on_overflow);
+      rec.dtype = to;
+      bytes = converted.data();
+      nbytes = converted.size();
+      report.cast.push_back({key, view.dtype, to});
     }
     ChunkRecord chunk = data_file().append(bytes, nbytes);
     chunk.start.assign(rec.shape.size(), 0);
