@@ -1718,17 +1718,7 @@ class Mesh {
   // Devices in row-major order over the axes (the last axis varies fastest).
   Mesh(std::vector<MeshAxis> axes, std::vector<Device> devices, int this_process = 0)
       : axes_(std::move(axes)), devices_(std::move(devices)), this_process_(this_process) {
-    std::int64_t n = 1;
-    for (std::size_t i = 0; i < axes_.size(); ++i) {
-      const auto& a = axes_[i];
-      if (a.name.empty()) throw Error(ErrorKind::invalid_argument, "mesh axis " + std::to_string(i) + " has no name");
-      if (a.size < 1 || a.size > (1 << 20))
-        throw Error(ErrorKind::invalid_argument, "mesh axis '" + a.name + "' has size " + std::to_string(a.size));
-      for (std::size_t j = 0; j < i; ++j)
-        if (axes_[j].name == a.name) throw Error(ErrorKind::invalid_argument, "mesh axis '" + a.name + "' named twice");
-      n *= a.size;
-      if (n > (1 << 20)) throw Error(ErrorKind::invalid_argument, "mesh has more than 2^20 devices");
-    }
+    const std::int64_t n = positions(axes_);
     if (static_cast<std::int64_t>(devices_.size()) != n)
       throw Error(ErrorKind::invalid_argument, "mesh of " + std::to_string(n) + " positions given " +
                   std::to_string(devices_.size()) + " devices");
@@ -1794,14 +1784,24 @@ class Mesh {
   friend bool operator==(const Mesh& a, const Mesh& b) { return a.axes_ == b.axes_ && a.devices_ == b.devices_; }
 
  private:
-  static Mesh make(std::vector<MeshAxis> axes, MemoryKind memory, std::vector<int> ids) {
+  // Checks the axes (names, sizes, at most 2^20 devices) and returns the number of positions.
+  static std::int64_t positions(const std::vector<MeshAxis>& axes) {
     std::int64_t n = 1;
-    for (const auto& a : axes) {
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      const auto& a = axes[i];
+      if (a.name.empty()) throw Error(ErrorKind::invalid_argument, "mesh axis " + std::to_string(i) + " has no name");
       if (a.size < 1 || a.size > (1 << 20))
         throw Error(ErrorKind::invalid_argument, "mesh axis '" + a.name + "' has size " + std::to_string(a.size));
+      for (std::size_t j = 0; j < i; ++j)
+        if (axes[j].name == a.name) throw Error(ErrorKind::invalid_argument, "mesh axis '" + a.name + "' named twice");
       n *= a.size;
       if (n > (1 << 20)) throw Error(ErrorKind::invalid_argument, "mesh has more than 2^20 devices");
     }
+    return n;
+  }
+
+  static Mesh make(std::vector<MeshAxis> axes, MemoryKind memory, std::vector<int> ids) {
+    const std::int64_t n = positions(axes);
     if (!ids.empty() && static_cast<std::int64_t>(ids.size()) != n)
       throw Error(ErrorKind::invalid_argument, "mesh of " + std::to_string(n) + " positions given " +
                   std::to_string(ids.size()) + " device ids");
