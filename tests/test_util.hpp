@@ -7,8 +7,10 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -50,6 +52,51 @@ inline void write_file(const std::string& p, const std::string& content) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out << content;
 }
+
+// Signs whatever _METADATA and _USER_METADATA a checkpoint holds in its commit marker, as a
+// buggy or malicious writer would: the checks that follow must come from parsing and
+// validation, not from the checksums.
+inline void resign(const std::string& ckpt) {
+  const std::string meta = read_file(ckpt + "/_METADATA"), user = read_file(ckpt + "/_USER_METADATA");
+  auto marker = cairn::detail::marker_json({meta.size(), cairn::crc32c(meta.data(), meta.size())},
+                                           {user.size(), cairn::crc32c(user.data(), user.size())});
+  write_file(ckpt + "/_CHECKPOINT", marker.dump());
+}
+
+// Entries of a directory whose names contain ".cairn-": staging directories, lock files and
+// set-aside checkpoints that a save left behind.
+inline std::vector<std::string> leftovers(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".cairn-") != std::string::npos) out.push_back(name);
+  }
+  return out;
+}
+
+// While alive, every system call of cairn's I/O first asks `rule(call, path)`: an errno value
+// makes the call fail with it, 0 lets it run (cairn::detail::fault_hook, the test seam).
+class FaultInjection {
+ public:
+  using Rule = std::function<int(const std::string& call, const std::string& path)>;
+  explicit FaultInjection(Rule r) {
+    rule() = std::move(r);
+    cairn::detail::fault_hook() = &call;
+  }
+  ~FaultInjection() {
+    cairn::detail::fault_hook() = nullptr;
+    rule() = nullptr;
+  }
+  FaultInjection(const FaultInjection&) = delete;
+  FaultInjection& operator=(const FaultInjection&) = delete;
+
+ private:
+  static Rule& rule() {
+    static Rule r;
+    return r;
+  }
+  static int call(const char* c, const std::string& p) { return rule() ? rule()(c, p) : 0; }
+};
 
 // Expects a cairn::Error of the given kind whose message contains `needle`.
 #define CHECK_CAIRN_ERROR(expr, error_kind, needle)                                        \

@@ -262,3 +262,109 @@ TEST_CASE("leftovers of crashes are ignored and cleaned; incomplete steps are ne
   CHECK(s.w[0] == 2.0f);
   CHECK_CAIRN_ERROR(ck.load(4, s), cairn::ErrorKind::not_found, "4");
 }
+
+TEST_CASE("a step whose _USER_METADATA fails its checksum is kept, reported and never ranked") {
+  using R = cairn::RetentionPolicy;
+  test::TempDir dir;
+  const std::string root = dir / "root";
+  cairn::CheckpointerOptions o;
+  o.retention = R::best_n(1, "loss", R::Mode::min);
+  auto save_with_loss = [&](cairn::Checkpointer& ck, std::int64_t step, double loss) {
+    cairn::StepSaveOptions a;
+    a.metrics = cairn::Json::object({{"loss", loss}});
+    a.force = true;
+    ck.save(step, ck::make(static_cast<float>(step)), a);
+  };
+  {
+    cairn::Checkpointer ck(root, cairn::CheckpointerOptions{});  // keep all while writing
+    save_with_loss(ck, 1, 0.5);
+    save_with_loss(ck, 2, 0.125);  // the best
+    save_with_loss(ck, 3, 0.75);
+  }
+  // One flipped digit in step 1's metadata would make it look best (0.5 -> 0.1).
+  std::string user = test::read_file(root + "/1/_USER_METADATA");
+  const auto at = user.find("0.5");
+  REQUIRE(at != std::string::npos);
+  user[at + 2] = '1';
+  test::write_file(root + "/1/_USER_METADATA", user);
+  {
+    cairn::Checkpointer ck(root, o);
+    const auto damaged = ck.damaged_steps();
+    REQUIRE(damaged.size() == 1);
+    CHECK(damaged.begin()->first == 1);
+    CHECK(damaged.begin()->second.kind() == cairn::ErrorKind::corrupt);
+    CHECK_CAIRN_ERROR(ck.metrics(1), cairn::ErrorKind::corrupt, "_USER_METADATA");
+    save_with_loss(ck, 4, 0.9);
+    // The intact best step survives; the damaged one is kept, not ranked.
+    CHECK(ck.steps() == std::vector<std::int64_t>{1, 2, 4});
+  }
+  // Damage in the best step's own file: kept too, never silently deleted.
+  user = test::read_file(root + "/2/_USER_METADATA");
+  user[user.find("0.125") + 3] = '9';
+  test::write_file(root + "/2/_USER_METADATA", user);
+  {
+    cairn::Checkpointer ck(root, o);
+    save_with_loss(ck, 5, 0.3);
+    CHECK(ck.steps() == std::vector<std::int64_t>{1, 2, 5});
+    CHECK(ck.damaged_steps().size() == 2);
+  }
+}
+
+TEST_CASE("stored times at the ends of int64 do not overflow the time-based policies") {
+  test::TempDir dir;
+  const std::string root = dir / "root";
+  cairn::CheckpointerOptions o;
+  o.save_policy = cairn::SavePolicy::every_n_seconds(60);
+  o.retention = cairn::RetentionPolicy::any_of({cairn::RetentionPolicy::keep_every_n_seconds(60),
+                                                cairn::RetentionPolicy::keep_latest(1)});
+  {
+    cairn::Checkpointer ck(root, o);
+    ck.save(1, ck::make(1));
+    ck.save(2, ck::make(2), {.force = true});
+  }
+  for (const char* step : {"1", "2"}) {
+    const std::string p = root + "/" + step + "/_USER_METADATA";
+    std::string user = test::read_file(p);
+    const auto at = user.find("\"created_unix_ms\":");
+    REQUIRE(at != std::string::npos);
+    const auto end = user.find_first_of(",}", at);
+    user.replace(at, end - at, std::string("\"created_unix_ms\":") + (step[0] == '1' ? "9223372036854775807" : "-9223372036854775808"));
+    test::write_file(p, user);
+    test::resign(root + "/" + step);
+  }
+  cairn::Checkpointer ck(root, o);  // UBSan in CI: no signed overflow in either policy
+  CHECK(ck.damaged_steps().empty());
+  CHECK(ck.should_save(3));  // the latest step looks very old
+  ck.save(3, ck::make(3));
+  CHECK(ck.latest() == 3);
+}
+
+TEST_CASE("a Checkpointer made only to read creates nothing; roots and steps are told apart") {
+  test::TempDir dir;
+  const std::string root = dir / "missing/root";
+  {
+    cairn::Checkpointer ck(root);
+    CHECK(ck.steps().empty());
+    ck::State target;
+    CHECK_CAIRN_ERROR(ck.load(target), cairn::ErrorKind::not_found, "no checkpoint");
+  }
+  CHECK_FALSE(std::filesystem::exists(dir / "missing"));
+  {
+    cairn::Checkpointer ck(root);
+    ck.save(7, ck::make(7));  // the first save creates the root
+    ck.save(9, ck::make(9));
+  }
+  // Loading the root as if it were one checkpoint says what it is and what to load instead.
+  CHECK_CAIRN_ERROR(cairn::load<ck::State>(root), cairn::ErrorKind::not_found, "Checkpointer root holding 7, 9");
+  CHECK_CAIRN_ERROR(cairn::load<ck::State>(root), cairn::ErrorKind::not_found, root + "/9");
+  CHECK_CAIRN_ERROR(cairn::Checkpointer(root + "/9"), cairn::ErrorKind::invalid_argument, "one checkpoint, not a root");
+  test::write_file(dir / "file", "x");
+  CHECK_CAIRN_ERROR(cairn::Checkpointer(dir / "file"), cairn::ErrorKind::invalid_argument, "is a file");
+  // A root written with another naming scheme: the error gives the option values to set.
+  cairn::CheckpointerOptions padded;
+  padded.step_prefix = "step_";
+  padded.step_digits = 4;
+  { cairn::Checkpointer(dir / "padded", padded).save(3, ck::make(3)); }
+  CHECK_CAIRN_ERROR(cairn::Checkpointer(dir / "padded"), cairn::ErrorKind::invalid_argument,
+                    "step_prefix = \"step_\" and step_digits = 4");
+}

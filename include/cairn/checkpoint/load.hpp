@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cairn/checkpoint/box_reader.hpp"
+#include "cairn/checkpoint/commit.hpp"
 #include "cairn/checkpoint/data_files.hpp"
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/format/files.hpp"
@@ -107,8 +108,13 @@ LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& optio
             const std::string stored = join_key(prefix, key);
             static const std::vector<KeyEntry> no_children;
             const auto* children = index.children(stored);
-            if (children || index.has_node(stored))
-              node_traits<U>::prepare(value, StoredChildren{children ? *children : no_children, !options.allow_missing});
+            if (children || index.has_node(stored)) {
+              try {
+                node_traits<U>::prepare(value, StoredChildren{children ? *children : no_children, !options.allow_missing});
+              } catch (const Error& e) {
+                throw e.with_key(stored);
+              }
+            }
           }
         }
         return true;
@@ -263,6 +269,7 @@ inline void deliver_from_memory(ReadTask& task, unsigned char* bytes, const std:
 inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptions& options) {
   DataFiles files(dir);
   std::vector<ReadTask> tasks, box_tasks;
+  std::vector<std::string> lossy;  // casts that could lose information, not allowed
   tasks.reserve(plan.leaves.size());
   for (auto& leaf : plan.leaves) {
     const LeafRecord& s = *leaf.stored;
@@ -288,6 +295,10 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
       if (buf.dtype == DType::string || s.dtype == DType::string)
         throw Error(ErrorKind::dtype_mismatch, std::string("cannot cast ") + dtype_name(s.dtype) + " to " +
                     dtype_name(buf.dtype), dir, leaf.key);
+      if (!cast_is_exact(s.dtype, buf.dtype) &&
+          std::none_of(options.allow_lossy_cast.begin(), options.allow_lossy_cast.end(),
+                       [&](const std::string& g) { return glob_matches(g, leaf.key); }))
+        lossy.push_back(leaf.key + " (" + dtype_name(s.dtype) + " -> " + dtype_name(buf.dtype) + ")");
       plan.report.cast.push_back({leaf.key, s.dtype, buf.dtype});
     }
     const std::uint64_t want = element_count(s.shape) * dtype_size(buf.dtype);
@@ -303,6 +314,14 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
     }
     plan.report.bytes_needed += s.chunks.front().nbytes;
     tasks.push_back({&leaf, std::move(buf)});
+  }
+  if (!lossy.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < lossy.size() && i < 20; ++i) list += (i ? ", " : "") + lossy[i];
+    if (lossy.size() > 20) list += ", ... (" + std::to_string(lossy.size()) + " in all)";
+    throw Error(ErrorKind::dtype_mismatch, "loading these leaves would need casts that can lose information: " + list +
+                ". Give the target the stored dtype, or allow it for these keys with LoadOptions::allow_lossy_cast "
+                "(key globs; \"**\" for all)", dir, lossy.size() == 1 ? lossy.front().substr(0, lossy.front().find(" (")) : "");
   }
   std::sort(tasks.begin(), tasks.end(), [](const ReadTask& a, const ReadTask& b) {
     const auto& ca = a.leaf->stored->chunks.front();
@@ -359,12 +378,18 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
 template <class T>
 LoadReport load(const std::string& path, T& target, const LoadOptions& options = {}) {
   require_tree_type<T>();
-  const std::string dir = detail::normalize_dir(path);
+  const std::string dir = detail::readable_checkpoint_dir(detail::normalize_dir(path));
   CheckpointMetadata meta = detail::read_metadata(dir);
   const ItemRecord* item = meta.find_item(options.item);
   if (!item) throw Error(ErrorKind::not_found, "the checkpoint has no item '" + options.item + "'", dir);
   detail::StoredIndex index(*item);
-  detail::LoadPlan plan = detail::plan_load(target, index, options);
+  detail::LoadPlan plan = [&] {
+    try {
+      return detail::plan_load(target, index, options);
+    } catch (const Error& e) {
+      throw e.kind() == ErrorKind::corrupt ? e.with_file(detail::join_path(dir, detail::metadata_file)) : e;
+    }
+  }();
   detail::check_strict(plan.report, options, dir);
   detail::execute_plan(plan, dir, options);
   return std::move(plan.report);
@@ -386,6 +411,8 @@ T load_subtree(const std::string& path, const std::string& key, LoadOptions opti
 }
 
 // Structure, dtypes, shapes and user metadata of a checkpoint; reads no array data.
-inline CheckpointMetadata metadata(const std::string& path) { return detail::read_metadata(detail::normalize_dir(path)); }
+inline CheckpointMetadata metadata(const std::string& path) {
+  return detail::read_metadata(detail::readable_checkpoint_dir(detail::normalize_dir(path)));
+}
 
 CAIRN_END_NAMESPACE

@@ -33,7 +33,13 @@ struct LoadOptions {
   bool allow_unexpected = false;       // checkpoint leaves the target has no place for are ignored
   std::vector<std::string> skip = {};  // target leaves (key-path globs) left as they are, not read
   std::string subtree = {};            // load the checkpoint's subtree at this key path into the target
-  bool allow_cast = true;              // convert when the target's dtype differs (each cast is reported)
+  // Convert when the target's dtype differs, where no value can change (int8 -> int32,
+  // bfloat16 -> float32, ...); each cast is reported.
+  bool allow_cast = true;
+  // Keys (key-path globs; "**" for all) that may also take casts that can lose information:
+  // float -> int (rounds toward zero), float64 -> float32 or bfloat16 (rounds), int32 -> int8
+  // (range-checked, see on_overflow). Without a match such a cast is an error naming each key.
+  std::vector<std::string> allow_lossy_cast = {};
   OnOverflow on_overflow = OnOverflow::error;
   std::string item = "state";          // which item of the checkpoint holds the tree
   // Check every chunk's CRC32C (the metadata's are always checked). Turning it off saves the

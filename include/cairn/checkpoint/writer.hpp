@@ -1,8 +1,9 @@
-// CheckpointWriter: writes the items of one checkpoint into a temporary sibling directory and
-// commits it atomically: data and metadata are fsynced, the commit marker is written last,
-// the directory is renamed into place and the parent fsynced. Until commit() returns, the
-// final path holds either nothing or the previous checkpoint; a writer destroyed without
-// committing removes its temporary directory.
+// CheckpointWriter: writes the items of one checkpoint into a claimed staging directory beside
+// the final path and commits it (checkpoint/commit.hpp): data and metadata are fsynced and
+// closed, the commit marker is written last, every file is checked to be there, then the
+// directory is published with one rename. Until commit() returns, the final path holds either
+// nothing or the previous checkpoint; a writer destroyed without committing removes its
+// staging directory.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 
 #include <unistd.h>
 
+#include "cairn/checkpoint/commit.hpp"
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/checkpoint/snapshot.hpp"
 #include "cairn/device/memory.hpp"
@@ -45,6 +47,7 @@ class DataFileWriter {
       : name_(std::move(name)), file_(File::create(join_path(dir, name_))) {}
 
   const std::string& name() const { return name_; }
+  std::uint64_t size() const { return end_; }
 
   // Appends n bytes at the next aligned offset and returns where they went and their CRC.
   ChunkRecord append(const void* data, std::uint64_t n) {
@@ -134,47 +137,28 @@ class DataFileWriter {
   CrcWorker crc_;
 };
 
-inline std::string temp_dir_for(const std::string& final_path) {
-  static std::atomic<unsigned> counter{0};
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    std::string p = final_path + temp_infix + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    if (!path_exists(p)) return p;
-  }
-  throw Error(ErrorKind::io, "could not find a free temporary directory name", final_path);
-}
-
-inline bool is_committed_checkpoint(const std::string& dir) { return path_exists(join_path(dir, marker_file)); }
-
-inline bool is_empty_dir(const std::string& dir) {
-  std::error_code ec;
-  return std::filesystem::is_directory(dir, ec) && std::filesystem::is_empty(dir, ec);
-}
-
-// Refuses to write over anything that is not a cairn checkpoint: an overwrite of a wrong path
-// (the checkpoint root, a home directory) must never delete it.
-inline void check_target(const std::string& path, bool overwrite) {
-  if (!path_exists(path)) return;
-  if (!overwrite)
-    throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", path);
-  if (!is_committed_checkpoint(path) && !is_empty_dir(path))
-    throw Error(ErrorKind::already_exists, "refusing to overwrite: this path exists and is not a cairn checkpoint", path);
-}
-
 class CheckpointWriter {
  public:
   CheckpointWriter(const std::string& path, bool overwrite)
       : path_(normalize_dir(path)), overwrite_(overwrite) {
     if (path_.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint path");
-    if (path_.find(temp_infix) != std::string::npos)
-      throw Error(ErrorKind::invalid_argument, std::string("checkpoint paths may not contain '") + temp_infix + "'", path_);
-    check_target(path_, overwrite_);
+    if (path_.find(temp_infix) != std::string::npos || path_.find(legacy_old_infix) != std::string::npos)
+      throw Error(ErrorKind::invalid_argument, std::string("checkpoint paths may not contain '") + temp_infix + "' or '" +
+                  legacy_old_infix + "'", path_);
     const std::string parent = parent_dir(path_);
     if (!is_directory(parent)) {
       std::error_code ec;
       std::filesystem::create_directories(parent, ec);
       if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), parent);
     }
-    tmp_ = temp_dir_for(path_);
+    // The leftovers of earlier saves of this path that died: staging directories are removed,
+    // and a previous checkpoint that an interrupted overwrite set aside is put back first, so
+    // the overwrite rule below sees it.
+    const std::string name = base_name(path_);
+    clean_leftovers(parent, &name);
+    check_target(path_, overwrite_);
+    claim_ = StagingClaim::create(path_);
+    tmp_ = claim_.staging_path();
     make_dir(tmp_);
     metadata_.library_version = library_version_string();
   }
@@ -182,9 +166,11 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
   ~CheckpointWriter() {
     if (!committed_) {
+      data_.reset();
       std::error_code ec;
-      std::filesystem::remove_all(tmp_, ec);  // best effort: a leftover is ignored by load and cleaned by Checkpointer
+      std::filesystem::remove_all(tmp_, ec);  // best effort: what is left, the next save or Checkpointer removes
     }
+    claim_.release();
   }
 
   const std::string& path() const { return path_; }
@@ -228,8 +214,10 @@ class CheckpointWriter {
   void commit(const Json& user_metadata) {
     if (!user_metadata.is_object() && !user_metadata.is_null())
       throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", path_);
+    std::map<std::string, std::uint64_t> expected;  // every file the checkpoint needs, and its size
     if (data_) {
       data_->finish();
+      expected[data_->name()] = data_->size();
       data_.reset();
     }
     const auto now = std::chrono::system_clock::now();
@@ -244,14 +232,27 @@ class CheckpointWriter {
 
     const std::string meta = metadata_to_json(metadata_);
     const std::string user = user_metadata.is_null() ? std::string("{}") : user_metadata.dump();
+    const std::string marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
+                                           {user.size(), crc32c(user.data(), user.size())}).dump();
     write_whole_file(join_path(tmp_, metadata_file), meta);
     write_whole_file(join_path(tmp_, user_metadata_file), user);
-    const Json marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
-                                    {user.size(), crc32c(user.data(), user.size())});
-    write_whole_file(join_path(tmp_, marker_file), marker.dump());
+    write_whole_file(join_path(tmp_, marker_file), marker);
+    expected[metadata_file] = meta.size();
+    expected[user_metadata_file] = user.size();
+    expected[marker_file] = marker.size();
     fsync_dir(tmp_);
-    publish();
+    // Never publish a checkpoint that lacks a file: had anything removed the staging
+    // directory or a file in it meanwhile, the writes above could have gone to unlinked files.
+    for (const auto& [name, bytes] : expected) {
+      struct stat st;
+      const std::string p = join_path(tmp_, name);
+      if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != bytes)
+        throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
+                    "published", p);
+    }
+    publish(claim_, path_, overwrite_);
     committed_ = true;
+    claim_.release();
   }
 
   // The dtype a cast rule gives this leaf on save (its own when no rule applies).
@@ -371,28 +372,8 @@ class CheckpointWriter {
   }
 
  private:
-  void publish() {
-    const std::string parent = parent_dir(path_);
-    check_target(path_, overwrite_);  // again: something may have appeared while we wrote
-    if (!path_exists(path_)) {
-      rename_path(tmp_, path_);
-    } else if (exchange_paths(tmp_, path_)) {
-      // tmp_ now holds the previous checkpoint.
-      fsync_dir(parent);
-      remove_tree(tmp_);
-    } else {
-      // No atomic exchange here: move the old one aside first. A crash between the renames
-      // leaves the previous checkpoint, complete, under the ".cairn-old-" name.
-      const std::string old = path_ + ".cairn-old-" + std::to_string(::getpid());
-      rename_path(path_, old);
-      rename_path(tmp_, path_);
-      fsync_dir(parent);
-      remove_tree(old);
-    }
-    fsync_dir(parent);
-  }
-
   std::string path_, tmp_;
+  StagingClaim claim_;
   bool overwrite_ = false;
   bool committed_ = false;
   CheckpointMetadata metadata_;

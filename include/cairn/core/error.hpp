@@ -22,6 +22,10 @@ enum class ErrorKind {
   dtype_mismatch,      // a cast that cairn will not do (string <-> number, or casting disabled)
   value_out_of_range,  // a cast whose value does not fit the target type
   invalid_argument,    // a bad option, pattern or key path from the caller
+  // The save committed: the new checkpoint is at its path and loads. A step after the commit
+  // failed (the parent directory's fsync, so durability across a power loss is unknown; the
+  // Checkpointer's `latest` marker or retention). Do not retry the save as if nothing happened.
+  after_commit,
 };
 
 inline const char* to_string(ErrorKind kind) {
@@ -37,6 +41,7 @@ inline const char* to_string(ErrorKind kind) {
     case ErrorKind::dtype_mismatch: return "dtype_mismatch";
     case ErrorKind::value_out_of_range: return "value_out_of_range";
     case ErrorKind::invalid_argument: return "invalid_argument";
+    case ErrorKind::after_commit: return "after_commit";
   }
   return "unknown";
 }

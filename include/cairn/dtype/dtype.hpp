@@ -78,6 +78,41 @@ inline bool is_float_dtype(DType d) {
          d == DType::float64 || d == DType::float8_e4m3fn || d == DType::float8_e5m2;
 }
 
+// Whether every value of `from` is exactly a value of `to` (a widening cast: int8 -> int32,
+// uint16 -> float32, float16 -> float32, bfloat16 -> float64, bool -> any number). Any other
+// cast between numbers can lose information: float -> int, narrower floats, narrower or
+// sign-changing integers, int32 -> float32. Loads do those only where the caller allows.
+inline bool cast_is_exact(DType from, DType to) {
+  if (from == to) return true;
+  if (from == DType::string || to == DType::string) return false;
+  if (from == DType::bool_) return true;
+  if (to == DType::bool_) return false;
+  // Significand digits (with the implicit bit), the exponent just above the largest finite
+  // value, and the exponent of the smallest subnormal, as in std::numeric_limits.
+  struct Float { int digits, max_exp, min_subnormal_exp; };
+  auto float_of = [](DType d) -> Float {
+    switch (d) {
+      case DType::float16: return {11, 16, -24};
+      case DType::bfloat16: return {8, 128, -133};
+      case DType::float32: return {24, 128, -149};
+      case DType::float64: return {53, 1024, -1074};
+      case DType::float8_e4m3fn: return {4, 9, -9};
+      default: return {3, 16, -16};  // float8_e5m2
+    }
+  };
+  const bool from_signed = from == DType::int8 || from == DType::int16 || from == DType::int32 || from == DType::int64;
+  const bool to_signed = to == DType::int8 || to == DType::int16 || to == DType::int32 || to == DType::int64;
+  if (is_float_dtype(from)) {
+    if (!is_float_dtype(to)) return false;
+    const Float f = float_of(from), t = float_of(to);
+    return t.digits >= f.digits && t.max_exp >= f.max_exp && t.min_subnormal_exp <= f.min_subnormal_exp;
+  }
+  const int magnitude_bits = static_cast<int>(dtype_size(from)) * 8 - (from_signed ? 1 : 0);
+  if (is_float_dtype(to)) return magnitude_bits <= float_of(to).digits;
+  if (from_signed && !to_signed) return false;
+  return static_cast<int>(dtype_size(to)) * 8 - (to_signed ? 1 : 0) >= magnitude_bits;
+}
+
 // dtype_of<T>: the DType of a C++ element type; `has_dtype<T>` is false for other types.
 namespace detail {
 template <class T, class = void>

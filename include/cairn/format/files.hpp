@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -32,6 +33,9 @@ inline constexpr const char* temp_infix = ".cairn-tmp-";
 inline constexpr std::uint64_t max_metadata_bytes = std::uint64_t{1} << 30;
 inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
 inline constexpr int max_metadata_depth = 32;
+// Pairs of chunks compared for overlap in a leaf whose chunks are not a grid (cairn writes
+// only grids): about a second of work at most.
+inline constexpr std::uint64_t max_overlap_checks = std::uint64_t{1} << 26;
 
 // Small leaves are gathered into one buffer and written (and read) together: 10,000 leaves of
 // a few KiB would otherwise be 10,000 system calls. Large ones go straight between the file
@@ -141,13 +145,41 @@ inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
                        {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
 }
 
+// When `dir` is not a checkpoint but a Checkpointer's root (step directories that are
+// checkpoints, a `latest` file), a message saying so and how to load one; "" otherwise.
+inline std::string describe_checkpointer_root(const std::string& dir) {
+  std::vector<std::string> steps;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.find(temp_infix) == std::string::npos && is_directory(join_path(dir, name)) &&
+        path_exists(join_path(join_path(dir, name), marker_file)))
+      steps.push_back(name);
+  }
+  if (steps.empty()) return {};
+  std::sort(steps.begin(), steps.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;  // numeric order for plain step numbers
+  });
+  std::string list;
+  for (std::size_t i = 0; i < steps.size() && i < 8; ++i) list += (i ? ", " : "") + steps[i];
+  if (steps.size() > 8) list += ", ... (" + std::to_string(steps.size()) + " in all)";
+  return "this is a directory of checkpoints (a Checkpointer root holding " + list +
+         "), not one checkpoint: load one of them, such as " + join_path(dir, steps.back()) +
+         ", or the latest with cairn::Checkpointer(\"" + dir + "\").load(target)";
+}
+
 // Checks a checkpoint directory's commit marker and returns the digests it records.
 inline std::map<std::string, FileDigest> read_marker(const std::string& dir) {
-  if (dir.find(temp_infix) != std::string::npos)
+  // A staging directory is never loaded; a previous checkpoint set aside under a staging
+  // name (".old", checkpoint/commit.hpp) is complete and may be.
+  if (dir.find(temp_infix) != std::string::npos && !(dir.size() > 4 && dir.compare(dir.size() - 4, 4, ".old") == 0))
     throw Error(ErrorKind::incomplete, "this is a temporary directory of a save that has not committed; it is never loaded", dir);
   const std::string path = join_path(dir, marker_file);
   if (!path_exists(path)) {
-    if (!is_directory(dir)) throw Error(ErrorKind::not_found, "no checkpoint at this path", dir);
+    if (!path_exists(dir)) throw Error(ErrorKind::not_found, "no checkpoint at this path (nothing is there)", dir);
+    if (!is_directory(dir)) throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
+    if (std::string root = describe_checkpointer_root(dir); !root.empty()) throw Error(ErrorKind::not_found, root, dir);
     throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
                 " file: not a cairn checkpoint, or a save that did not commit", dir);
   }
@@ -196,27 +228,70 @@ inline bool boxes_overlap(const ChunkRecord& a, const ChunkRecord& b) {
   return true;
 }
 
-// No two non-empty chunk boxes of a leaf share an element. Sorted by their first index in
-// dimension 0, a chunk is compared only with the chunks that start before it ends there, so a
-// grid of thousands of shards is checked in about (chunks x chunks per row band) steps, not
-// chunks squared. `fail` throws.
+// No two non-empty chunk boxes of a leaf share an element. `fail` throws.
+//
+// Every layout cairn writes is a grid: the cuts of each dimension are the chunks' starts and
+// ends, and each chunk is exactly one cell of that grid. Then two chunks overlap exactly when
+// they are the same cell, found by sorting the cells: O(n log n) for any number of chunks
+// (40,000 column strips took 12 s with a sweep). Any other layout goes through a sweep over
+// chunks sorted by their start in dimension 0, bounded in work so a hostile file cannot
+// make it quadratic.
 template <class Fail>
 void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) {
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < l.chunks.size(); ++i)
     if (element_count(l.chunks[i].shape) > 0) order.push_back(i);
+  auto overlap = [&](std::size_t a, std::size_t b) {
+    fail("chunks " + std::to_string(std::min(a, b)) + " and " + std::to_string(std::max(a, b)) + " overlap", key);
+  };
   if (l.shape.empty()) {
-    if (order.size() > 1) fail("chunks " + std::to_string(order[0]) + " and " + std::to_string(order[1]) + " overlap", key);
+    if (order.size() > 1) overlap(order[0], order[1]);
+    return;
+  }
+  const std::size_t rank = l.shape.size();
+  std::vector<std::vector<std::int64_t>> cuts(rank);
+  for (std::size_t i : order)
+    for (std::size_t d = 0; d < rank; ++d) {
+      cuts[d].push_back(l.chunks[i].start[d]);
+      cuts[d].push_back(l.chunks[i].start[d] + l.chunks[i].shape[d]);
+    }
+  for (auto& c : cuts) {
+    std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+  }
+  std::vector<std::size_t> cells(order.size() * rank);
+  bool grid = true;
+  for (std::size_t k = 0; k < order.size() && grid; ++k) {
+    const ChunkRecord& c = l.chunks[order[k]];
+    for (std::size_t d = 0; d < rank; ++d) {
+      const auto first = std::lower_bound(cuts[d].begin(), cuts[d].end(), c.start[d]);
+      if (first + 1 == cuts[d].end() || *(first + 1) != c.start[d] + c.shape[d]) { grid = false; break; }
+      cells[k * rank + d] = static_cast<std::size_t>(first - cuts[d].begin());
+    }
+  }
+  if (grid) {
+    std::vector<std::size_t> by_cell(order.size());
+    for (std::size_t k = 0; k < by_cell.size(); ++k) by_cell[k] = k;
+    auto cell_less = [&](std::size_t a, std::size_t b) {
+      return std::lexicographical_compare(cells.begin() + a * rank, cells.begin() + (a + 1) * rank,
+                                          cells.begin() + b * rank, cells.begin() + (b + 1) * rank);
+    };
+    std::sort(by_cell.begin(), by_cell.end(), cell_less);
+    for (std::size_t k = 1; k < by_cell.size(); ++k)
+      if (!cell_less(by_cell[k - 1], by_cell[k])) overlap(order[by_cell[k - 1]], order[by_cell[k]]);
     return;
   }
   std::sort(order.begin(), order.end(),
             [&](std::size_t a, std::size_t b) { return l.chunks[a].start[0] < l.chunks[b].start[0]; });
+  std::uint64_t work = 0;
   for (std::size_t a = 0; a < order.size(); ++a) {
     const ChunkRecord& x = l.chunks[order[a]];
-    for (std::size_t b = a + 1; b < order.size() && l.chunks[order[b]].start[0] < x.start[0] + x.shape[0]; ++b)
-      if (boxes_overlap(x, l.chunks[order[b]]))
-        fail("chunks " + std::to_string(std::min(order[a], order[b])) + " and " +
-             std::to_string(std::max(order[a], order[b])) + " overlap", key);
+    for (std::size_t b = a + 1; b < order.size() && l.chunks[order[b]].start[0] < x.start[0] + x.shape[0]; ++b) {
+      if (++work > max_overlap_checks)
+        fail("the " + std::to_string(order.size()) + " chunks do not form a grid and are too many to check for "
+             "overlap", key);
+      if (boxes_overlap(x, l.chunks[order[b]])) overlap(order[a], order[b]);
+    }
   }
 }
 

@@ -1,8 +1,14 @@
 // POSIX file access for checkpoints: positioned reads and writes that finish or throw,
 // fsync of files and directories, and the renames that commit a checkpoint atomically.
 // Every failure is a cairn::Error naming the file and the call that failed.
+//
+// Every system call here first asks injected_fault(), a test seam in the manner of {fmt}'s
+// posix-mock: tests make the Nth write, fsync, close or rename fail (or stop the process
+// there) without a special filesystem. In a program that sets no hook it is one load of a
+// null pointer per call.
 #pragma once
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -25,6 +31,19 @@ namespace detail {
               std::string(call) + " failed: " + std::strerror(err), file);
 }
 
+// The fault-injection seam: a hook that returns an errno value to make the named call fail
+// ("open", "pwrite", "fsync", "close", "rename", "renameat2", "mkdir", "fcntl", "unlink"), or 0
+// to let it run. Tests only.
+using FaultHook = int (*)(const char* call, const std::string& path);
+inline std::atomic<FaultHook>& fault_hook() {
+  static std::atomic<FaultHook> hook{nullptr};
+  return hook;
+}
+inline int injected_fault(const char* call, const std::string& path) {
+  const FaultHook h = fault_hook().load(std::memory_order_relaxed);
+  return h ? h(call, path) : 0;
+}
+
 class File {
  public:
   File() = default;
@@ -37,13 +56,27 @@ class File {
   }
   ~File() { close_quietly(); }
 
+  // Opens a file of a checkpoint for reading. Only a regular file is accepted: a symbolic
+  // link (which could lead out of the checkpoint) is refused, and a FIFO or device, which
+  // could block the load forever, is refused without blocking (O_NONBLOCK until checked).
   static File open_read(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw_errno("open", path);
-    return File(fd, path);
+    if (int e = injected_fault("open", path)) throw_errno("open", path, e);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+      if (errno == ELOOP) throw Error(ErrorKind::corrupt, "is a symbolic link; cairn reads only regular files inside a checkpoint", path);
+      throw_errno("open", path);
+    }
+    File f(fd, path);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) throw_errno("fstat", path);
+    if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::corrupt, "is not a regular file (a directory, FIFO or device)", path);
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) throw_errno("fcntl", path);
+    return f;
   }
   // A new file; fails if it exists (checkpoint files are written once, into a fresh directory).
   static File create(const std::string& path) {
+    if (int e = injected_fault("open", path)) throw_errno("open (create)", path, e);
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) throw_errno("open (create)", path);
     return File(fd, path);
@@ -60,6 +93,7 @@ class File {
 
   void write_at(const void* data, std::uint64_t n, std::uint64_t offset) {
     const char* p = static_cast<const char*>(data);
+    if (int e = injected_fault("pwrite", path_)) throw_errno("pwrite", path_, e);
     while (n > 0) {
       const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30));
       ssize_t w = ::pwrite(fd_, p, step, static_cast<off_t>(offset));
@@ -77,6 +111,7 @@ class File {
   // metadata says (truncated).
   void read_at(void* data, std::uint64_t n, std::uint64_t offset) const {
     char* p = static_cast<char*>(data);
+    if (int e = injected_fault("pread", path_)) throw_errno("pread", path_, e);
     while (n > 0) {
       const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30));
       ssize_t r = ::pread(fd_, p, step, static_cast<off_t>(offset));
@@ -92,16 +127,22 @@ class File {
   }
 
   void truncate(std::uint64_t size) {
+    if (int e = injected_fault("ftruncate", path_)) throw_errno("ftruncate", path_, e);
     if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) throw_errno("ftruncate", path_);
   }
   void sync() {
+    if (int e = injected_fault("fsync", path_)) throw_errno("fsync", path_, e);
     if (::fsync(fd_) != 0) throw_errno("fsync", path_);
   }
+  // On NFS and parallel filesystems close() is where delayed write errors surface, so a
+  // failed close fails the save.
   void close() {
     if (fd_ >= 0) {
       int fd = fd_;
       fd_ = -1;
+      const int injected = injected_fault("close", path_);
       if (::close(fd) != 0) throw_errno("close", path_);
+      if (injected) throw_errno("close", path_, injected);
     }
   }
 
@@ -116,15 +157,19 @@ class File {
 };
 
 inline void fsync_dir(const std::string& dir) {
+  if (int e = injected_fault("fsync", dir)) throw_errno("fsync (directory)", dir, e);
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) throw_errno("open (directory)", dir);
   int rc = ::fsync(fd);
   int err = errno;
-  ::close(fd);
+  const int injected = injected_fault("close", dir);
+  if (::close(fd) != 0 && rc == 0) { rc = -1; err = errno; }
   if (rc != 0) throw_errno("fsync (directory)", dir, err);
+  if (injected) throw_errno("close (directory)", dir, injected);
 }
 
 inline void make_dir(const std::string& dir) {
+  if (int e = injected_fault("mkdir", dir)) throw_errno("mkdir", dir, e);
   if (::mkdir(dir.c_str(), 0755) != 0) throw_errno("mkdir", dir);
 }
 
@@ -138,7 +183,13 @@ inline bool is_directory(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+inline bool is_regular_file(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 inline void rename_path(const std::string& from, const std::string& to) {
+  if (int e = injected_fault("rename", from)) throw_errno("rename", from + " -> " + to, e);
   if (::rename(from.c_str(), to.c_str()) != 0) throw_errno("rename", from + " -> " + to);
 }
 
@@ -146,6 +197,10 @@ inline void rename_path(const std::string& from, const std::string& to) {
 // kernel or filesystem does not support it, so the caller can fall back.
 inline bool exchange_paths(const std::string& a, const std::string& b) {
 #if defined(__linux__) && defined(RENAME_EXCHANGE)
+  if (int e = injected_fault("renameat2", a)) {
+    if (e == EINVAL || e == ENOSYS || e == ENOTSUP) return false;
+    throw_errno("renameat2 (exchange)", a + " <-> " + b, e);
+  }
   if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
   if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) return false;
   throw_errno("renameat2 (exchange)", a + " <-> " + b);
@@ -156,6 +211,7 @@ inline bool exchange_paths(const std::string& a, const std::string& b) {
 }
 
 inline void remove_tree(const std::string& p) {
+  if (int e = injected_fault("remove", p)) throw_errno("remove_all", p, e);
   std::error_code ec;
   std::filesystem::remove_all(p, ec);
   if (ec) throw Error(ErrorKind::io, "remove_all failed: " + ec.message(), p);

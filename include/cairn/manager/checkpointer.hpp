@@ -16,8 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include <signal.h>
-#include <unistd.h>
 
 #include "cairn/checkpoint/items.hpp"
 #include "cairn/manager/policies.hpp"
@@ -50,14 +48,27 @@ struct StepSaveOptions {
 
 class Checkpointer {
  public:
+  // Opens the root; creates nothing until the first save (a Checkpointer made only to read
+  // leaves the filesystem as it is, apart from removing the leftovers of dead saves).
   explicit Checkpointer(std::string root, CheckpointerOptions options = {})
       : root_(detail::normalize_dir(std::move(root))), options_(std::move(options)) {
-    std::error_code ec;
-    std::filesystem::create_directories(root_, ec);
-    if (ec) throw Error(ErrorKind::io, "cannot create checkpoint root: " + ec.message(), root_);
-    remove_leftovers();
+    if (root_.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint root");
+    if (detail::path_exists(root_) && !detail::is_directory(root_))
+      throw Error(ErrorKind::invalid_argument, "the checkpoint root is a file, not a directory", root_);
+    if (detail::is_committed_checkpoint(root_))
+      throw Error(ErrorKind::invalid_argument, "this is one checkpoint, not a root of step directories: load it with "
+                  "cairn::load, or give the Checkpointer its parent directory", root_);
+    detail::clean_leftovers(root_);
     scan();
-    if (auto l = latest()) write_latest_marker(*l);
+    // Repairs a `latest` marker that a crash left stale. Advisory (cairn never reads it), so a
+    // read-only root is no error.
+    if (auto l = latest()) {
+      try {
+        if (detail::read_whole_file(root_ + "/latest", 4096) != step_name(*l) + "\n") write_latest_marker(*l);
+      } catch (const Error&) {
+        try { write_latest_marker(*l); } catch (const Error&) {}
+      }
+    }
   }
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -85,11 +96,21 @@ class Checkpointer {
     for (const auto& kv : steps_) out.push_back(kv.first);
     return out;
   }
+  // The metrics saved with a step. Throws the verification error for a damaged step.
   Json metrics(std::int64_t step) const {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = steps_.find(step);
     if (it == steps_.end()) throw Error(ErrorKind::not_found, "no checkpoint of step " + std::to_string(step), root_);
+    if (auto d = damaged_.find(step); d != damaged_.end()) throw d->second;
     return it->second.metrics;
+  }
+
+  // Steps whose commit marker or _USER_METADATA failed verification (a flipped bit, a
+  // truncated file), with the error. Such a step is kept: retention never ranks it or
+  // deletes it, and its metrics are not used. Loading it reports the damage in full.
+  std::map<std::int64_t, Error> damaged_steps() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return damaged_;
   }
 
   bool should_save(std::int64_t step) const {
@@ -300,15 +321,30 @@ class Checkpointer {
         job.changed.notify_all();
       }
     }
-    writer.commit(so.user_metadata);
-    StepInfo info{job.step, now_ms, job.args.metrics};
-    {
+    // From the moment the checkpoint is published, this manager lists it, whatever fails after.
+    auto record = [&] {
       std::lock_guard<std::mutex> lock(mutex_);
-      steps_[job.step] = info;
+      steps_[job.step] = StepInfo{job.step, now_ms, job.args.metrics};
+      damaged_.erase(job.step);
       last_save_ = std::chrono::steady_clock::now();
+    };
+    try {
+      writer.commit(so.user_metadata);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::after_commit) record();
+      throw;
     }
-    write_latest_marker(*latest());
-    apply_retention();
+    record();
+    try {
+      write_latest_marker(*latest());
+    } catch (const Error& e) {
+      throw detail::after_commit_error(e, "updating the latest marker");
+    }
+    try {
+      apply_retention();
+    } catch (const Error& e) {
+      throw detail::after_commit_error(e, "deleting checkpoints by the retention policy");
+    }
   }
 
   std::string step_name(std::int64_t step) const {
@@ -336,12 +372,17 @@ class Checkpointer {
 
   void scan() {
     std::map<std::int64_t, StepInfo> found;
+    std::map<std::int64_t, Error> damaged;
     std::vector<std::string> foreign;
-    for (const auto& e : std::filesystem::directory_iterator(root_)) {
-      if (!e.is_directory()) continue;
+    std::error_code ec;
+    std::filesystem::directory_iterator it(root_, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+      const auto& e = *it;
+      std::error_code type_ec;
+      if (!e.is_directory(type_ec) || e.is_symlink(type_ec)) continue;
       const std::string name = e.path().filename().string();
-      if (name.find(detail::temp_infix) != std::string::npos) continue;
-      const bool committed = detail::path_exists(root_ + "/" + name + "/" + detail::marker_file);
+      if (name.find(detail::temp_infix) != std::string::npos || name.find(detail::legacy_old_infix) != std::string::npos) continue;
+      const bool committed = detail::is_committed_checkpoint(root_ + "/" + name);
       auto step = parse_step(name);
       if (!step) {
         if (committed && looks_like_step(name)) foreign.push_back(name);
@@ -350,48 +391,48 @@ class Checkpointer {
       // A step directory without its commit marker is incomplete (or was copied without it):
       // ignored, never deleted.
       if (!committed) continue;
-      found[*step] = read_step_info(*step);
+      try {
+        found[*step] = read_step_info(*step);
+      } catch (const Error& err) {
+        found[*step] = StepInfo{*step, 0, Json::object()};
+        damaged.emplace(*step, err);
+      }
     }
-    if (!foreign.empty()) {
-      std::string list;
-      for (const auto& f : foreign) list += (list.empty() ? "" : ", ") + f;
-      throw Error(ErrorKind::invalid_argument,
-                  "the root holds checkpoints named with another step scheme (" + list + ") than this manager's ('" +
-                      step_name(23) + "' for step 23); set CheckpointerOptions::step_prefix and step_digits to match",
-                  root_);
-    }
+    if (!foreign.empty()) throw foreign_scheme_error(foreign);
     std::lock_guard<std::mutex> lock(mutex_);
     steps_ = std::move(found);
+    damaged_ = std::move(damaged);
   }
 
+  // Names the option values that would read the foreign directories.
+  Error foreign_scheme_error(const std::vector<std::string>& foreign) const {
+    std::string list;
+    for (const auto& f : foreign) list += (list.empty() ? "" : ", ") + f;
+    const std::string& f = foreign.front();
+    const std::string prefix = f.rfind("step_", 0) == 0 ? "step_" : "";
+    const std::string digits = f.substr(prefix.size());
+    const std::size_t width = digits.size() > 1 && digits[0] == '0' ? digits.size() : 0;
+    return Error(ErrorKind::invalid_argument,
+                 "the root holds checkpoints named with another step scheme (" + list + ") than this manager's ('" +
+                     step_name(23) + "' for step 23); to read them, set CheckpointerOptions::step_prefix = \"" + prefix +
+                     "\" and step_digits = " + std::to_string(width) +
+                     (width ? "" : " (or the padding width they were written with)"),
+                 root_);
+  }
+
+  // A step's metrics and commit time, from its _USER_METADATA checked against the CRC in its
+  // commit marker like every other file. Throws when that check fails.
   StepInfo read_step_info(std::int64_t step) const {
     StepInfo info;
     info.step = step;
-    try {
-      const std::string text = detail::read_whole_file(step_path(step) + "/" + detail::user_metadata_file, std::uint64_t{1} << 24);
-      Json user = Json::parse(text);
-      if (const Json* m = user.find("metrics"); m && m->is_object()) info.metrics = *m;
-      if (const Json* t = user.find("created_unix_ms"); t && t->is_int()) info.created_unix_ms = t->as_int();
-    } catch (const Error&) {
-      // Not written by a Checkpointer (or unreadable): it counts as a step without metrics.
-    }
+    const std::string dir = step_path(step);
+    const auto digests = detail::read_marker(dir);
+    const std::string path = dir + "/" + detail::user_metadata_file;
+    Json user = Json::parse(detail::read_verified(dir, digests, detail::user_metadata_file, std::uint64_t{1} << 24), path);
+    if (!user.is_object()) throw Error(ErrorKind::corrupt, "user metadata is not a JSON object", path);
+    if (const Json* m = user.find("metrics"); m && m->is_object()) info.metrics = *m;
+    if (const Json* t = user.find("created_unix_ms"); t && t->is_int()) info.created_unix_ms = t->as_int();
     return info;
-  }
-
-  // Temporary directories of saves and deletions that a crash interrupted. Those of a process
-  // still running (a concurrent saver) are left alone.
-  void remove_leftovers() {
-    for (const auto& e : std::filesystem::directory_iterator(root_)) {
-      const std::string name = e.path().filename().string();
-      const auto pos = name.find(detail::temp_infix);
-      if (pos == std::string::npos) continue;
-      std::string rest = name.substr(pos + std::string(detail::temp_infix).size());
-      if (rest.rfind("delete-", 0) == 0) rest = rest.substr(7);
-      const long pid = std::strtol(rest.c_str(), nullptr, 10);
-      if (pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
-      std::error_code ec;
-      std::filesystem::remove_all(e.path(), ec);
-    }
   }
 
   std::string latest_step_path() const {
@@ -415,16 +456,16 @@ class Checkpointer {
     if (steps_.empty()) return 0;
     const std::int64_t now_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    return static_cast<double>(now_ms - steps_.rbegin()->second.created_unix_ms) / 1000.0;
+    // In double: a stored time is untrusted, and any int64 difference could overflow.
+    return (static_cast<double>(now_ms) - static_cast<double>(steps_.rbegin()->second.created_unix_ms)) / 1000.0;
   }
 
   // `latest` names the newest committed step; replaced atomically, only after a commit.
   void write_latest_marker(std::int64_t step) {
-    const std::string tmp = root_ + "/latest" + detail::temp_infix + std::to_string(::getpid());
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    detail::write_whole_file(tmp, step_name(step) + "\n");
-    detail::rename_path(tmp, root_ + "/latest");
+    const std::string path = root_ + "/latest";
+    detail::StagingClaim claim = detail::StagingClaim::create(path);
+    detail::write_whole_file(claim.staging_path(), step_name(step) + "\n");
+    detail::rename_path(claim.staging_path(), path);
     detail::fsync_dir(root_);
   }
 
@@ -438,27 +479,39 @@ class Checkpointer {
       for (const auto& kv : steps_) infos.push_back(kv.second);
     }
     if (infos.empty()) return;
+    const std::int64_t newest = infos.back().step;
+    std::set<std::int64_t> damaged;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& kv : damaged_) damaged.insert(kv.first);
+    }
+    // Damaged steps are neither ranked nor deleted: what their metadata says cannot be trusted.
+    std::erase_if(infos, [&](const StepInfo& i) { return damaged.count(i.step) != 0; });
     std::set<std::int64_t> keep = options_.retention.keep(infos);
-    keep.insert(infos.back().step);
-    std::vector<std::string> doomed;
+    keep.insert(newest);
+    std::vector<detail::StagingClaim> doomed;
     for (const auto& i : infos) {
       if (keep.count(i.step)) continue;
       const std::string from = step_path(i.step);
-      const std::string to = from + detail::temp_infix + "delete-" + std::to_string(::getpid());
-      detail::rename_path(from, to);
-      doomed.push_back(to);
+      detail::StagingClaim claim = detail::StagingClaim::create(from);
+      detail::rename_path(from, claim.staging_path());
+      doomed.push_back(std::move(claim));
       std::lock_guard<std::mutex> lock(mutex_);
       steps_.erase(i.step);
     }
     if (doomed.empty()) return;
     detail::fsync_dir(root_);
-    for (const auto& d : doomed) detail::remove_tree(d);
+    for (auto& d : doomed) {
+      detail::remove_tree(d.staging_path());
+      d.release();
+    }
   }
 
   std::string root_;
   CheckpointerOptions options_;
   mutable std::mutex mutex_;  // guards steps_ and last_save_ (the worker updates them)
   std::map<std::int64_t, StepInfo> steps_;
+  std::map<std::int64_t, Error> damaged_;  // steps whose metadata failed verification
   std::optional<std::chrono::steady_clock::time_point> last_save_;
   std::thread worker_;
   std::shared_ptr<Job> in_flight_;

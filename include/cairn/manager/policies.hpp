@@ -137,7 +137,8 @@ class RetentionPolicy {
       std::set<std::int64_t> out;
       std::optional<std::int64_t> last_ms;
       for (const auto& i : s) {
-        if (!last_ms || static_cast<double>(i.created_unix_ms - *last_ms) >= seconds * 1000.0) {
+        // In double: stored times are untrusted, and an int64 difference could overflow.
+        if (!last_ms || static_cast<double>(i.created_unix_ms) - static_cast<double>(*last_ms) >= seconds * 1000.0) {
           out.insert(i.step);
           last_ms = i.created_unix_ms;
         }

@@ -218,6 +218,7 @@ class ShardedArray {
 template <class T>
 struct leaf_traits<ShardedArray<T>> {
   static constexpr std::size_t max_adopted_devices = 4096;
+  static constexpr std::uint64_t max_adopted_copies = 64;
   static LeafView view(const ShardedArray<T>& a) {
     if (!a.allocated())
       throw Error(ErrorKind::invalid_argument, "this ShardedArray has no shards (construct it with a shape and a "
@@ -240,6 +241,19 @@ struct leaf_traits<ShardedArray<T>> {
           throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() + " (" +
                       std::to_string(m.size()) + " devices); give the target a sharding of its own");
         detail::require_devices(*stored.sharding, detail::device_count());
+        // Replicas multiply memory: a small leaf replicated over a large stored mesh could
+        // ask for any amount. Adopting is refused beyond 64 copies of the stored bytes (the
+        // stored bytes themselves are bounded by the files, checked before this runs).
+        std::uint64_t local_bytes = 0;
+        const auto boxes = stored.sharding->shard_boxes(stored.shape);
+        for (std::size_t i = 0; i < boxes.size(); ++i)
+          if (m.is_local(i)) local_bytes += boxes[i].elements() * sizeof(T);
+        const std::uint64_t stored_bytes = std::max<std::uint64_t>(element_count(stored.shape) * sizeof(T), 1);
+        if (local_bytes / stored_bytes > max_adopted_copies)
+          throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() + ": adopting that "
+                      "sharding would allocate " + std::to_string(local_bytes) + " bytes in this process, " +
+                      std::to_string(local_bytes / stored_bytes) + " copies of the array; give the target a sharding "
+                      "of its own");
         a.set_sharding(*stored.sharding);
       } else {
         a.set_sharding(NamedSharding(Mesh::host({}), PartitionSpec{}));  // one host shard

@@ -1,0 +1,322 @@
+// The commit protocol (checkpoint/commit.hpp) under injected faults and kills: every I/O call
+// of an overwrite failing in turn, the overwrite fallback without an atomic exchange, kills
+// between its renames, leftovers of dead saves, and saves that are still running.
+#include "test_util.hpp"
+
+#include <csignal>
+#include <thread>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+namespace {
+struct State {
+  std::vector<float> small;
+  std::vector<double> large;  // over 1 MiB: written straight from memory, checksummed on a thread
+  std::int64_t step = 0;
+};
+CAIRN_TREE(State, small, large, step)
+
+bool operator==(const State& a, const State& b) {
+  return a.step == b.step && std::memcmp(a.small.data(), b.small.data(), a.small.size() * 4) == 0 &&
+         a.small.size() == b.small.size() && a.large.size() == b.large.size() &&
+         std::memcmp(a.large.data(), b.large.data(), a.large.size() * 8) == 0;
+}
+
+State make_state(std::int64_t step) {
+  return {test::random_bits<float>(300), test::random_bits<double>(200'000), step};
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+cairn::SaveOptions overwrite() {
+  cairn::SaveOptions o;
+  o.overwrite = true;
+  return o;
+}
+
+// The exchange path (renameat2) where the filesystem has it, or the fallback of two renames.
+enum class Publish { exchange, fallback };
+}  // namespace
+
+TEST_CASE("every I/O call of an overwrite failing in turn leaves the old checkpoint or the new one") {
+  for (Publish mode : {Publish::exchange, Publish::fallback}) {
+    CAPTURE(mode == Publish::exchange ? "exchange" : "fallback");
+    test::TempDir dir;
+    const std::string path = dir / "c";
+    const State old_state = make_state(1), new_state = make_state(2);
+    cairn::save(path, old_state);
+    int n = 1, failed = 0, after_commit = 0;
+    for (;; ++n) {
+      int calls = 0;
+      bool injected = false, threw = false;
+      cairn::ErrorKind kind{};
+      {
+        test::FaultInjection faults([&](const std::string& call, const std::string&) {
+          if (call == "renameat2" && mode == Publish::fallback) return EINVAL;
+          if (++calls != n) return 0;
+          injected = true;
+          return call == "close" ? EIO : (call == "pwrite" ? ENOSPC : EIO);
+        });
+        try {
+          cairn::save(path, new_state, overwrite());
+        } catch (const cairn::Error& e) {
+          threw = true;
+          kind = e.kind();
+        }
+      }
+      if (!injected) {
+        CHECK_FALSE(threw);
+        break;
+      }
+      CAPTURE(n);
+      failed += threw;
+      after_commit += threw && kind == cairn::ErrorKind::after_commit;
+      // The new checkpoint when the save said so (or said it committed), else the old one, bit-exact.
+      const State back = cairn::load<State>(path);
+      CHECK(back == (!threw || kind == cairn::ErrorKind::after_commit ? new_state : old_state));
+      // Nothing is left beside it once a later save (or cleanup) has looked.
+      cairn::detail::clean_leftovers(dir.path);
+      CHECK(test::leftovers(dir.path).empty());
+      cairn::save(path, old_state, overwrite());
+    }
+    const std::string summary = std::to_string(n - 1) + " calls, " + std::to_string(failed) + " failed saves, " +
+                                std::to_string(after_commit) + " after the commit";
+    MESSAGE(summary);
+    CHECK(n > 15);            // every call of the protocol was reached
+    CHECK(failed == n - 2);   // only a failed lock attempt is not an error (it means "no locks here")
+    CHECK(after_commit >= 1);
+  }
+}
+
+TEST_CASE("a failed close() fails the save: it is where NFS reports write errors") {
+  test::TempDir dir;
+  const State s = make_state(3);
+  for (const std::string file : {"data-0-0.bin", "_METADATA", "_CHECKPOINT"}) {
+    CAPTURE(file);
+    const std::string path = dir / ("c" + file);
+    test::FaultInjection faults([&](const std::string& call, const std::string& p) {
+      return call == "close" && ends_with(p, "/" + file) ? EIO : 0;
+    });
+    CHECK_CAIRN_ERROR(cairn::save(path, s), cairn::ErrorKind::io, "close failed");
+    CHECK_FALSE(std::filesystem::exists(path));
+  }
+  CHECK(test::leftovers(dir.path).empty());
+}
+
+TEST_CASE("a failure after the publish is ErrorKind::after_commit, and the checkpoint is there") {
+  test::TempDir dir;
+  const std::string path = dir / "c";
+  const State s = make_state(4);
+  {
+    test::FaultInjection faults([&](const std::string& call, const std::string& p) {
+      return call == "fsync" && p == dir.path ? EIO : 0;  // the parent's fsync after the rename
+    });
+    CHECK_CAIRN_ERROR(cairn::save(path, s), cairn::ErrorKind::after_commit, "committed and loads");
+  }
+  CHECK(cairn::load<State>(path) == s);
+  // The Checkpointer lists such a step although the save threw.
+  cairn::Checkpointer ck(dir / "root");
+  {
+    test::FaultInjection faults([&](const std::string& call, const std::string& p) {
+      return call == "fsync" && p == dir / "root" ? EIO : 0;
+    });
+    CHECK_CAIRN_ERROR(ck.save(5, s), cairn::ErrorKind::after_commit, "committed and loads");
+  }
+  CHECK(ck.steps() == std::vector<std::int64_t>{5});
+  State back;
+  ck.load(back);
+  CHECK(back == s);
+}
+
+TEST_CASE("the overwrite fallback: a kill between its two renames loses nothing") {
+  test::TempDir dir;
+  const std::string path = dir / "c";
+  const State old_state = make_state(1), new_state = make_state(2);
+  cairn::save(path, old_state);
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    test::FaultInjection faults([&](const std::string& call, const std::string& p) {
+      if (call == "renameat2") return EINVAL;  // as on NFS, CIFS and most FUSE filesystems
+      if (call == "rename" && p.find(".cairn-tmp-") != std::string::npos && !ends_with(p, ".old")) ::_exit(7);
+      return 0;
+    });
+    cairn::save(path, new_state, overwrite());
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 7);
+  CHECK_FALSE(std::filesystem::exists(path));  // the moment the fallback leaves F empty
+  // load and metadata read the set-aside checkpoint meanwhile.
+  CHECK(cairn::load<State>(path) == old_state);
+  CHECK(cairn::metadata(path).leaves().size() == 3);
+  // The next save of the path puts it back first, so the overwrite rule holds.
+  CHECK_CAIRN_ERROR(cairn::save(path, new_state), cairn::ErrorKind::already_exists, "already exists");
+  CHECK(std::filesystem::exists(path + "/_CHECKPOINT"));
+  CHECK(cairn::load<State>(path) == old_state);
+  CHECK(test::leftovers(dir.path).empty());
+}
+
+TEST_CASE("the overwrite fallback: a failed second rename puts the old checkpoint back") {
+  test::TempDir dir;
+  const std::string path = dir / "c";
+  const State old_state = make_state(1), new_state = make_state(2);
+  cairn::save(path, old_state);
+  {
+    test::FaultInjection faults([&](const std::string& call, const std::string& p) {
+      if (call == "renameat2") return EINVAL;
+      return call == "rename" && !ends_with(p, ".old") && p.find(".cairn-tmp-") != std::string::npos ? EIO : 0;
+    });
+    CHECK_CAIRN_ERROR(cairn::save(path, new_state, overwrite()), cairn::ErrorKind::io, "rename failed");
+  }
+  CHECK(cairn::load<State>(path) == old_state);
+  CHECK(test::leftovers(dir.path).empty());
+  // And without faults the fallback replaces it.
+  test::FaultInjection faults([](const std::string& call, const std::string&) { return call == "renameat2" ? EINVAL : 0; });
+  cairn::save(path, new_state, overwrite());
+  CHECK(cairn::load<State>(path) == new_state);
+  CHECK(test::leftovers(dir.path).empty());
+}
+
+TEST_CASE("SIGKILL during overwrites with slow renames and no atomic exchange: the path always loads") {
+  test::TempDir dir;
+  const std::string path = dir / "c";
+  State s = make_state(0);
+  s.large.resize(20'000);
+  cairn::save(path, s);
+  int gaps = 0;
+  const int trials = 40;
+  for (int trial = 0; trial < trials; ++trial) {
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      test::FaultInjection faults([](const std::string& call, const std::string&) {
+        if (call == "renameat2") return EINVAL;
+        if (call == "rename") ::usleep(20'000);  // a rename as slow as on NFS
+        return 0;
+      });
+      State next = s;
+      for (std::int64_t step = 1;; ++step) {
+        next.step = step;
+        next.small[0] = static_cast<float>(step);
+        cairn::save(path, next, overwrite());
+      }
+    }
+    ::usleep(static_cast<useconds_t>(5'000 + test::rng()() % 80'000));
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    gaps += !std::filesystem::exists(path);
+    // Some complete checkpoint loads, whole: the step and the first value agree.
+    const State back = cairn::load<State>(path);
+    CHECK(back.small[0] == (back.step == 0 ? s.small[0] : static_cast<float>(back.step)));
+    if (trial % 2) {
+      cairn::detail::clean_leftovers(dir.path);  // as the next save or Checkpointer does
+      CHECK(std::filesystem::exists(path + "/_CHECKPOINT"));
+      CHECK(test::leftovers(dir.path).empty());
+    }
+  }
+  const std::string summary = std::to_string(gaps) + " of " + std::to_string(trials) +
+                              " kills landed between the fallback's two renames";
+  MESSAGE(summary);
+  cairn::detail::clean_leftovers(dir.path);
+  CHECK(test::leftovers(dir.path).empty());
+}
+
+TEST_CASE("interrupted plain saves leave nothing behind after the next save of the path") {
+  test::TempDir dir;
+  const std::string path = dir / "c";
+  const State s = make_state(1);
+  for (int trial = 0; trial < 5; ++trial) {
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      test::FaultInjection faults([](const std::string& call, const std::string& p) {
+        if (call == "close" && ends_with(p, "data-0-0.bin")) ::raise(SIGKILL);  // dies with its staging directory
+        return 0;
+      });
+      cairn::save(path, s, overwrite());
+      ::_exit(0);
+    }
+    ::waitpid(child, nullptr, 0);
+  }
+  // Each save first removed the leftovers of the one killed before it: only the last one's
+  // staging directory and lock file are here.
+  CHECK(test::leftovers(dir.path).size() == 2);
+  cairn::save(path, s, overwrite());
+  CHECK(test::leftovers(dir.path).empty());
+  CHECK(cairn::load<State>(path) == s);
+}
+
+TEST_CASE("a save still running is never cleaned up: another process, or a second Checkpointer in this one") {
+  test::TempDir dir;
+  const std::string root = dir / "root";
+  State s = make_state(1);
+  cairn::Checkpointer first(root);
+  first.save(1, s);
+
+  // Another process, stopped in the middle of its save.
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    test::FaultInjection faults([&](const std::string& call, const std::string&) {
+      if (call == "pwrite") {
+        (void)!::write(ready[1], "x", 1);
+        ::pause();
+      }
+      return 0;
+    });
+    cairn::save(root + "/2", s);
+    ::_exit(0);
+  }
+  char c;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  const auto live = test::leftovers(root);
+  CHECK(live.size() == 2);  // its staging directory and lock file
+  { cairn::Checkpointer other(root); }
+  CHECK(test::leftovers(root) == live);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  { cairn::Checkpointer other(root); }  // now they are a dead save's
+  CHECK(test::leftovers(root).empty());
+
+  // A second Checkpointer in this process while the first has a save in flight: each round
+  // must commit complete (it used to lose its staging directory to the second's cleanup).
+  std::atomic<bool> slow{true};
+  test::FaultInjection faults([&](const std::string& call, const std::string&) {
+    if (call == "pwrite" && slow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return 0;
+  });
+  for (std::int64_t step = 2; step < 6; ++step) {
+    s = make_state(step);
+    first.save_async(step, s);
+    cairn::Checkpointer second(root);
+    first.wait();
+    CHECK(cairn::load<State>(first.step_path(step)) == s);
+  }
+  slow = false;
+  CHECK(first.steps() == std::vector<std::int64_t>{1, 2, 3, 4, 5});
+  CHECK(test::leftovers(root).empty());
+}
+
+TEST_CASE("a leftover lock file alone, or a staging directory without one, is a dead save's") {
+  test::TempDir dir;
+  cairn::save(dir / "c", make_state(1));
+  test::write_file(dir / "c.cairn-tmp-1-abc.lock", "");
+  std::filesystem::create_directories(dir / "c.cairn-tmp-1-def");
+  std::filesystem::create_directories(dir / "d.cairn-tmp-1-def");  // another path's: left to its own saves
+  cairn::save(dir / "c", make_state(2), overwrite());
+  CHECK(test::leftovers(dir.path) == std::vector<std::string>{"d.cairn-tmp-1-def"});
+  // cairn 0.1 set old checkpoints aside as F.cairn-old-<pid>: put back when F is gone.
+  std::filesystem::rename(dir / "c", dir / "c.cairn-old-42");
+  CHECK(cairn::load<State>(dir / "c").step == 2);
+  cairn::detail::clean_leftovers(dir.path);
+  CHECK(cairn::load<State>(dir / "c").step == 2);
+  CHECK(test::leftovers(dir.path).empty());
+}
