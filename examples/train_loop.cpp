@@ -19,10 +19,9 @@ CAIRN_TREE(TrainState, w, b, adam, step)
 
 // Where the data iterator stands: a cereal-serializable object, not a tree.
 struct DataPosition {
-  std::string rng;             // the shuffling RNG's state
   int64_t epoch = 0, offset = 0;
   std::vector<int32_t> order;  // this epoch's permutation
-  template <class A> void serialize(A& ar) { ar(rng, epoch, offset, order); }
+  template <class A> void serialize(A& ar) { ar(epoch, offset, order); }
 };
 
 namespace {
@@ -43,8 +42,6 @@ struct Dataset {
   }
 };
 
-std::string rng_state(const std::mt19937_64& g) { std::ostringstream s; s << g; return s.str(); }
-
 void next_epoch(DataPosition& pos, std::mt19937_64& g) {
   pos.order.resize(kSamples);
   std::iota(pos.order.begin(), pos.order.end(), 0);
@@ -62,7 +59,7 @@ std::uint64_t fnv1a(const void* p, std::size_t n, std::uint64_t h = 146959810393
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a killed run still shows what it printed
   std::string dir = "/tmp/cairn-train", out;
-  int64_t steps = 2000, every = 25, crash_at = -1;
+  int64_t steps = 2000, every = 100, crash_at = -1;
   bool quiet = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -91,8 +88,8 @@ int main(int argc, char** argv) {
   cairn::Json progress = cairn::Json::object({{"loss", 0.0}});
 
   if (auto latest = ckptr.latest()) {
-    ckptr.load(*latest, cairn::Items().tree("state", state).object("data", pos).json("progress", progress));
-    std::istringstream(pos.rng) >> rng;
+    // The shuffling RNG is a leaf of its own item: a restored engine continues its sequence.
+    ckptr.load(*latest, cairn::Items().tree("state", state).tree("rng", rng).object("data", pos).json("progress", progress));
     std::printf("train_loop: resuming from step %lld (loss %.6f)\n", static_cast<long long>(*latest),
                 progress.at("loss").as_double());
   } else {
@@ -129,14 +126,18 @@ int main(int argc, char** argv) {
     ++state.step;
 
     if (ckptr.should_save(state.step)) {
-      pos.rng = rng_state(rng);
       progress["loss"] = loss;
       cairn::StepSaveOptions args;
       args.metrics = cairn::Json::object({{"loss", loss}});
       // Returns once the state is copied; the next steps run while it is written.
-      ckptr.save_async(state.step, cairn::Items().tree("state", state).object("data", pos).json("progress", progress), args);
-      if (!quiet && state.step % (every * 8) == 0)
-        std::printf("  step %5lld  loss %.6f  (checkpoint saving in the background)\n", static_cast<long long>(state.step), loss);
+      ckptr.save_async(state.step,
+                       cairn::Items().tree("state", state).tree("rng", rng).object("data", pos).json("progress", progress),
+                       args);
+      // Every save is listed, so the steps kept at the end match what was printed. The one
+      // printed last may still be in flight (a kill can lose it; the one before is committed).
+      if (!quiet)
+        std::printf("  step %5lld  loss %.6f  saving checkpoint %lld in the background\n",
+                    static_cast<long long>(state.step), loss, static_cast<long long>(state.step));
     }
     if (state.step == crash_at) {
       std::printf("train_loop: simulating a crash (SIGKILL) at step %lld\n", static_cast<long long>(crash_at));
@@ -151,7 +152,8 @@ int main(int argc, char** argv) {
   }
   ckptr.wait();
   const std::uint64_t h = fnv1a(&state.b, sizeof state.b, fnv1a(state.w.data(), sizeof(double) * kFeatures));
-  std::printf("train_loop: done at step %lld, parameters fnv1a %016llx, checkpoints kept:", static_cast<long long>(state.step),
+  std::printf("train_loop: done at step %lld, parameters fnv1a %016llx, checkpoints kept (the latest 3):",
+              static_cast<long long>(state.step),
               static_cast<unsigned long long>(h));
   for (auto s : ckptr.steps()) std::printf(" %lld", static_cast<long long>(s));
   std::printf("\n");

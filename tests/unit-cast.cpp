@@ -46,7 +46,11 @@ TEST_CASE("cast on load converts, reports each cast, and can be refused") {
   std::vector<double> v = {1.5, -2.25, 1e300};
   cairn::save(dir / "c", v);
   std::vector<float> f;
-  cairn::LoadReport r = cairn::load(dir / "c", f);
+  // float64 -> float32 rounds: only where allowed.
+  CHECK_CAIRN_ERROR(cairn::load(dir / "c", f), cairn::ErrorKind::dtype_mismatch, "the root leaf (float64 -> float32)");
+  cairn::LoadOptions lossy;
+  lossy.allow_lossy_cast = {"**"};
+  cairn::LoadReport r = cairn::load(dir / "c", f, lossy);
   REQUIRE(r.cast.size() == 1);
   CHECK(r.cast[0].key.empty());
   CHECK(f[0] == 1.5f);
@@ -55,11 +59,103 @@ TEST_CASE("cast on load converts, reports each cast, and can be refused") {
   no_cast.allow_cast = false;
   CHECK_CAIRN_ERROR(cairn::load(dir / "c", f, no_cast), cairn::ErrorKind::dtype_mismatch, "casting is disabled");
   std::vector<std::int16_t> ints;
-  CHECK_CAIRN_ERROR(cairn::load(dir / "c", ints), cairn::ErrorKind::value_out_of_range, "element 2");
-  cairn::LoadOptions sat;
+  CHECK_CAIRN_ERROR(cairn::load(dir / "c", ints, lossy), cairn::ErrorKind::value_out_of_range, "element 2");
+  cairn::LoadOptions sat = lossy;
   sat.on_overflow = cairn::OnOverflow::saturate;
   cairn::load(dir / "c", ints, sat);
   CHECK(ints == std::vector<std::int16_t>{1, -2, 32767});
   std::string s;
   CHECK_CAIRN_ERROR(cairn::load(dir / "c", s), cairn::ErrorKind::dtype_mismatch, "cannot cast");
+}
+
+namespace {
+// Values of a dtype to try: every bit pattern of the 1- and 2-byte types, edge values and
+// random bits of the wider ones.
+std::vector<unsigned char> sample_values(cairn::DType d) {
+  using cairn::DType;
+  const std::size_t size = cairn::dtype_size(d);
+  std::vector<unsigned char> out;
+  if (d == DType::bool_) return {0, 1};
+  if (size <= 2) {
+    for (std::uint32_t v = 0; v < (1u << (8 * size)); ++v)
+      for (std::size_t b = 0; b < size; ++b) out.push_back(static_cast<unsigned char>(v >> (8 * b)));
+    return out;
+  }
+  auto add = [&](auto v) {
+    const auto* p = reinterpret_cast<const unsigned char*>(&v);
+    out.insert(out.end(), p, p + sizeof v);
+  };
+  cairn::visit_dtype(d, [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    if constexpr (sizeof(T) >= 4) {  // the narrower types were enumerated above
+      using L = std::numeric_limits<T>;
+      for (T v : {L::max(), L::lowest(), L::min(), T(0), T(1), T(-1), T(100)}) add(v);
+      if constexpr (std::is_floating_point_v<T>) {
+        for (T v : {T(0.1), T(16777217.0), T(1e-40), L::denorm_min(), L::infinity(), T(3e38)}) add(v);
+      } else {
+        for (std::uint64_t v : {(std::uint64_t{1} << 24) + 1, (std::uint64_t{1} << 53) + 1}) add(static_cast<T>(v));
+      }
+    }
+  });
+  const auto random = test::random_bits<unsigned char>(size * 4096);
+  out.insert(out.end(), random.begin(), random.end());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("cast_is_exact agrees with round trips of every pair of dtypes") {
+  using cairn::DType;
+  for (DType from : cairn::all_numeric_dtypes) {
+    const std::vector<unsigned char> values = sample_values(from);
+    const std::size_t n = values.size() / cairn::dtype_size(from);
+    std::vector<double> as_double(n);
+    cairn::cast_host(from, values.data(), DType::float64, as_double.data(), n, cairn::OnOverflow::saturate);
+    for (DType to : cairn::all_numeric_dtypes) {
+      CAPTURE(cairn::dtype_name(from));
+      CAPTURE(cairn::dtype_name(to));
+      std::vector<unsigned char> there(n * cairn::dtype_size(to)), back(values.size());
+      cairn::cast_host(from, values.data(), to, there.data(), n, cairn::OnOverflow::saturate);
+      cairn::cast_host(to, there.data(), from, back.data(), n, cairn::OnOverflow::saturate);
+      std::vector<double> back_double(n);
+      cairn::cast_host(from, back.data(), DType::float64, back_double.data(), n, cairn::OnOverflow::saturate);
+      bool all_exact = true;
+      const std::size_t size = cairn::dtype_size(from);
+      for (std::size_t i = 0; i < n && all_exact; ++i) {
+        const bool same_bits = std::memcmp(&values[i * size], &back[i * size], size) == 0;
+        all_exact = same_bits || (std::isnan(as_double[i]) && std::isnan(back_double[i]));
+      }
+      CHECK(cairn::cast_is_exact(from, to) == all_exact);
+    }
+  }
+}
+
+namespace ct {
+struct Saved { std::vector<float> v; double dt = 0; };
+CAIRN_TREE(Saved, v, dt)
+struct AsIntegers { std::vector<std::int32_t> v; std::int64_t dt = 0; };
+CAIRN_TREE(AsIntegers, v, dt)
+struct Wider { std::vector<double> v; double dt = 0; };
+CAIRN_TREE(Wider, v, dt)
+}  // namespace ct
+
+TEST_CASE("load never casts with loss unless the keys are allowed, and names each key and dtype") {
+  test::TempDir dir;
+  cairn::save(dir / "c", ct::Saved{{0.9f, 2.5f, -0.7f}, 0.001});
+  CHECK_CAIRN_ERROR(cairn::load<ct::AsIntegers>(dir / "c"), cairn::ErrorKind::dtype_mismatch,
+                    "v (float32 -> int32), dt (float64 -> int64)");
+  ct::AsIntegers target;
+  cairn::LoadOptions o;
+  o.allow_lossy_cast = {"v"};
+  CHECK_CAIRN_ERROR(cairn::load(dir / "c", target, o), cairn::ErrorKind::dtype_mismatch, "key 'dt'");
+  o.allow_lossy_cast = {"**"};
+  cairn::LoadReport r = cairn::load(dir / "c", target, o);
+  CHECK(target.v == std::vector<std::int32_t>{0, 2, 0});
+  CHECK(target.dt == 0);
+  CHECK(r.cast.size() == 2);
+  // Widening casts lose nothing: allowed, and reported.
+  ct::Wider wide;
+  r = cairn::load(dir / "c", wide);
+  CHECK(wide.v == std::vector<double>{0.9f, 2.5f, -0.7f});
+  CHECK(r.cast.size() == 1);
+  CHECK(r.cast.front().key == "v");
 }

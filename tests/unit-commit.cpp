@@ -252,7 +252,7 @@ TEST_CASE("interrupted plain saves leave nothing behind after the next save of t
   CHECK(cairn::load<State>(path) == s);
 }
 
-TEST_CASE("a save still running is never cleaned up: another process, or a second Checkpointer in this one") {
+TEST_CASE("a save still running in another process is never cleaned up") {
   test::TempDir dir;
   const std::string root = dir / "root";
   State s = make_state(1);
@@ -285,9 +285,16 @@ TEST_CASE("a save still running is never cleaned up: another process, or a secon
   ::waitpid(child, nullptr, 0);
   { cairn::Checkpointer other(root); }  // now they are a dead save's
   CHECK(test::leftovers(root).empty());
+}
 
-  // A second Checkpointer in this process while the first has a save in flight: each round
-  // must commit complete (it used to lose its staging directory to the second's cleanup).
+TEST_CASE("a second Checkpointer in this process never removes the first one's save in flight") {
+  test::TempDir dir;
+  const std::string root = dir / "root";
+  State s = make_state(1);
+  cairn::Checkpointer first(root);
+  first.save(1, s);
+  // Each round must commit complete: it used to lose its staging directory to the second
+  // Checkpointer's cleanup (and once committed a checkpoint without its data file).
   std::atomic<bool> slow{true};
   test::FaultInjection faults([&](const std::string& call, const std::string&) {
     if (call == "pwrite" && slow) std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -1,10 +1,17 @@
 #include "test_util.hpp"
 
+#include <chrono>
+
+#include <sys/stat.h>
+
 namespace {
 struct State { std::vector<float> w; Eigen::MatrixXd m; std::int64_t step = 0; };
 CAIRN_TREE(State, w, m, step)
 
 State make_state() { return {test::random_bits<float>(1000), Eigen::MatrixXd::Random(20, 30), 7}; }
+
+struct Layers { std::vector<std::vector<float>> layers; };
+CAIRN_TREE(Layers, layers)
 
 std::string data_file(const std::string& ckpt) { return ckpt + "/data-0-0.bin"; }
 
@@ -12,10 +19,7 @@ std::string data_file(const std::string& ckpt) { return ckpt + "/data-0-0.bin"; 
 // the checks below must then come from parsing and validation, not from the checksum.
 void replace_metadata(const std::string& ckpt, const std::string& text) {
   test::write_file(ckpt + "/_METADATA", text);
-  const std::string user = test::read_file(ckpt + "/_USER_METADATA");
-  auto marker = cairn::detail::marker_json({text.size(), cairn::crc32c(text.data(), text.size())},
-                                           {user.size(), cairn::crc32c(user.data(), user.size())});
-  test::write_file(ckpt + "/_CHECKPOINT", marker.dump());
+  test::resign(ckpt);
 }
 
 // The metadata without cereal's line breaks and spaces (none of this test's keys contain any).
@@ -207,4 +211,86 @@ TEST_CASE("numbers in metadata that do not fit 64-bit integers are refused befor
   } catch (const cairn::Error& e) {
     CHECK(std::string(e.what()).find("fits in 64 bits") == std::string::npos);
   }
+}
+
+TEST_CASE("small hostile files are errors in bounded memory and time: indices, FIFOs, symlinks") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  cairn::save(c, Layers{{{1, 2}, {3}}});
+  const std::string meta = test::read_file(c + "/_METADATA");
+  // A sequence index in the metadata must not size a vector before it is checked.
+  for (const std::string index : {"100000000", "9223372036854775807"}) {
+    replace_metadata(c, edit(meta, "\"layers/1\"", "\"layers/" + index + "\""));
+    CHECK_CAIRN_ERROR(cairn::load<Layers>(c), cairn::ErrorKind::corrupt, "has index " + index);
+    CHECK_CAIRN_ERROR(cairn::load<Layers>(c), cairn::ErrorKind::corrupt, "key 'layers'");
+  }
+  replace_metadata(c, meta);
+  CHECK(cairn::load<Layers>(c).layers.size() == 2);
+  // A FIFO where a file should be would block a plain open() forever.
+  for (const std::string name : {"data-0-0.bin", "_CHECKPOINT", "_METADATA"}) {
+    const std::string f = dir / ("f" + name);
+    std::filesystem::copy(c, f);
+    std::filesystem::remove(f + "/" + name);
+    REQUIRE(::mkfifo((f + "/" + name).c_str(), 0644) == 0);
+    CHECK_CAIRN_ERROR(cairn::load<Layers>(f), cairn::ErrorKind::corrupt, "not a regular file");
+  }
+  // A symbolic link inside the checkpoint is not followed, even to an intact copy.
+  const std::string s = dir / "s";
+  std::filesystem::copy(c, s);
+  std::filesystem::copy_file(c + "/data-0-0.bin", dir / "outside.bin");
+  std::filesystem::remove(s + "/data-0-0.bin");
+  std::filesystem::create_symlink(dir / "outside.bin", s + "/data-0-0.bin");
+  CHECK_CAIRN_ERROR(cairn::load<Layers>(s), cairn::ErrorKind::corrupt, "symbolic link");
+}
+
+TEST_CASE("chunk overlap is found in grids and in other layouts; 40,000 chunks check fast") {
+  using namespace cairn;
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  const std::int64_t n = 40'000;
+  {
+    ShardedArray<float> a(Shape{2, n}, NamedSharding(Mesh::host({{"x", n}}), PartitionSpec{replicated, "x"}));
+    for (auto& shard : a.shards()) {
+      const float v[2] = {static_cast<float>(shard.box().start[1]), 1.0f};
+      shard.from_host(v);
+    }
+    save(c, a);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  CheckpointMetadata m = metadata(c);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string took = "metadata() of one leaf in 40,000 chunks: " + std::to_string(seconds) + " s";
+  MESSAGE(took);
+  REQUIRE(m.leaves().front().chunks.size() == static_cast<std::size_t>(n));
+  // Two chunks of the grid made the same cell.
+  m.items.front().leaves.front().chunks[7].start = m.items.front().leaves.front().chunks[3].start;
+  replace_metadata(c, detail::metadata_to_json(m));
+  CHECK_CAIRN_ERROR(metadata(c), ErrorKind::corrupt, "chunks 3 and 7 overlap");
+  // Not a grid: one chunk spans two cells of the others' cuts.
+  const std::string d = dir / "d";
+  save(d, std::vector<float>{1, 2, 3, 4});
+  CheckpointMetadata md = metadata(d);
+  auto& chunks = md.items.front().leaves.front().chunks;
+  ChunkRecord half = chunks.front();
+  half.start = {2};
+  half.shape = {2};
+  half.offset = 64;
+  half.nbytes = 8;
+  chunks.push_back(half);
+  md.data_files = {"data-0-0.bin"};
+  replace_metadata(d, detail::metadata_to_json(md));
+  CHECK_CAIRN_ERROR(metadata(d), ErrorKind::corrupt, "chunks 0 and 1 overlap");
+}
+
+TEST_CASE("a stored sharding with many replicas is not adopted into memory without bound") {
+  using namespace cairn;
+  test::TempDir dir;
+  ShardedArray<double> a(Shape{8192}, NamedSharding(Mesh::host({{"r", 128}}), PartitionSpec{}));
+  for (auto& shard : a.shards()) shard.from_host(test::random_bits<double>(8192).data());
+  save(dir / "c", a);
+  ShardedArray<double> adopt;
+  CHECK_CAIRN_ERROR(load(dir / "c", adopt), ErrorKind::invalid_argument, "128 copies of the array");
+  ShardedArray<double> own(NamedSharding(Mesh::host({{"r", 2}}), PartitionSpec{}));
+  load(dir / "c", own);  // with a sharding of its own, it loads
+  CHECK(own.shards().size() == 2);
 }

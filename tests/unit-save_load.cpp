@@ -139,7 +139,9 @@ TEST_CASE("Eigen keeps the logical shape across memory orders and refuses fixed 
   Eigen::MatrixXd big = Eigen::MatrixXd::Random(1500, 3000);
   cairn::save(dir / "big", big);
   Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> big_row;
-  auto report = cairn::load(dir / "big", big_row);
+  cairn::LoadOptions narrowing;
+  narrowing.allow_lossy_cast = {"**"};  // float64 -> float32 rounds
+  auto report = cairn::load(dir / "big", big_row, narrowing);
   CHECK(report.cast.size() == 1);
   CHECK(big_row == big.cast<float>());
   Eigen::Matrix<float, 3, 2> wrong;
@@ -164,8 +166,22 @@ TEST_CASE("save refuses an existing path unless overwrite, and never overwrites 
   CHECK(cairn::load<std::vector<int>>(dir / "c") == b);
   std::filesystem::create_directories(dir / "precious");
   test::write_file(dir / "precious/notes.txt", "keep me");
-  CHECK_CAIRN_ERROR(cairn::save(dir / "precious", a, o), cairn::ErrorKind::already_exists, "not a cairn checkpoint");
+  CHECK_CAIRN_ERROR(cairn::save(dir / "precious", a, o), cairn::ErrorKind::already_exists, "holds no cairn checkpoint");
+  CHECK_CAIRN_ERROR(cairn::save(dir / "precious", a), cairn::ErrorKind::already_exists, "not empty");
   CHECK(test::read_file(dir / "precious/notes.txt") == "keep me");
+  // A file: the same answer with or without overwrite, and it says what is there.
+  test::write_file(dir / "file", "x");
+  CHECK_CAIRN_ERROR(cairn::save(dir / "file", a), cairn::ErrorKind::already_exists, "a file (not a directory)");
+  CHECK_CAIRN_ERROR(cairn::save(dir / "file", a, o), cairn::ErrorKind::already_exists, "a file (not a directory)");
+  CHECK(test::read_file(dir / "file") == "x");
+  CHECK_CAIRN_ERROR(cairn::load<std::vector<int>>(dir / "file"), cairn::ErrorKind::not_found, "is a file, not a checkpoint");
+  // An empty directory (`mkdir -p ckpt/100` first) is the same as nothing there.
+  std::filesystem::create_directories(dir / "empty");
+  cairn::save(dir / "empty", a);
+  CHECK(cairn::load<std::vector<int>>(dir / "empty") == a);
+  std::filesystem::create_directories(dir / "empty2");
+  cairn::save(dir / "empty2", a, o);
+  CHECK(cairn::load<std::vector<int>>(dir / "empty2") == a);
   // Nothing left behind: no temporary directories next to the checkpoints.
   for (auto& e : std::filesystem::directory_iterator(dir.path))
     CHECK(e.path().filename().string().find(".cairn-") == std::string::npos);
@@ -208,4 +224,35 @@ TEST_CASE("empty containers and zero-size arrays round-trip") {
   cairn::save(dir / "n", nonempty);
   cairn::load(dir / "n", target);
   CHECK(target == nonempty);  // sequences take the stored length
+}
+
+namespace rt {
+struct Resumable {
+  std::vector<float> w;
+  std::mt19937 rng;
+  std::mt19937_64 rng64;
+  std::minstd_rand lcg;
+  std::ranlux48 ranlux;
+};
+CAIRN_TREE(Resumable, w, rng, rng64, lcg, ranlux)
+}  // namespace rt
+
+TEST_CASE("standard random number engines are leaves: a restored engine continues the same sequence") {
+  test::TempDir dir;
+  rt::Resumable r{{1, 2, 3}, std::mt19937(test::rng()()), std::mt19937_64(test::rng()()),
+                  std::minstd_rand(static_cast<unsigned>(test::rng()() % 1000 + 1)), std::ranlux48(test::rng()())};
+  for (int i = 0; i < 1000; ++i) { r.rng(); r.rng64(); r.lcg(); r.ranlux(); }  // mid-sequence state
+  cairn::save(dir / "c", r);
+  rt::Resumable back = cairn::load<rt::Resumable>(dir / "c");
+  for (int i = 0; i < 100; ++i) {
+    CHECK(back.rng() == r.rng());
+    CHECK(back.rng64() == r.rng64());
+    CHECK(back.lcg() == r.lcg());
+    CHECK(back.ranlux() == r.ranlux());
+  }
+  CHECK(cairn::metadata(dir / "c").summary().find("rng") != std::string::npos);
+  // A damaged state is an error naming the key, not a silently reseeded engine.
+  cairn::save(dir / "d", std::map<std::string, std::string>{{"rng", "not a state"}});
+  CHECK_CAIRN_ERROR((cairn::load<std::map<std::string, std::mt19937>>(dir / "d")), cairn::ErrorKind::corrupt,
+                    "key 'rng'");
 }

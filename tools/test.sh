@@ -3,9 +3,17 @@
 # the benchmark, and runs the whole test suite with ctest. Extra arguments go to cmake.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+start=$(date +%s)
+say() { echo "test.sh [$(( $(date +%s) - start ))s]: $*"; }
+say "checking the Debian packages the build needs"
 "$root/tools/deps.sh" g++ cmake ninja-build python3 libeigen3-dev libcereal-dev libthrust-dev doctest-dev
 build="${CAIRN_BUILD_DIR:-$root/build-test}"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+say "configuring in $build"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+say "building every test program, example and the benchmark with $(nproc) jobs: about 30 programs of" \
+    "about a minute of compiler time each (10-15 minutes on 2 cores); ninja prints each one as it finishes"
 cmake --build "$build" -j "$(nproc)"
+say "running the tests (about a minute)"
 cd "$build"
 ctest --output-on-failure -j "$(nproc)"
+say "done"

@@ -269,7 +269,7 @@ inline void deliver_from_memory(ReadTask& task, unsigned char* bytes, const std:
 inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptions& options) {
   DataFiles files(dir);
   std::vector<ReadTask> tasks, box_tasks;
-  std::vector<std::string> lossy;  // casts that could lose information, not allowed
+  std::vector<std::string> lossy, lossy_keys;  // casts that could lose information, not allowed
   tasks.reserve(plan.leaves.size());
   for (auto& leaf : plan.leaves) {
     const LeafRecord& s = *leaf.stored;
@@ -297,8 +297,11 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
                     dtype_name(buf.dtype), dir, leaf.key);
       if (!cast_is_exact(s.dtype, buf.dtype) &&
           std::none_of(options.allow_lossy_cast.begin(), options.allow_lossy_cast.end(),
-                       [&](const std::string& g) { return glob_matches(g, leaf.key); }))
-        lossy.push_back(leaf.key + " (" + dtype_name(s.dtype) + " -> " + dtype_name(buf.dtype) + ")");
+                       [&](const std::string& g) { return glob_matches(g, leaf.key); })) {
+        lossy_keys.push_back(leaf.key);
+        lossy.push_back((leaf.key.empty() ? std::string("the root leaf") : leaf.key) + " (" + dtype_name(s.dtype) +
+                        " -> " + dtype_name(buf.dtype) + ")");
+      }
       plan.report.cast.push_back({leaf.key, s.dtype, buf.dtype});
     }
     const std::uint64_t want = element_count(s.shape) * dtype_size(buf.dtype);
@@ -321,7 +324,7 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
     if (lossy.size() > 20) list += ", ... (" + std::to_string(lossy.size()) + " in all)";
     throw Error(ErrorKind::dtype_mismatch, "loading these leaves would need casts that can lose information: " + list +
                 ". Give the target the stored dtype, or allow it for these keys with LoadOptions::allow_lossy_cast "
-                "(key globs; \"**\" for all)", dir, lossy.size() == 1 ? lossy.front().substr(0, lossy.front().find(" (")) : "");
+                "(key globs; \"**\" for all)", dir, lossy_keys.size() == 1 ? lossy_keys.front() : "");
   }
   std::sort(tasks.begin(), tasks.end(), [](const ReadTask& a, const ReadTask& b) {
     const auto& ca = a.leaf->stored->chunks.front();
@@ -365,7 +368,13 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
   for (auto& t : box_tasks) BoxLeafReader(*t.leaf->stored, t.buffer, t.leaf->key, dir, options, plan.report).read(files);
   for (auto* list : {&tasks, &box_tasks})
     for (auto& t : *list) {
-      if (t.buffer.commit) t.buffer.commit();
+      if (t.buffer.commit) {
+        try {
+          t.buffer.commit();
+        } catch (const Error& e) {
+          throw e.with_key(t.leaf->key).with_file(dir);
+        }
+      }
       plan.report.loaded.push_back(t.leaf->key);
     }
 }

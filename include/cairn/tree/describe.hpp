@@ -4,7 +4,9 @@
 // printing) is written once on top of that list.
 #pragma once
 
+#include <cstddef>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include <cereal/cereal.hpp>
@@ -15,15 +17,44 @@
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-template <class Class, class Member>
+// A field's name as a template argument, so that a diagnostic about the field can name it.
+template <std::size_t N>
+struct field_name {
+  char text[N];
+  constexpr field_name(const char (&s)[N]) {
+    for (std::size_t i = 0; i < N; ++i) text[i] = s[i];
+  }
+};
+
+template <class Class, class Member, field_name Name>
 struct field_descriptor {
-  const char* name;
+  static constexpr const char* name = Name.text;
   Member Class::*member;
 };
 
-template <class Class, class Member>
-constexpr field_descriptor<Class, Member> make_field(const char* name, Member Class::*member) {
-  return {name, member};
+template <field_name Name, class Class, class Member>
+constexpr field_descriptor<Class, Member, Name> make_field(Member Class::*member) {
+  return {member};
+}
+
+// Checked where a struct is used as a tree, not where CAIRN_TREE is written, so leaf_traits
+// specializations may come after the macro. The compiler names Struct, Field and FieldType
+// in the instantiation of this function.
+template <class Struct, field_name Field, class FieldType>
+constexpr void check_field_type() {
+  static_assert(is_tree<FieldType>,
+                "cairn: a field of a CAIRN_TREE struct has a type that cairn cannot store; the struct, the field "
+                "and its type are the template arguments of cairn::detail::check_field_type<Struct, Field, "
+                "FieldType> named in this diagnostic. For a type stored as one array (std::complex<float>, a "
+                "tensor class), specialize cairn::leaf_traits<FieldType>; for a container, "
+                "cairn::node_traits<FieldType>; for a struct of your own, add CAIRN_TREE(FieldType, ...). See "
+                "docs/extending.md.");
+}
+
+template <class Struct, class Member, field_name Name>
+constexpr bool field_is_tree(const field_descriptor<Struct, Member, Name>&) {
+  check_field_type<Struct, Name, Member>();
+  return is_tree<Member>;
 }
 
 template <class T>
@@ -45,14 +76,23 @@ struct node_traits<T, std::enable_if_t<detail::described_struct<T>>> {
   static constexpr NodeKind kind = NodeKind::struct_;
   template <class Self, class F>
   static void for_each_child(Self& node, F&& f) {
-    std::apply([&](const auto&... field) { (f(KeyEntry::field(field.name), node.*(field.member)), ...); },
-               detail::fields_of<T>());
+    std::apply(
+        [&](const auto&... field) {
+          // A field cairn cannot store stops here, with the struct and field named, and is not
+          // visited further (which would add a second, vaguer error).
+          auto visit = [&](const auto& fd) {
+            if constexpr (detail::field_is_tree(std::remove_cvref_t<decltype(fd)>{}))
+              f(KeyEntry::field(fd.name), node.*(fd.member));
+          };
+          (visit(field), ...);
+        },
+        detail::fields_of<T>());
   }
 };
 
 CAIRN_END_NAMESPACE
 
-#define CAIRN_DETAIL_FIELD(Type, name) ::cairn::detail::make_field(#name, &Type::name)
+#define CAIRN_DETAIL_FIELD(Type, name) ::cairn::detail::make_field<#name>(&Type::name)
 
 // At namespace scope, in the struct's namespace: CAIRN_TREE(Dense, kernel, bias)
 #define CAIRN_TREE(Type, ...)                                                                  \

@@ -1,10 +1,16 @@
 // Leaves from the standard library: arithmetic scalars (0-d arrays), std::string (bytes),
-// and contiguous containers of numbers as 1-D arrays (std::vector<float>, std::array<int, N>,
-// std::vector<bool>).
+// contiguous containers of numbers as 1-D arrays (std::vector<float>, std::array<int, N>,
+// std::vector<bool>), and the random number engines (std::mt19937 and the others), stored
+// as their standard text state.
 #pragma once
 
 #include <array>
+#include <concepts>
 #include <cstring>
+#include <istream>
+#include <memory>
+#include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -67,6 +73,44 @@ struct leaf_traits<std::vector<bool, Alloc>> {
 
  private:
   struct bool_byte { bool value = false; bool_byte() = default; bool_byte(bool b) : value(b) {} operator bool() const { return value; } };
+};
+
+// A random number engine of <random> (or any type with their interface): its state is the
+// text that operator<< writes and operator>> reads back, which the standard defines for every
+// engine, so a restored engine continues the same sequence. Stored as a string leaf.
+template <class E>
+concept random_number_engine = std::is_default_constructible_v<E> && !has_dtype<E> &&
+    requires(E& e, std::ostream& os, std::istream& is) {
+      typename E::result_type;
+      { E::min() } -> std::same_as<typename E::result_type>;
+      { E::max() } -> std::same_as<typename E::result_type>;
+      e.seed();
+      e.discard(1ull);
+      os << e;
+      is >> e;
+    };
+
+template <random_number_engine E>
+struct leaf_traits<E> {
+  static LeafView view(const E& e) {
+    std::ostringstream out;
+    out << e;
+    auto text = std::make_shared<std::string>(out.str());
+    return {DType::string, {static_cast<std::int64_t>(text->size())}, Order::C, text->data(), text->size(), text};
+  }
+  static LeafBuffer prepare(E& e, const StoredLeafInfo& stored) {
+    if (stored.shape.size() != 1) require_shape({-1}, stored.shape);
+    auto text = std::make_shared<std::string>(static_cast<std::size_t>(stored.nbytes), '\0');
+    LeafBuffer out{DType::string, Order::C, text->data(), text->size()};
+    out.commit = [&e, text] {
+      std::istringstream in(*text);
+      E restored;
+      in >> restored;
+      if (in.fail()) throw Error(ErrorKind::corrupt, "the stored text is not a state of this random number engine");
+      e = restored;
+    };
+    return out;
+  }
 };
 
 template <class T, std::size_t N>

@@ -149,10 +149,10 @@ inline constexpr bool is_tree = is_leaf<T> || is_node<T>;
 template <class T>
 constexpr void require_tree_type() {
   static_assert(is_tree<T>,
-                "cairn: this type is neither a tree node nor a leaf. Annotate the struct with "
-                "CAIRN_TREE(Type, field1, field2, ...) at namespace scope (or CAIRN_TREE_INTRUSIVE "
-                "inside the class), or specialize cairn::leaf_traits<T> (a type stored as one array) "
-                "or cairn::node_traits<T> (a container). See docs/extending.md.");
+                "cairn: this type is neither a tree node nor a leaf. For a struct of your own, annotate it with "
+                "CAIRN_TREE(Type, field1, field2, ...) at namespace scope (or CAIRN_TREE_INTRUSIVE inside the "
+                "class); for a type stored as one array (std::complex<float>, a tensor class), specialize "
+                "cairn::leaf_traits<T>; for a container, cairn::node_traits<T>. See docs/extending.md.");
 }
 
 CAIRN_END_NAMESPACE
