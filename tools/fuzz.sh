@@ -10,14 +10,14 @@ build=${1:?usage: tools/fuzz.sh BUILD_DIR [SECONDS]}
 seconds=${2:-30}
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$root/tests/ubsan.supp"
 export ASAN_OPTIONS="detect_leaks=1"
+exe="$build/tests/cairn-fuzz"
+[ -x "$exe" ] || { echo "fuzz.sh: $exe not built (configure with -DCAIRN_FUZZ=ON and clang)"; exit 1; }
 for target in metadata user_metadata marker checkpointer_root; do
-  exe="$build/tests/fuzz_$target"
-  [ -x "$exe" ] || { echo "fuzz.sh: $exe not built (configure with -DCAIRN_FUZZ=ON and clang)"; exit 1; }
   work=$(mktemp -d)
   cp -r "$root/tests/fuzz/corpus/$target" "$work/corpus"
   mkdir -p "$build/fuzz-crashes/$target"
   echo "fuzz.sh: $target for ${seconds}s"
-  if ! "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+  if ! CAIRN_FUZZ_TARGET=$target "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
        -dict="$root/tests/fuzz/cairn.dict" -artifact_prefix="$build/fuzz-crashes/$target/" \
        -print_final_stats=1 "$work/corpus" "$root/tests/fuzz/regressions/$target" > "$work/log" 2>&1; then
     tail -60 "$work/log"

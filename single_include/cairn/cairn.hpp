@@ -4309,6 +4309,8 @@ inline constexpr const char* marker_file = "_CHECKPOINT";
 inline constexpr const char* metadata_file = "_METADATA";
 inline constexpr const char* user_metadata_file = "_USER_METADATA";
 inline constexpr const char* temp_infix = ".cairn-tmp-";
+// A previous checkpoint set aside under a staging name during an overwrite (checkpoint/commit.hpp).
+inline constexpr const char* old_suffix = ".old";
 inline constexpr std::uint64_t max_metadata_bytes = std::uint64_t{1} << 30;
 inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
 inline constexpr int max_metadata_depth = 32;
@@ -4424,8 +4426,8 @@ inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
                        {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
 }
 
-// When `dir` is not a checkpoint but a Checkpointer's root (step directories that are
-// checkpoints, a `latest` file), a message saying so and how to load one; "" otherwise.
+// When `dir` is not a checkpoint but a Checkpointer's root (subdirectories that are
+// checkpoints), a message saying so and how to load one; "" otherwise.
 inline std::string describe_checkpointer_root(const std::string& dir) {
   std::vector<std::string> steps;
   std::error_code ec;
@@ -4452,7 +4454,7 @@ inline std::string describe_checkpointer_root(const std::string& dir) {
 inline std::map<std::string, FileDigest> read_marker(const std::string& dir) {
   // A staging directory is never loaded; a previous checkpoint set aside under a staging
   // name (".old", checkpoint/commit.hpp) is complete and may be.
-  if (dir.find(temp_infix) != std::string::npos && !(dir.size() > 4 && dir.compare(dir.size() - 4, 4, ".old") == 0))
+  if (dir.find(temp_infix) != std::string::npos && !dir.ends_with(old_suffix))
     throw Error(ErrorKind::incomplete, "this is a temporary directory of a save that has not committed; it is never loaded", dir);
   const std::string path = join_path(dir, marker_file);
   if (!path_exists(path)) {
@@ -4680,7 +4682,6 @@ CAIRN_END_NAMESPACE
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-inline constexpr const char* old_suffix = ".old";
 inline constexpr const char* lock_suffix = ".lock";
 // Set-aside checkpoints of cairn 0.1's overwrite fallback: F.cairn-old-<pid>, never locked.
 inline constexpr const char* legacy_old_infix = ".cairn-old-";
@@ -4868,8 +4869,7 @@ inline void clean_leftovers(const std::string& dir, const std::string* only_name
       }
     }
     for (const auto& p : g.paths) {
-      const bool set_aside = p.find(legacy_old_infix) != std::string::npos ||
-                             (p.size() > 4 && p.compare(p.size() - 4, 4, old_suffix) == 0);
+      const bool set_aside = p.find(legacy_old_infix) != std::string::npos || p.ends_with(old_suffix);
       if (set_aside) restore_or_drop_old(g.final_path, p);
       else std::filesystem::remove_all(p, ec);
     }
@@ -4895,8 +4895,8 @@ inline std::string readable_checkpoint_dir(const std::string& path) {
     const std::string entry = it->path().filename().string();
     if (entry.rfind(name, 0) != 0) continue;
     const std::string rest = entry.substr(name.size());
-    const bool ours = rest.rfind(temp_infix, 0) == 0 && rest.size() > 4 && rest.compare(rest.size() - 4, 4, old_suffix) == 0;
-    const bool legacy = rest.rfind(legacy_old_infix, 0) == 0;
+    const bool ours = rest.starts_with(temp_infix) && rest.ends_with(old_suffix);
+    const bool legacy = rest.starts_with(legacy_old_infix);
     const std::string full = join_path(parent, entry);
     if ((ours || legacy) && is_committed_checkpoint(full)) return full;
   }
@@ -6705,7 +6705,6 @@ CAIRN_END_NAMESPACE
 #include <vector>
 
 
-
 CAIRN_BEGIN_NAMESPACE
 
 struct CheckpointerOptions {
@@ -7065,7 +7064,7 @@ class Checkpointer {
     for (; !ec && it != end; it.increment(ec)) {
       const auto& e = *it;
       std::error_code type_ec;
-      if (!e.is_directory(type_ec) || e.is_symlink(type_ec)) continue;
+      if (!e.is_directory(type_ec)) continue;
       const std::string name = e.path().filename().string();
       if (name.find(detail::temp_infix) != std::string::npos || name.find(detail::legacy_old_infix) != std::string::npos) continue;
       const bool committed = detail::is_committed_checkpoint(root_ + "/" + name);

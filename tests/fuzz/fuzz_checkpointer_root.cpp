@@ -22,14 +22,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     if (name.empty() || name == "." || name == "..") continue;
     const std::string p = root + "/" + name;
-    if (std::filesystem::exists(std::filesystem::symlink_status(p))) continue;
+    // The path this entry creates; an entry whose path is taken is skipped.
+    const std::string made = kind == 3 ? p + ".cairn-tmp-1-ab.old" : kind == 4 ? p + ".cairn-tmp-1-ab.lock" : p;
+    std::error_code ec;
+    if (std::filesystem::exists(std::filesystem::symlink_status(made, ec))) continue;
     switch (kind) {
-      case 0: std::filesystem::copy(ckpt, p); break;
-      case 1: std::filesystem::create_directories(p); break;
-      case 2: fuzz::write_file(p, name); break;
-      case 3: std::filesystem::copy(ckpt, p + ".cairn-tmp-1-ab.old"); break;
-      case 4: fuzz::write_file(p + ".cairn-tmp-1-ab.lock", ""); break;
-      default: std::filesystem::copy(ckpt, p); std::filesystem::remove(p + "/_METADATA"); break;
+      case 0: std::filesystem::copy(ckpt, made, ec); break;
+      case 1: std::filesystem::create_directories(made, ec); break;
+      case 2: fuzz::write_file(made, name); break;
+      case 3: std::filesystem::copy(ckpt, made, ec); break;
+      case 4: fuzz::write_file(made, ""); break;
+      default:
+        std::filesystem::copy(ckpt, made, ec);
+        std::filesystem::remove(made + "/_METADATA", ec);
+        break;
     }
   }
   for (const auto& e : std::filesystem::directory_iterator(root))

@@ -40,7 +40,6 @@
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-inline constexpr const char* old_suffix = ".old";
 inline constexpr const char* lock_suffix = ".lock";
 // Set-aside checkpoints of cairn 0.1's overwrite fallback: F.cairn-old-<pid>, never locked.
 inline constexpr const char* legacy_old_infix = ".cairn-old-";
@@ -228,8 +227,7 @@ inline void clean_leftovers(const std::string& dir, const std::string* only_name
       }
     }
     for (const auto& p : g.paths) {
-      const bool set_aside = p.find(legacy_old_infix) != std::string::npos ||
-                             (p.size() > 4 && p.compare(p.size() - 4, 4, old_suffix) == 0);
+      const bool set_aside = p.find(legacy_old_infix) != std::string::npos || p.ends_with(old_suffix);
       if (set_aside) restore_or_drop_old(g.final_path, p);
       else std::filesystem::remove_all(p, ec);
     }
@@ -255,8 +253,8 @@ inline std::string readable_checkpoint_dir(const std::string& path) {
     const std::string entry = it->path().filename().string();
     if (entry.rfind(name, 0) != 0) continue;
     const std::string rest = entry.substr(name.size());
-    const bool ours = rest.rfind(temp_infix, 0) == 0 && rest.size() > 4 && rest.compare(rest.size() - 4, 4, old_suffix) == 0;
-    const bool legacy = rest.rfind(legacy_old_infix, 0) == 0;
+    const bool ours = rest.starts_with(temp_infix) && rest.ends_with(old_suffix);
+    const bool legacy = rest.starts_with(legacy_old_infix);
     const std::string full = join_path(parent, entry);
     if ((ours || legacy) && is_committed_checkpoint(full)) return full;
   }

@@ -30,6 +30,8 @@ inline constexpr const char* marker_file = "_CHECKPOINT";
 inline constexpr const char* metadata_file = "_METADATA";
 inline constexpr const char* user_metadata_file = "_USER_METADATA";
 inline constexpr const char* temp_infix = ".cairn-tmp-";
+// A previous checkpoint set aside under a staging name during an overwrite (checkpoint/commit.hpp).
+inline constexpr const char* old_suffix = ".old";
 inline constexpr std::uint64_t max_metadata_bytes = std::uint64_t{1} << 30;
 inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
 inline constexpr int max_metadata_depth = 32;
@@ -145,8 +147,8 @@ inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
                        {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
 }
 
-// When `dir` is not a checkpoint but a Checkpointer's root (step directories that are
-// checkpoints, a `latest` file), a message saying so and how to load one; "" otherwise.
+// When `dir` is not a checkpoint but a Checkpointer's root (subdirectories that are
+// checkpoints), a message saying so and how to load one; "" otherwise.
 inline std::string describe_checkpointer_root(const std::string& dir) {
   std::vector<std::string> steps;
   std::error_code ec;
@@ -173,7 +175,7 @@ inline std::string describe_checkpointer_root(const std::string& dir) {
 inline std::map<std::string, FileDigest> read_marker(const std::string& dir) {
   // A staging directory is never loaded; a previous checkpoint set aside under a staging
   // name (".old", checkpoint/commit.hpp) is complete and may be.
-  if (dir.find(temp_infix) != std::string::npos && !(dir.size() > 4 && dir.compare(dir.size() - 4, 4, ".old") == 0))
+  if (dir.find(temp_infix) != std::string::npos && !dir.ends_with(old_suffix))
     throw Error(ErrorKind::incomplete, "this is a temporary directory of a save that has not committed; it is never loaded", dir);
   const std::string path = join_path(dir, marker_file);
   if (!path_exists(path)) {

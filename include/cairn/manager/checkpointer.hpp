@@ -16,7 +16,6 @@
 #include <thread>
 #include <vector>
 
-
 #include "cairn/checkpoint/items.hpp"
 #include "cairn/manager/policies.hpp"
 
@@ -379,7 +378,7 @@ class Checkpointer {
     for (; !ec && it != end; it.increment(ec)) {
       const auto& e = *it;
       std::error_code type_ec;
-      if (!e.is_directory(type_ec) || e.is_symlink(type_ec)) continue;
+      if (!e.is_directory(type_ec)) continue;
       const std::string name = e.path().filename().string();
       if (name.find(detail::temp_infix) != std::string::npos || name.find(detail::legacy_old_infix) != std::string::npos) continue;
       const bool committed = detail::is_committed_checkpoint(root_ + "/" + name);

@@ -1,8 +1,15 @@
-// Every fuzz target in one program for ordinary (non-libFuzzer) builds: each target's seed
-// corpus and every input that ever failed (tests/fuzz/regressions/<target>/) run through it, so
-// a regression is caught by every ctest run, under g++'s sanitizers too.
+// Every fuzz target in one program, so that a build compiles cairn's headers once for all of
+// them. Two builds of this file:
+//  - ordinary (fuzz-regressions): main() replays each target's seed corpus and every input that
+//    ever failed (tests/fuzz/regressions/<target>/), so every ctest run, under g++'s and clang's
+//    sanitizers too, catches a regression;
+//  - with CAIRN_FUZZ_LIBFUZZER and -fsanitize=fuzzer (cairn-fuzz): a libFuzzer binary fuzzing
+//    the target named by the environment variable CAIRN_FUZZ_TARGET (tools/fuzz.sh).
+// Each fuzz_<target>.cpp also builds alone as a libFuzzer target.
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -21,15 +28,43 @@
 #include "fuzz_checkpointer_root.cpp"
 #undef LLVMFuzzerTestOneInput
 
+namespace {
+struct Target {
+  const char* name;
+  int (*run)(const std::uint8_t*, std::size_t);
+};
+const Target targets[] = {{"metadata", fuzz_metadata_one},
+                          {"user_metadata", fuzz_user_metadata_one},
+                          {"marker", fuzz_marker_one},
+                          {"checkpointer_root", fuzz_checkpointer_root_one}};
+}  // namespace
+
+#ifdef CAIRN_FUZZ_LIBFUZZER
+namespace {
+const Target* chosen = nullptr;
+}
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  const char* name = std::getenv("CAIRN_FUZZ_TARGET");
+  for (const auto& t : targets)
+    if (name && std::strcmp(name, t.name) == 0) chosen = &t;
+  if (!chosen) {
+    std::fprintf(stderr, "cairn-fuzz: set CAIRN_FUZZ_TARGET to metadata, user_metadata, marker or checkpointer_root\n");
+    std::exit(2);
+  }
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  return chosen->run(data, size);
+}
+#else
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: fuzz-regressions tests/fuzz\n");
     return 2;
   }
   const std::filesystem::path root = argv[1];
-  struct Target { const char* name; int (*run)(const std::uint8_t*, std::size_t); };
-  const Target targets[] = {{"metadata", fuzz_metadata_one}, {"user_metadata", fuzz_user_metadata_one},
-                            {"marker", fuzz_marker_one}, {"checkpointer_root", fuzz_checkpointer_root_one}};
   int passed = 0;
   for (const auto& t : targets) {
     int inputs = 0;
@@ -51,3 +86,4 @@ int main(int argc, char** argv) {
   std::printf("%d passed, %d failed\n", passed, 4 - passed);
   return passed == 4 ? 0 : 1;
 }
+#endif
