@@ -4773,7 +4773,6 @@ class StagingClaim {
     throw Error(ErrorKind::io, "could not claim a staging name", final_path);
   }
 
-  explicit operator bool() const { return fd_ >= 0; }
   const std::string& staging_path() const { return base_; }
   std::string old_path() const { return base_ + old_suffix; }
   std::string lock_path() const { return base_ + lock_suffix; }
@@ -4795,7 +4794,6 @@ class StagingClaim {
 // Staging names beside one final path that belong to one claim token.
 struct LeftoverGroup {
   std::string final_path, base;  // base: F.cairn-tmp-<token> (or a legacy name)
-  bool has_lock = false, has_old = false;
   std::vector<std::string> paths;  // everything of the group except the lock file
 };
 
@@ -4838,7 +4836,6 @@ inline void clean_leftovers(const std::string& dir, const std::string* only_name
       LeftoverGroup& g = groups[full];
       g.final_path = join_path(dir, final_name);
       g.base = full;
-      g.has_old = true;
       g.paths.push_back(full);
       continue;
     }
@@ -4849,24 +4846,19 @@ inline void clean_leftovers(const std::string& dir, const std::string* only_name
     LeftoverGroup& g = groups[base];
     g.final_path = join_path(dir, final_name);
     g.base = base;
-    if (suffix == lock_suffix) {
-      g.has_lock = true;
-    } else {
-      if (suffix == old_suffix) g.has_old = true;
-      g.paths.push_back(full);
-    }
+    if (suffix != lock_suffix) g.paths.push_back(full);
   }
   for (auto& [base, g] : groups) {
-    int fd = -1;
+    // The lock file is opened whether or not the listing showed it: a listing may show a
+    // staging directory created while it ran without the lock file created just before it.
+    // A writer creates the lock file before anything else and unlinks it after everything
+    // else, so if it is absent now, nothing of this group belongs to a live save.
     const std::string lock = base + lock_suffix;
-    if (g.has_lock) {
-      fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-      if (fd < 0) {
-        if (errno != ENOENT) continue;  // cannot tell: keep
-      } else if (try_lock(fd, lock) != LockResult::taken) {
-        ::close(fd);
-        continue;  // a live save (or a filesystem without locks): keep
-      }
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0 && errno != ENOENT) continue;  // cannot tell: keep
+    if (fd >= 0 && try_lock(fd, lock) != LockResult::taken) {
+      ::close(fd);
+      continue;  // a live save (or a filesystem without locks): keep
     }
     for (const auto& p : g.paths) {
       const bool set_aside = p.find(legacy_old_infix) != std::string::npos || p.ends_with(old_suffix);
