@@ -4102,8 +4102,9 @@ namespace detail {
 }
 
 // The fault-injection seam: a hook that returns an errno value to make the named call fail
-// ("open", "pwrite", "fsync", "close", "rename", "renameat2", "mkdir", "fcntl", "unlink"), or 0
-// to let it run. Tests only.
+// ("open", "pread", "pwrite", "ftruncate", "fsync", "close", "mkdir", "rename", "renameat2",
+// "remove", and "fcntl" for the claim locks of checkpoint/commit.hpp), or 0 to let it run.
+// Tests only.
 using FaultHook = int (*)(const char* call, const std::string& path);
 inline std::atomic<FaultHook>& fault_hook() {
   static std::atomic<FaultHook> hook{nullptr};
@@ -4426,6 +4427,9 @@ inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
                        {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
 }
 
+// A directory that holds a commit marker (a regular file; its contents are checked on read).
+inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_path(dir, marker_file)); }
+
 // When `dir` is not a checkpoint but a Checkpointer's root (subdirectories that are
 // checkpoints), a message saying so and how to load one; "" otherwise.
 inline std::string describe_checkpointer_root(const std::string& dir) {
@@ -4434,8 +4438,7 @@ inline std::string describe_checkpointer_root(const std::string& dir) {
   std::filesystem::directory_iterator it(dir, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.find(temp_infix) == std::string::npos && is_directory(join_path(dir, name)) &&
-        path_exists(join_path(join_path(dir, name), marker_file)))
+    if (name.find(temp_infix) == std::string::npos && is_committed_checkpoint(join_path(dir, name)))
       steps.push_back(name);
   }
   if (steps.empty()) return {};
@@ -4685,8 +4688,6 @@ namespace detail {
 inline constexpr const char* lock_suffix = ".lock";
 // Set-aside checkpoints of cairn 0.1's overwrite fallback: F.cairn-old-<pid>, never locked.
 inline constexpr const char* legacy_old_infix = ".cairn-old-";
-
-inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_path(dir, marker_file)); }
 
 inline bool is_empty_dir(const std::string& dir) {
   std::error_code ec;
@@ -5275,8 +5276,7 @@ class CheckpointWriter {
     clean_leftovers(parent, &name);
     check_target(path_, overwrite_);
     claim_ = StagingClaim::create(path_);
-    tmp_ = claim_.staging_path();
-    make_dir(tmp_);
+    make_dir(staging());
     metadata_.library_version = library_version_string();
   }
   CheckpointWriter(const CheckpointWriter&) = delete;
@@ -5285,13 +5285,12 @@ class CheckpointWriter {
     if (!committed_) {
       data_.reset();
       std::error_code ec;
-      std::filesystem::remove_all(tmp_, ec);  // best effort: what is left, the next save or Checkpointer removes
+      std::filesystem::remove_all(staging(), ec);  // best effort: what is left, the next save or Checkpointer removes
     }
     claim_.release();
   }
 
   const std::string& path() const { return path_; }
-  const std::string& temp_path() const { return tmp_; }
 
   // Starts an item; its leaves follow through add_leaf, then finish_item.
   void begin_item(const std::string& name, const std::string& kind, std::vector<NodeRecord> nodes) {
@@ -5351,18 +5350,18 @@ class CheckpointWriter {
     const std::string user = user_metadata.is_null() ? std::string("{}") : user_metadata.dump();
     const std::string marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
                                            {user.size(), crc32c(user.data(), user.size())}).dump();
-    write_whole_file(join_path(tmp_, metadata_file), meta);
-    write_whole_file(join_path(tmp_, user_metadata_file), user);
-    write_whole_file(join_path(tmp_, marker_file), marker);
+    write_whole_file(join_path(staging(), metadata_file), meta);
+    write_whole_file(join_path(staging(), user_metadata_file), user);
+    write_whole_file(join_path(staging(), marker_file), marker);
     expected[metadata_file] = meta.size();
     expected[user_metadata_file] = user.size();
     expected[marker_file] = marker.size();
-    fsync_dir(tmp_);
+    fsync_dir(staging());
     // Never publish a checkpoint that lacks a file: had anything removed the staging
     // directory or a file in it meanwhile, the writes above could have gone to unlinked files.
     for (const auto& [name, bytes] : expected) {
       struct stat st;
-      const std::string p = join_path(tmp_, name);
+      const std::string p = join_path(staging(), name);
       if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != bytes)
         throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
                     "published", p);
@@ -5384,7 +5383,7 @@ class CheckpointWriter {
 
   DataFileWriter& data_file() {
     if (!data_) {
-      data_ = std::make_unique<DataFileWriter>(tmp_, data_file_name(0, 0));
+      data_ = std::make_unique<DataFileWriter>(staging(), data_file_name(0, 0));
       metadata_.data_files.push_back(data_->name());
     }
     return *data_;
@@ -5489,7 +5488,9 @@ class CheckpointWriter {
   }
 
  private:
-  std::string path_, tmp_;
+  const std::string& staging() const { return claim_.staging_path(); }
+
+  std::string path_;
   StagingClaim claim_;
   bool overwrite_ = false;
   bool committed_ = false;
@@ -6176,7 +6177,7 @@ inline void deliver_from_memory(ReadTask& task, unsigned char* bytes, const std:
 inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptions& options) {
   DataFiles files(dir);
   std::vector<ReadTask> tasks, box_tasks;
-  std::vector<std::string> lossy, lossy_keys;  // casts that could lose information, not allowed
+  std::vector<CastRecord> lossy;  // casts that could lose information, not allowed
   tasks.reserve(plan.leaves.size());
   for (auto& leaf : plan.leaves) {
     const LeafRecord& s = *leaf.stored;
@@ -6204,11 +6205,8 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
                     dtype_name(buf.dtype), dir, leaf.key);
       if (!cast_is_exact(s.dtype, buf.dtype) &&
           std::none_of(options.allow_lossy_cast.begin(), options.allow_lossy_cast.end(),
-                       [&](const std::string& g) { return glob_matches(g, leaf.key); })) {
-        lossy_keys.push_back(leaf.key);
-        lossy.push_back((leaf.key.empty() ? std::string("the root leaf") : leaf.key) + " (" + dtype_name(s.dtype) +
-                        " -> " + dtype_name(buf.dtype) + ")");
-      }
+                       [&](const std::string& g) { return glob_matches(g, leaf.key); }))
+        lossy.push_back({leaf.key, s.dtype, buf.dtype});
       plan.report.cast.push_back({leaf.key, s.dtype, buf.dtype});
     }
     const std::uint64_t want = element_count(s.shape) * dtype_size(buf.dtype);
@@ -6227,11 +6225,13 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
   }
   if (!lossy.empty()) {
     std::string list;
-    for (std::size_t i = 0; i < lossy.size() && i < 20; ++i) list += (i ? ", " : "") + lossy[i];
+    for (std::size_t i = 0; i < lossy.size() && i < 20; ++i)
+      list += (i ? ", " : "") + (lossy[i].key.empty() ? std::string("the root leaf") : lossy[i].key) + " (" +
+              dtype_name(lossy[i].from) + " -> " + dtype_name(lossy[i].to) + ")";
     if (lossy.size() > 20) list += ", ... (" + std::to_string(lossy.size()) + " in all)";
     throw Error(ErrorKind::dtype_mismatch, "loading these leaves would need casts that can lose information: " + list +
                 ". Give the target the stored dtype, or allow it for these keys with LoadOptions::allow_lossy_cast "
-                "(key globs; \"**\" for all)", dir, lossy_keys.size() == 1 ? lossy_keys.front() : "");
+                "(key globs; \"**\" for all)", dir, lossy.size() == 1 ? lossy.front().key : "");
   }
   std::sort(tasks.begin(), tasks.end(), [](const ReadTask& a, const ReadTask& b) {
     const auto& ca = a.leaf->stored->chunks.front();
@@ -6740,9 +6740,9 @@ class Checkpointer {
     // Repairs a `latest` marker that a crash left stale. Advisory (cairn never reads it), so a
     // read-only root is no error.
     if (auto l = latest()) {
-      try {
-        if (detail::read_whole_file(root_ + "/latest", 4096) != step_name(*l) + "\n") write_latest_marker(*l);
-      } catch (const Error&) {
+      std::string current;
+      try { current = detail::read_whole_file(root_ + "/latest", 4096); } catch (const Error&) {}
+      if (current != step_name(*l) + "\n") {
         try { write_latest_marker(*l); } catch (const Error&) {}
       }
     }

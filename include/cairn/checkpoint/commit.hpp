@@ -44,8 +44,6 @@ inline constexpr const char* lock_suffix = ".lock";
 // Set-aside checkpoints of cairn 0.1's overwrite fallback: F.cairn-old-<pid>, never locked.
 inline constexpr const char* legacy_old_infix = ".cairn-old-";
 
-inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_path(dir, marker_file)); }
-
 inline bool is_empty_dir(const std::string& dir) {
   std::error_code ec;
   return std::filesystem::is_directory(std::filesystem::symlink_status(dir, ec)) && std::filesystem::is_empty(dir, ec);

@@ -269,7 +269,7 @@ inline void deliver_from_memory(ReadTask& task, unsigned char* bytes, const std:
 inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptions& options) {
   DataFiles files(dir);
   std::vector<ReadTask> tasks, box_tasks;
-  std::vector<std::string> lossy, lossy_keys;  // casts that could lose information, not allowed
+  std::vector<CastRecord> lossy;  // casts that could lose information, not allowed
   tasks.reserve(plan.leaves.size());
   for (auto& leaf : plan.leaves) {
     const LeafRecord& s = *leaf.stored;
@@ -297,11 +297,8 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
                     dtype_name(buf.dtype), dir, leaf.key);
       if (!cast_is_exact(s.dtype, buf.dtype) &&
           std::none_of(options.allow_lossy_cast.begin(), options.allow_lossy_cast.end(),
-                       [&](const std::string& g) { return glob_matches(g, leaf.key); })) {
-        lossy_keys.push_back(leaf.key);
-        lossy.push_back((leaf.key.empty() ? std::string("the root leaf") : leaf.key) + " (" + dtype_name(s.dtype) +
-                        " -> " + dtype_name(buf.dtype) + ")");
-      }
+                       [&](const std::string& g) { return glob_matches(g, leaf.key); }))
+        lossy.push_back({leaf.key, s.dtype, buf.dtype});
       plan.report.cast.push_back({leaf.key, s.dtype, buf.dtype});
     }
     const std::uint64_t want = element_count(s.shape) * dtype_size(buf.dtype);
@@ -320,11 +317,13 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
   }
   if (!lossy.empty()) {
     std::string list;
-    for (std::size_t i = 0; i < lossy.size() && i < 20; ++i) list += (i ? ", " : "") + lossy[i];
+    for (std::size_t i = 0; i < lossy.size() && i < 20; ++i)
+      list += (i ? ", " : "") + (lossy[i].key.empty() ? std::string("the root leaf") : lossy[i].key) + " (" +
+              dtype_name(lossy[i].from) + " -> " + dtype_name(lossy[i].to) + ")";
     if (lossy.size() > 20) list += ", ... (" + std::to_string(lossy.size()) + " in all)";
     throw Error(ErrorKind::dtype_mismatch, "loading these leaves would need casts that can lose information: " + list +
                 ". Give the target the stored dtype, or allow it for these keys with LoadOptions::allow_lossy_cast "
-                "(key globs; \"**\" for all)", dir, lossy_keys.size() == 1 ? lossy_keys.front() : "");
+                "(key globs; \"**\" for all)", dir, lossy.size() == 1 ? lossy.front().key : "");
   }
   std::sort(tasks.begin(), tasks.end(), [](const ReadTask& a, const ReadTask& b) {
     const auto& ca = a.leaf->stored->chunks.front();

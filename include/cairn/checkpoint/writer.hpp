@@ -158,8 +158,7 @@ class CheckpointWriter {
     clean_leftovers(parent, &name);
     check_target(path_, overwrite_);
     claim_ = StagingClaim::create(path_);
-    tmp_ = claim_.staging_path();
-    make_dir(tmp_);
+    make_dir(staging());
     metadata_.library_version = library_version_string();
   }
   CheckpointWriter(const CheckpointWriter&) = delete;
@@ -168,13 +167,12 @@ class CheckpointWriter {
     if (!committed_) {
       data_.reset();
       std::error_code ec;
-      std::filesystem::remove_all(tmp_, ec);  // best effort: what is left, the next save or Checkpointer removes
+      std::filesystem::remove_all(staging(), ec);  // best effort: what is left, the next save or Checkpointer removes
     }
     claim_.release();
   }
 
   const std::string& path() const { return path_; }
-  const std::string& temp_path() const { return tmp_; }
 
   // Starts an item; its leaves follow through add_leaf, then finish_item.
   void begin_item(const std::string& name, const std::string& kind, std::vector<NodeRecord> nodes) {
@@ -234,18 +232,18 @@ class CheckpointWriter {
     const std::string user = user_metadata.is_null() ? std::string("{}") : user_metadata.dump();
     const std::string marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
                                            {user.size(), crc32c(user.data(), user.size())}).dump();
-    write_whole_file(join_path(tmp_, metadata_file), meta);
-    write_whole_file(join_path(tmp_, user_metadata_file), user);
-    write_whole_file(join_path(tmp_, marker_file), marker);
+    write_whole_file(join_path(staging(), metadata_file), meta);
+    write_whole_file(join_path(staging(), user_metadata_file), user);
+    write_whole_file(join_path(staging(), marker_file), marker);
     expected[metadata_file] = meta.size();
     expected[user_metadata_file] = user.size();
     expected[marker_file] = marker.size();
-    fsync_dir(tmp_);
+    fsync_dir(staging());
     // Never publish a checkpoint that lacks a file: had anything removed the staging
     // directory or a file in it meanwhile, the writes above could have gone to unlinked files.
     for (const auto& [name, bytes] : expected) {
       struct stat st;
-      const std::string p = join_path(tmp_, name);
+      const std::string p = join_path(staging(), name);
       if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != bytes)
         throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
                     "published", p);
@@ -267,7 +265,7 @@ class CheckpointWriter {
 
   DataFileWriter& data_file() {
     if (!data_) {
-      data_ = std::make_unique<DataFileWriter>(tmp_, data_file_name(0, 0));
+      data_ = std::make_unique<DataFileWriter>(staging(), data_file_name(0, 0));
       metadata_.data_files.push_back(data_->name());
     }
     return *data_;
@@ -372,7 +370,9 @@ class CheckpointWriter {
   }
 
  private:
-  std::string path_, tmp_;
+  const std::string& staging() const { return claim_.staging_path(); }
+
+  std::string path_;
   StagingClaim claim_;
   bool overwrite_ = false;
   bool committed_ = false;

@@ -147,6 +147,9 @@ inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
                        {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
 }
 
+// A directory that holds a commit marker (a regular file; its contents are checked on read).
+inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_path(dir, marker_file)); }
+
 // When `dir` is not a checkpoint but a Checkpointer's root (subdirectories that are
 // checkpoints), a message saying so and how to load one; "" otherwise.
 inline std::string describe_checkpointer_root(const std::string& dir) {
@@ -155,8 +158,7 @@ inline std::string describe_checkpointer_root(const std::string& dir) {
   std::filesystem::directory_iterator it(dir, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.find(temp_infix) == std::string::npos && is_directory(join_path(dir, name)) &&
-        path_exists(join_path(join_path(dir, name), marker_file)))
+    if (name.find(temp_infix) == std::string::npos && is_committed_checkpoint(join_path(dir, name)))
       steps.push_back(name);
   }
   if (steps.empty()) return {};

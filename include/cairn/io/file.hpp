@@ -32,8 +32,9 @@ namespace detail {
 }
 
 // The fault-injection seam: a hook that returns an errno value to make the named call fail
-// ("open", "pwrite", "fsync", "close", "rename", "renameat2", "mkdir", "fcntl", "unlink"), or 0
-// to let it run. Tests only.
+// ("open", "pread", "pwrite", "ftruncate", "fsync", "close", "mkdir", "rename", "renameat2",
+// "remove", and "fcntl" for the claim locks of checkpoint/commit.hpp), or 0 to let it run.
+// Tests only.
 using FaultHook = int (*)(const char* call, const std::string& path);
 inline std::atomic<FaultHook>& fault_hook() {
   static std::atomic<FaultHook> hook{nullptr};

@@ -62,9 +62,9 @@ class Checkpointer {
     // Repairs a `latest` marker that a crash left stale. Advisory (cairn never reads it), so a
     // read-only root is no error.
     if (auto l = latest()) {
-      try {
-        if (detail::read_whole_file(root_ + "/latest", 4096) != step_name(*l) + "\n") write_latest_marker(*l);
-      } catch (const Error&) {
+      std::string current;
+      try { current = detail::read_whole_file(root_ + "/latest", 4096); } catch (const Error&) {}
+      if (current != step_name(*l) + "\n") {
         try { write_latest_marker(*l); } catch (const Error&) {}
       }
     }
