@@ -158,8 +158,8 @@ TEST_CASE("one checkpoint holds a tree, a JSON object and a cereal object; load 
   ck.save(1, items);
   auto meta = ck.metadata(1);
   REQUIRE(meta.items.size() == 3);
-  CHECK(meta.items[1].kind == "json");
-  CHECK(meta.items[2].kind == "cereal");
+  CHECK(meta.items[1].kind == cairn::ItemKind::json);
+  CHECK(meta.items[2].kind == cairn::ItemKind::cereal);
 
   ck::State s2;
   cairn::Json p2;

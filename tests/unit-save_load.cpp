@@ -256,3 +256,61 @@ TEST_CASE("standard random number engines are leaves: a restored engine continue
   CHECK_CAIRN_ERROR((cairn::load<std::map<std::string, std::mt19937>>(dir / "d")), cairn::ErrorKind::corrupt,
                     "key 'rng'");
 }
+
+#include "data/compat_state.hpp"
+
+namespace {
+void check_compat_state(const compat::State& got, const compat::State& want) {
+  auto same = [](const auto& a, const auto& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0);
+  };
+  CHECK(same(got.small, want.small));
+  CHECK(same(got.large, want.large));
+  // Stored as bfloat16: the values rounded to it.
+  std::vector<cairn::bfloat16> rounded(want.cast_on_save.size());
+  cairn::cast_host(cairn::DType::float32, want.cast_on_save.data(), cairn::DType::bfloat16, rounded.data(), rounded.size());
+  std::vector<float> want_cast(rounded.size());
+  cairn::cast_host(cairn::DType::bfloat16, rounded.data(), cairn::DType::float32, want_cast.data(), rounded.size());
+  CHECK(same(got.cast_on_save, want_cast));
+  CHECK(got.column_major == want.column_major);
+  CHECK(got.flags == want.flags);
+  CHECK(got.step == want.step);
+  CHECK(got.name == want.name);
+  REQUIRE(got.table.size() == 2);
+  CHECK(got.table.at("alpha").counts == want.table.at("alpha").counts);
+  CHECK(got.table.at("alpha").lr == want.table.at("alpha").lr);
+  CHECK(got.table.at("beta").counts.empty());
+  CHECK(!got.table.at("beta").lr);
+  CHECK(same(got.sharded.gather(), want.sharded.gather()));
+}
+
+// _METADATA without the two fields that hold the time it was written.
+std::string without_times(std::string meta) {
+  for (const char* field : {"\"created_unix_ms\":", "\"created\":"}) {
+    const auto at = meta.find(field);
+    REQUIRE(at != std::string::npos);
+    const auto end = meta.find(',', at);
+    meta.erase(at, end - at);
+  }
+  return meta;
+}
+}  // namespace
+
+TEST_CASE("a checkpoint written before the storage seam loads bit-exactly, and the same state is written byte for byte the same") {
+  const std::string old = std::string(CAIRN_TEST_DATA) + "/v1-checkpoint";
+  const compat::State want = compat::make();
+  compat::State got;
+  got.sharded = cairn::ShardedArray<float>(compat::sharding());
+  cairn::load(old, got);
+  check_compat_state(got, want);
+  CHECK(cairn::metadata(old).user_metadata.at("epoch").as_int() == 3);
+
+  test::TempDir dir;
+  cairn::SaveOptions options;
+  options.cast = {{"cast_on_save", cairn::DType::bfloat16}};
+  options.user_metadata = cairn::Json::object({{"epoch", 3}, {"note", "written before the storage seam"}});
+  cairn::save(dir / "new", want, options);
+  for (const char* file : {"data-0-0.bin", "_USER_METADATA"})
+    CHECK_MESSAGE(test::read_file(dir / "new" + "/" + file) == test::read_file(old + "/" + file), file);
+  CHECK(without_times(test::read_file(dir / "new/_METADATA")) == without_times(test::read_file(old + "/_METADATA")));
+}

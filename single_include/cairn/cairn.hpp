@@ -730,6 +730,371 @@ inline void require_shape(const Shape& expected, const Shape& stored) {
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/core/shape.hpp -----
+// ----- begin cairn/core/mesh.hpp -----
+// A Mesh is an N-d grid of devices with named axes, as in JAX: {"data": 2, "model": 4} is 8
+// devices in a 2x4 grid. Devices are host "devices" (plain memory, so sharded code runs and
+// is tested without a GPU) or Thrust device-system devices (CUDA GPUs when compiled with
+// nvcc). Each device belongs to a process; an array holds the shards of this process's
+// devices, so a mesh spanning several processes (MPI) fits the same design.
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+// ----- begin cairn/core/memory_kind.hpp -----
+// Where a buffer lives: host memory, or the memory of Thrust's device system (a CUDA GPU
+// under nvcc; host memory handled through Thrust's CPP/OMP backend otherwise).
+
+
+CAIRN_BEGIN_NAMESPACE
+
+enum class MemoryKind : char { host, device };
+
+inline const char* memory_kind_name(MemoryKind m) { return m == MemoryKind::host ? "host" : "device"; }
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/memory_kind.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+
+struct Device {
+  MemoryKind memory = MemoryKind::host;
+  int id = 0;       // CUDA device ordinal for device memory; a plain index for host devices
+  int process = 0;  // the process that holds this device
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+inline std::string to_string(const Device& d) {
+  return std::string(d.memory == MemoryKind::host ? "host:" : "device:") + std::to_string(d.id);
+}
+
+struct MeshAxis {
+  std::string name;
+  std::int64_t size = 1;
+  friend bool operator==(const MeshAxis&, const MeshAxis&) = default;
+};
+
+class Mesh {
+ public:
+  Mesh() = default;
+  // Devices in row-major order over the axes (the last axis varies fastest).
+  Mesh(std::vector<MeshAxis> axes, std::vector<Device> devices, int this_process = 0)
+      : axes_(std::move(axes)), devices_(std::move(devices)), this_process_(this_process) {
+    const std::int64_t n = positions(axes_);
+    if (static_cast<std::int64_t>(devices_.size()) != n)
+      throw Error(ErrorKind::invalid_argument, "mesh of " + std::to_string(n) + " positions given " +
+                  std::to_string(devices_.size()) + " devices");
+    std::vector<int> ids;
+    for (const auto& d : devices_) {
+      if (d.memory != devices_.front().memory)
+        throw Error(ErrorKind::invalid_argument, "a mesh holds host devices or device-system devices, not both");
+      if (d.id < 0) throw Error(ErrorKind::invalid_argument, "negative device id " + std::to_string(d.id));
+      ids.push_back(d.id);
+    }
+    std::sort(ids.begin(), ids.end());
+    for (std::size_t i = 1; i < ids.size(); ++i)
+      if (ids[i] == ids[i - 1])
+        throw Error(ErrorKind::invalid_argument, "device " + std::to_string(ids[i]) + " appears twice in the mesh");
+  }
+
+  // Host devices 0..n-1: Mesh::host({{"data", 2}, {"model", 4}}).
+  static Mesh host(std::vector<MeshAxis> axes) { return make(std::move(axes), MemoryKind::host, {}); }
+  // Thrust device-system devices (CUDA GPUs under nvcc), ordinals 0..n-1 unless given.
+  static Mesh device(std::vector<MeshAxis> axes, std::vector<int> ids = {}) {
+    return make(std::move(axes), MemoryKind::device, std::move(ids));
+  }
+
+  const std::vector<MeshAxis>& axes() const { return axes_; }
+  const std::vector<Device>& devices() const { return devices_; }
+  std::size_t size() const { return devices_.size(); }
+  int this_process() const { return this_process_; }
+  // Assigns devices to processes (MPI): process_of[i] is the process of devices()[i].
+  Mesh& assign_processes(const std::vector<int>& process_of, int this_process) {
+    if (process_of.size() != devices_.size())
+      throw Error(ErrorKind::invalid_argument, "assign_processes: one process per device");
+    for (std::size_t i = 0; i < devices_.size(); ++i) devices_[i].process = process_of[i];
+    this_process_ = this_process;
+    return *this;
+  }
+
+  int axis_index(const std::string& name) const {
+    for (std::size_t i = 0; i < axes_.size(); ++i)
+      if (axes_[i].name == name) return static_cast<int>(i);
+    return -1;
+  }
+  // The grid coordinate of device position i along each axis.
+  std::vector<std::int64_t> coordinates(std::size_t i) const {
+    std::vector<std::int64_t> c(axes_.size());
+    std::uint64_t r = i;
+    for (std::size_t a = axes_.size(); a-- > 0;) {
+      c[a] = static_cast<std::int64_t>(r % static_cast<std::uint64_t>(axes_[a].size));
+      r /= static_cast<std::uint64_t>(axes_[a].size);
+    }
+    return c;
+  }
+  bool is_local(std::size_t i) const { return devices_[i].process == this_process_; }
+
+  // "{data: 2, model: 4} on host" for messages.
+  std::string describe() const {
+    std::string s = "{";
+    for (std::size_t i = 0; i < axes_.size(); ++i) s += (i ? ", " : "") + axes_[i].name + ": " + std::to_string(axes_[i].size);
+    s += "} on ";
+    s += devices_.empty() ? "no devices" : memory_kind_name(devices_.front().memory);
+    return s;
+  }
+
+  friend bool operator==(const Mesh& a, const Mesh& b) { return a.axes_ == b.axes_ && a.devices_ == b.devices_; }
+
+ private:
+  // Checks the axes (names, sizes, at most 2^20 devices) and returns the number of positions.
+  static std::int64_t positions(const std::vector<MeshAxis>& axes) {
+    std::int64_t n = 1;
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      const auto& a = axes[i];
+      if (a.name.empty()) throw Error(ErrorKind::invalid_argument, "mesh axis " + std::to_string(i) + " has no name");
+      if (a.size < 1 || a.size > (1 << 20))
+        throw Error(ErrorKind::invalid_argument, "mesh axis '" + a.name + "' has size " + std::to_string(a.size));
+      for (std::size_t j = 0; j < i; ++j)
+        if (axes[j].name == a.name) throw Error(ErrorKind::invalid_argument, "mesh axis '" + a.name + "' named twice");
+      n *= a.size;
+      if (n > (1 << 20)) throw Error(ErrorKind::invalid_argument, "mesh has more than 2^20 devices");
+    }
+    return n;
+  }
+
+  static Mesh make(std::vector<MeshAxis> axes, MemoryKind memory, std::vector<int> ids) {
+    const std::int64_t n = positions(axes);
+    if (!ids.empty() && static_cast<std::int64_t>(ids.size()) != n)
+      throw Error(ErrorKind::invalid_argument, "mesh of " + std::to_string(n) + " positions given " +
+                  std::to_string(ids.size()) + " device ids");
+    std::vector<Device> devices;
+    for (std::int64_t i = 0; i < n; ++i)
+      devices.push_back({memory, ids.empty() ? static_cast<int>(i) : ids[static_cast<std::size_t>(i)], 0});
+    return Mesh(std::move(axes), std::move(devices));
+  }
+
+  std::vector<MeshAxis> axes_;
+  std::vector<Device> devices_;
+  int this_process_ = 0;
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/mesh.hpp -----
+// ----- begin cairn/core/partition_spec.hpp -----
+// PartitionSpec: for each array dimension, the mesh axes it is split over (none: the
+// dimension is replicated across the mesh). As in JAX, PartitionSpec{"data", replicated}
+// splits rows over "data"; {{"data", "model"}} splits dimension 0 over both axes (data major);
+// dimensions past the spec's length are replicated.
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+struct Replicated {
+  friend bool operator==(Replicated, Replicated) = default;
+};
+// The spec entry of a dimension split over no mesh axis (JAX's None).
+inline constexpr Replicated replicated{};
+
+class PartitionSpec {
+ public:
+  // One dimension's mesh axes: none, one, or several.
+  struct Dim {
+    std::vector<std::string> axes;
+    Dim(Replicated) {}
+    Dim(const char* axis) : axes{axis} {}
+    Dim(std::string axis) : axes{std::move(axis)} {}
+    Dim(std::initializer_list<std::string> list) : axes(list) {}
+    explicit Dim(std::vector<std::string> list) : axes(std::move(list)) {}
+    friend bool operator==(const Dim&, const Dim&) = default;
+  };
+
+  PartitionSpec() = default;
+  PartitionSpec(std::initializer_list<Dim> dims) : dims_(dims) {}
+  explicit PartitionSpec(std::vector<Dim> dims) : dims_(std::move(dims)) {}
+
+  const std::vector<Dim>& dims() const { return dims_; }
+  std::size_t size() const { return dims_.size(); }
+  // The axes of dimension d (none past the end).
+  const std::vector<std::string>& axes(std::size_t d) const {
+    static const std::vector<std::string> none;
+    return d < dims_.size() ? dims_[d].axes : none;
+  }
+
+  // PartitionSpec('data', None, ('x', 'y')) in JAX's notation, for messages and summaries.
+  std::string str() const {
+    std::string s = "PartitionSpec(";
+    for (std::size_t d = 0; d < dims_.size(); ++d) {
+      if (d) s += ", ";
+      const auto& a = dims_[d].axes;
+      if (a.empty()) s += "None";
+      else if (a.size() == 1) s += "'" + a[0] + "'";
+      else {
+        s += "(";
+        for (std::size_t i = 0; i < a.size(); ++i) s += (i ? ", '" : "'") + a[i] + "'";
+        s += ")";
+      }
+    }
+    return s + ")";
+  }
+
+  friend bool operator==(const PartitionSpec&, const PartitionSpec&) = default;
+
+ private:
+  std::vector<Dim> dims_;
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/partition_spec.hpp -----
+// ----- begin cairn/core/named_sharding.hpp -----
+// NamedSharding = Mesh + PartitionSpec: which index box of a global array each device holds.
+// Uneven divisions follow JAX's rule: a dimension of size n split into p parts gives every
+// part ceil(n / p) indices except the last ones, which get what is left (possibly nothing:
+// n = 5 over 4 devices gives 2, 2, 1, 0).
+
+#include <string>
+#include <vector>
+
+// ----- begin cairn/core/box.hpp -----
+// Index boxes of an N-d array: where a shard or a stored chunk lies in the global array, and
+// the intersection of two of them (which part of a stored chunk a target shard needs).
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+struct Box {
+  Shape start;  // first index per dimension
+  Shape shape;  // extent per dimension
+
+  std::size_t rank() const { return shape.size(); }
+  std::uint64_t elements() const { return element_count(shape); }
+  bool empty() const {
+    for (auto e : shape)
+      if (e == 0) return true;
+    return false;
+  }
+  friend bool operator==(const Box&, const Box&) = default;
+};
+
+inline std::string to_string(const Box& b) {
+  std::string s = "[";
+  for (std::size_t d = 0; d < b.rank(); ++d) {
+    if (d) s += ", ";
+    s += std::to_string(b.start[d]) + ":" + std::to_string(b.start[d] + b.shape[d]);
+  }
+  return s + "]";
+}
+
+// Whether `b` has the rank of `shape` and lies inside it, with no negative start or extent.
+// Written so that no sum can overflow: boxes come from untrusted metadata too.
+inline bool box_inside(const Box& b, const Shape& shape) {
+  if (b.start.size() != shape.size() || b.shape.size() != shape.size()) return false;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (b.start[d] < 0 || b.shape[d] < 0 || b.start[d] > shape[d] || b.shape[d] > shape[d] - b.start[d]) return false;
+  return true;
+}
+
+// The box covering a whole array of this shape.
+inline Box whole_box(const Shape& shape) { return {Shape(shape.size(), 0), shape}; }
+
+// Intersection of two boxes of the same rank; false when it holds no element.
+inline bool intersect(const Box& a, const Box& b, Box& out) {
+  out.start.resize(a.rank());
+  out.shape.resize(a.rank());
+  for (std::size_t d = 0; d < a.rank(); ++d) {
+    const std::int64_t lo = std::max(a.start[d], b.start[d]);
+    const std::int64_t hi = std::min(a.start[d] + a.shape[d], b.start[d] + b.shape[d]);
+    if (hi <= lo) return false;
+    out.start[d] = lo;
+    out.shape[d] = hi - lo;
+  }
+  return true;
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/box.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+
+struct NamedSharding {
+  Mesh mesh;
+  PartitionSpec spec;
+
+  NamedSharding() = default;
+  NamedSharding(Mesh m, PartitionSpec s) : mesh(std::move(m)), spec(std::move(s)) {}
+
+  // Throws invalid_argument unless the spec fits an array of this rank and this mesh: every
+  // named axis exists and is used at most once.
+  void validate(std::size_t rank) const {
+    if (spec.size() > rank)
+      throw Error(ErrorKind::invalid_argument, spec.str() + " has " + std::to_string(spec.size()) +
+                  " entries for an array of rank " + std::to_string(rank));
+    std::vector<bool> used(mesh.axes().size(), false);
+    for (std::size_t d = 0; d < spec.size(); ++d)
+      for (const auto& name : spec.axes(d)) {
+        const int a = mesh.axis_index(name);
+        if (a < 0)
+          throw Error(ErrorKind::invalid_argument, spec.str() + " names axis '" + name + "', not in the mesh " +
+                      mesh.describe());
+        if (used[static_cast<std::size_t>(a)])
+          throw Error(ErrorKind::invalid_argument, spec.str() + " uses mesh axis '" + name + "' twice");
+        used[static_cast<std::size_t>(a)] = true;
+      }
+  }
+
+  // How many parts dimension d is split into.
+  std::int64_t parts(std::size_t d) const {
+    std::int64_t p = 1;
+    for (const auto& name : spec.axes(d)) p *= mesh.axes()[static_cast<std::size_t>(mesh.axis_index(name))].size;
+    return p;
+  }
+
+  // The box of the global array held by the device at mesh position i (validate first).
+  Box shard_box(const Shape& shape, std::size_t i) const {
+    const auto coords = mesh.coordinates(i);
+    Box b{Shape(shape.size(), 0), shape};
+    for (std::size_t d = 0; d < shape.size() && d < spec.size(); ++d) {
+      std::int64_t part = 0, parts = 1;
+      for (const auto& name : spec.axes(d)) {  // first named axis is the major one
+        const auto a = static_cast<std::size_t>(mesh.axis_index(name));
+        part = part * mesh.axes()[a].size + coords[a];
+        parts *= mesh.axes()[a].size;
+      }
+      const std::int64_t n = shape[d];
+      const std::int64_t per = (n + parts - 1) / parts;
+      const std::int64_t start = (per == 0 || part > n / per) ? n : std::min(n, part * per);  // no overflow
+      b.start[d] = start;
+      b.shape[d] = std::min(per, n - start);
+    }
+    return b;
+  }
+
+  // Boxes of every device, in mesh order.
+  std::vector<Box> shard_boxes(const Shape& shape) const {
+    validate(shape.size());
+    std::vector<Box> out;
+    out.reserve(mesh.size());
+    for (std::size_t i = 0; i < mesh.size(); ++i) out.push_back(shard_box(shape, i));
+    return out;
+  }
+
+  std::string describe() const { return "mesh " + mesh.describe() + ", " + spec.str(); }
+
+  friend bool operator==(const NamedSharding&, const NamedSharding&) = default;
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/named_sharding.hpp -----
 // ----- begin cairn/dtype/dtype.hpp -----
 // Element types of stored arrays, named as numpy and ml_dtypes spell them, and the map from
 // C++ element types to them.
@@ -893,6 +1258,10 @@ CAIRN_END_NAMESPACE
 // ----- end cairn/dtype/float_types.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
+
+// What an integer cast does with a value the target type cannot hold: fail (naming the key),
+// or clamp to the nearest representable value (NaN becomes 0).
+enum class OnOverflow { error, saturate };
 
 enum class DType : std::uint8_t {
   bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
@@ -1082,19 +1451,6 @@ CAIRN_END_NAMESPACE
 #include <memory>
 #include <string>
 
-// ----- begin cairn/device/memory_kind.hpp -----
-// Where a buffer lives: host memory, or the memory of Thrust's device system (a CUDA GPU
-// under nvcc; host memory handled through Thrust's CPP/OMP backend otherwise).
-
-
-CAIRN_BEGIN_NAMESPACE
-
-enum class MemoryKind : char { host, device };
-
-inline const char* memory_kind_name(MemoryKind m) { return m == MemoryKind::host ? "host" : "device"; }
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/device/memory_kind.hpp -----
 
 #if defined(__CUDACC__) && !defined(CAIRN_NO_CUDA)
 #define CAIRN_CUDA 1
@@ -1291,8 +1647,6 @@ CAIRN_END_NAMESPACE
 #include <thrust/transform.h>
 
 CAIRN_BEGIN_NAMESPACE
-
-enum class OnOverflow { error, saturate };
 
 namespace detail {
 
@@ -1656,354 +2010,34 @@ CAIRN_END_NAMESPACE
 
 #include <optional>
 
-// ----- begin cairn/core/box.hpp -----
-// Index boxes of an N-d array: where a shard or a stored chunk lies in the global array, and
-// the intersection of two of them (which part of a stored chunk a target shard needs).
+// ----- begin cairn/core/order.hpp -----
+// Small value types that the tree, the format and the loaders share: the memory order of an
+// array and the kind of an inner node of a tree.
 
-#include <algorithm>
-#include <cstdint>
-#include <string>
-
-
-CAIRN_BEGIN_NAMESPACE
-
-struct Box {
-  Shape start;  // first index per dimension
-  Shape shape;  // extent per dimension
-
-  std::size_t rank() const { return shape.size(); }
-  std::uint64_t elements() const { return element_count(shape); }
-  bool empty() const {
-    for (auto e : shape)
-      if (e == 0) return true;
-    return false;
-  }
-  friend bool operator==(const Box&, const Box&) = default;
-};
-
-inline std::string to_string(const Box& b) {
-  std::string s = "[";
-  for (std::size_t d = 0; d < b.rank(); ++d) {
-    if (d) s += ", ";
-    s += std::to_string(b.start[d]) + ":" + std::to_string(b.start[d] + b.shape[d]);
-  }
-  return s + "]";
-}
-
-// The box covering a whole array of this shape.
-inline Box whole_box(const Shape& shape) { return {Shape(shape.size(), 0), shape}; }
-
-// Intersection of two boxes of the same rank; false when it holds no element.
-inline bool intersect(const Box& a, const Box& b, Box& out) {
-  out.start.resize(a.rank());
-  out.shape.resize(a.rank());
-  for (std::size_t d = 0; d < a.rank(); ++d) {
-    const std::int64_t lo = std::max(a.start[d], b.start[d]);
-    const std::int64_t hi = std::min(a.start[d] + a.shape[d], b.start[d] + b.shape[d]);
-    if (hi <= lo) return false;
-    out.start[d] = lo;
-    out.shape[d] = hi - lo;
-  }
-  return true;
-}
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/core/box.hpp -----
-// ----- begin cairn/sharding/named_sharding.hpp -----
-// NamedSharding = Mesh + PartitionSpec: which index box of a global array each device holds.
-// Uneven divisions follow JAX's rule: a dimension of size n split into p parts gives every
-// part ceil(n / p) indices except the last ones, which get what is left (possibly nothing:
-// n = 5 over 4 devices gives 2, 2, 1, 0).
-
-#include <string>
-#include <vector>
-
-// ----- begin cairn/sharding/mesh.hpp -----
-// A Mesh is an N-d grid of devices with named axes, as in JAX: {"data": 2, "model": 4} is 8
-// devices in a 2x4 grid. Devices are host "devices" (plain memory, so sharded code runs and
-// is tested without a GPU) or Thrust device-system devices (CUDA GPUs when compiled with
-// nvcc). Each device belongs to a process; an array holds the shards of this process's
-// devices, so a mesh spanning several processes (MPI) fits the same design.
-
-#include <algorithm>
-#include <cstdint>
-#include <initializer_list>
-#include <string>
-#include <utility>
-#include <vector>
-
-
-CAIRN_BEGIN_NAMESPACE
-
-struct Device {
-  MemoryKind memory = MemoryKind::host;
-  int id = 0;       // CUDA device ordinal for device memory; a plain index for host devices
-  int process = 0;  // the process that holds this device
-  friend bool operator==(const Device&, const Device&) = default;
-};
-
-inline std::string to_string(const Device& d) {
-  return std::string(d.memory == MemoryKind::host ? "host:" : "device:") + std::to_string(d.id);
-}
-
-struct MeshAxis {
-  std::string name;
-  std::int64_t size = 1;
-  friend bool operator==(const MeshAxis&, const MeshAxis&) = default;
-};
-
-class Mesh {
- public:
-  Mesh() = default;
-  // Devices in row-major order over the axes (the last axis varies fastest).
-  Mesh(std::vector<MeshAxis> axes, std::vector<Device> devices, int this_process = 0)
-      : axes_(std::move(axes)), devices_(std::move(devices)), this_process_(this_process) {
-    const std::int64_t n = positions(axes_);
-    if (static_cast<std::int64_t>(devices_.size()) != n)
-      throw Error(ErrorKind::invalid_argument, "mesh of " + std::to_string(n) + " positions given " +
-                  std::to_string(devices_.size()) + " devices");
-    std::vector<int> ids;
-    for (const auto& d : devices_) {
-      if (d.memory != devices_.front().memory)
-        throw Error(ErrorKind::invalid_argument, "a mesh holds host devices or device-system devices, not both");
-      if (d.id < 0) throw Error(ErrorKind::invalid_argument, "negative device id " + std::to_string(d.id));
-      ids.push_back(d.id);
-    }
-    std::sort(ids.begin(), ids.end());
-    for (std::size_t i = 1; i < ids.size(); ++i)
-      if (ids[i] == ids[i - 1])
-        throw Error(ErrorKind::invalid_argument, "device " + std::to_string(ids[i]) + " appears twice in the mesh");
-  }
-
-  // Host devices 0..n-1: Mesh::host({{"data", 2}, {"model", 4}}).
-  static Mesh host(std::vector<MeshAxis> axes) { return make(std::move(axes), MemoryKind::host, {}); }
-  // Thrust device-system devices (CUDA GPUs under nvcc), ordinals 0..n-1 unless given.
-  static Mesh device(std::vector<MeshAxis> axes, std::vector<int> ids = {}) {
-    return make(std::move(axes), MemoryKind::device, std::move(ids));
-  }
-
-  const std::vector<MeshAxis>& axes() const { return axes_; }
-  const std::vector<Device>& devices() const { return devices_; }
-  std::size_t size() const { return devices_.size(); }
-  int this_process() const { return this_process_; }
-  // Assigns devices to processes (MPI): process_of[i] is the process of devices()[i].
-  Mesh& assign_processes(const std::vector<int>& process_of, int this_process) {
-    if (process_of.size() != devices_.size())
-      throw Error(ErrorKind::invalid_argument, "assign_processes: one process per device");
-    for (std::size_t i = 0; i < devices_.size(); ++i) devices_[i].process = process_of[i];
-    this_process_ = this_process;
-    return *this;
-  }
-
-  int axis_index(const std::string& name) const {
-    for (std::size_t i = 0; i < axes_.size(); ++i)
-      if (axes_[i].name == name) return static_cast<int>(i);
-    return -1;
-  }
-  // The grid coordinate of device position i along each axis.
-  std::vector<std::int64_t> coordinates(std::size_t i) const {
-    std::vector<std::int64_t> c(axes_.size());
-    std::uint64_t r = i;
-    for (std::size_t a = axes_.size(); a-- > 0;) {
-      c[a] = static_cast<std::int64_t>(r % static_cast<std::uint64_t>(axes_[a].size));
-      r /= static_cast<std::uint64_t>(axes_[a].size);
-    }
-    return c;
-  }
-  bool is_local(std::size_t i) const { return devices_[i].process == this_process_; }
-
-  // "{data: 2, model: 4} on host" for messages.
-  std::string describe() const {
-    std::string s = "{";
-    for (std::size_t i = 0; i < axes_.size(); ++i) s += (i ? ", " : "") + axes_[i].name + ": " + std::to_string(axes_[i].size);
-    s += "} on ";
-    s += devices_.empty() ? "no devices" : memory_kind_name(devices_.front().memory);
-    return s;
-  }
-
-  friend bool operator==(const Mesh& a, const Mesh& b) { return a.axes_ == b.axes_ && a.devices_ == b.devices_; }
-
- private:
-  // Checks the axes (names, sizes, at most 2^20 devices) and returns the number of positions.
-  static std::int64_t positions(const std::vector<MeshAxis>& axes) {
-    std::int64_t n = 1;
-    for (std::size_t i = 0; i < axes.size(); ++i) {
-      const auto& a = axes[i];
-      if (a.name.empty()) throw Error(ErrorKind::invalid_argument, "mesh axis " + std::to_string(i) + " has no name");
-      if (a.size < 1 || a.size > (1 << 20))
-        throw Error(ErrorKind::invalid_argument, "mesh axis '" + a.name + "' has size " + std::to_string(a.size));
-      for (std::size_t j = 0; j < i; ++j)
-        if (axes[j].name == a.name) throw Error(ErrorKind::invalid_argument, "mesh axis '" + a.name + "' named twice");
-      n *= a.size;
-      if (n > (1 << 20)) throw Error(ErrorKind::invalid_argument, "mesh has more than 2^20 devices");
-    }
-    return n;
-  }
-
-  static Mesh make(std::vector<MeshAxis> axes, MemoryKind memory, std::vector<int> ids) {
-    const std::int64_t n = positions(axes);
-    if (!ids.empty() && static_cast<std::int64_t>(ids.size()) != n)
-      throw Error(ErrorKind::invalid_argument, "mesh of " + std::to_string(n) + " positions given " +
-                  std::to_string(ids.size()) + " device ids");
-    std::vector<Device> devices;
-    for (std::int64_t i = 0; i < n; ++i)
-      devices.push_back({memory, ids.empty() ? static_cast<int>(i) : ids[static_cast<std::size_t>(i)], 0});
-    return Mesh(std::move(axes), std::move(devices));
-  }
-
-  std::vector<MeshAxis> axes_;
-  std::vector<Device> devices_;
-  int this_process_ = 0;
-};
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/sharding/mesh.hpp -----
-// ----- begin cairn/sharding/partition_spec.hpp -----
-// PartitionSpec: for each array dimension, the mesh axes it is split over (none: the
-// dimension is replicated across the mesh). As in JAX, PartitionSpec{"data", replicated}
-// splits rows over "data"; {{"data", "model"}} splits dimension 0 over both axes (data major);
-// dimensions past the spec's length are replicated.
-
-#include <initializer_list>
-#include <string>
-#include <vector>
-
-
-CAIRN_BEGIN_NAMESPACE
-
-struct Replicated {
-  friend bool operator==(Replicated, Replicated) = default;
-};
-// The spec entry of a dimension split over no mesh axis (JAX's None).
-inline constexpr Replicated replicated{};
-
-class PartitionSpec {
- public:
-  // One dimension's mesh axes: none, one, or several.
-  struct Dim {
-    std::vector<std::string> axes;
-    Dim(Replicated) {}
-    Dim(const char* axis) : axes{axis} {}
-    Dim(std::string axis) : axes{std::move(axis)} {}
-    Dim(std::initializer_list<std::string> list) : axes(list) {}
-    explicit Dim(std::vector<std::string> list) : axes(std::move(list)) {}
-    friend bool operator==(const Dim&, const Dim&) = default;
-  };
-
-  PartitionSpec() = default;
-  PartitionSpec(std::initializer_list<Dim> dims) : dims_(dims) {}
-  explicit PartitionSpec(std::vector<Dim> dims) : dims_(std::move(dims)) {}
-
-  const std::vector<Dim>& dims() const { return dims_; }
-  std::size_t size() const { return dims_.size(); }
-  // The axes of dimension d (none past the end).
-  const std::vector<std::string>& axes(std::size_t d) const {
-    static const std::vector<std::string> none;
-    return d < dims_.size() ? dims_[d].axes : none;
-  }
-
-  // PartitionSpec('data', None, ('x', 'y')) in JAX's notation, for messages and summaries.
-  std::string str() const {
-    std::string s = "PartitionSpec(";
-    for (std::size_t d = 0; d < dims_.size(); ++d) {
-      if (d) s += ", ";
-      const auto& a = dims_[d].axes;
-      if (a.empty()) s += "None";
-      else if (a.size() == 1) s += "'" + a[0] + "'";
-      else {
-        s += "(";
-        for (std::size_t i = 0; i < a.size(); ++i) s += (i ? ", '" : "'") + a[i] + "'";
-        s += ")";
-      }
-    }
-    return s + ")";
-  }
-
-  friend bool operator==(const PartitionSpec&, const PartitionSpec&) = default;
-
- private:
-  std::vector<Dim> dims_;
-};
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/sharding/partition_spec.hpp -----
-
-CAIRN_BEGIN_NAMESPACE
-
-struct NamedSharding {
-  Mesh mesh;
-  PartitionSpec spec;
-
-  NamedSharding() = default;
-  NamedSharding(Mesh m, PartitionSpec s) : mesh(std::move(m)), spec(std::move(s)) {}
-
-  // Throws invalid_argument unless the spec fits an array of this rank and this mesh: every
-  // named axis exists and is used at most once.
-  void validate(std::size_t rank) const {
-    if (spec.size() > rank)
-      throw Error(ErrorKind::invalid_argument, spec.str() + " has " + std::to_string(spec.size()) +
-                  " entries for an array of rank " + std::to_string(rank));
-    std::vector<bool> used(mesh.axes().size(), false);
-    for (std::size_t d = 0; d < spec.size(); ++d)
-      for (const auto& name : spec.axes(d)) {
-        const int a = mesh.axis_index(name);
-        if (a < 0)
-          throw Error(ErrorKind::invalid_argument, spec.str() + " names axis '" + name + "', not in the mesh " +
-                      mesh.describe());
-        if (used[static_cast<std::size_t>(a)])
-          throw Error(ErrorKind::invalid_argument, spec.str() + " uses mesh axis '" + name + "' twice");
-        used[static_cast<std::size_t>(a)] = true;
-      }
-  }
-
-  // How many parts dimension d is split into.
-  std::int64_t parts(std::size_t d) const {
-    std::int64_t p = 1;
-    for (const auto& name : spec.axes(d)) p *= mesh.axes()[static_cast<std::size_t>(mesh.axis_index(name))].size;
-    return p;
-  }
-
-  // The box of the global array held by the device at mesh position i (validate first).
-  Box shard_box(const Shape& shape, std::size_t i) const {
-    const auto coords = mesh.coordinates(i);
-    Box b{Shape(shape.size(), 0), shape};
-    for (std::size_t d = 0; d < shape.size() && d < spec.size(); ++d) {
-      std::int64_t part = 0, parts = 1;
-      for (const auto& name : spec.axes(d)) {  // first named axis is the major one
-        const auto a = static_cast<std::size_t>(mesh.axis_index(name));
-        part = part * mesh.axes()[a].size + coords[a];
-        parts *= mesh.axes()[a].size;
-      }
-      const std::int64_t n = shape[d];
-      const std::int64_t per = (n + parts - 1) / parts;
-      const std::int64_t start = (per == 0 || part > n / per) ? n : std::min(n, part * per);  // no overflow
-      b.start[d] = start;
-      b.shape[d] = std::min(per, n - start);
-    }
-    return b;
-  }
-
-  // Boxes of every device, in mesh order.
-  std::vector<Box> shard_boxes(const Shape& shape) const {
-    validate(shape.size());
-    std::vector<Box> out;
-    out.reserve(mesh.size());
-    for (std::size_t i = 0; i < mesh.size(); ++i) out.push_back(shard_box(shape, i));
-    return out;
-  }
-
-  std::string describe() const { return "mesh " + mesh.describe() + ", " + spec.str(); }
-
-  friend bool operator==(const NamedSharding&, const NamedSharding&) = default;
-};
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/sharding/named_sharding.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 
 // Memory order of a stored or in-memory array: row-major (C) or column-major (F, Fortran).
 enum class Order : char { C = 'C', F = 'F' };
+
+enum class NodeKind : char { struct_, sequence, map, tuple, optional, custom };
+
+inline const char* node_kind_name(NodeKind k) {
+  switch (k) {
+    case NodeKind::struct_: return "struct";
+    case NodeKind::sequence: return "sequence";
+    case NodeKind::map: return "map";
+    case NodeKind::tuple: return "tuple";
+    case NodeKind::optional: return "optional";
+    case NodeKind::custom: return "custom";
+  }
+  return "?";
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/order.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
 
 // One shard of a sharded leaf as the saver sees it: its box of the global array and its
 // elements in C order, in host or device memory. `primary` is false for a replica whose box
@@ -2070,20 +2104,6 @@ template <class T, class Enable = void>
 struct leaf_traits {
   using cairn_not_specialized = void;
 };
-
-enum class NodeKind : char { struct_, sequence, map, tuple, optional, custom };
-
-inline const char* node_kind_name(NodeKind k) {
-  switch (k) {
-    case NodeKind::struct_: return "struct";
-    case NodeKind::sequence: return "sequence";
-    case NodeKind::map: return "map";
-    case NodeKind::tuple: return "tuple";
-    case NodeKind::optional: return "optional";
-    case NodeKind::custom: return "custom";
-  }
-  return "?";
-}
 
 // The children a checkpoint holds for a container node. A container takes the stored
 // entries; under LoadOptions::allow_missing it also keeps its own entries that the checkpoint
@@ -2810,7 +2830,7 @@ std::string tree_structure(const T& tree) {
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/tree/ops.hpp -----
-// ----- begin cairn/array/array.hpp -----
+// ----- begin cairn/leaves/array.hpp -----
 // cairn::Array<T>: a small owning N-d array (row-major) for code that has no tensor type of
 // its own. It is a tree leaf, and cereal-serializable.
 
@@ -2920,8 +2940,8 @@ template <class Archive> void serialize(Archive& ar, float8_e4m3fn& v) { ar(v.bi
 template <class Archive> void serialize(Archive& ar, float8_e5m2& v) { ar(v.bits); }
 
 CAIRN_END_NAMESPACE
-// ----- end cairn/array/array.hpp -----
-// ----- begin cairn/sharding/sharded_array.hpp -----
+// ----- end cairn/leaves/array.hpp -----
+// ----- begin cairn/leaves/sharded_array.hpp -----
 // cairn::ShardedArray<T>: a global N-d array split over a mesh of host or device memories by
 // a NamedSharding, holding the shards of this process's devices (as a jax.Array does). It is
 // a tree leaf like any other: saving writes each distinct shard once, and loading into it
@@ -3373,8 +3393,8 @@ struct leaf_traits<ShardedArray<T>> {
 };
 
 CAIRN_END_NAMESPACE
-// ----- end cairn/sharding/sharded_array.hpp -----
-// ----- begin cairn/device/thrust_leaves.hpp -----
+// ----- end cairn/leaves/sharded_array.hpp -----
+// ----- begin cairn/leaves/thrust_leaves.hpp -----
 // thrust::host_vector<T> and thrust::device_vector<T> as tree leaves (1-D arrays). A device
 // vector is saved through pinned staging buffers a piece at a time and loaded straight into
 // its memory; under g++ its memory is that of Thrust's CPP/OMP device system.
@@ -3433,8 +3453,8 @@ struct leaf_traits<thrust::device_vector<T, Alloc>, std::enable_if_t<has_dtype<T
 };
 
 CAIRN_END_NAMESPACE
-// ----- end cairn/device/thrust_leaves.hpp -----
-// ----- begin cairn/device/device_array_view.hpp -----
+// ----- end cairn/leaves/thrust_leaves.hpp -----
+// ----- begin cairn/leaves/device_array_view.hpp -----
 // DeviceArrayView<T>: a leaf over memory the caller owns on a device (a raw CUDA pointer from
 // another library, a framework's tensor), with a fixed shape in C order. Saving copies it to
 // the host through pinned staging buffers; loading writes into it, and the stored shape must
@@ -3467,608 +3487,189 @@ struct leaf_traits<DeviceArrayView<T>> {
 };
 
 CAIRN_END_NAMESPACE
-// ----- end cairn/device/device_array_view.hpp -----
-// ----- begin cairn/checkpoint/options.hpp -----
-// Options of save and load, and the LoadReport that says what a load did.
+// ----- end cairn/leaves/device_array_view.hpp -----
+// ----- begin cairn/store/store.hpp -----
+// The storage seam: what a checkpoint needs from the medium it lives in. A Store holds blobs
+// under '/'-separated keys ("ckpt/100/_METADATA"); a checkpoint is the blobs under one key.
+// The format (checkpoint/, format/) is written once against this interface; where the bytes
+// live is the Store's business: PosixStore (files and directories, store/posix_store.hpp),
+// MemoryStore (tests, with fault injection, store/memory_store.hpp), and later object stores.
+//
+// Readers and writers move bytes straight between the medium and the caller's memory: no
+// copy of array data is made on the way. Every error is a cairn::Error whose file is
+// describe(key), the path or URL a user can look at.
+//
+// Commit mechanics belong to the store, because they are what differs most between media: a
+// filesystem stages a directory beside the final path and renames it; an object store would
+// write the blobs under their final keys and let the commit marker, written last, publish.
+// Every store keeps the same promise (tests/store_conformance.hpp checks it): until publish()
+// returns, a reader of the final key sees the previous checkpoint or nothing, never a part.
 
-#include <string>
-#include <vector>
-
-
-CAIRN_BEGIN_NAMESPACE
-
-// Store the leaves matching `pattern` (a key-path glob, see docs/usage.md) as `dtype`. By
-// default only floating-point leaves are cast, so "params/*" -> bfloat16 leaves integer
-// counters alone.
-struct CastRule {
-  std::string pattern;
-  DType dtype;
-  bool floats_only = true;
-};
-
-struct SaveOptions {
-  bool overwrite = false;             // replace an existing checkpoint (atomically) instead of failing
-  std::vector<CastRule> cast = {};    // first matching rule wins
-  Json user_metadata = Json::object();// any JSON object: epoch, loss, learning rate ...
-  OnOverflow on_overflow = OnOverflow::error;  // for integer casts that do not fit
-};
-
-struct LoadOptions {
-  bool allow_missing = false;          // target leaves absent from the checkpoint are left as they are
-  bool allow_unexpected = false;       // checkpoint leaves the target has no place for are ignored
-  std::vector<std::string> skip = {};  // target leaves (key-path globs) left as they are, not read
-  std::string subtree = {};            // load the checkpoint's subtree at this key path into the target
-  // Convert when the target's dtype differs, where no value can change (int8 -> int32,
-  // bfloat16 -> float32, ...); each cast is reported.
-  bool allow_cast = true;
-  // Keys (key-path globs; "**" for all) that may also take casts that can lose information:
-  // float -> int (rounds toward zero), float64 -> float32 or bfloat16 (rounds), int32 -> int8
-  // (range-checked, see on_overflow). Without a match such a cast is an error naming each key.
-  std::vector<std::string> allow_lossy_cast = {};
-  OnOverflow on_overflow = OnOverflow::error;
-  std::string item = "state";          // which item of the checkpoint holds the tree
-  // Check every chunk's CRC32C (the metadata's are always checked). Turning it off saves the
-  // checksum's CPU time (about 65 ms per GiB here); sizes, offsets and shapes are still checked.
-  bool verify_checksums = true;
-
-  // Both allowances: load what matches, report the rest.
-  static LoadOptions partial() {
-    LoadOptions o;
-    o.allow_missing = o.allow_unexpected = true;
-    return o;
-  }
-};
-
-struct CastRecord {
-  std::string key;
-  DType from;  // as stored
-  DType to;    // as loaded
-};
-
-// What one target shard of a sharded (or chunked) leaf got: its box, where it lives, and the
-// stored chunks' boxes it was filled from.
-struct ShardRead {
-  std::string key;
-  Box box;
-  MemoryKind memory = MemoryKind::host;
-  int device = 0;
-  std::vector<Box> from_chunks;
-};
-
-struct LoadReport {
-  std::vector<std::string> loaded;      // key paths (of the target) whose values were read
-  std::vector<std::string> skipped;     // matched a skip glob: left untouched
-  std::vector<std::string> missing;     // in the target, not in the checkpoint: left untouched
-  std::vector<std::string> unexpected;  // in the checkpoint, not in the target: ignored
-  std::vector<CastRecord> cast;         // leaves converted between dtypes
-  std::uint64_t bytes_read = 0;         // array bytes read from data files
-  std::uint64_t bytes_needed = 0;       // stored bytes of the elements the target asked for
-  // Bytes read from chunks that were needed only in part (a target holding part of a
-  // sharded array): a chunk's checksum covers all of it, so these bytes are not verified.
-  std::uint64_t unverified_bytes = 0;
-  std::vector<ShardRead> shard_reads;   // per target shard of sharded or chunked leaves
-
-  std::string summary() const {
-    std::string s = std::to_string(loaded.size()) + " loaded, " + std::to_string(skipped.size()) + " skipped, " +
-                    std::to_string(missing.size()) + " missing, " + std::to_string(unexpected.size()) +
-                    " unexpected, " + std::to_string(cast.size()) + " cast; " + std::to_string(bytes_read) +
-                    " bytes read\n";
-    auto list = [&](const char* what, const std::vector<std::string>& keys) {
-      for (const auto& k : keys) s += std::string("  ") + what + " " + k + "\n";
-    };
-    list("skipped", skipped);
-    list("missing", missing);
-    list("unexpected", unexpected);
-    for (const auto& c : cast) s += "  cast " + c.key + ": " + dtype_name(c.from) + " -> " + dtype_name(c.to) + "\n";
-    return s;
-  }
-};
-
-struct SaveReport {
-  std::string path;
-  std::size_t leaves = 0;
-  std::uint64_t bytes_written = 0;  // array bytes, without padding and metadata
-  std::vector<CastRecord> cast;     // leaves stored in another dtype than in memory
-};
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/checkpoint/options.hpp -----
-// ----- begin cairn/checkpoint/writer.hpp -----
-// CheckpointWriter: writes the items of one checkpoint into a claimed staging directory beside
-// the final path and commits it (checkpoint/commit.hpp): data and metadata are fsynced and
-// closed, the commit marker is written last, every file is checked to be there, then the
-// directory is published with one rename. Until commit() returns, the final path holds either
-// nothing or the previous checkpoint; a writer destroyed without committing removes its
-// staging directory.
-
-#include <atomic>
-#include <chrono>
-#include <cstring>
-#include <ctime>
-#include <future>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
-// ----- begin cairn/checkpoint/commit.hpp -----
-// The commit protocol, in one place: how a checkpoint directory appears at its final path
-// all at once, how an existing one is replaced, and how the leftovers of interrupted saves
-// are told apart from the work of saves that are still running.
-//
-// Names beside a final path F (all contain ".cairn-tmp-", which load refuses):
-//
-//   F.cairn-tmp-<token>.lock   the claim: a lock file, created and locked (an open-file-description
-//                              lock, fcntl F_OFD_SETLK) before anything below exists, and
-//                              unlinked only after everything below is gone
-//   F.cairn-tmp-<token>        the staging directory of a save; or a step being deleted; or the
-//                              temporary file of a `latest` marker
-//   F.cairn-tmp-<token>.old    the previous checkpoint of F, set aside while an overwrite runs on
-//                              a filesystem that cannot exchange two directories atomically
-//
-// A cleaner (the next save of F, a Checkpointer starting on the root) removes a group only when
-// it can lock the group's lock file itself, or when there is none: then the process that made
-// it has died, on this host or another (NFS releases the locks of dead clients). A lock held
-// by a live save, in this process (open-file-description locks conflict between two opens in
-// one process) or any other, keeps the group. Where the filesystem cannot lock at all, nothing
-// is removed automatically. A set-aside `.old` checkpoint is moved back to F when F holds no
-// committed checkpoint, and removed when it does; until then `load` reads F from it.
-
-#include <cstdint>
-#include <filesystem>
-#include <map>
-#include <mutex>
-#include <optional>
-#include <random>
-#include <string>
-#include <vector>
-
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-// ----- begin cairn/format/files.hpp -----
-// The files of a checkpoint directory, and reading its metadata safely. Everything read here
-// is untrusted: sizes are capped, the metadata's CRC is checked against the commit marker,
-// JSON nesting is bounded before cereal parses it, and every record is cross-checked.
-//
-//   <checkpoint>/_CHECKPOINT      commit marker, written last (format, version, CRCs of the two below)
-//   <checkpoint>/_METADATA        tree structure, dtypes, shapes, chunk locations (cereal JSON)
-//   <checkpoint>/_USER_METADATA   the caller's JSON object
-//   <checkpoint>/data-<process>-<n>.bin   array bytes
-
-#include <algorithm>
-#include <filesystem>
-#include <map>
-#include <set>
-#include <sstream>
-#include <string>
-#include <string_view>
-#include <unordered_set>
-
-#include <cereal/archives/json.hpp>
-
-// ----- begin cairn/format/records.hpp -----
-// The checkpoint metadata as C++ records (docs/format.md is their specification), and their
-// cereal serialization as JSON. CheckpointMetadata is also what cairn::metadata() returns.
-
-#include <cstdint>
-#include <string>
-#include <vector>
-
-#include <optional>
-#include <string_view>
-#include <type_traits>
-
-#include <cereal/archives/json.hpp>
-#include <cereal/cereal.hpp>
-#include <cereal/types/string.hpp>
-#include <cereal/types/vector.hpp>
-
 
 CAIRN_BEGIN_NAMESPACE
 
-inline constexpr int format_version = 1;
-
-// One stored piece of a leaf: an index box of the global array, and where its bytes are.
-// An unsharded leaf has one chunk covering the whole array; sharded arrays have several.
-struct ChunkRecord {
-  Shape start;                 // first index of the box, per dimension
-  Shape shape;                 // extent of the box
-  std::string file;            // data file name, inside the checkpoint directory
-  std::uint64_t offset = 0;    // byte offset in the file
-  std::uint64_t nbytes = 0;    // stored bytes (box elements * dtype size)
-  std::uint32_t crc32c = 0;    // CRC32C of those bytes
-
-  template <class Archive>
-  void serialize(Archive& ar) {
-    ar(CEREAL_NVP(start), CEREAL_NVP(shape), CEREAL_NVP(file), CEREAL_NVP(offset), CEREAL_NVP(nbytes),
-       CEREAL_NVP(crc32c));
-  }
+// Reads one blob: exact byte ranges into caller memory.
+class StoreReader {
+ public:
+  virtual ~StoreReader() = default;
+  virtual std::uint64_t size() const = 0;
+  // Exactly n bytes at `offset`, or throws: a blob shorter than that is corrupt (truncated).
+  virtual void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const = 0;
 };
 
-struct LeafRecord {
-  KeyPath path;
-  DType dtype = DType::float32;      // as stored
-  DType saved_from = DType::float32; // the in-memory dtype at save time (differs when cast on save)
-  Shape shape;                       // logical (global) shape
-  Order order = Order::C;            // memory order of every chunk's bytes
-  std::vector<ChunkRecord> chunks;
-  std::optional<NamedSharding> sharding;  // how the array was sharded when saved (sharded leaves only)
-
-  std::string key() const { return path.str(); }
-  std::uint64_t nbytes() const { return byte_count(shape, dtype_size(dtype)); }
+// Writes one new blob from caller memory, in any order of ranges.
+class StoreWriter {
+ public:
+  virtual ~StoreWriter() = default;  // destroyed unfinished: the blob is abandoned, never published
+  virtual void write_at(const void* src, std::uint64_t n, std::uint64_t offset) = 0;
+  // Sets the blob's final size and makes it durable (fsync and close for a file). A save
+  // fails when this fails: on NFS this is where delayed write errors surface.
+  virtual void finish(std::uint64_t size) = 0;
 };
 
-struct NodeRecord {
-  KeyPath path;
-  NodeKind kind = NodeKind::struct_;
-};
-
-// A named item of a checkpoint. Kind "tree" holds nodes and leaves; the format leaves room for
-// other kinds (a JSON blob, an opaque cereal-serialized object).
-struct ItemRecord {
+// One entry of a listing: a blob, or a prefix that holds blobs (a directory).
+struct StoreEntry {
   std::string name;
-  std::string kind = "tree";
-  std::vector<NodeRecord> nodes;  // inner nodes, pre-order (the root has the empty path)
-  std::vector<LeafRecord> leaves; // leaves in tree order
-
-  const LeafRecord* find_leaf(std::string_view key) const {
-    for (const auto& l : leaves)
-      if (l.key() == key) return &l;
-    return nullptr;
-  }
+  bool is_prefix = false;
+  friend bool operator==(const StoreEntry&, const StoreEntry&) = default;
 };
 
-struct CheckpointMetadata {
-  int format_version = cairn::format_version;
-  std::string library_version;
-  std::int64_t created_unix_ms = 0;
-  std::string created;             // ISO 8601, UTC
-  std::vector<std::string> data_files;
-  std::vector<ItemRecord> items;
-  Json user_metadata = Json::object();  // the caller's object, from its own file
-
-  const ItemRecord* find_item(std::string_view name) const {
-    for (const auto& i : items)
-      if (i.name == name) return &i;
-    return nullptr;
-  }
-  // The leaves of the main tree item ("state").
-  const std::vector<LeafRecord>& leaves() const;
-  std::uint64_t total_bytes() const {
-    std::uint64_t n = 0;
-    for (const auto& i : items)
-      for (const auto& l : i.leaves)
-        for (const auto& c : l.chunks) n += c.nbytes;
-    return n;
-  }
-  // One line per leaf: "params/dense/kernel: float32[3, 4] (F order)".
-  std::string summary() const;
+// A checkpoint being written where no reader looks (a staging directory beside the final
+// path). Any rank may create blobs under key(). Destroyed without publishing, it removes
+// what was written.
+class CheckpointStaging {
+ public:
+  virtual ~CheckpointStaging() = default;
+  // Where the blobs of the checkpoint are created until it is published.
+  virtual const std::string& key() const = 0;
+  // Checks that every blob in `expected` is staged with that size (nothing is published
+  // that lacks a file), then makes the checkpoint appear at its final key at once, replacing
+  // the previous one where the save allows it. Errors raised after the checkpoint became
+  // visible are ErrorKind::after_commit.
+  virtual void publish(const std::map<std::string, std::uint64_t>& expected) = 0;
 };
 
-inline const char* default_item_name = "state";
+class Store {
+ public:
+  virtual ~Store() = default;
 
-inline const std::vector<LeafRecord>& CheckpointMetadata::leaves() const {
-  static const std::vector<LeafRecord> none;
-  const ItemRecord* item = find_item(default_item_name);
-  return item ? item->leaves : none;
+  // The name of a key a user can look at (a path, a URL); errors name blobs with it.
+  virtual std::string describe(const std::string& key) const = 0;
+
+  // Blobs. open() throws not_found where nothing is; create() fails where a blob exists.
+  virtual std::unique_ptr<StoreReader> open(const std::string& key) const = 0;
+  virtual std::unique_ptr<StoreWriter> create(const std::string& key) = 0;
+  // A blob, or a prefix holding anything.
+  virtual bool exists(const std::string& key) const = 0;
+  // A blob (a regular file), as opposed to a prefix.
+  virtual bool is_blob(const std::string& key) const = 0;
+  // One level under a prefix, in no particular order; empty where nothing is.
+  virtual std::vector<StoreEntry> list(const std::string& prefix) const = 0;
+  // The blob at `key` and everything under it, if anything is there.
+  virtual void remove(const std::string& key) = 0;
+
+  // Commit mechanics (see the top of this file).
+  // Checks the overwrite rule for `key` (nothing there, an empty prefix, or a committed
+  // checkpoint with `overwrite`; anything else is already_exists), removes the leftovers of
+  // earlier saves of `key` that died, and claims a staging place.
+  virtual std::unique_ptr<CheckpointStaging> stage(const std::string& key, bool overwrite) = 0;
+  // The key to read the checkpoint at `key` from: `key` itself, or where an interrupted
+  // overwrite left the previous checkpoint. Throws (incomplete) for a staging key.
+  virtual std::string readable_checkpoint(const std::string& key) const { return key; }
+  // Names the store gives its own staging, claims and set-aside data: never a checkpoint or
+  // a step, whatever they hold.
+  virtual bool is_internal_name(const std::string& name) const { (void)name; return false; }
+  // Removes the leftovers of dead saves and deletions directly under `prefix` (a Checkpointer
+  // root) and puts back checkpoints that an interrupted overwrite set aside. Best effort.
+  virtual void clean_leftovers(const std::string& prefix) { (void)prefix; }
+  // Deletes checkpoints so that none is ever seen half-deleted: each first stops being a
+  // checkpoint (renamed away, or its commit marker removed first), then goes.
+  virtual void remove_checkpoints(const std::vector<std::string>& keys) = 0;
+  // Replaces a small blob at once (the Checkpointer's `latest` marker).
+  virtual void write_atomically(const std::string& key, const std::string& content) = 0;
+};
+
+namespace detail {
+
+// The blob whose presence makes the blobs under a key a committed checkpoint. Stores need its
+// name for the overwrite rule; what it holds is the format's business (format/files.hpp).
+inline constexpr const char* commit_marker_name = "_CHECKPOINT";
+
+// An error raised after the new checkpoint was already published: it is at its key and
+// loads, but a step after the publish failed (the parent directory's fsync, so durability
+// across a power loss is unknown; the `latest` marker; retention).
+inline Error after_commit_error(const Error& e, const std::string& what) {
+  return Error(ErrorKind::after_commit, "the checkpoint is committed and loads, but " + what + " failed afterwards: " +
+               e.message(), e.file(), e.key_path());
 }
 
-inline std::string CheckpointMetadata::summary() const {
-  std::string s = "cairn checkpoint (format " + std::to_string(format_version) + ", created " + created + ")\n";
-  for (const auto& item : items) {
-    s += "item '" + item.name + "' (" + item.kind + ", " + std::to_string(item.leaves.size()) + " leaves)\n";
-    for (const auto& l : item.leaves) {
-      s += "  " + l.key() + ": " + dtype_name(l.dtype) + to_string(l.shape);
-      if (l.shape.size() >= 2 && l.order == Order::F) s += " F-order";
-      if (l.saved_from != l.dtype) s += std::string(" (cast from ") + dtype_name(l.saved_from) + ")";
-      if (l.chunks.size() > 1) s += " in " + std::to_string(l.chunks.size()) + " chunks";
-      if (l.sharding) s += ", sharded over " + l.sharding->describe();
-      s += "\n";
-    }
-  }
-  if (user_metadata.size()) s += "user metadata: " + user_metadata.dump() + "\n";
+inline std::string join_key(const std::string& prefix, const std::string& name) {
+  if (prefix.empty()) return name;
+  if (name.empty()) return prefix;
+  return prefix + "/" + name;
+}
+
+// A key without trailing separators, so "ckpt/100/" and "ckpt/100" name one checkpoint.
+inline std::string normalize_key(std::string k) {
+  while (k.size() > 1 && k.back() == '/') k.pop_back();
+  return k;
+}
+
+// The last segment of a key, and everything before it ("" for a key without '/').
+inline std::string key_base_name(const std::string& key) {
+  const auto slash = key.rfind('/');
+  return slash == std::string::npos ? key : key.substr(slash + 1);
+}
+inline std::string key_parent(const std::string& key) {
+  const auto slash = key.rfind('/');
+  if (slash == std::string::npos) return {};
+  return slash == 0 ? std::string("/") : key.substr(0, slash);
+}
+
+// A whole small blob, refused above `limit` bytes before anything is allocated.
+inline std::string read_blob(const Store& store, const std::string& key, std::uint64_t limit) {
+  auto r = store.open(key);
+  const std::uint64_t size = r->size();
+  if (size > limit)
+    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit),
+                store.describe(key));
+  std::string s(static_cast<std::size_t>(size), '\0');
+  r->read_at(s.data(), size, 0);
   return s;
 }
 
-// ---- cereal (JSON) forms. Loading validates what a record can check on its own; the
-// cross-checks against files and shapes are in validate.hpp. ----
-
-namespace detail {
-[[noreturn]] inline void bad_record(const std::string& what) { throw Error(ErrorKind::corrupt, what); }
-
-inline NodeKind node_kind_from_name(const std::string& s) {
-  for (NodeKind k : {NodeKind::struct_, NodeKind::sequence, NodeKind::map, NodeKind::tuple, NodeKind::optional,
-                     NodeKind::custom})
-    if (s == node_kind_name(k)) return k;
-  bad_record("unknown node kind '" + s + "'");
+inline void write_blob(Store& store, const std::string& key, const std::string& content) {
+  auto w = store.create(key);
+  w->write_at(content.data(), content.size(), 0);
+  w->finish(content.size());
 }
-
-inline DType stored_dtype(const std::string& s) {
-  DType d;
-  if (!parse_dtype(s, d)) bad_record("unknown dtype '" + s + "'");
-  return d;
-}
-}  // namespace detail
-
-// A sharding as stored: {"mesh": {"axes", "shape", "memory", "device_ids"}, "spec": [[axes] per dim]}.
-struct StoredSharding {
-  std::vector<std::string> axes;
-  std::vector<std::int64_t> shape;
-  std::string memory = "host";
-  std::vector<int> device_ids;
-  std::vector<std::vector<std::string>> spec;
-
-  template <class Archive>
-  void serialize(Archive& ar) {
-    ar(cereal::make_nvp("mesh_axes", axes), cereal::make_nvp("mesh_shape", shape), cereal::make_nvp("memory", memory),
-       cereal::make_nvp("device_ids", device_ids), cereal::make_nvp("spec", spec));
-  }
-
-  static StoredSharding from(const NamedSharding& s) {
-    StoredSharding r;
-    for (const auto& a : s.mesh.axes()) { r.axes.push_back(a.name); r.shape.push_back(a.size); }
-    r.memory = s.mesh.devices().empty() ? "host" : memory_kind_name(s.mesh.devices().front().memory);
-    for (const auto& d : s.mesh.devices()) r.device_ids.push_back(d.id);
-    for (const auto& d : s.spec.dims()) r.spec.push_back(d.axes);
-    return r;
-  }
-  // Checks everything (the record is untrusted); throws corrupt.
-  NamedSharding to_sharding(std::size_t rank) const {
-    try {
-      if (axes.size() != shape.size()) throw Error(ErrorKind::corrupt, "mesh_axes and mesh_shape differ in length");
-      if (memory != "host" && memory != "device") throw Error(ErrorKind::corrupt, "unknown memory '" + memory + "'");
-      const MemoryKind m = memory == "host" ? MemoryKind::host : MemoryKind::device;
-      std::vector<MeshAxis> mesh_axes;
-      for (std::size_t i = 0; i < axes.size(); ++i) mesh_axes.push_back({axes[i], shape[i]});
-      std::vector<Device> devices;
-      for (int id : device_ids) devices.push_back({m, id, 0});
-      std::vector<PartitionSpec::Dim> dims;
-      for (const auto& d : spec) dims.emplace_back(d);
-      NamedSharding s(Mesh(std::move(mesh_axes), std::move(devices)), PartitionSpec(std::move(dims)));
-      s.validate(rank);
-      return s;
-    } catch (const Error& e) {
-      throw Error(ErrorKind::corrupt, "bad sharding record: " + e.message());
-    }
-  }
-};
-
-template <class Archive>
-void save(Archive& ar, const LeafRecord& l) {
-  ar(cereal::make_nvp("key", l.path.str()), cereal::make_nvp("key_kinds", l.path.kinds()),
-     cereal::make_nvp("dtype", std::string(dtype_name(l.dtype))),
-     cereal::make_nvp("saved_from", std::string(dtype_name(l.saved_from))), cereal::make_nvp("shape", l.shape),
-     cereal::make_nvp("order", std::string(1, static_cast<char>(l.order))), cereal::make_nvp("chunks", l.chunks));
-  if (l.sharding) ar(cereal::make_nvp("sharding", StoredSharding::from(*l.sharding)));
-}
-template <class Archive>
-void load(Archive& ar, LeafRecord& l) {
-  std::string key, kinds, dtype, saved_from, order;
-  ar(cereal::make_nvp("key", key), cereal::make_nvp("key_kinds", kinds), cereal::make_nvp("dtype", dtype),
-     cereal::make_nvp("saved_from", saved_from), cereal::make_nvp("shape", l.shape), cereal::make_nvp("order", order),
-     cereal::make_nvp("chunks", l.chunks));
-  l.path = KeyPath::from_stored(key, kinds);
-  l.dtype = detail::stored_dtype(dtype);
-  l.saved_from = detail::stored_dtype(saved_from);
-  if (order != "C" && order != "F") detail::bad_record("key '" + key + "': unknown order '" + order + "'");
-  l.order = static_cast<Order>(order[0]);
-  // "sharding" is optional and follows "chunks" (readers of format 1 before it ignore it).
-  if constexpr (std::is_same_v<Archive, cereal::JSONInputArchive>) {
-    const char* next = ar.getNodeName();
-    if (next && std::string_view(next) == "sharding") {
-      StoredSharding s;
-      ar(cereal::make_nvp("sharding", s));
-      try {
-        l.sharding = s.to_sharding(l.shape.size());
-      } catch (const Error& e) {
-        throw Error(e.kind(), e.message(), {}, key);
-      }
-    }
-  }
-}
-
-template <class Archive>
-void save(Archive& ar, const NodeRecord& n) {
-  ar(cereal::make_nvp("key", n.path.str()), cereal::make_nvp("key_kinds", n.path.kinds()),
-     cereal::make_nvp("kind", std::string(node_kind_name(n.kind))));
-}
-template <class Archive>
-void load(Archive& ar, NodeRecord& n) {
-  std::string key, kinds, kind;
-  ar(cereal::make_nvp("key", key), cereal::make_nvp("key_kinds", kinds), cereal::make_nvp("kind", kind));
-  n.path = KeyPath::from_stored(key, kinds);
-  n.kind = detail::node_kind_from_name(kind);
-}
-
-template <class Archive>
-void serialize(Archive& ar, ItemRecord& i) {
-  ar(cereal::make_nvp("name", i.name), cereal::make_nvp("kind", i.kind), cereal::make_nvp("nodes", i.nodes),
-     cereal::make_nvp("leaves", i.leaves));
-}
-
-// The metadata file holds everything but the user metadata, which has a file of its own.
-template <class Archive>
-void save(Archive& ar, const CheckpointMetadata& m) {
-  ar(cereal::make_nvp("format", std::string("cairn")), cereal::make_nvp("format_version", m.format_version),
-     cereal::make_nvp("library_version", m.library_version), cereal::make_nvp("created_unix_ms", m.created_unix_ms),
-     cereal::make_nvp("created", m.created), cereal::make_nvp("data_files", m.data_files),
-     cereal::make_nvp("items", m.items));
-}
-template <class Archive>
-void load(Archive& ar, CheckpointMetadata& m) {
-  std::string format;
-  ar(cereal::make_nvp("format", format), cereal::make_nvp("format_version", m.format_version));
-  if (format != "cairn") detail::bad_record("not a cairn metadata file (format '" + format + "')");
-  if (m.format_version > cairn::format_version || m.format_version < 1)
-    throw Error(ErrorKind::unsupported_version, "format version " + std::to_string(m.format_version) +
-                " (this cairn reads up to " + std::to_string(cairn::format_version) + ")");
-  ar(cereal::make_nvp("library_version", m.library_version), cereal::make_nvp("created_unix_ms", m.created_unix_ms),
-     cereal::make_nvp("created", m.created), cereal::make_nvp("data_files", m.data_files),
-     cereal::make_nvp("items", m.items));
-}
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/format/records.hpp -----
-// ----- begin cairn/io/crc32c.hpp -----
-// CRC32C (Castagnoli), the checksum of every stored chunk and metadata file. x86-64 uses the
-// SSE4.2 crc32 instruction (chosen at run time, no compile flags needed), three streams at
-// once to hide its latency; elsewhere a slice-by-8 table. Both give the same values.
-
-#include <array>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__)
-#define CAIRN_CRC32C_X86 1
-#include <nmmintrin.h>
-#endif
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-inline constexpr std::uint32_t crc32c_poly = 0x82F63B78u;  // reflected Castagnoli polynomial
-
-using crc_tables = std::array<std::array<std::uint32_t, 256>, 8>;
-
-constexpr crc_tables make_crc32c_tables() {
-  crc_tables t{};
-  for (std::uint32_t i = 0; i < 256; ++i) {
-    std::uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ crc32c_poly : c >> 1;
-    t[0][i] = c;
-  }
-  for (std::uint32_t i = 0; i < 256; ++i)
-    for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
-  return t;
-}
-
-inline const crc_tables& crc32c_table() {
-  static constexpr crc_tables tables = make_crc32c_tables();
-  return tables;
-}
-
-inline std::uint32_t crc32c_software(std::uint32_t crc, const unsigned char* p, std::size_t n) {
-  const auto& t = crc32c_table();
-  while (n >= 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p, 8);
-    w ^= crc;
-    crc = t[7][w & 0xff] ^ t[6][(w >> 8) & 0xff] ^ t[5][(w >> 16) & 0xff] ^ t[4][(w >> 24) & 0xff] ^
-          t[3][(w >> 32) & 0xff] ^ t[2][(w >> 40) & 0xff] ^ t[1][(w >> 48) & 0xff] ^ t[0][w >> 56];
-    p += 8;
-    n -= 8;
-  }
-  while (n--) crc = (crc >> 8) ^ t[0][(crc ^ *p++) & 0xff];
-  return crc;
-}
-
-// crc of `len` zero bytes appended: multiply by x^(8*len) mod P, to combine stream CRCs.
-inline std::uint32_t crc32c_shift(std::uint32_t crc, std::size_t len) {
-  // GF(2) matrix squaring, as in zlib's crc32_combine, for the Castagnoli polynomial.
-  auto times = [](const std::uint32_t* mat, std::uint32_t vec) {
-    std::uint32_t sum = 0;
-    for (int i = 0; vec; ++i, vec >>= 1)
-      if (vec & 1) sum ^= mat[i];
-    return sum;
-  };
-  auto square = [&](std::uint32_t* sq, const std::uint32_t* mat) {
-    for (int n = 0; n < 32; ++n) sq[n] = times(mat, mat[n]);
-  };
-  std::uint32_t even[32], odd[32];
-  odd[0] = crc32c_poly;
-  for (int n = 1; n < 32; ++n) odd[n] = 1u << (n - 1);
-  square(even, odd);  // 2 zero bits
-  square(odd, even);  // 4 zero bits
-  do {
-    square(even, odd);
-    if (len & 1) crc = times(even, crc);
-    len >>= 1;
-    if (!len) break;
-    square(odd, even);
-    if (len & 1) crc = times(odd, crc);
-    len >>= 1;
-  } while (len);
-  return crc;
-}
-
-// Shifting by the 8 KiB stream block is linear in the register, so it is four table look-ups.
-inline constexpr std::size_t crc32c_stream_block = 8192;
-inline std::uint32_t crc32c_shift_block(std::uint32_t crc) {
-  static const auto table = [] {
-    std::array<std::array<std::uint32_t, 256>, 4> t{};
-    for (int byte = 0; byte < 4; ++byte)
-      for (std::uint32_t v = 0; v < 256; ++v) t[byte][v] = crc32c_shift(v << (8 * byte), crc32c_stream_block);
-    return t;
-  }();
-  return table[0][crc & 0xff] ^ table[1][(crc >> 8) & 0xff] ^ table[2][(crc >> 16) & 0xff] ^ table[3][crc >> 24];
-}
-
-#ifdef CAIRN_CRC32C_X86
-__attribute__((target("sse4.2"))) inline std::uint32_t crc32c_hardware(std::uint32_t crc, const unsigned char* p,
-                                                                        std::size_t n) {
-  std::uint64_t c0 = crc;
-  // Three independent streams over large inputs: the instruction has latency 3, throughput 1.
-  constexpr std::size_t block = crc32c_stream_block;
-  while (n >= 3 * block) {
-    std::uint64_t c1 = 0, c2 = 0;
-    const unsigned char* a = p;
-    const unsigned char* b = p + block;
-    const unsigned char* c = p + 2 * block;
-    for (std::size_t i = 0; i < block; i += 8) {
-      std::uint64_t wa, wb, wc;
-      std::memcpy(&wa, a + i, 8);
-      std::memcpy(&wb, b + i, 8);
-      std::memcpy(&wc, c + i, 8);
-      c0 = _mm_crc32_u64(c0, wa);
-      c1 = _mm_crc32_u64(c1, wb);
-      c2 = _mm_crc32_u64(c2, wc);
-    }
-    c0 = crc32c_shift_block(static_cast<std::uint32_t>(c0)) ^ c1;
-    c0 = crc32c_shift_block(static_cast<std::uint32_t>(c0)) ^ c2;
-    p += 3 * block;
-    n -= 3 * block;
-  }
-  while (n >= 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p, 8);
-    c0 = _mm_crc32_u64(c0, w);
-    p += 8;
-    n -= 8;
-  }
-  std::uint32_t c32 = static_cast<std::uint32_t>(c0);
-  while (n--) c32 = _mm_crc32_u8(c32, *p++);
-  return c32;
-}
-
-inline bool cpu_has_sse42() {
-  static const bool has = __builtin_cpu_supports("sse4.2");
-  return has;
-}
-#endif
 
 }  // namespace detail
-
-// Extend a running CRC32C (start with 0) by n bytes.
-inline std::uint32_t crc32c_extend(std::uint32_t crc, const void* data, std::size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-#ifdef CAIRN_CRC32C_X86
-  if (detail::cpu_has_sse42()) return ~detail::crc32c_hardware(crc, p, n);
-#endif
-  return ~detail::crc32c_software(crc, p, n);
-}
-
-inline std::uint32_t crc32c(const void* data, std::size_t n) { return crc32c_extend(0, data, n); }
-
 CAIRN_END_NAMESPACE
-// ----- end cairn/io/crc32c.hpp -----
+// ----- end cairn/store/store.hpp -----
+// ----- begin cairn/store/posix_store.hpp -----
+// PosixStore: checkpoints as directories of files on a POSIX filesystem (local disk, NFS,
+// Lustre, GPFS). A key is a path, relative to the store's root when it has one. This is what
+// every path overload of save, load and the Checkpointer uses.
+//
+// Staging and publishing are store/posix_staging.hpp: a claimed staging directory beside the
+// final path, fsyncs of the files and the directory, then one rename (or an atomic exchange
+// with the previous checkpoint), and an fsync of the parent directory.
+
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <system_error>
+
+#include <sys/stat.h>
+
 // ----- begin cairn/io/file.hpp -----
 // POSIX file access for checkpoints: positioned reads and writes that finish or throw,
 // fsync of files and directories, and the renames that commit a checkpoint atomically.
@@ -4103,7 +3704,7 @@ namespace detail {
 
 // The fault-injection seam: a hook that returns an errno value to make the named call fail
 // ("open", "pread", "pwrite", "ftruncate", "fsync", "close", "mkdir", "rename", "renameat2",
-// "remove", and "fcntl" for the claim locks of checkpoint/commit.hpp), or 0 to let it run.
+// "remove", and "fcntl" for the claim locks of store/posix_staging.hpp), or 0 to let it run.
 // Tests only.
 using FaultHook = int (*)(const char* call, const std::string& path);
 inline std::atomic<FaultHook>& fault_hook() {
@@ -4227,6 +3828,23 @@ class File {
   std::string path_;
 };
 
+inline std::string read_whole_file(const std::string& path, std::uint64_t limit) {
+  File f = File::open_read(path);
+  const std::uint64_t size = f.size();
+  if (size > limit)
+    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit), path);
+  std::string s(static_cast<std::size_t>(size), '\0');
+  f.read_at(s.data(), size, 0);
+  return s;
+}
+
+inline void write_whole_file(const std::string& path, const std::string& content) {
+  File f = File::create(path);
+  f.write_at(content.data(), content.size(), 0);
+  f.sync();
+  f.close();
+}
+
 inline void fsync_dir(const std::string& dir) {
   if (int e = injected_fault("fsync", dir)) throw_errno("fsync (directory)", dir, e);
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -4302,392 +3920,60 @@ inline std::string normalize_dir(std::string p) {
 }  // namespace detail
 CAIRN_END_NAMESPACE
 // ----- end cairn/io/file.hpp -----
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-inline constexpr const char* marker_file = "_CHECKPOINT";
-inline constexpr const char* metadata_file = "_METADATA";
-inline constexpr const char* user_metadata_file = "_USER_METADATA";
-inline constexpr const char* temp_infix = ".cairn-tmp-";
-// A previous checkpoint set aside under a staging name during an overwrite (checkpoint/commit.hpp).
-inline constexpr const char* old_suffix = ".old";
-inline constexpr std::uint64_t max_metadata_bytes = std::uint64_t{1} << 30;
-inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
-inline constexpr int max_metadata_depth = 32;
-// Pairs of chunks compared for overlap in a leaf whose chunks are not a grid (cairn writes
-// only grids): about a second of work at most.
-inline constexpr std::uint64_t max_overlap_checks = std::uint64_t{1} << 26;
-
-// Small leaves are gathered into one buffer and written (and read) together: 10,000 leaves of
-// a few KiB would otherwise be 10,000 system calls. Large ones go straight between the file
-// and the caller's memory, with no copy.
-inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
-inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
-
-inline std::string join_path(const std::string& dir, const std::string& name) { return dir + "/" + name; }
-
-inline std::string data_file_name(int process, int index) {
-  return "data-" + std::to_string(process) + "-" + std::to_string(index) + ".bin";
-}
-
-// Data file names come from untrusted metadata: only plain names, never a path out of the
-// checkpoint directory.
-inline bool is_plain_file_name(const std::string& name) {
-  if (name.empty() || name.size() > 255 || name[0] == '.') return false;
-  for (char c : name)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
-      return false;
-  return true;
-}
-
-inline std::string read_whole_file(const std::string& path, std::uint64_t limit) {
-  File f = File::open_read(path);
-  const std::uint64_t size = f.size();
-  if (size > limit)
-    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit), path);
-  std::string s(static_cast<std::size_t>(size), '\0');
-  f.read_at(s.data(), size, 0);
-  return s;
-}
-
-inline void write_whole_file(const std::string& path, const std::string& content) {
-  File f = File::create(path);
-  f.write_at(content.data(), content.size(), 0);
-  f.sync();
-  f.close();
-}
-
-// Maximum nesting of [ and { outside strings; rapidjson (under cereal) parses recursively,
-// so deeply nested input must be refused before it gets there.
-inline int json_depth(std::string_view s) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
-// cairn's metadata holds integers only. rapidjson (under cereal) parses a number too large
-// for 64 bits as a double, and that path has undefined behaviour on some inputs, so every
-// number token outside strings must be an integer that fits: at most 20 digits, within
-// [-2^63, 2^64 - 1]. Returns the first offending token, or "" when all are fine.
-inline std::string first_bad_json_number(std::string_view s) {
-  bool in_string = false;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') { in_string = true; continue; }
-    if (c != '-' && c != '+' && c != '.' && !(c >= '0' && c <= '9')) continue;  // not a number's start
-    std::size_t j = i;
-    while (j < s.size() && (s[j] == '-' || s[j] == '+' || s[j] == '.' || s[j] == 'e' || s[j] == 'E' ||
-                            (s[j] >= '0' && s[j] <= '9')))
-      ++j;
-    const std::string_view tok = s.substr(i, j - i);
-    const bool negative = tok[0] == '-';
-    const std::string_view digits = negative ? tok.substr(1) : tok;
-    bool ok = !digits.empty() && digits.size() <= 20;
-    for (char d : digits) ok = ok && d >= '0' && d <= '9';
-    if (ok && digits.size() >= 19) {
-      const std::string_view limit = negative ? "9223372036854775808" : "18446744073709551615";
-      ok = digits.size() < limit.size() || (digits.size() == limit.size() && digits <= limit);
-    }
-    if (!ok) return std::string(tok.substr(0, 40));
-    i = j - 1;
-  }
-  return {};
-}
-
-struct FileDigest {
-  std::uint64_t bytes = 0;
-  std::uint32_t crc32c = 0;
-};
-
-inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
-  auto digest = [](const FileDigest& d) {
-    return Json::object({{"bytes", static_cast<std::int64_t>(d.bytes)}, {"crc32c", static_cast<std::int64_t>(d.crc32c)}});
-  };
-  return Json::object({{"format", "cairn"},
-                       {"format_version", cairn::format_version},
-                       {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
-}
-
-// A directory that holds a commit marker (a regular file; its contents are checked on read).
-inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_path(dir, marker_file)); }
-
-// When `dir` is not a checkpoint but a Checkpointer's root (subdirectories that are
-// checkpoints), a message saying so and how to load one; "" otherwise.
-inline std::string describe_checkpointer_root(const std::string& dir) {
-  std::vector<std::string> steps;
-  std::error_code ec;
-  std::filesystem::directory_iterator it(dir, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.find(temp_infix) == std::string::npos && is_committed_checkpoint(join_path(dir, name)))
-      steps.push_back(name);
-  }
-  if (steps.empty()) return {};
-  std::sort(steps.begin(), steps.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;  // numeric order for plain step numbers
-  });
-  std::string list;
-  for (std::size_t i = 0; i < steps.size() && i < 8; ++i) list += (i ? ", " : "") + steps[i];
-  if (steps.size() > 8) list += ", ... (" + std::to_string(steps.size()) + " in all)";
-  return "this is a directory of checkpoints (a Checkpointer root holding " + list +
-         "), not one checkpoint: load one of them, such as " + join_path(dir, steps.back()) +
-         ", or the latest with cairn::Checkpointer(\"" + dir + "\").load(target)";
-}
-
-// Checks a checkpoint directory's commit marker and returns the digests it records.
-inline std::map<std::string, FileDigest> read_marker(const std::string& dir) {
-  // A staging directory is never loaded; a previous checkpoint set aside under a staging
-  // name (".old", checkpoint/commit.hpp) is complete and may be.
-  if (dir.find(temp_infix) != std::string::npos && !dir.ends_with(old_suffix))
-    throw Error(ErrorKind::incomplete, "this is a temporary directory of a save that has not committed; it is never loaded", dir);
-  const std::string path = join_path(dir, marker_file);
-  if (!path_exists(path)) {
-    if (!path_exists(dir)) throw Error(ErrorKind::not_found, "no checkpoint at this path (nothing is there)", dir);
-    if (!is_directory(dir)) throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
-    if (std::string root = describe_checkpointer_root(dir); !root.empty()) throw Error(ErrorKind::not_found, root, dir);
-    throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
-                " file: not a cairn checkpoint, or a save that did not commit", dir);
-  }
-  Json marker = Json::parse(read_whole_file(path, max_marker_bytes), path);
-  try {
-    if (!marker.is_object() || !marker.contains("format") || marker.at("format").as_string() != "cairn")
-      throw Error(ErrorKind::corrupt, "not a cairn commit marker", path);
-    const std::int64_t version = marker.at("format_version").as_int();
-    if (version < 1 || version > cairn::format_version)
-      throw Error(ErrorKind::unsupported_version, "format version " + std::to_string(version) +
-                  " (this cairn reads up to " + std::to_string(cairn::format_version) + ")", path);
-    std::map<std::string, FileDigest> out;
-    for (const auto& [name, d] : marker.at("files").items()) {
-      const std::int64_t bytes = d.at("bytes").as_int(), crc = d.at("crc32c").as_int();
-      if (bytes < 0 || crc < 0 || crc > 0xffffffffLL) throw Error(ErrorKind::corrupt, "bad digest for " + name, path);
-      out[name] = {static_cast<std::uint64_t>(bytes), static_cast<std::uint32_t>(crc)};
-    }
-    return out;
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::corrupt || e.kind() == ErrorKind::unsupported_version) throw e.with_file(path);
-    throw Error(ErrorKind::corrupt, "malformed commit marker: " + e.message(), path);
-  }
-}
-
-// Reads a file named in the marker and checks its size and CRC32C.
-inline std::string read_verified(const std::string& dir, const std::map<std::string, FileDigest>& digests,
-                                 const char* name, std::uint64_t limit) {
-  const std::string path = join_path(dir, name);
-  auto it = digests.find(name);
-  if (it == digests.end()) throw Error(ErrorKind::corrupt, std::string("commit marker does not list ") + name, dir);
-  std::string content = read_whole_file(path, limit);
-  if (content.size() != it->second.bytes)
-    throw Error(ErrorKind::corrupt, "file is " + std::to_string(content.size()) + " bytes, the commit marker says " +
-                std::to_string(it->second.bytes), path);
-  const std::uint32_t crc = crc32c(content.data(), content.size());
-  if (crc != it->second.crc32c)
-    throw Error(ErrorKind::corrupt, "checksum mismatch (CRC32C " + std::to_string(crc) + ", the commit marker says " +
-                std::to_string(it->second.crc32c) + ")", path);
-  return content;
-}
-
-inline bool boxes_overlap(const ChunkRecord& a, const ChunkRecord& b) {
-  for (std::size_t d = 0; d < a.start.size(); ++d) {
-    if (a.start[d] + a.shape[d] <= b.start[d] || b.start[d] + b.shape[d] <= a.start[d]) return false;
-  }
-  return true;
-}
-
-// No two non-empty chunk boxes of a leaf share an element. `fail` throws.
+// ----- begin cairn/store/posix_staging.hpp -----
+// The commit mechanics of PosixStore: how a checkpoint directory appears at its final path
+// all at once, how an existing one is replaced, and how the leftovers of interrupted saves
+// are told apart from the work of saves that are still running. (The order of a save's steps
+// across ranks is checkpoint/commit.hpp; this file is what "stage" and "publish" mean on a
+// POSIX filesystem.)
 //
-// Every layout cairn writes is a grid: the cuts of each dimension are the chunks' starts and
-// ends, and each chunk is exactly one cell of that grid. Then two chunks overlap exactly when
-// they are the same cell, found by sorting the cells: O(n log n) for any number of chunks
-// (40,000 column strips took 12 s with a sweep). Any other layout goes through a sweep over
-// chunks sorted by their start in dimension 0, bounded in work so a hostile file cannot
-// make it quadratic.
-template <class Fail>
-void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) {
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < l.chunks.size(); ++i)
-    if (element_count(l.chunks[i].shape) > 0) order.push_back(i);
-  auto overlap = [&](std::size_t a, std::size_t b) {
-    fail("chunks " + std::to_string(std::min(a, b)) + " and " + std::to_string(std::max(a, b)) + " overlap", key);
-  };
-  if (l.shape.empty()) {
-    if (order.size() > 1) overlap(order[0], order[1]);
-    return;
-  }
-  const std::size_t rank = l.shape.size();
-  std::vector<std::vector<std::int64_t>> cuts(rank);
-  for (std::size_t i : order)
-    for (std::size_t d = 0; d < rank; ++d) {
-      cuts[d].push_back(l.chunks[i].start[d]);
-      cuts[d].push_back(l.chunks[i].start[d] + l.chunks[i].shape[d]);
-    }
-  for (auto& c : cuts) {
-    std::sort(c.begin(), c.end());
-    c.erase(std::unique(c.begin(), c.end()), c.end());
-  }
-  std::vector<std::size_t> cells(order.size() * rank);
-  bool grid = true;
-  for (std::size_t k = 0; k < order.size() && grid; ++k) {
-    const ChunkRecord& c = l.chunks[order[k]];
-    for (std::size_t d = 0; d < rank; ++d) {
-      const auto first = std::lower_bound(cuts[d].begin(), cuts[d].end(), c.start[d]);
-      if (first + 1 == cuts[d].end() || *(first + 1) != c.start[d] + c.shape[d]) { grid = false; break; }
-      cells[k * rank + d] = static_cast<std::size_t>(first - cuts[d].begin());
-    }
-  }
-  if (grid) {
-    std::vector<std::size_t> by_cell(order.size());
-    for (std::size_t k = 0; k < by_cell.size(); ++k) by_cell[k] = k;
-    auto cell_less = [&](std::size_t a, std::size_t b) {
-      return std::lexicographical_compare(cells.begin() + a * rank, cells.begin() + (a + 1) * rank,
-                                          cells.begin() + b * rank, cells.begin() + (b + 1) * rank);
-    };
-    std::sort(by_cell.begin(), by_cell.end(), cell_less);
-    for (std::size_t k = 1; k < by_cell.size(); ++k)
-      if (!cell_less(by_cell[k - 1], by_cell[k])) overlap(order[by_cell[k - 1]], order[by_cell[k]]);
-    return;
-  }
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t a, std::size_t b) { return l.chunks[a].start[0] < l.chunks[b].start[0]; });
-  std::uint64_t work = 0;
-  for (std::size_t a = 0; a < order.size(); ++a) {
-    const ChunkRecord& x = l.chunks[order[a]];
-    for (std::size_t b = a + 1; b < order.size() && l.chunks[order[b]].start[0] < x.start[0] + x.shape[0]; ++b) {
-      if (++work > max_overlap_checks)
-        fail("the " + std::to_string(order.size()) + " chunks do not form a grid and are too many to check for "
-             "overlap", key);
-      if (boxes_overlap(x, l.chunks[order[b]])) overlap(order[a], order[b]);
-    }
-  }
-}
+// Names beside a final path F (all contain ".cairn-tmp-", which load refuses):
+//
+//   F.cairn-tmp-<token>.lock   the claim: a lock file, created and locked (an open-file-description
+//                              lock, fcntl F_OFD_SETLK) before anything below exists, and
+//                              unlinked only after everything below is gone
+//   F.cairn-tmp-<token>        the staging directory of a save; or a step being deleted; or the
+//                              temporary file of a `latest` marker
+//   F.cairn-tmp-<token>.old    the previous checkpoint of F, set aside while an overwrite runs on
+//                              a filesystem that cannot exchange two directories atomically
+//
+// A cleaner (the next save of F, a Checkpointer starting on the root) removes a group only when
+// it can lock the group's lock file itself, or when there is none: then the process that made
+// it has died, on this host or another (NFS releases the locks of dead clients). A lock held
+// by a live save, in this process (open-file-description locks conflict between two opens in
+// one process) or any other, keeps the group. Where the filesystem cannot lock at all, nothing
+// is removed automatically. A set-aside `.old` checkpoint is moved back to F when F holds no
+// committed checkpoint, and removed when it does; until then `load` reads F from it.
 
-// Cross-checks of the records against each other: unique keys, sane shapes, chunks inside
-// their array and covering it exactly once, byte ranges that neither overflow nor overlap.
-inline void validate_metadata(const CheckpointMetadata& m, const std::string& dir) {
-  const std::string path = join_path(dir, metadata_file);
-  auto fail = [&](const std::string& why, const std::string& key = {}) {
-    throw Error(ErrorKind::corrupt, why, path, key);
-  };
-  std::unordered_set<std::string> files;
-  for (const auto& f : m.data_files) {
-    if (!is_plain_file_name(f)) fail("data file name '" + f + "' is not a plain file name");
-    if (!files.insert(f).second) fail("data file '" + f + "' listed twice");
-  }
-  std::map<std::string, std::vector<std::pair<std::uint64_t, std::uint64_t>>> ranges;
-  std::unordered_set<std::string> item_names;
-  for (const auto& item : m.items) {
-    if (item.name.empty() || !item_names.insert(item.name).second) fail("empty or repeated item name '" + item.name + "'");
-    std::unordered_set<std::string> keys;
-    for (const auto& n : item.nodes)
-      if (!keys.insert(n.path.str()).second) fail("key path listed twice", n.path.str());
-    for (const auto& l : item.leaves) {
-      const std::string key = l.key();
-      if (!keys.insert(key).second) fail("key path listed twice", key);
-      try {
-        const std::uint64_t count = element_count(l.shape);
-        (void)byte_count(l.shape, dtype_size(l.dtype));
-        if (l.chunks.empty() && count > 0) fail("leaf has no chunks", key);
-        std::uint64_t covered = 0;
-        for (std::size_t i = 0; i < l.chunks.size(); ++i) {
-          const auto& c = l.chunks[i];
-          if (c.start.size() != l.shape.size() || c.shape.size() != l.shape.size())
-            fail("chunk " + std::to_string(i) + " has rank " + std::to_string(c.shape.size()) + ", the array " +
-                 std::to_string(l.shape.size()), key);
-          for (std::size_t d = 0; d < l.shape.size(); ++d) {
-            if (c.start[d] < 0 || c.shape[d] < 0 || c.start[d] > l.shape[d] || c.shape[d] > l.shape[d] - c.start[d])
-              fail("chunk " + std::to_string(i) + " box (start " + to_string(c.start) + ", shape " + to_string(c.shape) +
-                   ") lies outside the array shape " + to_string(l.shape), key);
-          }
-          if (c.nbytes != byte_count(c.shape, dtype_size(l.dtype)))
-            fail("chunk " + std::to_string(i) + " says " + std::to_string(c.nbytes) + " bytes, its box holds " +
-                 std::to_string(byte_count(c.shape, dtype_size(l.dtype))), key);
-          if (!files.count(c.file)) fail("chunk " + std::to_string(i) + " names unknown data file '" + c.file + "'", key);
-          std::uint64_t end = 0;
-          if (!checked_add(c.offset, c.nbytes, end)) fail("chunk " + std::to_string(i) + " offset + size overflows", key);
-          if (c.nbytes) ranges[c.file].emplace_back(c.offset, end);
-          covered += element_count(c.shape);
-        }
-        check_no_overlap(l, key, fail);
-        if (covered != count)
-          fail("chunks cover " + std::to_string(covered) + " of the array's " + std::to_string(count) +
-               " elements (a chunk is missing)", key);
-      } catch (const Error& e) {
-        throw Error(e.kind(), e.message(), path, key);
-      }
-    }
-  }
-  for (auto& [file, rs] : ranges) {
-    std::sort(rs.begin(), rs.end());
-    for (std::size_t i = 1; i < rs.size(); ++i)
-      if (rs[i].first < rs[i - 1].second)
-        fail("two chunks share bytes " + std::to_string(rs[i].first) + ".." + std::to_string(rs[i - 1].second) +
-             " of data file '" + file + "'");
-  }
-}
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
 
-// Reads, verifies and validates a committed checkpoint's metadata.
-inline CheckpointMetadata read_metadata(const std::string& dir_in) {
-  const std::string dir = normalize_dir(dir_in);
-  auto digests = read_marker(dir);
-  const std::string text = read_verified(dir, digests, metadata_file, max_metadata_bytes);
-  const std::string path = join_path(dir, metadata_file);
-  if (json_depth(text) > max_metadata_depth)
-    throw Error(ErrorKind::corrupt, "JSON nested deeper than " + std::to_string(max_metadata_depth), path);
-  if (const std::string bad = first_bad_json_number(text); !bad.empty())
-    throw Error(ErrorKind::corrupt, "number '" + bad + "' is not an integer that fits in 64 bits", path);
-  CheckpointMetadata m;
-  try {
-    std::istringstream in(text);
-    cereal::JSONInputArchive ar(in);
-    load(ar, m);
-  } catch (const Error& e) {
-    throw Error(e.kind(), e.message(), path, e.key_path());
-  } catch (const std::exception& e) {
-    throw Error(ErrorKind::corrupt, std::string("malformed metadata: ") + e.what(), path);
-  }
-  validate_metadata(m, dir);
-  const std::string user = read_verified(dir, digests, user_metadata_file, max_metadata_bytes);
-  m.user_metadata = Json::parse(user, join_path(dir, user_metadata_file));
-  return m;
-}
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-inline std::string metadata_to_json(const CheckpointMetadata& m) {
-  std::ostringstream out;
-  {
-    cereal::JSONOutputArchive ar(out, cereal::JSONOutputArchive::Options::NoIndent());
-    save(ar, m);
-  }
-  return out.str();
-}
-
-}  // namespace detail
-CAIRN_END_NAMESPACE
-// ----- end cairn/format/files.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
+inline constexpr const char* temp_infix = ".cairn-tmp-";
+// A previous checkpoint set aside under a staging name during an overwrite.
+inline constexpr const char* old_suffix = ".old";
 inline constexpr const char* lock_suffix = ".lock";
 // Set-aside checkpoints of cairn 0.1's overwrite fallback: F.cairn-old-<pid>, never locked.
 inline constexpr const char* legacy_old_infix = ".cairn-old-";
+
+inline std::string join_path(const std::string& dir, const std::string& name) { return dir + "/" + name; }
+
+// A directory that holds a commit marker (a regular file; its contents are checked on read).
+inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_path(dir, commit_marker_name)); }
 
 inline bool is_empty_dir(const std::string& dir) {
   std::error_code ec;
@@ -4911,18 +4197,10 @@ inline void check_target(const std::string& path, bool overwrite) {
   }
   if (is_empty_dir(path)) return;
   throw Error(ErrorKind::already_exists,
-              "this directory is not empty and holds no cairn checkpoint (no " + std::string(marker_file) +
+              "this directory is not empty and holds no cairn checkpoint (no " + std::string(commit_marker_name) +
                   "); cairn will not write into it or replace it, even with overwrite. Save to a new path or an empty "
                   "directory",
               path);
-}
-
-// An error raised after the new checkpoint was already published: it is at its path and
-// loads, but a step after the publish failed (the parent directory's fsync, so durability
-// across a power loss is unknown; the `latest` marker; retention).
-inline Error after_commit_error(const Error& e, const std::string& what) {
-  return Error(ErrorKind::after_commit, "the checkpoint is committed and loads, but " + what + " failed afterwards: " +
-               e.message(), e.file(), e.key_path());
 }
 
 // Publishes the complete staging directory at `final_path`: one rename where nothing (or an
@@ -4970,96 +4248,1590 @@ inline void publish(const StagingClaim& claim, const std::string& final_path, bo
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
-// ----- end cairn/checkpoint/commit.hpp -----
-// ----- begin cairn/checkpoint/snapshot.hpp -----
-// A snapshot of one item of a checkpoint: its node records and one view per leaf. A view
-// either points into the caller's memory (a synchronous save writes straight from it) or owns
-// a copy (an async save, so the caller may change its state at once). Items of other kinds (a
-// JSON object, a cereal-serialized object) are snapshots of one byte leaf.
+// ----- end cairn/store/posix_staging.hpp -----
 
+CAIRN_BEGIN_NAMESPACE
+
+class PosixStore final : public Store {
+ public:
+  // Keys are paths as given ("ckpt/100", "/data/run/ckpt/100").
+  PosixStore() = default;
+  // Keys are paths under `root` ("100" is root/100).
+  explicit PosixStore(std::string root) : root_(detail::normalize_key(std::move(root))) {}
+
+  const std::string& root() const { return root_; }
+
+  std::string path(const std::string& key) const {
+    const std::string k = detail::normalize_key(key);
+    if (root_.empty()) return k;
+    return k.empty() ? root_ : root_ + "/" + k;
+  }
+  std::string describe(const std::string& key) const override { return path(key); }
+
+  std::unique_ptr<StoreReader> open(const std::string& key) const override {
+    return std::make_unique<Reader>(detail::File::open_read(path(key)));
+  }
+  // Missing directories on the way are created, as an object store needs none.
+  std::unique_ptr<StoreWriter> create(const std::string& key) override {
+    const std::string p = path(key);
+    try {
+      return std::make_unique<Writer>(detail::File::create(p));
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::not_found) throw;
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(detail::parent_dir(p), ec);
+    if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), detail::parent_dir(p));
+    return std::make_unique<Writer>(detail::File::create(p));
+  }
+  bool exists(const std::string& key) const override { return detail::path_exists(path(key)); }
+  bool is_blob(const std::string& key) const override {
+    struct stat st;
+    return ::lstat(path(key).c_str(), &st) == 0 && !S_ISDIR(st.st_mode) &&
+           !(S_ISLNK(st.st_mode) && detail::is_directory(path(key)));
+  }
+  std::vector<StoreEntry> list(const std::string& prefix) const override {
+    std::vector<StoreEntry> out;
+    std::error_code ec;
+    std::filesystem::directory_iterator it(path(prefix), ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+      std::error_code type_ec;
+      out.push_back({it->path().filename().string(), it->is_directory(type_ec)});
+    }
+    return out;
+  }
+  void remove(const std::string& key) override { detail::remove_tree(path(key)); }
+
+  std::unique_ptr<CheckpointStaging> stage(const std::string& key, bool overwrite) override {
+    const std::string final_path = path(key);
+    if (final_path.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint path");
+    if (final_path.find(detail::temp_infix) != std::string::npos ||
+        final_path.find(detail::legacy_old_infix) != std::string::npos)
+      throw Error(ErrorKind::invalid_argument, std::string("checkpoint paths may not contain '") + detail::temp_infix +
+                  "' or '" + detail::legacy_old_infix + "'", final_path);
+    const std::string parent = detail::parent_dir(final_path);
+    if (!detail::is_directory(parent)) {
+      std::error_code ec;
+      std::filesystem::create_directories(parent, ec);
+      if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), parent);
+    }
+    // The leftovers of earlier saves of this path that died: staging directories are removed,
+    // and a previous checkpoint that an interrupted overwrite set aside is put back first, so
+    // the overwrite rule below sees it.
+    const std::string name = detail::base_name(final_path);
+    detail::clean_leftovers(parent, &name);
+    detail::check_target(final_path, overwrite);
+    auto staging = std::make_unique<Staging>(detail::StagingClaim::create(final_path), final_path, overwrite);
+    staging->key_ = detail::normalize_key(key) + staging->claim_.staging_path().substr(final_path.size());
+    detail::make_dir(staging->claim_.staging_path());
+    return staging;
+  }
+
+  std::string readable_checkpoint(const std::string& key) const override {
+    const std::string p = path(key);
+    // A staging directory is never loaded; a previous checkpoint set aside under a staging
+    // name (".old") is complete and may be.
+    if (p.find(detail::temp_infix) != std::string::npos && !p.ends_with(detail::old_suffix))
+      throw Error(ErrorKind::incomplete, "this is a temporary directory of a save that has not committed; it is never "
+                  "loaded", p);
+    const std::string found = detail::readable_checkpoint_dir(p);
+    if (found == p) return key;
+    return detail::join_key(detail::key_parent(detail::normalize_key(key)), detail::base_name(found));
+  }
+
+  bool is_internal_name(const std::string& name) const override {
+    return name.find(detail::temp_infix) != std::string::npos || name.find(detail::legacy_old_infix) != std::string::npos;
+  }
+
+  void clean_leftovers(const std::string& prefix) override { detail::clean_leftovers(path(prefix)); }
+
+  // Each directory is renamed to a claimed staging name first (atomic: from then on nothing
+  // there looks like a checkpoint), the renames are made durable, then the trees are removed.
+  // A crash midway leaves leftovers that the next Checkpointer removes.
+  void remove_checkpoints(const std::vector<std::string>& keys) override {
+    std::vector<detail::StagingClaim> doomed;
+    std::set<std::string> parents;
+    for (const auto& key : keys) {
+      const std::string from = path(key);
+      detail::StagingClaim claim = detail::StagingClaim::create(from);
+      detail::rename_path(from, claim.staging_path());
+      doomed.push_back(std::move(claim));
+      parents.insert(detail::parent_dir(from));
+    }
+    for (const auto& p : parents) detail::fsync_dir(p);
+    for (auto& d : doomed) {
+      detail::remove_tree(d.staging_path());
+      d.release();
+    }
+  }
+
+  void write_atomically(const std::string& key, const std::string& content) override {
+    const std::string p = path(key);
+    detail::StagingClaim claim = detail::StagingClaim::create(p);
+    detail::write_whole_file(claim.staging_path(), content);
+    detail::rename_path(claim.staging_path(), p);
+    detail::fsync_dir(detail::parent_dir(p));
+  }
+
+ private:
+  class Reader final : public StoreReader {
+   public:
+    explicit Reader(detail::File f) : file_(std::move(f)), size_(file_.size()) {}
+    std::uint64_t size() const override { return size_; }
+    void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { file_.read_at(dst, n, offset); }
+
+   private:
+    detail::File file_;
+    std::uint64_t size_;
+  };
+
+  class Writer final : public StoreWriter {
+   public:
+    explicit Writer(detail::File f) : file_(std::move(f)) {}
+    void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { file_.write_at(src, n, offset); }
+    void finish(std::uint64_t size) override {
+      if (file_.size() != size) file_.truncate(size);
+      file_.sync();
+      file_.close();
+    }
+
+   private:
+    detail::File file_;
+  };
+
+  class Staging final : public CheckpointStaging {
+   public:
+    Staging(detail::StagingClaim claim, std::string final_path, bool overwrite)
+        : claim_(std::move(claim)), final_path_(std::move(final_path)), overwrite_(overwrite) {}
+    ~Staging() override {
+      if (!published_) {
+        std::error_code ec;  // best effort: what is left, the next save or Checkpointer removes
+        std::filesystem::remove_all(claim_.staging_path(), ec);
+      }
+      claim_.release();
+    }
+    const std::string& key() const override { return key_; }
+    void publish(const std::map<std::string, std::uint64_t>& expected) override {
+      const std::string& dir = claim_.staging_path();
+      detail::fsync_dir(dir);
+      // Never publish a checkpoint that lacks a file: had anything removed the staging
+      // directory or a file in it meanwhile, the writes could have gone to unlinked files.
+      for (const auto& [name, bytes] : expected) {
+        struct stat st;
+        const std::string p = detail::join_path(dir, name);
+        if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != bytes)
+          throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
+                      "published", p);
+      }
+      detail::publish(claim_, final_path_, overwrite_);
+      published_ = true;
+      claim_.release();
+    }
+
+   private:
+    friend class PosixStore;
+    detail::StagingClaim claim_;
+    std::string final_path_, key_;
+    bool overwrite_ = false, published_ = false;
+  };
+
+  std::string root_;
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/store/posix_store.hpp -----
+// ----- begin cairn/store/memory_store.hpp -----
+// MemoryStore: checkpoints held in memory, for tests (and for programs that want a checkpoint
+// as bytes). It keeps the Store contract exactly (tests/store_conformance.hpp) and can fail
+// on demand: the Nth read, write, finish (the fsync of a file) or publish, a short read (the
+// blob looks cut short), or a torn write (half the bytes land, then the call fails). Every
+// call is counted, so a test can fail each I/O call of a save in turn.
+//
+// Thread-safe: the ranks of a ThreadCoordinator may share one.
+
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 
 CAIRN_BEGIN_NAMESPACE
-namespace detail {
 
-struct SnapshotLeaf {
-  KeyPath path;
-  LeafView view;
+class MemoryStore final : public Store {
+ public:
+  enum class Op { read, write, finish, publish };
+  enum class Failure {
+    error,       // the call throws an I/O error and does nothing
+    short_read,  // a read finds the blob shorter than the range (it throws, as for a truncated file)
+    torn_write,  // a write stores the first half of its bytes, then throws
+  };
+
+  // Makes the `nth` call of `op` from now (1 = the next one) fail; one rule per op.
+  void fail(Op op, std::uint64_t nth, Failure how = Failure::error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rules_[op] = {counts_[op] + nth, how};
+  }
+  void clear_failures() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rules_.clear();
+  }
+  // Calls of `op` so far.
+  std::uint64_t count(Op op) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = counts_.find(op);
+    return it == counts_.end() ? 0 : it->second;
+  }
+
+  // A copy of a blob's bytes (tests).
+  std::string bytes(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blobs_.find(detail::normalize_key(key));
+    if (it == blobs_.end()) throw Error(ErrorKind::not_found, "no such blob", describe(key));
+    return std::string(it->second->begin(), it->second->end());
+  }
+  // Replaces a blob's bytes (tests that damage a checkpoint).
+  void put(const std::string& key, const std::string& content) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    blobs_[detail::normalize_key(key)] = std::make_shared<Bytes>(content.begin(), content.end());
+  }
+  // Every key, sorted.
+  std::vector<std::string> keys() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::string> out;
+    for (const auto& kv : blobs_) out.push_back(kv.first);
+    return out;
+  }
+
+  std::string describe(const std::string& key) const override { return "memory://" + detail::normalize_key(key); }
+
+  std::unique_ptr<StoreReader> open(const std::string& key) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blobs_.find(detail::normalize_key(key));
+    if (it == blobs_.end()) throw Error(ErrorKind::not_found, "open failed: no such blob", describe(key));
+    return std::make_unique<Reader>(*this, it->second, describe(key));
+  }
+  std::unique_ptr<StoreWriter> create(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::string k = detail::normalize_key(key);
+    if (blobs_.count(k)) throw Error(ErrorKind::io, "open (create) failed: the blob exists", describe(key));
+    auto bytes = std::make_shared<Bytes>();
+    blobs_[k] = bytes;  // visible (as an empty blob) from now on, as a created file is
+    return std::make_unique<Writer>(const_cast<MemoryStore&>(*this), bytes, describe(key));
+  }
+  bool exists(const std::string& key) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::string k = detail::normalize_key(key);
+    return blobs_.count(k) || has_prefix(k);
+  }
+  bool is_blob(const std::string& key) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return blobs_.count(detail::normalize_key(key)) != 0;
+  }
+  std::vector<StoreEntry> list(const std::string& prefix) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::string p = detail::normalize_key(prefix) + "/";
+    std::map<std::string, bool> names;
+    for (auto it = blobs_.lower_bound(p); it != blobs_.end() && it->first.starts_with(p); ++it) {
+      const std::string rest = it->first.substr(p.size());
+      const auto slash = rest.find('/');
+      if (slash == std::string::npos) names.emplace(rest, false);
+      else names[rest.substr(0, slash)] = true;
+    }
+    std::vector<StoreEntry> out;
+    for (const auto& [name, is_prefix] : names) out.push_back({name, is_prefix});
+    return out;
+  }
+  void remove(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    erase_under(detail::normalize_key(key));
+  }
+
+  // Staging is a prefix beside the final key, "<key>.cairn-staging-<n>"; publishing moves its
+  // blobs under the final key in one step under the lock, so a reader sees the old
+  // checkpoint or the new one.
+  std::unique_ptr<CheckpointStaging> stage(const std::string& key_in, bool overwrite) override {
+    const std::string key = detail::normalize_key(key_in);
+    if (key.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint key");
+    if (is_internal_name(key)) throw Error(ErrorKind::invalid_argument, "checkpoint keys may not contain '" +
+                                           std::string(staging_infix) + "'", describe(key));
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_target(key, overwrite);
+    return std::make_unique<Staging>(*this, key, key + staging_infix + std::to_string(++next_staging_), overwrite);
+  }
+  bool is_internal_name(const std::string& name) const override { return name.find(staging_infix) != std::string::npos; }
+  void remove_checkpoints(const std::vector<std::string>& keys) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& k : keys) erase_under(detail::normalize_key(k));
+  }
+  void write_atomically(const std::string& key, const std::string& content) override {
+    count_and_check(Op::write, describe(key));
+    put(key, content);
+  }
+
+ private:
+  using Bytes = std::vector<unsigned char>;
+  struct Rule {
+    std::uint64_t at = 0;
+    Failure how = Failure::error;
+  };
+  static constexpr const char* staging_infix = ".cairn-staging-";
+
+  // Counts a call; returns how it must fail, or throws for a plain error.
+  std::optional<Failure> count_and_check(Op op, const std::string& what) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return count_locked(op, what);
+  }
+  std::optional<Failure> count_locked(Op op, const std::string& what) const {
+    const std::uint64_t n = ++counts_[op];
+    auto it = rules_.find(op);
+    if (it == rules_.end() || it->second.at != n) return std::nullopt;
+    if (it->second.how == Failure::error) throw Error(ErrorKind::io, std::string(op_name(op)) + " failed (injected)", what);
+    return it->second.how;
+  }
+  static const char* op_name(Op op) {
+    switch (op) {
+      case Op::read: return "read";
+      case Op::write: return "write";
+      case Op::finish: return "fsync";
+      case Op::publish: return "publish";
+    }
+    return "?";
+  }
+
+  bool has_prefix(const std::string& k) const {
+    const std::string p = k + "/";
+    auto it = blobs_.lower_bound(p);
+    return it != blobs_.end() && it->first.starts_with(p);
+  }
+  void erase_under(const std::string& k) {
+    blobs_.erase(k);
+    const std::string p = k + "/";
+    for (auto it = blobs_.lower_bound(p); it != blobs_.end() && it->first.starts_with(p);) it = blobs_.erase(it);
+  }
+  void check_target(const std::string& key, bool overwrite) const {
+    if (blobs_.count(key)) throw Error(ErrorKind::already_exists, "a blob (not a checkpoint) is at this key; cairn will not replace it", describe(key));
+    if (!has_prefix(key)) return;
+    if (blobs_.count(key + "/" + detail::commit_marker_name)) {
+      if (!overwrite) throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", describe(key));
+      return;
+    }
+    throw Error(ErrorKind::already_exists, "this key holds blobs but no cairn checkpoint; cairn will not write into it or "
+                "replace it, even with overwrite", describe(key));
+  }
+
+  class Reader final : public StoreReader {
+   public:
+    Reader(const MemoryStore& store, std::shared_ptr<const Bytes> bytes, std::string name)
+        : store_(store), bytes_(std::move(bytes)), name_(std::move(name)) {}
+    std::uint64_t size() const override { return bytes_->size(); }
+    void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
+      const auto how = store_.count_and_check(Op::read, name_);
+      std::uint64_t size = bytes_->size();
+      if (how == Failure::short_read) size = std::min(size, offset + n / 2);
+      if (offset > size || n > size - offset)
+        throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(size) + ", before the data its metadata "
+                    "describes (truncated?)", name_);
+      if (n) std::memcpy(dst, bytes_->data() + offset, static_cast<std::size_t>(n));
+    }
+
+   private:
+    const MemoryStore& store_;
+    std::shared_ptr<const Bytes> bytes_;
+    std::string name_;
+  };
+
+  class Writer final : public StoreWriter {
+   public:
+    Writer(MemoryStore& store, std::shared_ptr<Bytes> bytes, std::string name)
+        : store_(store), bytes_(std::move(bytes)), name_(std::move(name)) {}
+    void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override {
+      const auto how = store_.count_and_check(Op::write, name_);
+      const std::uint64_t take = how == Failure::torn_write ? n / 2 : n;
+      std::lock_guard<std::mutex> lock(store_.mutex_);
+      if (bytes_->size() < offset + take) bytes_->resize(static_cast<std::size_t>(offset + take));
+      if (take) std::memcpy(bytes_->data() + offset, src, static_cast<std::size_t>(take));
+      if (how == Failure::torn_write) throw Error(ErrorKind::io, "write failed after " + std::to_string(take) + " of " +
+                                                  std::to_string(n) + " bytes (injected torn write)", name_);
+    }
+    void finish(std::uint64_t size) override {
+      store_.count_and_check(Op::finish, name_);
+      std::lock_guard<std::mutex> lock(store_.mutex_);
+      bytes_->resize(static_cast<std::size_t>(size));
+    }
+
+   private:
+    MemoryStore& store_;
+    std::shared_ptr<Bytes> bytes_;
+    std::string name_;
+  };
+
+  class Staging final : public CheckpointStaging {
+   public:
+    Staging(MemoryStore& store, std::string final_key, std::string key, bool overwrite)
+        : store_(store), final_(std::move(final_key)), key_(std::move(key)), overwrite_(overwrite) {}
+    ~Staging() override {
+      if (published_) return;
+      std::lock_guard<std::mutex> lock(store_.mutex_);
+      store_.erase_under(key_);
+    }
+    const std::string& key() const override { return key_; }
+    void publish(const std::map<std::string, std::uint64_t>& expected) override {
+      std::lock_guard<std::mutex> lock(store_.mutex_);
+      store_.count_locked(Op::publish, store_.describe(final_));
+      for (const auto& [name, bytes] : expected) {
+        auto it = store_.blobs_.find(key_ + "/" + name);
+        if (it == store_.blobs_.end() || it->second->size() != bytes)
+          throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
+                      "published", store_.describe(key_ + "/" + name));
+      }
+      store_.check_target(final_, overwrite_);  // again: something may have appeared meanwhile
+      store_.erase_under(final_);
+      const std::string from = key_ + "/";
+      for (auto it = store_.blobs_.lower_bound(from); it != store_.blobs_.end() && it->first.starts_with(from);) {
+        store_.blobs_[final_ + "/" + it->first.substr(from.size())] = it->second;
+        it = store_.blobs_.erase(it);
+      }
+      published_ = true;
+    }
+
+   private:
+    MemoryStore& store_;
+    std::string final_, key_;
+    bool overwrite_ = false, published_ = false;
+  };
+
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Bytes>> blobs_;
+  mutable std::map<Op, std::uint64_t> counts_;
+  std::map<Op, Rule> rules_;
+  std::uint64_t next_staging_ = 0;
 };
 
-struct ItemSnapshot {
-  std::string name;
-  std::string kind = "tree";  // "tree", "json" or "cereal"
-  std::vector<NodeRecord> nodes;
-  std::vector<SnapshotLeaf> leaves;
+CAIRN_END_NAMESPACE
+// ----- end cairn/store/memory_store.hpp -----
+// ----- begin cairn/coordination/coordinator.hpp -----
+// The coordination seam: what a save needs from the processes that take part in it. One
+// process is LocalCoordinator (the default); N ranks in one process are ThreadCoordinator
+// (coordination/thread_coordinator.hpp, for tests); N processes are an MPI communicator
+// (cairn/mpi.hpp, opt-in).
+//
+// Rules every implementation keeps, so that the commit protocol (checkpoint/commit.hpp)
+// needs no change for a new one:
+// - Collectives are called by every rank in the same order, on the thread that called save.
+// - Byte counts are 64-bit: a gather of chunk records may pass 2 GiB (an implementation over
+//   an API with int counts splits it).
+// - A save makes a fixed number of collectives, whatever the number of chunks: no per-chunk
+//   round trips.
 
-  std::uint64_t leaf_bytes() const {
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+class Coordinator {
+ public:
+  virtual ~Coordinator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Rank 0 stages, writes the metadata and publishes.
+  bool is_primary() const { return rank() == 0; }
+
+  virtual void barrier() = 0;
+  // Every rank's bytes, in rank order, on the primary; empty on the other ranks.
+  virtual std::vector<std::string> gather(std::string bytes) = 0;
+  // The primary's bytes, on every rank (the other ranks' argument is ignored).
+  virtual std::string broadcast(std::string bytes) = 0;
+  // True on every rank exactly when `ok` is true on every rank.
+  virtual bool all_agree(bool ok) = 0;
+};
+
+// One process, alone: every collective returns at once.
+class LocalCoordinator final : public Coordinator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void barrier() override {}
+  std::vector<std::string> gather(std::string bytes) override {
+    std::vector<std::string> out;
+    out.push_back(std::move(bytes));
+    return out;
+  }
+  std::string broadcast(std::string bytes) override { return bytes; }
+  bool all_agree(bool ok) override { return ok; }
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/coordination/coordinator.hpp -----
+// ----- begin cairn/coordination/thread_coordinator.hpp -----
+// ThreadCoordinator: N ranks inside one process, one thread each, for tests of the
+// multi-rank commit protocol without MPI. ThreadGroup holds the shared state; each thread
+// takes the coordinator of its rank:
+//
+//   cairn::ThreadGroup group(4);
+//   std::vector<std::thread> ranks;
+//   for (int r = 0; r < 4; ++r)
+//     ranks.emplace_back([&, r] { cairn::save(store, "ckpt", state[r], {.coordinator = &group.rank(r)}); });
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(int size) : slots_(static_cast<std::size_t>(size)) {
+    if (size < 1) throw Error(ErrorKind::invalid_argument, "a ThreadGroup needs at least one rank");
+    for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<Rank>(*this, r));
+  }
+  ThreadGroup(const ThreadGroup&) = delete;
+  ThreadGroup& operator=(const ThreadGroup&) = delete;
+
+  int size() const { return static_cast<int>(ranks_.size()); }
+  Coordinator& rank(int r) { return *ranks_.at(static_cast<std::size_t>(r)); }
+
+ private:
+  class Rank final : public Coordinator {
+   public:
+    Rank(ThreadGroup& g, int r) : group_(g), rank_(r) {}
+    int rank() const override { return rank_; }
+    int size() const override { return group_.size(); }
+    void barrier() override { group_.exchange(rank_, {}); }
+    std::vector<std::string> gather(std::string bytes) override {
+      auto all = group_.exchange(rank_, std::move(bytes));
+      return rank_ == 0 ? all : std::vector<std::string>{};
+    }
+    std::string broadcast(std::string bytes) override { return group_.exchange(rank_, std::move(bytes)).front(); }
+    bool all_agree(bool ok) override {
+      for (const auto& v : group_.exchange(rank_, ok ? "1" : "0"))
+        if (v != "1") return false;
+      return true;
+    }
+
+   private:
+    ThreadGroup& group_;
+    int rank_;
+  };
+
+  // Every rank hands in its bytes and gets everyone's. A round ends only when every rank has
+  // taken the result, so the next round cannot overwrite it early.
+  std::vector<std::string> exchange(int rank, std::string bytes) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return !draining_; });
+    slots_[static_cast<std::size_t>(rank)] = std::move(bytes);
+    const std::uint64_t round = round_;
+    if (++arrived_ == slots_.size()) {
+      result_ = std::move(slots_);
+      slots_.assign(result_.size(), {});
+      draining_ = true;
+      leaving_ = result_.size();
+      ++round_;
+      changed_.notify_all();
+    } else {
+      changed_.wait(lock, [&] { return round_ != round; });
+    }
+    std::vector<std::string> out = result_;
+    if (--leaving_ == 0) {
+      draining_ = false;
+      arrived_ = 0;
+      changed_.notify_all();
+    }
+    return out;
+  }
+
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::string> slots_, result_;
+  std::size_t arrived_ = 0, leaving_ = 0;
+  std::uint64_t round_ = 0;
+  bool draining_ = false;
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/coordination/thread_coordinator.hpp -----
+// ----- begin cairn/checkpoint/options.hpp -----
+// Options of save and load, and the LoadReport that says what a load did.
+
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+// Store the leaves matching `pattern` (a key-path glob, see docs/usage.md) as `dtype`. By
+// default only floating-point leaves are cast, so "params/*" -> bfloat16 leaves integer
+// counters alone.
+struct CastRule {
+  std::string pattern;
+  DType dtype;
+  bool floats_only = true;
+};
+
+struct SaveOptions {
+  bool overwrite = false;             // replace an existing checkpoint (atomically) instead of failing
+  std::vector<CastRule> cast = {};    // first matching rule wins
+  Json user_metadata = Json::object();// any JSON object: epoch, loss, learning rate ...
+  OnOverflow on_overflow = OnOverflow::error;  // for integer casts that do not fit
+  // The ranks taking part: every rank calls save with the same tree, each writes its part,
+  // and the checkpoint commits once (checkpoint/commit.hpp). None: this process alone.
+  Coordinator* coordinator = nullptr;
+};
+
+struct LoadOptions {
+  bool allow_missing = false;          // target leaves absent from the checkpoint are left as they are
+  bool allow_unexpected = false;       // checkpoint leaves the target has no place for are ignored
+  std::vector<std::string> skip = {};  // target leaves (key-path globs) left as they are, not read
+  std::string subtree = {};            // load the checkpoint's subtree at this key path into the target
+  // Convert when the target's dtype differs, where no value can change (int8 -> int32,
+  // bfloat16 -> float32, ...); each cast is reported.
+  bool allow_cast = true;
+  // Keys (key-path globs; "**" for all) that may also take casts that can lose information:
+  // float -> int (rounds toward zero), float64 -> float32 or bfloat16 (rounds), int32 -> int8
+  // (range-checked, see on_overflow). Without a match such a cast is an error naming each key.
+  std::vector<std::string> allow_lossy_cast = {};
+  OnOverflow on_overflow = OnOverflow::error;
+  std::string item = "state";          // which item of the checkpoint holds the tree
+  // Check every chunk's CRC32C (the metadata's are always checked). Turning it off saves the
+  // checksum's CPU time (about 65 ms per GiB here); sizes, offsets and shapes are still checked.
+  bool verify_checksums = true;
+
+  // Both allowances: load what matches, report the rest.
+  static LoadOptions partial() {
+    LoadOptions o;
+    o.allow_missing = o.allow_unexpected = true;
+    return o;
+  }
+};
+
+struct CastRecord {
+  std::string key;
+  DType from;  // as stored
+  DType to;    // as loaded
+};
+
+// What one target shard of a sharded (or chunked) leaf got: its box, where it lives, and the
+// stored chunks' boxes it was filled from.
+struct ShardRead {
+  std::string key;
+  Box box;
+  MemoryKind memory = MemoryKind::host;
+  int device = 0;
+  std::vector<Box> from_chunks;
+};
+
+struct LoadReport {
+  std::vector<std::string> loaded;      // key paths (of the target) whose values were read
+  std::vector<std::string> skipped;     // matched a skip glob: left untouched
+  std::vector<std::string> missing;     // in the target, not in the checkpoint: left untouched
+  std::vector<std::string> unexpected;  // in the checkpoint, not in the target: ignored
+  std::vector<CastRecord> cast;         // leaves converted between dtypes
+  std::uint64_t bytes_read = 0;         // array bytes read from data files
+  std::uint64_t bytes_needed = 0;       // stored bytes of the elements the target asked for
+  // Bytes read from chunks that were needed only in part (a target holding part of a
+  // sharded array): a chunk's checksum covers all of it, so these bytes are not verified.
+  std::uint64_t unverified_bytes = 0;
+  std::vector<ShardRead> shard_reads;   // per target shard of sharded or chunked leaves
+
+  std::string summary() const {
+    std::string s = std::to_string(loaded.size()) + " loaded, " + std::to_string(skipped.size()) + " skipped, " +
+                    std::to_string(missing.size()) + " missing, " + std::to_string(unexpected.size()) +
+                    " unexpected, " + std::to_string(cast.size()) + " cast; " + std::to_string(bytes_read) +
+                    " bytes read\n";
+    auto list = [&](const char* what, const std::vector<std::string>& keys) {
+      for (const auto& k : keys) s += std::string("  ") + what + " " + k + "\n";
+    };
+    list("skipped", skipped);
+    list("missing", missing);
+    list("unexpected", unexpected);
+    for (const auto& c : cast) s += "  cast " + c.key + ": " + dtype_name(c.from) + " -> " + dtype_name(c.to) + "\n";
+    return s;
+  }
+};
+
+struct SaveReport {
+  std::string path;
+  std::size_t leaves = 0;
+  std::uint64_t bytes_written = 0;  // array bytes, without padding and metadata
+  std::vector<CastRecord> cast;     // leaves stored in another dtype than in memory
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/options.hpp -----
+// ----- begin cairn/checkpoint/save.hpp -----
+// save(): a tree to a new checkpoint, in a store or at a path, by one process or by every rank
+// of a coordinator (the protocol is checkpoint/commit.hpp).
+
+#include <exception>
+#include <string>
+
+// ----- begin cairn/checkpoint/commit.hpp -----
+// The commit protocol of a save, top to bottom, for any number of ranks:
+//
+//   1. The primary (rank 0) checks the overwrite rule and stages (Store::stage); every rank
+//      learns the staging key, or every rank throws the primary's error.
+//   2. Every rank writes the leaves it is responsible for into its own data file under the
+//      staging key (checkpoint/leaf_writer.hpp): rank 0 the unsharded leaves, every rank the
+//      shard boxes it is the primary holder of.
+//   3. Every rank makes its data file durable and sends its chunk records (with their CRCs)
+//      and its file's size to the primary, or its error: one gather, whatever the number of
+//      chunks.
+//   4. If every rank succeeded, the primary merges the records, writes _METADATA and
+//      _USER_METADATA, then the commit marker _CHECKPOINT last, and publishes once
+//      (CheckpointStaging::publish checks every file is there with its size first).
+//   5. The primary broadcasts the outcome; every rank returns it: success everywhere, or the
+//      same error everywhere. One rank's failure means nobody publishes, and the primary's
+//      staging (with every rank's files) is removed.
+//
+// With one rank (LocalCoordinator) these are exactly the steps of a single-process save, and
+// the collectives return at once.
+
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+// ----- begin cairn/checkpoint/leaf_writer.hpp -----
+// Writing leaves into a checkpoint's data file: the bytes of each leaf appended to this
+// rank's data file through the store (small leaves gathered into large writes, large ones
+// straight from the caller's memory), casts on save, sharded leaves written box by box by
+// their primary holder, device memory crossing to the host through two pinned buffers.
+
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+// ----- begin cairn/format/files.hpp -----
+// The files of a checkpoint directory, and reading its metadata safely. Everything read here
+// is untrusted: sizes are capped, the metadata's CRC is checked against the commit marker,
+// JSON nesting is bounded before cereal parses it, and every record is cross-checked.
+//
+//   <checkpoint>/_CHECKPOINT      commit marker, written last (format, version, CRCs of the two below)
+//   <checkpoint>/_METADATA        tree structure, dtypes, shapes, chunk locations (cereal JSON)
+//   <checkpoint>/_USER_METADATA   the caller's JSON object
+//   <checkpoint>/data-<process>-<n>.bin   array bytes
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+
+#include <cereal/archives/json.hpp>
+
+// ----- begin cairn/format/records.hpp -----
+// The checkpoint metadata as C++ records (docs/format.md is their specification), and their
+// cereal serialization as JSON. CheckpointMetadata is also what cairn::metadata() returns.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <optional>
+#include <string_view>
+#include <type_traits>
+
+#include <cereal/archives/json.hpp>
+#include <cereal/cereal.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+inline constexpr int format_version = 1;
+
+// One stored piece of a leaf: an index box of the global array, and where its bytes are.
+// An unsharded leaf has one chunk covering the whole array; sharded arrays have several.
+struct ChunkRecord {
+  Shape start;                 // first index of the box, per dimension
+  Shape shape;                 // extent of the box
+  std::string file;            // data file name, inside the checkpoint directory
+  std::uint64_t offset = 0;    // byte offset in the file
+  std::uint64_t nbytes = 0;    // stored bytes (box elements * dtype size)
+  std::uint32_t crc32c = 0;    // CRC32C of those bytes
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(CEREAL_NVP(start), CEREAL_NVP(shape), CEREAL_NVP(file), CEREAL_NVP(offset), CEREAL_NVP(nbytes),
+       CEREAL_NVP(crc32c));
+  }
+};
+
+struct LeafRecord {
+  KeyPath path;
+  DType dtype = DType::float32;      // as stored
+  DType saved_from = DType::float32; // the in-memory dtype at save time (differs when cast on save)
+  Shape shape;                       // logical (global) shape
+  Order order = Order::C;            // memory order of every chunk's bytes
+  std::vector<ChunkRecord> chunks;
+  std::optional<NamedSharding> sharding;  // how the array was sharded when saved (sharded leaves only)
+
+  std::string key() const { return path.str(); }
+  std::uint64_t nbytes() const { return byte_count(shape, dtype_size(dtype)); }
+};
+
+struct NodeRecord {
+  KeyPath path;
+  NodeKind kind = NodeKind::struct_;
+};
+
+// What an item holds: a tree of nodes and leaves, a JSON value (one string leaf), or an
+// object in a portable binary cereal archive (one uint8 leaf). Stored by name.
+enum class ItemKind : char { tree, json, cereal };
+
+inline const char* item_kind_name(ItemKind k) {
+  switch (k) {
+    case ItemKind::tree: return "tree";
+    case ItemKind::json: return "json";
+    case ItemKind::cereal: return "cereal";
+  }
+  return "?";
+}
+
+// A named item of a checkpoint.
+struct ItemRecord {
+  std::string name;
+  ItemKind kind = ItemKind::tree;
+  std::vector<NodeRecord> nodes;  // inner nodes, pre-order (the root has the empty path)
+  std::vector<LeafRecord> leaves; // leaves in tree order
+
+  const LeafRecord* find_leaf(std::string_view key) const {
+    for (const auto& l : leaves)
+      if (l.key() == key) return &l;
+    return nullptr;
+  }
+};
+
+struct CheckpointMetadata {
+  int format_version = cairn::format_version;
+  std::string library_version;
+  std::int64_t created_unix_ms = 0;
+  std::string created;             // ISO 8601, UTC
+  std::vector<std::string> data_files;
+  std::vector<ItemRecord> items;
+  Json user_metadata = Json::object();  // the caller's object, from its own file
+
+  const ItemRecord* find_item(std::string_view name) const {
+    for (const auto& i : items)
+      if (i.name == name) return &i;
+    return nullptr;
+  }
+  // The leaves of the main tree item ("state").
+  const std::vector<LeafRecord>& leaves() const;
+  std::uint64_t total_bytes() const {
     std::uint64_t n = 0;
-    for (const auto& l : leaves) n += l.view.nbytes;
+    for (const auto& i : items)
+      for (const auto& l : i.leaves)
+        for (const auto& c : l.chunks) n += c.nbytes;
     return n;
   }
+  // One line per leaf: "params/dense/kernel: float32[3, 4] (F order)".
+  std::string summary() const;
 };
 
-// Views into the tree's own memory; nothing is copied.
-template <class T>
-ItemSnapshot view_tree(const std::string& name, const T& tree) {
-  ItemSnapshot s;
-  s.name = name;
-  walk_tree(
-      tree,
-      [&](const auto&, const KeyPath& p, NodeKind k) {
-        s.nodes.push_back({p, k});
-        return true;
-      },
-      [&](const auto& value, const KeyPath& p) {
-        s.leaves.push_back({p, leaf_traits<std::remove_cvref_t<decltype(value)>>::view(value)});
-      });
+inline const char* default_item_name = "state";
+
+inline const std::vector<LeafRecord>& CheckpointMetadata::leaves() const {
+  static const std::vector<LeafRecord> none;
+  const ItemRecord* item = find_item(default_item_name);
+  return item ? item->leaves : none;
+}
+
+inline std::string CheckpointMetadata::summary() const {
+  std::string s = "cairn checkpoint (format " + std::to_string(format_version) + ", created " + created + ")\n";
+  for (const auto& item : items) {
+    s += "item '" + item.name + "' (" + item_kind_name(item.kind) + ", " + std::to_string(item.leaves.size()) + " leaves)\n";
+    for (const auto& l : item.leaves) {
+      s += "  " + l.key() + ": " + dtype_name(l.dtype) + to_string(l.shape);
+      if (l.shape.size() >= 2 && l.order == Order::F) s += " F-order";
+      if (l.saved_from != l.dtype) s += std::string(" (cast from ") + dtype_name(l.saved_from) + ")";
+      if (l.chunks.size() > 1) s += " in " + std::to_string(l.chunks.size()) + " chunks";
+      if (l.sharding) s += ", sharded over " + l.sharding->describe();
+      s += "\n";
+    }
+  }
+  if (user_metadata.size()) s += "user metadata: " + user_metadata.dump() + "\n";
   return s;
 }
 
-// Makes a view own a copy of its bytes.
-inline void own_copy(LeafView& v) {
-  if (!v.shards.empty()) {
-    // Each box once (replicas are not written), in host memory.
-    auto copies = std::make_shared<std::vector<std::unique_ptr<unsigned char[]>>>();
-    std::vector<ShardView> kept;
-    const std::size_t item = dtype_size(v.dtype);
-    for (const auto& s : v.shards) {
-      if (!s.primary) continue;
-      const auto n = static_cast<std::size_t>(s.box.elements() * item);
-      copies->push_back(std::make_unique<unsigned char[]>(std::max<std::size_t>(n, 1)));
-      copy_bytes(copies->back().get(), MemoryKind::host, s.data, s.memory, n);
-      kept.push_back({s.box, copies->back().get(), MemoryKind::host, 0, true});
+// ---- cereal (JSON) forms. Loading validates what a record can check on its own; the
+// cross-checks against files and shapes are in validate.hpp. ----
+
+namespace detail {
+[[noreturn]] inline void bad_record(const std::string& what) { throw Error(ErrorKind::corrupt, what); }
+
+inline NodeKind node_kind_from_name(const std::string& s) {
+  for (NodeKind k : {NodeKind::struct_, NodeKind::sequence, NodeKind::map, NodeKind::tuple, NodeKind::optional,
+                     NodeKind::custom})
+    if (s == node_kind_name(k)) return k;
+  bad_record("unknown node kind '" + s + "'");
+}
+
+inline ItemKind item_kind_from_name(const std::string& s) {
+  for (ItemKind k : {ItemKind::tree, ItemKind::json, ItemKind::cereal})
+    if (s == item_kind_name(k)) return k;
+  bad_record("unknown item kind '" + s + "'");
+}
+
+inline DType stored_dtype(const std::string& s) {
+  DType d;
+  if (!parse_dtype(s, d)) bad_record("unknown dtype '" + s + "'");
+  return d;
+}
+}  // namespace detail
+
+// A sharding as stored: {"mesh": {"axes", "shape", "memory", "device_ids"}, "spec": [[axes] per dim]}.
+struct StoredSharding {
+  std::vector<std::string> axes;
+  std::vector<std::int64_t> shape;
+  std::string memory = "host";
+  std::vector<int> device_ids;
+  std::vector<std::vector<std::string>> spec;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(cereal::make_nvp("mesh_axes", axes), cereal::make_nvp("mesh_shape", shape), cereal::make_nvp("memory", memory),
+       cereal::make_nvp("device_ids", device_ids), cereal::make_nvp("spec", spec));
+  }
+
+  static StoredSharding from(const NamedSharding& s) {
+    StoredSharding r;
+    for (const auto& a : s.mesh.axes()) { r.axes.push_back(a.name); r.shape.push_back(a.size); }
+    r.memory = s.mesh.devices().empty() ? "host" : memory_kind_name(s.mesh.devices().front().memory);
+    for (const auto& d : s.mesh.devices()) r.device_ids.push_back(d.id);
+    for (const auto& d : s.spec.dims()) r.spec.push_back(d.axes);
+    return r;
+  }
+  // Checks everything (the record is untrusted); throws corrupt.
+  NamedSharding to_sharding(std::size_t rank) const {
+    try {
+      if (axes.size() != shape.size()) throw Error(ErrorKind::corrupt, "mesh_axes and mesh_shape differ in length");
+      if (memory != "host" && memory != "device") throw Error(ErrorKind::corrupt, "unknown memory '" + memory + "'");
+      const MemoryKind m = memory == "host" ? MemoryKind::host : MemoryKind::device;
+      std::vector<MeshAxis> mesh_axes;
+      for (std::size_t i = 0; i < axes.size(); ++i) mesh_axes.push_back({axes[i], shape[i]});
+      std::vector<Device> devices;
+      for (int id : device_ids) devices.push_back({m, id, 0});
+      std::vector<PartitionSpec::Dim> dims;
+      for (const auto& d : spec) dims.emplace_back(d);
+      NamedSharding s(Mesh(std::move(mesh_axes), std::move(devices)), PartitionSpec(std::move(dims)));
+      s.validate(rank);
+      return s;
+    } catch (const Error& e) {
+      throw Error(ErrorKind::corrupt, "bad sharding record: " + e.message());
     }
-    v.shards = std::move(kept);
-    v.owner = copies;
+  }
+};
+
+template <class Archive>
+void save(Archive& ar, const LeafRecord& l) {
+  ar(cereal::make_nvp("key", l.path.str()), cereal::make_nvp("key_kinds", l.path.kinds()),
+     cereal::make_nvp("dtype", std::string(dtype_name(l.dtype))),
+     cereal::make_nvp("saved_from", std::string(dtype_name(l.saved_from))), cereal::make_nvp("shape", l.shape),
+     cereal::make_nvp("order", std::string(1, static_cast<char>(l.order))), cereal::make_nvp("chunks", l.chunks));
+  if (l.sharding) ar(cereal::make_nvp("sharding", StoredSharding::from(*l.sharding)));
+}
+template <class Archive>
+void load(Archive& ar, LeafRecord& l) {
+  std::string key, kinds, dtype, saved_from, order;
+  ar(cereal::make_nvp("key", key), cereal::make_nvp("key_kinds", kinds), cereal::make_nvp("dtype", dtype),
+     cereal::make_nvp("saved_from", saved_from), cereal::make_nvp("shape", l.shape), cereal::make_nvp("order", order),
+     cereal::make_nvp("chunks", l.chunks));
+  l.path = KeyPath::from_stored(key, kinds);
+  l.dtype = detail::stored_dtype(dtype);
+  l.saved_from = detail::stored_dtype(saved_from);
+  if (order != "C" && order != "F") detail::bad_record("key '" + key + "': unknown order '" + order + "'");
+  l.order = static_cast<Order>(order[0]);
+  // "sharding" is optional and follows "chunks" (readers of format 1 before it ignore it).
+  if constexpr (std::is_same_v<Archive, cereal::JSONInputArchive>) {
+    const char* next = ar.getNodeName();
+    if (next && std::string_view(next) == "sharding") {
+      StoredSharding s;
+      ar(cereal::make_nvp("sharding", s));
+      try {
+        l.sharding = s.to_sharding(l.shape.size());
+      } catch (const Error& e) {
+        throw Error(e.kind(), e.message(), {}, key);
+      }
+    }
+  }
+}
+
+template <class Archive>
+void save(Archive& ar, const NodeRecord& n) {
+  ar(cereal::make_nvp("key", n.path.str()), cereal::make_nvp("key_kinds", n.path.kinds()),
+     cereal::make_nvp("kind", std::string(node_kind_name(n.kind))));
+}
+template <class Archive>
+void load(Archive& ar, NodeRecord& n) {
+  std::string key, kinds, kind;
+  ar(cereal::make_nvp("key", key), cereal::make_nvp("key_kinds", kinds), cereal::make_nvp("kind", kind));
+  n.path = KeyPath::from_stored(key, kinds);
+  n.kind = detail::node_kind_from_name(kind);
+}
+
+template <class Archive>
+void save(Archive& ar, const ItemRecord& i) {
+  ar(cereal::make_nvp("name", i.name), cereal::make_nvp("kind", std::string(item_kind_name(i.kind))),
+     cereal::make_nvp("nodes", i.nodes), cereal::make_nvp("leaves", i.leaves));
+}
+template <class Archive>
+void load(Archive& ar, ItemRecord& i) {
+  std::string kind;
+  ar(cereal::make_nvp("name", i.name), cereal::make_nvp("kind", kind), cereal::make_nvp("nodes", i.nodes),
+     cereal::make_nvp("leaves", i.leaves));
+  i.kind = detail::item_kind_from_name(kind);
+}
+
+// The metadata file holds everything but the user metadata, which has a file of its own.
+template <class Archive>
+void save(Archive& ar, const CheckpointMetadata& m) {
+  ar(cereal::make_nvp("format", std::string("cairn")), cereal::make_nvp("format_version", m.format_version),
+     cereal::make_nvp("library_version", m.library_version), cereal::make_nvp("created_unix_ms", m.created_unix_ms),
+     cereal::make_nvp("created", m.created), cereal::make_nvp("data_files", m.data_files),
+     cereal::make_nvp("items", m.items));
+}
+template <class Archive>
+void load(Archive& ar, CheckpointMetadata& m) {
+  std::string format;
+  ar(cereal::make_nvp("format", format), cereal::make_nvp("format_version", m.format_version));
+  if (format != "cairn") detail::bad_record("not a cairn metadata file (format '" + format + "')");
+  if (m.format_version > cairn::format_version || m.format_version < 1)
+    throw Error(ErrorKind::unsupported_version, "format version " + std::to_string(m.format_version) +
+                " (this cairn reads up to " + std::to_string(cairn::format_version) + ")");
+  ar(cereal::make_nvp("library_version", m.library_version), cereal::make_nvp("created_unix_ms", m.created_unix_ms),
+     cereal::make_nvp("created", m.created), cereal::make_nvp("data_files", m.data_files),
+     cereal::make_nvp("items", m.items));
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/format/records.hpp -----
+// ----- begin cairn/io/crc32c.hpp -----
+// CRC32C (Castagnoli), the checksum of every stored chunk and metadata file. x86-64 uses the
+// SSE4.2 crc32 instruction (chosen at run time, no compile flags needed), three streams at
+// once to hide its latency; elsewhere a slice-by-8 table. Both give the same values.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__)
+#define CAIRN_CRC32C_X86 1
+#include <nmmintrin.h>
+#endif
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr std::uint32_t crc32c_poly = 0x82F63B78u;  // reflected Castagnoli polynomial
+
+using crc_tables = std::array<std::array<std::uint32_t, 256>, 8>;
+
+constexpr crc_tables make_crc32c_tables() {
+  crc_tables t{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ crc32c_poly : c >> 1;
+    t[0][i] = c;
+  }
+  for (std::uint32_t i = 0; i < 256; ++i)
+    for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
+  return t;
+}
+
+inline const crc_tables& crc32c_table() {
+  static constexpr crc_tables tables = make_crc32c_tables();
+  return tables;
+}
+
+inline std::uint32_t crc32c_software(std::uint32_t crc, const unsigned char* p, std::size_t n) {
+  const auto& t = crc32c_table();
+  while (n >= 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p, 8);
+    w ^= crc;
+    crc = t[7][w & 0xff] ^ t[6][(w >> 8) & 0xff] ^ t[5][(w >> 16) & 0xff] ^ t[4][(w >> 24) & 0xff] ^
+          t[3][(w >> 32) & 0xff] ^ t[2][(w >> 40) & 0xff] ^ t[1][(w >> 48) & 0xff] ^ t[0][w >> 56];
+    p += 8;
+    n -= 8;
+  }
+  while (n--) crc = (crc >> 8) ^ t[0][(crc ^ *p++) & 0xff];
+  return crc;
+}
+
+// crc of `len` zero bytes appended: multiply by x^(8*len) mod P, to combine stream CRCs.
+inline std::uint32_t crc32c_shift(std::uint32_t crc, std::size_t len) {
+  // GF(2) matrix squaring, as in zlib's crc32_combine, for the Castagnoli polynomial.
+  auto times = [](const std::uint32_t* mat, std::uint32_t vec) {
+    std::uint32_t sum = 0;
+    for (int i = 0; vec; ++i, vec >>= 1)
+      if (vec & 1) sum ^= mat[i];
+    return sum;
+  };
+  auto square = [&](std::uint32_t* sq, const std::uint32_t* mat) {
+    for (int n = 0; n < 32; ++n) sq[n] = times(mat, mat[n]);
+  };
+  std::uint32_t even[32], odd[32];
+  odd[0] = crc32c_poly;
+  for (int n = 1; n < 32; ++n) odd[n] = 1u << (n - 1);
+  square(even, odd);  // 2 zero bits
+  square(odd, even);  // 4 zero bits
+  do {
+    square(even, odd);
+    if (len & 1) crc = times(even, crc);
+    len >>= 1;
+    if (!len) break;
+    square(odd, even);
+    if (len & 1) crc = times(odd, crc);
+    len >>= 1;
+  } while (len);
+  return crc;
+}
+
+// Shifting by the 8 KiB stream block is linear in the register, so it is four table look-ups.
+inline constexpr std::size_t crc32c_stream_block = 8192;
+inline std::uint32_t crc32c_shift_block(std::uint32_t crc) {
+  static const auto table = [] {
+    std::array<std::array<std::uint32_t, 256>, 4> t{};
+    for (int byte = 0; byte < 4; ++byte)
+      for (std::uint32_t v = 0; v < 256; ++v) t[byte][v] = crc32c_shift(v << (8 * byte), crc32c_stream_block);
+    return t;
+  }();
+  return table[0][crc & 0xff] ^ table[1][(crc >> 8) & 0xff] ^ table[2][(crc >> 16) & 0xff] ^ table[3][crc >> 24];
+}
+
+#ifdef CAIRN_CRC32C_X86
+__attribute__((target("sse4.2"))) inline std::uint32_t crc32c_hardware(std::uint32_t crc, const unsigned char* p,
+                                                                        std::size_t n) {
+  std::uint64_t c0 = crc;
+  // Three independent streams over large inputs: the instruction has latency 3, throughput 1.
+  constexpr std::size_t block = crc32c_stream_block;
+  while (n >= 3 * block) {
+    std::uint64_t c1 = 0, c2 = 0;
+    const unsigned char* a = p;
+    const unsigned char* b = p + block;
+    const unsigned char* c = p + 2 * block;
+    for (std::size_t i = 0; i < block; i += 8) {
+      std::uint64_t wa, wb, wc;
+      std::memcpy(&wa, a + i, 8);
+      std::memcpy(&wb, b + i, 8);
+      std::memcpy(&wc, c + i, 8);
+      c0 = _mm_crc32_u64(c0, wa);
+      c1 = _mm_crc32_u64(c1, wb);
+      c2 = _mm_crc32_u64(c2, wc);
+    }
+    c0 = crc32c_shift_block(static_cast<std::uint32_t>(c0)) ^ c1;
+    c0 = crc32c_shift_block(static_cast<std::uint32_t>(c0)) ^ c2;
+    p += 3 * block;
+    n -= 3 * block;
+  }
+  while (n >= 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p, 8);
+    c0 = _mm_crc32_u64(c0, w);
+    p += 8;
+    n -= 8;
+  }
+  std::uint32_t c32 = static_cast<std::uint32_t>(c0);
+  while (n--) c32 = _mm_crc32_u8(c32, *p++);
+  return c32;
+}
+
+inline bool cpu_has_sse42() {
+  static const bool has = __builtin_cpu_supports("sse4.2");
+  return has;
+}
+#endif
+
+}  // namespace detail
+
+// Extend a running CRC32C (start with 0) by n bytes.
+inline std::uint32_t crc32c_extend(std::uint32_t crc, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+#ifdef CAIRN_CRC32C_X86
+  if (detail::cpu_has_sse42()) return ~detail::crc32c_hardware(crc, p, n);
+#endif
+  return ~detail::crc32c_software(crc, p, n);
+}
+
+inline std::uint32_t crc32c(const void* data, std::size_t n) { return crc32c_extend(0, data, n); }
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/io/crc32c.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr const char* marker_file = commit_marker_name;
+inline constexpr const char* metadata_file = "_METADATA";
+inline constexpr const char* user_metadata_file = "_USER_METADATA";
+inline constexpr std::uint64_t max_metadata_bytes = std::uint64_t{1} << 30;
+inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
+inline constexpr int max_metadata_depth = 32;
+// Pairs of chunks compared for overlap in a leaf whose chunks are not a grid (cairn writes
+// only grids): about a second of work at most.
+inline constexpr std::uint64_t max_overlap_checks = std::uint64_t{1} << 26;
+
+// Small leaves are gathered into one buffer and written (and read) together: 10,000 leaves of
+// a few KiB would otherwise be 10,000 system calls. Large ones go straight between the file
+// and the caller's memory, with no copy.
+inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
+
+inline std::string data_file_name(int process, int index) {
+  return "data-" + std::to_string(process) + "-" + std::to_string(index) + ".bin";
+}
+
+// Data file names come from untrusted metadata: only plain names, never a path out of the
+// checkpoint directory.
+inline bool is_plain_file_name(const std::string& name) {
+  if (name.empty() || name.size() > 255 || name[0] == '.') return false;
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+// Maximum nesting of [ and { outside strings; rapidjson (under cereal) parses recursively,
+// so deeply nested input must be refused before it gets there.
+inline int json_depth(std::string_view s) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+// cairn's metadata holds integers only. rapidjson (under cereal) parses a number too large
+// for 64 bits as a double, and that path has undefined behaviour on some inputs, so every
+// number token outside strings must be an integer that fits: at most 20 digits, within
+// [-2^63, 2^64 - 1]. Returns the first offending token, or "" when all are fine.
+inline std::string first_bad_json_number(std::string_view s) {
+  bool in_string = false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') { in_string = true; continue; }
+    if (c != '-' && c != '+' && c != '.' && !(c >= '0' && c <= '9')) continue;  // not a number's start
+    std::size_t j = i;
+    while (j < s.size() && (s[j] == '-' || s[j] == '+' || s[j] == '.' || s[j] == 'e' || s[j] == 'E' ||
+                            (s[j] >= '0' && s[j] <= '9')))
+      ++j;
+    const std::string_view tok = s.substr(i, j - i);
+    const bool negative = tok[0] == '-';
+    const std::string_view digits = negative ? tok.substr(1) : tok;
+    bool ok = !digits.empty() && digits.size() <= 20;
+    for (char d : digits) ok = ok && d >= '0' && d <= '9';
+    if (ok && digits.size() >= 19) {
+      const std::string_view limit = negative ? "9223372036854775808" : "18446744073709551615";
+      ok = digits.size() < limit.size() || (digits.size() == limit.size() && digits <= limit);
+    }
+    if (!ok) return std::string(tok.substr(0, 40));
+    i = j - 1;
+  }
+  return {};
+}
+
+struct FileDigest {
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32c = 0;
+};
+
+inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
+  auto digest = [](const FileDigest& d) {
+    return Json::object({{"bytes", static_cast<std::int64_t>(d.bytes)}, {"crc32c", static_cast<std::int64_t>(d.crc32c)}});
+  };
+  return Json::object({{"format", "cairn"},
+                       {"format_version", cairn::format_version},
+                       {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
+}
+
+// Whether the blobs under `key` are a committed checkpoint (its marker is a blob; what the
+// marker holds is checked on read).
+inline bool is_committed_checkpoint(const Store& store, const std::string& key) {
+  return store.is_blob(join_key(key, marker_file));
+}
+
+// When `key` is not a checkpoint but a Checkpointer's root (it holds checkpoints), a message
+// saying so and how to load one; "" otherwise.
+inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
+  std::vector<std::string> steps;
+  for (const auto& e : store.list(key))
+    if (e.is_prefix && !store.is_internal_name(e.name) && is_committed_checkpoint(store, join_key(key, e.name)))
+      steps.push_back(e.name);
+  if (steps.empty()) return {};
+  std::sort(steps.begin(), steps.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;  // numeric order for plain step numbers
+  });
+  std::string list;
+  for (std::size_t i = 0; i < steps.size() && i < 8; ++i) list += (i ? ", " : "") + steps[i];
+  if (steps.size() > 8) list += ", ... (" + std::to_string(steps.size()) + " in all)";
+  return "this is a directory of checkpoints (a Checkpointer root holding " + list +
+         "), not one checkpoint: load one of them, such as " + store.describe(join_key(key, steps.back())) +
+         ", or the latest with cairn::Checkpointer(\"" + store.describe(key) + "\").load(target)";
+}
+
+// Checks a checkpoint's commit marker and returns the digests it records.
+inline std::map<std::string, FileDigest> read_marker(const Store& store, const std::string& key) {
+  const std::string dir = store.describe(key);
+  const std::string marker_key = join_key(key, marker_file);
+  const std::string path = store.describe(marker_key);
+  if (!store.exists(marker_key)) {
+    if (!store.exists(key)) throw Error(ErrorKind::not_found, "no checkpoint at this path (nothing is there)", dir);
+    if (store.is_blob(key)) throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
+    if (std::string root = describe_checkpointer_root(store, key); !root.empty()) throw Error(ErrorKind::not_found, root, dir);
+    throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
+                " file: not a cairn checkpoint, or a save that did not commit", dir);
+  }
+  Json marker = Json::parse(read_blob(store, marker_key, max_marker_bytes), path);
+  try {
+    if (!marker.is_object() || !marker.contains("format") || marker.at("format").as_string() != "cairn")
+      throw Error(ErrorKind::corrupt, "not a cairn commit marker", path);
+    const std::int64_t version = marker.at("format_version").as_int();
+    if (version < 1 || version > cairn::format_version)
+      throw Error(ErrorKind::unsupported_version, "format version " + std::to_string(version) +
+                  " (this cairn reads up to " + std::to_string(cairn::format_version) + ")", path);
+    std::map<std::string, FileDigest> out;
+    for (const auto& [name, d] : marker.at("files").items()) {
+      const std::int64_t bytes = d.at("bytes").as_int(), crc = d.at("crc32c").as_int();
+      if (bytes < 0 || crc < 0 || crc > 0xffffffffLL) throw Error(ErrorKind::corrupt, "bad digest for " + name, path);
+      out[name] = {static_cast<std::uint64_t>(bytes), static_cast<std::uint32_t>(crc)};
+    }
+    return out;
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::corrupt || e.kind() == ErrorKind::unsupported_version) throw e.with_file(path);
+    throw Error(ErrorKind::corrupt, "malformed commit marker: " + e.message(), path);
+  }
+}
+
+// Reads a file named in the marker and checks its size and CRC32C.
+inline std::string read_verified(const Store& store, const std::string& key,
+                                 const std::map<std::string, FileDigest>& digests, const char* name, std::uint64_t limit) {
+  const std::string blob = join_key(key, name);
+  const std::string path = store.describe(blob);
+  auto it = digests.find(name);
+  if (it == digests.end()) throw Error(ErrorKind::corrupt, std::string("commit marker does not list ") + name, store.describe(key));
+  std::string content = read_blob(store, blob, limit);
+  if (content.size() != it->second.bytes)
+    throw Error(ErrorKind::corrupt, "file is " + std::to_string(content.size()) + " bytes, the commit marker says " +
+                std::to_string(it->second.bytes), path);
+  const std::uint32_t crc = crc32c(content.data(), content.size());
+  if (crc != it->second.crc32c)
+    throw Error(ErrorKind::corrupt, "checksum mismatch (CRC32C " + std::to_string(crc) + ", the commit marker says " +
+                std::to_string(it->second.crc32c) + ")", path);
+  return content;
+}
+
+inline bool boxes_overlap(const ChunkRecord& a, const ChunkRecord& b) {
+  for (std::size_t d = 0; d < a.start.size(); ++d) {
+    if (a.start[d] + a.shape[d] <= b.start[d] || b.start[d] + b.shape[d] <= a.start[d]) return false;
+  }
+  return true;
+}
+
+// No two non-empty chunk boxes of a leaf share an element. `fail` throws.
+//
+// Every layout cairn writes is a grid: the cuts of each dimension are the chunks' starts and
+// ends, and each chunk is exactly one cell of that grid. Then two chunks overlap exactly when
+// they are the same cell, found by sorting the cells: O(n log n) for any number of chunks
+// (40,000 column strips took 12 s with a sweep). Any other layout goes through a sweep over
+// chunks sorted by their start in dimension 0, bounded in work so a hostile file cannot
+// make it quadratic.
+template <class Fail>
+void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < l.chunks.size(); ++i)
+    if (element_count(l.chunks[i].shape) > 0) order.push_back(i);
+  auto overlap = [&](std::size_t a, std::size_t b) {
+    fail("chunks " + std::to_string(std::min(a, b)) + " and " + std::to_string(std::max(a, b)) + " overlap", key);
+  };
+  if (l.shape.empty()) {
+    if (order.size() > 1) overlap(order[0], order[1]);
     return;
   }
-  if (v.nbytes == 0) return;
-  std::shared_ptr<unsigned char[]> copy(new unsigned char[static_cast<std::size_t>(v.nbytes)]);
-  std::memcpy(copy.get(), v.data, static_cast<std::size_t>(v.nbytes));
-  v.data = copy.get();
-  v.owner = std::shared_ptr<const void>(copy, copy.get());
+  const std::size_t rank = l.shape.size();
+  std::vector<std::vector<std::int64_t>> cuts(rank);
+  for (std::size_t i : order)
+    for (std::size_t d = 0; d < rank; ++d) {
+      cuts[d].push_back(l.chunks[i].start[d]);
+      cuts[d].push_back(l.chunks[i].start[d] + l.chunks[i].shape[d]);
+    }
+  for (auto& c : cuts) {
+    std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+  }
+  std::vector<std::size_t> cells(order.size() * rank);
+  bool grid = true;
+  for (std::size_t k = 0; k < order.size() && grid; ++k) {
+    const ChunkRecord& c = l.chunks[order[k]];
+    for (std::size_t d = 0; d < rank; ++d) {
+      const auto first = std::lower_bound(cuts[d].begin(), cuts[d].end(), c.start[d]);
+      if (first + 1 == cuts[d].end() || *(first + 1) != c.start[d] + c.shape[d]) { grid = false; break; }
+      cells[k * rank + d] = static_cast<std::size_t>(first - cuts[d].begin());
+    }
+  }
+  if (grid) {
+    std::vector<std::size_t> by_cell(order.size());
+    for (std::size_t k = 0; k < by_cell.size(); ++k) by_cell[k] = k;
+    auto cell_less = [&](std::size_t a, std::size_t b) {
+      return std::lexicographical_compare(cells.begin() + a * rank, cells.begin() + (a + 1) * rank,
+                                          cells.begin() + b * rank, cells.begin() + (b + 1) * rank);
+    };
+    std::sort(by_cell.begin(), by_cell.end(), cell_less);
+    for (std::size_t k = 1; k < by_cell.size(); ++k)
+      if (!cell_less(by_cell[k - 1], by_cell[k])) overlap(order[by_cell[k - 1]], order[by_cell[k]]);
+    return;
+  }
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return l.chunks[a].start[0] < l.chunks[b].start[0]; });
+  std::uint64_t work = 0;
+  for (std::size_t a = 0; a < order.size(); ++a) {
+    const ChunkRecord& x = l.chunks[order[a]];
+    for (std::size_t b = a + 1; b < order.size() && l.chunks[order[b]].start[0] < x.start[0] + x.shape[0]; ++b) {
+      if (++work > max_overlap_checks)
+        fail("the " + std::to_string(order.size()) + " chunks do not form a grid and are too many to check for "
+             "overlap", key);
+      if (boxes_overlap(x, l.chunks[order[b]])) overlap(order[a], order[b]);
+    }
+  }
 }
 
-// An item that is one array of bytes (JSON text, a cereal archive), owning them.
-inline ItemSnapshot bytes_item(const std::string& name, const std::string& kind, DType dtype, std::string bytes) {
-  ItemSnapshot s;
-  s.name = name;
-  s.kind = kind;
-  auto owned = std::make_shared<std::string>(std::move(bytes));
-  LeafView v{dtype, {static_cast<std::int64_t>(owned->size())}, Order::C, owned->data(), owned->size(), owned};
-  s.leaves.push_back({KeyPath(), std::move(v)});
-  return s;
+// Cross-checks of the records against each other: unique keys, sane shapes, chunks inside
+// their array and covering it exactly once, byte ranges that neither overflow nor overlap.
+// `path` names the metadata file in errors.
+inline void validate_metadata(const CheckpointMetadata& m, const std::string& path) {
+  auto fail = [&](const std::string& why, const std::string& key = {}) {
+    throw Error(ErrorKind::corrupt, why, path, key);
+  };
+  std::unordered_set<std::string> files;
+  for (const auto& f : m.data_files) {
+    if (!is_plain_file_name(f)) fail("data file name '" + f + "' is not a plain file name");
+    if (!files.insert(f).second) fail("data file '" + f + "' listed twice");
+  }
+  std::map<std::string, std::vector<std::pair<std::uint64_t, std::uint64_t>>> ranges;
+  std::unordered_set<std::string> item_names;
+  for (const auto& item : m.items) {
+    if (item.name.empty() || !item_names.insert(item.name).second) fail("empty or repeated item name '" + item.name + "'");
+    std::unordered_set<std::string> keys;
+    for (const auto& n : item.nodes)
+      if (!keys.insert(n.path.str()).second) fail("key path listed twice", n.path.str());
+    for (const auto& l : item.leaves) {
+      const std::string key = l.key();
+      if (!keys.insert(key).second) fail("key path listed twice", key);
+      try {
+        const std::uint64_t count = element_count(l.shape);
+        (void)byte_count(l.shape, dtype_size(l.dtype));
+        if (l.chunks.empty() && count > 0) fail("leaf has no chunks", key);
+        std::uint64_t covered = 0;
+        for (std::size_t i = 0; i < l.chunks.size(); ++i) {
+          const auto& c = l.chunks[i];
+          if (c.start.size() != l.shape.size() || c.shape.size() != l.shape.size())
+            fail("chunk " + std::to_string(i) + " has rank " + std::to_string(c.shape.size()) + ", the array " +
+                 std::to_string(l.shape.size()), key);
+          if (!box_inside(Box{c.start, c.shape}, l.shape))
+            fail("chunk " + std::to_string(i) + " box (start " + to_string(c.start) + ", shape " + to_string(c.shape) +
+                 ") lies outside the array shape " + to_string(l.shape), key);
+          if (c.nbytes != byte_count(c.shape, dtype_size(l.dtype)))
+            fail("chunk " + std::to_string(i) + " says " + std::to_string(c.nbytes) + " bytes, its box holds " +
+                 std::to_string(byte_count(c.shape, dtype_size(l.dtype))), key);
+          if (!files.count(c.file)) fail("chunk " + std::to_string(i) + " names unknown data file '" + c.file + "'", key);
+          std::uint64_t end = 0;
+          if (!checked_add(c.offset, c.nbytes, end)) fail("chunk " + std::to_string(i) + " offset + size overflows", key);
+          if (c.nbytes) ranges[c.file].emplace_back(c.offset, end);
+          covered += element_count(c.shape);
+        }
+        check_no_overlap(l, key, fail);
+        if (covered != count)
+          fail("chunks cover " + std::to_string(covered) + " of the array's " + std::to_string(count) +
+               " elements (a chunk is missing)", key);
+      } catch (const Error& e) {
+        throw Error(e.kind(), e.message(), path, key);
+      }
+    }
+  }
+  for (auto& [file, rs] : ranges) {
+    std::sort(rs.begin(), rs.end());
+    for (std::size_t i = 1; i < rs.size(); ++i)
+      if (rs[i].first < rs[i - 1].second)
+        fail("two chunks share bytes " + std::to_string(rs[i].first) + ".." + std::to_string(rs[i - 1].second) +
+             " of data file '" + file + "'");
+  }
+}
+
+// Reads, verifies and validates a committed checkpoint's metadata.
+inline CheckpointMetadata read_metadata(const Store& store, const std::string& key_in) {
+  const std::string key = normalize_key(key_in);
+  auto digests = read_marker(store, key);
+  const std::string text = read_verified(store, key, digests, metadata_file, max_metadata_bytes);
+  const std::string path = store.describe(join_key(key, metadata_file));
+  if (json_depth(text) > max_metadata_depth)
+    throw Error(ErrorKind::corrupt, "JSON nested deeper than " + std::to_string(max_metadata_depth), path);
+  if (const std::string bad = first_bad_json_number(text); !bad.empty())
+    throw Error(ErrorKind::corrupt, "number '" + bad + "' is not an integer that fits in 64 bits", path);
+  CheckpointMetadata m;
+  try {
+    std::istringstream in(text);
+    cereal::JSONInputArchive ar(in);
+    load(ar, m);
+  } catch (const Error& e) {
+    throw Error(e.kind(), e.message(), path, e.key_path());
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::corrupt, std::string("malformed metadata: ") + e.what(), path);
+  }
+  validate_metadata(m, path);
+  const std::string user = read_verified(store, key, digests, user_metadata_file, max_metadata_bytes);
+  m.user_metadata = Json::parse(user, store.describe(join_key(key, user_metadata_file)));
+  return m;
+}
+
+inline std::string metadata_to_json(const CheckpointMetadata& m) {
+  std::ostringstream out;
+  {
+    cereal::JSONOutputArchive ar(out, cereal::JSONOutputArchive::Options::NoIndent());
+    save(ar, m);
+  }
+  return out.str();
 }
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
-// ----- end cairn/checkpoint/snapshot.hpp -----
+// ----- end cairn/format/files.hpp -----
 // ----- begin cairn/io/crc_worker.hpp -----
 // A helper thread that computes the CRC32C of a stream of buffers while the calling thread
 // reads or writes them, so checksumming large leaves costs no extra time on a machine with a
@@ -5147,11 +5919,6 @@ CAIRN_END_NAMESPACE
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-inline std::string library_version_string() {
-  return std::to_string(CAIRN_VERSION_MAJOR) + "." + std::to_string(CAIRN_VERSION_MINOR) + "." +
-         std::to_string(CAIRN_VERSION_PATCH);
-}
-
 // Large leaves start on 4 KiB boundaries (page-aligned for mmap and O_DIRECT), small ones on
 // 64 bytes so that thousands of tiny leaves do not pad the file to many times its size.
 inline std::uint64_t leaf_alignment(std::uint64_t nbytes) { return nbytes >= (64u << 10) ? 4096 : 64; }
@@ -5161,8 +5928,8 @@ inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
 
 class DataFileWriter {
  public:
-  DataFileWriter(std::string dir, std::string name)
-      : name_(std::move(name)), file_(File::create(join_path(dir, name_))) {}
+  DataFileWriter(Store& store, const std::string& staging_key, std::string name)
+      : name_(std::move(name)), file_(store.create(join_key(staging_key, name_))) {}
 
   const std::string& name() const { return name_; }
   std::uint64_t size() const { return end_; }
@@ -5187,7 +5954,7 @@ class DataFileWriter {
       flush();
       crc_.begin();
       crc_.submit(data, static_cast<std::size_t>(n));  // checksummed while it is written
-      file_.write_at(data, n, offset);
+      file_->write_at(data, n, offset);
       c.crc32c = crc_.finish();
     }
     end_ = offset + n;
@@ -5218,7 +5985,7 @@ class DataFileWriter {
         producing = std::async(std::launch::async, [&, next, k] {
           fill(next, std::min(piece, n - next), bufs[(k + 1) % 2].data());
         });
-      file_.write_at(bufs[k % 2].data(), len, offset + done);
+      file_->write_at(bufs[k % 2].data(), len, offset + done);
       crc = crc32c_extend(crc, bufs[k % 2].data(), static_cast<std::size_t>(len));
       if (producing.valid()) producing.get();
       done = next;
@@ -5232,144 +5999,37 @@ class DataFileWriter {
     return c;
   }
 
-  // Flushes, fsyncs and closes the file.
+  // Flushes, then makes the file durable (fsync and close for a file).
   void finish() {
     flush();
-    file_.truncate(end_);
-    file_.sync();
-    file_.close();
+    file_->finish(end_);
   }
 
  private:
   void flush() {
     if (staging_.empty()) return;
-    file_.write_at(staging_.data(), staging_.size(), staging_base_);
+    file_->write_at(staging_.data(), staging_.size(), staging_base_);
     staging_.clear();
   }
 
   std::string name_;
-  File file_;
+  std::unique_ptr<StoreWriter> file_;
   std::uint64_t end_ = 0;
   std::vector<char> staging_;
   std::uint64_t staging_base_ = 0;
   CrcWorker crc_;
 };
 
-class CheckpointWriter {
+// Writes the leaves of one rank. Rank 0 writes every leaf that is not sharded; every rank
+// writes the shards whose primary holder it has. The data file is created on the first write.
+class LeafWriter {
  public:
-  CheckpointWriter(const std::string& path, bool overwrite)
-      : path_(normalize_dir(path)), overwrite_(overwrite) {
-    if (path_.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint path");
-    if (path_.find(temp_infix) != std::string::npos || path_.find(legacy_old_infix) != std::string::npos)
-      throw Error(ErrorKind::invalid_argument, std::string("checkpoint paths may not contain '") + temp_infix + "' or '" +
-                  legacy_old_infix + "'", path_);
-    const std::string parent = parent_dir(path_);
-    if (!is_directory(parent)) {
-      std::error_code ec;
-      std::filesystem::create_directories(parent, ec);
-      if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), parent);
-    }
-    // The leftovers of earlier saves of this path that died: staging directories are removed,
-    // and a previous checkpoint that an interrupted overwrite set aside is put back first, so
-    // the overwrite rule below sees it.
-    const std::string name = base_name(path_);
-    clean_leftovers(parent, &name);
-    check_target(path_, overwrite_);
-    claim_ = StagingClaim::create(path_);
-    make_dir(staging());
-    metadata_.library_version = library_version_string();
-  }
-  CheckpointWriter(const CheckpointWriter&) = delete;
-  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
-  ~CheckpointWriter() {
-    if (!committed_) {
-      data_.reset();
-      std::error_code ec;
-      std::filesystem::remove_all(staging(), ec);  // best effort: what is left, the next save or Checkpointer removes
-    }
-    claim_.release();
-  }
+  LeafWriter(Store& store, std::string staging_key, int rank)
+      : store_(store), staging_key_(std::move(staging_key)), rank_(rank) {}
 
-  const std::string& path() const { return path_; }
-
-  // Starts an item; its leaves follow through add_leaf, then finish_item.
-  void begin_item(const std::string& name, const std::string& kind, std::vector<NodeRecord> nodes) {
-    for (const auto& i : metadata_.items)
-      if (i.name == name) throw Error(ErrorKind::invalid_argument, "two items named '" + name + "'", path_);
-    ItemRecord item;
-    item.name = name;
-    item.kind = kind;
-    item.nodes = std::move(nodes);
-    metadata_.items.push_back(std::move(item));
-  }
-  // Writes one leaf of the current item (cast first where a rule says, for tree items).
-  void add_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
-    ItemRecord& item = metadata_.items.back();
-    static const SaveOptions no_casts;
-    try {
-      item.leaves.push_back(write_leaf(p, view, item.kind == "tree" ? options : no_casts, report));
-    } catch (const Error& e) {
-      throw e.with_key(p.str());
-    }
-    ++report.leaves;
-  }
-
-  SaveReport add_item(const ItemSnapshot& snapshot, const SaveOptions& options) {
-    SaveReport report;
-    report.path = path_;
-    begin_item(snapshot.name, snapshot.kind, snapshot.nodes);
-    for (const auto& leaf : snapshot.leaves) add_leaf(leaf.path, leaf.view, options, report);
-    return report;
-  }
-
-  template <class T>
-  SaveReport add_tree(const std::string& item_name, const T& tree, const SaveOptions& options) {
-    return add_item(view_tree(item_name, tree), options);
-  }
-
-  void commit(const Json& user_metadata) {
-    if (!user_metadata.is_object() && !user_metadata.is_null())
-      throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", path_);
-    std::map<std::string, std::uint64_t> expected;  // every file the checkpoint needs, and its size
-    if (data_) {
-      data_->finish();
-      expected[data_->name()] = data_->size();
-      data_.reset();
-    }
-    const auto now = std::chrono::system_clock::now();
-    metadata_.created_unix_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-    std::time_t t = std::chrono::system_clock::to_time_t(now);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    metadata_.created = buf;
-
-    const std::string meta = metadata_to_json(metadata_);
-    const std::string user = user_metadata.is_null() ? std::string("{}") : user_metadata.dump();
-    const std::string marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
-                                           {user.size(), crc32c(user.data(), user.size())}).dump();
-    write_whole_file(join_path(staging(), metadata_file), meta);
-    write_whole_file(join_path(staging(), user_metadata_file), user);
-    write_whole_file(join_path(staging(), marker_file), marker);
-    expected[metadata_file] = meta.size();
-    expected[user_metadata_file] = user.size();
-    expected[marker_file] = marker.size();
-    fsync_dir(staging());
-    // Never publish a checkpoint that lacks a file: had anything removed the staging
-    // directory or a file in it meanwhile, the writes above could have gone to unlinked files.
-    for (const auto& [name, bytes] : expected) {
-      struct stat st;
-      const std::string p = join_path(staging(), name);
-      if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != bytes)
-        throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
-                    "published", p);
-    }
-    publish(claim_, path_, overwrite_);
-    committed_ = true;
-    claim_.release();
-  }
+  // The data file, if this rank wrote any byte.
+  DataFileWriter* data() { return data_.get(); }
+  void drop() { data_.reset(); }
 
   // The dtype a cast rule gives this leaf on save (its own when no rule applies).
   static DType cast_target(const std::string& key, const LeafView& view, const SaveOptions& options) {
@@ -5382,10 +6042,7 @@ class CheckpointWriter {
   }
 
   DataFileWriter& data_file() {
-    if (!data_) {
-      data_ = std::make_unique<DataFileWriter>(staging(), data_file_name(0, 0));
-      metadata_.data_files.push_back(data_->name());
-    }
+    if (!data_) data_ = std::make_unique<DataFileWriter>(store_, staging_key_, data_file_name(rank_, 0));
     return *data_;
   }
 
@@ -5406,13 +6063,9 @@ class CheckpointWriter {
     const std::uint64_t piece_elements = write_piece_bytes / std::max(in_size, out_size);
     std::map<std::pair<Shape, Shape>, bool> written;
     for (const auto& shard : view.shards) {
-      if (shard.box.rank() != view.shape.size())
-        throw Error(ErrorKind::invalid_argument, "shard box " + to_string(shard.box) + " has another rank than the "
-                    "array " + to_string(view.shape));
-      for (std::size_t d = 0; d < view.shape.size(); ++d)
-        if (shard.box.start[d] < 0 || shard.box.shape[d] < 0 || shard.box.start[d] + shard.box.shape[d] > view.shape[d])
-          throw Error(ErrorKind::invalid_argument, "shard box " + to_string(shard.box) + " lies outside the array " +
-                      to_string(view.shape));
+      if (!box_inside(shard.box, view.shape))
+        throw Error(ErrorKind::invalid_argument, "shard box " + to_string(shard.box) + " lies outside the array " +
+                    to_string(view.shape));
       const std::uint64_t n = shard.box.elements();
       if (n > 0 && !shard.data)
         throw Error(ErrorKind::invalid_argument, "shard " + to_string(shard.box) + " has no data");
@@ -5457,6 +6110,10 @@ class CheckpointWriter {
   LeafRecord write_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
     if (!view.shards.empty()) return write_sharded_leaf(p, view, options, report);
     LeafRecord rec;
+    if (rank_ != 0) {  // written by rank 0; this rank only keeps the place
+      rec.path = p;
+      return rec;
+    }
     rec.path = p;
     rec.saved_from = view.dtype;
     rec.dtype = view.dtype;
@@ -5486,33 +6143,455 @@ class CheckpointWriter {
     report.bytes_written += nbytes;
     return rec;
   }
-
  private:
-  const std::string& staging() const { return claim_.staging_path(); }
-
-  std::string path_;
-  StagingClaim claim_;
-  bool overwrite_ = false;
-  bool committed_ = false;
-  CheckpointMetadata metadata_;
+  Store& store_;
+  std::string staging_key_;
+  int rank_ = 0;
   std::unique_ptr<DataFileWriter> data_;
 };
 
 }  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/leaf_writer.hpp -----
+// ----- begin cairn/checkpoint/snapshot.hpp -----
+// A snapshot of one item of a checkpoint: its node records and one view per leaf. A view
+// either points into the caller's memory (a synchronous save writes straight from it) or owns
+// a copy (an async save, so the caller may change its state at once). Items of other kinds (a
+// JSON object, a cereal-serialized object) are snapshots of one byte leaf.
 
-// Saves a tree to a new checkpoint directory at `path`. Fails if the path exists, unless
-// options.overwrite (which replaces an existing checkpoint atomically).
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+struct SnapshotLeaf {
+  KeyPath path;
+  LeafView view;
+};
+
+struct ItemSnapshot {
+  std::string name;
+  ItemKind kind = ItemKind::tree;
+  std::vector<NodeRecord> nodes;
+  std::vector<SnapshotLeaf> leaves;
+
+  std::uint64_t leaf_bytes() const {
+    std::uint64_t n = 0;
+    for (const auto& l : leaves) n += l.view.nbytes;
+    return n;
+  }
+};
+
+// Views into the tree's own memory; nothing is copied.
 template <class T>
-SaveReport save(const std::string& path, const T& tree, const SaveOptions& options = {}) {
-  require_tree_type<T>();
-  detail::CheckpointWriter writer(path, options.overwrite);
-  SaveReport report = writer.add_tree(default_item_name, tree, options);
-  writer.commit(options.user_metadata);
+ItemSnapshot view_tree(const std::string& name, const T& tree) {
+  ItemSnapshot s;
+  s.name = name;
+  walk_tree(
+      tree,
+      [&](const auto&, const KeyPath& p, NodeKind k) {
+        s.nodes.push_back({p, k});
+        return true;
+      },
+      [&](const auto& value, const KeyPath& p) {
+        s.leaves.push_back({p, leaf_traits<std::remove_cvref_t<decltype(value)>>::view(value)});
+      });
+  return s;
+}
+
+// Makes a view own a copy of its bytes.
+inline void own_copy(LeafView& v) {
+  if (!v.shards.empty()) {
+    // Each box once (replicas are not written), in host memory.
+    auto copies = std::make_shared<std::vector<std::unique_ptr<unsigned char[]>>>();
+    std::vector<ShardView> kept;
+    const std::size_t item = dtype_size(v.dtype);
+    for (const auto& s : v.shards) {
+      if (!s.primary) continue;
+      const auto n = static_cast<std::size_t>(s.box.elements() * item);
+      copies->push_back(std::make_unique<unsigned char[]>(std::max<std::size_t>(n, 1)));
+      copy_bytes(copies->back().get(), MemoryKind::host, s.data, s.memory, n);
+      kept.push_back({s.box, copies->back().get(), MemoryKind::host, 0, true});
+    }
+    v.shards = std::move(kept);
+    v.owner = copies;
+    return;
+  }
+  if (v.nbytes == 0) return;
+  std::shared_ptr<unsigned char[]> copy(new unsigned char[static_cast<std::size_t>(v.nbytes)]);
+  std::memcpy(copy.get(), v.data, static_cast<std::size_t>(v.nbytes));
+  v.data = copy.get();
+  v.owner = std::shared_ptr<const void>(copy, copy.get());
+}
+
+// An item that is one array of bytes (JSON text, a cereal archive), owning them.
+inline ItemSnapshot bytes_item(const std::string& name, ItemKind kind, DType dtype, std::string bytes) {
+  ItemSnapshot s;
+  s.name = name;
+  s.kind = kind;
+  auto owned = std::make_shared<std::string>(std::move(bytes));
+  LeafView v{dtype, {static_cast<std::int64_t>(owned->size())}, Order::C, owned->data(), owned->size(), owned};
+  s.leaves.push_back({KeyPath(), std::move(v)});
+  return s;
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/snapshot.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline std::string library_version_string() {
+  return std::to_string(CAIRN_VERSION_MAJOR) + "." + std::to_string(CAIRN_VERSION_MINOR) + "." +
+         std::to_string(CAIRN_VERSION_PATCH);
+}
+
+inline std::int64_t now_unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// ISO 8601 in UTC, to the second, of a time in milliseconds since the epoch.
+inline std::string iso8601_utc(std::int64_t unix_ms) {
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// What ranks send each other: a flat little-endian encoding with 64-bit lengths. Decoding
+// checks every length against what is left.
+class WireWriter {
+ public:
+  WireWriter& u64(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) out_ += static_cast<char>((v >> (8 * i)) & 0xff);
+    return *this;
+  }
+  WireWriter& str(const std::string& s) {
+    u64(s.size());
+    out_ += s;
+    return *this;
+  }
+  WireWriter& shape(const Shape& s) {
+    u64(s.size());
+    for (auto v : s) u64(static_cast<std::uint64_t>(v));
+    return *this;
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class WireReader {
+ public:
+  explicit WireReader(const std::string& in) : in_(in) {}
+  std::uint64_t u64() {
+    need(8);
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
+    pos_ += 8;
+    return v;
+  }
+  std::string str() {
+    const std::uint64_t n = u64();
+    need(n);
+    std::string s = in_.substr(pos_, static_cast<std::size_t>(n));
+    pos_ += static_cast<std::size_t>(n);
+    return s;
+  }
+  Shape shape() {
+    const std::uint64_t n = u64();
+    need(n * 8);
+    Shape s;
+    for (std::uint64_t i = 0; i < n; ++i) s.push_back(static_cast<std::int64_t>(u64()));
+    return s;
+  }
+
+ private:
+  void need(std::uint64_t n) const {
+    if (n > in_.size() - pos_) throw Error(ErrorKind::io, "a message between ranks was cut short");
+  }
+  const std::string& in_;
+  std::size_t pos_ = 0;
+};
+
+inline void encode_error(WireWriter& w, const Error& e) {
+  w.u64(static_cast<std::uint64_t>(e.kind())).str(e.message()).str(e.file()).str(e.key_path());
+}
+inline Error decode_error(WireReader& r) {
+  const auto kind = static_cast<ErrorKind>(r.u64());
+  std::string message = r.str(), file = r.str(), key = r.str();
+  return Error(kind, message, file, key);
+}
+
+// Any exception as a cairn::Error, so that it can travel to the other ranks.
+inline Error as_error(std::exception_ptr p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const Error& e) {
+    return e;
+  } catch (const std::exception& e) {
+    return Error(ErrorKind::io, e.what());
+  } catch (...) {
+    return Error(ErrorKind::io, "unknown exception");
+  }
+}
+
+// One save of one checkpoint, on one rank. Every rank constructs it (step 1), adds the same
+// items and leaves (step 2), and calls commit (steps 3 to 5).
+class SaveSession {
+ public:
+  SaveSession(Store& store, const std::string& key, bool overwrite, Coordinator& coordinator)
+      : store_(store), key_(normalize_key(key)), coordinator_(coordinator) {
+    // Step 1.
+    WireWriter out;
+    std::exception_ptr failure;
+    if (coordinator_.is_primary()) {
+      try {
+        staging_ = store_.stage(key_, overwrite);
+        out.u64(1).str(staging_->key());
+      } catch (...) {
+        failure = std::current_exception();
+        out.u64(0);
+        encode_error(out, as_error(failure));
+      }
+    }
+    const std::string outcome = coordinator_.broadcast(out.take());
+    if (failure) std::rethrow_exception(failure);
+    WireReader in(outcome);
+    if (in.u64() != 1) throw decode_error(in);
+    writer_ = std::make_unique<LeafWriter>(store_, in.str(), coordinator_.rank());
+    metadata_.library_version = library_version_string();
+  }
+  SaveSession(const SaveSession&) = delete;
+  SaveSession& operator=(const SaveSession&) = delete;
+  // Unpublished, the primary's staging (and every file under it) is removed.
+  ~SaveSession() = default;
+
+  std::string describe() const { return store_.describe(key_); }
+
+  // Step 2, on every rank: an item, then its leaves.
+  void begin_item(const std::string& name, ItemKind kind, std::vector<NodeRecord> nodes) {
+    for (const auto& i : metadata_.items)
+      if (i.name == name) throw Error(ErrorKind::invalid_argument, "two items named '" + name + "'", describe());
+    ItemRecord item;
+    item.name = name;
+    item.kind = kind;
+    item.nodes = std::move(nodes);
+    metadata_.items.push_back(std::move(item));
+  }
+  // Casts on save apply to tree items only.
+  void add_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
+    ItemRecord& item = metadata_.items.back();
+    static const SaveOptions no_casts;
+    try {
+      item.leaves.push_back(writer_->write_leaf(p, view, item.kind == ItemKind::tree ? options : no_casts, report));
+    } catch (const Error& e) {
+      throw e.with_key(p.str());
+    }
+    ++report.leaves;
+  }
+  SaveReport add_item(const ItemSnapshot& snapshot, const SaveOptions& options) {
+    SaveReport report;
+    report.path = describe();
+    begin_item(snapshot.name, snapshot.kind, snapshot.nodes);
+    for (const auto& leaf : snapshot.leaves) add_leaf(leaf.path, leaf.view, options, report);
+    return report;
+  }
+
+  // Steps 3 to 5, on every rank. `failure` is this rank's error from step 2, if any: then
+  // nothing is published and every rank throws. `created_unix_ms` is the time recorded in
+  // the metadata (a Checkpointer passes the one it also keeps in its step's metadata).
+  void commit(const Json& user_metadata, std::int64_t created_unix_ms, std::exception_ptr failure = nullptr) {
+    // Step 3.
+    WireWriter mine;
+    if (!failure) {
+      try {
+        mine.u64(1);
+        encode_records(mine);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    writer_->drop();  // closed before the primary may remove the staging
+    if (failure) {
+      mine = WireWriter();
+      mine.u64(0);
+      encode_error(mine, as_error(failure));
+    }
+    const std::vector<std::string> reports = coordinator_.gather(mine.take());
+
+    // Step 4.
+    WireWriter outcome;
+    std::exception_ptr publish_failure;
+    if (coordinator_.is_primary()) {
+      try {
+        if (failure) std::rethrow_exception(failure);
+        publish(reports, user_metadata, created_unix_ms);
+        outcome.u64(1);
+      } catch (...) {
+        publish_failure = std::current_exception();
+        outcome.u64(0);
+        encode_error(outcome, as_error(publish_failure));
+      }
+      staging_.reset();  // unpublished, removed here: every rank closed its files before the gather
+    }
+
+    // Step 5.
+    const std::string agreed = coordinator_.broadcast(outcome.take());
+    if (failure) std::rethrow_exception(failure);
+    if (publish_failure) std::rethrow_exception(publish_failure);
+    WireReader in(agreed);
+    if (in.u64() != 1) throw decode_error(in);
+  }
+
+ private:
+  // This rank's data file and the chunks it wrote, by item and leaf position.
+  void encode_records(WireWriter& w) {
+    DataFileWriter* data = writer_->data();
+    if (data) data->finish();
+    w.str(data ? data->name() : std::string()).u64(data ? data->size() : 0);
+    std::uint64_t leaves = 0;
+    for (const auto& item : metadata_.items) leaves += item.leaves.size();
+    w.u64(leaves);
+    if (coordinator_.is_primary()) return;  // the primary has its records at hand
+    std::uint64_t with_chunks = 0;
+    for (const auto& item : metadata_.items)
+      for (const auto& l : item.leaves) with_chunks += !l.chunks.empty();
+    w.u64(with_chunks);
+    for (std::size_t i = 0; i < metadata_.items.size(); ++i)
+      for (std::size_t j = 0; j < metadata_.items[i].leaves.size(); ++j) {
+        const LeafRecord& l = metadata_.items[i].leaves[j];
+        if (l.chunks.empty()) continue;
+        w.u64(i).u64(j).str(l.key()).u64(l.chunks.size());
+        for (const auto& c : l.chunks) w.str(c.file).u64(c.offset).u64(c.nbytes).u64(c.crc32c).shape(c.start).shape(c.shape);
+      }
+  }
+
+  // The primary's step 4.
+  void publish(const std::vector<std::string>& reports, const Json& user_metadata, std::int64_t created_unix_ms) {
+    if (!user_metadata.is_object() && !user_metadata.is_null())
+      throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", describe());
+    std::uint64_t leaves = 0;
+    for (const auto& item : metadata_.items) leaves += item.leaves.size();
+    std::map<std::string, std::uint64_t> expected;  // every file the checkpoint needs, and its size
+    for (std::size_t r = 0; r < reports.size(); ++r) {
+      const std::string rank = "rank " + std::to_string(r);
+      WireReader in(reports[r]);
+      if (in.u64() != 1) {
+        const Error e = decode_error(in);
+        throw Error(e.kind(), rank + " failed: " + e.message(), e.file(), e.key_path());
+      }
+      const std::string file = in.str();
+      const std::uint64_t size = in.u64();
+      if (!file.empty()) {
+        expected[file] = size;
+        metadata_.data_files.push_back(file);
+      }
+      if (const std::uint64_t n = in.u64(); n != leaves)
+        throw Error(ErrorKind::invalid_argument, rank + " saved " + std::to_string(n) + " leaves, rank 0 saved " +
+                    std::to_string(leaves) + ": every rank must save the same tree", describe());
+      if (r == 0) continue;
+      for (std::uint64_t k = 0, n = in.u64(); k < n; ++k) {
+        const std::uint64_t i = in.u64(), j = in.u64();
+        const std::string key = in.str();
+        if (i >= metadata_.items.size() || j >= metadata_.items[i].leaves.size() ||
+            metadata_.items[i].leaves[j].key() != key)
+          throw Error(ErrorKind::invalid_argument, rank + " saved a leaf that rank 0 does not have at the same place: "
+                      "every rank must save the same tree", describe(), key);
+        LeafRecord& l = metadata_.items[i].leaves[j];
+        for (std::uint64_t c = 0, chunks = in.u64(); c < chunks; ++c) {
+          ChunkRecord chunk;
+          chunk.file = in.str();
+          chunk.offset = in.u64();
+          chunk.nbytes = in.u64();
+          chunk.crc32c = static_cast<std::uint32_t>(in.u64());
+          chunk.start = in.shape();
+          chunk.shape = in.shape();
+          l.chunks.push_back(std::move(chunk));
+        }
+      }
+    }
+    metadata_.created_unix_ms = created_unix_ms;
+    metadata_.created = iso8601_utc(created_unix_ms);
+    const std::string meta = metadata_to_json(metadata_);
+    const std::string user = user_metadata.is_null() ? std::string("{}") : user_metadata.dump();
+    const std::string marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
+                                           {user.size(), crc32c(user.data(), user.size())}).dump();
+    const std::string& staged = staging_->key();
+    write_blob(store_, join_key(staged, metadata_file), meta);
+    write_blob(store_, join_key(staged, user_metadata_file), user);
+    write_blob(store_, join_key(staged, marker_file), marker);  // last
+    expected[metadata_file] = meta.size();
+    expected[user_metadata_file] = user.size();
+    expected[marker_file] = marker.size();
+    staging_->publish(expected);
+  }
+
+  Store& store_;
+  std::string key_;
+  Coordinator& coordinator_;
+  std::unique_ptr<CheckpointStaging> staging_;  // the primary's
+  std::unique_ptr<LeafWriter> writer_;
+  CheckpointMetadata metadata_;
+};
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/commit.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Runs a save on every rank: the items are written, and whatever fails on this rank still
+// reaches the commit's collectives, so that every rank returns the same outcome.
+template <class WriteItems>
+SaveReport run_save(Store& store, const std::string& key, const SaveOptions& options, WriteItems&& write_items) {
+  LocalCoordinator local;
+  Coordinator& coordinator = options.coordinator ? *options.coordinator : local;
+  SaveSession session(store, key, options.overwrite, coordinator);
+  SaveReport report;
+  report.path = session.describe();
+  std::exception_ptr failure;
+  try {
+    write_items(session, report);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  session.commit(options.user_metadata, now_unix_ms(), failure);
   return report;
 }
 
+}  // namespace detail
+
+// Saves a tree to a new checkpoint at `key` in `store`. Fails if a checkpoint is there,
+// unless options.overwrite (which replaces it atomically). With options.coordinator, every
+// rank calls this with the same tree; each writes its part, and the checkpoint commits once.
+template <class T>
+SaveReport save(Store& store, const std::string& key, const T& tree, const SaveOptions& options = {}) {
+  require_tree_type<T>();
+  return detail::run_save(store, key, options, [&](detail::SaveSession& session, SaveReport& report) {
+    report = session.add_item(detail::view_tree(default_item_name, tree), options);
+  });
+}
+
+// The same to a checkpoint directory at `path`.
+template <class T>
+SaveReport save(const std::string& path, const T& tree, const SaveOptions& options = {}) {
+  PosixStore store;
+  return save(store, path, tree, options);
+}
+
 CAIRN_END_NAMESPACE
-// ----- end cairn/checkpoint/writer.hpp -----
+// ----- end cairn/checkpoint/save.hpp -----
 // ----- begin cairn/checkpoint/load.hpp -----
 // Loading a tree from a checkpoint: into a new object (load<T>) or into an existing target.
 // The load is planned first (which stored leaf goes where, what is missing or unexpected), so
@@ -5528,10 +6607,12 @@ CAIRN_END_NAMESPACE
 #include <vector>
 
 // ----- begin cairn/checkpoint/box_reader.hpp -----
-// Loading a leaf whose stored chunks or whose target are boxes of the global array: a
-// sharded checkpoint restored onto another sharding, onto one plain array, or a plain
-// checkpoint restored into shards. Each target shard gets the intersection of its box with
-// every stored chunk (N-d box intersection), copied by the box-copy kernel.
+// The one reader of leaf data. Every stored leaf is a set of chunks, each a box of the global
+// array (a plain leaf is one chunk: the whole array), and every target is a set of boxes (a
+// plain target is one: the whole array, in C or F order). Each target box gets the
+// intersection of its box with every stored chunk (N-d box intersection), copied by the
+// box-copy kernel, cast on the way where the dtypes differ. A chunk that is one target's box
+// in the same dtype and layout is read straight into the target.
 //
 // A chunk that this process's targets need whole is read once, sequentially, in pieces,
 // each piece scattered to every target it overlaps, and its CRC32C is checked. A chunk that
@@ -5540,15 +6621,16 @@ CAIRN_END_NAMESPACE
 // checksum, which covers the whole chunk, cannot be checked (LoadReport::unverified_bytes).
 
 #include <algorithm>
+#include <cstring>
 #include <future>
 #include <map>
 #include <vector>
 
 // ----- begin cairn/checkpoint/data_files.hpp -----
-// Reading a checkpoint's data files: open files by name (each once), the read sizes, the
-// checksum check and the normalization of stored bools. Shared by the plain and the box
-// (sharded) load paths.
+// Reading a checkpoint's data files: open them by name through the store (each once), the
+// read sizes, the checksum check and the normalization of stored bools.
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -5559,19 +6641,21 @@ namespace detail {
 
 class DataFiles {
  public:
-  explicit DataFiles(std::string dir) : dir_(std::move(dir)) {}
-  const File& get(const std::string& name) {
+  DataFiles(const Store& store, std::string key) : store_(store), key_(std::move(key)) {}
+  const StoreReader& get(const std::string& name) {
     auto it = files_.find(name);
-    if (it != files_.end()) return it->second.first;
-    File f = File::open_read(join_path(dir_, name));
-    const std::uint64_t size = f.size();
-    return files_.emplace(name, std::make_pair(std::move(f), size)).first->second.first;
+    if (it != files_.end()) return *it->second;
+    return *files_.emplace(name, store_.open(join_key(key_, name))).first->second;
   }
-  std::uint64_t size(const std::string& name) { get(name); return files_.at(name).second; }
+  std::uint64_t size(const std::string& name) { return get(name).size(); }
+  // How errors name a data file.
+  std::string describe(const std::string& name) const { return store_.describe(join_key(key_, name)); }
+  std::string describe() const { return store_.describe(key_); }
 
  private:
-  std::string dir_;
-  std::unordered_map<std::string, std::pair<File, std::uint64_t>> files_;
+  const Store& store_;
+  std::string key_;
+  std::unordered_map<std::string, std::unique_ptr<StoreReader>> files_;
 };
 
 inline constexpr std::uint64_t read_piece_bytes = std::uint64_t{16} << 20;
@@ -5586,11 +6670,12 @@ inline void normalize_bools(void* data, std::uint64_t n) {
   for (std::uint64_t i = 0; i < n; ++i) p[i] = p[i] != 0;
 }
 
-inline void check_crc(std::uint32_t got, const LeafRecord& s, const ChunkRecord& c, const std::string& dir) {
+// `file` names the data file in the error.
+inline void check_crc(std::uint32_t got, const LeafRecord& s, const ChunkRecord& c, const std::string& file) {
   if (got != c.crc32c)
     throw Error(ErrorKind::corrupt, "checksum mismatch in bytes " + std::to_string(c.offset) + ".." +
                 std::to_string(c.offset + c.nbytes) + " (CRC32C " + std::to_string(got) + ", expected " +
-                std::to_string(c.crc32c) + ")", join_path(dir, c.file), s.key());
+                std::to_string(c.crc32c) + ")", file, s.key());
 }
 
 }  // namespace detail
@@ -5664,11 +6749,23 @@ void split_for_reading(const Box& chunk, bool column_major, const Box& region, s
   recurse(recurse, region, 0);
 }
 
+// Where a chunk's bytes come from: its data file, or memory that already holds a stretch of
+// that file (small leaves read together in one request).
+struct ChunkSource {
+  const StoreReader* file = nullptr;
+  const unsigned char* memory = nullptr;  // holds the file's bytes from `memory_offset` on
+  std::uint64_t memory_offset = 0;
+  void read(void* dst, std::uint64_t n, std::uint64_t offset) const {
+    if (memory) std::memcpy(dst, memory + (offset - memory_offset), static_cast<std::size_t>(n));
+    else file->read_at(dst, n, offset);
+  }
+};
+
 class BoxLeafReader {
  public:
-  BoxLeafReader(const LeafRecord& stored, const LeafBuffer& buffer, const std::string& key, const std::string& dir,
+  BoxLeafReader(const LeafRecord& stored, const LeafBuffer& buffer, const std::string& key, DataFiles& files,
                 const LoadOptions& options, LoadReport& report)
-      : s_(stored), key_(key), dir_(dir), options_(options), report_(report), to_(buffer.dtype),
+      : s_(stored), key_(key), files_(files), options_(options), report_(report), to_(buffer.dtype),
         in_size_(dtype_size(stored.dtype)), out_size_(dtype_size(buffer.dtype)) {
     const std::size_t rank = s_.shape.size();
     chunk_column_major_ = rank >= 2 && s_.order == Order::F;
@@ -5678,15 +6775,11 @@ class BoxLeafReader {
       for (const auto& t : buffer.shards) targets_.push_back({t.box, t.data, t.memory, t.device, false});
     }
     for (const auto& t : targets_) {
-      bool inside = t.box.rank() == rank;
-      for (std::size_t d = 0; inside && d < rank; ++d)
-        inside = t.box.start[d] >= 0 && t.box.shape[d] >= 0 && t.box.start[d] <= s_.shape[d] &&
-                 t.box.shape[d] <= s_.shape[d] - t.box.start[d];
-      if (!inside)
+      if (!box_inside(t.box, s_.shape))
         throw Error(ErrorKind::invalid_argument, "target shard box " + to_string(t.box) + " does not fit the stored "
-                    "shape " + to_string(s_.shape), dir_, key_);
+                    "shape " + to_string(s_.shape), files_.describe(), key_);
       if (!t.data && t.box.elements() > 0)
-        throw Error(ErrorKind::invalid_argument, "target shard " + to_string(t.box) + " has no buffer", dir_, key_);
+        throw Error(ErrorKind::invalid_argument, "target shard " + to_string(t.box) + " has no buffer", files_.describe(), key_);
     }
     // Replicas share a group: they get the same bytes.
     for (std::size_t i = 0; i < targets_.size(); ++i) {
@@ -5696,17 +6789,27 @@ class BoxLeafReader {
       groups_[g].push_back(i);
     }
     for (const auto& g : groups_) report_.bytes_needed += targets_[g.front()].box.elements() * in_size_;
+    // LoadReport::shard_reads lists the targets of sharded or chunked leaves only.
+    record_reads_ = !buffer.shards.empty() || s_.chunks.size() != 1;
     first_read_ = report_.shard_reads.size();
-    for (const auto& t : targets_) report_.shard_reads.push_back({key_, t.box, t.memory, t.device, {}});
+    if (record_reads_)
+      for (const auto& t : targets_) report_.shard_reads.push_back({key_, t.box, t.memory, t.device, {}});
   }
 
-  void read(DataFiles& files) {
+  // Reads every chunk the targets need, in file order.
+  void read() {
     std::vector<const ChunkRecord*> chunks;
     for (const auto& c : s_.chunks) chunks.push_back(&c);
     std::sort(chunks.begin(), chunks.end(), [](const ChunkRecord* a, const ChunkRecord* b) {
       return a->file != b->file ? a->file < b->file : a->offset < b->offset;
     });
-    for (const ChunkRecord* c : chunks) read_chunk(*c, files);
+    for (const ChunkRecord* c : chunks) read_chunk(*c, ChunkSource{&files_.get(c->file)});
+  }
+
+  // A one-chunk leaf whose bytes are in memory already (`memory` holds the file from
+  // `memory_offset` on).
+  void read_from_memory(const unsigned char* memory, std::uint64_t memory_offset) {
+    read_chunk(s_.chunks.front(), ChunkSource{nullptr, memory, memory_offset});
   }
 
  private:
@@ -5715,7 +6818,7 @@ class BoxLeafReader {
     Box box;
   };
 
-  void read_chunk(const ChunkRecord& c, DataFiles& files) {
+  void read_chunk(const ChunkRecord& c, const ChunkSource& f) {
     const Box cb{c.start, c.shape};
     if (cb.elements() == 0) return;
     std::vector<Overlap> overlaps;
@@ -5725,11 +6828,11 @@ class BoxLeafReader {
       if (!intersect(cb, targets_[groups_[g].front()].box, i)) continue;
       overlaps.push_back({g, i});
       covered += i.elements();
-      for (std::size_t t : groups_[g]) report_.shard_reads[first_read_ + t].from_chunks.push_back(cb);
+      if (record_reads_)
+        for (std::size_t t : groups_[g]) report_.shard_reads[first_read_ + t].from_chunks.push_back(cb);
     }
     if (overlaps.empty()) return;  // no target here needs this chunk: not read
-    const File& f = files.get(c.file);  // (execute_plan checked the chunk lies inside it)
-    const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
+    // (execute_plan checked the chunk lies inside its file.)
     try {
       if (covered >= cb.elements()) {
         // Needed whole: read sequentially, checksum every byte.
@@ -5737,22 +6840,31 @@ class BoxLeafReader {
         const bool direct = overlaps.size() == 1 && overlaps[0].box == cb && to_ == s_.dtype &&
                             targets_[groups_[overlaps[0].group].front()].box == cb &&
                             same_layout(targets_[groups_[overlaps[0].group].front()]);
-        struct Piece {
-          Box box;
-          std::uint64_t first, span;
-        };
-        std::vector<Piece> pieces;
-        split_for_reading(cb, chunk_column_major_, cb, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
-          pieces.push_back({piece, first, span});
-        });
         if (direct) {
-          for (const auto& p : pieces) read_direct(f, c, p.first, p.span * in_size_, groups_[overlaps[0].group], crc);
+          // Straight into the target, a piece at a time, each piece checksummed on this
+          // thread while it is still in cache and while the kernel's readahead fetches the
+          // next one. (A helper thread for the checksum was measured slower here: on two
+          // cores it competes with the kernel's own I/O work.)
+          for (std::uint64_t done = 0; done < c.nbytes;) {
+            const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
+            read_direct(f, c, done, n, groups_[overlaps[0].group], crc);
+            done += n;
+          }
         } else {
+          struct Piece {
+            Box box;
+            std::uint64_t first, span;
+          };
+          std::vector<Piece> pieces;
+          const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
+          split_for_reading(cb, chunk_column_major_, cb, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
+            pieces.push_back({piece, first, span});
+          });
           // Piece k+1 is read on a helper thread while piece k is checksummed and scattered.
           auto read_piece = [&](std::size_t k) {
             auto& buf = pieces_buf_[k % 2];
             buf.resize(static_cast<std::size_t>(pieces[k].span * in_size_));
-            f.read_at(buf.data(), buf.size(), c.offset + pieces[k].first * in_size_);
+            f.read(buf.data(), buf.size(), c.offset + pieces[k].first * in_size_);
           };
           read_piece(0);
           for (std::size_t k = 0; k < pieces.size(); ++k) {
@@ -5768,14 +6880,15 @@ class BoxLeafReader {
             if (next.valid()) next.get();
           }
         }
-        report_.bytes_read += c.nbytes;
-        if (options_.verify_checksums) check_crc(crc, s_, c, dir_);
+        if (!f.memory) report_.bytes_read += c.nbytes;
+        if (options_.verify_checksums) check_crc(crc, s_, c, files_.describe(c.file));
       } else {
+        const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
         for (const auto& o : overlaps) {
           split_for_reading(cb, chunk_column_major_, o.box, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
             const std::uint64_t bytes = span * in_size_;
             scratch_.resize(static_cast<std::size_t>(bytes));
-            f.read_at(scratch_.data(), bytes, c.offset + first * in_size_);
+            f.read(scratch_.data(), bytes, c.offset + first * in_size_);
             report_.bytes_read += bytes;
             report_.unverified_bytes += bytes;
             if (s_.dtype == DType::bool_) normalize_bools(scratch_.data(), span);
@@ -5784,30 +6897,31 @@ class BoxLeafReader {
         }
       }
     } catch (const Error& e) {
-      throw e.with_key(key_).with_file(join_path(dir_, c.file));
+      throw e.with_key(key_).with_file(files_.describe(c.file));
     }
   }
 
   bool same_layout(const BoxTarget& t) const { return t.column_major == chunk_column_major_; }
 
-  // The chunk equals the target's box in the same layout and dtype: bytes go straight into
-  // the first host target (or through the scratch buffer to device targets), then to replicas.
-  void read_direct(const File& f, const ChunkRecord& c, std::uint64_t first, std::uint64_t bytes,
+  // The chunk equals the target's box in the same layout and dtype: `bytes` bytes from byte
+  // `first` of the chunk go straight into the first host target (or through the scratch
+  // buffer to device targets), then to replicas.
+  void read_direct(const ChunkSource& f, const ChunkRecord& c, std::uint64_t first, std::uint64_t bytes,
                    const std::vector<std::size_t>& group, std::uint32_t& crc) {
     const BoxTarget& lead = targets_[group.front()];
     unsigned char* buf;
     if (lead.memory == MemoryKind::host) {
-      buf = static_cast<unsigned char*>(lead.data) + first * in_size_;
+      buf = static_cast<unsigned char*>(lead.data) + first;
     } else {
       scratch_.resize(static_cast<std::size_t>(bytes));
       buf = scratch_.data();
     }
-    f.read_at(buf, bytes, c.offset + first * in_size_);
+    f.read(buf, bytes, c.offset + first);
     if (options_.verify_checksums) crc = crc32c_extend(crc, buf, static_cast<std::size_t>(bytes));
     if (s_.dtype == DType::bool_) normalize_bools(buf, bytes);
     for (std::size_t t : group) {
       const BoxTarget& target = targets_[t];
-      unsigned char* dst = static_cast<unsigned char*>(target.data) + first * in_size_;
+      unsigned char* dst = static_cast<unsigned char*>(target.data) + first;
       if (dst != buf) copy_bytes(dst, target.memory, buf, MemoryKind::host, static_cast<std::size_t>(bytes));
     }
   }
@@ -5862,7 +6976,8 @@ class BoxLeafReader {
   }
 
   const LeafRecord& s_;
-  std::string key_, dir_;
+  std::string key_;
+  DataFiles& files_;
   const LoadOptions& options_;
   LoadReport& report_;
   DType to_;
@@ -5871,6 +6986,7 @@ class BoxLeafReader {
   std::vector<BoxTarget> targets_;
   std::vector<std::vector<std::size_t>> groups_;
   std::size_t first_read_ = 0;
+  bool record_reads_ = false;
   std::vector<unsigned char> scratch_, compact_, converted_;
   std::vector<unsigned char> pieces_buf_[2];
   std::map<int, DeviceBytes> device_scratch_;
@@ -5879,55 +6995,6 @@ class BoxLeafReader {
 }  // namespace detail
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/box_reader.hpp -----
-// ----- begin cairn/kernels/scatter.hpp -----
-// Scattering a piece of a 2-D array stored in one memory order into a target of the other
-// order. The piece is `count` consecutive outer blocks (columns of an F-order array, rows of
-// a C-order one) of `inner` elements each, starting at outer index `first`; in the target,
-// element (outer o, inner i) lives at i * outer_total + o.
-
-#include <cstdint>
-
-
-#include <thrust/for_each.h>
-#include <thrust/iterator/counting_iterator.h>
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-template <class T>
-struct scatter_transposed {
-  const T* src;
-  T* dst;
-  std::uint64_t inner, outer_total, first;
-  CAIRN_HD void operator()(std::uint64_t k) const {
-    const std::uint64_t o = k / inner, i = k % inner;
-    dst[i * outer_total + first + o] = src[k];
-  }
-};
-
-template <class T>
-void scatter_transposed_typed(const void* src, void* dst, std::uint64_t inner, std::uint64_t outer_total,
-                              std::uint64_t first, std::uint64_t count) {
-  thrust::for_each(host_memory_policy(), thrust::counting_iterator<std::uint64_t>(0),
-                   thrust::counting_iterator<std::uint64_t>(inner * count),
-                   scatter_transposed<T>{static_cast<const T*>(src), static_cast<T*>(dst), inner, outer_total, first});
-}
-
-}  // namespace detail
-
-inline void scatter_transposed_host(const void* src, void* dst, std::size_t item_size, std::uint64_t inner,
-                                    std::uint64_t outer_total, std::uint64_t first, std::uint64_t count) {
-  switch (item_size) {
-    case 1: return detail::scatter_transposed_typed<std::uint8_t>(src, dst, inner, outer_total, first, count);
-    case 2: return detail::scatter_transposed_typed<std::uint16_t>(src, dst, inner, outer_total, first, count);
-    case 4: return detail::scatter_transposed_typed<std::uint32_t>(src, dst, inner, outer_total, first, count);
-    case 8: return detail::scatter_transposed_typed<std::uint64_t>(src, dst, inner, outer_total, first, count);
-  }
-  throw Error(ErrorKind::invalid_argument, "transpose of " + std::to_string(item_size) + "-byte elements");
-}
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/kernels/scatter.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -5963,12 +7030,6 @@ class StoredIndex {
   std::unordered_map<std::string, const NodeRecord*> nodes_;
   std::unordered_map<std::string, std::vector<KeyEntry>> children_;
 };
-
-inline std::string join_key(const std::string& prefix, const std::string& key) {
-  if (prefix.empty()) return key;
-  if (key.empty()) return prefix;
-  return prefix + "/" + key;
-}
 
 // A printed key path in canonical form (segments re-escaped), so "a/b/" and "a/b" agree.
 inline std::string canonical_key(const std::string& key) {
@@ -6068,115 +7129,14 @@ inline void check_strict(const LoadReport& r, const LoadOptions& options, const 
   throw Error(ErrorKind::structure_mismatch, msg, dir);
 }
 
-// Turns stored bytes into the target's dtype and order, a piece of whole outer blocks at a time.
-class LeafConverter {
- public:
-  LeafConverter(const LeafRecord& stored, const LeafBuffer& target, OnOverflow on_overflow)
-      : s_(stored), t_(target), on_overflow_(on_overflow) {
-    transpose_ = s_.shape.size() == 2 && s_.order != t_.order;
-    if (transpose_) {
-      // Outer blocks are columns of an F-order array, rows of a C-order one.
-      outer_total_ = static_cast<std::uint64_t>(s_.order == Order::F ? s_.shape[1] : s_.shape[0]);
-      inner_ = static_cast<std::uint64_t>(s_.order == Order::F ? s_.shape[0] : s_.shape[1]);
-    }
-  }
-  bool identity() const { return !transpose_ && s_.dtype == t_.dtype; }
-  // Elements per piece must be whole outer blocks when transposing.
-  std::uint64_t piece_elements(std::uint64_t wanted) const {
-    if (!transpose_ || inner_ == 0) return std::max<std::uint64_t>(wanted, 1);
-    return std::max<std::uint64_t>(wanted / inner_, 1) * inner_;
-  }
-  // `src` holds stored elements [first, first + n) (bools already normalized).
-  void convert(const void* src, std::uint64_t first, std::uint64_t n) {
-    if (n == 0) return;
-    const std::size_t out_size = dtype_size(t_.dtype);
-    const void* p = src;
-    if (s_.dtype != t_.dtype) {
-      void* out = static_cast<char*>(t_.data) + first * out_size;
-      if (transpose_) {
-        scratch_.resize(static_cast<std::size_t>(n * out_size));
-        out = scratch_.data();
-      }
-      cast_host(s_.dtype, src, t_.dtype, out, static_cast<std::size_t>(n), on_overflow_);
-      if (!transpose_) return;
-      p = scratch_.data();
-    }
-    if (!transpose_) {
-      std::memcpy(static_cast<char*>(t_.data) + first * out_size, p, static_cast<std::size_t>(n * out_size));
-      return;
-    }
-    if (inner_ == 0) return;
-    scatter_transposed_host(p, t_.data, out_size, inner_, outer_total_, first / inner_, n / inner_);
-  }
-
- private:
-  const LeafRecord& s_;
-  const LeafBuffer& t_;
-  OnOverflow on_overflow_;
-  bool transpose_ = false;
-  std::uint64_t inner_ = 0, outer_total_ = 0;
-  std::vector<unsigned char> scratch_;
-};
-
 struct ReadTask {
   PlannedLeaf* leaf;
   LeafBuffer buffer;
 };
 
-// Reads one leaf from its file, a piece at a time (bounded extra memory for any leaf size).
-inline void read_leaf_streaming(ReadTask& task, DataFiles& files, const std::string& dir, OnOverflow on_overflow,
-                                bool verify, LoadReport& report) {
-  const LeafRecord& s = *task.leaf->stored;
-  const ChunkRecord& c = s.chunks.front();
-  const File& f = files.get(c.file);
-  LeafConverter conv(s, task.buffer, on_overflow);
-  const std::size_t item = dtype_size(s.dtype);
-  std::uint32_t crc = 0;
-  if (conv.identity()) {
-    // Straight into the target, a piece at a time, each piece checksummed on this thread
-    // while it is still in cache and while the kernel's readahead fetches the next one. (A
-    // helper thread for the checksum was measured slower here: on two cores it competes with
-    // the kernel's own I/O work.)
-    auto* dst = static_cast<unsigned char*>(task.buffer.data);
-    for (std::uint64_t done = 0; done < c.nbytes;) {
-      const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
-      f.read_at(dst + done, n, c.offset + done);
-      if (verify) crc = crc32c_extend(crc, dst + done, static_cast<std::size_t>(n));
-      done += n;
-    }
-    if (!verify) crc = c.crc32c;
-    if (s.dtype == DType::bool_) normalize_bools(task.buffer.data, c.nbytes);
-  } else {
-    const std::uint64_t total = c.nbytes / item;
-    const std::uint64_t per_piece = conv.piece_elements(read_piece_bytes / item);
-    std::vector<unsigned char> piece(static_cast<std::size_t>(std::min(total, per_piece) * item));
-    for (std::uint64_t first = 0; first < total; first += per_piece) {
-      const std::uint64_t n = std::min(per_piece, total - first);
-      f.read_at(piece.data(), n * item, c.offset + first * item);
-      if (verify) crc = crc32c_extend(crc, piece.data(), static_cast<std::size_t>(n * item));
-      if (s.dtype == DType::bool_) normalize_bools(piece.data(), n);
-      conv.convert(piece.data(), first, n);
-    }
-    if (!verify) crc = c.crc32c;
-  }
-  report.bytes_read += c.nbytes;
-  check_crc(crc, s, c, dir);
-}
-
-// Delivers a leaf whose bytes are already in memory (part of a coalesced read).
-inline void deliver_from_memory(ReadTask& task, unsigned char* bytes, const std::string& dir,
-                                OnOverflow on_overflow, bool verify) {
-  const LeafRecord& s = *task.leaf->stored;
-  const ChunkRecord& c = s.chunks.front();
-  if (verify) check_crc(crc32c(bytes, static_cast<std::size_t>(c.nbytes)), s, c, dir);
-  if (s.dtype == DType::bool_) normalize_bools(bytes, c.nbytes);
-  LeafConverter conv(s, task.buffer, on_overflow);
-  conv.convert(bytes, 0, c.nbytes / dtype_size(s.dtype));
-}
-
-inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptions& options) {
-  DataFiles files(dir);
-  std::vector<ReadTask> tasks, box_tasks;
+inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
+  const std::string dir = files.describe();
+  std::vector<ReadTask> tasks;
   std::vector<CastRecord> lossy;  // casts that could lose information, not allowed
   tasks.reserve(plan.leaves.size());
   for (auto& leaf : plan.leaves) {
@@ -6188,7 +7148,7 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
       if (c.offset > fsize || c.nbytes > fsize - c.offset)
         throw Error(ErrorKind::corrupt, "bytes " + std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) +
                     " lie beyond the end of the file (" + std::to_string(fsize) + " bytes; truncated?)",
-                    join_path(dir, c.file), leaf.key);
+                    files.describe(c.file), leaf.key);
     }
     LeafBuffer buf;
     try {
@@ -6213,14 +7173,8 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
     if (buf.nbytes != want)
       throw Error(ErrorKind::shape_mismatch, "target buffer holds " + std::to_string(buf.nbytes) + " bytes, " +
                   std::to_string(want) + " needed for stored shape " + to_string(s.shape), dir, leaf.key);
-    if (s.chunks.size() != 1 || !buf.shards.empty()) {
-      if (s.dtype == DType::string || buf.dtype == DType::string)
-        throw Error(ErrorKind::dtype_mismatch, "a string leaf cannot be stored in chunks or loaded into shards", dir,
-                    leaf.key);
-      box_tasks.push_back({&leaf, std::move(buf)});
-      continue;
-    }
-    plan.report.bytes_needed += s.chunks.front().nbytes;
+    if ((s.chunks.size() != 1 || !buf.shards.empty()) && (s.dtype == DType::string || buf.dtype == DType::string))
+      throw Error(ErrorKind::dtype_mismatch, "a string leaf cannot be stored in chunks or loaded into shards", dir, leaf.key);
     tasks.push_back({&leaf, std::move(buf)});
   }
   if (!lossy.empty()) {
@@ -6233,19 +7187,24 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
                 ". Give the target the stored dtype, or allow it for these keys with LoadOptions::allow_lossy_cast "
                 "(key globs; \"**\" for all)", dir, lossy.size() == 1 ? lossy.front().key : "");
   }
-  std::sort(tasks.begin(), tasks.end(), [](const ReadTask& a, const ReadTask& b) {
+  // Leaves in file order. Runs of small one-chunk leaves that lie close together in one file
+  // are read with one request and delivered from memory: 10,000 leaves of a few KiB would
+  // otherwise be 10,000 reads.
+  auto one_chunk = [](const ReadTask& t) { return t.leaf->stored->chunks.size() == 1; };
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const ReadTask& a, const ReadTask& b) {
+    if (one_chunk(a) != one_chunk(b)) return one_chunk(a);
+    if (!one_chunk(a)) return false;
     const auto& ca = a.leaf->stored->chunks.front();
     const auto& cb = b.leaf->stored->chunks.front();
     return ca.file != cb.file ? ca.file < cb.file : ca.offset < cb.offset;
   });
   std::vector<unsigned char> group;
   for (std::size_t i = 0; i < tasks.size();) {
-    const auto& c = tasks[i].leaf->stored->chunks.front();
     std::size_t j = i + 1;
-    if (c.nbytes < small_leaf_bytes) {
-      // Coalesce neighbours: small leaves of the same file separated by alignment padding.
+    if (one_chunk(tasks[i]) && tasks[i].buffer.shards.empty() && tasks[i].leaf->stored->chunks.front().nbytes < small_leaf_bytes) {
+      const auto& c = tasks[i].leaf->stored->chunks.front();
       std::uint64_t end = c.offset + c.nbytes;
-      while (j < tasks.size()) {
+      while (j < tasks.size() && one_chunk(tasks[j]) && tasks[j].buffer.shards.empty()) {
         const auto& n = tasks[j].leaf->stored->chunks.front();
         if (n.file != c.file || n.nbytes >= small_leaf_bytes || n.offset < end || n.offset - end > coalesce_gap_bytes ||
             n.offset + n.nbytes - c.offset > staging_bytes)
@@ -6253,49 +7212,46 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
         end = n.offset + n.nbytes;
         ++j;
       }
-    }
-    try {
-      if (j == i + 1) {
-        read_leaf_streaming(tasks[i], files, dir, options.on_overflow, options.verify_checksums, plan.report);
-      } else {
-        const std::uint64_t end = tasks[j - 1].leaf->stored->chunks.front().offset +
-                                  tasks[j - 1].leaf->stored->chunks.front().nbytes;
-        group.resize(static_cast<std::size_t>(end - c.offset));
-        files.get(c.file).read_at(group.data(), group.size(), c.offset);
+      if (j > i + 1) {
+        try {
+          group.resize(static_cast<std::size_t>(end - c.offset));
+          files.get(c.file).read_at(group.data(), group.size(), c.offset);
+        } catch (const Error& e) {
+          throw e.with_key(tasks[i].leaf->key).with_file(files.describe(c.file));
+        }
         plan.report.bytes_read += group.size();
         for (std::size_t k = i; k < j; ++k)
-          deliver_from_memory(tasks[k], group.data() + (tasks[k].leaf->stored->chunks.front().offset - c.offset), dir,
-                              options.on_overflow, options.verify_checksums);
+          BoxLeafReader(*tasks[k].leaf->stored, tasks[k].buffer, tasks[k].leaf->key, files, options, plan.report)
+              .read_from_memory(group.data(), c.offset);
+        i = j;
+        continue;
       }
-    } catch (const Error& e) {
-      throw e.with_key(tasks[i].leaf->key).with_file(join_path(dir, c.file));
     }
+    BoxLeafReader(*tasks[i].leaf->stored, tasks[i].buffer, tasks[i].leaf->key, files, options, plan.report).read();
     i = j;
   }
-  for (auto& t : box_tasks) BoxLeafReader(*t.leaf->stored, t.buffer, t.leaf->key, dir, options, plan.report).read(files);
-  for (auto* list : {&tasks, &box_tasks})
-    for (auto& t : *list) {
-      if (t.buffer.commit) {
-        try {
-          t.buffer.commit();
-        } catch (const Error& e) {
-          throw e.with_key(t.leaf->key).with_file(dir);
-        }
+  for (auto& t : tasks) {
+    if (t.buffer.commit) {
+      try {
+        t.buffer.commit();
+      } catch (const Error& e) {
+        throw e.with_key(t.leaf->key).with_file(dir);
       }
-      plan.report.loaded.push_back(t.leaf->key);
     }
+    plan.report.loaded.push_back(t.leaf->key);
+  }
 }
-
 }  // namespace detail
 
 // Loads into an existing target (its "abstract" shape: types, and the sizes of fixed-size
-// parts). On error the target is left valid but possibly partly loaded; use load<T>() for
-// all-or-nothing.
+// parts) from the checkpoint at `key` in `store`. On error the target is left valid but
+// possibly partly loaded; use load<T>() for all-or-nothing.
 template <class T>
-LoadReport load(const std::string& path, T& target, const LoadOptions& options = {}) {
+LoadReport load(const Store& store, const std::string& key, T& target, const LoadOptions& options = {}) {
   require_tree_type<T>();
-  const std::string dir = detail::readable_checkpoint_dir(detail::normalize_dir(path));
-  CheckpointMetadata meta = detail::read_metadata(dir);
+  const std::string ckpt = store.readable_checkpoint(detail::normalize_key(key));
+  const std::string dir = store.describe(ckpt);
+  CheckpointMetadata meta = detail::read_metadata(store, ckpt);
   const ItemRecord* item = meta.find_item(options.item);
   if (!item) throw Error(ErrorKind::not_found, "the checkpoint has no item '" + options.item + "'", dir);
   detail::StoredIndex index(*item);
@@ -6303,20 +7259,31 @@ LoadReport load(const std::string& path, T& target, const LoadOptions& options =
     try {
       return detail::plan_load(target, index, options);
     } catch (const Error& e) {
-      throw e.kind() == ErrorKind::corrupt ? e.with_file(detail::join_path(dir, detail::metadata_file)) : e;
+      throw e.kind() == ErrorKind::corrupt ? e.with_file(store.describe(detail::join_key(ckpt, detail::metadata_file))) : e;
     }
   }();
   detail::check_strict(plan.report, options, dir);
-  detail::execute_plan(plan, dir, options);
+  detail::DataFiles files(store, ckpt);
+  detail::execute_plan(plan, files, options);
   return std::move(plan.report);
+}
+
+// The same from a checkpoint directory.
+template <class T>
+LoadReport load(const std::string& path, T& target, const LoadOptions& options = {}) {
+  return load(PosixStore(), path, target, options);
 }
 
 // Loads a new T (default-constructed, then filled from the checkpoint).
 template <class T>
-T load(const std::string& path, const LoadOptions& options = {}) {
+T load(const Store& store, const std::string& key, const LoadOptions& options = {}) {
   T value{};
-  load(path, value, options);
+  load(store, key, value, options);
   return value;
+}
+template <class T>
+T load(const std::string& path, const LoadOptions& options = {}) {
+  return load<T>(PosixStore(), path, options);
 }
 
 // Loads a single leaf (or subtree) by key path: load_subtree<Eigen::MatrixXf>(dir, "params/dense/kernel").
@@ -6327,9 +7294,10 @@ T load_subtree(const std::string& path, const std::string& key, LoadOptions opti
 }
 
 // Structure, dtypes, shapes and user metadata of a checkpoint; reads no array data.
-inline CheckpointMetadata metadata(const std::string& path) {
-  return detail::read_metadata(detail::readable_checkpoint_dir(detail::normalize_dir(path)));
+inline CheckpointMetadata metadata(const Store& store, const std::string& key) {
+  return detail::read_metadata(store, store.readable_checkpoint(detail::normalize_key(key)));
 }
+inline CheckpointMetadata metadata(const std::string& path) { return metadata(PosixStore(), path); }
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/load.hpp -----
@@ -6360,14 +7328,14 @@ class Items {
   template <class T>
   Items& tree(std::string name, T& value) {
     require_tree_type<std::remove_const_t<T>>();
-    Entry e{std::move(name), "tree", {}, {}};
+    Entry e{std::move(name), ItemKind::tree, {}, {}};
     const T* cvalue = &value;
     e.snapshot = [cvalue](const std::string& n) { return detail::view_tree(n, *cvalue); };
     if constexpr (!std::is_const_v<T>) {
       T* target = &value;
-      e.load = [target](const std::string& path, const std::string& n, LoadOptions options) {
+      e.load = [target](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
         options.item = n;
-        return cairn::load(path, *target, options);
+        return cairn::load(store, key, *target, options);
       };
     }
     return add(std::move(e));
@@ -6377,17 +7345,17 @@ class Items {
   template <class J>
   Items& json(std::string name, J& value) {
     static_assert(std::is_same_v<std::remove_const_t<J>, Json>, "cairn::Items::json takes a cairn::Json");
-    Entry e{std::move(name), "json", {}, {}};
+    Entry e{std::move(name), ItemKind::json, {}, {}};
     const Json* cvalue = &value;
-    e.snapshot = [cvalue](const std::string& n) { return detail::bytes_item(n, "json", DType::string, cvalue->dump()); };
+    e.snapshot = [cvalue](const std::string& n) { return detail::bytes_item(n, ItemKind::json, DType::string, cvalue->dump()); };
     if constexpr (!std::is_const_v<J>) {
       Json* target = &value;
-      e.load = [target](const std::string& path, const std::string& n, LoadOptions options) {
+      e.load = [target](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
         options.item = n;
         options.subtree.clear();
         std::string text;
-        LoadReport r = cairn::load(path, text, options);
-        *target = Json::parse(text, path + " (item '" + n + "')");
+        LoadReport r = cairn::load(store, key, text, options);
+        *target = Json::parse(text, store.describe(key) + " (item '" + n + "')");
         return r;
       };
     }
@@ -6397,7 +7365,7 @@ class Items {
   // Any object cereal can serialize, stored as a portable binary cereal archive.
   template <class T>
   Items& object(std::string name, T& value) {
-    Entry e{std::move(name), "cereal", {}, {}};
+    Entry e{std::move(name), ItemKind::cereal, {}, {}};
     const T* cvalue = &value;
     e.snapshot = [cvalue](const std::string& n) {
       std::ostringstream out;
@@ -6405,15 +7373,15 @@ class Items {
         cereal::PortableBinaryOutputArchive ar(out);
         ar(*cvalue);
       }
-      return detail::bytes_item(n, "cereal", DType::uint8, out.str());
+      return detail::bytes_item(n, ItemKind::cereal, DType::uint8, out.str());
     };
     if constexpr (!std::is_const_v<T>) {
       T* target = &value;
-      e.load = [target](const std::string& path, const std::string& n, LoadOptions options) {
+      e.load = [target](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
         options.item = n;
         options.subtree.clear();
         std::vector<std::uint8_t> bytes;
-        LoadReport r = cairn::load(path, bytes, options);
+        LoadReport r = cairn::load(store, key, bytes, options);
         try {
           std::istringstream in(std::string(bytes.begin(), bytes.end()));
           cereal::PortableBinaryInputArchive ar(in);
@@ -6423,7 +7391,7 @@ class Items {
         } catch (const Error&) {
           throw;
         } catch (const std::exception& ex) {
-          throw Error(ErrorKind::corrupt, std::string("cereal could not read the object: ") + ex.what(), path, n);
+          throw Error(ErrorKind::corrupt, std::string("cereal could not read the object: ") + ex.what(), store.describe(key), n);
         }
         return r;
       };
@@ -6441,21 +7409,24 @@ class Items {
   }
 
   // Loads every item named here from the checkpoint (reads nothing of the other items).
-  std::vector<std::pair<std::string, LoadReport>> load_all(const std::string& path, const LoadOptions& options) const {
+  std::vector<std::pair<std::string, LoadReport>> load_all(const Store& store, const std::string& key,
+                                                          const LoadOptions& options) const {
     std::vector<std::pair<std::string, LoadReport>> reports;
     for (const auto& e : entries_) {
       if (!e.load)
-        throw Error(ErrorKind::invalid_argument, "item '" + e.name + "' was given as const: it can be saved, not loaded", path);
-      reports.emplace_back(e.name, e.load(path, e.name, options));
+        throw Error(ErrorKind::invalid_argument, "item '" + e.name + "' was given as const: it can be saved, not loaded",
+                    store.describe(key));
+      reports.emplace_back(e.name, e.load(store, key, e.name, options));
     }
     return reports;
   }
 
  private:
   struct Entry {
-    std::string name, kind;
+    std::string name;
+    ItemKind kind;
     std::function<detail::ItemSnapshot(const std::string&)> snapshot;
-    std::function<LoadReport(const std::string&, const std::string&, LoadOptions)> load;
+    std::function<LoadReport(const Store&, const std::string&, const std::string&, LoadOptions)> load;
   };
   Items& add(Entry e) {
     if (e.name.empty()) throw Error(ErrorKind::invalid_argument, "items need a name");
@@ -6468,28 +7439,37 @@ class Items {
 };
 
 // Saves several named items as one checkpoint (committed atomically, like save()).
+inline SaveReport save(Store& store, const std::string& key, const Items& items, const SaveOptions& options = {}) {
+  return detail::run_save(store, key, options, [&](detail::SaveSession& session, SaveReport& total) {
+    for (const auto& snapshot : items.snapshots()) {
+      SaveReport r = session.add_item(snapshot, options);
+      total.leaves += r.leaves;
+      total.bytes_written += r.bytes_written;
+      total.cast.insert(total.cast.end(), r.cast.begin(), r.cast.end());
+    }
+  });
+}
 inline SaveReport save(const std::string& path, const Items& items, const SaveOptions& options = {}) {
-  detail::CheckpointWriter writer(path, options.overwrite);
-  SaveReport total;
-  total.path = writer.path();
-  for (const auto& snapshot : items.snapshots()) {
-    SaveReport r = writer.add_item(snapshot, options);
-    total.leaves += r.leaves;
-    total.bytes_written += r.bytes_written;
-    total.cast.insert(total.cast.end(), r.cast.begin(), r.cast.end());
-  }
-  writer.commit(options.user_metadata);
-  return total;
+  PosixStore store;
+  return save(store, path, items, options);
 }
 
 // Loads the items named in `items` (a subset of the checkpoint's is fine); one report per item.
+inline std::vector<std::pair<std::string, LoadReport>> load(const Store& store, const std::string& key, const Items& items,
+                                                            const LoadOptions& options = {}) {
+  return items.load_all(store, key, options);
+}
+inline std::vector<std::pair<std::string, LoadReport>> load(const Store& store, const std::string& key, Items& items,
+                                                            const LoadOptions& options = {}) {
+  return items.load_all(store, key, options);
+}
 inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, const Items& items,
                                                             const LoadOptions& options = {}) {
-  return items.load_all(path, options);
+  return items.load_all(PosixStore(), path, options);
 }
 inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, Items& items,
                                                             const LoadOptions& options = {}) {
-  return items.load_all(path, options);
+  return items.load_all(PosixStore(), path, options);
 }
 
 CAIRN_END_NAMESPACE
@@ -6725,23 +7705,28 @@ struct StepSaveOptions {
 
 class Checkpointer {
  public:
-  // Opens the root; creates nothing until the first save (a Checkpointer made only to read
-  // leaves the filesystem as it is, apart from removing the leftovers of dead saves).
+  // Opens the root directory; creates nothing until the first save (a Checkpointer made only
+  // to read leaves the filesystem as it is, apart from removing the leftovers of dead saves).
   explicit Checkpointer(std::string root, CheckpointerOptions options = {})
-      : root_(detail::normalize_dir(std::move(root))), options_(std::move(options)) {
+      : Checkpointer(std::make_shared<PosixStore>(), std::move(root), std::move(options)) {}
+
+  // Steps under the key `root` of a store.
+  Checkpointer(std::shared_ptr<Store> store, std::string root, CheckpointerOptions options = {})
+      : store_(std::move(store)), root_(detail::normalize_key(std::move(root))), options_(std::move(options)) {
+    if (!store_) throw Error(ErrorKind::invalid_argument, "a Checkpointer needs a store");
     if (root_.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint root");
-    if (detail::path_exists(root_) && !detail::is_directory(root_))
-      throw Error(ErrorKind::invalid_argument, "the checkpoint root is a file, not a directory", root_);
-    if (detail::is_committed_checkpoint(root_))
+    if (store_->is_blob(root_))
+      throw Error(ErrorKind::invalid_argument, "the checkpoint root is a file, not a directory", describe(root_));
+    if (detail::is_committed_checkpoint(*store_, root_))
       throw Error(ErrorKind::invalid_argument, "this is one checkpoint, not a root of step directories: load it with "
-                  "cairn::load, or give the Checkpointer its parent directory", root_);
-    detail::clean_leftovers(root_);
+                  "cairn::load, or give the Checkpointer its parent directory", describe(root_));
+    store_->clean_leftovers(root_);
     scan();
     // Repairs a `latest` marker that a crash left stale. Advisory (cairn never reads it), so a
     // read-only root is no error.
     if (auto l = latest()) {
       std::string current;
-      try { current = detail::read_whole_file(root_ + "/latest", 4096); } catch (const Error&) {}
+      try { current = detail::read_blob(*store_, latest_key(), 4096); } catch (const Error&) {}
       if (current != step_name(*l) + "\n") {
         try { write_latest_marker(*l); } catch (const Error&) {}
       }
@@ -6760,6 +7745,8 @@ class Checkpointer {
   }
 
   const std::string& root() const { return root_; }
+  Store& store() const { return *store_; }
+  // The key of a step's checkpoint in the store (its path, for a directory root).
   std::string step_path(std::int64_t step) const { return root_ + "/" + step_name(step); }
 
   std::optional<std::int64_t> latest() const {
@@ -6777,7 +7764,7 @@ class Checkpointer {
   Json metrics(std::int64_t step) const {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = steps_.find(step);
-    if (it == steps_.end()) throw Error(ErrorKind::not_found, "no checkpoint of step " + std::to_string(step), root_);
+    if (it == steps_.end()) throw Error(ErrorKind::not_found, "no checkpoint of step " + std::to_string(step), describe(root_));
     if (auto d = damaged_.find(step); d != damaged_.end()) throw d->second;
     return it->second.metrics;
   }
@@ -6860,25 +7847,25 @@ class Checkpointer {
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(std::int64_t step, T& target, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(existing_step_path(step), target, options);
+    return cairn::load(*store_, existing_step_path(step), target, options);
   }
   // From the latest checkpoint.
   template <class T>
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(T& target, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(latest_step_path(), target, options);
+    return cairn::load(*store_, latest_step_path(), target, options);
   }
   std::vector<std::pair<std::string, LoadReport>> load(std::int64_t step, const Items& items, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(existing_step_path(step), items, options);
+    return cairn::load(*store_, existing_step_path(step), items, options);
   }
   std::vector<std::pair<std::string, LoadReport>> load(const Items& items, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(latest_step_path(), items, options);
+    return cairn::load(*store_, latest_step_path(), items, options);
   }
 
-  CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(existing_step_path(step)); }
+  CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(*store_, existing_step_path(step)); }
 
  private:
   struct JobLeaf {
@@ -6889,7 +7876,8 @@ class Checkpointer {
     bool written = false;
   };
   struct JobItem {
-    std::string name, kind;
+    std::string name;
+    ItemKind kind;
     std::vector<NodeRecord> nodes;
     std::vector<JobLeaf> leaves;
   };
@@ -6911,14 +7899,14 @@ class Checkpointer {
   }
 
   std::shared_ptr<Job> prepare(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args) {
-    if (step < 0) throw Error(ErrorKind::invalid_argument, "steps are non-negative, got " + std::to_string(step), root_);
+    if (step < 0) throw Error(ErrorKind::invalid_argument, "steps are non-negative, got " + std::to_string(step), describe(root_));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (steps_.count(step) && !args.overwrite)
-        throw Error(ErrorKind::already_exists, "step " + std::to_string(step) + " is already saved (pass overwrite to replace it)", step_path(step));
+        throw Error(ErrorKind::already_exists, "step " + std::to_string(step) + " is already saved (pass overwrite to replace it)", describe(step_path(step)));
       if (!steps_.empty() && step < steps_.rbegin()->first && !args.allow_older)
         throw Error(ErrorKind::invalid_argument, "step " + std::to_string(step) + " is older than the latest checkpoint (" +
-                    std::to_string(steps_.rbegin()->first) + "); pass allow_older to save it anyway", root_);
+                    std::to_string(steps_.rbegin()->first) + "); pass allow_older to save it anyway", describe(root_));
     }
     auto job = std::make_shared<Job>();
     job->step = step;
@@ -6971,13 +7959,15 @@ class Checkpointer {
     so.overwrite = job.args.overwrite;
     so.cast = job.args.cast;
     so.on_overflow = job.args.on_overflow;
-    const std::int64_t now_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    // One clock reading for the step's metadata and the checkpoint's.
+    const std::int64_t now_ms = detail::now_unix_ms();
     so.user_metadata = Json::object({{"step", job.step},
                                      {"created_unix_ms", now_ms},
                                      {"metrics", job.args.metrics},
                                      {"custom", job.args.custom_metadata}});
-    detail::CheckpointWriter writer(step_path(job.step), so.overwrite);
+    // The manager saves from one process (LocalCoordinator); see docs/internals.md.
+    LocalCoordinator local;
+    detail::SaveSession writer(*store_, step_path(job.step), so.overwrite, local);
     SaveReport report;
     for (auto& item : job.items) {
       writer.begin_item(item.name, item.kind, item.nodes);
@@ -6985,7 +7975,7 @@ class Checkpointer {
         {
           std::unique_lock<std::mutex> lock(job.mutex);
           job.changed.wait(lock, [&] { return leaf.ready || job.abandoned; });
-          if (job.abandoned) throw Error(ErrorKind::io, "the snapshot was abandoned", step_path(job.step));
+          if (job.abandoned) throw Error(ErrorKind::io, "the snapshot was abandoned", describe(step_path(job.step)));
         }
         writer.add_leaf(leaf.path, leaf.view, so, report);
         std::lock_guard<std::mutex> lock(job.mutex);
@@ -7006,7 +7996,7 @@ class Checkpointer {
       last_save_ = std::chrono::steady_clock::now();
     };
     try {
-      writer.commit(so.user_metadata);
+      writer.commit(so.user_metadata, now_ms);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::after_commit) record();
       throw;
@@ -7051,18 +8041,12 @@ class Checkpointer {
     std::map<std::int64_t, StepInfo> found;
     std::map<std::int64_t, Error> damaged;
     std::vector<std::string> foreign;
-    std::error_code ec;
-    std::filesystem::directory_iterator it(root_, ec), end;
-    for (; !ec && it != end; it.increment(ec)) {
-      const auto& e = *it;
-      std::error_code type_ec;
-      if (!e.is_directory(type_ec)) continue;
-      const std::string name = e.path().filename().string();
-      if (name.find(detail::temp_infix) != std::string::npos || name.find(detail::legacy_old_infix) != std::string::npos) continue;
-      const bool committed = detail::is_committed_checkpoint(root_ + "/" + name);
-      auto step = parse_step(name);
+    for (const auto& e : store_->list(root_)) {
+      if (!e.is_prefix || store_->is_internal_name(e.name)) continue;
+      const bool committed = detail::is_committed_checkpoint(*store_, detail::join_key(root_, e.name));
+      auto step = parse_step(e.name);
       if (!step) {
-        if (committed && looks_like_step(name)) foreign.push_back(name);
+        if (committed && looks_like_step(e.name)) foreign.push_back(e.name);
         continue;
       }
       // A step directory without its commit marker is incomplete (or was copied without it):
@@ -7094,7 +8078,7 @@ class Checkpointer {
                      step_name(23) + "' for step 23); to read them, set CheckpointerOptions::step_prefix = \"" + prefix +
                      "\" and step_digits = " + std::to_string(width) +
                      (width ? "" : " (or the padding width they were written with)"),
-                 root_);
+                 describe(root_));
   }
 
   // A step's metrics and commit time, from its _USER_METADATA checked against the CRC in its
@@ -7102,10 +8086,10 @@ class Checkpointer {
   StepInfo read_step_info(std::int64_t step) const {
     StepInfo info;
     info.step = step;
-    const std::string dir = step_path(step);
-    const auto digests = detail::read_marker(dir);
-    const std::string path = dir + "/" + detail::user_metadata_file;
-    Json user = Json::parse(detail::read_verified(dir, digests, detail::user_metadata_file, std::uint64_t{1} << 24), path);
+    const std::string key = step_path(step);
+    const auto digests = detail::read_marker(*store_, key);
+    const std::string path = describe(detail::join_key(key, detail::user_metadata_file));
+    Json user = Json::parse(detail::read_verified(*store_, key, digests, detail::user_metadata_file, std::uint64_t{1} << 24), path);
     if (!user.is_object()) throw Error(ErrorKind::corrupt, "user metadata is not a JSON object", path);
     if (const Json* m = user.find("metrics"); m && m->is_object()) info.metrics = *m;
     if (const Json* t = user.find("created_unix_ms"); t && t->is_int()) info.created_unix_ms = t->as_int();
@@ -7114,7 +8098,7 @@ class Checkpointer {
 
   std::string latest_step_path() const {
     auto l = latest();
-    if (!l) throw Error(ErrorKind::not_found, "no checkpoint to load: the root holds none", root_);
+    if (!l) throw Error(ErrorKind::not_found, "no checkpoint to load: the root holds none", describe(root_));
     return step_path(*l);
   }
 
@@ -7122,7 +8106,7 @@ class Checkpointer {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!steps_.count(step))
-        throw Error(ErrorKind::not_found, "no committed checkpoint of step " + std::to_string(step), step_path(step));
+        throw Error(ErrorKind::not_found, "no committed checkpoint of step " + std::to_string(step), describe(step_path(step)));
     }
     return step_path(step);
   }
@@ -7138,17 +8122,14 @@ class Checkpointer {
   }
 
   // `latest` names the newest committed step; replaced atomically, only after a commit.
-  void write_latest_marker(std::int64_t step) {
-    const std::string path = root_ + "/latest";
-    detail::StagingClaim claim = detail::StagingClaim::create(path);
-    detail::write_whole_file(claim.staging_path(), step_name(step) + "\n");
-    detail::rename_path(claim.staging_path(), path);
-    detail::fsync_dir(root_);
-  }
+  void write_latest_marker(std::int64_t step) { store_->write_atomically(latest_key(), step_name(step) + "\n"); }
+  std::string latest_key() const { return root_ + "/latest"; }
+  std::string describe(const std::string& key) const { return store_->describe(key); }
 
-  // Deletes what the retention policy does not keep; never the latest. Each directory is first
-  // renamed to a temporary name (atomic), so a crash mid-deletion leaves nothing that looks
-  // like a complete checkpoint; the leftover is removed on the next start.
+  // Deletes what the retention policy does not keep; never the latest. Each checkpoint first
+  // stops being one at once (Store::remove_checkpoints: renamed to a staging name on a
+  // filesystem), so a crash mid-deletion leaves nothing that looks like a complete
+  // checkpoint; the leftover is removed on the next start.
   void apply_retention() {
     std::vector<StepInfo> infos;
     {
@@ -7166,24 +8147,22 @@ class Checkpointer {
     std::erase_if(infos, [&](const StepInfo& i) { return damaged.count(i.step) != 0; });
     std::set<std::int64_t> keep = options_.retention.keep(infos);
     keep.insert(newest);
-    std::vector<detail::StagingClaim> doomed;
-    for (const auto& i : infos) {
-      if (keep.count(i.step)) continue;
-      const std::string from = step_path(i.step);
-      detail::StagingClaim claim = detail::StagingClaim::create(from);
-      detail::rename_path(from, claim.staging_path());
-      doomed.push_back(std::move(claim));
-      std::lock_guard<std::mutex> lock(mutex_);
-      steps_.erase(i.step);
-    }
+    std::vector<std::string> doomed;
+    for (const auto& i : infos)
+      if (!keep.count(i.step)) doomed.push_back(step_path(i.step));
     if (doomed.empty()) return;
-    detail::fsync_dir(root_);
-    for (auto& d : doomed) {
-      detail::remove_tree(d.staging_path());
-      d.release();
+    try {
+      store_->remove_checkpoints(doomed);
+    } catch (...) {
+      try { scan(); } catch (const Error&) {}  // list what is still there
+      throw;
     }
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& i : infos)
+      if (!keep.count(i.step)) steps_.erase(i.step);
   }
 
+  std::shared_ptr<Store> store_;
   std::string root_;
   CheckpointerOptions options_;
   mutable std::mutex mutex_;  // guards steps_ and last_save_ (the worker updates them)
@@ -7198,7 +8177,7 @@ CAIRN_END_NAMESPACE
 // ----- end cairn/manager/checkpointer.hpp -----
 
 #if !defined(CAIRN_NO_EIGEN) && (__has_include(<Eigen/Core>) || __has_include(<eigen3/Eigen/Core>))
-// ----- begin cairn/eigen/eigen.hpp -----
+// ----- begin cairn/leaves/eigen.hpp -----
 // Eigen dense matrices and arrays as tree leaves (fixed and dynamic size, row- and
 // column-major) and as cereal-serializable types. The checkpoint keeps the logical shape and
 // the memory order it was saved in; a target of the other order is converted on load.
@@ -7298,7 +8277,7 @@ void load(Archive& ar, Eigen::Array<S, R, C, O, MR, MC>& a) {
   a = m.array();
 }
 }  // namespace cereal
-// ----- end cairn/eigen/eigen.hpp -----
+// ----- end cairn/leaves/eigen.hpp -----
 #endif
 
 // cereal support for the standard types cairn's trees are made of, so that CAIRN_TREE structs

@@ -41,7 +41,7 @@ inline State make() {
   State s;
   for (std::size_t i = 0; i < 37; ++i) s.small.push_back(value(i, 0.125f));
   for (std::size_t i = 0; i < 24576; ++i) s.large.push_back(value(i * 7, 0.5f));
-  for (std::size_t i = 0; i < 50; ++i) s.cast_on_save.push_back(value(i * 3, 0.0625f));  // exact in bfloat16
+  for (std::size_t i = 0; i < 50; ++i) s.cast_on_save.push_back(value(i * 3, 0.0625f));  // rounded when stored as bfloat16
   s.column_major.resize(3, 5);
   for (int r = 0; r < 3; ++r)
     for (int c = 0; c < 5; ++c) s.column_major(r, c) = r * 10 + c + 0.25;

@@ -1,7 +1,9 @@
-// Loading a leaf whose stored chunks or whose target are boxes of the global array: a
-// sharded checkpoint restored onto another sharding, onto one plain array, or a plain
-// checkpoint restored into shards. Each target shard gets the intersection of its box with
-// every stored chunk (N-d box intersection), copied by the box-copy kernel.
+// The one reader of leaf data. Every stored leaf is a set of chunks, each a box of the global
+// array (a plain leaf is one chunk: the whole array), and every target is a set of boxes (a
+// plain target is one: the whole array, in C or F order). Each target box gets the
+// intersection of its box with every stored chunk (N-d box intersection), copied by the
+// box-copy kernel, cast on the way where the dtypes differ. A chunk that is one target's box
+// in the same dtype and layout is read straight into the target.
 //
 // A chunk that this process's targets need whole is read once, sequentially, in pieces,
 // each piece scattered to every target it overlaps, and its CRC32C is checked. A chunk that
@@ -11,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <future>
 #include <map>
 #include <vector>
@@ -88,11 +91,23 @@ void split_for_reading(const Box& chunk, bool column_major, const Box& region, s
   recurse(recurse, region, 0);
 }
 
+// Where a chunk's bytes come from: its data file, or memory that already holds a stretch of
+// that file (small leaves read together in one request).
+struct ChunkSource {
+  const StoreReader* file = nullptr;
+  const unsigned char* memory = nullptr;  // holds the file's bytes from `memory_offset` on
+  std::uint64_t memory_offset = 0;
+  void read(void* dst, std::uint64_t n, std::uint64_t offset) const {
+    if (memory) std::memcpy(dst, memory + (offset - memory_offset), static_cast<std::size_t>(n));
+    else file->read_at(dst, n, offset);
+  }
+};
+
 class BoxLeafReader {
  public:
-  BoxLeafReader(const LeafRecord& stored, const LeafBuffer& buffer, const std::string& key, const std::string& dir,
+  BoxLeafReader(const LeafRecord& stored, const LeafBuffer& buffer, const std::string& key, DataFiles& files,
                 const LoadOptions& options, LoadReport& report)
-      : s_(stored), key_(key), dir_(dir), options_(options), report_(report), to_(buffer.dtype),
+      : s_(stored), key_(key), files_(files), options_(options), report_(report), to_(buffer.dtype),
         in_size_(dtype_size(stored.dtype)), out_size_(dtype_size(buffer.dtype)) {
     const std::size_t rank = s_.shape.size();
     chunk_column_major_ = rank >= 2 && s_.order == Order::F;
@@ -102,15 +117,11 @@ class BoxLeafReader {
       for (const auto& t : buffer.shards) targets_.push_back({t.box, t.data, t.memory, t.device, false});
     }
     for (const auto& t : targets_) {
-      bool inside = t.box.rank() == rank;
-      for (std::size_t d = 0; inside && d < rank; ++d)
-        inside = t.box.start[d] >= 0 && t.box.shape[d] >= 0 && t.box.start[d] <= s_.shape[d] &&
-                 t.box.shape[d] <= s_.shape[d] - t.box.start[d];
-      if (!inside)
+      if (!box_inside(t.box, s_.shape))
         throw Error(ErrorKind::invalid_argument, "target shard box " + to_string(t.box) + " does not fit the stored "
-                    "shape " + to_string(s_.shape), dir_, key_);
+                    "shape " + to_string(s_.shape), files_.describe(), key_);
       if (!t.data && t.box.elements() > 0)
-        throw Error(ErrorKind::invalid_argument, "target shard " + to_string(t.box) + " has no buffer", dir_, key_);
+        throw Error(ErrorKind::invalid_argument, "target shard " + to_string(t.box) + " has no buffer", files_.describe(), key_);
     }
     // Replicas share a group: they get the same bytes.
     for (std::size_t i = 0; i < targets_.size(); ++i) {
@@ -120,17 +131,27 @@ class BoxLeafReader {
       groups_[g].push_back(i);
     }
     for (const auto& g : groups_) report_.bytes_needed += targets_[g.front()].box.elements() * in_size_;
+    // LoadReport::shard_reads lists the targets of sharded or chunked leaves only.
+    record_reads_ = !buffer.shards.empty() || s_.chunks.size() != 1;
     first_read_ = report_.shard_reads.size();
-    for (const auto& t : targets_) report_.shard_reads.push_back({key_, t.box, t.memory, t.device, {}});
+    if (record_reads_)
+      for (const auto& t : targets_) report_.shard_reads.push_back({key_, t.box, t.memory, t.device, {}});
   }
 
-  void read(DataFiles& files) {
+  // Reads every chunk the targets need, in file order.
+  void read() {
     std::vector<const ChunkRecord*> chunks;
     for (const auto& c : s_.chunks) chunks.push_back(&c);
     std::sort(chunks.begin(), chunks.end(), [](const ChunkRecord* a, const ChunkRecord* b) {
       return a->file != b->file ? a->file < b->file : a->offset < b->offset;
     });
-    for (const ChunkRecord* c : chunks) read_chunk(*c, files);
+    for (const ChunkRecord* c : chunks) read_chunk(*c, ChunkSource{&files_.get(c->file)});
+  }
+
+  // A one-chunk leaf whose bytes are in memory already (`memory` holds the file from
+  // `memory_offset` on).
+  void read_from_memory(const unsigned char* memory, std::uint64_t memory_offset) {
+    read_chunk(s_.chunks.front(), ChunkSource{nullptr, memory, memory_offset});
   }
 
  private:
@@ -139,7 +160,7 @@ class BoxLeafReader {
     Box box;
   };
 
-  void read_chunk(const ChunkRecord& c, DataFiles& files) {
+  void read_chunk(const ChunkRecord& c, const ChunkSource& f) {
     const Box cb{c.start, c.shape};
     if (cb.elements() == 0) return;
     std::vector<Overlap> overlaps;
@@ -149,11 +170,11 @@ class BoxLeafReader {
       if (!intersect(cb, targets_[groups_[g].front()].box, i)) continue;
       overlaps.push_back({g, i});
       covered += i.elements();
-      for (std::size_t t : groups_[g]) report_.shard_reads[first_read_ + t].from_chunks.push_back(cb);
+      if (record_reads_)
+        for (std::size_t t : groups_[g]) report_.shard_reads[first_read_ + t].from_chunks.push_back(cb);
     }
     if (overlaps.empty()) return;  // no target here needs this chunk: not read
-    const File& f = files.get(c.file);  // (execute_plan checked the chunk lies inside it)
-    const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
+    // (execute_plan checked the chunk lies inside its file.)
     try {
       if (covered >= cb.elements()) {
         // Needed whole: read sequentially, checksum every byte.
@@ -161,22 +182,31 @@ class BoxLeafReader {
         const bool direct = overlaps.size() == 1 && overlaps[0].box == cb && to_ == s_.dtype &&
                             targets_[groups_[overlaps[0].group].front()].box == cb &&
                             same_layout(targets_[groups_[overlaps[0].group].front()]);
-        struct Piece {
-          Box box;
-          std::uint64_t first, span;
-        };
-        std::vector<Piece> pieces;
-        split_for_reading(cb, chunk_column_major_, cb, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
-          pieces.push_back({piece, first, span});
-        });
         if (direct) {
-          for (const auto& p : pieces) read_direct(f, c, p.first, p.span * in_size_, groups_[overlaps[0].group], crc);
+          // Straight into the target, a piece at a time, each piece checksummed on this
+          // thread while it is still in cache and while the kernel's readahead fetches the
+          // next one. (A helper thread for the checksum was measured slower here: on two
+          // cores it competes with the kernel's own I/O work.)
+          for (std::uint64_t done = 0; done < c.nbytes;) {
+            const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
+            read_direct(f, c, done, n, groups_[overlaps[0].group], crc);
+            done += n;
+          }
         } else {
+          struct Piece {
+            Box box;
+            std::uint64_t first, span;
+          };
+          std::vector<Piece> pieces;
+          const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
+          split_for_reading(cb, chunk_column_major_, cb, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
+            pieces.push_back({piece, first, span});
+          });
           // Piece k+1 is read on a helper thread while piece k is checksummed and scattered.
           auto read_piece = [&](std::size_t k) {
             auto& buf = pieces_buf_[k % 2];
             buf.resize(static_cast<std::size_t>(pieces[k].span * in_size_));
-            f.read_at(buf.data(), buf.size(), c.offset + pieces[k].first * in_size_);
+            f.read(buf.data(), buf.size(), c.offset + pieces[k].first * in_size_);
           };
           read_piece(0);
           for (std::size_t k = 0; k < pieces.size(); ++k) {
@@ -192,14 +222,15 @@ class BoxLeafReader {
             if (next.valid()) next.get();
           }
         }
-        report_.bytes_read += c.nbytes;
-        if (options_.verify_checksums) check_crc(crc, s_, c, dir_);
+        if (!f.memory) report_.bytes_read += c.nbytes;
+        if (options_.verify_checksums) check_crc(crc, s_, c, files_.describe(c.file));
       } else {
+        const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
         for (const auto& o : overlaps) {
           split_for_reading(cb, chunk_column_major_, o.box, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
             const std::uint64_t bytes = span * in_size_;
             scratch_.resize(static_cast<std::size_t>(bytes));
-            f.read_at(scratch_.data(), bytes, c.offset + first * in_size_);
+            f.read(scratch_.data(), bytes, c.offset + first * in_size_);
             report_.bytes_read += bytes;
             report_.unverified_bytes += bytes;
             if (s_.dtype == DType::bool_) normalize_bools(scratch_.data(), span);
@@ -208,30 +239,31 @@ class BoxLeafReader {
         }
       }
     } catch (const Error& e) {
-      throw e.with_key(key_).with_file(join_path(dir_, c.file));
+      throw e.with_key(key_).with_file(files_.describe(c.file));
     }
   }
 
   bool same_layout(const BoxTarget& t) const { return t.column_major == chunk_column_major_; }
 
-  // The chunk equals the target's box in the same layout and dtype: bytes go straight into
-  // the first host target (or through the scratch buffer to device targets), then to replicas.
-  void read_direct(const File& f, const ChunkRecord& c, std::uint64_t first, std::uint64_t bytes,
+  // The chunk equals the target's box in the same layout and dtype: `bytes` bytes from byte
+  // `first` of the chunk go straight into the first host target (or through the scratch
+  // buffer to device targets), then to replicas.
+  void read_direct(const ChunkSource& f, const ChunkRecord& c, std::uint64_t first, std::uint64_t bytes,
                    const std::vector<std::size_t>& group, std::uint32_t& crc) {
     const BoxTarget& lead = targets_[group.front()];
     unsigned char* buf;
     if (lead.memory == MemoryKind::host) {
-      buf = static_cast<unsigned char*>(lead.data) + first * in_size_;
+      buf = static_cast<unsigned char*>(lead.data) + first;
     } else {
       scratch_.resize(static_cast<std::size_t>(bytes));
       buf = scratch_.data();
     }
-    f.read_at(buf, bytes, c.offset + first * in_size_);
+    f.read(buf, bytes, c.offset + first);
     if (options_.verify_checksums) crc = crc32c_extend(crc, buf, static_cast<std::size_t>(bytes));
     if (s_.dtype == DType::bool_) normalize_bools(buf, bytes);
     for (std::size_t t : group) {
       const BoxTarget& target = targets_[t];
-      unsigned char* dst = static_cast<unsigned char*>(target.data) + first * in_size_;
+      unsigned char* dst = static_cast<unsigned char*>(target.data) + first;
       if (dst != buf) copy_bytes(dst, target.memory, buf, MemoryKind::host, static_cast<std::size_t>(bytes));
     }
   }
@@ -286,7 +318,8 @@ class BoxLeafReader {
   }
 
   const LeafRecord& s_;
-  std::string key_, dir_;
+  std::string key_;
+  DataFiles& files_;
   const LoadOptions& options_;
   LoadReport& report_;
   DType to_;
@@ -295,6 +328,7 @@ class BoxLeafReader {
   std::vector<BoxTarget> targets_;
   std::vector<std::vector<std::size_t>> groups_;
   std::size_t first_read_ = 0;
+  bool record_reads_ = false;
   std::vector<unsigned char> scratch_, compact_, converted_;
   std::vector<unsigned char> pieces_buf_[2];
   std::map<int, DeviceBytes> device_scratch_;

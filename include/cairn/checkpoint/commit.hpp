@@ -1,327 +1,339 @@
-// The commit protocol, in one place: how a checkpoint directory appears at its final path
-// all at once, how an existing one is replaced, and how the leftovers of interrupted saves
-// are told apart from the work of saves that are still running.
+// The commit protocol of a save, top to bottom, for any number of ranks:
 //
-// Names beside a final path F (all contain ".cairn-tmp-", which load refuses):
+//   1. The primary (rank 0) checks the overwrite rule and stages (Store::stage); every rank
+//      learns the staging key, or every rank throws the primary's error.
+//   2. Every rank writes the leaves it is responsible for into its own data file under the
+//      staging key (checkpoint/leaf_writer.hpp): rank 0 the unsharded leaves, every rank the
+//      shard boxes it is the primary holder of.
+//   3. Every rank makes its data file durable and sends its chunk records (with their CRCs)
+//      and its file's size to the primary, or its error: one gather, whatever the number of
+//      chunks.
+//   4. If every rank succeeded, the primary merges the records, writes _METADATA and
+//      _USER_METADATA, then the commit marker _CHECKPOINT last, and publishes once
+//      (CheckpointStaging::publish checks every file is there with its size first).
+//   5. The primary broadcasts the outcome; every rank returns it: success everywhere, or the
+//      same error everywhere. One rank's failure means nobody publishes, and the primary's
+//      staging (with every rank's files) is removed.
 //
-//   F.cairn-tmp-<token>.lock   the claim: a lock file, created and locked (an open-file-description
-//                              lock, fcntl F_OFD_SETLK) before anything below exists, and
-//                              unlinked only after everything below is gone
-//   F.cairn-tmp-<token>        the staging directory of a save; or a step being deleted; or the
-//                              temporary file of a `latest` marker
-//   F.cairn-tmp-<token>.old    the previous checkpoint of F, set aside while an overwrite runs on
-//                              a filesystem that cannot exchange two directories atomically
-//
-// A cleaner (the next save of F, a Checkpointer starting on the root) removes a group only when
-// it can lock the group's lock file itself, or when there is none: then the process that made
-// it has died, on this host or another (NFS releases the locks of dead clients). A lock held
-// by a live save, in this process (open-file-description locks conflict between two opens in
-// one process) or any other, keeps the group. Where the filesystem cannot lock at all, nothing
-// is removed automatically. A set-aside `.old` checkpoint is moved back to F when F holds no
-// committed checkpoint, and removed when it does; until then `load` reads F from it.
+// With one rank (LocalCoordinator) these are exactly the steps of a single-process save, and
+// the collectives return at once.
 #pragma once
 
-#include <cstdint>
-#include <filesystem>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <exception>
 #include <map>
-#include <mutex>
-#include <optional>
-#include <random>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+#include "cairn/checkpoint/leaf_writer.hpp"
+#include "cairn/checkpoint/snapshot.hpp"
+#include "cairn/coordination/coordinator.hpp"
 #include "cairn/format/files.hpp"
+#include "cairn/store/store.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-inline constexpr const char* lock_suffix = ".lock";
-// Set-aside checkpoints of cairn 0.1's overwrite fallback: F.cairn-old-<pid>, never locked.
-inline constexpr const char* legacy_old_infix = ".cairn-old-";
-
-inline bool is_empty_dir(const std::string& dir) {
-  std::error_code ec;
-  return std::filesystem::is_directory(std::filesystem::symlink_status(dir, ec)) && std::filesystem::is_empty(dir, ec);
+inline std::string library_version_string() {
+  return std::to_string(CAIRN_VERSION_MAJOR) + "." + std::to_string(CAIRN_VERSION_MINOR) + "." +
+         std::to_string(CAIRN_VERSION_PATCH);
 }
 
-inline std::string base_name(const std::string& path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
+inline std::int64_t now_unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
-enum class LockResult { taken, held_elsewhere, unsupported };
-
-// An exclusive, non-blocking lock on an open file. Open-file-description locks belong to the
-// open file, not the process, so two Checkpointers in one process exclude each other.
-inline LockResult try_lock(int fd, const std::string& path) {
-  if (int e = injected_fault("fcntl", path)) {
-    errno = e;
-    return e == EAGAIN || e == EACCES || e == EWOULDBLOCK ? LockResult::held_elsewhere : LockResult::unsupported;
-  }
-#if defined(F_OFD_SETLK)
-  struct flock fl {};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return LockResult::taken;
-  if (errno == EAGAIN || errno == EACCES) return LockResult::held_elsewhere;
-#else
-  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return LockResult::taken;
-  if (errno == EWOULDBLOCK) return LockResult::held_elsewhere;
-#endif
-  return LockResult::unsupported;
+// ISO 8601 in UTC, to the second, of a time in milliseconds since the epoch.
+inline std::string iso8601_utc(std::int64_t unix_ms) {
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
-inline std::string new_claim_token() {
-  static std::mt19937_64 rng = [] {
-    std::random_device rd;
-    return std::mt19937_64((std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid()));
-  }();
-  static std::mutex m;
-  std::lock_guard<std::mutex> lock(m);
-  static const char* hex = "0123456789abcdef";
-  std::uint64_t v = rng();
-  std::string t = std::to_string(::getpid()) + "-";
-  for (int i = 0; i < 12; ++i, v >>= 4) t += hex[v & 15];
-  return t;
-}
-
-// A claim on the staging names of one final path (see the top of this file). Held from before
-// the staging directory exists until after it is gone.
-class StagingClaim {
+// What ranks send each other: a flat little-endian encoding with 64-bit lengths. Decoding
+// checks every length against what is left.
+class WireWriter {
  public:
-  StagingClaim() = default;
-  StagingClaim(const StagingClaim&) = delete;
-  StagingClaim& operator=(const StagingClaim&) = delete;
-  StagingClaim(StagingClaim&& o) noexcept : base_(std::move(o.base_)), fd_(o.fd_) { o.fd_ = -1; }
-  StagingClaim& operator=(StagingClaim&& o) noexcept {
-    if (this != &o) { release(); base_ = std::move(o.base_); fd_ = o.fd_; o.fd_ = -1; }
+  WireWriter& u64(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) out_ += static_cast<char>((v >> (8 * i)) & 0xff);
     return *this;
   }
-  ~StagingClaim() { release(); }
-
-  static StagingClaim create(const std::string& final_path) {
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      StagingClaim c;
-      c.base_ = final_path + temp_infix + new_claim_token();
-      const std::string lock = c.lock_path();
-      if (int e = injected_fault("open", lock)) throw_errno("open (create)", lock, e);
-      c.fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (c.fd_ < 0) {
-        if (errno == EEXIST) continue;
-        throw_errno("open (create)", lock);
-      }
-      const LockResult r = try_lock(c.fd_, lock);
-      if (r == LockResult::held_elsewhere) continue;  // a cleaner took it in the instant before our lock
-      // A cleaner may have locked and unlinked the file in that instant and let go: then our
-      // lock is on a file nobody can find, and we start again.
-      struct stat by_fd, by_name;
-      if (::fstat(c.fd_, &by_fd) != 0 || ::lstat(lock.c_str(), &by_name) != 0 || by_fd.st_ino != by_name.st_ino ||
-          by_fd.st_dev != by_name.st_dev)
-        continue;
-      (void)r;  // unsupported: no filesystem locks here, so no cleaner removes this group either
-      return c;
-    }
-    throw Error(ErrorKind::io, "could not claim a staging name", final_path);
+  WireWriter& str(const std::string& s) {
+    u64(s.size());
+    out_ += s;
+    return *this;
   }
+  WireWriter& shape(const Shape& s) {
+    u64(s.size());
+    for (auto v : s) u64(static_cast<std::uint64_t>(v));
+    return *this;
+  }
+  std::string take() { return std::move(out_); }
 
-  const std::string& staging_path() const { return base_; }
-  std::string old_path() const { return base_ + old_suffix; }
-  std::string lock_path() const { return base_ + lock_suffix; }
+ private:
+  std::string out_;
+};
 
-  // Unlinks the lock file, then lets go of the lock: a cleaner never finds an unlocked lock
-  // file of a live claim.
-  void release() noexcept {
-    if (fd_ < 0) return;
-    ::unlink(lock_path().c_str());
-    ::close(fd_);
-    fd_ = -1;
+class WireReader {
+ public:
+  explicit WireReader(const std::string& in) : in_(in) {}
+  std::uint64_t u64() {
+    need(8);
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
+    pos_ += 8;
+    return v;
+  }
+  std::string str() {
+    const std::uint64_t n = u64();
+    need(n);
+    std::string s = in_.substr(pos_, static_cast<std::size_t>(n));
+    pos_ += static_cast<std::size_t>(n);
+    return s;
+  }
+  Shape shape() {
+    const std::uint64_t n = u64();
+    need(n * 8);
+    Shape s;
+    for (std::uint64_t i = 0; i < n; ++i) s.push_back(static_cast<std::int64_t>(u64()));
+    return s;
   }
 
  private:
-  std::string base_;
-  int fd_ = -1;
+  void need(std::uint64_t n) const {
+    if (n > in_.size() - pos_) throw Error(ErrorKind::io, "a message between ranks was cut short");
+  }
+  const std::string& in_;
+  std::size_t pos_ = 0;
 };
 
-// Staging names beside one final path that belong to one claim token.
-struct LeftoverGroup {
-  std::string final_path, base;  // base: F.cairn-tmp-<token> (or a legacy name)
-  std::vector<std::string> paths;  // everything of the group except the lock file
-};
+inline void encode_error(WireWriter& w, const Error& e) {
+  w.u64(static_cast<std::uint64_t>(e.kind())).str(e.message()).str(e.file()).str(e.key_path());
+}
+inline Error decode_error(WireReader& r) {
+  const auto kind = static_cast<ErrorKind>(r.u64());
+  std::string message = r.str(), file = r.str(), key = r.str();
+  return Error(kind, message, file, key);
+}
 
-// The committed checkpoint that a set-aside `.old` holds, or the old one put back at F.
-inline void restore_or_drop_old(const std::string& final_path, const std::string& old) {
-  std::error_code ec;
-  if (is_committed_checkpoint(final_path) || !is_committed_checkpoint(old)) {
-    std::filesystem::remove_all(old, ec);
-    return;
-  }
-  // F is absent (the crash came between the two renames) or an empty directory: rename
-  // replaces either atomically. Anything else at F is left alone, and so is the old copy.
-  if (path_exists(final_path) && !is_empty_dir(final_path)) return;
+// Any exception as a cairn::Error, so that it can travel to the other ranks.
+inline Error as_error(std::exception_ptr p) {
   try {
-    rename_path(old, final_path);
-    fsync_dir(parent_dir(final_path));
-  } catch (const Error&) {
-    // Left for the next cleaner; load reads F from the old copy meanwhile.
-  }
-}
-
-// Removes the leftovers of dead saves and deletions in `dir` (those of final paths named
-// `only_name`, or all), and puts back checkpoints that an interrupted overwrite set aside.
-// Best effort: what cannot be removed now is left for the next time.
-inline void clean_leftovers(const std::string& dir, const std::string* only_name = nullptr) {
-  std::map<std::string, LeftoverGroup> groups;
-  std::error_code ec;
-  std::filesystem::directory_iterator it(dir, ec), end;
-  if (ec) return;
-  for (; it != end; it.increment(ec)) {
-    if (ec) return;
-    const std::string name = it->path().filename().string();
-    std::size_t pos = name.find(temp_infix);
-    const bool legacy_old = pos == std::string::npos && (pos = name.find(legacy_old_infix)) != std::string::npos;
-    if (pos == std::string::npos || pos == 0) continue;
-    const std::string final_name = name.substr(0, pos);
-    if (only_name && final_name != *only_name) continue;
-    const std::string full = join_path(dir, name);
-    if (legacy_old) {
-      LeftoverGroup& g = groups[full];
-      g.final_path = join_path(dir, final_name);
-      g.base = full;
-      g.paths.push_back(full);
-      continue;
-    }
-    const std::size_t token_start = pos + std::string(temp_infix).size();
-    const std::size_t dot = name.find('.', token_start);
-    const std::string base = join_path(dir, name.substr(0, dot));
-    const std::string suffix = dot == std::string::npos ? "" : name.substr(dot);
-    LeftoverGroup& g = groups[base];
-    g.final_path = join_path(dir, final_name);
-    g.base = base;
-    if (suffix != lock_suffix) g.paths.push_back(full);
-  }
-  for (auto& [base, g] : groups) {
-    // The lock file is opened whether or not the listing showed it: a listing may show a
-    // staging directory created while it ran without the lock file created just before it.
-    // A writer creates the lock file before anything else and unlinks it after everything
-    // else, so if it is absent now, nothing of this group belongs to a live save.
-    const std::string lock = base + lock_suffix;
-    const int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0 && errno != ENOENT) continue;  // cannot tell: keep
-    if (fd >= 0 && try_lock(fd, lock) != LockResult::taken) {
-      ::close(fd);
-      continue;  // a live save (or a filesystem without locks): keep
-    }
-    for (const auto& p : g.paths) {
-      const bool set_aside = p.find(legacy_old_infix) != std::string::npos || p.ends_with(old_suffix);
-      if (set_aside) restore_or_drop_old(g.final_path, p);
-      else std::filesystem::remove_all(p, ec);
-    }
-    if (fd >= 0) {
-      ::unlink(lock.c_str());
-      ::close(fd);
-    }
-  }
-}
-
-// The directory to read the checkpoint at `path` from: the path itself, or, while an
-// interrupted overwrite has left nothing committed there, the previous checkpoint it set aside.
-inline std::string readable_checkpoint_dir(const std::string& path) {
-  if (is_committed_checkpoint(path) || path.find(temp_infix) != std::string::npos) return path;
-  const std::string name = base_name(path);
-  if (name.empty()) return path;
-  const std::string parent = parent_dir(path);
-  std::error_code ec;
-  std::filesystem::directory_iterator it(parent, ec), end;
-  if (ec) return path;
-  for (; it != end; it.increment(ec)) {
-    if (ec) break;
-    const std::string entry = it->path().filename().string();
-    if (entry.rfind(name, 0) != 0) continue;
-    const std::string rest = entry.substr(name.size());
-    const bool ours = rest.starts_with(temp_infix) && rest.ends_with(old_suffix);
-    const bool legacy = rest.starts_with(legacy_old_infix);
-    const std::string full = join_path(parent, entry);
-    if ((ours || legacy) && is_committed_checkpoint(full)) return full;
-  }
-  return path;
-}
-
-// What lies at a path a save is about to publish to, and whether that may be replaced. An
-// empty directory (`mkdir -p ckpt/100` before saving) is the same as nothing.
-inline void check_target(const std::string& path, bool overwrite) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return;
-  if (!S_ISDIR(st.st_mode))
-    throw Error(ErrorKind::already_exists, S_ISLNK(st.st_mode)
-                    ? "a symbolic link is at this path; cairn saves only to a directory it can replace (pass its target instead)"
-                    : "a file (not a directory) is at this path; cairn will not replace it", path);
-  if (is_committed_checkpoint(path)) {
-    if (!overwrite) throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", path);
-    return;
-  }
-  if (is_empty_dir(path)) return;
-  throw Error(ErrorKind::already_exists,
-              "this directory is not empty and holds no cairn checkpoint (no " + std::string(marker_file) +
-                  "); cairn will not write into it or replace it, even with overwrite. Save to a new path or an empty "
-                  "directory",
-              path);
-}
-
-// An error raised after the new checkpoint was already published: it is at its path and
-// loads, but a step after the publish failed (the parent directory's fsync, so durability
-// across a power loss is unknown; the `latest` marker; retention).
-inline Error after_commit_error(const Error& e, const std::string& what) {
-  return Error(ErrorKind::after_commit, "the checkpoint is committed and loads, but " + what + " failed afterwards: " +
-               e.message(), e.file(), e.key_path());
-}
-
-// Publishes the complete staging directory at `final_path`: one rename where nothing (or an
-// empty directory) is there; an atomic exchange with the previous checkpoint where the
-// filesystem has one (renameat2 RENAME_EXCHANGE); otherwise the previous checkpoint is set
-// aside under the claim's `.old` name first, and put back if the second rename fails.
-// Until this returns, F holds either the previous complete checkpoint or the new one; a crash
-// between the fallback's two renames leaves F empty for a moment, and then load reads the
-// old one, and the next save or Checkpointer puts it back. Errors after the publish are
-// ErrorKind::after_commit.
-inline void publish(const StagingClaim& claim, const std::string& final_path, bool overwrite) {
-  const std::string parent = parent_dir(final_path);
-  const std::string& staged = claim.staging_path();
-  check_target(final_path, overwrite);  // again: something may have appeared while we wrote
-  std::optional<std::string> previous;  // where the replaced checkpoint is now, to be removed
-  if (!path_exists(final_path) || is_empty_dir(final_path)) {
-    rename_path(staged, final_path);
-  } else if (exchange_paths(staged, final_path)) {
-    previous = staged;
-  } else {
-    const std::string old = claim.old_path();
-    rename_path(final_path, old);
-    try {
-      rename_path(staged, final_path);
-    } catch (...) {
-      try { rename_path(old, final_path); } catch (const Error&) { /* the next cleaner puts it back */ }
-      throw;
-    }
-    previous = old;
-  }
-  try {
-    fsync_dir(parent);
+    std::rethrow_exception(p);
   } catch (const Error& e) {
-    throw after_commit_error(e, "making the rename durable (fsync of the parent directory)");
-  }
-  if (previous) {
-    try {
-      remove_tree(*previous);
-      fsync_dir(parent);
-    } catch (const Error& e) {
-      throw after_commit_error(e, "removing the replaced checkpoint");
-    }
+    return e;
+  } catch (const std::exception& e) {
+    return Error(ErrorKind::io, e.what());
+  } catch (...) {
+    return Error(ErrorKind::io, "unknown exception");
   }
 }
+
+// One save of one checkpoint, on one rank. Every rank constructs it (step 1), adds the same
+// items and leaves (step 2), and calls commit (steps 3 to 5).
+class SaveSession {
+ public:
+  SaveSession(Store& store, const std::string& key, bool overwrite, Coordinator& coordinator)
+      : store_(store), key_(normalize_key(key)), coordinator_(coordinator) {
+    // Step 1.
+    WireWriter out;
+    std::exception_ptr failure;
+    if (coordinator_.is_primary()) {
+      try {
+        staging_ = store_.stage(key_, overwrite);
+        out.u64(1).str(staging_->key());
+      } catch (...) {
+        failure = std::current_exception();
+        out.u64(0);
+        encode_error(out, as_error(failure));
+      }
+    }
+    const std::string outcome = coordinator_.broadcast(out.take());
+    if (failure) std::rethrow_exception(failure);
+    WireReader in(outcome);
+    if (in.u64() != 1) throw decode_error(in);
+    writer_ = std::make_unique<LeafWriter>(store_, in.str(), coordinator_.rank());
+    metadata_.library_version = library_version_string();
+  }
+  SaveSession(const SaveSession&) = delete;
+  SaveSession& operator=(const SaveSession&) = delete;
+  // Unpublished, the primary's staging (and every file under it) is removed.
+  ~SaveSession() = default;
+
+  std::string describe() const { return store_.describe(key_); }
+
+  // Step 2, on every rank: an item, then its leaves.
+  void begin_item(const std::string& name, ItemKind kind, std::vector<NodeRecord> nodes) {
+    for (const auto& i : metadata_.items)
+      if (i.name == name) throw Error(ErrorKind::invalid_argument, "two items named '" + name + "'", describe());
+    ItemRecord item;
+    item.name = name;
+    item.kind = kind;
+    item.nodes = std::move(nodes);
+    metadata_.items.push_back(std::move(item));
+  }
+  // Casts on save apply to tree items only.
+  void add_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
+    ItemRecord& item = metadata_.items.back();
+    static const SaveOptions no_casts;
+    try {
+      item.leaves.push_back(writer_->write_leaf(p, view, item.kind == ItemKind::tree ? options : no_casts, report));
+    } catch (const Error& e) {
+      throw e.with_key(p.str());
+    }
+    ++report.leaves;
+  }
+  SaveReport add_item(const ItemSnapshot& snapshot, const SaveOptions& options) {
+    SaveReport report;
+    report.path = describe();
+    begin_item(snapshot.name, snapshot.kind, snapshot.nodes);
+    for (const auto& leaf : snapshot.leaves) add_leaf(leaf.path, leaf.view, options, report);
+    return report;
+  }
+
+  // Steps 3 to 5, on every rank. `failure` is this rank's error from step 2, if any: then
+  // nothing is published and every rank throws. `created_unix_ms` is the time recorded in
+  // the metadata (a Checkpointer passes the one it also keeps in its step's metadata).
+  void commit(const Json& user_metadata, std::int64_t created_unix_ms, std::exception_ptr failure = nullptr) {
+    // Step 3.
+    WireWriter mine;
+    if (!failure) {
+      try {
+        mine.u64(1);
+        encode_records(mine);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    writer_->drop();  // closed before the primary may remove the staging
+    if (failure) {
+      mine = WireWriter();
+      mine.u64(0);
+      encode_error(mine, as_error(failure));
+    }
+    const std::vector<std::string> reports = coordinator_.gather(mine.take());
+
+    // Step 4.
+    WireWriter outcome;
+    std::exception_ptr publish_failure;
+    if (coordinator_.is_primary()) {
+      try {
+        if (failure) std::rethrow_exception(failure);
+        publish(reports, user_metadata, created_unix_ms);
+        outcome.u64(1);
+      } catch (...) {
+        publish_failure = std::current_exception();
+        outcome.u64(0);
+        encode_error(outcome, as_error(publish_failure));
+      }
+      staging_.reset();  // unpublished, removed here: every rank closed its files before the gather
+    }
+
+    // Step 5.
+    const std::string agreed = coordinator_.broadcast(outcome.take());
+    if (failure) std::rethrow_exception(failure);
+    if (publish_failure) std::rethrow_exception(publish_failure);
+    WireReader in(agreed);
+    if (in.u64() != 1) throw decode_error(in);
+  }
+
+ private:
+  // This rank's data file and the chunks it wrote, by item and leaf position.
+  void encode_records(WireWriter& w) {
+    DataFileWriter* data = writer_->data();
+    if (data) data->finish();
+    w.str(data ? data->name() : std::string()).u64(data ? data->size() : 0);
+    std::uint64_t leaves = 0;
+    for (const auto& item : metadata_.items) leaves += item.leaves.size();
+    w.u64(leaves);
+    if (coordinator_.is_primary()) return;  // the primary has its records at hand
+    std::uint64_t with_chunks = 0;
+    for (const auto& item : metadata_.items)
+      for (const auto& l : item.leaves) with_chunks += !l.chunks.empty();
+    w.u64(with_chunks);
+    for (std::size_t i = 0; i < metadata_.items.size(); ++i)
+      for (std::size_t j = 0; j < metadata_.items[i].leaves.size(); ++j) {
+        const LeafRecord& l = metadata_.items[i].leaves[j];
+        if (l.chunks.empty()) continue;
+        w.u64(i).u64(j).str(l.key()).u64(l.chunks.size());
+        for (const auto& c : l.chunks) w.str(c.file).u64(c.offset).u64(c.nbytes).u64(c.crc32c).shape(c.start).shape(c.shape);
+      }
+  }
+
+  // The primary's step 4.
+  void publish(const std::vector<std::string>& reports, const Json& user_metadata, std::int64_t created_unix_ms) {
+    if (!user_metadata.is_object() && !user_metadata.is_null())
+      throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", describe());
+    std::uint64_t leaves = 0;
+    for (const auto& item : metadata_.items) leaves += item.leaves.size();
+    std::map<std::string, std::uint64_t> expected;  // every file the checkpoint needs, and its size
+    for (std::size_t r = 0; r < reports.size(); ++r) {
+      const std::string rank = "rank " + std::to_string(r);
+      WireReader in(reports[r]);
+      if (in.u64() != 1) {
+        const Error e = decode_error(in);
+        throw Error(e.kind(), rank + " failed: " + e.message(), e.file(), e.key_path());
+      }
+      const std::string file = in.str();
+      const std::uint64_t size = in.u64();
+      if (!file.empty()) {
+        expected[file] = size;
+        metadata_.data_files.push_back(file);
+      }
+      if (const std::uint64_t n = in.u64(); n != leaves)
+        throw Error(ErrorKind::invalid_argument, rank + " saved " + std::to_string(n) + " leaves, rank 0 saved " +
+                    std::to_string(leaves) + ": every rank must save the same tree", describe());
+      if (r == 0) continue;
+      for (std::uint64_t k = 0, n = in.u64(); k < n; ++k) {
+        const std::uint64_t i = in.u64(), j = in.u64();
+        const std::string key = in.str();
+        if (i >= metadata_.items.size() || j >= metadata_.items[i].leaves.size() ||
+            metadata_.items[i].leaves[j].key() != key)
+          throw Error(ErrorKind::invalid_argument, rank + " saved a leaf that rank 0 does not have at the same place: "
+                      "every rank must save the same tree", describe(), key);
+        LeafRecord& l = metadata_.items[i].leaves[j];
+        for (std::uint64_t c = 0, chunks = in.u64(); c < chunks; ++c) {
+          ChunkRecord chunk;
+          chunk.file = in.str();
+          chunk.offset = in.u64();
+          chunk.nbytes = in.u64();
+          chunk.crc32c = static_cast<std::uint32_t>(in.u64());
+          chunk.start = in.shape();
+          chunk.shape = in.shape();
+          l.chunks.push_back(std::move(chunk));
+        }
+      }
+    }
+    metadata_.created_unix_ms = created_unix_ms;
+    metadata_.created = iso8601_utc(created_unix_ms);
+    const std::string meta = metadata_to_json(metadata_);
+    const std::string user = user_metadata.is_null() ? std::string("{}") : user_metadata.dump();
+    const std::string marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
+                                           {user.size(), crc32c(user.data(), user.size())}).dump();
+    const std::string& staged = staging_->key();
+    write_blob(store_, join_key(staged, metadata_file), meta);
+    write_blob(store_, join_key(staged, user_metadata_file), user);
+    write_blob(store_, join_key(staged, marker_file), marker);  // last
+    expected[metadata_file] = meta.size();
+    expected[user_metadata_file] = user.size();
+    expected[marker_file] = marker.size();
+    staging_->publish(expected);
+  }
+
+  Store& store_;
+  std::string key_;
+  Coordinator& coordinator_;
+  std::unique_ptr<CheckpointStaging> staging_;  // the primary's
+  std::unique_ptr<LeafWriter> writer_;
+  CheckpointMetadata metadata_;
+};
 
 }  // namespace detail
 CAIRN_END_NAMESPACE

@@ -1,8 +1,8 @@
-// Reading a checkpoint's data files: open files by name (each once), the read sizes, the
-// checksum check and the normalization of stored bools. Shared by the plain and the box
-// (sharded) load paths.
+// Reading a checkpoint's data files: open them by name through the store (each once), the
+// read sizes, the checksum check and the normalization of stored bools.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -14,19 +14,21 @@ namespace detail {
 
 class DataFiles {
  public:
-  explicit DataFiles(std::string dir) : dir_(std::move(dir)) {}
-  const File& get(const std::string& name) {
+  DataFiles(const Store& store, std::string key) : store_(store), key_(std::move(key)) {}
+  const StoreReader& get(const std::string& name) {
     auto it = files_.find(name);
-    if (it != files_.end()) return it->second.first;
-    File f = File::open_read(join_path(dir_, name));
-    const std::uint64_t size = f.size();
-    return files_.emplace(name, std::make_pair(std::move(f), size)).first->second.first;
+    if (it != files_.end()) return *it->second;
+    return *files_.emplace(name, store_.open(join_key(key_, name))).first->second;
   }
-  std::uint64_t size(const std::string& name) { get(name); return files_.at(name).second; }
+  std::uint64_t size(const std::string& name) { return get(name).size(); }
+  // How errors name a data file.
+  std::string describe(const std::string& name) const { return store_.describe(join_key(key_, name)); }
+  std::string describe() const { return store_.describe(key_); }
 
  private:
-  std::string dir_;
-  std::unordered_map<std::string, std::pair<File, std::uint64_t>> files_;
+  const Store& store_;
+  std::string key_;
+  std::unordered_map<std::string, std::unique_ptr<StoreReader>> files_;
 };
 
 inline constexpr std::uint64_t read_piece_bytes = std::uint64_t{16} << 20;
@@ -41,11 +43,12 @@ inline void normalize_bools(void* data, std::uint64_t n) {
   for (std::uint64_t i = 0; i < n; ++i) p[i] = p[i] != 0;
 }
 
-inline void check_crc(std::uint32_t got, const LeafRecord& s, const ChunkRecord& c, const std::string& dir) {
+// `file` names the data file in the error.
+inline void check_crc(std::uint32_t got, const LeafRecord& s, const ChunkRecord& c, const std::string& file) {
   if (got != c.crc32c)
     throw Error(ErrorKind::corrupt, "checksum mismatch in bytes " + std::to_string(c.offset) + ".." +
                 std::to_string(c.offset + c.nbytes) + " (CRC32C " + std::to_string(got) + ", expected " +
-                std::to_string(c.crc32c) + ")", join_path(dir, c.file), s.key());
+                std::to_string(c.crc32c) + ")", file, s.key());
 }
 
 }  // namespace detail

@@ -17,7 +17,7 @@
 #include <cereal/archives/portable_binary.hpp>
 
 #include "cairn/checkpoint/load.hpp"
-#include "cairn/checkpoint/writer.hpp"
+#include "cairn/checkpoint/save.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 
@@ -27,14 +27,14 @@ class Items {
   template <class T>
   Items& tree(std::string name, T& value) {
     require_tree_type<std::remove_const_t<T>>();
-    Entry e{std::move(name), "tree", {}, {}};
+    Entry e{std::move(name), ItemKind::tree, {}, {}};
     const T* cvalue = &value;
     e.snapshot = [cvalue](const std::string& n) { return detail::view_tree(n, *cvalue); };
     if constexpr (!std::is_const_v<T>) {
       T* target = &value;
-      e.load = [target](const std::string& path, const std::string& n, LoadOptions options) {
+      e.load = [target](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
         options.item = n;
-        return cairn::load(path, *target, options);
+        return cairn::load(store, key, *target, options);
       };
     }
     return add(std::move(e));
@@ -44,17 +44,17 @@ class Items {
   template <class J>
   Items& json(std::string name, J& value) {
     static_assert(std::is_same_v<std::remove_const_t<J>, Json>, "cairn::Items::json takes a cairn::Json");
-    Entry e{std::move(name), "json", {}, {}};
+    Entry e{std::move(name), ItemKind::json, {}, {}};
     const Json* cvalue = &value;
-    e.snapshot = [cvalue](const std::string& n) { return detail::bytes_item(n, "json", DType::string, cvalue->dump()); };
+    e.snapshot = [cvalue](const std::string& n) { return detail::bytes_item(n, ItemKind::json, DType::string, cvalue->dump()); };
     if constexpr (!std::is_const_v<J>) {
       Json* target = &value;
-      e.load = [target](const std::string& path, const std::string& n, LoadOptions options) {
+      e.load = [target](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
         options.item = n;
         options.subtree.clear();
         std::string text;
-        LoadReport r = cairn::load(path, text, options);
-        *target = Json::parse(text, path + " (item '" + n + "')");
+        LoadReport r = cairn::load(store, key, text, options);
+        *target = Json::parse(text, store.describe(key) + " (item '" + n + "')");
         return r;
       };
     }
@@ -64,7 +64,7 @@ class Items {
   // Any object cereal can serialize, stored as a portable binary cereal archive.
   template <class T>
   Items& object(std::string name, T& value) {
-    Entry e{std::move(name), "cereal", {}, {}};
+    Entry e{std::move(name), ItemKind::cereal, {}, {}};
     const T* cvalue = &value;
     e.snapshot = [cvalue](const std::string& n) {
       std::ostringstream out;
@@ -72,15 +72,15 @@ class Items {
         cereal::PortableBinaryOutputArchive ar(out);
         ar(*cvalue);
       }
-      return detail::bytes_item(n, "cereal", DType::uint8, out.str());
+      return detail::bytes_item(n, ItemKind::cereal, DType::uint8, out.str());
     };
     if constexpr (!std::is_const_v<T>) {
       T* target = &value;
-      e.load = [target](const std::string& path, const std::string& n, LoadOptions options) {
+      e.load = [target](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
         options.item = n;
         options.subtree.clear();
         std::vector<std::uint8_t> bytes;
-        LoadReport r = cairn::load(path, bytes, options);
+        LoadReport r = cairn::load(store, key, bytes, options);
         try {
           std::istringstream in(std::string(bytes.begin(), bytes.end()));
           cereal::PortableBinaryInputArchive ar(in);
@@ -90,7 +90,7 @@ class Items {
         } catch (const Error&) {
           throw;
         } catch (const std::exception& ex) {
-          throw Error(ErrorKind::corrupt, std::string("cereal could not read the object: ") + ex.what(), path, n);
+          throw Error(ErrorKind::corrupt, std::string("cereal could not read the object: ") + ex.what(), store.describe(key), n);
         }
         return r;
       };
@@ -108,21 +108,24 @@ class Items {
   }
 
   // Loads every item named here from the checkpoint (reads nothing of the other items).
-  std::vector<std::pair<std::string, LoadReport>> load_all(const std::string& path, const LoadOptions& options) const {
+  std::vector<std::pair<std::string, LoadReport>> load_all(const Store& store, const std::string& key,
+                                                          const LoadOptions& options) const {
     std::vector<std::pair<std::string, LoadReport>> reports;
     for (const auto& e : entries_) {
       if (!e.load)
-        throw Error(ErrorKind::invalid_argument, "item '" + e.name + "' was given as const: it can be saved, not loaded", path);
-      reports.emplace_back(e.name, e.load(path, e.name, options));
+        throw Error(ErrorKind::invalid_argument, "item '" + e.name + "' was given as const: it can be saved, not loaded",
+                    store.describe(key));
+      reports.emplace_back(e.name, e.load(store, key, e.name, options));
     }
     return reports;
   }
 
  private:
   struct Entry {
-    std::string name, kind;
+    std::string name;
+    ItemKind kind;
     std::function<detail::ItemSnapshot(const std::string&)> snapshot;
-    std::function<LoadReport(const std::string&, const std::string&, LoadOptions)> load;
+    std::function<LoadReport(const Store&, const std::string&, const std::string&, LoadOptions)> load;
   };
   Items& add(Entry e) {
     if (e.name.empty()) throw Error(ErrorKind::invalid_argument, "items need a name");
@@ -135,28 +138,37 @@ class Items {
 };
 
 // Saves several named items as one checkpoint (committed atomically, like save()).
+inline SaveReport save(Store& store, const std::string& key, const Items& items, const SaveOptions& options = {}) {
+  return detail::run_save(store, key, options, [&](detail::SaveSession& session, SaveReport& total) {
+    for (const auto& snapshot : items.snapshots()) {
+      SaveReport r = session.add_item(snapshot, options);
+      total.leaves += r.leaves;
+      total.bytes_written += r.bytes_written;
+      total.cast.insert(total.cast.end(), r.cast.begin(), r.cast.end());
+    }
+  });
+}
 inline SaveReport save(const std::string& path, const Items& items, const SaveOptions& options = {}) {
-  detail::CheckpointWriter writer(path, options.overwrite);
-  SaveReport total;
-  total.path = writer.path();
-  for (const auto& snapshot : items.snapshots()) {
-    SaveReport r = writer.add_item(snapshot, options);
-    total.leaves += r.leaves;
-    total.bytes_written += r.bytes_written;
-    total.cast.insert(total.cast.end(), r.cast.begin(), r.cast.end());
-  }
-  writer.commit(options.user_metadata);
-  return total;
+  PosixStore store;
+  return save(store, path, items, options);
 }
 
 // Loads the items named in `items` (a subset of the checkpoint's is fine); one report per item.
+inline std::vector<std::pair<std::string, LoadReport>> load(const Store& store, const std::string& key, const Items& items,
+                                                            const LoadOptions& options = {}) {
+  return items.load_all(store, key, options);
+}
+inline std::vector<std::pair<std::string, LoadReport>> load(const Store& store, const std::string& key, Items& items,
+                                                            const LoadOptions& options = {}) {
+  return items.load_all(store, key, options);
+}
 inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, const Items& items,
                                                             const LoadOptions& options = {}) {
-  return items.load_all(path, options);
+  return items.load_all(PosixStore(), path, options);
 }
 inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, Items& items,
                                                             const LoadOptions& options = {}) {
-  return items.load_all(path, options);
+  return items.load_all(PosixStore(), path, options);
 }
 
 CAIRN_END_NAMESPACE

@@ -13,12 +13,11 @@
 #include <vector>
 
 #include "cairn/checkpoint/box_reader.hpp"
-#include "cairn/checkpoint/commit.hpp"
+#include "cairn/store/posix_store.hpp"
 #include "cairn/checkpoint/data_files.hpp"
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/kernels/cast.hpp"
-#include "cairn/kernels/scatter.hpp"
 #include "cairn/tree/walk.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -55,12 +54,6 @@ class StoredIndex {
   std::unordered_map<std::string, const NodeRecord*> nodes_;
   std::unordered_map<std::string, std::vector<KeyEntry>> children_;
 };
-
-inline std::string join_key(const std::string& prefix, const std::string& key) {
-  if (prefix.empty()) return key;
-  if (key.empty()) return prefix;
-  return prefix + "/" + key;
-}
 
 // A printed key path in canonical form (segments re-escaped), so "a/b/" and "a/b" agree.
 inline std::string canonical_key(const std::string& key) {
@@ -160,115 +153,14 @@ inline void check_strict(const LoadReport& r, const LoadOptions& options, const 
   throw Error(ErrorKind::structure_mismatch, msg, dir);
 }
 
-// Turns stored bytes into the target's dtype and order, a piece of whole outer blocks at a time.
-class LeafConverter {
- public:
-  LeafConverter(const LeafRecord& stored, const LeafBuffer& target, OnOverflow on_overflow)
-      : s_(stored), t_(target), on_overflow_(on_overflow) {
-    transpose_ = s_.shape.size() == 2 && s_.order != t_.order;
-    if (transpose_) {
-      // Outer blocks are columns of an F-order array, rows of a C-order one.
-      outer_total_ = static_cast<std::uint64_t>(s_.order == Order::F ? s_.shape[1] : s_.shape[0]);
-      inner_ = static_cast<std::uint64_t>(s_.order == Order::F ? s_.shape[0] : s_.shape[1]);
-    }
-  }
-  bool identity() const { return !transpose_ && s_.dtype == t_.dtype; }
-  // Elements per piece must be whole outer blocks when transposing.
-  std::uint64_t piece_elements(std::uint64_t wanted) const {
-    if (!transpose_ || inner_ == 0) return std::max<std::uint64_t>(wanted, 1);
-    return std::max<std::uint64_t>(wanted / inner_, 1) * inner_;
-  }
-  // `src` holds stored elements [first, first + n) (bools already normalized).
-  void convert(const void* src, std::uint64_t first, std::uint64_t n) {
-    if (n == 0) return;
-    const std::size_t out_size = dtype_size(t_.dtype);
-    const void* p = src;
-    if (s_.dtype != t_.dtype) {
-      void* out = static_cast<char*>(t_.data) + first * out_size;
-      if (transpose_) {
-        scratch_.resize(static_cast<std::size_t>(n * out_size));
-        out = scratch_.data();
-      }
-      cast_host(s_.dtype, src, t_.dtype, out, static_cast<std::size_t>(n), on_overflow_);
-      if (!transpose_) return;
-      p = scratch_.data();
-    }
-    if (!transpose_) {
-      std::memcpy(static_cast<char*>(t_.data) + first * out_size, p, static_cast<std::size_t>(n * out_size));
-      return;
-    }
-    if (inner_ == 0) return;
-    scatter_transposed_host(p, t_.data, out_size, inner_, outer_total_, first / inner_, n / inner_);
-  }
-
- private:
-  const LeafRecord& s_;
-  const LeafBuffer& t_;
-  OnOverflow on_overflow_;
-  bool transpose_ = false;
-  std::uint64_t inner_ = 0, outer_total_ = 0;
-  std::vector<unsigned char> scratch_;
-};
-
 struct ReadTask {
   PlannedLeaf* leaf;
   LeafBuffer buffer;
 };
 
-// Reads one leaf from its file, a piece at a time (bounded extra memory for any leaf size).
-inline void read_leaf_streaming(ReadTask& task, DataFiles& files, const std::string& dir, OnOverflow on_overflow,
-                                bool verify, LoadReport& report) {
-  const LeafRecord& s = *task.leaf->stored;
-  const ChunkRecord& c = s.chunks.front();
-  const File& f = files.get(c.file);
-  LeafConverter conv(s, task.buffer, on_overflow);
-  const std::size_t item = dtype_size(s.dtype);
-  std::uint32_t crc = 0;
-  if (conv.identity()) {
-    // Straight into the target, a piece at a time, each piece checksummed on this thread
-    // while it is still in cache and while the kernel's readahead fetches the next one. (A
-    // helper thread for the checksum was measured slower here: on two cores it competes with
-    // the kernel's own I/O work.)
-    auto* dst = static_cast<unsigned char*>(task.buffer.data);
-    for (std::uint64_t done = 0; done < c.nbytes;) {
-      const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
-      f.read_at(dst + done, n, c.offset + done);
-      if (verify) crc = crc32c_extend(crc, dst + done, static_cast<std::size_t>(n));
-      done += n;
-    }
-    if (!verify) crc = c.crc32c;
-    if (s.dtype == DType::bool_) normalize_bools(task.buffer.data, c.nbytes);
-  } else {
-    const std::uint64_t total = c.nbytes / item;
-    const std::uint64_t per_piece = conv.piece_elements(read_piece_bytes / item);
-    std::vector<unsigned char> piece(static_cast<std::size_t>(std::min(total, per_piece) * item));
-    for (std::uint64_t first = 0; first < total; first += per_piece) {
-      const std::uint64_t n = std::min(per_piece, total - first);
-      f.read_at(piece.data(), n * item, c.offset + first * item);
-      if (verify) crc = crc32c_extend(crc, piece.data(), static_cast<std::size_t>(n * item));
-      if (s.dtype == DType::bool_) normalize_bools(piece.data(), n);
-      conv.convert(piece.data(), first, n);
-    }
-    if (!verify) crc = c.crc32c;
-  }
-  report.bytes_read += c.nbytes;
-  check_crc(crc, s, c, dir);
-}
-
-// Delivers a leaf whose bytes are already in memory (part of a coalesced read).
-inline void deliver_from_memory(ReadTask& task, unsigned char* bytes, const std::string& dir,
-                                OnOverflow on_overflow, bool verify) {
-  const LeafRecord& s = *task.leaf->stored;
-  const ChunkRecord& c = s.chunks.front();
-  if (verify) check_crc(crc32c(bytes, static_cast<std::size_t>(c.nbytes)), s, c, dir);
-  if (s.dtype == DType::bool_) normalize_bools(bytes, c.nbytes);
-  LeafConverter conv(s, task.buffer, on_overflow);
-  conv.convert(bytes, 0, c.nbytes / dtype_size(s.dtype));
-}
-
-inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptions& options) {
-  DataFiles files(dir);
-  std::vector<ReadTask> tasks, box_tasks;
+inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
+  const std::string dir = files.describe();
+  std::vector<ReadTask> tasks;
   std::vector<CastRecord> lossy;  // casts that could lose information, not allowed
   tasks.reserve(plan.leaves.size());
   for (auto& leaf : plan.leaves) {
@@ -280,7 +172,7 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
       if (c.offset > fsize || c.nbytes > fsize - c.offset)
         throw Error(ErrorKind::corrupt, "bytes " + std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) +
                     " lie beyond the end of the file (" + std::to_string(fsize) + " bytes; truncated?)",
-                    join_path(dir, c.file), leaf.key);
+                    files.describe(c.file), leaf.key);
     }
     LeafBuffer buf;
     try {
@@ -305,14 +197,8 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
     if (buf.nbytes != want)
       throw Error(ErrorKind::shape_mismatch, "target buffer holds " + std::to_string(buf.nbytes) + " bytes, " +
                   std::to_string(want) + " needed for stored shape " + to_string(s.shape), dir, leaf.key);
-    if (s.chunks.size() != 1 || !buf.shards.empty()) {
-      if (s.dtype == DType::string || buf.dtype == DType::string)
-        throw Error(ErrorKind::dtype_mismatch, "a string leaf cannot be stored in chunks or loaded into shards", dir,
-                    leaf.key);
-      box_tasks.push_back({&leaf, std::move(buf)});
-      continue;
-    }
-    plan.report.bytes_needed += s.chunks.front().nbytes;
+    if ((s.chunks.size() != 1 || !buf.shards.empty()) && (s.dtype == DType::string || buf.dtype == DType::string))
+      throw Error(ErrorKind::dtype_mismatch, "a string leaf cannot be stored in chunks or loaded into shards", dir, leaf.key);
     tasks.push_back({&leaf, std::move(buf)});
   }
   if (!lossy.empty()) {
@@ -325,19 +211,24 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
                 ". Give the target the stored dtype, or allow it for these keys with LoadOptions::allow_lossy_cast "
                 "(key globs; \"**\" for all)", dir, lossy.size() == 1 ? lossy.front().key : "");
   }
-  std::sort(tasks.begin(), tasks.end(), [](const ReadTask& a, const ReadTask& b) {
+  // Leaves in file order. Runs of small one-chunk leaves that lie close together in one file
+  // are read with one request and delivered from memory: 10,000 leaves of a few KiB would
+  // otherwise be 10,000 reads.
+  auto one_chunk = [](const ReadTask& t) { return t.leaf->stored->chunks.size() == 1; };
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const ReadTask& a, const ReadTask& b) {
+    if (one_chunk(a) != one_chunk(b)) return one_chunk(a);
+    if (!one_chunk(a)) return false;
     const auto& ca = a.leaf->stored->chunks.front();
     const auto& cb = b.leaf->stored->chunks.front();
     return ca.file != cb.file ? ca.file < cb.file : ca.offset < cb.offset;
   });
   std::vector<unsigned char> group;
   for (std::size_t i = 0; i < tasks.size();) {
-    const auto& c = tasks[i].leaf->stored->chunks.front();
     std::size_t j = i + 1;
-    if (c.nbytes < small_leaf_bytes) {
-      // Coalesce neighbours: small leaves of the same file separated by alignment padding.
+    if (one_chunk(tasks[i]) && tasks[i].buffer.shards.empty() && tasks[i].leaf->stored->chunks.front().nbytes < small_leaf_bytes) {
+      const auto& c = tasks[i].leaf->stored->chunks.front();
       std::uint64_t end = c.offset + c.nbytes;
-      while (j < tasks.size()) {
+      while (j < tasks.size() && one_chunk(tasks[j]) && tasks[j].buffer.shards.empty()) {
         const auto& n = tasks[j].leaf->stored->chunks.front();
         if (n.file != c.file || n.nbytes >= small_leaf_bytes || n.offset < end || n.offset - end > coalesce_gap_bytes ||
             n.offset + n.nbytes - c.offset > staging_bytes)
@@ -345,49 +236,46 @@ inline void execute_plan(LoadPlan& plan, const std::string& dir, const LoadOptio
         end = n.offset + n.nbytes;
         ++j;
       }
-    }
-    try {
-      if (j == i + 1) {
-        read_leaf_streaming(tasks[i], files, dir, options.on_overflow, options.verify_checksums, plan.report);
-      } else {
-        const std::uint64_t end = tasks[j - 1].leaf->stored->chunks.front().offset +
-                                  tasks[j - 1].leaf->stored->chunks.front().nbytes;
-        group.resize(static_cast<std::size_t>(end - c.offset));
-        files.get(c.file).read_at(group.data(), group.size(), c.offset);
+      if (j > i + 1) {
+        try {
+          group.resize(static_cast<std::size_t>(end - c.offset));
+          files.get(c.file).read_at(group.data(), group.size(), c.offset);
+        } catch (const Error& e) {
+          throw e.with_key(tasks[i].leaf->key).with_file(files.describe(c.file));
+        }
         plan.report.bytes_read += group.size();
         for (std::size_t k = i; k < j; ++k)
-          deliver_from_memory(tasks[k], group.data() + (tasks[k].leaf->stored->chunks.front().offset - c.offset), dir,
-                              options.on_overflow, options.verify_checksums);
+          BoxLeafReader(*tasks[k].leaf->stored, tasks[k].buffer, tasks[k].leaf->key, files, options, plan.report)
+              .read_from_memory(group.data(), c.offset);
+        i = j;
+        continue;
       }
-    } catch (const Error& e) {
-      throw e.with_key(tasks[i].leaf->key).with_file(join_path(dir, c.file));
     }
+    BoxLeafReader(*tasks[i].leaf->stored, tasks[i].buffer, tasks[i].leaf->key, files, options, plan.report).read();
     i = j;
   }
-  for (auto& t : box_tasks) BoxLeafReader(*t.leaf->stored, t.buffer, t.leaf->key, dir, options, plan.report).read(files);
-  for (auto* list : {&tasks, &box_tasks})
-    for (auto& t : *list) {
-      if (t.buffer.commit) {
-        try {
-          t.buffer.commit();
-        } catch (const Error& e) {
-          throw e.with_key(t.leaf->key).with_file(dir);
-        }
+  for (auto& t : tasks) {
+    if (t.buffer.commit) {
+      try {
+        t.buffer.commit();
+      } catch (const Error& e) {
+        throw e.with_key(t.leaf->key).with_file(dir);
       }
-      plan.report.loaded.push_back(t.leaf->key);
     }
+    plan.report.loaded.push_back(t.leaf->key);
+  }
 }
-
 }  // namespace detail
 
 // Loads into an existing target (its "abstract" shape: types, and the sizes of fixed-size
-// parts). On error the target is left valid but possibly partly loaded; use load<T>() for
-// all-or-nothing.
+// parts) from the checkpoint at `key` in `store`. On error the target is left valid but
+// possibly partly loaded; use load<T>() for all-or-nothing.
 template <class T>
-LoadReport load(const std::string& path, T& target, const LoadOptions& options = {}) {
+LoadReport load(const Store& store, const std::string& key, T& target, const LoadOptions& options = {}) {
   require_tree_type<T>();
-  const std::string dir = detail::readable_checkpoint_dir(detail::normalize_dir(path));
-  CheckpointMetadata meta = detail::read_metadata(dir);
+  const std::string ckpt = store.readable_checkpoint(detail::normalize_key(key));
+  const std::string dir = store.describe(ckpt);
+  CheckpointMetadata meta = detail::read_metadata(store, ckpt);
   const ItemRecord* item = meta.find_item(options.item);
   if (!item) throw Error(ErrorKind::not_found, "the checkpoint has no item '" + options.item + "'", dir);
   detail::StoredIndex index(*item);
@@ -395,20 +283,31 @@ LoadReport load(const std::string& path, T& target, const LoadOptions& options =
     try {
       return detail::plan_load(target, index, options);
     } catch (const Error& e) {
-      throw e.kind() == ErrorKind::corrupt ? e.with_file(detail::join_path(dir, detail::metadata_file)) : e;
+      throw e.kind() == ErrorKind::corrupt ? e.with_file(store.describe(detail::join_key(ckpt, detail::metadata_file))) : e;
     }
   }();
   detail::check_strict(plan.report, options, dir);
-  detail::execute_plan(plan, dir, options);
+  detail::DataFiles files(store, ckpt);
+  detail::execute_plan(plan, files, options);
   return std::move(plan.report);
+}
+
+// The same from a checkpoint directory.
+template <class T>
+LoadReport load(const std::string& path, T& target, const LoadOptions& options = {}) {
+  return load(PosixStore(), path, target, options);
 }
 
 // Loads a new T (default-constructed, then filled from the checkpoint).
 template <class T>
-T load(const std::string& path, const LoadOptions& options = {}) {
+T load(const Store& store, const std::string& key, const LoadOptions& options = {}) {
   T value{};
-  load(path, value, options);
+  load(store, key, value, options);
   return value;
+}
+template <class T>
+T load(const std::string& path, const LoadOptions& options = {}) {
+  return load<T>(PosixStore(), path, options);
 }
 
 // Loads a single leaf (or subtree) by key path: load_subtree<Eigen::MatrixXf>(dir, "params/dense/kernel").
@@ -419,8 +318,9 @@ T load_subtree(const std::string& path, const std::string& key, LoadOptions opti
 }
 
 // Structure, dtypes, shapes and user metadata of a checkpoint; reads no array data.
-inline CheckpointMetadata metadata(const std::string& path) {
-  return detail::read_metadata(detail::readable_checkpoint_dir(detail::normalize_dir(path)));
+inline CheckpointMetadata metadata(const Store& store, const std::string& key) {
+  return detail::read_metadata(store, store.readable_checkpoint(detail::normalize_key(key)));
 }
+inline CheckpointMetadata metadata(const std::string& path) { return metadata(PosixStore(), path); }
 
 CAIRN_END_NAMESPACE

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
+#include "cairn/coordination/coordinator.hpp"
 #include "cairn/core/box.hpp"
 #include "cairn/core/json.hpp"
-#include "cairn/device/memory_kind.hpp"
+#include "cairn/core/memory_kind.hpp"
 #include "cairn/dtype/dtype.hpp"
-#include "cairn/kernels/cast.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 
@@ -26,6 +26,9 @@ struct SaveOptions {
   std::vector<CastRule> cast = {};    // first matching rule wins
   Json user_metadata = Json::object();// any JSON object: epoch, loss, learning rate ...
   OnOverflow on_overflow = OnOverflow::error;  // for integer casts that do not fit
+  // The ranks taking part: every rank calls save with the same tree, each writes its part,
+  // and the checkpoint commits once (checkpoint/commit.hpp). None: this process alone.
+  Coordinator* coordinator = nullptr;
 };
 
 struct LoadOptions {

@@ -23,7 +23,7 @@ struct SnapshotLeaf {
 
 struct ItemSnapshot {
   std::string name;
-  std::string kind = "tree";  // "tree", "json" or "cereal"
+  ItemKind kind = ItemKind::tree;
   std::vector<NodeRecord> nodes;
   std::vector<SnapshotLeaf> leaves;
 
@@ -77,7 +77,7 @@ inline void own_copy(LeafView& v) {
 }
 
 // An item that is one array of bytes (JSON text, a cereal archive), owning them.
-inline ItemSnapshot bytes_item(const std::string& name, const std::string& kind, DType dtype, std::string bytes) {
+inline ItemSnapshot bytes_item(const std::string& name, ItemKind kind, DType dtype, std::string bytes) {
   ItemSnapshot s;
   s.name = name;
   s.kind = kind;

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "cairn/core/error.hpp"
-#include "cairn/device/memory_kind.hpp"
+#include "cairn/core/memory_kind.hpp"
 
 #if defined(__CUDACC__) && !defined(CAIRN_NO_CUDA)
 #define CAIRN_CUDA 1

@@ -13,6 +13,10 @@
 
 CAIRN_BEGIN_NAMESPACE
 
+// What an integer cast does with a value the target type cannot hold: fail (naming the key),
+// or clamp to the nearest representable value (NaN becomes 0).
+enum class OnOverflow { error, saturate };
+
 enum class DType : std::uint8_t {
   bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
   float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2,

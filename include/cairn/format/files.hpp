@@ -9,7 +9,6 @@
 #pragma once
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -21,17 +20,14 @@
 
 #include "cairn/format/records.hpp"
 #include "cairn/io/crc32c.hpp"
-#include "cairn/io/file.hpp"
+#include "cairn/store/store.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-inline constexpr const char* marker_file = "_CHECKPOINT";
+inline constexpr const char* marker_file = commit_marker_name;
 inline constexpr const char* metadata_file = "_METADATA";
 inline constexpr const char* user_metadata_file = "_USER_METADATA";
-inline constexpr const char* temp_infix = ".cairn-tmp-";
-// A previous checkpoint set aside under a staging name during an overwrite (checkpoint/commit.hpp).
-inline constexpr const char* old_suffix = ".old";
 inline constexpr std::uint64_t max_metadata_bytes = std::uint64_t{1} << 30;
 inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
 inline constexpr int max_metadata_depth = 32;
@@ -45,8 +41,6 @@ inline constexpr std::uint64_t max_overlap_checks = std::uint64_t{1} << 26;
 inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
 inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
 
-inline std::string join_path(const std::string& dir, const std::string& name) { return dir + "/" + name; }
-
 inline std::string data_file_name(int process, int index) {
   return "data-" + std::to_string(process) + "-" + std::to_string(index) + ".bin";
 }
@@ -59,23 +53,6 @@ inline bool is_plain_file_name(const std::string& name) {
     if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
       return false;
   return true;
-}
-
-inline std::string read_whole_file(const std::string& path, std::uint64_t limit) {
-  File f = File::open_read(path);
-  const std::uint64_t size = f.size();
-  if (size > limit)
-    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit), path);
-  std::string s(static_cast<std::size_t>(size), '\0');
-  f.read_at(s.data(), size, 0);
-  return s;
-}
-
-inline void write_whole_file(const std::string& path, const std::string& content) {
-  File f = File::create(path);
-  f.write_at(content.data(), content.size(), 0);
-  f.sync();
-  f.close();
 }
 
 // Maximum nesting of [ and { outside strings; rapidjson (under cereal) parses recursively,
@@ -147,20 +124,19 @@ inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
                        {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
 }
 
-// A directory that holds a commit marker (a regular file; its contents are checked on read).
-inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_path(dir, marker_file)); }
+// Whether the blobs under `key` are a committed checkpoint (its marker is a blob; what the
+// marker holds is checked on read).
+inline bool is_committed_checkpoint(const Store& store, const std::string& key) {
+  return store.is_blob(join_key(key, marker_file));
+}
 
-// When `dir` is not a checkpoint but a Checkpointer's root (subdirectories that are
-// checkpoints), a message saying so and how to load one; "" otherwise.
-inline std::string describe_checkpointer_root(const std::string& dir) {
+// When `key` is not a checkpoint but a Checkpointer's root (it holds checkpoints), a message
+// saying so and how to load one; "" otherwise.
+inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
   std::vector<std::string> steps;
-  std::error_code ec;
-  std::filesystem::directory_iterator it(dir, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.find(temp_infix) == std::string::npos && is_committed_checkpoint(join_path(dir, name)))
-      steps.push_back(name);
-  }
+  for (const auto& e : store.list(key))
+    if (e.is_prefix && !store.is_internal_name(e.name) && is_committed_checkpoint(store, join_key(key, e.name)))
+      steps.push_back(e.name);
   if (steps.empty()) return {};
   std::sort(steps.begin(), steps.end(), [](const std::string& a, const std::string& b) {
     return a.size() != b.size() ? a.size() < b.size() : a < b;  // numeric order for plain step numbers
@@ -169,25 +145,23 @@ inline std::string describe_checkpointer_root(const std::string& dir) {
   for (std::size_t i = 0; i < steps.size() && i < 8; ++i) list += (i ? ", " : "") + steps[i];
   if (steps.size() > 8) list += ", ... (" + std::to_string(steps.size()) + " in all)";
   return "this is a directory of checkpoints (a Checkpointer root holding " + list +
-         "), not one checkpoint: load one of them, such as " + join_path(dir, steps.back()) +
-         ", or the latest with cairn::Checkpointer(\"" + dir + "\").load(target)";
+         "), not one checkpoint: load one of them, such as " + store.describe(join_key(key, steps.back())) +
+         ", or the latest with cairn::Checkpointer(\"" + store.describe(key) + "\").load(target)";
 }
 
-// Checks a checkpoint directory's commit marker and returns the digests it records.
-inline std::map<std::string, FileDigest> read_marker(const std::string& dir) {
-  // A staging directory is never loaded; a previous checkpoint set aside under a staging
-  // name (".old", checkpoint/commit.hpp) is complete and may be.
-  if (dir.find(temp_infix) != std::string::npos && !dir.ends_with(old_suffix))
-    throw Error(ErrorKind::incomplete, "this is a temporary directory of a save that has not committed; it is never loaded", dir);
-  const std::string path = join_path(dir, marker_file);
-  if (!path_exists(path)) {
-    if (!path_exists(dir)) throw Error(ErrorKind::not_found, "no checkpoint at this path (nothing is there)", dir);
-    if (!is_directory(dir)) throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
-    if (std::string root = describe_checkpointer_root(dir); !root.empty()) throw Error(ErrorKind::not_found, root, dir);
+// Checks a checkpoint's commit marker and returns the digests it records.
+inline std::map<std::string, FileDigest> read_marker(const Store& store, const std::string& key) {
+  const std::string dir = store.describe(key);
+  const std::string marker_key = join_key(key, marker_file);
+  const std::string path = store.describe(marker_key);
+  if (!store.exists(marker_key)) {
+    if (!store.exists(key)) throw Error(ErrorKind::not_found, "no checkpoint at this path (nothing is there)", dir);
+    if (store.is_blob(key)) throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
+    if (std::string root = describe_checkpointer_root(store, key); !root.empty()) throw Error(ErrorKind::not_found, root, dir);
     throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
                 " file: not a cairn checkpoint, or a save that did not commit", dir);
   }
-  Json marker = Json::parse(read_whole_file(path, max_marker_bytes), path);
+  Json marker = Json::parse(read_blob(store, marker_key, max_marker_bytes), path);
   try {
     if (!marker.is_object() || !marker.contains("format") || marker.at("format").as_string() != "cairn")
       throw Error(ErrorKind::corrupt, "not a cairn commit marker", path);
@@ -209,12 +183,13 @@ inline std::map<std::string, FileDigest> read_marker(const std::string& dir) {
 }
 
 // Reads a file named in the marker and checks its size and CRC32C.
-inline std::string read_verified(const std::string& dir, const std::map<std::string, FileDigest>& digests,
-                                 const char* name, std::uint64_t limit) {
-  const std::string path = join_path(dir, name);
+inline std::string read_verified(const Store& store, const std::string& key,
+                                 const std::map<std::string, FileDigest>& digests, const char* name, std::uint64_t limit) {
+  const std::string blob = join_key(key, name);
+  const std::string path = store.describe(blob);
   auto it = digests.find(name);
-  if (it == digests.end()) throw Error(ErrorKind::corrupt, std::string("commit marker does not list ") + name, dir);
-  std::string content = read_whole_file(path, limit);
+  if (it == digests.end()) throw Error(ErrorKind::corrupt, std::string("commit marker does not list ") + name, store.describe(key));
+  std::string content = read_blob(store, blob, limit);
   if (content.size() != it->second.bytes)
     throw Error(ErrorKind::corrupt, "file is " + std::to_string(content.size()) + " bytes, the commit marker says " +
                 std::to_string(it->second.bytes), path);
@@ -301,8 +276,8 @@ void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) 
 
 // Cross-checks of the records against each other: unique keys, sane shapes, chunks inside
 // their array and covering it exactly once, byte ranges that neither overflow nor overlap.
-inline void validate_metadata(const CheckpointMetadata& m, const std::string& dir) {
-  const std::string path = join_path(dir, metadata_file);
+// `path` names the metadata file in errors.
+inline void validate_metadata(const CheckpointMetadata& m, const std::string& path) {
   auto fail = [&](const std::string& why, const std::string& key = {}) {
     throw Error(ErrorKind::corrupt, why, path, key);
   };
@@ -331,11 +306,9 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& di
           if (c.start.size() != l.shape.size() || c.shape.size() != l.shape.size())
             fail("chunk " + std::to_string(i) + " has rank " + std::to_string(c.shape.size()) + ", the array " +
                  std::to_string(l.shape.size()), key);
-          for (std::size_t d = 0; d < l.shape.size(); ++d) {
-            if (c.start[d] < 0 || c.shape[d] < 0 || c.start[d] > l.shape[d] || c.shape[d] > l.shape[d] - c.start[d])
-              fail("chunk " + std::to_string(i) + " box (start " + to_string(c.start) + ", shape " + to_string(c.shape) +
-                   ") lies outside the array shape " + to_string(l.shape), key);
-          }
+          if (!box_inside(Box{c.start, c.shape}, l.shape))
+            fail("chunk " + std::to_string(i) + " box (start " + to_string(c.start) + ", shape " + to_string(c.shape) +
+                 ") lies outside the array shape " + to_string(l.shape), key);
           if (c.nbytes != byte_count(c.shape, dtype_size(l.dtype)))
             fail("chunk " + std::to_string(i) + " says " + std::to_string(c.nbytes) + " bytes, its box holds " +
                  std::to_string(byte_count(c.shape, dtype_size(l.dtype))), key);
@@ -364,11 +337,11 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& di
 }
 
 // Reads, verifies and validates a committed checkpoint's metadata.
-inline CheckpointMetadata read_metadata(const std::string& dir_in) {
-  const std::string dir = normalize_dir(dir_in);
-  auto digests = read_marker(dir);
-  const std::string text = read_verified(dir, digests, metadata_file, max_metadata_bytes);
-  const std::string path = join_path(dir, metadata_file);
+inline CheckpointMetadata read_metadata(const Store& store, const std::string& key_in) {
+  const std::string key = normalize_key(key_in);
+  auto digests = read_marker(store, key);
+  const std::string text = read_verified(store, key, digests, metadata_file, max_metadata_bytes);
+  const std::string path = store.describe(join_key(key, metadata_file));
   if (json_depth(text) > max_metadata_depth)
     throw Error(ErrorKind::corrupt, "JSON nested deeper than " + std::to_string(max_metadata_depth), path);
   if (const std::string bad = first_bad_json_number(text); !bad.empty())
@@ -383,9 +356,9 @@ inline CheckpointMetadata read_metadata(const std::string& dir_in) {
   } catch (const std::exception& e) {
     throw Error(ErrorKind::corrupt, std::string("malformed metadata: ") + e.what(), path);
   }
-  validate_metadata(m, dir);
-  const std::string user = read_verified(dir, digests, user_metadata_file, max_metadata_bytes);
-  m.user_metadata = Json::parse(user, join_path(dir, user_metadata_file));
+  validate_metadata(m, path);
+  const std::string user = read_verified(store, key, digests, user_metadata_file, max_metadata_bytes);
+  m.user_metadata = Json::parse(user, store.describe(join_key(key, user_metadata_file)));
   return m;
 }
 

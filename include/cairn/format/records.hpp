@@ -60,11 +60,23 @@ struct NodeRecord {
   NodeKind kind = NodeKind::struct_;
 };
 
-// A named item of a checkpoint. Kind "tree" holds nodes and leaves; the format leaves room for
-// other kinds (a JSON blob, an opaque cereal-serialized object).
+// What an item holds: a tree of nodes and leaves, a JSON value (one string leaf), or an
+// object in a portable binary cereal archive (one uint8 leaf). Stored by name.
+enum class ItemKind : char { tree, json, cereal };
+
+inline const char* item_kind_name(ItemKind k) {
+  switch (k) {
+    case ItemKind::tree: return "tree";
+    case ItemKind::json: return "json";
+    case ItemKind::cereal: return "cereal";
+  }
+  return "?";
+}
+
+// A named item of a checkpoint.
 struct ItemRecord {
   std::string name;
-  std::string kind = "tree";
+  ItemKind kind = ItemKind::tree;
   std::vector<NodeRecord> nodes;  // inner nodes, pre-order (the root has the empty path)
   std::vector<LeafRecord> leaves; // leaves in tree order
 
@@ -113,7 +125,7 @@ inline const std::vector<LeafRecord>& CheckpointMetadata::leaves() const {
 inline std::string CheckpointMetadata::summary() const {
   std::string s = "cairn checkpoint (format " + std::to_string(format_version) + ", created " + created + ")\n";
   for (const auto& item : items) {
-    s += "item '" + item.name + "' (" + item.kind + ", " + std::to_string(item.leaves.size()) + " leaves)\n";
+    s += "item '" + item.name + "' (" + item_kind_name(item.kind) + ", " + std::to_string(item.leaves.size()) + " leaves)\n";
     for (const auto& l : item.leaves) {
       s += "  " + l.key() + ": " + dtype_name(l.dtype) + to_string(l.shape);
       if (l.shape.size() >= 2 && l.order == Order::F) s += " F-order";
@@ -138,6 +150,12 @@ inline NodeKind node_kind_from_name(const std::string& s) {
                      NodeKind::custom})
     if (s == node_kind_name(k)) return k;
   bad_record("unknown node kind '" + s + "'");
+}
+
+inline ItemKind item_kind_from_name(const std::string& s) {
+  for (ItemKind k : {ItemKind::tree, ItemKind::json, ItemKind::cereal})
+    if (s == item_kind_name(k)) return k;
+  bad_record("unknown item kind '" + s + "'");
 }
 
 inline DType stored_dtype(const std::string& s) {
@@ -238,9 +256,16 @@ void load(Archive& ar, NodeRecord& n) {
 }
 
 template <class Archive>
-void serialize(Archive& ar, ItemRecord& i) {
-  ar(cereal::make_nvp("name", i.name), cereal::make_nvp("kind", i.kind), cereal::make_nvp("nodes", i.nodes),
+void save(Archive& ar, const ItemRecord& i) {
+  ar(cereal::make_nvp("name", i.name), cereal::make_nvp("kind", std::string(item_kind_name(i.kind))),
+     cereal::make_nvp("nodes", i.nodes), cereal::make_nvp("leaves", i.leaves));
+}
+template <class Archive>
+void load(Archive& ar, ItemRecord& i) {
+  std::string kind;
+  ar(cereal::make_nvp("name", i.name), cereal::make_nvp("kind", kind), cereal::make_nvp("nodes", i.nodes),
      cereal::make_nvp("leaves", i.leaves));
+  i.kind = detail::item_kind_from_name(kind);
 }
 
 // The metadata file holds everything but the user metadata, which has a file of its own.

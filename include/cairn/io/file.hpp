@@ -33,7 +33,7 @@ namespace detail {
 
 // The fault-injection seam: a hook that returns an errno value to make the named call fail
 // ("open", "pread", "pwrite", "ftruncate", "fsync", "close", "mkdir", "rename", "renameat2",
-// "remove", and "fcntl" for the claim locks of checkpoint/commit.hpp), or 0 to let it run.
+// "remove", and "fcntl" for the claim locks of store/posix_staging.hpp), or 0 to let it run.
 // Tests only.
 using FaultHook = int (*)(const char* call, const std::string& path);
 inline std::atomic<FaultHook>& fault_hook() {
@@ -156,6 +156,23 @@ class File {
   int fd_ = -1;
   std::string path_;
 };
+
+inline std::string read_whole_file(const std::string& path, std::uint64_t limit) {
+  File f = File::open_read(path);
+  const std::uint64_t size = f.size();
+  if (size > limit)
+    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit), path);
+  std::string s(static_cast<std::size_t>(size), '\0');
+  f.read_at(s.data(), size, 0);
+  return s;
+}
+
+inline void write_whole_file(const std::string& path, const std::string& content) {
+  File f = File::create(path);
+  f.write_at(content.data(), content.size(), 0);
+  f.sync();
+  f.close();
+}
 
 inline void fsync_dir(const std::string& dir) {
   if (int e = injected_fault("fsync", dir)) throw_errno("fsync (directory)", dir, e);

@@ -31,8 +31,6 @@
 
 CAIRN_BEGIN_NAMESPACE
 
-enum class OnOverflow { error, saturate };
-
 namespace detail {
 
 template <class T> inline constexpr bool is_narrow_float_v =

@@ -18,6 +18,7 @@
 
 #include "cairn/checkpoint/items.hpp"
 #include "cairn/manager/policies.hpp"
+#include "cairn/store/posix_store.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 
@@ -47,23 +48,28 @@ struct StepSaveOptions {
 
 class Checkpointer {
  public:
-  // Opens the root; creates nothing until the first save (a Checkpointer made only to read
-  // leaves the filesystem as it is, apart from removing the leftovers of dead saves).
+  // Opens the root directory; creates nothing until the first save (a Checkpointer made only
+  // to read leaves the filesystem as it is, apart from removing the leftovers of dead saves).
   explicit Checkpointer(std::string root, CheckpointerOptions options = {})
-      : root_(detail::normalize_dir(std::move(root))), options_(std::move(options)) {
+      : Checkpointer(std::make_shared<PosixStore>(), std::move(root), std::move(options)) {}
+
+  // Steps under the key `root` of a store.
+  Checkpointer(std::shared_ptr<Store> store, std::string root, CheckpointerOptions options = {})
+      : store_(std::move(store)), root_(detail::normalize_key(std::move(root))), options_(std::move(options)) {
+    if (!store_) throw Error(ErrorKind::invalid_argument, "a Checkpointer needs a store");
     if (root_.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint root");
-    if (detail::path_exists(root_) && !detail::is_directory(root_))
-      throw Error(ErrorKind::invalid_argument, "the checkpoint root is a file, not a directory", root_);
-    if (detail::is_committed_checkpoint(root_))
+    if (store_->is_blob(root_))
+      throw Error(ErrorKind::invalid_argument, "the checkpoint root is a file, not a directory", describe(root_));
+    if (detail::is_committed_checkpoint(*store_, root_))
       throw Error(ErrorKind::invalid_argument, "this is one checkpoint, not a root of step directories: load it with "
-                  "cairn::load, or give the Checkpointer its parent directory", root_);
-    detail::clean_leftovers(root_);
+                  "cairn::load, or give the Checkpointer its parent directory", describe(root_));
+    store_->clean_leftovers(root_);
     scan();
     // Repairs a `latest` marker that a crash left stale. Advisory (cairn never reads it), so a
     // read-only root is no error.
     if (auto l = latest()) {
       std::string current;
-      try { current = detail::read_whole_file(root_ + "/latest", 4096); } catch (const Error&) {}
+      try { current = detail::read_blob(*store_, latest_key(), 4096); } catch (const Error&) {}
       if (current != step_name(*l) + "\n") {
         try { write_latest_marker(*l); } catch (const Error&) {}
       }
@@ -82,6 +88,8 @@ class Checkpointer {
   }
 
   const std::string& root() const { return root_; }
+  Store& store() const { return *store_; }
+  // The key of a step's checkpoint in the store (its path, for a directory root).
   std::string step_path(std::int64_t step) const { return root_ + "/" + step_name(step); }
 
   std::optional<std::int64_t> latest() const {
@@ -99,7 +107,7 @@ class Checkpointer {
   Json metrics(std::int64_t step) const {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = steps_.find(step);
-    if (it == steps_.end()) throw Error(ErrorKind::not_found, "no checkpoint of step " + std::to_string(step), root_);
+    if (it == steps_.end()) throw Error(ErrorKind::not_found, "no checkpoint of step " + std::to_string(step), describe(root_));
     if (auto d = damaged_.find(step); d != damaged_.end()) throw d->second;
     return it->second.metrics;
   }
@@ -182,25 +190,25 @@ class Checkpointer {
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(std::int64_t step, T& target, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(existing_step_path(step), target, options);
+    return cairn::load(*store_, existing_step_path(step), target, options);
   }
   // From the latest checkpoint.
   template <class T>
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(T& target, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(latest_step_path(), target, options);
+    return cairn::load(*store_, latest_step_path(), target, options);
   }
   std::vector<std::pair<std::string, LoadReport>> load(std::int64_t step, const Items& items, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(existing_step_path(step), items, options);
+    return cairn::load(*store_, existing_step_path(step), items, options);
   }
   std::vector<std::pair<std::string, LoadReport>> load(const Items& items, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(latest_step_path(), items, options);
+    return cairn::load(*store_, latest_step_path(), items, options);
   }
 
-  CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(existing_step_path(step)); }
+  CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(*store_, existing_step_path(step)); }
 
  private:
   struct JobLeaf {
@@ -211,7 +219,8 @@ class Checkpointer {
     bool written = false;
   };
   struct JobItem {
-    std::string name, kind;
+    std::string name;
+    ItemKind kind;
     std::vector<NodeRecord> nodes;
     std::vector<JobLeaf> leaves;
   };
@@ -233,14 +242,14 @@ class Checkpointer {
   }
 
   std::shared_ptr<Job> prepare(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args) {
-    if (step < 0) throw Error(ErrorKind::invalid_argument, "steps are non-negative, got " + std::to_string(step), root_);
+    if (step < 0) throw Error(ErrorKind::invalid_argument, "steps are non-negative, got " + std::to_string(step), describe(root_));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (steps_.count(step) && !args.overwrite)
-        throw Error(ErrorKind::already_exists, "step " + std::to_string(step) + " is already saved (pass overwrite to replace it)", step_path(step));
+        throw Error(ErrorKind::already_exists, "step " + std::to_string(step) + " is already saved (pass overwrite to replace it)", describe(step_path(step)));
       if (!steps_.empty() && step < steps_.rbegin()->first && !args.allow_older)
         throw Error(ErrorKind::invalid_argument, "step " + std::to_string(step) + " is older than the latest checkpoint (" +
-                    std::to_string(steps_.rbegin()->first) + "); pass allow_older to save it anyway", root_);
+                    std::to_string(steps_.rbegin()->first) + "); pass allow_older to save it anyway", describe(root_));
     }
     auto job = std::make_shared<Job>();
     job->step = step;
@@ -293,13 +302,15 @@ class Checkpointer {
     so.overwrite = job.args.overwrite;
     so.cast = job.args.cast;
     so.on_overflow = job.args.on_overflow;
-    const std::int64_t now_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    // One clock reading for the step's metadata and the checkpoint's.
+    const std::int64_t now_ms = detail::now_unix_ms();
     so.user_metadata = Json::object({{"step", job.step},
                                      {"created_unix_ms", now_ms},
                                      {"metrics", job.args.metrics},
                                      {"custom", job.args.custom_metadata}});
-    detail::CheckpointWriter writer(step_path(job.step), so.overwrite);
+    // The manager saves from one process (LocalCoordinator); see docs/internals.md.
+    LocalCoordinator local;
+    detail::SaveSession writer(*store_, step_path(job.step), so.overwrite, local);
     SaveReport report;
     for (auto& item : job.items) {
       writer.begin_item(item.name, item.kind, item.nodes);
@@ -307,7 +318,7 @@ class Checkpointer {
         {
           std::unique_lock<std::mutex> lock(job.mutex);
           job.changed.wait(lock, [&] { return leaf.ready || job.abandoned; });
-          if (job.abandoned) throw Error(ErrorKind::io, "the snapshot was abandoned", step_path(job.step));
+          if (job.abandoned) throw Error(ErrorKind::io, "the snapshot was abandoned", describe(step_path(job.step)));
         }
         writer.add_leaf(leaf.path, leaf.view, so, report);
         std::lock_guard<std::mutex> lock(job.mutex);
@@ -328,7 +339,7 @@ class Checkpointer {
       last_save_ = std::chrono::steady_clock::now();
     };
     try {
-      writer.commit(so.user_metadata);
+      writer.commit(so.user_metadata, now_ms);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::after_commit) record();
       throw;
@@ -373,18 +384,12 @@ class Checkpointer {
     std::map<std::int64_t, StepInfo> found;
     std::map<std::int64_t, Error> damaged;
     std::vector<std::string> foreign;
-    std::error_code ec;
-    std::filesystem::directory_iterator it(root_, ec), end;
-    for (; !ec && it != end; it.increment(ec)) {
-      const auto& e = *it;
-      std::error_code type_ec;
-      if (!e.is_directory(type_ec)) continue;
-      const std::string name = e.path().filename().string();
-      if (name.find(detail::temp_infix) != std::string::npos || name.find(detail::legacy_old_infix) != std::string::npos) continue;
-      const bool committed = detail::is_committed_checkpoint(root_ + "/" + name);
-      auto step = parse_step(name);
+    for (const auto& e : store_->list(root_)) {
+      if (!e.is_prefix || store_->is_internal_name(e.name)) continue;
+      const bool committed = detail::is_committed_checkpoint(*store_, detail::join_key(root_, e.name));
+      auto step = parse_step(e.name);
       if (!step) {
-        if (committed && looks_like_step(name)) foreign.push_back(name);
+        if (committed && looks_like_step(e.name)) foreign.push_back(e.name);
         continue;
       }
       // A step directory without its commit marker is incomplete (or was copied without it):
@@ -416,7 +421,7 @@ class Checkpointer {
                      step_name(23) + "' for step 23); to read them, set CheckpointerOptions::step_prefix = \"" + prefix +
                      "\" and step_digits = " + std::to_string(width) +
                      (width ? "" : " (or the padding width they were written with)"),
-                 root_);
+                 describe(root_));
   }
 
   // A step's metrics and commit time, from its _USER_METADATA checked against the CRC in its
@@ -424,10 +429,10 @@ class Checkpointer {
   StepInfo read_step_info(std::int64_t step) const {
     StepInfo info;
     info.step = step;
-    const std::string dir = step_path(step);
-    const auto digests = detail::read_marker(dir);
-    const std::string path = dir + "/" + detail::user_metadata_file;
-    Json user = Json::parse(detail::read_verified(dir, digests, detail::user_metadata_file, std::uint64_t{1} << 24), path);
+    const std::string key = step_path(step);
+    const auto digests = detail::read_marker(*store_, key);
+    const std::string path = describe(detail::join_key(key, detail::user_metadata_file));
+    Json user = Json::parse(detail::read_verified(*store_, key, digests, detail::user_metadata_file, std::uint64_t{1} << 24), path);
     if (!user.is_object()) throw Error(ErrorKind::corrupt, "user metadata is not a JSON object", path);
     if (const Json* m = user.find("metrics"); m && m->is_object()) info.metrics = *m;
     if (const Json* t = user.find("created_unix_ms"); t && t->is_int()) info.created_unix_ms = t->as_int();
@@ -436,7 +441,7 @@ class Checkpointer {
 
   std::string latest_step_path() const {
     auto l = latest();
-    if (!l) throw Error(ErrorKind::not_found, "no checkpoint to load: the root holds none", root_);
+    if (!l) throw Error(ErrorKind::not_found, "no checkpoint to load: the root holds none", describe(root_));
     return step_path(*l);
   }
 
@@ -444,7 +449,7 @@ class Checkpointer {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!steps_.count(step))
-        throw Error(ErrorKind::not_found, "no committed checkpoint of step " + std::to_string(step), step_path(step));
+        throw Error(ErrorKind::not_found, "no committed checkpoint of step " + std::to_string(step), describe(step_path(step)));
     }
     return step_path(step);
   }
@@ -460,17 +465,14 @@ class Checkpointer {
   }
 
   // `latest` names the newest committed step; replaced atomically, only after a commit.
-  void write_latest_marker(std::int64_t step) {
-    const std::string path = root_ + "/latest";
-    detail::StagingClaim claim = detail::StagingClaim::create(path);
-    detail::write_whole_file(claim.staging_path(), step_name(step) + "\n");
-    detail::rename_path(claim.staging_path(), path);
-    detail::fsync_dir(root_);
-  }
+  void write_latest_marker(std::int64_t step) { store_->write_atomically(latest_key(), step_name(step) + "\n"); }
+  std::string latest_key() const { return root_ + "/latest"; }
+  std::string describe(const std::string& key) const { return store_->describe(key); }
 
-  // Deletes what the retention policy does not keep; never the latest. Each directory is first
-  // renamed to a temporary name (atomic), so a crash mid-deletion leaves nothing that looks
-  // like a complete checkpoint; the leftover is removed on the next start.
+  // Deletes what the retention policy does not keep; never the latest. Each checkpoint first
+  // stops being one at once (Store::remove_checkpoints: renamed to a staging name on a
+  // filesystem), so a crash mid-deletion leaves nothing that looks like a complete
+  // checkpoint; the leftover is removed on the next start.
   void apply_retention() {
     std::vector<StepInfo> infos;
     {
@@ -488,24 +490,22 @@ class Checkpointer {
     std::erase_if(infos, [&](const StepInfo& i) { return damaged.count(i.step) != 0; });
     std::set<std::int64_t> keep = options_.retention.keep(infos);
     keep.insert(newest);
-    std::vector<detail::StagingClaim> doomed;
-    for (const auto& i : infos) {
-      if (keep.count(i.step)) continue;
-      const std::string from = step_path(i.step);
-      detail::StagingClaim claim = detail::StagingClaim::create(from);
-      detail::rename_path(from, claim.staging_path());
-      doomed.push_back(std::move(claim));
-      std::lock_guard<std::mutex> lock(mutex_);
-      steps_.erase(i.step);
-    }
+    std::vector<std::string> doomed;
+    for (const auto& i : infos)
+      if (!keep.count(i.step)) doomed.push_back(step_path(i.step));
     if (doomed.empty()) return;
-    detail::fsync_dir(root_);
-    for (auto& d : doomed) {
-      detail::remove_tree(d.staging_path());
-      d.release();
+    try {
+      store_->remove_checkpoints(doomed);
+    } catch (...) {
+      try { scan(); } catch (const Error&) {}  // list what is still there
+      throw;
     }
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& i : infos)
+      if (!keep.count(i.step)) steps_.erase(i.step);
   }
 
+  std::shared_ptr<Store> store_;
   std::string root_;
   CheckpointerOptions options_;
   mutable std::mutex mutex_;  // guards steps_ and last_save_ (the worker updates them)

@@ -16,14 +16,13 @@
 
 #include "cairn/core/box.hpp"
 #include "cairn/core/key_path.hpp"
+#include "cairn/core/memory_kind.hpp"
+#include "cairn/core/named_sharding.hpp"
+#include "cairn/core/order.hpp"
 #include "cairn/core/shape.hpp"
 #include "cairn/dtype/dtype.hpp"
-#include "cairn/sharding/named_sharding.hpp"
 
 CAIRN_BEGIN_NAMESPACE
-
-// Memory order of a stored or in-memory array: row-major (C) or column-major (F, Fortran).
-enum class Order : char { C = 'C', F = 'F' };
 
 // One shard of a sharded leaf as the saver sees it: its box of the global array and its
 // elements in C order, in host or device memory. `primary` is false for a replica whose box
@@ -90,20 +89,6 @@ template <class T, class Enable = void>
 struct leaf_traits {
   using cairn_not_specialized = void;
 };
-
-enum class NodeKind : char { struct_, sequence, map, tuple, optional, custom };
-
-inline const char* node_kind_name(NodeKind k) {
-  switch (k) {
-    case NodeKind::struct_: return "struct";
-    case NodeKind::sequence: return "sequence";
-    case NodeKind::map: return "map";
-    case NodeKind::tuple: return "tuple";
-    case NodeKind::optional: return "optional";
-    case NodeKind::custom: return "custom";
-  }
-  return "?";
-}
 
 // The children a checkpoint holds for a container node. A container takes the stored
 // entries; under LoadOptions::allow_missing it also keeps its own entries that the checkpoint

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
-#include "cairn/device/memory_kind.hpp"
+#include "cairn/core/memory_kind.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 

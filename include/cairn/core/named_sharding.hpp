@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "cairn/core/box.hpp"
-#include "cairn/sharding/mesh.hpp"
-#include "cairn/sharding/partition_spec.hpp"
+#include "cairn/core/mesh.hpp"
+#include "cairn/core/partition_spec.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 

@@ -1,38 +1,25 @@
-// CheckpointWriter: writes the items of one checkpoint into a claimed staging directory beside
-// the final path and commits it (checkpoint/commit.hpp): data and metadata are fsynced and
-// closed, the commit marker is written last, every file is checked to be there, then the
-// directory is published with one rename. Until commit() returns, the final path holds either
-// nothing or the previous checkpoint; a writer destroyed without committing removes its
-// staging directory.
+// Writing leaves into a checkpoint's data file: the bytes of each leaf appended to this
+// rank's data file through the store (small leaves gathered into large writes, large ones
+// straight from the caller's memory), casts on save, sharded leaves written box by box by
+// their primary holder, device memory crossing to the host through two pinned buffers.
 #pragma once
 
-#include <atomic>
-#include <chrono>
-#include <cstring>
-#include <ctime>
 #include <future>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
-#include "cairn/checkpoint/commit.hpp"
 #include "cairn/checkpoint/options.hpp"
-#include "cairn/checkpoint/snapshot.hpp"
 #include "cairn/device/memory.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/io/crc_worker.hpp"
-#include "cairn/tree/walk.hpp"
+#include "cairn/kernels/cast.hpp"
+#include "cairn/store/store.hpp"
+#include "cairn/tree/traits.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
-
-inline std::string library_version_string() {
-  return std::to_string(CAIRN_VERSION_MAJOR) + "." + std::to_string(CAIRN_VERSION_MINOR) + "." +
-         std::to_string(CAIRN_VERSION_PATCH);
-}
 
 // Large leaves start on 4 KiB boundaries (page-aligned for mmap and O_DIRECT), small ones on
 // 64 bytes so that thousands of tiny leaves do not pad the file to many times its size.
@@ -43,8 +30,8 @@ inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
 
 class DataFileWriter {
  public:
-  DataFileWriter(std::string dir, std::string name)
-      : name_(std::move(name)), file_(File::create(join_path(dir, name_))) {}
+  DataFileWriter(Store& store, const std::string& staging_key, std::string name)
+      : name_(std::move(name)), file_(store.create(join_key(staging_key, name_))) {}
 
   const std::string& name() const { return name_; }
   std::uint64_t size() const { return end_; }
@@ -69,7 +56,7 @@ class DataFileWriter {
       flush();
       crc_.begin();
       crc_.submit(data, static_cast<std::size_t>(n));  // checksummed while it is written
-      file_.write_at(data, n, offset);
+      file_->write_at(data, n, offset);
       c.crc32c = crc_.finish();
     }
     end_ = offset + n;
@@ -100,7 +87,7 @@ class DataFileWriter {
         producing = std::async(std::launch::async, [&, next, k] {
           fill(next, std::min(piece, n - next), bufs[(k + 1) % 2].data());
         });
-      file_.write_at(bufs[k % 2].data(), len, offset + done);
+      file_->write_at(bufs[k % 2].data(), len, offset + done);
       crc = crc32c_extend(crc, bufs[k % 2].data(), static_cast<std::size_t>(len));
       if (producing.valid()) producing.get();
       done = next;
@@ -114,144 +101,37 @@ class DataFileWriter {
     return c;
   }
 
-  // Flushes, fsyncs and closes the file.
+  // Flushes, then makes the file durable (fsync and close for a file).
   void finish() {
     flush();
-    file_.truncate(end_);
-    file_.sync();
-    file_.close();
+    file_->finish(end_);
   }
 
  private:
   void flush() {
     if (staging_.empty()) return;
-    file_.write_at(staging_.data(), staging_.size(), staging_base_);
+    file_->write_at(staging_.data(), staging_.size(), staging_base_);
     staging_.clear();
   }
 
   std::string name_;
-  File file_;
+  std::unique_ptr<StoreWriter> file_;
   std::uint64_t end_ = 0;
   std::vector<char> staging_;
   std::uint64_t staging_base_ = 0;
   CrcWorker crc_;
 };
 
-class CheckpointWriter {
+// Writes the leaves of one rank. Rank 0 writes every leaf that is not sharded; every rank
+// writes the shards whose primary holder it has. The data file is created on the first write.
+class LeafWriter {
  public:
-  CheckpointWriter(const std::string& path, bool overwrite)
-      : path_(normalize_dir(path)), overwrite_(overwrite) {
-    if (path_.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint path");
-    if (path_.find(temp_infix) != std::string::npos || path_.find(legacy_old_infix) != std::string::npos)
-      throw Error(ErrorKind::invalid_argument, std::string("checkpoint paths may not contain '") + temp_infix + "' or '" +
-                  legacy_old_infix + "'", path_);
-    const std::string parent = parent_dir(path_);
-    if (!is_directory(parent)) {
-      std::error_code ec;
-      std::filesystem::create_directories(parent, ec);
-      if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), parent);
-    }
-    // The leftovers of earlier saves of this path that died: staging directories are removed,
-    // and a previous checkpoint that an interrupted overwrite set aside is put back first, so
-    // the overwrite rule below sees it.
-    const std::string name = base_name(path_);
-    clean_leftovers(parent, &name);
-    check_target(path_, overwrite_);
-    claim_ = StagingClaim::create(path_);
-    make_dir(staging());
-    metadata_.library_version = library_version_string();
-  }
-  CheckpointWriter(const CheckpointWriter&) = delete;
-  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
-  ~CheckpointWriter() {
-    if (!committed_) {
-      data_.reset();
-      std::error_code ec;
-      std::filesystem::remove_all(staging(), ec);  // best effort: what is left, the next save or Checkpointer removes
-    }
-    claim_.release();
-  }
+  LeafWriter(Store& store, std::string staging_key, int rank)
+      : store_(store), staging_key_(std::move(staging_key)), rank_(rank) {}
 
-  const std::string& path() const { return path_; }
-
-  // Starts an item; its leaves follow through add_leaf, then finish_item.
-  void begin_item(const std::string& name, const std::string& kind, std::vector<NodeRecord> nodes) {
-    for (const auto& i : metadata_.items)
-      if (i.name == name) throw Error(ErrorKind::invalid_argument, "two items named '" + name + "'", path_);
-    ItemRecord item;
-    item.name = name;
-    item.kind = kind;
-    item.nodes = std::move(nodes);
-    metadata_.items.push_back(std::move(item));
-  }
-  // Writes one leaf of the current item (cast first where a rule says, for tree items).
-  void add_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
-    ItemRecord& item = metadata_.items.back();
-    static const SaveOptions no_casts;
-    try {
-      item.leaves.push_back(write_leaf(p, view, item.kind == "tree" ? options : no_casts, report));
-    } catch (const Error& e) {
-      throw e.with_key(p.str());
-    }
-    ++report.leaves;
-  }
-
-  SaveReport add_item(const ItemSnapshot& snapshot, const SaveOptions& options) {
-    SaveReport report;
-    report.path = path_;
-    begin_item(snapshot.name, snapshot.kind, snapshot.nodes);
-    for (const auto& leaf : snapshot.leaves) add_leaf(leaf.path, leaf.view, options, report);
-    return report;
-  }
-
-  template <class T>
-  SaveReport add_tree(const std::string& item_name, const T& tree, const SaveOptions& options) {
-    return add_item(view_tree(item_name, tree), options);
-  }
-
-  void commit(const Json& user_metadata) {
-    if (!user_metadata.is_object() && !user_metadata.is_null())
-      throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", path_);
-    std::map<std::string, std::uint64_t> expected;  // every file the checkpoint needs, and its size
-    if (data_) {
-      data_->finish();
-      expected[data_->name()] = data_->size();
-      data_.reset();
-    }
-    const auto now = std::chrono::system_clock::now();
-    metadata_.created_unix_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-    std::time_t t = std::chrono::system_clock::to_time_t(now);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    metadata_.created = buf;
-
-    const std::string meta = metadata_to_json(metadata_);
-    const std::string user = user_metadata.is_null() ? std::string("{}") : user_metadata.dump();
-    const std::string marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
-                                           {user.size(), crc32c(user.data(), user.size())}).dump();
-    write_whole_file(join_path(staging(), metadata_file), meta);
-    write_whole_file(join_path(staging(), user_metadata_file), user);
-    write_whole_file(join_path(staging(), marker_file), marker);
-    expected[metadata_file] = meta.size();
-    expected[user_metadata_file] = user.size();
-    expected[marker_file] = marker.size();
-    fsync_dir(staging());
-    // Never publish a checkpoint that lacks a file: had anything removed the staging
-    // directory or a file in it meanwhile, the writes above could have gone to unlinked files.
-    for (const auto& [name, bytes] : expected) {
-      struct stat st;
-      const std::string p = join_path(staging(), name);
-      if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != bytes)
-        throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
-                    "published", p);
-    }
-    publish(claim_, path_, overwrite_);
-    committed_ = true;
-    claim_.release();
-  }
+  // The data file, if this rank wrote any byte.
+  DataFileWriter* data() { return data_.get(); }
+  void drop() { data_.reset(); }
 
   // The dtype a cast rule gives this leaf on save (its own when no rule applies).
   static DType cast_target(const std::string& key, const LeafView& view, const SaveOptions& options) {
@@ -264,10 +144,7 @@ class CheckpointWriter {
   }
 
   DataFileWriter& data_file() {
-    if (!data_) {
-      data_ = std::make_unique<DataFileWriter>(staging(), data_file_name(0, 0));
-      metadata_.data_files.push_back(data_->name());
-    }
+    if (!data_) data_ = std::make_unique<DataFileWriter>(store_, staging_key_, data_file_name(rank_, 0));
     return *data_;
   }
 
@@ -288,13 +165,9 @@ class CheckpointWriter {
     const std::uint64_t piece_elements = write_piece_bytes / std::max(in_size, out_size);
     std::map<std::pair<Shape, Shape>, bool> written;
     for (const auto& shard : view.shards) {
-      if (shard.box.rank() != view.shape.size())
-        throw Error(ErrorKind::invalid_argument, "shard box " + to_string(shard.box) + " has another rank than the "
-                    "array " + to_string(view.shape));
-      for (std::size_t d = 0; d < view.shape.size(); ++d)
-        if (shard.box.start[d] < 0 || shard.box.shape[d] < 0 || shard.box.start[d] + shard.box.shape[d] > view.shape[d])
-          throw Error(ErrorKind::invalid_argument, "shard box " + to_string(shard.box) + " lies outside the array " +
-                      to_string(view.shape));
+      if (!box_inside(shard.box, view.shape))
+        throw Error(ErrorKind::invalid_argument, "shard box " + to_string(shard.box) + " lies outside the array " +
+                    to_string(view.shape));
       const std::uint64_t n = shard.box.elements();
       if (n > 0 && !shard.data)
         throw Error(ErrorKind::invalid_argument, "shard " + to_string(shard.box) + " has no data");
@@ -339,6 +212,10 @@ class CheckpointWriter {
   LeafRecord write_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
     if (!view.shards.empty()) return write_sharded_leaf(p, view, options, report);
     LeafRecord rec;
+    if (rank_ != 0) {  // written by rank 0; this rank only keeps the place
+      rec.path = p;
+      return rec;
+    }
     rec.path = p;
     rec.saved_from = view.dtype;
     rec.dtype = view.dtype;
@@ -368,29 +245,12 @@ class CheckpointWriter {
     report.bytes_written += nbytes;
     return rec;
   }
-
  private:
-  const std::string& staging() const { return claim_.staging_path(); }
-
-  std::string path_;
-  StagingClaim claim_;
-  bool overwrite_ = false;
-  bool committed_ = false;
-  CheckpointMetadata metadata_;
+  Store& store_;
+  std::string staging_key_;
+  int rank_ = 0;
   std::unique_ptr<DataFileWriter> data_;
 };
 
 }  // namespace detail
-
-// Saves a tree to a new checkpoint directory at `path`. Fails if the path exists, unless
-// options.overwrite (which replaces an existing checkpoint atomically).
-template <class T>
-SaveReport save(const std::string& path, const T& tree, const SaveOptions& options = {}) {
-  require_tree_type<T>();
-  detail::CheckpointWriter writer(path, options.overwrite);
-  SaveReport report = writer.add_tree(default_item_name, tree, options);
-  writer.commit(options.user_metadata);
-  return report;
-}
-
 CAIRN_END_NAMESPACE

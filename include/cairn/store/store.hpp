@@ -1,0 +1,165 @@
+// The storage seam: what a checkpoint needs from the medium it lives in. A Store holds blobs
+// under '/'-separated keys ("ckpt/100/_METADATA"); a checkpoint is the blobs under one key.
+// The format (checkpoint/, format/) is written once against this interface; where the bytes
+// live is the Store's business: PosixStore (files and directories, store/posix_store.hpp),
+// MemoryStore (tests, with fault injection, store/memory_store.hpp), and later object stores.
+//
+// Readers and writers move bytes straight between the medium and the caller's memory: no
+// copy of array data is made on the way. Every error is a cairn::Error whose file is
+// describe(key), the path or URL a user can look at.
+//
+// Commit mechanics belong to the store, because they are what differs most between media: a
+// filesystem stages a directory beside the final path and renames it; an object store would
+// write the blobs under their final keys and let the commit marker, written last, publish.
+// Every store keeps the same promise (tests/store_conformance.hpp checks it): until publish()
+// returns, a reader of the final key sees the previous checkpoint or nothing, never a part.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cairn/core/error.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+// Reads one blob: exact byte ranges into caller memory.
+class StoreReader {
+ public:
+  virtual ~StoreReader() = default;
+  virtual std::uint64_t size() const = 0;
+  // Exactly n bytes at `offset`, or throws: a blob shorter than that is corrupt (truncated).
+  virtual void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const = 0;
+};
+
+// Writes one new blob from caller memory, in any order of ranges.
+class StoreWriter {
+ public:
+  virtual ~StoreWriter() = default;  // destroyed unfinished: the blob is abandoned, never published
+  virtual void write_at(const void* src, std::uint64_t n, std::uint64_t offset) = 0;
+  // Sets the blob's final size and makes it durable (fsync and close for a file). A save
+  // fails when this fails: on NFS this is where delayed write errors surface.
+  virtual void finish(std::uint64_t size) = 0;
+};
+
+// One entry of a listing: a blob, or a prefix that holds blobs (a directory).
+struct StoreEntry {
+  std::string name;
+  bool is_prefix = false;
+  friend bool operator==(const StoreEntry&, const StoreEntry&) = default;
+};
+
+// A checkpoint being written where no reader looks (a staging directory beside the final
+// path). Any rank may create blobs under key(). Destroyed without publishing, it removes
+// what was written.
+class CheckpointStaging {
+ public:
+  virtual ~CheckpointStaging() = default;
+  // Where the blobs of the checkpoint are created until it is published.
+  virtual const std::string& key() const = 0;
+  // Checks that every blob in `expected` is staged with that size (nothing is published
+  // that lacks a file), then makes the checkpoint appear at its final key at once, replacing
+  // the previous one where the save allows it. Errors raised after the checkpoint became
+  // visible are ErrorKind::after_commit.
+  virtual void publish(const std::map<std::string, std::uint64_t>& expected) = 0;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // The name of a key a user can look at (a path, a URL); errors name blobs with it.
+  virtual std::string describe(const std::string& key) const = 0;
+
+  // Blobs. open() throws not_found where nothing is; create() fails where a blob exists.
+  virtual std::unique_ptr<StoreReader> open(const std::string& key) const = 0;
+  virtual std::unique_ptr<StoreWriter> create(const std::string& key) = 0;
+  // A blob, or a prefix holding anything.
+  virtual bool exists(const std::string& key) const = 0;
+  // A blob (a regular file), as opposed to a prefix.
+  virtual bool is_blob(const std::string& key) const = 0;
+  // One level under a prefix, in no particular order; empty where nothing is.
+  virtual std::vector<StoreEntry> list(const std::string& prefix) const = 0;
+  // The blob at `key` and everything under it, if anything is there.
+  virtual void remove(const std::string& key) = 0;
+
+  // Commit mechanics (see the top of this file).
+  // Checks the overwrite rule for `key` (nothing there, an empty prefix, or a committed
+  // checkpoint with `overwrite`; anything else is already_exists), removes the leftovers of
+  // earlier saves of `key` that died, and claims a staging place.
+  virtual std::unique_ptr<CheckpointStaging> stage(const std::string& key, bool overwrite) = 0;
+  // The key to read the checkpoint at `key` from: `key` itself, or where an interrupted
+  // overwrite left the previous checkpoint. Throws (incomplete) for a staging key.
+  virtual std::string readable_checkpoint(const std::string& key) const { return key; }
+  // Names the store gives its own staging, claims and set-aside data: never a checkpoint or
+  // a step, whatever they hold.
+  virtual bool is_internal_name(const std::string& name) const { (void)name; return false; }
+  // Removes the leftovers of dead saves and deletions directly under `prefix` (a Checkpointer
+  // root) and puts back checkpoints that an interrupted overwrite set aside. Best effort.
+  virtual void clean_leftovers(const std::string& prefix) { (void)prefix; }
+  // Deletes checkpoints so that none is ever seen half-deleted: each first stops being a
+  // checkpoint (renamed away, or its commit marker removed first), then goes.
+  virtual void remove_checkpoints(const std::vector<std::string>& keys) = 0;
+  // Replaces a small blob at once (the Checkpointer's `latest` marker).
+  virtual void write_atomically(const std::string& key, const std::string& content) = 0;
+};
+
+namespace detail {
+
+// The blob whose presence makes the blobs under a key a committed checkpoint. Stores need its
+// name for the overwrite rule; what it holds is the format's business (format/files.hpp).
+inline constexpr const char* commit_marker_name = "_CHECKPOINT";
+
+// An error raised after the new checkpoint was already published: it is at its key and
+// loads, but a step after the publish failed (the parent directory's fsync, so durability
+// across a power loss is unknown; the `latest` marker; retention).
+inline Error after_commit_error(const Error& e, const std::string& what) {
+  return Error(ErrorKind::after_commit, "the checkpoint is committed and loads, but " + what + " failed afterwards: " +
+               e.message(), e.file(), e.key_path());
+}
+
+inline std::string join_key(const std::string& prefix, const std::string& name) {
+  if (prefix.empty()) return name;
+  if (name.empty()) return prefix;
+  return prefix + "/" + name;
+}
+
+// A key without trailing separators, so "ckpt/100/" and "ckpt/100" name one checkpoint.
+inline std::string normalize_key(std::string k) {
+  while (k.size() > 1 && k.back() == '/') k.pop_back();
+  return k;
+}
+
+// The last segment of a key, and everything before it ("" for a key without '/').
+inline std::string key_base_name(const std::string& key) {
+  const auto slash = key.rfind('/');
+  return slash == std::string::npos ? key : key.substr(slash + 1);
+}
+inline std::string key_parent(const std::string& key) {
+  const auto slash = key.rfind('/');
+  if (slash == std::string::npos) return {};
+  return slash == 0 ? std::string("/") : key.substr(0, slash);
+}
+
+// A whole small blob, refused above `limit` bytes before anything is allocated.
+inline std::string read_blob(const Store& store, const std::string& key, std::uint64_t limit) {
+  auto r = store.open(key);
+  const std::uint64_t size = r->size();
+  if (size > limit)
+    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit),
+                store.describe(key));
+  std::string s(static_cast<std::size_t>(size), '\0');
+  r->read_at(s.data(), size, 0);
+  return s;
+}
+
+inline void write_blob(Store& store, const std::string& key, const std::string& content) {
+  auto w = store.create(key);
+  w->write_at(content.data(), content.size(), 0);
+  w->finish(content.size());
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE

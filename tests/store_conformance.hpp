@@ -1,0 +1,211 @@
+// The conformance suite of the storage seam: what every cairn::Store must do, checked the same
+// way for each (in the manner of TensorStore's kvstore/test_util.h). A new store inherits all
+// of it by calling check_store_conformance with a function that makes an empty one.
+#pragma once
+
+#include "test_util.hpp"
+
+#include <functional>
+#include <memory>
+
+namespace test {
+
+struct ConformanceState {
+  std::vector<float> w;
+  std::vector<std::int32_t> ids;
+  std::string name;
+  std::map<std::string, std::vector<double>> table;
+};
+CAIRN_TREE(ConformanceState, w, ids, name, table)
+
+inline ConformanceState random_conformance_state() {
+  ConformanceState s;
+  s.w = random_bits<float>(1 + rng()() % 5000);
+  s.ids = random_bits<std::int32_t>(rng()() % 300);
+  s.name = "state " + std::to_string(rng()() % 1000);
+  s.table["a"] = random_bits<double>(17);
+  s.table["b/c"] = random_bits<double>(rng()() % 3);
+  return s;
+}
+
+inline void check_same(const ConformanceState& a, const ConformanceState& b) {
+  auto same = [](const auto& x, const auto& y) {
+    return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0);
+  };
+  CHECK(same(a.w, b.w));
+  CHECK(same(a.ids, b.ids));
+  CHECK(a.name == b.name);
+  REQUIRE(a.table.size() == b.table.size());
+  for (const auto& [k, v] : a.table) CHECK(same(v, b.table.at(k)));
+}
+
+// Names under `prefix` that are not the store's own staging.
+inline std::vector<std::string> visible_names(const cairn::Store& store, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& e : store.list(prefix))
+    if (!store.is_internal_name(e.name)) out.push_back(e.name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+inline void check_store_conformance(const std::function<std::shared_ptr<cairn::Store>()>& make) {
+  using cairn::ErrorKind;
+  SUBCASE("blobs: exact ranges in and out, sizes, and errors that name the key") {
+    auto store = make();
+    const auto bytes = random_bits<unsigned char>(10000);
+    {
+      auto w = store->create("a/blob");
+      w->write_at(bytes.data() + 5000, 5000, 5000);  // any order of ranges
+      w->write_at(bytes.data(), 5000, 0);
+      w->finish(bytes.size());
+    }
+    auto r = store->open("a/blob");
+    CHECK(r->size() == bytes.size());
+    std::vector<unsigned char> back(300);
+    r->read_at(back.data(), 300, 4900);
+    CHECK(std::memcmp(back.data(), bytes.data() + 4900, 300) == 0);
+    CHECK_CAIRN_ERROR(r->read_at(back.data(), 300, 9800), ErrorKind::corrupt, "ends at byte");
+    CHECK_CAIRN_ERROR(store->open("a/missing"), ErrorKind::not_found, "");
+    try {
+      store->open("a/missing");
+    } catch (const cairn::Error& e) {
+      CHECK(e.file() == store->describe("a/missing"));
+    }
+    CHECK_THROWS_AS(store->create("a/blob"), cairn::Error);  // blobs are written once
+    // finish() sets the final size (a file written with padding is cut to its end).
+    {
+      auto w = store->create("a/short");
+      w->write_at(bytes.data(), 100, 0);
+      w->finish(60);
+    }
+    CHECK(store->open("a/short")->size() == 60);
+  }
+  SUBCASE("exists, is_blob, one-level listing and removal of a prefix") {
+    auto store = make();
+    for (const char* k : {"r/x/1", "r/x/2", "r/y", "r/z/deep/3", "other/4"}) cairn::detail::write_blob(*store, k, "v");
+    CHECK(store->exists("r"));
+    CHECK(store->exists("r/x"));
+    CHECK(store->exists("r/y"));
+    CHECK(!store->exists("r/q"));
+    CHECK(store->is_blob("r/y"));
+    CHECK(!store->is_blob("r/x"));
+    auto listing = store->list("r");
+    std::sort(listing.begin(), listing.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    CHECK(listing == std::vector<cairn::StoreEntry>{{"x", true}, {"y", false}, {"z", true}});
+    CHECK(store->list("r/nothing").empty());
+    store->remove("r/x");
+    CHECK(!store->exists("r/x/1"));
+    CHECK(store->exists("r/y"));
+    store->remove("r/z");
+    CHECK(visible_names(*store, "r") == std::vector<std::string>{"y"});
+    CHECK(store->exists("other/4"));
+  }
+  SUBCASE("staging: nothing at the final key until publish, then all of it at once") {
+    auto store = make();
+    {
+      auto staging = store->stage("c/1", false);
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), "f"), "hello");
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), "_CHECKPOINT"), "{}");
+      CHECK(!store->exists("c/1"));
+      CHECK(visible_names(*store, "c").empty());
+      // A publish that misses a file publishes nothing.
+      CHECK_THROWS_AS(staging->publish({{"f", 5}, {"_CHECKPOINT", 2}, {"absent", 1}}), cairn::Error);
+      CHECK(!store->exists("c/1"));
+      staging->publish({{"f", 5}, {"_CHECKPOINT", 2}});
+    }
+    CHECK(cairn::detail::read_blob(*store, "c/1/f", 100) == "hello");
+    CHECK(visible_names(*store, "c") == std::vector<std::string>{"1"});
+    CHECK(store->list("c").size() == 1);  // no staging left behind
+    // The overwrite rule.
+    CHECK_CAIRN_ERROR(store->stage("c/1", false), ErrorKind::already_exists, "already exists");
+    cairn::detail::write_blob(*store, "c/plain/file", "x");
+    CHECK_CAIRN_ERROR(store->stage("c/plain", true), ErrorKind::already_exists, "");
+    CHECK_CAIRN_ERROR(store->stage("c/plain/file", true), ErrorKind::already_exists, "");
+    {
+      auto staging = store->stage("c/1", true);
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), "g"), "new");
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), "_CHECKPOINT"), "{}");
+      staging->publish({{"g", 3}, {"_CHECKPOINT", 2}});
+    }
+    CHECK(!store->exists("c/1/f"));  // replaced whole
+    CHECK(cairn::detail::read_blob(*store, "c/1/g", 100) == "new");
+    // Abandoned: removed, the final key untouched.
+    {
+      auto staging = store->stage("c/2", false);
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), "f"), "x");
+    }
+    CHECK(!store->exists("c/2"));
+    CHECK(store->list("c").size() == 2);  // "1" and "plain"
+  }
+  SUBCASE("atomic small blobs and deleting checkpoints") {
+    auto store = make();
+    store->write_atomically("root/latest", "1\n");
+    store->write_atomically("root/latest", "22\n");
+    CHECK(cairn::detail::read_blob(*store, "root/latest", 100) == "22\n");
+    for (const char* k : {"root/1/_CHECKPOINT", "root/1/data", "root/2/_CHECKPOINT", "root/3/_CHECKPOINT"})
+      cairn::detail::write_blob(*store, k, "x");
+    store->remove_checkpoints({"root/1", "root/3"});
+    CHECK(visible_names(*store, "root") == std::vector<std::string>{"2", "latest"});
+  }
+  SUBCASE("save, load and metadata through the store, bit-exact") {
+    auto store = make();
+    for (int i = 0; i < 3; ++i) {
+      const ConformanceState s = random_conformance_state();
+      const std::string key = "runs/" + std::to_string(i);
+      cairn::SaveOptions options;
+      options.user_metadata = cairn::Json::object({{"i", i}});
+      cairn::save(*store, key, s, options);
+      ConformanceState back;
+      cairn::load(*store, key, back);
+      check_same(s, back);
+      CHECK(cairn::metadata(*store, key).user_metadata.at("i").as_int() == i);
+      CHECK(cairn::load<ConformanceState>(*store, key).name == s.name);
+      // Replaced atomically with overwrite; refused without.
+      CHECK_CAIRN_ERROR(cairn::save(*store, key, s), ErrorKind::already_exists, "");
+      options.overwrite = true;
+      const ConformanceState t = random_conformance_state();
+      cairn::save(*store, key, t, options);
+      check_same(t, cairn::load<ConformanceState>(*store, key));
+    }
+    CHECK(visible_names(*store, "runs") == std::vector<std::string>{"0", "1", "2"});
+    CHECK_CAIRN_ERROR(cairn::load<ConformanceState>(*store, "runs/9"), ErrorKind::not_found, "nothing is there");
+    CHECK_CAIRN_ERROR(cairn::load<ConformanceState>(*store, "runs"), ErrorKind::not_found, "directory of checkpoints");
+    // A flipped byte in a data file is found, and the error names the blob as the store does.
+    std::string data_key;
+    for (const auto& e : store->list("runs/0"))
+      if (e.name.starts_with("data-")) data_key = "runs/0/" + e.name;
+    REQUIRE(!data_key.empty());
+    std::string bytes = cairn::detail::read_blob(*store, data_key, 1 << 30);
+    bytes[bytes.size() / 2] ^= 0x10;
+    store->remove(data_key);
+    cairn::detail::write_blob(*store, data_key, bytes);
+    CHECK_CAIRN_ERROR(cairn::load<ConformanceState>(*store, "runs/0"), ErrorKind::corrupt, "checksum mismatch");
+  }
+  SUBCASE("a Checkpointer over the store: steps, retention, latest, resume") {
+    auto store = make();
+    cairn::CheckpointerOptions options;
+    options.retention = cairn::RetentionPolicy::keep_latest(2);
+    std::vector<ConformanceState> states;
+    {
+      cairn::Checkpointer ckpt(store, "train", options);
+      for (int step = 0; step < 4; ++step) {
+        states.push_back(random_conformance_state());
+        if (step % 2) ckpt.save_async(step * 10, states.back());
+        else ckpt.save(step * 10, states.back());
+      }
+      ckpt.wait();
+      CHECK(ckpt.steps() == std::vector<std::int64_t>{20, 30});
+    }
+    cairn::Checkpointer again(store, "train", options);
+    CHECK(again.latest() == 30);
+    ConformanceState back;
+    again.load(back);
+    check_same(states[3], back);
+    again.load(20, back);
+    check_same(states[2], back);
+    CHECK(cairn::detail::read_blob(*store, "train/latest", 100) == "30\n");
+    CHECK(visible_names(*store, "train") == std::vector<std::string>{"20", "30", "latest"});
+  }
+}
+
+}  // namespace test

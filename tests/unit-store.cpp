@@ -1,0 +1,260 @@
+// The storage and coordination seams: the store conformance suite on PosixStore and
+// MemoryStore; every I/O call of a save failed in turn on MemoryStore; short reads and torn
+// writes; the thread-backed coordinator's collectives; saves by 4 ranks, and by 4 ranks of
+// which one fails.
+#include "store_conformance.hpp"
+
+#include <thread>
+
+using cairn::ErrorKind;
+using cairn::MemoryStore;
+
+TEST_CASE("PosixStore keeps the Store contract") {
+  test::TempDir dir;
+  int n = 0;
+  test::check_store_conformance([&] { return std::make_shared<cairn::PosixStore>(dir / std::to_string(n++)); });
+}
+
+TEST_CASE("MemoryStore keeps the Store contract") {
+  test::check_store_conformance([] { return std::make_shared<MemoryStore>(); });
+}
+
+namespace {
+using test::TempDir;
+
+// Everything a store holds that is not staging, with the bytes.
+std::map<std::string, std::string> visible_content(const MemoryStore& store) {
+  std::map<std::string, std::string> out;
+  for (const auto& k : store.keys())
+    if (!store.is_internal_name(k)) out[k] = store.bytes(k);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("every read, write, fsync and publish of a save failed in turn: nothing published, the old checkpoint intact") {
+  MemoryStore store;
+  const auto old_state = test::random_conformance_state();
+  cairn::save(store, "ckpt", old_state);
+  const auto before = visible_content(store);
+  auto new_state = test::random_conformance_state();
+  new_state.w = test::random_bits<float>(600000);  // large enough for a write of its own
+  cairn::SaveOptions overwrite;
+  overwrite.overwrite = true;
+
+  // Count the calls of one successful overwrite, on a copy of the store's content.
+  std::map<MemoryStore::Op, std::uint64_t> calls;
+  {
+    MemoryStore probe;
+    cairn::save(probe, "ckpt", old_state);
+    std::map<MemoryStore::Op, std::uint64_t> start;
+    for (auto op : {MemoryStore::Op::read, MemoryStore::Op::write, MemoryStore::Op::finish, MemoryStore::Op::publish})
+      start[op] = probe.count(op);
+    cairn::save(probe, "ckpt", new_state, overwrite);
+    for (auto& [op, n] : start) calls[op] = probe.count(op) - n;
+  }
+  CHECK(calls[MemoryStore::Op::write] >= 4);   // data, _METADATA, _USER_METADATA, _CHECKPOINT
+  CHECK(calls[MemoryStore::Op::finish] == 4);
+  CHECK(calls[MemoryStore::Op::publish] == 1);
+  int failures = 0;
+  for (auto [op, n] : calls) {
+    for (std::uint64_t i = 1; i <= n; ++i) {
+      for (auto how : {MemoryStore::Failure::error, MemoryStore::Failure::torn_write}) {
+        if (how == MemoryStore::Failure::torn_write && op != MemoryStore::Op::write) continue;
+        CAPTURE(static_cast<int>(op));
+        CAPTURE(i);
+        store.fail(op, i, how);
+        bool threw = false;
+        try {
+          cairn::save(store, "ckpt", new_state, overwrite);
+        } catch (const cairn::Error& e) {
+          threw = true;
+          CHECK(std::string(e.what()).find("memory://ckpt") != std::string::npos);
+        }
+        store.clear_failures();
+        CHECK(threw);
+        failures += threw;
+        CHECK(visible_content(store) == before);       // nothing new, nothing lost
+        CHECK(store.keys().size() == before.size());   // no staging left behind
+        test::check_same(old_state, cairn::load<test::ConformanceState>(store, "ckpt"));
+      }
+    }
+  }
+  CHECK(failures > 6);
+  // And without a fault the overwrite goes through.
+  cairn::save(store, "ckpt", new_state, overwrite);
+  test::check_same(new_state, cairn::load<test::ConformanceState>(store, "ckpt"));
+}
+
+TEST_CASE("short reads of every file of a checkpoint are a clear error naming the blob") {
+  MemoryStore store;
+  auto state = test::random_conformance_state();
+  state.w = test::random_bits<float>(300000);
+  cairn::save(store, "c", state);
+  const std::uint64_t start = store.count(MemoryStore::Op::read);
+  cairn::load<test::ConformanceState>(store, "c");
+  const std::uint64_t reads = store.count(MemoryStore::Op::read) - start;
+  CHECK(reads >= 4);
+  for (std::uint64_t i = 1; i <= reads; ++i) {
+    CAPTURE(i);
+    store.fail(MemoryStore::Op::read, i, MemoryStore::Failure::short_read);
+    CHECK_CAIRN_ERROR(cairn::load<test::ConformanceState>(store, "c"), ErrorKind::corrupt, "memory://c/");
+    store.clear_failures();
+  }
+  test::check_same(state, cairn::load<test::ConformanceState>(store, "c"));
+}
+
+TEST_CASE("the thread coordinator: gather in rank order, broadcast, agreement, many rounds") {
+  cairn::ThreadGroup group(4);
+  std::vector<std::thread> threads;
+  std::vector<int> errors(4, 0);
+  for (int r = 0; r < 4; ++r)
+    threads.emplace_back([&, r] {
+      auto& c = group.rank(r);
+      for (int round = 0; round < 50; ++round) {
+        auto all = c.gather(std::to_string(r * 100 + round));
+        if (r == 0) {
+          for (int k = 0; k < 4; ++k) errors[r] += all.at(k) != std::to_string(k * 100 + round);
+        } else {
+          errors[r] += !all.empty();
+        }
+        errors[r] += c.broadcast(r == 0 ? "b" + std::to_string(round) : "ignored") != "b" + std::to_string(round);
+        errors[r] += c.all_agree(true) != true;
+        errors[r] += c.all_agree(r != round % 4) != false;
+        c.barrier();
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(errors == std::vector<int>(4, 0));
+}
+
+namespace {
+
+struct RankState {
+  cairn::ShardedArray<float> w;  // 4x2 over a 2x2 mesh, one device per rank
+  cairn::ShardedArray<std::int16_t> replicated_rows;  // split over x, replicated over y
+  std::vector<double> plain;   // the same on every rank; rank 0 writes it
+  std::int64_t step = 0;
+};
+CAIRN_TREE(RankState, w, replicated_rows, plain, step)
+
+cairn::Mesh rank_mesh(int rank) {
+  cairn::Mesh mesh = cairn::Mesh::host({{"x", 2}, {"y", 2}});
+  mesh.assign_processes({0, 1, 2, 3}, rank);
+  return mesh;
+}
+
+RankState rank_state(int rank, const std::vector<float>& w, const std::vector<std::int16_t>& rows,
+                     const std::vector<double>& plain) {
+  const cairn::Mesh mesh = rank_mesh(rank);
+  RankState s;
+  s.w = cairn::ShardedArray<float>::from_host(w, {40, 6}, cairn::NamedSharding(mesh, cairn::PartitionSpec{"x", "y"}));
+  s.replicated_rows = cairn::ShardedArray<std::int16_t>::from_host(
+      rows, {10, 3}, cairn::NamedSharding(mesh, cairn::PartitionSpec{"x", cairn::replicated}));
+  s.plain = plain;
+  s.step = 77;
+  return s;
+}
+
+// Runs save on 4 ranks; returns each rank's error message ("" for success).
+template <class MakeState>
+std::vector<std::string> save_on_ranks(cairn::Store& store, const std::string& key, MakeState&& make, bool overwrite = false) {
+  cairn::ThreadGroup group(4);
+  std::vector<std::string> outcome(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        cairn::SaveOptions options;
+        options.coordinator = &group.rank(r);
+        options.overwrite = overwrite;
+        options.user_metadata = cairn::Json::object({{"ranks", 4}});
+        cairn::save(store, key, make(r), options);
+      } catch (const cairn::Error& e) {
+        outcome[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return outcome;
+}
+
+}  // namespace
+
+TEST_CASE("4 ranks save one checkpoint: each writes its shards, rank 0 commits, one process loads it") {
+  const auto w = test::random_bits<float>(40 * 6);
+  const auto rows = test::random_bits<std::int16_t>(10 * 3);
+  const auto plain = test::random_bits<double>(33);
+  for (int backend = 0; backend < 2; ++backend) {
+    CAPTURE(backend);
+    TempDir dir;
+    std::shared_ptr<cairn::Store> store;
+    if (backend == 0) store = std::make_shared<MemoryStore>();
+    else store = std::make_shared<cairn::PosixStore>(dir.path);
+    const auto outcome = save_on_ranks(*store, "ckpt", [&](int r) { return rank_state(r, w, rows, plain); });
+    CHECK(outcome == std::vector<std::string>(4));
+    const auto meta = cairn::metadata(*store, "ckpt");
+    CHECK(meta.data_files == std::vector<std::string>{"data-0-0.bin", "data-1-0.bin", "data-2-0.bin", "data-3-0.bin"});
+    CHECK(meta.user_metadata.at("ranks").as_int() == 4);
+    // Each box once: 4 chunks of w (one per rank), 2 of the replicated rows (ranks 0 and 2).
+    CHECK(meta.leaves().at(0).chunks.size() == 4);
+    CHECK(meta.leaves().at(1).chunks.size() == 2);
+    for (const auto& c : meta.leaves().at(1).chunks) CHECK((c.file == "data-0-0.bin" || c.file == "data-2-0.bin"));
+    // One process restores all of it, bit-exact.
+    auto whole = cairn::load<cairn::Array<float>>(*store, "ckpt", [] {
+      cairn::LoadOptions o;
+      o.subtree = "w";
+      return o;
+    }());
+    CHECK(std::memcmp(whole.data(), w.data(), w.size() * sizeof(float)) == 0);
+    RankState back;
+    back.w = cairn::ShardedArray<float>(cairn::NamedSharding(cairn::Mesh::host({{"x", 3}}), cairn::PartitionSpec{"x"}));
+    back.replicated_rows = cairn::ShardedArray<std::int16_t>(
+        cairn::NamedSharding(cairn::Mesh::host({{"x", 2}}), cairn::PartitionSpec{cairn::replicated, "x"}));
+    cairn::load(*store, "ckpt", back);
+    CHECK(back.step == 77);
+    CHECK(std::memcmp(back.plain.data(), plain.data(), plain.size() * sizeof(double)) == 0);
+    const auto got_w = back.w.gather();
+    const auto got_rows = back.replicated_rows.gather();
+    CHECK(std::memcmp(got_w.data(), w.data(), w.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(got_rows.data(), rows.data(), rows.size() * sizeof(std::int16_t)) == 0);
+  }
+}
+
+TEST_CASE("4 ranks save, one fails: nobody publishes, every rank throws, the earlier checkpoint stays") {
+  const auto w = test::random_bits<float>(40 * 6);
+  const auto rows = test::random_bits<std::int16_t>(10 * 3);
+  const auto plain = test::random_bits<double>(5);
+  MemoryStore store;
+  REQUIRE(save_on_ranks(store, "ckpt", [&](int r) { return rank_state(r, w, rows, plain); }) ==
+          std::vector<std::string>(4));
+  const auto before = visible_content(store);
+  const auto w2 = test::random_bits<float>(40 * 6);
+  // Rank 2 holds an array without a sharding: its leaf cannot be saved.
+  auto outcome = save_on_ranks(store, "ckpt", [&](int r) {
+    RankState s = rank_state(r, w2, rows, plain);
+    if (r == 2) s.w = cairn::ShardedArray<float>();
+    return s;
+  }, true);
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    CHECK(!outcome[static_cast<std::size_t>(r)].empty());
+  }
+  CHECK(outcome[2].find("cannot be saved") != std::string::npos);
+  CHECK(outcome[0].find("rank 2 failed") != std::string::npos);
+  CHECK(outcome[1] == outcome[0]);  // the same outcome everywhere else
+  CHECK(visible_content(store) == before);
+  CHECK(store.keys().size() == before.size());  // every rank's staged file removed
+  // A rank whose tree differs from rank 0's is refused the same way.
+  outcome = save_on_ranks(store, "ckpt", [&](int r) {
+    std::map<std::string, std::vector<float>> tree{{"a", {1.f}}, {"b", {2.f}}};
+    if (r == 3) tree["c"] = {3.f};
+    return tree;
+  }, true);
+  for (const auto& o : outcome) CHECK(o.find("every rank must save the same tree") != std::string::npos);
+  CHECK(visible_content(store) == before);
+  // An injected failure of one rank's write.
+  store.fail(MemoryStore::Op::finish, 2);
+  outcome = save_on_ranks(store, "ckpt", [&](int r) { return rank_state(r, w2, rows, plain); }, true);
+  store.clear_failures();
+  for (const auto& o : outcome) CHECK(o.find("fsync failed (injected)") != std::string::npos);
+  CHECK(visible_content(store) == before);
+}
