@@ -4367,6 +4367,8 @@ class PosixStore final : public Store {
 
   void write_atomically(const std::string& key, const std::string& content) override {
     const std::string p = path(key);
+    std::error_code ec;
+    std::filesystem::create_directories(detail::parent_dir(p), ec);  // as create() does
     detail::StagingClaim claim = detail::StagingClaim::create(p);
     detail::write_whole_file(claim.staging_path(), content);
     detail::rename_path(claim.staging_path(), p);
