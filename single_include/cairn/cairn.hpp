@@ -3621,11 +3621,7 @@ inline std::string normalize_key(std::string k) {
   return k;
 }
 
-// The last segment of a key, and everything before it ("" for a key without '/').
-inline std::string key_base_name(const std::string& key) {
-  const auto slash = key.rfind('/');
-  return slash == std::string::npos ? key : key.substr(slash + 1);
-}
+// Everything before the last segment of a key ("" for a key without '/').
 inline std::string key_parent(const std::string& key) {
   const auto slash = key.rfind('/');
   if (slash == std::string::npos) return {};
@@ -3828,16 +3824,6 @@ class File {
   std::string path_;
 };
 
-inline std::string read_whole_file(const std::string& path, std::uint64_t limit) {
-  File f = File::open_read(path);
-  const std::uint64_t size = f.size();
-  if (size > limit)
-    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit), path);
-  std::string s(static_cast<std::size_t>(size), '\0');
-  f.read_at(s.data(), size, 0);
-  return s;
-}
-
 inline void write_whole_file(const std::string& path, const std::string& content) {
   File f = File::create(path);
   f.write_at(content.data(), content.size(), 0);
@@ -3911,11 +3897,6 @@ inline std::string parent_dir(const std::string& p) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-// A path without trailing separators, so "ckpt/100/" and "ckpt/100" name one checkpoint.
-inline std::string normalize_dir(std::string p) {
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  return p;
-}
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
@@ -3970,10 +3951,8 @@ inline constexpr const char* lock_suffix = ".lock";
 // Set-aside checkpoints of cairn 0.1's overwrite fallback: F.cairn-old-<pid>, never locked.
 inline constexpr const char* legacy_old_infix = ".cairn-old-";
 
-inline std::string join_path(const std::string& dir, const std::string& name) { return dir + "/" + name; }
-
 // A directory that holds a commit marker (a regular file; its contents are checked on read).
-inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_path(dir, commit_marker_name)); }
+inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_key(dir, commit_marker_name)); }
 
 inline bool is_empty_dir(const std::string& dir) {
   std::error_code ec;
@@ -4118,20 +4097,20 @@ inline void clean_leftovers(const std::string& dir, const std::string* only_name
     if (pos == std::string::npos || pos == 0) continue;
     const std::string final_name = name.substr(0, pos);
     if (only_name && final_name != *only_name) continue;
-    const std::string full = join_path(dir, name);
+    const std::string full = join_key(dir, name);
     if (legacy_old) {
       LeftoverGroup& g = groups[full];
-      g.final_path = join_path(dir, final_name);
+      g.final_path = join_key(dir, final_name);
       g.base = full;
       g.paths.push_back(full);
       continue;
     }
     const std::size_t token_start = pos + std::string(temp_infix).size();
     const std::size_t dot = name.find('.', token_start);
-    const std::string base = join_path(dir, name.substr(0, dot));
+    const std::string base = join_key(dir, name.substr(0, dot));
     const std::string suffix = dot == std::string::npos ? "" : name.substr(dot);
     LeftoverGroup& g = groups[base];
-    g.final_path = join_path(dir, final_name);
+    g.final_path = join_key(dir, final_name);
     g.base = base;
     if (suffix != lock_suffix) g.paths.push_back(full);
   }
@@ -4176,7 +4155,7 @@ inline std::string readable_checkpoint_dir(const std::string& path) {
     const std::string rest = entry.substr(name.size());
     const bool ours = rest.starts_with(temp_infix) && rest.ends_with(old_suffix);
     const bool legacy = rest.starts_with(legacy_old_infix);
-    const std::string full = join_path(parent, entry);
+    const std::string full = join_key(parent, entry);
     if ((ours || legacy) && is_committed_checkpoint(full)) return full;
   }
   return path;
@@ -4420,7 +4399,7 @@ class PosixStore final : public Store {
       // directory or a file in it meanwhile, the writes could have gone to unlinked files.
       for (const auto& [name, bytes] : expected) {
         struct stat st;
-        const std::string p = detail::join_path(dir, name);
+        const std::string p = detail::join_key(dir, name);
         if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != bytes)
           throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
                       "published", p);
@@ -4523,7 +4502,7 @@ class MemoryStore final : public Store {
     if (blobs_.count(k)) throw Error(ErrorKind::io, "open (create) failed: the blob exists", describe(key));
     auto bytes = std::make_shared<Bytes>();
     blobs_[k] = bytes;  // visible (as an empty blob) from now on, as a created file is
-    return std::make_unique<Writer>(const_cast<MemoryStore&>(*this), bytes, describe(key));
+    return std::make_unique<Writer>(*this, bytes, describe(key));
   }
   bool exists(const std::string& key) const override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -7670,7 +7649,7 @@ CAIRN_END_NAMESPACE
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
-#include <filesystem>
+#include <set>
 #include <map>
 #include <mutex>
 #include <optional>

@@ -13,11 +13,10 @@
 #include <vector>
 
 #include "cairn/checkpoint/box_reader.hpp"
-#include "cairn/store/posix_store.hpp"
 #include "cairn/checkpoint/data_files.hpp"
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/format/files.hpp"
-#include "cairn/kernels/cast.hpp"
+#include "cairn/store/posix_store.hpp"
 #include "cairn/tree/walk.hpp"
 
 CAIRN_BEGIN_NAMESPACE

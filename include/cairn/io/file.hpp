@@ -157,16 +157,6 @@ class File {
   std::string path_;
 };
 
-inline std::string read_whole_file(const std::string& path, std::uint64_t limit) {
-  File f = File::open_read(path);
-  const std::uint64_t size = f.size();
-  if (size > limit)
-    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit), path);
-  std::string s(static_cast<std::size_t>(size), '\0');
-  f.read_at(s.data(), size, 0);
-  return s;
-}
-
 inline void write_whole_file(const std::string& path, const std::string& content) {
   File f = File::create(path);
   f.write_at(content.data(), content.size(), 0);
@@ -240,11 +230,6 @@ inline std::string parent_dir(const std::string& p) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-// A path without trailing separators, so "ckpt/100/" and "ckpt/100" name one checkpoint.
-inline std::string normalize_dir(std::string p) {
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  return p;
-}
 
 }  // namespace detail
 CAIRN_END_NAMESPACE

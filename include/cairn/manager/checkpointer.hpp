@@ -8,7 +8,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
-#include <filesystem>
+#include <set>
 #include <map>
 #include <mutex>
 #include <optional>

@@ -80,7 +80,7 @@ class MemoryStore final : public Store {
     if (blobs_.count(k)) throw Error(ErrorKind::io, "open (create) failed: the blob exists", describe(key));
     auto bytes = std::make_shared<Bytes>();
     blobs_[k] = bytes;  // visible (as an empty blob) from now on, as a created file is
-    return std::make_unique<Writer>(const_cast<MemoryStore&>(*this), bytes, describe(key));
+    return std::make_unique<Writer>(*this, bytes, describe(key));
   }
   bool exists(const std::string& key) const override {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -50,10 +50,8 @@ inline constexpr const char* lock_suffix = ".lock";
 // Set-aside checkpoints of cairn 0.1's overwrite fallback: F.cairn-old-<pid>, never locked.
 inline constexpr const char* legacy_old_infix = ".cairn-old-";
 
-inline std::string join_path(const std::string& dir, const std::string& name) { return dir + "/" + name; }
-
 // A directory that holds a commit marker (a regular file; its contents are checked on read).
-inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_path(dir, commit_marker_name)); }
+inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_key(dir, commit_marker_name)); }
 
 inline bool is_empty_dir(const std::string& dir) {
   std::error_code ec;
@@ -198,20 +196,20 @@ inline void clean_leftovers(const std::string& dir, const std::string* only_name
     if (pos == std::string::npos || pos == 0) continue;
     const std::string final_name = name.substr(0, pos);
     if (only_name && final_name != *only_name) continue;
-    const std::string full = join_path(dir, name);
+    const std::string full = join_key(dir, name);
     if (legacy_old) {
       LeftoverGroup& g = groups[full];
-      g.final_path = join_path(dir, final_name);
+      g.final_path = join_key(dir, final_name);
       g.base = full;
       g.paths.push_back(full);
       continue;
     }
     const std::size_t token_start = pos + std::string(temp_infix).size();
     const std::size_t dot = name.find('.', token_start);
-    const std::string base = join_path(dir, name.substr(0, dot));
+    const std::string base = join_key(dir, name.substr(0, dot));
     const std::string suffix = dot == std::string::npos ? "" : name.substr(dot);
     LeftoverGroup& g = groups[base];
-    g.final_path = join_path(dir, final_name);
+    g.final_path = join_key(dir, final_name);
     g.base = base;
     if (suffix != lock_suffix) g.paths.push_back(full);
   }
@@ -256,7 +254,7 @@ inline std::string readable_checkpoint_dir(const std::string& path) {
     const std::string rest = entry.substr(name.size());
     const bool ours = rest.starts_with(temp_infix) && rest.ends_with(old_suffix);
     const bool legacy = rest.starts_with(legacy_old_infix);
-    const std::string full = join_path(parent, entry);
+    const std::string full = join_key(parent, entry);
     if ((ours || legacy) && is_committed_checkpoint(full)) return full;
   }
   return path;

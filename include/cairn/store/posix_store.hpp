@@ -189,7 +189,7 @@ class PosixStore final : public Store {
       // directory or a file in it meanwhile, the writes could have gone to unlinked files.
       for (const auto& [name, bytes] : expected) {
         struct stat st;
-        const std::string p = detail::join_path(dir, name);
+        const std::string p = detail::join_key(dir, name);
         if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != bytes)
           throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
                       "published", p);

@@ -132,11 +132,7 @@ inline std::string normalize_key(std::string k) {
   return k;
 }
 
-// The last segment of a key, and everything before it ("" for a key without '/').
-inline std::string key_base_name(const std::string& key) {
-  const auto slash = key.rfind('/');
-  return slash == std::string::npos ? key : key.substr(slash + 1);
-}
+// Everything before the last segment of a key ("" for a key without '/').
 inline std::string key_parent(const std::string& key) {
   const auto slash = key.rfind('/');
   if (slash == std::string::npos) return {};
