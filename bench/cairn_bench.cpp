@@ -3,6 +3,8 @@
 // restore. See docs/benchmarks.md for the figures and how to read them.
 #include <cairn/cairn.hpp>
 
+#include "bench_util.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +21,11 @@
 #include <unistd.h>
 
 namespace {
+using bench::evict;
+using bench::evict_tree;
+using bench::median;
+using bench::now_s;
+using bench::parse_bytes;
 
 struct Options {
   std::size_t leaves = 64;
@@ -35,15 +42,6 @@ struct Options {
   bool sharded = false;  // the sharding benchmarks instead
 };
 
-std::uint64_t parse_bytes(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  std::string unit = end;
-  if (unit == "K" || unit == "KiB") v *= 1024;
-  else if (unit == "M" || unit == "MiB") v *= 1024 * 1024;
-  else if (unit == "G" || unit == "GiB") v *= 1024.0 * 1024 * 1024;
-  return static_cast<std::uint64_t>(v);
-}
 
 void usage() {
   std::puts(
@@ -65,9 +63,6 @@ void usage() {
       "                      (and, built with nvcc on a GPU, staging and device casts vs cudaMemcpy)");
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::uint64_t proc_status_kib(const char* field) {
   std::ifstream in("/proc/self/status");
@@ -81,22 +76,7 @@ std::uint64_t peak_rss_bytes() { return proc_status_kib("VmHWM:") * 1024; }
 // Resets the peak-RSS counter (Linux 4.0+), so each phase measures its own peak.
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
-void evict(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-}
-void evict_tree(const std::string& dir) {
-  for (auto& e : std::filesystem::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) evict(e.path().string());
-}
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 template <class T>
 using State = std::map<std::string, std::vector<std::vector<T>>>;

@@ -37,10 +37,10 @@ inline std::mt19937_64& rng() {
 
 // Random bits for any trivially copyable element type (every bit pattern, NaNs included).
 template <class T>
-std::vector<T> random_bits(std::size_t n) {
+std::vector<T> random_bits(std::size_t n, std::mt19937_64& g = rng()) {
   std::vector<T> v(n);
   auto* bytes = reinterpret_cast<unsigned char*>(v.data());
-  for (std::size_t i = 0; i < n * sizeof(T); ++i) bytes[i] = static_cast<unsigned char>(rng()());
+  for (std::size_t i = 0; i < n * sizeof(T); ++i) bytes[i] = static_cast<unsigned char>(g());
   return v;
 }
 

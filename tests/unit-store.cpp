@@ -1,9 +1,11 @@
 // The storage and coordination seams: the store conformance suite on PosixStore and
 // MemoryStore; every I/O call of a save failed in turn on MemoryStore; short reads and torn
 // writes; the thread-backed coordinator's collectives; saves by 4 ranks, and by 4 ranks of
-// which one fails.
+// which one fails; replicas split over their holders, per-rank items and a Checkpointer
+// across ranks (the multi-rank protocol without MPI, so that it runs under the sanitizers).
 #include "store_conformance.hpp"
 
+#include <set>
 #include <thread>
 
 using cairn::ErrorKind;
@@ -155,26 +157,34 @@ RankState rank_state(int rank, const std::vector<float>& w, const std::vector<st
   return s;
 }
 
-// Runs save on 4 ranks; returns each rank's error message ("" for success).
-template <class MakeState>
-std::vector<std::string> save_on_ranks(cairn::Store& store, const std::string& key, MakeState&& make, bool overwrite = false) {
-  cairn::ThreadGroup group(4);
-  std::vector<std::string> outcome(4);
+// Runs f(rank, coordinator) on `n` ranks on threads; returns each rank's error ("" for none).
+template <class F>
+std::vector<std::string> on_ranks(int n, F&& f) {
+  cairn::ThreadGroup group(n);
+  std::vector<std::string> outcome(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
-        cairn::SaveOptions options;
-        options.coordinator = &group.rank(r);
-        options.overwrite = overwrite;
-        options.user_metadata = cairn::Json::object({{"ranks", 4}});
-        cairn::save(store, key, make(r), options);
-      } catch (const cairn::Error& e) {
+        f(r, group.rank(r));
+      } catch (const std::exception& e) {
         outcome[static_cast<std::size_t>(r)] = e.what();
       }
     });
   for (auto& t : threads) t.join();
   return outcome;
+}
+
+// Runs save on 4 ranks; returns each rank's error message ("" for success).
+template <class MakeState>
+std::vector<std::string> save_on_ranks(cairn::Store& store, const std::string& key, MakeState&& make, bool overwrite = false) {
+  return on_ranks(4, [&](int r, cairn::Coordinator& c) {
+    cairn::SaveOptions options;
+    options.coordinator = &c;
+    options.overwrite = overwrite;
+    options.user_metadata = cairn::Json::object({{"ranks", 4}});
+    cairn::save(store, key, make(r), options);
+  });
 }
 
 }  // namespace
@@ -251,10 +261,129 @@ TEST_CASE("4 ranks save, one fails: nobody publishes, every rank throws, the ear
   }, true);
   for (const auto& o : outcome) CHECK(o.find("every rank must save the same tree") != std::string::npos);
   CHECK(visible_content(store) == before);
+  // A rank whose sharding differs from the others': its boxes overlap theirs.
+  outcome = save_on_ranks(store, "ckpt", [&](int r) {
+    RankState s = rank_state(r, w2, rows, plain);
+    if (r == 1)
+      s.w = cairn::ShardedArray<float>::from_host(w2, {40, 6}, cairn::NamedSharding(rank_mesh(r), cairn::PartitionSpec{"y", "x"}));
+    return s;
+  }, true);
+  for (const auto& o : outcome) CHECK(o.find("do not fit together") != std::string::npos);
+  CHECK(visible_content(store) == before);
   // An injected failure of one rank's write.
   store.fail(MemoryStore::Op::finish, 2);
   outcome = save_on_ranks(store, "ckpt", [&](int r) { return rank_state(r, w2, rows, plain); }, true);
   store.clear_failures();
   for (const auto& o : outcome) CHECK(o.find("fsync failed (injected)") != std::string::npos);
   CHECK(visible_content(store) == before);
+}
+
+
+TEST_CASE("4 ranks with ReplicaWrites::split: each holder writes a slab of a replicated box, loads bit-exact") {
+  const auto w = test::random_bits<float>(40 * 6);
+  const auto rows = test::random_bits<std::int16_t>(10 * 3);
+  const auto plain = test::random_bits<double>(7);
+  MemoryStore store;
+  const auto outcome = on_ranks(4, [&](int r, cairn::Coordinator& c) {
+    cairn::save(store, "ckpt", rank_state(r, w, rows, plain), {.coordinator = &c, .replicas = cairn::ReplicaWrites::split});
+  });
+  CHECK(outcome == std::vector<std::string>(4));
+  const auto meta = cairn::metadata(store, "ckpt");
+  CHECK(meta.leaves().at(0).chunks.size() == 4);  // w has no replicas: as before
+  // rows: 2 boxes of 5x3, each held by 2 processes: 4 slabs, each written by its own rank.
+  const auto& chunks = meta.leaves().at(1).chunks;
+  REQUIRE(chunks.size() == 4);
+  std::set<std::string> files;
+  for (const auto& c : chunks) files.insert(c.file);
+  CHECK(files.size() == 4);
+  RankState back;
+  back.w = cairn::ShardedArray<float>(cairn::NamedSharding(cairn::Mesh::host({{"x", 1}}), cairn::PartitionSpec{}));
+  back.replicated_rows = cairn::ShardedArray<std::int16_t>(
+      cairn::NamedSharding(cairn::Mesh::host({{"x", 3}}), cairn::PartitionSpec{"x"}));
+  cairn::load(store, "ckpt", back);
+  const auto got = back.replicated_rows.gather();
+  CHECK(std::memcmp(got.data(), rows.data(), rows.size() * sizeof(std::int16_t)) == 0);
+}
+
+TEST_CASE("per-rank items on 3 ranks: each rank's value comes back to it; 2 ranks are refused") {
+  MemoryStore store;
+  auto outcome = on_ranks(3, [&](int r, cairn::Coordinator& c) {
+    std::vector<std::int64_t> position = {r * 10, r * 10 + 1};
+    cairn::Json note = cairn::Json::object({{"rank", r}});
+    const std::vector<float> shared = {1, 2, 3};
+    cairn::save(store, "ckpt", cairn::Items().tree("shared", shared).tree("position", position, cairn::per_rank)
+                                   .json("note", note, cairn::per_rank), {.coordinator = &c});
+  });
+  REQUIRE(outcome == std::vector<std::string>(3));
+  const auto meta = cairn::metadata(store, "ckpt");
+  for (const char* name : {"shared", "position@0", "position@1", "position@2", "note@0", "note@2"})
+    CHECK(meta.find_item(name) != nullptr);
+  outcome = on_ranks(3, [&](int r, cairn::Coordinator& c) {
+    std::vector<std::int64_t> position;
+    cairn::Json note;
+    cairn::LoadOptions o;
+    o.coordinator = &c;
+    cairn::load(store, "ckpt", cairn::Items().tree("position", position, cairn::per_rank).json("note", note, cairn::per_rank), o);
+    if (position != std::vector<std::int64_t>{r * 10, r * 10 + 1} || note.at("rank").as_int() != r)
+      throw std::runtime_error("rank " + std::to_string(r) + " got another rank's value");
+  });
+  CHECK(outcome == std::vector<std::string>(3));
+  outcome = on_ranks(2, [&](int, cairn::Coordinator& c) {
+    std::vector<std::int64_t> position;
+    cairn::LoadOptions o;
+    o.coordinator = &c;
+    cairn::load(store, "ckpt", cairn::Items().tree("position", position, cairn::per_rank), o);
+  });
+  for (const auto& o : outcome) CHECK(o.find("saved per rank by 3 ranks and is loaded by 2") != std::string::npos);
+  // One process reads one rank's value by its stored name.
+  std::vector<std::int64_t> one;
+  cairn::load(store, "ckpt", cairn::Items().tree("position@1", one));
+  CHECK(one == std::vector<std::int64_t>{10, 11});
+  CHECK_THROWS_WITH_AS(cairn::Items().tree("a@b", one, cairn::per_rank), doctest::Contains("may not hold '@'"), cairn::Error);
+}
+
+TEST_CASE("a Checkpointer across 3 ranks on threads: same decisions and steps, async commits from wait(), retention") {
+  auto store = std::make_shared<MemoryStore>();
+  const auto plain = test::random_bits<double>(9);
+  std::vector<std::vector<std::int64_t>> steps_seen(3);
+  auto outcome = on_ranks(3, [&](int r, cairn::Coordinator& c) {
+    cairn::CheckpointerOptions options;
+    options.coordinator = &c;
+    options.save_policy = cairn::SavePolicy::every_n_steps(3);
+    options.retention = cairn::RetentionPolicy::keep_latest(2);
+    options.async_memory_budget = 64;  // leaves larger than this stream from the caller's memory
+    cairn::Checkpointer ckptr(store, "run", options);
+    for (std::int64_t step = 0; step < 12; ++step) {
+      std::vector<double> state = plain;
+      state[0] = static_cast<double>(step);
+      std::int64_t mine = step * 100 + r;
+      cairn::Items items;
+      items.tree("state", state).tree("mine", mine, cairn::per_rank);
+      const bool saved = step % 2 ? ckptr.save_async(step, items) : ckptr.save(step, items);
+      if (saved != (step % 3 == 0)) throw std::runtime_error("the save policy answered differently");
+    }
+    ckptr.wait();
+    steps_seen[static_cast<std::size_t>(r)] = ckptr.steps();
+    std::vector<double> back;
+    std::int64_t mine = -1;
+    ckptr.load(cairn::Items().tree("state", back).tree("mine", mine, cairn::per_rank));
+    if (back.at(0) != 9 || mine != 900 + r) throw std::runtime_error("resumed the wrong values");
+  });
+  CHECK(outcome == std::vector<std::string>(3));
+  for (const auto& s : steps_seen) CHECK(s == std::vector<std::int64_t>{6, 9});
+  CHECK(!cairn::detail::is_committed_checkpoint(*store, "run/3"));
+  // A rank whose async write fails: the commit in wait() fails on every rank, nothing published.
+  store->fail(MemoryStore::Op::finish, 1);  // rank 0's data file, in the background
+  outcome = on_ranks(3, [&](int, cairn::Coordinator& c) {
+    cairn::CheckpointerOptions options;
+    options.coordinator = &c;
+    cairn::Checkpointer ckptr(store, "run", options);
+    std::vector<double> state = plain;
+    ckptr.save_async(12, state);
+    ckptr.wait();
+  });
+  store->clear_failures();
+  for (const auto& o : outcome) CHECK(o.find("fsync failed (injected)") != std::string::npos);
+  CHECK(!cairn::detail::is_committed_checkpoint(*store, "run/12"));
+  CHECK(cairn::detail::is_committed_checkpoint(*store, "run/9"));
 }

@@ -81,6 +81,14 @@ def translation_unit(path, first_line, code, attrs):
     return '\n'.join(out) + '\n'
 
 
+def mpi_flags():
+    """The compile flags of the MPI that pkg-config knows ('mpi': MPICH or Open MPI on Debian)."""
+    r = subprocess.run(['pkg-config', '--cflags', 'mpi'], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit('MPI blocks need an MPI with pkg-config (Debian: apt-get install libmpich-dev)')
+    return r.stdout.split()
+
+
 def compile_one(job):
     path, first_line, code, attrs, workdir, index = job
     src = os.path.join(workdir, 'snippet%d.cpp' % index)
@@ -89,6 +97,8 @@ def compile_one(job):
     cxx = os.environ.get('CXX', 'g++')
     cmd = [cxx, '-std=c++20', '-fsyntax-only', '-I' + os.path.join(ROOT, 'include'), '-I/usr/include/eigen3',
            '-I' + os.path.join(ROOT, 'tests', 'doc_snippets'), src]
+    if 'cairn/mpi.hpp' in code or attrs.get('context') == 'mpi':
+        cmd[1:1] = mpi_flags()
     r = subprocess.run(cmd, capture_output=True, text=True)
     return path, first_line, r.returncode, r.stderr
 

@@ -67,6 +67,9 @@ enum class ErrorKind {
   // failed (the parent directory's fsync, so durability across a power loss is unknown; the
   // Checkpointer's `latest` marker or retention). Do not retry the save as if nothing happened.
   after_commit,
+  // A rank did not reach a collective of a multi-process save or load within the
+  // coordinator's deadline (cairn/mpi.hpp); the message names the phase and the ranks.
+  timeout,
 };
 
 inline const char* to_string(ErrorKind kind) {
@@ -83,6 +86,7 @@ inline const char* to_string(ErrorKind kind) {
     case ErrorKind::value_out_of_range: return "value_out_of_range";
     case ErrorKind::invalid_argument: return "invalid_argument";
     case ErrorKind::after_commit: return "after_commit";
+    case ErrorKind::timeout: return "timeout";
   }
   return "unknown";
 }
@@ -787,17 +791,13 @@ class Mesh {
     if (static_cast<std::int64_t>(devices_.size()) != n)
       throw Error(ErrorKind::invalid_argument, "mesh of " + std::to_string(n) + " positions given " +
                   std::to_string(devices_.size()) + " devices");
-    std::vector<int> ids;
     for (const auto& d : devices_) {
       if (d.memory != devices_.front().memory)
         throw Error(ErrorKind::invalid_argument, "a mesh holds host devices or device-system devices, not both");
       if (d.id < 0) throw Error(ErrorKind::invalid_argument, "negative device id " + std::to_string(d.id));
-      ids.push_back(d.id);
+      if (d.process < 0) throw Error(ErrorKind::invalid_argument, "negative process " + std::to_string(d.process));
     }
-    std::sort(ids.begin(), ids.end());
-    for (std::size_t i = 1; i < ids.size(); ++i)
-      if (ids[i] == ids[i - 1])
-        throw Error(ErrorKind::invalid_argument, "device " + std::to_string(ids[i]) + " appears twice in the mesh");
+    check_unique();
   }
 
   // Host devices 0..n-1: Mesh::host({{"data", 2}, {"model", 4}}).
@@ -811,13 +811,33 @@ class Mesh {
   const std::vector<Device>& devices() const { return devices_; }
   std::size_t size() const { return devices_.size(); }
   int this_process() const { return this_process_; }
-  // Assigns devices to processes (MPI): process_of[i] is the process of devices()[i].
+  // Assigns devices to processes (MPI ranks): process_of[i] is the process of devices()[i].
   Mesh& assign_processes(const std::vector<int>& process_of, int this_process) {
     if (process_of.size() != devices_.size())
       throw Error(ErrorKind::invalid_argument, "assign_processes: one process per device");
-    for (std::size_t i = 0; i < devices_.size(); ++i) devices_[i].process = process_of[i];
+    for (std::size_t i = 0; i < devices_.size(); ++i) {
+      if (process_of[i] < 0) throw Error(ErrorKind::invalid_argument, "negative process " + std::to_string(process_of[i]));
+      devices_[i].process = process_of[i];
+    }
     this_process_ = this_process;
+    check_unique();
     return *this;
+  }
+  // A mesh over processes that hold `per_process` devices each, as MPI jobs are usually laid
+  // out: mesh position i is device i % per_process of process i / per_process. For device
+  // meshes the ids are each process's own ordinals (0..per_process-1); host ids are the
+  // positions.
+  static Mesh host_per_process(std::vector<MeshAxis> axes, int per_process, int this_process) {
+    return per_process_mesh(std::move(axes), MemoryKind::host, per_process, this_process);
+  }
+  static Mesh device_per_process(std::vector<MeshAxis> axes, int per_process, int this_process) {
+    return per_process_mesh(std::move(axes), MemoryKind::device, per_process, this_process);
+  }
+  // The processes the mesh spans (the largest process number + 1).
+  int process_count() const {
+    int n = 0;
+    for (const auto& d : devices_) n = std::max(n, d.process + 1);
+    return n;
   }
 
   int axis_index(const std::string& name) const {
@@ -863,6 +883,29 @@ class Mesh {
       if (n > (1 << 20)) throw Error(ErrorKind::invalid_argument, "mesh has more than 2^20 devices");
     }
     return n;
+  }
+
+  // A device id may repeat across processes (each has its GPU 0), not within one.
+  void check_unique() const {
+    std::vector<std::pair<int, int>> ids;
+    for (const auto& d : devices_) ids.emplace_back(d.process, d.id);
+    std::sort(ids.begin(), ids.end());
+    for (std::size_t i = 1; i < ids.size(); ++i)
+      if (ids[i] == ids[i - 1])
+        throw Error(ErrorKind::invalid_argument, "device " + std::to_string(ids[i].second) + " appears twice in the mesh" +
+                    (ids[i].first ? " (process " + std::to_string(ids[i].first) + ")" : std::string()));
+  }
+
+  static Mesh per_process_mesh(std::vector<MeshAxis> axes, MemoryKind memory, int per_process, int this_process) {
+    const std::int64_t n = positions(axes);
+    if (per_process < 1 || n % per_process != 0)
+      throw Error(ErrorKind::invalid_argument, "a mesh of " + std::to_string(n) + " positions cannot be split into "
+                  "processes of " + std::to_string(per_process) + " devices");
+    std::vector<Device> devices;
+    for (std::int64_t i = 0; i < n; ++i)
+      devices.push_back({memory, static_cast<int>(memory == MemoryKind::host ? i : i % per_process),
+                         static_cast<int>(i / per_process)});
+    return Mesh(std::move(axes), std::move(devices), this_process);
   }
 
   static Mesh make(std::vector<MeshAxis> axes, MemoryKind memory, std::vector<int> ids) {
@@ -2073,6 +2116,8 @@ struct StoredLeafInfo {
   Order order = Order::C;
   std::uint64_t nbytes = 0;
   const NamedSharding* sharding = nullptr;  // how it was sharded when saved, if it was
+  int process = 0;                          // the loading rank, and how many ranks load
+  int processes = 1;
 };
 
 // Where the loader writes one shard of a target: a box of the global array, C order.
@@ -3323,8 +3368,9 @@ class ShardedArray {
   void gather_into(T* out, std::size_t n) const {
     const Box whole = whole_box(shape_);
     std::uint64_t covered = 0;
-    for (const auto& s : shards_) {
-      if (!s.primary() || s.size() == 0) continue;
+    std::map<std::pair<Shape, Shape>, bool> seen;  // each box once (a replica held here twice, or a
+    for (const auto& s : shards_) {                 // replica whose primary is in another process)
+      if (s.size() == 0 || !seen.emplace(std::make_pair(s.box().start, s.box().shape), true).second) continue;
       auto part = std::make_unique<T[]>(s.size());
       s.copy_to(part.get());
       detail::box_copy_host(sizeof(T), part.get(), out, detail::plan_box_copy(s.box(), s.box(), false, whole, false));
@@ -3343,6 +3389,11 @@ class ShardedArray {
 
 template <class T>
 struct leaf_traits<ShardedArray<T>> {
+  static std::vector<int> process_list(const Mesh& m) {
+    std::vector<int> p;
+    for (const auto& d : m.devices()) p.push_back(d.process);
+    return p;
+  }
   static constexpr std::size_t max_adopted_devices = 4096;
   static constexpr std::uint64_t max_adopted_copies = 64;
   static LeafView view(const ShardedArray<T>& a) {
@@ -3373,14 +3424,27 @@ struct leaf_traits<ShardedArray<T>> {
         std::uint64_t local_bytes = 0;
         const auto boxes = stored.sharding->shard_boxes(stored.shape);
         for (std::size_t i = 0; i < boxes.size(); ++i)
-          if (m.is_local(i)) local_bytes += boxes[i].elements() * sizeof(T);
+          if (m.process_count() != stored.processes || m.devices()[i].process == stored.process) local_bytes += boxes[i].elements() * sizeof(T);
         const std::uint64_t stored_bytes = std::max<std::uint64_t>(element_count(stored.shape) * sizeof(T), 1);
         if (local_bytes / stored_bytes > max_adopted_copies)
           throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() + ": adopting that "
                       "sharding would allocate " + std::to_string(local_bytes) + " bytes in this process, " +
                       std::to_string(local_bytes / stored_bytes) + " copies of the array; give the target a sharding "
                       "of its own");
-        a.set_sharding(*stored.sharding);
+        NamedSharding adopted = *stored.sharding;
+        const int saved_by = m.process_count();
+        if (saved_by == stored.processes) {
+          adopted.mesh.assign_processes(process_list(m), stored.process);
+        } else if (m.devices().front().memory == MemoryKind::host) {
+          // A host mesh saved by another number of processes: each loading process takes it
+          // whole (every device local here), as one process takes a multi-process save.
+          adopted.mesh.assign_processes(std::vector<int>(m.size(), 0), 0);
+        } else {
+          throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() + " across " +
+                      std::to_string(saved_by) + " processes, loaded by " + std::to_string(stored.processes) +
+                      ": give the target a sharding for the processes here");
+        }
+        a.set_sharding(std::move(adopted));
       } else {
         a.set_sharding(NamedSharding(Mesh::host({}), PartitionSpec{}));  // one host shard
       }
@@ -4708,6 +4772,11 @@ CAIRN_END_NAMESPACE
 //   an API with int counts splits it).
 // - A save makes a fixed number of collectives, whatever the number of chunks: no per-chunk
 //   round trips.
+// - Collectives are only called on the caller's thread, never on a background thread, so MPI
+//   needs no more than MPI_THREAD_FUNNELED (MPI_THREAD_SERIALIZED where that thread is not
+//   the main one).
+// - The caller names the phase (set_phase) before its collectives, so that an implementation
+//   with a deadline can say where a rank went missing.
 
 #include <string>
 #include <vector>
@@ -4730,6 +4799,13 @@ class Coordinator {
   virtual std::string broadcast(std::string bytes) = 0;
   // True on every rank exactly when `ok` is true on every rank.
   virtual bool all_agree(bool ok) = 0;
+
+  // What the collectives that follow are for ("staging", "gathering chunk records", ...).
+  void set_phase(std::string phase) { phase_ = std::move(phase); }
+  const std::string& phase() const { return phase_; }
+
+ private:
+  std::string phase_ = "save";
 };
 
 // One process, alone: every collective returns at once.
@@ -4858,6 +4934,17 @@ struct CastRule {
   bool floats_only = true;
 };
 
+// Who writes a box of a sharded array that several processes hold (a replica).
+enum class ReplicaWrites {
+  // Its primary holder (the first device in mesh order): one chunk per box, so a load reads
+  // each box from one place.
+  primary_holder,
+  // Every process that holds it writes a slab of it (as Orbax's replica-parallel save does):
+  // a replicated array's bytes are written by all its holders at once, and a load reads each
+  // box from several smaller chunks.
+  split,
+};
+
 struct SaveOptions {
   bool overwrite = false;             // replace an existing checkpoint (atomically) instead of failing
   std::vector<CastRule> cast = {};    // first matching rule wins
@@ -4866,6 +4953,7 @@ struct SaveOptions {
   // The ranks taking part: every rank calls save with the same tree, each writes its part,
   // and the checkpoint commits once (checkpoint/commit.hpp). None: this process alone.
   Coordinator* coordinator = nullptr;
+  ReplicaWrites replicas = ReplicaWrites::primary_holder;
 };
 
 struct LoadOptions {
@@ -4885,6 +4973,9 @@ struct LoadOptions {
   // Check every chunk's CRC32C (the metadata's are always checked). Turning it off saves the
   // checksum's CPU time (about 65 ms per GiB here); sizes, offsets and shapes are still checked.
   bool verify_checksums = true;
+  // The ranks taking part: every rank calls load; the primary reads the metadata and shares
+  // it, each rank reads its own target's data, and every rank returns the same outcome.
+  Coordinator* coordinator = nullptr;
 
   // Both allowances: load what matches, report the rest.
   static LoadOptions partial() {
@@ -4991,6 +5082,7 @@ CAIRN_END_NAMESPACE
 // straight from the caller's memory), casts on save, sharded leaves written box by box by
 // their primary holder, device memory crossing to the host through two pinned buffers.
 
+#include <algorithm>
 #include <future>
 #include <map>
 #include <memory>
@@ -5130,6 +5222,9 @@ struct CheckpointMetadata {
 
 inline const char* default_item_name = "state";
 
+// The stored name of rank r's value of a per-rank item: "iterator" of rank 3 is "iterator@3".
+inline std::string per_rank_item_name(const std::string& name, int rank) { return name + "@" + std::to_string(rank); }
+
 inline const std::vector<LeafRecord>& CheckpointMetadata::leaves() const {
   static const std::vector<LeafRecord> none;
   const ItemRecord* item = find_item(default_item_name);
@@ -5186,11 +5281,24 @@ struct StoredSharding {
   std::string memory = "host";
   std::vector<int> device_ids;
   std::vector<std::vector<std::string>> spec;
+  // The process of each device; written only when the mesh spans several processes, so
+  // single-process checkpoints are as before (and older readers ignore the field).
+  std::vector<int> device_processes;
 
   template <class Archive>
-  void serialize(Archive& ar) {
+  void save(Archive& ar) const {
     ar(cereal::make_nvp("mesh_axes", axes), cereal::make_nvp("mesh_shape", shape), cereal::make_nvp("memory", memory),
        cereal::make_nvp("device_ids", device_ids), cereal::make_nvp("spec", spec));
+    if (!device_processes.empty()) ar(cereal::make_nvp("device_processes", device_processes));
+  }
+  template <class Archive>
+  void load(Archive& ar) {
+    ar(cereal::make_nvp("mesh_axes", axes), cereal::make_nvp("mesh_shape", shape), cereal::make_nvp("memory", memory),
+       cereal::make_nvp("device_ids", device_ids), cereal::make_nvp("spec", spec));
+    if constexpr (std::is_same_v<Archive, cereal::JSONInputArchive>) {
+      const char* next = ar.getNodeName();
+      if (next && std::string_view(next) == "device_processes") ar(cereal::make_nvp("device_processes", device_processes));
+    }
   }
 
   static StoredSharding from(const NamedSharding& s) {
@@ -5198,6 +5306,8 @@ struct StoredSharding {
     for (const auto& a : s.mesh.axes()) { r.axes.push_back(a.name); r.shape.push_back(a.size); }
     r.memory = s.mesh.devices().empty() ? "host" : memory_kind_name(s.mesh.devices().front().memory);
     for (const auto& d : s.mesh.devices()) r.device_ids.push_back(d.id);
+    if (s.mesh.process_count() > 1)
+      for (const auto& d : s.mesh.devices()) r.device_processes.push_back(d.process);
     for (const auto& d : s.spec.dims()) r.spec.push_back(d.axes);
     return r;
   }
@@ -5209,8 +5319,11 @@ struct StoredSharding {
       const MemoryKind m = memory == "host" ? MemoryKind::host : MemoryKind::device;
       std::vector<MeshAxis> mesh_axes;
       for (std::size_t i = 0; i < axes.size(); ++i) mesh_axes.push_back({axes[i], shape[i]});
+      if (!device_processes.empty() && device_processes.size() != device_ids.size())
+        throw Error(ErrorKind::corrupt, "device_processes and device_ids differ in length");
       std::vector<Device> devices;
-      for (int id : device_ids) devices.push_back({m, id, 0});
+      for (std::size_t i = 0; i < device_ids.size(); ++i)
+        devices.push_back({m, device_ids[i], device_processes.empty() ? 0 : device_processes[i]});
       std::vector<PartitionSpec::Dim> dims;
       for (const auto& d : spec) dims.emplace_back(d);
       NamedSharding s(Mesh(std::move(mesh_axes), std::move(devices)), PartitionSpec(std::move(dims)));
@@ -5775,12 +5888,23 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
   }
 }
 
-// Reads, verifies and validates a committed checkpoint's metadata.
-inline CheckpointMetadata read_metadata(const Store& store, const std::string& key_in) {
-  const std::string key = normalize_key(key_in);
+// A committed checkpoint's _METADATA and _USER_METADATA, verified against the commit marker
+// but not parsed: what a primary reads and broadcasts to the other ranks.
+struct MetadataText {
+  std::string metadata, user;
+};
+inline MetadataText read_metadata_text(const Store& store, const std::string& key) {
   auto digests = read_marker(store, key);
-  const std::string text = read_verified(store, key, digests, metadata_file, max_metadata_bytes);
+  MetadataText t;
+  t.metadata = read_verified(store, key, digests, metadata_file, max_metadata_bytes);
+  t.user = read_verified(store, key, digests, user_metadata_file, max_metadata_bytes);
+  return t;
+}
+
+// Parses and validates the metadata of the checkpoint at `key` (named in errors).
+inline CheckpointMetadata parse_metadata(const Store& store, const std::string& key, const MetadataText& t) {
   const std::string path = store.describe(join_key(key, metadata_file));
+  const std::string& text = t.metadata;
   if (json_depth(text) > max_metadata_depth)
     throw Error(ErrorKind::corrupt, "JSON nested deeper than " + std::to_string(max_metadata_depth), path);
   if (const std::string bad = first_bad_json_number(text); !bad.empty())
@@ -5796,9 +5920,37 @@ inline CheckpointMetadata read_metadata(const Store& store, const std::string& k
     throw Error(ErrorKind::corrupt, std::string("malformed metadata: ") + e.what(), path);
   }
   validate_metadata(m, path);
-  const std::string user = read_verified(store, key, digests, user_metadata_file, max_metadata_bytes);
-  m.user_metadata = Json::parse(user, store.describe(join_key(key, user_metadata_file)));
+  m.user_metadata = Json::parse(t.user, store.describe(join_key(key, user_metadata_file)));
   return m;
+}
+
+// Reads, verifies and validates a committed checkpoint's metadata.
+inline CheckpointMetadata read_metadata(const Store& store, const std::string& key_in) {
+  const std::string key = normalize_key(key_in);
+  return parse_metadata(store, key, read_metadata_text(store, key));
+}
+
+// One item's records as JSON, and back (how a rank sends its per-rank items to the primary).
+inline std::string item_to_json(const ItemRecord& item) {
+  std::ostringstream out;
+  {
+    cereal::JSONOutputArchive ar(out, cereal::JSONOutputArchive::Options::NoIndent());
+    ar(cereal::make_nvp("item", item));
+  }
+  return out.str();
+}
+inline ItemRecord item_from_json(const std::string& text, const std::string& path) {
+  ItemRecord item;
+  try {
+    std::istringstream in(text);
+    cereal::JSONInputArchive ar(in);
+    ar(cereal::make_nvp("item", item));
+  } catch (const Error& e) {
+    throw Error(e.kind(), e.message(), path, e.key_path());
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::corrupt, std::string("malformed item record: ") + e.what(), path);
+  }
+  return item;
 }
 
 inline std::string metadata_to_json(const CheckpointMetadata& m) {
@@ -6002,11 +6154,12 @@ class DataFileWriter {
 };
 
 // Writes the leaves of one rank. Rank 0 writes every leaf that is not sharded; every rank
-// writes the shards whose primary holder it has. The data file is created on the first write.
+// writes the shards whose primary holder it has (or its slabs of replicated boxes), and the
+// leaves of its per-rank items. The data file is created on the first write.
 class LeafWriter {
  public:
-  LeafWriter(Store& store, std::string staging_key, int rank)
-      : store_(store), staging_key_(std::move(staging_key)), rank_(rank) {}
+  LeafWriter(Store& store, std::string staging_key, int rank, int ranks)
+      : store_(store), staging_key_(std::move(staging_key)), rank_(rank), ranks_(ranks) {}
 
   // The data file, if this rank wrote any byte.
   DataFileWriter* data() { return data_.get(); }
@@ -6027,9 +6180,9 @@ class LeafWriter {
     return *data_;
   }
 
-  // A leaf in shards (or in device memory): each distinct box written once, by its primary
-  // holder, as one chunk; device shards are cast on the device and copied to the host a
-  // piece at a time while the previous piece is written.
+  // A leaf in shards (or in device memory): each distinct box written once (by its primary
+  // holder, or in slabs by all its holders: ReplicaWrites::split); device shards are cast on
+  // the device and copied to the host a piece at a time while the previous piece is written.
   LeafRecord write_sharded_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
     LeafRecord rec;
     rec.path = p;
@@ -6038,60 +6191,112 @@ class LeafWriter {
     rec.order = Order::C;
     rec.sharding = view.sharding;
     if (view.dtype == DType::string) throw Error(ErrorKind::invalid_argument, "string leaves cannot be sharded");
+    if (ranks_ > 1 && view.sharding && view.sharding->mesh.this_process() != rank_)
+      throw Error(ErrorKind::invalid_argument, "the array's mesh says this is process " +
+                  std::to_string(view.sharding->mesh.this_process()) + ", but this is rank " + std::to_string(rank_) +
+                  " of the save: give every rank's mesh its processes (Mesh::assign_processes or "
+                  "Mesh::host_per_process / device_per_process) with this rank as this_process");
     rec.dtype = cast_target(p.str(), view, options);
     if (rec.dtype != view.dtype) report.cast.push_back({p.str(), view.dtype, rec.dtype});
-    const std::size_t in_size = dtype_size(view.dtype), out_size = dtype_size(rec.dtype);
-    const std::uint64_t piece_elements = write_piece_bytes / std::max(in_size, out_size);
-    std::map<std::pair<Shape, Shape>, bool> written;
     for (const auto& shard : view.shards) {
       if (!box_inside(shard.box, view.shape))
         throw Error(ErrorKind::invalid_argument, "shard box " + to_string(shard.box) + " lies outside the array " +
                     to_string(view.shape));
-      const std::uint64_t n = shard.box.elements();
-      if (n > 0 && !shard.data)
+      if (shard.box.elements() > 0 && !shard.data)
         throw Error(ErrorKind::invalid_argument, "shard " + to_string(shard.box) + " has no data");
-      if (!shard.primary || n == 0 || !written.emplace(std::make_pair(shard.box.start, shard.box.shape), true).second)
-        continue;
-      const auto* src = static_cast<const unsigned char*>(shard.data);
-      const bool cast = rec.dtype != view.dtype;
-      ChunkRecord chunk;
-      if (shard.memory == MemoryKind::host && !cast) {
-        chunk = data_file().append(src, n * in_size);
-      } else if (shard.memory == MemoryKind::host) {
-        chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
-                                            [&](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
-          cast_host(view.dtype, src + off / out_size * in_size, rec.dtype, dst, static_cast<std::size_t>(len / out_size),
-                    options.on_overflow);
-        });
-      } else {
-        // A device scratch piece holds the cast values before they cross to the host.
-        DeviceBytes scratch;
-        if (cast) scratch = DeviceBytes(static_cast<std::size_t>(std::min(n, piece_elements) * out_size), shard.device);
-        const int device = shard.device;
-        chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
-                                            [&, device](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
-          DeviceGuard guard(device);
-          const unsigned char* from = src + off / out_size * in_size;
-          if (cast) {
-            cast_device(view.dtype, from, rec.dtype, scratch.data(), static_cast<std::size_t>(len / out_size),
-                        options.on_overflow);
-            from = static_cast<const unsigned char*>(scratch.data());
-          }
-          copy_bytes(dst, MemoryKind::host, from, MemoryKind::device, static_cast<std::size_t>(len));
-        });
+    }
+    const bool split = options.replicas == ReplicaWrites::split && view.sharding;
+    // For split writes: the processes holding each box, in mesh order.
+    std::map<std::pair<Shape, Shape>, std::vector<int>> holders_of;
+    if (split) {
+      const auto boxes = view.sharding->shard_boxes(view.shape);
+      for (std::size_t i = 0; i < boxes.size(); ++i) {
+        auto& h = holders_of[std::make_pair(boxes[i].start, boxes[i].shape)];
+        const int proc = view.sharding->mesh.devices()[i].process;
+        if (std::find(h.begin(), h.end(), proc) == h.end()) h.push_back(proc);
       }
-      chunk.start = shard.box.start;
-      chunk.shape = shard.box.shape;
-      report.bytes_written += chunk.nbytes;
-      rec.chunks.push_back(std::move(chunk));
+    }
+    std::map<std::pair<Shape, Shape>, bool> written;
+    for (const auto& shard : view.shards) {
+      if (shard.box.elements() == 0 || !written.emplace(std::make_pair(shard.box.start, shard.box.shape), true).second)
+        continue;
+      if (!split) {
+        if (shard.primary) write_box(rec, view, shard, shard.box, 0, options, report);
+        continue;
+      }
+      // This process's slab of the box, by its place among the box's holders.
+      const std::vector<int>& holders = holders_of[std::make_pair(shard.box.start, shard.box.shape)];
+      const std::int64_t me =
+          std::find(holders.begin(), holders.end(), view.sharding->mesh.this_process()) - holders.begin();
+      if (me == static_cast<std::int64_t>(holders.size())) continue;  // not a holder by the mesh: nothing to write
+      // Slabs along the first dimension longer than 1: all dimensions before it have extent
+      // 1, so a slab is contiguous in the shard's C-order memory.
+      Box slab = shard.box;
+      std::size_t d = 0;
+      while (d < slab.shape.size() && slab.shape[d] <= 1) ++d;
+      std::uint64_t skip = 0;  // elements before the slab
+      if (d < slab.shape.size()) {
+        const std::int64_t n = shard.box.shape[d], k = static_cast<std::int64_t>(holders.size());
+        const std::int64_t per = (n + k - 1) / k, from = std::min(n, per * me), len = std::min(per, n - from);
+        slab.start[d] += from;
+        slab.shape[d] = len;
+        std::uint64_t inner = 1;
+        for (std::size_t e = d + 1; e < slab.shape.size(); ++e) inner *= static_cast<std::uint64_t>(slab.shape[e]);
+        skip = static_cast<std::uint64_t>(from) * inner;
+      } else if (me != 0) {
+        continue;  // one element: its first holder writes it
+      }
+      if (slab.elements() > 0) write_box(rec, view, shard, slab, skip, options, report);
     }
     return rec;
   }
 
-  LeafRecord write_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
+  // Writes `box`, which starts `skip` elements into `shard`'s memory, as one chunk.
+  void write_box(LeafRecord& rec, const LeafView& view, const ShardView& shard, const Box& box, std::uint64_t skip,
+                 const SaveOptions& options, SaveReport& report) {
+    const std::size_t in_size = dtype_size(view.dtype), out_size = dtype_size(rec.dtype);
+    const std::uint64_t piece_elements = write_piece_bytes / std::max(in_size, out_size);
+    const std::uint64_t n = box.elements();
+    const auto* src = static_cast<const unsigned char*>(shard.data) + skip * in_size;
+    const bool cast = rec.dtype != view.dtype;
+    ChunkRecord chunk;
+    if (shard.memory == MemoryKind::host && !cast) {
+      chunk = data_file().append(src, n * in_size);
+    } else if (shard.memory == MemoryKind::host) {
+      chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
+                                          [&](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
+        cast_host(view.dtype, src + off / out_size * in_size, rec.dtype, dst, static_cast<std::size_t>(len / out_size),
+                  options.on_overflow);
+      });
+    } else {
+      // A device scratch piece holds the cast values before they cross to the host.
+      DeviceBytes scratch;
+      if (cast) scratch = DeviceBytes(static_cast<std::size_t>(std::min(n, piece_elements) * out_size), shard.device);
+      const int device = shard.device;
+      chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
+                                          [&, device](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
+        DeviceGuard guard(device);
+        const unsigned char* from = src + off / out_size * in_size;
+        if (cast) {
+          cast_device(view.dtype, from, rec.dtype, scratch.data(), static_cast<std::size_t>(len / out_size),
+                      options.on_overflow);
+          from = static_cast<const unsigned char*>(scratch.data());
+        }
+        copy_bytes(dst, MemoryKind::host, from, MemoryKind::device, static_cast<std::size_t>(len));
+      });
+    }
+    chunk.start = box.start;
+    chunk.shape = box.shape;
+    report.bytes_written += chunk.nbytes;
+    rec.chunks.push_back(std::move(chunk));
+  }
+
+  // `own`: a leaf of this rank's own (a per-rank item), written here whatever the rank.
+  LeafRecord write_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report,
+                        bool own = false) {
     if (!view.shards.empty()) return write_sharded_leaf(p, view, options, report);
     LeafRecord rec;
-    if (rank_ != 0) {  // written by rank 0; this rank only keeps the place
+    if (rank_ != 0 && !own) {  // written by rank 0; this rank only keeps the place
       rec.path = p;
       return rec;
     }
@@ -6127,7 +6332,7 @@ class LeafWriter {
  private:
   Store& store_;
   std::string staging_key_;
-  int rank_ = 0;
+  int rank_ = 0, ranks_ = 1;
   std::unique_ptr<DataFileWriter> data_;
 };
 
@@ -6159,6 +6364,7 @@ struct ItemSnapshot {
   ItemKind kind = ItemKind::tree;
   std::vector<NodeRecord> nodes;
   std::vector<SnapshotLeaf> leaves;
+  bool per_rank = false;  // each rank's own value, stored as "<name>@<rank>" (see Items)
 
   std::uint64_t leaf_bytes() const {
     std::uint64_t n = 0;
@@ -6223,29 +6429,19 @@ inline ItemSnapshot bytes_item(const std::string& name, ItemKind kind, DType dty
 }  // namespace detail
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/snapshot.hpp -----
+// ----- begin cairn/coordination/wire.hpp -----
+// What ranks send each other (a flat little-endian encoding with 64-bit lengths, checked on
+// decoding), errors as messages, and the one agreement every multi-rank operation ends with:
+// success everywhere, or an error everywhere that names the failing rank.
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
-
-inline std::string library_version_string() {
-  return std::to_string(CAIRN_VERSION_MAJOR) + "." + std::to_string(CAIRN_VERSION_MINOR) + "." +
-         std::to_string(CAIRN_VERSION_PATCH);
-}
-
-inline std::int64_t now_unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// ISO 8601 in UTC, to the second, of a time in milliseconds since the epoch.
-inline std::string iso8601_utc(std::int64_t unix_ms) {
-  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 // What ranks send each other: a flat little-endian encoding with 64-bit lengths. Decoding
 // checks every length against what is left.
@@ -6326,6 +6522,68 @@ inline Error as_error(std::exception_ptr p) {
   }
 }
 
+// Every rank calls this with its own failure (or none) and returns the same outcome: if any
+// rank failed, the failing ranks rethrow their own error and the others throw the first
+// failing rank's, prefixed with "rank N failed: ". One gather and one broadcast.
+inline void agree_on_outcome(Coordinator& coordinator, std::exception_ptr failure) {
+  if (coordinator.size() == 1) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  WireWriter mine;
+  if (failure) {
+    mine.u64(0);
+    encode_error(mine, as_error(failure));
+  } else {
+    mine.u64(1);
+  }
+  const std::vector<std::string> all = coordinator.gather(mine.take());
+  WireWriter outcome;
+  if (coordinator.is_primary()) {
+    outcome.u64(1);
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      WireReader in(all[r]);
+      if (in.u64() == 1) continue;
+      const Error e = decode_error(in);
+      outcome = WireWriter();
+      outcome.u64(0);
+      encode_error(outcome, Error(e.kind(), "rank " + std::to_string(r) + " failed: " + e.message(), e.file(), e.key_path()));
+      break;
+    }
+  }
+  const std::string agreed = coordinator.broadcast(outcome.take());
+  if (failure) std::rethrow_exception(failure);
+  WireReader in(agreed);
+  if (in.u64() != 1) throw decode_error(in);
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/coordination/wire.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline std::string library_version_string() {
+  return std::to_string(CAIRN_VERSION_MAJOR) + "." + std::to_string(CAIRN_VERSION_MINOR) + "." +
+         std::to_string(CAIRN_VERSION_PATCH);
+}
+
+inline std::int64_t now_unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// ISO 8601 in UTC, to the second, of a time in milliseconds since the epoch.
+inline std::string iso8601_utc(std::int64_t unix_ms) {
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
 // One save of one checkpoint, on one rank. Every rank constructs it (step 1), adds the same
 // items and leaves (step 2), and calls commit (steps 3 to 5).
 class SaveSession {
@@ -6333,6 +6591,7 @@ class SaveSession {
   SaveSession(Store& store, const std::string& key, bool overwrite, Coordinator& coordinator)
       : store_(store), key_(normalize_key(key)), coordinator_(coordinator) {
     // Step 1.
+    coordinator_.set_phase("staging");
     WireWriter out;
     std::exception_ptr failure;
     if (coordinator_.is_primary()) {
@@ -6349,7 +6608,7 @@ class SaveSession {
     if (failure) std::rethrow_exception(failure);
     WireReader in(outcome);
     if (in.u64() != 1) throw decode_error(in);
-    writer_ = std::make_unique<LeafWriter>(store_, in.str(), coordinator_.rank());
+    writer_ = std::make_unique<LeafWriter>(store_, in.str(), coordinator_.rank(), coordinator_.size());
     metadata_.library_version = library_version_string();
   }
   SaveSession(const SaveSession&) = delete;
@@ -6359,22 +6618,30 @@ class SaveSession {
 
   std::string describe() const { return store_.describe(key_); }
 
-  // Step 2, on every rank: an item, then its leaves.
-  void begin_item(const std::string& name, ItemKind kind, std::vector<NodeRecord> nodes) {
-    for (const auto& i : metadata_.items)
-      if (i.name == name) throw Error(ErrorKind::invalid_argument, "two items named '" + name + "'", describe());
+  // Step 2, on every rank: an item, then its leaves. A per-rank item is this rank's own
+  // value (a data iterator's position, an RNG): stored as "<name>@<rank>", written by its
+  // rank, and its records travel whole to the primary.
+  void begin_item(const std::string& name, ItemKind kind, std::vector<NodeRecord> nodes, bool per_rank = false) {
+    const std::string stored = per_rank ? per_rank_item_name(name, coordinator_.rank()) : name;
+    for (const auto* list : {&metadata_.items, &per_rank_items_})
+      for (const auto& i : *list)
+        if (i.name == stored) throw Error(ErrorKind::invalid_argument, "two items named '" + stored + "'", describe());
     ItemRecord item;
-    item.name = name;
+    item.name = stored;
     item.kind = kind;
     item.nodes = std::move(nodes);
-    metadata_.items.push_back(std::move(item));
+    auto& list = per_rank ? per_rank_items_ : metadata_.items;
+    list.push_back(std::move(item));
+    current_ = &list.back();
+    current_per_rank_ = per_rank;
   }
   // Casts on save apply to tree items only.
   void add_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
-    ItemRecord& item = metadata_.items.back();
+    ItemRecord& item = *current_;
     static const SaveOptions no_casts;
     try {
-      item.leaves.push_back(writer_->write_leaf(p, view, item.kind == ItemKind::tree ? options : no_casts, report));
+      item.leaves.push_back(writer_->write_leaf(p, view, item.kind == ItemKind::tree ? options : no_casts, report,
+                                                current_per_rank_));
     } catch (const Error& e) {
       throw e.with_key(p.str());
     }
@@ -6383,9 +6650,16 @@ class SaveSession {
   SaveReport add_item(const ItemSnapshot& snapshot, const SaveOptions& options) {
     SaveReport report;
     report.path = describe();
-    begin_item(snapshot.name, snapshot.kind, snapshot.nodes);
+    begin_item(snapshot.name, snapshot.kind, snapshot.nodes, snapshot.per_rank);
     for (const auto& leaf : snapshot.leaves) add_leaf(leaf.path, leaf.view, options, report);
     return report;
+  }
+
+  // This rank's data file made durable (the end of step 2). Safe to call from a background
+  // thread (no collective); commit calls it if nobody did.
+  void finish_writes() {
+    if (DataFileWriter* data = writer_->data(); data && !finished_) data->finish();
+    finished_ = true;
   }
 
   // Steps 3 to 5, on every rank. `failure` is this rank's error from step 2, if any: then
@@ -6393,6 +6667,7 @@ class SaveSession {
   // the metadata (a Checkpointer passes the one it also keeps in its step's metadata).
   void commit(const Json& user_metadata, std::int64_t created_unix_ms, std::exception_ptr failure = nullptr) {
     // Step 3.
+    coordinator_.set_phase("gathering chunk records");
     WireWriter mine;
     if (!failure) {
       try {
@@ -6427,6 +6702,7 @@ class SaveSession {
     }
 
     // Step 5.
+    coordinator_.set_phase("agreeing on the outcome");
     const std::string agreed = coordinator_.broadcast(outcome.take());
     if (failure) std::rethrow_exception(failure);
     if (publish_failure) std::rethrow_exception(publish_failure);
@@ -6437,13 +6713,15 @@ class SaveSession {
  private:
   // This rank's data file and the chunks it wrote, by item and leaf position.
   void encode_records(WireWriter& w) {
+    finish_writes();
     DataFileWriter* data = writer_->data();
-    if (data) data->finish();
     w.str(data ? data->name() : std::string()).u64(data ? data->size() : 0);
     std::uint64_t leaves = 0;
     for (const auto& item : metadata_.items) leaves += item.leaves.size();
     w.u64(leaves);
     if (coordinator_.is_primary()) return;  // the primary has its records at hand
+    w.u64(per_rank_items_.size());
+    for (const auto& item : per_rank_items_) w.str(item_to_json(item));
     std::uint64_t with_chunks = 0;
     for (const auto& item : metadata_.items)
       for (const auto& l : item.leaves) with_chunks += !l.chunks.empty();
@@ -6464,6 +6742,7 @@ class SaveSession {
     std::uint64_t leaves = 0;
     for (const auto& item : metadata_.items) leaves += item.leaves.size();
     std::map<std::string, std::uint64_t> expected;  // every file the checkpoint needs, and its size
+    std::vector<ItemRecord> ranks_items;            // every rank's per-rank items, in rank order
     for (std::size_t r = 0; r < reports.size(); ++r) {
       const std::string rank = "rank " + std::to_string(r);
       WireReader in(reports[r]);
@@ -6480,7 +6759,17 @@ class SaveSession {
       if (const std::uint64_t n = in.u64(); n != leaves)
         throw Error(ErrorKind::invalid_argument, rank + " saved " + std::to_string(n) + " leaves, rank 0 saved " +
                     std::to_string(leaves) + ": every rank must save the same tree", describe());
-      if (r == 0) continue;
+      if (r == 0) {
+        for (auto& item : per_rank_items_) ranks_items.push_back(std::move(item));
+        continue;
+      }
+      for (std::uint64_t k = 0, n = in.u64(); k < n; ++k) {
+        ItemRecord item = item_from_json(in.str(), describe());
+        if (item.name.size() < 2 || item.name.substr(item.name.rfind('@') + 1) != std::to_string(r))
+          throw Error(ErrorKind::invalid_argument, rank + " sent the per-rank item '" + item.name + "' of another rank",
+                      describe());
+        ranks_items.push_back(std::move(item));
+      }
       for (std::uint64_t k = 0, n = in.u64(); k < n; ++k) {
         const std::uint64_t i = in.u64(), j = in.u64();
         const std::string key = in.str();
@@ -6499,6 +6788,23 @@ class SaveSession {
           chunk.shape = in.shape();
           l.chunks.push_back(std::move(chunk));
         }
+      }
+    }
+    for (auto& item : ranks_items) {
+      for (const auto& i : metadata_.items)
+        if (i.name == item.name) throw Error(ErrorKind::invalid_argument, "two items named '" + item.name + "'", describe());
+      metadata_.items.push_back(std::move(item));
+    }
+    // Records that came from other ranks are checked as a reader will check them (boxes
+    // inside their arrays, covering them without overlap, files and ranges consistent): a
+    // rank with another mesh, or a mesh whose processes disagree with the ranks, fails here
+    // rather than publishing a checkpoint no one can load.
+    if (reports.size() > 1) {
+      try {
+        validate_metadata(metadata_, describe());
+      } catch (const Error& e) {
+        throw Error(ErrorKind::invalid_argument, "the ranks' parts do not fit together (do all ranks use the same "
+                    "meshes and specs?): " + e.message(), e.file(), e.key_path());
       }
     }
     metadata_.created_unix_ms = created_unix_ms;
@@ -6523,6 +6829,10 @@ class SaveSession {
   std::unique_ptr<CheckpointStaging> staging_;  // the primary's
   std::unique_ptr<LeafWriter> writer_;
   CheckpointMetadata metadata_;
+  std::vector<ItemRecord> per_rank_items_;  // this rank's, with their stored names
+  ItemRecord* current_ = nullptr;           // the item being written (re-pointed by begin_item)
+  bool current_per_rank_ = false;
+  bool finished_ = false;
 };
 
 }  // namespace detail
@@ -7133,7 +7443,9 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
     }
     LeafBuffer buf;
     try {
-      buf = leaf.prepare(StoredLeafInfo{s.dtype, s.shape, s.order, s.nbytes(), s.sharding ? &*s.sharding : nullptr});
+      buf = leaf.prepare(StoredLeafInfo{s.dtype, s.shape, s.order, s.nbytes(), s.sharding ? &*s.sharding : nullptr,
+                                        options.coordinator ? options.coordinator->rank() : 0,
+                                        options.coordinator ? options.coordinator->size() : 1});
     } catch (const Error& e) {
       throw Error(e.kind(), e.message(), dir, leaf.key);
     }
@@ -7224,29 +7536,121 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
 }
 }  // namespace detail
 
+namespace detail {
+
+// The checkpoint a load reads and its metadata. With several ranks the primary resolves the
+// key and reads the metadata files, and broadcasts their bytes; every rank parses them. (A
+// shared filesystem then sees one reader, not one per rank, and only the primary may repair
+// an interrupted overwrite; see docs/multiprocess.md for the measurement.)
+struct OpenedCheckpoint {
+  std::string key;
+  CheckpointMetadata metadata;
+};
+inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
+  if (!coordinator || coordinator->size() == 1) {
+    const std::string ckpt = store.readable_checkpoint(normalize_key(key));
+    return {ckpt, read_metadata(store, ckpt)};
+  }
+  coordinator->set_phase("reading the metadata");
+  WireWriter out;
+  std::exception_ptr failure;
+  if (coordinator->is_primary()) {
+    try {
+      const std::string ckpt = store.readable_checkpoint(normalize_key(key));
+      MetadataText t = read_metadata_text(store, ckpt);
+      out.u64(1).str(ckpt).str(t.metadata).str(t.user);
+    } catch (...) {
+      failure = std::current_exception();
+      out = WireWriter();
+      out.u64(0);
+      encode_error(out, as_error(failure));
+    }
+  }
+  const std::string got = coordinator->broadcast(out.take());
+  if (failure) std::rethrow_exception(failure);
+  WireReader in(got);
+  if (in.u64() != 1) throw decode_error(in);
+  OpenedCheckpoint c;
+  c.key = in.str();
+  MetadataText t;
+  t.metadata = in.str();
+  t.user = in.str();
+  c.metadata = parse_metadata(store, c.key, t);
+  return c;
+}
+
+// The stored item a load reads: options.item, or for a per-rank item this rank's value of it
+// ("<item>@<rank>"), which exists only if the checkpoint was saved by as many ranks as load
+// it. Null: the item is left as it is and reported missing (allow_missing).
+inline const ItemRecord* find_load_item(const CheckpointMetadata& meta, const LoadOptions& options, bool per_rank,
+                                        const std::string& dir, LoadReport& report) {
+  if (!per_rank) {
+    const ItemRecord* item = meta.find_item(options.item);
+    if (!item) throw Error(ErrorKind::not_found, "the checkpoint has no item '" + options.item + "'", dir);
+    return item;
+  }
+  const int rank = options.coordinator ? options.coordinator->rank() : 0;
+  const int ranks = options.coordinator ? options.coordinator->size() : 1;
+  int saved = 0;
+  while (meta.find_item(per_rank_item_name(options.item, saved))) ++saved;
+  if (saved == ranks) return meta.find_item(per_rank_item_name(options.item, rank));
+  if (options.allow_missing) {
+    report.missing.push_back(per_rank_item_name(options.item, rank));
+    return nullptr;
+  }
+  throw Error(saved == 0 ? ErrorKind::not_found : ErrorKind::structure_mismatch,
+              saved == 0 ? "the checkpoint has no per-rank item '" + options.item + "'"
+                         : "item '" + options.item + "' was saved per rank by " + std::to_string(saved) +
+                               " ranks and is loaded by " + std::to_string(ranks) + ": each value belongs to a rank of "
+                               "the saving job. Leave it out (and restart what it holds), load one rank's value by its "
+                               "stored name '" + per_rank_item_name(options.item, 0) + "', or pass allow_missing to "
+                               "leave it as it is",
+              dir);
+}
+
+template <class T>
+LoadReport load_item(const Store& store, const std::string& key, T& target, const LoadOptions& options, bool per_rank) {
+  LoadReport report;
+  std::exception_ptr failure;
+  try {
+    OpenedCheckpoint ck = open_checkpoint(store, key, options.coordinator);
+    const std::string dir = store.describe(ck.key);
+    if (const ItemRecord* item = find_load_item(ck.metadata, options, per_rank, dir, report)) {
+      StoredIndex index(*item);
+      LoadPlan plan = [&] {
+        try {
+          return plan_load(target, index, options);
+        } catch (const Error& e) {
+          throw e.kind() == ErrorKind::corrupt ? e.with_file(store.describe(join_key(ck.key, metadata_file))) : e;
+        }
+      }();
+      check_strict(plan.report, options, dir);
+      DataFiles files(store, ck.key);
+      execute_plan(plan, files, options);
+      report = std::move(plan.report);
+    }
+  } catch (...) {
+    if (!options.coordinator) throw;
+    failure = std::current_exception();
+  }
+  if (options.coordinator) {
+    options.coordinator->set_phase("agreeing on the load's outcome");
+    agree_on_outcome(*options.coordinator, failure);
+  }
+  return report;
+}
+
+}  // namespace detail
+
 // Loads into an existing target (its "abstract" shape: types, and the sizes of fixed-size
 // parts) from the checkpoint at `key` in `store`. On error the target is left valid but
-// possibly partly loaded; use load<T>() for all-or-nothing.
+// possibly partly loaded; use load<T>() for all-or-nothing. With options.coordinator, every
+// rank calls it: each reads what its own target holds (its shards of a sharded array), and
+// every rank returns the same outcome.
 template <class T>
 LoadReport load(const Store& store, const std::string& key, T& target, const LoadOptions& options = {}) {
   require_tree_type<T>();
-  const std::string ckpt = store.readable_checkpoint(detail::normalize_key(key));
-  const std::string dir = store.describe(ckpt);
-  CheckpointMetadata meta = detail::read_metadata(store, ckpt);
-  const ItemRecord* item = meta.find_item(options.item);
-  if (!item) throw Error(ErrorKind::not_found, "the checkpoint has no item '" + options.item + "'", dir);
-  detail::StoredIndex index(*item);
-  detail::LoadPlan plan = [&] {
-    try {
-      return detail::plan_load(target, index, options);
-    } catch (const Error& e) {
-      throw e.kind() == ErrorKind::corrupt ? e.with_file(store.describe(detail::join_key(ckpt, detail::metadata_file))) : e;
-    }
-  }();
-  detail::check_strict(plan.report, options, dir);
-  detail::DataFiles files(store, ckpt);
-  detail::execute_plan(plan, files, options);
-  return std::move(plan.report);
+  return detail::load_item(store, key, target, options, false);
 }
 
 // The same from a checkpoint directory.
@@ -7303,20 +7707,26 @@ CAIRN_END_NAMESPACE
 
 CAIRN_BEGIN_NAMESPACE
 
+// Whose value an item is. A per-rank item (a data iterator's position, an RNG state) is each
+// rank's own: every rank saves its value, stored as "<name>@<rank>", and a load gives each
+// rank its own value back, on the same number of ranks (see docs/multiprocess.md).
+enum class ItemScope { global, per_rank };
+inline constexpr ItemScope per_rank = ItemScope::per_rank;
+
 class Items {
  public:
   // A tree item. Pass a const object to save only, a mutable one to save or load into.
   template <class T>
-  Items& tree(std::string name, T& value) {
+  Items& tree(std::string name, T& value, ItemScope scope = ItemScope::global) {
     require_tree_type<std::remove_const_t<T>>();
-    Entry e{std::move(name), ItemKind::tree, {}, {}};
+    Entry e{std::move(name), ItemKind::tree, scope == ItemScope::per_rank, {}, {}};
     const T* cvalue = &value;
     e.snapshot = [cvalue](const std::string& n) { return detail::view_tree(n, *cvalue); };
     if constexpr (!std::is_const_v<T>) {
       T* target = &value;
-      e.load = [target](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
+      e.load = [target, per = e.per_rank](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
         options.item = n;
-        return cairn::load(store, key, *target, options);
+        return detail::load_item(store, key, *target, options, per);
       };
     }
     return add(std::move(e));
@@ -7324,18 +7734,19 @@ class Items {
 
   // A JSON object (or any JSON value), stored as its text.
   template <class J>
-  Items& json(std::string name, J& value) {
+  Items& json(std::string name, J& value, ItemScope scope = ItemScope::global) {
     static_assert(std::is_same_v<std::remove_const_t<J>, Json>, "cairn::Items::json takes a cairn::Json");
-    Entry e{std::move(name), ItemKind::json, {}, {}};
+    Entry e{std::move(name), ItemKind::json, scope == ItemScope::per_rank, {}, {}};
     const Json* cvalue = &value;
     e.snapshot = [cvalue](const std::string& n) { return detail::bytes_item(n, ItemKind::json, DType::string, cvalue->dump()); };
     if constexpr (!std::is_const_v<J>) {
       Json* target = &value;
-      e.load = [target](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
+      e.load = [target, per = e.per_rank](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
         options.item = n;
         options.subtree.clear();
         std::string text;
-        LoadReport r = cairn::load(store, key, text, options);
+        LoadReport r = detail::load_item(store, key, text, options, per);
+        if (r.loaded.empty()) return r;  // a per-rank item left as it is (allow_missing)
         *target = Json::parse(text, store.describe(key) + " (item '" + n + "')");
         return r;
       };
@@ -7345,8 +7756,8 @@ class Items {
 
   // Any object cereal can serialize, stored as a portable binary cereal archive.
   template <class T>
-  Items& object(std::string name, T& value) {
-    Entry e{std::move(name), ItemKind::cereal, {}, {}};
+  Items& object(std::string name, T& value, ItemScope scope = ItemScope::global) {
+    Entry e{std::move(name), ItemKind::cereal, scope == ItemScope::per_rank, {}, {}};
     const T* cvalue = &value;
     e.snapshot = [cvalue](const std::string& n) {
       std::ostringstream out;
@@ -7358,11 +7769,12 @@ class Items {
     };
     if constexpr (!std::is_const_v<T>) {
       T* target = &value;
-      e.load = [target](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
+      e.load = [target, per = e.per_rank](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
         options.item = n;
         options.subtree.clear();
         std::vector<std::uint8_t> bytes;
-        LoadReport r = cairn::load(store, key, bytes, options);
+        LoadReport r = detail::load_item(store, key, bytes, options, per);
+        if (r.loaded.empty()) return r;
         try {
           std::istringstream in(std::string(bytes.begin(), bytes.end()));
           cereal::PortableBinaryInputArchive ar(in);
@@ -7385,7 +7797,10 @@ class Items {
   // For the writers: one snapshot per item (views into the objects' memory for trees).
   std::vector<detail::ItemSnapshot> snapshots() const {
     std::vector<detail::ItemSnapshot> out;
-    for (const auto& e : entries_) out.push_back(e.snapshot(e.name));
+    for (const auto& e : entries_) {
+      out.push_back(e.snapshot(e.name));
+      out.back().per_rank = e.per_rank;
+    }
     return out;
   }
 
@@ -7406,11 +7821,15 @@ class Items {
   struct Entry {
     std::string name;
     ItemKind kind;
+    bool per_rank;
     std::function<detail::ItemSnapshot(const std::string&)> snapshot;
     std::function<LoadReport(const Store&, const std::string&, const std::string&, LoadOptions)> load;
   };
   Items& add(Entry e) {
     if (e.name.empty()) throw Error(ErrorKind::invalid_argument, "items need a name");
+    if (e.per_rank && e.name.find('@') != std::string::npos)
+      throw Error(ErrorKind::invalid_argument, "per-rank item '" + e.name + "': the name may not hold '@' (it is "
+                  "stored as '" + e.name + "@<rank>')");
     for (const auto& x : entries_)
       if (x.name == e.name) throw Error(ErrorKind::invalid_argument, "two items named '" + e.name + "'");
     entries_.push_back(std::move(e));
@@ -7672,6 +8091,11 @@ struct CheckpointerOptions {
   // to be written before copying more, and leaves larger than the budget are written from the
   // caller's memory before the call returns.
   std::uint64_t async_memory_budget = std::uint64_t{1} << 30;
+  // The ranks sharing this root (cairn/mpi.hpp). Every rank then calls every method in the
+  // same order (each is a collective); the primary (rank 0) scans, decides, deletes and
+  // writes `latest`, and broadcasts what the others need. Async saves write in the background
+  // and commit from the caller's thread: in wait(), or in the next call that waits.
+  Coordinator* coordinator = nullptr;
 };
 
 struct StepSaveOptions {
@@ -7696,6 +8120,35 @@ class Checkpointer {
       : store_(std::move(store)), root_(detail::normalize_key(std::move(root))), options_(std::move(options)) {
     if (!store_) throw Error(ErrorKind::invalid_argument, "a Checkpointer needs a store");
     if (root_.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint root");
+    if (multi_rank()) {
+      // The primary opens the root; the others take its view.
+      coordinator().set_phase("opening the checkpoint root");
+      detail::WireWriter out;
+      std::exception_ptr failure;
+      if (coordinator().is_primary()) {
+        try {
+          open_root();
+          out.u64(1).str(encode_steps());
+        } catch (...) {
+          failure = std::current_exception();
+          out = detail::WireWriter();
+          out.u64(0);
+          detail::encode_error(out, detail::as_error(failure));
+        }
+      }
+      const std::string got = coordinator().broadcast(out.take());
+      if (failure) std::rethrow_exception(failure);
+      detail::WireReader in(got);
+      if (in.u64() != 1) throw detail::decode_error(in);
+      if (!coordinator().is_primary()) decode_steps(in.str());
+      return;
+    }
+    open_root();
+  }
+
+ private:
+  // Checks the root, removes the leftovers of dead saves, lists the steps, repairs `latest`.
+  void open_root() {
     if (store_->is_blob(root_))
       throw Error(ErrorKind::invalid_argument, "the checkpoint root is a file, not a directory", describe(root_));
     if (detail::is_committed_checkpoint(*store_, root_))
@@ -7713,6 +8166,43 @@ class Checkpointer {
       }
     }
   }
+
+  bool multi_rank() const { return options_.coordinator && options_.coordinator->size() > 1; }
+  Coordinator& coordinator() const { return *options_.coordinator; }
+
+  // The steps, their metrics and the damaged ones, as the primary sends them.
+  std::string encode_steps() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    detail::WireWriter w;
+    w.u64(steps_.size());
+    for (const auto& [step, info] : steps_)
+      w.u64(static_cast<std::uint64_t>(step)).u64(static_cast<std::uint64_t>(info.created_unix_ms)).str(info.metrics.dump());
+    w.u64(damaged_.size());
+    for (const auto& [step, e] : damaged_) {
+      w.u64(static_cast<std::uint64_t>(step));
+      detail::encode_error(w, e);
+    }
+    return w.take();
+  }
+  void decode_steps(const std::string& bytes) {
+    detail::WireReader in(bytes);
+    std::map<std::int64_t, StepInfo> steps;
+    std::map<std::int64_t, Error> damaged;
+    for (std::uint64_t i = 0, n = in.u64(); i < n; ++i) {
+      const auto step = static_cast<std::int64_t>(in.u64());
+      const auto created = static_cast<std::int64_t>(in.u64());
+      steps[step] = StepInfo{step, created, Json::parse(in.str(), "the primary's step list")};
+    }
+    for (std::uint64_t i = 0, n = in.u64(); i < n; ++i) {
+      const auto step = static_cast<std::int64_t>(in.u64());
+      damaged.emplace(step, detail::decode_error(in));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    steps_ = std::move(steps);
+    damaged_ = std::move(damaged);
+  }
+
+ public:
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
@@ -7758,13 +8248,19 @@ class Checkpointer {
     return damaged_;
   }
 
+  // With a coordinator: a collective; a preemption signal on any rank counts, and the
+  // primary's policy decides for all.
   bool should_save(std::int64_t step) const {
     SaveContext c;
     c.step = step;
     c.latest_step = latest();
     c.preemption = preemption_requested();
     c.seconds_since_last_save = seconds_since_last_save();
-    return options_.save_policy.should_save(c);
+    if (!multi_rank()) return options_.save_policy.should_save(c);
+    coordinator().set_phase("deciding whether to save");
+    c.preemption = !coordinator().all_agree(!c.preemption);
+    const bool yes = coordinator().is_primary() && options_.save_policy.should_save(c);
+    return coordinator().broadcast(yes ? "1" : "0") == "1";
   }
 
   // Saves a tree (or Items) as this step if the save policy says so (or `force`); returns
@@ -7789,9 +8285,15 @@ class Checkpointer {
     wait();
     if (!args.force && !should_save(step)) return false;
     std::shared_ptr<Job> job = prepare(step, snapshots_of(state), args);
-    worker_ = std::thread([this, job] {
+    // With several ranks the collectives stay on this thread: staging now, the commit in
+    // wait(). Alone, the worker does it all.
+    const bool commit_here = multi_rank();
+    if (commit_here) start_session(*job);
+    job->commit_on_caller = commit_here;
+    worker_ = std::thread([this, job, commit_here] {
       try {
-        run_job(*job);
+        if (commit_here) write_job(*job);
+        else run_job(*job);
       } catch (...) {
         std::lock_guard<std::mutex> lock(job->mutex);
         job->error = std::current_exception();
@@ -7808,6 +8310,7 @@ class Checkpointer {
         job->changed.notify_all();
       }
       worker_.join();
+      if (commit_here) commit_job(*job, std::current_exception());  // every rank learns of it, and throws
       throw;
     }
     in_flight_ = job;
@@ -7815,12 +8318,15 @@ class Checkpointer {
   }
 
   // Waits for the save in flight; throws its error if it failed.
+  // With a coordinator, this is where an async save commits (a collective: every rank calls
+  // it, as every method that waits does).
   void wait() {
     if (worker_.joinable()) worker_.join();
     if (in_flight_) {
-      std::exception_ptr e = in_flight_->error;
+      std::shared_ptr<Job> job = std::move(in_flight_);
       in_flight_.reset();
-      if (e) std::rethrow_exception(e);
+      if (job->commit_on_caller) commit_job(*job, job->error);
+      else if (job->error) std::rethrow_exception(job->error);
     }
   }
 
@@ -7828,22 +8334,22 @@ class Checkpointer {
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(std::int64_t step, T& target, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, existing_step_path(step), target, options);
+    return cairn::load(*store_, existing_step_path(step), target, with_coordinator(options));
   }
   // From the latest checkpoint.
   template <class T>
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(T& target, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, latest_step_path(), target, options);
+    return cairn::load(*store_, latest_step_path(), target, with_coordinator(options));
   }
   std::vector<std::pair<std::string, LoadReport>> load(std::int64_t step, const Items& items, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, existing_step_path(step), items, options);
+    return cairn::load(*store_, existing_step_path(step), items, with_coordinator(options));
   }
   std::vector<std::pair<std::string, LoadReport>> load(const Items& items, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, latest_step_path(), items, options);
+    return cairn::load(*store_, latest_step_path(), items, with_coordinator(options));
   }
 
   CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(*store_, existing_step_path(step)); }
@@ -7861,6 +8367,7 @@ class Checkpointer {
     ItemKind kind;
     std::vector<NodeRecord> nodes;
     std::vector<JobLeaf> leaves;
+    bool per_rank = false;
   };
   struct Job {
     std::int64_t step = 0;
@@ -7871,7 +8378,18 @@ class Checkpointer {
     std::uint64_t in_flight_bytes = 0;
     bool failed = false, abandoned = false;
     std::exception_ptr error;
+    // The save itself: its options, its one clock reading, the session, and whether the
+    // commit waits for the caller's thread (several ranks, async).
+    SaveOptions so;
+    std::int64_t now_ms = 0;
+    std::unique_ptr<detail::SaveSession> session;
+    bool commit_on_caller = false;
   };
+
+  LoadOptions with_coordinator(LoadOptions options) const {
+    if (!options.coordinator) options.coordinator = options_.coordinator;
+    return options;
+  }
 
   template <class T>
   static std::vector<detail::ItemSnapshot> snapshots_of(const T& state) {
@@ -7893,7 +8411,7 @@ class Checkpointer {
     job->step = step;
     job->args = args;
     for (auto& s : snapshots) {
-      JobItem item{s.name, s.kind, std::move(s.nodes), {}};
+      JobItem item{s.name, s.kind, std::move(s.nodes), {}, s.per_rank};
       for (auto& l : s.leaves) item.leaves.push_back({std::move(l.path), std::move(l.view)});
       job->items.push_back(std::move(item));
     }
@@ -7934,31 +8452,48 @@ class Checkpointer {
     }
   }
 
-  // The writer's half: write leaves as they become ready, commit, publish, apply retention.
+  // A whole save: stage, write, commit. A write error still reaches the commit's collectives.
   void run_job(Job& job) {
-    SaveOptions so;
+    start_session(job);
+    std::exception_ptr failure;
+    try {
+      write_job(job);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    commit_job(job, failure);
+  }
+
+  // Stages the step's checkpoint (with several ranks, a collective).
+  void start_session(Job& job) {
+    SaveOptions& so = job.so;
     so.overwrite = job.args.overwrite;
     so.cast = job.args.cast;
     so.on_overflow = job.args.on_overflow;
     // One clock reading for the step's metadata and the checkpoint's.
-    const std::int64_t now_ms = detail::now_unix_ms();
+    job.now_ms = detail::now_unix_ms();
     so.user_metadata = Json::object({{"step", job.step},
-                                     {"created_unix_ms", now_ms},
+                                     {"created_unix_ms", job.now_ms},
                                      {"metrics", job.args.metrics},
                                      {"custom", job.args.custom_metadata}});
-    // The manager saves from one process (LocalCoordinator); see docs/internals.md.
-    LocalCoordinator local;
-    detail::SaveSession writer(*store_, step_path(job.step), so.overwrite, local);
+    Coordinator& c = options_.coordinator ? *options_.coordinator : local_;
+    job.session = std::make_unique<detail::SaveSession>(*store_, step_path(job.step), so.overwrite, c);
+  }
+
+  // The writer's half: write leaves as they become ready, then make this rank's data durable.
+  // No collective: it may run on the worker thread.
+  void write_job(Job& job) {
+    detail::SaveSession& writer = *job.session;
     SaveReport report;
     for (auto& item : job.items) {
-      writer.begin_item(item.name, item.kind, item.nodes);
+      writer.begin_item(item.name, item.kind, item.nodes, item.per_rank);
       for (auto& leaf : item.leaves) {
         {
           std::unique_lock<std::mutex> lock(job.mutex);
           job.changed.wait(lock, [&] { return leaf.ready || job.abandoned; });
           if (job.abandoned) throw Error(ErrorKind::io, "the snapshot was abandoned", describe(step_path(job.step)));
         }
-        writer.add_leaf(leaf.path, leaf.view, so, report);
+        writer.add_leaf(leaf.path, leaf.view, job.so, report);
         std::lock_guard<std::mutex> lock(job.mutex);
         if (!leaf.direct) {
           if (leaf.view.owner) job.in_flight_bytes -= std::min(job.in_flight_bytes, leaf.view.nbytes);
@@ -7969,20 +8504,58 @@ class Checkpointer {
         job.changed.notify_all();
       }
     }
+    writer.finish_writes();
+  }
+
+  // The commit (collective), then the primary's `latest` marker and retention, whose outcome
+  // and deletions every rank learns. `failure`: this rank's error while writing, if any.
+  void commit_job(Job& job, std::exception_ptr failure) {
+    std::unique_ptr<detail::SaveSession> session = std::move(job.session);
     // From the moment the checkpoint is published, this manager lists it, whatever fails after.
     auto record = [&] {
       std::lock_guard<std::mutex> lock(mutex_);
-      steps_[job.step] = StepInfo{job.step, now_ms, job.args.metrics};
+      steps_[job.step] = StepInfo{job.step, job.now_ms, job.args.metrics};
       damaged_.erase(job.step);
       last_save_ = std::chrono::steady_clock::now();
     };
     try {
-      writer.commit(so.user_metadata, now_ms);
+      session->commit(job.so.user_metadata, job.now_ms, failure);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::after_commit) record();
       throw;
     }
+    session.reset();
     record();
+    if (!multi_rank()) {
+      after_commit();
+      return;
+    }
+    coordinator().set_phase("retention");
+    detail::WireWriter out;
+    std::exception_ptr mine;
+    if (coordinator().is_primary()) {
+      try {
+        after_commit();
+        out.u64(1);
+      } catch (...) {
+        mine = std::current_exception();
+        out.u64(0);
+        detail::encode_error(out, detail::as_error(mine));
+      }
+      out.str(encode_steps());
+    }
+    const std::string got = coordinator().broadcast(out.take());
+    if (mine) std::rethrow_exception(mine);
+    if (coordinator().is_primary()) return;
+    detail::WireReader in(got);
+    const bool ok = in.u64() == 1;
+    const std::optional<Error> error = ok ? std::nullopt : std::optional<Error>(detail::decode_error(in));
+    decode_steps(in.str());
+    if (error) throw *error;
+  }
+
+  // After a commit: `latest`, then retention.
+  void after_commit() {
     try {
       write_latest_marker(*latest());
     } catch (const Error& e) {
@@ -8146,6 +8719,7 @@ class Checkpointer {
   std::shared_ptr<Store> store_;
   std::string root_;
   CheckpointerOptions options_;
+  LocalCoordinator local_;  // the coordinator without options.coordinator
   mutable std::mutex mutex_;  // guards steps_ and last_save_ (the worker updates them)
   std::map<std::int64_t, StepInfo> steps_;
   std::map<std::int64_t, Error> damaged_;  // steps whose metadata failed verification

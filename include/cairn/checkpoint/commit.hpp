@@ -31,6 +31,7 @@
 #include "cairn/checkpoint/leaf_writer.hpp"
 #include "cairn/checkpoint/snapshot.hpp"
 #include "cairn/coordination/coordinator.hpp"
+#include "cairn/coordination/wire.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/store/store.hpp"
 
@@ -57,85 +58,6 @@ inline std::string iso8601_utc(std::int64_t unix_ms) {
   return buf;
 }
 
-// What ranks send each other: a flat little-endian encoding with 64-bit lengths. Decoding
-// checks every length against what is left.
-class WireWriter {
- public:
-  WireWriter& u64(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) out_ += static_cast<char>((v >> (8 * i)) & 0xff);
-    return *this;
-  }
-  WireWriter& str(const std::string& s) {
-    u64(s.size());
-    out_ += s;
-    return *this;
-  }
-  WireWriter& shape(const Shape& s) {
-    u64(s.size());
-    for (auto v : s) u64(static_cast<std::uint64_t>(v));
-    return *this;
-  }
-  std::string take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-class WireReader {
- public:
-  explicit WireReader(const std::string& in) : in_(in) {}
-  std::uint64_t u64() {
-    need(8);
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
-    pos_ += 8;
-    return v;
-  }
-  std::string str() {
-    const std::uint64_t n = u64();
-    need(n);
-    std::string s = in_.substr(pos_, static_cast<std::size_t>(n));
-    pos_ += static_cast<std::size_t>(n);
-    return s;
-  }
-  Shape shape() {
-    const std::uint64_t n = u64();
-    need(n * 8);
-    Shape s;
-    for (std::uint64_t i = 0; i < n; ++i) s.push_back(static_cast<std::int64_t>(u64()));
-    return s;
-  }
-
- private:
-  void need(std::uint64_t n) const {
-    if (n > in_.size() - pos_) throw Error(ErrorKind::io, "a message between ranks was cut short");
-  }
-  const std::string& in_;
-  std::size_t pos_ = 0;
-};
-
-inline void encode_error(WireWriter& w, const Error& e) {
-  w.u64(static_cast<std::uint64_t>(e.kind())).str(e.message()).str(e.file()).str(e.key_path());
-}
-inline Error decode_error(WireReader& r) {
-  const auto kind = static_cast<ErrorKind>(r.u64());
-  std::string message = r.str(), file = r.str(), key = r.str();
-  return Error(kind, message, file, key);
-}
-
-// Any exception as a cairn::Error, so that it can travel to the other ranks.
-inline Error as_error(std::exception_ptr p) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const Error& e) {
-    return e;
-  } catch (const std::exception& e) {
-    return Error(ErrorKind::io, e.what());
-  } catch (...) {
-    return Error(ErrorKind::io, "unknown exception");
-  }
-}
-
 // One save of one checkpoint, on one rank. Every rank constructs it (step 1), adds the same
 // items and leaves (step 2), and calls commit (steps 3 to 5).
 class SaveSession {
@@ -143,6 +65,7 @@ class SaveSession {
   SaveSession(Store& store, const std::string& key, bool overwrite, Coordinator& coordinator)
       : store_(store), key_(normalize_key(key)), coordinator_(coordinator) {
     // Step 1.
+    coordinator_.set_phase("staging");
     WireWriter out;
     std::exception_ptr failure;
     if (coordinator_.is_primary()) {
@@ -159,7 +82,7 @@ class SaveSession {
     if (failure) std::rethrow_exception(failure);
     WireReader in(outcome);
     if (in.u64() != 1) throw decode_error(in);
-    writer_ = std::make_unique<LeafWriter>(store_, in.str(), coordinator_.rank());
+    writer_ = std::make_unique<LeafWriter>(store_, in.str(), coordinator_.rank(), coordinator_.size());
     metadata_.library_version = library_version_string();
   }
   SaveSession(const SaveSession&) = delete;
@@ -169,22 +92,30 @@ class SaveSession {
 
   std::string describe() const { return store_.describe(key_); }
 
-  // Step 2, on every rank: an item, then its leaves.
-  void begin_item(const std::string& name, ItemKind kind, std::vector<NodeRecord> nodes) {
-    for (const auto& i : metadata_.items)
-      if (i.name == name) throw Error(ErrorKind::invalid_argument, "two items named '" + name + "'", describe());
+  // Step 2, on every rank: an item, then its leaves. A per-rank item is this rank's own
+  // value (a data iterator's position, an RNG): stored as "<name>@<rank>", written by its
+  // rank, and its records travel whole to the primary.
+  void begin_item(const std::string& name, ItemKind kind, std::vector<NodeRecord> nodes, bool per_rank = false) {
+    const std::string stored = per_rank ? per_rank_item_name(name, coordinator_.rank()) : name;
+    for (const auto* list : {&metadata_.items, &per_rank_items_})
+      for (const auto& i : *list)
+        if (i.name == stored) throw Error(ErrorKind::invalid_argument, "two items named '" + stored + "'", describe());
     ItemRecord item;
-    item.name = name;
+    item.name = stored;
     item.kind = kind;
     item.nodes = std::move(nodes);
-    metadata_.items.push_back(std::move(item));
+    auto& list = per_rank ? per_rank_items_ : metadata_.items;
+    list.push_back(std::move(item));
+    current_ = &list.back();
+    current_per_rank_ = per_rank;
   }
   // Casts on save apply to tree items only.
   void add_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
-    ItemRecord& item = metadata_.items.back();
+    ItemRecord& item = *current_;
     static const SaveOptions no_casts;
     try {
-      item.leaves.push_back(writer_->write_leaf(p, view, item.kind == ItemKind::tree ? options : no_casts, report));
+      item.leaves.push_back(writer_->write_leaf(p, view, item.kind == ItemKind::tree ? options : no_casts, report,
+                                                current_per_rank_));
     } catch (const Error& e) {
       throw e.with_key(p.str());
     }
@@ -193,9 +124,16 @@ class SaveSession {
   SaveReport add_item(const ItemSnapshot& snapshot, const SaveOptions& options) {
     SaveReport report;
     report.path = describe();
-    begin_item(snapshot.name, snapshot.kind, snapshot.nodes);
+    begin_item(snapshot.name, snapshot.kind, snapshot.nodes, snapshot.per_rank);
     for (const auto& leaf : snapshot.leaves) add_leaf(leaf.path, leaf.view, options, report);
     return report;
+  }
+
+  // This rank's data file made durable (the end of step 2). Safe to call from a background
+  // thread (no collective); commit calls it if nobody did.
+  void finish_writes() {
+    if (DataFileWriter* data = writer_->data(); data && !finished_) data->finish();
+    finished_ = true;
   }
 
   // Steps 3 to 5, on every rank. `failure` is this rank's error from step 2, if any: then
@@ -203,6 +141,7 @@ class SaveSession {
   // the metadata (a Checkpointer passes the one it also keeps in its step's metadata).
   void commit(const Json& user_metadata, std::int64_t created_unix_ms, std::exception_ptr failure = nullptr) {
     // Step 3.
+    coordinator_.set_phase("gathering chunk records");
     WireWriter mine;
     if (!failure) {
       try {
@@ -237,6 +176,7 @@ class SaveSession {
     }
 
     // Step 5.
+    coordinator_.set_phase("agreeing on the outcome");
     const std::string agreed = coordinator_.broadcast(outcome.take());
     if (failure) std::rethrow_exception(failure);
     if (publish_failure) std::rethrow_exception(publish_failure);
@@ -247,13 +187,15 @@ class SaveSession {
  private:
   // This rank's data file and the chunks it wrote, by item and leaf position.
   void encode_records(WireWriter& w) {
+    finish_writes();
     DataFileWriter* data = writer_->data();
-    if (data) data->finish();
     w.str(data ? data->name() : std::string()).u64(data ? data->size() : 0);
     std::uint64_t leaves = 0;
     for (const auto& item : metadata_.items) leaves += item.leaves.size();
     w.u64(leaves);
     if (coordinator_.is_primary()) return;  // the primary has its records at hand
+    w.u64(per_rank_items_.size());
+    for (const auto& item : per_rank_items_) w.str(item_to_json(item));
     std::uint64_t with_chunks = 0;
     for (const auto& item : metadata_.items)
       for (const auto& l : item.leaves) with_chunks += !l.chunks.empty();
@@ -274,6 +216,7 @@ class SaveSession {
     std::uint64_t leaves = 0;
     for (const auto& item : metadata_.items) leaves += item.leaves.size();
     std::map<std::string, std::uint64_t> expected;  // every file the checkpoint needs, and its size
+    std::vector<ItemRecord> ranks_items;            // every rank's per-rank items, in rank order
     for (std::size_t r = 0; r < reports.size(); ++r) {
       const std::string rank = "rank " + std::to_string(r);
       WireReader in(reports[r]);
@@ -290,7 +233,17 @@ class SaveSession {
       if (const std::uint64_t n = in.u64(); n != leaves)
         throw Error(ErrorKind::invalid_argument, rank + " saved " + std::to_string(n) + " leaves, rank 0 saved " +
                     std::to_string(leaves) + ": every rank must save the same tree", describe());
-      if (r == 0) continue;
+      if (r == 0) {
+        for (auto& item : per_rank_items_) ranks_items.push_back(std::move(item));
+        continue;
+      }
+      for (std::uint64_t k = 0, n = in.u64(); k < n; ++k) {
+        ItemRecord item = item_from_json(in.str(), describe());
+        if (item.name.size() < 2 || item.name.substr(item.name.rfind('@') + 1) != std::to_string(r))
+          throw Error(ErrorKind::invalid_argument, rank + " sent the per-rank item '" + item.name + "' of another rank",
+                      describe());
+        ranks_items.push_back(std::move(item));
+      }
       for (std::uint64_t k = 0, n = in.u64(); k < n; ++k) {
         const std::uint64_t i = in.u64(), j = in.u64();
         const std::string key = in.str();
@@ -309,6 +262,23 @@ class SaveSession {
           chunk.shape = in.shape();
           l.chunks.push_back(std::move(chunk));
         }
+      }
+    }
+    for (auto& item : ranks_items) {
+      for (const auto& i : metadata_.items)
+        if (i.name == item.name) throw Error(ErrorKind::invalid_argument, "two items named '" + item.name + "'", describe());
+      metadata_.items.push_back(std::move(item));
+    }
+    // Records that came from other ranks are checked as a reader will check them (boxes
+    // inside their arrays, covering them without overlap, files and ranges consistent): a
+    // rank with another mesh, or a mesh whose processes disagree with the ranks, fails here
+    // rather than publishing a checkpoint no one can load.
+    if (reports.size() > 1) {
+      try {
+        validate_metadata(metadata_, describe());
+      } catch (const Error& e) {
+        throw Error(ErrorKind::invalid_argument, "the ranks' parts do not fit together (do all ranks use the same "
+                    "meshes and specs?): " + e.message(), e.file(), e.key_path());
       }
     }
     metadata_.created_unix_ms = created_unix_ms;
@@ -333,6 +303,10 @@ class SaveSession {
   std::unique_ptr<CheckpointStaging> staging_;  // the primary's
   std::unique_ptr<LeafWriter> writer_;
   CheckpointMetadata metadata_;
+  std::vector<ItemRecord> per_rank_items_;  // this rank's, with their stored names
+  ItemRecord* current_ = nullptr;           // the item being written (re-pointed by begin_item)
+  bool current_per_rank_ = false;
+  bool finished_ = false;
 };
 
 }  // namespace detail

@@ -21,20 +21,26 @@
 
 CAIRN_BEGIN_NAMESPACE
 
+// Whose value an item is. A per-rank item (a data iterator's position, an RNG state) is each
+// rank's own: every rank saves its value, stored as "<name>@<rank>", and a load gives each
+// rank its own value back, on the same number of ranks (see docs/multiprocess.md).
+enum class ItemScope { global, per_rank };
+inline constexpr ItemScope per_rank = ItemScope::per_rank;
+
 class Items {
  public:
   // A tree item. Pass a const object to save only, a mutable one to save or load into.
   template <class T>
-  Items& tree(std::string name, T& value) {
+  Items& tree(std::string name, T& value, ItemScope scope = ItemScope::global) {
     require_tree_type<std::remove_const_t<T>>();
-    Entry e{std::move(name), ItemKind::tree, {}, {}};
+    Entry e{std::move(name), ItemKind::tree, scope == ItemScope::per_rank, {}, {}};
     const T* cvalue = &value;
     e.snapshot = [cvalue](const std::string& n) { return detail::view_tree(n, *cvalue); };
     if constexpr (!std::is_const_v<T>) {
       T* target = &value;
-      e.load = [target](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
+      e.load = [target, per = e.per_rank](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
         options.item = n;
-        return cairn::load(store, key, *target, options);
+        return detail::load_item(store, key, *target, options, per);
       };
     }
     return add(std::move(e));
@@ -42,18 +48,19 @@ class Items {
 
   // A JSON object (or any JSON value), stored as its text.
   template <class J>
-  Items& json(std::string name, J& value) {
+  Items& json(std::string name, J& value, ItemScope scope = ItemScope::global) {
     static_assert(std::is_same_v<std::remove_const_t<J>, Json>, "cairn::Items::json takes a cairn::Json");
-    Entry e{std::move(name), ItemKind::json, {}, {}};
+    Entry e{std::move(name), ItemKind::json, scope == ItemScope::per_rank, {}, {}};
     const Json* cvalue = &value;
     e.snapshot = [cvalue](const std::string& n) { return detail::bytes_item(n, ItemKind::json, DType::string, cvalue->dump()); };
     if constexpr (!std::is_const_v<J>) {
       Json* target = &value;
-      e.load = [target](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
+      e.load = [target, per = e.per_rank](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
         options.item = n;
         options.subtree.clear();
         std::string text;
-        LoadReport r = cairn::load(store, key, text, options);
+        LoadReport r = detail::load_item(store, key, text, options, per);
+        if (r.loaded.empty()) return r;  // a per-rank item left as it is (allow_missing)
         *target = Json::parse(text, store.describe(key) + " (item '" + n + "')");
         return r;
       };
@@ -63,8 +70,8 @@ class Items {
 
   // Any object cereal can serialize, stored as a portable binary cereal archive.
   template <class T>
-  Items& object(std::string name, T& value) {
-    Entry e{std::move(name), ItemKind::cereal, {}, {}};
+  Items& object(std::string name, T& value, ItemScope scope = ItemScope::global) {
+    Entry e{std::move(name), ItemKind::cereal, scope == ItemScope::per_rank, {}, {}};
     const T* cvalue = &value;
     e.snapshot = [cvalue](const std::string& n) {
       std::ostringstream out;
@@ -76,11 +83,12 @@ class Items {
     };
     if constexpr (!std::is_const_v<T>) {
       T* target = &value;
-      e.load = [target](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
+      e.load = [target, per = e.per_rank](const Store& store, const std::string& key, const std::string& n, LoadOptions options) {
         options.item = n;
         options.subtree.clear();
         std::vector<std::uint8_t> bytes;
-        LoadReport r = cairn::load(store, key, bytes, options);
+        LoadReport r = detail::load_item(store, key, bytes, options, per);
+        if (r.loaded.empty()) return r;
         try {
           std::istringstream in(std::string(bytes.begin(), bytes.end()));
           cereal::PortableBinaryInputArchive ar(in);
@@ -103,7 +111,10 @@ class Items {
   // For the writers: one snapshot per item (views into the objects' memory for trees).
   std::vector<detail::ItemSnapshot> snapshots() const {
     std::vector<detail::ItemSnapshot> out;
-    for (const auto& e : entries_) out.push_back(e.snapshot(e.name));
+    for (const auto& e : entries_) {
+      out.push_back(e.snapshot(e.name));
+      out.back().per_rank = e.per_rank;
+    }
     return out;
   }
 
@@ -124,11 +135,15 @@ class Items {
   struct Entry {
     std::string name;
     ItemKind kind;
+    bool per_rank;
     std::function<detail::ItemSnapshot(const std::string&)> snapshot;
     std::function<LoadReport(const Store&, const std::string&, const std::string&, LoadOptions)> load;
   };
   Items& add(Entry e) {
     if (e.name.empty()) throw Error(ErrorKind::invalid_argument, "items need a name");
+    if (e.per_rank && e.name.find('@') != std::string::npos)
+      throw Error(ErrorKind::invalid_argument, "per-rank item '" + e.name + "': the name may not hold '@' (it is "
+                  "stored as '" + e.name + "@<rank>')");
     for (const auto& x : entries_)
       if (x.name == e.name) throw Error(ErrorKind::invalid_argument, "two items named '" + e.name + "'");
     entries_.push_back(std::move(e));

@@ -4,6 +4,7 @@
 // their primary holder, device memory crossing to the host through two pinned buffers.
 #pragma once
 
+#include <algorithm>
 #include <future>
 #include <map>
 #include <memory>
@@ -123,11 +124,12 @@ class DataFileWriter {
 };
 
 // Writes the leaves of one rank. Rank 0 writes every leaf that is not sharded; every rank
-// writes the shards whose primary holder it has. The data file is created on the first write.
+// writes the shards whose primary holder it has (or its slabs of replicated boxes), and the
+// leaves of its per-rank items. The data file is created on the first write.
 class LeafWriter {
  public:
-  LeafWriter(Store& store, std::string staging_key, int rank)
-      : store_(store), staging_key_(std::move(staging_key)), rank_(rank) {}
+  LeafWriter(Store& store, std::string staging_key, int rank, int ranks)
+      : store_(store), staging_key_(std::move(staging_key)), rank_(rank), ranks_(ranks) {}
 
   // The data file, if this rank wrote any byte.
   DataFileWriter* data() { return data_.get(); }
@@ -148,9 +150,9 @@ class LeafWriter {
     return *data_;
   }
 
-  // A leaf in shards (or in device memory): each distinct box written once, by its primary
-  // holder, as one chunk; device shards are cast on the device and copied to the host a
-  // piece at a time while the previous piece is written.
+  // A leaf in shards (or in device memory): each distinct box written once (by its primary
+  // holder, or in slabs by all its holders: ReplicaWrites::split); device shards are cast on
+  // the device and copied to the host a piece at a time while the previous piece is written.
   LeafRecord write_sharded_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
     LeafRecord rec;
     rec.path = p;
@@ -159,60 +161,112 @@ class LeafWriter {
     rec.order = Order::C;
     rec.sharding = view.sharding;
     if (view.dtype == DType::string) throw Error(ErrorKind::invalid_argument, "string leaves cannot be sharded");
+    if (ranks_ > 1 && view.sharding && view.sharding->mesh.this_process() != rank_)
+      throw Error(ErrorKind::invalid_argument, "the array's mesh says this is process " +
+                  std::to_string(view.sharding->mesh.this_process()) + ", but this is rank " + std::to_string(rank_) +
+                  " of the save: give every rank's mesh its processes (Mesh::assign_processes or "
+                  "Mesh::host_per_process / device_per_process) with this rank as this_process");
     rec.dtype = cast_target(p.str(), view, options);
     if (rec.dtype != view.dtype) report.cast.push_back({p.str(), view.dtype, rec.dtype});
-    const std::size_t in_size = dtype_size(view.dtype), out_size = dtype_size(rec.dtype);
-    const std::uint64_t piece_elements = write_piece_bytes / std::max(in_size, out_size);
-    std::map<std::pair<Shape, Shape>, bool> written;
     for (const auto& shard : view.shards) {
       if (!box_inside(shard.box, view.shape))
         throw Error(ErrorKind::invalid_argument, "shard box " + to_string(shard.box) + " lies outside the array " +
                     to_string(view.shape));
-      const std::uint64_t n = shard.box.elements();
-      if (n > 0 && !shard.data)
+      if (shard.box.elements() > 0 && !shard.data)
         throw Error(ErrorKind::invalid_argument, "shard " + to_string(shard.box) + " has no data");
-      if (!shard.primary || n == 0 || !written.emplace(std::make_pair(shard.box.start, shard.box.shape), true).second)
-        continue;
-      const auto* src = static_cast<const unsigned char*>(shard.data);
-      const bool cast = rec.dtype != view.dtype;
-      ChunkRecord chunk;
-      if (shard.memory == MemoryKind::host && !cast) {
-        chunk = data_file().append(src, n * in_size);
-      } else if (shard.memory == MemoryKind::host) {
-        chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
-                                            [&](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
-          cast_host(view.dtype, src + off / out_size * in_size, rec.dtype, dst, static_cast<std::size_t>(len / out_size),
-                    options.on_overflow);
-        });
-      } else {
-        // A device scratch piece holds the cast values before they cross to the host.
-        DeviceBytes scratch;
-        if (cast) scratch = DeviceBytes(static_cast<std::size_t>(std::min(n, piece_elements) * out_size), shard.device);
-        const int device = shard.device;
-        chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
-                                            [&, device](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
-          DeviceGuard guard(device);
-          const unsigned char* from = src + off / out_size * in_size;
-          if (cast) {
-            cast_device(view.dtype, from, rec.dtype, scratch.data(), static_cast<std::size_t>(len / out_size),
-                        options.on_overflow);
-            from = static_cast<const unsigned char*>(scratch.data());
-          }
-          copy_bytes(dst, MemoryKind::host, from, MemoryKind::device, static_cast<std::size_t>(len));
-        });
+    }
+    const bool split = options.replicas == ReplicaWrites::split && view.sharding;
+    // For split writes: the processes holding each box, in mesh order.
+    std::map<std::pair<Shape, Shape>, std::vector<int>> holders_of;
+    if (split) {
+      const auto boxes = view.sharding->shard_boxes(view.shape);
+      for (std::size_t i = 0; i < boxes.size(); ++i) {
+        auto& h = holders_of[std::make_pair(boxes[i].start, boxes[i].shape)];
+        const int proc = view.sharding->mesh.devices()[i].process;
+        if (std::find(h.begin(), h.end(), proc) == h.end()) h.push_back(proc);
       }
-      chunk.start = shard.box.start;
-      chunk.shape = shard.box.shape;
-      report.bytes_written += chunk.nbytes;
-      rec.chunks.push_back(std::move(chunk));
+    }
+    std::map<std::pair<Shape, Shape>, bool> written;
+    for (const auto& shard : view.shards) {
+      if (shard.box.elements() == 0 || !written.emplace(std::make_pair(shard.box.start, shard.box.shape), true).second)
+        continue;
+      if (!split) {
+        if (shard.primary) write_box(rec, view, shard, shard.box, 0, options, report);
+        continue;
+      }
+      // This process's slab of the box, by its place among the box's holders.
+      const std::vector<int>& holders = holders_of[std::make_pair(shard.box.start, shard.box.shape)];
+      const std::int64_t me =
+          std::find(holders.begin(), holders.end(), view.sharding->mesh.this_process()) - holders.begin();
+      if (me == static_cast<std::int64_t>(holders.size())) continue;  // not a holder by the mesh: nothing to write
+      // Slabs along the first dimension longer than 1: all dimensions before it have extent
+      // 1, so a slab is contiguous in the shard's C-order memory.
+      Box slab = shard.box;
+      std::size_t d = 0;
+      while (d < slab.shape.size() && slab.shape[d] <= 1) ++d;
+      std::uint64_t skip = 0;  // elements before the slab
+      if (d < slab.shape.size()) {
+        const std::int64_t n = shard.box.shape[d], k = static_cast<std::int64_t>(holders.size());
+        const std::int64_t per = (n + k - 1) / k, from = std::min(n, per * me), len = std::min(per, n - from);
+        slab.start[d] += from;
+        slab.shape[d] = len;
+        std::uint64_t inner = 1;
+        for (std::size_t e = d + 1; e < slab.shape.size(); ++e) inner *= static_cast<std::uint64_t>(slab.shape[e]);
+        skip = static_cast<std::uint64_t>(from) * inner;
+      } else if (me != 0) {
+        continue;  // one element: its first holder writes it
+      }
+      if (slab.elements() > 0) write_box(rec, view, shard, slab, skip, options, report);
     }
     return rec;
   }
 
-  LeafRecord write_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report) {
+  // Writes `box`, which starts `skip` elements into `shard`'s memory, as one chunk.
+  void write_box(LeafRecord& rec, const LeafView& view, const ShardView& shard, const Box& box, std::uint64_t skip,
+                 const SaveOptions& options, SaveReport& report) {
+    const std::size_t in_size = dtype_size(view.dtype), out_size = dtype_size(rec.dtype);
+    const std::uint64_t piece_elements = write_piece_bytes / std::max(in_size, out_size);
+    const std::uint64_t n = box.elements();
+    const auto* src = static_cast<const unsigned char*>(shard.data) + skip * in_size;
+    const bool cast = rec.dtype != view.dtype;
+    ChunkRecord chunk;
+    if (shard.memory == MemoryKind::host && !cast) {
+      chunk = data_file().append(src, n * in_size);
+    } else if (shard.memory == MemoryKind::host) {
+      chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
+                                          [&](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
+        cast_host(view.dtype, src + off / out_size * in_size, rec.dtype, dst, static_cast<std::size_t>(len / out_size),
+                  options.on_overflow);
+      });
+    } else {
+      // A device scratch piece holds the cast values before they cross to the host.
+      DeviceBytes scratch;
+      if (cast) scratch = DeviceBytes(static_cast<std::size_t>(std::min(n, piece_elements) * out_size), shard.device);
+      const int device = shard.device;
+      chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
+                                          [&, device](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
+        DeviceGuard guard(device);
+        const unsigned char* from = src + off / out_size * in_size;
+        if (cast) {
+          cast_device(view.dtype, from, rec.dtype, scratch.data(), static_cast<std::size_t>(len / out_size),
+                      options.on_overflow);
+          from = static_cast<const unsigned char*>(scratch.data());
+        }
+        copy_bytes(dst, MemoryKind::host, from, MemoryKind::device, static_cast<std::size_t>(len));
+      });
+    }
+    chunk.start = box.start;
+    chunk.shape = box.shape;
+    report.bytes_written += chunk.nbytes;
+    rec.chunks.push_back(std::move(chunk));
+  }
+
+  // `own`: a leaf of this rank's own (a per-rank item), written here whatever the rank.
+  LeafRecord write_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report,
+                        bool own = false) {
     if (!view.shards.empty()) return write_sharded_leaf(p, view, options, report);
     LeafRecord rec;
-    if (rank_ != 0) {  // written by rank 0; this rank only keeps the place
+    if (rank_ != 0 && !own) {  // written by rank 0; this rank only keeps the place
       rec.path = p;
       return rec;
     }
@@ -248,7 +302,7 @@ class LeafWriter {
  private:
   Store& store_;
   std::string staging_key_;
-  int rank_ = 0;
+  int rank_ = 0, ranks_ = 1;
   std::unique_ptr<DataFileWriter> data_;
 };
 

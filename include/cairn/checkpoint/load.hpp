@@ -15,6 +15,7 @@
 #include "cairn/checkpoint/box_reader.hpp"
 #include "cairn/checkpoint/data_files.hpp"
 #include "cairn/checkpoint/options.hpp"
+#include "cairn/coordination/wire.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/store/posix_store.hpp"
 #include "cairn/tree/walk.hpp"
@@ -175,7 +176,9 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
     }
     LeafBuffer buf;
     try {
-      buf = leaf.prepare(StoredLeafInfo{s.dtype, s.shape, s.order, s.nbytes(), s.sharding ? &*s.sharding : nullptr});
+      buf = leaf.prepare(StoredLeafInfo{s.dtype, s.shape, s.order, s.nbytes(), s.sharding ? &*s.sharding : nullptr,
+                                        options.coordinator ? options.coordinator->rank() : 0,
+                                        options.coordinator ? options.coordinator->size() : 1});
     } catch (const Error& e) {
       throw Error(e.kind(), e.message(), dir, leaf.key);
     }
@@ -266,29 +269,121 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
 }
 }  // namespace detail
 
+namespace detail {
+
+// The checkpoint a load reads and its metadata. With several ranks the primary resolves the
+// key and reads the metadata files, and broadcasts their bytes; every rank parses them. (A
+// shared filesystem then sees one reader, not one per rank, and only the primary may repair
+// an interrupted overwrite; see docs/multiprocess.md for the measurement.)
+struct OpenedCheckpoint {
+  std::string key;
+  CheckpointMetadata metadata;
+};
+inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
+  if (!coordinator || coordinator->size() == 1) {
+    const std::string ckpt = store.readable_checkpoint(normalize_key(key));
+    return {ckpt, read_metadata(store, ckpt)};
+  }
+  coordinator->set_phase("reading the metadata");
+  WireWriter out;
+  std::exception_ptr failure;
+  if (coordinator->is_primary()) {
+    try {
+      const std::string ckpt = store.readable_checkpoint(normalize_key(key));
+      MetadataText t = read_metadata_text(store, ckpt);
+      out.u64(1).str(ckpt).str(t.metadata).str(t.user);
+    } catch (...) {
+      failure = std::current_exception();
+      out = WireWriter();
+      out.u64(0);
+      encode_error(out, as_error(failure));
+    }
+  }
+  const std::string got = coordinator->broadcast(out.take());
+  if (failure) std::rethrow_exception(failure);
+  WireReader in(got);
+  if (in.u64() != 1) throw decode_error(in);
+  OpenedCheckpoint c;
+  c.key = in.str();
+  MetadataText t;
+  t.metadata = in.str();
+  t.user = in.str();
+  c.metadata = parse_metadata(store, c.key, t);
+  return c;
+}
+
+// The stored item a load reads: options.item, or for a per-rank item this rank's value of it
+// ("<item>@<rank>"), which exists only if the checkpoint was saved by as many ranks as load
+// it. Null: the item is left as it is and reported missing (allow_missing).
+inline const ItemRecord* find_load_item(const CheckpointMetadata& meta, const LoadOptions& options, bool per_rank,
+                                        const std::string& dir, LoadReport& report) {
+  if (!per_rank) {
+    const ItemRecord* item = meta.find_item(options.item);
+    if (!item) throw Error(ErrorKind::not_found, "the checkpoint has no item '" + options.item + "'", dir);
+    return item;
+  }
+  const int rank = options.coordinator ? options.coordinator->rank() : 0;
+  const int ranks = options.coordinator ? options.coordinator->size() : 1;
+  int saved = 0;
+  while (meta.find_item(per_rank_item_name(options.item, saved))) ++saved;
+  if (saved == ranks) return meta.find_item(per_rank_item_name(options.item, rank));
+  if (options.allow_missing) {
+    report.missing.push_back(per_rank_item_name(options.item, rank));
+    return nullptr;
+  }
+  throw Error(saved == 0 ? ErrorKind::not_found : ErrorKind::structure_mismatch,
+              saved == 0 ? "the checkpoint has no per-rank item '" + options.item + "'"
+                         : "item '" + options.item + "' was saved per rank by " + std::to_string(saved) +
+                               " ranks and is loaded by " + std::to_string(ranks) + ": each value belongs to a rank of "
+                               "the saving job. Leave it out (and restart what it holds), load one rank's value by its "
+                               "stored name '" + per_rank_item_name(options.item, 0) + "', or pass allow_missing to "
+                               "leave it as it is",
+              dir);
+}
+
+template <class T>
+LoadReport load_item(const Store& store, const std::string& key, T& target, const LoadOptions& options, bool per_rank) {
+  LoadReport report;
+  std::exception_ptr failure;
+  try {
+    OpenedCheckpoint ck = open_checkpoint(store, key, options.coordinator);
+    const std::string dir = store.describe(ck.key);
+    if (const ItemRecord* item = find_load_item(ck.metadata, options, per_rank, dir, report)) {
+      StoredIndex index(*item);
+      LoadPlan plan = [&] {
+        try {
+          return plan_load(target, index, options);
+        } catch (const Error& e) {
+          throw e.kind() == ErrorKind::corrupt ? e.with_file(store.describe(join_key(ck.key, metadata_file))) : e;
+        }
+      }();
+      check_strict(plan.report, options, dir);
+      DataFiles files(store, ck.key);
+      execute_plan(plan, files, options);
+      report = std::move(plan.report);
+    }
+  } catch (...) {
+    if (!options.coordinator) throw;
+    failure = std::current_exception();
+  }
+  if (options.coordinator) {
+    options.coordinator->set_phase("agreeing on the load's outcome");
+    agree_on_outcome(*options.coordinator, failure);
+  }
+  return report;
+}
+
+}  // namespace detail
+
 // Loads into an existing target (its "abstract" shape: types, and the sizes of fixed-size
 // parts) from the checkpoint at `key` in `store`. On error the target is left valid but
-// possibly partly loaded; use load<T>() for all-or-nothing.
+// possibly partly loaded; use load<T>() for all-or-nothing. With options.coordinator, every
+// rank calls it: each reads what its own target holds (its shards of a sharded array), and
+// every rank returns the same outcome.
 template <class T>
 LoadReport load(const Store& store, const std::string& key, T& target, const LoadOptions& options = {}) {
   require_tree_type<T>();
-  const std::string ckpt = store.readable_checkpoint(detail::normalize_key(key));
-  const std::string dir = store.describe(ckpt);
-  CheckpointMetadata meta = detail::read_metadata(store, ckpt);
-  const ItemRecord* item = meta.find_item(options.item);
-  if (!item) throw Error(ErrorKind::not_found, "the checkpoint has no item '" + options.item + "'", dir);
-  detail::StoredIndex index(*item);
-  detail::LoadPlan plan = [&] {
-    try {
-      return detail::plan_load(target, index, options);
-    } catch (const Error& e) {
-      throw e.kind() == ErrorKind::corrupt ? e.with_file(store.describe(detail::join_key(ckpt, detail::metadata_file))) : e;
-    }
-  }();
-  detail::check_strict(plan.report, options, dir);
-  detail::DataFiles files(store, ckpt);
-  detail::execute_plan(plan, files, options);
-  return std::move(plan.report);
+  return detail::load_item(store, key, target, options, false);
 }
 
 // The same from a checkpoint directory.

@@ -21,6 +21,17 @@ struct CastRule {
   bool floats_only = true;
 };
 
+// Who writes a box of a sharded array that several processes hold (a replica).
+enum class ReplicaWrites {
+  // Its primary holder (the first device in mesh order): one chunk per box, so a load reads
+  // each box from one place.
+  primary_holder,
+  // Every process that holds it writes a slab of it (as Orbax's replica-parallel save does):
+  // a replicated array's bytes are written by all its holders at once, and a load reads each
+  // box from several smaller chunks.
+  split,
+};
+
 struct SaveOptions {
   bool overwrite = false;             // replace an existing checkpoint (atomically) instead of failing
   std::vector<CastRule> cast = {};    // first matching rule wins
@@ -29,6 +40,7 @@ struct SaveOptions {
   // The ranks taking part: every rank calls save with the same tree, each writes its part,
   // and the checkpoint commits once (checkpoint/commit.hpp). None: this process alone.
   Coordinator* coordinator = nullptr;
+  ReplicaWrites replicas = ReplicaWrites::primary_holder;
 };
 
 struct LoadOptions {
@@ -48,6 +60,9 @@ struct LoadOptions {
   // Check every chunk's CRC32C (the metadata's are always checked). Turning it off saves the
   // checksum's CPU time (about 65 ms per GiB here); sizes, offsets and shapes are still checked.
   bool verify_checksums = true;
+  // The ranks taking part: every rank calls load; the primary reads the metadata and shares
+  // it, each rank reads its own target's data, and every rank returns the same outcome.
+  Coordinator* coordinator = nullptr;
 
   // Both allowances: load what matches, report the rest.
   static LoadOptions partial() {

@@ -26,6 +26,7 @@ struct ItemSnapshot {
   ItemKind kind = ItemKind::tree;
   std::vector<NodeRecord> nodes;
   std::vector<SnapshotLeaf> leaves;
+  bool per_rank = false;  // each rank's own value, stored as "<name>@<rank>" (see Items)
 
   std::uint64_t leaf_bytes() const {
     std::uint64_t n = 0;

@@ -10,6 +10,11 @@
 //   an API with int counts splits it).
 // - A save makes a fixed number of collectives, whatever the number of chunks: no per-chunk
 //   round trips.
+// - Collectives are only called on the caller's thread, never on a background thread, so MPI
+//   needs no more than MPI_THREAD_FUNNELED (MPI_THREAD_SERIALIZED where that thread is not
+//   the main one).
+// - The caller names the phase (set_phase) before its collectives, so that an implementation
+//   with a deadline can say where a rank went missing.
 #pragma once
 
 #include <string>
@@ -34,6 +39,13 @@ class Coordinator {
   virtual std::string broadcast(std::string bytes) = 0;
   // True on every rank exactly when `ok` is true on every rank.
   virtual bool all_agree(bool ok) = 0;
+
+  // What the collectives that follow are for ("staging", "gathering chunk records", ...).
+  void set_phase(std::string phase) { phase_ = std::move(phase); }
+  const std::string& phase() const { return phase_; }
+
+ private:
+  std::string phase_ = "save";
 };
 
 // One process, alone: every collective returns at once.

@@ -26,6 +26,9 @@ enum class ErrorKind {
   // failed (the parent directory's fsync, so durability across a power loss is unknown; the
   // Checkpointer's `latest` marker or retention). Do not retry the save as if nothing happened.
   after_commit,
+  // A rank did not reach a collective of a multi-process save or load within the
+  // coordinator's deadline (cairn/mpi.hpp); the message names the phase and the ranks.
+  timeout,
 };
 
 inline const char* to_string(ErrorKind kind) {
@@ -42,6 +45,7 @@ inline const char* to_string(ErrorKind kind) {
     case ErrorKind::value_out_of_range: return "value_out_of_range";
     case ErrorKind::invalid_argument: return "invalid_argument";
     case ErrorKind::after_commit: return "after_commit";
+    case ErrorKind::timeout: return "timeout";
   }
   return "unknown";
 }

@@ -44,17 +44,13 @@ class Mesh {
     if (static_cast<std::int64_t>(devices_.size()) != n)
       throw Error(ErrorKind::invalid_argument, "mesh of " + std::to_string(n) + " positions given " +
                   std::to_string(devices_.size()) + " devices");
-    std::vector<int> ids;
     for (const auto& d : devices_) {
       if (d.memory != devices_.front().memory)
         throw Error(ErrorKind::invalid_argument, "a mesh holds host devices or device-system devices, not both");
       if (d.id < 0) throw Error(ErrorKind::invalid_argument, "negative device id " + std::to_string(d.id));
-      ids.push_back(d.id);
+      if (d.process < 0) throw Error(ErrorKind::invalid_argument, "negative process " + std::to_string(d.process));
     }
-    std::sort(ids.begin(), ids.end());
-    for (std::size_t i = 1; i < ids.size(); ++i)
-      if (ids[i] == ids[i - 1])
-        throw Error(ErrorKind::invalid_argument, "device " + std::to_string(ids[i]) + " appears twice in the mesh");
+    check_unique();
   }
 
   // Host devices 0..n-1: Mesh::host({{"data", 2}, {"model", 4}}).
@@ -68,13 +64,33 @@ class Mesh {
   const std::vector<Device>& devices() const { return devices_; }
   std::size_t size() const { return devices_.size(); }
   int this_process() const { return this_process_; }
-  // Assigns devices to processes (MPI): process_of[i] is the process of devices()[i].
+  // Assigns devices to processes (MPI ranks): process_of[i] is the process of devices()[i].
   Mesh& assign_processes(const std::vector<int>& process_of, int this_process) {
     if (process_of.size() != devices_.size())
       throw Error(ErrorKind::invalid_argument, "assign_processes: one process per device");
-    for (std::size_t i = 0; i < devices_.size(); ++i) devices_[i].process = process_of[i];
+    for (std::size_t i = 0; i < devices_.size(); ++i) {
+      if (process_of[i] < 0) throw Error(ErrorKind::invalid_argument, "negative process " + std::to_string(process_of[i]));
+      devices_[i].process = process_of[i];
+    }
     this_process_ = this_process;
+    check_unique();
     return *this;
+  }
+  // A mesh over processes that hold `per_process` devices each, as MPI jobs are usually laid
+  // out: mesh position i is device i % per_process of process i / per_process. For device
+  // meshes the ids are each process's own ordinals (0..per_process-1); host ids are the
+  // positions.
+  static Mesh host_per_process(std::vector<MeshAxis> axes, int per_process, int this_process) {
+    return per_process_mesh(std::move(axes), MemoryKind::host, per_process, this_process);
+  }
+  static Mesh device_per_process(std::vector<MeshAxis> axes, int per_process, int this_process) {
+    return per_process_mesh(std::move(axes), MemoryKind::device, per_process, this_process);
+  }
+  // The processes the mesh spans (the largest process number + 1).
+  int process_count() const {
+    int n = 0;
+    for (const auto& d : devices_) n = std::max(n, d.process + 1);
+    return n;
   }
 
   int axis_index(const std::string& name) const {
@@ -120,6 +136,29 @@ class Mesh {
       if (n > (1 << 20)) throw Error(ErrorKind::invalid_argument, "mesh has more than 2^20 devices");
     }
     return n;
+  }
+
+  // A device id may repeat across processes (each has its GPU 0), not within one.
+  void check_unique() const {
+    std::vector<std::pair<int, int>> ids;
+    for (const auto& d : devices_) ids.emplace_back(d.process, d.id);
+    std::sort(ids.begin(), ids.end());
+    for (std::size_t i = 1; i < ids.size(); ++i)
+      if (ids[i] == ids[i - 1])
+        throw Error(ErrorKind::invalid_argument, "device " + std::to_string(ids[i].second) + " appears twice in the mesh" +
+                    (ids[i].first ? " (process " + std::to_string(ids[i].first) + ")" : std::string()));
+  }
+
+  static Mesh per_process_mesh(std::vector<MeshAxis> axes, MemoryKind memory, int per_process, int this_process) {
+    const std::int64_t n = positions(axes);
+    if (per_process < 1 || n % per_process != 0)
+      throw Error(ErrorKind::invalid_argument, "a mesh of " + std::to_string(n) + " positions cannot be split into "
+                  "processes of " + std::to_string(per_process) + " devices");
+    std::vector<Device> devices;
+    for (std::int64_t i = 0; i < n; ++i)
+      devices.push_back({memory, static_cast<int>(memory == MemoryKind::host ? i : i % per_process),
+                         static_cast<int>(i / per_process)});
+    return Mesh(std::move(axes), std::move(devices), this_process);
   }
 
   static Mesh make(std::vector<MeshAxis> axes, MemoryKind memory, std::vector<int> ids) {

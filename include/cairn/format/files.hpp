@@ -336,12 +336,23 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
   }
 }
 
-// Reads, verifies and validates a committed checkpoint's metadata.
-inline CheckpointMetadata read_metadata(const Store& store, const std::string& key_in) {
-  const std::string key = normalize_key(key_in);
+// A committed checkpoint's _METADATA and _USER_METADATA, verified against the commit marker
+// but not parsed: what a primary reads and broadcasts to the other ranks.
+struct MetadataText {
+  std::string metadata, user;
+};
+inline MetadataText read_metadata_text(const Store& store, const std::string& key) {
   auto digests = read_marker(store, key);
-  const std::string text = read_verified(store, key, digests, metadata_file, max_metadata_bytes);
+  MetadataText t;
+  t.metadata = read_verified(store, key, digests, metadata_file, max_metadata_bytes);
+  t.user = read_verified(store, key, digests, user_metadata_file, max_metadata_bytes);
+  return t;
+}
+
+// Parses and validates the metadata of the checkpoint at `key` (named in errors).
+inline CheckpointMetadata parse_metadata(const Store& store, const std::string& key, const MetadataText& t) {
   const std::string path = store.describe(join_key(key, metadata_file));
+  const std::string& text = t.metadata;
   if (json_depth(text) > max_metadata_depth)
     throw Error(ErrorKind::corrupt, "JSON nested deeper than " + std::to_string(max_metadata_depth), path);
   if (const std::string bad = first_bad_json_number(text); !bad.empty())
@@ -357,9 +368,37 @@ inline CheckpointMetadata read_metadata(const Store& store, const std::string& k
     throw Error(ErrorKind::corrupt, std::string("malformed metadata: ") + e.what(), path);
   }
   validate_metadata(m, path);
-  const std::string user = read_verified(store, key, digests, user_metadata_file, max_metadata_bytes);
-  m.user_metadata = Json::parse(user, store.describe(join_key(key, user_metadata_file)));
+  m.user_metadata = Json::parse(t.user, store.describe(join_key(key, user_metadata_file)));
   return m;
+}
+
+// Reads, verifies and validates a committed checkpoint's metadata.
+inline CheckpointMetadata read_metadata(const Store& store, const std::string& key_in) {
+  const std::string key = normalize_key(key_in);
+  return parse_metadata(store, key, read_metadata_text(store, key));
+}
+
+// One item's records as JSON, and back (how a rank sends its per-rank items to the primary).
+inline std::string item_to_json(const ItemRecord& item) {
+  std::ostringstream out;
+  {
+    cereal::JSONOutputArchive ar(out, cereal::JSONOutputArchive::Options::NoIndent());
+    ar(cereal::make_nvp("item", item));
+  }
+  return out.str();
+}
+inline ItemRecord item_from_json(const std::string& text, const std::string& path) {
+  ItemRecord item;
+  try {
+    std::istringstream in(text);
+    cereal::JSONInputArchive ar(in);
+    ar(cereal::make_nvp("item", item));
+  } catch (const Error& e) {
+    throw Error(e.kind(), e.message(), path, e.key_path());
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::corrupt, std::string("malformed item record: ") + e.what(), path);
+  }
+  return item;
 }
 
 inline std::string metadata_to_json(const CheckpointMetadata& m) {

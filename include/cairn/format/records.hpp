@@ -116,6 +116,9 @@ struct CheckpointMetadata {
 
 inline const char* default_item_name = "state";
 
+// The stored name of rank r's value of a per-rank item: "iterator" of rank 3 is "iterator@3".
+inline std::string per_rank_item_name(const std::string& name, int rank) { return name + "@" + std::to_string(rank); }
+
 inline const std::vector<LeafRecord>& CheckpointMetadata::leaves() const {
   static const std::vector<LeafRecord> none;
   const ItemRecord* item = find_item(default_item_name);
@@ -172,11 +175,24 @@ struct StoredSharding {
   std::string memory = "host";
   std::vector<int> device_ids;
   std::vector<std::vector<std::string>> spec;
+  // The process of each device; written only when the mesh spans several processes, so
+  // single-process checkpoints are as before (and older readers ignore the field).
+  std::vector<int> device_processes;
 
   template <class Archive>
-  void serialize(Archive& ar) {
+  void save(Archive& ar) const {
     ar(cereal::make_nvp("mesh_axes", axes), cereal::make_nvp("mesh_shape", shape), cereal::make_nvp("memory", memory),
        cereal::make_nvp("device_ids", device_ids), cereal::make_nvp("spec", spec));
+    if (!device_processes.empty()) ar(cereal::make_nvp("device_processes", device_processes));
+  }
+  template <class Archive>
+  void load(Archive& ar) {
+    ar(cereal::make_nvp("mesh_axes", axes), cereal::make_nvp("mesh_shape", shape), cereal::make_nvp("memory", memory),
+       cereal::make_nvp("device_ids", device_ids), cereal::make_nvp("spec", spec));
+    if constexpr (std::is_same_v<Archive, cereal::JSONInputArchive>) {
+      const char* next = ar.getNodeName();
+      if (next && std::string_view(next) == "device_processes") ar(cereal::make_nvp("device_processes", device_processes));
+    }
   }
 
   static StoredSharding from(const NamedSharding& s) {
@@ -184,6 +200,8 @@ struct StoredSharding {
     for (const auto& a : s.mesh.axes()) { r.axes.push_back(a.name); r.shape.push_back(a.size); }
     r.memory = s.mesh.devices().empty() ? "host" : memory_kind_name(s.mesh.devices().front().memory);
     for (const auto& d : s.mesh.devices()) r.device_ids.push_back(d.id);
+    if (s.mesh.process_count() > 1)
+      for (const auto& d : s.mesh.devices()) r.device_processes.push_back(d.process);
     for (const auto& d : s.spec.dims()) r.spec.push_back(d.axes);
     return r;
   }
@@ -195,8 +213,11 @@ struct StoredSharding {
       const MemoryKind m = memory == "host" ? MemoryKind::host : MemoryKind::device;
       std::vector<MeshAxis> mesh_axes;
       for (std::size_t i = 0; i < axes.size(); ++i) mesh_axes.push_back({axes[i], shape[i]});
+      if (!device_processes.empty() && device_processes.size() != device_ids.size())
+        throw Error(ErrorKind::corrupt, "device_processes and device_ids differ in length");
       std::vector<Device> devices;
-      for (int id : device_ids) devices.push_back({m, id, 0});
+      for (std::size_t i = 0; i < device_ids.size(); ++i)
+        devices.push_back({m, device_ids[i], device_processes.empty() ? 0 : device_processes[i]});
       std::vector<PartitionSpec::Dim> dims;
       for (const auto& d : spec) dims.emplace_back(d);
       NamedSharding s(Mesh(std::move(mesh_axes), std::move(devices)), PartitionSpec(std::move(dims)));

@@ -197,8 +197,9 @@ class ShardedArray {
   void gather_into(T* out, std::size_t n) const {
     const Box whole = whole_box(shape_);
     std::uint64_t covered = 0;
-    for (const auto& s : shards_) {
-      if (!s.primary() || s.size() == 0) continue;
+    std::map<std::pair<Shape, Shape>, bool> seen;  // each box once (a replica held here twice, or a
+    for (const auto& s : shards_) {                 // replica whose primary is in another process)
+      if (s.size() == 0 || !seen.emplace(std::make_pair(s.box().start, s.box().shape), true).second) continue;
       auto part = std::make_unique<T[]>(s.size());
       s.copy_to(part.get());
       detail::box_copy_host(sizeof(T), part.get(), out, detail::plan_box_copy(s.box(), s.box(), false, whole, false));
@@ -217,6 +218,11 @@ class ShardedArray {
 
 template <class T>
 struct leaf_traits<ShardedArray<T>> {
+  static std::vector<int> process_list(const Mesh& m) {
+    std::vector<int> p;
+    for (const auto& d : m.devices()) p.push_back(d.process);
+    return p;
+  }
   static constexpr std::size_t max_adopted_devices = 4096;
   static constexpr std::uint64_t max_adopted_copies = 64;
   static LeafView view(const ShardedArray<T>& a) {
@@ -247,14 +253,27 @@ struct leaf_traits<ShardedArray<T>> {
         std::uint64_t local_bytes = 0;
         const auto boxes = stored.sharding->shard_boxes(stored.shape);
         for (std::size_t i = 0; i < boxes.size(); ++i)
-          if (m.is_local(i)) local_bytes += boxes[i].elements() * sizeof(T);
+          if (m.process_count() != stored.processes || m.devices()[i].process == stored.process) local_bytes += boxes[i].elements() * sizeof(T);
         const std::uint64_t stored_bytes = std::max<std::uint64_t>(element_count(stored.shape) * sizeof(T), 1);
         if (local_bytes / stored_bytes > max_adopted_copies)
           throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() + ": adopting that "
                       "sharding would allocate " + std::to_string(local_bytes) + " bytes in this process, " +
                       std::to_string(local_bytes / stored_bytes) + " copies of the array; give the target a sharding "
                       "of its own");
-        a.set_sharding(*stored.sharding);
+        NamedSharding adopted = *stored.sharding;
+        const int saved_by = m.process_count();
+        if (saved_by == stored.processes) {
+          adopted.mesh.assign_processes(process_list(m), stored.process);
+        } else if (m.devices().front().memory == MemoryKind::host) {
+          // A host mesh saved by another number of processes: each loading process takes it
+          // whole (every device local here), as one process takes a multi-process save.
+          adopted.mesh.assign_processes(std::vector<int>(m.size(), 0), 0);
+        } else {
+          throw Error(ErrorKind::invalid_argument, "saved sharded over " + stored.sharding->describe() + " across " +
+                      std::to_string(saved_by) + " processes, loaded by " + std::to_string(stored.processes) +
+                      ": give the target a sharding for the processes here");
+        }
+        a.set_sharding(std::move(adopted));
       } else {
         a.set_sharding(NamedSharding(Mesh::host({}), PartitionSpec{}));  // one host shard
       }

@@ -34,6 +34,11 @@ struct CheckpointerOptions {
   // to be written before copying more, and leaves larger than the budget are written from the
   // caller's memory before the call returns.
   std::uint64_t async_memory_budget = std::uint64_t{1} << 30;
+  // The ranks sharing this root (cairn/mpi.hpp). Every rank then calls every method in the
+  // same order (each is a collective); the primary (rank 0) scans, decides, deletes and
+  // writes `latest`, and broadcasts what the others need. Async saves write in the background
+  // and commit from the caller's thread: in wait(), or in the next call that waits.
+  Coordinator* coordinator = nullptr;
 };
 
 struct StepSaveOptions {
@@ -58,6 +63,35 @@ class Checkpointer {
       : store_(std::move(store)), root_(detail::normalize_key(std::move(root))), options_(std::move(options)) {
     if (!store_) throw Error(ErrorKind::invalid_argument, "a Checkpointer needs a store");
     if (root_.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint root");
+    if (multi_rank()) {
+      // The primary opens the root; the others take its view.
+      coordinator().set_phase("opening the checkpoint root");
+      detail::WireWriter out;
+      std::exception_ptr failure;
+      if (coordinator().is_primary()) {
+        try {
+          open_root();
+          out.u64(1).str(encode_steps());
+        } catch (...) {
+          failure = std::current_exception();
+          out = detail::WireWriter();
+          out.u64(0);
+          detail::encode_error(out, detail::as_error(failure));
+        }
+      }
+      const std::string got = coordinator().broadcast(out.take());
+      if (failure) std::rethrow_exception(failure);
+      detail::WireReader in(got);
+      if (in.u64() != 1) throw detail::decode_error(in);
+      if (!coordinator().is_primary()) decode_steps(in.str());
+      return;
+    }
+    open_root();
+  }
+
+ private:
+  // Checks the root, removes the leftovers of dead saves, lists the steps, repairs `latest`.
+  void open_root() {
     if (store_->is_blob(root_))
       throw Error(ErrorKind::invalid_argument, "the checkpoint root is a file, not a directory", describe(root_));
     if (detail::is_committed_checkpoint(*store_, root_))
@@ -75,6 +109,43 @@ class Checkpointer {
       }
     }
   }
+
+  bool multi_rank() const { return options_.coordinator && options_.coordinator->size() > 1; }
+  Coordinator& coordinator() const { return *options_.coordinator; }
+
+  // The steps, their metrics and the damaged ones, as the primary sends them.
+  std::string encode_steps() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    detail::WireWriter w;
+    w.u64(steps_.size());
+    for (const auto& [step, info] : steps_)
+      w.u64(static_cast<std::uint64_t>(step)).u64(static_cast<std::uint64_t>(info.created_unix_ms)).str(info.metrics.dump());
+    w.u64(damaged_.size());
+    for (const auto& [step, e] : damaged_) {
+      w.u64(static_cast<std::uint64_t>(step));
+      detail::encode_error(w, e);
+    }
+    return w.take();
+  }
+  void decode_steps(const std::string& bytes) {
+    detail::WireReader in(bytes);
+    std::map<std::int64_t, StepInfo> steps;
+    std::map<std::int64_t, Error> damaged;
+    for (std::uint64_t i = 0, n = in.u64(); i < n; ++i) {
+      const auto step = static_cast<std::int64_t>(in.u64());
+      const auto created = static_cast<std::int64_t>(in.u64());
+      steps[step] = StepInfo{step, created, Json::parse(in.str(), "the primary's step list")};
+    }
+    for (std::uint64_t i = 0, n = in.u64(); i < n; ++i) {
+      const auto step = static_cast<std::int64_t>(in.u64());
+      damaged.emplace(step, detail::decode_error(in));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    steps_ = std::move(steps);
+    damaged_ = std::move(damaged);
+  }
+
+ public:
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
@@ -120,13 +191,19 @@ class Checkpointer {
     return damaged_;
   }
 
+  // With a coordinator: a collective; a preemption signal on any rank counts, and the
+  // primary's policy decides for all.
   bool should_save(std::int64_t step) const {
     SaveContext c;
     c.step = step;
     c.latest_step = latest();
     c.preemption = preemption_requested();
     c.seconds_since_last_save = seconds_since_last_save();
-    return options_.save_policy.should_save(c);
+    if (!multi_rank()) return options_.save_policy.should_save(c);
+    coordinator().set_phase("deciding whether to save");
+    c.preemption = !coordinator().all_agree(!c.preemption);
+    const bool yes = coordinator().is_primary() && options_.save_policy.should_save(c);
+    return coordinator().broadcast(yes ? "1" : "0") == "1";
   }
 
   // Saves a tree (or Items) as this step if the save policy says so (or `force`); returns
@@ -151,9 +228,15 @@ class Checkpointer {
     wait();
     if (!args.force && !should_save(step)) return false;
     std::shared_ptr<Job> job = prepare(step, snapshots_of(state), args);
-    worker_ = std::thread([this, job] {
+    // With several ranks the collectives stay on this thread: staging now, the commit in
+    // wait(). Alone, the worker does it all.
+    const bool commit_here = multi_rank();
+    if (commit_here) start_session(*job);
+    job->commit_on_caller = commit_here;
+    worker_ = std::thread([this, job, commit_here] {
       try {
-        run_job(*job);
+        if (commit_here) write_job(*job);
+        else run_job(*job);
       } catch (...) {
         std::lock_guard<std::mutex> lock(job->mutex);
         job->error = std::current_exception();
@@ -170,6 +253,7 @@ class Checkpointer {
         job->changed.notify_all();
       }
       worker_.join();
+      if (commit_here) commit_job(*job, std::current_exception());  // every rank learns of it, and throws
       throw;
     }
     in_flight_ = job;
@@ -177,12 +261,15 @@ class Checkpointer {
   }
 
   // Waits for the save in flight; throws its error if it failed.
+  // With a coordinator, this is where an async save commits (a collective: every rank calls
+  // it, as every method that waits does).
   void wait() {
     if (worker_.joinable()) worker_.join();
     if (in_flight_) {
-      std::exception_ptr e = in_flight_->error;
+      std::shared_ptr<Job> job = std::move(in_flight_);
       in_flight_.reset();
-      if (e) std::rethrow_exception(e);
+      if (job->commit_on_caller) commit_job(*job, job->error);
+      else if (job->error) std::rethrow_exception(job->error);
     }
   }
 
@@ -190,22 +277,22 @@ class Checkpointer {
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(std::int64_t step, T& target, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, existing_step_path(step), target, options);
+    return cairn::load(*store_, existing_step_path(step), target, with_coordinator(options));
   }
   // From the latest checkpoint.
   template <class T>
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(T& target, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, latest_step_path(), target, options);
+    return cairn::load(*store_, latest_step_path(), target, with_coordinator(options));
   }
   std::vector<std::pair<std::string, LoadReport>> load(std::int64_t step, const Items& items, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, existing_step_path(step), items, options);
+    return cairn::load(*store_, existing_step_path(step), items, with_coordinator(options));
   }
   std::vector<std::pair<std::string, LoadReport>> load(const Items& items, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, latest_step_path(), items, options);
+    return cairn::load(*store_, latest_step_path(), items, with_coordinator(options));
   }
 
   CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(*store_, existing_step_path(step)); }
@@ -223,6 +310,7 @@ class Checkpointer {
     ItemKind kind;
     std::vector<NodeRecord> nodes;
     std::vector<JobLeaf> leaves;
+    bool per_rank = false;
   };
   struct Job {
     std::int64_t step = 0;
@@ -233,7 +321,18 @@ class Checkpointer {
     std::uint64_t in_flight_bytes = 0;
     bool failed = false, abandoned = false;
     std::exception_ptr error;
+    // The save itself: its options, its one clock reading, the session, and whether the
+    // commit waits for the caller's thread (several ranks, async).
+    SaveOptions so;
+    std::int64_t now_ms = 0;
+    std::unique_ptr<detail::SaveSession> session;
+    bool commit_on_caller = false;
   };
+
+  LoadOptions with_coordinator(LoadOptions options) const {
+    if (!options.coordinator) options.coordinator = options_.coordinator;
+    return options;
+  }
 
   template <class T>
   static std::vector<detail::ItemSnapshot> snapshots_of(const T& state) {
@@ -255,7 +354,7 @@ class Checkpointer {
     job->step = step;
     job->args = args;
     for (auto& s : snapshots) {
-      JobItem item{s.name, s.kind, std::move(s.nodes), {}};
+      JobItem item{s.name, s.kind, std::move(s.nodes), {}, s.per_rank};
       for (auto& l : s.leaves) item.leaves.push_back({std::move(l.path), std::move(l.view)});
       job->items.push_back(std::move(item));
     }
@@ -296,31 +395,48 @@ class Checkpointer {
     }
   }
 
-  // The writer's half: write leaves as they become ready, commit, publish, apply retention.
+  // A whole save: stage, write, commit. A write error still reaches the commit's collectives.
   void run_job(Job& job) {
-    SaveOptions so;
+    start_session(job);
+    std::exception_ptr failure;
+    try {
+      write_job(job);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    commit_job(job, failure);
+  }
+
+  // Stages the step's checkpoint (with several ranks, a collective).
+  void start_session(Job& job) {
+    SaveOptions& so = job.so;
     so.overwrite = job.args.overwrite;
     so.cast = job.args.cast;
     so.on_overflow = job.args.on_overflow;
     // One clock reading for the step's metadata and the checkpoint's.
-    const std::int64_t now_ms = detail::now_unix_ms();
+    job.now_ms = detail::now_unix_ms();
     so.user_metadata = Json::object({{"step", job.step},
-                                     {"created_unix_ms", now_ms},
+                                     {"created_unix_ms", job.now_ms},
                                      {"metrics", job.args.metrics},
                                      {"custom", job.args.custom_metadata}});
-    // The manager saves from one process (LocalCoordinator); see docs/internals.md.
-    LocalCoordinator local;
-    detail::SaveSession writer(*store_, step_path(job.step), so.overwrite, local);
+    Coordinator& c = options_.coordinator ? *options_.coordinator : local_;
+    job.session = std::make_unique<detail::SaveSession>(*store_, step_path(job.step), so.overwrite, c);
+  }
+
+  // The writer's half: write leaves as they become ready, then make this rank's data durable.
+  // No collective: it may run on the worker thread.
+  void write_job(Job& job) {
+    detail::SaveSession& writer = *job.session;
     SaveReport report;
     for (auto& item : job.items) {
-      writer.begin_item(item.name, item.kind, item.nodes);
+      writer.begin_item(item.name, item.kind, item.nodes, item.per_rank);
       for (auto& leaf : item.leaves) {
         {
           std::unique_lock<std::mutex> lock(job.mutex);
           job.changed.wait(lock, [&] { return leaf.ready || job.abandoned; });
           if (job.abandoned) throw Error(ErrorKind::io, "the snapshot was abandoned", describe(step_path(job.step)));
         }
-        writer.add_leaf(leaf.path, leaf.view, so, report);
+        writer.add_leaf(leaf.path, leaf.view, job.so, report);
         std::lock_guard<std::mutex> lock(job.mutex);
         if (!leaf.direct) {
           if (leaf.view.owner) job.in_flight_bytes -= std::min(job.in_flight_bytes, leaf.view.nbytes);
@@ -331,20 +447,58 @@ class Checkpointer {
         job.changed.notify_all();
       }
     }
+    writer.finish_writes();
+  }
+
+  // The commit (collective), then the primary's `latest` marker and retention, whose outcome
+  // and deletions every rank learns. `failure`: this rank's error while writing, if any.
+  void commit_job(Job& job, std::exception_ptr failure) {
+    std::unique_ptr<detail::SaveSession> session = std::move(job.session);
     // From the moment the checkpoint is published, this manager lists it, whatever fails after.
     auto record = [&] {
       std::lock_guard<std::mutex> lock(mutex_);
-      steps_[job.step] = StepInfo{job.step, now_ms, job.args.metrics};
+      steps_[job.step] = StepInfo{job.step, job.now_ms, job.args.metrics};
       damaged_.erase(job.step);
       last_save_ = std::chrono::steady_clock::now();
     };
     try {
-      writer.commit(so.user_metadata, now_ms);
+      session->commit(job.so.user_metadata, job.now_ms, failure);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::after_commit) record();
       throw;
     }
+    session.reset();
     record();
+    if (!multi_rank()) {
+      after_commit();
+      return;
+    }
+    coordinator().set_phase("retention");
+    detail::WireWriter out;
+    std::exception_ptr mine;
+    if (coordinator().is_primary()) {
+      try {
+        after_commit();
+        out.u64(1);
+      } catch (...) {
+        mine = std::current_exception();
+        out.u64(0);
+        detail::encode_error(out, detail::as_error(mine));
+      }
+      out.str(encode_steps());
+    }
+    const std::string got = coordinator().broadcast(out.take());
+    if (mine) std::rethrow_exception(mine);
+    if (coordinator().is_primary()) return;
+    detail::WireReader in(got);
+    const bool ok = in.u64() == 1;
+    const std::optional<Error> error = ok ? std::nullopt : std::optional<Error>(detail::decode_error(in));
+    decode_steps(in.str());
+    if (error) throw *error;
+  }
+
+  // After a commit: `latest`, then retention.
+  void after_commit() {
     try {
       write_latest_marker(*latest());
     } catch (const Error& e) {
@@ -508,6 +662,7 @@ class Checkpointer {
   std::shared_ptr<Store> store_;
   std::string root_;
   CheckpointerOptions options_;
+  LocalCoordinator local_;  // the coordinator without options.coordinator
   mutable std::mutex mutex_;  // guards steps_ and last_save_ (the worker updates them)
   std::map<std::int64_t, StepInfo> steps_;
   std::map<std::int64_t, Error> damaged_;  // steps whose metadata failed verification

@@ -58,6 +58,8 @@ struct StoredLeafInfo {
   Order order = Order::C;
   std::uint64_t nbytes = 0;
   const NamedSharding* sharding = nullptr;  // how it was sharded when saved, if it was
+  int process = 0;                          // the loading rank, and how many ranks load
+  int processes = 1;
 };
 
 // Where the loader writes one shard of a target: a box of the global array, C order.
