@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
       std::vector<double> raw_w, raw_r, save, load, coordination;
       for (int rep = 0; rep < repeat; ++rep) {
         const std::string raw = dir + "/raw-" + std::to_string(rank), ckpt = dir + "/ckpt";
+        ::sync();
         raw_w.push_back(timed(comm, [&] {
           const int fd = ::open(raw.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
           const char* p = reinterpret_cast<const char*>(shard.data());
@@ -111,6 +112,9 @@ int main(int argc, char** argv) {
           ::fsync(fd);
           ::close(fd);
         }));
+        // As in cairn-bench: the previous output is deleted (and synced) outside the timing.
+        if (rank == 0) std::filesystem::remove_all(ckpt);
+        ::sync();
         const auto [whole, coordinating] = timed_save(store, ckpt, a, coord);
         save.push_back(whole);
         coordination.push_back(coordinating);
@@ -127,7 +131,7 @@ int main(int argc, char** argv) {
           }
           ::close(fd);
         }));
-        cairn::ShardedArray<float> target(sh);
+        cairn::ShardedArray<float> target({rows, cols}, sh);  // allocated, as the raw read's buffer is
         load.push_back(timed(comm, [&] { cairn::load(ckpt, target, {.coordinator = &coord}); }));
         if (std::memcmp(target.shards().at(0).data(), values.data(), mine) != 0)
           throw cairn::Error(cairn::ErrorKind::corrupt, "the loaded shard differs", ckpt);
@@ -158,6 +162,8 @@ int main(int argc, char** argv) {
       std::vector<double> whole, coordination, meta_every, meta_primary;
       for (int rep = 0; rep < repeat; ++rep) {
         const std::string ckpt = dir + "/chunks";
+        if (rank == 0) std::filesystem::remove_all(ckpt);
+        ::sync();
         const auto [all, coordinating] = timed_save(store, ckpt, state, coord);
         whole.push_back(all);
         coordination.push_back(coordinating);
