@@ -413,7 +413,7 @@ TEST_CASE("a rank that never arrives is a timeout error naming the phase, not a 
   if (world < 2) return;
   SharedDir dir;
   cairn::MpiOptions o;
-  o.deadline = std::chrono::milliseconds(1500);
+  o.deadline = std::chrono::milliseconds(2500);
   {
     auto c = group(world, o);
     std::vector<float> v = {1, 2, 3};
@@ -426,7 +426,9 @@ TEST_CASE("a rank that never arrives is a timeout error naming the phase, not a 
         CHECK(e.kind() == cairn::ErrorKind::timeout);
         const std::string what = e.what();
         CHECK(what.find("in phase '") != std::string::npos);
-        if (c->rank() == 0) CHECK(what.find("rank 1 did not arrive") != std::string::npos);
+        // Rank 1 is missing (a rank slowed by a loaded machine may be named beside it).
+        if (c->rank() == 0)
+          CHECK((what.find("rank 1 did not arrive") != std::string::npos || what.find("ranks 1, ") != std::string::npos));
       }
       // The coordinator is out of step now, and says so.
       try {
