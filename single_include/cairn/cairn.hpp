@@ -6522,6 +6522,30 @@ inline Error as_error(std::exception_ptr p) {
   }
 }
 
+// The primary runs `work` (which returns the bytes every rank needs) and broadcasts them, or
+// its error; every rank returns the bytes or throws that error (the primary its own).
+template <class Work>
+std::string run_on_primary(Coordinator& coordinator, Work&& work) {
+  WireWriter out;
+  std::exception_ptr failure;
+  if (coordinator.is_primary()) {
+    try {
+      std::string result = work();
+      out.u64(1).str(result);
+    } catch (...) {
+      failure = std::current_exception();
+      out = WireWriter();
+      out.u64(0);
+      encode_error(out, as_error(failure));
+    }
+  }
+  const std::string got = coordinator.broadcast(out.take());
+  if (failure) std::rethrow_exception(failure);
+  WireReader in(got);
+  if (in.u64() != 1) throw decode_error(in);
+  return in.str();
+}
+
 // Every rank calls this with its own failure (or none) and returns the same outcome: if any
 // rank failed, the failing ranks rethrow their own error and the others throw the first
 // failing rank's, prefixed with "rank N failed: ". One gather and one broadcast.
@@ -6592,23 +6616,11 @@ class SaveSession {
       : store_(store), key_(normalize_key(key)), coordinator_(coordinator) {
     // Step 1.
     coordinator_.set_phase("staging");
-    WireWriter out;
-    std::exception_ptr failure;
-    if (coordinator_.is_primary()) {
-      try {
-        staging_ = store_.stage(key_, overwrite);
-        out.u64(1).str(staging_->key());
-      } catch (...) {
-        failure = std::current_exception();
-        out.u64(0);
-        encode_error(out, as_error(failure));
-      }
-    }
-    const std::string outcome = coordinator_.broadcast(out.take());
-    if (failure) std::rethrow_exception(failure);
-    WireReader in(outcome);
-    if (in.u64() != 1) throw decode_error(in);
-    writer_ = std::make_unique<LeafWriter>(store_, in.str(), coordinator_.rank(), coordinator_.size());
+    const std::string staged = run_on_primary(coordinator_, [&] {
+      staging_ = store_.stage(key_, overwrite);
+      return staging_->key();
+    });
+    writer_ = std::make_unique<LeafWriter>(store_, staged, coordinator_.rank(), coordinator_.size());
     metadata_.library_version = library_version_string();
   }
   SaveSession(const SaveSession&) = delete;
@@ -7552,24 +7564,12 @@ inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& k
     return {ckpt, read_metadata(store, ckpt)};
   }
   coordinator->set_phase("reading the metadata");
-  WireWriter out;
-  std::exception_ptr failure;
-  if (coordinator->is_primary()) {
-    try {
-      const std::string ckpt = store.readable_checkpoint(normalize_key(key));
-      MetadataText t = read_metadata_text(store, ckpt);
-      out.u64(1).str(ckpt).str(t.metadata).str(t.user);
-    } catch (...) {
-      failure = std::current_exception();
-      out = WireWriter();
-      out.u64(0);
-      encode_error(out, as_error(failure));
-    }
-  }
-  const std::string got = coordinator->broadcast(out.take());
-  if (failure) std::rethrow_exception(failure);
+  const std::string got = run_on_primary(*coordinator, [&] {
+    const std::string ckpt = store.readable_checkpoint(normalize_key(key));
+    MetadataText t = read_metadata_text(store, ckpt);
+    return WireWriter().str(ckpt).str(t.metadata).str(t.user).take();
+  });
   WireReader in(got);
-  if (in.u64() != 1) throw decode_error(in);
   OpenedCheckpoint c;
   c.key = in.str();
   MetadataText t;
@@ -8123,24 +8123,11 @@ class Checkpointer {
     if (multi_rank()) {
       // The primary opens the root; the others take its view.
       coordinator().set_phase("opening the checkpoint root");
-      detail::WireWriter out;
-      std::exception_ptr failure;
-      if (coordinator().is_primary()) {
-        try {
-          open_root();
-          out.u64(1).str(encode_steps());
-        } catch (...) {
-          failure = std::current_exception();
-          out = detail::WireWriter();
-          out.u64(0);
-          detail::encode_error(out, detail::as_error(failure));
-        }
-      }
-      const std::string got = coordinator().broadcast(out.take());
-      if (failure) std::rethrow_exception(failure);
-      detail::WireReader in(got);
-      if (in.u64() != 1) throw detail::decode_error(in);
-      if (!coordinator().is_primary()) decode_steps(in.str());
+      const std::string steps = detail::run_on_primary(coordinator(), [&] {
+        open_root();
+        return encode_steps();
+      });
+      if (!coordinator().is_primary()) decode_steps(steps);
       return;
     }
     open_root();

@@ -66,23 +66,11 @@ class SaveSession {
       : store_(store), key_(normalize_key(key)), coordinator_(coordinator) {
     // Step 1.
     coordinator_.set_phase("staging");
-    WireWriter out;
-    std::exception_ptr failure;
-    if (coordinator_.is_primary()) {
-      try {
-        staging_ = store_.stage(key_, overwrite);
-        out.u64(1).str(staging_->key());
-      } catch (...) {
-        failure = std::current_exception();
-        out.u64(0);
-        encode_error(out, as_error(failure));
-      }
-    }
-    const std::string outcome = coordinator_.broadcast(out.take());
-    if (failure) std::rethrow_exception(failure);
-    WireReader in(outcome);
-    if (in.u64() != 1) throw decode_error(in);
-    writer_ = std::make_unique<LeafWriter>(store_, in.str(), coordinator_.rank(), coordinator_.size());
+    const std::string staged = run_on_primary(coordinator_, [&] {
+      staging_ = store_.stage(key_, overwrite);
+      return staging_->key();
+    });
+    writer_ = std::make_unique<LeafWriter>(store_, staged, coordinator_.rank(), coordinator_.size());
     metadata_.library_version = library_version_string();
   }
   SaveSession(const SaveSession&) = delete;

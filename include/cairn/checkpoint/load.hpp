@@ -285,24 +285,12 @@ inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& k
     return {ckpt, read_metadata(store, ckpt)};
   }
   coordinator->set_phase("reading the metadata");
-  WireWriter out;
-  std::exception_ptr failure;
-  if (coordinator->is_primary()) {
-    try {
-      const std::string ckpt = store.readable_checkpoint(normalize_key(key));
-      MetadataText t = read_metadata_text(store, ckpt);
-      out.u64(1).str(ckpt).str(t.metadata).str(t.user);
-    } catch (...) {
-      failure = std::current_exception();
-      out = WireWriter();
-      out.u64(0);
-      encode_error(out, as_error(failure));
-    }
-  }
-  const std::string got = coordinator->broadcast(out.take());
-  if (failure) std::rethrow_exception(failure);
+  const std::string got = run_on_primary(*coordinator, [&] {
+    const std::string ckpt = store.readable_checkpoint(normalize_key(key));
+    MetadataText t = read_metadata_text(store, ckpt);
+    return WireWriter().str(ckpt).str(t.metadata).str(t.user).take();
+  });
   WireReader in(got);
-  if (in.u64() != 1) throw decode_error(in);
   OpenedCheckpoint c;
   c.key = in.str();
   MetadataText t;

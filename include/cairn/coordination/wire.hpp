@@ -94,6 +94,30 @@ inline Error as_error(std::exception_ptr p) {
   }
 }
 
+// The primary runs `work` (which returns the bytes every rank needs) and broadcasts them, or
+// its error; every rank returns the bytes or throws that error (the primary its own).
+template <class Work>
+std::string run_on_primary(Coordinator& coordinator, Work&& work) {
+  WireWriter out;
+  std::exception_ptr failure;
+  if (coordinator.is_primary()) {
+    try {
+      std::string result = work();
+      out.u64(1).str(result);
+    } catch (...) {
+      failure = std::current_exception();
+      out = WireWriter();
+      out.u64(0);
+      encode_error(out, as_error(failure));
+    }
+  }
+  const std::string got = coordinator.broadcast(out.take());
+  if (failure) std::rethrow_exception(failure);
+  WireReader in(got);
+  if (in.u64() != 1) throw decode_error(in);
+  return in.str();
+}
+
 // Every rank calls this with its own failure (or none) and returns the same outcome: if any
 // rank failed, the failing ranks rethrow their own error and the others throw the first
 // failing rank's, prefixed with "rank N failed: ". One gather and one broadcast.

@@ -66,24 +66,11 @@ class Checkpointer {
     if (multi_rank()) {
       // The primary opens the root; the others take its view.
       coordinator().set_phase("opening the checkpoint root");
-      detail::WireWriter out;
-      std::exception_ptr failure;
-      if (coordinator().is_primary()) {
-        try {
-          open_root();
-          out.u64(1).str(encode_steps());
-        } catch (...) {
-          failure = std::current_exception();
-          out = detail::WireWriter();
-          out.u64(0);
-          detail::encode_error(out, detail::as_error(failure));
-        }
-      }
-      const std::string got = coordinator().broadcast(out.take());
-      if (failure) std::rethrow_exception(failure);
-      detail::WireReader in(got);
-      if (in.u64() != 1) throw detail::decode_error(in);
-      if (!coordinator().is_primary()) decode_steps(in.str());
+      const std::string steps = detail::run_on_primary(coordinator(), [&] {
+        open_root();
+        return encode_steps();
+      });
+      if (!coordinator().is_primary()) decode_steps(steps);
       return;
     }
     open_root();
