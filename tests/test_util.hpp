@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cairn/cairn.hpp>
+#include <cairn/format/files.hpp>  // marker_json, crc32c: test::resign
 #include <doctest/doctest.h>
 
 #include <atomic>

@@ -1,7 +1,10 @@
 #include "test_util.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
+#include <optional>
 
 using namespace cairn;
 
@@ -145,19 +148,24 @@ TEST_CASE("bool casts: nonzero is true (NaN too), true is 1") {
   CHECK_CAIRN_ERROR(cast_host(DType::string, "ab", DType::int8, bytes.data(), 2), ErrorKind::dtype_mismatch, "string");
 }
 
+// Two full blocks of the host kernels (their fixed-count loops) and a partial one: a few
+// pairs have a kernel of their own, the others widen first (docs/compile-time.md).
+constexpr std::size_t cast_test_elements = 2 * 4096 + 37;
+
 TEST_CASE("every pair of numeric dtypes converts through the same kernels as single values") {
+  const std::size_t n = cast_test_elements;
   for (DType from : all_numeric_dtypes)
     for (DType to : all_numeric_dtypes) {
-      auto src = test::random_bits<unsigned char>(64 * dtype_size(from));
+      auto src = test::random_bits<unsigned char>(n * dtype_size(from));
       if (from == DType::bool_)
         for (auto& b : src) b &= 1;  // a bool object holds 0 or 1; anything else is not a bool
-      std::vector<unsigned char> a(64 * dtype_size(to)), b(64 * dtype_size(to));
-      cast_host(from, src.data(), to, a.data(), 64, OnOverflow::saturate);
+      std::vector<unsigned char> a(n * dtype_size(to)), b(n * dtype_size(to));
+      cast_host(from, src.data(), to, a.data(), n, OnOverflow::saturate);
       visit_dtype(from, [&](auto* f) {
         using From = std::remove_pointer_t<decltype(f)>;
         visit_dtype(to, [&](auto* t) {
           using To = std::remove_pointer_t<decltype(t)>;
-          for (int i = 0; i < 64; ++i) {
+          for (std::size_t i = 0; i < n; ++i) {
             From x;
             std::memcpy(&x, src.data() + i * sizeof(From), sizeof(From));
             To y = cast_value<To>(x);
@@ -167,6 +175,51 @@ TEST_CASE("every pair of numeric dtypes converts through the same kernels as sin
       });
       CHECK_MESSAGE(a == b, dtype_name(from) << " -> " << dtype_name(to));
     }
+}
+
+TEST_CASE("every pair that can overflow names the first element that does not fit, on either kind of kernel") {
+  std::mt19937_64& rng = test::rng();
+  const std::size_t n = cast_test_elements;
+  int pairs_checked = 0;
+  for (DType from : all_numeric_dtypes)
+    for (DType to : all_numeric_dtypes) {
+      if (from == to) continue;
+      visit_dtype(from, [&](auto* f) {
+        using From = std::remove_pointer_t<decltype(f)>;
+        visit_dtype(to, [&](auto* t) {
+          using To = std::remove_pointer_t<decltype(t)>;
+          // A value of From that does not fit in To, if the pair has one.
+          std::optional<From> bad;
+          for (int tries = 0; tries < 2000 && !bad; ++tries) {
+            auto bits = test::random_bits<unsigned char>(sizeof(From), rng);
+            if constexpr (std::is_same_v<From, bool>) bits[0] &= 1;
+            From x;
+            std::memcpy(&x, bits.data(), sizeof(From));
+            if (!cairn::detail::cast_fits<To, From>{}(x)) bad = x;
+          }
+          // Raw arrays: std::vector<bool> has no data().
+          std::unique_ptr<From[]> src(new From[n]);
+          std::unique_ptr<To[]> dst(new To[n]);
+          std::fill_n(src.get(), n, cast_value<From>(false));  // zeros fit everywhere
+          // The random search finds one exactly for the pairs whose range check is compiled.
+          constexpr bool checked = cairn::detail::can_overflow_v<To, From>;
+          CHECK_MESSAGE(bad.has_value() == checked, dtype_name(from) << " -> " << dtype_name(to));
+          if (!bad) {
+            cast_host(from, src.get(), to, dst.get(), n);  // nothing to complain about
+            return;
+          }
+          const std::size_t k = 4096 + rng() % (n - 4096 - 1);  // past the first block
+          src[k] = *bad;
+          src[n - 1] = *bad;  // a later one is not the one named
+          CHECK_CAIRN_ERROR(cast_host(from, src.get(), to, dst.get(), n), ErrorKind::value_out_of_range,
+                            "element " + std::to_string(k) + " (value ");
+          cast_host(from, src.get(), to, dst.get(), n, OnOverflow::saturate);  // clamps instead
+          CHECK(std::memcmp(&dst[k], &dst[n - 1], sizeof(To)) == 0);
+          ++pairs_checked;
+        });
+      });
+    }
+  CHECK(pairs_checked == 86);  // integer narrowing, sign changes and float -> integer, in both kernels
 }
 
 TEST_CASE("the fast float32 <-> bfloat16 / float16 paths equal the reference rounding bit for bit") {

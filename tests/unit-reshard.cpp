@@ -3,6 +3,7 @@
 // process that holds part of the mesh reading only its byte ranges.
 #include "sharding_util.hpp"
 
+#include <cairn/leaves/thrust_leaves.hpp>  // thrust::host_vector and device_vector leaves
 #include <thrust/device_vector.h>
 
 using cairn::Box;

@@ -2,6 +2,7 @@
 // corrupt chunk metadata and edge shapes. Restoring onto other shardings is unit-reshard.cpp.
 #include "sharding_util.hpp"
 
+#include <cairn/leaves/thrust_leaves.hpp>  // thrust::host_vector and device_vector leaves
 #include <thrust/device_vector.h>
 
 using cairn::Box;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packaging tests: a consumer project using the installed cairn through find_package, one
-# using add_subdirectory, and one compiled against the single header alone.
+# using add_subdirectory, and one compiled against the single header alone; each both
+# header-only (cairn::cairn) and with the runtime compiled once (cairn::compiled).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
@@ -10,19 +11,35 @@ gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 echo "== install, then find_package(cairn)"
 cmake -S "$root" -B "$work/cairn-build" "${gen[@]}" -DCAIRN_BUILD_TESTS=OFF -DCAIRN_BUILD_EXAMPLES=OFF \
   -DCAIRN_BUILD_BENCH=OFF -DCMAKE_INSTALL_PREFIX="$work/prefix" >/dev/null
+cmake --build "$work/cairn-build" >/dev/null  # the runtime library, cairn::compiled
 cmake --install "$work/cairn-build" >/dev/null
 test -f "$work/prefix/share/pkgconfig/cairn.pc"
 cmake -S "$root/tests/package/find_package" -B "$work/fp" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/fp" >/dev/null
 "$work/fp/consumer" "$work/fp"
+"$work/fp/consumer_compiled" "$work/fp"
 
 echo "== add_subdirectory(cairn)"
 cmake -S "$root/tests/package/subdirectory" -B "$work/sd" "${gen[@]}" -DCAIRN_SOURCE_DIR="$root" >/dev/null
 cmake --build "$work/sd" >/dev/null
 "$work/sd/consumer" "$work/sd"
+"$work/sd/consumer_compiled" "$work/sd"
 
 echo "== single header only"
 eigen=$(pkg-config --cflags eigen3 2>/dev/null || echo -I/usr/include/eigen3)
 g++ -std=c++20 -O1 -I"$root/single_include" $eigen "$root/tests/package/consumer.cpp" -o "$work/single" -pthread
 "$work/single" "$work"
-echo "packaging: 3 passed, 0 failed"
+# Separate compilation with the single header: one file compiles the runtime.
+g++ -std=c++20 -DCAIRN_SEPARATE_COMPILATION -I"$root/single_include" $eigen "$root/tests/package/consumer.cpp" \
+  "$root/tests/package/single_runtime.cpp" -o "$work/single_compiled" -pthread
+"$work/single_compiled" "$work"
+
+echo "== a translation unit without C++20 stops at cairn's one #error"
+if g++ -std=c++17 -fsyntax-only -I"$root/include" $eigen "$root/tests/package/consumer.cpp" >"$work/cxx17.log" 2>&1; then
+  echo "compiled without C++20"; exit 1
+fi
+grep -q "cairn needs C++20" "$work/cxx17.log" || { cat "$work/cxx17.log"; exit 1; }
+# The #error, then the fatal error that stops the compiler there, and nothing else.
+[ "$(grep -cE ': (fatal )?error:' "$work/cxx17.log")" -eq 2 ] && grep -q "compilation stopped" "$work/cxx17.log" ||
+  { echo "not stopped at the first error without C++20:"; head -20 "$work/cxx17.log"; exit 1; }
+echo "packaging: 7 passed, 0 failed"

@@ -1,28 +1,20 @@
 // cairn: checkpoints of nested C++ state (structs, std containers, Eigen, arrays) with dtype
 // casting, partial restore and atomic commits. This umbrella header is all a user includes.
 // Eigen support is on when Eigen's headers are found (define CAIRN_NO_EIGEN to leave it out).
+//
+// Header-only by default: the runtime (cairn/runtime.hpp: the I/O, the metadata, the cast
+// kernels, the commit) is compiled in every translation unit that includes this. With
+// CAIRN_SEPARATE_COMPILATION defined everywhere, this declares the runtime only, and one
+// translation unit compiles it by including cairn/src.hpp (docs/compile-time.md). A model
+// header that only annotates structs needs cairn/tree.hpp, not this.
 #pragma once
 
 #include "cairn/core/config.hpp"
-#include "cairn/core/error.hpp"
-#include "cairn/core/json.hpp"
-#include "cairn/core/key_path.hpp"
-#include "cairn/core/shape.hpp"
-#include "cairn/core/mesh.hpp"
-#include "cairn/core/partition_spec.hpp"
-#include "cairn/core/named_sharding.hpp"
-#include "cairn/dtype/dtype.hpp"
-#include "cairn/dtype/float_types.hpp"
-#include "cairn/kernels/cast.hpp"
-#include "cairn/tree/traits.hpp"
-#include "cairn/tree/describe.hpp"
-#include "cairn/tree/std_leaves.hpp"
-#include "cairn/tree/std_nodes.hpp"
-#include "cairn/tree/walk.hpp"
-#include "cairn/tree/ops.hpp"
+#include "cairn/tree.hpp"
+#include "cairn/tree/cereal.hpp"
+#include "cairn/dtype/cast_host.hpp"
 #include "cairn/leaves/array.hpp"
 #include "cairn/leaves/sharded_array.hpp"
-#include "cairn/leaves/thrust_leaves.hpp"
 #include "cairn/leaves/device_array_view.hpp"
 #include "cairn/store/store.hpp"
 #include "cairn/store/posix_store.hpp"
@@ -37,7 +29,7 @@
 #include "cairn/manager/checkpointer.hpp"
 
 #if !defined(CAIRN_NO_EIGEN) && (__has_include(<Eigen/Core>) || __has_include(<eigen3/Eigen/Core>))
-#include "cairn/leaves/eigen.hpp"
+#include "cairn/leaves/eigen_cereal.hpp"
 #endif
 
 // cereal support for the standard types cairn's trees are made of, so that CAIRN_TREE structs
@@ -51,3 +43,9 @@
 #include <cereal/types/unordered_map.hpp>
 #include <cereal/types/utility.hpp>
 #include <cereal/types/vector.hpp>
+
+// Thrust's vectors as leaves. With separate compilation, include this where they are used:
+// Thrust's headers are a good part of what that mode saves.
+#if !defined(CAIRN_SEPARATE_COMPILATION)
+#include "cairn/leaves/thrust_leaves.hpp"
+#endif

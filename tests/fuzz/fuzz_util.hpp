@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cairn/cairn.hpp>
+#include <cairn/format/files.hpp>  // marker_json, crc32c
 
 #include <cstdint>
 #include <deque>

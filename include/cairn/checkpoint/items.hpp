@@ -154,18 +154,10 @@ class Items {
 
 // Saves several named items as one checkpoint (committed atomically, like save()).
 inline SaveReport save(Store& store, const std::string& key, const Items& items, const SaveOptions& options = {}) {
-  return detail::run_save(store, key, options, [&](detail::SaveSession& session, SaveReport& total) {
-    for (const auto& snapshot : items.snapshots()) {
-      SaveReport r = session.add_item(snapshot, options);
-      total.leaves += r.leaves;
-      total.bytes_written += r.bytes_written;
-      total.cast.insert(total.cast.end(), r.cast.begin(), r.cast.end());
-    }
-  });
+  return detail::save_snapshots(store, key, [&] { return items.snapshots(); }, options);
 }
 inline SaveReport save(const std::string& path, const Items& items, const SaveOptions& options = {}) {
-  PosixStore store;
-  return save(store, path, items, options);
+  return save(detail::path_store(), path, items, options);
 }
 
 // Loads the items named in `items` (a subset of the checkpoint's is fine); one report per item.
@@ -179,11 +171,11 @@ inline std::vector<std::pair<std::string, LoadReport>> load(const Store& store, 
 }
 inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, const Items& items,
                                                             const LoadOptions& options = {}) {
-  return items.load_all(PosixStore(), path, options);
+  return items.load_all(detail::path_store(), path, options);
 }
 inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, Items& items,
                                                             const LoadOptions& options = {}) {
-  return items.load_all(PosixStore(), path, options);
+  return items.load_all(detail::path_store(), path, options);
 }
 
 CAIRN_END_NAMESPACE

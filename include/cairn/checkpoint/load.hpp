@@ -12,353 +12,26 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cairn/checkpoint/box_reader.hpp"
-#include "cairn/checkpoint/data_files.hpp"
+#include "cairn/checkpoint/load_plan.hpp"
 #include "cairn/checkpoint/options.hpp"
-#include "cairn/coordination/wire.hpp"
-#include "cairn/format/files.hpp"
-#include "cairn/store/posix_store.hpp"
+#include "cairn/checkpoint/save.hpp"
+#include "cairn/format/records.hpp"
+#include "cairn/store/store.hpp"
 #include "cairn/tree/walk.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// Stored keys of one item, indexed by their printed path.
-class StoredIndex {
- public:
-  explicit StoredIndex(const ItemRecord& item) : item_(item) {
-    for (const auto& l : item.leaves) leaves_.emplace(l.key(), &l);
-    auto add_child = [&](const KeyPath& p) {
-      if (p.empty()) return;
-      KeyPath parent = p;
-      parent.pop_back();
-      children_[parent.str()].push_back(p.back());
-    };
-    for (const auto& n : item.nodes) { nodes_.emplace(n.path.str(), &n); add_child(n.path); }
-    for (const auto& l : item.leaves) add_child(l.path);
-  }
-  const LeafRecord* leaf(const std::string& key) const {
-    auto it = leaves_.find(key);
-    return it == leaves_.end() ? nullptr : it->second;
-  }
-  bool has_node(const std::string& key) const { return nodes_.count(key) != 0; }
-  const std::vector<KeyEntry>* children(const std::string& key) const {
-    auto it = children_.find(key);
-    return it == children_.end() ? nullptr : &it->second;
-  }
-  const ItemRecord& item() const { return item_; }
-
- private:
-  const ItemRecord& item_;
-  std::unordered_map<std::string, const LeafRecord*> leaves_;
-  std::unordered_map<std::string, const NodeRecord*> nodes_;
-  std::unordered_map<std::string, std::vector<KeyEntry>> children_;
-};
-
-// A printed key path in canonical form (segments re-escaped), so "a/b/" and "a/b" agree.
-inline std::string canonical_key(const std::string& key) {
-  std::string out;
-  for (const auto& seg : split_key_path(key)) {
-    if (seg.empty()) continue;
-    if (!out.empty()) out += '/';
-    out += escape_key_segment(seg);
-  }
-  return out;
-}
-
-struct PlannedLeaf {
-  std::string key;            // in the target
-  const LeafRecord* stored;
-  std::function<LeafBuffer(const StoredLeafInfo&)> prepare;
-};
-
-struct LoadPlan {
-  std::vector<PlannedLeaf> leaves;
-  LoadReport report;
-};
-
-template <class T>
-LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& options) {
-  LoadPlan plan;
-  const std::string prefix = canonical_key(options.subtree);
-  if (!prefix.empty() && !index.leaf(prefix) && !index.has_node(prefix))
-    throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix + "'", {}, prefix);
-  std::unordered_map<std::string, bool> visited;
-  auto skipped = [&](const std::string& key) {
-    for (const auto& g : options.skip)
-      if (glob_matches(g, key)) return true;
-    return false;
-  };
-  walk_tree(
-      target,
-      [&](auto& value, const KeyPath& p, NodeKind) {
-        using U = std::remove_cvref_t<decltype(value)>;
-        // Containers whose children come from the checkpoint take the stored children now,
-        // before their children are visited (so references taken below stay valid).
-        if constexpr (requires(U& u, const StoredChildren& c) { node_traits<U>::prepare(u, c); }) {
-          const std::string key = p.str();
-          if (key.empty() || !skipped(key)) {
-            const std::string stored = join_key(prefix, key);
-            static const std::vector<KeyEntry> no_children;
-            const auto* children = index.children(stored);
-            if (children || index.has_node(stored)) {
-              try {
-                node_traits<U>::prepare(value, StoredChildren{children ? *children : no_children, !options.allow_missing});
-              } catch (const Error& e) {
-                throw e.with_key(stored);
-              }
-            }
-          }
-        }
-        return true;
-      },
-      [&](auto& value, const KeyPath& p) {
-        using L = std::remove_cvref_t<decltype(value)>;
-        const std::string key = p.str();
-        if (skipped(key)) { plan.report.skipped.push_back(key); return; }
-        const std::string stored_key = join_key(prefix, key);
-        const LeafRecord* stored = index.leaf(stored_key);
-        if (!stored) { plan.report.missing.push_back(key); return; }
-        visited[stored_key] = true;
-        plan.leaves.push_back({key, stored, [&value](const StoredLeafInfo& info) {
-                                 return leaf_traits<L>::prepare(value, info);
-                               }});
-      });
-  for (const auto& l : index.item().leaves) {
-    const std::string key = l.key();
-    if (!key_path_has_prefix(key, prefix) || visited.count(key)) continue;
-    std::string rel = prefix.empty() ? key : key.substr(std::min(key.size(), prefix.size() + 1));
-    if (skipped(rel)) continue;  // skipped target keys are not "unexpected" either
-    plan.report.unexpected.push_back(rel);
-  }
-  return plan;
-}
-
-inline void check_strict(const LoadReport& r, const LoadOptions& options, const std::string& dir) {
-  const bool bad_missing = !options.allow_missing && !r.missing.empty();
-  const bool bad_unexpected = !options.allow_unexpected && !r.unexpected.empty();
-  if (!bad_missing && !bad_unexpected) return;
-  std::string msg = "the target and the checkpoint have different keys.";
-  auto list = [&](const std::vector<std::string>& keys) {
-    std::string s;
-    for (std::size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : " ") + keys[i];
-    return s;
-  };
-  if (bad_missing)
-    msg += " In the target but not in the checkpoint (" + std::to_string(r.missing.size()) + "):" + list(r.missing) + ".";
-  if (bad_unexpected)
-    msg += " In the checkpoint but not in the target (" + std::to_string(r.unexpected.size()) + "):" +
-           list(r.unexpected) + ".";
-  msg += " Pass LoadOptions::partial(), allow_missing / allow_unexpected, or skip globs to load anyway.";
-  throw Error(ErrorKind::structure_mismatch, msg, dir);
-}
-
-struct ReadTask {
-  PlannedLeaf* leaf;
-  LeafBuffer buffer;
-};
-
-inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
-  const std::string dir = files.describe();
-  std::vector<ReadTask> tasks;
-  std::vector<CastRecord> lossy;  // casts that could lose information, not allowed
-  tasks.reserve(plan.leaves.size());
-  for (auto& leaf : plan.leaves) {
-    const LeafRecord& s = *leaf.stored;
-    // Every chunk must lie inside its file before the target allocates anything: shapes in
-    // untrusted metadata could otherwise ask for terabytes.
-    for (const auto& c : s.chunks) {
-      const std::uint64_t fsize = files.size(c.file);
-      if (c.offset > fsize || c.nbytes > fsize - c.offset)
-        throw Error(ErrorKind::corrupt, "bytes " + std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) +
-                    " lie beyond the end of the file (" + std::to_string(fsize) + " bytes; truncated?)",
-                    files.describe(c.file), leaf.key);
-    }
-    LeafBuffer buf;
-    try {
-      buf = leaf.prepare(StoredLeafInfo{s.dtype, s.shape, s.order, s.nbytes(), s.sharding ? &*s.sharding : nullptr,
-                                        options.coordinator ? options.coordinator->rank() : 0,
-                                        options.coordinator ? options.coordinator->size() : 1});
-    } catch (const Error& e) {
-      throw Error(e.kind(), e.message(), dir, leaf.key);
-    }
-    if (buf.dtype != s.dtype) {
-      if (!options.allow_cast)
-        throw Error(ErrorKind::dtype_mismatch, std::string("stored as ") + dtype_name(s.dtype) + ", the target is " +
-                    dtype_name(buf.dtype) + " and casting is disabled", dir, leaf.key);
-      if (buf.dtype == DType::string || s.dtype == DType::string)
-        throw Error(ErrorKind::dtype_mismatch, std::string("cannot cast ") + dtype_name(s.dtype) + " to " +
-                    dtype_name(buf.dtype), dir, leaf.key);
-      if (!cast_is_exact(s.dtype, buf.dtype) &&
-          std::none_of(options.allow_lossy_cast.begin(), options.allow_lossy_cast.end(),
-                       [&](const std::string& g) { return glob_matches(g, leaf.key); }))
-        lossy.push_back({leaf.key, s.dtype, buf.dtype});
-      plan.report.cast.push_back({leaf.key, s.dtype, buf.dtype});
-    }
-    const std::uint64_t want = element_count(s.shape) * dtype_size(buf.dtype);
-    if (buf.nbytes != want)
-      throw Error(ErrorKind::shape_mismatch, "target buffer holds " + std::to_string(buf.nbytes) + " bytes, " +
-                  std::to_string(want) + " needed for stored shape " + to_string(s.shape), dir, leaf.key);
-    if ((s.chunks.size() != 1 || !buf.shards.empty()) && (s.dtype == DType::string || buf.dtype == DType::string))
-      throw Error(ErrorKind::dtype_mismatch, "a string leaf cannot be stored in chunks or loaded into shards", dir, leaf.key);
-    tasks.push_back({&leaf, std::move(buf)});
-  }
-  if (!lossy.empty()) {
-    std::string list;
-    for (std::size_t i = 0; i < lossy.size() && i < 20; ++i)
-      list += (i ? ", " : "") + (lossy[i].key.empty() ? std::string("the root leaf") : lossy[i].key) + " (" +
-              dtype_name(lossy[i].from) + " -> " + dtype_name(lossy[i].to) + ")";
-    if (lossy.size() > 20) list += ", ... (" + std::to_string(lossy.size()) + " in all)";
-    throw Error(ErrorKind::dtype_mismatch, "loading these leaves would need casts that can lose information: " + list +
-                ". Give the target the stored dtype, or allow it for these keys with LoadOptions::allow_lossy_cast "
-                "(key globs; \"**\" for all)", dir, lossy.size() == 1 ? lossy.front().key : "");
-  }
-  // Leaves in file order. Runs of small one-chunk leaves that lie close together in one file
-  // are read with one request and delivered from memory: 10,000 leaves of a few KiB would
-  // otherwise be 10,000 reads.
-  auto one_chunk = [](const ReadTask& t) { return t.leaf->stored->chunks.size() == 1; };
-  std::stable_sort(tasks.begin(), tasks.end(), [&](const ReadTask& a, const ReadTask& b) {
-    if (one_chunk(a) != one_chunk(b)) return one_chunk(a);
-    if (!one_chunk(a)) return false;
-    const auto& ca = a.leaf->stored->chunks.front();
-    const auto& cb = b.leaf->stored->chunks.front();
-    return ca.file != cb.file ? ca.file < cb.file : ca.offset < cb.offset;
-  });
-  std::vector<unsigned char> group;
-  for (std::size_t i = 0; i < tasks.size();) {
-    std::size_t j = i + 1;
-    if (one_chunk(tasks[i]) && tasks[i].buffer.shards.empty() && tasks[i].leaf->stored->chunks.front().nbytes < small_leaf_bytes) {
-      const auto& c = tasks[i].leaf->stored->chunks.front();
-      std::uint64_t end = c.offset + c.nbytes;
-      while (j < tasks.size() && one_chunk(tasks[j]) && tasks[j].buffer.shards.empty()) {
-        const auto& n = tasks[j].leaf->stored->chunks.front();
-        if (n.file != c.file || n.nbytes >= small_leaf_bytes || n.offset < end || n.offset - end > coalesce_gap_bytes ||
-            n.offset + n.nbytes - c.offset > staging_bytes)
-          break;
-        end = n.offset + n.nbytes;
-        ++j;
-      }
-      if (j > i + 1) {
-        try {
-          group.resize(static_cast<std::size_t>(end - c.offset));
-          files.get(c.file).read_at(group.data(), group.size(), c.offset);
-        } catch (const Error& e) {
-          throw e.with_key(tasks[i].leaf->key).with_file(files.describe(c.file));
-        }
-        plan.report.bytes_read += group.size();
-        for (std::size_t k = i; k < j; ++k)
-          BoxLeafReader(*tasks[k].leaf->stored, tasks[k].buffer, tasks[k].leaf->key, files, options, plan.report)
-              .read_from_memory(group.data(), c.offset);
-        i = j;
-        continue;
-      }
-    }
-    BoxLeafReader(*tasks[i].leaf->stored, tasks[i].buffer, tasks[i].leaf->key, files, options, plan.report).read();
-    i = j;
-  }
-  for (auto& t : tasks) {
-    if (t.buffer.commit) {
-      try {
-        t.buffer.commit();
-      } catch (const Error& e) {
-        throw e.with_key(t.leaf->key).with_file(dir);
-      }
-    }
-    plan.report.loaded.push_back(t.leaf->key);
-  }
-}
-}  // namespace detail
-
-namespace detail {
-
-// The checkpoint a load reads and its metadata. With several ranks the primary resolves the
-// key and reads the metadata files, and broadcasts their bytes; every rank parses them. (A
-// shared filesystem then sees one reader, not one per rank, and only the primary may repair
-// an interrupted overwrite; see docs/multiprocess.md for the measurement.)
-struct OpenedCheckpoint {
-  std::string key;
-  CheckpointMetadata metadata;
-};
-inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
-  if (!coordinator || coordinator->size() == 1) {
-    const std::string ckpt = store.readable_checkpoint(normalize_key(key));
-    return {ckpt, read_metadata(store, ckpt)};
-  }
-  coordinator->set_phase("reading the metadata");
-  const std::string got = run_on_primary(*coordinator, [&] {
-    const std::string ckpt = store.readable_checkpoint(normalize_key(key));
-    MetadataText t = read_metadata_text(store, ckpt);
-    return WireWriter().str(ckpt).str(t.metadata).str(t.user).take();
-  });
-  WireReader in(got);
-  OpenedCheckpoint c;
-  c.key = in.str();
-  MetadataText t;
-  t.metadata = in.str();
-  t.user = in.str();
-  c.metadata = parse_metadata(store, c.key, t);
-  return c;
-}
-
-// The stored item a load reads: options.item, or for a per-rank item this rank's value of it
-// ("<item>@<rank>"), which exists only if the checkpoint was saved by as many ranks as load
-// it. Null: the item is left as it is and reported missing (allow_missing).
-inline const ItemRecord* find_load_item(const CheckpointMetadata& meta, const LoadOptions& options, bool per_rank,
-                                        const std::string& dir, LoadReport& report) {
-  if (!per_rank) {
-    const ItemRecord* item = meta.find_item(options.item);
-    if (!item) throw Error(ErrorKind::not_found, "the checkpoint has no item '" + options.item + "'", dir);
-    return item;
-  }
-  const int rank = options.coordinator ? options.coordinator->rank() : 0;
-  const int ranks = options.coordinator ? options.coordinator->size() : 1;
-  int saved = 0;
-  while (meta.find_item(per_rank_item_name(options.item, saved))) ++saved;
-  if (saved == ranks) return meta.find_item(per_rank_item_name(options.item, rank));
-  if (options.allow_missing) {
-    report.missing.push_back(per_rank_item_name(options.item, rank));
-    return nullptr;
-  }
-  throw Error(saved == 0 ? ErrorKind::not_found : ErrorKind::structure_mismatch,
-              saved == 0 ? "the checkpoint has no per-rank item '" + options.item + "'"
-                         : "item '" + options.item + "' was saved per rank by " + std::to_string(saved) +
-                               " ranks and is loaded by " + std::to_string(ranks) + ": each value belongs to a rank of "
-                               "the saving job. Leave it out (and restart what it holds), load one rank's value by its "
-                               "stored name '" + per_rank_item_name(options.item, 0) + "', or pass allow_missing to "
-                               "leave it as it is",
-              dir);
-}
+// The runtime's load (checkpoint/load_impl.hpp): opens the checkpoint, finds the item, has
+// `plan` match its stored leaves to the target's, then reads, verifies, casts and copies the
+// planned leaves. With options.coordinator, a collective: every rank returns the same outcome.
+CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, const LoadOptions& options, bool per_rank,
+                                  const std::function<LoadPlan(const StoredIndex&)>& plan);
 
 template <class T>
 LoadReport load_item(const Store& store, const std::string& key, T& target, const LoadOptions& options, bool per_rank) {
-  LoadReport report;
-  std::exception_ptr failure;
-  try {
-    OpenedCheckpoint ck = open_checkpoint(store, key, options.coordinator);
-    const std::string dir = store.describe(ck.key);
-    if (const ItemRecord* item = find_load_item(ck.metadata, options, per_rank, dir, report)) {
-      StoredIndex index(*item);
-      LoadPlan plan = [&] {
-        try {
-          return plan_load(target, index, options);
-        } catch (const Error& e) {
-          throw e.kind() == ErrorKind::corrupt ? e.with_file(store.describe(join_key(ck.key, metadata_file))) : e;
-        }
-      }();
-      check_strict(plan.report, options, dir);
-      DataFiles files(store, ck.key);
-      execute_plan(plan, files, options);
-      report = std::move(plan.report);
-    }
-  } catch (...) {
-    if (!options.coordinator) throw;
-    failure = std::current_exception();
-  }
-  if (options.coordinator) {
-    options.coordinator->set_phase("agreeing on the load's outcome");
-    agree_on_outcome(*options.coordinator, failure);
-  }
-  return report;
+  return load_planned(store, key, options, per_rank,
+                      [&](const StoredIndex& index) { return plan_load(target, index, options); });
 }
 
 }  // namespace detail
@@ -377,7 +50,7 @@ LoadReport load(const Store& store, const std::string& key, T& target, const Loa
 // The same from a checkpoint directory.
 template <class T>
 LoadReport load(const std::string& path, T& target, const LoadOptions& options = {}) {
-  return load(PosixStore(), path, target, options);
+  return load(detail::path_store(), path, target, options);
 }
 
 // Loads a new T (default-constructed, then filled from the checkpoint).
@@ -389,7 +62,7 @@ T load(const Store& store, const std::string& key, const LoadOptions& options = 
 }
 template <class T>
 T load(const std::string& path, const LoadOptions& options = {}) {
-  return load<T>(PosixStore(), path, options);
+  return load<T>(detail::path_store(), path, options);
 }
 
 // Loads a single leaf (or subtree) by key path: load_subtree<Eigen::MatrixXf>(dir, "params/dense/kernel").
@@ -400,9 +73,13 @@ T load_subtree(const std::string& path, const std::string& key, LoadOptions opti
 }
 
 // Structure, dtypes, shapes and user metadata of a checkpoint; reads no array data.
-inline CheckpointMetadata metadata(const Store& store, const std::string& key) {
-  return detail::read_metadata(store, store.readable_checkpoint(detail::normalize_key(key)));
-}
-inline CheckpointMetadata metadata(const std::string& path) { return metadata(PosixStore(), path); }
+CAIRN_API CheckpointMetadata metadata(const Store& store, const std::string& key);
+inline CheckpointMetadata metadata(const std::string& path) { return metadata(detail::path_store(), path); }
 
 CAIRN_END_NAMESPACE
+
+// Header-only: the definitions of the entry points declared here (with
+// CAIRN_SEPARATE_COMPILATION, only in the translation unit of cairn/src.hpp).
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/checkpoint/load_impl.hpp"
+#endif

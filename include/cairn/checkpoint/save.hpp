@@ -1,36 +1,28 @@
 // save(): a tree to a new checkpoint, in a store or at a path, by one process or by every rank
-// of a coordinator (the protocol is checkpoint/commit.hpp).
+// of a coordinator (the protocol is checkpoint/commit.hpp). The templates here only take the
+// tree's views; the runtime that writes and commits them is checkpoint/save_impl.hpp.
 #pragma once
 
-#include <exception>
+#include <functional>
 #include <string>
+#include <vector>
 
-#include "cairn/checkpoint/commit.hpp"
-#include "cairn/coordination/coordinator.hpp"
-#include "cairn/store/posix_store.hpp"
-#include "cairn/tree/walk.hpp"
+#include "cairn/checkpoint/options.hpp"
+#include "cairn/checkpoint/snapshot.hpp"
+#include "cairn/store/store.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// Runs a save on every rank: the items are written, and whatever fails on this rank still
-// reaches the commit's collectives, so that every rank returns the same outcome.
-template <class WriteItems>
-SaveReport run_save(Store& store, const std::string& key, const SaveOptions& options, WriteItems&& write_items) {
-  LocalCoordinator local;
-  Coordinator& coordinator = options.coordinator ? *options.coordinator : local;
-  SaveSession session(store, key, options.overwrite, coordinator);
-  SaveReport report;
-  report.path = session.describe();
-  std::exception_ptr failure;
-  try {
-    write_items(session, report);
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  session.commit(options.user_metadata, now_unix_ms(), failure);
-  return report;
-}
+// Writes the items' snapshots as one new checkpoint at `key` and commits it (on every rank of
+// options.coordinator, each with its own part). `snapshot` runs once the save has begun, so
+// that its error (a leaf that cannot be viewed) reaches every rank through the commit.
+CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
+                                    const std::function<std::vector<ItemSnapshot>()>& snapshot, const SaveOptions& options);
+
+// The store of the path overloads of save, load and metadata: a PosixStore whose keys are
+// paths. Stateless, so one serves every call and thread.
+CAIRN_API Store& path_store();
 
 }  // namespace detail
 
@@ -40,16 +32,20 @@ SaveReport run_save(Store& store, const std::string& key, const SaveOptions& opt
 template <class T>
 SaveReport save(Store& store, const std::string& key, const T& tree, const SaveOptions& options = {}) {
   require_tree_type<T>();
-  return detail::run_save(store, key, options, [&](detail::SaveSession& session, SaveReport& report) {
-    report = session.add_item(detail::view_tree(default_item_name, tree), options);
-  });
+  return detail::save_snapshots(
+      store, key, [&] { return std::vector<detail::ItemSnapshot>{detail::view_tree(default_item_name, tree)}; }, options);
 }
 
 // The same to a checkpoint directory at `path`.
 template <class T>
 SaveReport save(const std::string& path, const T& tree, const SaveOptions& options = {}) {
-  PosixStore store;
-  return save(store, path, tree, options);
+  return save(detail::path_store(), path, tree, options);
 }
 
 CAIRN_END_NAMESPACE
+
+// Header-only: the definitions of the entry points declared here (with
+// CAIRN_SEPARATE_COMPILATION, only in the translation unit of cairn/src.hpp).
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/checkpoint/save_impl.hpp"
+#endif

@@ -3,6 +3,15 @@
 // host/device macro are defined in one place.
 #pragma once
 
+// Checked before anything else, so that a translation unit built without C++20 stops at one
+// message instead of many about std::endian, concepts and designated initializers.
+#if !defined(__cplusplus) || (__cplusplus < 202002L && !(defined(_MSVC_LANG) && _MSVC_LANG >= 202002L))
+#error "cairn needs C++20: compile with -std=c++20 (CMake: target_compile_features(... cxx_std_20); meson: cpp_std=c++20)"
+// #error does not stop g++, clang or MSVC, and the headers below would add dozens of errors;
+// a missing include does (a fatal error, named for what it is).
+#include "cairn: compilation stopped, see the error above"
+#endif
+
 #include <bit>
 
 #define CAIRN_VERSION_MAJOR 0
@@ -26,6 +35,26 @@
 // user defines THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP and compiles with -fopenmp).
 #if !defined(__CUDACC__) && !defined(THRUST_DEVICE_SYSTEM)
 #define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP
+#endif
+
+// Separate compilation (docs/compile-time.md). By default cairn is header-only: every
+// translation unit that saves or loads compiles the runtime (the I/O, the metadata, the cast
+// kernels, the commit). With CAIRN_SEPARATE_COMPILATION defined in every translation unit,
+// cairn/cairn.hpp declares the runtime's entry points only, and one translation unit of the
+// program compiles them by including cairn/src.hpp (CMake: link cairn::compiled instead).
+// CAIRN_API marks those entry points: inline when header-only, ordinary functions otherwise.
+// CAIRN_DEFINES_RUNTIME: whether this translation unit compiles the runtime's definitions
+// (every one when header-only; with separate compilation, the one of cairn/src.hpp).
+#if defined(CAIRN_SEPARATE_COMPILATION)
+#define CAIRN_API
+#if defined(CAIRN_BUILDING_RUNTIME)
+#define CAIRN_DEFINES_RUNTIME 1
+#else
+#define CAIRN_DEFINES_RUNTIME 0
+#endif
+#else
+#define CAIRN_API inline
+#define CAIRN_DEFINES_RUNTIME 1
 #endif
 
 // The on-disk format is little-endian and data is written straight from memory.

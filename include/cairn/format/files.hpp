@@ -19,6 +19,7 @@
 #include <cereal/archives/json.hpp>
 
 #include "cairn/format/records.hpp"
+#include "cairn/format/records_json.hpp"
 #include "cairn/io/crc32c.hpp"
 #include "cairn/store/store.hpp"
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cairn/core/box.hpp"
+#include "cairn/kernels/box_plan.hpp"
 #include "cairn/device/memory.hpp"
 #include "cairn/kernels/policy.hpp"
 
@@ -20,86 +21,6 @@
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
-
-inline constexpr int max_box_rank = 8;
-
-// A region to copy: its extent per dimension and the element strides of source and
-// destination (the pointers passed with it address the region's first element).
-struct StridedRegion {
-  int rank = 0;
-  std::uint64_t extent[max_box_rank] = {};
-  std::int64_t src_stride[max_box_rank] = {};
-  std::int64_t dst_stride[max_box_rank] = {};
-
-  std::uint64_t elements() const {
-    std::uint64_t n = 1;
-    for (int d = 0; d < rank; ++d) n *= extent[d];
-    return n;
-  }
-};
-
-// Element strides of a dense buffer holding `shape` in C (row-major) or F order.
-inline std::vector<std::int64_t> dense_strides(const Shape& shape, bool column_major) {
-  std::vector<std::int64_t> s(shape.size());
-  std::int64_t m = 1;
-  if (column_major) {
-    for (std::size_t d = 0; d < shape.size(); ++d) { s[d] = m; m *= shape[d]; }
-  } else {
-    for (std::size_t d = shape.size(); d-- > 0;) { s[d] = m; m *= shape[d]; }
-  }
-  return s;
-}
-
-struct BoxCopyPlan {
-  StridedRegion region;
-  std::uint64_t src_offset = 0, dst_offset = 0;  // elements, to the region's first element
-};
-
-// Plans copying `region` (global indices) from a buffer holding `src_box` to one holding
-// `dst_box`. Dimensions of extent 1 are dropped and neighbours contiguous on both sides are
-// merged, so a copy of whole rows becomes one long run.
-inline BoxCopyPlan plan_box_copy(const Box& region, const Box& src_box, bool src_column_major, const Box& dst_box,
-                                 bool dst_column_major) {
-  const auto ss = dense_strides(src_box.shape, src_column_major);
-  const auto ds = dense_strides(dst_box.shape, dst_column_major);
-  BoxCopyPlan p;
-  struct D { std::uint64_t e; std::int64_t s, t; };
-  std::vector<D> dims;
-  for (std::size_t d = 0; d < region.rank(); ++d) {
-    p.src_offset += static_cast<std::uint64_t>((region.start[d] - src_box.start[d]) * ss[d]);
-    p.dst_offset += static_cast<std::uint64_t>((region.start[d] - dst_box.start[d]) * ds[d]);
-    if (region.shape[d] != 1) dims.push_back({static_cast<std::uint64_t>(region.shape[d]), ss[d], ds[d]});
-  }
-  // The innermost dimension should be the destination's fastest one (writes stay sequential
-  // when the orders differ).
-  if (dims.size() > 1 && dst_column_major) std::reverse(dims.begin(), dims.end());
-  std::vector<D> merged;
-  for (const auto& d : dims) {
-    if (!merged.empty()) {
-      D& m = merged.back();
-      // m is outer, d inner: merge when stepping m equals running through all of d.
-      if (m.s == d.s * static_cast<std::int64_t>(d.e) && m.t == d.t * static_cast<std::int64_t>(d.e)) {
-        m.e *= d.e;
-        m.s = d.s;
-        m.t = d.t;
-        continue;
-      }
-    }
-    merged.push_back(d);
-  }
-  if (merged.empty()) merged.push_back({1, 1, 1});
-  if (merged.size() > static_cast<std::size_t>(max_box_rank))
-    throw Error(ErrorKind::invalid_argument,
-                "box copy of rank " + std::to_string(merged.size()) + " (after merging dimensions); at most " +
-                std::to_string(max_box_rank) + " is supported");
-  p.region.rank = static_cast<int>(merged.size());
-  for (std::size_t d = 0; d < merged.size(); ++d) {
-    p.region.extent[d] = merged[d].e;
-    p.region.src_stride[d] = merged[d].s;
-    p.region.dst_stride[d] = merged[d].t;
-  }
-  return p;
-}
 
 // One call copies `seg` elements of one row (the innermost dimension) of the region.
 template <class T>
@@ -167,10 +88,6 @@ void box_copy(Policy&& policy, std::size_t item_size, const void* src, void* dst
 
 inline constexpr std::uint64_t host_copy_segment_bytes = 256 << 10;
 
-inline void box_copy_host(std::size_t item_size, const void* src, void* dst, const BoxCopyPlan& p) {
-  box_copy(host_memory_policy(), item_size, src, dst, p, host_copy_segment_bytes / item_size);
-}
-
 // The same copy between buffers in the memory of one device (a GPU under nvcc: one thread per
 // element; without CUDA the host kernel).
 inline void box_copy_device(std::size_t item_size, const void* src, void* dst, const BoxCopyPlan& p, int device) {
@@ -186,3 +103,9 @@ inline void box_copy_device(std::size_t item_size, const void* src, void* dst, c
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
+
+// The host copy's definition: in every translation unit when header-only, only in
+// cairn/src.hpp's with CAIRN_SEPARATE_COMPILATION.
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/kernels/box_copy_impl.hpp"
+#endif

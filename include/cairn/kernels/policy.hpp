@@ -5,6 +5,9 @@
 
 #include "cairn/core/config.hpp"
 
+#if defined(__has_include) && !__has_include(<thrust/version.h>)
+#error "cairn's kernels need Thrust's headers (Thrust 1.17+: Debian's libthrust-dev, or CUDA's CCCL on the include path)"
+#endif
 #include <thrust/execution_policy.h>
 
 CAIRN_BEGIN_NAMESPACE

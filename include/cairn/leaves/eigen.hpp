@@ -1,7 +1,7 @@
 // Eigen dense matrices and arrays as tree leaves (fixed and dynamic size, row- and
-// column-major) and as cereal-serializable types. The checkpoint keeps the logical shape and
-// the memory order it was saved in; a target of the other order is converted on load.
-// Vectors (one compile-time row or column) are 1-D arrays, everything else 2-D.
+// column-major); their cereal support is leaves/eigen_cereal.hpp. The checkpoint keeps the
+// logical shape and the memory order it was saved in; a target of the other order is
+// converted on load. Vectors (one compile-time row or column) are 1-D arrays, everything else 2-D.
 #pragma once
 
 #if __has_include(<Eigen/Core>)
@@ -11,8 +11,6 @@
 #endif
 
 #include <vector>
-
-#include <cereal/cereal.hpp>
 
 #include "cairn/tree/traits.hpp"
 
@@ -67,35 +65,3 @@ template <class S, int R, int C, int O, int MR, int MC>
 struct leaf_traits<Eigen::Array<S, R, C, O, MR, MC>> : detail::eigen_leaf<Eigen::Array<S, R, C, O, MR, MC>> {};
 
 CAIRN_END_NAMESPACE
-
-// cereal support, so that CAIRN_TREE structs holding Eigen members serialize with any
-// cereal archive: rows, cols, and the coefficients in the matrix's own storage order.
-namespace cereal {
-template <class Archive, class S, int R, int C, int O, int MR, int MC>
-void save(Archive& ar, const Eigen::Matrix<S, R, C, O, MR, MC>& m) {
-  ar(make_nvp("rows", static_cast<std::int64_t>(m.rows())), make_nvp("cols", static_cast<std::int64_t>(m.cols())),
-     make_nvp("data", std::vector<S>(m.data(), m.data() + m.size())));
-}
-template <class Archive, class S, int R, int C, int O, int MR, int MC>
-void load(Archive& ar, Eigen::Matrix<S, R, C, O, MR, MC>& m) {
-  std::int64_t rows = 0, cols = 0;
-  std::vector<S> data;
-  ar(make_nvp("rows", rows), make_nvp("cols", cols), make_nvp("data", data));
-  if (rows < 0 || cols < 0 || static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols) != data.size() ||
-      (R != Eigen::Dynamic && R != rows) || (C != Eigen::Dynamic && C != cols))
-    throw ::cairn::Error(::cairn::ErrorKind::corrupt, "Eigen matrix of " + std::to_string(rows) + "x" +
-                         std::to_string(cols) + " with " + std::to_string(data.size()) + " values");
-  m.resize(rows, cols);
-  std::copy(data.begin(), data.end(), m.data());
-}
-template <class Archive, class S, int R, int C, int O, int MR, int MC>
-void save(Archive& ar, const Eigen::Array<S, R, C, O, MR, MC>& a) {
-  save(ar, a.matrix().eval());
-}
-template <class Archive, class S, int R, int C, int O, int MR, int MC>
-void load(Archive& ar, Eigen::Array<S, R, C, O, MR, MC>& a) {
-  Eigen::Matrix<S, R, C, O, MR, MC> m;
-  load(ar, m);
-  a = m.array();
-}
-}  // namespace cereal

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cairn/device/memory.hpp"
-#include "cairn/kernels/box_copy.hpp"
+#include "cairn/kernels/box_plan.hpp"
 #include "cairn/tree/traits.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -286,3 +286,8 @@ struct leaf_traits<ShardedArray<T>> {
 };
 
 CAIRN_END_NAMESPACE
+
+// The box copy behind gather and from_host (its definition, as above).
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/kernels/box_copy.hpp"
+#endif

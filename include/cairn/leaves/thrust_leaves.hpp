@@ -3,6 +3,11 @@
 // its memory; under g++ its memory is that of Thrust's CPP/OMP device system.
 #pragma once
 
+#include "cairn/core/config.hpp"  // first: picks Thrust's device system without nvcc
+
+#if defined(__has_include) && !__has_include(<thrust/version.h>)
+#error "cairn's kernels need Thrust's headers (Thrust 1.17+: Debian's libthrust-dev, or CUDA's CCCL on the include path)"
+#endif
 #include <thrust/device_vector.h>
 #include <thrust/host_vector.h>
 

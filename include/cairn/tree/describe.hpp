@@ -9,10 +9,12 @@
 #include <type_traits>
 #include <utility>
 
-#include <cereal/cereal.hpp>
-
 #include "cairn/tree/for_each_macro.hpp"
 #include "cairn/tree/traits.hpp"
+
+namespace cereal {
+class access;  // befriended by CAIRN_TREE_INTRUSIVE
+}
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -62,10 +64,15 @@ auto fields_of() {
   return cairn_tree_fields(static_cast<const T*>(nullptr));
 }
 
+// The cereal side of CAIRN_TREE is tree/cereal.hpp (cairn/cairn.hpp includes it), so that a
+// model header needs no cereal: a struct serialized by a cereal archive without it stops at
+// this class being incomplete.
+template <class Archive, class = void>
+struct cereal_fields;
+
 template <class Archive, class T>
 void serialize_fields(Archive& archive, T& value) {
-  std::apply([&](const auto&... field) { archive(cereal::make_nvp(field.name, value.*(field.member))...); },
-             fields_of<T>());
+  cereal_fields<Archive>::serialize(archive, value);
 }
 
 }  // namespace detail

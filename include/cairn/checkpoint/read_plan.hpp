@@ -1,0 +1,211 @@
+// Executing a load plan: the checkpoint opened (by the primary, with several ranks), the
+// strict check of the planned keys, and the planned leaves read in file order, verified, cast
+// and copied into their targets.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cairn/checkpoint/box_reader.hpp"
+#include "cairn/checkpoint/data_files.hpp"
+#include "cairn/checkpoint/load_plan.hpp"
+#include "cairn/coordination/wire.hpp"
+#include "cairn/format/files.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline void check_strict(const LoadReport& r, const LoadOptions& options, const std::string& dir) {
+  const bool bad_missing = !options.allow_missing && !r.missing.empty();
+  const bool bad_unexpected = !options.allow_unexpected && !r.unexpected.empty();
+  if (!bad_missing && !bad_unexpected) return;
+  std::string msg = "the target and the checkpoint have different keys.";
+  auto list = [&](const std::vector<std::string>& keys) {
+    std::string s;
+    for (std::size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : " ") + keys[i];
+    return s;
+  };
+  if (bad_missing)
+    msg += " In the target but not in the checkpoint (" + std::to_string(r.missing.size()) + "):" + list(r.missing) + ".";
+  if (bad_unexpected)
+    msg += " In the checkpoint but not in the target (" + std::to_string(r.unexpected.size()) + "):" +
+           list(r.unexpected) + ".";
+  msg += " Pass LoadOptions::partial(), allow_missing / allow_unexpected, or skip globs to load anyway.";
+  throw Error(ErrorKind::structure_mismatch, msg, dir);
+}
+
+struct ReadTask {
+  PlannedLeaf* leaf;
+  LeafBuffer buffer;
+};
+
+inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
+  const std::string dir = files.describe();
+  std::vector<ReadTask> tasks;
+  std::vector<CastRecord> lossy;  // casts that could lose information, not allowed
+  tasks.reserve(plan.leaves.size());
+  for (auto& leaf : plan.leaves) {
+    const LeafRecord& s = *leaf.stored;
+    // Every chunk must lie inside its file before the target allocates anything: shapes in
+    // untrusted metadata could otherwise ask for terabytes.
+    for (const auto& c : s.chunks) {
+      const std::uint64_t fsize = files.size(c.file);
+      if (c.offset > fsize || c.nbytes > fsize - c.offset)
+        throw Error(ErrorKind::corrupt, "bytes " + std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) +
+                    " lie beyond the end of the file (" + std::to_string(fsize) + " bytes; truncated?)",
+                    files.describe(c.file), leaf.key);
+    }
+    LeafBuffer buf;
+    try {
+      buf = leaf.prepare(StoredLeafInfo{s.dtype, s.shape, s.order, s.nbytes(), s.sharding ? &*s.sharding : nullptr,
+                                        options.coordinator ? options.coordinator->rank() : 0,
+                                        options.coordinator ? options.coordinator->size() : 1});
+    } catch (const Error& e) {
+      throw Error(e.kind(), e.message(), dir, leaf.key);
+    }
+    if (buf.dtype != s.dtype) {
+      if (!options.allow_cast)
+        throw Error(ErrorKind::dtype_mismatch, std::string("stored as ") + dtype_name(s.dtype) + ", the target is " +
+                    dtype_name(buf.dtype) + " and casting is disabled", dir, leaf.key);
+      if (buf.dtype == DType::string || s.dtype == DType::string)
+        throw Error(ErrorKind::dtype_mismatch, std::string("cannot cast ") + dtype_name(s.dtype) + " to " +
+                    dtype_name(buf.dtype), dir, leaf.key);
+      if (!cast_is_exact(s.dtype, buf.dtype) &&
+          std::none_of(options.allow_lossy_cast.begin(), options.allow_lossy_cast.end(),
+                       [&](const std::string& g) { return glob_matches(g, leaf.key); }))
+        lossy.push_back({leaf.key, s.dtype, buf.dtype});
+      plan.report.cast.push_back({leaf.key, s.dtype, buf.dtype});
+    }
+    const std::uint64_t want = element_count(s.shape) * dtype_size(buf.dtype);
+    if (buf.nbytes != want)
+      throw Error(ErrorKind::shape_mismatch, "target buffer holds " + std::to_string(buf.nbytes) + " bytes, " +
+                  std::to_string(want) + " needed for stored shape " + to_string(s.shape), dir, leaf.key);
+    if ((s.chunks.size() != 1 || !buf.shards.empty()) && (s.dtype == DType::string || buf.dtype == DType::string))
+      throw Error(ErrorKind::dtype_mismatch, "a string leaf cannot be stored in chunks or loaded into shards", dir, leaf.key);
+    tasks.push_back({&leaf, std::move(buf)});
+  }
+  if (!lossy.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < lossy.size() && i < 20; ++i)
+      list += (i ? ", " : "") + (lossy[i].key.empty() ? std::string("the root leaf") : lossy[i].key) + " (" +
+              dtype_name(lossy[i].from) + " -> " + dtype_name(lossy[i].to) + ")";
+    if (lossy.size() > 20) list += ", ... (" + std::to_string(lossy.size()) + " in all)";
+    throw Error(ErrorKind::dtype_mismatch, "loading these leaves would need casts that can lose information: " + list +
+                ". Give the target the stored dtype, or allow it for these keys with LoadOptions::allow_lossy_cast "
+                "(key globs; \"**\" for all)", dir, lossy.size() == 1 ? lossy.front().key : "");
+  }
+  // Leaves in file order. Runs of small one-chunk leaves that lie close together in one file
+  // are read with one request and delivered from memory: 10,000 leaves of a few KiB would
+  // otherwise be 10,000 reads.
+  auto one_chunk = [](const ReadTask& t) { return t.leaf->stored->chunks.size() == 1; };
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const ReadTask& a, const ReadTask& b) {
+    if (one_chunk(a) != one_chunk(b)) return one_chunk(a);
+    if (!one_chunk(a)) return false;
+    const auto& ca = a.leaf->stored->chunks.front();
+    const auto& cb = b.leaf->stored->chunks.front();
+    return ca.file != cb.file ? ca.file < cb.file : ca.offset < cb.offset;
+  });
+  std::vector<unsigned char> group;
+  for (std::size_t i = 0; i < tasks.size();) {
+    std::size_t j = i + 1;
+    if (one_chunk(tasks[i]) && tasks[i].buffer.shards.empty() && tasks[i].leaf->stored->chunks.front().nbytes < small_leaf_bytes) {
+      const auto& c = tasks[i].leaf->stored->chunks.front();
+      std::uint64_t end = c.offset + c.nbytes;
+      while (j < tasks.size() && one_chunk(tasks[j]) && tasks[j].buffer.shards.empty()) {
+        const auto& n = tasks[j].leaf->stored->chunks.front();
+        if (n.file != c.file || n.nbytes >= small_leaf_bytes || n.offset < end || n.offset - end > coalesce_gap_bytes ||
+            n.offset + n.nbytes - c.offset > staging_bytes)
+          break;
+        end = n.offset + n.nbytes;
+        ++j;
+      }
+      if (j > i + 1) {
+        try {
+          group.resize(static_cast<std::size_t>(end - c.offset));
+          files.get(c.file).read_at(group.data(), group.size(), c.offset);
+        } catch (const Error& e) {
+          throw e.with_key(tasks[i].leaf->key).with_file(files.describe(c.file));
+        }
+        plan.report.bytes_read += group.size();
+        for (std::size_t k = i; k < j; ++k)
+          BoxLeafReader(*tasks[k].leaf->stored, tasks[k].buffer, tasks[k].leaf->key, files, options, plan.report)
+              .read_from_memory(group.data(), c.offset);
+        i = j;
+        continue;
+      }
+    }
+    BoxLeafReader(*tasks[i].leaf->stored, tasks[i].buffer, tasks[i].leaf->key, files, options, plan.report).read();
+    i = j;
+  }
+  for (auto& t : tasks) {
+    if (t.buffer.commit) {
+      try {
+        t.buffer.commit();
+      } catch (const Error& e) {
+        throw e.with_key(t.leaf->key).with_file(dir);
+      }
+    }
+    plan.report.loaded.push_back(t.leaf->key);
+  }
+}
+// The checkpoint a load reads and its metadata. With several ranks the primary resolves the
+// key and reads the metadata files, and broadcasts their bytes; every rank parses them. (A
+// shared filesystem then sees one reader, not one per rank, and only the primary may repair
+// an interrupted overwrite; see docs/multiprocess.md for the measurement.)
+struct OpenedCheckpoint {
+  std::string key;
+  CheckpointMetadata metadata;
+};
+inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
+  if (!coordinator || coordinator->size() == 1) {
+    const std::string ckpt = store.readable_checkpoint(normalize_key(key));
+    return {ckpt, read_metadata(store, ckpt)};
+  }
+  coordinator->set_phase("reading the metadata");
+  const std::string got = run_on_primary(*coordinator, [&] {
+    const std::string ckpt = store.readable_checkpoint(normalize_key(key));
+    MetadataText t = read_metadata_text(store, ckpt);
+    return WireWriter().str(ckpt).str(t.metadata).str(t.user).take();
+  });
+  WireReader in(got);
+  OpenedCheckpoint c;
+  c.key = in.str();
+  MetadataText t;
+  t.metadata = in.str();
+  t.user = in.str();
+  c.metadata = parse_metadata(store, c.key, t);
+  return c;
+}
+
+// The stored item a load reads: options.item, or for a per-rank item this rank's value of it
+// ("<item>@<rank>"), which exists only if the checkpoint was saved by as many ranks as load
+// it. Null: the item is left as it is and reported missing (allow_missing).
+inline const ItemRecord* find_load_item(const CheckpointMetadata& meta, const LoadOptions& options, bool per_rank,
+                                        const std::string& dir, LoadReport& report) {
+  if (!per_rank) {
+    const ItemRecord* item = meta.find_item(options.item);
+    if (!item) throw Error(ErrorKind::not_found, "the checkpoint has no item '" + options.item + "'", dir);
+    return item;
+  }
+  const int rank = options.coordinator ? options.coordinator->rank() : 0;
+  const int ranks = options.coordinator ? options.coordinator->size() : 1;
+  int saved = 0;
+  while (meta.find_item(per_rank_item_name(options.item, saved))) ++saved;
+  if (saved == ranks) return meta.find_item(per_rank_item_name(options.item, rank));
+  if (options.allow_missing) {
+    report.missing.push_back(per_rank_item_name(options.item, rank));
+    return nullptr;
+  }
+  throw Error(saved == 0 ? ErrorKind::not_found : ErrorKind::structure_mismatch,
+              saved == 0 ? "the checkpoint has no per-rank item '" + options.item + "'"
+                         : "item '" + options.item + "' was saved per rank by " + std::to_string(saved) +
+                               " ranks and is loaded by " + std::to_string(ranks) + ": each value belongs to a rank of "
+                               "the saving job. Leave it out (and restart what it holds), load one rank's value by its "
+                               "stored name '" + per_rank_item_name(options.item, 0) + "', or pass allow_missing to "
+                               "leave it as it is",
+              dir);
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE

@@ -1,0 +1,49 @@
+// The runtime of save(): a session per save that writes every item's leaves and commits them
+// once on every rank. Compiled in every translation unit that includes cairn/cairn.hpp, or
+// once with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cairn/checkpoint/commit.hpp"
+#include "cairn/checkpoint/save.hpp"
+#include "cairn/coordination/coordinator.hpp"
+#include "cairn/store/posix_store.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Whatever fails on this rank while writing still reaches the commit's collectives, so that
+// every rank returns the same outcome.
+CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
+                                    const std::function<std::vector<ItemSnapshot>()>& snapshot, const SaveOptions& options) {
+  LocalCoordinator local;
+  Coordinator& coordinator = options.coordinator ? *options.coordinator : local;
+  SaveSession session(store, key, options.overwrite, coordinator);
+  SaveReport total;
+  total.path = session.describe();
+  std::exception_ptr failure;
+  try {
+    for (const auto& item : snapshot()) {
+      SaveReport r = session.add_item(item, options);
+      total.leaves += r.leaves;
+      total.bytes_written += r.bytes_written;
+      total.cast.insert(total.cast.end(), r.cast.begin(), r.cast.end());
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  session.commit(options.user_metadata, now_unix_ms(), failure);
+  return total;
+}
+
+CAIRN_API Store& path_store() {
+  static PosixStore store;
+  return store;
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""What including cairn costs a translation unit: compiler CPU time, compiler peak memory and
+stripped binary size of the programs in bench/compile_time/, each beside the same program with
+cereal alone and with Eigen alone, compiled in the same run (figures, not a timed test: CI
+prints them so that a regression shows in every log). See docs/compile-time.md.
+
+    python3 tools/compile_time.py [--cxx g++] [--opt -O2] [--repeat N] [--only NAME,...]
+
+Each program is compiled --repeat times (default 1) and the fastest run is reported."""
+import argparse
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SRC = ROOT / "bench" / "compile_time"
+
+
+def eigen_include():
+    for d in ("/usr/include/eigen3", "/usr/local/include/eigen3"):
+        if pathlib.Path(d, "Eigen", "Core").exists():
+            return ["-I" + d]
+    return []
+
+
+def compile_once(cxx, args, out):
+    """Compiles once; returns (cpu seconds, peak KiB) of the compiler driver and the processes
+    it waited for (cc1plus, as, ld), from wait4's resource usage of that one child."""
+    proc = subprocess.Popen([cxx] + args + ["-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.stderr.write(output.decode(errors="replace")[-4000:])
+        raise SystemExit(f"compile_time: {' '.join([cxx] + args)} failed")
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+
+
+def stripped_size(binary, work):
+    s = pathlib.Path(work, binary.name + ".stripped")
+    subprocess.run(["strip", "-o", str(s), str(binary)], check=True)
+    return s.stat().st_size
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cxx", default=os.environ.get("CXX", "g++"))
+    p.add_argument("--opt", default="-O2")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--only", default="")
+    a = p.parse_args()
+
+    common = ["-std=c++20", a.opt, "-I" + str(ROOT / "include"), "-I" + str(SRC)] + eigen_include()
+    work = pathlib.Path(tempfile.mkdtemp(prefix="cairn-compile-time-"))
+    # name: (what it is, [(source, extra flags, object only?)...], run it?)
+    # A program of several steps (the separately compiled runtime, then the user's file and the
+    # link) reports the steps' sum, and the user's file alone.
+    runtime_obj = work / "cairn_runtime.o"
+    programs = {
+        "eigen_only": ("the program with Eigen alone", [("eigen_only.cpp", [], False)]),
+        "cereal_only": ("the program with cereal alone", [("with_cereal.cpp", [], False)]),
+        "cairn": ("the program with cairn, header-only (the default)", [("with_cairn.cpp", ["-pthread"], False)]),
+        "cairn_separate_runtime": ("cairn's runtime, compiled once (CAIRN_SEPARATE_COMPILATION)",
+                                   [(str(ROOT / "src" / "cairn.cpp"), ["-DCAIRN_SEPARATE_COMPILATION", "-c"], True)]),
+        "cairn_separate": ("the program with cairn, separate compilation: its own file and the link",
+                           [("with_cairn.cpp", ["-DCAIRN_SEPARATE_COMPILATION", "-pthread", str(runtime_obj)], False)]),
+        "model_header": ("a model header's file: Eigen structs, no cairn", [("model_header.cpp", ["-c"], True)]),
+        "model_header_tree": ("the same with <cairn/tree.hpp> and CAIRN_TREE", [("model_header.cpp", ["-c", "-DWITH_CAIRN_TREE"], True)]),
+    }
+    only = [n for n in a.only.split(",") if n]
+    if "cairn_separate" in only and "cairn_separate_runtime" not in only:
+        only.insert(only.index("cairn_separate"), "cairn_separate_runtime")
+    results = {}
+    print(f"compile_time: {a.cxx} {a.opt}, {os.cpu_count()} cores; CPU seconds of the compiler (user+sys), "
+          f"best of {a.repeat}")
+    for name, (what, steps) in programs.items():
+        if only and name not in only:
+            continue
+        best = None
+        for _ in range(a.repeat):
+            cpu_sum, peak = 0.0, 0
+            for src, extra, obj_only in steps:
+                out = runtime_obj if name == "cairn_separate_runtime" else work / (name + (".o" if obj_only else ""))
+                source = src if os.path.isabs(src) else str(SRC / src)
+                cpu, kib = compile_once(a.cxx, common + [source] + extra, out)
+                cpu_sum += cpu
+                peak = max(peak, kib)
+            if best is None or cpu_sum < best[0]:
+                best = (cpu_sum, peak, out)
+        cpu, peak, out = best
+        size = stripped_size(out, work) if not steps[-1][2] else None
+        if size is not None:
+            run = subprocess.run([str(out), str(work / (name + ".ckpt"))])
+            if run.returncode != 0:
+                raise SystemExit(f"compile_time: {name} built but its round trip failed ({run.returncode})")
+        results[name] = (cpu, peak, size)
+        size_s = f"{size / 1024:7.0f} KiB stripped" if size is not None else " " * 20
+        print(f"  {name:24s} {cpu:6.2f} s  {peak / 1024:6.0f} MiB  {size_s}  {what}")
+    if "model_header" in results and "model_header_tree" in results:
+        print(f"  <cairn/tree.hpp> adds {results['model_header_tree'][0] - results['model_header'][0]:.2f} s "
+              f"to a model header's file")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
