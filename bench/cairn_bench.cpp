@@ -434,6 +434,27 @@ int sharded_bench(const Options& o) {
       cairn::cast_host(cairn::DType::int32, ints.data(), cairn::DType::int8, narrow.data(), n);
     });
     report_kernel("cast int32 -> int8 (range-checked)", t4, 5.0 * n);
+    // Pairs without a kernel of their own: the source widens to int64 / uint64 / double a
+    // block at a time, then converts (docs/compile-time.md); a source of a wide type skips
+    // the first step.
+    std::vector<std::int16_t> shorts(n);
+    for (std::size_t i = 0; i < n; ++i) shorts[i] = static_cast<std::int16_t>(static_cast<std::int32_t>(rng() % 2000) - 1000);
+    const double t5 = time_median(o.repeat, [&] {
+      cairn::cast_host(cairn::DType::int16, shorts.data(), cairn::DType::float32, dst.data(), n);
+    });
+    report_kernel("cast int16 -> float32 (two steps)", t5, 6.0 * n);
+    const double t6 = time_median(o.repeat, [&] {
+      cairn::cast_host(cairn::DType::bfloat16, half.data(), cairn::DType::float16, narrow.data(), n / 2);
+    });
+    report_kernel("cast bfloat16 -> float16 (two steps)", t6, 2.0 * n);
+    const double t7 = time_median(o.repeat, [&] {
+      cairn::cast_host(cairn::DType::float64, wide.data(), cairn::DType::int32, ints.data(), n / 2);
+    });
+    report_kernel("cast float64 -> int32 (range-checked, one step)", t7, 6.0 * n);
+    const double t8 = time_median(o.repeat, [&] {
+      cairn::cast_host(cairn::DType::float64, wide.data(), cairn::DType::float32, dst.data(), n / 2);
+    });
+    report_kernel("cast float64 -> float32 (one step)", t8, 6.0 * n);
   }
   dst = {};
 

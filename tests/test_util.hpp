@@ -3,6 +3,8 @@
 
 #include <cairn/cairn.hpp>
 #include <cairn/format/files.hpp>  // marker_json, crc32c: test::resign
+#include <cairn/io/file.hpp>  // fault_hook: test::FaultInjection
+#include <cairn/store/posix_staging.hpp>  // clean_leftovers, the staging names
 #include <doctest/doctest.h>
 
 #include <atomic>

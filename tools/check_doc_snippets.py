@@ -9,7 +9,9 @@ what the fragment assumes, never shown to readers:
     <!-- snippet context="mylib" setup="TrainState state, target;" -->
 
 context names tests/doc_snippets/<name>.hpp, included first; setup is code placed at the top of
-the function body (write a double quote as &quot;). Errors point at the markdown file and line (#line). Usage:
+the function body (write a double quote as &quot;); alone="1" leaves out the cairn/cairn.hpp that
+is otherwise included first (a block that must compile with the headers it names, such as a
+model header with cairn/tree.hpp); define="NAME" compiles the block with -DNAME. Errors point at the markdown file and line (#line). Usage:
     tools/check_doc_snippets.py [--jobs N] [files...]
 """
 import argparse
@@ -67,7 +69,7 @@ def split(code):
 
 def translation_unit(path, first_line, code, attrs):
     rel = os.path.relpath(path, ROOT)
-    out = ['#include <cairn/cairn.hpp>']
+    out = [] if attrs.get('alone') == '1' else ['#include <cairn/cairn.hpp>']
     if 'context' in attrs:
         out.append('#include "%s.hpp"' % attrs['context'])
     if re.search(r'\bint\s+main\s*\(', code):
@@ -99,6 +101,8 @@ def compile_one(job):
            '-I' + os.path.join(ROOT, 'tests', 'doc_snippets'), src]
     if 'cairn/mpi.hpp' in code or attrs.get('context') == 'mpi':
         cmd[1:1] = mpi_flags()
+    if 'define' in attrs:
+        cmd[1:1] = ['-D' + attrs['define']]
     r = subprocess.run(cmd, capture_output=True, text=True)
     return path, first_line, r.returncode, r.stderr
 

@@ -13,8 +13,8 @@ say "configuring in $build"
 # tests costs about a quarter of the compile time.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
   "$@" >/dev/null
-say "building every test program, example and the benchmark with $(nproc) jobs: about 30 programs of" \
-    "about a minute of compiler time each (10-15 minutes on 2 cores); ninja prints each one as it finishes"
+say "building with $(nproc) jobs: cairn's runtime once, the test programs on it, the examples and the" \
+    "benchmarks header-only (6-8 minutes on 2 cores); ninja prints each program as it finishes"
 cmake --build "$build" -j "$(nproc)"
 say "running the tests (about a minute)"
 cd "$build"

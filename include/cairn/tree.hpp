@@ -6,7 +6,6 @@
 
 #include "cairn/core/config.hpp"
 #include "cairn/core/error.hpp"
-#include "cairn/core/json.hpp"
 #include "cairn/core/key_path.hpp"
 #include "cairn/core/shape.hpp"
 #include "cairn/core/mesh.hpp"

@@ -5,6 +5,7 @@
 
 #include <cairn/cairn.hpp>
 #include <cairn/format/files.hpp>  // marker_json, crc32c
+#include <cairn/store/posix_staging.hpp>
 
 #include <cstdint>
 #include <deque>

@@ -1,0 +1,192 @@
+// PosixStore's members: files through io/file.hpp, staging and publishing through
+// store/posix_staging.hpp. Compiled in every translation unit that includes
+// store/posix_store.hpp, or once with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <sys/stat.h>
+
+#include "cairn/io/file.hpp"
+#include "cairn/store/posix_staging.hpp"
+#include "cairn/store/posix_store.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+class PosixStore::Reader final : public StoreReader {
+ public:
+  explicit Reader(detail::File f) : file_(std::move(f)), size_(file_.size()) {}
+  std::uint64_t size() const override { return size_; }
+  void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { file_.read_at(dst, n, offset); }
+
+ private:
+  detail::File file_;
+  std::uint64_t size_;
+};
+
+class PosixStore::Writer final : public StoreWriter {
+ public:
+  explicit Writer(detail::File f) : file_(std::move(f)) {}
+  void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { file_.write_at(src, n, offset); }
+  void finish(std::uint64_t size) override {
+    if (file_.size() != size) file_.truncate(size);
+    file_.sync();
+    file_.close();
+  }
+
+ private:
+  detail::File file_;
+};
+
+class PosixStore::Staging final : public CheckpointStaging {
+ public:
+  Staging(detail::StagingClaim claim, std::string final_path, bool overwrite)
+      : claim_(std::move(claim)), final_path_(std::move(final_path)), overwrite_(overwrite) {}
+  ~Staging() override {
+    if (!published_) {
+      std::error_code ec;  // best effort: what is left, the next save or Checkpointer removes
+      std::filesystem::remove_all(claim_.staging_path(), ec);
+    }
+    claim_.release();
+  }
+  const std::string& key() const override { return key_; }
+  void publish(const std::map<std::string, std::uint64_t>& expected) override {
+    const std::string& dir = claim_.staging_path();
+    detail::fsync_dir(dir);
+    // Never publish a checkpoint that lacks a file: had anything removed the staging
+    // directory or a file in it meanwhile, the writes could have gone to unlinked files.
+    for (const auto& [name, bytes] : expected) {
+      struct stat st;
+      const std::string p = detail::join_key(dir, name);
+      if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != bytes)
+        throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
+                    "published", p);
+    }
+    detail::publish(claim_, final_path_, overwrite_);
+    published_ = true;
+    claim_.release();
+  }
+
+ private:
+  friend class PosixStore;
+  detail::StagingClaim claim_;
+  std::string final_path_, key_;
+  bool overwrite_ = false, published_ = false;
+};
+
+
+CAIRN_API std::unique_ptr<StoreReader> PosixStore::open(const std::string& key) const {
+  return std::make_unique<Reader>(detail::File::open_read(path(key)));
+}
+
+CAIRN_API std::unique_ptr<StoreWriter> PosixStore::create(const std::string& key) {
+  const std::string p = path(key);
+  try {
+    return std::make_unique<Writer>(detail::File::create(p));
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::not_found) throw;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(detail::parent_dir(p), ec);
+  if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), detail::parent_dir(p));
+  return std::make_unique<Writer>(detail::File::create(p));
+}
+
+CAIRN_API bool PosixStore::exists(const std::string& key) const { return detail::path_exists(path(key)); }
+
+CAIRN_API bool PosixStore::is_blob(const std::string& key) const {
+  struct stat st;
+  return ::lstat(path(key).c_str(), &st) == 0 && !S_ISDIR(st.st_mode) &&
+         !(S_ISLNK(st.st_mode) && detail::is_directory(path(key)));
+}
+
+CAIRN_API std::vector<StoreEntry> PosixStore::list(const std::string& prefix) const {
+  std::vector<StoreEntry> out;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(path(prefix), ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    out.push_back({it->path().filename().string(), it->is_directory(type_ec)});
+  }
+  return out;
+}
+
+CAIRN_API void PosixStore::remove(const std::string& key) { detail::remove_tree(path(key)); }
+
+CAIRN_API std::unique_ptr<CheckpointStaging> PosixStore::stage(const std::string& key, bool overwrite) {
+  const std::string final_path = path(key);
+  if (final_path.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint path");
+  if (final_path.find(detail::temp_infix) != std::string::npos ||
+      final_path.find(detail::legacy_old_infix) != std::string::npos)
+    throw Error(ErrorKind::invalid_argument, std::string("checkpoint paths may not contain '") + detail::temp_infix +
+                "' or '" + detail::legacy_old_infix + "'", final_path);
+  const std::string parent = detail::parent_dir(final_path);
+  if (!detail::is_directory(parent)) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), parent);
+  }
+  // The leftovers of earlier saves of this path that died: staging directories are removed,
+  // and a previous checkpoint that an interrupted overwrite set aside is put back first, so
+  // the overwrite rule below sees it.
+  const std::string name = detail::base_name(final_path);
+  detail::clean_leftovers(parent, &name);
+  detail::check_target(final_path, overwrite);
+  auto staging = std::make_unique<Staging>(detail::StagingClaim::create(final_path), final_path, overwrite);
+  staging->key_ = detail::normalize_key(key) + staging->claim_.staging_path().substr(final_path.size());
+  detail::make_dir(staging->claim_.staging_path());
+  return staging;
+}
+
+CAIRN_API std::string PosixStore::readable_checkpoint(const std::string& key) const {
+  const std::string p = path(key);
+  // A staging directory is never loaded; a previous checkpoint set aside under a staging
+  // name (".old") is complete and may be.
+  if (p.find(detail::temp_infix) != std::string::npos && !p.ends_with(detail::old_suffix))
+    throw Error(ErrorKind::incomplete, "this is a temporary directory of a save that has not committed; it is never "
+                "loaded", p);
+  const std::string found = detail::readable_checkpoint_dir(p);
+  if (found == p) return key;
+  return detail::join_key(detail::key_parent(detail::normalize_key(key)), detail::base_name(found));
+}
+
+CAIRN_API bool PosixStore::is_internal_name(const std::string& name) const {
+  return name.find(detail::temp_infix) != std::string::npos || name.find(detail::legacy_old_infix) != std::string::npos;
+}
+
+CAIRN_API void PosixStore::clean_leftovers(const std::string& prefix) { detail::clean_leftovers(path(prefix)); }
+
+CAIRN_API void PosixStore::remove_checkpoints(const std::vector<std::string>& keys) {
+  std::vector<detail::StagingClaim> doomed;
+  std::set<std::string> parents;
+  for (const auto& key : keys) {
+    const std::string from = path(key);
+    detail::StagingClaim claim = detail::StagingClaim::create(from);
+    detail::rename_path(from, claim.staging_path());
+    doomed.push_back(std::move(claim));
+    parents.insert(detail::parent_dir(from));
+  }
+  for (const auto& p : parents) detail::fsync_dir(p);
+  for (auto& d : doomed) {
+    detail::remove_tree(d.staging_path());
+    d.release();
+  }
+}
+
+CAIRN_API void PosixStore::write_atomically(const std::string& key, const std::string& content) {
+  const std::string p = path(key);
+  std::error_code ec;
+  std::filesystem::create_directories(detail::parent_dir(p), ec);  // as create() does
+  detail::StagingClaim claim = detail::StagingClaim::create(p);
+  detail::write_whole_file(claim.staging_path(), content);
+  detail::rename_path(claim.staging_path(), p);
+  detail::fsync_dir(detail::parent_dir(p));
+}
+
+CAIRN_END_NAMESPACE
