@@ -2,7 +2,7 @@
 """Compiles every ```cpp block of README.md and docs/*.md, so the docs cannot drift from the code.
 
 A block is compiled as written when it has a main(). Otherwise its leading declarations
-(#include, using namespace, struct, class, template, CAIRN_TREE, namespace) stay at namespace
+(#include, #define, using namespace, struct, class, template, CAIRN_TREE, namespace) stay at namespace
 scope and the rest becomes the body of a function. A comment right before the block may give
 what the fragment assumes, never shown to readers:
 
@@ -26,7 +26,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIRECTIVE = re.compile(r'<!--\s*snippet\b(.*?)-->', re.S)
 ATTR = re.compile(r'(\w+)="([^"]*)"')
-TOP_LEVEL = re.compile(r'^(#include|using namespace|struct\b|class\b|template\b|CAIRN_TREE|namespace\b)')
+TOP_LEVEL = re.compile(r'^(#include|#define|using namespace|struct\b|class\b|template\b|CAIRN_TREE|namespace\b)')
 
 
 def blocks(path):

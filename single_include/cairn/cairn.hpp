@@ -174,343 +174,6 @@ class Error : public std::runtime_error {
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/core/error.hpp -----
-// ----- begin cairn/core/json.hpp -----
-// cairn::Json: a small JSON value for user metadata (epoch, loss, learning rate ...) and
-// metrics. Objects keep insertion order. The parser is strict and depth-limited because it
-// reads files from disk, which are untrusted.
-
-#include <cerrno>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <initializer_list>
-#include <map>
-#include <memory>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <variant>
-#include <vector>
-
-
-CAIRN_BEGIN_NAMESPACE
-
-class Json {
- public:
-  using List = std::vector<Json>;
-  using Members = std::vector<std::pair<std::string, Json>>;
-
-  Json() = default;  // null
-  Json(std::nullptr_t) {}
-  Json(bool b) : v_(b) {}
-  template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
-  Json(I i) : v_(static_cast<std::int64_t>(i)) {}
-  Json(double d) : v_(d) {}
-  Json(float f) : v_(static_cast<double>(f)) {}
-  Json(const char* s) : v_(std::string(s)) {}
-  Json(std::string s) : v_(std::move(s)) {}
-  Json(std::string_view s) : v_(std::string(s)) {}
-
-  static Json array(std::initializer_list<Json> items = {}) { Json j; j.v_ = List(items); return j; }
-  static Json object(std::initializer_list<std::pair<std::string, Json>> items = {}) {
-    Json j;
-    j.v_ = Members{};
-    for (auto& kv : items) j[kv.first] = kv.second;
-    return j;
-  }
-
-  bool is_null() const { return std::holds_alternative<std::monostate>(v_); }
-  bool is_bool() const { return std::holds_alternative<bool>(v_); }
-  bool is_int() const { return std::holds_alternative<std::int64_t>(v_); }
-  bool is_number() const { return is_int() || std::holds_alternative<double>(v_); }
-  bool is_string() const { return std::holds_alternative<std::string>(v_); }
-  bool is_array() const { return std::holds_alternative<List>(v_); }
-  bool is_object() const { return std::holds_alternative<Members>(v_); }
-
-  bool as_bool() const { return get<bool>("a bool"); }
-  std::int64_t as_int() const { return get<std::int64_t>("an integer"); }
-  double as_double() const {
-    if (is_int()) return static_cast<double>(std::get<std::int64_t>(v_));
-    return get<double>("a number");
-  }
-  const std::string& as_string() const { return get<std::string>("a string"); }
-  const List& as_array() const { return get<List>("an array"); }
-  List& as_array() { return const_cast<List&>(std::as_const(*this).as_array()); }
-  const Members& items() const { return get<Members>("an object"); }
-
-  std::size_t size() const {
-    if (is_array()) return std::get<List>(v_).size();
-    if (is_object()) return std::get<Members>(v_).size();
-    return 0;
-  }
-
-  // Members access; a null value becomes an empty object on first insertion.
-  Json& operator[](const std::string& key) {
-    if (is_null()) v_ = Members{};
-    if (!is_object()) throw_type("an object");
-    auto& obj = std::get<Members>(v_);
-    for (auto& kv : obj)
-      if (kv.first == key) return kv.second;
-    obj.emplace_back(key, Json());
-    return obj.back().second;
-  }
-  const Json* find(std::string_view key) const {
-    if (!is_object()) return nullptr;
-    for (auto& kv : std::get<Members>(v_))
-      if (kv.first == key) return &kv.second;
-    return nullptr;
-  }
-  bool contains(std::string_view key) const { return find(key) != nullptr; }
-  const Json& at(std::string_view key) const {
-    const Json* j = find(key);
-    if (!j) throw Error(ErrorKind::not_found, "JSON object has no member '" + std::string(key) + "'");
-    return *j;
-  }
-  void push_back(Json j) {
-    if (is_null()) v_ = List{};
-    if (!is_array()) throw_type("an array");
-    std::get<List>(v_).push_back(std::move(j));
-  }
-
-  friend bool operator==(const Json& a, const Json& b) { return a.v_ == b.v_; }
-
-  // Compact JSON text. NaN and infinity have no JSON spelling and are refused.
-  std::string dump() const {
-    std::string out;
-    dump_to(out);
-    return out;
-  }
-
-  static Json parse(std::string_view text, const std::string& file = {}) {
-    Parser p{text, 0, file};
-    Json j = p.value(0);
-    p.skip_ws();
-    if (p.pos != text.size()) p.fail("unexpected text after the JSON value");
-    return j;
-  }
-
- private:
-  template <class T>
-  const T& get(const char* what) const {
-    if (!std::holds_alternative<T>(v_)) throw_type(what);
-    return std::get<T>(v_);
-  }
-  [[noreturn]] static void throw_type(const char* what) {
-    throw Error(ErrorKind::invalid_argument, std::string("JSON value is not ") + what);
-  }
-
-  static void dump_string(std::string& out, const std::string& s) {
-    out += '"';
-    for (unsigned char c : s) {
-      switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
-        default:
-          if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out += buf;
-          } else {
-            out += static_cast<char>(c);
-          }
-      }
-    }
-    out += '"';
-  }
-
-  void dump_to(std::string& out) const {
-    if (is_null()) out += "null";
-    else if (is_bool()) out += std::get<bool>(v_) ? "true" : "false";
-    else if (is_int()) out += std::to_string(std::get<std::int64_t>(v_));
-    else if (std::holds_alternative<double>(v_)) {
-      double d = std::get<double>(v_);
-      if (!std::isfinite(d)) throw Error(ErrorKind::invalid_argument, "JSON cannot hold NaN or infinity");
-      char buf[40];
-      std::snprintf(buf, sizeof buf, "%.17g", d);
-      out += buf;
-      if (std::string_view(buf).find_first_of(".eE") == std::string_view::npos) out += ".0";
-    } else if (is_string()) dump_string(out, std::get<std::string>(v_));
-    else if (is_array()) {
-      out += '[';
-      bool first = true;
-      for (auto& j : std::get<List>(v_)) { if (!first) out += ','; first = false; j.dump_to(out); }
-      out += ']';
-    } else {
-      out += '{';
-      bool first = true;
-      for (auto& kv : std::get<Members>(v_)) {
-        if (!first) out += ',';
-        first = false;
-        dump_string(out, kv.first);
-        out += ':';
-        kv.second.dump_to(out);
-      }
-      out += '}';
-    }
-  }
-
-  struct Parser {
-    std::string_view s;
-    std::size_t pos;
-    const std::string& file;
-    static constexpr int max_depth = 128;
-
-    [[noreturn]] void fail(const std::string& why) const {
-      throw Error(ErrorKind::corrupt, "invalid JSON at byte " + std::to_string(pos) + ": " + why, file);
-    }
-    void skip_ws() {
-      while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\n' || s[pos] == '\r' || s[pos] == '\t')) ++pos;
-    }
-    bool consume(std::string_view lit) {
-      if (s.substr(pos, lit.size()) == lit) { pos += lit.size(); return true; }
-      return false;
-    }
-    Json value(int depth) {
-      if (depth > max_depth) fail("nested deeper than " + std::to_string(max_depth));
-      skip_ws();
-      if (pos >= s.size()) fail("unexpected end");
-      char c = s[pos];
-      if (c == '{') {
-        ++pos;
-        Json j = Json::object();
-        skip_ws();
-        if (pos < s.size() && s[pos] == '}') { ++pos; return j; }
-        while (true) {
-          skip_ws();
-          if (pos >= s.size() || s[pos] != '"') fail("expected a string key");
-          std::string key = string();
-          skip_ws();
-          if (pos >= s.size() || s[pos] != ':') fail("expected ':'");
-          ++pos;
-          if (j.find(key)) fail("duplicate key '" + key + "'");
-          std::get<Members>(j.v_).emplace_back(std::move(key), value(depth + 1));
-          skip_ws();
-          if (pos < s.size() && s[pos] == ',') { ++pos; continue; }
-          if (pos < s.size() && s[pos] == '}') { ++pos; return j; }
-          fail("expected ',' or '}'");
-        }
-      }
-      if (c == '[') {
-        ++pos;
-        Json j = Json::array();
-        skip_ws();
-        if (pos < s.size() && s[pos] == ']') { ++pos; return j; }
-        while (true) {
-          std::get<List>(j.v_).push_back(value(depth + 1));
-          skip_ws();
-          if (pos < s.size() && s[pos] == ',') { ++pos; continue; }
-          if (pos < s.size() && s[pos] == ']') { ++pos; return j; }
-          fail("expected ',' or ']'");
-        }
-      }
-      if (c == '"') return Json(string());
-      if (consume("true")) return Json(true);
-      if (consume("false")) return Json(false);
-      if (consume("null")) return Json();
-      return number();
-    }
-    Json number() {
-      std::size_t start = pos;
-      if (pos < s.size() && s[pos] == '-') ++pos;
-      std::size_t digits = pos;
-      while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
-      if (pos == digits) fail("expected a value");
-      bool is_float = false;
-      if (pos < s.size() && s[pos] == '.') {
-        is_float = true;
-        ++pos;
-        std::size_t frac = pos;
-        while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
-        if (pos == frac) fail("expected digits after '.'");
-      }
-      if (pos < s.size() && (s[pos] == 'e' || s[pos] == 'E')) {
-        is_float = true;
-        ++pos;
-        if (pos < s.size() && (s[pos] == '+' || s[pos] == '-')) ++pos;
-        std::size_t exp = pos;
-        while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
-        if (pos == exp) fail("expected exponent digits");
-      }
-      std::string text(s.substr(start, pos - start));
-      if (!is_float) {
-        errno = 0;
-        char* end = nullptr;
-        long long v = std::strtoll(text.c_str(), &end, 10);
-        if (errno == 0 && end == text.c_str() + text.size()) return Json(static_cast<std::int64_t>(v));
-      }
-      return Json(std::strtod(text.c_str(), nullptr));
-    }
-    unsigned hex4() {
-      if (pos + 4 > s.size()) fail("short \\u escape");
-      unsigned v = 0;
-      for (int i = 0; i < 4; ++i) {
-        char c = s[pos++];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= static_cast<unsigned>(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= static_cast<unsigned>(c - 'A' + 10);
-        else fail("bad \\u escape");
-      }
-      return v;
-    }
-    std::string string() {
-      ++pos;  // opening quote
-      std::string out;
-      while (true) {
-        if (pos >= s.size()) fail("unterminated string");
-        char c = s[pos++];
-        if (c == '"') return out;
-        if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-        if (c != '\\') { out += c; continue; }
-        if (pos >= s.size()) fail("unterminated escape");
-        char e = s[pos++];
-        switch (e) {
-          case '"': out += '"'; break;
-          case '\\': out += '\\'; break;
-          case '/': out += '/'; break;
-          case 'b': out += '\b'; break;
-          case 'f': out += '\f'; break;
-          case 'n': out += '\n'; break;
-          case 'r': out += '\r'; break;
-          case 't': out += '\t'; break;
-          case 'u': {
-            unsigned cp = hex4();
-            if (cp >= 0xD800 && cp < 0xDC00) {
-              if (!consume("\\u")) fail("lone surrogate");
-              unsigned lo = hex4();
-              if (lo < 0xDC00 || lo >= 0xE000) fail("bad surrogate pair");
-              cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            } else if (cp >= 0xDC00 && cp < 0xE000) {
-              fail("lone surrogate");
-            }
-            if (cp < 0x80) out += static_cast<char>(cp);
-            else if (cp < 0x800) { out += static_cast<char>(0xC0 | (cp >> 6)); out += static_cast<char>(0x80 | (cp & 0x3F)); }
-            else if (cp < 0x10000) {
-              out += static_cast<char>(0xE0 | (cp >> 12)); out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-              out += static_cast<char>(0x80 | (cp & 0x3F));
-            } else {
-              out += static_cast<char>(0xF0 | (cp >> 18)); out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-              out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)); out += static_cast<char>(0x80 | (cp & 0x3F));
-            }
-            break;
-          }
-          default: fail("bad escape");
-        }
-      }
-    }
-  };
-
-  std::variant<std::monostate, bool, std::int64_t, double, std::string, List, Members> v_;
-};
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/core/json.hpp -----
 // ----- begin cairn/core/key_path.hpp -----
 // Key paths name a node of a tree: a list of typed entries (struct field, sequence index,
 // map key) printed as one string such as "params/dense/kernel" or "layers/0/w".
@@ -2421,6 +2084,136 @@ CAIRN_END_NAMESPACE
 // ----- end cairn/leaves/eigen.hpp -----
 #endif
 // ----- end cairn/tree.hpp -----
+// ----- begin cairn/core/json.hpp -----
+// cairn::Json: a small JSON value for user metadata (epoch, loss, learning rate ...) and
+// metrics. Objects keep insertion order. The parser is strict and depth-limited because it
+// reads files from disk, which are untrusted.
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+class Json {
+ public:
+  using List = std::vector<Json>;
+  using Members = std::vector<std::pair<std::string, Json>>;
+
+  Json() = default;  // null
+  Json(std::nullptr_t) {}
+  Json(bool b) : v_(b) {}
+  template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+  Json(I i) : v_(static_cast<std::int64_t>(i)) {}
+  Json(double d) : v_(d) {}
+  Json(float f) : v_(static_cast<double>(f)) {}
+  Json(const char* s) : v_(std::string(s)) {}
+  Json(std::string s) : v_(std::move(s)) {}
+  Json(std::string_view s) : v_(std::string(s)) {}
+
+  static Json array(std::initializer_list<Json> items = {}) { Json j; j.v_ = List(items); return j; }
+  static Json object(std::initializer_list<std::pair<std::string, Json>> items = {}) {
+    Json j;
+    j.v_ = Members{};
+    for (auto& kv : items) j[kv.first] = kv.second;
+    return j;
+  }
+
+  bool is_null() const { return std::holds_alternative<std::monostate>(v_); }
+  bool is_bool() const { return std::holds_alternative<bool>(v_); }
+  bool is_int() const { return std::holds_alternative<std::int64_t>(v_); }
+  bool is_number() const { return is_int() || std::holds_alternative<double>(v_); }
+  bool is_string() const { return std::holds_alternative<std::string>(v_); }
+  bool is_array() const { return std::holds_alternative<List>(v_); }
+  bool is_object() const { return std::holds_alternative<Members>(v_); }
+
+  bool as_bool() const { return get<bool>("a bool"); }
+  std::int64_t as_int() const { return get<std::int64_t>("an integer"); }
+  double as_double() const {
+    if (is_int()) return static_cast<double>(std::get<std::int64_t>(v_));
+    return get<double>("a number");
+  }
+  const std::string& as_string() const { return get<std::string>("a string"); }
+  const List& as_array() const { return get<List>("an array"); }
+  List& as_array() { return const_cast<List&>(std::as_const(*this).as_array()); }
+  const Members& items() const { return get<Members>("an object"); }
+
+  std::size_t size() const {
+    if (is_array()) return std::get<List>(v_).size();
+    if (is_object()) return std::get<Members>(v_).size();
+    return 0;
+  }
+
+  // Members access; a null value becomes an empty object on first insertion.
+  Json& operator[](const std::string& key) {
+    if (is_null()) v_ = Members{};
+    if (!is_object()) throw_type("an object");
+    auto& obj = std::get<Members>(v_);
+    for (auto& kv : obj)
+      if (kv.first == key) return kv.second;
+    obj.emplace_back(key, Json());
+    return obj.back().second;
+  }
+  const Json* find(std::string_view key) const {
+    if (!is_object()) return nullptr;
+    for (auto& kv : std::get<Members>(v_))
+      if (kv.first == key) return &kv.second;
+    return nullptr;
+  }
+  bool contains(std::string_view key) const { return find(key) != nullptr; }
+  const Json& at(std::string_view key) const {
+    const Json* j = find(key);
+    if (!j) throw Error(ErrorKind::not_found, "JSON object has no member '" + std::string(key) + "'");
+    return *j;
+  }
+  void push_back(Json j) {
+    if (is_null()) v_ = List{};
+    if (!is_array()) throw_type("an array");
+    std::get<List>(v_).push_back(std::move(j));
+  }
+
+  friend bool operator==(const Json& a, const Json& b) { return a.v_ == b.v_; }
+
+  // Compact JSON text. NaN and infinity have no JSON spelling and are refused.
+  std::string dump() const;
+
+  static Json parse(std::string_view text, const std::string& file = {});
+
+ private:
+  template <class T>
+  const T& get(const char* what) const {
+    if (!std::holds_alternative<T>(v_)) throw_type(what);
+    return std::get<T>(v_);
+  }
+  [[noreturn]] static void throw_type(const char* what) {
+    throw Error(ErrorKind::invalid_argument, std::string("JSON value is not ") + what);
+  }
+
+  static void dump_string(std::string& out, const std::string& s);
+
+  void dump_to(std::string& out) const;
+
+  struct Parser;  // core/json_impl.hpp
+
+  std::variant<std::monostate, bool, std::int64_t, double, std::string, List, Members> v_;
+};
+
+CAIRN_END_NAMESPACE
+
+// The definitions of the parser and the writer: in every translation unit when header-only,
+// only in cairn/src.hpp's with CAIRN_SEPARATE_COMPILATION.
+// ----- end cairn/core/json.hpp -----
 // ----- begin cairn/tree/cereal.hpp -----
 // cereal for CAIRN_TREE structs: each field as a name-value pair, in declaration order, so
 // that any cereal archive (JSON, binary, portable binary) serializes an annotated struct.
@@ -3352,576 +3145,10 @@ CAIRN_END_NAMESPACE
 // final path, fsyncs of the files and the directory, then one rename (or an atomic exchange
 // with the previous checkpoint), and an fsync of the parent directory.
 
-#include <filesystem>
 #include <memory>
-#include <set>
-#include <string>
-#include <system_error>
-
-#include <sys/stat.h>
-
-// ----- begin cairn/io/file.hpp -----
-// POSIX file access for checkpoints: positioned reads and writes that finish or throw,
-// fsync of files and directories, and the renames that commit a checkpoint atomically.
-// Every failure is a cairn::Error naming the file and the call that failed.
-//
-// Every system call here first asks injected_fault(), a test seam in the manner of {fmt}'s
-// posix-mock: tests make the Nth write, fsync, close or rename fail (or stop the process
-// there) without a special filesystem. In a program that sets no hook it is one load of a
-// null pointer per call.
-
-#include <atomic>
-#include <cerrno>
-#include <cstdint>
-#include <cstring>
-#include <filesystem>
-#include <string>
-#include <system_error>
-
-#include <fcntl.h>
-#include <stdio.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-[[noreturn]] inline void throw_errno(const char* call, const std::string& file, int err = errno) {
-  throw Error(err == ENOENT ? ErrorKind::not_found : ErrorKind::io,
-              std::string(call) + " failed: " + std::strerror(err), file);
-}
-
-// The fault-injection seam: a hook that returns an errno value to make the named call fail
-// ("open", "pread", "pwrite", "ftruncate", "fsync", "close", "mkdir", "rename", "renameat2",
-// "remove", and "fcntl" for the claim locks of store/posix_staging.hpp), or 0 to let it run.
-// Tests only.
-using FaultHook = int (*)(const char* call, const std::string& path);
-inline std::atomic<FaultHook>& fault_hook() {
-  static std::atomic<FaultHook> hook{nullptr};
-  return hook;
-}
-inline int injected_fault(const char* call, const std::string& path) {
-  const FaultHook h = fault_hook().load(std::memory_order_relaxed);
-  return h ? h(call, path) : 0;
-}
-
-class File {
- public:
-  File() = default;
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  File(File&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
-  File& operator=(File&& o) noexcept {
-    if (this != &o) { close_quietly(); fd_ = o.fd_; path_ = std::move(o.path_); o.fd_ = -1; }
-    return *this;
-  }
-  ~File() { close_quietly(); }
-
-  // Opens a file of a checkpoint for reading. Only a regular file is accepted: a symbolic
-  // link (which could lead out of the checkpoint) is refused, and a FIFO or device, which
-  // could block the load forever, is refused without blocking (O_NONBLOCK until checked).
-  static File open_read(const std::string& path) {
-    if (int e = injected_fault("open", path)) throw_errno("open", path, e);
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) {
-      if (errno == ELOOP) throw Error(ErrorKind::corrupt, "is a symbolic link; cairn reads only regular files inside a checkpoint", path);
-      throw_errno("open", path);
-    }
-    File f(fd, path);
-    struct stat st;
-    if (::fstat(fd, &st) != 0) throw_errno("fstat", path);
-    if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::corrupt, "is not a regular file (a directory, FIFO or device)", path);
-    const int flags = ::fcntl(fd, F_GETFL);
-    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) throw_errno("fcntl", path);
-    return f;
-  }
-  // A new file; fails if it exists (checkpoint files are written once, into a fresh directory).
-  static File create(const std::string& path) {
-    if (int e = injected_fault("open", path)) throw_errno("open (create)", path, e);
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) throw_errno("open (create)", path);
-    return File(fd, path);
-  }
-
-  const std::string& path() const { return path_; }
-  int fd() const { return fd_; }
-
-  std::uint64_t size() const {
-    struct stat st;
-    if (::fstat(fd_, &st) != 0) throw_errno("fstat", path_);
-    return static_cast<std::uint64_t>(st.st_size);
-  }
-
-  void write_at(const void* data, std::uint64_t n, std::uint64_t offset) {
-    const char* p = static_cast<const char*>(data);
-    if (int e = injected_fault("pwrite", path_)) throw_errno("pwrite", path_, e);
-    while (n > 0) {
-      const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30));
-      ssize_t w = ::pwrite(fd_, p, step, static_cast<off_t>(offset));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        throw_errno("pwrite", path_);
-      }
-      p += w;
-      n -= static_cast<std::uint64_t>(w);
-      offset += static_cast<std::uint64_t>(w);
-    }
-  }
-
-  // Reads exactly n bytes or throws: a short read means the file is shorter than its
-  // metadata says (truncated).
-  void read_at(void* data, std::uint64_t n, std::uint64_t offset) const {
-    char* p = static_cast<char*>(data);
-    if (int e = injected_fault("pread", path_)) throw_errno("pread", path_, e);
-    while (n > 0) {
-      const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30));
-      ssize_t r = ::pread(fd_, p, step, static_cast<off_t>(offset));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        throw_errno("pread", path_);
-      }
-      if (r == 0) throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(offset) + ", before the data its metadata describes (truncated?)", path_);
-      p += r;
-      n -= static_cast<std::uint64_t>(r);
-      offset += static_cast<std::uint64_t>(r);
-    }
-  }
-
-  void truncate(std::uint64_t size) {
-    if (int e = injected_fault("ftruncate", path_)) throw_errno("ftruncate", path_, e);
-    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) throw_errno("ftruncate", path_);
-  }
-  void sync() {
-    if (int e = injected_fault("fsync", path_)) throw_errno("fsync", path_, e);
-    if (::fsync(fd_) != 0) throw_errno("fsync", path_);
-  }
-  // On NFS and parallel filesystems close() is where delayed write errors surface, so a
-  // failed close fails the save.
-  void close() {
-    if (fd_ >= 0) {
-      int fd = fd_;
-      fd_ = -1;
-      const int injected = injected_fault("close", path_);
-      if (::close(fd) != 0) throw_errno("close", path_);
-      if (injected) throw_errno("close", path_, injected);
-    }
-  }
-
- private:
-  File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  void close_quietly() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd_ = -1;
-  std::string path_;
-};
-
-inline void write_whole_file(const std::string& path, const std::string& content) {
-  File f = File::create(path);
-  f.write_at(content.data(), content.size(), 0);
-  f.sync();
-  f.close();
-}
-
-inline void fsync_dir(const std::string& dir) {
-  if (int e = injected_fault("fsync", dir)) throw_errno("fsync (directory)", dir, e);
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw_errno("open (directory)", dir);
-  int rc = ::fsync(fd);
-  int err = errno;
-  const int injected = injected_fault("close", dir);
-  if (::close(fd) != 0 && rc == 0) { rc = -1; err = errno; }
-  if (rc != 0) throw_errno("fsync (directory)", dir, err);
-  if (injected) throw_errno("close (directory)", dir, injected);
-}
-
-inline void make_dir(const std::string& dir) {
-  if (int e = injected_fault("mkdir", dir)) throw_errno("mkdir", dir, e);
-  if (::mkdir(dir.c_str(), 0755) != 0) throw_errno("mkdir", dir);
-}
-
-inline bool path_exists(const std::string& p) {
-  struct stat st;
-  return ::lstat(p.c_str(), &st) == 0;
-}
-
-inline bool is_directory(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-inline bool is_regular_file(const std::string& p) {
-  struct stat st;
-  return ::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-inline void rename_path(const std::string& from, const std::string& to) {
-  if (int e = injected_fault("rename", from)) throw_errno("rename", from + " -> " + to, e);
-  if (::rename(from.c_str(), to.c_str()) != 0) throw_errno("rename", from + " -> " + to);
-}
-
-// Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE). Returns false where the
-// kernel or filesystem does not support it, so the caller can fall back.
-inline bool exchange_paths(const std::string& a, const std::string& b) {
-#if defined(__linux__) && defined(RENAME_EXCHANGE)
-  if (int e = injected_fault("renameat2", a)) {
-    if (e == EINVAL || e == ENOSYS || e == ENOTSUP) return false;
-    throw_errno("renameat2 (exchange)", a + " <-> " + b, e);
-  }
-  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
-  if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) return false;
-  throw_errno("renameat2 (exchange)", a + " <-> " + b);
-#else
-  (void)a; (void)b;
-  return false;
-#endif
-}
-
-inline void remove_tree(const std::string& p) {
-  if (int e = injected_fault("remove", p)) throw_errno("remove_all", p, e);
-  std::error_code ec;
-  std::filesystem::remove_all(p, ec);
-  if (ec) throw Error(ErrorKind::io, "remove_all failed: " + ec.message(), p);
-}
-
-inline std::string parent_dir(const std::string& p) {
-  std::filesystem::path parent = std::filesystem::path(p).parent_path();
-  return parent.empty() ? std::string(".") : parent.string();
-}
-
-
-}  // namespace detail
-CAIRN_END_NAMESPACE
-// ----- end cairn/io/file.hpp -----
-// ----- begin cairn/store/posix_staging.hpp -----
-// The commit mechanics of PosixStore: how a checkpoint directory appears at its final path
-// all at once, how an existing one is replaced, and how the leftovers of interrupted saves
-// are told apart from the work of saves that are still running. (The order of a save's steps
-// across ranks is checkpoint/commit.hpp; this file is what "stage" and "publish" mean on a
-// POSIX filesystem.)
-//
-// Names beside a final path F (all contain ".cairn-tmp-", which load refuses):
-//
-//   F.cairn-tmp-<token>.lock   the claim: a lock file, created and locked (an open-file-description
-//                              lock, fcntl F_OFD_SETLK) before anything below exists, and
-//                              unlinked only after everything below is gone
-//   F.cairn-tmp-<token>        the staging directory of a save; or a step being deleted; or the
-//                              temporary file of a `latest` marker
-//   F.cairn-tmp-<token>.old    the previous checkpoint of F, set aside while an overwrite runs on
-//                              a filesystem that cannot exchange two directories atomically
-//
-// A cleaner (the next save of F, a Checkpointer starting on the root) removes a group only when
-// it can lock the group's lock file itself, or when there is none: then the process that made
-// it has died, on this host or another (NFS releases the locks of dead clients). A lock held
-// by a live save, in this process (open-file-description locks conflict between two opens in
-// one process) or any other, keeps the group. Where the filesystem cannot lock at all, nothing
-// is removed automatically. A set-aside `.old` checkpoint is moved back to F when F holds no
-// committed checkpoint, and removed when it does; until then `load` reads F from it.
-
-#include <cstdint>
-#include <filesystem>
-#include <map>
-#include <mutex>
-#include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-inline constexpr const char* temp_infix = ".cairn-tmp-";
-// A previous checkpoint set aside under a staging name during an overwrite.
-inline constexpr const char* old_suffix = ".old";
-inline constexpr const char* lock_suffix = ".lock";
-// Set-aside checkpoints of cairn 0.1's overwrite fallback: F.cairn-old-<pid>, never locked.
-inline constexpr const char* legacy_old_infix = ".cairn-old-";
-
-// A directory that holds a commit marker (a regular file; its contents are checked on read).
-inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_key(dir, commit_marker_name)); }
-
-inline bool is_empty_dir(const std::string& dir) {
-  std::error_code ec;
-  return std::filesystem::is_directory(std::filesystem::symlink_status(dir, ec)) && std::filesystem::is_empty(dir, ec);
-}
-
-inline std::string base_name(const std::string& path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-enum class LockResult { taken, held_elsewhere, unsupported };
-
-// An exclusive, non-blocking lock on an open file. Open-file-description locks belong to the
-// open file, not the process, so two Checkpointers in one process exclude each other.
-inline LockResult try_lock(int fd, const std::string& path) {
-  if (int e = injected_fault("fcntl", path)) {
-    errno = e;
-    return e == EAGAIN || e == EACCES || e == EWOULDBLOCK ? LockResult::held_elsewhere : LockResult::unsupported;
-  }
-#if defined(F_OFD_SETLK)
-  struct flock fl {};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return LockResult::taken;
-  if (errno == EAGAIN || errno == EACCES) return LockResult::held_elsewhere;
-#else
-  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return LockResult::taken;
-  if (errno == EWOULDBLOCK) return LockResult::held_elsewhere;
-#endif
-  return LockResult::unsupported;
-}
-
-inline std::string new_claim_token() {
-  static std::mt19937_64 rng = [] {
-    std::random_device rd;
-    return std::mt19937_64((std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid()));
-  }();
-  static std::mutex m;
-  std::lock_guard<std::mutex> lock(m);
-  static const char* hex = "0123456789abcdef";
-  std::uint64_t v = rng();
-  std::string t = std::to_string(::getpid()) + "-";
-  for (int i = 0; i < 12; ++i, v >>= 4) t += hex[v & 15];
-  return t;
-}
-
-// A claim on the staging names of one final path (see the top of this file). Held from before
-// the staging directory exists until after it is gone.
-class StagingClaim {
- public:
-  StagingClaim() = default;
-  StagingClaim(const StagingClaim&) = delete;
-  StagingClaim& operator=(const StagingClaim&) = delete;
-  StagingClaim(StagingClaim&& o) noexcept : base_(std::move(o.base_)), fd_(o.fd_) { o.fd_ = -1; }
-  StagingClaim& operator=(StagingClaim&& o) noexcept {
-    if (this != &o) { release(); base_ = std::move(o.base_); fd_ = o.fd_; o.fd_ = -1; }
-    return *this;
-  }
-  ~StagingClaim() { release(); }
-
-  static StagingClaim create(const std::string& final_path) {
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      StagingClaim c;
-      c.base_ = final_path + temp_infix + new_claim_token();
-      const std::string lock = c.lock_path();
-      if (int e = injected_fault("open", lock)) throw_errno("open (create)", lock, e);
-      c.fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (c.fd_ < 0) {
-        if (errno == EEXIST) continue;
-        throw_errno("open (create)", lock);
-      }
-      const LockResult r = try_lock(c.fd_, lock);
-      if (r == LockResult::held_elsewhere) continue;  // a cleaner took it in the instant before our lock
-      // A cleaner may have locked and unlinked the file in that instant and let go: then our
-      // lock is on a file nobody can find, and we start again.
-      struct stat by_fd, by_name;
-      if (::fstat(c.fd_, &by_fd) != 0 || ::lstat(lock.c_str(), &by_name) != 0 || by_fd.st_ino != by_name.st_ino ||
-          by_fd.st_dev != by_name.st_dev)
-        continue;
-      (void)r;  // unsupported: no filesystem locks here, so no cleaner removes this group either
-      return c;
-    }
-    throw Error(ErrorKind::io, "could not claim a staging name", final_path);
-  }
-
-  const std::string& staging_path() const { return base_; }
-  std::string old_path() const { return base_ + old_suffix; }
-  std::string lock_path() const { return base_ + lock_suffix; }
-
-  // Unlinks the lock file, then lets go of the lock: a cleaner never finds an unlocked lock
-  // file of a live claim.
-  void release() noexcept {
-    if (fd_ < 0) return;
-    ::unlink(lock_path().c_str());
-    ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  std::string base_;
-  int fd_ = -1;
-};
-
-// Staging names beside one final path that belong to one claim token.
-struct LeftoverGroup {
-  std::string final_path, base;  // base: F.cairn-tmp-<token> (or a legacy name)
-  std::vector<std::string> paths;  // everything of the group except the lock file
-};
-
-// The committed checkpoint that a set-aside `.old` holds, or the old one put back at F.
-inline void restore_or_drop_old(const std::string& final_path, const std::string& old) {
-  std::error_code ec;
-  if (is_committed_checkpoint(final_path) || !is_committed_checkpoint(old)) {
-    std::filesystem::remove_all(old, ec);
-    return;
-  }
-  // F is absent (the crash came between the two renames) or an empty directory: rename
-  // replaces either atomically. Anything else at F is left alone, and so is the old copy.
-  if (path_exists(final_path) && !is_empty_dir(final_path)) return;
-  try {
-    rename_path(old, final_path);
-    fsync_dir(parent_dir(final_path));
-  } catch (const Error&) {
-    // Left for the next cleaner; load reads F from the old copy meanwhile.
-  }
-}
-
-// Removes the leftovers of dead saves and deletions in `dir` (those of final paths named
-// `only_name`, or all), and puts back checkpoints that an interrupted overwrite set aside.
-// Best effort: what cannot be removed now is left for the next time.
-inline void clean_leftovers(const std::string& dir, const std::string* only_name = nullptr) {
-  std::map<std::string, LeftoverGroup> groups;
-  std::error_code ec;
-  std::filesystem::directory_iterator it(dir, ec), end;
-  if (ec) return;
-  for (; it != end; it.increment(ec)) {
-    if (ec) return;
-    const std::string name = it->path().filename().string();
-    std::size_t pos = name.find(temp_infix);
-    const bool legacy_old = pos == std::string::npos && (pos = name.find(legacy_old_infix)) != std::string::npos;
-    if (pos == std::string::npos || pos == 0) continue;
-    const std::string final_name = name.substr(0, pos);
-    if (only_name && final_name != *only_name) continue;
-    const std::string full = join_key(dir, name);
-    if (legacy_old) {
-      LeftoverGroup& g = groups[full];
-      g.final_path = join_key(dir, final_name);
-      g.base = full;
-      g.paths.push_back(full);
-      continue;
-    }
-    const std::size_t token_start = pos + std::string(temp_infix).size();
-    const std::size_t dot = name.find('.', token_start);
-    const std::string base = join_key(dir, name.substr(0, dot));
-    const std::string suffix = dot == std::string::npos ? "" : name.substr(dot);
-    LeftoverGroup& g = groups[base];
-    g.final_path = join_key(dir, final_name);
-    g.base = base;
-    if (suffix != lock_suffix) g.paths.push_back(full);
-  }
-  for (auto& [base, g] : groups) {
-    // The lock file is opened whether or not the listing showed it: a listing may show a
-    // staging directory created while it ran without the lock file created just before it.
-    // A writer creates the lock file before anything else and unlinks it after everything
-    // else, so if it is absent now, nothing of this group belongs to a live save.
-    const std::string lock = base + lock_suffix;
-    const int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0 && errno != ENOENT) continue;  // cannot tell: keep
-    if (fd >= 0 && try_lock(fd, lock) != LockResult::taken) {
-      ::close(fd);
-      continue;  // a live save (or a filesystem without locks): keep
-    }
-    for (const auto& p : g.paths) {
-      const bool set_aside = p.find(legacy_old_infix) != std::string::npos || p.ends_with(old_suffix);
-      if (set_aside) restore_or_drop_old(g.final_path, p);
-      else std::filesystem::remove_all(p, ec);
-    }
-    if (fd >= 0) {
-      ::unlink(lock.c_str());
-      ::close(fd);
-    }
-  }
-}
-
-// The directory to read the checkpoint at `path` from: the path itself, or, while an
-// interrupted overwrite has left nothing committed there, the previous checkpoint it set aside.
-inline std::string readable_checkpoint_dir(const std::string& path) {
-  if (is_committed_checkpoint(path) || path.find(temp_infix) != std::string::npos) return path;
-  const std::string name = base_name(path);
-  if (name.empty()) return path;
-  const std::string parent = parent_dir(path);
-  std::error_code ec;
-  std::filesystem::directory_iterator it(parent, ec), end;
-  if (ec) return path;
-  for (; it != end; it.increment(ec)) {
-    if (ec) break;
-    const std::string entry = it->path().filename().string();
-    if (entry.rfind(name, 0) != 0) continue;
-    const std::string rest = entry.substr(name.size());
-    const bool ours = rest.starts_with(temp_infix) && rest.ends_with(old_suffix);
-    const bool legacy = rest.starts_with(legacy_old_infix);
-    const std::string full = join_key(parent, entry);
-    if ((ours || legacy) && is_committed_checkpoint(full)) return full;
-  }
-  return path;
-}
-
-// What lies at a path a save is about to publish to, and whether that may be replaced. An
-// empty directory (`mkdir -p ckpt/100` before saving) is the same as nothing.
-inline void check_target(const std::string& path, bool overwrite) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return;
-  if (!S_ISDIR(st.st_mode))
-    throw Error(ErrorKind::already_exists, S_ISLNK(st.st_mode)
-                    ? "a symbolic link is at this path; cairn saves only to a directory it can replace (pass its target instead)"
-                    : "a file (not a directory) is at this path; cairn will not replace it", path);
-  if (is_committed_checkpoint(path)) {
-    if (!overwrite) throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", path);
-    return;
-  }
-  if (is_empty_dir(path)) return;
-  throw Error(ErrorKind::already_exists,
-              "this directory is not empty and holds no cairn checkpoint (no " + std::string(commit_marker_name) +
-                  "); cairn will not write into it or replace it, even with overwrite. Save to a new path or an empty "
-                  "directory",
-              path);
-}
-
-// Publishes the complete staging directory at `final_path`: one rename where nothing (or an
-// empty directory) is there; an atomic exchange with the previous checkpoint where the
-// filesystem has one (renameat2 RENAME_EXCHANGE); otherwise the previous checkpoint is set
-// aside under the claim's `.old` name first, and put back if the second rename fails.
-// Until this returns, F holds either the previous complete checkpoint or the new one; a crash
-// between the fallback's two renames leaves F empty for a moment, and then load reads the
-// old one, and the next save or Checkpointer puts it back. Errors after the publish are
-// ErrorKind::after_commit.
-inline void publish(const StagingClaim& claim, const std::string& final_path, bool overwrite) {
-  const std::string parent = parent_dir(final_path);
-  const std::string& staged = claim.staging_path();
-  check_target(final_path, overwrite);  // again: something may have appeared while we wrote
-  std::optional<std::string> previous;  // where the replaced checkpoint is now, to be removed
-  if (!path_exists(final_path) || is_empty_dir(final_path)) {
-    rename_path(staged, final_path);
-  } else if (exchange_paths(staged, final_path)) {
-    previous = staged;
-  } else {
-    const std::string old = claim.old_path();
-    rename_path(final_path, old);
-    try {
-      rename_path(staged, final_path);
-    } catch (...) {
-      try { rename_path(old, final_path); } catch (const Error&) { /* the next cleaner puts it back */ }
-      throw;
-    }
-    previous = old;
-  }
-  try {
-    fsync_dir(parent);
-  } catch (const Error& e) {
-    throw after_commit_error(e, "making the rename durable (fsync of the parent directory)");
-  }
-  if (previous) {
-    try {
-      remove_tree(*previous);
-      fsync_dir(parent);
-    } catch (const Error& e) {
-      throw after_commit_error(e, "removing the replaced checkpoint");
-    }
-  }
-}
-
-}  // namespace detail
-CAIRN_END_NAMESPACE
-// ----- end cairn/store/posix_staging.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 
@@ -3941,179 +3168,42 @@ class PosixStore final : public Store {
   }
   std::string describe(const std::string& key) const override { return path(key); }
 
-  std::unique_ptr<StoreReader> open(const std::string& key) const override {
-    return std::make_unique<Reader>(detail::File::open_read(path(key)));
-  }
+  std::unique_ptr<StoreReader> open(const std::string& key) const override;
   // Missing directories on the way are created, as an object store needs none.
-  std::unique_ptr<StoreWriter> create(const std::string& key) override {
-    const std::string p = path(key);
-    try {
-      return std::make_unique<Writer>(detail::File::create(p));
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::not_found) throw;
-    }
-    std::error_code ec;
-    std::filesystem::create_directories(detail::parent_dir(p), ec);
-    if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), detail::parent_dir(p));
-    return std::make_unique<Writer>(detail::File::create(p));
-  }
-  bool exists(const std::string& key) const override { return detail::path_exists(path(key)); }
-  bool is_blob(const std::string& key) const override {
-    struct stat st;
-    return ::lstat(path(key).c_str(), &st) == 0 && !S_ISDIR(st.st_mode) &&
-           !(S_ISLNK(st.st_mode) && detail::is_directory(path(key)));
-  }
-  std::vector<StoreEntry> list(const std::string& prefix) const override {
-    std::vector<StoreEntry> out;
-    std::error_code ec;
-    std::filesystem::directory_iterator it(path(prefix), ec), end;
-    for (; !ec && it != end; it.increment(ec)) {
-      std::error_code type_ec;
-      out.push_back({it->path().filename().string(), it->is_directory(type_ec)});
-    }
-    return out;
-  }
-  void remove(const std::string& key) override { detail::remove_tree(path(key)); }
+  std::unique_ptr<StoreWriter> create(const std::string& key) override;
+  bool exists(const std::string& key) const override;
+  bool is_blob(const std::string& key) const override;
+  std::vector<StoreEntry> list(const std::string& prefix) const override;
+  void remove(const std::string& key) override;
 
-  std::unique_ptr<CheckpointStaging> stage(const std::string& key, bool overwrite) override {
-    const std::string final_path = path(key);
-    if (final_path.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint path");
-    if (final_path.find(detail::temp_infix) != std::string::npos ||
-        final_path.find(detail::legacy_old_infix) != std::string::npos)
-      throw Error(ErrorKind::invalid_argument, std::string("checkpoint paths may not contain '") + detail::temp_infix +
-                  "' or '" + detail::legacy_old_infix + "'", final_path);
-    const std::string parent = detail::parent_dir(final_path);
-    if (!detail::is_directory(parent)) {
-      std::error_code ec;
-      std::filesystem::create_directories(parent, ec);
-      if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), parent);
-    }
-    // The leftovers of earlier saves of this path that died: staging directories are removed,
-    // and a previous checkpoint that an interrupted overwrite set aside is put back first, so
-    // the overwrite rule below sees it.
-    const std::string name = detail::base_name(final_path);
-    detail::clean_leftovers(parent, &name);
-    detail::check_target(final_path, overwrite);
-    auto staging = std::make_unique<Staging>(detail::StagingClaim::create(final_path), final_path, overwrite);
-    staging->key_ = detail::normalize_key(key) + staging->claim_.staging_path().substr(final_path.size());
-    detail::make_dir(staging->claim_.staging_path());
-    return staging;
-  }
+  std::unique_ptr<CheckpointStaging> stage(const std::string& key, bool overwrite) override;
 
-  std::string readable_checkpoint(const std::string& key) const override {
-    const std::string p = path(key);
-    // A staging directory is never loaded; a previous checkpoint set aside under a staging
-    // name (".old") is complete and may be.
-    if (p.find(detail::temp_infix) != std::string::npos && !p.ends_with(detail::old_suffix))
-      throw Error(ErrorKind::incomplete, "this is a temporary directory of a save that has not committed; it is never "
-                  "loaded", p);
-    const std::string found = detail::readable_checkpoint_dir(p);
-    if (found == p) return key;
-    return detail::join_key(detail::key_parent(detail::normalize_key(key)), detail::base_name(found));
-  }
+  std::string readable_checkpoint(const std::string& key) const override;
 
-  bool is_internal_name(const std::string& name) const override {
-    return name.find(detail::temp_infix) != std::string::npos || name.find(detail::legacy_old_infix) != std::string::npos;
-  }
+  bool is_internal_name(const std::string& name) const override;
 
-  void clean_leftovers(const std::string& prefix) override { detail::clean_leftovers(path(prefix)); }
+  void clean_leftovers(const std::string& prefix) override;
 
   // Each directory is renamed to a claimed staging name first (atomic: from then on nothing
   // there looks like a checkpoint), the renames are made durable, then the trees are removed.
   // A crash midway leaves leftovers that the next Checkpointer removes.
-  void remove_checkpoints(const std::vector<std::string>& keys) override {
-    std::vector<detail::StagingClaim> doomed;
-    std::set<std::string> parents;
-    for (const auto& key : keys) {
-      const std::string from = path(key);
-      detail::StagingClaim claim = detail::StagingClaim::create(from);
-      detail::rename_path(from, claim.staging_path());
-      doomed.push_back(std::move(claim));
-      parents.insert(detail::parent_dir(from));
-    }
-    for (const auto& p : parents) detail::fsync_dir(p);
-    for (auto& d : doomed) {
-      detail::remove_tree(d.staging_path());
-      d.release();
-    }
-  }
+  void remove_checkpoints(const std::vector<std::string>& keys) override;
 
-  void write_atomically(const std::string& key, const std::string& content) override {
-    const std::string p = path(key);
-    std::error_code ec;
-    std::filesystem::create_directories(detail::parent_dir(p), ec);  // as create() does
-    detail::StagingClaim claim = detail::StagingClaim::create(p);
-    detail::write_whole_file(claim.staging_path(), content);
-    detail::rename_path(claim.staging_path(), p);
-    detail::fsync_dir(detail::parent_dir(p));
-  }
+  void write_atomically(const std::string& key, const std::string& content) override;
 
  private:
-  class Reader final : public StoreReader {
-   public:
-    explicit Reader(detail::File f) : file_(std::move(f)), size_(file_.size()) {}
-    std::uint64_t size() const override { return size_; }
-    void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { file_.read_at(dst, n, offset); }
-
-   private:
-    detail::File file_;
-    std::uint64_t size_;
-  };
-
-  class Writer final : public StoreWriter {
-   public:
-    explicit Writer(detail::File f) : file_(std::move(f)) {}
-    void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { file_.write_at(src, n, offset); }
-    void finish(std::uint64_t size) override {
-      if (file_.size() != size) file_.truncate(size);
-      file_.sync();
-      file_.close();
-    }
-
-   private:
-    detail::File file_;
-  };
-
-  class Staging final : public CheckpointStaging {
-   public:
-    Staging(detail::StagingClaim claim, std::string final_path, bool overwrite)
-        : claim_(std::move(claim)), final_path_(std::move(final_path)), overwrite_(overwrite) {}
-    ~Staging() override {
-      if (!published_) {
-        std::error_code ec;  // best effort: what is left, the next save or Checkpointer removes
-        std::filesystem::remove_all(claim_.staging_path(), ec);
-      }
-      claim_.release();
-    }
-    const std::string& key() const override { return key_; }
-    void publish(const std::map<std::string, std::uint64_t>& expected) override {
-      const std::string& dir = claim_.staging_path();
-      detail::fsync_dir(dir);
-      // Never publish a checkpoint that lacks a file: had anything removed the staging
-      // directory or a file in it meanwhile, the writes could have gone to unlinked files.
-      for (const auto& [name, bytes] : expected) {
-        struct stat st;
-        const std::string p = detail::join_key(dir, name);
-        if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != bytes)
-          throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
-                      "published", p);
-      }
-      detail::publish(claim_, final_path_, overwrite_);
-      published_ = true;
-      claim_.release();
-    }
-
-   private:
-    friend class PosixStore;
-    detail::StagingClaim claim_;
-    std::string final_path_, key_;
-    bool overwrite_ = false, published_ = false;
-  };
+  // The store's files and its staging (store/posix_store_impl.hpp).
+  class Reader;
+  class Writer;
+  class Staging;
 
   std::string root_;
 };
 
 CAIRN_END_NAMESPACE
+
+// The definitions of the members declared here: in every translation unit when header-only,
+// only in cairn/src.hpp's with CAIRN_SEPARATE_COMPILATION.
 // ----- end cairn/store/posix_store.hpp -----
 // ----- begin cairn/store/memory_store.hpp -----
 // MemoryStore: checkpoints held in memory, for tests (and for programs that want a checkpoint
@@ -5893,6 +4983,241 @@ CAIRN_END_NAMESPACE
 
 // The runtime's definitions (every header's CAIRN_DEFINES_RUNTIME tail), in one block.
 #if CAIRN_DEFINES_RUNTIME
+// ----- begin cairn/core/json_impl.hpp -----
+// Json's parser and writer. Compiled in every translation unit that includes core/json.hpp,
+// or once with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+struct Json::Parser {
+  std::string_view s;
+  std::size_t pos;
+  const std::string& file;
+  static constexpr int max_depth = 128;
+
+  [[noreturn]] void fail(const std::string& why) const {
+    throw Error(ErrorKind::corrupt, "invalid JSON at byte " + std::to_string(pos) + ": " + why, file);
+  }
+  void skip_ws() {
+    while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\n' || s[pos] == '\r' || s[pos] == '\t')) ++pos;
+  }
+  bool consume(std::string_view lit) {
+    if (s.substr(pos, lit.size()) == lit) { pos += lit.size(); return true; }
+    return false;
+  }
+  Json value(int depth) {
+    if (depth > max_depth) fail("nested deeper than " + std::to_string(max_depth));
+    skip_ws();
+    if (pos >= s.size()) fail("unexpected end");
+    char c = s[pos];
+    if (c == '{') {
+      ++pos;
+      Json j = Json::object();
+      skip_ws();
+      if (pos < s.size() && s[pos] == '}') { ++pos; return j; }
+      while (true) {
+        skip_ws();
+        if (pos >= s.size() || s[pos] != '"') fail("expected a string key");
+        std::string key = string();
+        skip_ws();
+        if (pos >= s.size() || s[pos] != ':') fail("expected ':'");
+        ++pos;
+        if (j.find(key)) fail("duplicate key '" + key + "'");
+        std::get<Members>(j.v_).emplace_back(std::move(key), value(depth + 1));
+        skip_ws();
+        if (pos < s.size() && s[pos] == ',') { ++pos; continue; }
+        if (pos < s.size() && s[pos] == '}') { ++pos; return j; }
+        fail("expected ',' or '}'");
+      }
+    }
+    if (c == '[') {
+      ++pos;
+      Json j = Json::array();
+      skip_ws();
+      if (pos < s.size() && s[pos] == ']') { ++pos; return j; }
+      while (true) {
+        std::get<List>(j.v_).push_back(value(depth + 1));
+        skip_ws();
+        if (pos < s.size() && s[pos] == ',') { ++pos; continue; }
+        if (pos < s.size() && s[pos] == ']') { ++pos; return j; }
+        fail("expected ',' or ']'");
+      }
+    }
+    if (c == '"') return Json(string());
+    if (consume("true")) return Json(true);
+    if (consume("false")) return Json(false);
+    if (consume("null")) return Json();
+    return number();
+  }
+  Json number() {
+    std::size_t start = pos;
+    if (pos < s.size() && s[pos] == '-') ++pos;
+    std::size_t digits = pos;
+    while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
+    if (pos == digits) fail("expected a value");
+    bool is_float = false;
+    if (pos < s.size() && s[pos] == '.') {
+      is_float = true;
+      ++pos;
+      std::size_t frac = pos;
+      while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
+      if (pos == frac) fail("expected digits after '.'");
+    }
+    if (pos < s.size() && (s[pos] == 'e' || s[pos] == 'E')) {
+      is_float = true;
+      ++pos;
+      if (pos < s.size() && (s[pos] == '+' || s[pos] == '-')) ++pos;
+      std::size_t exp = pos;
+      while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
+      if (pos == exp) fail("expected exponent digits");
+    }
+    std::string text(s.substr(start, pos - start));
+    if (!is_float) {
+      errno = 0;
+      char* end = nullptr;
+      long long v = std::strtoll(text.c_str(), &end, 10);
+      if (errno == 0 && end == text.c_str() + text.size()) return Json(static_cast<std::int64_t>(v));
+    }
+    return Json(std::strtod(text.c_str(), nullptr));
+  }
+  unsigned hex4() {
+    if (pos + 4 > s.size()) fail("short \\u escape");
+    unsigned v = 0;
+    for (int i = 0; i < 4; ++i) {
+      char c = s[pos++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= static_cast<unsigned>(c - 'A' + 10);
+      else fail("bad \\u escape");
+    }
+    return v;
+  }
+  std::string string() {
+    ++pos;  // opening quote
+    std::string out;
+    while (true) {
+      if (pos >= s.size()) fail("unterminated string");
+      char c = s[pos++];
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
+      if (c != '\\') { out += c; continue; }
+      if (pos >= s.size()) fail("unterminated escape");
+      char e = s[pos++];
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          unsigned cp = hex4();
+          if (cp >= 0xD800 && cp < 0xDC00) {
+            if (!consume("\\u")) fail("lone surrogate");
+            unsigned lo = hex4();
+            if (lo < 0xDC00 || lo >= 0xE000) fail("bad surrogate pair");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp < 0xE000) {
+            fail("lone surrogate");
+          }
+          if (cp < 0x80) out += static_cast<char>(cp);
+          else if (cp < 0x800) { out += static_cast<char>(0xC0 | (cp >> 6)); out += static_cast<char>(0x80 | (cp & 0x3F)); }
+          else if (cp < 0x10000) {
+            out += static_cast<char>(0xE0 | (cp >> 12)); out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+          } else {
+            out += static_cast<char>(0xF0 | (cp >> 18)); out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)); out += static_cast<char>(0x80 | (cp & 0x3F));
+          }
+          break;
+        }
+        default: fail("bad escape");
+      }
+    }
+  }
+};
+
+
+CAIRN_API std::string Json::dump() const {
+  std::string out;
+  dump_to(out);
+  return out;
+}
+
+CAIRN_API Json Json::parse(std::string_view text, const std::string& file) {
+  Parser p{text, 0, file};
+  Json j = p.value(0);
+  p.skip_ws();
+  if (p.pos != text.size()) p.fail("unexpected text after the JSON value");
+  return j;
+}
+
+CAIRN_API void Json::dump_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += '"';
+}
+
+CAIRN_API void Json::dump_to(std::string& out) const {
+  if (is_null()) out += "null";
+  else if (is_bool()) out += std::get<bool>(v_) ? "true" : "false";
+  else if (is_int()) out += std::to_string(std::get<std::int64_t>(v_));
+  else if (std::holds_alternative<double>(v_)) {
+    double d = std::get<double>(v_);
+    if (!std::isfinite(d)) throw Error(ErrorKind::invalid_argument, "JSON cannot hold NaN or infinity");
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", d);
+    out += buf;
+    if (std::string_view(buf).find_first_of(".eE") == std::string_view::npos) out += ".0";
+  } else if (is_string()) dump_string(out, std::get<std::string>(v_));
+  else if (is_array()) {
+    out += '[';
+    bool first = true;
+    for (auto& j : std::get<List>(v_)) { if (!first) out += ','; first = false; j.dump_to(out); }
+    out += ']';
+  } else {
+    out += '{';
+    bool first = true;
+    for (auto& kv : std::get<Members>(v_)) {
+      if (!first) out += ',';
+      first = false;
+      dump_string(out, kv.first);
+      out += ':';
+      kv.second.dump_to(out);
+    }
+    out += '}';
+  }
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/json_impl.hpp -----
 // ----- begin cairn/kernels/cast_impl.hpp -----
 // cairn::cast_host: which kernel a host cast runs (kernels/cast.hpp). Compiled in every
 // translation unit that includes cairn/cairn.hpp, or once with CAIRN_SEPARATE_COMPILATION.
@@ -6560,6 +5885,758 @@ CAIRN_END_NAMESPACE
 // The host copy's definition: in every translation unit when header-only, only in
 // cairn/src.hpp's with CAIRN_SEPARATE_COMPILATION.
 // ----- end cairn/kernels/box_copy.hpp -----
+// ----- begin cairn/store/posix_store_impl.hpp -----
+// PosixStore's members: files through io/file.hpp, staging and publishing through
+// store/posix_staging.hpp. Compiled in every translation unit that includes
+// store/posix_store.hpp, or once with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <sys/stat.h>
+
+// ----- begin cairn/io/file.hpp -----
+// POSIX file access for checkpoints: positioned reads and writes that finish or throw,
+// fsync of files and directories, and the renames that commit a checkpoint atomically.
+// Every failure is a cairn::Error naming the file and the call that failed.
+//
+// Every system call here first asks injected_fault(), a test seam in the manner of {fmt}'s
+// posix-mock: tests make the Nth write, fsync, close or rename fail (or stop the process
+// there) without a special filesystem. In a program that sets no hook it is one load of a
+// null pointer per call.
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+[[noreturn]] inline void throw_errno(const char* call, const std::string& file, int err = errno) {
+  throw Error(err == ENOENT ? ErrorKind::not_found : ErrorKind::io,
+              std::string(call) + " failed: " + std::strerror(err), file);
+}
+
+// The fault-injection seam: a hook that returns an errno value to make the named call fail
+// ("open", "pread", "pwrite", "ftruncate", "fsync", "close", "mkdir", "rename", "renameat2",
+// "remove", and "fcntl" for the claim locks of store/posix_staging.hpp), or 0 to let it run.
+// Tests only.
+using FaultHook = int (*)(const char* call, const std::string& path);
+inline std::atomic<FaultHook>& fault_hook() {
+  static std::atomic<FaultHook> hook{nullptr};
+  return hook;
+}
+inline int injected_fault(const char* call, const std::string& path) {
+  const FaultHook h = fault_hook().load(std::memory_order_relaxed);
+  return h ? h(call, path) : 0;
+}
+
+class File {
+ public:
+  File() = default;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  File(File&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+  File& operator=(File&& o) noexcept {
+    if (this != &o) { close_quietly(); fd_ = o.fd_; path_ = std::move(o.path_); o.fd_ = -1; }
+    return *this;
+  }
+  ~File() { close_quietly(); }
+
+  // Opens a file of a checkpoint for reading. Only a regular file is accepted: a symbolic
+  // link (which could lead out of the checkpoint) is refused, and a FIFO or device, which
+  // could block the load forever, is refused without blocking (O_NONBLOCK until checked).
+  static File open_read(const std::string& path) {
+    if (int e = injected_fault("open", path)) throw_errno("open", path, e);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+      if (errno == ELOOP) throw Error(ErrorKind::corrupt, "is a symbolic link; cairn reads only regular files inside a checkpoint", path);
+      throw_errno("open", path);
+    }
+    File f(fd, path);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) throw_errno("fstat", path);
+    if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::corrupt, "is not a regular file (a directory, FIFO or device)", path);
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) throw_errno("fcntl", path);
+    return f;
+  }
+  // A new file; fails if it exists (checkpoint files are written once, into a fresh directory).
+  static File create(const std::string& path) {
+    if (int e = injected_fault("open", path)) throw_errno("open (create)", path, e);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) throw_errno("open (create)", path);
+    return File(fd, path);
+  }
+
+  const std::string& path() const { return path_; }
+  int fd() const { return fd_; }
+
+  std::uint64_t size() const {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) throw_errno("fstat", path_);
+    return static_cast<std::uint64_t>(st.st_size);
+  }
+
+  void write_at(const void* data, std::uint64_t n, std::uint64_t offset) {
+    const char* p = static_cast<const char*>(data);
+    if (int e = injected_fault("pwrite", path_)) throw_errno("pwrite", path_, e);
+    while (n > 0) {
+      const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30));
+      ssize_t w = ::pwrite(fd_, p, step, static_cast<off_t>(offset));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        throw_errno("pwrite", path_);
+      }
+      p += w;
+      n -= static_cast<std::uint64_t>(w);
+      offset += static_cast<std::uint64_t>(w);
+    }
+  }
+
+  // Reads exactly n bytes or throws: a short read means the file is shorter than its
+  // metadata says (truncated).
+  void read_at(void* data, std::uint64_t n, std::uint64_t offset) const {
+    char* p = static_cast<char*>(data);
+    if (int e = injected_fault("pread", path_)) throw_errno("pread", path_, e);
+    while (n > 0) {
+      const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30));
+      ssize_t r = ::pread(fd_, p, step, static_cast<off_t>(offset));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        throw_errno("pread", path_);
+      }
+      if (r == 0) throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(offset) + ", before the data its metadata describes (truncated?)", path_);
+      p += r;
+      n -= static_cast<std::uint64_t>(r);
+      offset += static_cast<std::uint64_t>(r);
+    }
+  }
+
+  void truncate(std::uint64_t size) {
+    if (int e = injected_fault("ftruncate", path_)) throw_errno("ftruncate", path_, e);
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) throw_errno("ftruncate", path_);
+  }
+  void sync() {
+    if (int e = injected_fault("fsync", path_)) throw_errno("fsync", path_, e);
+    if (::fsync(fd_) != 0) throw_errno("fsync", path_);
+  }
+  // On NFS and parallel filesystems close() is where delayed write errors surface, so a
+  // failed close fails the save.
+  void close() {
+    if (fd_ >= 0) {
+      int fd = fd_;
+      fd_ = -1;
+      const int injected = injected_fault("close", path_);
+      if (::close(fd) != 0) throw_errno("close", path_);
+      if (injected) throw_errno("close", path_, injected);
+    }
+  }
+
+ private:
+  File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  void close_quietly() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int fd_ = -1;
+  std::string path_;
+};
+
+inline void write_whole_file(const std::string& path, const std::string& content) {
+  File f = File::create(path);
+  f.write_at(content.data(), content.size(), 0);
+  f.sync();
+  f.close();
+}
+
+inline void fsync_dir(const std::string& dir) {
+  if (int e = injected_fault("fsync", dir)) throw_errno("fsync (directory)", dir, e);
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw_errno("open (directory)", dir);
+  int rc = ::fsync(fd);
+  int err = errno;
+  const int injected = injected_fault("close", dir);
+  if (::close(fd) != 0 && rc == 0) { rc = -1; err = errno; }
+  if (rc != 0) throw_errno("fsync (directory)", dir, err);
+  if (injected) throw_errno("close (directory)", dir, injected);
+}
+
+inline void make_dir(const std::string& dir) {
+  if (int e = injected_fault("mkdir", dir)) throw_errno("mkdir", dir, e);
+  if (::mkdir(dir.c_str(), 0755) != 0) throw_errno("mkdir", dir);
+}
+
+inline bool path_exists(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0;
+}
+
+inline bool is_directory(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+inline bool is_regular_file(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+inline void rename_path(const std::string& from, const std::string& to) {
+  if (int e = injected_fault("rename", from)) throw_errno("rename", from + " -> " + to, e);
+  if (::rename(from.c_str(), to.c_str()) != 0) throw_errno("rename", from + " -> " + to);
+}
+
+// Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE). Returns false where the
+// kernel or filesystem does not support it, so the caller can fall back.
+inline bool exchange_paths(const std::string& a, const std::string& b) {
+#if defined(__linux__) && defined(RENAME_EXCHANGE)
+  if (int e = injected_fault("renameat2", a)) {
+    if (e == EINVAL || e == ENOSYS || e == ENOTSUP) return false;
+    throw_errno("renameat2 (exchange)", a + " <-> " + b, e);
+  }
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) return false;
+  throw_errno("renameat2 (exchange)", a + " <-> " + b);
+#else
+  (void)a; (void)b;
+  return false;
+#endif
+}
+
+inline void remove_tree(const std::string& p) {
+  if (int e = injected_fault("remove", p)) throw_errno("remove_all", p, e);
+  std::error_code ec;
+  std::filesystem::remove_all(p, ec);
+  if (ec) throw Error(ErrorKind::io, "remove_all failed: " + ec.message(), p);
+}
+
+inline std::string parent_dir(const std::string& p) {
+  std::filesystem::path parent = std::filesystem::path(p).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/io/file.hpp -----
+// ----- begin cairn/store/posix_staging.hpp -----
+// The commit mechanics of PosixStore: how a checkpoint directory appears at its final path
+// all at once, how an existing one is replaced, and how the leftovers of interrupted saves
+// are told apart from the work of saves that are still running. (The order of a save's steps
+// across ranks is checkpoint/commit.hpp; this file is what "stage" and "publish" mean on a
+// POSIX filesystem.)
+//
+// Names beside a final path F (all contain ".cairn-tmp-", which load refuses):
+//
+//   F.cairn-tmp-<token>.lock   the claim: a lock file, created and locked (an open-file-description
+//                              lock, fcntl F_OFD_SETLK) before anything below exists, and
+//                              unlinked only after everything below is gone
+//   F.cairn-tmp-<token>        the staging directory of a save; or a step being deleted; or the
+//                              temporary file of a `latest` marker
+//   F.cairn-tmp-<token>.old    the previous checkpoint of F, set aside while an overwrite runs on
+//                              a filesystem that cannot exchange two directories atomically
+//
+// A cleaner (the next save of F, a Checkpointer starting on the root) removes a group only when
+// it can lock the group's lock file itself, or when there is none: then the process that made
+// it has died, on this host or another (NFS releases the locks of dead clients). A lock held
+// by a live save, in this process (open-file-description locks conflict between two opens in
+// one process) or any other, keeps the group. Where the filesystem cannot lock at all, nothing
+// is removed automatically. A set-aside `.old` checkpoint is moved back to F when F holds no
+// committed checkpoint, and removed when it does; until then `load` reads F from it.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr const char* temp_infix = ".cairn-tmp-";
+// A previous checkpoint set aside under a staging name during an overwrite.
+inline constexpr const char* old_suffix = ".old";
+inline constexpr const char* lock_suffix = ".lock";
+// Set-aside checkpoints of cairn 0.1's overwrite fallback: F.cairn-old-<pid>, never locked.
+inline constexpr const char* legacy_old_infix = ".cairn-old-";
+
+// A directory that holds a commit marker (a regular file; its contents are checked on read).
+inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_key(dir, commit_marker_name)); }
+
+inline bool is_empty_dir(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_directory(std::filesystem::symlink_status(dir, ec)) && std::filesystem::is_empty(dir, ec);
+}
+
+inline std::string base_name(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+enum class LockResult { taken, held_elsewhere, unsupported };
+
+// An exclusive, non-blocking lock on an open file. Open-file-description locks belong to the
+// open file, not the process, so two Checkpointers in one process exclude each other.
+inline LockResult try_lock(int fd, const std::string& path) {
+  if (int e = injected_fault("fcntl", path)) {
+    errno = e;
+    return e == EAGAIN || e == EACCES || e == EWOULDBLOCK ? LockResult::held_elsewhere : LockResult::unsupported;
+  }
+#if defined(F_OFD_SETLK)
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return LockResult::taken;
+  if (errno == EAGAIN || errno == EACCES) return LockResult::held_elsewhere;
+#else
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return LockResult::taken;
+  if (errno == EWOULDBLOCK) return LockResult::held_elsewhere;
+#endif
+  return LockResult::unsupported;
+}
+
+inline std::string new_claim_token() {
+  static std::mt19937_64 rng = [] {
+    std::random_device rd;
+    return std::mt19937_64((std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid()));
+  }();
+  static std::mutex m;
+  std::lock_guard<std::mutex> lock(m);
+  static const char* hex = "0123456789abcdef";
+  std::uint64_t v = rng();
+  std::string t = std::to_string(::getpid()) + "-";
+  for (int i = 0; i < 12; ++i, v >>= 4) t += hex[v & 15];
+  return t;
+}
+
+// A claim on the staging names of one final path (see the top of this file). Held from before
+// the staging directory exists until after it is gone.
+class StagingClaim {
+ public:
+  StagingClaim() = default;
+  StagingClaim(const StagingClaim&) = delete;
+  StagingClaim& operator=(const StagingClaim&) = delete;
+  StagingClaim(StagingClaim&& o) noexcept : base_(std::move(o.base_)), fd_(o.fd_) { o.fd_ = -1; }
+  StagingClaim& operator=(StagingClaim&& o) noexcept {
+    if (this != &o) { release(); base_ = std::move(o.base_); fd_ = o.fd_; o.fd_ = -1; }
+    return *this;
+  }
+  ~StagingClaim() { release(); }
+
+  static StagingClaim create(const std::string& final_path) {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      StagingClaim c;
+      c.base_ = final_path + temp_infix + new_claim_token();
+      const std::string lock = c.lock_path();
+      if (int e = injected_fault("open", lock)) throw_errno("open (create)", lock, e);
+      c.fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (c.fd_ < 0) {
+        if (errno == EEXIST) continue;
+        throw_errno("open (create)", lock);
+      }
+      const LockResult r = try_lock(c.fd_, lock);
+      if (r == LockResult::held_elsewhere) continue;  // a cleaner took it in the instant before our lock
+      // A cleaner may have locked and unlinked the file in that instant and let go: then our
+      // lock is on a file nobody can find, and we start again.
+      struct stat by_fd, by_name;
+      if (::fstat(c.fd_, &by_fd) != 0 || ::lstat(lock.c_str(), &by_name) != 0 || by_fd.st_ino != by_name.st_ino ||
+          by_fd.st_dev != by_name.st_dev)
+        continue;
+      (void)r;  // unsupported: no filesystem locks here, so no cleaner removes this group either
+      return c;
+    }
+    throw Error(ErrorKind::io, "could not claim a staging name", final_path);
+  }
+
+  const std::string& staging_path() const { return base_; }
+  std::string old_path() const { return base_ + old_suffix; }
+  std::string lock_path() const { return base_ + lock_suffix; }
+
+  // Unlinks the lock file, then lets go of the lock: a cleaner never finds an unlocked lock
+  // file of a live claim.
+  void release() noexcept {
+    if (fd_ < 0) return;
+    ::unlink(lock_path().c_str());
+    ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  std::string base_;
+  int fd_ = -1;
+};
+
+// Staging names beside one final path that belong to one claim token.
+struct LeftoverGroup {
+  std::string final_path, base;  // base: F.cairn-tmp-<token> (or a legacy name)
+  std::vector<std::string> paths;  // everything of the group except the lock file
+};
+
+// The committed checkpoint that a set-aside `.old` holds, or the old one put back at F.
+inline void restore_or_drop_old(const std::string& final_path, const std::string& old) {
+  std::error_code ec;
+  if (is_committed_checkpoint(final_path) || !is_committed_checkpoint(old)) {
+    std::filesystem::remove_all(old, ec);
+    return;
+  }
+  // F is absent (the crash came between the two renames) or an empty directory: rename
+  // replaces either atomically. Anything else at F is left alone, and so is the old copy.
+  if (path_exists(final_path) && !is_empty_dir(final_path)) return;
+  try {
+    rename_path(old, final_path);
+    fsync_dir(parent_dir(final_path));
+  } catch (const Error&) {
+    // Left for the next cleaner; load reads F from the old copy meanwhile.
+  }
+}
+
+// Removes the leftovers of dead saves and deletions in `dir` (those of final paths named
+// `only_name`, or all), and puts back checkpoints that an interrupted overwrite set aside.
+// Best effort: what cannot be removed now is left for the next time.
+inline void clean_leftovers(const std::string& dir, const std::string* only_name = nullptr) {
+  std::map<std::string, LeftoverGroup> groups;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec), end;
+  if (ec) return;
+  for (; it != end; it.increment(ec)) {
+    if (ec) return;
+    const std::string name = it->path().filename().string();
+    std::size_t pos = name.find(temp_infix);
+    const bool legacy_old = pos == std::string::npos && (pos = name.find(legacy_old_infix)) != std::string::npos;
+    if (pos == std::string::npos || pos == 0) continue;
+    const std::string final_name = name.substr(0, pos);
+    if (only_name && final_name != *only_name) continue;
+    const std::string full = join_key(dir, name);
+    if (legacy_old) {
+      LeftoverGroup& g = groups[full];
+      g.final_path = join_key(dir, final_name);
+      g.base = full;
+      g.paths.push_back(full);
+      continue;
+    }
+    const std::size_t token_start = pos + std::string(temp_infix).size();
+    const std::size_t dot = name.find('.', token_start);
+    const std::string base = join_key(dir, name.substr(0, dot));
+    const std::string suffix = dot == std::string::npos ? "" : name.substr(dot);
+    LeftoverGroup& g = groups[base];
+    g.final_path = join_key(dir, final_name);
+    g.base = base;
+    if (suffix != lock_suffix) g.paths.push_back(full);
+  }
+  for (auto& [base, g] : groups) {
+    // The lock file is opened whether or not the listing showed it: a listing may show a
+    // staging directory created while it ran without the lock file created just before it.
+    // A writer creates the lock file before anything else and unlinks it after everything
+    // else, so if it is absent now, nothing of this group belongs to a live save.
+    const std::string lock = base + lock_suffix;
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0 && errno != ENOENT) continue;  // cannot tell: keep
+    if (fd >= 0 && try_lock(fd, lock) != LockResult::taken) {
+      ::close(fd);
+      continue;  // a live save (or a filesystem without locks): keep
+    }
+    for (const auto& p : g.paths) {
+      const bool set_aside = p.find(legacy_old_infix) != std::string::npos || p.ends_with(old_suffix);
+      if (set_aside) restore_or_drop_old(g.final_path, p);
+      else std::filesystem::remove_all(p, ec);
+    }
+    if (fd >= 0) {
+      ::unlink(lock.c_str());
+      ::close(fd);
+    }
+  }
+}
+
+// The directory to read the checkpoint at `path` from: the path itself, or, while an
+// interrupted overwrite has left nothing committed there, the previous checkpoint it set aside.
+inline std::string readable_checkpoint_dir(const std::string& path) {
+  if (is_committed_checkpoint(path) || path.find(temp_infix) != std::string::npos) return path;
+  const std::string name = base_name(path);
+  if (name.empty()) return path;
+  const std::string parent = parent_dir(path);
+  std::error_code ec;
+  std::filesystem::directory_iterator it(parent, ec), end;
+  if (ec) return path;
+  for (; it != end; it.increment(ec)) {
+    if (ec) break;
+    const std::string entry = it->path().filename().string();
+    if (entry.rfind(name, 0) != 0) continue;
+    const std::string rest = entry.substr(name.size());
+    const bool ours = rest.starts_with(temp_infix) && rest.ends_with(old_suffix);
+    const bool legacy = rest.starts_with(legacy_old_infix);
+    const std::string full = join_key(parent, entry);
+    if ((ours || legacy) && is_committed_checkpoint(full)) return full;
+  }
+  return path;
+}
+
+// What lies at a path a save is about to publish to, and whether that may be replaced. An
+// empty directory (`mkdir -p ckpt/100` before saving) is the same as nothing.
+inline void check_target(const std::string& path, bool overwrite) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return;
+  if (!S_ISDIR(st.st_mode))
+    throw Error(ErrorKind::already_exists, S_ISLNK(st.st_mode)
+                    ? "a symbolic link is at this path; cairn saves only to a directory it can replace (pass its target instead)"
+                    : "a file (not a directory) is at this path; cairn will not replace it", path);
+  if (is_committed_checkpoint(path)) {
+    if (!overwrite) throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", path);
+    return;
+  }
+  if (is_empty_dir(path)) return;
+  throw Error(ErrorKind::already_exists,
+              "this directory is not empty and holds no cairn checkpoint (no " + std::string(commit_marker_name) +
+                  "); cairn will not write into it or replace it, even with overwrite. Save to a new path or an empty "
+                  "directory",
+              path);
+}
+
+// Publishes the complete staging directory at `final_path`: one rename where nothing (or an
+// empty directory) is there; an atomic exchange with the previous checkpoint where the
+// filesystem has one (renameat2 RENAME_EXCHANGE); otherwise the previous checkpoint is set
+// aside under the claim's `.old` name first, and put back if the second rename fails.
+// Until this returns, F holds either the previous complete checkpoint or the new one; a crash
+// between the fallback's two renames leaves F empty for a moment, and then load reads the
+// old one, and the next save or Checkpointer puts it back. Errors after the publish are
+// ErrorKind::after_commit.
+inline void publish(const StagingClaim& claim, const std::string& final_path, bool overwrite) {
+  const std::string parent = parent_dir(final_path);
+  const std::string& staged = claim.staging_path();
+  check_target(final_path, overwrite);  // again: something may have appeared while we wrote
+  std::optional<std::string> previous;  // where the replaced checkpoint is now, to be removed
+  if (!path_exists(final_path) || is_empty_dir(final_path)) {
+    rename_path(staged, final_path);
+  } else if (exchange_paths(staged, final_path)) {
+    previous = staged;
+  } else {
+    const std::string old = claim.old_path();
+    rename_path(final_path, old);
+    try {
+      rename_path(staged, final_path);
+    } catch (...) {
+      try { rename_path(old, final_path); } catch (const Error&) { /* the next cleaner puts it back */ }
+      throw;
+    }
+    previous = old;
+  }
+  try {
+    fsync_dir(parent);
+  } catch (const Error& e) {
+    throw after_commit_error(e, "making the rename durable (fsync of the parent directory)");
+  }
+  if (previous) {
+    try {
+      remove_tree(*previous);
+      fsync_dir(parent);
+    } catch (const Error& e) {
+      throw after_commit_error(e, "removing the replaced checkpoint");
+    }
+  }
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/store/posix_staging.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+
+class PosixStore::Reader final : public StoreReader {
+ public:
+  explicit Reader(detail::File f) : file_(std::move(f)), size_(file_.size()) {}
+  std::uint64_t size() const override { return size_; }
+  void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { file_.read_at(dst, n, offset); }
+
+ private:
+  detail::File file_;
+  std::uint64_t size_;
+};
+
+class PosixStore::Writer final : public StoreWriter {
+ public:
+  explicit Writer(detail::File f) : file_(std::move(f)) {}
+  void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { file_.write_at(src, n, offset); }
+  void finish(std::uint64_t size) override {
+    if (file_.size() != size) file_.truncate(size);
+    file_.sync();
+    file_.close();
+  }
+
+ private:
+  detail::File file_;
+};
+
+class PosixStore::Staging final : public CheckpointStaging {
+ public:
+  Staging(detail::StagingClaim claim, std::string final_path, bool overwrite)
+      : claim_(std::move(claim)), final_path_(std::move(final_path)), overwrite_(overwrite) {}
+  ~Staging() override {
+    if (!published_) {
+      std::error_code ec;  // best effort: what is left, the next save or Checkpointer removes
+      std::filesystem::remove_all(claim_.staging_path(), ec);
+    }
+    claim_.release();
+  }
+  const std::string& key() const override { return key_; }
+  void publish(const std::map<std::string, std::uint64_t>& expected) override {
+    const std::string& dir = claim_.staging_path();
+    detail::fsync_dir(dir);
+    // Never publish a checkpoint that lacks a file: had anything removed the staging
+    // directory or a file in it meanwhile, the writes could have gone to unlinked files.
+    for (const auto& [name, bytes] : expected) {
+      struct stat st;
+      const std::string p = detail::join_key(dir, name);
+      if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != bytes)
+        throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
+                    "published", p);
+    }
+    detail::publish(claim_, final_path_, overwrite_);
+    published_ = true;
+    claim_.release();
+  }
+
+ private:
+  friend class PosixStore;
+  detail::StagingClaim claim_;
+  std::string final_path_, key_;
+  bool overwrite_ = false, published_ = false;
+};
+
+
+CAIRN_API std::unique_ptr<StoreReader> PosixStore::open(const std::string& key) const {
+  return std::make_unique<Reader>(detail::File::open_read(path(key)));
+}
+
+CAIRN_API std::unique_ptr<StoreWriter> PosixStore::create(const std::string& key) {
+  const std::string p = path(key);
+  try {
+    return std::make_unique<Writer>(detail::File::create(p));
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::not_found) throw;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(detail::parent_dir(p), ec);
+  if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), detail::parent_dir(p));
+  return std::make_unique<Writer>(detail::File::create(p));
+}
+
+CAIRN_API bool PosixStore::exists(const std::string& key) const { return detail::path_exists(path(key)); }
+
+CAIRN_API bool PosixStore::is_blob(const std::string& key) const {
+  struct stat st;
+  return ::lstat(path(key).c_str(), &st) == 0 && !S_ISDIR(st.st_mode) &&
+         !(S_ISLNK(st.st_mode) && detail::is_directory(path(key)));
+}
+
+CAIRN_API std::vector<StoreEntry> PosixStore::list(const std::string& prefix) const {
+  std::vector<StoreEntry> out;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(path(prefix), ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    out.push_back({it->path().filename().string(), it->is_directory(type_ec)});
+  }
+  return out;
+}
+
+CAIRN_API void PosixStore::remove(const std::string& key) { detail::remove_tree(path(key)); }
+
+CAIRN_API std::unique_ptr<CheckpointStaging> PosixStore::stage(const std::string& key, bool overwrite) {
+  const std::string final_path = path(key);
+  if (final_path.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint path");
+  if (final_path.find(detail::temp_infix) != std::string::npos ||
+      final_path.find(detail::legacy_old_infix) != std::string::npos)
+    throw Error(ErrorKind::invalid_argument, std::string("checkpoint paths may not contain '") + detail::temp_infix +
+                "' or '" + detail::legacy_old_infix + "'", final_path);
+  const std::string parent = detail::parent_dir(final_path);
+  if (!detail::is_directory(parent)) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), parent);
+  }
+  // The leftovers of earlier saves of this path that died: staging directories are removed,
+  // and a previous checkpoint that an interrupted overwrite set aside is put back first, so
+  // the overwrite rule below sees it.
+  const std::string name = detail::base_name(final_path);
+  detail::clean_leftovers(parent, &name);
+  detail::check_target(final_path, overwrite);
+  auto staging = std::make_unique<Staging>(detail::StagingClaim::create(final_path), final_path, overwrite);
+  staging->key_ = detail::normalize_key(key) + staging->claim_.staging_path().substr(final_path.size());
+  detail::make_dir(staging->claim_.staging_path());
+  return staging;
+}
+
+CAIRN_API std::string PosixStore::readable_checkpoint(const std::string& key) const {
+  const std::string p = path(key);
+  // A staging directory is never loaded; a previous checkpoint set aside under a staging
+  // name (".old") is complete and may be.
+  if (p.find(detail::temp_infix) != std::string::npos && !p.ends_with(detail::old_suffix))
+    throw Error(ErrorKind::incomplete, "this is a temporary directory of a save that has not committed; it is never "
+                "loaded", p);
+  const std::string found = detail::readable_checkpoint_dir(p);
+  if (found == p) return key;
+  return detail::join_key(detail::key_parent(detail::normalize_key(key)), detail::base_name(found));
+}
+
+CAIRN_API bool PosixStore::is_internal_name(const std::string& name) const {
+  return name.find(detail::temp_infix) != std::string::npos || name.find(detail::legacy_old_infix) != std::string::npos;
+}
+
+CAIRN_API void PosixStore::clean_leftovers(const std::string& prefix) { detail::clean_leftovers(path(prefix)); }
+
+CAIRN_API void PosixStore::remove_checkpoints(const std::vector<std::string>& keys) {
+  std::vector<detail::StagingClaim> doomed;
+  std::set<std::string> parents;
+  for (const auto& key : keys) {
+    const std::string from = path(key);
+    detail::StagingClaim claim = detail::StagingClaim::create(from);
+    detail::rename_path(from, claim.staging_path());
+    doomed.push_back(std::move(claim));
+    parents.insert(detail::parent_dir(from));
+  }
+  for (const auto& p : parents) detail::fsync_dir(p);
+  for (auto& d : doomed) {
+    detail::remove_tree(d.staging_path());
+    d.release();
+  }
+}
+
+CAIRN_API void PosixStore::write_atomically(const std::string& key, const std::string& content) {
+  const std::string p = path(key);
+  std::error_code ec;
+  std::filesystem::create_directories(detail::parent_dir(p), ec);  // as create() does
+  detail::StagingClaim claim = detail::StagingClaim::create(p);
+  detail::write_whole_file(claim.staging_path(), content);
+  detail::rename_path(claim.staging_path(), p);
+  detail::fsync_dir(detail::parent_dir(p));
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/store/posix_store_impl.hpp -----
 // ----- begin cairn/checkpoint/save_impl.hpp -----
 // The runtime of save(): a session per save that writes every item's leaves and commits them
 // once on every rank. Compiled in every translation unit that includes cairn/cairn.hpp, or
