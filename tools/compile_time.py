@@ -56,7 +56,7 @@ def main():
 
     common = ["-std=c++20", a.opt, "-I" + str(ROOT / "include"), "-I" + str(SRC)] + eigen_include()
     work = pathlib.Path(tempfile.mkdtemp(prefix="cairn-compile-time-"))
-    # name: (what it is, [(source, extra flags, object only?)...], run it?)
+    # name: (what it is, [(source, extra flags, object only?)...]); a program that links is run.
     # A program of several steps (the separately compiled runtime, then the user's file and the
     # link) reports the steps' sum, and the user's file alone.
     runtime_obj = work / "cairn_runtime.o"

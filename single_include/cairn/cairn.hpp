@@ -4033,11 +4033,8 @@ CAIRN_END_NAMESPACE
 // ranges of the planned leaves are read, sorted by offset (small neighbours in one read),
 // each verified against its CRC32C, cast and reordered where the target differs.
 
-#include <algorithm>
 #include <functional>
-#include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 // ----- begin cairn/checkpoint/load_plan.hpp -----
@@ -4602,13 +4599,11 @@ CAIRN_END_NAMESPACE
 // retention policies, async saves that return once the state is snapshotted, a `latest`
 // marker published only after a commit, and crash-safe resume (docs/checkpointer.md).
 
-#include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <exception>
-#include <set>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>

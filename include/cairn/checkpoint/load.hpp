@@ -5,11 +5,8 @@
 // each verified against its CRC32C, cast and reordered where the target differs.
 #pragma once
 
-#include <algorithm>
 #include <functional>
-#include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "cairn/checkpoint/load_plan.hpp"

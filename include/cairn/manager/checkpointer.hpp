@@ -3,13 +3,11 @@
 // marker published only after a commit, and crash-safe resume (docs/checkpointer.md).
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <exception>
-#include <set>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
