@@ -97,6 +97,8 @@ bool same_bits(const State<T>& a, const State<T>& b) {
 struct Results {
   std::uint64_t bytes = 0;
   double raw_write = 0, raw_read = 0, raw_read_new = 0, save = 0, load_into = 0, load_noverify = 0, load_new = 0;
+  double metadata = 0;              // cairn::metadata() from the page cache
+  std::uint64_t metadata_bytes = 0;  // the size of _METADATA
   std::int64_t save_extra = 0, load_extra = 0;
   std::uint64_t partial_bytes = 0, checkpoint_bytes = 0, partial_leaves = 0;
 };
@@ -252,6 +254,16 @@ Results run(const Options& o) {
   r.load_new = median(load_new_t);
   r.load_noverify = median(load_noverify_t);
   r.raw_read_new = median(raw_new_t);
+  // Reading the metadata alone (from the page cache: the parse, not the disk).
+  std::vector<double> meta_t;
+  for (int rep = 0; rep < std::max(3, o.repeat); ++rep) {
+    const double t0 = now_s();
+    const cairn::CheckpointMetadata m = cairn::metadata(ckpt);
+    meta_t.push_back(now_s() - t0);
+    if (m.leaves().size() != o.leaves) { std::fprintf(stderr, "cairn-bench: metadata lists the wrong leaves!\n"); std::exit(1); }
+  }
+  r.metadata = median(meta_t);
+  r.metadata_bytes = std::filesystem::file_size(ckpt + "/_METADATA");
   // 1% partial restore: one group of leaves out of (up to) a hundred.
   cairn::LoadOptions sub;
   sub.subtree = "g000";
@@ -616,12 +628,12 @@ int main(int argc, char** argv) {
         "{\"leaves\":%zu,\"bytes\":%llu,\"dtype\":\"%s\",\"cold_reads\":%s,\"raw_write_fsync_s\":%.6f,\"save_s\":%.6f,"
         "\"save_vs_raw\":%.3f,\"raw_read_s\":%.6f,\"load_s\":%.6f,\"load_vs_raw\":%.3f,\"load_unverified_s\":%.6f,\"raw_read_new_s\":%.6f,\"load_new_s\":%.6f,\"save_extra_rss_bytes\":%lld,"
         "\"load_extra_rss_bytes\":%lld,\"partial_leaves\":%llu,\"partial_bytes_read\":%llu,\"checkpoint_bytes\":%llu,"
-        "\"partial_fraction\":%.5f}\n",
+        "\"partial_fraction\":%.5f,\"metadata_s\":%.6f,\"metadata_bytes\":%llu}\n",
         o.leaves, static_cast<unsigned long long>(r.bytes), o.dtype.c_str(), o.warm ? "false" : "true", r.raw_write,
         r.save, r.raw_write / r.save, r.raw_read, r.load_into, r.raw_read / r.load_into, r.load_noverify, r.raw_read_new, r.load_new, static_cast<long long>(r.save_extra),
         static_cast<long long>(r.load_extra), static_cast<unsigned long long>(r.partial_leaves),
         static_cast<unsigned long long>(r.partial_bytes), static_cast<unsigned long long>(r.checkpoint_bytes),
-        partial_frac);
+        partial_frac, r.metadata, static_cast<unsigned long long>(r.metadata_bytes));
     return 0;
   }
   std::printf("cairn-bench: %zu leaves, %.3f GiB of %s in %s (%s reads, median of %d)\n", o.leaves, gib, o.dtype.c_str(),
@@ -633,6 +645,8 @@ int main(int argc, char** argv) {
   std::printf("  %-28s %10.1f ms  %8.2f GiB/s  %.2fx of plain\n", "  without CRC32C checks", r.load_noverify * 1e3, gib / r.load_noverify, r.raw_read / r.load_noverify);
   std::printf("  %-28s %10.1f ms  %8.2f GiB/s\n", "plain read (new buffers)", r.raw_read_new * 1e3, gib / r.raw_read_new);
   std::printf("  %-28s %10.1f ms  %8.2f GiB/s  %.2fx of plain\n", "cairn load<T> (new state)", r.load_new * 1e3, gib / r.load_new, r.raw_read_new / r.load_new);
+  std::printf("  %-28s %10.1f ms  (%.1f MB of _METADATA, from the page cache)\n", "cairn::metadata()", r.metadata * 1e3,
+              static_cast<double>(r.metadata_bytes) / 1e6);
   std::printf("  %-28s %10.1f MiB over the state\n", "save peak RSS", static_cast<double>(r.save_extra) / (1 << 20));
   std::printf("  %-28s %10.1f MiB over the restored state\n", "load peak RSS", static_cast<double>(r.load_extra) / (1 << 20));
   std::printf("  %-28s %llu leaves, %llu of %llu bytes read (%.2f%%)\n", "1% partial restore",

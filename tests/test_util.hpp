@@ -51,6 +51,25 @@ inline std::string read_file(const std::string& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
+// JSON text without white space outside strings: cairn before 0.2 wrote _METADATA through
+// cereal, one value per line; it now writes it compact. The same records read the same.
+inline std::string compact_json(const std::string& json) {
+  std::string out;
+  bool in_string = false;
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < json.size()) out += json[++i];
+      else if (c == '"') in_string = false;
+    } else if (c != ' ' && c != '\n' && c != '\t' && c != '\r') {
+      out += c;
+      in_string = c == '"';
+    }
+  }
+  return out;
+}
+
 inline void write_file(const std::string& p, const std::string& content) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out << content;

@@ -22,17 +22,6 @@ void replace_metadata(const std::string& ckpt, const std::string& text) {
   test::resign(ckpt);
 }
 
-// The metadata without cereal's line breaks and spaces (none of this test's keys contain any).
-std::string compact(const std::string& json) {
-  std::string out;
-  for (std::size_t i = 0; i < json.size(); ++i) {
-    if (json[i] == '\n') continue;
-    if (json[i] == ' ' && i > 0 && json[i - 1] == ':') continue;
-    out += json[i];
-  }
-  return out;
-}
-
 std::string edit(std::string s, const std::string& from, const std::string& to) {
   auto pos = s.find(from);
   REQUIRE_MESSAGE(pos != std::string::npos, from);
@@ -87,7 +76,7 @@ TEST_CASE("impossible metadata is a clear error") {
   test::TempDir dir;
   const std::string c = dir / "c";
   cairn::save(c, make_state());
-  const std::string meta = compact(test::read_file(c + "/_METADATA"));
+  const std::string meta = test::compact_json(test::read_file(c + "/_METADATA"));
   struct Case { std::string from, to, error; };
   const std::vector<Case> cases = {
       {"\"shape\":[1000]", "\"shape\":[4294967296,4294967296,4294967296]", "overflows"},
@@ -99,7 +88,12 @@ TEST_CASE("impossible metadata is a clear error") {
       {"\"key_kinds\":\"f\"", "\"key_kinds\":\"q\"", "unknown key kind"},
       {"\"start\":[0],\"shape\":[1000]", "\"start\":[500],\"shape\":[1000]", "outside the array"},
       {"\"start\":[0],\"shape\":[1000]", "\"start\":[0],\"shape\":[999]", "says 4000 bytes"},
-      {"\"items\":", "\"items\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],\"x\":", "nested deeper"},
+      {"\"items\":", "\"x\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],\"items\":", "nested deeper"},
+      {"\"items\":", "\"items\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],\"x\":", "expected an object"},
+      {"\"nbytes\":4000,", "", "has no 'nbytes'"},
+      {"\"nbytes\":4000,", "\"nbytes\":4000,\"nbytes\":4000,", "has 'nbytes' twice"},
+      {"\"crc32c\":", "\"crc32c\":4294967296,\"x\":", "fits in 32 bits"},
+      {"\"order\":\"C\"", "\"order\":\"Z\"", "unknown order"},
   };
   for (const auto& k : cases) {
     CAPTURE(k.to);

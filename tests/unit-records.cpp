@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <limits>
+#include <random>
 
 using namespace cairn;
 
@@ -111,4 +112,211 @@ TEST_CASE("box_inside: rank, negative numbers and sums that would overflow") {
   CHECK(!box_inside(Box{{2, 0}, {big, 2}}, {4, 2}));  // 2 + big overflows; must not wrap to "inside"
   CHECK(!box_inside(Box{{big, 0}, {1, 1}}, {big, 2}));
   CHECK(box_inside(Box{{big - 1}, {1}}, {big}));
+}
+
+namespace {
+
+// A string of random bytes, with a bias towards what JSON must escape.
+std::string random_text(std::mt19937_64& rng, std::size_t max_len) {
+  static const std::string special = "\"\\/\b\f\n\r\t%\x01\x1f\x7f";
+  std::string s(rng() % (max_len + 1), ' ');
+  for (auto& c : s) {
+    switch (rng() % 4) {
+      case 0: c = special[rng() % special.size()]; break;
+      case 1: c = static_cast<char>(0x80 + rng() % 0x80); break;  // bytes of UTF-8 (or not)
+      default: c = static_cast<char>('a' + rng() % 26);
+    }
+  }
+  return s;
+}
+
+KeyPath random_path(std::mt19937_64& rng) {
+  KeyPath p;
+  for (std::size_t i = 0, n = rng() % 4; i < n; ++i) {
+    switch (rng() % 4) {
+      case 0: p.push_back(KeyEntry::field("f" + random_text(rng, 6))); break;
+      case 1: p.push_back(KeyEntry::key(random_text(rng, 8))); break;
+      case 2: p.push_back(KeyEntry::index(static_cast<std::int64_t>(rng() >> 1))); break;
+      default: p.push_back(KeyEntry::int_key(static_cast<std::int64_t>(rng())));
+    }
+  }
+  return p;
+}
+
+// Metadata with random keys, dtypes, shapes, chunk numbers at their limits and shardings
+// (some over several processes); the records need not be consistent, only readable.
+CheckpointMetadata random_metadata(std::mt19937_64& rng) {
+  CheckpointMetadata m;
+  m.library_version = random_text(rng, 10);
+  m.created_unix_ms = static_cast<std::int64_t>(rng());
+  m.created = random_text(rng, 20);
+  for (std::size_t i = 0, n = rng() % 3; i < n; ++i) m.data_files.push_back(random_text(rng, 12));
+  for (std::size_t i = 0, n = 1 + rng() % 3; i < n; ++i) {
+    ItemRecord item;
+    item.name = random_text(rng, 8);
+    item.kind = rng() % 3 == 0 ? ItemKind::json : ItemKind::tree;
+    for (std::size_t k = 0, nodes = rng() % 4; k < nodes; ++k)
+      item.nodes.push_back({random_path(rng), static_cast<NodeKind>(rng() % 6)});
+    for (std::size_t k = 0, leaves = rng() % 5; k < leaves; ++k) {
+      LeafRecord l;
+      l.path = random_path(rng);
+      l.dtype = static_cast<DType>(rng() % 15);
+      l.saved_from = static_cast<DType>(rng() % 15);
+      l.order = rng() % 2 ? Order::C : Order::F;
+      const std::size_t rank = rng() % 4;
+      for (std::size_t d = 0; d < rank; ++d) l.shape.push_back(static_cast<std::int64_t>(rng() % 5 == 0 ? rng() >> 1 : rng() % 9));
+      for (std::size_t c = 0, chunks = rng() % 3; c < chunks; ++c) {
+        ChunkRecord ch;
+        for (std::size_t d = 0; d < rank; ++d) {
+          ch.start.push_back(-static_cast<std::int64_t>(rng() % 3));
+          ch.shape.push_back(static_cast<std::int64_t>(rng() % 7));
+        }
+        ch.file = random_text(rng, 12);
+        ch.offset = rng() % 2 ? std::numeric_limits<std::uint64_t>::max() - rng() % 3 : rng() % 1000;
+        ch.nbytes = rng();
+        ch.crc32c = rng() % 2 ? 0xffffffffu : static_cast<std::uint32_t>(rng());
+        l.chunks.push_back(ch);
+      }
+      if (rank == 2 && rng() % 2) {
+        const int processes = 1 + static_cast<int>(rng() % 2);
+        l.sharding = NamedSharding(Mesh::host_per_process({{random_text(rng, 3) + "x", 2}, {"y", 2}}, 4 / processes, 0),
+                                   PartitionSpec({PartitionSpec::Dim("y"), PartitionSpec::Dim(std::vector<std::string>{})}));
+      }
+      item.leaves.push_back(l);
+    }
+    m.items.push_back(item);
+  }
+  return m;
+}
+
+void check_same(const CheckpointMetadata& a, const CheckpointMetadata& b) {
+  CHECK(a.library_version == b.library_version);
+  CHECK(a.created_unix_ms == b.created_unix_ms);
+  CHECK(a.created == b.created);
+  CHECK(a.data_files == b.data_files);
+  REQUIRE(a.items.size() == b.items.size());
+  for (std::size_t i = 0; i < a.items.size(); ++i) {
+    const ItemRecord &x = a.items[i], &y = b.items[i];
+    CHECK(x.name == y.name);
+    CHECK(x.kind == y.kind);
+    REQUIRE(x.nodes.size() == y.nodes.size());
+    for (std::size_t k = 0; k < x.nodes.size(); ++k) {
+      CHECK(x.nodes[k].path == y.nodes[k].path);
+      CHECK(x.nodes[k].kind == y.nodes[k].kind);
+    }
+    REQUIRE(x.leaves.size() == y.leaves.size());
+    for (std::size_t k = 0; k < x.leaves.size(); ++k) {
+      const LeafRecord &p = x.leaves[k], &q = y.leaves[k];
+      CHECK(p.path == q.path);
+      CHECK(p.dtype == q.dtype);
+      CHECK(p.saved_from == q.saved_from);
+      CHECK(p.order == q.order);
+      CHECK(p.shape == q.shape);
+      CHECK(p.sharding == q.sharding);
+      REQUIRE(p.chunks.size() == q.chunks.size());
+      for (std::size_t c = 0; c < p.chunks.size(); ++c) {
+        CHECK(p.chunks[c].start == q.chunks[c].start);
+        CHECK(p.chunks[c].shape == q.chunks[c].shape);
+        CHECK(p.chunks[c].file == q.chunks[c].file);
+        CHECK(p.chunks[c].offset == q.chunks[c].offset);
+        CHECK(p.chunks[c].nbytes == q.chunks[c].nbytes);
+        CHECK(p.chunks[c].crc32c == q.chunks[c].crc32c);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("random metadata records, keys of any bytes and numbers at their limits, round-trip through their JSON") {
+  std::mt19937_64 rng(20261122);
+  for (int trial = 0; trial < 300; ++trial) {
+    CAPTURE(trial);
+    const CheckpointMetadata m = random_metadata(rng);
+    const std::string json = detail::metadata_to_json(m);
+    const CheckpointMetadata back = detail::metadata_from_json(json, "meta");
+    check_same(m, back);
+    CHECK(detail::metadata_to_json(back) == json);
+    // The generic parser agrees that it is JSON, and so does the one item alone.
+    CHECK(Json::parse(json).at("items").size() == m.items.size());
+    const ItemRecord item = detail::item_from_json(detail::item_to_json(m.items[0]), "item");
+    CHECK(detail::item_to_json(item) == detail::item_to_json(m.items[0]));
+  }
+}
+
+TEST_CASE("metadata members in any order, with white space, escapes and members this version does not know") {
+  const CheckpointMetadata m = sample();
+  const std::string json = detail::metadata_to_json(m);
+  // Members of every record reversed, a value of each JSON kind added under an unknown name,
+  // and "data-0-0.bin" spelled with escapes.
+  std::string edited = json;
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::size_t at = 0;
+    while ((at = edited.find(from, at)) != std::string::npos) { edited.replace(at, from.size(), to); at += to.size(); }
+  };
+  replace("{\"start\":", "{\"future\":{\"a\":[1,2.5e3,null,true,false,\"x\"],\"b\":{}}, \"start\" :\n");
+  replace("\"data-0-0.bin\"", "\"\\u0064ata-0-0\\u002ebin\"");
+  replace("\"format\":\"cairn\",", "");
+  replace("\"items\":", "\"format\":\"cairn\",\t\"items\":");
+  const CheckpointMetadata back = detail::metadata_from_json(edited, "meta");
+  check_same(m, back);
+  // Non-ASCII escapes decode to UTF-8, surrogate pairs included.
+  CheckpointMetadata u = m;
+  u.items[0].name = "caf\xc3\xa9 \xf0\x9f\x98\x80";
+  std::string uj = detail::metadata_to_json(u);
+  uj.replace(uj.find("caf"), u.items[0].name.size(), "caf\\u00e9 \\ud83d\\ude00");
+  CHECK(detail::metadata_from_json(uj, "meta").items[0].name == u.items[0].name);
+}
+
+TEST_CASE("malformed metadata JSON is a corrupt error naming the file, the byte and, inside a leaf, its key") {
+  CheckpointMetadata m = sample();
+  m.items[0].leaves[0].path = KeyPath({KeyEntry::field("w")});
+  const std::string json = detail::metadata_to_json(m);
+  struct Case { std::string from, to, error; };
+  const std::vector<Case> cases = {
+      {"\"crc32c\":77", "\"crc32c\":77.0", "not an integer that fits in 32 bits"},
+      {"\"crc32c\":77", "\"crc32c\":-1", "not an integer that fits in 32 bits"},
+      {"\"offset\":0", "\"offset\":007", "leading zero"},
+      {"\"shape\":[4,2]", "\"shape\":[4,\"2\"]", "expected an integer"},
+      {"\"dtype\":\"int16\"", "\"dtype\":\"int17\"", "unknown dtype 'int17'"},
+      {"\"file\":\"data-0-0.bin\"", "\"file\":\"data-0-0.bin\\q\"", "bad escape"},
+      {"\"file\":\"data-0-0.bin\"", "\"file\":\"\\ud800\"", "lone surrogate"},
+      {"\"file\":\"data-0-0.bin\"", "\"file\":\"a\tb\"", "control character"},
+      {"\"key_kinds\":\"f\"", "\"key_kinds\":\"ff\"", "has 1 entries but its kinds"},
+      {"\"format_version\":1", "\"format_version\":2", "format version 2"},
+      {"\"format\":\"cairn\"", "\"format\":\"zarr\"", "not a cairn metadata file"},
+      {"\"items\":[", "\"items\":[{\"name\":\"x\",\"kind\":\"tree\",\"nodes\":[],\"leaves\":[]},", ""},  // fine
+  };
+  for (const auto& k : cases) {
+    CAPTURE(k.to);
+    std::string bad = json;
+    const auto at = bad.find(k.from);
+    REQUIRE(at != std::string::npos);
+    bad.replace(at, k.from.size(), k.to);
+    if (k.error.empty()) {
+      CHECK(detail::metadata_from_json(bad, "dir/_METADATA").items.size() == 4);
+      continue;
+    }
+    try {
+      (void)detail::metadata_from_json(bad, "dir/_METADATA");
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find(k.error) != std::string::npos);
+      CHECK(e.file() == "dir/_METADATA");
+      if (k.from.find("format") == std::string::npos) CHECK(e.key_path() == "w");
+    }
+  }
+  // Truncated anywhere: an error, never a crash or a read past the end.
+  for (std::size_t n = 0; n < json.size(); n += 7) CHECK_THROWS_AS(detail::metadata_from_json(json.substr(0, n), "m"), Error);
+}
+
+TEST_CASE("Json::parse is strict: one value, no leading zeros, bounded depth, valid escapes") {
+  CHECK(Json::parse(" {\"a\": [1, -2, 3.5, \"\\u00e9\", null, true]} ").at("a").size() == 6);
+  CHECK(Json::parse("18446744073709551615").as_double() == 18446744073709551615.0);  // beyond int64: a double
+  CHECK(Json::parse("-9223372036854775808").as_int() == std::numeric_limits<std::int64_t>::min());
+  for (const char* bad : {"01", "1.", "-", "{\"a\":1,}", "[1 2]", "{\"a\":1}x", "\"\\ud800\"", "{\"a\":1,\"a\":2}", "tru", ""})
+    CHECK_THROWS_AS(Json::parse(bad), Error);
+  const std::string deep = std::string(128, '[') + std::string(128, ']');
+  CHECK(Json::parse(deep).is_array());
+  CHECK_THROWS_WITH_AS(Json::parse("[" + deep + "]"), doctest::Contains("nested deeper than 128"), Error);
 }

@@ -2200,11 +2200,10 @@ class Json {
     throw Error(ErrorKind::invalid_argument, std::string("JSON value is not ") + what);
   }
 
-  static void dump_string(std::string& out, const std::string& s);
-
   void dump_to(std::string& out) const;
 
   struct Parser;  // core/json_impl.hpp
+  static constexpr int max_parse_depth = 128;
 
   std::variant<std::monostate, bool, std::int64_t, double, std::string, List, Members> v_;
 };
@@ -3782,7 +3781,7 @@ CAIRN_END_NAMESPACE
 // ----- begin cairn/format/records.hpp -----
 // The checkpoint metadata as C++ records (docs/format.md is their specification).
 // CheckpointMetadata is also what cairn::metadata() returns. Their JSON forms are
-// format/records_json.hpp, which only the runtime needs.
+// format/metadata_json.hpp, which only the runtime needs.
 
 #include <cstdint>
 #include <string>
@@ -4982,110 +4981,207 @@ CAIRN_END_NAMESPACE
 // Json's parser and writer. Compiled in every translation unit that includes core/json.hpp,
 // or once with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).
 
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
+#include <string>
+#include <string_view>
+
+// ----- begin cairn/core/json_reader.hpp -----
+// detail::JsonReader: a strict pull reader of JSON text, the one tokenizer behind Json::parse
+// and the checkpoint metadata (format/metadata_json.hpp). Reading the metadata straight into
+// its records, without a tree of Json values in between, is what keeps metadata() of 100,000
+// leaves fast; sharing the tokenizer keeps the two from disagreeing about what JSON is.
+//
+// Everything it reads is untrusted: nesting is bounded (objects and arrays count against
+// max_depth, including values skipped unread), integers are checked to fit their type, and
+// every failure is a cairn::Error of kind corrupt naming the file and the byte offset.
+
+#include <charconv>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 
 CAIRN_BEGIN_NAMESPACE
+namespace detail {
 
-struct Json::Parser {
-  std::string_view s;
-  std::size_t pos;
-  const std::string& file;
-  static constexpr int max_depth = 128;
+class JsonReader {
+ public:
+  // `what` starts every error message: "invalid JSON at byte 12: expected ':'".
+  JsonReader(std::string_view text, const std::string& file, int max_depth, const char* what = "invalid JSON")
+      : s_(text), file_(file), what_(what), max_depth_(max_depth) {}
 
   [[noreturn]] void fail(const std::string& why) const {
-    throw Error(ErrorKind::corrupt, "invalid JSON at byte " + std::to_string(pos) + ": " + why, file);
+    throw Error(ErrorKind::corrupt, std::string(what_) + " at byte " + std::to_string(pos_) + ": " + why, file_);
   }
-  void skip_ws() {
-    while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\n' || s[pos] == '\r' || s[pos] == '\t')) ++pos;
+  std::size_t position() const { return pos_; }
+
+  // The first character of the next value (after white space); fails at the end of the text.
+  char peek() {
+    skip_ws();
+    if (pos_ >= s_.size()) fail("unexpected end");
+    return s_[pos_];
   }
+  // Only white space is left.
+  void finish() {
+    skip_ws();
+    if (pos_ != s_.size()) fail("unexpected text after the JSON value");
+  }
+
+  // An object: member(key) is called for each member, with the reader at its value, and must
+  // read (or skip) that value. The key is valid until the next read.
+  template <class F>
+  void object(F&& member) {
+    expect('{', "expected an object");
+    enter();
+    skip_ws();
+    if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; --depth_; return; }
+    while (true) {
+      if (peek() != '"') fail("expected a string key");
+      std::string_view key = string();
+      if (peek() != ':') fail("expected ':'");
+      ++pos_;
+      member(key);
+      const char c = peek();
+      ++pos_;
+      if (c == ',') continue;
+      if (c == '}') break;
+      --pos_;
+      fail("expected ',' or '}'");
+    }
+    --depth_;
+  }
+  // An array: element() is called with the reader at each element, and must read it.
+  template <class F>
+  void array(F&& element) {
+    expect('[', "expected an array");
+    enter();
+    skip_ws();
+    if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; --depth_; return; }
+    while (true) {
+      element();
+      const char c = peek();
+      ++pos_;
+      if (c == ',') continue;
+      if (c == ']') break;
+      --pos_;
+      fail("expected ',' or ']'");
+    }
+    --depth_;
+  }
+
+  // A string, decoded (escapes and surrogate pairs to UTF-8). The view is valid until the
+  // next read.
+  std::string_view string() {
+    expect('"', "expected a string");
+    const std::size_t start = pos_;
+    // The common case, no escapes: a view of the text itself.
+    while (pos_ < s_.size()) {
+      const unsigned char c = static_cast<unsigned char>(s_[pos_]);
+      if (c == '"') return s_.substr(start, pos_++ - start);
+      if (c == '\\' || c < 0x20) break;
+      ++pos_;
+    }
+    buf_.assign(s_.data() + start, pos_ - start);
+    decode_rest();
+    return buf_;
+  }
+
+  // An integer that fits the type: no fraction, exponent or sign a type cannot hold.
+  std::int64_t int64() { return integer<std::int64_t>(); }
+  std::uint64_t uint64() { return integer<std::uint64_t>(); }
+  template <class I>
+  I integer() {
+    const char first_char = peek();
+    if (first_char != '-' && !is_digit(first_char)) fail("expected an integer");
+    const std::size_t start = pos_;
+    const std::string_view tok = number_token();
+    I v{};
+    const char* first = tok.data();
+    const char* last = tok.data() + tok.size();
+    const auto [end, ec] = std::from_chars(first, last, v);
+    if (ec != std::errc() || end != last) {
+      pos_ = start;
+      fail("number '" + std::string(tok.substr(0, 40)) + "' is not an integer that fits in " +
+           (sizeof(I) == 8 ? "64" : std::to_string(sizeof(I) * 8)) + " bits");
+    }
+    return v;
+  }
+
+  // A number's text as JSON spells it ("-12", "1.5e3"); is_float says whether it has a
+  // fraction or an exponent.
+  std::string_view number_token(bool* is_float = nullptr) {
+    skip_ws();
+    const std::size_t start = pos_;
+    if (pos_ < s_.size() && s_[pos_] == '-') ++pos_;
+    const std::size_t digits = pos_;
+    while (pos_ < s_.size() && is_digit(s_[pos_])) ++pos_;
+    if (pos_ == digits) fail("expected a value");
+    if (s_[digits] == '0' && pos_ - digits > 1) { pos_ = digits; fail("leading zero in a number"); }
+    bool fractional = false;
+    if (pos_ < s_.size() && s_[pos_] == '.') {
+      fractional = true;
+      const std::size_t frac = ++pos_;
+      while (pos_ < s_.size() && is_digit(s_[pos_])) ++pos_;
+      if (pos_ == frac) fail("expected digits after '.'");
+    }
+    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
+      fractional = true;
+      ++pos_;
+      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
+      const std::size_t exp = pos_;
+      while (pos_ < s_.size() && is_digit(s_[pos_])) ++pos_;
+      if (pos_ == exp) fail("expected exponent digits");
+    }
+    if (is_float) *is_float = fractional;
+    return s_.substr(start, pos_ - start);
+  }
+
+  bool boolean() {
+    if (consume("true")) return true;
+    if (consume("false")) return false;
+    fail("expected true or false");
+  }
+  // Consumes a null if one is next.
+  bool null() { return consume("null"); }
+  // Consumes the literal if it is next (after white space).
   bool consume(std::string_view lit) {
-    if (s.substr(pos, lit.size()) == lit) { pos += lit.size(); return true; }
+    skip_ws();
+    if (s_.substr(pos_, lit.size()) == lit) { pos_ += lit.size(); return true; }
     return false;
   }
-  Json value(int depth) {
-    if (depth > max_depth) fail("nested deeper than " + std::to_string(max_depth));
-    skip_ws();
-    if (pos >= s.size()) fail("unexpected end");
-    char c = s[pos];
-    if (c == '{') {
-      ++pos;
-      Json j = Json::object();
-      skip_ws();
-      if (pos < s.size() && s[pos] == '}') { ++pos; return j; }
-      while (true) {
-        skip_ws();
-        if (pos >= s.size() || s[pos] != '"') fail("expected a string key");
-        std::string key = string();
-        skip_ws();
-        if (pos >= s.size() || s[pos] != ':') fail("expected ':'");
-        ++pos;
-        if (j.find(key)) fail("duplicate key '" + key + "'");
-        std::get<Members>(j.v_).emplace_back(std::move(key), value(depth + 1));
-        skip_ws();
-        if (pos < s.size() && s[pos] == ',') { ++pos; continue; }
-        if (pos < s.size() && s[pos] == '}') { ++pos; return j; }
-        fail("expected ',' or '}'");
-      }
+
+  // Reads past any value, checking it as strictly as reading it would.
+  void skip() {
+    switch (peek()) {
+      case '{': object([&](std::string_view) { skip(); }); return;
+      case '[': array([&] { skip(); }); return;
+      case '"': (void)string(); return;
+      default:
+        if (consume("true") || consume("false") || consume("null")) return;
+        (void)number_token();
     }
-    if (c == '[') {
-      ++pos;
-      Json j = Json::array();
-      skip_ws();
-      if (pos < s.size() && s[pos] == ']') { ++pos; return j; }
-      while (true) {
-        std::get<List>(j.v_).push_back(value(depth + 1));
-        skip_ws();
-        if (pos < s.size() && s[pos] == ',') { ++pos; continue; }
-        if (pos < s.size() && s[pos] == ']') { ++pos; return j; }
-        fail("expected ',' or ']'");
-      }
-    }
-    if (c == '"') return Json(string());
-    if (consume("true")) return Json(true);
-    if (consume("false")) return Json(false);
-    if (consume("null")) return Json();
-    return number();
   }
-  Json number() {
-    std::size_t start = pos;
-    if (pos < s.size() && s[pos] == '-') ++pos;
-    std::size_t digits = pos;
-    while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
-    if (pos == digits) fail("expected a value");
-    bool is_float = false;
-    if (pos < s.size() && s[pos] == '.') {
-      is_float = true;
-      ++pos;
-      std::size_t frac = pos;
-      while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
-      if (pos == frac) fail("expected digits after '.'");
-    }
-    if (pos < s.size() && (s[pos] == 'e' || s[pos] == 'E')) {
-      is_float = true;
-      ++pos;
-      if (pos < s.size() && (s[pos] == '+' || s[pos] == '-')) ++pos;
-      std::size_t exp = pos;
-      while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
-      if (pos == exp) fail("expected exponent digits");
-    }
-    std::string text(s.substr(start, pos - start));
-    if (!is_float) {
-      errno = 0;
-      char* end = nullptr;
-      long long v = std::strtoll(text.c_str(), &end, 10);
-      if (errno == 0 && end == text.c_str() + text.size()) return Json(static_cast<std::int64_t>(v));
-    }
-    return Json(std::strtod(text.c_str(), nullptr));
+
+ private:
+  static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+  void skip_ws() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\r' || s_[pos_] == '\t')) ++pos_;
+  }
+  void expect(char c, const char* what) {
+    if (peek() != c) fail(what);
+    ++pos_;
+  }
+  void enter() {
+    if (++depth_ > max_depth_) fail("nested deeper than " + std::to_string(max_depth_));
   }
   unsigned hex4() {
-    if (pos + 4 > s.size()) fail("short \\u escape");
+    if (pos_ + 4 > s_.size()) fail("short \\u escape");
     unsigned v = 0;
     for (int i = 0; i < 4; ++i) {
-      char c = s[pos++];
+      const char c = s_[pos_++];
       v <<= 4;
       if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
       else if (c >= 'a' && c <= 'f') v |= static_cast<unsigned>(c - 'a' + 10);
@@ -5094,71 +5190,78 @@ struct Json::Parser {
     }
     return v;
   }
-  std::string string() {
-    ++pos;  // opening quote
-    std::string out;
+  // The rest of a string from an escape or a control character on, into buf_.
+  void decode_rest() {
     while (true) {
-      if (pos >= s.size()) fail("unterminated string");
-      char c = s[pos++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') { out += c; continue; }
-      if (pos >= s.size()) fail("unterminated escape");
-      char e = s[pos++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00) {
-            if (!consume("\\u")) fail("lone surrogate");
-            unsigned lo = hex4();
-            if (lo < 0xDC00 || lo >= 0xE000) fail("bad surrogate pair");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp < 0xE000) {
-            fail("lone surrogate");
-          }
-          if (cp < 0x80) out += static_cast<char>(cp);
-          else if (cp < 0x800) { out += static_cast<char>(0xC0 | (cp >> 6)); out += static_cast<char>(0x80 | (cp & 0x3F)); }
-          else if (cp < 0x10000) {
-            out += static_cast<char>(0xE0 | (cp >> 12)); out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          } else {
-            out += static_cast<char>(0xF0 | (cp >> 18)); out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)); out += static_cast<char>(0x80 | (cp & 0x3F));
-          }
-          break;
-        }
+      if (pos_ >= s_.size()) fail("unterminated string");
+      const char c = s_[pos_++];
+      if (c == '"') return;
+      if (static_cast<unsigned char>(c) < 0x20) { --pos_; fail("control character in string"); }
+      if (c != '\\') { buf_ += c; continue; }
+      if (pos_ >= s_.size()) fail("unterminated escape");
+      switch (s_[pos_++]) {
+        case '"': buf_ += '"'; break;
+        case '\\': buf_ += '\\'; break;
+        case '/': buf_ += '/'; break;
+        case 'b': buf_ += '\b'; break;
+        case 'f': buf_ += '\f'; break;
+        case 'n': buf_ += '\n'; break;
+        case 'r': buf_ += '\r'; break;
+        case 't': buf_ += '\t'; break;
+        case 'u': append_utf8(code_point()); break;
         default: fail("bad escape");
       }
     }
   }
+  unsigned code_point() {
+    unsigned cp = hex4();
+    if (cp >= 0xD800 && cp < 0xDC00) {
+      if (s_.substr(pos_, 2) != "\\u") fail("lone surrogate");
+      pos_ += 2;
+      const unsigned lo = hex4();
+      if (lo < 0xDC00 || lo >= 0xE000) fail("bad surrogate pair");
+      return 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+    }
+    if (cp >= 0xDC00 && cp < 0xE000) fail("lone surrogate");
+    return cp;
+  }
+  void append_utf8(unsigned cp) {
+    if (cp < 0x80) {
+      buf_ += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      buf_ += static_cast<char>(0xC0 | (cp >> 6));
+      buf_ += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      buf_ += static_cast<char>(0xE0 | (cp >> 12));
+      buf_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      buf_ += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      buf_ += static_cast<char>(0xF0 | (cp >> 18));
+      buf_ += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      buf_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      buf_ += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+
+  std::string_view s_;
+  const std::string& file_;
+  const char* what_;
+  int max_depth_;
+  int depth_ = 0;
+  std::size_t pos_ = 0;
+  std::string buf_;
 };
 
-
-CAIRN_API std::string Json::dump() const {
-  std::string out;
-  dump_to(out);
-  return out;
-}
-
-CAIRN_API Json Json::parse(std::string_view text, const std::string& file) {
-  Parser p{text, 0, file};
-  Json j = p.value(0);
-  p.skip_ws();
-  if (p.pos != text.size()) p.fail("unexpected text after the JSON value");
-  return j;
-}
-
-CAIRN_API void Json::dump_string(std::string& out, const std::string& s) {
+// Appends s as a JSON string: quotes, backslashes and control characters escaped, every
+// other byte as it is.
+inline void append_json_string(std::string& out, std::string_view s) {
   out += '"';
-  for (unsigned char c : s) {
+  std::size_t run = 0;  // bytes since the last escape, appended together
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(s.data() + run, i - run);
+    run = i + 1;
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -5167,23 +5270,90 @@ CAIRN_API void Json::dump_string(std::string& out, const std::string& s) {
       case '\t': out += "\\t"; break;
       case '\b': out += "\\b"; break;
       case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
+      default: {
+        static constexpr char hex[] = "0123456789abcdef";
+        out += "\\u00";
+        out += hex[c >> 4];
+        out += hex[c & 15];
+      }
     }
   }
+  out.append(s.data() + run, s.size() - run);
   out += '"';
+}
+
+// Appends an integer's decimal digits.
+template <class I>
+void append_json_int(std::string& out, I v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/json_reader.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+
+// Builds Json values from detail::JsonReader's tokens.
+struct Json::Parser {
+  detail::JsonReader& r;
+
+  Json value() {
+    switch (r.peek()) {
+      case '{': {
+        Json j = Json::object();
+        auto& members = std::get<Members>(j.v_);
+        r.object([&](std::string_view key) {
+          for (const auto& kv : members)
+            if (kv.first == key) r.fail("duplicate key '" + std::string(key) + "'");
+          std::string name(key);
+          members.emplace_back(std::move(name), value());
+        });
+        return j;
+      }
+      case '[': {
+        Json j = Json::array();
+        auto& list = std::get<List>(j.v_);
+        r.array([&] { list.push_back(value()); });
+        return j;
+      }
+      case '"': return Json(std::string(r.string()));
+      default: break;
+    }
+    if (r.consume("true")) return Json(true);
+    if (r.consume("false")) return Json(false);
+    if (r.null()) return Json();
+    bool is_float = false;
+    const std::string_view tok = r.number_token(&is_float);
+    if (!is_float) {
+      std::int64_t v = 0;
+      const auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+      if (ec == std::errc() && end == tok.data() + tok.size()) return Json(v);
+    }
+    // Larger integers and fractions: as the nearest double, as JSON readers commonly do.
+    return Json(std::strtod(std::string(tok).c_str(), nullptr));
+  }
+};
+
+CAIRN_API std::string Json::dump() const {
+  std::string out;
+  dump_to(out);
+  return out;
+}
+
+CAIRN_API Json Json::parse(std::string_view text, const std::string& file) {
+  detail::JsonReader reader(text, file, max_parse_depth);
+  Json j = Parser{reader}.value();
+  reader.finish();
+  return j;
 }
 
 CAIRN_API void Json::dump_to(std::string& out) const {
   if (is_null()) out += "null";
   else if (is_bool()) out += std::get<bool>(v_) ? "true" : "false";
-  else if (is_int()) out += std::to_string(std::get<std::int64_t>(v_));
+  else if (is_int()) detail::append_json_int(out, std::get<std::int64_t>(v_));
   else if (std::holds_alternative<double>(v_)) {
     double d = std::get<double>(v_);
     if (!std::isfinite(d)) throw Error(ErrorKind::invalid_argument, "JSON cannot hold NaN or infinity");
@@ -5191,7 +5361,7 @@ CAIRN_API void Json::dump_to(std::string& out) const {
     std::snprintf(buf, sizeof buf, "%.17g", d);
     out += buf;
     if (std::string_view(buf).find_first_of(".eE") == std::string_view::npos) out += ".0";
-  } else if (is_string()) dump_string(out, std::get<std::string>(v_));
+  } else if (is_string()) detail::append_json_string(out, std::get<std::string>(v_));
   else if (is_array()) {
     out += '[';
     bool first = true;
@@ -5203,7 +5373,7 @@ CAIRN_API void Json::dump_to(std::string& out) const {
     for (auto& kv : std::get<Members>(v_)) {
       if (!first) out += ',';
       first = false;
-      dump_string(out, kv.first);
+      detail::append_json_string(out, kv.first);
       out += ':';
       kv.second.dump_to(out);
     }
@@ -6688,215 +6858,462 @@ CAIRN_END_NAMESPACE
 // ----- begin cairn/format/files.hpp -----
 // The files of a checkpoint directory, and reading its metadata safely. Everything read here
 // is untrusted: sizes are capped, the metadata's CRC is checked against the commit marker,
-// JSON nesting is bounded before cereal parses it, and every record is cross-checked.
+// the JSON reader bounds nesting and integer ranges, and every record is cross-checked.
 //
 //   <checkpoint>/_CHECKPOINT      commit marker, written last (format, version, CRCs of the two below)
-//   <checkpoint>/_METADATA        tree structure, dtypes, shapes, chunk locations (cereal JSON)
+//   <checkpoint>/_METADATA        tree structure, dtypes, shapes, chunk locations (JSON)
 //   <checkpoint>/_USER_METADATA   the caller's JSON object
 //   <checkpoint>/data-<process>-<n>.bin   array bytes
 
 #include <algorithm>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <unordered_set>
 
-#include <cereal/archives/json.hpp>
+// ----- begin cairn/format/metadata_json.hpp -----
+// The records' JSON form, the text of _METADATA (docs/format.md specifies it): written with
+// plain appends and read with detail::JsonReader straight into the records, no tree of JSON
+// values in between and no cereal. Reading checks what a record can check on its own (types,
+// integer ranges, required members, names of dtypes and kinds); the cross-checks against
+// files and shapes are validate_metadata in format/files.hpp.
+//
+// Members may come in any order; a member this version does not know is skipped (that is how
+// "sharding" and "device_processes" were added within format 1), a known one twice is an
+// error. Files written by cereal's JSON archive (cairn before 0.2) read the same.
 
-// ----- begin cairn/format/records_json.hpp -----
-// The records' cereal serialization as JSON, the form of _METADATA. Loading validates what a
-// record can check on its own; the cross-checks against files and shapes are
-// validate_metadata in format/files.hpp.
-
-#include <optional>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
-
-#include <cereal/archives/json.hpp>
-#include <cereal/cereal.hpp>
-#include <cereal/types/string.hpp>
-#include <cereal/types/vector.hpp>
 
 
 CAIRN_BEGIN_NAMESPACE
-
-template <class Archive>
-void serialize(Archive& ar, ChunkRecord& c) {
-  ar(cereal::make_nvp("start", c.start), cereal::make_nvp("shape", c.shape), cereal::make_nvp("file", c.file),
-     cereal::make_nvp("offset", c.offset), cereal::make_nvp("nbytes", c.nbytes), cereal::make_nvp("crc32c", c.crc32c));
-}
-
 namespace detail {
-[[noreturn]] inline void bad_record(const std::string& what) { throw Error(ErrorKind::corrupt, what); }
 
-inline NodeKind node_kind_from_name(const std::string& s) {
-  for (NodeKind k : {NodeKind::struct_, NodeKind::sequence, NodeKind::map, NodeKind::tuple, NodeKind::optional,
-                     NodeKind::custom})
-    if (s == node_kind_name(k)) return k;
-  bad_record("unknown node kind '" + s + "'");
-}
+inline constexpr int max_metadata_depth = 32;
 
-inline ItemKind item_kind_from_name(const std::string& s) {
-  for (ItemKind k : {ItemKind::tree, ItemKind::json, ItemKind::cereal})
-    if (s == item_kind_name(k)) return k;
-  bad_record("unknown item kind '" + s + "'");
-}
+// ---- writing ----
 
-inline DType stored_dtype(const std::string& s) {
-  DType d;
-  if (!parse_dtype(s, d)) bad_record("unknown dtype '" + s + "'");
-  return d;
-}
-}  // namespace detail
-
-// A sharding as stored: {"mesh": {"axes", "shape", "memory", "device_ids"}, "spec": [[axes] per dim]}.
-struct StoredSharding {
-  std::vector<std::string> axes;
-  std::vector<std::int64_t> shape;
-  std::string memory = "host";
-  std::vector<int> device_ids;
-  std::vector<std::vector<std::string>> spec;
-  // The process of each device; written only when the mesh spans several processes, so
-  // single-process checkpoints are as before (and older readers ignore the field).
-  std::vector<int> device_processes;
-
-  template <class Archive>
-  void save(Archive& ar) const {
-    ar(cereal::make_nvp("mesh_axes", axes), cereal::make_nvp("mesh_shape", shape), cereal::make_nvp("memory", memory),
-       cereal::make_nvp("device_ids", device_ids), cereal::make_nvp("spec", spec));
-    if (!device_processes.empty()) ar(cereal::make_nvp("device_processes", device_processes));
+inline void append_json_ints(std::string& out, const std::vector<std::int64_t>& v) {
+  out += '[';
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    append_json_int(out, v[i]);
   }
-  template <class Archive>
-  void load(Archive& ar) {
-    ar(cereal::make_nvp("mesh_axes", axes), cereal::make_nvp("mesh_shape", shape), cereal::make_nvp("memory", memory),
-       cereal::make_nvp("device_ids", device_ids), cereal::make_nvp("spec", spec));
-    if constexpr (std::is_same_v<Archive, cereal::JSONInputArchive>) {
-      const char* next = ar.getNodeName();
-      if (next && std::string_view(next) == "device_processes") ar(cereal::make_nvp("device_processes", device_processes));
+  out += ']';
+}
+template <class T>
+void append_json_ints(std::string& out, const std::vector<T>& v) {
+  out += '[';
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    append_json_int(out, v[i]);
+  }
+  out += ']';
+}
+inline void append_json_strings(std::string& out, const std::vector<std::string>& v) {
+  out += '[';
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    append_json_string(out, v[i]);
+  }
+  out += ']';
+}
+
+inline void append_sharding_json(std::string& out, const NamedSharding& s) {
+  out += "{\"mesh_axes\":[";
+  bool first = true;
+  for (const auto& a : s.mesh.axes()) {
+    if (!first) out += ',';
+    first = false;
+    append_json_string(out, a.name);
+  }
+  out += "],\"mesh_shape\":[";
+  first = true;
+  for (const auto& a : s.mesh.axes()) {
+    if (!first) out += ',';
+    first = false;
+    append_json_int(out, a.size);
+  }
+  out += "],\"memory\":";
+  append_json_string(out, s.mesh.devices().empty() ? "host" : memory_kind_name(s.mesh.devices().front().memory));
+  out += ",\"device_ids\":[";
+  first = true;
+  for (const auto& d : s.mesh.devices()) {
+    if (!first) out += ',';
+    first = false;
+    append_json_int(out, d.id);
+  }
+  out += "],\"spec\":[";
+  first = true;
+  for (const auto& d : s.spec.dims()) {
+    if (!first) out += ',';
+    first = false;
+    append_json_strings(out, d.axes);
+  }
+  out += ']';
+  // The process of each device, only when the mesh spans several processes, so that
+  // single-process checkpoints read as they always did.
+  if (s.mesh.process_count() > 1) {
+    out += ",\"device_processes\":[";
+    first = true;
+    for (const auto& d : s.mesh.devices()) {
+      if (!first) out += ',';
+      first = false;
+      append_json_int(out, d.process);
+    }
+    out += ']';
+  }
+  out += '}';
+}
+
+inline void append_leaf_json(std::string& out, const LeafRecord& l) {
+  out += "{\"key\":";
+  append_json_string(out, l.path.str());
+  out += ",\"key_kinds\":";
+  append_json_string(out, l.path.kinds());
+  out += ",\"dtype\":\"";
+  out += dtype_name(l.dtype);
+  out += "\",\"saved_from\":\"";
+  out += dtype_name(l.saved_from);
+  out += "\",\"shape\":";
+  append_json_ints(out, l.shape);
+  out += ",\"order\":\"";
+  out += static_cast<char>(l.order);
+  out += "\",\"chunks\":[";
+  for (std::size_t i = 0; i < l.chunks.size(); ++i) {
+    const ChunkRecord& c = l.chunks[i];
+    out += i ? ",{\"start\":" : "{\"start\":";
+    append_json_ints(out, c.start);
+    out += ",\"shape\":";
+    append_json_ints(out, c.shape);
+    out += ",\"file\":";
+    append_json_string(out, c.file);
+    out += ",\"offset\":";
+    append_json_int(out, c.offset);
+    out += ",\"nbytes\":";
+    append_json_int(out, c.nbytes);
+    out += ",\"crc32c\":";
+    append_json_int(out, c.crc32c);
+    out += '}';
+  }
+  out += ']';
+  if (l.sharding) {
+    out += ",\"sharding\":";
+    append_sharding_json(out, *l.sharding);
+  }
+  out += '}';
+}
+
+inline void append_item_json(std::string& out, const ItemRecord& item) {
+  out += "{\"name\":";
+  append_json_string(out, item.name);
+  out += ",\"kind\":\"";
+  out += item_kind_name(item.kind);
+  out += "\",\"nodes\":[";
+  for (std::size_t i = 0; i < item.nodes.size(); ++i) {
+    const NodeRecord& n = item.nodes[i];
+    out += i ? ",{\"key\":" : "{\"key\":";
+    append_json_string(out, n.path.str());
+    out += ",\"key_kinds\":";
+    append_json_string(out, n.path.kinds());
+    out += ",\"kind\":\"";
+    out += node_kind_name(n.kind);
+    out += "\"}";
+  }
+  out += "],\"leaves\":[";
+  for (std::size_t i = 0; i < item.leaves.size(); ++i) {
+    if (i) out += ',';
+    append_leaf_json(out, item.leaves[i]);
+  }
+  out += "]}";
+}
+
+// The text of _METADATA: everything but the user metadata, which has a file of its own.
+inline std::string metadata_to_json(const CheckpointMetadata& m) {
+  std::string out;
+  std::size_t leaves = 0;
+  for (const auto& i : m.items) leaves += i.leaves.size() + i.nodes.size();
+  out.reserve(256 + 256 * leaves);
+  out += "{\"format\":\"cairn\",\"format_version\":";
+  append_json_int(out, m.format_version);
+  out += ",\"library_version\":";
+  append_json_string(out, m.library_version);
+  out += ",\"created_unix_ms\":";
+  append_json_int(out, m.created_unix_ms);
+  out += ",\"created\":";
+  append_json_string(out, m.created);
+  out += ",\"data_files\":";
+  append_json_strings(out, m.data_files);
+  out += ",\"items\":[";
+  for (std::size_t i = 0; i < m.items.size(); ++i) {
+    if (i) out += ',';
+    append_item_json(out, m.items[i]);
+  }
+  out += "]}";
+  return out;
+}
+
+// One item's records (how a rank sends its per-rank items to the primary).
+inline std::string item_to_json(const ItemRecord& item) {
+  std::string out;
+  append_item_json(out, item);
+  return out;
+}
+
+// ---- reading ----
+
+// Reads the members of one record: which are known, which were seen (each at most once),
+// and which are missing at the end.
+// `names` is a static array (the reader keeps a pointer to it).
+template <std::size_t N>
+class RecordReader {
+ public:
+  RecordReader(JsonReader& r, const char* record, const char* const (&names)[N]) : r_(r), record_(record), names_(names) {}
+
+  // Reads an object; on each known member calls read(index) with the reader at its value,
+  // skips unknown ones. Then every member named in `required` (a bit per index) must have
+  // been present.
+  template <class F>
+  void read(std::uint32_t required, F&& read_member) {
+    seen_ = 0;
+    r_.object([&](std::string_view key) {
+      int index = 0;
+      while (index < static_cast<int>(N) && key != names_[index]) ++index;
+      if (index == static_cast<int>(N)) { r_.skip(); return; }
+      if (seen_ & (1u << index)) r_.fail(std::string(record_) + " has '" + std::string(key) + "' twice");
+      seen_ |= 1u << index;
+      read_member(index);
+    });
+    if (const std::uint32_t missing = required & ~seen_) {
+      int index = 0;
+      while (!(missing & (1u << index))) ++index;
+      r_.fail(std::string(record_) + " has no '" + names_[index] + "'");
     }
   }
+  bool seen(int index) const { return seen_ & (1u << index); }
 
-  static StoredSharding from(const NamedSharding& s) {
-    StoredSharding r;
-    for (const auto& a : s.mesh.axes()) { r.axes.push_back(a.name); r.shape.push_back(a.size); }
-    r.memory = s.mesh.devices().empty() ? "host" : memory_kind_name(s.mesh.devices().front().memory);
-    for (const auto& d : s.mesh.devices()) r.device_ids.push_back(d.id);
-    if (s.mesh.process_count() > 1)
-      for (const auto& d : s.mesh.devices()) r.device_processes.push_back(d.process);
-    for (const auto& d : s.spec.dims()) r.spec.push_back(d.axes);
-    return r;
-  }
-  // Checks everything (the record is untrusted); throws corrupt.
-  NamedSharding to_sharding(std::size_t rank) const {
-    try {
-      if (axes.size() != shape.size()) throw Error(ErrorKind::corrupt, "mesh_axes and mesh_shape differ in length");
-      if (memory != "host" && memory != "device") throw Error(ErrorKind::corrupt, "unknown memory '" + memory + "'");
-      const MemoryKind m = memory == "host" ? MemoryKind::host : MemoryKind::device;
-      std::vector<MeshAxis> mesh_axes;
-      for (std::size_t i = 0; i < axes.size(); ++i) mesh_axes.push_back({axes[i], shape[i]});
-      if (!device_processes.empty() && device_processes.size() != device_ids.size())
-        throw Error(ErrorKind::corrupt, "device_processes and device_ids differ in length");
-      std::vector<Device> devices;
-      for (std::size_t i = 0; i < device_ids.size(); ++i)
-        devices.push_back({m, device_ids[i], device_processes.empty() ? 0 : device_processes[i]});
-      std::vector<PartitionSpec::Dim> dims;
-      for (const auto& d : spec) dims.emplace_back(d);
-      NamedSharding s(Mesh(std::move(mesh_axes), std::move(devices)), PartitionSpec(std::move(dims)));
-      s.validate(rank);
-      return s;
-    } catch (const Error& e) {
-      throw Error(ErrorKind::corrupt, "bad sharding record: " + e.message());
-    }
-  }
+ private:
+  JsonReader& r_;
+  const char* record_;
+  const char* const* names_;
+  std::uint32_t seen_ = 0;
 };
 
-template <class Archive>
-void save(Archive& ar, const LeafRecord& l) {
-  ar(cereal::make_nvp("key", l.path.str()), cereal::make_nvp("key_kinds", l.path.kinds()),
-     cereal::make_nvp("dtype", std::string(dtype_name(l.dtype))),
-     cereal::make_nvp("saved_from", std::string(dtype_name(l.saved_from))), cereal::make_nvp("shape", l.shape),
-     cereal::make_nvp("order", std::string(1, static_cast<char>(l.order))), cereal::make_nvp("chunks", l.chunks));
-  if (l.sharding) ar(cereal::make_nvp("sharding", StoredSharding::from(*l.sharding)));
-}
-template <class Archive>
-void load(Archive& ar, LeafRecord& l) {
-  std::string key, kinds, dtype, saved_from, order;
-  ar(cereal::make_nvp("key", key), cereal::make_nvp("key_kinds", kinds), cereal::make_nvp("dtype", dtype),
-     cereal::make_nvp("saved_from", saved_from), cereal::make_nvp("shape", l.shape), cereal::make_nvp("order", order),
-     cereal::make_nvp("chunks", l.chunks));
-  l.path = KeyPath::from_stored(key, kinds);
-  l.dtype = detail::stored_dtype(dtype);
-  l.saved_from = detail::stored_dtype(saved_from);
-  if (order != "C" && order != "F") detail::bad_record("key '" + key + "': unknown order '" + order + "'");
-  l.order = static_cast<Order>(order[0]);
-  // "sharding" is optional and follows "chunks" (readers of format 1 before it ignore it).
-  if constexpr (std::is_same_v<Archive, cereal::JSONInputArchive>) {
-    const char* next = ar.getNodeName();
-    if (next && std::string_view(next) == "sharding") {
-      StoredSharding s;
-      ar(cereal::make_nvp("sharding", s));
-      try {
-        l.sharding = s.to_sharding(l.shape.size());
-      } catch (const Error& e) {
-        throw Error(e.kind(), e.message(), {}, key);
+class MetadataReader {
+ public:
+  MetadataReader(std::string_view text, const std::string& path)
+      : path_(path), r_(text, path_, max_metadata_depth, "malformed metadata") {}
+
+  CheckpointMetadata metadata() {
+    CheckpointMetadata m;
+    static constexpr const char* names[] = {"format", "format_version", "library_version", "created_unix_ms", "created", "data_files", "items"};
+    RecordReader rec(r_, "the metadata", names);
+    rec.read(0x7f, [&](int member) {
+      switch (member) {
+        case 0:
+          if (r_.string() != "cairn") r_.fail("not a cairn metadata file (format is not \"cairn\")");
+          break;
+        case 1:
+          m.format_version = r_.integer<int>();
+          if (m.format_version > cairn::format_version || m.format_version < 1)
+            throw Error(ErrorKind::unsupported_version, "format version " + std::to_string(m.format_version) +
+                        " (this cairn reads up to " + std::to_string(cairn::format_version) + ")", path_);
+          break;
+        case 2: m.library_version = r_.string(); break;
+        case 3: m.created_unix_ms = r_.int64(); break;
+        case 4: m.created = r_.string(); break;
+        case 5: r_.array([&] { m.data_files.emplace_back(r_.string()); }); break;
+        case 6: r_.array([&] { m.items.push_back(item()); }); break;
       }
+    });
+    r_.finish();
+    return m;
+  }
+
+  ItemRecord lone_item() {
+    ItemRecord i = item();
+    r_.finish();
+    return i;
+  }
+
+ private:
+  ItemRecord item() {
+    ItemRecord i;
+    static constexpr const char* names[] = {"name", "kind", "nodes", "leaves"};
+    RecordReader rec(r_, "an item record", names);
+    rec.read(0xf, [&](int member) {
+      switch (member) {
+        case 0: i.name = r_.string(); break;
+        case 1: i.kind = item_kind(r_.string()); break;
+        case 2: r_.array([&] { i.nodes.push_back(node()); }); break;
+        case 3: r_.array([&] { i.leaves.push_back(leaf()); }); break;
+      }
+    });
+    return i;
+  }
+
+  NodeRecord node() {
+    NodeRecord n;
+    static constexpr const char* names[] = {"key", "key_kinds", "kind"};
+    RecordReader rec(r_, "a node record", names);
+    rec.read(0x7, [&](int member) {
+      switch (member) {
+        case 0: key_ = r_.string(); break;
+        case 1: kinds_ = r_.string(); break;
+        case 2: n.kind = node_kind(r_.string()); break;
+      }
+    });
+    n.path = KeyPath::from_stored(key_, kinds_);
+    return n;
+  }
+
+  // Errors inside a leaf name its key (the first member cairn writes).
+  LeafRecord leaf() {
+    LeafRecord l;
+    key_.clear();
+    try {
+      static constexpr const char* names[] = {"key", "key_kinds", "dtype", "saved_from", "shape", "order", "chunks", "sharding"};
+      RecordReader rec(r_, "a leaf record", names);
+      rec.read(0x7f, [&](int member) {
+        switch (member) {
+          case 0: key_ = r_.string(); break;
+          case 1: kinds_ = r_.string(); break;
+          case 2: l.dtype = dtype(r_.string()); break;
+          case 3: l.saved_from = dtype(r_.string()); break;
+          case 4: ints(l.shape); break;
+          case 5: {
+            const std::string_view order = r_.string();
+            if (order != "C" && order != "F") r_.fail("unknown order '" + std::string(order) + "'");
+            l.order = static_cast<Order>(order[0]);
+            break;
+          }
+          case 6: r_.array([&] { l.chunks.push_back(chunk()); }); break;
+          case 7: sharding(l); break;
+        }
+      });
+      l.path = KeyPath::from_stored(key_, kinds_);
+      if (l.sharding) {
+        try {
+          l.sharding->validate(l.shape.size());
+        } catch (const Error& e) {
+          throw Error(ErrorKind::corrupt, "bad sharding record: " + e.message());
+        }
+      }
+    } catch (const Error& e) {
+      throw Error(e.kind(), e.message(), path_, key_);
     }
+    return l;
+  }
+
+  ChunkRecord chunk() {
+    ChunkRecord c;
+    static constexpr const char* names[] = {"start", "shape", "file", "offset", "nbytes", "crc32c"};
+    RecordReader rec(r_, "a chunk record", names);
+    rec.read(0x3f, [&](int member) {
+      switch (member) {
+        case 0: ints(c.start); break;
+        case 1: ints(c.shape); break;
+        case 2: c.file = r_.string(); break;
+        case 3: c.offset = r_.uint64(); break;
+        case 4: c.nbytes = r_.uint64(); break;
+        case 5: c.crc32c = r_.integer<std::uint32_t>(); break;
+      }
+    });
+    return c;
+  }
+
+  // {"mesh_axes", "mesh_shape", "memory", "device_ids", "spec"[, "device_processes"]}, every
+  // part checked (the record is untrusted).
+  void sharding(LeafRecord& l) {
+    std::vector<std::string> axes;
+    std::vector<std::int64_t> shape;
+    std::string memory;
+    std::vector<int> ids, processes;
+    std::vector<PartitionSpec::Dim> dims;
+    static constexpr const char* names[] = {"mesh_axes", "mesh_shape", "memory", "device_ids", "spec", "device_processes"};
+    RecordReader rec(r_, "a sharding record", names);
+    rec.read(0x1f, [&](int member) {
+      switch (member) {
+        case 0: r_.array([&] { axes.emplace_back(r_.string()); }); break;
+        case 1: ints(shape); break;
+        case 2: memory = r_.string(); break;
+        case 3: ints(ids); break;
+        case 4:
+          r_.array([&] {
+            std::vector<std::string> names;
+            r_.array([&] { names.emplace_back(r_.string()); });
+            dims.emplace_back(std::move(names));
+          });
+          break;
+        case 5: ints(processes); break;
+      }
+    });
+    auto bad = [&](const std::string& why) { throw Error(ErrorKind::corrupt, "bad sharding record: " + why); };
+    if (axes.size() != shape.size()) bad("mesh_axes and mesh_shape differ in length");
+    if (memory != "host" && memory != "device") bad("unknown memory '" + memory + "'");
+    if (!processes.empty() && processes.size() != ids.size()) bad("device_processes and device_ids differ in length");
+    const MemoryKind m = memory == "host" ? MemoryKind::host : MemoryKind::device;
+    std::vector<MeshAxis> mesh_axes;
+    for (std::size_t i = 0; i < axes.size(); ++i) mesh_axes.push_back({axes[i], shape[i]});
+    std::vector<Device> devices;
+    for (std::size_t i = 0; i < ids.size(); ++i) devices.push_back({m, ids[i], processes.empty() ? 0 : processes[i]});
+    try {
+      l.sharding.emplace(Mesh(std::move(mesh_axes), std::move(devices)), PartitionSpec(std::move(dims)));
+    } catch (const Error& e) {
+      bad(e.message());
+    }
+  }
+
+  template <class T>
+  void ints(std::vector<T>& out) {
+    out.clear();
+    r_.array([&] { out.push_back(r_.integer<T>()); });
+  }
+  DType dtype(std::string_view s) {
+    DType d;
+    if (!parse_dtype(s, d)) r_.fail("unknown dtype '" + std::string(s.substr(0, 40)) + "'");
+    return d;
+  }
+  NodeKind node_kind(std::string_view s) {
+    for (NodeKind k : {NodeKind::struct_, NodeKind::sequence, NodeKind::map, NodeKind::tuple, NodeKind::optional,
+                       NodeKind::custom})
+      if (s == node_kind_name(k)) return k;
+    r_.fail("unknown node kind '" + std::string(s.substr(0, 40)) + "'");
+  }
+  ItemKind item_kind(std::string_view s) {
+    for (ItemKind k : {ItemKind::tree, ItemKind::json, ItemKind::cereal})
+      if (s == item_kind_name(k)) return k;
+    r_.fail("unknown item kind '" + std::string(s.substr(0, 40)) + "'");
+  }
+
+  const std::string path_;
+  JsonReader r_;
+  std::string key_, kinds_;  // of the record being read, reused
+};
+
+// Parses _METADATA's text (`path` names it in errors); validate_metadata cross-checks it.
+inline CheckpointMetadata metadata_from_json(std::string_view text, const std::string& path) {
+  try {
+    return MetadataReader(text, path).metadata();
+  } catch (const Error& e) {
+    throw e.with_file(path);  // errors of the key path parser name no file
+  }
+}
+inline ItemRecord item_from_json(std::string_view text, const std::string& path) {
+  try {
+    return MetadataReader(text, path).lone_item();
+  } catch (const Error& e) {
+    throw e.with_file(path);
   }
 }
 
-template <class Archive>
-void save(Archive& ar, const NodeRecord& n) {
-  ar(cereal::make_nvp("key", n.path.str()), cereal::make_nvp("key_kinds", n.path.kinds()),
-     cereal::make_nvp("kind", std::string(node_kind_name(n.kind))));
-}
-template <class Archive>
-void load(Archive& ar, NodeRecord& n) {
-  std::string key, kinds, kind;
-  ar(cereal::make_nvp("key", key), cereal::make_nvp("key_kinds", kinds), cereal::make_nvp("kind", kind));
-  n.path = KeyPath::from_stored(key, kinds);
-  n.kind = detail::node_kind_from_name(kind);
-}
-
-template <class Archive>
-void save(Archive& ar, const ItemRecord& i) {
-  ar(cereal::make_nvp("name", i.name), cereal::make_nvp("kind", std::string(item_kind_name(i.kind))),
-     cereal::make_nvp("nodes", i.nodes), cereal::make_nvp("leaves", i.leaves));
-}
-template <class Archive>
-void load(Archive& ar, ItemRecord& i) {
-  std::string kind;
-  ar(cereal::make_nvp("name", i.name), cereal::make_nvp("kind", kind), cereal::make_nvp("nodes", i.nodes),
-     cereal::make_nvp("leaves", i.leaves));
-  i.kind = detail::item_kind_from_name(kind);
-}
-
-// The metadata file holds everything but the user metadata, which has a file of its own.
-template <class Archive>
-void save(Archive& ar, const CheckpointMetadata& m) {
-  ar(cereal::make_nvp("format", std::string("cairn")), cereal::make_nvp("format_version", m.format_version),
-     cereal::make_nvp("library_version", m.library_version), cereal::make_nvp("created_unix_ms", m.created_unix_ms),
-     cereal::make_nvp("created", m.created), cereal::make_nvp("data_files", m.data_files),
-     cereal::make_nvp("items", m.items));
-}
-template <class Archive>
-void load(Archive& ar, CheckpointMetadata& m) {
-  std::string format;
-  ar(cereal::make_nvp("format", format), cereal::make_nvp("format_version", m.format_version));
-  if (format != "cairn") detail::bad_record("not a cairn metadata file (format '" + format + "')");
-  if (m.format_version > cairn::format_version || m.format_version < 1)
-    throw Error(ErrorKind::unsupported_version, "format version " + std::to_string(m.format_version) +
-                " (this cairn reads up to " + std::to_string(cairn::format_version) + ")");
-  ar(cereal::make_nvp("library_version", m.library_version), cereal::make_nvp("created_unix_ms", m.created_unix_ms),
-     cereal::make_nvp("created", m.created), cereal::make_nvp("data_files", m.data_files),
-     cereal::make_nvp("items", m.items));
-}
-
+}  // namespace detail
 CAIRN_END_NAMESPACE
-// ----- end cairn/format/records_json.hpp -----
+// ----- end cairn/format/metadata_json.hpp -----
 // ----- begin cairn/io/crc32c.hpp -----
 // CRC32C (Castagnoli), the checksum of every stored chunk and metadata file. x86-64 uses the
 // SSE4.2 crc32 instruction (chosen at run time, no compile flags needed), three streams at
@@ -7061,7 +7478,6 @@ inline constexpr const char* metadata_file = "_METADATA";
 inline constexpr const char* user_metadata_file = "_USER_METADATA";
 inline constexpr std::uint64_t max_metadata_bytes = std::uint64_t{1} << 30;
 inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
-inline constexpr int max_metadata_depth = 32;
 // Pairs of chunks compared for overlap in a leaf whose chunks are not a grid (cairn writes
 // only grids): about a second of work at most.
 inline constexpr std::uint64_t max_overlap_checks = std::uint64_t{1} << 26;
@@ -7084,61 +7500,6 @@ inline bool is_plain_file_name(const std::string& name) {
     if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
       return false;
   return true;
-}
-
-// Maximum nesting of [ and { outside strings; rapidjson (under cereal) parses recursively,
-// so deeply nested input must be refused before it gets there.
-inline int json_depth(std::string_view s) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
-// cairn's metadata holds integers only. rapidjson (under cereal) parses a number too large
-// for 64 bits as a double, and that path has undefined behaviour on some inputs, so every
-// number token outside strings must be an integer that fits: at most 20 digits, within
-// [-2^63, 2^64 - 1]. Returns the first offending token, or "" when all are fine.
-inline std::string first_bad_json_number(std::string_view s) {
-  bool in_string = false;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') { in_string = true; continue; }
-    if (c != '-' && c != '+' && c != '.' && !(c >= '0' && c <= '9')) continue;  // not a number's start
-    std::size_t j = i;
-    while (j < s.size() && (s[j] == '-' || s[j] == '+' || s[j] == '.' || s[j] == 'e' || s[j] == 'E' ||
-                            (s[j] >= '0' && s[j] <= '9')))
-      ++j;
-    const std::string_view tok = s.substr(i, j - i);
-    const bool negative = tok[0] == '-';
-    const std::string_view digits = negative ? tok.substr(1) : tok;
-    bool ok = !digits.empty() && digits.size() <= 20;
-    for (char d : digits) ok = ok && d >= '0' && d <= '9';
-    if (ok && digits.size() >= 19) {
-      const std::string_view limit = negative ? "9223372036854775808" : "18446744073709551615";
-      ok = digits.size() < limit.size() || (digits.size() == limit.size() && digits <= limit);
-    }
-    if (!ok) return std::string(tok.substr(0, 40));
-    i = j - 1;
-  }
-  return {};
 }
 
 struct FileDigest {
@@ -7383,21 +7744,7 @@ inline MetadataText read_metadata_text(const Store& store, const std::string& ke
 // Parses and validates the metadata of the checkpoint at `key` (named in errors).
 inline CheckpointMetadata parse_metadata(const Store& store, const std::string& key, const MetadataText& t) {
   const std::string path = store.describe(join_key(key, metadata_file));
-  const std::string& text = t.metadata;
-  if (json_depth(text) > max_metadata_depth)
-    throw Error(ErrorKind::corrupt, "JSON nested deeper than " + std::to_string(max_metadata_depth), path);
-  if (const std::string bad = first_bad_json_number(text); !bad.empty())
-    throw Error(ErrorKind::corrupt, "number '" + bad + "' is not an integer that fits in 64 bits", path);
-  CheckpointMetadata m;
-  try {
-    std::istringstream in(text);
-    cereal::JSONInputArchive ar(in);
-    load(ar, m);
-  } catch (const Error& e) {
-    throw Error(e.kind(), e.message(), path, e.key_path());
-  } catch (const std::exception& e) {
-    throw Error(ErrorKind::corrupt, std::string("malformed metadata: ") + e.what(), path);
-  }
+  CheckpointMetadata m = metadata_from_json(t.metadata, path);
   validate_metadata(m, path);
   m.user_metadata = Json::parse(t.user, store.describe(join_key(key, user_metadata_file)));
   return m;
@@ -7407,38 +7754,6 @@ inline CheckpointMetadata parse_metadata(const Store& store, const std::string& 
 inline CheckpointMetadata read_metadata(const Store& store, const std::string& key_in) {
   const std::string key = normalize_key(key_in);
   return parse_metadata(store, key, read_metadata_text(store, key));
-}
-
-// One item's records as JSON, and back (how a rank sends its per-rank items to the primary).
-inline std::string item_to_json(const ItemRecord& item) {
-  std::ostringstream out;
-  {
-    cereal::JSONOutputArchive ar(out, cereal::JSONOutputArchive::Options::NoIndent());
-    ar(cereal::make_nvp("item", item));
-  }
-  return out.str();
-}
-inline ItemRecord item_from_json(const std::string& text, const std::string& path) {
-  ItemRecord item;
-  try {
-    std::istringstream in(text);
-    cereal::JSONInputArchive ar(in);
-    ar(cereal::make_nvp("item", item));
-  } catch (const Error& e) {
-    throw Error(e.kind(), e.message(), path, e.key_path());
-  } catch (const std::exception& e) {
-    throw Error(ErrorKind::corrupt, std::string("malformed item record: ") + e.what(), path);
-  }
-  return item;
-}
-
-inline std::string metadata_to_json(const CheckpointMetadata& m) {
-  std::ostringstream out;
-  {
-    cereal::JSONOutputArchive ar(out, cereal::JSONOutputArchive::Options::NoIndent());
-    save(ar, m);
-  }
-  return out.str();
 }
 
 }  // namespace detail

@@ -115,11 +115,10 @@ class Json {
     throw Error(ErrorKind::invalid_argument, std::string("JSON value is not ") + what);
   }
 
-  static void dump_string(std::string& out, const std::string& s);
-
   void dump_to(std::string& out) const;
 
   struct Parser;  // core/json_impl.hpp
+  static constexpr int max_parse_depth = 128;
 
   std::variant<std::monostate, bool, std::int64_t, double, std::string, List, Members> v_;
 };

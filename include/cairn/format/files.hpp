@@ -1,9 +1,9 @@
 // The files of a checkpoint directory, and reading its metadata safely. Everything read here
 // is untrusted: sizes are capped, the metadata's CRC is checked against the commit marker,
-// JSON nesting is bounded before cereal parses it, and every record is cross-checked.
+// the JSON reader bounds nesting and integer ranges, and every record is cross-checked.
 //
 //   <checkpoint>/_CHECKPOINT      commit marker, written last (format, version, CRCs of the two below)
-//   <checkpoint>/_METADATA        tree structure, dtypes, shapes, chunk locations (cereal JSON)
+//   <checkpoint>/_METADATA        tree structure, dtypes, shapes, chunk locations (JSON)
 //   <checkpoint>/_USER_METADATA   the caller's JSON object
 //   <checkpoint>/data-<process>-<n>.bin   array bytes
 #pragma once
@@ -11,15 +11,12 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <unordered_set>
 
-#include <cereal/archives/json.hpp>
-
 #include "cairn/format/records.hpp"
-#include "cairn/format/records_json.hpp"
+#include "cairn/format/metadata_json.hpp"
 #include "cairn/io/crc32c.hpp"
 #include "cairn/store/store.hpp"
 
@@ -31,7 +28,6 @@ inline constexpr const char* metadata_file = "_METADATA";
 inline constexpr const char* user_metadata_file = "_USER_METADATA";
 inline constexpr std::uint64_t max_metadata_bytes = std::uint64_t{1} << 30;
 inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
-inline constexpr int max_metadata_depth = 32;
 // Pairs of chunks compared for overlap in a leaf whose chunks are not a grid (cairn writes
 // only grids): about a second of work at most.
 inline constexpr std::uint64_t max_overlap_checks = std::uint64_t{1} << 26;
@@ -54,61 +50,6 @@ inline bool is_plain_file_name(const std::string& name) {
     if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
       return false;
   return true;
-}
-
-// Maximum nesting of [ and { outside strings; rapidjson (under cereal) parses recursively,
-// so deeply nested input must be refused before it gets there.
-inline int json_depth(std::string_view s) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
-// cairn's metadata holds integers only. rapidjson (under cereal) parses a number too large
-// for 64 bits as a double, and that path has undefined behaviour on some inputs, so every
-// number token outside strings must be an integer that fits: at most 20 digits, within
-// [-2^63, 2^64 - 1]. Returns the first offending token, or "" when all are fine.
-inline std::string first_bad_json_number(std::string_view s) {
-  bool in_string = false;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') { in_string = true; continue; }
-    if (c != '-' && c != '+' && c != '.' && !(c >= '0' && c <= '9')) continue;  // not a number's start
-    std::size_t j = i;
-    while (j < s.size() && (s[j] == '-' || s[j] == '+' || s[j] == '.' || s[j] == 'e' || s[j] == 'E' ||
-                            (s[j] >= '0' && s[j] <= '9')))
-      ++j;
-    const std::string_view tok = s.substr(i, j - i);
-    const bool negative = tok[0] == '-';
-    const std::string_view digits = negative ? tok.substr(1) : tok;
-    bool ok = !digits.empty() && digits.size() <= 20;
-    for (char d : digits) ok = ok && d >= '0' && d <= '9';
-    if (ok && digits.size() >= 19) {
-      const std::string_view limit = negative ? "9223372036854775808" : "18446744073709551615";
-      ok = digits.size() < limit.size() || (digits.size() == limit.size() && digits <= limit);
-    }
-    if (!ok) return std::string(tok.substr(0, 40));
-    i = j - 1;
-  }
-  return {};
 }
 
 struct FileDigest {
@@ -353,21 +294,7 @@ inline MetadataText read_metadata_text(const Store& store, const std::string& ke
 // Parses and validates the metadata of the checkpoint at `key` (named in errors).
 inline CheckpointMetadata parse_metadata(const Store& store, const std::string& key, const MetadataText& t) {
   const std::string path = store.describe(join_key(key, metadata_file));
-  const std::string& text = t.metadata;
-  if (json_depth(text) > max_metadata_depth)
-    throw Error(ErrorKind::corrupt, "JSON nested deeper than " + std::to_string(max_metadata_depth), path);
-  if (const std::string bad = first_bad_json_number(text); !bad.empty())
-    throw Error(ErrorKind::corrupt, "number '" + bad + "' is not an integer that fits in 64 bits", path);
-  CheckpointMetadata m;
-  try {
-    std::istringstream in(text);
-    cereal::JSONInputArchive ar(in);
-    load(ar, m);
-  } catch (const Error& e) {
-    throw Error(e.kind(), e.message(), path, e.key_path());
-  } catch (const std::exception& e) {
-    throw Error(ErrorKind::corrupt, std::string("malformed metadata: ") + e.what(), path);
-  }
+  CheckpointMetadata m = metadata_from_json(t.metadata, path);
   validate_metadata(m, path);
   m.user_metadata = Json::parse(t.user, store.describe(join_key(key, user_metadata_file)));
   return m;
@@ -377,38 +304,6 @@ inline CheckpointMetadata parse_metadata(const Store& store, const std::string& 
 inline CheckpointMetadata read_metadata(const Store& store, const std::string& key_in) {
   const std::string key = normalize_key(key_in);
   return parse_metadata(store, key, read_metadata_text(store, key));
-}
-
-// One item's records as JSON, and back (how a rank sends its per-rank items to the primary).
-inline std::string item_to_json(const ItemRecord& item) {
-  std::ostringstream out;
-  {
-    cereal::JSONOutputArchive ar(out, cereal::JSONOutputArchive::Options::NoIndent());
-    ar(cereal::make_nvp("item", item));
-  }
-  return out.str();
-}
-inline ItemRecord item_from_json(const std::string& text, const std::string& path) {
-  ItemRecord item;
-  try {
-    std::istringstream in(text);
-    cereal::JSONInputArchive ar(in);
-    ar(cereal::make_nvp("item", item));
-  } catch (const Error& e) {
-    throw Error(e.kind(), e.message(), path, e.key_path());
-  } catch (const std::exception& e) {
-    throw Error(ErrorKind::corrupt, std::string("malformed item record: ") + e.what(), path);
-  }
-  return item;
-}
-
-inline std::string metadata_to_json(const CheckpointMetadata& m) {
-  std::ostringstream out;
-  {
-    cereal::JSONOutputArchive ar(out, cereal::JSONOutputArchive::Options::NoIndent());
-    save(ar, m);
-  }
-  return out.str();
 }
 
 }  // namespace detail

@@ -1,6 +1,6 @@
 // The checkpoint metadata as C++ records (docs/format.md is their specification).
 // CheckpointMetadata is also what cairn::metadata() returns. Their JSON forms are
-// format/records_json.hpp, which only the runtime needs.
+// format/metadata_json.hpp, which only the runtime needs.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,443 @@
+// The records' JSON form, the text of _METADATA (docs/format.md specifies it): written with
+// plain appends and read with detail::JsonReader straight into the records, no tree of JSON
+// values in between and no cereal. Reading checks what a record can check on its own (types,
+// integer ranges, required members, names of dtypes and kinds); the cross-checks against
+// files and shapes are validate_metadata in format/files.hpp.
+//
+// Members may come in any order; a member this version does not know is skipped (that is how
+// "sharding" and "device_processes" were added within format 1), a known one twice is an
+// error. Files written by cereal's JSON archive (cairn before 0.2) read the same.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cairn/core/json_reader.hpp"
+#include "cairn/format/records.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr int max_metadata_depth = 32;
+
+// ---- writing ----
+
+inline void append_json_ints(std::string& out, const std::vector<std::int64_t>& v) {
+  out += '[';
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    append_json_int(out, v[i]);
+  }
+  out += ']';
+}
+template <class T>
+void append_json_ints(std::string& out, const std::vector<T>& v) {
+  out += '[';
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    append_json_int(out, v[i]);
+  }
+  out += ']';
+}
+inline void append_json_strings(std::string& out, const std::vector<std::string>& v) {
+  out += '[';
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    append_json_string(out, v[i]);
+  }
+  out += ']';
+}
+
+inline void append_sharding_json(std::string& out, const NamedSharding& s) {
+  out += "{\"mesh_axes\":[";
+  bool first = true;
+  for (const auto& a : s.mesh.axes()) {
+    if (!first) out += ',';
+    first = false;
+    append_json_string(out, a.name);
+  }
+  out += "],\"mesh_shape\":[";
+  first = true;
+  for (const auto& a : s.mesh.axes()) {
+    if (!first) out += ',';
+    first = false;
+    append_json_int(out, a.size);
+  }
+  out += "],\"memory\":";
+  append_json_string(out, s.mesh.devices().empty() ? "host" : memory_kind_name(s.mesh.devices().front().memory));
+  out += ",\"device_ids\":[";
+  first = true;
+  for (const auto& d : s.mesh.devices()) {
+    if (!first) out += ',';
+    first = false;
+    append_json_int(out, d.id);
+  }
+  out += "],\"spec\":[";
+  first = true;
+  for (const auto& d : s.spec.dims()) {
+    if (!first) out += ',';
+    first = false;
+    append_json_strings(out, d.axes);
+  }
+  out += ']';
+  // The process of each device, only when the mesh spans several processes, so that
+  // single-process checkpoints read as they always did.
+  if (s.mesh.process_count() > 1) {
+    out += ",\"device_processes\":[";
+    first = true;
+    for (const auto& d : s.mesh.devices()) {
+      if (!first) out += ',';
+      first = false;
+      append_json_int(out, d.process);
+    }
+    out += ']';
+  }
+  out += '}';
+}
+
+inline void append_leaf_json(std::string& out, const LeafRecord& l) {
+  out += "{\"key\":";
+  append_json_string(out, l.path.str());
+  out += ",\"key_kinds\":";
+  append_json_string(out, l.path.kinds());
+  out += ",\"dtype\":\"";
+  out += dtype_name(l.dtype);
+  out += "\",\"saved_from\":\"";
+  out += dtype_name(l.saved_from);
+  out += "\",\"shape\":";
+  append_json_ints(out, l.shape);
+  out += ",\"order\":\"";
+  out += static_cast<char>(l.order);
+  out += "\",\"chunks\":[";
+  for (std::size_t i = 0; i < l.chunks.size(); ++i) {
+    const ChunkRecord& c = l.chunks[i];
+    out += i ? ",{\"start\":" : "{\"start\":";
+    append_json_ints(out, c.start);
+    out += ",\"shape\":";
+    append_json_ints(out, c.shape);
+    out += ",\"file\":";
+    append_json_string(out, c.file);
+    out += ",\"offset\":";
+    append_json_int(out, c.offset);
+    out += ",\"nbytes\":";
+    append_json_int(out, c.nbytes);
+    out += ",\"crc32c\":";
+    append_json_int(out, c.crc32c);
+    out += '}';
+  }
+  out += ']';
+  if (l.sharding) {
+    out += ",\"sharding\":";
+    append_sharding_json(out, *l.sharding);
+  }
+  out += '}';
+}
+
+inline void append_item_json(std::string& out, const ItemRecord& item) {
+  out += "{\"name\":";
+  append_json_string(out, item.name);
+  out += ",\"kind\":\"";
+  out += item_kind_name(item.kind);
+  out += "\",\"nodes\":[";
+  for (std::size_t i = 0; i < item.nodes.size(); ++i) {
+    const NodeRecord& n = item.nodes[i];
+    out += i ? ",{\"key\":" : "{\"key\":";
+    append_json_string(out, n.path.str());
+    out += ",\"key_kinds\":";
+    append_json_string(out, n.path.kinds());
+    out += ",\"kind\":\"";
+    out += node_kind_name(n.kind);
+    out += "\"}";
+  }
+  out += "],\"leaves\":[";
+  for (std::size_t i = 0; i < item.leaves.size(); ++i) {
+    if (i) out += ',';
+    append_leaf_json(out, item.leaves[i]);
+  }
+  out += "]}";
+}
+
+// The text of _METADATA: everything but the user metadata, which has a file of its own.
+inline std::string metadata_to_json(const CheckpointMetadata& m) {
+  std::string out;
+  std::size_t leaves = 0;
+  for (const auto& i : m.items) leaves += i.leaves.size() + i.nodes.size();
+  out.reserve(256 + 256 * leaves);
+  out += "{\"format\":\"cairn\",\"format_version\":";
+  append_json_int(out, m.format_version);
+  out += ",\"library_version\":";
+  append_json_string(out, m.library_version);
+  out += ",\"created_unix_ms\":";
+  append_json_int(out, m.created_unix_ms);
+  out += ",\"created\":";
+  append_json_string(out, m.created);
+  out += ",\"data_files\":";
+  append_json_strings(out, m.data_files);
+  out += ",\"items\":[";
+  for (std::size_t i = 0; i < m.items.size(); ++i) {
+    if (i) out += ',';
+    append_item_json(out, m.items[i]);
+  }
+  out += "]}";
+  return out;
+}
+
+// One item's records (how a rank sends its per-rank items to the primary).
+inline std::string item_to_json(const ItemRecord& item) {
+  std::string out;
+  append_item_json(out, item);
+  return out;
+}
+
+// ---- reading ----
+
+// Reads the members of one record: which are known, which were seen (each at most once),
+// and which are missing at the end.
+// `names` is a static array (the reader keeps a pointer to it).
+template <std::size_t N>
+class RecordReader {
+ public:
+  RecordReader(JsonReader& r, const char* record, const char* const (&names)[N]) : r_(r), record_(record), names_(names) {}
+
+  // Reads an object; on each known member calls read(index) with the reader at its value,
+  // skips unknown ones. Then every member named in `required` (a bit per index) must have
+  // been present.
+  template <class F>
+  void read(std::uint32_t required, F&& read_member) {
+    seen_ = 0;
+    r_.object([&](std::string_view key) {
+      int index = 0;
+      while (index < static_cast<int>(N) && key != names_[index]) ++index;
+      if (index == static_cast<int>(N)) { r_.skip(); return; }
+      if (seen_ & (1u << index)) r_.fail(std::string(record_) + " has '" + std::string(key) + "' twice");
+      seen_ |= 1u << index;
+      read_member(index);
+    });
+    if (const std::uint32_t missing = required & ~seen_) {
+      int index = 0;
+      while (!(missing & (1u << index))) ++index;
+      r_.fail(std::string(record_) + " has no '" + names_[index] + "'");
+    }
+  }
+  bool seen(int index) const { return seen_ & (1u << index); }
+
+ private:
+  JsonReader& r_;
+  const char* record_;
+  const char* const* names_;
+  std::uint32_t seen_ = 0;
+};
+
+class MetadataReader {
+ public:
+  MetadataReader(std::string_view text, const std::string& path)
+      : path_(path), r_(text, path_, max_metadata_depth, "malformed metadata") {}
+
+  CheckpointMetadata metadata() {
+    CheckpointMetadata m;
+    static constexpr const char* names[] = {"format", "format_version", "library_version", "created_unix_ms", "created", "data_files", "items"};
+    RecordReader rec(r_, "the metadata", names);
+    rec.read(0x7f, [&](int member) {
+      switch (member) {
+        case 0:
+          if (r_.string() != "cairn") r_.fail("not a cairn metadata file (format is not \"cairn\")");
+          break;
+        case 1:
+          m.format_version = r_.integer<int>();
+          if (m.format_version > cairn::format_version || m.format_version < 1)
+            throw Error(ErrorKind::unsupported_version, "format version " + std::to_string(m.format_version) +
+                        " (this cairn reads up to " + std::to_string(cairn::format_version) + ")", path_);
+          break;
+        case 2: m.library_version = r_.string(); break;
+        case 3: m.created_unix_ms = r_.int64(); break;
+        case 4: m.created = r_.string(); break;
+        case 5: r_.array([&] { m.data_files.emplace_back(r_.string()); }); break;
+        case 6: r_.array([&] { m.items.push_back(item()); }); break;
+      }
+    });
+    r_.finish();
+    return m;
+  }
+
+  ItemRecord lone_item() {
+    ItemRecord i = item();
+    r_.finish();
+    return i;
+  }
+
+ private:
+  ItemRecord item() {
+    ItemRecord i;
+    static constexpr const char* names[] = {"name", "kind", "nodes", "leaves"};
+    RecordReader rec(r_, "an item record", names);
+    rec.read(0xf, [&](int member) {
+      switch (member) {
+        case 0: i.name = r_.string(); break;
+        case 1: i.kind = item_kind(r_.string()); break;
+        case 2: r_.array([&] { i.nodes.push_back(node()); }); break;
+        case 3: r_.array([&] { i.leaves.push_back(leaf()); }); break;
+      }
+    });
+    return i;
+  }
+
+  NodeRecord node() {
+    NodeRecord n;
+    static constexpr const char* names[] = {"key", "key_kinds", "kind"};
+    RecordReader rec(r_, "a node record", names);
+    rec.read(0x7, [&](int member) {
+      switch (member) {
+        case 0: key_ = r_.string(); break;
+        case 1: kinds_ = r_.string(); break;
+        case 2: n.kind = node_kind(r_.string()); break;
+      }
+    });
+    n.path = KeyPath::from_stored(key_, kinds_);
+    return n;
+  }
+
+  // Errors inside a leaf name its key (the first member cairn writes).
+  LeafRecord leaf() {
+    LeafRecord l;
+    key_.clear();
+    try {
+      static constexpr const char* names[] = {"key", "key_kinds", "dtype", "saved_from", "shape", "order", "chunks", "sharding"};
+      RecordReader rec(r_, "a leaf record", names);
+      rec.read(0x7f, [&](int member) {
+        switch (member) {
+          case 0: key_ = r_.string(); break;
+          case 1: kinds_ = r_.string(); break;
+          case 2: l.dtype = dtype(r_.string()); break;
+          case 3: l.saved_from = dtype(r_.string()); break;
+          case 4: ints(l.shape); break;
+          case 5: {
+            const std::string_view order = r_.string();
+            if (order != "C" && order != "F") r_.fail("unknown order '" + std::string(order) + "'");
+            l.order = static_cast<Order>(order[0]);
+            break;
+          }
+          case 6: r_.array([&] { l.chunks.push_back(chunk()); }); break;
+          case 7: sharding(l); break;
+        }
+      });
+      l.path = KeyPath::from_stored(key_, kinds_);
+      if (l.sharding) {
+        try {
+          l.sharding->validate(l.shape.size());
+        } catch (const Error& e) {
+          throw Error(ErrorKind::corrupt, "bad sharding record: " + e.message());
+        }
+      }
+    } catch (const Error& e) {
+      throw Error(e.kind(), e.message(), path_, key_);
+    }
+    return l;
+  }
+
+  ChunkRecord chunk() {
+    ChunkRecord c;
+    static constexpr const char* names[] = {"start", "shape", "file", "offset", "nbytes", "crc32c"};
+    RecordReader rec(r_, "a chunk record", names);
+    rec.read(0x3f, [&](int member) {
+      switch (member) {
+        case 0: ints(c.start); break;
+        case 1: ints(c.shape); break;
+        case 2: c.file = r_.string(); break;
+        case 3: c.offset = r_.uint64(); break;
+        case 4: c.nbytes = r_.uint64(); break;
+        case 5: c.crc32c = r_.integer<std::uint32_t>(); break;
+      }
+    });
+    return c;
+  }
+
+  // {"mesh_axes", "mesh_shape", "memory", "device_ids", "spec"[, "device_processes"]}, every
+  // part checked (the record is untrusted).
+  void sharding(LeafRecord& l) {
+    std::vector<std::string> axes;
+    std::vector<std::int64_t> shape;
+    std::string memory;
+    std::vector<int> ids, processes;
+    std::vector<PartitionSpec::Dim> dims;
+    static constexpr const char* names[] = {"mesh_axes", "mesh_shape", "memory", "device_ids", "spec", "device_processes"};
+    RecordReader rec(r_, "a sharding record", names);
+    rec.read(0x1f, [&](int member) {
+      switch (member) {
+        case 0: r_.array([&] { axes.emplace_back(r_.string()); }); break;
+        case 1: ints(shape); break;
+        case 2: memory = r_.string(); break;
+        case 3: ints(ids); break;
+        case 4:
+          r_.array([&] {
+            std::vector<std::string> names;
+            r_.array([&] { names.emplace_back(r_.string()); });
+            dims.emplace_back(std::move(names));
+          });
+          break;
+        case 5: ints(processes); break;
+      }
+    });
+    auto bad = [&](const std::string& why) { throw Error(ErrorKind::corrupt, "bad sharding record: " + why); };
+    if (axes.size() != shape.size()) bad("mesh_axes and mesh_shape differ in length");
+    if (memory != "host" && memory != "device") bad("unknown memory '" + memory + "'");
+    if (!processes.empty() && processes.size() != ids.size()) bad("device_processes and device_ids differ in length");
+    const MemoryKind m = memory == "host" ? MemoryKind::host : MemoryKind::device;
+    std::vector<MeshAxis> mesh_axes;
+    for (std::size_t i = 0; i < axes.size(); ++i) mesh_axes.push_back({axes[i], shape[i]});
+    std::vector<Device> devices;
+    for (std::size_t i = 0; i < ids.size(); ++i) devices.push_back({m, ids[i], processes.empty() ? 0 : processes[i]});
+    try {
+      l.sharding.emplace(Mesh(std::move(mesh_axes), std::move(devices)), PartitionSpec(std::move(dims)));
+    } catch (const Error& e) {
+      bad(e.message());
+    }
+  }
+
+  template <class T>
+  void ints(std::vector<T>& out) {
+    out.clear();
+    r_.array([&] { out.push_back(r_.integer<T>()); });
+  }
+  DType dtype(std::string_view s) {
+    DType d;
+    if (!parse_dtype(s, d)) r_.fail("unknown dtype '" + std::string(s.substr(0, 40)) + "'");
+    return d;
+  }
+  NodeKind node_kind(std::string_view s) {
+    for (NodeKind k : {NodeKind::struct_, NodeKind::sequence, NodeKind::map, NodeKind::tuple, NodeKind::optional,
+                       NodeKind::custom})
+      if (s == node_kind_name(k)) return k;
+    r_.fail("unknown node kind '" + std::string(s.substr(0, 40)) + "'");
+  }
+  ItemKind item_kind(std::string_view s) {
+    for (ItemKind k : {ItemKind::tree, ItemKind::json, ItemKind::cereal})
+      if (s == item_kind_name(k)) return k;
+    r_.fail("unknown item kind '" + std::string(s.substr(0, 40)) + "'");
+  }
+
+  const std::string path_;
+  JsonReader r_;
+  std::string key_, kinds_;  // of the record being read, reused
+};
+
+// Parses _METADATA's text (`path` names it in errors); validate_metadata cross-checks it.
+inline CheckpointMetadata metadata_from_json(std::string_view text, const std::string& path) {
+  try {
+    return MetadataReader(text, path).metadata();
+  } catch (const Error& e) {
+    throw e.with_file(path);  // errors of the key path parser name no file
+  }
+}
+inline ItemRecord item_from_json(std::string_view text, const std::string& path) {
+  try {
+    return MetadataReader(text, path).lone_item();
+  } catch (const Error& e) {
+    throw e.with_file(path);
+  }
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
