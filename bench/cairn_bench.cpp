@@ -40,6 +40,7 @@ struct Options {
   int saves = 1000;    // async saves for the memory-growth measurement
   double step_ms = 50; // compute per training step in the loop benchmark
   bool sharded = false;  // the sharding benchmarks instead
+  bool containers = false;  // the same leaves in each container kind
 };
 
 
@@ -58,6 +59,8 @@ void usage() {
       "  --async             Checkpointer benchmarks: save_async blocking time vs one in-memory copy,\n"
       "                      a loop checkpointing every step vs not, RSS across --saves N async saves\n"
       "  --step-ms MS        compute per training step in the loop benchmark (default 50)\n"
+      "  --containers        the leaves as a std::map, unordered_map, vector and struct: save, load<T> and\n"
+      "                      load into an existing state of each, beside a plain read of the same bytes\n"
       "  --sharded           sharding benchmarks: box-copy and cast kernels vs memcpy, restoring a\n"
       "                      2x4-sharded --bytes array onto other shardings vs the same sharding\n"
       "                      (and, built with nvcc on a GPU, staging and device casts vs cudaMemcpy)");
@@ -275,6 +278,92 @@ Results run(const Options& o) {
   r.checkpoint_bytes = on_disk;
   std::filesystem::remove_all(o.dir);
   return r;
+}
+
+// ---- Many leaves in each container kind ----
+
+// The same leaves (sizes as --leaves and --leaf-bytes say) held as a flat std::map, an
+// std::unordered_map, a std::vector and a struct of vectors; for each, the load into a fresh
+// state (load<T>) and into an existing one of the right shapes, beside a plain read of the
+// same bytes into the same buffers.
+struct Bucket {
+  std::vector<std::vector<float>> a, b;
+};
+CAIRN_TREE(Bucket, a, b)
+
+int containers_bench(const Options& o) {
+  std::mt19937_64 rng(7);
+  std::vector<std::vector<float>> leaves(o.leaves);
+  std::uint64_t bytes = 0;
+  for (auto& leaf : leaves) {
+    const std::uint64_t n = o.max_leaf ? o.min_leaf + rng() % (o.max_leaf - o.min_leaf + 1) : o.bytes / o.leaves;
+    leaf.resize(n / sizeof(float));
+    for (auto& x : leaf) x = static_cast<float>(rng() % 100000);
+    bytes += leaf.size() * sizeof(float);
+  }
+  std::filesystem::remove_all(o.dir);
+  std::filesystem::create_directories(o.dir);
+  const std::string raw = o.dir + "/raw.bin";
+  {
+    std::map<std::string, std::vector<std::vector<float>>> as_state{{"x", leaves}};
+    raw_write<float>(as_state, raw);
+  }
+  std::printf("cairn-bench --containers: %zu leaves, %.1f MiB of float32 (%s reads, median of %d)\n", o.leaves,
+              static_cast<double>(bytes) / (1 << 20), o.warm ? "warm" : "cold", o.repeat);
+  std::printf("  %-14s %9s %9s %9s %9s %9s\n", "container", "save ms", "read ms", "fresh ms", "into ms", "into/read");
+  auto key = [](std::size_t i) { char k[16]; std::snprintf(k, sizeof k, "w%06zu", i); return std::string(k); };
+  auto bench = [&](const char* name, auto state) {
+    using S = decltype(state);
+    const std::string ckpt = o.dir + "/" + name;
+    std::vector<double> save_t, read_t, fresh_t, into_t;
+    for (int rep = 0; rep < o.repeat; ++rep) {
+      std::filesystem::remove_all(ckpt);
+      double t0 = now_s();
+      cairn::save(ckpt, state);
+      save_t.push_back(now_s() - t0);
+    }
+    S target = state;
+    for (int rep = 0; rep < o.repeat; ++rep) {
+      std::map<std::string, std::vector<std::vector<float>>> buffers{{"x", leaves}};
+      if (!o.warm) evict(raw);
+      double t0 = now_s();
+      raw_read<float>(buffers, raw);
+      read_t.push_back(now_s() - t0);
+      if (!o.warm) evict_tree(ckpt);
+      t0 = now_s();
+      S fresh = cairn::load<S>(ckpt);
+      fresh_t.push_back(now_s() - t0);
+      if (!o.warm) evict_tree(ckpt);
+      t0 = now_s();
+      cairn::load(ckpt, target);
+      into_t.push_back(now_s() - t0);
+      if (cairn::leaf_count(fresh) != o.leaves) { std::fprintf(stderr, "cairn-bench: wrong leaf count!\n"); std::exit(1); }
+    }
+    std::printf("  %-14s %9.1f %9.1f %9.1f %9.1f %8.2fx\n", name, median(save_t) * 1e3, median(read_t) * 1e3,
+                median(fresh_t) * 1e3, median(into_t) * 1e3, median(into_t) / median(read_t));
+    std::filesystem::remove_all(ckpt);
+  };
+  {
+    std::map<std::string, std::vector<float>> m;
+    for (std::size_t i = 0; i < leaves.size(); ++i) m[key(i)] = leaves[i];
+    bench("map", std::move(m));
+  }
+  {
+    std::unordered_map<std::string, std::vector<float>> m;
+    for (std::size_t i = 0; i < leaves.size(); ++i) m[key(i)] = leaves[i];
+    bench("unordered_map", std::move(m));
+  }
+  bench("vector", leaves);
+  {
+    std::vector<Bucket> buckets(std::max<std::size_t>(1, leaves.size() / 100));
+    for (std::size_t i = 0; i < leaves.size(); ++i) {
+      Bucket& b = buckets[i % buckets.size()];
+      (i / buckets.size() % 2 ? b.b : b.a).push_back(leaves[i]);
+    }
+    bench("struct", std::move(buckets));
+  }
+  std::filesystem::remove_all(o.dir);
+  return 0;
 }
 
 // ---- Checkpointer (async) benchmarks ----
@@ -608,11 +697,13 @@ int main(int argc, char** argv) {
     else if (a == "--saves") o.saves = std::stoi(next());
     else if (a == "--step-ms") o.step_ms = std::stod(next());
     else if (a == "--sharded") o.sharded = true;
+    else if (a == "--containers") o.containers = true;
     else { usage(); return a == "--help" || a == "-h" ? 0 : 2; }
   }
   if (o.leaves == 0) { usage(); return 2; }
   if (o.async) return async_bench(o);
   if (o.sharded) return sharded_bench(o);
+  if (o.containers) return containers_bench(o);
   Results r;
   if (o.dtype == "float32") r = run<float>(o);
   else if (o.dtype == "float64") r = run<double>(o);

@@ -159,6 +159,7 @@ inline bool boxes_overlap(const ChunkRecord& a, const ChunkRecord& b) {
 // make it quadratic.
 template <class Fail>
 void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) {
+  if (l.chunks.size() < 2) return;  // most leaves: nothing to compare
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < l.chunks.size(); ++i)
     if (element_count(l.chunks[i].shape) > 0) order.push_back(i);
@@ -230,13 +231,17 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
   }
   std::map<std::string, std::vector<std::pair<std::uint64_t, std::uint64_t>>> ranges;
   std::unordered_set<std::string> item_names;
+  std::vector<std::string> printed;  // each key once, viewed by `keys` (reserved: never moves)
   for (const auto& item : m.items) {
     if (item.name.empty() || !item_names.insert(item.name).second) fail("empty or repeated item name '" + item.name + "'");
-    std::unordered_set<std::string> keys;
+    printed.clear();
+    printed.reserve(item.nodes.size() + item.leaves.size());
+    std::unordered_set<std::string_view> keys;
+    keys.reserve(item.nodes.size() + item.leaves.size());
     for (const auto& n : item.nodes)
-      if (!keys.insert(n.path.str()).second) fail("key path listed twice", n.path.str());
+      if (!keys.insert(printed.emplace_back(n.path.str())).second) fail("key path listed twice", n.path.str());
     for (const auto& l : item.leaves) {
-      const std::string key = l.key();
+      const std::string& key = printed.emplace_back(l.key());
       if (!keys.insert(key).second) fail("key path listed twice", key);
       try {
         const std::uint64_t count = element_count(l.shape);

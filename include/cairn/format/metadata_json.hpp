@@ -200,7 +200,8 @@ inline std::string item_to_json(const ItemRecord& item) {
 template <std::size_t N>
 class RecordReader {
  public:
-  RecordReader(JsonReader& r, const char* record, const char* const (&names)[N]) : r_(r), record_(record), names_(names) {}
+  RecordReader(JsonReader& r, const char* record, const std::string_view (&names)[N])
+      : r_(r), record_(record), names_(names) {}
 
   // Reads an object; on each known member calls read(index) with the reader at its value,
   // skips unknown ones. Then every member named in `required` (a bit per index) must have
@@ -208,10 +209,16 @@ class RecordReader {
   template <class F>
   void read(std::uint32_t required, F&& read_member) {
     seen_ = 0;
+    next_ = 0;
     r_.object([&](std::string_view key) {
-      int index = 0;
-      while (index < static_cast<int>(N) && key != names_[index]) ++index;
-      if (index == static_cast<int>(N)) { r_.skip(); return; }
+      // Members usually come in the order cairn writes them: try the next one first.
+      int index = next_;
+      if (index >= static_cast<int>(N) || key != names_[index]) {
+        index = 0;
+        while (index < static_cast<int>(N) && key != names_[index]) ++index;
+        if (index == static_cast<int>(N)) { r_.skip(); return; }
+      }
+      next_ = index + 1;
       if (seen_ & (1u << index)) r_.fail(std::string(record_) + " has '" + std::string(key) + "' twice");
       seen_ |= 1u << index;
       read_member(index);
@@ -219,7 +226,7 @@ class RecordReader {
     if (const std::uint32_t missing = required & ~seen_) {
       int index = 0;
       while (!(missing & (1u << index))) ++index;
-      r_.fail(std::string(record_) + " has no '" + names_[index] + "'");
+      r_.fail(std::string(record_) + " has no '" + std::string(names_[index]) + "'");
     }
   }
   bool seen(int index) const { return seen_ & (1u << index); }
@@ -227,8 +234,9 @@ class RecordReader {
  private:
   JsonReader& r_;
   const char* record_;
-  const char* const* names_;
+  const std::string_view* names_;
   std::uint32_t seen_ = 0;
+  int next_ = 0;
 };
 
 class MetadataReader {
@@ -238,7 +246,7 @@ class MetadataReader {
 
   CheckpointMetadata metadata() {
     CheckpointMetadata m;
-    static constexpr const char* names[] = {"format", "format_version", "library_version", "created_unix_ms", "created", "data_files", "items"};
+    static constexpr std::string_view names[] = {"format", "format_version", "library_version", "created_unix_ms", "created", "data_files", "items"};
     RecordReader rec(r_, "the metadata", names);
     rec.read(0x7f, [&](int member) {
       switch (member) {
@@ -271,7 +279,7 @@ class MetadataReader {
  private:
   ItemRecord item() {
     ItemRecord i;
-    static constexpr const char* names[] = {"name", "kind", "nodes", "leaves"};
+    static constexpr std::string_view names[] = {"name", "kind", "nodes", "leaves"};
     RecordReader rec(r_, "an item record", names);
     rec.read(0xf, [&](int member) {
       switch (member) {
@@ -286,7 +294,7 @@ class MetadataReader {
 
   NodeRecord node() {
     NodeRecord n;
-    static constexpr const char* names[] = {"key", "key_kinds", "kind"};
+    static constexpr std::string_view names[] = {"key", "key_kinds", "kind"};
     RecordReader rec(r_, "a node record", names);
     rec.read(0x7, [&](int member) {
       switch (member) {
@@ -304,7 +312,7 @@ class MetadataReader {
     LeafRecord l;
     key_.clear();
     try {
-      static constexpr const char* names[] = {"key", "key_kinds", "dtype", "saved_from", "shape", "order", "chunks", "sharding"};
+      static constexpr std::string_view names[] = {"key", "key_kinds", "dtype", "saved_from", "shape", "order", "chunks", "sharding"};
       RecordReader rec(r_, "a leaf record", names);
       rec.read(0x7f, [&](int member) {
         switch (member) {
@@ -339,7 +347,7 @@ class MetadataReader {
 
   ChunkRecord chunk() {
     ChunkRecord c;
-    static constexpr const char* names[] = {"start", "shape", "file", "offset", "nbytes", "crc32c"};
+    static constexpr std::string_view names[] = {"start", "shape", "file", "offset", "nbytes", "crc32c"};
     RecordReader rec(r_, "a chunk record", names);
     rec.read(0x3f, [&](int member) {
       switch (member) {
@@ -362,7 +370,7 @@ class MetadataReader {
     std::string memory;
     std::vector<int> ids, processes;
     std::vector<PartitionSpec::Dim> dims;
-    static constexpr const char* names[] = {"mesh_axes", "mesh_shape", "memory", "device_ids", "spec", "device_processes"};
+    static constexpr std::string_view names[] = {"mesh_axes", "mesh_shape", "memory", "device_ids", "spec", "device_processes"};
     RecordReader rec(r_, "a sharding record", names);
     rec.read(0x1f, [&](int member) {
       switch (member) {

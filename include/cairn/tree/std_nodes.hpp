@@ -108,8 +108,11 @@ struct map_node {
       if (key_from_entry(e, k)) keys.push_back(k);
     }
     if (stored.may_remove) {
+      // Sorted, so that a map of n entries costs n log n here, not n^2.
+      std::vector<key_type> sorted = keys;
+      std::sort(sorted.begin(), sorted.end());
       for (auto it = node.begin(); it != node.end();) {
-        if (std::find(keys.begin(), keys.end(), it->first) == keys.end()) it = node.erase(it);
+        if (!std::binary_search(sorted.begin(), sorted.end(), it->first)) it = node.erase(it);
         else ++it;
       }
     }
