@@ -147,6 +147,39 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     store->remove_checkpoints({"root/1", "root/3"});
     CHECK(visible_names(*store, "root") == std::vector<std::string>{"2", "latest"});
   }
+  SUBCASE("atomic blobs: nothing at the key until finish, abandoned leaves nothing, overwrite only when asked") {
+    auto store = make();
+    {
+      auto w = store->create_atomically("out/model.bin", false);
+      w->write_at("world", 5, 6);
+      w->write_at("hello ", 6, 0);
+      CHECK(!store->exists("out/model.bin"));
+      w->finish(11);
+    }
+    CHECK(cairn::detail::read_blob(*store, "out/model.bin", 100) == "hello world");
+    CHECK(visible_names(*store, "out") == std::vector<std::string>{"model.bin"});
+    CHECK_CAIRN_ERROR(store->create_atomically("out/model.bin", false), cairn::ErrorKind::already_exists, "model.bin");
+    {
+      auto w = store->create_atomically("out/model.bin", true);
+      w->write_at("half", 4, 0);
+    }  // abandoned: the old blob stays whole, no staging is left visible
+    CHECK(cairn::detail::read_blob(*store, "out/model.bin", 100) == "hello world");
+    CHECK(visible_names(*store, "out") == std::vector<std::string>{"model.bin"});
+    {
+      auto w = store->create_atomically("out/model.bin", true);
+      w->write_at("new", 3, 0);
+      // Another writer takes the key meanwhile: a non-overwriting finish must not replace it.
+      auto other = store->create_atomically("out/other.bin", false);
+      cairn::detail::write_blob(*store, "out/other.bin", "taken");
+      other->write_at("mine", 4, 0);
+      CHECK_CAIRN_ERROR(other->finish(4), cairn::ErrorKind::already_exists, "other.bin");
+      w->finish(3);
+    }
+    CHECK(cairn::detail::read_blob(*store, "out/model.bin", 100) == "new");
+    CHECK(cairn::detail::read_blob(*store, "out/other.bin", 100) == "taken");
+    cairn::detail::write_blob(*store, "dir/inner/x", "x");
+    CHECK_CAIRN_ERROR(store->create_atomically("dir/inner", true), cairn::ErrorKind::already_exists, "inner");
+  }
   SUBCASE("save, load and metadata through the store, bit-exact") {
     auto store = make();
     for (int i = 0; i < 3; ++i) {

@@ -26,6 +26,8 @@
 #include "cairn/checkpoint/save.hpp"
 #include "cairn/checkpoint/load.hpp"
 #include "cairn/checkpoint/items.hpp"
+#include "cairn/safetensors/load.hpp"
+#include "cairn/safetensors/save.hpp"
 #include "cairn/manager/policies.hpp"
 #include "cairn/manager/checkpointer.hpp"
 

@@ -3082,6 +3082,13 @@ class Store {
   virtual void remove_checkpoints(const std::vector<std::string>& keys) = 0;
   // Replaces a small blob at once (the Checkpointer's `latest` marker).
   virtual void write_atomically(const std::string& key, const std::string& content) = 0;
+  // A new blob that appears at `key` only when the writer's finish() returns, whole and
+  // durable (a file: written beside it under a claimed temporary name, synced, renamed, the
+  // directory synced); a writer destroyed unfinished leaves nothing at `key`. A blob already
+  // there is replaced only with `overwrite` (already_exists otherwise, checked again at
+  // finish); a prefix (a directory) there is never replaced. How single-file exports
+  // (safetensors) commit.
+  virtual std::unique_ptr<StoreWriter> create_atomically(const std::string& key, bool overwrite) = 0;
 };
 
 namespace detail {
@@ -3193,10 +3200,13 @@ class PosixStore final : public Store {
 
   void write_atomically(const std::string& key, const std::string& content) override;
 
+  std::unique_ptr<StoreWriter> create_atomically(const std::string& key, bool overwrite) override;
+
  private:
   // The store's files and its staging (store/posix_store_impl.hpp).
   class Reader;
   class Writer;
+  class AtomicWriter;
   class Staging;
 
   std::string root_;
@@ -3339,6 +3349,14 @@ class MemoryStore final : public Store {
     count_and_check(Op::write, describe(key));
     put(key, content);
   }
+  std::unique_ptr<StoreWriter> create_atomically(const std::string& key, bool overwrite) override {
+    const std::string k = detail::normalize_key(key);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      check_blob_target(k, overwrite);
+    }
+    return std::make_unique<AtomicWriter>(*this, k, overwrite);
+  }
 
  private:
   using Bytes = std::vector<unsigned char>;
@@ -3435,6 +3453,36 @@ class MemoryStore final : public Store {
     MemoryStore& store_;
     std::shared_ptr<Bytes> bytes_;
     std::string name_;
+  };
+
+  // create_atomically's target: a blob (with overwrite) or nothing.
+  void check_blob_target(const std::string& k, bool overwrite) const {
+    if (has_prefix(k)) throw Error(ErrorKind::already_exists, "this key holds other blobs; cairn will not replace it", describe(k));
+    if (blobs_.count(k) && !overwrite)
+      throw Error(ErrorKind::already_exists, "a blob already exists here (pass overwrite to replace it)", describe(k));
+  }
+
+  // Writes into bytes of its own, which join the store only at finish.
+  class AtomicWriter final : public StoreWriter {
+   public:
+    AtomicWriter(MemoryStore& store, std::string key, bool overwrite)
+        : store_(store), key_(std::move(key)), overwrite_(overwrite), bytes_(std::make_shared<Bytes>()),
+          inner_(store, bytes_, store.describe(key_)) {}
+    void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { inner_.write_at(src, n, offset); }
+    void finish(std::uint64_t size) override {
+      inner_.finish(size);
+      std::lock_guard<std::mutex> lock(store_.mutex_);
+      store_.count_locked(Op::publish, store_.describe(key_));
+      store_.check_blob_target(key_, overwrite_);  // again: something may have appeared meanwhile
+      store_.blobs_[key_] = bytes_;
+    }
+
+   private:
+    MemoryStore& store_;
+    std::string key_;
+    bool overwrite_;
+    std::shared_ptr<Bytes> bytes_;
+    Writer inner_;
   };
 
   class Staging final : public CheckpointStaging {
@@ -3655,6 +3703,18 @@ struct CastRule {
   DType dtype;
   bool floats_only = true;
 };
+
+namespace detail {
+// The dtype the first rule matching `key` gives a leaf of `dtype` (its own when none applies).
+inline DType cast_rule_target(const std::vector<CastRule>& rules, const std::string& key, DType dtype) {
+  for (const auto& rule : rules) {
+    if (!glob_matches(rule.pattern, key)) continue;
+    const bool castable = dtype != DType::string && (!rule.floats_only || is_float_dtype(dtype));
+    return castable ? rule.dtype : dtype;
+  }
+  return dtype;
+}
+}  // namespace detail
 
 // Who writes a box of a sharded array that several processes hold (a replica).
 enum class ReplicaWrites {
@@ -4412,6 +4472,121 @@ inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& p
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/items.hpp -----
+// ----- begin cairn/safetensors/load.hpp -----
+// Loading safetensors files (Hugging Face's format) into a cairn tree, with the LoadOptions
+// of a checkpoint: strict by default with every mismatching key listed, partial restore,
+// skip globs, a subtree, casts with reports, and sharded and device targets (each reads only
+// its ranges). A single `model.safetensors` or a sharded set through its
+// `model.safetensors.index.json`. docs/safetensors.md is the user's guide.
+
+#include <functional>
+#include <string>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+// How flat tensor names map to key paths: "model.layers.0.attn.w" splits at `separator` into
+// model/layers/0/attn/w, where a segment of decimal digits (no leading zero) is a sequence
+// index, so a std::vector of layers takes it. An empty separator keeps each name whole: one
+// key of a flat map (std::map<std::string, Tensor>).
+struct SafetensorsOptions {
+  std::string separator = ".";
+};
+
+namespace detail {
+// The runtime's safetensors load (safetensors/load_impl.hpp).
+CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::string& key, const LoadOptions& options,
+                                              const SafetensorsOptions& names,
+                                              const std::function<LoadPlan(const StoredIndex&)>& plan);
+}  // namespace detail
+
+// Loads the safetensors file (or index of a sharded set) at `key` in `store` into an existing
+// target. Checksums: safetensors has none, so options.verify_checksums does not apply.
+template <class T>
+LoadReport load_safetensors(const Store& store, const std::string& key, T& target, const LoadOptions& options = {},
+                            const SafetensorsOptions& names = {}) {
+  require_tree_type<T>();
+  return detail::load_safetensors_planned(store, key, options, names,
+                                          [&](const detail::StoredIndex& index) { return detail::plan_load(target, index, options); });
+}
+template <class T>
+LoadReport load_safetensors(const std::string& path, T& target, const LoadOptions& options = {},
+                            const SafetensorsOptions& names = {}) {
+  return load_safetensors(detail::path_store(), path, target, options, names);
+}
+template <class T>
+T load_safetensors(const std::string& path, const LoadOptions& options = {}, const SafetensorsOptions& names = {}) {
+  T value{};
+  load_safetensors(path, value, options, names);
+  return value;
+}
+
+// What a safetensors file (or sharded set) holds, as checkpoint metadata: one item "state"
+// whose leaves are the tensors under their key paths, "__metadata__" as the user metadata.
+CAIRN_API CheckpointMetadata safetensors_metadata(const Store& store, const std::string& key,
+                                                  const SafetensorsOptions& names = {});
+inline CheckpointMetadata safetensors_metadata(const std::string& path, const SafetensorsOptions& names = {}) {
+  return safetensors_metadata(detail::path_store(), path, names);
+}
+
+CAIRN_END_NAMESPACE
+
+// ----- end cairn/safetensors/load.hpp -----
+// ----- begin cairn/safetensors/save.hpp -----
+// Exporting a cairn tree (or a subtree, or a glob selection of it) to safetensors: one
+// `.safetensors` file, or above a size limit a sharded Hugging Face set in a directory. Leaves
+// are cast by rules as on save (the bfloat16 inference export), column-major leaves are written
+// in C order as the format demands, sharded and device arrays are gathered. Nothing is at the
+// final path until the export is complete. docs/safetensors.md is the user's guide.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+struct SafetensorsSaveOptions {
+  bool overwrite = false;               // replace an existing file (a sharded set's directory: never)
+  std::string separator = ".";          // key path -> name: layers/0/w -> "layers.0.w"
+  std::string subtree = {};             // export only this subtree, names relative to it
+  std::vector<std::string> select = {}; // key-path globs (relative to the subtree); empty: every leaf
+  std::vector<CastRule> cast = {};      // as SaveOptions::cast: {{"*", DType::bfloat16}}
+  OnOverflow on_overflow = OnOverflow::error;
+  std::map<std::string, std::string> metadata = {};  // the header's "__metadata__"
+  // Above this many bytes of tensors (0: no limit), a sharded set: the path is a directory
+  // holding model-0000i-of-0000N.safetensors files of at most this size (a tensor larger than
+  // the limit gets a file of its own) and model.safetensors.index.json.
+  std::uint64_t max_file_bytes = 0;
+};
+
+// What an export wrote.
+struct SafetensorsSaveReport {
+  std::vector<std::string> files;  // relative to the path's directory (a set: to the path)
+  std::uint64_t tensor_bytes = 0;
+  std::vector<std::string> cast;   // key paths stored as another dtype
+};
+
+namespace detail {
+CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const std::string& key, const ItemSnapshot& item,
+                                                          const SafetensorsSaveOptions& options);
+}  // namespace detail
+
+template <class T>
+SafetensorsSaveReport save_safetensors(Store& store, const std::string& key, const T& tree,
+                                       const SafetensorsSaveOptions& options = {}) {
+  require_tree_type<T>();
+  return detail::save_safetensors_snapshot(store, key, detail::view_tree(default_item_name, tree), options);
+}
+template <class T>
+SafetensorsSaveReport save_safetensors(const std::string& path, const T& tree, const SafetensorsSaveOptions& options = {}) {
+  return save_safetensors(detail::path_store(), path, tree, options);
+}
+
+CAIRN_END_NAMESPACE
+
+// ----- end cairn/safetensors/save.hpp -----
 // ----- begin cairn/manager/policies.hpp -----
 // When a training loop saves (SavePolicy) and which checkpoints it keeps (RetentionPolicy),
 // composable as Orbax's and TensorFlow's managers compose them; and the preemption flag a
@@ -6658,6 +6833,42 @@ class PosixStore::Writer final : public StoreWriter {
   detail::File file_;
 };
 
+// Writes a claimed staging file beside the final path and renames it there at finish.
+class PosixStore::AtomicWriter final : public StoreWriter {
+ public:
+  AtomicWriter(detail::StagingClaim claim, std::string final_path, bool overwrite)
+      : claim_(std::move(claim)), final_path_(std::move(final_path)), overwrite_(overwrite),
+        file_(detail::File::create(claim_.staging_path())) {}
+  ~AtomicWriter() override {
+    if (!published_) ::unlink(claim_.staging_path().c_str());  // best effort; the claim's lock goes too
+  }
+  void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { file_.write_at(src, n, offset); }
+  void finish(std::uint64_t size) override {
+    if (file_.size() != size) file_.truncate(size);
+    file_.sync();
+    file_.close();
+    check_target(final_path_, overwrite_);  // again: something may have appeared meanwhile
+    detail::rename_path(claim_.staging_path(), final_path_);
+    published_ = true;
+    detail::fsync_dir(detail::parent_dir(final_path_));
+  }
+  static void check_target(const std::string& p, bool overwrite) {
+    std::error_code ec;
+    const auto st = std::filesystem::symlink_status(p, ec);
+    if (!std::filesystem::exists(st)) return;
+    if (!std::filesystem::is_regular_file(st))
+      throw Error(ErrorKind::already_exists, "something other than a file is at this path; cairn will not replace it", p);
+    if (!overwrite) throw Error(ErrorKind::already_exists, "a file already exists here (pass overwrite to replace it)", p);
+  }
+
+ private:
+  detail::StagingClaim claim_;
+  std::string final_path_;
+  bool overwrite_;
+  detail::File file_;
+  bool published_ = false;
+};
+
 class PosixStore::Staging final : public CheckpointStaging {
  public:
   Staging(detail::StagingClaim claim, std::string final_path, bool overwrite)
@@ -6801,6 +7012,14 @@ CAIRN_API void PosixStore::write_atomically(const std::string& key, const std::s
   detail::write_whole_file(claim.staging_path(), content);
   detail::rename_path(claim.staging_path(), p);
   detail::fsync_dir(detail::parent_dir(p));
+}
+
+CAIRN_API std::unique_ptr<StoreWriter> PosixStore::create_atomically(const std::string& key, bool overwrite) {
+  const std::string p = path(key);
+  AtomicWriter::check_target(p, overwrite);
+  std::error_code ec;
+  std::filesystem::create_directories(detail::parent_dir(p), ec);  // as create() does
+  return std::make_unique<AtomicWriter>(detail::StagingClaim::create(p), p, overwrite);
 }
 
 CAIRN_END_NAMESPACE
@@ -7983,12 +8202,7 @@ class LeafWriter {
 
   // The dtype a cast rule gives this leaf on save (its own when no rule applies).
   static DType cast_target(const std::string& key, const LeafView& view, const SaveOptions& options) {
-    for (const auto& rule : options.cast) {
-      if (!glob_matches(rule.pattern, key)) continue;
-      const bool castable = view.dtype != DType::string && (!rule.floats_only || is_float_dtype(view.dtype));
-      return castable ? rule.dtype : view.dtype;
-    }
-    return view.dtype;
+    return cast_rule_target(options.cast, key, view.dtype);
   }
 
   DataFileWriter& data_file() {
@@ -8616,7 +8830,6 @@ CAIRN_END_NAMESPACE
 // The runtime of a load (load_planned, metadata), on checkpoint/read_plan.hpp. Compiled in every translation unit that includes cairn/cairn.hpp, or once
 // with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
 
-#include <exception>
 #include <functional>
 #include <string>
 
@@ -8626,6 +8839,8 @@ CAIRN_END_NAMESPACE
 // and copied into their targets.
 
 #include <algorithm>
+#include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -9160,13 +9375,15 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
 // shared filesystem then sees one reader, not one per rank, and only the primary may repair
 // an interrupted overwrite; see docs/multiprocess.md for the measurement.)
 struct OpenedCheckpoint {
-  std::string key;
+  std::string key;  // where the data files are
   CheckpointMetadata metadata;
+  std::string records;  // what a corrupt record found while planning names: the metadata file
+  std::string name;     // what other errors name: the checkpoint directory (empty: store.describe(key))
 };
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
   if (!coordinator || coordinator->size() == 1) {
     const std::string ckpt = store.readable_checkpoint(normalize_key(key));
-    return {ckpt, read_metadata(store, ckpt)};
+    return {ckpt, read_metadata(store, ckpt), store.describe(join_key(ckpt, metadata_file))};
   }
   coordinator->set_phase("reading the metadata");
   const std::string got = run_on_primary(*coordinator, [&] {
@@ -9181,6 +9398,7 @@ inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& k
   t.metadata = in.str();
   t.user = in.str();
   c.metadata = parse_metadata(store, c.key, t);
+  c.records = store.describe(join_key(c.key, metadata_file));
   return c;
 }
 
@@ -9213,27 +9431,23 @@ inline const ItemRecord* find_load_item(const CheckpointMetadata& meta, const Lo
               dir);
 }
 
-}  // namespace detail
-CAIRN_END_NAMESPACE
-// ----- end cairn/checkpoint/read_plan.hpp -----
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, const LoadOptions& options, bool per_rank,
-                                  const std::function<LoadPlan(const StoredIndex&)>& plan_fn) {
+// A load from what `open` opens (a checkpoint, or safetensors files): find the item, have
+// `plan_fn` match its stored leaves to the target's, then read, verify, cast and copy. With
+// options.coordinator, a collective: every rank returns the same outcome.
+inline LoadReport load_opened(const Store& store, const std::function<OpenedCheckpoint()>& open, const LoadOptions& options,
+                              bool per_rank, const std::function<LoadPlan(const StoredIndex&)>& plan_fn) {
   LoadReport report;
   std::exception_ptr failure;
   try {
-    OpenedCheckpoint ck = open_checkpoint(store, key, options.coordinator);
-    const std::string dir = store.describe(ck.key);
+    OpenedCheckpoint ck = open();
+    const std::string dir = ck.name.empty() ? store.describe(ck.key) : ck.name;
     if (const ItemRecord* item = find_load_item(ck.metadata, options, per_rank, dir, report)) {
       StoredIndex index(*item);
       LoadPlan plan = [&] {
         try {
           return plan_fn(index);
         } catch (const Error& e) {
-          throw e.kind() == ErrorKind::corrupt ? e.with_file(store.describe(join_key(ck.key, metadata_file))) : e;
+          throw e.kind() == ErrorKind::corrupt ? e.with_file(ck.records) : e;
         }
       }();
       check_strict(plan.report, options, dir);
@@ -9253,6 +9467,18 @@ CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, co
 }
 
 }  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/read_plan.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, const LoadOptions& options, bool per_rank,
+                                  const std::function<LoadPlan(const StoredIndex&)>& plan_fn) {
+  return load_opened(store, [&] { return open_checkpoint(store, key, options.coordinator); }, options, per_rank, plan_fn);
+}
+
+}  // namespace detail
 
 CAIRN_API CheckpointMetadata metadata(const Store& store, const std::string& key) {
   return detail::read_metadata(store, store.readable_checkpoint(detail::normalize_key(key)));
@@ -9260,6 +9486,550 @@ CAIRN_API CheckpointMetadata metadata(const Store& store, const std::string& key
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/load_impl.hpp -----
+// ----- begin cairn/safetensors/load_impl.hpp -----
+// The runtime of a safetensors load: the headers become checkpoint records (one chunk per
+// tensor, at its offset in its file, without a checksum), and the load runs as a checkpoint's
+// does, through the same planner and reader. Compiled in every translation unit that includes
+// cairn/safetensors/load.hpp, or once with CAIRN_SEPARATE_COMPILATION.
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+// ----- begin cairn/safetensors/header.hpp -----
+// The safetensors format (Hugging Face's file of named tensors), read as its specification
+// demands: an 8-byte little-endian header length (capped at 100 MB), a JSON object that
+// begins with '{' and may be padded with spaces, then the byte buffer. Each tensor has a
+// dtype by its safetensors name, a shape and [begin, end) offsets into the buffer; the
+// offsets, in order, must tile the buffer exactly (no overlap, no hole, nothing after), and
+// each range must hold shape x dtype size bytes. "__metadata__" is an optional map of strings
+// to strings. Everything is untrusted: every violation is a corrupt cairn::Error naming the
+// file and, where there is one, the tensor.
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+struct SafetensorsTensor {
+  std::string name;
+  DType dtype = DType::float32;
+  Shape shape;
+  std::uint64_t begin = 0, end = 0;  // in the byte buffer, which starts after the header
+};
+
+struct SafetensorsHeader {
+  std::vector<SafetensorsTensor> tensors;       // in the order of their bytes
+  std::map<std::string, std::string> metadata;  // "__metadata__"
+  std::uint64_t data_offset = 0;                // where the byte buffer starts in the file: 8 + N
+};
+
+// The dtypes by their safetensors names; false for a name cairn does not know.
+inline bool safetensors_dtype(std::string_view name, DType& out) {
+  static constexpr std::pair<std::string_view, DType> names[] = {
+      {"BOOL", DType::bool_},     {"U8", DType::uint8},       {"I8", DType::int8},         {"I16", DType::int16},
+      {"U16", DType::uint16},     {"F16", DType::float16},    {"BF16", DType::bfloat16},   {"I32", DType::int32},
+      {"U32", DType::uint32},     {"F32", DType::float32},    {"F64", DType::float64},     {"I64", DType::int64},
+      {"U64", DType::uint64},     {"F8_E4M3", DType::float8_e4m3fn}, {"F8_E5M2", DType::float8_e5m2}};
+  for (const auto& [n, d] : names)
+    if (n == name) { out = d; return true; }
+  return false;
+}
+inline const char* safetensors_dtype_name(DType d) {
+  switch (d) {
+    case DType::bool_: return "BOOL";
+    case DType::uint8: return "U8";
+    case DType::int8: return "I8";
+    case DType::int16: return "I16";
+    case DType::uint16: return "U16";
+    case DType::float16: return "F16";
+    case DType::bfloat16: return "BF16";
+    case DType::int32: return "I32";
+    case DType::uint32: return "U32";
+    case DType::float32: return "F32";
+    case DType::float64: return "F64";
+    case DType::int64: return "I64";
+    case DType::uint64: return "U64";
+    case DType::float8_e4m3fn: return "F8_E4M3";
+    case DType::float8_e5m2: return "F8_E5M2";
+    default: return nullptr;  // string leaves have no safetensors dtype
+  }
+}
+
+namespace detail {
+
+inline constexpr std::uint64_t max_safetensors_header_bytes = 100'000'000;
+// A sharded set's index is <name>.index.json ("model.safetensors.index.json").
+inline constexpr const char* safetensors_index_suffix = ".index.json";
+
+// Parses and validates a header's JSON against a byte buffer of data_bytes. `file` names the
+// file in errors.
+inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::uint64_t data_bytes, const std::string& file) {
+  SafetensorsHeader h;
+  if (json.empty() || json[0] != '{') throw Error(ErrorKind::corrupt, "safetensors header does not begin with '{'", file);
+  JsonReader r(json, file, 8, "invalid safetensors header");
+  std::set<std::string, std::less<>> names;
+  r.object([&](std::string_view key) {
+    if (!names.insert(std::string(key)).second) r.fail("tensor '" + std::string(key) + "' is listed twice");
+    if (key == "__metadata__") {
+      r.object([&](std::string_view k) {
+        std::string name(k);
+        if (r.peek() != '"') r.fail("__metadata__ value of '" + name + "' is not a string");
+        h.metadata[name] = std::string(r.string());
+      });
+      return;
+    }
+    SafetensorsTensor t;
+    t.name = std::string(key);
+    bool has_dtype = false, has_shape = false, has_offsets = false;
+    try {
+      r.object([&](std::string_view member) {
+        if (member == "dtype") {
+          const std::string_view d = r.string();
+          if (!safetensors_dtype(d, t.dtype)) r.fail("unknown dtype '" + std::string(d.substr(0, 40)) + "'");
+          has_dtype = true;
+        } else if (member == "shape") {
+          r.array([&] {
+            t.shape.push_back(r.int64());
+            if (t.shape.back() < 0) r.fail("negative dimension");
+          });
+          has_shape = true;
+        } else if (member == "data_offsets") {
+          std::vector<std::uint64_t> o;
+          r.array([&] { o.push_back(r.uint64()); });
+          if (o.size() != 2) r.fail("data_offsets must be [begin, end]");
+          t.begin = o[0];
+          t.end = o[1];
+          has_offsets = true;
+        } else {
+          r.skip();  // a member the specification does not name: ignored, as its reference reader does
+        }
+      });
+      if (!has_dtype || !has_shape || !has_offsets)
+        r.fail(std::string("tensor lacks '") + (!has_dtype ? "dtype" : !has_shape ? "shape" : "data_offsets") + "'");
+      if (t.end < t.begin) r.fail("data_offsets end before they begin");
+      const std::uint64_t want = byte_count(t.shape, dtype_size(t.dtype));  // throws on overflow
+      if (t.end - t.begin != want)
+        r.fail("data_offsets hold " + std::to_string(t.end - t.begin) + " bytes, " + dtype_name(t.dtype) +
+               to_string(t.shape) + " needs " + std::to_string(want));
+    } catch (const Error& e) {
+      throw Error(ErrorKind::corrupt, e.message(), file, t.name);
+    }
+    h.tensors.push_back(std::move(t));
+  });
+  r.finish();
+  // The byte ranges, in order, tile the buffer exactly.
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t at = 0;
+  for (const auto& t : h.tensors) {
+    if (t.begin != at)
+      throw Error(ErrorKind::corrupt, t.begin > at ? "bytes " + std::to_string(at) + ".." + std::to_string(t.begin) +
+                  " of the buffer belong to no tensor" : "data_offsets overlap the tensor before", file, t.name);
+    at = t.end;
+  }
+  if (at != data_bytes)
+    throw Error(ErrorKind::corrupt, "the tensors hold " + std::to_string(at) + " bytes, the buffer after the header is " +
+                std::to_string(data_bytes), file);
+  return h;
+}
+
+// Reads and validates the header of the safetensors blob at `key`.
+inline SafetensorsHeader read_safetensors_header(const Store& store, const std::string& key) {
+  const std::string file = store.describe(key);
+  std::unique_ptr<StoreReader> in = store.open(key);
+  const std::uint64_t size = in->size();
+  if (size < 8) throw Error(ErrorKind::corrupt, "file of " + std::to_string(size) + " bytes is too short for safetensors", file);
+  unsigned char len[8];
+  in->read_at(len, 8, 0);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
+  if (n > max_safetensors_header_bytes)
+    throw Error(ErrorKind::corrupt, "safetensors header of " + std::to_string(n) + " bytes is over the 100 MB limit", file);
+  if (n > size - 8)
+    throw Error(ErrorKind::corrupt, "safetensors header of " + std::to_string(n) + " bytes is longer than the file", file);
+  std::string json(n, '\0');
+  in->read_at(json.data(), n, 8);
+  SafetensorsHeader h = parse_safetensors_header(json, size - 8 - n, file);
+  h.data_offset = 8 + n;
+  return h;
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/safetensors/header.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// A tensor name as a key path (SafetensorsOptions says how).
+inline KeyPath safetensors_key_path(const std::string& name, const SafetensorsOptions& names) {
+  KeyPath p;
+  auto add = [&](std::string_view seg) {
+    bool index = !seg.empty() && seg.size() <= 18 && (seg[0] != '0' || seg.size() == 1);
+    for (char c : seg) index = index && c >= '0' && c <= '9';
+    if (index) p.push_back(KeyEntry::index(std::stoll(std::string(seg))));
+    else if (seg.empty()) p.push_back(KeyEntry::key(""));
+    else p.push_back(KeyEntry::field(std::string(seg)));
+  };
+  if (names.separator.empty()) {
+    p.push_back(name.empty() ? KeyEntry::key("") : KeyEntry::field(name));
+    return p;
+  }
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t at = name.find(names.separator, start);
+    add(std::string_view(name).substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) break;
+    start = at + names.separator.size();
+  }
+  return p;
+}
+
+// The records of the safetensors file, or of the set an index names, at `key`.
+inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& key_in, const SafetensorsOptions& names) {
+  const std::string key = normalize_key(key_in);
+  OpenedCheckpoint c;
+  c.key = key_parent(key);
+  c.records = c.name = store.describe(key);
+  CheckpointMetadata& m = c.metadata;
+  m.library_version = "safetensors";
+  m.user_metadata = Json::object();
+  // file name -> the tensors the index puts there (empty without an index)
+  std::map<std::string, std::set<std::string>> listed;
+  const bool is_index = key.size() > std::string_view(safetensors_index_suffix).size() &&
+                        key.compare(key.size() - std::string_view(safetensors_index_suffix).size(), std::string::npos,
+                                    safetensors_index_suffix) == 0;
+  if (is_index) {
+    const Json index = Json::parse(read_blob(store, key, max_safetensors_header_bytes), c.records);
+    try {
+      if (const Json* meta = index.find("metadata"); meta && meta->is_object()) m.user_metadata = *meta;
+      for (const auto& [tensor, file] : index.at("weight_map").items()) {
+        const std::string& f = file.as_string();
+        if (!is_plain_file_name(f))
+          throw Error(ErrorKind::corrupt, "weight_map puts '" + tensor + "' in '" + f + "', not a plain file name");
+        listed[f].insert(tensor);
+      }
+    } catch (const Error& e) {
+      throw Error(ErrorKind::corrupt, "bad safetensors index: " + e.message(), c.records, e.key_path());
+    }
+    if (listed.empty()) throw Error(ErrorKind::corrupt, "the index's weight_map names no tensors", c.records);
+  } else {
+    const std::string file = key.substr(c.key.empty() ? 0 : c.key.size() + 1);
+    listed[file];
+  }
+  ItemRecord item;
+  item.name = default_item_name;
+  std::map<std::string, std::string> owner;  // printed key path -> tensor name
+  for (const auto& [file, tensors] : listed) {
+    const std::string file_key = join_key(c.key, file);
+    const SafetensorsHeader h = read_safetensors_header(store, file_key);
+    m.data_files.push_back(file);
+    if (!is_index)
+      for (const auto& [k, v] : h.metadata) m.user_metadata[k] = v;
+    std::size_t found = 0;
+    for (const auto& t : h.tensors) {
+      if (is_index && !tensors.count(t.name))
+        throw Error(ErrorKind::corrupt, "tensor is in this file but the index puts it elsewhere or nowhere",
+                    store.describe(file_key), t.name);
+      found += is_index;
+      LeafRecord l;
+      l.path = safetensors_key_path(t.name, names);
+      l.dtype = l.saved_from = t.dtype;
+      l.shape = t.shape;
+      ChunkRecord chunk;
+      chunk.start.assign(t.shape.size(), 0);
+      chunk.shape = t.shape;
+      chunk.file = file;
+      chunk.offset = h.data_offset + t.begin;
+      chunk.nbytes = t.end - t.begin;
+      l.chunks.push_back(std::move(chunk));
+      const std::string printed = l.key();
+      if (auto [it, fresh] = owner.emplace(printed, t.name); !fresh)
+        throw Error(ErrorKind::invalid_argument, "tensors '" + it->second + "' and '" + t.name + "' both map to the key path '" +
+                    printed + "'", store.describe(file_key));
+      item.leaves.push_back(std::move(l));
+    }
+    if (found != tensors.size())
+      for (const auto& name : tensors)
+        if (std::none_of(h.tensors.begin(), h.tensors.end(), [&](const SafetensorsTensor& t) { return t.name == name; }))
+          throw Error(ErrorKind::corrupt, "the index puts this tensor in " + file + ", which does not hold it", c.records, name);
+  }
+  // The inner nodes: every proper prefix of a tensor's key path. A tensor whose path is
+  // another's prefix ("a.b" beside "a.b.c") cannot be both a leaf and a node.
+  std::map<std::string, NodeRecord> nodes;
+  for (const auto& l : item.leaves) {
+    KeyPath p = l.path;
+    while (!p.empty()) {
+      const KeyEntry child = p.back();
+      p.pop_back();
+      const std::string printed = p.str();
+      if (owner.count(printed))
+        throw Error(ErrorKind::invalid_argument, "tensor '" + owner[printed] + "' is also the parent of '" + owner[l.key()] +
+                    "': load it with SafetensorsOptions::separator = \"\" (whole names as keys)", c.records);
+      auto [it, fresh] = nodes.try_emplace(printed, NodeRecord{p, NodeKind::struct_});
+      if (child.kind == KeyEntry::Kind::index) it->second.kind = NodeKind::sequence;
+      if (!fresh) break;  // its parents are there already
+    }
+  }
+  for (auto& [k, n] : nodes) item.nodes.push_back(std::move(n));
+  m.items.push_back(std::move(item));
+  return c;
+}
+
+CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::string& key, const LoadOptions& options,
+                                              const SafetensorsOptions& names,
+                                              const std::function<LoadPlan(const StoredIndex&)>& plan_fn) {
+  LoadOptions opts = options;
+  opts.verify_checksums = false;  // safetensors stores none
+  opts.item = default_item_name;
+  return load_opened(store, [&] { return open_safetensors(store, key, names); }, opts, false, plan_fn);
+}
+
+}  // namespace detail
+
+CAIRN_API CheckpointMetadata safetensors_metadata(const Store& store, const std::string& key, const SafetensorsOptions& names) {
+  return detail::open_safetensors(store, key, names).metadata;
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/safetensors/load_impl.hpp -----
+// ----- begin cairn/safetensors/save_impl.hpp -----
+// The runtime of a safetensors export. Compiled in every translation unit that includes
+// cairn/safetensors/save.hpp, or once with CAIRN_SEPARATE_COMPILATION.
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+struct ExportTensor {
+  std::string name, key;  // the safetensors name; the key path, for errors
+  const LeafView* view = nullptr;
+  DType dtype = DType::float32;  // as written
+  std::uint64_t nbytes = 0;
+};
+
+// A view's elements in C order in host memory, in its own dtype: the view's memory when it
+// already is that, otherwise `scratch` (column-major leaves transposed, shards gathered).
+inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned char>& scratch,
+                                      std::vector<unsigned char>& piece) {
+  const std::size_t item = dtype_size(v.dtype);
+  const Box whole{Shape(v.shape.size(), 0), v.shape};
+  const std::uint64_t bytes = byte_count(v.shape, item);
+  if (v.shards.empty() && (v.order == Order::C || v.shape.size() < 2)) return v.data;
+  scratch.resize(static_cast<std::size_t>(bytes));
+  if (v.shards.empty()) {
+    box_copy_host(item, v.data, scratch.data(), plan_box_copy(whole, whole, true, whole, false));
+    return scratch.data();
+  }
+  for (const auto& s : v.shards) {
+    if (!s.primary) continue;  // replicas hold the same box
+    const void* src = s.data;
+    if (s.memory != MemoryKind::host) {
+      piece.resize(static_cast<std::size_t>(s.box.elements() * item));
+      copy_bytes(piece.data(), MemoryKind::host, s.data, s.memory, piece.size());
+      src = piece.data();
+    }
+    box_copy_host(item, src, scratch.data(), plan_box_copy(s.box, s.box, false, whole, false));
+  }
+  return scratch.data();
+}
+
+// The header: the tensors in file order, then "__metadata__", padded with spaces so that the
+// buffer starts at a multiple of 8 bytes, as Hugging Face's writer does.
+inline std::string safetensors_header_text(const std::vector<const ExportTensor*>& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  std::string h = "{";
+  std::uint64_t at = 0;
+  for (const ExportTensor* t : tensors) {
+    if (h.size() > 1) h += ',';
+    append_json_string(h, t->name);
+    h += ":{\"dtype\":\"";
+    h += safetensors_dtype_name(t->dtype);
+    h += "\",\"shape\":[";
+    for (std::size_t d = 0; d < t->view->shape.size(); ++d) {
+      if (d) h += ',';
+      append_json_int(h, t->view->shape[d]);
+    }
+    h += "],\"data_offsets\":[";
+    append_json_int(h, at);
+    h += ',';
+    append_json_int(h, at + t->nbytes);
+    h += "]}";
+    at += t->nbytes;
+  }
+  if (!metadata.empty()) {
+    if (h.size() > 1) h += ',';
+    h += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [k, v] : metadata) {
+      if (!first) h += ',';
+      first = false;
+      append_json_string(h, k);
+      h += ':';
+      append_json_string(h, v);
+    }
+    h += '}';
+  }
+  h += '}';
+  while ((8 + h.size()) % 8) h += ' ';
+  return h;
+}
+
+// Writes one safetensors file: small tensors gathered into 8 MiB writes, large ones straight
+// from their memory when they need no conversion. Returns the file's size.
+inline std::uint64_t write_safetensors_file(StoreWriter& w, const std::vector<const ExportTensor*>& tensors,
+                                            const std::map<std::string, std::string>& metadata, OnOverflow on_overflow) {
+  const std::string header = safetensors_header_text(tensors, metadata);
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  out += header;
+  std::uint64_t offset = 0;  // of the first byte of `out` in the file
+  constexpr std::size_t batch = std::size_t{8} << 20;
+  auto flush = [&] {
+    if (out.empty()) return;
+    w.write_at(out.data(), out.size(), offset);
+    offset += out.size();
+    out.clear();
+  };
+  std::vector<unsigned char> scratch, piece, cast;
+  for (const ExportTensor* t : tensors) {
+    if (t->nbytes == 0) continue;
+    const LeafView& v = *t->view;
+    const void* src = c_order_host_bytes(v, scratch, piece);
+    if (t->dtype != v.dtype) {
+      cast.resize(static_cast<std::size_t>(t->nbytes));
+      try {
+        cast_host(v.dtype, src, t->dtype, cast.data(), static_cast<std::size_t>(element_count(v.shape)), on_overflow);
+      } catch (const Error& e) {
+        throw e.with_key(t->key);
+      }
+      src = cast.data();
+    }
+    if (t->nbytes >= batch / 8 && src == v.data) {  // large and the caller's own memory: no copy
+      flush();
+      w.write_at(src, t->nbytes, offset);
+      offset += t->nbytes;
+      continue;
+    }
+    if (out.size() + t->nbytes > batch) flush();
+    if (t->nbytes > batch) {
+      w.write_at(src, t->nbytes, offset);
+      offset += t->nbytes;
+      continue;
+    }
+    out.append(static_cast<const char*>(src), static_cast<std::size_t>(t->nbytes));
+  }
+  flush();
+  w.finish(offset);
+  return offset;
+}
+
+inline std::string safetensors_shard_name(std::size_t i, std::size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return buf;
+}
+
+CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const std::string& key_in, const ItemSnapshot& item,
+                                                          const SafetensorsSaveOptions& options) {
+  const std::string key = normalize_key(key_in);
+  const std::string where = store.describe(key);
+  const std::string prefix = canonical_key(options.subtree);
+  const std::size_t depth = split_key_path(prefix).size();
+  std::vector<ExportTensor> tensors;
+  std::map<std::string, std::string> names;  // name -> key path
+  SafetensorsSaveReport report;
+  bool prefix_found = prefix.empty();
+  for (const auto& leaf : item.leaves) {
+    const std::string full = leaf.path.str();
+    if (!key_path_has_prefix(full, prefix)) continue;
+    prefix_found = true;
+    const std::string rel = prefix.empty() ? full : full.substr(std::min(full.size(), prefix.size() + 1));
+    if (!options.select.empty() &&
+        std::none_of(options.select.begin(), options.select.end(), [&](const std::string& g) { return glob_matches(g, rel); }))
+      continue;
+    ExportTensor t;
+    t.key = full;
+    t.view = &leaf.view;
+    for (std::size_t i = depth; i < leaf.path.size(); ++i) t.name += (i > depth ? options.separator : "") + leaf.path[i].text();
+    t.dtype = cast_rule_target(options.cast, rel, leaf.view.dtype);
+    if (!safetensors_dtype_name(t.dtype))
+      throw Error(ErrorKind::invalid_argument, std::string("safetensors has no dtype for ") + dtype_name(t.dtype) +
+                  " leaves; leave them out with SafetensorsSaveOptions::select", where, full);
+    if (t.dtype != leaf.view.dtype) report.cast.push_back(full);
+    t.nbytes = byte_count(leaf.view.shape, dtype_size(t.dtype));
+    if (t.name == "__metadata__")
+      throw Error(ErrorKind::invalid_argument, "the name __metadata__ is reserved by safetensors", where, full);
+    if (auto [it, fresh] = names.emplace(t.name, full); !fresh)
+      throw Error(ErrorKind::invalid_argument, "key paths '" + it->second + "' and '" + full + "' both become the name '" +
+                  t.name + "' (choose another SafetensorsSaveOptions::separator)", where);
+    report.tensor_bytes += t.nbytes;
+    tensors.push_back(std::move(t));
+  }
+  if (!prefix_found) throw Error(ErrorKind::not_found, "the tree has no subtree '" + prefix + "'", where, prefix);
+
+  if (options.max_file_bytes == 0 || report.tensor_bytes <= options.max_file_bytes) {
+    std::vector<const ExportTensor*> all;
+    for (const auto& t : tensors) all.push_back(&t);
+    auto w = store.create_atomically(key, options.overwrite);
+    write_safetensors_file(*w, all, options.metadata, options.on_overflow);
+    report.files.push_back(key.substr(key.rfind('/') == std::string::npos ? 0 : key.rfind('/') + 1));
+    return report;
+  }
+  // A sharded set in a directory, published whole.
+  std::vector<std::vector<const ExportTensor*>> files(1);
+  std::uint64_t in_file = 0;
+  for (const auto& t : tensors) {
+    if (in_file > 0 && in_file + t.nbytes > options.max_file_bytes) {
+      files.emplace_back();
+      in_file = 0;
+    }
+    files.back().push_back(&t);
+    in_file += t.nbytes;
+  }
+  auto staging = store.stage(key, false);  // a set's directory is never replaced
+  std::map<std::string, std::uint64_t> expected;
+  Json weight_map = Json::object();
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const std::string name = safetensors_shard_name(i, files.size());
+    auto w = store.create(join_key(staging->key(), name));
+    expected[name] = write_safetensors_file(*w, files[i], options.metadata, options.on_overflow);
+    for (const ExportTensor* t : files[i]) weight_map[t->name] = name;
+    report.files.push_back(name);
+  }
+  const std::string index_name = std::string("model.safetensors") + safetensors_index_suffix;
+  const std::string index =
+      Json::object({{"metadata", Json::object({{"total_size", static_cast<std::int64_t>(report.tensor_bytes)}})},
+                    {"weight_map", weight_map}})
+          .dump();
+  write_blob(store, join_key(staging->key(), index_name), index);
+  expected[index_name] = index.size();
+  report.files.push_back(index_name);
+  staging->publish(expected);
+  return report;
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/safetensors/save_impl.hpp -----
 // ----- begin cairn/manager/checkpointer_impl.hpp -----
 // The Checkpointer's non-template members: opening the root, the save jobs (sync and async),
 // the commit with `latest` and retention, and the scan of the steps. Compiled in every

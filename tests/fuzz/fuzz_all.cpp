@@ -27,6 +27,9 @@
 #define LLVMFuzzerTestOneInput fuzz_checkpointer_root_one
 #include "fuzz_checkpointer_root.cpp"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_safetensors_one
+#include "fuzz_safetensors.cpp"
+#undef LLVMFuzzerTestOneInput
 
 namespace {
 struct Target {
@@ -36,7 +39,8 @@ struct Target {
 const Target targets[] = {{"metadata", fuzz_metadata_one},
                           {"user_metadata", fuzz_user_metadata_one},
                           {"marker", fuzz_marker_one},
-                          {"checkpointer_root", fuzz_checkpointer_root_one}};
+                          {"checkpointer_root", fuzz_checkpointer_root_one},
+                          {"safetensors", fuzz_safetensors_one}};
 }  // namespace
 
 #ifdef CAIRN_FUZZ_LIBFUZZER
@@ -49,7 +53,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   for (const auto& t : targets)
     if (name && std::strcmp(name, t.name) == 0) chosen = &t;
   if (!chosen) {
-    std::fprintf(stderr, "cairn-fuzz: set CAIRN_FUZZ_TARGET to metadata, user_metadata, marker or checkpointer_root\n");
+    std::fprintf(stderr, "cairn-fuzz: set CAIRN_FUZZ_TARGET to metadata, user_metadata, marker, checkpointer_root or safetensors\n");
     std::exit(2);
   }
   return 0;
@@ -83,7 +87,8 @@ int main(int argc, char** argv) {
     passed += inputs > 0;
   }
   std::filesystem::remove_all(fuzz::scratch_dir());
-  std::printf("%d passed, %d failed\n", passed, 4 - passed);
-  return passed == 4 ? 0 : 1;
+  const int all = static_cast<int>(std::size(targets));
+  std::printf("%d passed, %d failed\n", passed, all - passed);
+  return passed == all ? 0 : 1;
 }
 #endif

@@ -137,12 +137,7 @@ class LeafWriter {
 
   // The dtype a cast rule gives this leaf on save (its own when no rule applies).
   static DType cast_target(const std::string& key, const LeafView& view, const SaveOptions& options) {
-    for (const auto& rule : options.cast) {
-      if (!glob_matches(rule.pattern, key)) continue;
-      const bool castable = view.dtype != DType::string && (!rule.floats_only || is_float_dtype(view.dtype));
-      return castable ? rule.dtype : view.dtype;
-    }
-    return view.dtype;
+    return cast_rule_target(options.cast, key, view.dtype);
   }
 
   DataFileWriter& data_file() {

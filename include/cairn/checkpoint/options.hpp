@@ -7,6 +7,7 @@
 #include "cairn/coordination/coordinator.hpp"
 #include "cairn/core/box.hpp"
 #include "cairn/core/json.hpp"
+#include "cairn/core/key_path.hpp"
 #include "cairn/core/memory_kind.hpp"
 #include "cairn/dtype/dtype.hpp"
 
@@ -20,6 +21,18 @@ struct CastRule {
   DType dtype;
   bool floats_only = true;
 };
+
+namespace detail {
+// The dtype the first rule matching `key` gives a leaf of `dtype` (its own when none applies).
+inline DType cast_rule_target(const std::vector<CastRule>& rules, const std::string& key, DType dtype) {
+  for (const auto& rule : rules) {
+    if (!glob_matches(rule.pattern, key)) continue;
+    const bool castable = dtype != DType::string && (!rule.floats_only || is_float_dtype(dtype));
+    return castable ? rule.dtype : dtype;
+  }
+  return dtype;
+}
+}  // namespace detail
 
 // Who writes a box of a sharded array that several processes hold (a replica).
 enum class ReplicaWrites {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -154,13 +156,15 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
 // shared filesystem then sees one reader, not one per rank, and only the primary may repair
 // an interrupted overwrite; see docs/multiprocess.md for the measurement.)
 struct OpenedCheckpoint {
-  std::string key;
+  std::string key;  // where the data files are
   CheckpointMetadata metadata;
+  std::string records;  // what a corrupt record found while planning names: the metadata file
+  std::string name;     // what other errors name: the checkpoint directory (empty: store.describe(key))
 };
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
   if (!coordinator || coordinator->size() == 1) {
     const std::string ckpt = store.readable_checkpoint(normalize_key(key));
-    return {ckpt, read_metadata(store, ckpt)};
+    return {ckpt, read_metadata(store, ckpt), store.describe(join_key(ckpt, metadata_file))};
   }
   coordinator->set_phase("reading the metadata");
   const std::string got = run_on_primary(*coordinator, [&] {
@@ -175,6 +179,7 @@ inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& k
   t.metadata = in.str();
   t.user = in.str();
   c.metadata = parse_metadata(store, c.key, t);
+  c.records = store.describe(join_key(c.key, metadata_file));
   return c;
 }
 
@@ -205,6 +210,41 @@ inline const ItemRecord* find_load_item(const CheckpointMetadata& meta, const Lo
                                "stored name '" + per_rank_item_name(options.item, 0) + "', or pass allow_missing to "
                                "leave it as it is",
               dir);
+}
+
+// A load from what `open` opens (a checkpoint, or safetensors files): find the item, have
+// `plan_fn` match its stored leaves to the target's, then read, verify, cast and copy. With
+// options.coordinator, a collective: every rank returns the same outcome.
+inline LoadReport load_opened(const Store& store, const std::function<OpenedCheckpoint()>& open, const LoadOptions& options,
+                              bool per_rank, const std::function<LoadPlan(const StoredIndex&)>& plan_fn) {
+  LoadReport report;
+  std::exception_ptr failure;
+  try {
+    OpenedCheckpoint ck = open();
+    const std::string dir = ck.name.empty() ? store.describe(ck.key) : ck.name;
+    if (const ItemRecord* item = find_load_item(ck.metadata, options, per_rank, dir, report)) {
+      StoredIndex index(*item);
+      LoadPlan plan = [&] {
+        try {
+          return plan_fn(index);
+        } catch (const Error& e) {
+          throw e.kind() == ErrorKind::corrupt ? e.with_file(ck.records) : e;
+        }
+      }();
+      check_strict(plan.report, options, dir);
+      DataFiles files(store, ck.key);
+      execute_plan(plan, files, options);
+      report = std::move(plan.report);
+    }
+  } catch (...) {
+    if (!options.coordinator) throw;
+    failure = std::current_exception();
+  }
+  if (options.coordinator) {
+    options.coordinator->set_phase("agreeing on the load's outcome");
+    agree_on_outcome(*options.coordinator, failure);
+  }
+  return report;
 }
 
 }  // namespace detail

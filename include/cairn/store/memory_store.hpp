@@ -131,6 +131,14 @@ class MemoryStore final : public Store {
     count_and_check(Op::write, describe(key));
     put(key, content);
   }
+  std::unique_ptr<StoreWriter> create_atomically(const std::string& key, bool overwrite) override {
+    const std::string k = detail::normalize_key(key);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      check_blob_target(k, overwrite);
+    }
+    return std::make_unique<AtomicWriter>(*this, k, overwrite);
+  }
 
  private:
   using Bytes = std::vector<unsigned char>;
@@ -227,6 +235,36 @@ class MemoryStore final : public Store {
     MemoryStore& store_;
     std::shared_ptr<Bytes> bytes_;
     std::string name_;
+  };
+
+  // create_atomically's target: a blob (with overwrite) or nothing.
+  void check_blob_target(const std::string& k, bool overwrite) const {
+    if (has_prefix(k)) throw Error(ErrorKind::already_exists, "this key holds other blobs; cairn will not replace it", describe(k));
+    if (blobs_.count(k) && !overwrite)
+      throw Error(ErrorKind::already_exists, "a blob already exists here (pass overwrite to replace it)", describe(k));
+  }
+
+  // Writes into bytes of its own, which join the store only at finish.
+  class AtomicWriter final : public StoreWriter {
+   public:
+    AtomicWriter(MemoryStore& store, std::string key, bool overwrite)
+        : store_(store), key_(std::move(key)), overwrite_(overwrite), bytes_(std::make_shared<Bytes>()),
+          inner_(store, bytes_, store.describe(key_)) {}
+    void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { inner_.write_at(src, n, offset); }
+    void finish(std::uint64_t size) override {
+      inner_.finish(size);
+      std::lock_guard<std::mutex> lock(store_.mutex_);
+      store_.count_locked(Op::publish, store_.describe(key_));
+      store_.check_blob_target(key_, overwrite_);  // again: something may have appeared meanwhile
+      store_.blobs_[key_] = bytes_;
+    }
+
+   private:
+    MemoryStore& store_;
+    std::string key_;
+    bool overwrite_;
+    std::shared_ptr<Bytes> bytes_;
+    Writer inner_;
   };
 
   class Staging final : public CheckpointStaging {

@@ -54,10 +54,13 @@ class PosixStore final : public Store {
 
   void write_atomically(const std::string& key, const std::string& content) override;
 
+  std::unique_ptr<StoreWriter> create_atomically(const std::string& key, bool overwrite) override;
+
  private:
   // The store's files and its staging (store/posix_store_impl.hpp).
   class Reader;
   class Writer;
+  class AtomicWriter;
   class Staging;
 
   std::string root_;

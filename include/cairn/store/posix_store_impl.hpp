@@ -44,6 +44,42 @@ class PosixStore::Writer final : public StoreWriter {
   detail::File file_;
 };
 
+// Writes a claimed staging file beside the final path and renames it there at finish.
+class PosixStore::AtomicWriter final : public StoreWriter {
+ public:
+  AtomicWriter(detail::StagingClaim claim, std::string final_path, bool overwrite)
+      : claim_(std::move(claim)), final_path_(std::move(final_path)), overwrite_(overwrite),
+        file_(detail::File::create(claim_.staging_path())) {}
+  ~AtomicWriter() override {
+    if (!published_) ::unlink(claim_.staging_path().c_str());  // best effort; the claim's lock goes too
+  }
+  void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { file_.write_at(src, n, offset); }
+  void finish(std::uint64_t size) override {
+    if (file_.size() != size) file_.truncate(size);
+    file_.sync();
+    file_.close();
+    check_target(final_path_, overwrite_);  // again: something may have appeared meanwhile
+    detail::rename_path(claim_.staging_path(), final_path_);
+    published_ = true;
+    detail::fsync_dir(detail::parent_dir(final_path_));
+  }
+  static void check_target(const std::string& p, bool overwrite) {
+    std::error_code ec;
+    const auto st = std::filesystem::symlink_status(p, ec);
+    if (!std::filesystem::exists(st)) return;
+    if (!std::filesystem::is_regular_file(st))
+      throw Error(ErrorKind::already_exists, "something other than a file is at this path; cairn will not replace it", p);
+    if (!overwrite) throw Error(ErrorKind::already_exists, "a file already exists here (pass overwrite to replace it)", p);
+  }
+
+ private:
+  detail::StagingClaim claim_;
+  std::string final_path_;
+  bool overwrite_;
+  detail::File file_;
+  bool published_ = false;
+};
+
 class PosixStore::Staging final : public CheckpointStaging {
  public:
   Staging(detail::StagingClaim claim, std::string final_path, bool overwrite)
@@ -187,6 +223,14 @@ CAIRN_API void PosixStore::write_atomically(const std::string& key, const std::s
   detail::write_whole_file(claim.staging_path(), content);
   detail::rename_path(claim.staging_path(), p);
   detail::fsync_dir(detail::parent_dir(p));
+}
+
+CAIRN_API std::unique_ptr<StoreWriter> PosixStore::create_atomically(const std::string& key, bool overwrite) {
+  const std::string p = path(key);
+  AtomicWriter::check_target(p, overwrite);
+  std::error_code ec;
+  std::filesystem::create_directories(detail::parent_dir(p), ec);  // as create() does
+  return std::make_unique<AtomicWriter>(detail::StagingClaim::create(p), p, overwrite);
 }
 
 CAIRN_END_NAMESPACE

@@ -104,6 +104,13 @@ class Store {
   virtual void remove_checkpoints(const std::vector<std::string>& keys) = 0;
   // Replaces a small blob at once (the Checkpointer's `latest` marker).
   virtual void write_atomically(const std::string& key, const std::string& content) = 0;
+  // A new blob that appears at `key` only when the writer's finish() returns, whole and
+  // durable (a file: written beside it under a claimed temporary name, synced, renamed, the
+  // directory synced); a writer destroyed unfinished leaves nothing at `key`. A blob already
+  // there is replaced only with `overwrite` (already_exists otherwise, checked again at
+  // finish); a prefix (a directory) there is never replaced. How single-file exports
+  // (safetensors) commit.
+  virtual std::unique_ptr<StoreWriter> create_atomically(const std::string& key, bool overwrite) = 0;
 };
 
 namespace detail {

@@ -1,0 +1,63 @@
+// Loading safetensors files (Hugging Face's format) into a cairn tree, with the LoadOptions
+// of a checkpoint: strict by default with every mismatching key listed, partial restore,
+// skip globs, a subtree, casts with reports, and sharded and device targets (each reads only
+// its ranges). A single `model.safetensors` or a sharded set through its
+// `model.safetensors.index.json`. docs/safetensors.md is the user's guide.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "cairn/checkpoint/load.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+// How flat tensor names map to key paths: "model.layers.0.attn.w" splits at `separator` into
+// model/layers/0/attn/w, where a segment of decimal digits (no leading zero) is a sequence
+// index, so a std::vector of layers takes it. An empty separator keeps each name whole: one
+// key of a flat map (std::map<std::string, Tensor>).
+struct SafetensorsOptions {
+  std::string separator = ".";
+};
+
+namespace detail {
+// The runtime's safetensors load (safetensors/load_impl.hpp).
+CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::string& key, const LoadOptions& options,
+                                              const SafetensorsOptions& names,
+                                              const std::function<LoadPlan(const StoredIndex&)>& plan);
+}  // namespace detail
+
+// Loads the safetensors file (or index of a sharded set) at `key` in `store` into an existing
+// target. Checksums: safetensors has none, so options.verify_checksums does not apply.
+template <class T>
+LoadReport load_safetensors(const Store& store, const std::string& key, T& target, const LoadOptions& options = {},
+                            const SafetensorsOptions& names = {}) {
+  require_tree_type<T>();
+  return detail::load_safetensors_planned(store, key, options, names,
+                                          [&](const detail::StoredIndex& index) { return detail::plan_load(target, index, options); });
+}
+template <class T>
+LoadReport load_safetensors(const std::string& path, T& target, const LoadOptions& options = {},
+                            const SafetensorsOptions& names = {}) {
+  return load_safetensors(detail::path_store(), path, target, options, names);
+}
+template <class T>
+T load_safetensors(const std::string& path, const LoadOptions& options = {}, const SafetensorsOptions& names = {}) {
+  T value{};
+  load_safetensors(path, value, options, names);
+  return value;
+}
+
+// What a safetensors file (or sharded set) holds, as checkpoint metadata: one item "state"
+// whose leaves are the tensors under their key paths, "__metadata__" as the user metadata.
+CAIRN_API CheckpointMetadata safetensors_metadata(const Store& store, const std::string& key,
+                                                  const SafetensorsOptions& names = {});
+inline CheckpointMetadata safetensors_metadata(const std::string& path, const SafetensorsOptions& names = {}) {
+  return safetensors_metadata(detail::path_store(), path, names);
+}
+
+CAIRN_END_NAMESPACE
+
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/safetensors/load_impl.hpp"
+#endif

@@ -1,0 +1,151 @@
+// The runtime of a safetensors load: the headers become checkpoint records (one chunk per
+// tensor, at its offset in its file, without a checksum), and the load runs as a checkpoint's
+// does, through the same planner and reader. Compiled in every translation unit that includes
+// cairn/safetensors/load.hpp, or once with CAIRN_SEPARATE_COMPILATION.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cairn/checkpoint/read_plan.hpp"
+#include "cairn/safetensors/header.hpp"
+#include "cairn/safetensors/load.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// A tensor name as a key path (SafetensorsOptions says how).
+inline KeyPath safetensors_key_path(const std::string& name, const SafetensorsOptions& names) {
+  KeyPath p;
+  auto add = [&](std::string_view seg) {
+    bool index = !seg.empty() && seg.size() <= 18 && (seg[0] != '0' || seg.size() == 1);
+    for (char c : seg) index = index && c >= '0' && c <= '9';
+    if (index) p.push_back(KeyEntry::index(std::stoll(std::string(seg))));
+    else if (seg.empty()) p.push_back(KeyEntry::key(""));
+    else p.push_back(KeyEntry::field(std::string(seg)));
+  };
+  if (names.separator.empty()) {
+    p.push_back(name.empty() ? KeyEntry::key("") : KeyEntry::field(name));
+    return p;
+  }
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t at = name.find(names.separator, start);
+    add(std::string_view(name).substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) break;
+    start = at + names.separator.size();
+  }
+  return p;
+}
+
+// The records of the safetensors file, or of the set an index names, at `key`.
+inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& key_in, const SafetensorsOptions& names) {
+  const std::string key = normalize_key(key_in);
+  OpenedCheckpoint c;
+  c.key = key_parent(key);
+  c.records = c.name = store.describe(key);
+  CheckpointMetadata& m = c.metadata;
+  m.library_version = "safetensors";
+  m.user_metadata = Json::object();
+  // file name -> the tensors the index puts there (empty without an index)
+  std::map<std::string, std::set<std::string>> listed;
+  const bool is_index = key.size() > std::string_view(safetensors_index_suffix).size() &&
+                        key.compare(key.size() - std::string_view(safetensors_index_suffix).size(), std::string::npos,
+                                    safetensors_index_suffix) == 0;
+  if (is_index) {
+    const Json index = Json::parse(read_blob(store, key, max_safetensors_header_bytes), c.records);
+    try {
+      if (const Json* meta = index.find("metadata"); meta && meta->is_object()) m.user_metadata = *meta;
+      for (const auto& [tensor, file] : index.at("weight_map").items()) {
+        const std::string& f = file.as_string();
+        if (!is_plain_file_name(f))
+          throw Error(ErrorKind::corrupt, "weight_map puts '" + tensor + "' in '" + f + "', not a plain file name");
+        listed[f].insert(tensor);
+      }
+    } catch (const Error& e) {
+      throw Error(ErrorKind::corrupt, "bad safetensors index: " + e.message(), c.records, e.key_path());
+    }
+    if (listed.empty()) throw Error(ErrorKind::corrupt, "the index's weight_map names no tensors", c.records);
+  } else {
+    const std::string file = key.substr(c.key.empty() ? 0 : c.key.size() + 1);
+    listed[file];
+  }
+  ItemRecord item;
+  item.name = default_item_name;
+  std::map<std::string, std::string> owner;  // printed key path -> tensor name
+  for (const auto& [file, tensors] : listed) {
+    const std::string file_key = join_key(c.key, file);
+    const SafetensorsHeader h = read_safetensors_header(store, file_key);
+    m.data_files.push_back(file);
+    if (!is_index)
+      for (const auto& [k, v] : h.metadata) m.user_metadata[k] = v;
+    std::size_t found = 0;
+    for (const auto& t : h.tensors) {
+      if (is_index && !tensors.count(t.name))
+        throw Error(ErrorKind::corrupt, "tensor is in this file but the index puts it elsewhere or nowhere",
+                    store.describe(file_key), t.name);
+      found += is_index;
+      LeafRecord l;
+      l.path = safetensors_key_path(t.name, names);
+      l.dtype = l.saved_from = t.dtype;
+      l.shape = t.shape;
+      ChunkRecord chunk;
+      chunk.start.assign(t.shape.size(), 0);
+      chunk.shape = t.shape;
+      chunk.file = file;
+      chunk.offset = h.data_offset + t.begin;
+      chunk.nbytes = t.end - t.begin;
+      l.chunks.push_back(std::move(chunk));
+      const std::string printed = l.key();
+      if (auto [it, fresh] = owner.emplace(printed, t.name); !fresh)
+        throw Error(ErrorKind::invalid_argument, "tensors '" + it->second + "' and '" + t.name + "' both map to the key path '" +
+                    printed + "'", store.describe(file_key));
+      item.leaves.push_back(std::move(l));
+    }
+    if (found != tensors.size())
+      for (const auto& name : tensors)
+        if (std::none_of(h.tensors.begin(), h.tensors.end(), [&](const SafetensorsTensor& t) { return t.name == name; }))
+          throw Error(ErrorKind::corrupt, "the index puts this tensor in " + file + ", which does not hold it", c.records, name);
+  }
+  // The inner nodes: every proper prefix of a tensor's key path. A tensor whose path is
+  // another's prefix ("a.b" beside "a.b.c") cannot be both a leaf and a node.
+  std::map<std::string, NodeRecord> nodes;
+  for (const auto& l : item.leaves) {
+    KeyPath p = l.path;
+    while (!p.empty()) {
+      const KeyEntry child = p.back();
+      p.pop_back();
+      const std::string printed = p.str();
+      if (owner.count(printed))
+        throw Error(ErrorKind::invalid_argument, "tensor '" + owner[printed] + "' is also the parent of '" + owner[l.key()] +
+                    "': load it with SafetensorsOptions::separator = \"\" (whole names as keys)", c.records);
+      auto [it, fresh] = nodes.try_emplace(printed, NodeRecord{p, NodeKind::struct_});
+      if (child.kind == KeyEntry::Kind::index) it->second.kind = NodeKind::sequence;
+      if (!fresh) break;  // its parents are there already
+    }
+  }
+  for (auto& [k, n] : nodes) item.nodes.push_back(std::move(n));
+  m.items.push_back(std::move(item));
+  return c;
+}
+
+CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::string& key, const LoadOptions& options,
+                                              const SafetensorsOptions& names,
+                                              const std::function<LoadPlan(const StoredIndex&)>& plan_fn) {
+  LoadOptions opts = options;
+  opts.verify_checksums = false;  // safetensors stores none
+  opts.item = default_item_name;
+  return load_opened(store, [&] { return open_safetensors(store, key, names); }, opts, false, plan_fn);
+}
+
+}  // namespace detail
+
+CAIRN_API CheckpointMetadata safetensors_metadata(const Store& store, const std::string& key, const SafetensorsOptions& names) {
+  return detail::open_safetensors(store, key, names).metadata;
+}
+
+CAIRN_END_NAMESPACE

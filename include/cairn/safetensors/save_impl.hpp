@@ -1,0 +1,230 @@
+// The runtime of a safetensors export. Compiled in every translation unit that includes
+// cairn/safetensors/save.hpp, or once with CAIRN_SEPARATE_COMPILATION.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cairn/dtype/cast_host.hpp"
+#include "cairn/checkpoint/load_plan.hpp"  // canonical_key
+#include "cairn/kernels/box_copy.hpp"
+#include "cairn/safetensors/header.hpp"
+#include "cairn/safetensors/save.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+struct ExportTensor {
+  std::string name, key;  // the safetensors name; the key path, for errors
+  const LeafView* view = nullptr;
+  DType dtype = DType::float32;  // as written
+  std::uint64_t nbytes = 0;
+};
+
+// A view's elements in C order in host memory, in its own dtype: the view's memory when it
+// already is that, otherwise `scratch` (column-major leaves transposed, shards gathered).
+inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned char>& scratch,
+                                      std::vector<unsigned char>& piece) {
+  const std::size_t item = dtype_size(v.dtype);
+  const Box whole{Shape(v.shape.size(), 0), v.shape};
+  const std::uint64_t bytes = byte_count(v.shape, item);
+  if (v.shards.empty() && (v.order == Order::C || v.shape.size() < 2)) return v.data;
+  scratch.resize(static_cast<std::size_t>(bytes));
+  if (v.shards.empty()) {
+    box_copy_host(item, v.data, scratch.data(), plan_box_copy(whole, whole, true, whole, false));
+    return scratch.data();
+  }
+  for (const auto& s : v.shards) {
+    if (!s.primary) continue;  // replicas hold the same box
+    const void* src = s.data;
+    if (s.memory != MemoryKind::host) {
+      piece.resize(static_cast<std::size_t>(s.box.elements() * item));
+      copy_bytes(piece.data(), MemoryKind::host, s.data, s.memory, piece.size());
+      src = piece.data();
+    }
+    box_copy_host(item, src, scratch.data(), plan_box_copy(s.box, s.box, false, whole, false));
+  }
+  return scratch.data();
+}
+
+// The header: the tensors in file order, then "__metadata__", padded with spaces so that the
+// buffer starts at a multiple of 8 bytes, as Hugging Face's writer does.
+inline std::string safetensors_header_text(const std::vector<const ExportTensor*>& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  std::string h = "{";
+  std::uint64_t at = 0;
+  for (const ExportTensor* t : tensors) {
+    if (h.size() > 1) h += ',';
+    append_json_string(h, t->name);
+    h += ":{\"dtype\":\"";
+    h += safetensors_dtype_name(t->dtype);
+    h += "\",\"shape\":[";
+    for (std::size_t d = 0; d < t->view->shape.size(); ++d) {
+      if (d) h += ',';
+      append_json_int(h, t->view->shape[d]);
+    }
+    h += "],\"data_offsets\":[";
+    append_json_int(h, at);
+    h += ',';
+    append_json_int(h, at + t->nbytes);
+    h += "]}";
+    at += t->nbytes;
+  }
+  if (!metadata.empty()) {
+    if (h.size() > 1) h += ',';
+    h += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [k, v] : metadata) {
+      if (!first) h += ',';
+      first = false;
+      append_json_string(h, k);
+      h += ':';
+      append_json_string(h, v);
+    }
+    h += '}';
+  }
+  h += '}';
+  while ((8 + h.size()) % 8) h += ' ';
+  return h;
+}
+
+// Writes one safetensors file: small tensors gathered into 8 MiB writes, large ones straight
+// from their memory when they need no conversion. Returns the file's size.
+inline std::uint64_t write_safetensors_file(StoreWriter& w, const std::vector<const ExportTensor*>& tensors,
+                                            const std::map<std::string, std::string>& metadata, OnOverflow on_overflow) {
+  const std::string header = safetensors_header_text(tensors, metadata);
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  out += header;
+  std::uint64_t offset = 0;  // of the first byte of `out` in the file
+  constexpr std::size_t batch = std::size_t{8} << 20;
+  auto flush = [&] {
+    if (out.empty()) return;
+    w.write_at(out.data(), out.size(), offset);
+    offset += out.size();
+    out.clear();
+  };
+  std::vector<unsigned char> scratch, piece, cast;
+  for (const ExportTensor* t : tensors) {
+    if (t->nbytes == 0) continue;
+    const LeafView& v = *t->view;
+    const void* src = c_order_host_bytes(v, scratch, piece);
+    if (t->dtype != v.dtype) {
+      cast.resize(static_cast<std::size_t>(t->nbytes));
+      try {
+        cast_host(v.dtype, src, t->dtype, cast.data(), static_cast<std::size_t>(element_count(v.shape)), on_overflow);
+      } catch (const Error& e) {
+        throw e.with_key(t->key);
+      }
+      src = cast.data();
+    }
+    if (t->nbytes >= batch / 8 && src == v.data) {  // large and the caller's own memory: no copy
+      flush();
+      w.write_at(src, t->nbytes, offset);
+      offset += t->nbytes;
+      continue;
+    }
+    if (out.size() + t->nbytes > batch) flush();
+    if (t->nbytes > batch) {
+      w.write_at(src, t->nbytes, offset);
+      offset += t->nbytes;
+      continue;
+    }
+    out.append(static_cast<const char*>(src), static_cast<std::size_t>(t->nbytes));
+  }
+  flush();
+  w.finish(offset);
+  return offset;
+}
+
+inline std::string safetensors_shard_name(std::size_t i, std::size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return buf;
+}
+
+CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const std::string& key_in, const ItemSnapshot& item,
+                                                          const SafetensorsSaveOptions& options) {
+  const std::string key = normalize_key(key_in);
+  const std::string where = store.describe(key);
+  const std::string prefix = canonical_key(options.subtree);
+  const std::size_t depth = split_key_path(prefix).size();
+  std::vector<ExportTensor> tensors;
+  std::map<std::string, std::string> names;  // name -> key path
+  SafetensorsSaveReport report;
+  bool prefix_found = prefix.empty();
+  for (const auto& leaf : item.leaves) {
+    const std::string full = leaf.path.str();
+    if (!key_path_has_prefix(full, prefix)) continue;
+    prefix_found = true;
+    const std::string rel = prefix.empty() ? full : full.substr(std::min(full.size(), prefix.size() + 1));
+    if (!options.select.empty() &&
+        std::none_of(options.select.begin(), options.select.end(), [&](const std::string& g) { return glob_matches(g, rel); }))
+      continue;
+    ExportTensor t;
+    t.key = full;
+    t.view = &leaf.view;
+    for (std::size_t i = depth; i < leaf.path.size(); ++i) t.name += (i > depth ? options.separator : "") + leaf.path[i].text();
+    t.dtype = cast_rule_target(options.cast, rel, leaf.view.dtype);
+    if (!safetensors_dtype_name(t.dtype))
+      throw Error(ErrorKind::invalid_argument, std::string("safetensors has no dtype for ") + dtype_name(t.dtype) +
+                  " leaves; leave them out with SafetensorsSaveOptions::select", where, full);
+    if (t.dtype != leaf.view.dtype) report.cast.push_back(full);
+    t.nbytes = byte_count(leaf.view.shape, dtype_size(t.dtype));
+    if (t.name == "__metadata__")
+      throw Error(ErrorKind::invalid_argument, "the name __metadata__ is reserved by safetensors", where, full);
+    if (auto [it, fresh] = names.emplace(t.name, full); !fresh)
+      throw Error(ErrorKind::invalid_argument, "key paths '" + it->second + "' and '" + full + "' both become the name '" +
+                  t.name + "' (choose another SafetensorsSaveOptions::separator)", where);
+    report.tensor_bytes += t.nbytes;
+    tensors.push_back(std::move(t));
+  }
+  if (!prefix_found) throw Error(ErrorKind::not_found, "the tree has no subtree '" + prefix + "'", where, prefix);
+
+  if (options.max_file_bytes == 0 || report.tensor_bytes <= options.max_file_bytes) {
+    std::vector<const ExportTensor*> all;
+    for (const auto& t : tensors) all.push_back(&t);
+    auto w = store.create_atomically(key, options.overwrite);
+    write_safetensors_file(*w, all, options.metadata, options.on_overflow);
+    report.files.push_back(key.substr(key.rfind('/') == std::string::npos ? 0 : key.rfind('/') + 1));
+    return report;
+  }
+  // A sharded set in a directory, published whole.
+  std::vector<std::vector<const ExportTensor*>> files(1);
+  std::uint64_t in_file = 0;
+  for (const auto& t : tensors) {
+    if (in_file > 0 && in_file + t.nbytes > options.max_file_bytes) {
+      files.emplace_back();
+      in_file = 0;
+    }
+    files.back().push_back(&t);
+    in_file += t.nbytes;
+  }
+  auto staging = store.stage(key, false);  // a set's directory is never replaced
+  std::map<std::string, std::uint64_t> expected;
+  Json weight_map = Json::object();
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const std::string name = safetensors_shard_name(i, files.size());
+    auto w = store.create(join_key(staging->key(), name));
+    expected[name] = write_safetensors_file(*w, files[i], options.metadata, options.on_overflow);
+    for (const ExportTensor* t : files[i]) weight_map[t->name] = name;
+    report.files.push_back(name);
+  }
+  const std::string index_name = std::string("model.safetensors") + safetensors_index_suffix;
+  const std::string index =
+      Json::object({{"metadata", Json::object({{"total_size", static_cast<std::int64_t>(report.tensor_bytes)}})},
+                    {"weight_map", weight_map}})
+          .dump();
+  write_blob(store, join_key(staging->key(), index_name), index);
+  expected[index_name] = index.size();
+  report.files.push_back(index_name);
+  staging->publish(expected);
+  return report;
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE

@@ -1,0 +1,468 @@
+// safetensors import: files written by an independent numpy writer (tests/safetensors_ref.py,
+// run by CTest before this program) load bit-exactly into cairn trees with the LoadOptions of
+// a checkpoint; every violation of the specification is a corrupt error naming the file and
+// the tensor.
+#include <cairn/cairn.hpp>
+#include <cairn/safetensors/load.hpp>
+
+#include "test_util.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <map>
+
+namespace {
+
+struct Layer {
+  cairn::Array<float> w;
+};
+CAIRN_TREE(Layer, w)
+
+struct Model {
+  std::vector<Layer> layers;
+  cairn::Array<cairn::bfloat16> norm;
+};
+CAIRN_TREE(Model, layers, norm)
+
+// Every tensor of tests/safetensors_ref.py's all.safetensors, under its name.
+struct All {
+  cairn::Array<bool> b;
+  cairn::Array<std::uint8_t> u8;
+  cairn::Array<std::int8_t> i8;
+  cairn::Array<std::int16_t> i16;
+  cairn::Array<std::uint16_t> u16;
+  cairn::Array<std::int32_t> i32;
+  cairn::Array<std::uint32_t> u32;
+  cairn::Array<std::int64_t> i64;
+  cairn::Array<std::uint64_t> u64;
+  cairn::Array<cairn::float16> f16;
+  cairn::Array<float> f32;
+  cairn::Array<double> f64;
+  cairn::Array<cairn::bfloat16> bf16;
+  cairn::Array<cairn::float8_e4m3fn> f8e4m3;
+  cairn::Array<cairn::float8_e5m2> f8e5m2;
+  Model model;
+  double scalar = 0;
+  cairn::Array<float> empty;
+};
+CAIRN_TREE(All, b, u8, i8, i16, u16, i32, u32, i64, u64, f16, f32, f64, bf16, f8e4m3, f8e5m2, model, scalar, empty)
+
+const std::string ref = CAIRN_SAFETENSORS_REF;
+
+// The bytes numpy wrote for a tensor, and its shape.
+struct Expected {
+  std::string bytes;
+  cairn::Shape shape;
+};
+std::map<std::string, Expected> expected() {
+  const std::string bin = test::read_file(ref + "/expected.bin");
+  const cairn::Json index = cairn::Json::parse(test::read_file(ref + "/expected.json"));
+  std::map<std::string, Expected> out;
+  for (const auto& [name, e] : index.items()) {
+    Expected x;
+    x.bytes = bin.substr(static_cast<std::size_t>(e.at("offset").as_int()), static_cast<std::size_t>(e.at("nbytes").as_int()));
+    for (const auto& d : e.at("shape").as_array()) x.shape.push_back(d.as_int());
+    out[name] = x;
+  }
+  return out;
+}
+
+template <class T>
+void check_bytes(const std::map<std::string, Expected>& want, const std::string& name, const cairn::Array<T>& a) {
+  CAPTURE(name);
+  const Expected& e = want.at(name);
+  CHECK(a.shape() == e.shape);
+  REQUIRE(a.size() * sizeof(T) == e.bytes.size());
+  CHECK(std::memcmp(a.data(), e.bytes.data(), e.bytes.size()) == 0);
+}
+
+void check_all(const All& a) {
+  const auto want = expected();
+  check_bytes(want, "b", a.b);
+  check_bytes(want, "u8", a.u8);
+  check_bytes(want, "i8", a.i8);
+  check_bytes(want, "i16", a.i16);
+  check_bytes(want, "u16", a.u16);
+  check_bytes(want, "i32", a.i32);
+  check_bytes(want, "u32", a.u32);
+  check_bytes(want, "i64", a.i64);
+  check_bytes(want, "u64", a.u64);
+  check_bytes(want, "f16", a.f16);
+  check_bytes(want, "f32", a.f32);
+  check_bytes(want, "f64", a.f64);
+  check_bytes(want, "bf16", a.bf16);
+  check_bytes(want, "f8e4m3", a.f8e4m3);
+  check_bytes(want, "f8e5m2", a.f8e5m2);
+  REQUIRE(a.model.layers.size() == 2);
+  check_bytes(want, "model.layers.0.w", a.model.layers[0].w);
+  check_bytes(want, "model.layers.1.w", a.model.layers[1].w);
+  check_bytes(want, "model.norm", a.model.norm);
+  CHECK(std::memcmp(&a.scalar, want.at("scalar").bytes.data(), 8) == 0);
+  check_bytes(want, "empty", a.empty);
+}
+
+// A safetensors file from a header text and a buffer size (the bytes are i % 251).
+std::string make_file(const std::string& header, std::size_t data_bytes) {
+  std::string f(8, '\0');
+  std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) f[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  f += header;
+  for (std::size_t i = 0; i < data_bytes; ++i) f += static_cast<char>(i % 251);
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("a file numpy wrote loads bit-exactly: every dtype, nested names into vectors and structs, 0-d and empty") {
+  All a = cairn::load_safetensors<All>(ref + "/all.safetensors");
+  check_all(a);
+  const cairn::CheckpointMetadata m = cairn::safetensors_metadata(ref + "/all.safetensors");
+  CHECK(m.user_metadata.at("note").as_string() == "written by numpy");
+  CHECK(m.leaves().size() == 20);
+  CHECK(m.summary().find("model/layers/1/w: float32[3, 4]") != std::string::npos);
+}
+
+TEST_CASE("a sharded Hugging Face set loads through its index, the same as the single file") {
+  All a = cairn::load_safetensors<All>(ref + "/sharded/model.safetensors.index.json");
+  check_all(a);
+  const cairn::CheckpointMetadata m = cairn::safetensors_metadata(ref + "/sharded/model.safetensors.index.json");
+  CHECK(m.data_files.size() == 2);
+  CHECK(m.user_metadata.at("total_size").as_int() > 0);
+}
+
+TEST_CASE("LoadOptions apply as to a checkpoint: strict lists every key, partial, subtree, skip, casts") {
+  const std::string file = ref + "/all.safetensors";
+  // Strict: a model alone is missing nothing but the file holds more.
+  Model m;
+  CHECK_CAIRN_ERROR(cairn::load_safetensors(file, m), cairn::ErrorKind::structure_mismatch, "f8e5m2");
+  cairn::LoadOptions sub;
+  sub.subtree = "model";
+  cairn::LoadReport r = cairn::load_safetensors(file, m, sub);
+  CHECK(m.layers.size() == 2);
+  CHECK(r.missing.empty());
+  CHECK(r.unexpected.empty());
+  // Whole names as keys of a flat map, casts to double (exact from every float dtype), the
+  // integers skipped, a key the file lacks left as it is and reported (allow_missing).
+  cairn::SafetensorsOptions whole;
+  whole.separator = "";
+  cairn::LoadOptions options;
+  options.allow_cast = true;
+  options.allow_missing = true;
+  options.skip = {"b", "u*", "i*"};
+  std::map<std::string, cairn::Array<double>> flat;
+  flat["not in the file"] = cairn::Array<double>({1}, {1.0});
+  r = cairn::load_safetensors(file, flat, options, whole);
+  CHECK(std::find(r.missing.begin(), r.missing.end(), "not in the file") != r.missing.end());
+  CHECK(flat["not in the file"].data()[0] == 1.0);
+  CHECK(r.unexpected.empty());
+  CHECK(std::find(r.skipped.begin(), r.skipped.end(), "u64") != r.skipped.end());
+  const auto want = expected();
+  CHECK(std::memcmp(flat.at("f64").data(), want.at("f64").bytes.data(), 40) == 0);
+  for (const char* name : {"f32", "model.layers.1.w"}) {
+    CAPTURE(name);
+    const std::string& bytes = want.at(name).bytes;
+    CHECK(flat.at(name).shape() == want.at(name).shape);
+    REQUIRE(flat.at(name).size() * 4 == bytes.size());
+    for (std::size_t i = 0; i < flat.at(name).size(); ++i) {
+      float x = 0;
+      std::memcpy(&x, bytes.data() + 4 * i, 4);
+      CHECK(flat.at(name).data()[i] == static_cast<double>(x));
+    }
+  }
+  // Without allow_cast, a dtype that differs is refused and named.
+  std::vector<double> norm;
+  cairn::LoadOptions just_norm;
+  just_norm.subtree = "model/norm";
+  just_norm.allow_cast = false;
+  CHECK_CAIRN_ERROR(cairn::load_safetensors(file, norm, just_norm), cairn::ErrorKind::dtype_mismatch, "bfloat16");
+}
+
+TEST_CASE("an empty file ({}) loads into an empty tree, and a name that is both leaf and parent is explained") {
+  std::map<std::string, std::vector<float>> none;
+  cairn::load_safetensors(ref + "/empty.safetensors", none);
+  CHECK(none.empty());
+  test::TempDir dir;
+  const std::string f = dir / "clash.safetensors";
+  test::write_file(f, make_file(R"({"a.b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a.b.c":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2));
+  CHECK_CAIRN_ERROR(cairn::safetensors_metadata(f), cairn::ErrorKind::invalid_argument, "separator");
+  cairn::SafetensorsOptions whole;
+  whole.separator = "";
+  std::map<std::string, std::vector<std::uint8_t>> flat = {{"a.b", {}}, {"a.b.c", {}}};
+  cairn::load_safetensors(f, flat, {}, whole);
+  CHECK(flat["a.b.c"] == std::vector<std::uint8_t>{1});
+}
+
+TEST_CASE("every violation of the specification is a corrupt error naming the file and the tensor") {
+  test::TempDir dir;
+  const std::string f = dir / "bad.safetensors";
+  const std::string ok = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  struct Case { std::string header; std::size_t data; std::string error; };
+  const std::vector<Case> cases = {
+      {ok, 9, "buffer after the header is 9"},
+      {ok, 7, "buffer after the header is 7"},
+      {R"({"w":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", 8, "unknown dtype 'F33'"},
+      {R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, "needs 12"},
+      {R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, "negative dimension"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8, "end before they begin"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8, "[begin, end]"},
+      {R"({"w":{"dtype":"F32","shape":[2]}})", 8, "lacks 'data_offsets'"},
+      {R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8, "overflow"},
+      {R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"v":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})", 3, "overlap"},
+      {R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"v":{"dtype":"U8","shape":[2],"data_offsets":[3,5]}})", 5, "belong to no tensor"},
+      {R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"w":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})", 4, "listed twice"},
+      {R"({"__metadata__":{"a":1}})", 0, "not a string"},
+      {R"( {})", 0, "does not begin with '{'"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})", 8, "invalid safetensors header"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8.0]}})", 8, "not an integer"},
+  };
+  for (const auto& k : cases) {
+    CAPTURE(k.header);
+    test::write_file(f, make_file(k.header, k.data));
+    CHECK_CAIRN_ERROR(cairn::safetensors_metadata(f), cairn::ErrorKind::corrupt, k.error);
+    CHECK_CAIRN_ERROR(cairn::safetensors_metadata(f), cairn::ErrorKind::corrupt, "bad.safetensors");
+  }
+  // The length prefix itself: too short a file, over the 100 MB cap, longer than the file.
+  test::write_file(f, "abc");
+  CHECK_CAIRN_ERROR(cairn::safetensors_metadata(f), cairn::ErrorKind::corrupt, "too short");
+  std::string big = make_file("{}", 0);
+  big[4] = 1;  // 2^32 + 2
+  test::write_file(f, big);
+  CHECK_CAIRN_ERROR(cairn::safetensors_metadata(f), cairn::ErrorKind::corrupt, "100 MB");
+  std::string longer = make_file("{}", 0);
+  longer[0] = 50;
+  test::write_file(f, longer);
+  CHECK_CAIRN_ERROR(cairn::safetensors_metadata(f), cairn::ErrorKind::corrupt, "longer than the file");
+  // Tensor errors name the tensor.
+  test::write_file(f, make_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8));
+  try {
+    (void)cairn::safetensors_metadata(f);
+    FAIL("no error");
+  } catch (const cairn::Error& e) {
+    CHECK(e.key_path() == "w");
+  }
+  // An index that points outside its directory, or at a file without the tensor.
+  const std::string index = dir / "m.safetensors.index.json";
+  test::write_file(index, R"({"weight_map":{"w":"../bad.safetensors"}})");
+  CHECK_CAIRN_ERROR(cairn::safetensors_metadata(index), cairn::ErrorKind::corrupt, "not a plain file name");
+  test::write_file(f, make_file(ok, 8));
+  test::write_file(index, R"({"weight_map":{"w":"bad.safetensors","v":"bad.safetensors"}})");
+  CHECK_CAIRN_ERROR(cairn::safetensors_metadata(index), cairn::ErrorKind::corrupt, "does not hold it");
+  test::write_file(index, R"({"weight_map":{}})");
+  CHECK_CAIRN_ERROR(cairn::safetensors_metadata(index), cairn::ErrorKind::corrupt, "names no tensors");
+}
+
+TEST_CASE("random byte flips in a header never crash: they load or throw cairn::Error") {
+  const std::string good = test::read_file(ref + "/all.safetensors");
+  test::TempDir dir;
+  const std::string f = dir / "x.safetensors";
+  int errors = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    std::string s = good;
+    for (int k = 0; k < 1 + trial % 3; ++k) s[8 + test::rng()() % 600] = static_cast<char>(test::rng()());
+    test::write_file(f, s);
+    try {
+      All a = cairn::load_safetensors<All>(f);
+      (void)a;
+    } catch (const cairn::Error&) {
+      ++errors;
+    }
+  }
+  CHECK(errors > 0);
+}
+
+// ---- export ----
+
+namespace {
+
+struct Dense {
+  Eigen::MatrixXf kernel;  // column-major: written in C order, as the format demands
+  std::vector<float> bias;
+};
+CAIRN_TREE(Dense, kernel, bias)
+
+struct Net {
+  Dense dense;
+  std::vector<Layer> layers;
+  std::map<std::string, std::vector<std::int32_t>> counters;
+  std::vector<bool> flags;
+  double step = 0;
+  cairn::ShardedArray<float> sharded;
+};
+CAIRN_TREE(Net, dense, layers, counters, flags, step, sharded)
+
+cairn::NamedSharding grid() {
+  return cairn::NamedSharding(cairn::Mesh::host({{"x", 2}, {"y", 2}}), cairn::PartitionSpec{"x", "y"});
+}
+
+Net make_net() {
+  auto& rng = test::rng();
+  std::uniform_real_distribution<float> u(-2, 2);
+  Net n;
+  n.dense.kernel = Eigen::MatrixXf(3, 5);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) n.dense.kernel(i, j) = u(rng);
+  for (int i = 0; i < 5; ++i) n.dense.bias.push_back(u(rng));
+  n.layers.resize(3);
+  for (auto& l : n.layers) {
+    l.w = cairn::Array<float>({2, 3});
+    for (std::size_t i = 0; i < l.w.size(); ++i) l.w.data()[i] = u(rng);
+  }
+  n.counters["seen"] = {1, -2, 3};
+  n.counters["kept"] = {};
+  n.flags = {true, false, true};
+  n.step = 1234.5;
+  std::vector<float> global(6 * 4);
+  for (auto& x : global) x = u(rng);
+  n.sharded = cairn::ShardedArray<float>::from_host(global, {6, 4}, grid());
+  return n;
+}
+
+// The C-order bytes of every leaf as cairn writes it (the column-major kernel transposed by
+// hand here), by safetensors name: what the independent reader must find in the files.
+std::map<std::string, std::string> expected_bytes(const Net& n, bool bf16_dense) {
+  auto raw = [](const void* p, std::size_t bytes) { return std::string(static_cast<const char*>(p), bytes); };
+  std::map<std::string, std::string> e;
+  std::vector<float> kernel;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) kernel.push_back(n.dense.kernel(i, j));
+  auto as_bf16 = [](const std::vector<float>& v) {
+    std::vector<cairn::bfloat16> out(v.size());
+    cairn::cast_host(cairn::DType::float32, v.data(), cairn::DType::bfloat16, out.data(), v.size());
+    return std::string(reinterpret_cast<const char*>(out.data()), out.size() * 2);
+  };
+  e["dense.kernel"] = bf16_dense ? as_bf16(kernel) : raw(kernel.data(), kernel.size() * 4);
+  e["dense.bias"] = bf16_dense ? as_bf16(n.dense.bias) : raw(n.dense.bias.data(), 20);
+  for (std::size_t i = 0; i < n.layers.size(); ++i)
+    e["layers." + std::to_string(i) + ".w"] = raw(n.layers[i].w.data(), n.layers[i].w.size() * 4);
+  e["counters.seen"] = raw(n.counters.at("seen").data(), 12);
+  e["counters.kept"] = "";
+  e["flags"] = std::string("\1\0\1", 3);
+  e["step"] = raw(&n.step, 8);
+  const std::vector<float> global = n.sharded.gather();
+  e["sharded"] = raw(global.data(), global.size() * 4);
+  return e;
+}
+
+// expected.bin and expected.json for safetensors_ref.py check (the same layout it writes).
+void write_expected(const std::string& dir, const std::map<std::string, std::string>& bytes) {
+  std::string bin;
+  cairn::Json index = cairn::Json::object();
+  for (const auto& [name, b] : bytes) {
+    index[name] = cairn::Json::object({{"offset", static_cast<std::int64_t>(bin.size())},
+                                       {"nbytes", static_cast<std::int64_t>(b.size())}});
+    bin += b;
+  }
+  test::write_file(dir + "/expected.bin", bin);
+  test::write_file(dir + "/expected.json", index.dump());
+}
+
+void check_same_net(const Net& a, const Net& b) {
+  CHECK(a.dense.kernel == b.dense.kernel);
+  CHECK(a.dense.bias == b.dense.bias);
+  REQUIRE(a.layers.size() == b.layers.size());
+  for (std::size_t i = 0; i < a.layers.size(); ++i)
+    CHECK(std::memcmp(a.layers[i].w.data(), b.layers[i].w.data(), a.layers[i].w.size() * 4) == 0);
+  CHECK(a.counters == b.counters);
+  CHECK(a.flags == b.flags);
+  CHECK(a.step == b.step);
+  CHECK(a.sharded.gather() == b.sharded.gather());
+}
+
+const std::string exported = CAIRN_SAFETENSORS_EXPORT;
+
+}  // namespace
+
+TEST_CASE("export: a tree round-trips bit-exactly, and the files are what the independent reader checks") {
+  const Net net = make_net();
+  std::filesystem::remove_all(exported);
+  std::filesystem::create_directories(exported + "/plain");
+  cairn::SafetensorsSaveOptions options;
+  options.metadata = {{"format", "pt"}, {"written_by", "cairn"}};
+  const cairn::SafetensorsSaveReport report = cairn::save_safetensors(exported + "/plain/model.safetensors", net, options);
+  CHECK(report.files == std::vector<std::string>{"model.safetensors"});
+  write_expected(exported + "/plain", expected_bytes(net, false));
+  Net back;
+  back.sharded = cairn::ShardedArray<float>(grid());
+  cairn::load_safetensors(exported + "/plain/model.safetensors", back);
+  check_same_net(net, back);
+  CHECK(cairn::safetensors_metadata(exported + "/plain/model.safetensors").user_metadata.at("written_by").as_string() ==
+        "cairn");
+  // Not replaced without overwrite; replaced with it.
+  CHECK_CAIRN_ERROR(cairn::save_safetensors(exported + "/plain/model.safetensors", net), cairn::ErrorKind::already_exists,
+                    "model.safetensors");
+  options.overwrite = true;
+  cairn::save_safetensors(exported + "/plain/model.safetensors", net, options);
+  CHECK(test::leftovers(exported + "/plain").empty());
+}
+
+TEST_CASE("export: a bfloat16 cast of the dense weights, and a sharded set published whole") {
+  const Net net = make_net();
+  std::filesystem::create_directories(exported + "/bf16");
+  cairn::SafetensorsSaveOptions options;
+  options.cast = {{"dense/*", cairn::DType::bfloat16}};
+  options.max_file_bytes = 64;  // several files
+  const std::string set = exported + "/bf16/model";
+  const cairn::SafetensorsSaveReport report = cairn::save_safetensors(set, net, options);
+  CHECK(report.cast == std::vector<std::string>{"dense/kernel", "dense/bias"});
+  CHECK(report.files.size() > 3);
+  CHECK(report.files.back() == "model.safetensors.index.json");
+  write_expected(set, expected_bytes(net, true));
+  // It loads back through its index: float32 targets take the bfloat16 values.
+  Net back;
+  back.sharded = cairn::ShardedArray<float>(grid());
+  cairn::load_safetensors(set + "/model.safetensors.index.json", back);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) CHECK(back.dense.kernel(i, j) == static_cast<float>(cairn::bfloat16(net.dense.kernel(i, j))));
+  CHECK(back.sharded.gather() == net.sharded.gather());
+  // A set is never written over.
+  CHECK_CAIRN_ERROR(cairn::save_safetensors(set, net, options), cairn::ErrorKind::already_exists, "model");
+}
+
+TEST_CASE("export: a subtree, a selection, names, and what safetensors cannot hold") {
+  const Net net = make_net();
+  cairn::MemoryStore store;
+  cairn::SafetensorsSaveOptions only;
+  only.subtree = "layers";
+  only.select = {"1/*", "2/*"};
+  only.separator = "/";
+  cairn::save_safetensors(store, "x.safetensors", net, only);
+  const cairn::CheckpointMetadata m = cairn::safetensors_metadata(store, "x.safetensors");
+  REQUIRE(m.leaves().size() == 2);
+  CHECK(m.leaves()[0].key() == "1%2Fw");  // read with the default separator, "1/w" is one name
+  cairn::SafetensorsOptions slash;
+  slash.separator = "/";
+  std::map<std::string, Layer> by_index;
+  cairn::load_safetensors(store, "x.safetensors", by_index, {}, slash);
+  REQUIRE(by_index.size() == 2);
+  CHECK(std::memcmp(by_index.at("2").w.data(), net.layers[2].w.data(), 24) == 0);
+  std::map<std::string, std::string> strings = {{"a", "text"}};
+  CHECK_CAIRN_ERROR(cairn::save_safetensors(store, "s.safetensors", strings), cairn::ErrorKind::invalid_argument, "string");
+  CHECK(!store.exists("s.safetensors"));
+  cairn::SafetensorsSaveOptions missing;
+  missing.subtree = "nothing";
+  CHECK_CAIRN_ERROR(cairn::save_safetensors(store, "n.safetensors", net, missing), cairn::ErrorKind::not_found, "nothing");
+  std::map<std::string, std::map<std::string, std::vector<float>>> same = {{"a", {{"b.c", {1}}}}, {"a.b", {{"c", {2}}}}};
+  CHECK_CAIRN_ERROR(cairn::save_safetensors(store, "d.safetensors", same), cairn::ErrorKind::invalid_argument,
+                    "both become the name 'a.b.c'");
+}
+
+TEST_CASE("export: a failed write leaves nothing at the path and the earlier file whole") {
+  const Net net = make_net();
+  for (auto op : {cairn::MemoryStore::Op::write, cairn::MemoryStore::Op::finish, cairn::MemoryStore::Op::publish}) {
+    cairn::MemoryStore store;
+    cairn::save_safetensors(store, "m.safetensors", net);
+    const std::string before = cairn::detail::read_blob(store, "m.safetensors", 1 << 20);
+    cairn::SafetensorsSaveOptions over;
+    over.overwrite = true;
+    store.fail(op, 1);
+    CHECK_THROWS_AS(cairn::save_safetensors(store, "m.safetensors", make_net(), over), cairn::Error);
+    CHECK(cairn::detail::read_blob(store, "m.safetensors", 1 << 20) == before);
+    store.fail(op, 1);
+    CHECK_THROWS_AS(cairn::save_safetensors(store, "fresh.safetensors", net), cairn::Error);
+    CHECK(!store.exists("fresh.safetensors"));
+  }
+}
