@@ -41,6 +41,7 @@ struct Options {
   double step_ms = 50; // compute per training step in the loop benchmark
   bool sharded = false;  // the sharding benchmarks instead
   bool containers = false;  // the same leaves in each container kind
+  bool safetensors = false;  // safetensors export and import
 };
 
 
@@ -61,6 +62,8 @@ void usage() {
       "  --step-ms MS        compute per training step in the loop benchmark (default 50)\n"
       "  --containers        the leaves as a std::map, unordered_map, vector and struct: save, load<T> and\n"
       "                      load into an existing state of each, beside a plain read of the same bytes\n"
+      "  --safetensors       save_safetensors and load_safetensors (into an existing map) of the leaves,\n"
+      "                      beside a plain write+fsync and read of the same bytes\n"
       "  --sharded           sharding benchmarks: box-copy and cast kernels vs memcpy, restoring a\n"
       "                      2x4-sharded --bytes array onto other shardings vs the same sharding\n"
       "                      (and, built with nvcc on a GPU, staging and device casts vs cudaMemcpy)");
@@ -362,6 +365,70 @@ int containers_bench(const Options& o) {
     }
     bench("struct", std::move(buckets));
   }
+  std::filesystem::remove_all(o.dir);
+  return 0;
+}
+
+// ---- safetensors: export and import beside a plain write and read ----
+
+int safetensors_bench(const Options& o) {
+  std::mt19937_64 rng(11);
+  std::map<std::string, std::vector<std::vector<float>>> state;  // raw_write/raw_read's shape
+  std::map<std::string, std::vector<float>> tensors;
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 0; i < o.leaves; ++i) {
+    const std::uint64_t n = o.max_leaf ? o.min_leaf + rng() % (o.max_leaf - o.min_leaf + 1) : o.bytes / o.leaves;
+    std::vector<float> leaf(n / sizeof(float));
+    for (auto& x : leaf) x = static_cast<float>(rng() % 100000);
+    bytes += leaf.size() * sizeof(float);
+    char name[32];
+    std::snprintf(name, sizeof name, "layers.%zu.w", i);
+    tensors[name] = leaf;
+    state["x"].push_back(std::move(leaf));
+  }
+  std::filesystem::remove_all(o.dir);
+  std::filesystem::create_directories(o.dir);
+  const std::string raw_dir = o.dir + "/raw", raw = raw_dir + "/raw.bin", file = o.dir + "/model.safetensors";
+  std::vector<double> raw_w, save_t, raw_r, load_t;
+  cairn::SafetensorsSaveOptions so;
+  so.overwrite = true;
+  cairn::SafetensorsOptions whole;
+  whole.separator = "";
+  for (int k = 0; k < o.repeat; ++k) {
+    std::filesystem::remove_all(raw_dir);
+    ::sync();
+    double t0 = now_s();
+    std::filesystem::create_directories(raw_dir);
+    raw_write<float>(state, raw);
+    raw_w.push_back(now_s() - t0);
+  }
+  for (int k = 0; k < o.repeat; ++k) {
+    std::filesystem::remove(file);
+    ::sync();
+    const double t0 = now_s();
+    cairn::save_safetensors(file, tensors, so);
+    save_t.push_back(now_s() - t0);
+  }
+  auto target = tensors;
+  for (int k = 0; k < o.repeat; ++k) {
+    if (!o.warm) { evict(raw); evict(file); }
+    double t0 = now_s();
+    raw_read<float>(state, raw);
+    raw_r.push_back(now_s() - t0);
+    t0 = now_s();
+    cairn::load_safetensors(file, target, {}, whole);
+    load_t.push_back(now_s() - t0);
+  }
+  if (target != tensors) { std::fprintf(stderr, "cairn-bench: the imported tensors differ!\n"); std::exit(1); }
+  const double gib = static_cast<double>(bytes) / (1u << 30);
+  std::printf("cairn-bench --safetensors: %zu float32 tensors, %.3f GiB in %s (%s reads, median of %d)\n", o.leaves, gib,
+              o.dir.c_str(), o.warm ? "warm" : "cold", o.repeat);
+  std::printf("  %-28s %10.1f ms  %8.2f GiB/s\n", "plain write + fsync", median(raw_w) * 1e3, gib / median(raw_w));
+  std::printf("  %-28s %10.1f ms  %8.2f GiB/s  %.2fx of plain\n", "save_safetensors", median(save_t) * 1e3,
+              gib / median(save_t), median(raw_w) / median(save_t));
+  std::printf("  %-28s %10.1f ms  %8.2f GiB/s\n", "plain read", median(raw_r) * 1e3, gib / median(raw_r));
+  std::printf("  %-28s %10.1f ms  %8.2f GiB/s  %.2fx of plain\n", "load_safetensors (into)", median(load_t) * 1e3,
+              gib / median(load_t), median(raw_r) / median(load_t));
   std::filesystem::remove_all(o.dir);
   return 0;
 }
@@ -698,12 +765,14 @@ int main(int argc, char** argv) {
     else if (a == "--step-ms") o.step_ms = std::stod(next());
     else if (a == "--sharded") o.sharded = true;
     else if (a == "--containers") o.containers = true;
+    else if (a == "--safetensors") o.safetensors = true;
     else { usage(); return a == "--help" || a == "-h" ? 0 : 2; }
   }
   if (o.leaves == 0) { usage(); return 2; }
   if (o.async) return async_bench(o);
   if (o.sharded) return sharded_bench(o);
   if (o.containers) return containers_bench(o);
+  if (o.safetensors) return safetensors_bench(o);
   Results r;
   if (o.dtype == "float32") r = run<float>(o);
   else if (o.dtype == "float64") r = run<double>(o);
