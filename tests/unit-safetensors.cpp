@@ -466,3 +466,11 @@ TEST_CASE("export: a failed write leaves nothing at the path and the earlier fil
     CHECK(!store.exists("fresh.safetensors"));
   }
 }
+
+TEST_CASE("a tree that is one leaf exports as the name \"\" and loads back into the same type") {
+  test::TempDir dir;
+  const std::vector<float> alone = {1.5f, -2.0f, 3.25f};
+  cairn::save_safetensors(dir / "one.safetensors", alone);
+  CHECK(cairn::load_safetensors<std::vector<float>>(dir / "one.safetensors") == alone);
+  CHECK(cairn::safetensors_metadata(dir / "one.safetensors").leaves().at(0).path.empty());
+}

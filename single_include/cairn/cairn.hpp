@@ -9383,7 +9383,7 @@ struct OpenedCheckpoint {
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
   if (!coordinator || coordinator->size() == 1) {
     const std::string ckpt = store.readable_checkpoint(normalize_key(key));
-    return {ckpt, read_metadata(store, ckpt), store.describe(join_key(ckpt, metadata_file))};
+    return {ckpt, read_metadata(store, ckpt), store.describe(join_key(ckpt, metadata_file)), {}};
   }
   coordinator->set_phase("reading the metadata");
   const std::string got = run_on_primary(*coordinator, [&] {
@@ -9682,8 +9682,9 @@ inline KeyPath safetensors_key_path(const std::string& name, const SafetensorsOp
     else if (seg.empty()) p.push_back(KeyEntry::key(""));
     else p.push_back(KeyEntry::field(std::string(seg)));
   };
+  if (name.empty()) return p;  // the root: a tree that is one leaf exports as the name ""
   if (names.separator.empty()) {
-    p.push_back(name.empty() ? KeyEntry::key("") : KeyEntry::field(name));
+    p.push_back(KeyEntry::field(name));
     return p;
   }
   std::size_t start = 0;

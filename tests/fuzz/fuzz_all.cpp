@@ -30,6 +30,9 @@
 #define LLVMFuzzerTestOneInput fuzz_safetensors_one
 #include "fuzz_safetensors.cpp"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_cli_one
+#include "fuzz_cli.cpp"
+#undef LLVMFuzzerTestOneInput
 
 namespace {
 struct Target {
@@ -40,7 +43,8 @@ const Target targets[] = {{"metadata", fuzz_metadata_one},
                           {"user_metadata", fuzz_user_metadata_one},
                           {"marker", fuzz_marker_one},
                           {"checkpointer_root", fuzz_checkpointer_root_one},
-                          {"safetensors", fuzz_safetensors_one}};
+                          {"safetensors", fuzz_safetensors_one},
+                          {"cli", fuzz_cli_one}};
 }  // namespace
 
 #ifdef CAIRN_FUZZ_LIBFUZZER
@@ -53,7 +57,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   for (const auto& t : targets)
     if (name && std::strcmp(name, t.name) == 0) chosen = &t;
   if (!chosen) {
-    std::fprintf(stderr, "cairn-fuzz: set CAIRN_FUZZ_TARGET to metadata, user_metadata, marker, checkpointer_root or safetensors\n");
+    std::fprintf(stderr, "cairn-fuzz: set CAIRN_FUZZ_TARGET to metadata, user_metadata, marker, checkpointer_root, safetensors or cli\n");
     std::exit(2);
   }
   return 0;

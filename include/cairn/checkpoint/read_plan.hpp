@@ -164,7 +164,7 @@ struct OpenedCheckpoint {
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
   if (!coordinator || coordinator->size() == 1) {
     const std::string ckpt = store.readable_checkpoint(normalize_key(key));
-    return {ckpt, read_metadata(store, ckpt), store.describe(join_key(ckpt, metadata_file))};
+    return {ckpt, read_metadata(store, ckpt), store.describe(join_key(ckpt, metadata_file)), {}};
   }
   coordinator->set_phase("reading the metadata");
   const std::string got = run_on_primary(*coordinator, [&] {

@@ -28,8 +28,9 @@ inline KeyPath safetensors_key_path(const std::string& name, const SafetensorsOp
     else if (seg.empty()) p.push_back(KeyEntry::key(""));
     else p.push_back(KeyEntry::field(std::string(seg)));
   };
+  if (name.empty()) return p;  // the root: a tree that is one leaf exports as the name ""
   if (names.separator.empty()) {
-    p.push_back(name.empty() ? KeyEntry::key("") : KeyEntry::field(name));
+    p.push_back(KeyEntry::field(name));
     return p;
   }
   std::size_t start = 0;

@@ -1,0 +1,8 @@
+// The `cairn` command-line tool (docs/cli.md); everything it does is cli/cairn_cli.hpp.
+#include "cairn_cli.hpp"
+
+#include <iostream>
+
+int main(int argc, char** argv) {
+  return cairn::cli::run(std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr);
+}

@@ -1,0 +1,269 @@
+// The `cairn` command-line tool, run in-process through cli::run: ls, verify, show, diff and
+// convert on checkpoints, a Checkpointer root and safetensors files, their exit statuses, and
+// one-line errors for bad input.
+#include "cairn_cli.hpp"
+
+#include "test_util.hpp"
+
+#include <doctest/doctest.h>
+
+#include <random>
+#include <sstream>
+
+namespace {
+
+struct State {
+  Eigen::MatrixXf w;  // column-major
+  std::vector<double> big;
+  std::vector<std::int32_t> counts;
+  std::vector<bool> flags;
+  std::string name = "run-7";
+  cairn::ShardedArray<float> sharded;
+};
+CAIRN_TREE(State, w, big, counts, flags, name, sharded)
+
+State make_state() {
+  State s;
+  s.w = Eigen::MatrixXf(3, 4);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) s.w(i, j) = static_cast<float>(10 * i + j) + 0.5f;
+  for (int i = 0; i < 10000; ++i) s.big.push_back(i * 0.25);
+  s.counts = {1, -2, 300000};
+  s.flags = {true, false};
+  std::vector<float> g(6 * 4);
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i);
+  s.sharded = cairn::ShardedArray<float>::from_host(
+      g, {6, 4}, cairn::NamedSharding(cairn::Mesh::host({{"x", 2}, {"y", 2}}), cairn::PartitionSpec{"x", "y"}));
+  return s;
+}
+
+struct Run {
+  int status;
+  std::string out, err;
+};
+Run cli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int status = cairn::cli::run(args, out, err);
+  return {status, out.str(), err.str()};
+}
+
+bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors file, as text and JSON") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  cairn::SaveOptions o;
+  o.user_metadata = cairn::Json::object({{"epoch", 3}});
+  cairn::save(c, make_state(), o);
+  Run r = cli({"ls", c});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "cairn checkpoint, format 1"));
+  CHECK(has(r.out, "w        float32[3, 4] F-order  48 B"));
+  CHECK(has(r.out, "sharded  float32[6, 4]"));
+  CHECK(has(r.out, "sharded over"));
+  CHECK(has(r.out, "4 chunks"));
+  CHECK(has(r.out, "user metadata: {\"epoch\":3}"));
+  r = cli({"ls", c, "--json"});
+  REQUIRE(r.status == 0);
+  const cairn::Json j = cairn::Json::parse(r.out);
+  CHECK(j.at("kind").as_string() == "checkpoint");
+  const auto& leaves = j.at("items").as_array().at(0).at("leaves").as_array();
+  REQUIRE(leaves.size() == 6);
+  CHECK(leaves[0].at("key").as_string() == "w");
+  CHECK(leaves[0].at("order").as_string() == "F");
+  CHECK(leaves[5].at("chunks").as_int() == 4);
+  CHECK(j.at("user_metadata").at("epoch").as_int() == 3);
+
+  const std::string root = dir / "root";
+  {
+    cairn::Checkpointer ck(root);
+    for (std::int64_t step : {10, 20}) {
+      cairn::StepSaveOptions a;
+      a.metrics = cairn::Json::object({{"loss", 1.0 / static_cast<double>(step)}});
+      ck.save(step, std::vector<float>{1, 2}, a);
+    }
+  }
+  r = cli({"ls", root});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "Checkpointer root, 2 steps, latest 20"));
+  CHECK(has(r.out, "20 (latest)"));
+  CHECK(has(r.out, "\"loss\":0.05"));
+  r = cli({"ls", root, "--json"});
+  CHECK(cairn::Json::parse(r.out).at("steps").as_array().at(1).at("latest").as_bool());
+
+  const std::string st = dir / "m.safetensors";
+  cairn::save_safetensors(st, std::vector<std::vector<float>>{{1, 2}, {3}});
+  r = cli({"ls", st});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "safetensors, 1 file"));
+  CHECK(has(r.out, "1  float32[1]"));
+}
+
+TEST_CASE("verify: exit 0 only when every chunk is intact, and a report naming file, bytes and key") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  cairn::save(c, make_state());
+  Run r = cli({"verify", c});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "OK " + c + ": 9 chunks"));
+  // A flipped byte inside the big leaf.
+  const auto meta = cairn::metadata(c);
+  const cairn::LeafRecord* big = nullptr;
+  for (const auto& l : meta.leaves())
+    if (l.key() == "big") big = &l;
+  REQUIRE(big);
+  std::string data = test::read_file(c + "/data-0-0.bin");
+  data[static_cast<std::size_t>(big->chunks[0].offset + 100)] ^= 1;
+  test::write_file(c + "/data-0-0.bin", data);
+  r = cli({"verify", c});
+  CHECK(r.status == 1);
+  CHECK(has(r.out, "BAD " + c + "/data-0-0.bin bytes " + std::to_string(big->chunks[0].offset)));
+  CHECK(has(r.out, "(key 'big'): checksum mismatch"));
+  CHECK(has(r.out, "FAILED " + c + ": 1 of 9 chunks bad"));
+  // Truncated: the chunks past the end are named too.
+  data.resize(static_cast<std::size_t>(big->chunks[0].offset + 8));
+  test::write_file(c + "/data-0-0.bin", data);
+  r = cli({"verify", c});
+  CHECK(r.status == 1);
+  CHECK(has(r.out, "(key 'sharded')"));
+  // Damaged metadata is an error of its own (exit 2, one line).
+  std::string m = test::read_file(c + "/_METADATA");
+  m[10] ^= 1;
+  test::write_file(c + "/_METADATA", m);
+  r = cli({"verify", c});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "_METADATA"));
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  // safetensors: no checksums, but the header and every byte.
+  const std::string st = dir / "m.safetensors";
+  cairn::save_safetensors(st, std::vector<float>(1000, 1.5f));
+  r = cli({"verify", st});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "no checksums"));
+  std::string bytes = test::read_file(st);
+  bytes.resize(bytes.size() - 4);
+  test::write_file(st, bytes);
+  r = cli({"verify", st});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "m.safetensors"));
+}
+
+TEST_CASE("show: values, slices, numpy-like abbreviation, reading only what it prints") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  const State s = make_state();
+  cairn::save(c, s);
+  Run r = cli({"show", c, "w"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "w: float32[3, 4]\n[[0.5, 1.5, 2.5, 3.5],\n [10.5, 11.5, 12.5, 13.5],\n [20.5, 21.5, 22.5, 23.5]]"));
+  r = cli({"show", c, "w[0:2, 1:3]"});
+  CHECK(has(r.out, "showing [0:2, 1:3]\n[[1.5, 2.5],\n [11.5, 12.5]]"));
+  r = cli({"show", c, "w[-1]"});
+  CHECK(has(r.out, "[20.5, 21.5, 22.5, 23.5]"));
+  r = cli({"show", c, "w[1, 2]"});
+  CHECK(has(r.out, "\n12.5\n"));
+  r = cli({"show", c, "sharded[2:4, :]"});  // across shard boundaries
+  CHECK(has(r.out, "[[8, 9, 10, 11],\n [12, 13, 14, 15]]"));
+  r = cli({"show", c, "counts"});
+  CHECK(has(r.out, "[1, -2, 300000]"));
+  r = cli({"show", c, "flags"});
+  CHECK(has(r.out, "[True, False]"));
+  r = cli({"show", c, "name"});
+  CHECK(has(r.out, "run-7"));
+  r = cli({"show", c, "big"});
+  CHECK(has(r.out, "[0, 0.25, 0.5, ..., 2499.25, 2499.5, 2499.75]"));
+  // The abbreviated leaf reads its six values, not its 80,000 bytes.
+  std::uint64_t read = 0;
+  const auto v = cairn::cli::read_values(c, {"big"}, cairn::DType::float64,
+                                         {cairn::Box{{0}, {3}}, cairn::Box{{9997}, {3}}}, &read);
+  CHECK(read <= 64);
+  CHECK(v.at("big").bytes.size() == 48);
+  // Errors: one line, exit 2.
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+           {"show", c, "nothing"}, {"show", c, "w[5]"}, {"show", c, "w[0:1:2]"}, {"show", c, "w[a]"},
+           {"show", c, "w[0, 0, 0]"}, {"show", c, "w[0"}}) {
+    CAPTURE(bad[2]);
+    r = cli(bad);
+    CHECK(r.status == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}
+
+TEST_CASE("diff: same, different values within and beyond tolerance, different structure") {
+  test::TempDir dir;
+  State s = make_state();
+  cairn::save(dir / "a", s);
+  cairn::save(dir / "b", s);
+  Run r = cli({"diff", dir / "a", dir / "b"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "same: 6 leaves"));
+  s.big[7] += 1e-3;
+  cairn::save(dir / "c", s);
+  r = cli({"diff", dir / "a", dir / "c"});
+  CHECK(r.status == 1);
+  CHECK(has(r.out, "values differ: big: max abs 0.001"));
+  CHECK(has(r.out, "1 of 10000 elements beyond tolerance"));
+  CHECK(cli({"diff", dir / "a", dir / "c", "--atol", "0.01"}).status == 0);
+  std::map<std::string, std::vector<float>> other{{"q", {1}}};
+  cairn::save(dir / "d", other);
+  r = cli({"diff", dir / "a", dir / "d"});
+  CHECK(r.status == 1);
+  CHECK(has(r.out, "only in A: w"));
+  CHECK(has(r.out, "only in B: q"));
+  CHECK(cli({"diff", dir / "a", dir / "c", "--rtol", "x"}).status == 2);
+}
+
+TEST_CASE("convert: checkpoint to safetensors and back, with casts and a selection") {
+  test::TempDir dir;
+  const State s = make_state();
+  cairn::save(dir / "c", s);
+  const std::string st = dir / "m.safetensors";
+  Run r = cli({"convert", dir / "c", st, "--select", "w", "--select", "big", "--select", "sharded"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "3 tensors"));
+  // Back to a checkpoint, then the values are the same as the original's.
+  r = cli({"convert", st, dir / "back"});
+  CHECK(r.status == 0);
+  State back;
+  cairn::LoadOptions partial;
+  partial.allow_missing = true;
+  back.sharded = cairn::ShardedArray<float>(s.sharded.sharding());
+  cairn::load(dir / "back", back, partial);
+  CHECK(back.w == s.w);
+  CHECK(back.big == s.big);
+  CHECK(back.sharded.gather() == s.sharded.gather());
+  // A bfloat16 export of the floats.
+  r = cli({"convert", dir / "c", dir / "bf.safetensors", "--cast", "*=bfloat16", "--select", "w", "--select", "counts"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "1 cast"));
+  const auto m = cairn::safetensors_metadata(dir / "bf.safetensors");
+  CHECK(m.leaves().at(0).dtype == cairn::DType::bfloat16);
+  CHECK(m.leaves().at(1).dtype == cairn::DType::int32);
+  // A sharded set, and not over an existing file without --overwrite.
+  r = cli({"convert", dir / "c", dir / "set", "--max-file-bytes", "4096", "--select", "big"});
+  CHECK(r.status == 0);
+  CHECK(cli({"verify", dir / "set/model.safetensors.index.json"}).status == 0);
+  r = cli({"convert", dir / "c", st, "--select", "w"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "already exists"));
+  CHECK(cli({"convert", dir / "c", st, "--select", "w", "--overwrite"}).status == 0);
+  CHECK(cli({"convert", dir / "c", st, "--cast", "bfloat16"}).status == 2);
+  CHECK(cli({"convert", dir / "c", st, "--select", "nothing*"}).status == 2);
+}
+
+TEST_CASE("bad command lines and paths are one-line errors with exit 2, never a crash") {
+  test::TempDir dir;
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {}, {"frobnicate"}, {"ls"}, {"ls", dir / "missing"}, {"ls", "a", "b"}, {"verify", dir.path},
+           {"show", dir / "x"}, {"diff", "--atol"}, {"ls", "--nope", "x"}, {"convert", "a"},
+           {"convert", "a", "b", "--max-file-bytes", "-1"}, {"ls", dir / "no.safetensors"}}) {
+    CAPTURE(args.size());
+    const Run r = cli(args);
+    CHECK(r.status == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == (args.empty() ? std::count(cairn::cli::usage_text,
+                                                                                      cairn::cli::usage_text + std::strlen(cairn::cli::usage_text), '\n') : 1));
+  }
+  CHECK(cli({"--help"}).status == 0);
+}
