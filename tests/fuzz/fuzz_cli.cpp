@@ -26,14 +26,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string cur;
   for (std::size_t i = 1; i <= size; ++i) {
     if (i == size || data[i] == '\n') {
-      if (cur == "@") cur = ckpt;
-      else if (cur == "#") cur = st;
-      // Keep conversions inside the scratch directory: the fuzzer must not write elsewhere.
-      else if (args[0] == "convert" && args.size() == 2 && !cur.empty() && cur[0] != '-') cur = fuzz::scratch_dir() + "/cli-out.safetensors";
-      args.push_back(cur);
+      args.push_back(cur == "@" ? ckpt : cur == "#" ? st : cur);
       cur.clear();
     } else {
       cur += static_cast<char>(data[i]);
+    }
+  }
+  // The fuzzer must not write outside its scratch directory: convert's destination (its second
+  // positional argument, found as cli::run finds it) is always a path in there.
+  if (args[0] == "convert") {
+    int positional = 0;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      const std::string& a = args[i];
+      if (a == "--atol" || a == "--rtol" || a == "--cast" || a == "--select" || a == "--max-file-bytes") { ++i; continue; }
+      if (a.size() > 1 && a[0] == '-' && a[1] == '-') continue;
+      if (++positional == 2) args[i] = fuzz::scratch_dir() + "/cli-out.safetensors";
     }
   }
   std::ostringstream out, err;
