@@ -92,6 +92,21 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   CHECK(has(r.out, "\"loss\":0.05"));
   r = cli({"ls", root, "--json"});
   CHECK(cairn::Json::parse(r.out).at("steps").as_array().at(1).at("latest").as_bool());
+  // verify checks every step; a damaged one fails the whole root and is named, and ls lists it
+  // as damaged without changing anything.
+  r = cli({"verify", root});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "OK " + root + "/10: "));
+  CHECK(has(r.out, "OK " + root + "/20: "));
+  std::string meta = test::read_file(root + "/10/_METADATA");
+  meta[5] ^= 1;
+  test::write_file(root + "/10/_METADATA", meta);
+  r = cli({"verify", root});
+  CHECK(r.status == 1);
+  CHECK(has(r.out, "BAD cairn: corrupt: " + root + "/10/_METADATA"));
+  r = cli({"ls", root});
+  CHECK(has(r.out, "10  damaged: "));
+  CHECK(test::read_file(root + "/10/_METADATA") == meta);
 
   const std::string st = dir / "m.safetensors";
   cairn::save_safetensors(st, std::vector<std::vector<float>>{{1, 2}, {3}});
