@@ -79,6 +79,37 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
       w->finish(60);
     }
     CHECK(store->open("a/short")->size() == 60);
+    // A scattered read: consecutive ranges into separate buffers, skipped ranges between
+    // (how a load reads a run of small leaves), bit-exact; past the end it is an error.
+    {
+      struct Part {
+        std::uint64_t gap, start;
+        std::vector<unsigned char> bytes;
+      };
+      std::vector<Part> parts;
+      std::uint64_t at = 123;
+      while (true) {
+        const std::uint64_t gap = rng()() % 3 == 0 ? rng()() % 64 : 0, n = rng()() % 700;
+        if (at + gap + n > 9000) break;
+        parts.push_back({gap, at + gap, std::vector<unsigned char>(static_cast<std::size_t>(n))});
+        at += gap + n;
+      }
+      std::vector<cairn::ReadPiece> pieces;
+      for (auto& p : parts) {
+        if (p.gap) pieces.push_back({nullptr, p.gap});
+        pieces.push_back({p.bytes.data(), p.bytes.size()});
+      }
+      r->read_scattered(pieces.data(), pieces.size(), 123);
+      for (const auto& p : parts)
+        CHECK((p.bytes.empty() || std::memcmp(p.bytes.data(), bytes.data() + p.start, p.bytes.size()) == 0));
+      std::vector<unsigned char> a(100), b(200);
+      cairn::ReadPiece over[] = {{a.data(), 100}, {nullptr, 50}, {b.data(), 200}};
+      CHECK_CAIRN_ERROR(r->read_scattered(over, 3, 9700), ErrorKind::corrupt, "ends at byte");
+      cairn::ReadPiece fits[] = {{a.data(), 100}, {nullptr, 50}, {b.data(), 200}};
+      r->read_scattered(fits, 3, 9000);
+      CHECK(std::memcmp(a.data(), bytes.data() + 9000, 100) == 0);
+      CHECK(std::memcmp(b.data(), bytes.data() + 9150, 200) == 0);
+    }
   }
   SUBCASE("exists, is_blob, one-level listing and removal of a prefix") {
     auto store = make();

@@ -1668,6 +1668,7 @@ CAIRN_END_NAMESPACE
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -1767,6 +1768,21 @@ struct map_node {
     for (const auto& e : stored.keys) {
       key_type k{};
       if (key_from_entry(e, k)) keys.push_back(k);
+    }
+    if constexpr (requires { typename Map::key_compare; }) {
+      // An ordered map and stored keys in its order (as every ordered map saves them): one
+      // merge over both, no search per key.
+      const auto less = node.key_comp();
+      if (std::is_sorted(keys.begin(), keys.end(), less)) {
+        auto it = node.begin();
+        for (const auto& k : keys) {
+          while (it != node.end() && less(it->first, k)) it = stored.may_remove ? node.erase(it) : std::next(it);
+          if (it != node.end() && !less(k, it->first)) ++it;
+          else node.try_emplace(it, k);
+        }
+        if (stored.may_remove) node.erase(it, node.end());
+        return;
+      }
     }
     if (stored.may_remove) {
       // Sorted, so that a map of n entries costs n log n here, not n^2.
@@ -2996,12 +3012,20 @@ CAIRN_END_NAMESPACE
 
 #include <cstdint>
 #include <map>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 
 CAIRN_BEGIN_NAMESPACE
+
+// One destination of a scattered read: the next `n` bytes go to `dst`, or are skipped when
+// `dst` is null (the padding between small leaves).
+struct ReadPiece {
+  void* dst = nullptr;
+  std::uint64_t n = 0;
+};
 
 // Reads one blob: exact byte ranges into caller memory.
 class StoreReader {
@@ -3010,6 +3034,21 @@ class StoreReader {
   virtual std::uint64_t size() const = 0;
   // Exactly n bytes at `offset`, or throws: a blob shorter than that is corrupt (truncated).
   virtual void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const = 0;
+  // Consecutive ranges from `offset` on, each into its own buffer, as one request: how many
+  // small leaves are read into their targets. The default reads the whole span with one
+  // read_at into a temporary buffer and copies the pieces out; a store with a vectored read
+  // (PosixStore: preadv) reads straight into the pieces. Skipped pieces should be small.
+  virtual void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const {
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < count; ++i) total += pieces[i].n;
+    std::vector<unsigned char> span(static_cast<std::size_t>(total));
+    read_at(span.data(), total, offset);
+    std::uint64_t at = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, span.data() + at, static_cast<std::size_t>(pieces[i].n));
+      at += pieces[i].n;
+    }
+  }
 };
 
 // Writes one new blob from caller memory, in any order of ranges.
@@ -4108,6 +4147,7 @@ CAIRN_END_NAMESPACE
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -4115,36 +4155,53 @@ CAIRN_END_NAMESPACE
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// Stored keys of one item, indexed by their printed path.
+// Stored keys of one item, indexed by their printed path. Each key is printed once here:
+// with 10,000 leaves, printing and hashing key paths was a fifth of a load.
 class StoredIndex {
  public:
   explicit StoredIndex(const ItemRecord& item) : item_(item) {
-    for (const auto& l : item.leaves) leaves_.emplace(l.key(), &l);
-    auto add_child = [&](const KeyPath& p) {
+    keys_.reserve(item.leaves.size());
+    for (const auto& l : item.leaves) keys_.push_back(l.key());
+    node_keys_.reserve(item.nodes.size());
+    for (const auto& n : item.nodes) node_keys_.push_back(n.path.str());
+    leaves_.reserve(keys_.size());
+    for (std::size_t i = 0; i < keys_.size(); ++i) leaves_.emplace(keys_[i], &item.leaves[i]);
+    // A parent's printed path is its child's up to the last '/' (a '/' inside a segment is
+    // escaped), so no key path is copied or printed again here.
+    auto add_child = [&](const std::string& key, const KeyPath& p) {
       if (p.empty()) return;
-      KeyPath parent = p;
-      parent.pop_back();
-      children_[parent.str()].push_back(p.back());
+      const std::size_t slash = key.rfind('/');
+      children_[std::string_view(key).substr(0, slash == std::string::npos ? 0 : slash)].push_back(p.back());
     };
-    for (const auto& n : item.nodes) { nodes_.emplace(n.path.str(), &n); add_child(n.path); }
-    for (const auto& l : item.leaves) add_child(l.path);
+    for (std::size_t i = 0; i < node_keys_.size(); ++i) {
+      nodes_.emplace(node_keys_[i], &item.nodes[i]);
+      add_child(node_keys_[i], item.nodes[i].path);
+    }
+    for (std::size_t i = 0; i < keys_.size(); ++i) add_child(keys_[i], item.leaves[i].path);
   }
-  const LeafRecord* leaf(const std::string& key) const {
+  StoredIndex(const StoredIndex&) = delete;  // the maps view keys_ and node_keys_
+  StoredIndex& operator=(const StoredIndex&) = delete;
+
+  const LeafRecord* leaf(std::string_view key) const {
     auto it = leaves_.find(key);
     return it == leaves_.end() ? nullptr : it->second;
   }
-  bool has_node(const std::string& key) const { return nodes_.count(key) != 0; }
-  const std::vector<KeyEntry>* children(const std::string& key) const {
+  bool has_node(std::string_view key) const { return nodes_.count(key) != 0; }
+  const std::vector<KeyEntry>* children(std::string_view key) const {
     auto it = children_.find(key);
     return it == children_.end() ? nullptr : &it->second;
   }
   const ItemRecord& item() const { return item_; }
+  // The printed key of item().leaves[i], and the position of a stored leaf there.
+  const std::string& key(std::size_t i) const { return keys_[i]; }
+  std::size_t position(const LeafRecord* leaf) const { return static_cast<std::size_t>(leaf - item_.leaves.data()); }
 
  private:
   const ItemRecord& item_;
-  std::unordered_map<std::string, const LeafRecord*> leaves_;
-  std::unordered_map<std::string, const NodeRecord*> nodes_;
-  std::unordered_map<std::string, std::vector<KeyEntry>> children_;
+  std::vector<std::string> keys_, node_keys_;
+  std::unordered_map<std::string_view, const LeafRecord*> leaves_;
+  std::unordered_map<std::string_view, const NodeRecord*> nodes_;
+  std::unordered_map<std::string_view, std::vector<KeyEntry>> children_;
 };
 
 // A printed key path in canonical form (segments re-escaped), so "a/b/" and "a/b" agree.
@@ -4175,7 +4232,7 @@ LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& optio
   const std::string prefix = canonical_key(options.subtree);
   if (!prefix.empty() && !index.leaf(prefix) && !index.has_node(prefix))
     throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix + "'", {}, prefix);
-  std::unordered_map<std::string, bool> visited;
+  std::vector<char> visited(index.item().leaves.size(), 0);  // by position in the item
   auto skipped = [&](const std::string& key) {
     for (const auto& g : options.skip)
       if (glob_matches(g, key)) return true;
@@ -4208,17 +4265,18 @@ LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& optio
         using L = std::remove_cvref_t<decltype(value)>;
         const std::string key = p.str();
         if (skipped(key)) { plan.report.skipped.push_back(key); return; }
-        const std::string stored_key = join_key(prefix, key);
-        const LeafRecord* stored = index.leaf(stored_key);
+        std::string joined;
+        const LeafRecord* stored = index.leaf(prefix.empty() ? key : (joined = join_key(prefix, key)));
         if (!stored) { plan.report.missing.push_back(key); return; }
-        visited[stored_key] = true;
+        visited[index.position(stored)] = 1;
         plan.leaves.push_back({key, stored, [&value](const StoredLeafInfo& info) {
                                  return leaf_traits<L>::prepare(value, info);
                                }});
       });
-  for (const auto& l : index.item().leaves) {
-    const std::string key = l.key();
-    if (!key_path_has_prefix(key, prefix) || visited.count(key)) continue;
+  for (std::size_t i = 0; i < visited.size(); ++i) {
+    if (visited[i]) continue;
+    const std::string& key = index.key(i);
+    if (!key_path_has_prefix(key, prefix)) continue;
     std::string rel = prefix.empty() ? key : key.substr(std::min(key.size(), prefix.size() + 1));
     if (skipped(rel)) continue;  // skipped target keys are not "unexpected" either
     plan.report.unexpected.push_back(rel);
@@ -6233,6 +6291,7 @@ CAIRN_END_NAMESPACE
 // store/posix_staging.hpp. Compiled in every translation unit that includes
 // store/posix_store.hpp, or once with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -6260,10 +6319,13 @@ CAIRN_END_NAMESPACE
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <climits>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 
@@ -6368,6 +6430,36 @@ class File {
       p += r;
       n -= static_cast<std::uint64_t>(r);
       offset += static_cast<std::uint64_t>(r);
+    }
+  }
+
+  // Fills the buffers of `iov` in turn from `offset` on, with preadv (up to IOV_MAX buffers a
+  // call): many small leaves straight into their targets in a few system calls. Exactly the
+  // bytes asked for, or throws as read_at does. `iov` is used up (advanced past short reads).
+  void read_vectored(std::vector<iovec>& iov, std::uint64_t offset) const {
+    if (int e = injected_fault("pread", path_)) throw_errno("pread", path_, e);
+    constexpr std::size_t batch = IOV_MAX < 1024 ? IOV_MAX : 1024;
+    for (std::size_t next = 0; next < iov.size();) {
+      if (iov[next].iov_len == 0) { ++next; continue; }
+      const std::size_t k = std::min(batch, iov.size() - next);
+      const ssize_t r = ::preadv(fd_, &iov[next], static_cast<int>(k), static_cast<off_t>(offset));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        throw_errno("preadv", path_);
+      }
+      if (r == 0) throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(offset) + ", before the data its metadata describes (truncated?)", path_);
+      offset += static_cast<std::uint64_t>(r);
+      // A short read goes on from where it stopped, mid-buffer if need be.
+      for (auto left = static_cast<std::size_t>(r); left > 0;) {
+        if (left >= iov[next].iov_len) {
+          left -= iov[next].iov_len;
+          ++next;
+        } else {
+          iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + left;
+          iov[next].iov_len -= left;
+          left = 0;
+        }
+      }
     }
   }
 
@@ -6813,6 +6905,17 @@ class PosixStore::Reader final : public StoreReader {
   explicit Reader(detail::File f) : file_(std::move(f)), size_(file_.size()) {}
   std::uint64_t size() const override { return size_; }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { file_.read_at(dst, n, offset); }
+  void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const override {
+    std::uint64_t skip = 0;
+    for (std::size_t i = 0; i < count; ++i)
+      if (!pieces[i].dst) skip = std::max(skip, pieces[i].n);
+    std::vector<unsigned char> sink(static_cast<std::size_t>(skip));  // every skipped range lands here
+    std::vector<iovec> iov;
+    iov.reserve(count);
+    for (std::size_t i = 0; i < count; ++i)
+      iov.push_back({pieces[i].dst ? pieces[i].dst : sink.data(), static_cast<std::size_t>(pieces[i].n)});
+    file_.read_vectored(iov, offset);
+  }
 
  private:
   detail::File file_;
@@ -7723,6 +7826,9 @@ inline constexpr std::uint64_t max_overlap_checks = std::uint64_t{1} << 26;
 // and the caller's memory, with no copy.
 inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
 inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
+// A load reads runs of small leaves of at most this span with one scattered request: small
+// enough that each leaf is still in cache when its checksum is verified.
+inline constexpr std::uint64_t small_run_bytes = std::uint64_t{1} << 20;
 
 inline std::string data_file_name(int process, int index) {
   return "data-" + std::to_string(process) + "-" + std::to_string(index) + ".bin";
@@ -9261,6 +9367,64 @@ struct ReadTask {
   LeafBuffer buffer;
 };
 
+// The one chunk of a plain leaf is its target's whole buffer, byte for byte: it can be read
+// straight into the target, with nothing to cast, reorder or scatter.
+inline bool reads_in_place(const ReadTask& t) {
+  const LeafRecord& s = *t.leaf->stored;
+  const ChunkRecord& c = s.chunks.front();
+  return t.buffer.shards.empty() && t.buffer.dtype == s.dtype && s.dtype != DType::string &&
+         (s.shape.size() < 2 || t.buffer.order == s.order) && c.shape == s.shape &&
+         std::all_of(c.start.begin(), c.start.end(), [](std::int64_t v) { return v == 0; }) && c.nbytes == t.buffer.nbytes;
+}
+
+// A run of small one-chunk leaves, close together in one file and in file order: one
+// scattered read puts each leaf that reads in place straight into its target (the others
+// into a staging buffer, for the box reader to cast or reorder), then each is verified.
+inline void read_small_run(ReadTask* run, std::size_t count, DataFiles& files, const LoadOptions& options,
+                           LoadReport& report) {
+  const ChunkRecord& first = run[0].leaf->stored->chunks.front();
+  std::vector<ReadPiece> pieces;
+  pieces.reserve(2 * count);
+  std::vector<std::uint64_t> staged(count, ~std::uint64_t{0});  // offset in `staging`, or none
+  std::uint64_t staging_size = 0;
+  for (std::size_t k = 0; k < count; ++k)
+    if (!reads_in_place(run[k])) {
+      staged[k] = staging_size;
+      staging_size += run[k].leaf->stored->chunks.front().nbytes;
+    }
+  std::vector<unsigned char> staging(static_cast<std::size_t>(staging_size));
+  std::uint64_t at = first.offset;
+  for (std::size_t k = 0; k < count; ++k) {
+    const ChunkRecord& c = run[k].leaf->stored->chunks.front();
+    if (c.offset > at) pieces.push_back({nullptr, c.offset - at});
+    pieces.push_back({staged[k] == ~std::uint64_t{0} ? run[k].buffer.data : staging.data() + staged[k], c.nbytes});
+    at = c.offset + c.nbytes;
+  }
+  try {
+    files.get(first.file).read_scattered(pieces.data(), pieces.size(), first.offset);
+  } catch (const Error& e) {
+    throw e.with_key(run[0].leaf->key).with_file(files.describe(first.file));
+  }
+  report.bytes_read += at - first.offset;
+  for (std::size_t k = 0; k < count; ++k) {
+    const LeafRecord& s = *run[k].leaf->stored;
+    const ChunkRecord& c = s.chunks.front();
+    if (staged[k] != ~std::uint64_t{0}) {
+      BoxLeafReader(s, run[k].buffer, run[k].leaf->key, files, options, report)
+          .read_from_memory(staging.data() + staged[k], c.offset);
+      continue;
+    }
+    report.bytes_needed += c.nbytes;
+    if (c.nbytes == 0) continue;
+    try {
+      if (options.verify_checksums) check_crc(crc32c(run[k].buffer.data, static_cast<std::size_t>(c.nbytes)), s, c, files.describe(c.file));
+    } catch (const Error& e) {
+      throw e.with_key(run[k].leaf->key);
+    }
+    if (s.dtype == DType::bool_) normalize_bools(run[k].buffer.data, c.nbytes);
+  }
+}
+
 inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
   const std::string dir = files.describe();
   std::vector<ReadTask> tasks;
@@ -9320,14 +9484,16 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
   // are read with one request and delivered from memory: 10,000 leaves of a few KiB would
   // otherwise be 10,000 reads.
   auto one_chunk = [](const ReadTask& t) { return t.leaf->stored->chunks.size() == 1; };
-  std::stable_sort(tasks.begin(), tasks.end(), [&](const ReadTask& a, const ReadTask& b) {
+  const auto file_order = [&](const ReadTask& a, const ReadTask& b) {
     if (one_chunk(a) != one_chunk(b)) return one_chunk(a);
     if (!one_chunk(a)) return false;
     const auto& ca = a.leaf->stored->chunks.front();
     const auto& cb = b.leaf->stored->chunks.front();
-    return ca.file != cb.file ? ca.file < cb.file : ca.offset < cb.offset;
-  });
-  std::vector<unsigned char> group;
+    if (&ca.file != &cb.file && ca.file != cb.file) return ca.file < cb.file;
+    return ca.offset < cb.offset;
+  };
+  // A whole tree loaded as saved is in file order already; the check costs less than the sort.
+  if (!std::is_sorted(tasks.begin(), tasks.end(), file_order)) std::stable_sort(tasks.begin(), tasks.end(), file_order);
   for (std::size_t i = 0; i < tasks.size();) {
     std::size_t j = i + 1;
     if (one_chunk(tasks[i]) && tasks[i].buffer.shards.empty() && tasks[i].leaf->stored->chunks.front().nbytes < small_leaf_bytes) {
@@ -9336,22 +9502,13 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
       while (j < tasks.size() && one_chunk(tasks[j]) && tasks[j].buffer.shards.empty()) {
         const auto& n = tasks[j].leaf->stored->chunks.front();
         if (n.file != c.file || n.nbytes >= small_leaf_bytes || n.offset < end || n.offset - end > coalesce_gap_bytes ||
-            n.offset + n.nbytes - c.offset > staging_bytes)
+            n.offset + n.nbytes - c.offset > small_run_bytes)
           break;
         end = n.offset + n.nbytes;
         ++j;
       }
       if (j > i + 1) {
-        try {
-          group.resize(static_cast<std::size_t>(end - c.offset));
-          files.get(c.file).read_at(group.data(), group.size(), c.offset);
-        } catch (const Error& e) {
-          throw e.with_key(tasks[i].leaf->key).with_file(files.describe(c.file));
-        }
-        plan.report.bytes_read += group.size();
-        for (std::size_t k = i; k < j; ++k)
-          BoxLeafReader(*tasks[k].leaf->stored, tasks[k].buffer, tasks[k].leaf->key, files, options, plan.report)
-              .read_from_memory(group.data(), c.offset);
+        read_small_run(tasks.data() + i, j - i, files, options, plan.report);
         i = j;
         continue;
       }

@@ -42,6 +42,64 @@ struct ReadTask {
   LeafBuffer buffer;
 };
 
+// The one chunk of a plain leaf is its target's whole buffer, byte for byte: it can be read
+// straight into the target, with nothing to cast, reorder or scatter.
+inline bool reads_in_place(const ReadTask& t) {
+  const LeafRecord& s = *t.leaf->stored;
+  const ChunkRecord& c = s.chunks.front();
+  return t.buffer.shards.empty() && t.buffer.dtype == s.dtype && s.dtype != DType::string &&
+         (s.shape.size() < 2 || t.buffer.order == s.order) && c.shape == s.shape &&
+         std::all_of(c.start.begin(), c.start.end(), [](std::int64_t v) { return v == 0; }) && c.nbytes == t.buffer.nbytes;
+}
+
+// A run of small one-chunk leaves, close together in one file and in file order: one
+// scattered read puts each leaf that reads in place straight into its target (the others
+// into a staging buffer, for the box reader to cast or reorder), then each is verified.
+inline void read_small_run(ReadTask* run, std::size_t count, DataFiles& files, const LoadOptions& options,
+                           LoadReport& report) {
+  const ChunkRecord& first = run[0].leaf->stored->chunks.front();
+  std::vector<ReadPiece> pieces;
+  pieces.reserve(2 * count);
+  std::vector<std::uint64_t> staged(count, ~std::uint64_t{0});  // offset in `staging`, or none
+  std::uint64_t staging_size = 0;
+  for (std::size_t k = 0; k < count; ++k)
+    if (!reads_in_place(run[k])) {
+      staged[k] = staging_size;
+      staging_size += run[k].leaf->stored->chunks.front().nbytes;
+    }
+  std::vector<unsigned char> staging(static_cast<std::size_t>(staging_size));
+  std::uint64_t at = first.offset;
+  for (std::size_t k = 0; k < count; ++k) {
+    const ChunkRecord& c = run[k].leaf->stored->chunks.front();
+    if (c.offset > at) pieces.push_back({nullptr, c.offset - at});
+    pieces.push_back({staged[k] == ~std::uint64_t{0} ? run[k].buffer.data : staging.data() + staged[k], c.nbytes});
+    at = c.offset + c.nbytes;
+  }
+  try {
+    files.get(first.file).read_scattered(pieces.data(), pieces.size(), first.offset);
+  } catch (const Error& e) {
+    throw e.with_key(run[0].leaf->key).with_file(files.describe(first.file));
+  }
+  report.bytes_read += at - first.offset;
+  for (std::size_t k = 0; k < count; ++k) {
+    const LeafRecord& s = *run[k].leaf->stored;
+    const ChunkRecord& c = s.chunks.front();
+    if (staged[k] != ~std::uint64_t{0}) {
+      BoxLeafReader(s, run[k].buffer, run[k].leaf->key, files, options, report)
+          .read_from_memory(staging.data() + staged[k], c.offset);
+      continue;
+    }
+    report.bytes_needed += c.nbytes;
+    if (c.nbytes == 0) continue;
+    try {
+      if (options.verify_checksums) check_crc(crc32c(run[k].buffer.data, static_cast<std::size_t>(c.nbytes)), s, c, files.describe(c.file));
+    } catch (const Error& e) {
+      throw e.with_key(run[k].leaf->key);
+    }
+    if (s.dtype == DType::bool_) normalize_bools(run[k].buffer.data, c.nbytes);
+  }
+}
+
 inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
   const std::string dir = files.describe();
   std::vector<ReadTask> tasks;
@@ -101,14 +159,16 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
   // are read with one request and delivered from memory: 10,000 leaves of a few KiB would
   // otherwise be 10,000 reads.
   auto one_chunk = [](const ReadTask& t) { return t.leaf->stored->chunks.size() == 1; };
-  std::stable_sort(tasks.begin(), tasks.end(), [&](const ReadTask& a, const ReadTask& b) {
+  const auto file_order = [&](const ReadTask& a, const ReadTask& b) {
     if (one_chunk(a) != one_chunk(b)) return one_chunk(a);
     if (!one_chunk(a)) return false;
     const auto& ca = a.leaf->stored->chunks.front();
     const auto& cb = b.leaf->stored->chunks.front();
-    return ca.file != cb.file ? ca.file < cb.file : ca.offset < cb.offset;
-  });
-  std::vector<unsigned char> group;
+    if (&ca.file != &cb.file && ca.file != cb.file) return ca.file < cb.file;
+    return ca.offset < cb.offset;
+  };
+  // A whole tree loaded as saved is in file order already; the check costs less than the sort.
+  if (!std::is_sorted(tasks.begin(), tasks.end(), file_order)) std::stable_sort(tasks.begin(), tasks.end(), file_order);
   for (std::size_t i = 0; i < tasks.size();) {
     std::size_t j = i + 1;
     if (one_chunk(tasks[i]) && tasks[i].buffer.shards.empty() && tasks[i].leaf->stored->chunks.front().nbytes < small_leaf_bytes) {
@@ -117,22 +177,13 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
       while (j < tasks.size() && one_chunk(tasks[j]) && tasks[j].buffer.shards.empty()) {
         const auto& n = tasks[j].leaf->stored->chunks.front();
         if (n.file != c.file || n.nbytes >= small_leaf_bytes || n.offset < end || n.offset - end > coalesce_gap_bytes ||
-            n.offset + n.nbytes - c.offset > staging_bytes)
+            n.offset + n.nbytes - c.offset > small_run_bytes)
           break;
         end = n.offset + n.nbytes;
         ++j;
       }
       if (j > i + 1) {
-        try {
-          group.resize(static_cast<std::size_t>(end - c.offset));
-          files.get(c.file).read_at(group.data(), group.size(), c.offset);
-        } catch (const Error& e) {
-          throw e.with_key(tasks[i].leaf->key).with_file(files.describe(c.file));
-        }
-        plan.report.bytes_read += group.size();
-        for (std::size_t k = i; k < j; ++k)
-          BoxLeafReader(*tasks[k].leaf->stored, tasks[k].buffer, tasks[k].leaf->key, files, options, plan.report)
-              .read_from_memory(group.data(), c.offset);
+        read_small_run(tasks.data() + i, j - i, files, options, plan.report);
         i = j;
         continue;
       }

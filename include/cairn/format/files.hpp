@@ -37,6 +37,9 @@ inline constexpr std::uint64_t max_overlap_checks = std::uint64_t{1} << 26;
 // and the caller's memory, with no copy.
 inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
 inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
+// A load reads runs of small leaves of at most this span with one scattered request: small
+// enough that each leaf is still in cache when its checksum is verified.
+inline constexpr std::uint64_t small_run_bytes = std::uint64_t{1} << 20;
 
 inline std::string data_file_name(int process, int index) {
   return "data-" + std::to_string(process) + "-" + std::to_string(index) + ".bin";

@@ -3,6 +3,7 @@
 // store/posix_store.hpp, or once with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -24,6 +25,17 @@ class PosixStore::Reader final : public StoreReader {
   explicit Reader(detail::File f) : file_(std::move(f)), size_(file_.size()) {}
   std::uint64_t size() const override { return size_; }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { file_.read_at(dst, n, offset); }
+  void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const override {
+    std::uint64_t skip = 0;
+    for (std::size_t i = 0; i < count; ++i)
+      if (!pieces[i].dst) skip = std::max(skip, pieces[i].n);
+    std::vector<unsigned char> sink(static_cast<std::size_t>(skip));  // every skipped range lands here
+    std::vector<iovec> iov;
+    iov.reserve(count);
+    for (std::size_t i = 0; i < count; ++i)
+      iov.push_back({pieces[i].dst ? pieces[i].dst : sink.data(), static_cast<std::size_t>(pieces[i].n)});
+    file_.read_vectored(iov, offset);
+  }
 
  private:
   detail::File file_;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,13 @@
 
 CAIRN_BEGIN_NAMESPACE
 
+// One destination of a scattered read: the next `n` bytes go to `dst`, or are skipped when
+// `dst` is null (the padding between small leaves).
+struct ReadPiece {
+  void* dst = nullptr;
+  std::uint64_t n = 0;
+};
+
 // Reads one blob: exact byte ranges into caller memory.
 class StoreReader {
  public:
@@ -32,6 +40,21 @@ class StoreReader {
   virtual std::uint64_t size() const = 0;
   // Exactly n bytes at `offset`, or throws: a blob shorter than that is corrupt (truncated).
   virtual void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const = 0;
+  // Consecutive ranges from `offset` on, each into its own buffer, as one request: how many
+  // small leaves are read into their targets. The default reads the whole span with one
+  // read_at into a temporary buffer and copies the pieces out; a store with a vectored read
+  // (PosixStore: preadv) reads straight into the pieces. Skipped pieces should be small.
+  virtual void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const {
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < count; ++i) total += pieces[i].n;
+    std::vector<unsigned char> span(static_cast<std::size_t>(total));
+    read_at(span.data(), total, offset);
+    std::uint64_t at = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, span.data() + at, static_cast<std::size_t>(pieces[i].n));
+      at += pieces[i].n;
+    }
+  }
 };
 
 // Writes one new blob from caller memory, in any order of ranges.

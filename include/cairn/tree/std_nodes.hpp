@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -106,6 +107,21 @@ struct map_node {
     for (const auto& e : stored.keys) {
       key_type k{};
       if (key_from_entry(e, k)) keys.push_back(k);
+    }
+    if constexpr (requires { typename Map::key_compare; }) {
+      // An ordered map and stored keys in its order (as every ordered map saves them): one
+      // merge over both, no search per key.
+      const auto less = node.key_comp();
+      if (std::is_sorted(keys.begin(), keys.end(), less)) {
+        auto it = node.begin();
+        for (const auto& k : keys) {
+          while (it != node.end() && less(it->first, k)) it = stored.may_remove ? node.erase(it) : std::next(it);
+          if (it != node.end() && !less(k, it->first)) ++it;
+          else node.try_emplace(it, k);
+        }
+        if (stored.may_remove) node.erase(it, node.end());
+        return;
+      }
     }
     if (stored.may_remove) {
       // Sorted, so that a map of n entries costs n log n here, not n^2.
