@@ -316,12 +316,13 @@ inline KeyPath KeyPath::from_stored(std::string_view path, std::string_view kind
                 std::to_string(segs.size()) + " entries but its kinds '" + std::string(kinds) +
                 "' name " + std::to_string(kinds.size()));
   KeyPath p;
+  p.entries_.reserve(segs.size());
   for (std::size_t i = 0; i < segs.size(); ++i) {
     char k = kinds[i];
     if (k == 'f' || k == 'k') {
       if (k == 'f' && segs[i].empty())
         throw Error(ErrorKind::corrupt, "empty field name in key path '" + std::string(path) + "'");
-      p.push_back(k == 'f' ? KeyEntry::field(segs[i]) : KeyEntry::key(segs[i]));
+      p.push_back(k == 'f' ? KeyEntry::field(std::move(segs[i])) : KeyEntry::key(std::move(segs[i])));
     } else if (k == 'i' || k == 'n') {
       std::int64_t v = 0;
       if (!detail::parse_int64(segs[i], v) || (k == 'i' && v < 0))
@@ -748,12 +749,13 @@ inline std::string to_string(const Box& b) {
 
 // Whether `b` has the rank of `shape` and lies inside it, with no negative start or extent.
 // Written so that no sum can overflow: boxes come from untrusted metadata too.
-inline bool box_inside(const Box& b, const Shape& shape) {
-  if (b.start.size() != shape.size() || b.shape.size() != shape.size()) return false;
+inline bool box_inside(const Shape& start, const Shape& extent, const Shape& shape) {
+  if (start.size() != shape.size() || extent.size() != shape.size()) return false;
   for (std::size_t d = 0; d < shape.size(); ++d)
-    if (b.start[d] < 0 || b.shape[d] < 0 || b.start[d] > shape[d] || b.shape[d] > shape[d] - b.start[d]) return false;
+    if (start[d] < 0 || extent[d] < 0 || start[d] > shape[d] || extent[d] > shape[d] - start[d]) return false;
   return true;
 }
+inline bool box_inside(const Box& b, const Shape& shape) { return box_inside(b.start, b.shape, shape); }
 
 // The box covering a whole array of this shape.
 inline Box whole_box(const Shape& shape) { return {Shape(shape.size(), 0), shape}; }
@@ -8022,6 +8024,8 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
     if (!files.insert(f).second) fail("data file '" + f + "' listed twice");
   }
   std::map<std::string, std::vector<std::pair<std::uint64_t, std::uint64_t>>> ranges;
+  const std::string* last_file = nullptr;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>>* last_ranges = nullptr;
   std::unordered_set<std::string> item_names;
   std::vector<std::string> printed;  // each key once, viewed by `keys` (reserved: never moves)
   for (const auto& item : m.items) {
@@ -8045,16 +8049,21 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
           if (c.start.size() != l.shape.size() || c.shape.size() != l.shape.size())
             fail("chunk " + std::to_string(i) + " has rank " + std::to_string(c.shape.size()) + ", the array " +
                  std::to_string(l.shape.size()), key);
-          if (!box_inside(Box{c.start, c.shape}, l.shape))
+          if (!box_inside(c.start, c.shape, l.shape))
             fail("chunk " + std::to_string(i) + " box (start " + to_string(c.start) + ", shape " + to_string(c.shape) +
                  ") lies outside the array shape " + to_string(l.shape), key);
           if (c.nbytes != byte_count(c.shape, dtype_size(l.dtype)))
             fail("chunk " + std::to_string(i) + " says " + std::to_string(c.nbytes) + " bytes, its box holds " +
                  std::to_string(byte_count(c.shape, dtype_size(l.dtype))), key);
-          if (!files.count(c.file)) fail("chunk " + std::to_string(i) + " names unknown data file '" + c.file + "'", key);
+          // Consecutive chunks usually name the same file: look it up once per run.
+          if (!last_ranges || c.file != *last_file) {
+            if (!files.count(c.file)) fail("chunk " + std::to_string(i) + " names unknown data file '" + c.file + "'", key);
+            last_file = &c.file;
+            last_ranges = &ranges[c.file];
+          }
           std::uint64_t end = 0;
           if (!checked_add(c.offset, c.nbytes, end)) fail("chunk " + std::to_string(i) + " offset + size overflows", key);
-          if (c.nbytes) ranges[c.file].emplace_back(c.offset, end);
+          if (c.nbytes) last_ranges->emplace_back(c.offset, end);
           covered += element_count(c.shape);
         }
         check_no_overlap(l, key, fail);
@@ -8067,7 +8076,7 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
     }
   }
   for (auto& [file, rs] : ranges) {
-    std::sort(rs.begin(), rs.end());
+    if (!std::is_sorted(rs.begin(), rs.end())) std::sort(rs.begin(), rs.end());  // as written, usually
     for (std::size_t i = 1; i < rs.size(); ++i)
       if (rs[i].first < rs[i - 1].second)
         fail("two chunks share bytes " + std::to_string(rs[i].first) + ".." + std::to_string(rs[i - 1].second) +

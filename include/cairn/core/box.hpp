@@ -35,12 +35,13 @@ inline std::string to_string(const Box& b) {
 
 // Whether `b` has the rank of `shape` and lies inside it, with no negative start or extent.
 // Written so that no sum can overflow: boxes come from untrusted metadata too.
-inline bool box_inside(const Box& b, const Shape& shape) {
-  if (b.start.size() != shape.size() || b.shape.size() != shape.size()) return false;
+inline bool box_inside(const Shape& start, const Shape& extent, const Shape& shape) {
+  if (start.size() != shape.size() || extent.size() != shape.size()) return false;
   for (std::size_t d = 0; d < shape.size(); ++d)
-    if (b.start[d] < 0 || b.shape[d] < 0 || b.start[d] > shape[d] || b.shape[d] > shape[d] - b.start[d]) return false;
+    if (start[d] < 0 || extent[d] < 0 || start[d] > shape[d] || extent[d] > shape[d] - start[d]) return false;
   return true;
 }
+inline bool box_inside(const Box& b, const Shape& shape) { return box_inside(b.start, b.shape, shape); }
 
 // The box covering a whole array of this shape.
 inline Box whole_box(const Shape& shape) { return {Shape(shape.size(), 0), shape}; }

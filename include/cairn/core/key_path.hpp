@@ -141,12 +141,13 @@ inline KeyPath KeyPath::from_stored(std::string_view path, std::string_view kind
                 std::to_string(segs.size()) + " entries but its kinds '" + std::string(kinds) +
                 "' name " + std::to_string(kinds.size()));
   KeyPath p;
+  p.entries_.reserve(segs.size());
   for (std::size_t i = 0; i < segs.size(); ++i) {
     char k = kinds[i];
     if (k == 'f' || k == 'k') {
       if (k == 'f' && segs[i].empty())
         throw Error(ErrorKind::corrupt, "empty field name in key path '" + std::string(path) + "'");
-      p.push_back(k == 'f' ? KeyEntry::field(segs[i]) : KeyEntry::key(segs[i]));
+      p.push_back(k == 'f' ? KeyEntry::field(std::move(segs[i])) : KeyEntry::key(std::move(segs[i])));
     } else if (k == 'i' || k == 'n') {
       std::int64_t v = 0;
       if (!detail::parse_int64(segs[i], v) || (k == 'i' && v < 0))

@@ -233,6 +233,8 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
     if (!files.insert(f).second) fail("data file '" + f + "' listed twice");
   }
   std::map<std::string, std::vector<std::pair<std::uint64_t, std::uint64_t>>> ranges;
+  const std::string* last_file = nullptr;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>>* last_ranges = nullptr;
   std::unordered_set<std::string> item_names;
   std::vector<std::string> printed;  // each key once, viewed by `keys` (reserved: never moves)
   for (const auto& item : m.items) {
@@ -256,16 +258,21 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
           if (c.start.size() != l.shape.size() || c.shape.size() != l.shape.size())
             fail("chunk " + std::to_string(i) + " has rank " + std::to_string(c.shape.size()) + ", the array " +
                  std::to_string(l.shape.size()), key);
-          if (!box_inside(Box{c.start, c.shape}, l.shape))
+          if (!box_inside(c.start, c.shape, l.shape))
             fail("chunk " + std::to_string(i) + " box (start " + to_string(c.start) + ", shape " + to_string(c.shape) +
                  ") lies outside the array shape " + to_string(l.shape), key);
           if (c.nbytes != byte_count(c.shape, dtype_size(l.dtype)))
             fail("chunk " + std::to_string(i) + " says " + std::to_string(c.nbytes) + " bytes, its box holds " +
                  std::to_string(byte_count(c.shape, dtype_size(l.dtype))), key);
-          if (!files.count(c.file)) fail("chunk " + std::to_string(i) + " names unknown data file '" + c.file + "'", key);
+          // Consecutive chunks usually name the same file: look it up once per run.
+          if (!last_ranges || c.file != *last_file) {
+            if (!files.count(c.file)) fail("chunk " + std::to_string(i) + " names unknown data file '" + c.file + "'", key);
+            last_file = &c.file;
+            last_ranges = &ranges[c.file];
+          }
           std::uint64_t end = 0;
           if (!checked_add(c.offset, c.nbytes, end)) fail("chunk " + std::to_string(i) + " offset + size overflows", key);
-          if (c.nbytes) ranges[c.file].emplace_back(c.offset, end);
+          if (c.nbytes) last_ranges->emplace_back(c.offset, end);
           covered += element_count(c.shape);
         }
         check_no_overlap(l, key, fail);
@@ -278,7 +285,7 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
     }
   }
   for (auto& [file, rs] : ranges) {
-    std::sort(rs.begin(), rs.end());
+    if (!std::is_sorted(rs.begin(), rs.end())) std::sort(rs.begin(), rs.end());  // as written, usually
     for (std::size_t i = 1; i < rs.size(); ++i)
       if (rs[i].first < rs[i - 1].second)
         fail("two chunks share bytes " + std::to_string(rs[i].first) + ".." + std::to_string(rs[i - 1].second) +
