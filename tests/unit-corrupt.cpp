@@ -88,6 +88,11 @@ TEST_CASE("impossible metadata is a clear error") {
       {"\"key_kinds\":\"f\"", "\"key_kinds\":\"q\"", "unknown key kind"},
       {"\"start\":[0],\"shape\":[1000]", "\"start\":[500],\"shape\":[1000]", "outside the array"},
       {"\"start\":[0],\"shape\":[1000]", "\"start\":[0],\"shape\":[999]", "says 4000 bytes"},
+      {"\"leaf_count\":", "\"leaf_count\":9", "leaf_count 9"},
+      {"\"node_count\":", "\"node_count\":9", "node_count 9"},
+      // A count far beyond what the file could hold sizes nothing by it (no huge allocation).
+      {"\"leaf_count\":", "\"leaf_count\":184467440737095516", "leaf_count 184467440737095516"},
+      {"\"leaf_count\":", "\"leaf_count\":-", "malformed metadata"},
       {"\"items\":", "\"x\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],\"items\":", "nested deeper"},
       {"\"items\":", "\"items\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],\"x\":", "expected an object"},
       {"\"nbytes\":4000,", "", "has no 'nbytes'"},

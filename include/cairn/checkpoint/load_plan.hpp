@@ -93,6 +93,7 @@ struct LoadPlan {
 template <class T>
 LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& options) {
   LoadPlan plan;
+  plan.leaves.reserve(index.item().leaves.size());  // usually each stored leaf once: no regrowth
   const std::string prefix = canonical_key(options.subtree);
   if (!prefix.empty() && !index.leaf(prefix) && !index.has_node(prefix))
     throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix + "'", {}, prefix);

@@ -28,6 +28,7 @@ class JsonReader {
     throw Error(ErrorKind::corrupt, std::string(what_) + " at byte " + std::to_string(pos_) + ": " + why, file_);
   }
   std::size_t position() const { return pos_; }
+  std::size_t remaining() const { return s_.size() - pos_; }
 
   // The first character of the next value (after white space); fails at the end of the text.
   char peek() {

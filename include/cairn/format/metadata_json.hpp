@@ -9,6 +9,8 @@
 // error. Files written by cereal's JSON archive (cairn before 0.2) read the same.
 #pragma once
 
+#include <algorithm>
+
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -141,7 +143,11 @@ inline void append_item_json(std::string& out, const ItemRecord& item) {
   append_json_string(out, item.name);
   out += ",\"kind\":\"";
   out += item_kind_name(item.kind);
-  out += "\",\"nodes\":[";
+  // The counts let a reader size its record arrays once (at 100,000 leaves, growing them
+  // was 5 MB of a load's peak memory). Readers that do not know them skip them.
+  out += "\",\"node_count\":";
+  append_json_int(out, static_cast<std::int64_t>(item.nodes.size()));
+  out += ",\"nodes\":[";
   for (std::size_t i = 0; i < item.nodes.size(); ++i) {
     const NodeRecord& n = item.nodes[i];
     out += i ? ",{\"key\":" : "{\"key\":";
@@ -152,7 +158,9 @@ inline void append_item_json(std::string& out, const ItemRecord& item) {
     out += node_kind_name(n.kind);
     out += "\"}";
   }
-  out += "],\"leaves\":[";
+  out += "],\"leaf_count\":";
+  append_json_int(out, static_cast<std::int64_t>(item.leaves.size()));
+  out += ",\"leaves\":[";
   for (std::size_t i = 0; i < item.leaves.size(); ++i) {
     if (i) out += ',';
     append_leaf_json(out, item.leaves[i]);
@@ -279,16 +287,37 @@ class MetadataReader {
  private:
   ItemRecord item() {
     ItemRecord i;
-    static constexpr std::string_view names[] = {"name", "kind", "nodes", "leaves"};
+    static constexpr std::string_view names[] = {"name", "kind", "nodes", "leaves", "node_count", "leaf_count"};
     RecordReader rec(r_, "an item record", names);
+    std::uint64_t node_count = 0, leaf_count = 0;
+    // A count is a hint from an untrusted file: it sizes the array only as far as the rest of
+    // the text could hold records of the smallest size (so memory stays proportional to the
+    // file), and must match what follows.
+    auto reserve = [&](auto& records, std::uint64_t count, std::size_t smallest_record) {
+      records.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(count, r_.remaining() / smallest_record)));
+    };
     rec.read(0xf, [&](int member) {
       switch (member) {
         case 0: i.name = r_.string(); break;
         case 1: i.kind = item_kind(r_.string()); break;
-        case 2: r_.array([&] { i.nodes.push_back(node()); }); break;
-        case 3: r_.array([&] { i.leaves.push_back(leaf()); }); break;
+        case 2:
+          if (rec.seen(4)) reserve(i.nodes, node_count, 38);  // {"key":"","key_kinds":"","kind":"map"}
+          r_.array([&] { i.nodes.push_back(node()); });
+          break;
+        case 3:
+          if (rec.seen(5)) reserve(i.leaves, leaf_count, 90);  // every required member, all empty
+          r_.array([&] { leaf(i.leaves.emplace_back()); });
+          break;
+        case 4: node_count = r_.uint64(); break;
+        case 5: leaf_count = r_.uint64(); break;
       }
     });
+    if (rec.seen(4) && node_count != i.nodes.size())
+      r_.fail("item '" + i.name + "' has node_count " + std::to_string(node_count) + " but lists " +
+              std::to_string(i.nodes.size()) + " nodes");
+    if (rec.seen(5) && leaf_count != i.leaves.size())
+      r_.fail("item '" + i.name + "' has leaf_count " + std::to_string(leaf_count) + " but lists " +
+              std::to_string(i.leaves.size()) + " leaves");
     return i;
   }
 
@@ -307,9 +336,9 @@ class MetadataReader {
     return n;
   }
 
-  // Errors inside a leaf name its key (the first member cairn writes).
-  LeafRecord leaf() {
-    LeafRecord l;
+  // Errors inside a leaf name its key (the first member cairn writes). Read in place, into
+  // the item's array.
+  void leaf(LeafRecord& l) {
     key_.clear();
     try {
       static constexpr std::string_view names[] = {"key", "key_kinds", "dtype", "saved_from", "shape", "order", "chunks", "sharding"};
@@ -342,7 +371,6 @@ class MetadataReader {
     } catch (const Error& e) {
       throw Error(e.kind(), e.message(), path_, key_);
     }
-    return l;
   }
 
   ChunkRecord chunk() {
