@@ -77,17 +77,25 @@ TEST_CASE("impossible metadata is a clear error") {
   const std::string c = dir / "c";
   cairn::save(c, make_state());
   const std::string meta = test::compact_json(test::read_file(c + "/_METADATA"));
+  const std::string version = "\"format_version\":" + std::to_string(cairn::format_version);
   struct Case { std::string from, to, error; };
   const std::vector<Case> cases = {
       {"\"shape\":[1000]", "\"shape\":[4294967296,4294967296,4294967296]", "overflows"},
       {"\"shape\":[1000]", "\"shape\":[-3]", "negative dimension"},
       {"\"data-0-0.bin\"]", "\"../../etc/passwd\"]", "not a plain file name"},
       {"\"dtype\":\"float32\"", "\"dtype\":\"float128\"", "unknown dtype"},
-      {"\"format_version\":1", "\"format_version\":\"one\"", "malformed metadata"},
+      {version, "\"format_version\":\"one\"", "malformed metadata"},
       {"\"key\":\"w\"", "\"key\":\"m\"", "listed twice"},
       {"\"key_kinds\":\"f\"", "\"key_kinds\":\"q\"", "unknown key kind"},
-      {"\"start\":[0],\"shape\":[1000]", "\"start\":[500],\"shape\":[1000]", "outside the array"},
-      {"\"start\":[0],\"shape\":[1000]", "\"start\":[0],\"shape\":[999]", "says 4000 bytes"},
+      // The chunk of "w" in the short form: its box is the whole array, its size what that holds.
+      {"\"file\":0,\"offset\":0,", "\"file\":0,\"offset\":0,\"start\":[500],", "outside the array"},
+      {"\"file\":0,\"offset\":0,", "\"file\":0,\"offset\":0,\"start\":[0,0],", "has rank 2, the array 1"},
+      {"\"file\":0,\"offset\":0,", "\"file\":0,\"offset\":0,\"shape\":[999],", "cover 999 of the array's 1000"},
+      {"\"file\":0,\"offset\":0,", "\"file\":0,\"offset\":0,\"nbytes\":4001,", "says 4001 bytes, its box holds 4000"},
+      {"\"file\":0,\"offset\":0,", "\"file\":1,\"offset\":0,", "names data file 1, and data_files lists 1"},
+      {"\"file\":0,\"offset\":0,", "\"file\":-1,\"offset\":0,", "fits in 32 bits"},
+      {"\"file\":0,\"offset\":0,", "\"file\":\"data-9-0.bin\",\"offset\":0,", "unknown data file 'data-9-0.bin'"},
+      {"\"file\":0,\"offset\":0,", "\"file\":true,\"offset\":0,", "expected an integer"},
       {"\"leaf_count\":", "\"leaf_count\":9", "leaf_count 9"},
       {"\"node_count\":", "\"node_count\":9", "node_count 9"},
       // A count far beyond what the file could hold sizes nothing by it (no huge allocation).
@@ -95,10 +103,12 @@ TEST_CASE("impossible metadata is a clear error") {
       {"\"leaf_count\":", "\"leaf_count\":-", "malformed metadata"},
       {"\"items\":", "\"x\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],\"items\":", "nested deeper"},
       {"\"items\":", "\"items\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],\"x\":", "expected an object"},
-      {"\"nbytes\":4000,", "", "has no 'nbytes'"},
-      {"\"nbytes\":4000,", "\"nbytes\":4000,\"nbytes\":4000,", "has 'nbytes' twice"},
+      {"\"file\":0,\"offset\":0,", "\"offset\":0,", "has no 'file'"},
+      {"\"file\":0,\"offset\":0,", "\"file\":0,\"offset\":0,\"offset\":0,", "has 'offset' twice"},
+      {"\"dtype\":\"float32\",", "", "has no 'dtype'"},
       {"\"crc32c\":", "\"crc32c\":4294967296,\"x\":", "fits in 32 bits"},
-      {"\"order\":\"C\"", "\"order\":\"Z\"", "unknown order"},
+      {"\"dtype\":\"float32\",", "\"dtype\":\"float32\",\"order\":\"Z\",", "unknown order"},
+      {"\"dtype\":\"float32\",", "\"dtype\":\"float32\",\"saved_from\":\"int4\",", "unknown dtype 'int4'"},
   };
   for (const auto& k : cases) {
     CAPTURE(k.to);
@@ -114,7 +124,7 @@ TEST_CASE("impossible metadata is a clear error") {
   CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::corrupt, "beyond the end");
   replace_metadata(c, "{not json");
   CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::corrupt, "_METADATA");
-  replace_metadata(c, edit(meta, "\"format_version\":1", "\"format_version\":99"));
+  replace_metadata(c, edit(meta, version, "\"format_version\":99"));
   CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::unsupported_version, "99");
 }
 
@@ -148,8 +158,9 @@ TEST_CASE("commit markers, temporary directories and missing paths") {
   CHECK_CAIRN_ERROR(cairn::load<State>(dir / "c.cairn-tmp-1-0"), cairn::ErrorKind::incomplete, "temporary");
   std::filesystem::remove(c + "/_CHECKPOINT");
   CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::incomplete, "_CHECKPOINT");
-  test::write_file(c + "/_CHECKPOINT", "{\"format\":\"cairn\",\"format_version\":2,\"files\":{}}");
-  CHECK_CAIRN_ERROR(cairn::metadata(c), cairn::ErrorKind::unsupported_version, "2");
+  const std::string newer = std::to_string(cairn::format_version + 1);
+  test::write_file(c + "/_CHECKPOINT", "{\"format\":\"cairn\",\"format_version\":" + newer + ",\"files\":{}}");
+  CHECK_CAIRN_ERROR(cairn::metadata(c), cairn::ErrorKind::unsupported_version, newer);
   test::write_file(c + "/_CHECKPOINT", "[1,2");
   CHECK_CAIRN_ERROR(cairn::metadata(c), cairn::ErrorKind::corrupt, "_CHECKPOINT");
 }

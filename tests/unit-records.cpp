@@ -167,13 +167,17 @@ CheckpointMetadata random_metadata(std::mt19937_64& rng) {
       for (std::size_t d = 0; d < rank; ++d) l.shape.push_back(static_cast<std::int64_t>(rng() % 5 == 0 ? rng() >> 1 : rng() % 9));
       for (std::size_t c = 0, chunks = rng() % 3; c < chunks; ++c) {
         ChunkRecord ch;
+        // Half the chunks as a save writes them (the whole array, in a listed file, the size
+        // its box holds: format 2's short form leaves those out), half anything at all.
+        const bool plain = rng() % 2;
         for (std::size_t d = 0; d < rank; ++d) {
-          ch.start.push_back(-static_cast<std::int64_t>(rng() % 3));
-          ch.shape.push_back(static_cast<std::int64_t>(rng() % 7));
+          ch.start.push_back(plain ? 0 : -static_cast<std::int64_t>(rng() % 3));
+          ch.shape.push_back(plain ? l.shape[d] : static_cast<std::int64_t>(rng() % 7));
         }
-        ch.file = random_text(rng, 12);
+        ch.file = plain && !m.data_files.empty() ? m.data_files[rng() % m.data_files.size()] : random_text(rng, 12);
         ch.offset = rng() % 2 ? std::numeric_limits<std::uint64_t>::max() - rng() % 3 : rng() % 1000;
         ch.nbytes = rng();
+        if (plain) (void)try_byte_count(ch.shape, dtype_size(l.dtype), ch.nbytes);
         ch.crc32c = rng() % 2 ? 0xffffffffu : static_cast<std::uint32_t>(rng());
         l.chunks.push_back(ch);
       }
@@ -254,7 +258,8 @@ TEST_CASE("metadata members in any order, with white space, escapes and members 
     std::size_t at = 0;
     while ((at = edited.find(from, at)) != std::string::npos) { edited.replace(at, from.size(), to); at += to.size(); }
   };
-  replace("{\"start\":", "{\"future\":{\"a\":[1,2.5e3,null,true,false,\"x\"],\"b\":{}}, \"start\" :\n");
+  replace("{\"file\":", "{\"future\":{\"a\":[1,2.5e3,null,true,false,\"x\"],\"b\":{}}, \"file\" :\n");
+  replace(",\"start\":", " ,\"start\"\t: ");
   replace("\"data-0-0.bin\"", "\"\\u0064ata-0-0\\u002ebin\"");
   replace("\"format\":\"cairn\",", "");
   replace("\"items\":", "\"format\":\"cairn\",\t\"items\":");
@@ -279,11 +284,14 @@ TEST_CASE("malformed metadata JSON is a corrupt error naming the file, the byte 
       {"\"offset\":0", "\"offset\":007", "leading zero"},
       {"\"shape\":[4,2]", "\"shape\":[4,\"2\"]", "expected an integer"},
       {"\"dtype\":\"int16\"", "\"dtype\":\"int17\"", "unknown dtype 'int17'"},
-      {"\"file\":\"data-0-0.bin\"", "\"file\":\"data-0-0.bin\\q\"", "bad escape"},
-      {"\"file\":\"data-0-0.bin\"", "\"file\":\"\\ud800\"", "lone surrogate"},
-      {"\"file\":\"data-0-0.bin\"", "\"file\":\"a\tb\"", "control character"},
+      {"\"file\":0", "\"file\":\"data-0-0.bin\\q\"", "bad escape"},
+      {"\"file\":0", "\"file\":\"\\ud800\"", "lone surrogate"},
+      {"\"file\":0", "\"file\":\"a\tb\"", "control character"},
+      {"\"file\":0", "\"file\":2", "names data file 2, and data_files lists 2"},
+      {"\"file\":0", "\"file\":4294967296", "fits in 32 bits"},
       {"\"key_kinds\":\"f\"", "\"key_kinds\":\"ff\"", "has 1 entries but its kinds"},
-      {"\"format_version\":1", "\"format_version\":2", "format version 2"},
+      {"\"format_version\":2", "\"format_version\":3", "format version 3"},
+      {"\"format_version\":2", "\"format_version\":0", "format version 0"},
       {"\"format\":\"cairn\"", "\"format\":\"zarr\"", "not a cairn metadata file"},
       {"\"items\":[", "\"items\":[{\"name\":\"x\",\"kind\":\"tree\",\"nodes\":[],\"leaves\":[]},", ""},  // fine
   };
@@ -308,6 +316,79 @@ TEST_CASE("malformed metadata JSON is a corrupt error naming the file, the byte 
   }
   // Truncated anywhere: an error, never a crash or a read past the end.
   for (std::size_t n = 0; n < json.size(); n += 7) CHECK_THROWS_AS(detail::metadata_from_json(json.substr(0, n), "m"), Error);
+}
+
+TEST_CASE("format 2's short form: what it leaves out is restored from the leaf, and files named by number") {
+  const CheckpointMetadata m = sample();
+  const std::string json = detail::metadata_to_json(m);
+  // A save's leaves leave out saved_from equal to dtype, order C, a chunk's start at the origin,
+  // its shape equal to the leaf's and its size; the second chunk of each leaf starts at row 2.
+  CHECK(json.find("\"saved_from\"") == std::string::npos);
+  CHECK(json.find("\"order\"") == std::string::npos);
+  CHECK(json.find("\"nbytes\"") == std::string::npos);
+  CHECK(json.find("\"file\":0,\"offset\":0,\"crc32c\":77,\"shape\":[2,2]}") != std::string::npos);
+  CHECK(json.find("\"file\":1,\"offset\":64,\"crc32c\":78,\"start\":[2,0],\"shape\":[2,2]}") != std::string::npos);
+  // What differs from the defaults is written, and reads back.
+  CheckpointMetadata d = m;
+  LeafRecord& l = d.items[0].leaves[0];
+  l.saved_from = DType::float32;
+  l.order = Order::F;
+  l.chunks[0].nbytes = 9;           // not what its box holds (validation refuses it; the text keeps it)
+  l.chunks[1].file = "elsewhere";   // not listed: by name
+  const std::string dj = detail::metadata_to_json(d);
+  for (const char* member : {"\"saved_from\":\"float32\"", "\"order\":\"F\"", "\"nbytes\":9", "\"file\":\"elsewhere\""})
+    CHECK_MESSAGE(dj.find(member) != std::string::npos, member);
+  check_same(d, detail::metadata_from_json(dj, "meta"));
+
+  // data_files after the items: chunks named by number are resolved at the end, and checked.
+  std::string late = json;
+  const std::string files = ",\"data_files\":[\"data-0-0.bin\",\"data-1-0.bin\"]";
+  const auto files_at = late.find(files);
+  REQUIRE(files_at != std::string::npos);
+  late.erase(files_at, files.size());
+  late.insert(late.size() - 1, files);
+  check_same(m, detail::metadata_from_json(late, "meta"));
+  std::string late_bad = late;
+  late_bad.replace(late_bad.find("\"file\":1"), 8, "\"file\":7");
+  CHECK_THROWS_WITH_AS(detail::metadata_from_json(late_bad, "meta"), doctest::Contains("names data file 7, and data_files lists 2"), Error);
+  // data_files is required (a number would name nothing).
+  std::string none = json;
+  none.erase(none.find(files), files.size());
+  CHECK_THROWS_WITH_AS(detail::metadata_from_json(none, "meta"), doctest::Contains("has no 'data_files'"), Error);
+
+  // An item sent on its own (a rank's per-rank items) names its files, and a number there is refused.
+  const std::string item = detail::item_to_json(m.items[0]);
+  CHECK(item.find("\"file\":\"data-1-0.bin\"") != std::string::npos);
+  std::string numbered = item;
+  numbered.replace(numbered.find("\"file\":\"data-0-0.bin\""), 21, "\"file\":0");
+  CHECK_THROWS_WITH_AS(detail::item_from_json(numbered, "item"), doctest::Contains("by number outside a checkpoint's metadata"), Error);
+}
+
+TEST_CASE("format 1's full records read the same as format 2's short ones") {
+  // The sample as format 1 wrote it: every member, files by name.
+  const CheckpointMetadata m = sample();
+  std::string v1 = "{\"format\":\"cairn\",\"format_version\":1,\"library_version\":\"9.8.7\",\"created_unix_ms\":1234567890123,"
+                   "\"created\":\"2009-02-13T23:31:30Z\",\"data_files\":[\"data-0-0.bin\",\"data-1-0.bin\"],\"items\":[";
+  std::uint64_t offset = 0;
+  for (const char* kind : {"tree", "json", "cereal"}) {
+    if (offset) v1 += ',';
+    v1 += std::string("{\"name\":\"item-") + kind + "\",\"kind\":\"" + kind + "\",\"nodes\":[],\"leaves\":[{\"key\":\"\",\"key_kinds\":\"\","
+          "\"dtype\":\"int16\",\"saved_from\":\"int16\",\"shape\":[4,2],\"order\":\"C\",\"chunks\":[";
+    for (int half = 0; half < 2; ++half) {
+      v1 += std::string(half ? "," : "") + "{\"start\":[" + (half ? "2" : "0") + ",0],\"shape\":[2,2],\"file\":\"data-" +
+            (half ? "1" : "0") + "-0.bin\",\"offset\":" + std::to_string(offset) + ",\"nbytes\":8,\"crc32c\":" +
+            std::to_string(77 + half) + "}";
+      offset += 64;
+    }
+    v1 += "]}]}";
+  }
+  v1 += "]}";
+  const CheckpointMetadata back = detail::metadata_from_json(v1, "meta");
+  CHECK(back.format_version == 1);
+  check_same(m, back);
+  // Written again, it is format 2 (the version says what the text's form is).
+  CHECK(detail::metadata_to_json(back) == detail::metadata_to_json(m));
+  CHECK(detail::metadata_to_json(back).find("\"format_version\":2") != std::string::npos);
 }
 
 TEST_CASE("Json::parse is strict: one value, no leading zeros, bounded depth, valid escapes") {

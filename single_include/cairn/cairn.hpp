@@ -179,6 +179,7 @@ CAIRN_END_NAMESPACE
 // map key) printed as one string such as "params/dense/kernel" or "layers/0/w".
 // Separators inside keys are escaped ('/' -> "%2F", '%' -> "%25") so every string round-trips.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -308,26 +309,34 @@ inline bool parse_int64(std::string_view s, std::int64_t& out) {
 }
 }  // namespace detail
 
+// One pass over the stored text, each entry built in place (a vector of segments in between
+// was a tenth of reading the metadata of many small leaves).
 inline KeyPath KeyPath::from_stored(std::string_view path, std::string_view kinds) {
-  std::vector<std::string> segs = split_key_path(path);
-  if (path.empty() && kinds.size() == 1) segs.emplace_back();  // one empty key prints as ""
-  if (segs.size() != kinds.size())
-    throw Error(ErrorKind::corrupt, "key path '" + std::string(path) + "' has " +
-                std::to_string(segs.size()) + " entries but its kinds '" + std::string(kinds) +
-                "' name " + std::to_string(kinds.size()));
+  // "" is the root, or one empty string key when the kinds say so.
+  const std::size_t n = path.empty() ? (kinds.size() == 1 ? 1 : 0)
+                                     : 1 + static_cast<std::size_t>(std::count(path.begin(), path.end(), '/'));
+  if (n != kinds.size())
+    throw Error(ErrorKind::corrupt, "key path '" + std::string(path) + "' has " + std::to_string(n) +
+                " entries but its kinds '" + std::string(kinds) + "' name " + std::to_string(kinds.size()));
   KeyPath p;
-  p.entries_.reserve(segs.size());
-  for (std::size_t i = 0; i < segs.size(); ++i) {
-    char k = kinds[i];
+  p.entries_.reserve(n);
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t slash = path.find('/', start);
+    const std::string_view seg = path.substr(start, slash == std::string_view::npos ? path.npos : slash - start);
+    start = slash + 1;
+    const char k = kinds[i];
     if (k == 'f' || k == 'k') {
-      if (k == 'f' && segs[i].empty())
+      if (k == 'f' && seg.empty())
         throw Error(ErrorKind::corrupt, "empty field name in key path '" + std::string(path) + "'");
-      p.push_back(k == 'f' ? KeyEntry::field(std::move(segs[i])) : KeyEntry::key(std::move(segs[i])));
+      std::string name = seg.find('%') == std::string_view::npos ? std::string(seg) : unescape_key_segment(seg);
+      p.entries_.push_back(k == 'f' ? KeyEntry::field(std::move(name)) : KeyEntry::key(std::move(name)));
     } else if (k == 'i' || k == 'n') {
       std::int64_t v = 0;
-      if (!detail::parse_int64(segs[i], v) || (k == 'i' && v < 0))
-        throw Error(ErrorKind::corrupt, "bad index '" + segs[i] + "' in key path '" + std::string(path) + "'");
-      p.push_back(k == 'i' ? KeyEntry::index(v) : KeyEntry::int_key(v));
+      const bool escaped = seg.find('%') != std::string_view::npos;
+      if (!detail::parse_int64(escaped ? std::string_view(unescape_key_segment(seg)) : seg, v) || (k == 'i' && v < 0))
+        throw Error(ErrorKind::corrupt, "bad index '" + unescape_key_segment(seg) + "' in key path '" + std::string(path) + "'");
+      p.entries_.push_back(k == 'i' ? KeyEntry::index(v) : KeyEntry::int_key(v));
     } else {
       throw Error(ErrorKind::corrupt, std::string("unknown key kind '") + k + "' in key path '" +
                   std::string(path) + "'");
@@ -432,6 +441,15 @@ inline std::uint64_t byte_count(const Shape& shape, std::size_t item_size) {
   if (!checked_mul(element_count(shape), item_size, bytes))
     throw Error(ErrorKind::corrupt, "byte size of shape " + to_string(shape) + " overflows");
   return bytes;
+}
+
+// byte_count without throwing: false when a dimension is negative or the count overflows.
+inline bool try_byte_count(const Shape& shape, std::size_t item_size, std::uint64_t& out) {
+  std::uint64_t n = item_size;
+  for (std::int64_t d : shape)
+    if (d < 0 || !checked_mul(n, static_cast<std::uint64_t>(d), n)) return false;
+  out = n;
+  return true;
 }
 
 // Throws shape_mismatch unless two shapes are equal; for fixed-size targets.
@@ -3898,7 +3916,8 @@ CAIRN_END_NAMESPACE
 
 CAIRN_BEGIN_NAMESPACE
 
-inline constexpr int format_version = 1;
+// Version 2 writes leaves in a short form (docs/format.md); this version reads 1 and 2.
+inline constexpr int format_version = 2;
 
 // One stored piece of a leaf: an index box of the global array, and where its bytes are.
 // An unsharded leaf has one chunk covering the whole array; sharded arrays have several.
@@ -5241,10 +5260,20 @@ CAIRN_END_NAMESPACE
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
+
+// Equal text, compared inline: member and dtype names are a few bytes, where a call to
+// memcmp per comparison was 6% of reading the metadata.
+inline bool same_text(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
 
 class JsonReader {
  public:
@@ -5260,9 +5289,11 @@ class JsonReader {
 
   // The first character of the next value (after white space); fails at the end of the text.
   char peek() {
-    skip_ws();
-    if (pos_ >= s_.size()) fail("unexpected end");
-    return s_[pos_];
+    // Compact text (what cairn writes) has no white space: one test, inlined, and the rest
+    // out of line.
+    if (pos_ < s_.size() && static_cast<unsigned char>(s_[pos_]) > ' ') [[likely]]
+      return s_[pos_];
+    return peek_after_space();
   }
   // Only white space is left.
   void finish() {
@@ -5274,13 +5305,28 @@ class JsonReader {
   // read (or skip) that value. The key is valid until the next read.
   template <class F>
   void object(F&& member) {
+    object(std::forward<F>(member), [] { return std::string_view(); });
+  }
+  // The same, where the caller can guess each member's name: guess() returns the name it
+  // expects next (or an empty view), and a key spelled exactly so in the text is taken without
+  // decoding it (a plain name followed by its closing quote is that name).
+  template <class F, class Guess>
+  void object(F&& member, Guess&& guess) {
     expect('{', "expected an object");
     enter();
     skip_ws();
     if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; --depth_; return; }
     while (true) {
       if (peek() != '"') fail("expected a string key");
-      std::string_view key = string();
+      const std::string_view expected = guess();
+      std::string_view key;
+      if (!expected.empty() && s_.size() - pos_ > expected.size() + 1 && s_[pos_ + 1 + expected.size()] == '"' &&
+          same_text(s_.substr(pos_ + 1, expected.size()), expected)) {
+        key = s_.substr(pos_ + 1, expected.size());
+        pos_ += expected.size() + 2;
+      } else {
+        key = string();
+      }
       if (peek() != ':') fail("expected ':'");
       ++pos_;
       member(key);
@@ -5406,6 +5452,11 @@ class JsonReader {
   }
 
  private:
+  [[gnu::noinline]] char peek_after_space() {
+    skip_ws();
+    if (pos_ >= s_.size()) fail("unexpected end");
+    return s_[pos_];
+  }
   static bool is_digit(char c) { return c >= '0' && c <= '9'; }
   void skip_ws() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\r' || s_[pos_] == '\t')) ++pos_;
@@ -7218,6 +7269,7 @@ CAIRN_END_NAMESPACE
 #include <limits>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 
@@ -7301,37 +7353,86 @@ inline void append_sharding_json(std::string& out, const NamedSharding& s) {
   out += '}';
 }
 
-inline void append_leaf_json(std::string& out, const LeafRecord& l) {
+// A data file's number in the metadata's `data_files`, for chunks that name their file by
+// number (format 2). Built once per metadata text; a save by many ranks lists one file per rank.
+class DataFileNumbers {
+ public:
+  explicit DataFileNumbers(const std::vector<std::string>& files) : files_(files) {
+    if (files.size() > 8)
+      for (std::size_t i = files.size(); i-- > 0;) index_[files[i]] = i;  // the first of repeats
+  }
+  // -1 when the file is not listed (the chunk then names it by its name).
+  std::int64_t find(const std::string& file) const {
+    if (index_.empty()) {
+      for (std::size_t i = 0; i < files_.size(); ++i)
+        if (files_[i] == file) return static_cast<std::int64_t>(i);
+      return -1;
+    }
+    const auto it = index_.find(file);
+    return it == index_.end() ? -1 : static_cast<std::int64_t>(it->second);
+  }
+
+ private:
+  const std::vector<std::string>& files_;
+  std::unordered_map<std::string_view, std::size_t> index_;
+};
+
+// A leaf in format 2's short form: a member whose value is its default is left out
+// (`saved_from` equal to `dtype`, `order` C; a chunk's `start` at the origin, its `shape` the
+// leaf's, its `nbytes` what its box holds), and a chunk names a listed file by its number.
+// What is left out is exactly what a reader restores, whatever the records hold (records that
+// are not consistent are written in full, so that they read back as they were).
+inline void append_leaf_json(std::string& out, const LeafRecord& l, const DataFileNumbers* files) {
+  // The members every leaf has come first, the optional ones after (the reader guesses each
+  // next name from this order).
   out += "{\"key\":";
   append_json_string(out, l.path.str());
   out += ",\"key_kinds\":";
   append_json_string(out, l.path.kinds());
   out += ",\"dtype\":\"";
   out += dtype_name(l.dtype);
-  out += "\",\"saved_from\":\"";
-  out += dtype_name(l.saved_from);
   out += "\",\"shape\":";
   append_json_ints(out, l.shape);
-  out += ",\"order\":\"";
-  out += static_cast<char>(l.order);
-  out += "\",\"chunks\":[";
+  out += ",\"chunks\":[";
   for (std::size_t i = 0; i < l.chunks.size(); ++i) {
     const ChunkRecord& c = l.chunks[i];
-    out += i ? ",{\"start\":" : "{\"start\":";
-    append_json_ints(out, c.start);
-    out += ",\"shape\":";
-    append_json_ints(out, c.shape);
-    out += ",\"file\":";
-    append_json_string(out, c.file);
+    out += i ? ",{\"file\":" : "{\"file\":";
+    if (const std::int64_t number = files ? files->find(c.file) : -1; number >= 0)
+      append_json_int(out, number);
+    else
+      append_json_string(out, c.file);
     out += ",\"offset\":";
     append_json_int(out, c.offset);
-    out += ",\"nbytes\":";
-    append_json_int(out, c.nbytes);
     out += ",\"crc32c\":";
     append_json_int(out, c.crc32c);
+    const bool at_origin = c.start.size() == l.shape.size() &&
+                           std::all_of(c.start.begin(), c.start.end(), [](std::int64_t v) { return v == 0; });
+    if (!at_origin) {
+      out += ",\"start\":";
+      append_json_ints(out, c.start);
+    }
+    if (c.shape != l.shape) {
+      out += ",\"shape\":";
+      append_json_ints(out, c.shape);
+    }
+    std::uint64_t box_bytes = 0;
+    if (!try_byte_count(c.shape, dtype_size(l.dtype), box_bytes) || box_bytes != c.nbytes) {
+      out += ",\"nbytes\":";
+      append_json_int(out, c.nbytes);
+    }
     out += '}';
   }
   out += ']';
+  if (l.saved_from != l.dtype) {
+    out += ",\"saved_from\":\"";
+    out += dtype_name(l.saved_from);
+    out += '"';
+  }
+  if (l.order != Order::C) {
+    out += ",\"order\":\"";
+    out += static_cast<char>(l.order);
+    out += '"';
+  }
   if (l.sharding) {
     out += ",\"sharding\":";
     append_sharding_json(out, *l.sharding);
@@ -7339,7 +7440,9 @@ inline void append_leaf_json(std::string& out, const LeafRecord& l) {
   out += '}';
 }
 
-inline void append_item_json(std::string& out, const ItemRecord& item) {
+// `files`: null where the item is written on its own (a rank's per-rank items sent to the
+// primary), whose chunks then name their files.
+inline void append_item_json(std::string& out, const ItemRecord& item, const DataFileNumbers* files) {
   out += "{\"name\":";
   append_json_string(out, item.name);
   out += ",\"kind\":\"";
@@ -7364,7 +7467,7 @@ inline void append_item_json(std::string& out, const ItemRecord& item) {
   out += ",\"leaves\":[";
   for (std::size_t i = 0; i < item.leaves.size(); ++i) {
     if (i) out += ',';
-    append_leaf_json(out, item.leaves[i]);
+    append_leaf_json(out, item.leaves[i], files);
   }
   out += "]}";
 }
@@ -7374,9 +7477,11 @@ inline std::string metadata_to_json(const CheckpointMetadata& m) {
   std::string out;
   std::size_t leaves = 0;
   for (const auto& i : m.items) leaves += i.leaves.size() + i.nodes.size();
-  out.reserve(256 + 256 * leaves);
+  out.reserve(256 + 160 * leaves);
+  // Always this version's number: the text is in this version's form, whichever version the
+  // records were read from.
   out += "{\"format\":\"cairn\",\"format_version\":";
-  append_json_int(out, m.format_version);
+  append_json_int(out, cairn::format_version);
   out += ",\"library_version\":";
   append_json_string(out, m.library_version);
   out += ",\"created_unix_ms\":";
@@ -7386,9 +7491,10 @@ inline std::string metadata_to_json(const CheckpointMetadata& m) {
   out += ",\"data_files\":";
   append_json_strings(out, m.data_files);
   out += ",\"items\":[";
+  const DataFileNumbers files(m.data_files);
   for (std::size_t i = 0; i < m.items.size(); ++i) {
     if (i) out += ',';
-    append_item_json(out, m.items[i]);
+    append_item_json(out, m.items[i], &files);
   }
   out += "]}";
   return out;
@@ -7397,7 +7503,7 @@ inline std::string metadata_to_json(const CheckpointMetadata& m) {
 // One item's records (how a rank sends its per-rank items to the primary).
 inline std::string item_to_json(const ItemRecord& item) {
   std::string out;
-  append_item_json(out, item);
+  append_item_json(out, item, nullptr);
   return out;
 }
 
@@ -7422,16 +7528,17 @@ class RecordReader {
     r_.object([&](std::string_view key) {
       // Members usually come in the order cairn writes them: try the next one first.
       int index = next_;
-      if (index >= static_cast<int>(N) || key != names_[index]) {
+      if (index >= static_cast<int>(N) || !same_text(key, names_[index])) {
         index = 0;
-        while (index < static_cast<int>(N) && key != names_[index]) ++index;
+        while (index < static_cast<int>(N) && !same_text(key, names_[index])) ++index;
         if (index == static_cast<int>(N)) { r_.skip(); return; }
       }
       next_ = index + 1;
       if (seen_ & (1u << index)) r_.fail(std::string(record_) + " has '" + std::string(key) + "' twice");
       seen_ |= 1u << index;
       read_member(index);
-    });
+    },
+              [&] { return next_ < static_cast<int>(N) ? names_[next_] : std::string_view(); });
     if (const std::uint32_t missing = required & ~seen_) {
       int index = 0;
       while (!(missing & (1u << index))) ++index;
@@ -7439,6 +7546,7 @@ class RecordReader {
     }
   }
   bool seen(int index) const { return seen_ & (1u << index); }
+  std::uint32_t seen_mask() const { return seen_; }
 
  private:
   JsonReader& r_;
@@ -7471,17 +7579,35 @@ class MetadataReader {
         case 2: m.library_version = r_.string(); break;
         case 3: m.created_unix_ms = r_.int64(); break;
         case 4: m.created = r_.string(); break;
-        case 5: r_.array([&] { m.data_files.emplace_back(r_.string()); }); break;
-        case 6: r_.array([&] { m.items.push_back(item()); }); break;
+        case 5:
+          r_.array([&] { m.data_files.emplace_back(r_.string()); });
+          data_files_ = &m.data_files;
+          break;
+        case 6:
+          r_.array([&] {
+            item_index_ = m.items.size();
+            m.items.push_back(item());
+          });
+          break;
       }
     });
     r_.finish();
+    // Chunks that named their file by number before `data_files` came.
+    for (const auto& p : unresolved_) {
+      LeafRecord& l = m.items[p.item].leaves[p.leaf];
+      if (p.number >= m.data_files.size())
+        throw Error(ErrorKind::corrupt, unknown_file(p.chunk, p.number, m.data_files.size()), path_, l.key());
+      l.chunks[p.chunk].file = m.data_files[p.number];
+    }
     return m;
   }
 
   ItemRecord lone_item() {
     ItemRecord i = item();
     r_.finish();
+    if (!unresolved_.empty())
+      throw Error(ErrorKind::corrupt, "a chunk names its data file by number outside a checkpoint's metadata", path_,
+                  i.leaves[unresolved_.front().leaf].key());
     return i;
   }
 
@@ -7507,7 +7633,10 @@ class MetadataReader {
           break;
         case 3:
           if (rec.seen(5)) reserve(i.leaves, leaf_count, 90);  // every required member, all empty
-          r_.array([&] { leaf(i.leaves.emplace_back()); });
+          r_.array([&] {
+            LeafRecord& l = i.leaves.emplace_back();
+            leaf(l, i.leaves.size() - 1);
+          });
           break;
         case 4: node_count = r_.uint64(); break;
         case 5: leaf_count = r_.uint64(); break;
@@ -7538,30 +7667,50 @@ class MetadataReader {
   }
 
   // Errors inside a leaf name its key (the first member cairn writes). Read in place, into
-  // the item's array.
-  void leaf(LeafRecord& l) {
+  // the item's array (at `index`). Members left out take their defaults (format 2's short
+  // form, docs/format.md), which depend on the leaf's shape and dtype: filled in at the end.
+  void leaf(LeafRecord& l, std::size_t index) {
     key_.clear();
     try {
-      static constexpr std::string_view names[] = {"key", "key_kinds", "dtype", "saved_from", "shape", "order", "chunks", "sharding"};
+      // In the order format 2 writes them (the reader guesses the next name from it): the
+      // members every leaf has, then the optional ones.
+      static constexpr std::string_view names[] = {"key", "key_kinds", "dtype", "shape", "chunks", "saved_from", "order", "sharding"};
       RecordReader rec(r_, "a leaf record", names);
-      rec.read(0x7f, [&](int member) {
+      chunk_members_.clear();
+      rec.read(0x1f, [&](int member) {  // key, key_kinds, dtype, shape, chunks
         switch (member) {
           case 0: key_ = r_.string(); break;
           case 1: kinds_ = r_.string(); break;
           case 2: l.dtype = dtype(r_.string()); break;
-          case 3: l.saved_from = dtype(r_.string()); break;
-          case 4: ints(l.shape); break;
-          case 5: {
+          case 3: ints(l.shape); break;
+          case 4: r_.array([&] { chunk(l.chunks.emplace_back()); }); break;
+          case 5: l.saved_from = dtype(r_.string()); break;
+          case 6: {
             const std::string_view order = r_.string();
             if (order != "C" && order != "F") r_.fail("unknown order '" + std::string(order) + "'");
             l.order = static_cast<Order>(order[0]);
             break;
           }
-          case 6: r_.array([&] { l.chunks.push_back(chunk()); }); break;
           case 7: sharding(l); break;
         }
       });
       l.path = KeyPath::from_stored(key_, kinds_);
+      if (!rec.seen(5)) l.saved_from = l.dtype;
+      for (std::size_t i = 0; i < l.chunks.size(); ++i) {
+        ChunkRecord& c = l.chunks[i];
+        const ChunkMembers& seen = chunk_members_[i];
+        if (!(seen.mask & chunk_start)) c.start.assign(l.shape.size(), 0);
+        if (!(seen.mask & chunk_shape)) c.shape = l.shape;
+        if (!(seen.mask & chunk_nbytes)) c.nbytes = byte_count(c.shape, dtype_size(l.dtype));
+        if (seen.file_number < 0) continue;
+        const auto number = static_cast<std::uint64_t>(seen.file_number);
+        if (!data_files_)
+          unresolved_.push_back({item_index_, index, i, number});
+        else if (number >= data_files_->size())
+          throw Error(ErrorKind::corrupt, unknown_file(i, number, data_files_->size()));
+        else
+          c.file = (*data_files_)[number];
+      }
       if (l.sharding) {
         try {
           l.sharding->validate(l.shape.size());
@@ -7574,21 +7723,40 @@ class MetadataReader {
     }
   }
 
-  ChunkRecord chunk() {
-    ChunkRecord c;
-    static constexpr std::string_view names[] = {"start", "shape", "file", "offset", "nbytes", "crc32c"};
+  static std::string unknown_file(std::size_t chunk, std::uint64_t number, std::size_t files) {
+    return "chunk " + std::to_string(chunk) + " names data file " + std::to_string(number) + ", and data_files lists " +
+           std::to_string(files);
+  }
+
+  static constexpr std::uint32_t chunk_start = 8, chunk_shape = 16, chunk_nbytes = 32;  // bits of `names` below
+  // Which of a chunk's members were present, and the number of its file where it named one.
+  struct ChunkMembers {
+    std::uint32_t mask = 0;
+    std::int64_t file_number = -1;
+  };
+
+  void chunk(ChunkRecord& c) {
+    // In the order format 2 writes them: the members every chunk has, then the optional ones.
+    static constexpr std::string_view names[] = {"file", "offset", "crc32c", "start", "shape", "nbytes"};
     RecordReader rec(r_, "a chunk record", names);
-    rec.read(0x3f, [&](int member) {
+    ChunkMembers& seen = chunk_members_.emplace_back();
+    rec.read(0x7, [&](int member) {  // file, offset, crc32c
       switch (member) {
-        case 0: ints(c.start); break;
-        case 1: ints(c.shape); break;
-        case 2: c.file = r_.string(); break;
-        case 3: c.offset = r_.uint64(); break;
-        case 4: c.nbytes = r_.uint64(); break;
-        case 5: c.crc32c = r_.integer<std::uint32_t>(); break;
+        case 0:
+          // A name, or (format 2) a number in `data_files`.
+          if (r_.peek() == '"')
+            c.file = r_.string();
+          else
+            seen.file_number = static_cast<std::int64_t>(r_.integer<std::uint32_t>());
+          break;
+        case 1: c.offset = r_.uint64(); break;
+        case 2: c.crc32c = r_.integer<std::uint32_t>(); break;
+        case 3: ints(c.start); break;
+        case 4: ints(c.shape); break;
+        case 5: c.nbytes = r_.uint64(); break;
       }
     });
-    return c;
+    seen.mask = rec.seen_mask();
   }
 
   // {"mesh_axes", "mesh_shape", "memory", "device_ids", "spec"[, "device_processes"]}, every
@@ -7639,9 +7807,10 @@ class MetadataReader {
     r_.array([&] { out.push_back(r_.integer<T>()); });
   }
   DType dtype(std::string_view s) {
-    DType d;
-    if (!parse_dtype(s, d)) r_.fail("unknown dtype '" + std::string(s.substr(0, 40)) + "'");
-    return d;
+    // Most leaves have the dtype of the one before.
+    if (same_text(s, dtype_name(last_dtype_))) return last_dtype_;
+    if (!parse_dtype(s, last_dtype_)) r_.fail("unknown dtype '" + std::string(s.substr(0, 40)) + "'");
+    return last_dtype_;
   }
   NodeKind node_kind(std::string_view s) {
     for (NodeKind k : {NodeKind::struct_, NodeKind::sequence, NodeKind::map, NodeKind::tuple, NodeKind::optional,
@@ -7658,6 +7827,16 @@ class MetadataReader {
   const std::string path_;
   JsonReader r_;
   std::string key_, kinds_;  // of the record being read, reused
+  std::vector<ChunkMembers> chunk_members_;  // of the leaf being read, reused
+  const std::vector<std::string>* data_files_ = nullptr;  // once read
+  std::size_t item_index_ = 0;
+  DType last_dtype_ = DType::float32;
+  // A chunk that named its file by number before the list of files was read.
+  struct Unresolved {
+    std::size_t item, leaf, chunk;
+    std::uint64_t number;
+  };
+  std::vector<Unresolved> unresolved_;
 };
 
 // Parses _METADATA's text (`path` names it in errors); validate_metadata cross-checks it.
@@ -8111,6 +8290,23 @@ void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) 
 // Cross-checks of the records against each other: unique keys, sane shapes, chunks inside
 // their array and covering it exactly once, byte ranges that neither overflow nor overlap.
 // `path` names the metadata file in errors.
+// The first string in `keys` equal to an earlier one, or null. An open-addressing table of
+// positions: a hash set of views, a node allocated per key, was a tenth of metadata() at
+// 100,000 leaves.
+inline const std::string* find_repeated(const std::vector<std::string>& keys) {
+  std::size_t slots = 16;
+  while (slots < 2 * keys.size()) slots *= 2;
+  std::vector<std::size_t> table(slots, SIZE_MAX);
+  const std::hash<std::string_view> hash;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    std::size_t at = hash(keys[i]) & (slots - 1);
+    for (; table[at] != SIZE_MAX; at = (at + 1) & (slots - 1))
+      if (keys[table[at]] == keys[i]) return &keys[i];
+    table[at] = i;
+  }
+  return nullptr;
+}
+
 inline void validate_metadata(const CheckpointMetadata& m, const std::string& path) {
   auto fail = [&](const std::string& why, const std::string& key = {}) {
     throw Error(ErrorKind::corrupt, why, path, key);
@@ -8124,18 +8320,17 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
   const std::string* last_file = nullptr;
   std::vector<std::pair<std::uint64_t, std::uint64_t>>* last_ranges = nullptr;
   std::unordered_set<std::string> item_names;
-  std::vector<std::string> printed;  // each key once, viewed by `keys` (reserved: never moves)
+  std::vector<std::string> printed;  // each key once, nodes then leaves
   for (const auto& item : m.items) {
     if (item.name.empty() || !item_names.insert(item.name).second) fail("empty or repeated item name '" + item.name + "'");
     printed.clear();
     printed.reserve(item.nodes.size() + item.leaves.size());
-    std::unordered_set<std::string_view> keys;
-    keys.reserve(item.nodes.size() + item.leaves.size());
-    for (const auto& n : item.nodes)
-      if (!keys.insert(printed.emplace_back(n.path.str())).second) fail("key path listed twice", n.path.str());
-    for (const auto& l : item.leaves) {
-      const std::string& key = printed.emplace_back(l.key());
-      if (!keys.insert(key).second) fail("key path listed twice", key);
+    for (const auto& n : item.nodes) printed.push_back(n.path.str());
+    for (const auto& l : item.leaves) printed.push_back(l.key());
+    if (const std::string* twice = find_repeated(printed)) fail("key path listed twice", *twice);
+    for (std::size_t leaf = 0; leaf < item.leaves.size(); ++leaf) {
+      const LeafRecord& l = item.leaves[leaf];
+      const std::string& key = printed[item.nodes.size() + leaf];
       try {
         const std::uint64_t count = element_count(l.shape);
         (void)byte_count(l.shape, dtype_size(l.dtype));
@@ -8144,7 +8339,8 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
         for (std::size_t i = 0; i < l.chunks.size(); ++i) {
           const auto& c = l.chunks[i];
           if (c.start.size() != l.shape.size() || c.shape.size() != l.shape.size())
-            fail("chunk " + std::to_string(i) + " has rank " + std::to_string(c.shape.size()) + ", the array " +
+            fail("chunk " + std::to_string(i) + " has rank " +
+                 std::to_string(c.start.size() != l.shape.size() ? c.start.size() : c.shape.size()) + ", the array " +
                  std::to_string(l.shape.size()), key);
           if (!box_inside(c.start, c.shape, l.shape))
             fail("chunk " + std::to_string(i) + " box (start " + to_string(c.start) + ", shape " + to_string(c.shape) +

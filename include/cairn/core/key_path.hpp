@@ -3,6 +3,7 @@
 // Separators inside keys are escaped ('/' -> "%2F", '%' -> "%25") so every string round-trips.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -133,26 +134,34 @@ inline bool parse_int64(std::string_view s, std::int64_t& out) {
 }
 }  // namespace detail
 
+// One pass over the stored text, each entry built in place (a vector of segments in between
+// was a tenth of reading the metadata of many small leaves).
 inline KeyPath KeyPath::from_stored(std::string_view path, std::string_view kinds) {
-  std::vector<std::string> segs = split_key_path(path);
-  if (path.empty() && kinds.size() == 1) segs.emplace_back();  // one empty key prints as ""
-  if (segs.size() != kinds.size())
-    throw Error(ErrorKind::corrupt, "key path '" + std::string(path) + "' has " +
-                std::to_string(segs.size()) + " entries but its kinds '" + std::string(kinds) +
-                "' name " + std::to_string(kinds.size()));
+  // "" is the root, or one empty string key when the kinds say so.
+  const std::size_t n = path.empty() ? (kinds.size() == 1 ? 1 : 0)
+                                     : 1 + static_cast<std::size_t>(std::count(path.begin(), path.end(), '/'));
+  if (n != kinds.size())
+    throw Error(ErrorKind::corrupt, "key path '" + std::string(path) + "' has " + std::to_string(n) +
+                " entries but its kinds '" + std::string(kinds) + "' name " + std::to_string(kinds.size()));
   KeyPath p;
-  p.entries_.reserve(segs.size());
-  for (std::size_t i = 0; i < segs.size(); ++i) {
-    char k = kinds[i];
+  p.entries_.reserve(n);
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t slash = path.find('/', start);
+    const std::string_view seg = path.substr(start, slash == std::string_view::npos ? path.npos : slash - start);
+    start = slash + 1;
+    const char k = kinds[i];
     if (k == 'f' || k == 'k') {
-      if (k == 'f' && segs[i].empty())
+      if (k == 'f' && seg.empty())
         throw Error(ErrorKind::corrupt, "empty field name in key path '" + std::string(path) + "'");
-      p.push_back(k == 'f' ? KeyEntry::field(std::move(segs[i])) : KeyEntry::key(std::move(segs[i])));
+      std::string name = seg.find('%') == std::string_view::npos ? std::string(seg) : unescape_key_segment(seg);
+      p.entries_.push_back(k == 'f' ? KeyEntry::field(std::move(name)) : KeyEntry::key(std::move(name)));
     } else if (k == 'i' || k == 'n') {
       std::int64_t v = 0;
-      if (!detail::parse_int64(segs[i], v) || (k == 'i' && v < 0))
-        throw Error(ErrorKind::corrupt, "bad index '" + segs[i] + "' in key path '" + std::string(path) + "'");
-      p.push_back(k == 'i' ? KeyEntry::index(v) : KeyEntry::int_key(v));
+      const bool escaped = seg.find('%') != std::string_view::npos;
+      if (!detail::parse_int64(escaped ? std::string_view(unescape_key_segment(seg)) : seg, v) || (k == 'i' && v < 0))
+        throw Error(ErrorKind::corrupt, "bad index '" + unescape_key_segment(seg) + "' in key path '" + std::string(path) + "'");
+      p.entries_.push_back(k == 'i' ? KeyEntry::index(v) : KeyEntry::int_key(v));
     } else {
       throw Error(ErrorKind::corrupt, std::string("unknown key kind '") + k + "' in key path '" +
                   std::string(path) + "'");

@@ -49,6 +49,15 @@ inline std::uint64_t byte_count(const Shape& shape, std::size_t item_size) {
   return bytes;
 }
 
+// byte_count without throwing: false when a dimension is negative or the count overflows.
+inline bool try_byte_count(const Shape& shape, std::size_t item_size, std::uint64_t& out) {
+  std::uint64_t n = item_size;
+  for (std::int64_t d : shape)
+    if (d < 0 || !checked_mul(n, static_cast<std::uint64_t>(d), n)) return false;
+  out = n;
+  return true;
+}
+
 // Throws shape_mismatch unless two shapes are equal; for fixed-size targets.
 inline void require_shape(const Shape& expected, const Shape& stored) {
   if (expected != stored)

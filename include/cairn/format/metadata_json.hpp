@@ -15,6 +15,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "cairn/core/json_reader.hpp"
@@ -100,37 +101,86 @@ inline void append_sharding_json(std::string& out, const NamedSharding& s) {
   out += '}';
 }
 
-inline void append_leaf_json(std::string& out, const LeafRecord& l) {
+// A data file's number in the metadata's `data_files`, for chunks that name their file by
+// number (format 2). Built once per metadata text; a save by many ranks lists one file per rank.
+class DataFileNumbers {
+ public:
+  explicit DataFileNumbers(const std::vector<std::string>& files) : files_(files) {
+    if (files.size() > 8)
+      for (std::size_t i = files.size(); i-- > 0;) index_[files[i]] = i;  // the first of repeats
+  }
+  // -1 when the file is not listed (the chunk then names it by its name).
+  std::int64_t find(const std::string& file) const {
+    if (index_.empty()) {
+      for (std::size_t i = 0; i < files_.size(); ++i)
+        if (files_[i] == file) return static_cast<std::int64_t>(i);
+      return -1;
+    }
+    const auto it = index_.find(file);
+    return it == index_.end() ? -1 : static_cast<std::int64_t>(it->second);
+  }
+
+ private:
+  const std::vector<std::string>& files_;
+  std::unordered_map<std::string_view, std::size_t> index_;
+};
+
+// A leaf in format 2's short form: a member whose value is its default is left out
+// (`saved_from` equal to `dtype`, `order` C; a chunk's `start` at the origin, its `shape` the
+// leaf's, its `nbytes` what its box holds), and a chunk names a listed file by its number.
+// What is left out is exactly what a reader restores, whatever the records hold (records that
+// are not consistent are written in full, so that they read back as they were).
+inline void append_leaf_json(std::string& out, const LeafRecord& l, const DataFileNumbers* files) {
+  // The members every leaf has come first, the optional ones after (the reader guesses each
+  // next name from this order).
   out += "{\"key\":";
   append_json_string(out, l.path.str());
   out += ",\"key_kinds\":";
   append_json_string(out, l.path.kinds());
   out += ",\"dtype\":\"";
   out += dtype_name(l.dtype);
-  out += "\",\"saved_from\":\"";
-  out += dtype_name(l.saved_from);
   out += "\",\"shape\":";
   append_json_ints(out, l.shape);
-  out += ",\"order\":\"";
-  out += static_cast<char>(l.order);
-  out += "\",\"chunks\":[";
+  out += ",\"chunks\":[";
   for (std::size_t i = 0; i < l.chunks.size(); ++i) {
     const ChunkRecord& c = l.chunks[i];
-    out += i ? ",{\"start\":" : "{\"start\":";
-    append_json_ints(out, c.start);
-    out += ",\"shape\":";
-    append_json_ints(out, c.shape);
-    out += ",\"file\":";
-    append_json_string(out, c.file);
+    out += i ? ",{\"file\":" : "{\"file\":";
+    if (const std::int64_t number = files ? files->find(c.file) : -1; number >= 0)
+      append_json_int(out, number);
+    else
+      append_json_string(out, c.file);
     out += ",\"offset\":";
     append_json_int(out, c.offset);
-    out += ",\"nbytes\":";
-    append_json_int(out, c.nbytes);
     out += ",\"crc32c\":";
     append_json_int(out, c.crc32c);
+    const bool at_origin = c.start.size() == l.shape.size() &&
+                           std::all_of(c.start.begin(), c.start.end(), [](std::int64_t v) { return v == 0; });
+    if (!at_origin) {
+      out += ",\"start\":";
+      append_json_ints(out, c.start);
+    }
+    if (c.shape != l.shape) {
+      out += ",\"shape\":";
+      append_json_ints(out, c.shape);
+    }
+    std::uint64_t box_bytes = 0;
+    if (!try_byte_count(c.shape, dtype_size(l.dtype), box_bytes) || box_bytes != c.nbytes) {
+      out += ",\"nbytes\":";
+      append_json_int(out, c.nbytes);
+    }
     out += '}';
   }
   out += ']';
+  if (l.saved_from != l.dtype) {
+    out += ",\"saved_from\":\"";
+    out += dtype_name(l.saved_from);
+    out += '"';
+  }
+  if (l.order != Order::C) {
+    out += ",\"order\":\"";
+    out += static_cast<char>(l.order);
+    out += '"';
+  }
   if (l.sharding) {
     out += ",\"sharding\":";
     append_sharding_json(out, *l.sharding);
@@ -138,7 +188,9 @@ inline void append_leaf_json(std::string& out, const LeafRecord& l) {
   out += '}';
 }
 
-inline void append_item_json(std::string& out, const ItemRecord& item) {
+// `files`: null where the item is written on its own (a rank's per-rank items sent to the
+// primary), whose chunks then name their files.
+inline void append_item_json(std::string& out, const ItemRecord& item, const DataFileNumbers* files) {
   out += "{\"name\":";
   append_json_string(out, item.name);
   out += ",\"kind\":\"";
@@ -163,7 +215,7 @@ inline void append_item_json(std::string& out, const ItemRecord& item) {
   out += ",\"leaves\":[";
   for (std::size_t i = 0; i < item.leaves.size(); ++i) {
     if (i) out += ',';
-    append_leaf_json(out, item.leaves[i]);
+    append_leaf_json(out, item.leaves[i], files);
   }
   out += "]}";
 }
@@ -173,9 +225,11 @@ inline std::string metadata_to_json(const CheckpointMetadata& m) {
   std::string out;
   std::size_t leaves = 0;
   for (const auto& i : m.items) leaves += i.leaves.size() + i.nodes.size();
-  out.reserve(256 + 256 * leaves);
+  out.reserve(256 + 160 * leaves);
+  // Always this version's number: the text is in this version's form, whichever version the
+  // records were read from.
   out += "{\"format\":\"cairn\",\"format_version\":";
-  append_json_int(out, m.format_version);
+  append_json_int(out, cairn::format_version);
   out += ",\"library_version\":";
   append_json_string(out, m.library_version);
   out += ",\"created_unix_ms\":";
@@ -185,9 +239,10 @@ inline std::string metadata_to_json(const CheckpointMetadata& m) {
   out += ",\"data_files\":";
   append_json_strings(out, m.data_files);
   out += ",\"items\":[";
+  const DataFileNumbers files(m.data_files);
   for (std::size_t i = 0; i < m.items.size(); ++i) {
     if (i) out += ',';
-    append_item_json(out, m.items[i]);
+    append_item_json(out, m.items[i], &files);
   }
   out += "]}";
   return out;
@@ -196,7 +251,7 @@ inline std::string metadata_to_json(const CheckpointMetadata& m) {
 // One item's records (how a rank sends its per-rank items to the primary).
 inline std::string item_to_json(const ItemRecord& item) {
   std::string out;
-  append_item_json(out, item);
+  append_item_json(out, item, nullptr);
   return out;
 }
 
@@ -221,16 +276,17 @@ class RecordReader {
     r_.object([&](std::string_view key) {
       // Members usually come in the order cairn writes them: try the next one first.
       int index = next_;
-      if (index >= static_cast<int>(N) || key != names_[index]) {
+      if (index >= static_cast<int>(N) || !same_text(key, names_[index])) {
         index = 0;
-        while (index < static_cast<int>(N) && key != names_[index]) ++index;
+        while (index < static_cast<int>(N) && !same_text(key, names_[index])) ++index;
         if (index == static_cast<int>(N)) { r_.skip(); return; }
       }
       next_ = index + 1;
       if (seen_ & (1u << index)) r_.fail(std::string(record_) + " has '" + std::string(key) + "' twice");
       seen_ |= 1u << index;
       read_member(index);
-    });
+    },
+              [&] { return next_ < static_cast<int>(N) ? names_[next_] : std::string_view(); });
     if (const std::uint32_t missing = required & ~seen_) {
       int index = 0;
       while (!(missing & (1u << index))) ++index;
@@ -238,6 +294,7 @@ class RecordReader {
     }
   }
   bool seen(int index) const { return seen_ & (1u << index); }
+  std::uint32_t seen_mask() const { return seen_; }
 
  private:
   JsonReader& r_;
@@ -270,17 +327,35 @@ class MetadataReader {
         case 2: m.library_version = r_.string(); break;
         case 3: m.created_unix_ms = r_.int64(); break;
         case 4: m.created = r_.string(); break;
-        case 5: r_.array([&] { m.data_files.emplace_back(r_.string()); }); break;
-        case 6: r_.array([&] { m.items.push_back(item()); }); break;
+        case 5:
+          r_.array([&] { m.data_files.emplace_back(r_.string()); });
+          data_files_ = &m.data_files;
+          break;
+        case 6:
+          r_.array([&] {
+            item_index_ = m.items.size();
+            m.items.push_back(item());
+          });
+          break;
       }
     });
     r_.finish();
+    // Chunks that named their file by number before `data_files` came.
+    for (const auto& p : unresolved_) {
+      LeafRecord& l = m.items[p.item].leaves[p.leaf];
+      if (p.number >= m.data_files.size())
+        throw Error(ErrorKind::corrupt, unknown_file(p.chunk, p.number, m.data_files.size()), path_, l.key());
+      l.chunks[p.chunk].file = m.data_files[p.number];
+    }
     return m;
   }
 
   ItemRecord lone_item() {
     ItemRecord i = item();
     r_.finish();
+    if (!unresolved_.empty())
+      throw Error(ErrorKind::corrupt, "a chunk names its data file by number outside a checkpoint's metadata", path_,
+                  i.leaves[unresolved_.front().leaf].key());
     return i;
   }
 
@@ -306,7 +381,10 @@ class MetadataReader {
           break;
         case 3:
           if (rec.seen(5)) reserve(i.leaves, leaf_count, 90);  // every required member, all empty
-          r_.array([&] { leaf(i.leaves.emplace_back()); });
+          r_.array([&] {
+            LeafRecord& l = i.leaves.emplace_back();
+            leaf(l, i.leaves.size() - 1);
+          });
           break;
         case 4: node_count = r_.uint64(); break;
         case 5: leaf_count = r_.uint64(); break;
@@ -337,30 +415,50 @@ class MetadataReader {
   }
 
   // Errors inside a leaf name its key (the first member cairn writes). Read in place, into
-  // the item's array.
-  void leaf(LeafRecord& l) {
+  // the item's array (at `index`). Members left out take their defaults (format 2's short
+  // form, docs/format.md), which depend on the leaf's shape and dtype: filled in at the end.
+  void leaf(LeafRecord& l, std::size_t index) {
     key_.clear();
     try {
-      static constexpr std::string_view names[] = {"key", "key_kinds", "dtype", "saved_from", "shape", "order", "chunks", "sharding"};
+      // In the order format 2 writes them (the reader guesses the next name from it): the
+      // members every leaf has, then the optional ones.
+      static constexpr std::string_view names[] = {"key", "key_kinds", "dtype", "shape", "chunks", "saved_from", "order", "sharding"};
       RecordReader rec(r_, "a leaf record", names);
-      rec.read(0x7f, [&](int member) {
+      chunk_members_.clear();
+      rec.read(0x1f, [&](int member) {  // key, key_kinds, dtype, shape, chunks
         switch (member) {
           case 0: key_ = r_.string(); break;
           case 1: kinds_ = r_.string(); break;
           case 2: l.dtype = dtype(r_.string()); break;
-          case 3: l.saved_from = dtype(r_.string()); break;
-          case 4: ints(l.shape); break;
-          case 5: {
+          case 3: ints(l.shape); break;
+          case 4: r_.array([&] { chunk(l.chunks.emplace_back()); }); break;
+          case 5: l.saved_from = dtype(r_.string()); break;
+          case 6: {
             const std::string_view order = r_.string();
             if (order != "C" && order != "F") r_.fail("unknown order '" + std::string(order) + "'");
             l.order = static_cast<Order>(order[0]);
             break;
           }
-          case 6: r_.array([&] { l.chunks.push_back(chunk()); }); break;
           case 7: sharding(l); break;
         }
       });
       l.path = KeyPath::from_stored(key_, kinds_);
+      if (!rec.seen(5)) l.saved_from = l.dtype;
+      for (std::size_t i = 0; i < l.chunks.size(); ++i) {
+        ChunkRecord& c = l.chunks[i];
+        const ChunkMembers& seen = chunk_members_[i];
+        if (!(seen.mask & chunk_start)) c.start.assign(l.shape.size(), 0);
+        if (!(seen.mask & chunk_shape)) c.shape = l.shape;
+        if (!(seen.mask & chunk_nbytes)) c.nbytes = byte_count(c.shape, dtype_size(l.dtype));
+        if (seen.file_number < 0) continue;
+        const auto number = static_cast<std::uint64_t>(seen.file_number);
+        if (!data_files_)
+          unresolved_.push_back({item_index_, index, i, number});
+        else if (number >= data_files_->size())
+          throw Error(ErrorKind::corrupt, unknown_file(i, number, data_files_->size()));
+        else
+          c.file = (*data_files_)[number];
+      }
       if (l.sharding) {
         try {
           l.sharding->validate(l.shape.size());
@@ -373,21 +471,40 @@ class MetadataReader {
     }
   }
 
-  ChunkRecord chunk() {
-    ChunkRecord c;
-    static constexpr std::string_view names[] = {"start", "shape", "file", "offset", "nbytes", "crc32c"};
+  static std::string unknown_file(std::size_t chunk, std::uint64_t number, std::size_t files) {
+    return "chunk " + std::to_string(chunk) + " names data file " + std::to_string(number) + ", and data_files lists " +
+           std::to_string(files);
+  }
+
+  static constexpr std::uint32_t chunk_start = 8, chunk_shape = 16, chunk_nbytes = 32;  // bits of `names` below
+  // Which of a chunk's members were present, and the number of its file where it named one.
+  struct ChunkMembers {
+    std::uint32_t mask = 0;
+    std::int64_t file_number = -1;
+  };
+
+  void chunk(ChunkRecord& c) {
+    // In the order format 2 writes them: the members every chunk has, then the optional ones.
+    static constexpr std::string_view names[] = {"file", "offset", "crc32c", "start", "shape", "nbytes"};
     RecordReader rec(r_, "a chunk record", names);
-    rec.read(0x3f, [&](int member) {
+    ChunkMembers& seen = chunk_members_.emplace_back();
+    rec.read(0x7, [&](int member) {  // file, offset, crc32c
       switch (member) {
-        case 0: ints(c.start); break;
-        case 1: ints(c.shape); break;
-        case 2: c.file = r_.string(); break;
-        case 3: c.offset = r_.uint64(); break;
-        case 4: c.nbytes = r_.uint64(); break;
-        case 5: c.crc32c = r_.integer<std::uint32_t>(); break;
+        case 0:
+          // A name, or (format 2) a number in `data_files`.
+          if (r_.peek() == '"')
+            c.file = r_.string();
+          else
+            seen.file_number = static_cast<std::int64_t>(r_.integer<std::uint32_t>());
+          break;
+        case 1: c.offset = r_.uint64(); break;
+        case 2: c.crc32c = r_.integer<std::uint32_t>(); break;
+        case 3: ints(c.start); break;
+        case 4: ints(c.shape); break;
+        case 5: c.nbytes = r_.uint64(); break;
       }
     });
-    return c;
+    seen.mask = rec.seen_mask();
   }
 
   // {"mesh_axes", "mesh_shape", "memory", "device_ids", "spec"[, "device_processes"]}, every
@@ -438,9 +555,10 @@ class MetadataReader {
     r_.array([&] { out.push_back(r_.integer<T>()); });
   }
   DType dtype(std::string_view s) {
-    DType d;
-    if (!parse_dtype(s, d)) r_.fail("unknown dtype '" + std::string(s.substr(0, 40)) + "'");
-    return d;
+    // Most leaves have the dtype of the one before.
+    if (same_text(s, dtype_name(last_dtype_))) return last_dtype_;
+    if (!parse_dtype(s, last_dtype_)) r_.fail("unknown dtype '" + std::string(s.substr(0, 40)) + "'");
+    return last_dtype_;
   }
   NodeKind node_kind(std::string_view s) {
     for (NodeKind k : {NodeKind::struct_, NodeKind::sequence, NodeKind::map, NodeKind::tuple, NodeKind::optional,
@@ -457,6 +575,16 @@ class MetadataReader {
   const std::string path_;
   JsonReader r_;
   std::string key_, kinds_;  // of the record being read, reused
+  std::vector<ChunkMembers> chunk_members_;  // of the leaf being read, reused
+  const std::vector<std::string>* data_files_ = nullptr;  // once read
+  std::size_t item_index_ = 0;
+  DType last_dtype_ = DType::float32;
+  // A chunk that named its file by number before the list of files was read.
+  struct Unresolved {
+    std::size_t item, leaf, chunk;
+    std::uint64_t number;
+  };
+  std::vector<Unresolved> unresolved_;
 };
 
 // Parses _METADATA's text (`path` names it in errors); validate_metadata cross-checks it.

@@ -19,7 +19,8 @@
 
 CAIRN_BEGIN_NAMESPACE
 
-inline constexpr int format_version = 1;
+// Version 2 writes leaves in a short form (docs/format.md); this version reads 1 and 2.
+inline constexpr int format_version = 2;
 
 // One stored piece of a leaf: an index box of the global array, and where its bytes are.
 // An unsharded leaf has one chunk covering the whole array; sharded arrays have several.
