@@ -11,6 +11,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "cairn/core/heap_optional.hpp"
 #include "cairn/core/json.hpp"
 #include "cairn/core/key_path.hpp"
 #include "cairn/core/shape.hpp"
@@ -40,7 +41,9 @@ struct LeafRecord {
   Shape shape;                       // logical (global) shape
   Order order = Order::C;            // memory order of every chunk's bytes
   std::vector<ChunkRecord> chunks;
-  std::optional<NamedSharding> sharding;  // how the array was sharded when saved (sharded leaves only)
+  // How the array was sharded when saved (sharded leaves only). Used as a std::optional; kept
+  // on the heap, since most leaves have none (core/heap_optional.hpp).
+  HeapOptional<NamedSharding> sharding;
 
   std::string key() const { return path.str(); }
   std::uint64_t nbytes() const { return byte_count(shape, dtype_size(dtype)); }
