@@ -27,8 +27,8 @@ CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
   total.path = session.describe();
   std::exception_ptr failure;
   try {
-    for (const auto& item : snapshot()) {
-      SaveReport r = session.add_item(item, options);
+    for (auto& item : snapshot()) {
+      SaveReport r = session.add_item(std::move(item), options);
       total.leaves += r.leaves;
       total.bytes_written += r.bytes_written;
       total.cast.insert(total.cast.end(), r.cast.begin(), r.cast.end());

@@ -171,7 +171,11 @@ class Checkpointer {
   template <class T>
   static std::vector<detail::ItemSnapshot> snapshots_of(const T& state) {
     if constexpr (std::is_same_v<T, Items>) return state.snapshots();
-    else return {detail::view_tree(default_item_name, state)};
+    else {
+      std::vector<detail::ItemSnapshot> items;  // moved in: braces would copy every leaf's view
+      items.push_back(detail::view_tree(default_item_name, state));
+      return items;
+    }
   }
 
   // The non-template halves of save and save_async, once the state is a list of snapshots.

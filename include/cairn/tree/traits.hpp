@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "cairn/core/box.hpp"
+#include "cairn/core/heap_optional.hpp"
 #include "cairn/core/key_path.hpp"
 #include "cairn/core/memory_kind.hpp"
 #include "cairn/core/named_sharding.hpp"
@@ -39,7 +40,8 @@ struct ShardView {
 // keeps alive a buffer the view made (for leaf types that are not contiguous in memory).
 // A leaf that lives in device memory, or in shards, leaves `data` null and lists `shards`
 // instead (one shard covering the whole array for a plain device array); `sharding`, when
-// set, is recorded in the checkpoint's metadata.
+// set, is recorded in the checkpoint's metadata (it is used as a std::optional, and kept on
+// the heap: most leaves have none, and a save holds one view per leaf).
 struct LeafView {
   DType dtype = DType::float32;
   Shape shape;
@@ -48,7 +50,7 @@ struct LeafView {
   std::uint64_t nbytes = 0;
   std::shared_ptr<const void> owner = {};
   std::vector<ShardView> shards = {};
-  std::optional<NamedSharding> sharding = {};
+  HeapOptional<NamedSharding> sharding = {};
 };
 
 // What the loader knows of a stored leaf when it asks the target to take its shape.
