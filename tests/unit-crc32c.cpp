@@ -84,3 +84,17 @@ TEST_CASE("CRC32C: the checksum thread gives the same value over a stream of buf
   }
   CHECK(worker.finish() == bytewise(0, data.data(), data.size()));
 }
+
+TEST_CASE("CRC32C: combining the checksums of two parts gives the checksum of the whole") {
+  const auto data = random_bytes(3 << 20);
+  for (int trial = 0; trial < 40; ++trial) {
+    // Split points at the ends, at piece boundaries and anywhere.
+    std::size_t split = rng() % (data.size() + 1);
+    if (trial == 0) split = 0;
+    if (trial == 1) split = data.size();
+    if (trial == 2) split = 256 << 10;
+    const std::uint32_t a = cairn::crc32c(data.data(), split);
+    const std::uint32_t b = cairn::crc32c(data.data() + split, data.size() - split);
+    CHECK(cairn::crc32c_combine(a, b, data.size() - split) == bytewise(0, data.data(), data.size()));
+  }
+}

@@ -1,5 +1,7 @@
 #include "test_util.hpp"
 
+#include <cairn/checkpoint/data_files.hpp>  // parallel_read_bytes, crc_piece_bytes
+
 #include <deque>
 #include <optional>
 
@@ -394,4 +396,52 @@ TEST_CASE("a checkpoint written before the storage seam loads bit-exactly, and t
   CHECK(cairn::metadata(dir / "new").format_version == cairn::format_version);
   CHECK(without_times(test::read_file(dir / "new/_METADATA")) == without_times(cairn::detail::metadata_to_json(old_meta)));
   CHECK(test::read_file(old + "/_METADATA").find("\"saved_from\"") != std::string::npos);
+}
+
+namespace {
+struct TwoLayers { std::vector<std::vector<float>> layers; };
+CAIRN_TREE(TwoLayers, layers)
+}  // namespace
+
+// Also under ThreadSanitizer in CI: the second half of the chunk is read on a helper thread.
+TEST_CASE("a large leaf read by two threads: bit-exact, and a flipped byte in either half or a cut file is found") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  // Above the size at which a chunk read straight into memory is read in two halves at once
+  // (parallel_read_bytes), and not a whole number of read pieces.
+  const std::size_t n = (cairn::detail::parallel_read_bytes + 3 * cairn::detail::crc_piece_bytes + 20) / sizeof(float);
+  TwoLayers s{{test::random_bits<float>(n), test::random_bits<float>(1000)}};
+  cairn::save(c, s);
+  TwoLayers back;
+  back.layers = {std::vector<float>(n), std::vector<float>(1000)};
+  auto bit_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  cairn::load(c, back);  // into the state: the direct path
+  CHECK(bit_equal(back.layers[0], s.layers[0]));
+  CHECK(bit_equal(cairn::load<TwoLayers>(c).layers[0], s.layers[0]));
+  const std::string original = test::read_file((c + "/data-0-0.bin"));
+  const std::uint64_t leaf_bytes = n * sizeof(float);
+  for (std::uint64_t at : {std::uint64_t{0}, leaf_bytes / 2 - 1, leaf_bytes / 2 + 1, leaf_bytes - 1}) {
+    CAPTURE(at);
+    std::string bytes = original;
+    bytes[at] ^= 0x01;  // layers/0 starts at offset 0
+    test::write_file((c + "/data-0-0.bin"), bytes);
+    try {
+      cairn::load(c, back);
+      FAIL("expected corrupt");
+    } catch (const cairn::Error& e) {
+      CHECK(e.kind() == cairn::ErrorKind::corrupt);
+      CHECK(e.key_path() == "layers/0");
+      CHECK(std::string(e.what()).find("checksum mismatch") != std::string::npos);
+    }
+  }
+  // Cut inside the second half: an error from the helper thread, not a crash or a hang.
+  test::write_file((c + "/data-0-0.bin"), original.substr(0, leaf_bytes - 100));
+  try {
+    cairn::load(c, back);
+    FAIL("expected corrupt");
+  } catch (const cairn::Error& e) {
+    CHECK(e.kind() == cairn::ErrorKind::corrupt);
+  }
 }

@@ -3113,6 +3113,8 @@ struct ReadPiece {
 };
 
 // Reads one blob: exact byte ranges into caller memory.
+// Reads may come from two threads at once (a large chunk is read in two halves in parallel,
+// checkpoint/box_reader.hpp), so read_at must be safe to call concurrently, as pread is.
 class StoreReader {
  public:
   virtual ~StoreReader() = default;
@@ -8176,6 +8178,12 @@ inline std::uint32_t crc32c_extend(std::uint32_t crc, const void* data, std::siz
 
 inline std::uint32_t crc32c(const void* data, std::size_t n) { return crc32c_extend(0, data, n); }
 
+// The CRC32C of A followed by B, from the CRC32C of each and B's length (as zlib's
+// crc32_combine): how two threads checksum the two halves of one chunk.
+inline std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t len_b) {
+  return detail::crc32c_shift(crc_a, static_cast<std::size_t>(len_b)) ^ crc_b;
+}
+
 CAIRN_END_NAMESPACE
 // ----- end cairn/io/crc32c.hpp -----
 
@@ -9369,6 +9377,7 @@ CAIRN_END_NAMESPACE
 #include <cstring>
 #include <future>
 #include <map>
+#include <thread>
 #include <vector>
 
 // ----- begin cairn/checkpoint/data_files.hpp -----
@@ -9410,6 +9419,9 @@ inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
 // the checksum read them back from memory and a warm 1 GiB load ran at 0.7x a plain read;
 // with 256 KiB, 0.86-0.90x (docs/benchmarks.md).
 inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{256} << 10;
+// A chunk of at least this many bytes read straight into host memory is read by two threads,
+// each reading and checksumming half of it (box_reader.hpp).
+inline constexpr std::uint64_t parallel_read_bytes = std::uint64_t{4} << 20;
 
 // A stored bool is one byte; any value but 0 reads as true (as in numpy). Bytes are made 0 or
 // 1 before anything treats them as bool, since another byte value in a bool is undefined
@@ -9590,14 +9602,30 @@ class BoxLeafReader {
                             targets_[groups_[overlaps[0].group].front()].box == cb &&
                             same_layout(targets_[groups_[overlaps[0].group].front()]);
         if (direct) {
-          // Straight into the target, a piece at a time, each piece checksummed on this
-          // thread while it is still in cache and while the kernel's readahead fetches the
-          // next one. (A helper thread for the checksum was measured slower here: on two
-          // cores it competes with the kernel's own I/O work.)
-          for (std::uint64_t done = 0; done < c.nbytes;) {
-            const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
-            read_direct(f, c, done, n, groups_[overlaps[0].group], crc);
-            done += n;
+          // Straight into the target, a piece at a time, each piece checksummed by the thread
+          // that read it while it is still in cache, and while the kernel's readahead fetches
+          // the next one. A large chunk in host memory is read in two halves at once, the
+          // second on a helper thread: a warm load is then not bound by one core doing both
+          // the kernel's copy and the checksum. (A helper thread for the checksum alone was
+          // measured slower: on two cores it competes with the kernel's own I/O work.)
+          const auto& group = groups_[overlaps[0].group];
+          auto read_range = [&](std::uint64_t from, std::uint64_t to, std::uint32_t& into) {
+            for (std::uint64_t done = from; done < to;) {
+              const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, to - done);
+              read_direct(f, c, done, n, group, into);
+              done += n;
+            }
+          };
+          if (parallel_direct_read(group, c.nbytes)) {
+            const std::uint64_t half = (c.nbytes / 2 + crc_piece_bytes - 1) / crc_piece_bytes * crc_piece_bytes;
+            std::uint32_t second_crc = 0;
+            // The future's destructor joins the helper, also when this thread throws.
+            std::future<void> second = std::async(std::launch::async, [&] { read_range(half, c.nbytes, second_crc); });
+            read_range(0, half, crc);
+            second.get();
+            crc = crc32c_combine(crc, second_crc, c.nbytes - half);
+          } else {
+            read_range(0, c.nbytes, crc);
           }
         } else {
           struct Piece {
@@ -9655,6 +9683,16 @@ class BoxLeafReader {
   // The chunk equals the target's box in the same layout and dtype: `bytes` bytes from byte
   // `first` of the chunk go straight into the first host target (or through the scratch
   // buffer to device targets), then to replicas.
+  // Whether a chunk read straight into its targets is read by two threads: large, every
+  // target in host memory (device copies stay on one thread), and a second core to run on.
+  bool parallel_direct_read(const std::vector<std::size_t>& group, std::uint64_t nbytes) const {
+    if (nbytes < parallel_read_bytes) return false;
+    for (std::size_t t : group)
+      if (targets_[t].memory != MemoryKind::host) return false;
+    static const bool cores = std::thread::hardware_concurrency() > 1;
+    return cores;
+  }
+
   void read_direct(const ChunkSource& f, const ChunkRecord& c, std::uint64_t first, std::uint64_t bytes,
                    const std::vector<std::size_t>& group, std::uint32_t& crc) {
     const BoxTarget& lead = targets_[group.front()];

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "cairn/checkpoint/data_files.hpp"
@@ -183,14 +184,30 @@ class BoxLeafReader {
                             targets_[groups_[overlaps[0].group].front()].box == cb &&
                             same_layout(targets_[groups_[overlaps[0].group].front()]);
         if (direct) {
-          // Straight into the target, a piece at a time, each piece checksummed on this
-          // thread while it is still in cache and while the kernel's readahead fetches the
-          // next one. (A helper thread for the checksum was measured slower here: on two
-          // cores it competes with the kernel's own I/O work.)
-          for (std::uint64_t done = 0; done < c.nbytes;) {
-            const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
-            read_direct(f, c, done, n, groups_[overlaps[0].group], crc);
-            done += n;
+          // Straight into the target, a piece at a time, each piece checksummed by the thread
+          // that read it while it is still in cache, and while the kernel's readahead fetches
+          // the next one. A large chunk in host memory is read in two halves at once, the
+          // second on a helper thread: a warm load is then not bound by one core doing both
+          // the kernel's copy and the checksum. (A helper thread for the checksum alone was
+          // measured slower: on two cores it competes with the kernel's own I/O work.)
+          const auto& group = groups_[overlaps[0].group];
+          auto read_range = [&](std::uint64_t from, std::uint64_t to, std::uint32_t& into) {
+            for (std::uint64_t done = from; done < to;) {
+              const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, to - done);
+              read_direct(f, c, done, n, group, into);
+              done += n;
+            }
+          };
+          if (parallel_direct_read(group, c.nbytes)) {
+            const std::uint64_t half = (c.nbytes / 2 + crc_piece_bytes - 1) / crc_piece_bytes * crc_piece_bytes;
+            std::uint32_t second_crc = 0;
+            // The future's destructor joins the helper, also when this thread throws.
+            std::future<void> second = std::async(std::launch::async, [&] { read_range(half, c.nbytes, second_crc); });
+            read_range(0, half, crc);
+            second.get();
+            crc = crc32c_combine(crc, second_crc, c.nbytes - half);
+          } else {
+            read_range(0, c.nbytes, crc);
           }
         } else {
           struct Piece {
@@ -248,6 +265,16 @@ class BoxLeafReader {
   // The chunk equals the target's box in the same layout and dtype: `bytes` bytes from byte
   // `first` of the chunk go straight into the first host target (or through the scratch
   // buffer to device targets), then to replicas.
+  // Whether a chunk read straight into its targets is read by two threads: large, every
+  // target in host memory (device copies stay on one thread), and a second core to run on.
+  bool parallel_direct_read(const std::vector<std::size_t>& group, std::uint64_t nbytes) const {
+    if (nbytes < parallel_read_bytes) return false;
+    for (std::size_t t : group)
+      if (targets_[t].memory != MemoryKind::host) return false;
+    static const bool cores = std::thread::hardware_concurrency() > 1;
+    return cores;
+  }
+
   void read_direct(const ChunkSource& f, const ChunkRecord& c, std::uint64_t first, std::uint64_t bytes,
                    const std::vector<std::size_t>& group, std::uint32_t& crc) {
     const BoxTarget& lead = targets_[group.front()];

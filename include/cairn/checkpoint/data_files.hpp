@@ -38,6 +38,9 @@ inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
 // the checksum read them back from memory and a warm 1 GiB load ran at 0.7x a plain read;
 // with 256 KiB, 0.86-0.90x (docs/benchmarks.md).
 inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{256} << 10;
+// A chunk of at least this many bytes read straight into host memory is read by two threads,
+// each reading and checksumming half of it (box_reader.hpp).
+inline constexpr std::uint64_t parallel_read_bytes = std::uint64_t{4} << 20;
 
 // A stored bool is one byte; any value but 0 reads as true (as in numpy). Bytes are made 0 or
 // 1 before anything treats them as bool, since another byte value in a bool is undefined

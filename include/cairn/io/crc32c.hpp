@@ -225,4 +225,10 @@ inline std::uint32_t crc32c_extend(std::uint32_t crc, const void* data, std::siz
 
 inline std::uint32_t crc32c(const void* data, std::size_t n) { return crc32c_extend(0, data, n); }
 
+// The CRC32C of A followed by B, from the CRC32C of each and B's length (as zlib's
+// crc32_combine): how two threads checksum the two halves of one chunk.
+inline std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t len_b) {
+  return detail::crc32c_shift(crc_a, static_cast<std::size_t>(len_b)) ^ crc_b;
+}
+
 CAIRN_END_NAMESPACE

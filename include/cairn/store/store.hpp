@@ -34,6 +34,8 @@ struct ReadPiece {
 };
 
 // Reads one blob: exact byte ranges into caller memory.
+// Reads may come from two threads at once (a large chunk is read in two halves in parallel,
+// checkpoint/box_reader.hpp), so read_at must be safe to call concurrently, as pread is.
 class StoreReader {
  public:
   virtual ~StoreReader() = default;
