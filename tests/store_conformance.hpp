@@ -6,6 +6,7 @@
 #include "test_util.hpp"
 
 #include <functional>
+#include <thread>
 #include <memory>
 
 namespace test {
@@ -65,6 +66,17 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     r->read_at(back.data(), 300, 4900);
     CHECK(std::memcmp(back.data(), bytes.data() + 4900, 300) == 0);
     CHECK_CAIRN_ERROR(r->read_at(back.data(), 300, 9800), ErrorKind::corrupt, "ends at byte");
+    // An estimate, but never more than the range; and reads from two threads at once.
+    CHECK(r->cached_bytes(100, 9000) <= 9000);
+    CHECK(r->cached_bytes(0, 0) == 0);
+    {
+      std::vector<unsigned char> a(5000), b(5000);
+      std::thread other([&] { r->read_at(b.data(), 5000, 5000); });
+      r->read_at(a.data(), 5000, 0);
+      other.join();
+      CHECK(std::memcmp(a.data(), bytes.data(), 5000) == 0);
+      CHECK(std::memcmp(b.data(), bytes.data() + 5000, 5000) == 0);
+    }
     CHECK_CAIRN_ERROR(store->open("a/missing"), ErrorKind::not_found, "");
     try {
       store->open("a/missing");

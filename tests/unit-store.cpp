@@ -8,6 +8,11 @@
 #include <set>
 #include <thread>
 
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
 using cairn::ErrorKind;
 using cairn::MemoryStore;
 
@@ -15,6 +20,38 @@ TEST_CASE("PosixStore keeps the Store contract") {
   test::TempDir dir;
   int n = 0;
   test::check_store_conformance([&] { return std::make_shared<cairn::PosixStore>(dir / std::to_string(n++)); });
+}
+
+TEST_CASE("PosixStore says which bytes are in the page cache: all after a read, none after they are dropped") {
+  test::TempDir dir;
+  const std::string path = dir / "blob";
+  const auto bytes = test::random_bits<unsigned char>(4 << 20);
+  test::write_file(path, std::string(bytes.begin(), bytes.end()));
+  cairn::PosixStore store;
+  auto r = store.open(path);
+  std::vector<unsigned char> back(bytes.size());
+  r->read_at(back.data(), back.size(), 0);
+  CHECK(r->cached_bytes(0, bytes.size()) == bytes.size());
+  CHECK(r->cached_bytes(12345, 100000) == 100000);
+  // Written back and dropped from the page cache (which a tmpfs cannot do: its pages are the
+  // file), the bytes are not cached any more.
+  struct statfs fs {};
+  if (::statfs(dir.path.c_str(), &fs) == 0 && fs.f_type != TMPFS_MAGIC) {
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    CHECK(r->cached_bytes(0, bytes.size()) < bytes.size() / 2);
+  }
+  // A MemoryStore's blobs are memory: every byte is there.
+  MemoryStore memory;
+  {
+    auto w = memory.create("blob");
+    w->write_at(bytes.data(), bytes.size(), 0);
+    w->finish(bytes.size());
+  }
+  CHECK(memory.open("blob")->cached_bytes(10, 1000) == 1000);
 }
 
 TEST_CASE("MemoryStore keeps the Store contract") {

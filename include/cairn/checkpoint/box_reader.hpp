@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <future>
 #include <map>
@@ -186,28 +187,49 @@ class BoxLeafReader {
         if (direct) {
           // Straight into the target, a piece at a time, each piece checksummed by the thread
           // that read it while it is still in cache, and while the kernel's readahead fetches
-          // the next one. A large chunk in host memory is read in two halves at once, the
-          // second on a helper thread: a warm load is then not bound by one core doing both
-          // the kernel's copy and the checksum. (A helper thread for the checksum alone was
-          // measured slower: on two cores it competes with the kernel's own I/O work.)
+          // the next one. A large chunk whose bytes are mostly in memory (the page cache) is
+          // read into host memory by two threads taking every other piece: the load is then
+          // bound by the copy and the checksum, and two cores share them. The pieces'
+          // checksums are joined at the end. A chunk that must come from the disk is read by
+          // one thread: there, a second busy thread (two reading, or one checksumming) was
+          // measured slower on two cores, as it competes with the kernel's own I/O work.
           const auto& group = groups_[overlaps[0].group];
-          auto read_range = [&](std::uint64_t from, std::uint64_t to, std::uint32_t& into) {
-            for (std::uint64_t done = from; done < to;) {
-              const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, to - done);
-              read_direct(f, c, done, n, group, into);
+          if (parallel_direct_read(group, c, f)) {
+            const std::uint64_t count = (c.nbytes + crc_piece_bytes - 1) / crc_piece_bytes;
+            std::vector<std::uint32_t> crcs(static_cast<std::size_t>(count), 0);
+            std::atomic<bool> failed{false};  // the other thread stops at its next piece
+            auto every_other = [&](std::uint64_t first) {
+              try {
+                for (std::uint64_t k = first; k < count && !failed.load(std::memory_order_relaxed); k += 2) {
+                  const std::uint64_t at = k * crc_piece_bytes;
+                  read_direct(f, c, at, std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - at), group,
+                              crcs[static_cast<std::size_t>(k)]);
+                }
+              } catch (...) {
+                failed = true;
+                throw;
+              }
+            };
+            {
+              // The future's destructor joins the helper, also when this thread throws.
+              std::future<void> odd = std::async(std::launch::async, every_other, 1);
+              every_other(0);
+              odd.get();
+            }
+            if (options_.verify_checksums) {
+              static const Crc32cShift piece_shift(static_cast<std::size_t>(crc_piece_bytes));
+              crc = crcs[0];
+              for (std::uint64_t k = 1; k < count; ++k) {
+                const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - k * crc_piece_bytes);
+                crc = (n == crc_piece_bytes ? piece_shift(crc) : crc32c_combine(crc, 0, n)) ^ crcs[static_cast<std::size_t>(k)];
+              }
+            }
+          } else {
+            for (std::uint64_t done = 0; done < c.nbytes;) {
+              const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
+              read_direct(f, c, done, n, group, crc);
               done += n;
             }
-          };
-          if (parallel_direct_read(group, c.nbytes)) {
-            const std::uint64_t half = (c.nbytes / 2 + crc_piece_bytes - 1) / crc_piece_bytes * crc_piece_bytes;
-            std::uint32_t second_crc = 0;
-            // The future's destructor joins the helper, also when this thread throws.
-            std::future<void> second = std::async(std::launch::async, [&] { read_range(half, c.nbytes, second_crc); });
-            read_range(0, half, crc);
-            second.get();
-            crc = crc32c_combine(crc, second_crc, c.nbytes - half);
-          } else {
-            read_range(0, c.nbytes, crc);
           }
         } else {
           struct Piece {
@@ -266,13 +288,15 @@ class BoxLeafReader {
   // `first` of the chunk go straight into the first host target (or through the scratch
   // buffer to device targets), then to replicas.
   // Whether a chunk read straight into its targets is read by two threads: large, every
-  // target in host memory (device copies stay on one thread), and a second core to run on.
-  bool parallel_direct_read(const std::vector<std::size_t>& group, std::uint64_t nbytes) const {
-    if (nbytes < parallel_read_bytes) return false;
+  // target in host memory (device copies stay on one thread), a second core to run on, and
+  // at least three quarters of its bytes in memory already (StoreReader::cached_bytes; the
+  // page cache of a file just written or read can lack a few pages).
+  bool parallel_direct_read(const std::vector<std::size_t>& group, const ChunkRecord& c, const ChunkSource& f) const {
+    static const bool cores = std::thread::hardware_concurrency() > 1;
+    if (c.nbytes < parallel_read_bytes || !cores || !f.file) return false;
     for (std::size_t t : group)
       if (targets_[t].memory != MemoryKind::host) return false;
-    static const bool cores = std::thread::hardware_concurrency() > 1;
-    return cores;
+    return f.file->cached_bytes(c.offset, c.nbytes) >= c.nbytes / 4 * 3;
   }
 
   void read_direct(const ChunkSource& f, const ChunkRecord& c, std::uint64_t first, std::uint64_t bytes,

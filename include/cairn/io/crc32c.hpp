@@ -85,22 +85,35 @@ inline std::uint32_t crc32c_shift(std::uint32_t crc, std::size_t len) {
   return crc;
 }
 
-// Shifting by the 8 KiB stream block is linear in the register, so it is four table look-ups.
-// The tables come from the shifts of the 32 single bits (a shift costs about 16 matrix
-// squarings; 1,024 of them took milliseconds at each program's first checksum).
+// Shifting by a fixed length is linear in the register, so it is four table look-ups. The
+// tables come from the shifts of the 32 single bits (a shift costs about 16 matrix squarings;
+// 1,024 of them took milliseconds at each program's first checksum). Used for the 8 KiB
+// blocks of the crc32 instruction's three streams, and to join the checksums of a chunk's
+// pieces read by two threads.
+class Crc32cShift {
+ public:
+  explicit Crc32cShift(std::size_t len) {
+    std::uint32_t bit[32];
+    for (int i = 0; i < 32; ++i) bit[i] = crc32c_shift(1u << i, len);
+    for (int byte = 0; byte < 4; ++byte)
+      for (std::uint32_t v = 0; v < 256; ++v) {
+        t_[byte][v] = 0;
+        for (int b = 0; b < 8; ++b)
+          if (v & (1u << b)) t_[byte][v] ^= bit[8 * byte + b];
+      }
+  }
+  std::uint32_t operator()(std::uint32_t crc) const {
+    return t_[0][crc & 0xff] ^ t_[1][(crc >> 8) & 0xff] ^ t_[2][(crc >> 16) & 0xff] ^ t_[3][crc >> 24];
+  }
+
+ private:
+  std::array<std::array<std::uint32_t, 256>, 4> t_;
+};
+
 inline constexpr std::size_t crc32c_stream_block = 8192;
 inline std::uint32_t crc32c_shift_block(std::uint32_t crc) {
-  static const auto table = [] {
-    std::uint32_t bit[32];
-    for (int i = 0; i < 32; ++i) bit[i] = crc32c_shift(1u << i, crc32c_stream_block);
-    std::array<std::array<std::uint32_t, 256>, 4> t{};
-    for (int byte = 0; byte < 4; ++byte)
-      for (std::uint32_t v = 0; v < 256; ++v)
-        for (int b = 0; b < 8; ++b)
-          if (v & (1u << b)) t[byte][v] ^= bit[8 * byte + b];
-    return t;
-  }();
-  return table[0][crc & 0xff] ^ table[1][(crc >> 8) & 0xff] ^ table[2][(crc >> 16) & 0xff] ^ table[3][crc >> 24];
+  static const Crc32cShift shift(crc32c_stream_block);
+  return shift(crc);
 }
 
 #ifdef CAIRN_CRC32C_X86
@@ -226,7 +239,7 @@ inline std::uint32_t crc32c_extend(std::uint32_t crc, const void* data, std::siz
 inline std::uint32_t crc32c(const void* data, std::size_t n) { return crc32c_extend(0, data, n); }
 
 // The CRC32C of A followed by B, from the CRC32C of each and B's length (as zlib's
-// crc32_combine): how two threads checksum the two halves of one chunk.
+// crc32_combine). For many parts of one length, detail::Crc32cShift(len) shifts faster.
 inline std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t len_b) {
   return detail::crc32c_shift(crc_a, static_cast<std::size_t>(len_b)) ^ crc_b;
 }

@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <climits>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -36,7 +37,8 @@ namespace detail {
 
 // The fault-injection seam: a hook that returns an errno value to make the named call fail
 // ("open", "pread", "pwrite", "ftruncate", "fsync", "close", "mkdir", "rename", "renameat2",
-// "remove", and "fcntl" for the claim locks of store/posix_staging.hpp), or 0 to let it run.
+// "remove", "fcntl" for the claim locks of store/posix_staging.hpp, and "mincore", whose
+// failure only means "not cached"), or 0 to let it run.
 // Tests only.
 using FaultHook = int (*)(const char* call, const std::string& path);
 inline std::atomic<FaultHook>& fault_hook() {
@@ -128,6 +130,34 @@ class File {
       n -= static_cast<std::uint64_t>(r);
       offset += static_cast<std::uint64_t>(r);
     }
+  }
+
+  // About how many of the n bytes at `offset` are in the page cache, so that reading them
+  // waits for no disk: the share of `samples` pages spread over the range that mincore finds
+  // resident, over a temporary mapping (mapping a range of a file reads nothing). Sampled,
+  // since mincore over all 4,096 pages of 16 MiB took 80 us here against 17 us for 8 pages.
+  // Any failure says 0: the answer only chooses how to read.
+  std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n, int samples = 8) const {
+    if (n == 0 || samples < 1 || injected_fault("mincore", path_)) return 0;
+    static const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    const std::uint64_t start = offset / page * page;
+    const std::size_t len = static_cast<std::size_t>(offset + n - start);
+    void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd_, static_cast<off_t>(start));
+    if (map == MAP_FAILED) return 0;
+    const std::uint64_t pages = (len + page - 1) / page;
+    const std::uint64_t checks = std::min<std::uint64_t>(pages, static_cast<std::uint64_t>(samples));
+    std::uint64_t resident = 0;
+    for (std::uint64_t i = 0; i < checks; ++i) {
+      const std::uint64_t at = checks == 1 ? 0 : i * (pages - 1) / (checks - 1);  // first and last page included
+      unsigned char r = 0;
+      if (::mincore(static_cast<char*>(map) + at * page, static_cast<std::size_t>(page), &r) != 0) {
+        resident = 0;
+        break;
+      }
+      resident += r & 1;
+    }
+    ::munmap(map, len);
+    return n / checks * resident + (resident == checks ? n % checks : 0);
   }
 
   // Fills the buffers of `iov` in turn from `offset` on, with preadv (up to IOV_MAX buffers a

@@ -196,6 +196,7 @@ class MemoryStore final : public Store {
     Reader(const MemoryStore& store, std::shared_ptr<const Bytes> bytes, std::string name)
         : store_(store), bytes_(std::move(bytes)), name_(std::move(name)) {}
     std::uint64_t size() const override { return bytes_->size(); }
+    std::uint64_t cached_bytes(std::uint64_t, std::uint64_t n) const override { return n; }  // it is memory
     void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
       const auto how = store_.count_and_check(Op::read, name_);
       std::uint64_t size = bytes_->size();

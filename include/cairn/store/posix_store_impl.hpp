@@ -25,6 +25,7 @@ class PosixStore::Reader final : public StoreReader {
   explicit Reader(detail::File f) : file_(std::move(f)), size_(file_.size()) {}
   std::uint64_t size() const override { return size_; }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { file_.read_at(dst, n, offset); }
+  std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override { return file_.cached_bytes(offset, n); }
   void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const override {
     std::uint64_t skip = 0;
     for (std::size_t i = 0; i < count; ++i)

@@ -34,12 +34,21 @@ struct ReadPiece {
 };
 
 // Reads one blob: exact byte ranges into caller memory.
-// Reads may come from two threads at once (a large chunk is read in two halves in parallel,
-// checkpoint/box_reader.hpp), so read_at must be safe to call concurrently, as pread is.
+// Reads may come from two threads at once (a large chunk already in memory is read by two
+// threads, checkpoint/box_reader.hpp), so read_at must be safe to call concurrently, as pread is.
 class StoreReader {
  public:
   virtual ~StoreReader() = default;
   virtual std::uint64_t size() const = 0;
+  // About how many of these bytes can be read without waiting for the medium (a file's pages
+  // already in the page cache, a blob in memory; an estimate is enough): the loader reads a
+  // large chunk that is mostly there with two threads, since the copy and the checksum, not
+  // the disk, bound it. 0 is always safe.
+  virtual std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const {
+    (void)offset;
+    (void)n;
+    return 0;
+  }
   // Exactly n bytes at `offset`, or throws: a blob shorter than that is corrupt (truncated).
   virtual void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const = 0;
   // Consecutive ranges from `offset` on, each into its own buffer, as one request: how many
