@@ -11,6 +11,7 @@
 
 #include "cairn/core/config.hpp"
 #include "cairn/tree.hpp"
+#include "cairn/core/named_sharding.hpp"
 #include "cairn/core/json.hpp"
 #include "cairn/tree/cereal.hpp"
 #include "cairn/dtype/cast_host.hpp"

@@ -461,411 +461,6 @@ inline void require_shape(const Shape& expected, const Shape& stored) {
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/core/shape.hpp -----
-// ----- begin cairn/core/mesh.hpp -----
-// A Mesh is an N-d grid of devices with named axes, as in JAX: {"data": 2, "model": 4} is 8
-// devices in a 2x4 grid. Devices are host "devices" (plain memory, so sharded code runs and
-// is tested without a GPU) or Thrust device-system devices (CUDA GPUs when compiled with
-// nvcc). Each device belongs to a process; an array holds the shards of this process's
-// devices, so a mesh spanning several processes (MPI) fits the same design.
-
-#include <algorithm>
-#include <cstdint>
-#include <initializer_list>
-#include <string>
-#include <utility>
-#include <vector>
-
-// ----- begin cairn/core/memory_kind.hpp -----
-// Where a buffer lives: host memory, or the memory of Thrust's device system (a CUDA GPU
-// under nvcc; host memory handled through Thrust's CPP/OMP backend otherwise).
-
-
-CAIRN_BEGIN_NAMESPACE
-
-enum class MemoryKind : char { host, device };
-
-inline const char* memory_kind_name(MemoryKind m) { return m == MemoryKind::host ? "host" : "device"; }
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/core/memory_kind.hpp -----
-
-CAIRN_BEGIN_NAMESPACE
-
-struct Device {
-  MemoryKind memory = MemoryKind::host;
-  int id = 0;       // CUDA device ordinal for device memory; a plain index for host devices
-  int process = 0;  // the process that holds this device
-  friend bool operator==(const Device&, const Device&) = default;
-};
-
-inline std::string to_string(const Device& d) {
-  return std::string(d.memory == MemoryKind::host ? "host:" : "device:") + std::to_string(d.id);
-}
-
-struct MeshAxis {
-  std::string name;
-  std::int64_t size = 1;
-  friend bool operator==(const MeshAxis&, const MeshAxis&) = default;
-};
-
-class Mesh {
- public:
-  Mesh() = default;
-  // Devices in row-major order over the axes (the last axis varies fastest).
-  Mesh(std::vector<MeshAxis> axes, std::vector<Device> devices, int this_process = 0)
-      : axes_(std::move(axes)), devices_(std::move(devices)), this_process_(this_process) {
-    const std::int64_t n = positions(axes_);
-    if (static_cast<std::int64_t>(devices_.size()) != n)
-      throw Error(ErrorKind::invalid_argument, "mesh of " + std::to_string(n) + " positions given " +
-                  std::to_string(devices_.size()) + " devices");
-    for (const auto& d : devices_) {
-      if (d.memory != devices_.front().memory)
-        throw Error(ErrorKind::invalid_argument, "a mesh holds host devices or device-system devices, not both");
-      if (d.id < 0) throw Error(ErrorKind::invalid_argument, "negative device id " + std::to_string(d.id));
-      if (d.process < 0) throw Error(ErrorKind::invalid_argument, "negative process " + std::to_string(d.process));
-    }
-    check_unique();
-  }
-
-  // Host devices 0..n-1: Mesh::host({{"data", 2}, {"model", 4}}).
-  static Mesh host(std::vector<MeshAxis> axes) { return make(std::move(axes), MemoryKind::host, {}); }
-  // Thrust device-system devices (CUDA GPUs under nvcc), ordinals 0..n-1 unless given.
-  static Mesh device(std::vector<MeshAxis> axes, std::vector<int> ids = {}) {
-    return make(std::move(axes), MemoryKind::device, std::move(ids));
-  }
-
-  const std::vector<MeshAxis>& axes() const { return axes_; }
-  const std::vector<Device>& devices() const { return devices_; }
-  std::size_t size() const { return devices_.size(); }
-  int this_process() const { return this_process_; }
-  // Assigns devices to processes (MPI ranks): process_of[i] is the process of devices()[i].
-  Mesh& assign_processes(const std::vector<int>& process_of, int this_process) {
-    if (process_of.size() != devices_.size())
-      throw Error(ErrorKind::invalid_argument, "assign_processes: one process per device");
-    for (std::size_t i = 0; i < devices_.size(); ++i) {
-      if (process_of[i] < 0) throw Error(ErrorKind::invalid_argument, "negative process " + std::to_string(process_of[i]));
-      devices_[i].process = process_of[i];
-    }
-    this_process_ = this_process;
-    check_unique();
-    return *this;
-  }
-  // A mesh over processes that hold `per_process` devices each, as MPI jobs are usually laid
-  // out: mesh position i is device i % per_process of process i / per_process. For device
-  // meshes the ids are each process's own ordinals (0..per_process-1); host ids are the
-  // positions.
-  static Mesh host_per_process(std::vector<MeshAxis> axes, int per_process, int this_process) {
-    return per_process_mesh(std::move(axes), MemoryKind::host, per_process, this_process);
-  }
-  static Mesh device_per_process(std::vector<MeshAxis> axes, int per_process, int this_process) {
-    return per_process_mesh(std::move(axes), MemoryKind::device, per_process, this_process);
-  }
-  // The processes the mesh spans (the largest process number + 1).
-  int process_count() const {
-    int n = 0;
-    for (const auto& d : devices_) n = std::max(n, d.process + 1);
-    return n;
-  }
-
-  int axis_index(const std::string& name) const {
-    for (std::size_t i = 0; i < axes_.size(); ++i)
-      if (axes_[i].name == name) return static_cast<int>(i);
-    return -1;
-  }
-  // The grid coordinate of device position i along each axis.
-  std::vector<std::int64_t> coordinates(std::size_t i) const {
-    std::vector<std::int64_t> c(axes_.size());
-    std::uint64_t r = i;
-    for (std::size_t a = axes_.size(); a-- > 0;) {
-      c[a] = static_cast<std::int64_t>(r % static_cast<std::uint64_t>(axes_[a].size));
-      r /= static_cast<std::uint64_t>(axes_[a].size);
-    }
-    return c;
-  }
-  bool is_local(std::size_t i) const { return devices_[i].process == this_process_; }
-
-  // "{data: 2, model: 4} on host" for messages.
-  std::string describe() const {
-    std::string s = "{";
-    for (std::size_t i = 0; i < axes_.size(); ++i) s += (i ? ", " : "") + axes_[i].name + ": " + std::to_string(axes_[i].size);
-    s += "} on ";
-    s += devices_.empty() ? "no devices" : memory_kind_name(devices_.front().memory);
-    return s;
-  }
-
-  friend bool operator==(const Mesh& a, const Mesh& b) { return a.axes_ == b.axes_ && a.devices_ == b.devices_; }
-
- private:
-  // Checks the axes (names, sizes, at most 2^20 devices) and returns the number of positions.
-  static std::int64_t positions(const std::vector<MeshAxis>& axes) {
-    std::int64_t n = 1;
-    for (std::size_t i = 0; i < axes.size(); ++i) {
-      const auto& a = axes[i];
-      if (a.name.empty()) throw Error(ErrorKind::invalid_argument, "mesh axis " + std::to_string(i) + " has no name");
-      if (a.size < 1 || a.size > (1 << 20))
-        throw Error(ErrorKind::invalid_argument, "mesh axis '" + a.name + "' has size " + std::to_string(a.size));
-      for (std::size_t j = 0; j < i; ++j)
-        if (axes[j].name == a.name) throw Error(ErrorKind::invalid_argument, "mesh axis '" + a.name + "' named twice");
-      n *= a.size;
-      if (n > (1 << 20)) throw Error(ErrorKind::invalid_argument, "mesh has more than 2^20 devices");
-    }
-    return n;
-  }
-
-  // A device id may repeat across processes (each has its GPU 0), not within one.
-  void check_unique() const {
-    std::vector<std::pair<int, int>> ids;
-    for (const auto& d : devices_) ids.emplace_back(d.process, d.id);
-    std::sort(ids.begin(), ids.end());
-    for (std::size_t i = 1; i < ids.size(); ++i)
-      if (ids[i] == ids[i - 1])
-        throw Error(ErrorKind::invalid_argument, "device " + std::to_string(ids[i].second) + " appears twice in the mesh" +
-                    (ids[i].first ? " (process " + std::to_string(ids[i].first) + ")" : std::string()));
-  }
-
-  static Mesh per_process_mesh(std::vector<MeshAxis> axes, MemoryKind memory, int per_process, int this_process) {
-    const std::int64_t n = positions(axes);
-    if (per_process < 1 || n % per_process != 0)
-      throw Error(ErrorKind::invalid_argument, "a mesh of " + std::to_string(n) + " positions cannot be split into "
-                  "processes of " + std::to_string(per_process) + " devices");
-    std::vector<Device> devices;
-    for (std::int64_t i = 0; i < n; ++i)
-      devices.push_back({memory, static_cast<int>(memory == MemoryKind::host ? i : i % per_process),
-                         static_cast<int>(i / per_process)});
-    return Mesh(std::move(axes), std::move(devices), this_process);
-  }
-
-  static Mesh make(std::vector<MeshAxis> axes, MemoryKind memory, std::vector<int> ids) {
-    const std::int64_t n = positions(axes);
-    if (!ids.empty() && static_cast<std::int64_t>(ids.size()) != n)
-      throw Error(ErrorKind::invalid_argument, "mesh of " + std::to_string(n) + " positions given " +
-                  std::to_string(ids.size()) + " device ids");
-    std::vector<Device> devices;
-    for (std::int64_t i = 0; i < n; ++i)
-      devices.push_back({memory, ids.empty() ? static_cast<int>(i) : ids[static_cast<std::size_t>(i)], 0});
-    return Mesh(std::move(axes), std::move(devices));
-  }
-
-  std::vector<MeshAxis> axes_;
-  std::vector<Device> devices_;
-  int this_process_ = 0;
-};
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/core/mesh.hpp -----
-// ----- begin cairn/core/partition_spec.hpp -----
-// PartitionSpec: for each array dimension, the mesh axes it is split over (none: the
-// dimension is replicated across the mesh). As in JAX, PartitionSpec{"data", replicated}
-// splits rows over "data"; {{"data", "model"}} splits dimension 0 over both axes (data major);
-// dimensions past the spec's length are replicated.
-
-#include <initializer_list>
-#include <string>
-#include <vector>
-
-
-CAIRN_BEGIN_NAMESPACE
-
-struct Replicated {
-  friend bool operator==(Replicated, Replicated) = default;
-};
-// The spec entry of a dimension split over no mesh axis (JAX's None).
-inline constexpr Replicated replicated{};
-
-class PartitionSpec {
- public:
-  // One dimension's mesh axes: none, one, or several.
-  struct Dim {
-    std::vector<std::string> axes;
-    Dim(Replicated) {}
-    Dim(const char* axis) : axes{axis} {}
-    Dim(std::string axis) : axes{std::move(axis)} {}
-    Dim(std::initializer_list<std::string> list) : axes(list) {}
-    explicit Dim(std::vector<std::string> list) : axes(std::move(list)) {}
-    friend bool operator==(const Dim&, const Dim&) = default;
-  };
-
-  PartitionSpec() = default;
-  PartitionSpec(std::initializer_list<Dim> dims) : dims_(dims) {}
-  explicit PartitionSpec(std::vector<Dim> dims) : dims_(std::move(dims)) {}
-
-  const std::vector<Dim>& dims() const { return dims_; }
-  std::size_t size() const { return dims_.size(); }
-  // The axes of dimension d (none past the end).
-  const std::vector<std::string>& axes(std::size_t d) const {
-    static const std::vector<std::string> none;
-    return d < dims_.size() ? dims_[d].axes : none;
-  }
-
-  // PartitionSpec('data', None, ('x', 'y')) in JAX's notation, for messages and summaries.
-  std::string str() const {
-    std::string s = "PartitionSpec(";
-    for (std::size_t d = 0; d < dims_.size(); ++d) {
-      if (d) s += ", ";
-      const auto& a = dims_[d].axes;
-      if (a.empty()) s += "None";
-      else if (a.size() == 1) s += "'" + a[0] + "'";
-      else {
-        s += "(";
-        for (std::size_t i = 0; i < a.size(); ++i) s += (i ? ", '" : "'") + a[i] + "'";
-        s += ")";
-      }
-    }
-    return s + ")";
-  }
-
-  friend bool operator==(const PartitionSpec&, const PartitionSpec&) = default;
-
- private:
-  std::vector<Dim> dims_;
-};
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/core/partition_spec.hpp -----
-// ----- begin cairn/core/named_sharding.hpp -----
-// NamedSharding = Mesh + PartitionSpec: which index box of a global array each device holds.
-// Uneven divisions follow JAX's rule: a dimension of size n split into p parts gives every
-// part ceil(n / p) indices except the last ones, which get what is left (possibly nothing:
-// n = 5 over 4 devices gives 2, 2, 1, 0).
-
-#include <string>
-#include <vector>
-
-// ----- begin cairn/core/box.hpp -----
-// Index boxes of an N-d array: where a shard or a stored chunk lies in the global array, and
-// the intersection of two of them (which part of a stored chunk a target shard needs).
-
-#include <algorithm>
-#include <cstdint>
-#include <string>
-
-
-CAIRN_BEGIN_NAMESPACE
-
-struct Box {
-  Shape start;  // first index per dimension
-  Shape shape;  // extent per dimension
-
-  std::size_t rank() const { return shape.size(); }
-  std::uint64_t elements() const { return element_count(shape); }
-  bool empty() const {
-    for (auto e : shape)
-      if (e == 0) return true;
-    return false;
-  }
-  friend bool operator==(const Box&, const Box&) = default;
-};
-
-inline std::string to_string(const Box& b) {
-  std::string s = "[";
-  for (std::size_t d = 0; d < b.rank(); ++d) {
-    if (d) s += ", ";
-    s += std::to_string(b.start[d]) + ":" + std::to_string(b.start[d] + b.shape[d]);
-  }
-  return s + "]";
-}
-
-// Whether `b` has the rank of `shape` and lies inside it, with no negative start or extent.
-// Written so that no sum can overflow: boxes come from untrusted metadata too.
-inline bool box_inside(const Shape& start, const Shape& extent, const Shape& shape) {
-  if (start.size() != shape.size() || extent.size() != shape.size()) return false;
-  for (std::size_t d = 0; d < shape.size(); ++d)
-    if (start[d] < 0 || extent[d] < 0 || start[d] > shape[d] || extent[d] > shape[d] - start[d]) return false;
-  return true;
-}
-inline bool box_inside(const Box& b, const Shape& shape) { return box_inside(b.start, b.shape, shape); }
-
-// The box covering a whole array of this shape.
-inline Box whole_box(const Shape& shape) { return {Shape(shape.size(), 0), shape}; }
-
-// Intersection of two boxes of the same rank; false when it holds no element.
-inline bool intersect(const Box& a, const Box& b, Box& out) {
-  out.start.resize(a.rank());
-  out.shape.resize(a.rank());
-  for (std::size_t d = 0; d < a.rank(); ++d) {
-    const std::int64_t lo = std::max(a.start[d], b.start[d]);
-    const std::int64_t hi = std::min(a.start[d] + a.shape[d], b.start[d] + b.shape[d]);
-    if (hi <= lo) return false;
-    out.start[d] = lo;
-    out.shape[d] = hi - lo;
-  }
-  return true;
-}
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/core/box.hpp -----
-
-CAIRN_BEGIN_NAMESPACE
-
-struct NamedSharding {
-  Mesh mesh;
-  PartitionSpec spec;
-
-  NamedSharding() = default;
-  NamedSharding(Mesh m, PartitionSpec s) : mesh(std::move(m)), spec(std::move(s)) {}
-
-  // Throws invalid_argument unless the spec fits an array of this rank and this mesh: every
-  // named axis exists and is used at most once.
-  void validate(std::size_t rank) const {
-    if (spec.size() > rank)
-      throw Error(ErrorKind::invalid_argument, spec.str() + " has " + std::to_string(spec.size()) +
-                  " entries for an array of rank " + std::to_string(rank));
-    std::vector<bool> used(mesh.axes().size(), false);
-    for (std::size_t d = 0; d < spec.size(); ++d)
-      for (const auto& name : spec.axes(d)) {
-        const int a = mesh.axis_index(name);
-        if (a < 0)
-          throw Error(ErrorKind::invalid_argument, spec.str() + " names axis '" + name + "', not in the mesh " +
-                      mesh.describe());
-        if (used[static_cast<std::size_t>(a)])
-          throw Error(ErrorKind::invalid_argument, spec.str() + " uses mesh axis '" + name + "' twice");
-        used[static_cast<std::size_t>(a)] = true;
-      }
-  }
-
-  // How many parts dimension d is split into.
-  std::int64_t parts(std::size_t d) const {
-    std::int64_t p = 1;
-    for (const auto& name : spec.axes(d)) p *= mesh.axes()[static_cast<std::size_t>(mesh.axis_index(name))].size;
-    return p;
-  }
-
-  // The box of the global array held by the device at mesh position i (validate first).
-  Box shard_box(const Shape& shape, std::size_t i) const {
-    const auto coords = mesh.coordinates(i);
-    Box b{Shape(shape.size(), 0), shape};
-    for (std::size_t d = 0; d < shape.size() && d < spec.size(); ++d) {
-      std::int64_t part = 0, parts = 1;
-      for (const auto& name : spec.axes(d)) {  // first named axis is the major one
-        const auto a = static_cast<std::size_t>(mesh.axis_index(name));
-        part = part * mesh.axes()[a].size + coords[a];
-        parts *= mesh.axes()[a].size;
-      }
-      const std::int64_t n = shape[d];
-      const std::int64_t per = (n + parts - 1) / parts;
-      const std::int64_t start = (per == 0 || part > n / per) ? n : std::min(n, part * per);  // no overflow
-      b.start[d] = start;
-      b.shape[d] = std::min(per, n - start);
-    }
-    return b;
-  }
-
-  // Boxes of every device, in mesh order.
-  std::vector<Box> shard_boxes(const Shape& shape) const {
-    validate(shape.size());
-    std::vector<Box> out;
-    out.reserve(mesh.size());
-    for (std::size_t i = 0; i < mesh.size(); ++i) out.push_back(shard_box(shape, i));
-    return out;
-  }
-
-  std::string describe() const { return "mesh " + mesh.describe() + ", " + spec.str(); }
-
-  friend bool operator==(const NamedSharding&, const NamedSharding&) = default;
-};
-
-CAIRN_END_NAMESPACE
-// ----- end cairn/core/named_sharding.hpp -----
 // ----- begin cairn/dtype/dtype.hpp -----
 // Element types of stored arrays, named as numpy and ml_dtypes spell them, and the map from
 // C++ element types to them.
@@ -1204,57 +799,152 @@ CAIRN_END_NAMESPACE
 
 #include <optional>
 
+// ----- begin cairn/core/box.hpp -----
+// Index boxes of an N-d array: where a shard or a stored chunk lies in the global array, and
+// the intersection of two of them (which part of a stored chunk a target shard needs).
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+struct Box {
+  Shape start;  // first index per dimension
+  Shape shape;  // extent per dimension
+
+  std::size_t rank() const { return shape.size(); }
+  std::uint64_t elements() const { return element_count(shape); }
+  bool empty() const {
+    for (auto e : shape)
+      if (e == 0) return true;
+    return false;
+  }
+  friend bool operator==(const Box&, const Box&) = default;
+};
+
+inline std::string to_string(const Box& b) {
+  std::string s = "[";
+  for (std::size_t d = 0; d < b.rank(); ++d) {
+    if (d) s += ", ";
+    s += std::to_string(b.start[d]) + ":" + std::to_string(b.start[d] + b.shape[d]);
+  }
+  return s + "]";
+}
+
+// Whether `b` has the rank of `shape` and lies inside it, with no negative start or extent.
+// Written so that no sum can overflow: boxes come from untrusted metadata too.
+inline bool box_inside(const Shape& start, const Shape& extent, const Shape& shape) {
+  if (start.size() != shape.size() || extent.size() != shape.size()) return false;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (start[d] < 0 || extent[d] < 0 || start[d] > shape[d] || extent[d] > shape[d] - start[d]) return false;
+  return true;
+}
+inline bool box_inside(const Box& b, const Shape& shape) { return box_inside(b.start, b.shape, shape); }
+
+// The box covering a whole array of this shape.
+inline Box whole_box(const Shape& shape) { return {Shape(shape.size(), 0), shape}; }
+
+// Intersection of two boxes of the same rank; false when it holds no element.
+inline bool intersect(const Box& a, const Box& b, Box& out) {
+  out.start.resize(a.rank());
+  out.shape.resize(a.rank());
+  for (std::size_t d = 0; d < a.rank(); ++d) {
+    const std::int64_t lo = std::max(a.start[d], b.start[d]);
+    const std::int64_t hi = std::min(a.start[d] + a.shape[d], b.start[d] + b.shape[d]);
+    if (hi <= lo) return false;
+    out.start[d] = lo;
+    out.shape[d] = hi - lo;
+  }
+  return true;
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/box.hpp -----
 // ----- begin cairn/core/heap_optional.hpp -----
 // HeapOptional<T>: std::optional's interface over a value kept on the heap, for a member that
-// most records lack. LeafRecord::sharding is one: in place, a std::optional<NamedSharding> made
-// every leaf record 80 bytes larger, 8 MB of the peak memory of a 100,000-leaf load, where
-// most leaves are not sharded.
+// most records lack. LeafRecord::sharding and LeafView::sharding are two: in place, a
+// std::optional<NamedSharding> made every leaf record and view 80 bytes larger, 8 MB of the
+// peak memory of a 100,000-leaf load and more of a save, where most leaves are not sharded.
+//
+// T may be incomplete wherever a HeapOptional is only made empty, copied, moved or destroyed
+// (the value lives in a box with a virtual destructor and clone), so that the light model
+// header (cairn/tree.hpp) declares LeafView without the sharding types' headers.
 
-#include <memory>
 #include <optional>
 #include <utility>
 
 
 CAIRN_BEGIN_NAMESPACE
+namespace detail {
+struct HeapBox {
+  virtual ~HeapBox() = default;
+  virtual HeapBox* clone() const = 0;
+};
+template <class T>
+struct HeapBoxOf final : HeapBox {
+  template <class... Args>
+  explicit HeapBoxOf(Args&&... args) : value(std::forward<Args>(args)...) {}
+  HeapBox* clone() const override { return new HeapBoxOf(value); }
+  T value;
+};
+}  // namespace detail
 
 template <class T>
 class HeapOptional {
  public:
   HeapOptional() = default;
   HeapOptional(std::nullopt_t) {}
-  HeapOptional(const T& v) : p_(std::make_unique<T>(v)) {}
-  HeapOptional(T&& v) : p_(std::make_unique<T>(std::move(v))) {}
-  HeapOptional(const std::optional<T>& v) : p_(v ? std::make_unique<T>(*v) : nullptr) {}
-  HeapOptional(const HeapOptional& o) : p_(o.p_ ? std::make_unique<T>(*o.p_) : nullptr) {}
-  HeapOptional(HeapOptional&&) noexcept = default;
+  HeapOptional(const T& v) : box_(new detail::HeapBoxOf<T>(v)) {}
+  HeapOptional(T&& v) : box_(new detail::HeapBoxOf<T>(std::move(v))) {}
+  HeapOptional(const std::optional<T>& v) : box_(v ? new detail::HeapBoxOf<T>(*v) : nullptr) {}
+  HeapOptional(const HeapOptional& o) : box_(o.box_ ? o.box_->clone() : nullptr) {}
+  HeapOptional(HeapOptional&& o) noexcept : box_(std::exchange(o.box_, nullptr)) {}
+  ~HeapOptional() { delete box_; }
   HeapOptional& operator=(const HeapOptional& o) {
-    if (this != &o) p_ = o.p_ ? std::make_unique<T>(*o.p_) : nullptr;
+    if (this != &o) {
+      detail::HeapBox* copy = o.box_ ? o.box_->clone() : nullptr;
+      delete box_;
+      box_ = copy;
+    }
     return *this;
   }
-  HeapOptional& operator=(HeapOptional&&) noexcept = default;
+  HeapOptional& operator=(HeapOptional&& o) noexcept {
+    if (this != &o) {
+      delete box_;
+      box_ = std::exchange(o.box_, nullptr);
+    }
+    return *this;
+  }
   HeapOptional& operator=(std::nullopt_t) {
-    p_.reset();
+    reset();
     return *this;
   }
 
   template <class... Args>
   T& emplace(Args&&... args) {
-    p_ = std::make_unique<T>(std::forward<Args>(args)...);
-    return *p_;
+    auto* b = new detail::HeapBoxOf<T>(std::forward<Args>(args)...);
+    delete box_;
+    box_ = b;
+    return b->value;
   }
-  void reset() { p_.reset(); }
+  void reset() {
+    delete box_;
+    box_ = nullptr;
+  }
 
-  bool has_value() const { return p_ != nullptr; }
-  explicit operator bool() const { return p_ != nullptr; }
-  T& operator*() { return *p_; }
-  const T& operator*() const { return *p_; }
-  T* operator->() { return p_.get(); }
-  const T* operator->() const { return p_.get(); }
+  bool has_value() const { return box_ != nullptr; }
+  explicit operator bool() const { return box_ != nullptr; }
+  T& operator*() { return get(); }
+  const T& operator*() const { return get(); }
+  T* operator->() { return &get(); }
+  const T* operator->() const { return &get(); }
   const T& value() const {
-    if (!p_) throw std::bad_optional_access();
-    return *p_;
+    if (!box_) throw std::bad_optional_access();
+    return get();
   }
-  operator std::optional<T>() const { return p_ ? std::optional<T>(*p_) : std::nullopt; }
+  operator std::optional<T>() const { return box_ ? std::optional<T>(get()) : std::nullopt; }
 
   friend bool operator==(const HeapOptional& a, const HeapOptional& b) {
     return a.has_value() == b.has_value() && (!a || *a == *b);
@@ -1262,11 +952,25 @@ class HeapOptional {
   friend bool operator==(const HeapOptional& a, std::nullopt_t) { return !a; }
 
  private:
-  std::unique_ptr<T> p_;
+  T& get() const { return static_cast<detail::HeapBoxOf<T>*>(box_)->value; }
+  detail::HeapBox* box_ = nullptr;
 };
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/core/heap_optional.hpp -----
+// ----- begin cairn/core/memory_kind.hpp -----
+// Where a buffer lives: host memory, or the memory of Thrust's device system (a CUDA GPU
+// under nvcc; host memory handled through Thrust's CPP/OMP backend otherwise).
+
+
+CAIRN_BEGIN_NAMESPACE
+
+enum class MemoryKind : char { host, device };
+
+inline const char* memory_kind_name(MemoryKind m) { return m == MemoryKind::host ? "host" : "device"; }
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/memory_kind.hpp -----
 // ----- begin cairn/core/order.hpp -----
 // Small value types that the tree, the format and the loaders share: the memory order of an
 // array and the kind of an inner node of a tree.
@@ -1295,6 +999,10 @@ CAIRN_END_NAMESPACE
 // ----- end cairn/core/order.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
+
+// Declared only: the light model header does without the sharding types' headers (a leaf
+// view's sharding is a HeapOptional, which needs the type complete only where one is made).
+struct NamedSharding;
 
 // One shard of a sharded leaf as the saver sees it: its box of the global array and its
 // elements in C order, in host or device memory. `primary` is false for a replica whose box
@@ -2188,6 +1896,335 @@ CAIRN_END_NAMESPACE
 // ----- end cairn/leaves/eigen.hpp -----
 #endif
 // ----- end cairn/tree.hpp -----
+// ----- begin cairn/core/named_sharding.hpp -----
+// NamedSharding = Mesh + PartitionSpec: which index box of a global array each device holds.
+// Uneven divisions follow JAX's rule: a dimension of size n split into p parts gives every
+// part ceil(n / p) indices except the last ones, which get what is left (possibly nothing:
+// n = 5 over 4 devices gives 2, 2, 1, 0).
+
+#include <string>
+#include <vector>
+
+// ----- begin cairn/core/mesh.hpp -----
+// A Mesh is an N-d grid of devices with named axes, as in JAX: {"data": 2, "model": 4} is 8
+// devices in a 2x4 grid. Devices are host "devices" (plain memory, so sharded code runs and
+// is tested without a GPU) or Thrust device-system devices (CUDA GPUs when compiled with
+// nvcc). Each device belongs to a process; an array holds the shards of this process's
+// devices, so a mesh spanning several processes (MPI) fits the same design.
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+struct Device {
+  MemoryKind memory = MemoryKind::host;
+  int id = 0;       // CUDA device ordinal for device memory; a plain index for host devices
+  int process = 0;  // the process that holds this device
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+inline std::string to_string(const Device& d) {
+  return std::string(d.memory == MemoryKind::host ? "host:" : "device:") + std::to_string(d.id);
+}
+
+struct MeshAxis {
+  std::string name;
+  std::int64_t size = 1;
+  friend bool operator==(const MeshAxis&, const MeshAxis&) = default;
+};
+
+class Mesh {
+ public:
+  Mesh() = default;
+  // Devices in row-major order over the axes (the last axis varies fastest).
+  Mesh(std::vector<MeshAxis> axes, std::vector<Device> devices, int this_process = 0)
+      : axes_(std::move(axes)), devices_(std::move(devices)), this_process_(this_process) {
+    const std::int64_t n = positions(axes_);
+    if (static_cast<std::int64_t>(devices_.size()) != n)
+      throw Error(ErrorKind::invalid_argument, "mesh of " + std::to_string(n) + " positions given " +
+                  std::to_string(devices_.size()) + " devices");
+    for (const auto& d : devices_) {
+      if (d.memory != devices_.front().memory)
+        throw Error(ErrorKind::invalid_argument, "a mesh holds host devices or device-system devices, not both");
+      if (d.id < 0) throw Error(ErrorKind::invalid_argument, "negative device id " + std::to_string(d.id));
+      if (d.process < 0) throw Error(ErrorKind::invalid_argument, "negative process " + std::to_string(d.process));
+    }
+    check_unique();
+  }
+
+  // Host devices 0..n-1: Mesh::host({{"data", 2}, {"model", 4}}).
+  static Mesh host(std::vector<MeshAxis> axes) { return make(std::move(axes), MemoryKind::host, {}); }
+  // Thrust device-system devices (CUDA GPUs under nvcc), ordinals 0..n-1 unless given.
+  static Mesh device(std::vector<MeshAxis> axes, std::vector<int> ids = {}) {
+    return make(std::move(axes), MemoryKind::device, std::move(ids));
+  }
+
+  const std::vector<MeshAxis>& axes() const { return axes_; }
+  const std::vector<Device>& devices() const { return devices_; }
+  std::size_t size() const { return devices_.size(); }
+  int this_process() const { return this_process_; }
+  // Assigns devices to processes (MPI ranks): process_of[i] is the process of devices()[i].
+  Mesh& assign_processes(const std::vector<int>& process_of, int this_process) {
+    if (process_of.size() != devices_.size())
+      throw Error(ErrorKind::invalid_argument, "assign_processes: one process per device");
+    for (std::size_t i = 0; i < devices_.size(); ++i) {
+      if (process_of[i] < 0) throw Error(ErrorKind::invalid_argument, "negative process " + std::to_string(process_of[i]));
+      devices_[i].process = process_of[i];
+    }
+    this_process_ = this_process;
+    check_unique();
+    return *this;
+  }
+  // A mesh over processes that hold `per_process` devices each, as MPI jobs are usually laid
+  // out: mesh position i is device i % per_process of process i / per_process. For device
+  // meshes the ids are each process's own ordinals (0..per_process-1); host ids are the
+  // positions.
+  static Mesh host_per_process(std::vector<MeshAxis> axes, int per_process, int this_process) {
+    return per_process_mesh(std::move(axes), MemoryKind::host, per_process, this_process);
+  }
+  static Mesh device_per_process(std::vector<MeshAxis> axes, int per_process, int this_process) {
+    return per_process_mesh(std::move(axes), MemoryKind::device, per_process, this_process);
+  }
+  // The processes the mesh spans (the largest process number + 1).
+  int process_count() const {
+    int n = 0;
+    for (const auto& d : devices_) n = std::max(n, d.process + 1);
+    return n;
+  }
+
+  int axis_index(const std::string& name) const {
+    for (std::size_t i = 0; i < axes_.size(); ++i)
+      if (axes_[i].name == name) return static_cast<int>(i);
+    return -1;
+  }
+  // The grid coordinate of device position i along each axis.
+  std::vector<std::int64_t> coordinates(std::size_t i) const {
+    std::vector<std::int64_t> c(axes_.size());
+    std::uint64_t r = i;
+    for (std::size_t a = axes_.size(); a-- > 0;) {
+      c[a] = static_cast<std::int64_t>(r % static_cast<std::uint64_t>(axes_[a].size));
+      r /= static_cast<std::uint64_t>(axes_[a].size);
+    }
+    return c;
+  }
+  bool is_local(std::size_t i) const { return devices_[i].process == this_process_; }
+
+  // "{data: 2, model: 4} on host" for messages.
+  std::string describe() const {
+    std::string s = "{";
+    for (std::size_t i = 0; i < axes_.size(); ++i) s += (i ? ", " : "") + axes_[i].name + ": " + std::to_string(axes_[i].size);
+    s += "} on ";
+    s += devices_.empty() ? "no devices" : memory_kind_name(devices_.front().memory);
+    return s;
+  }
+
+  friend bool operator==(const Mesh& a, const Mesh& b) { return a.axes_ == b.axes_ && a.devices_ == b.devices_; }
+
+ private:
+  // Checks the axes (names, sizes, at most 2^20 devices) and returns the number of positions.
+  static std::int64_t positions(const std::vector<MeshAxis>& axes) {
+    std::int64_t n = 1;
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      const auto& a = axes[i];
+      if (a.name.empty()) throw Error(ErrorKind::invalid_argument, "mesh axis " + std::to_string(i) + " has no name");
+      if (a.size < 1 || a.size > (1 << 20))
+        throw Error(ErrorKind::invalid_argument, "mesh axis '" + a.name + "' has size " + std::to_string(a.size));
+      for (std::size_t j = 0; j < i; ++j)
+        if (axes[j].name == a.name) throw Error(ErrorKind::invalid_argument, "mesh axis '" + a.name + "' named twice");
+      n *= a.size;
+      if (n > (1 << 20)) throw Error(ErrorKind::invalid_argument, "mesh has more than 2^20 devices");
+    }
+    return n;
+  }
+
+  // A device id may repeat across processes (each has its GPU 0), not within one.
+  void check_unique() const {
+    std::vector<std::pair<int, int>> ids;
+    for (const auto& d : devices_) ids.emplace_back(d.process, d.id);
+    std::sort(ids.begin(), ids.end());
+    for (std::size_t i = 1; i < ids.size(); ++i)
+      if (ids[i] == ids[i - 1])
+        throw Error(ErrorKind::invalid_argument, "device " + std::to_string(ids[i].second) + " appears twice in the mesh" +
+                    (ids[i].first ? " (process " + std::to_string(ids[i].first) + ")" : std::string()));
+  }
+
+  static Mesh per_process_mesh(std::vector<MeshAxis> axes, MemoryKind memory, int per_process, int this_process) {
+    const std::int64_t n = positions(axes);
+    if (per_process < 1 || n % per_process != 0)
+      throw Error(ErrorKind::invalid_argument, "a mesh of " + std::to_string(n) + " positions cannot be split into "
+                  "processes of " + std::to_string(per_process) + " devices");
+    std::vector<Device> devices;
+    for (std::int64_t i = 0; i < n; ++i)
+      devices.push_back({memory, static_cast<int>(memory == MemoryKind::host ? i : i % per_process),
+                         static_cast<int>(i / per_process)});
+    return Mesh(std::move(axes), std::move(devices), this_process);
+  }
+
+  static Mesh make(std::vector<MeshAxis> axes, MemoryKind memory, std::vector<int> ids) {
+    const std::int64_t n = positions(axes);
+    if (!ids.empty() && static_cast<std::int64_t>(ids.size()) != n)
+      throw Error(ErrorKind::invalid_argument, "mesh of " + std::to_string(n) + " positions given " +
+                  std::to_string(ids.size()) + " device ids");
+    std::vector<Device> devices;
+    for (std::int64_t i = 0; i < n; ++i)
+      devices.push_back({memory, ids.empty() ? static_cast<int>(i) : ids[static_cast<std::size_t>(i)], 0});
+    return Mesh(std::move(axes), std::move(devices));
+  }
+
+  std::vector<MeshAxis> axes_;
+  std::vector<Device> devices_;
+  int this_process_ = 0;
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/mesh.hpp -----
+// ----- begin cairn/core/partition_spec.hpp -----
+// PartitionSpec: for each array dimension, the mesh axes it is split over (none: the
+// dimension is replicated across the mesh). As in JAX, PartitionSpec{"data", replicated}
+// splits rows over "data"; {{"data", "model"}} splits dimension 0 over both axes (data major);
+// dimensions past the spec's length are replicated.
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+struct Replicated {
+  friend bool operator==(Replicated, Replicated) = default;
+};
+// The spec entry of a dimension split over no mesh axis (JAX's None).
+inline constexpr Replicated replicated{};
+
+class PartitionSpec {
+ public:
+  // One dimension's mesh axes: none, one, or several.
+  struct Dim {
+    std::vector<std::string> axes;
+    Dim(Replicated) {}
+    Dim(const char* axis) : axes{axis} {}
+    Dim(std::string axis) : axes{std::move(axis)} {}
+    Dim(std::initializer_list<std::string> list) : axes(list) {}
+    explicit Dim(std::vector<std::string> list) : axes(std::move(list)) {}
+    friend bool operator==(const Dim&, const Dim&) = default;
+  };
+
+  PartitionSpec() = default;
+  PartitionSpec(std::initializer_list<Dim> dims) : dims_(dims) {}
+  explicit PartitionSpec(std::vector<Dim> dims) : dims_(std::move(dims)) {}
+
+  const std::vector<Dim>& dims() const { return dims_; }
+  std::size_t size() const { return dims_.size(); }
+  // The axes of dimension d (none past the end).
+  const std::vector<std::string>& axes(std::size_t d) const {
+    static const std::vector<std::string> none;
+    return d < dims_.size() ? dims_[d].axes : none;
+  }
+
+  // PartitionSpec('data', None, ('x', 'y')) in JAX's notation, for messages and summaries.
+  std::string str() const {
+    std::string s = "PartitionSpec(";
+    for (std::size_t d = 0; d < dims_.size(); ++d) {
+      if (d) s += ", ";
+      const auto& a = dims_[d].axes;
+      if (a.empty()) s += "None";
+      else if (a.size() == 1) s += "'" + a[0] + "'";
+      else {
+        s += "(";
+        for (std::size_t i = 0; i < a.size(); ++i) s += (i ? ", '" : "'") + a[i] + "'";
+        s += ")";
+      }
+    }
+    return s + ")";
+  }
+
+  friend bool operator==(const PartitionSpec&, const PartitionSpec&) = default;
+
+ private:
+  std::vector<Dim> dims_;
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/partition_spec.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+
+struct NamedSharding {
+  Mesh mesh;
+  PartitionSpec spec;
+
+  NamedSharding() = default;
+  NamedSharding(Mesh m, PartitionSpec s) : mesh(std::move(m)), spec(std::move(s)) {}
+
+  // Throws invalid_argument unless the spec fits an array of this rank and this mesh: every
+  // named axis exists and is used at most once.
+  void validate(std::size_t rank) const {
+    if (spec.size() > rank)
+      throw Error(ErrorKind::invalid_argument, spec.str() + " has " + std::to_string(spec.size()) +
+                  " entries for an array of rank " + std::to_string(rank));
+    std::vector<bool> used(mesh.axes().size(), false);
+    for (std::size_t d = 0; d < spec.size(); ++d)
+      for (const auto& name : spec.axes(d)) {
+        const int a = mesh.axis_index(name);
+        if (a < 0)
+          throw Error(ErrorKind::invalid_argument, spec.str() + " names axis '" + name + "', not in the mesh " +
+                      mesh.describe());
+        if (used[static_cast<std::size_t>(a)])
+          throw Error(ErrorKind::invalid_argument, spec.str() + " uses mesh axis '" + name + "' twice");
+        used[static_cast<std::size_t>(a)] = true;
+      }
+  }
+
+  // How many parts dimension d is split into.
+  std::int64_t parts(std::size_t d) const {
+    std::int64_t p = 1;
+    for (const auto& name : spec.axes(d)) p *= mesh.axes()[static_cast<std::size_t>(mesh.axis_index(name))].size;
+    return p;
+  }
+
+  // The box of the global array held by the device at mesh position i (validate first).
+  Box shard_box(const Shape& shape, std::size_t i) const {
+    const auto coords = mesh.coordinates(i);
+    Box b{Shape(shape.size(), 0), shape};
+    for (std::size_t d = 0; d < shape.size() && d < spec.size(); ++d) {
+      std::int64_t part = 0, parts = 1;
+      for (const auto& name : spec.axes(d)) {  // first named axis is the major one
+        const auto a = static_cast<std::size_t>(mesh.axis_index(name));
+        part = part * mesh.axes()[a].size + coords[a];
+        parts *= mesh.axes()[a].size;
+      }
+      const std::int64_t n = shape[d];
+      const std::int64_t per = (n + parts - 1) / parts;
+      const std::int64_t start = (per == 0 || part > n / per) ? n : std::min(n, part * per);  // no overflow
+      b.start[d] = start;
+      b.shape[d] = std::min(per, n - start);
+    }
+    return b;
+  }
+
+  // Boxes of every device, in mesh order.
+  std::vector<Box> shard_boxes(const Shape& shape) const {
+    validate(shape.size());
+    std::vector<Box> out;
+    out.reserve(mesh.size());
+    for (std::size_t i = 0; i < mesh.size(); ++i) out.push_back(shard_box(shape, i));
+    return out;
+  }
+
+  std::string describe() const { return "mesh " + mesh.describe() + ", " + spec.str(); }
+
+  friend bool operator==(const NamedSharding&, const NamedSharding&) = default;
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/named_sharding.hpp -----
 // ----- begin cairn/core/json.hpp -----
 // cairn::Json: a small JSON value for user metadata (epoch, loss, learning rate ...) and
 // metrics. Objects keep insertion order. The parser is strict and depth-limited because it

@@ -14,6 +14,7 @@
 #include "cairn/core/heap_optional.hpp"
 #include "cairn/core/json.hpp"
 #include "cairn/core/key_path.hpp"
+#include "cairn/core/named_sharding.hpp"
 #include "cairn/core/shape.hpp"
 #include "cairn/dtype/dtype.hpp"
 #include "cairn/tree/traits.hpp"

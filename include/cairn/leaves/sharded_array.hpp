@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "cairn/core/named_sharding.hpp"
 #include "cairn/device/memory.hpp"
 #include "cairn/kernels/box_plan.hpp"
 #include "cairn/tree/traits.hpp"

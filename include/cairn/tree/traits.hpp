@@ -18,12 +18,15 @@
 #include "cairn/core/heap_optional.hpp"
 #include "cairn/core/key_path.hpp"
 #include "cairn/core/memory_kind.hpp"
-#include "cairn/core/named_sharding.hpp"
 #include "cairn/core/order.hpp"
 #include "cairn/core/shape.hpp"
 #include "cairn/dtype/dtype.hpp"
 
 CAIRN_BEGIN_NAMESPACE
+
+// Declared only: the light model header does without the sharding types' headers (a leaf
+// view's sharding is a HeapOptional, which needs the type complete only where one is made).
+struct NamedSharding;
 
 // One shard of a sharded leaf as the saver sees it: its box of the global array and its
 // elements in C order, in host or device memory. `primary` is false for a replica whose box
