@@ -117,30 +117,12 @@ enum class ErrorKind {
   timeout,
 };
 
-inline const char* to_string(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::io: return "io";
-    case ErrorKind::not_found: return "not_found";
-    case ErrorKind::already_exists: return "already_exists";
-    case ErrorKind::incomplete: return "incomplete";
-    case ErrorKind::corrupt: return "corrupt";
-    case ErrorKind::unsupported_version: return "unsupported_version";
-    case ErrorKind::structure_mismatch: return "structure_mismatch";
-    case ErrorKind::shape_mismatch: return "shape_mismatch";
-    case ErrorKind::dtype_mismatch: return "dtype_mismatch";
-    case ErrorKind::value_out_of_range: return "value_out_of_range";
-    case ErrorKind::invalid_argument: return "invalid_argument";
-    case ErrorKind::after_commit: return "after_commit";
-    case ErrorKind::timeout: return "timeout";
-  }
-  return "unknown";
-}
+// "io", "not_found", ...: the kind as the messages print it.
+CAIRN_API const char* to_string(ErrorKind kind);
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, std::string message, std::string file = {}, std::string key = {})
-      : std::runtime_error(format(kind, message, file, key)),
-        kind_(kind), message_(std::move(message)), file_(std::move(file)), key_(std::move(key)) {}
+  CAIRN_API Error(ErrorKind kind, std::string message, std::string file = {}, std::string key = {});
 
   ErrorKind kind() const noexcept { return kind_; }
   // The file the error concerns ("" when none), and the key path ("" when the whole tree).
@@ -158,21 +140,17 @@ class Error : public std::runtime_error {
   }
 
  private:
-  static std::string format(ErrorKind kind, const std::string& message, const std::string& file,
-                            const std::string& key) {
-    std::string s = "cairn: ";
-    s += to_string(kind);
-    if (!file.empty()) s += ": " + file;
-    if (!key.empty()) s += ": key '" + key + "'";
-    s += ": " + message;
-    return s;
-  }
+  CAIRN_API static std::string format(ErrorKind kind, const std::string& message, const std::string& file,
+                                      const std::string& key);
 
   ErrorKind kind_;
   std::string message_, file_, key_;
 };
 
 CAIRN_END_NAMESPACE
+
+// Error's members and to_string are defined once in the runtime with separate compilation:
+// every throw site of every file would otherwise compile the message's formatting.
 // ----- end cairn/core/error.hpp -----
 // ----- begin cairn/core/key_path.hpp -----
 // Key paths name a node of a tree: a list of typed entries (struct field, sequence index,
@@ -208,30 +186,9 @@ struct KeyEntry {
   }
 };
 
-inline std::string escape_key_segment(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    if (c == '/') out += "%2F";
-    else if (c == '%') out += "%25";
-    else out += c;
-  }
-  return out;
-}
-
-inline std::string unescape_key_segment(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size()) {
-      std::string_view code = s.substr(i + 1, 2);
-      if (code == "2F" || code == "2f") { out += '/'; i += 2; continue; }
-      if (code == "25") { out += '%'; i += 2; continue; }
-    }
-    out += s[i];
-  }
-  return out;
-}
+// "/" -> "%2F" and "%" -> "%25" in one segment, and back.
+CAIRN_API std::string escape_key_segment(std::string_view s);
+CAIRN_API std::string unescape_key_segment(std::string_view s);
 
 class KeyPath {
  public:
@@ -249,24 +206,13 @@ class KeyPath {
   KeyPath child(KeyEntry e) const { KeyPath p = *this; p.push_back(std::move(e)); return p; }
 
   // "params/dense/kernel"; the root prints as "".
-  std::string str() const {
-    std::string s;
-    for (std::size_t i = 0; i < entries_.size(); ++i) {
-      if (i) s += '/';
-      s += escape_key_segment(entries_[i].text());
-    }
-    return s;
-  }
+  CAIRN_API std::string str() const;
   // One letter per entry (f field, i index, k string key, n integer key): the types that
   // the string form loses. Stored beside the string in the checkpoint metadata.
-  std::string kinds() const {
-    std::string s;
-    for (const auto& e : entries_) s += static_cast<char>(e.kind);
-    return s;
-  }
+  CAIRN_API std::string kinds() const;
 
   // Rebuild a typed path from its string and kind letters (as stored in metadata).
-  static KeyPath from_stored(std::string_view path, std::string_view kinds);
+  CAIRN_API static KeyPath from_stored(std::string_view path, std::string_view kinds);
 
   friend bool operator==(const KeyPath& a, const KeyPath& b) { return a.entries_ == b.entries_; }
 
@@ -275,114 +221,20 @@ class KeyPath {
 };
 
 // Split a printed path into unescaped segments: "a%2Fb/c" -> {"a/b", "c"}; "" -> {}.
-inline std::vector<std::string> split_key_path(std::string_view path) {
-  std::vector<std::string> out;
-  if (path.empty()) return out;
-  std::size_t start = 0;
-  while (true) {
-    std::size_t slash = path.find('/', start);
-    std::string_view seg = path.substr(start, slash == std::string_view::npos ? path.npos : slash - start);
-    out.push_back(unescape_key_segment(seg));
-    if (slash == std::string_view::npos) break;
-    start = slash + 1;
-  }
-  return out;
-}
+CAIRN_API std::vector<std::string> split_key_path(std::string_view path);
 
 namespace detail {
-inline bool parse_int64(std::string_view s, std::int64_t& out) {
-  if (s.empty() || s.size() > 20) return false;
-  std::size_t i = 0;
-  bool neg = false;
-  if (s[0] == '-') { neg = true; i = 1; if (s.size() == 1) return false; }
-  std::uint64_t v = 0;
-  for (; i < s.size(); ++i) {
-    if (s[i] < '0' || s[i] > '9') return false;
-    std::uint64_t d = static_cast<std::uint64_t>(s[i] - '0');
-    if (v > (UINT64_MAX - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  if (!neg && v > static_cast<std::uint64_t>(INT64_MAX)) return false;
-  if (neg && v > static_cast<std::uint64_t>(INT64_MAX) + 1) return false;
-  out = neg ? static_cast<std::int64_t>(0 - v) : static_cast<std::int64_t>(v);
-  return true;
-}
+// A decimal int64 with an optional '-', nothing else; false when it does not fit.
+CAIRN_API bool parse_int64(std::string_view s, std::int64_t& out);
+// A printed key path in canonical form (segments re-escaped), so "a/b/" and "a/b" agree.
+CAIRN_API std::string canonical_key(const std::string& key);
 }  // namespace detail
-
-// One pass over the stored text, each entry built in place (a vector of segments in between
-// was a tenth of reading the metadata of many small leaves).
-inline KeyPath KeyPath::from_stored(std::string_view path, std::string_view kinds) {
-  // "" is the root, or one empty string key when the kinds say so.
-  const std::size_t n = path.empty() ? (kinds.size() == 1 ? 1 : 0)
-                                     : 1 + static_cast<std::size_t>(std::count(path.begin(), path.end(), '/'));
-  if (n != kinds.size())
-    throw Error(ErrorKind::corrupt, "key path '" + std::string(path) + "' has " + std::to_string(n) +
-                " entries but its kinds '" + std::string(kinds) + "' name " + std::to_string(kinds.size()));
-  KeyPath p;
-  p.entries_.reserve(n);
-  std::size_t start = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t slash = path.find('/', start);
-    const std::string_view seg = path.substr(start, slash == std::string_view::npos ? path.npos : slash - start);
-    start = slash + 1;
-    const char k = kinds[i];
-    if (k == 'f' || k == 'k') {
-      if (k == 'f' && seg.empty())
-        throw Error(ErrorKind::corrupt, "empty field name in key path '" + std::string(path) + "'");
-      std::string name = seg.find('%') == std::string_view::npos ? std::string(seg) : unescape_key_segment(seg);
-      p.entries_.push_back(k == 'f' ? KeyEntry::field(std::move(name)) : KeyEntry::key(std::move(name)));
-    } else if (k == 'i' || k == 'n') {
-      std::int64_t v = 0;
-      const bool escaped = seg.find('%') != std::string_view::npos;
-      if (!detail::parse_int64(escaped ? std::string_view(unescape_key_segment(seg)) : seg, v) || (k == 'i' && v < 0))
-        throw Error(ErrorKind::corrupt, "bad index '" + unescape_key_segment(seg) + "' in key path '" + std::string(path) + "'");
-      p.entries_.push_back(k == 'i' ? KeyEntry::index(v) : KeyEntry::int_key(v));
-    } else {
-      throw Error(ErrorKind::corrupt, std::string("unknown key kind '") + k + "' in key path '" +
-                  std::string(path) + "'");
-    }
-  }
-  return p;
-}
 
 // Glob patterns over printed key paths. '*' matches any run of characters within one
 // segment, '**' any run across segments, '?' one character. A pattern matches a path when
 // it matches the whole path or one of its ancestors, so "opt" and "opt/*" both select
 // every leaf under "opt".
-namespace detail {
-inline bool glob_match_here(std::string_view pat, std::string_view text) {
-  // Iterative matcher with backtracking for the last star (classic wildcard algorithm),
-  // extended so that a single '*' refuses to cross '/'.
-  std::size_t p = 0, t = 0;
-  std::size_t star_p = std::string_view::npos, star_t = 0;
-  bool star_crosses = false;
-  while (t < text.size()) {
-    if (p < pat.size() && pat[p] == '*') {
-      star_crosses = (p + 1 < pat.size() && pat[p + 1] == '*');
-      p += star_crosses ? 2 : 1;
-      star_p = p;
-      star_t = t;
-    } else if (p < pat.size() && (pat[p] == '?' ? text[t] != '/' : pat[p] == text[t])) {
-      ++p;
-      ++t;
-    } else if (star_p != std::string_view::npos && (star_crosses || text[star_t] != '/')) {
-      p = star_p;
-      t = ++star_t;
-    } else {
-      return false;
-    }
-  }
-  while (p < pat.size() && pat[p] == '*') ++p;
-  return p == pat.size();
-}
-}  // namespace detail
-
-inline bool glob_matches(std::string_view pattern, std::string_view path) {
-  if (detail::glob_match_here(pattern, path)) return true;
-  for (std::size_t i = 0; i < path.size(); ++i)
-    if (path[i] == '/' && detail::glob_match_here(pattern, path.substr(0, i))) return true;
-  return false;
-}
+CAIRN_API bool glob_matches(std::string_view pattern, std::string_view path);
 
 // True when `prefix` names `path` itself or one of its ancestors, segment-wise.
 inline bool key_path_has_prefix(std::string_view path, std::string_view prefix) {
@@ -392,6 +244,7 @@ inline bool key_path_has_prefix(std::string_view path, std::string_view prefix) 
 }
 
 CAIRN_END_NAMESPACE
+
 // ----- end cairn/core/key_path.hpp -----
 // ----- begin cairn/core/shape.hpp -----
 // Array shapes and the overflow-checked arithmetic on them. Shapes come from untrusted
@@ -407,14 +260,8 @@ CAIRN_BEGIN_NAMESPACE
 
 using Shape = std::vector<std::int64_t>;
 
-inline std::string to_string(const Shape& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
+// "[2, 3]".
+CAIRN_API std::string to_string(const Shape& shape);
 
 // Multiply with overflow detection; false when a*b does not fit in uint64.
 inline bool checked_mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
@@ -453,13 +300,10 @@ inline bool try_byte_count(const Shape& shape, std::size_t item_size, std::uint6
 }
 
 // Throws shape_mismatch unless two shapes are equal; for fixed-size targets.
-inline void require_shape(const Shape& expected, const Shape& stored) {
-  if (expected != stored)
-    throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored) +
-                " does not fit the target's fixed shape " + to_string(expected));
-}
+CAIRN_API void require_shape(const Shape& expected, const Shape& stored);
 
 CAIRN_END_NAMESPACE
+
 // ----- end cairn/core/shape.hpp -----
 // ----- begin cairn/dtype/dtype.hpp -----
 // Element types of stored arrays, named as numpy and ml_dtypes spell them, and the map from
@@ -2252,96 +2096,74 @@ class Json {
   using List = std::vector<Json>;
   using Members = std::vector<std::pair<std::string, Json>>;
 
-  Json() = default;  // null
-  Json(std::nullptr_t) {}
-  Json(bool b) : v_(b) {}
+  // The members are defined in core/json_impl.hpp, not here: Json is in every file that
+  // includes cairn (the options' user metadata), and its variant's copies, comparisons and
+  // accessors instantiated inline cost each of them about half a second of compile time
+  // (docs/compile-time.md). Header-only, that file is included at the end of this one.
+  CAIRN_API Json() noexcept;  // null
+  Json(std::nullptr_t) noexcept : Json() {}
+  CAIRN_API Json(bool b);
   template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
-  Json(I i) : v_(static_cast<std::int64_t>(i)) {}
-  Json(double d) : v_(d) {}
-  Json(float f) : v_(static_cast<double>(f)) {}
-  Json(const char* s) : v_(std::string(s)) {}
-  Json(std::string s) : v_(std::move(s)) {}
-  Json(std::string_view s) : v_(std::string(s)) {}
+  Json(I i) : Json(static_cast<std::int64_t>(i), int_tag{}) {}
+  CAIRN_API Json(double d);
+  Json(float f) : Json(static_cast<double>(f)) {}
+  Json(const char* s) : Json(std::string_view(s)) {}
+  CAIRN_API Json(std::string s);
+  CAIRN_API Json(std::string_view s);
+  CAIRN_API Json(const Json& o);
+  CAIRN_API Json(Json&& o) noexcept;
+  CAIRN_API Json& operator=(const Json& o);
+  CAIRN_API Json& operator=(Json&& o) noexcept;
+  CAIRN_API ~Json();
 
-  static Json array(std::initializer_list<Json> items = {}) { Json j; j.v_ = List(items); return j; }
+  static Json array(std::initializer_list<Json> items = {}) { return array_of(items.begin(), items.size()); }
   static Json object(std::initializer_list<std::pair<std::string, Json>> items = {}) {
-    Json j;
-    j.v_ = Members{};
-    for (auto& kv : items) j[kv.first] = kv.second;
-    return j;
+    return object_of(items.begin(), items.size());
   }
 
-  bool is_null() const { return std::holds_alternative<std::monostate>(v_); }
-  bool is_bool() const { return std::holds_alternative<bool>(v_); }
-  bool is_int() const { return std::holds_alternative<std::int64_t>(v_); }
-  bool is_number() const { return is_int() || std::holds_alternative<double>(v_); }
-  bool is_string() const { return std::holds_alternative<std::string>(v_); }
-  bool is_array() const { return std::holds_alternative<List>(v_); }
-  bool is_object() const { return std::holds_alternative<Members>(v_); }
+  CAIRN_API bool is_null() const;
+  CAIRN_API bool is_bool() const;
+  CAIRN_API bool is_int() const;
+  CAIRN_API bool is_number() const;
+  CAIRN_API bool is_string() const;
+  CAIRN_API bool is_array() const;
+  CAIRN_API bool is_object() const;
 
-  bool as_bool() const { return get<bool>("a bool"); }
-  std::int64_t as_int() const { return get<std::int64_t>("an integer"); }
-  double as_double() const {
-    if (is_int()) return static_cast<double>(std::get<std::int64_t>(v_));
-    return get<double>("a number");
-  }
-  const std::string& as_string() const { return get<std::string>("a string"); }
-  const List& as_array() const { return get<List>("an array"); }
+  CAIRN_API bool as_bool() const;
+  CAIRN_API std::int64_t as_int() const;
+  CAIRN_API double as_double() const;
+  CAIRN_API const std::string& as_string() const;
+  CAIRN_API const List& as_array() const;
   List& as_array() { return const_cast<List&>(std::as_const(*this).as_array()); }
-  const Members& items() const { return get<Members>("an object"); }
+  CAIRN_API const Members& items() const;
 
-  std::size_t size() const {
-    if (is_array()) return std::get<List>(v_).size();
-    if (is_object()) return std::get<Members>(v_).size();
-    return 0;
-  }
+  CAIRN_API std::size_t size() const;
 
   // Members access; a null value becomes an empty object on first insertion.
-  Json& operator[](const std::string& key) {
-    if (is_null()) v_ = Members{};
-    if (!is_object()) throw_type("an object");
-    auto& obj = std::get<Members>(v_);
-    for (auto& kv : obj)
-      if (kv.first == key) return kv.second;
-    obj.emplace_back(key, Json());
-    return obj.back().second;
-  }
-  const Json* find(std::string_view key) const {
-    if (!is_object()) return nullptr;
-    for (auto& kv : std::get<Members>(v_))
-      if (kv.first == key) return &kv.second;
-    return nullptr;
-  }
+  CAIRN_API Json& operator[](const std::string& key);
+  CAIRN_API const Json* find(std::string_view key) const;
   bool contains(std::string_view key) const { return find(key) != nullptr; }
-  const Json& at(std::string_view key) const {
-    const Json* j = find(key);
-    if (!j) throw Error(ErrorKind::not_found, "JSON object has no member '" + std::string(key) + "'");
-    return *j;
-  }
-  void push_back(Json j) {
-    if (is_null()) v_ = List{};
-    if (!is_array()) throw_type("an array");
-    std::get<List>(v_).push_back(std::move(j));
-  }
+  CAIRN_API const Json& at(std::string_view key) const;
+  CAIRN_API void push_back(Json j);
 
-  friend bool operator==(const Json& a, const Json& b) { return a.v_ == b.v_; }
+  friend bool operator==(const Json& a, const Json& b) { return a.equals(b); }
 
   // Compact JSON text. NaN and infinity have no JSON spelling and are refused.
-  std::string dump() const;
+  CAIRN_API std::string dump() const;
 
-  static Json parse(std::string_view text, const std::string& file = {});
+  CAIRN_API static Json parse(std::string_view text, const std::string& file = {});
 
  private:
+  struct int_tag {};
+  CAIRN_API Json(std::int64_t i, int_tag);
+  CAIRN_API static Json array_of(const Json* items, std::size_t n);
+  CAIRN_API static Json object_of(const std::pair<std::string, Json>* items, std::size_t n);
+  CAIRN_API bool equals(const Json& o) const;
   template <class T>
-  const T& get(const char* what) const {
-    if (!std::holds_alternative<T>(v_)) throw_type(what);
-    return std::get<T>(v_);
-  }
-  [[noreturn]] static void throw_type(const char* what) {
-    throw Error(ErrorKind::invalid_argument, std::string("JSON value is not ") + what);
-  }
+  const T& get(const char* what) const;
+  [[noreturn]] CAIRN_API static void throw_type(const char* what);
 
-  void dump_to(std::string& out) const;
+  CAIRN_API void dump_to(std::string& out) const;
 
   struct Parser;  // core/json_impl.hpp
   static constexpr int max_parse_depth = 128;
@@ -2351,8 +2173,8 @@ class Json {
 
 CAIRN_END_NAMESPACE
 
-// The definitions of the parser and the writer: in every translation unit when header-only,
-// only in cairn/src.hpp's with CAIRN_SEPARATE_COMPILATION.
+// The definitions of the members, the parser and the writer: in every translation unit when
+// header-only, only in cairn/src.hpp's with CAIRN_SEPARATE_COMPILATION.
 // ----- end cairn/core/json.hpp -----
 // ----- begin cairn/tree/cereal.hpp -----
 // cereal for CAIRN_TREE structs: each field as a name-value pair, in declaration order, so
@@ -3398,13 +3220,10 @@ CAIRN_END_NAMESPACE
 //
 // Thread-safe: the ranks of a ThreadCoordinator may share one.
 
-#include <algorithm>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -3421,114 +3240,35 @@ class MemoryStore final : public Store {
   };
 
   // Makes the `nth` call of `op` from now (1 = the next one) fail; one rule per op.
-  void fail(Op op, std::uint64_t nth, Failure how = Failure::error) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    rules_[op] = {counts_[op] + nth, how};
-  }
-  void clear_failures() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    rules_.clear();
-  }
+  CAIRN_API void fail(Op op, std::uint64_t nth, Failure how = Failure::error);
+  CAIRN_API void clear_failures();
   // Calls of `op` so far.
-  std::uint64_t count(Op op) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = counts_.find(op);
-    return it == counts_.end() ? 0 : it->second;
-  }
+  CAIRN_API std::uint64_t count(Op op) const;
 
   // A copy of a blob's bytes (tests).
-  std::string bytes(const std::string& key) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = blobs_.find(detail::normalize_key(key));
-    if (it == blobs_.end()) throw Error(ErrorKind::not_found, "no such blob", describe(key));
-    return std::string(it->second->begin(), it->second->end());
-  }
+  CAIRN_API std::string bytes(const std::string& key) const;
   // Replaces a blob's bytes (tests that damage a checkpoint).
-  void put(const std::string& key, const std::string& content) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    blobs_[detail::normalize_key(key)] = std::make_shared<Bytes>(content.begin(), content.end());
-  }
+  CAIRN_API void put(const std::string& key, const std::string& content);
   // Every key, sorted.
-  std::vector<std::string> keys() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<std::string> out;
-    for (const auto& kv : blobs_) out.push_back(kv.first);
-    return out;
-  }
+  CAIRN_API std::vector<std::string> keys() const;
 
-  std::string describe(const std::string& key) const override { return "memory://" + detail::normalize_key(key); }
+  CAIRN_API std::string describe(const std::string& key) const override;
 
-  std::unique_ptr<StoreReader> open(const std::string& key) const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = blobs_.find(detail::normalize_key(key));
-    if (it == blobs_.end()) throw Error(ErrorKind::not_found, "open failed: no such blob", describe(key));
-    return std::make_unique<Reader>(*this, it->second, describe(key));
-  }
-  std::unique_ptr<StoreWriter> create(const std::string& key) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const std::string k = detail::normalize_key(key);
-    if (blobs_.count(k)) throw Error(ErrorKind::io, "open (create) failed: the blob exists", describe(key));
-    auto bytes = std::make_shared<Bytes>();
-    blobs_[k] = bytes;  // visible (as an empty blob) from now on, as a created file is
-    return std::make_unique<Writer>(*this, bytes, describe(key));
-  }
-  bool exists(const std::string& key) const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const std::string k = detail::normalize_key(key);
-    return blobs_.count(k) || has_prefix(k);
-  }
-  bool is_blob(const std::string& key) const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return blobs_.count(detail::normalize_key(key)) != 0;
-  }
-  std::vector<StoreEntry> list(const std::string& prefix) const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const std::string p = detail::normalize_key(prefix) + "/";
-    std::map<std::string, bool> names;
-    for (auto it = blobs_.lower_bound(p); it != blobs_.end() && it->first.starts_with(p); ++it) {
-      const std::string rest = it->first.substr(p.size());
-      const auto slash = rest.find('/');
-      if (slash == std::string::npos) names.emplace(rest, false);
-      else names[rest.substr(0, slash)] = true;
-    }
-    std::vector<StoreEntry> out;
-    for (const auto& [name, is_prefix] : names) out.push_back({name, is_prefix});
-    return out;
-  }
-  void remove(const std::string& key) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    erase_under(detail::normalize_key(key));
-  }
+  CAIRN_API std::unique_ptr<StoreReader> open(const std::string& key) const override;
+  CAIRN_API std::unique_ptr<StoreWriter> create(const std::string& key) override;
+  CAIRN_API bool exists(const std::string& key) const override;
+  CAIRN_API bool is_blob(const std::string& key) const override;
+  CAIRN_API std::vector<StoreEntry> list(const std::string& prefix) const override;
+  CAIRN_API void remove(const std::string& key) override;
 
   // Staging is a prefix beside the final key, "<key>.cairn-staging-<n>"; publishing moves its
   // blobs under the final key in one step under the lock, so a reader sees the old
   // checkpoint or the new one.
-  std::unique_ptr<CheckpointStaging> stage(const std::string& key_in, bool overwrite) override {
-    const std::string key = detail::normalize_key(key_in);
-    if (key.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint key");
-    if (is_internal_name(key)) throw Error(ErrorKind::invalid_argument, "checkpoint keys may not contain '" +
-                                           std::string(staging_infix) + "'", describe(key));
-    std::lock_guard<std::mutex> lock(mutex_);
-    check_target(key, overwrite);
-    return std::make_unique<Staging>(*this, key, key + staging_infix + std::to_string(++next_staging_), overwrite);
-  }
-  bool is_internal_name(const std::string& name) const override { return name.find(staging_infix) != std::string::npos; }
-  void remove_checkpoints(const std::vector<std::string>& keys) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& k : keys) erase_under(detail::normalize_key(k));
-  }
-  void write_atomically(const std::string& key, const std::string& content) override {
-    count_and_check(Op::write, describe(key));
-    put(key, content);
-  }
-  std::unique_ptr<StoreWriter> create_atomically(const std::string& key, bool overwrite) override {
-    const std::string k = detail::normalize_key(key);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      check_blob_target(k, overwrite);
-    }
-    return std::make_unique<AtomicWriter>(*this, k, overwrite);
-  }
+  CAIRN_API std::unique_ptr<CheckpointStaging> stage(const std::string& key_in, bool overwrite) override;
+  CAIRN_API bool is_internal_name(const std::string& name) const override;
+  CAIRN_API void remove_checkpoints(const std::vector<std::string>& keys) override;
+  CAIRN_API void write_atomically(const std::string& key, const std::string& content) override;
+  CAIRN_API std::unique_ptr<StoreWriter> create_atomically(const std::string& key, bool overwrite) override;
 
  private:
   using Bytes = std::vector<unsigned char>;
@@ -3539,159 +3279,22 @@ class MemoryStore final : public Store {
   static constexpr const char* staging_infix = ".cairn-staging-";
 
   // Counts a call; returns how it must fail, or throws for a plain error.
-  std::optional<Failure> count_and_check(Op op, const std::string& what) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return count_locked(op, what);
-  }
-  std::optional<Failure> count_locked(Op op, const std::string& what) const {
-    const std::uint64_t n = ++counts_[op];
-    auto it = rules_.find(op);
-    if (it == rules_.end() || it->second.at != n) return std::nullopt;
-    if (it->second.how == Failure::error) throw Error(ErrorKind::io, std::string(op_name(op)) + " failed (injected)", what);
-    return it->second.how;
-  }
-  static const char* op_name(Op op) {
-    switch (op) {
-      case Op::read: return "read";
-      case Op::write: return "write";
-      case Op::finish: return "fsync";
-      case Op::publish: return "publish";
-    }
-    return "?";
-  }
+  CAIRN_API std::optional<Failure> count_and_check(Op op, const std::string& what) const;
+  CAIRN_API std::optional<Failure> count_locked(Op op, const std::string& what) const;
+  CAIRN_API static const char* op_name(Op op);
 
-  bool has_prefix(const std::string& k) const {
-    const std::string p = k + "/";
-    auto it = blobs_.lower_bound(p);
-    return it != blobs_.end() && it->first.starts_with(p);
-  }
-  void erase_under(const std::string& k) {
-    blobs_.erase(k);
-    const std::string p = k + "/";
-    for (auto it = blobs_.lower_bound(p); it != blobs_.end() && it->first.starts_with(p);) it = blobs_.erase(it);
-  }
-  void check_target(const std::string& key, bool overwrite) const {
-    if (blobs_.count(key)) throw Error(ErrorKind::already_exists, "a blob (not a checkpoint) is at this key; cairn will not replace it", describe(key));
-    if (!has_prefix(key)) return;
-    if (blobs_.count(key + "/" + detail::commit_marker_name)) {
-      if (!overwrite) throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", describe(key));
-      return;
-    }
-    throw Error(ErrorKind::already_exists, "this key holds blobs but no cairn checkpoint; cairn will not write into it or "
-                "replace it, even with overwrite", describe(key));
-  }
+  CAIRN_API bool has_prefix(const std::string& k) const;
+  CAIRN_API void erase_under(const std::string& k);
+  CAIRN_API void check_target(const std::string& key, bool overwrite) const;
 
-  class Reader final : public StoreReader {
-   public:
-    Reader(const MemoryStore& store, std::shared_ptr<const Bytes> bytes, std::string name)
-        : store_(store), bytes_(std::move(bytes)), name_(std::move(name)) {}
-    std::uint64_t size() const override { return bytes_->size(); }
-    std::uint64_t cached_bytes(std::uint64_t, std::uint64_t n) const override { return n; }  // it is memory
-    void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
-      const auto how = store_.count_and_check(Op::read, name_);
-      std::uint64_t size = bytes_->size();
-      if (how == Failure::short_read) size = std::min(size, offset + n / 2);
-      if (offset > size || n > size - offset)
-        throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(size) + ", before the data its metadata "
-                    "describes (truncated?)", name_);
-      if (n) std::memcpy(dst, bytes_->data() + offset, static_cast<std::size_t>(n));
-    }
-
-   private:
-    const MemoryStore& store_;
-    std::shared_ptr<const Bytes> bytes_;
-    std::string name_;
-  };
-
-  class Writer final : public StoreWriter {
-   public:
-    Writer(MemoryStore& store, std::shared_ptr<Bytes> bytes, std::string name)
-        : store_(store), bytes_(std::move(bytes)), name_(std::move(name)) {}
-    void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override {
-      const auto how = store_.count_and_check(Op::write, name_);
-      const std::uint64_t take = how == Failure::torn_write ? n / 2 : n;
-      std::lock_guard<std::mutex> lock(store_.mutex_);
-      if (bytes_->size() < offset + take) bytes_->resize(static_cast<std::size_t>(offset + take));
-      if (take) std::memcpy(bytes_->data() + offset, src, static_cast<std::size_t>(take));
-      if (how == Failure::torn_write) throw Error(ErrorKind::io, "write failed after " + std::to_string(take) + " of " +
-                                                  std::to_string(n) + " bytes (injected torn write)", name_);
-    }
-    void finish(std::uint64_t size) override {
-      store_.count_and_check(Op::finish, name_);
-      std::lock_guard<std::mutex> lock(store_.mutex_);
-      bytes_->resize(static_cast<std::size_t>(size));
-    }
-
-   private:
-    MemoryStore& store_;
-    std::shared_ptr<Bytes> bytes_;
-    std::string name_;
-  };
+  class Reader;
+  class Writer;
 
   // create_atomically's target: a blob (with overwrite) or nothing.
-  void check_blob_target(const std::string& k, bool overwrite) const {
-    if (has_prefix(k)) throw Error(ErrorKind::already_exists, "this key holds other blobs; cairn will not replace it", describe(k));
-    if (blobs_.count(k) && !overwrite)
-      throw Error(ErrorKind::already_exists, "a blob already exists here (pass overwrite to replace it)", describe(k));
-  }
+  CAIRN_API void check_blob_target(const std::string& k, bool overwrite) const;
 
-  // Writes into bytes of its own, which join the store only at finish.
-  class AtomicWriter final : public StoreWriter {
-   public:
-    AtomicWriter(MemoryStore& store, std::string key, bool overwrite)
-        : store_(store), key_(std::move(key)), overwrite_(overwrite), bytes_(std::make_shared<Bytes>()),
-          inner_(store, bytes_, store.describe(key_)) {}
-    void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { inner_.write_at(src, n, offset); }
-    void finish(std::uint64_t size) override {
-      inner_.finish(size);
-      std::lock_guard<std::mutex> lock(store_.mutex_);
-      store_.count_locked(Op::publish, store_.describe(key_));
-      store_.check_blob_target(key_, overwrite_);  // again: something may have appeared meanwhile
-      store_.blobs_[key_] = bytes_;
-    }
-
-   private:
-    MemoryStore& store_;
-    std::string key_;
-    bool overwrite_;
-    std::shared_ptr<Bytes> bytes_;
-    Writer inner_;
-  };
-
-  class Staging final : public CheckpointStaging {
-   public:
-    Staging(MemoryStore& store, std::string final_key, std::string key, bool overwrite)
-        : store_(store), final_(std::move(final_key)), key_(std::move(key)), overwrite_(overwrite) {}
-    ~Staging() override {
-      if (published_) return;
-      std::lock_guard<std::mutex> lock(store_.mutex_);
-      store_.erase_under(key_);
-    }
-    const std::string& key() const override { return key_; }
-    void publish(const std::map<std::string, std::uint64_t>& expected) override {
-      std::lock_guard<std::mutex> lock(store_.mutex_);
-      store_.count_locked(Op::publish, store_.describe(final_));
-      for (const auto& [name, bytes] : expected) {
-        auto it = store_.blobs_.find(key_ + "/" + name);
-        if (it == store_.blobs_.end() || it->second->size() != bytes)
-          throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
-                      "published", store_.describe(key_ + "/" + name));
-      }
-      store_.check_target(final_, overwrite_);  // again: something may have appeared meanwhile
-      store_.erase_under(final_);
-      const std::string from = key_ + "/";
-      for (auto it = store_.blobs_.lower_bound(from); it != store_.blobs_.end() && it->first.starts_with(from);) {
-        store_.blobs_[final_ + "/" + it->first.substr(from.size())] = it->second;
-        it = store_.blobs_.erase(it);
-      }
-      published_ = true;
-    }
-
-   private:
-    MemoryStore& store_;
-    std::string final_, key_;
-    bool overwrite_ = false, published_ = false;
-  };
+  class AtomicWriter;  // writes into bytes of its own, which join the store only at finish
+  class Staging;
 
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Bytes>> blobs_;
@@ -3701,6 +3304,9 @@ class MemoryStore final : public Store {
 };
 
 CAIRN_END_NAMESPACE
+
+// The members: once in the runtime with separate compilation (a test store has no place in
+// the compile time of every file that includes cairn), inline when header-only.
 // ----- end cairn/store/memory_store.hpp -----
 // ----- begin cairn/coordination/coordinator.hpp -----
 // The coordination seam: what a save needs from the processes that take part in it. One
@@ -4361,17 +3967,6 @@ class StoredIndex {
   };
   std::unordered_map<std::string_view, Children> children_;
 };
-
-// A printed key path in canonical form (segments re-escaped), so "a/b/" and "a/b" agree.
-inline std::string canonical_key(const std::string& key) {
-  std::string out;
-  for (const auto& seg : split_key_path(key)) {
-    if (seg.empty()) continue;
-    if (!out.empty()) out += '/';
-    out += escape_key_segment(seg);
-  }
-  return out;
-}
 
 struct PlannedLeaf {
   std::string key;            // in the target
@@ -5376,6 +4971,248 @@ CAIRN_END_NAMESPACE
 
 // The runtime's definitions (every header's CAIRN_DEFINES_RUNTIME tail), in one block.
 #if CAIRN_DEFINES_RUNTIME
+// ----- begin cairn/core/error_impl.hpp -----
+// Error's members and the names of the kinds (core/error.hpp).
+
+#include <string>
+#include <utility>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+CAIRN_API const char* to_string(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::io: return "io";
+    case ErrorKind::not_found: return "not_found";
+    case ErrorKind::already_exists: return "already_exists";
+    case ErrorKind::incomplete: return "incomplete";
+    case ErrorKind::corrupt: return "corrupt";
+    case ErrorKind::unsupported_version: return "unsupported_version";
+    case ErrorKind::structure_mismatch: return "structure_mismatch";
+    case ErrorKind::shape_mismatch: return "shape_mismatch";
+    case ErrorKind::dtype_mismatch: return "dtype_mismatch";
+    case ErrorKind::value_out_of_range: return "value_out_of_range";
+    case ErrorKind::invalid_argument: return "invalid_argument";
+    case ErrorKind::after_commit: return "after_commit";
+    case ErrorKind::timeout: return "timeout";
+  }
+  return "unknown";
+}
+
+CAIRN_API Error::Error(ErrorKind kind, std::string message, std::string file, std::string key)
+    : std::runtime_error(format(kind, message, file, key)),
+      kind_(kind), message_(std::move(message)), file_(std::move(file)), key_(std::move(key)) {}
+
+CAIRN_API std::string Error::format(ErrorKind kind, const std::string& message, const std::string& file,
+                                  const std::string& key) {
+  std::string s = "cairn: ";
+  s += to_string(kind);
+  if (!file.empty()) s += ": " + file;
+  if (!key.empty()) s += ": key '" + key + "'";
+  s += ": " + message;
+  return s;
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/error_impl.hpp -----
+// ----- begin cairn/core/key_path_impl.hpp -----
+// The key paths' functions that are not templates: in every translation unit when
+// header-only, once in the runtime with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+CAIRN_API std::string escape_key_segment(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '/') out += "%2F";
+    else if (c == '%') out += "%25";
+    else out += c;
+  }
+  return out;
+}
+
+CAIRN_API std::string unescape_key_segment(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      std::string_view code = s.substr(i + 1, 2);
+      if (code == "2F" || code == "2f") { out += '/'; i += 2; continue; }
+      if (code == "25") { out += '%'; i += 2; continue; }
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+CAIRN_API std::string KeyPath::str() const {
+  std::string s;
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    if (i) s += '/';
+    s += escape_key_segment(entries_[i].text());
+  }
+  return s;
+}
+
+CAIRN_API std::string KeyPath::kinds() const {
+  std::string s;
+  for (const auto& e : entries_) s += static_cast<char>(e.kind);
+  return s;
+}
+
+CAIRN_API std::vector<std::string> split_key_path(std::string_view path) {
+  std::vector<std::string> out;
+  if (path.empty()) return out;
+  std::size_t start = 0;
+  while (true) {
+    std::size_t slash = path.find('/', start);
+    std::string_view seg = path.substr(start, slash == std::string_view::npos ? path.npos : slash - start);
+    out.push_back(unescape_key_segment(seg));
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return out;
+}
+
+namespace detail {
+CAIRN_API bool parse_int64(std::string_view s, std::int64_t& out) {
+  if (s.empty() || s.size() > 20) return false;
+  std::size_t i = 0;
+  bool neg = false;
+  if (s[0] == '-') { neg = true; i = 1; if (s.size() == 1) return false; }
+  std::uint64_t v = 0;
+  for (; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    std::uint64_t d = static_cast<std::uint64_t>(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  if (!neg && v > static_cast<std::uint64_t>(INT64_MAX)) return false;
+  if (neg && v > static_cast<std::uint64_t>(INT64_MAX) + 1) return false;
+  out = neg ? static_cast<std::int64_t>(0 - v) : static_cast<std::int64_t>(v);
+  return true;
+}
+}  // namespace detail
+
+// One pass over the stored text, each entry built in place (a vector of segments in between
+// was a tenth of reading the metadata of many small leaves).
+CAIRN_API KeyPath KeyPath::from_stored(std::string_view path, std::string_view kinds) {
+  // "" is the root, or one empty string key when the kinds say so.
+  const std::size_t n = path.empty() ? (kinds.size() == 1 ? 1 : 0)
+                                     : 1 + static_cast<std::size_t>(std::count(path.begin(), path.end(), '/'));
+  if (n != kinds.size())
+    throw Error(ErrorKind::corrupt, "key path '" + std::string(path) + "' has " + std::to_string(n) +
+                " entries but its kinds '" + std::string(kinds) + "' name " + std::to_string(kinds.size()));
+  KeyPath p;
+  p.entries_.reserve(n);
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t slash = path.find('/', start);
+    const std::string_view seg = path.substr(start, slash == std::string_view::npos ? path.npos : slash - start);
+    start = slash + 1;
+    const char k = kinds[i];
+    if (k == 'f' || k == 'k') {
+      if (k == 'f' && seg.empty())
+        throw Error(ErrorKind::corrupt, "empty field name in key path '" + std::string(path) + "'");
+      std::string name = seg.find('%') == std::string_view::npos ? std::string(seg) : unescape_key_segment(seg);
+      p.entries_.push_back(k == 'f' ? KeyEntry::field(std::move(name)) : KeyEntry::key(std::move(name)));
+    } else if (k == 'i' || k == 'n') {
+      std::int64_t v = 0;
+      const bool escaped = seg.find('%') != std::string_view::npos;
+      if (!detail::parse_int64(escaped ? std::string_view(unescape_key_segment(seg)) : seg, v) || (k == 'i' && v < 0))
+        throw Error(ErrorKind::corrupt, "bad index '" + unescape_key_segment(seg) + "' in key path '" + std::string(path) + "'");
+      p.entries_.push_back(k == 'i' ? KeyEntry::index(v) : KeyEntry::int_key(v));
+    } else {
+      throw Error(ErrorKind::corrupt, std::string("unknown key kind '") + k + "' in key path '" +
+                  std::string(path) + "'");
+    }
+  }
+  return p;
+}
+
+namespace detail {
+CAIRN_API bool glob_match_here(std::string_view pat, std::string_view text) {
+  // Iterative matcher with backtracking for the last star (classic wildcard algorithm),
+  // extended so that a single '*' refuses to cross '/'.
+  std::size_t p = 0, t = 0;
+  std::size_t star_p = std::string_view::npos, star_t = 0;
+  bool star_crosses = false;
+  while (t < text.size()) {
+    if (p < pat.size() && pat[p] == '*') {
+      star_crosses = (p + 1 < pat.size() && pat[p + 1] == '*');
+      p += star_crosses ? 2 : 1;
+      star_p = p;
+      star_t = t;
+    } else if (p < pat.size() && (pat[p] == '?' ? text[t] != '/' : pat[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (star_p != std::string_view::npos && (star_crosses || text[star_t] != '/')) {
+      p = star_p;
+      t = ++star_t;
+    } else {
+      return false;
+    }
+  }
+  while (p < pat.size() && pat[p] == '*') ++p;
+  return p == pat.size();
+}
+}  // namespace detail
+
+CAIRN_API bool glob_matches(std::string_view pattern, std::string_view path) {
+  if (detail::glob_match_here(pattern, path)) return true;
+  for (std::size_t i = 0; i < path.size(); ++i)
+    if (path[i] == '/' && detail::glob_match_here(pattern, path.substr(0, i))) return true;
+  return false;
+}
+
+namespace detail {
+CAIRN_API std::string canonical_key(const std::string& key) {
+  std::string out;
+  for (const auto& seg : split_key_path(key)) {
+    if (seg.empty()) continue;
+    if (!out.empty()) out += '/';
+    out += escape_key_segment(seg);
+  }
+  return out;
+}
+}  // namespace detail
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/key_path_impl.hpp -----
+// ----- begin cairn/core/shape_impl.hpp -----
+// Shapes' printing and the fixed-shape check (core/shape.hpp): once in the runtime with
+// separate compilation, inline when header-only.
+
+#include <string>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+CAIRN_API std::string to_string(const Shape& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+CAIRN_API void require_shape(const Shape& expected, const Shape& stored) {
+  if (expected != stored)
+    throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored) +
+                " does not fit the target's fixed shape " + to_string(expected));
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/shape_impl.hpp -----
 // ----- begin cairn/core/json_impl.hpp -----
 // Json's parser and writer. Compiled in every translation unit that includes core/json.hpp,
 // or once with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).
@@ -5768,6 +5605,90 @@ struct Json::Parser {
     return Json(std::strtod(std::string(tok).c_str(), nullptr));
   }
 };
+
+CAIRN_API Json::Json() noexcept = default;
+CAIRN_API Json::Json(bool b) : v_(b) {}
+CAIRN_API Json::Json(std::int64_t i, int_tag) : v_(i) {}
+CAIRN_API Json::Json(double d) : v_(d) {}
+CAIRN_API Json::Json(std::string s) : v_(std::move(s)) {}
+CAIRN_API Json::Json(std::string_view s) : v_(std::string(s)) {}
+CAIRN_API Json::Json(const Json& o) = default;
+CAIRN_API Json::Json(Json&& o) noexcept = default;
+CAIRN_API Json& Json::operator=(const Json& o) = default;
+CAIRN_API Json& Json::operator=(Json&& o) noexcept = default;
+CAIRN_API Json::~Json() = default;
+
+CAIRN_API Json Json::array_of(const Json* items, std::size_t n) {
+  Json j;
+  j.v_ = List(items, items + n);
+  return j;
+}
+CAIRN_API Json Json::object_of(const std::pair<std::string, Json>* items, std::size_t n) {
+  Json j;
+  j.v_ = Members{};
+  for (std::size_t i = 0; i < n; ++i) j[items[i].first] = items[i].second;
+  return j;
+}
+
+CAIRN_API bool Json::is_null() const { return std::holds_alternative<std::monostate>(v_); }
+CAIRN_API bool Json::is_bool() const { return std::holds_alternative<bool>(v_); }
+CAIRN_API bool Json::is_int() const { return std::holds_alternative<std::int64_t>(v_); }
+CAIRN_API bool Json::is_number() const { return is_int() || std::holds_alternative<double>(v_); }
+CAIRN_API bool Json::is_string() const { return std::holds_alternative<std::string>(v_); }
+CAIRN_API bool Json::is_array() const { return std::holds_alternative<List>(v_); }
+CAIRN_API bool Json::is_object() const { return std::holds_alternative<Members>(v_); }
+
+template <class T>
+const T& Json::get(const char* what) const {
+  if (!std::holds_alternative<T>(v_)) throw_type(what);
+  return std::get<T>(v_);
+}
+CAIRN_API void Json::throw_type(const char* what) {
+  throw Error(ErrorKind::invalid_argument, std::string("JSON value is not ") + what);
+}
+
+CAIRN_API bool Json::as_bool() const { return get<bool>("a bool"); }
+CAIRN_API std::int64_t Json::as_int() const { return get<std::int64_t>("an integer"); }
+CAIRN_API double Json::as_double() const {
+  if (is_int()) return static_cast<double>(std::get<std::int64_t>(v_));
+  return get<double>("a number");
+}
+CAIRN_API const std::string& Json::as_string() const { return get<std::string>("a string"); }
+CAIRN_API const Json::List& Json::as_array() const { return get<List>("an array"); }
+CAIRN_API const Json::Members& Json::items() const { return get<Members>("an object"); }
+
+CAIRN_API std::size_t Json::size() const {
+  if (is_array()) return std::get<List>(v_).size();
+  if (is_object()) return std::get<Members>(v_).size();
+  return 0;
+}
+
+CAIRN_API Json& Json::operator[](const std::string& key) {
+  if (is_null()) v_ = Members{};
+  if (!is_object()) throw_type("an object");
+  auto& obj = std::get<Members>(v_);
+  for (auto& kv : obj)
+    if (kv.first == key) return kv.second;
+  obj.emplace_back(key, Json());
+  return obj.back().second;
+}
+CAIRN_API const Json* Json::find(std::string_view key) const {
+  if (!is_object()) return nullptr;
+  for (auto& kv : std::get<Members>(v_))
+    if (kv.first == key) return &kv.second;
+  return nullptr;
+}
+CAIRN_API const Json& Json::at(std::string_view key) const {
+  const Json* j = find(key);
+  if (!j) throw Error(ErrorKind::not_found, "JSON object has no member '" + std::string(key) + "'");
+  return *j;
+}
+CAIRN_API void Json::push_back(Json j) {
+  if (is_null()) v_ = List{};
+  if (!is_array()) throw_type("an array");
+  std::get<List>(v_).push_back(std::move(j));
+}
+CAIRN_API bool Json::equals(const Json& o) const { return v_ == o.v_; }
 
 CAIRN_API std::string Json::dump() const {
   std::string out;
@@ -7354,6 +7275,294 @@ CAIRN_API std::unique_ptr<StoreWriter> PosixStore::create_atomically(const std::
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/store/posix_store_impl.hpp -----
+// ----- begin cairn/store/memory_store_impl.hpp -----
+// MemoryStore's members and its readers, writers and staging (store/memory_store.hpp).
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+class MemoryStore::Reader final : public StoreReader {
+ public:
+  Reader(const MemoryStore& store, std::shared_ptr<const Bytes> bytes, std::string name)
+      : store_(store), bytes_(std::move(bytes)), name_(std::move(name)) {}
+  std::uint64_t size() const override { return bytes_->size(); }
+  std::uint64_t cached_bytes(std::uint64_t, std::uint64_t n) const override { return n; }  // it is memory
+  void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
+    const auto how = store_.count_and_check(Op::read, name_);
+    std::uint64_t size = bytes_->size();
+    if (how == Failure::short_read) size = std::min(size, offset + n / 2);
+    if (offset > size || n > size - offset)
+      throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(size) + ", before the data its metadata "
+                  "describes (truncated?)", name_);
+    if (n) std::memcpy(dst, bytes_->data() + offset, static_cast<std::size_t>(n));
+  }
+
+ private:
+  const MemoryStore& store_;
+  std::shared_ptr<const Bytes> bytes_;
+  std::string name_;
+};
+
+class MemoryStore::Writer final : public StoreWriter {
+ public:
+  Writer(MemoryStore& store, std::shared_ptr<Bytes> bytes, std::string name)
+      : store_(store), bytes_(std::move(bytes)), name_(std::move(name)) {}
+  void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override {
+    const auto how = store_.count_and_check(Op::write, name_);
+    const std::uint64_t take = how == Failure::torn_write ? n / 2 : n;
+    std::lock_guard<std::mutex> lock(store_.mutex_);
+    if (bytes_->size() < offset + take) bytes_->resize(static_cast<std::size_t>(offset + take));
+    if (take) std::memcpy(bytes_->data() + offset, src, static_cast<std::size_t>(take));
+    if (how == Failure::torn_write) throw Error(ErrorKind::io, "write failed after " + std::to_string(take) + " of " +
+                                                std::to_string(n) + " bytes (injected torn write)", name_);
+  }
+  void finish(std::uint64_t size) override {
+    store_.count_and_check(Op::finish, name_);
+    std::lock_guard<std::mutex> lock(store_.mutex_);
+    bytes_->resize(static_cast<std::size_t>(size));
+  }
+
+ private:
+  MemoryStore& store_;
+  std::shared_ptr<Bytes> bytes_;
+  std::string name_;
+};
+
+class MemoryStore::AtomicWriter final : public StoreWriter {
+ public:
+  AtomicWriter(MemoryStore& store, std::string key, bool overwrite)
+      : store_(store), key_(std::move(key)), overwrite_(overwrite), bytes_(std::make_shared<Bytes>()),
+        inner_(store, bytes_, store.describe(key_)) {}
+  void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { inner_.write_at(src, n, offset); }
+  void finish(std::uint64_t size) override {
+    inner_.finish(size);
+    std::lock_guard<std::mutex> lock(store_.mutex_);
+    store_.count_locked(Op::publish, store_.describe(key_));
+    store_.check_blob_target(key_, overwrite_);  // again: something may have appeared meanwhile
+    store_.blobs_[key_] = bytes_;
+  }
+
+ private:
+  MemoryStore& store_;
+  std::string key_;
+  bool overwrite_;
+  std::shared_ptr<Bytes> bytes_;
+  Writer inner_;
+};
+
+class MemoryStore::Staging final : public CheckpointStaging {
+ public:
+  Staging(MemoryStore& store, std::string final_key, std::string key, bool overwrite)
+      : store_(store), final_(std::move(final_key)), key_(std::move(key)), overwrite_(overwrite) {}
+  ~Staging() override {
+    if (published_) return;
+    std::lock_guard<std::mutex> lock(store_.mutex_);
+    store_.erase_under(key_);
+  }
+  const std::string& key() const override { return key_; }
+  void publish(const std::map<std::string, std::uint64_t>& expected) override {
+    std::lock_guard<std::mutex> lock(store_.mutex_);
+    store_.count_locked(Op::publish, store_.describe(final_));
+    for (const auto& [name, bytes] : expected) {
+      auto it = store_.blobs_.find(key_ + "/" + name);
+      if (it == store_.blobs_.end() || it->second->size() != bytes)
+        throw Error(ErrorKind::io, "a file of the staged checkpoint is missing or has the wrong size; nothing was "
+                    "published", store_.describe(key_ + "/" + name));
+    }
+    store_.check_target(final_, overwrite_);  // again: something may have appeared meanwhile
+    store_.erase_under(final_);
+    const std::string from = key_ + "/";
+    for (auto it = store_.blobs_.lower_bound(from); it != store_.blobs_.end() && it->first.starts_with(from);) {
+      store_.blobs_[final_ + "/" + it->first.substr(from.size())] = it->second;
+      it = store_.blobs_.erase(it);
+    }
+    published_ = true;
+  }
+
+ private:
+  MemoryStore& store_;
+  std::string final_, key_;
+  bool overwrite_ = false, published_ = false;
+};
+
+CAIRN_API void MemoryStore::fail(Op op, std::uint64_t nth, Failure how) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  rules_[op] = {counts_[op] + nth, how};
+}
+
+CAIRN_API void MemoryStore::clear_failures() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  rules_.clear();
+}
+
+CAIRN_API std::uint64_t MemoryStore::count(Op op) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = counts_.find(op);
+  return it == counts_.end() ? 0 : it->second;
+}
+
+CAIRN_API std::string MemoryStore::bytes(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = blobs_.find(detail::normalize_key(key));
+  if (it == blobs_.end()) throw Error(ErrorKind::not_found, "no such blob", describe(key));
+  return std::string(it->second->begin(), it->second->end());
+}
+
+CAIRN_API void MemoryStore::put(const std::string& key, const std::string& content) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  blobs_[detail::normalize_key(key)] = std::make_shared<Bytes>(content.begin(), content.end());
+}
+
+CAIRN_API std::vector<std::string> MemoryStore::keys() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> out;
+  for (const auto& kv : blobs_) out.push_back(kv.first);
+  return out;
+}
+
+CAIRN_API std::string MemoryStore::describe(const std::string& key) const { return "memory://" + detail::normalize_key(key); }
+
+CAIRN_API std::unique_ptr<StoreReader> MemoryStore::open(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = blobs_.find(detail::normalize_key(key));
+  if (it == blobs_.end()) throw Error(ErrorKind::not_found, "open failed: no such blob", describe(key));
+  return std::make_unique<Reader>(*this, it->second, describe(key));
+}
+
+CAIRN_API std::unique_ptr<StoreWriter> MemoryStore::create(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string k = detail::normalize_key(key);
+  if (blobs_.count(k)) throw Error(ErrorKind::io, "open (create) failed: the blob exists", describe(key));
+  auto bytes = std::make_shared<Bytes>();
+  blobs_[k] = bytes;  // visible (as an empty blob) from now on, as a created file is
+  return std::make_unique<Writer>(*this, bytes, describe(key));
+}
+
+CAIRN_API bool MemoryStore::exists(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string k = detail::normalize_key(key);
+  return blobs_.count(k) || has_prefix(k);
+}
+
+CAIRN_API bool MemoryStore::is_blob(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return blobs_.count(detail::normalize_key(key)) != 0;
+}
+
+CAIRN_API std::vector<StoreEntry> MemoryStore::list(const std::string& prefix) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string p = detail::normalize_key(prefix) + "/";
+  std::map<std::string, bool> names;
+  for (auto it = blobs_.lower_bound(p); it != blobs_.end() && it->first.starts_with(p); ++it) {
+    const std::string rest = it->first.substr(p.size());
+    const auto slash = rest.find('/');
+    if (slash == std::string::npos) names.emplace(rest, false);
+    else names[rest.substr(0, slash)] = true;
+  }
+  std::vector<StoreEntry> out;
+  for (const auto& [name, is_prefix] : names) out.push_back({name, is_prefix});
+  return out;
+}
+
+CAIRN_API void MemoryStore::remove(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  erase_under(detail::normalize_key(key));
+}
+
+CAIRN_API std::unique_ptr<CheckpointStaging> MemoryStore::stage(const std::string& key_in, bool overwrite) {
+  const std::string key = detail::normalize_key(key_in);
+  if (key.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint key");
+  if (is_internal_name(key)) throw Error(ErrorKind::invalid_argument, "checkpoint keys may not contain '" +
+                                         std::string(staging_infix) + "'", describe(key));
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_target(key, overwrite);
+  return std::make_unique<Staging>(*this, key, key + staging_infix + std::to_string(++next_staging_), overwrite);
+}
+
+CAIRN_API bool MemoryStore::is_internal_name(const std::string& name) const { return name.find(staging_infix) != std::string::npos; }
+
+CAIRN_API void MemoryStore::remove_checkpoints(const std::vector<std::string>& keys) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& k : keys) erase_under(detail::normalize_key(k));
+}
+
+CAIRN_API void MemoryStore::write_atomically(const std::string& key, const std::string& content) {
+  count_and_check(Op::write, describe(key));
+  put(key, content);
+}
+
+CAIRN_API std::unique_ptr<StoreWriter> MemoryStore::create_atomically(const std::string& key, bool overwrite) {
+  const std::string k = detail::normalize_key(key);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_blob_target(k, overwrite);
+  }
+  return std::make_unique<AtomicWriter>(*this, k, overwrite);
+}
+
+CAIRN_API std::optional<MemoryStore::Failure> MemoryStore::count_and_check(Op op, const std::string& what) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return count_locked(op, what);
+}
+
+CAIRN_API std::optional<MemoryStore::Failure> MemoryStore::count_locked(Op op, const std::string& what) const {
+  const std::uint64_t n = ++counts_[op];
+  auto it = rules_.find(op);
+  if (it == rules_.end() || it->second.at != n) return std::nullopt;
+  if (it->second.how == Failure::error) throw Error(ErrorKind::io, std::string(op_name(op)) + " failed (injected)", what);
+  return it->second.how;
+}
+
+CAIRN_API const char* MemoryStore::op_name(Op op) {
+  switch (op) {
+    case Op::read: return "read";
+    case Op::write: return "write";
+    case Op::finish: return "fsync";
+    case Op::publish: return "publish";
+  }
+  return "?";
+}
+
+CAIRN_API bool MemoryStore::has_prefix(const std::string& k) const {
+  const std::string p = k + "/";
+  auto it = blobs_.lower_bound(p);
+  return it != blobs_.end() && it->first.starts_with(p);
+}
+
+CAIRN_API void MemoryStore::erase_under(const std::string& k) {
+  blobs_.erase(k);
+  const std::string p = k + "/";
+  for (auto it = blobs_.lower_bound(p); it != blobs_.end() && it->first.starts_with(p);) it = blobs_.erase(it);
+}
+
+CAIRN_API void MemoryStore::check_target(const std::string& key, bool overwrite) const {
+  if (blobs_.count(key)) throw Error(ErrorKind::already_exists, "a blob (not a checkpoint) is at this key; cairn will not replace it", describe(key));
+  if (!has_prefix(key)) return;
+  if (blobs_.count(key + "/" + detail::commit_marker_name)) {
+    if (!overwrite) throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", describe(key));
+    return;
+  }
+  throw Error(ErrorKind::already_exists, "this key holds blobs but no cairn checkpoint; cairn will not write into it or "
+              "replace it, even with overwrite", describe(key));
+}
+
+CAIRN_API void MemoryStore::check_blob_target(const std::string& k, bool overwrite) const {
+  if (has_prefix(k)) throw Error(ErrorKind::already_exists, "this key holds other blobs; cairn will not replace it", describe(k));
+  if (blobs_.count(k) && !overwrite)
+    throw Error(ErrorKind::already_exists, "a blob already exists here (pass overwrite to replace it)", describe(k));
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/store/memory_store_impl.hpp -----
 // ----- begin cairn/checkpoint/save_impl.hpp -----
 // The runtime of save(): a session per save that writes every item's leaves and commits them
 // once on every rank. Compiled in every translation unit that includes cairn/cairn.hpp, or

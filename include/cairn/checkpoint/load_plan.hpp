@@ -81,17 +81,6 @@ class StoredIndex {
   std::unordered_map<std::string_view, Children> children_;
 };
 
-// A printed key path in canonical form (segments re-escaped), so "a/b/" and "a/b" agree.
-inline std::string canonical_key(const std::string& key) {
-  std::string out;
-  for (const auto& seg : split_key_path(key)) {
-    if (seg.empty()) continue;
-    if (!out.empty()) out += '/';
-    out += escape_key_segment(seg);
-  }
-  return out;
-}
-
 struct PlannedLeaf {
   std::string key;            // in the target
   const LeafRecord* stored;

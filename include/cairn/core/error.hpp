@@ -31,30 +31,12 @@ enum class ErrorKind {
   timeout,
 };
 
-inline const char* to_string(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::io: return "io";
-    case ErrorKind::not_found: return "not_found";
-    case ErrorKind::already_exists: return "already_exists";
-    case ErrorKind::incomplete: return "incomplete";
-    case ErrorKind::corrupt: return "corrupt";
-    case ErrorKind::unsupported_version: return "unsupported_version";
-    case ErrorKind::structure_mismatch: return "structure_mismatch";
-    case ErrorKind::shape_mismatch: return "shape_mismatch";
-    case ErrorKind::dtype_mismatch: return "dtype_mismatch";
-    case ErrorKind::value_out_of_range: return "value_out_of_range";
-    case ErrorKind::invalid_argument: return "invalid_argument";
-    case ErrorKind::after_commit: return "after_commit";
-    case ErrorKind::timeout: return "timeout";
-  }
-  return "unknown";
-}
+// "io", "not_found", ...: the kind as the messages print it.
+CAIRN_API const char* to_string(ErrorKind kind);
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, std::string message, std::string file = {}, std::string key = {})
-      : std::runtime_error(format(kind, message, file, key)),
-        kind_(kind), message_(std::move(message)), file_(std::move(file)), key_(std::move(key)) {}
+  CAIRN_API Error(ErrorKind kind, std::string message, std::string file = {}, std::string key = {});
 
   ErrorKind kind() const noexcept { return kind_; }
   // The file the error concerns ("" when none), and the key path ("" when the whole tree).
@@ -72,18 +54,17 @@ class Error : public std::runtime_error {
   }
 
  private:
-  static std::string format(ErrorKind kind, const std::string& message, const std::string& file,
-                            const std::string& key) {
-    std::string s = "cairn: ";
-    s += to_string(kind);
-    if (!file.empty()) s += ": " + file;
-    if (!key.empty()) s += ": key '" + key + "'";
-    s += ": " + message;
-    return s;
-  }
+  CAIRN_API static std::string format(ErrorKind kind, const std::string& message, const std::string& file,
+                                      const std::string& key);
 
   ErrorKind kind_;
   std::string message_, file_, key_;
 };
 
 CAIRN_END_NAMESPACE
+
+// Error's members and to_string are defined once in the runtime with separate compilation:
+// every throw site of every file would otherwise compile the message's formatting.
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/core/error_impl.hpp"
+#endif

@@ -55,6 +55,90 @@ struct Json::Parser {
   }
 };
 
+CAIRN_API Json::Json() noexcept = default;
+CAIRN_API Json::Json(bool b) : v_(b) {}
+CAIRN_API Json::Json(std::int64_t i, int_tag) : v_(i) {}
+CAIRN_API Json::Json(double d) : v_(d) {}
+CAIRN_API Json::Json(std::string s) : v_(std::move(s)) {}
+CAIRN_API Json::Json(std::string_view s) : v_(std::string(s)) {}
+CAIRN_API Json::Json(const Json& o) = default;
+CAIRN_API Json::Json(Json&& o) noexcept = default;
+CAIRN_API Json& Json::operator=(const Json& o) = default;
+CAIRN_API Json& Json::operator=(Json&& o) noexcept = default;
+CAIRN_API Json::~Json() = default;
+
+CAIRN_API Json Json::array_of(const Json* items, std::size_t n) {
+  Json j;
+  j.v_ = List(items, items + n);
+  return j;
+}
+CAIRN_API Json Json::object_of(const std::pair<std::string, Json>* items, std::size_t n) {
+  Json j;
+  j.v_ = Members{};
+  for (std::size_t i = 0; i < n; ++i) j[items[i].first] = items[i].second;
+  return j;
+}
+
+CAIRN_API bool Json::is_null() const { return std::holds_alternative<std::monostate>(v_); }
+CAIRN_API bool Json::is_bool() const { return std::holds_alternative<bool>(v_); }
+CAIRN_API bool Json::is_int() const { return std::holds_alternative<std::int64_t>(v_); }
+CAIRN_API bool Json::is_number() const { return is_int() || std::holds_alternative<double>(v_); }
+CAIRN_API bool Json::is_string() const { return std::holds_alternative<std::string>(v_); }
+CAIRN_API bool Json::is_array() const { return std::holds_alternative<List>(v_); }
+CAIRN_API bool Json::is_object() const { return std::holds_alternative<Members>(v_); }
+
+template <class T>
+const T& Json::get(const char* what) const {
+  if (!std::holds_alternative<T>(v_)) throw_type(what);
+  return std::get<T>(v_);
+}
+CAIRN_API void Json::throw_type(const char* what) {
+  throw Error(ErrorKind::invalid_argument, std::string("JSON value is not ") + what);
+}
+
+CAIRN_API bool Json::as_bool() const { return get<bool>("a bool"); }
+CAIRN_API std::int64_t Json::as_int() const { return get<std::int64_t>("an integer"); }
+CAIRN_API double Json::as_double() const {
+  if (is_int()) return static_cast<double>(std::get<std::int64_t>(v_));
+  return get<double>("a number");
+}
+CAIRN_API const std::string& Json::as_string() const { return get<std::string>("a string"); }
+CAIRN_API const Json::List& Json::as_array() const { return get<List>("an array"); }
+CAIRN_API const Json::Members& Json::items() const { return get<Members>("an object"); }
+
+CAIRN_API std::size_t Json::size() const {
+  if (is_array()) return std::get<List>(v_).size();
+  if (is_object()) return std::get<Members>(v_).size();
+  return 0;
+}
+
+CAIRN_API Json& Json::operator[](const std::string& key) {
+  if (is_null()) v_ = Members{};
+  if (!is_object()) throw_type("an object");
+  auto& obj = std::get<Members>(v_);
+  for (auto& kv : obj)
+    if (kv.first == key) return kv.second;
+  obj.emplace_back(key, Json());
+  return obj.back().second;
+}
+CAIRN_API const Json* Json::find(std::string_view key) const {
+  if (!is_object()) return nullptr;
+  for (auto& kv : std::get<Members>(v_))
+    if (kv.first == key) return &kv.second;
+  return nullptr;
+}
+CAIRN_API const Json& Json::at(std::string_view key) const {
+  const Json* j = find(key);
+  if (!j) throw Error(ErrorKind::not_found, "JSON object has no member '" + std::string(key) + "'");
+  return *j;
+}
+CAIRN_API void Json::push_back(Json j) {
+  if (is_null()) v_ = List{};
+  if (!is_array()) throw_type("an array");
+  std::get<List>(v_).push_back(std::move(j));
+}
+CAIRN_API bool Json::equals(const Json& o) const { return v_ == o.v_; }
+
 CAIRN_API std::string Json::dump() const {
   std::string out;
   dump_to(out);

@@ -33,30 +33,9 @@ struct KeyEntry {
   }
 };
 
-inline std::string escape_key_segment(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    if (c == '/') out += "%2F";
-    else if (c == '%') out += "%25";
-    else out += c;
-  }
-  return out;
-}
-
-inline std::string unescape_key_segment(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size()) {
-      std::string_view code = s.substr(i + 1, 2);
-      if (code == "2F" || code == "2f") { out += '/'; i += 2; continue; }
-      if (code == "25") { out += '%'; i += 2; continue; }
-    }
-    out += s[i];
-  }
-  return out;
-}
+// "/" -> "%2F" and "%" -> "%25" in one segment, and back.
+CAIRN_API std::string escape_key_segment(std::string_view s);
+CAIRN_API std::string unescape_key_segment(std::string_view s);
 
 class KeyPath {
  public:
@@ -74,24 +53,13 @@ class KeyPath {
   KeyPath child(KeyEntry e) const { KeyPath p = *this; p.push_back(std::move(e)); return p; }
 
   // "params/dense/kernel"; the root prints as "".
-  std::string str() const {
-    std::string s;
-    for (std::size_t i = 0; i < entries_.size(); ++i) {
-      if (i) s += '/';
-      s += escape_key_segment(entries_[i].text());
-    }
-    return s;
-  }
+  CAIRN_API std::string str() const;
   // One letter per entry (f field, i index, k string key, n integer key): the types that
   // the string form loses. Stored beside the string in the checkpoint metadata.
-  std::string kinds() const {
-    std::string s;
-    for (const auto& e : entries_) s += static_cast<char>(e.kind);
-    return s;
-  }
+  CAIRN_API std::string kinds() const;
 
   // Rebuild a typed path from its string and kind letters (as stored in metadata).
-  static KeyPath from_stored(std::string_view path, std::string_view kinds);
+  CAIRN_API static KeyPath from_stored(std::string_view path, std::string_view kinds);
 
   friend bool operator==(const KeyPath& a, const KeyPath& b) { return a.entries_ == b.entries_; }
 
@@ -100,114 +68,20 @@ class KeyPath {
 };
 
 // Split a printed path into unescaped segments: "a%2Fb/c" -> {"a/b", "c"}; "" -> {}.
-inline std::vector<std::string> split_key_path(std::string_view path) {
-  std::vector<std::string> out;
-  if (path.empty()) return out;
-  std::size_t start = 0;
-  while (true) {
-    std::size_t slash = path.find('/', start);
-    std::string_view seg = path.substr(start, slash == std::string_view::npos ? path.npos : slash - start);
-    out.push_back(unescape_key_segment(seg));
-    if (slash == std::string_view::npos) break;
-    start = slash + 1;
-  }
-  return out;
-}
+CAIRN_API std::vector<std::string> split_key_path(std::string_view path);
 
 namespace detail {
-inline bool parse_int64(std::string_view s, std::int64_t& out) {
-  if (s.empty() || s.size() > 20) return false;
-  std::size_t i = 0;
-  bool neg = false;
-  if (s[0] == '-') { neg = true; i = 1; if (s.size() == 1) return false; }
-  std::uint64_t v = 0;
-  for (; i < s.size(); ++i) {
-    if (s[i] < '0' || s[i] > '9') return false;
-    std::uint64_t d = static_cast<std::uint64_t>(s[i] - '0');
-    if (v > (UINT64_MAX - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  if (!neg && v > static_cast<std::uint64_t>(INT64_MAX)) return false;
-  if (neg && v > static_cast<std::uint64_t>(INT64_MAX) + 1) return false;
-  out = neg ? static_cast<std::int64_t>(0 - v) : static_cast<std::int64_t>(v);
-  return true;
-}
+// A decimal int64 with an optional '-', nothing else; false when it does not fit.
+CAIRN_API bool parse_int64(std::string_view s, std::int64_t& out);
+// A printed key path in canonical form (segments re-escaped), so "a/b/" and "a/b" agree.
+CAIRN_API std::string canonical_key(const std::string& key);
 }  // namespace detail
-
-// One pass over the stored text, each entry built in place (a vector of segments in between
-// was a tenth of reading the metadata of many small leaves).
-inline KeyPath KeyPath::from_stored(std::string_view path, std::string_view kinds) {
-  // "" is the root, or one empty string key when the kinds say so.
-  const std::size_t n = path.empty() ? (kinds.size() == 1 ? 1 : 0)
-                                     : 1 + static_cast<std::size_t>(std::count(path.begin(), path.end(), '/'));
-  if (n != kinds.size())
-    throw Error(ErrorKind::corrupt, "key path '" + std::string(path) + "' has " + std::to_string(n) +
-                " entries but its kinds '" + std::string(kinds) + "' name " + std::to_string(kinds.size()));
-  KeyPath p;
-  p.entries_.reserve(n);
-  std::size_t start = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t slash = path.find('/', start);
-    const std::string_view seg = path.substr(start, slash == std::string_view::npos ? path.npos : slash - start);
-    start = slash + 1;
-    const char k = kinds[i];
-    if (k == 'f' || k == 'k') {
-      if (k == 'f' && seg.empty())
-        throw Error(ErrorKind::corrupt, "empty field name in key path '" + std::string(path) + "'");
-      std::string name = seg.find('%') == std::string_view::npos ? std::string(seg) : unescape_key_segment(seg);
-      p.entries_.push_back(k == 'f' ? KeyEntry::field(std::move(name)) : KeyEntry::key(std::move(name)));
-    } else if (k == 'i' || k == 'n') {
-      std::int64_t v = 0;
-      const bool escaped = seg.find('%') != std::string_view::npos;
-      if (!detail::parse_int64(escaped ? std::string_view(unescape_key_segment(seg)) : seg, v) || (k == 'i' && v < 0))
-        throw Error(ErrorKind::corrupt, "bad index '" + unescape_key_segment(seg) + "' in key path '" + std::string(path) + "'");
-      p.entries_.push_back(k == 'i' ? KeyEntry::index(v) : KeyEntry::int_key(v));
-    } else {
-      throw Error(ErrorKind::corrupt, std::string("unknown key kind '") + k + "' in key path '" +
-                  std::string(path) + "'");
-    }
-  }
-  return p;
-}
 
 // Glob patterns over printed key paths. '*' matches any run of characters within one
 // segment, '**' any run across segments, '?' one character. A pattern matches a path when
 // it matches the whole path or one of its ancestors, so "opt" and "opt/*" both select
 // every leaf under "opt".
-namespace detail {
-inline bool glob_match_here(std::string_view pat, std::string_view text) {
-  // Iterative matcher with backtracking for the last star (classic wildcard algorithm),
-  // extended so that a single '*' refuses to cross '/'.
-  std::size_t p = 0, t = 0;
-  std::size_t star_p = std::string_view::npos, star_t = 0;
-  bool star_crosses = false;
-  while (t < text.size()) {
-    if (p < pat.size() && pat[p] == '*') {
-      star_crosses = (p + 1 < pat.size() && pat[p + 1] == '*');
-      p += star_crosses ? 2 : 1;
-      star_p = p;
-      star_t = t;
-    } else if (p < pat.size() && (pat[p] == '?' ? text[t] != '/' : pat[p] == text[t])) {
-      ++p;
-      ++t;
-    } else if (star_p != std::string_view::npos && (star_crosses || text[star_t] != '/')) {
-      p = star_p;
-      t = ++star_t;
-    } else {
-      return false;
-    }
-  }
-  while (p < pat.size() && pat[p] == '*') ++p;
-  return p == pat.size();
-}
-}  // namespace detail
-
-inline bool glob_matches(std::string_view pattern, std::string_view path) {
-  if (detail::glob_match_here(pattern, path)) return true;
-  for (std::size_t i = 0; i < path.size(); ++i)
-    if (path[i] == '/' && detail::glob_match_here(pattern, path.substr(0, i))) return true;
-  return false;
-}
+CAIRN_API bool glob_matches(std::string_view pattern, std::string_view path);
 
 // True when `prefix` names `path` itself or one of its ancestors, segment-wise.
 inline bool key_path_has_prefix(std::string_view path, std::string_view prefix) {
@@ -217,3 +91,7 @@ inline bool key_path_has_prefix(std::string_view path, std::string_view prefix) 
 }
 
 CAIRN_END_NAMESPACE
+
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/core/key_path_impl.hpp"
+#endif

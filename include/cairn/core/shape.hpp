@@ -13,14 +13,8 @@ CAIRN_BEGIN_NAMESPACE
 
 using Shape = std::vector<std::int64_t>;
 
-inline std::string to_string(const Shape& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
+// "[2, 3]".
+CAIRN_API std::string to_string(const Shape& shape);
 
 // Multiply with overflow detection; false when a*b does not fit in uint64.
 inline bool checked_mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
@@ -59,10 +53,10 @@ inline bool try_byte_count(const Shape& shape, std::size_t item_size, std::uint6
 }
 
 // Throws shape_mismatch unless two shapes are equal; for fixed-size targets.
-inline void require_shape(const Shape& expected, const Shape& stored) {
-  if (expected != stored)
-    throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored) +
-                " does not fit the target's fixed shape " + to_string(expected));
-}
+CAIRN_API void require_shape(const Shape& expected, const Shape& stored);
 
 CAIRN_END_NAMESPACE
+
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/core/shape_impl.hpp"
+#endif

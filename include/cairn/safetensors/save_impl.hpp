@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cairn/dtype/cast_host.hpp"
-#include "cairn/checkpoint/load_plan.hpp"  // canonical_key
+#include "cairn/core/key_path.hpp"  // canonical_key
 #include "cairn/kernels/box_copy.hpp"
 #include "cairn/safetensors/header.hpp"
 #include "cairn/safetensors/save.hpp"
