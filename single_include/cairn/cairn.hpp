@@ -3395,64 +3395,20 @@ CAIRN_BEGIN_NAMESPACE
 
 class ThreadGroup {
  public:
-  explicit ThreadGroup(int size) : slots_(static_cast<std::size_t>(size)) {
-    if (size < 1) throw Error(ErrorKind::invalid_argument, "a ThreadGroup needs at least one rank");
-    for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<Rank>(*this, r));
-  }
+  CAIRN_API explicit ThreadGroup(int size);
+  CAIRN_API ~ThreadGroup();
   ThreadGroup(const ThreadGroup&) = delete;
   ThreadGroup& operator=(const ThreadGroup&) = delete;
 
   int size() const { return static_cast<int>(ranks_.size()); }
-  Coordinator& rank(int r) { return *ranks_.at(static_cast<std::size_t>(r)); }
+  CAIRN_API Coordinator& rank(int r);
 
  private:
-  class Rank final : public Coordinator {
-   public:
-    Rank(ThreadGroup& g, int r) : group_(g), rank_(r) {}
-    int rank() const override { return rank_; }
-    int size() const override { return group_.size(); }
-    void barrier() override { group_.exchange(rank_, {}); }
-    std::vector<std::string> gather(std::string bytes) override {
-      auto all = group_.exchange(rank_, std::move(bytes));
-      return rank_ == 0 ? all : std::vector<std::string>{};
-    }
-    std::string broadcast(std::string bytes) override { return group_.exchange(rank_, std::move(bytes)).front(); }
-    bool all_agree(bool ok) override {
-      for (const auto& v : group_.exchange(rank_, ok ? "1" : "0"))
-        if (v != "1") return false;
-      return true;
-    }
-
-   private:
-    ThreadGroup& group_;
-    int rank_;
-  };
+  class Rank;  // coordination/thread_coordinator_impl.hpp
 
   // Every rank hands in its bytes and gets everyone's. A round ends only when every rank has
   // taken the result, so the next round cannot overwrite it early.
-  std::vector<std::string> exchange(int rank, std::string bytes) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return !draining_; });
-    slots_[static_cast<std::size_t>(rank)] = std::move(bytes);
-    const std::uint64_t round = round_;
-    if (++arrived_ == slots_.size()) {
-      result_ = std::move(slots_);
-      slots_.assign(result_.size(), {});
-      draining_ = true;
-      leaving_ = result_.size();
-      ++round_;
-      changed_.notify_all();
-    } else {
-      changed_.wait(lock, [&] { return round_ != round; });
-    }
-    std::vector<std::string> out = result_;
-    if (--leaving_ == 0) {
-      draining_ = false;
-      arrived_ = 0;
-      changed_.notify_all();
-    }
-    return out;
-  }
+  CAIRN_API std::vector<std::string> exchange(int rank, std::string bytes);
 
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::mutex mutex_;
@@ -3464,6 +3420,8 @@ class ThreadGroup {
 };
 
 CAIRN_END_NAMESPACE
+
+// The group's members: once in the runtime with separate compilation, inline when header-only.
 // ----- end cairn/coordination/thread_coordinator.hpp -----
 // ----- begin cairn/checkpoint/options.hpp -----
 // Options of save and load, and the LoadReport that says what a load did.
@@ -4404,7 +4362,6 @@ CAIRN_END_NAMESPACE
 // composable as Orbax's and TensorFlow's managers compose them; and the preemption flag a
 // signal handler sets.
 
-#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdint>
@@ -4456,34 +4413,15 @@ class SavePolicy {
   bool should_save(const SaveContext& c) const { return p_(c); }
 
   // Steps that are multiples of n (and not already saved).
-  static SavePolicy every_n_steps(std::int64_t n) {
-    if (n <= 0) n = 1;
-    return SavePolicy([n](const SaveContext& c) { return c.step % n == 0 && (!c.latest_step || *c.latest_step != c.step); });
-  }
-  static SavePolicy at_steps(std::set<std::int64_t> steps) {
-    return SavePolicy([steps = std::move(steps)](const SaveContext& c) { return steps.count(c.step) != 0; });
-  }
+  CAIRN_API static SavePolicy every_n_steps(std::int64_t n);
+  CAIRN_API static SavePolicy at_steps(std::set<std::int64_t> steps);
   // At least `seconds` since the last save (the first step always qualifies).
-  static SavePolicy every_n_seconds(double seconds) {
-    return SavePolicy([seconds](const SaveContext& c) { return !c.latest_step || c.seconds_since_last_save >= seconds; });
-  }
-  static SavePolicy on_preemption() {
-    return SavePolicy([](const SaveContext& c) { return c.preemption; });
-  }
+  CAIRN_API static SavePolicy every_n_seconds(double seconds);
+  CAIRN_API static SavePolicy on_preemption();
   // The first step seen when no checkpoint exists yet.
-  static SavePolicy initial_save() {
-    return SavePolicy([](const SaveContext& c) { return !c.latest_step.has_value(); });
-  }
-  static SavePolicy any_of(std::vector<SavePolicy> policies) {
-    return SavePolicy([ps = std::move(policies)](const SaveContext& c) {
-      return std::any_of(ps.begin(), ps.end(), [&](const SavePolicy& p) { return p.should_save(c); });
-    });
-  }
-  static SavePolicy all_of(std::vector<SavePolicy> policies) {
-    return SavePolicy([ps = std::move(policies)](const SaveContext& c) {
-      return std::all_of(ps.begin(), ps.end(), [&](const SavePolicy& p) { return p.should_save(c); });
-    });
-  }
+  CAIRN_API static SavePolicy initial_save();
+  CAIRN_API static SavePolicy any_of(std::vector<SavePolicy> policies);
+  CAIRN_API static SavePolicy all_of(std::vector<SavePolicy> policies);
   static SavePolicy custom(Predicate p) { return SavePolicy(std::move(p)); }
 
  private:
@@ -4507,74 +4445,19 @@ class RetentionPolicy {
 
   std::set<std::int64_t> keep(const std::vector<StepInfo>& steps) const { return k_(steps); }
 
-  static RetentionPolicy keep_all() {
-    return RetentionPolicy([](const std::vector<StepInfo>& s) {
-      std::set<std::int64_t> out;
-      for (const auto& i : s) out.insert(i.step);
-      return out;
-    });
-  }
-  static RetentionPolicy keep_latest(std::size_t n) {
-    return RetentionPolicy([n](const std::vector<StepInfo>& s) {
-      std::set<std::int64_t> out;
-      for (std::size_t i = s.size() > n ? s.size() - n : 0; i < s.size(); ++i) out.insert(s[i].step);
-      return out;
-    });
-  }
+  CAIRN_API static RetentionPolicy keep_all();
+  CAIRN_API static RetentionPolicy keep_latest(std::size_t n);
   // Steps that are multiples of n.
-  static RetentionPolicy keep_every_n_steps(std::int64_t n) {
-    return RetentionPolicy([n](const std::vector<StepInfo>& s) {
-      std::set<std::int64_t> out;
-      for (const auto& i : s)
-        if (n > 0 && i.step % n == 0) out.insert(i.step);
-      return out;
-    });
-  }
+  CAIRN_API static RetentionPolicy keep_every_n_steps(std::int64_t n);
   // One checkpoint per `seconds` of wall time (TensorFlow's keep_checkpoint_every_n_hours): the
   // oldest, then each one at least `seconds` after the previous one kept.
-  static RetentionPolicy keep_every_n_seconds(double seconds) {
-    return RetentionPolicy([seconds](const std::vector<StepInfo>& s) {
-      std::set<std::int64_t> out;
-      std::optional<std::int64_t> last_ms;
-      for (const auto& i : s) {
-        // In double: stored times are untrusted, and an int64 difference could overflow.
-        if (!last_ms || static_cast<double>(i.created_unix_ms) - static_cast<double>(*last_ms) >= seconds * 1000.0) {
-          out.insert(i.step);
-          last_ms = i.created_unix_ms;
-        }
-      }
-      return out;
-    });
-  }
+  CAIRN_API static RetentionPolicy keep_every_n_seconds(double seconds);
   enum class Mode { min, max };
   // The n best steps by a numeric metric saved with them. Steps without that metric are never
   // among the best (combine with keep_latest to keep them for a while).
-  static RetentionPolicy best_n(std::size_t n, std::string metric, Mode mode) {
-    return RetentionPolicy([n, metric = std::move(metric), mode](const std::vector<StepInfo>& s) {
-      std::vector<std::pair<double, std::int64_t>> scored;
-      for (const auto& i : s) {
-        const Json* v = i.metrics.find(metric);
-        if (v && v->is_number()) scored.emplace_back(mode == Mode::min ? v->as_double() : -v->as_double(), i.step);
-      }
-      std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
-        return a.first != b.first ? a.first < b.first : a.second > b.second;  // ties: the newer step
-      });
-      std::set<std::int64_t> out;
-      for (std::size_t i = 0; i < scored.size() && i < n; ++i) out.insert(scored[i].second);
-      return out;
-    });
-  }
+  CAIRN_API static RetentionPolicy best_n(std::size_t n, std::string metric, Mode mode);
   // Keeps what any of the policies keeps.
-  static RetentionPolicy any_of(std::vector<RetentionPolicy> policies) {
-    return RetentionPolicy([ps = std::move(policies)](const std::vector<StepInfo>& s) {
-      std::set<std::int64_t> out;
-      for (const auto& p : ps) {
-        auto k = p.keep(s);
-        out.insert(k.begin(), k.end());
-      }
-      return out;
-    });
-  }
+  CAIRN_API static RetentionPolicy any_of(std::vector<RetentionPolicy> policies);
   static RetentionPolicy custom(Keep k) { return RetentionPolicy(std::move(k)); }
 
  private:
@@ -4582,6 +4465,9 @@ class RetentionPolicy {
 };
 
 CAIRN_END_NAMESPACE
+
+// The policies' factories (each a lambda in a std::function): once in the runtime with separate
+// compilation, inline when header-only.
 // ----- end cairn/manager/policies.hpp -----
 // ----- begin cairn/manager/checkpointer.hpp -----
 // cairn::Checkpointer: the training-loop manager. Step directories under one root, save and
@@ -7563,6 +7449,74 @@ CAIRN_API void MemoryStore::check_blob_target(const std::string& k, bool overwri
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/store/memory_store_impl.hpp -----
+// ----- begin cairn/coordination/thread_coordinator_impl.hpp -----
+// ThreadGroup's members and its ranks' coordinators (coordination/thread_coordinator.hpp).
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+class ThreadGroup::Rank final : public Coordinator {
+ public:
+  Rank(ThreadGroup& g, int r) : group_(g), rank_(r) {}
+  int rank() const override { return rank_; }
+  int size() const override { return group_.size(); }
+  void barrier() override { group_.exchange(rank_, {}); }
+  std::vector<std::string> gather(std::string bytes) override {
+    auto all = group_.exchange(rank_, std::move(bytes));
+    return rank_ == 0 ? all : std::vector<std::string>{};
+  }
+  std::string broadcast(std::string bytes) override { return group_.exchange(rank_, std::move(bytes)).front(); }
+  bool all_agree(bool ok) override {
+    for (const auto& v : group_.exchange(rank_, ok ? "1" : "0"))
+      if (v != "1") return false;
+    return true;
+  }
+
+ private:
+  ThreadGroup& group_;
+  int rank_;
+};
+
+CAIRN_API ThreadGroup::ThreadGroup(int size) : slots_(static_cast<std::size_t>(size)) {
+  if (size < 1) throw Error(ErrorKind::invalid_argument, "a ThreadGroup needs at least one rank");
+  for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<Rank>(*this, r));
+}
+CAIRN_API ThreadGroup::~ThreadGroup() = default;
+
+CAIRN_API Coordinator& ThreadGroup::rank(int r) { return *ranks_.at(static_cast<std::size_t>(r)); }
+
+CAIRN_API std::vector<std::string> ThreadGroup::exchange(int rank, std::string bytes) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return !draining_; });
+  slots_[static_cast<std::size_t>(rank)] = std::move(bytes);
+  const std::uint64_t round = round_;
+  if (++arrived_ == slots_.size()) {
+    result_ = std::move(slots_);
+    slots_.assign(result_.size(), {});
+    draining_ = true;
+    leaving_ = result_.size();
+    ++round_;
+    changed_.notify_all();
+  } else {
+    changed_.wait(lock, [&] { return round_ != round; });
+  }
+  std::vector<std::string> out = result_;
+  if (--leaving_ == 0) {
+    draining_ = false;
+    arrived_ = 0;
+    changed_.notify_all();
+  }
+  return out;
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/coordination/thread_coordinator_impl.hpp -----
 // ----- begin cairn/checkpoint/save_impl.hpp -----
 // The runtime of save(): a session per save that writes every item's leaves and commits them
 // once on every rank. Compiled in every translation unit that includes cairn/cairn.hpp, or
@@ -10958,6 +10912,121 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
 }  // namespace detail
 CAIRN_END_NAMESPACE
 // ----- end cairn/safetensors/save_impl.hpp -----
+// ----- begin cairn/manager/policies_impl.hpp -----
+// SavePolicy's and RetentionPolicy's factories (manager/policies.hpp).
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+CAIRN_API SavePolicy SavePolicy::every_n_steps(std::int64_t n) {
+  if (n <= 0) n = 1;
+  return SavePolicy([n](const SaveContext& c) { return c.step % n == 0 && (!c.latest_step || *c.latest_step != c.step); });
+}
+
+CAIRN_API SavePolicy SavePolicy::at_steps(std::set<std::int64_t> steps) {
+  return SavePolicy([steps = std::move(steps)](const SaveContext& c) { return steps.count(c.step) != 0; });
+}
+
+CAIRN_API SavePolicy SavePolicy::every_n_seconds(double seconds) {
+  return SavePolicy([seconds](const SaveContext& c) { return !c.latest_step || c.seconds_since_last_save >= seconds; });
+}
+
+CAIRN_API SavePolicy SavePolicy::on_preemption() {
+  return SavePolicy([](const SaveContext& c) { return c.preemption; });
+}
+
+CAIRN_API SavePolicy SavePolicy::initial_save() {
+  return SavePolicy([](const SaveContext& c) { return !c.latest_step.has_value(); });
+}
+
+CAIRN_API SavePolicy SavePolicy::any_of(std::vector<SavePolicy> policies) {
+  return SavePolicy([ps = std::move(policies)](const SaveContext& c) {
+    return std::any_of(ps.begin(), ps.end(), [&](const SavePolicy& p) { return p.should_save(c); });
+  });
+}
+
+CAIRN_API SavePolicy SavePolicy::all_of(std::vector<SavePolicy> policies) {
+  return SavePolicy([ps = std::move(policies)](const SaveContext& c) {
+    return std::all_of(ps.begin(), ps.end(), [&](const SavePolicy& p) { return p.should_save(c); });
+  });
+}
+
+CAIRN_API RetentionPolicy RetentionPolicy::keep_all() {
+  return RetentionPolicy([](const std::vector<StepInfo>& s) {
+    std::set<std::int64_t> out;
+    for (const auto& i : s) out.insert(i.step);
+    return out;
+  });
+}
+
+CAIRN_API RetentionPolicy RetentionPolicy::keep_latest(std::size_t n) {
+  return RetentionPolicy([n](const std::vector<StepInfo>& s) {
+    std::set<std::int64_t> out;
+    for (std::size_t i = s.size() > n ? s.size() - n : 0; i < s.size(); ++i) out.insert(s[i].step);
+    return out;
+  });
+}
+
+CAIRN_API RetentionPolicy RetentionPolicy::keep_every_n_steps(std::int64_t n) {
+  return RetentionPolicy([n](const std::vector<StepInfo>& s) {
+    std::set<std::int64_t> out;
+    for (const auto& i : s)
+      if (n > 0 && i.step % n == 0) out.insert(i.step);
+    return out;
+  });
+}
+
+CAIRN_API RetentionPolicy RetentionPolicy::keep_every_n_seconds(double seconds) {
+  return RetentionPolicy([seconds](const std::vector<StepInfo>& s) {
+    std::set<std::int64_t> out;
+    std::optional<std::int64_t> last_ms;
+    for (const auto& i : s) {
+      // In double: stored times are untrusted, and an int64 difference could overflow.
+      if (!last_ms || static_cast<double>(i.created_unix_ms) - static_cast<double>(*last_ms) >= seconds * 1000.0) {
+        out.insert(i.step);
+        last_ms = i.created_unix_ms;
+      }
+    }
+    return out;
+  });
+}
+
+CAIRN_API RetentionPolicy RetentionPolicy::best_n(std::size_t n, std::string metric, Mode mode) {
+  return RetentionPolicy([n, metric = std::move(metric), mode](const std::vector<StepInfo>& s) {
+    std::vector<std::pair<double, std::int64_t>> scored;
+    for (const auto& i : s) {
+      const Json* v = i.metrics.find(metric);
+      if (v && v->is_number()) scored.emplace_back(mode == Mode::min ? v->as_double() : -v->as_double(), i.step);
+    }
+    std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second > b.second;  // ties: the newer step
+    });
+    std::set<std::int64_t> out;
+    for (std::size_t i = 0; i < scored.size() && i < n; ++i) out.insert(scored[i].second);
+    return out;
+  });
+}
+
+CAIRN_API RetentionPolicy RetentionPolicy::any_of(std::vector<RetentionPolicy> policies) {
+  return RetentionPolicy([ps = std::move(policies)](const std::vector<StepInfo>& s) {
+    std::set<std::int64_t> out;
+    for (const auto& p : ps) {
+      auto k = p.keep(s);
+      out.insert(k.begin(), k.end());
+    }
+    return out;
+  });
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/manager/policies_impl.hpp -----
 // ----- begin cairn/manager/checkpointer_impl.hpp -----
 // The Checkpointer's non-template members: opening the root, the save jobs (sync and async),
 // the commit with `latest` and retention, and the scan of the steps. Compiled in every

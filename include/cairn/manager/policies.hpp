@@ -3,7 +3,6 @@
 // signal handler sets.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdint>
@@ -56,34 +55,15 @@ class SavePolicy {
   bool should_save(const SaveContext& c) const { return p_(c); }
 
   // Steps that are multiples of n (and not already saved).
-  static SavePolicy every_n_steps(std::int64_t n) {
-    if (n <= 0) n = 1;
-    return SavePolicy([n](const SaveContext& c) { return c.step % n == 0 && (!c.latest_step || *c.latest_step != c.step); });
-  }
-  static SavePolicy at_steps(std::set<std::int64_t> steps) {
-    return SavePolicy([steps = std::move(steps)](const SaveContext& c) { return steps.count(c.step) != 0; });
-  }
+  CAIRN_API static SavePolicy every_n_steps(std::int64_t n);
+  CAIRN_API static SavePolicy at_steps(std::set<std::int64_t> steps);
   // At least `seconds` since the last save (the first step always qualifies).
-  static SavePolicy every_n_seconds(double seconds) {
-    return SavePolicy([seconds](const SaveContext& c) { return !c.latest_step || c.seconds_since_last_save >= seconds; });
-  }
-  static SavePolicy on_preemption() {
-    return SavePolicy([](const SaveContext& c) { return c.preemption; });
-  }
+  CAIRN_API static SavePolicy every_n_seconds(double seconds);
+  CAIRN_API static SavePolicy on_preemption();
   // The first step seen when no checkpoint exists yet.
-  static SavePolicy initial_save() {
-    return SavePolicy([](const SaveContext& c) { return !c.latest_step.has_value(); });
-  }
-  static SavePolicy any_of(std::vector<SavePolicy> policies) {
-    return SavePolicy([ps = std::move(policies)](const SaveContext& c) {
-      return std::any_of(ps.begin(), ps.end(), [&](const SavePolicy& p) { return p.should_save(c); });
-    });
-  }
-  static SavePolicy all_of(std::vector<SavePolicy> policies) {
-    return SavePolicy([ps = std::move(policies)](const SaveContext& c) {
-      return std::all_of(ps.begin(), ps.end(), [&](const SavePolicy& p) { return p.should_save(c); });
-    });
-  }
+  CAIRN_API static SavePolicy initial_save();
+  CAIRN_API static SavePolicy any_of(std::vector<SavePolicy> policies);
+  CAIRN_API static SavePolicy all_of(std::vector<SavePolicy> policies);
   static SavePolicy custom(Predicate p) { return SavePolicy(std::move(p)); }
 
  private:
@@ -107,74 +87,19 @@ class RetentionPolicy {
 
   std::set<std::int64_t> keep(const std::vector<StepInfo>& steps) const { return k_(steps); }
 
-  static RetentionPolicy keep_all() {
-    return RetentionPolicy([](const std::vector<StepInfo>& s) {
-      std::set<std::int64_t> out;
-      for (const auto& i : s) out.insert(i.step);
-      return out;
-    });
-  }
-  static RetentionPolicy keep_latest(std::size_t n) {
-    return RetentionPolicy([n](const std::vector<StepInfo>& s) {
-      std::set<std::int64_t> out;
-      for (std::size_t i = s.size() > n ? s.size() - n : 0; i < s.size(); ++i) out.insert(s[i].step);
-      return out;
-    });
-  }
+  CAIRN_API static RetentionPolicy keep_all();
+  CAIRN_API static RetentionPolicy keep_latest(std::size_t n);
   // Steps that are multiples of n.
-  static RetentionPolicy keep_every_n_steps(std::int64_t n) {
-    return RetentionPolicy([n](const std::vector<StepInfo>& s) {
-      std::set<std::int64_t> out;
-      for (const auto& i : s)
-        if (n > 0 && i.step % n == 0) out.insert(i.step);
-      return out;
-    });
-  }
+  CAIRN_API static RetentionPolicy keep_every_n_steps(std::int64_t n);
   // One checkpoint per `seconds` of wall time (TensorFlow's keep_checkpoint_every_n_hours): the
   // oldest, then each one at least `seconds` after the previous one kept.
-  static RetentionPolicy keep_every_n_seconds(double seconds) {
-    return RetentionPolicy([seconds](const std::vector<StepInfo>& s) {
-      std::set<std::int64_t> out;
-      std::optional<std::int64_t> last_ms;
-      for (const auto& i : s) {
-        // In double: stored times are untrusted, and an int64 difference could overflow.
-        if (!last_ms || static_cast<double>(i.created_unix_ms) - static_cast<double>(*last_ms) >= seconds * 1000.0) {
-          out.insert(i.step);
-          last_ms = i.created_unix_ms;
-        }
-      }
-      return out;
-    });
-  }
+  CAIRN_API static RetentionPolicy keep_every_n_seconds(double seconds);
   enum class Mode { min, max };
   // The n best steps by a numeric metric saved with them. Steps without that metric are never
   // among the best (combine with keep_latest to keep them for a while).
-  static RetentionPolicy best_n(std::size_t n, std::string metric, Mode mode) {
-    return RetentionPolicy([n, metric = std::move(metric), mode](const std::vector<StepInfo>& s) {
-      std::vector<std::pair<double, std::int64_t>> scored;
-      for (const auto& i : s) {
-        const Json* v = i.metrics.find(metric);
-        if (v && v->is_number()) scored.emplace_back(mode == Mode::min ? v->as_double() : -v->as_double(), i.step);
-      }
-      std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
-        return a.first != b.first ? a.first < b.first : a.second > b.second;  // ties: the newer step
-      });
-      std::set<std::int64_t> out;
-      for (std::size_t i = 0; i < scored.size() && i < n; ++i) out.insert(scored[i].second);
-      return out;
-    });
-  }
+  CAIRN_API static RetentionPolicy best_n(std::size_t n, std::string metric, Mode mode);
   // Keeps what any of the policies keeps.
-  static RetentionPolicy any_of(std::vector<RetentionPolicy> policies) {
-    return RetentionPolicy([ps = std::move(policies)](const std::vector<StepInfo>& s) {
-      std::set<std::int64_t> out;
-      for (const auto& p : ps) {
-        auto k = p.keep(s);
-        out.insert(k.begin(), k.end());
-      }
-      return out;
-    });
-  }
+  CAIRN_API static RetentionPolicy any_of(std::vector<RetentionPolicy> policies);
   static RetentionPolicy custom(Keep k) { return RetentionPolicy(std::move(k)); }
 
  private:
@@ -182,3 +107,9 @@ class RetentionPolicy {
 };
 
 CAIRN_END_NAMESPACE
+
+// The policies' factories (each a lambda in a std::function): once in the runtime with separate
+// compilation, inline when header-only.
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/manager/policies_impl.hpp"
+#endif
