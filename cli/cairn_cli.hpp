@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -66,6 +67,41 @@ struct Values {
   std::vector<Box> boxes;            // when read in boxes: where each part's bytes came from
 };
 
+// A leaf of read_values' plan: where its values go and how they are to be read.
+struct ValuesTarget {
+  Values* values;
+  std::optional<DType> as;
+  const std::vector<Box>* boxes;
+};
+
+inline LeafBuffer prepare_values(void* target, const StoredLeafInfo& info) {
+  const ValuesTarget& t = *static_cast<const ValuesTarget*>(target);
+  Values* v = t.values;
+  v->dtype = t.as ? *t.as : info.dtype;
+  const std::size_t item = dtype_size(v->dtype);
+  LeafBuffer b;
+  b.dtype = v->dtype;
+  if (t.boxes->empty()) {
+    v->shape = info.shape;
+    v->bytes.resize(static_cast<std::size_t>(byte_count(info.shape, item)));
+    b.data = v->bytes.data();
+    b.nbytes = v->bytes.size();
+    return b;
+  }
+  std::uint64_t total = 0;
+  for (const Box& box : *t.boxes) total += byte_count(box.shape, item);
+  b.nbytes = byte_count(info.shape, item);  // shards: the whole array's size
+  v->bytes.resize(static_cast<std::size_t>(total));
+  v->boxes = *t.boxes;
+  v->shape = info.shape;
+  std::uint64_t at = 0;
+  for (const Box& box : *t.boxes) {
+    b.shards.push_back({box, v->bytes.data() + at, MemoryKind::host, 0});
+    at += byte_count(box.shape, item);
+  }
+  return b;
+}
+
 // Reads the stored leaves named in `keys` (every leaf when empty) of the source's main item,
 // each as `as` (its stored dtype when unset), whole or only the `boxes` of it (then `bytes`
 // holds the boxes one after another). One pass over the files, reading only what is asked.
@@ -73,37 +109,14 @@ inline std::map<std::string, Values> read_values(const std::string& path, const 
                                                  std::optional<DType> as, const std::vector<Box>& boxes = {},
                                                  std::uint64_t* bytes_read = nullptr) {
   std::map<std::string, Values> out;
+  std::deque<ValuesTarget> targets;  // the plan points into it: a deque keeps addresses
   auto plan_fn = [&](const detail::StoredIndex& index) {
     detail::LoadPlan plan;
     for (const auto& l : index.item().leaves) {
       const std::string key = l.key();
       if (!keys.empty() && std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
-      Values* v = &out[key];
-      plan.leaves.push_back({key, &l, [v, as, &boxes](const StoredLeafInfo& info) {
-                               v->dtype = as ? *as : info.dtype;
-                               const std::size_t item = dtype_size(v->dtype);
-                               LeafBuffer b;
-                               b.dtype = v->dtype;
-                               if (boxes.empty()) {
-                                 v->shape = info.shape;
-                                 v->bytes.resize(static_cast<std::size_t>(byte_count(info.shape, item)));
-                                 b.data = v->bytes.data();
-                                 b.nbytes = v->bytes.size();
-                                 return b;
-                               }
-                               std::uint64_t total = 0;
-                               for (const Box& box : boxes) total += byte_count(box.shape, item);
-                               b.nbytes = byte_count(info.shape, item);  // shards: the whole array's size
-                               v->bytes.resize(static_cast<std::size_t>(total));
-                               v->boxes = boxes;
-                               v->shape = info.shape;
-                               std::uint64_t at = 0;
-                               for (const Box& box : boxes) {
-                                 b.shards.push_back({box, v->bytes.data() + at, MemoryKind::host, 0});
-                                 at += byte_count(box.shape, item);
-                               }
-                               return b;
-                             }});
+      targets.push_back({&out[key], as, &boxes});
+      plan.leaves.push_back({key, &l, &targets.back(), &prepare_values});
     }
     for (const auto& k : keys)
       if (!index.leaf(k)) throw Error(ErrorKind::not_found, "no leaf '" + k + "' (cairn ls lists them)", {}, k);

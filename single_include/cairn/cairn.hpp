@@ -3929,8 +3929,18 @@ class StoredIndex {
 struct PlannedLeaf {
   std::string key;            // in the target
   const LeafRecord* stored;
-  std::function<LeafBuffer(const StoredLeafInfo&)> prepare;
+  // The target leaf and its type's prepare. A plain function pointer: a std::function per leaf
+  // type cost every file that loads its wrapper classes (docs/compile-time.md), and 16 bytes
+  // more per leaf.
+  void* target;
+  LeafBuffer (*prepare_leaf)(void* target, const StoredLeafInfo& info);
+  LeafBuffer prepare(const StoredLeafInfo& info) const { return prepare_leaf(target, info); }
 };
+
+template <class L>
+LeafBuffer prepare_leaf_of(void* target, const StoredLeafInfo& info) {
+  return leaf_traits<L>::prepare(*static_cast<L*>(target), info);
+}
 
 struct LoadPlan {
   std::vector<PlannedLeaf> leaves;
@@ -3981,9 +3991,7 @@ LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& optio
         const LeafRecord* stored = index.leaf(prefix.empty() ? key : (joined = join_key(prefix, key)));
         if (!stored) { plan.report.missing.push_back(key); return; }
         visited[index.position(stored)] = 1;
-        plan.leaves.push_back({key, stored, [&value](const StoredLeafInfo& info) {
-                                 return leaf_traits<L>::prepare(value, info);
-                               }});
+        plan.leaves.push_back({key, stored, static_cast<void*>(std::addressof(value)), &prepare_leaf_of<L>});
       });
   for (std::size_t i = 0; i < visited.size(); ++i) {
     if (visited[i]) continue;
