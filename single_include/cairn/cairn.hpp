@@ -201,8 +201,10 @@ class KeyPath {
   const KeyEntry& operator[](std::size_t i) const { return entries_[i]; }
   const KeyEntry& back() const { return entries_.back(); }
 
-  void push_back(KeyEntry e) { entries_.push_back(std::move(e)); }
-  void pop_back() { entries_.pop_back(); }
+  // Out of line with separate compilation: every tree walk a user's file instantiates pushes
+  // and pops an entry per child.
+  CAIRN_API void push_back(KeyEntry e);
+  CAIRN_API void pop_back();
   KeyPath child(KeyEntry e) const { KeyPath p = *this; p.push_back(std::move(e)); return p; }
 
   // "params/dense/kernel"; the root prints as "".
@@ -3563,17 +3565,55 @@ CAIRN_END_NAMESPACE
 // of a coordinator (the protocol is checkpoint/commit.hpp). The templates here only take the
 // tree's views; the runtime that writes and commits them is checkpoint/save_impl.hpp.
 
-#include <functional>
 #include <string>
 #include <vector>
 
+// ----- begin cairn/core/function_ref.hpp -----
+// FunctionRef<R(Args...)>: a callable passed down to a function that calls it before it
+// returns, by reference: the callable's address and one plain function that calls it. The
+// runtime's entry points take their callbacks this way (save's snapshot, load's plan), so a
+// user's translation unit instantiates one small function per callback instead of a
+// std::function's manager, invoker and their copies (part of #11's compile time). It never
+// owns what it refers to: do not keep one beyond the call it was passed to.
+
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+template <class Sig>
+class FunctionRef;
+
+template <class R, class... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  template <class F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> && std::is_invocable_r_v<R, F&, Args...>)
+  FunctionRef(F&& f) noexcept  // NOLINT: implicit, as a std::function parameter is
+      : callable_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* c, Args... args) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(c))(std::forward<Args>(args)...);
+        }) {}
+
+  R operator()(Args... args) const { return call_(callable_, std::forward<Args>(args)...); }
+
+ private:
+  void* callable_;
+  R (*call_)(void*, Args...);
+};
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/function_ref.hpp -----
 // ----- begin cairn/checkpoint/snapshot.hpp -----
 // A snapshot of one item of a checkpoint: its node records and one view per leaf. A view
 // either points into the caller's memory (a synchronous save writes straight from it) or owns
 // a copy (an async save, so the caller may change its state at once). Items of other kinds (a
 // JSON object, a cereal-serialized object) are snapshots of one byte leaf.
 
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -3735,61 +3775,39 @@ struct ItemSnapshot {
   }
 };
 
+// A node and a leaf of a snapshot, in the order of the walk. Out of line with separate
+// compilation: a file that saves compiles its tree's walk, not the snapshot's vectors.
+CAIRN_API void add_node(ItemSnapshot& s, const KeyPath& path, NodeKind kind);
+CAIRN_API void add_leaf(ItemSnapshot& s, const KeyPath& path, LeafView&& view);
+
 // Views into the tree's own memory; nothing is copied.
+template <class T>
+void view_tree_into(ItemSnapshot& s, const T& tree) {
+  walk_tree(
+      tree,
+      [&](const auto&, const KeyPath& p, NodeKind k) {
+        add_node(s, p, k);
+        return true;
+      },
+      [&](const auto& value, const KeyPath& p) { add_leaf(s, p, leaf_traits<std::remove_cvref_t<decltype(value)>>::view(value)); });
+}
 template <class T>
 ItemSnapshot view_tree(const std::string& name, const T& tree) {
   ItemSnapshot s;
   s.name = name;
-  walk_tree(
-      tree,
-      [&](const auto&, const KeyPath& p, NodeKind k) {
-        s.nodes.push_back({p, k});
-        return true;
-      },
-      [&](const auto& value, const KeyPath& p) {
-        s.leaves.push_back({p, leaf_traits<std::remove_cvref_t<decltype(value)>>::view(value)});
-      });
+  view_tree_into(s, tree);
   return s;
 }
 
 // Makes a view own a copy of its bytes.
-inline void own_copy(LeafView& v) {
-  if (!v.shards.empty()) {
-    // Each box once (replicas are not written), in host memory.
-    auto copies = std::make_shared<std::vector<std::unique_ptr<unsigned char[]>>>();
-    std::vector<ShardView> kept;
-    const std::size_t item = dtype_size(v.dtype);
-    for (const auto& s : v.shards) {
-      if (!s.primary) continue;
-      const auto n = static_cast<std::size_t>(s.box.elements() * item);
-      copies->push_back(std::make_unique<unsigned char[]>(std::max<std::size_t>(n, 1)));
-      copy_bytes(copies->back().get(), MemoryKind::host, s.data, s.memory, n);
-      kept.push_back({s.box, copies->back().get(), MemoryKind::host, 0, true});
-    }
-    v.shards = std::move(kept);
-    v.owner = copies;
-    return;
-  }
-  if (v.nbytes == 0) return;
-  std::shared_ptr<unsigned char[]> copy(new unsigned char[static_cast<std::size_t>(v.nbytes)]);
-  std::memcpy(copy.get(), v.data, static_cast<std::size_t>(v.nbytes));
-  v.data = copy.get();
-  v.owner = std::shared_ptr<const void>(copy, copy.get());
-}
+CAIRN_API void own_copy(LeafView& v);
 
 // An item that is one array of bytes (JSON text, a cereal archive), owning them.
-inline ItemSnapshot bytes_item(const std::string& name, ItemKind kind, DType dtype, std::string bytes) {
-  ItemSnapshot s;
-  s.name = name;
-  s.kind = kind;
-  auto owned = std::make_shared<std::string>(std::move(bytes));
-  LeafView v{dtype, {static_cast<std::int64_t>(owned->size())}, Order::C, owned->data(), owned->size(), owned};
-  s.leaves.push_back({KeyPath(), std::move(v)});
-  return s;
-}
+CAIRN_API ItemSnapshot bytes_item(const std::string& name, ItemKind kind, DType dtype, std::string bytes);
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
+
 // ----- end cairn/checkpoint/snapshot.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
@@ -3799,7 +3817,11 @@ namespace detail {
 // options.coordinator, each with its own part). `snapshot` runs once the save has begun, so
 // that its error (a leaf that cannot be viewed) reaches every rank through the commit.
 CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
-                                    const std::function<std::vector<ItemSnapshot>()>& snapshot, const SaveOptions& options);
+                                    FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options);
+
+// save_snapshots of one tree item, the default one, that `view` fills with the tree's views.
+CAIRN_API SaveReport save_tree(Store& store, const std::string& key, FunctionRef<void(ItemSnapshot&)> view,
+                               const SaveOptions& options);
 
 // The store of the path overloads of save, load and metadata: a PosixStore whose keys are
 // paths. Stateless, so one serves every call and thread.
@@ -3813,16 +3835,7 @@ CAIRN_API Store& path_store();
 template <class T>
 SaveReport save(Store& store, const std::string& key, const T& tree, const SaveOptions& options = {}) {
   require_tree_type<T>();
-  return detail::save_snapshots(
-      store, key,
-      [&] {
-        // Moved in, not listed in braces: an initializer list would copy every leaf's view
-        // (20 MB of a 100,000-leaf save's peak).
-        std::vector<detail::ItemSnapshot> items;
-        items.push_back(detail::view_tree(default_item_name, tree));
-        return items;
-      },
-      options);
+  return detail::save_tree(store, key, [&](detail::ItemSnapshot& s) { detail::view_tree_into(s, tree); }, options);
 }
 
 // The same to a checkpoint directory at `path`.
@@ -3843,7 +3856,6 @@ CAIRN_END_NAMESPACE
 // ranges of the planned leaves are read, sorted by offset (small neighbours in one read),
 // each verified against its CRC32C, cast and reordered where the target differs.
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -3947,65 +3959,60 @@ struct LoadPlan {
   LoadReport report;
 };
 
+template <class N>
+void prepare_node_of(void* node, const StoredChildren& children) {
+  node_traits<N>::prepare(*static_cast<N*>(node), children);
+}
+
+// The half of plan_load that does not depend on the target's types: in the runtime with
+// separate compilation, so that a file that loads instantiates only the tree's walk and one
+// small call per leaf and container type (docs/compile-time.md).
+class LoadPlanner {
+ public:
+  // Throws not_found when options.subtree names nothing stored.
+  CAIRN_API LoadPlanner(const StoredIndex& index, const LoadOptions& options);
+  CAIRN_API ~LoadPlanner();
+  // A container of the target at p whose children come from the checkpoint: prepares it with
+  // the stored children (unless it is skipped or nothing is stored there).
+  CAIRN_API void node(const KeyPath& p, void* target, void (*prepare)(void*, const StoredChildren&));
+  // A leaf of the target at p: planned from its stored leaf, or reported skipped or missing.
+  CAIRN_API void leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&));
+  // The plan, with every stored leaf no target leaf took reported unexpected.
+  CAIRN_API LoadPlan finish() &&;
+
+ private:
+  bool skipped(const std::string& key) const;
+
+  const StoredIndex& index_;
+  const LoadOptions& options_;
+  std::string prefix_;
+  std::vector<char> visited_;  // by position in the item
+  LoadPlan plan_;
+};
+
 template <class T>
 LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& options) {
-  LoadPlan plan;
-  plan.leaves.reserve(index.item().leaves.size());  // usually each stored leaf once: no regrowth
-  const std::string prefix = canonical_key(options.subtree);
-  if (!prefix.empty() && !index.leaf(prefix) && !index.has_node(prefix))
-    throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix + "'", {}, prefix);
-  std::vector<char> visited(index.item().leaves.size(), 0);  // by position in the item
-  auto skipped = [&](const std::string& key) {
-    for (const auto& g : options.skip)
-      if (glob_matches(g, key)) return true;
-    return false;
-  };
+  LoadPlanner planner(index, options);
   walk_tree(
       target,
       [&](auto& value, const KeyPath& p, NodeKind) {
         using U = std::remove_cvref_t<decltype(value)>;
         // Containers whose children come from the checkpoint take the stored children now,
         // before their children are visited (so references taken below stay valid).
-        if constexpr (requires(U& u, const StoredChildren& c) { node_traits<U>::prepare(u, c); }) {
-          const std::string key = p.str();
-          if (key.empty() || !skipped(key)) {
-            const std::string stored = join_key(prefix, key);
-            static const std::vector<KeyEntry> no_children;
-            const auto* children = index.children(stored);
-            if (children || index.has_node(stored)) {
-              try {
-                node_traits<U>::prepare(value, StoredChildren{children ? *children : no_children, !options.allow_missing});
-              } catch (const Error& e) {
-                throw e.with_key(stored);
-              }
-            }
-          }
-        }
+        if constexpr (requires(U& u, const StoredChildren& c) { node_traits<U>::prepare(u, c); })
+          planner.node(p, static_cast<void*>(std::addressof(value)), &prepare_node_of<U>);
         return true;
       },
       [&](auto& value, const KeyPath& p) {
         using L = std::remove_cvref_t<decltype(value)>;
-        const std::string key = p.str();
-        if (skipped(key)) { plan.report.skipped.push_back(key); return; }
-        std::string joined;
-        const LeafRecord* stored = index.leaf(prefix.empty() ? key : (joined = join_key(prefix, key)));
-        if (!stored) { plan.report.missing.push_back(key); return; }
-        visited[index.position(stored)] = 1;
-        plan.leaves.push_back({key, stored, static_cast<void*>(std::addressof(value)), &prepare_leaf_of<L>});
+        planner.leaf(p, static_cast<void*>(std::addressof(value)), &prepare_leaf_of<L>);
       });
-  for (std::size_t i = 0; i < visited.size(); ++i) {
-    if (visited[i]) continue;
-    const std::string& key = index.key(i);
-    if (!key_path_has_prefix(key, prefix)) continue;
-    std::string rel = prefix.empty() ? key : key.substr(std::min(key.size(), prefix.size() + 1));
-    if (skipped(rel)) continue;  // skipped target keys are not "unexpected" either
-    plan.report.unexpected.push_back(rel);
-  }
-  return plan;
+  return std::move(planner).finish();
 }
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
+
 // ----- end cairn/checkpoint/load_plan.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
@@ -4015,7 +4022,12 @@ namespace detail {
 // `plan` match its stored leaves to the target's, then reads, verifies, casts and copies the
 // planned leaves. With options.coordinator, a collective: every rank returns the same outcome.
 CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, const LoadOptions& options, bool per_rank,
-                                  const std::function<LoadPlan(const StoredIndex&)>& plan);
+                                  FunctionRef<LoadPlan(const StoredIndex&)> plan);
+
+// load_planned for a caller that has no use for the report (load<T>): it is dropped in the
+// runtime, not in each file that loads.
+CAIRN_API void load_value(const Store& store, const std::string& key, const LoadOptions& options,
+                          FunctionRef<LoadPlan(const StoredIndex&)> plan);
 
 template <class T>
 LoadReport load_item(const Store& store, const std::string& key, T& target, const LoadOptions& options, bool per_rank) {
@@ -4045,8 +4057,9 @@ LoadReport load(const std::string& path, T& target, const LoadOptions& options =
 // Loads a new T (default-constructed, then filled from the checkpoint).
 template <class T>
 T load(const Store& store, const std::string& key, const LoadOptions& options = {}) {
+  require_tree_type<T>();
   T value{};
-  load(store, key, value, options);
+  detail::load_value(store, key, options, [&](const detail::StoredIndex& index) { return detail::plan_load(value, index, options); });
   return value;
 }
 template <class T>
@@ -4257,7 +4270,6 @@ CAIRN_END_NAMESPACE
 // its ranges). A single `model.safetensors` or a sharded set through its
 // `model.safetensors.index.json`. docs/safetensors.md is the user's guide.
 
-#include <functional>
 #include <string>
 
 
@@ -4275,7 +4287,7 @@ namespace detail {
 // The runtime's safetensors load (safetensors/load_impl.hpp).
 CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::string& key, const LoadOptions& options,
                                               const SafetensorsOptions& names,
-                                              const std::function<LoadPlan(const StoredIndex&)>& plan);
+                                              FunctionRef<LoadPlan(const StoredIndex&)> plan);
 }  // namespace detail
 
 // Loads the safetensors file (or index of a sharded set) at `key` in `store` into an existing
@@ -4946,6 +4958,9 @@ CAIRN_API std::string unescape_key_segment(std::string_view s) {
   }
   return out;
 }
+
+CAIRN_API void KeyPath::push_back(KeyEntry e) { entries_.push_back(std::move(e)); }
+CAIRN_API void KeyPath::pop_back() { entries_.pop_back(); }
 
 CAIRN_API std::string KeyPath::str() const {
   std::string s;
@@ -7525,13 +7540,70 @@ CAIRN_API std::vector<std::string> ThreadGroup::exchange(int rank, std::string b
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/coordination/thread_coordinator_impl.hpp -----
+// ----- begin cairn/checkpoint/snapshot_impl.hpp -----
+// The runtime of checkpoint/snapshot.hpp. Compiled in every translation unit that includes
+// cairn/cairn.hpp, or once with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+CAIRN_API void add_node(ItemSnapshot& s, const KeyPath& path, NodeKind kind) { s.nodes.push_back({path, kind}); }
+
+CAIRN_API void add_leaf(ItemSnapshot& s, const KeyPath& path, LeafView&& view) {
+  s.leaves.push_back({path, std::move(view)});
+}
+
+// Makes a view own a copy of its bytes.
+CAIRN_API void own_copy(LeafView& v) {
+  if (!v.shards.empty()) {
+    // Each box once (replicas are not written), in host memory.
+    auto copies = std::make_shared<std::vector<std::unique_ptr<unsigned char[]>>>();
+    std::vector<ShardView> kept;
+    const std::size_t item = dtype_size(v.dtype);
+    for (const auto& s : v.shards) {
+      if (!s.primary) continue;
+      const auto n = static_cast<std::size_t>(s.box.elements() * item);
+      copies->push_back(std::make_unique<unsigned char[]>(std::max<std::size_t>(n, 1)));
+      copy_bytes(copies->back().get(), MemoryKind::host, s.data, s.memory, n);
+      kept.push_back({s.box, copies->back().get(), MemoryKind::host, 0, true});
+    }
+    v.shards = std::move(kept);
+    v.owner = copies;
+    return;
+  }
+  if (v.nbytes == 0) return;
+  std::shared_ptr<unsigned char[]> copy(new unsigned char[static_cast<std::size_t>(v.nbytes)]);
+  std::memcpy(copy.get(), v.data, static_cast<std::size_t>(v.nbytes));
+  v.data = copy.get();
+  v.owner = std::shared_ptr<const void>(copy, copy.get());
+}
+
+// An item that is one array of bytes (JSON text, a cereal archive), owning them.
+CAIRN_API ItemSnapshot bytes_item(const std::string& name, ItemKind kind, DType dtype, std::string bytes) {
+  ItemSnapshot s;
+  s.name = name;
+  s.kind = kind;
+  auto owned = std::make_shared<std::string>(std::move(bytes));
+  LeafView v{dtype, {static_cast<std::int64_t>(owned->size())}, Order::C, owned->data(), owned->size(), owned};
+  s.leaves.push_back({KeyPath(), std::move(v)});
+  return s;
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/snapshot_impl.hpp -----
 // ----- begin cairn/checkpoint/save_impl.hpp -----
 // The runtime of save(): a session per save that writes every item's leaves and commits them
 // once on every rank. Compiled in every translation unit that includes cairn/cairn.hpp, or
 // once with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
 
 #include <exception>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -9574,7 +9646,7 @@ namespace detail {
 // Whatever fails on this rank while writing still reaches the commit's collectives, so that
 // every rank returns the same outcome.
 CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
-                                    const std::function<std::vector<ItemSnapshot>()>& snapshot, const SaveOptions& options) {
+                                    FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options) {
   LocalCoordinator local;
   Coordinator& coordinator = options.coordinator ? *options.coordinator : local;
   SaveSession session(store, key, options.overwrite, coordinator);
@@ -9595,6 +9667,21 @@ CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
   return total;
 }
 
+CAIRN_API SaveReport save_tree(Store& store, const std::string& key, FunctionRef<void(ItemSnapshot&)> view,
+                               const SaveOptions& options) {
+  return save_snapshots(
+      store, key,
+      [&] {
+        // Moved in, not listed in braces: an initializer list would copy every leaf's view
+        // (20 MB of a 100,000-leaf save's peak).
+        std::vector<ItemSnapshot> items(1);
+        items[0].name = default_item_name;
+        view(items[0]);
+        return items;
+      },
+      options);
+}
+
 CAIRN_API Store& path_store() {
   static PosixStore store;
   return store;
@@ -9603,6 +9690,79 @@ CAIRN_API Store& path_store() {
 }  // namespace detail
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/save_impl.hpp -----
+// ----- begin cairn/checkpoint/load_plan_impl.hpp -----
+// The runtime of plan_load (checkpoint/load_plan.hpp): matching the target's keys to the
+// stored ones. Compiled in every translation unit that includes cairn/cairn.hpp, or once with
+// CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+CAIRN_API LoadPlanner::LoadPlanner(const StoredIndex& index, const LoadOptions& options)
+    : index_(index), options_(options), prefix_(canonical_key(options.subtree)), visited_(index.item().leaves.size(), 0) {
+  plan_.leaves.reserve(index.item().leaves.size());  // usually each stored leaf once: no regrowth
+  if (!prefix_.empty() && !index.leaf(prefix_) && !index.has_node(prefix_))
+    throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix_ + "'", {}, prefix_);
+}
+
+CAIRN_API LoadPlanner::~LoadPlanner() = default;
+
+CAIRN_API bool LoadPlanner::skipped(const std::string& key) const {
+  for (const auto& g : options_.skip)
+    if (glob_matches(g, key)) return true;
+  return false;
+}
+
+CAIRN_API void LoadPlanner::node(const KeyPath& p, void* target, void (*prepare)(void*, const StoredChildren&)) {
+  const std::string key = p.str();
+  if (!key.empty() && skipped(key)) return;
+  const std::string stored = join_key(prefix_, key);
+  static const std::vector<KeyEntry> no_children;
+  const auto* children = index_.children(stored);
+  if (!children && !index_.has_node(stored)) return;
+  try {
+    prepare(target, StoredChildren{children ? *children : no_children, !options_.allow_missing});
+  } catch (const Error& e) {
+    throw e.with_key(stored);
+  }
+}
+
+CAIRN_API void LoadPlanner::leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&)) {
+  std::string key = p.str();
+  if (skipped(key)) {
+    plan_.report.skipped.push_back(std::move(key));
+    return;
+  }
+  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : join_key(prefix_, key));
+  if (!stored) {
+    plan_.report.missing.push_back(std::move(key));
+    return;
+  }
+  visited_[index_.position(stored)] = 1;
+  plan_.leaves.push_back({std::move(key), stored, target, prepare});
+}
+
+CAIRN_API LoadPlan LoadPlanner::finish() && {
+  for (std::size_t i = 0; i < visited_.size(); ++i) {
+    if (visited_[i]) continue;
+    const std::string& key = index_.key(i);
+    if (!key_path_has_prefix(key, prefix_)) continue;
+    std::string rel = prefix_.empty() ? key : key.substr(std::min(key.size(), prefix_.size() + 1));
+    if (skipped(rel)) continue;  // skipped target keys are not "unexpected" either
+    plan_.report.unexpected.push_back(std::move(rel));
+  }
+  return std::move(plan_);
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/load_plan_impl.hpp -----
 // ----- begin cairn/checkpoint/load_impl.hpp -----
 // The runtime of a load (load_planned, metadata), on checkpoint/read_plan.hpp. Compiled in every translation unit that includes cairn/cairn.hpp, or once
 // with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
@@ -9617,7 +9777,6 @@ CAIRN_END_NAMESPACE
 
 #include <algorithm>
 #include <exception>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -10321,8 +10480,8 @@ inline const ItemRecord* find_load_item(const CheckpointMetadata& meta, const Lo
 // A load from what `open` opens (a checkpoint, or safetensors files): find the item, have
 // `plan_fn` match its stored leaves to the target's, then read, verify, cast and copy. With
 // options.coordinator, a collective: every rank returns the same outcome.
-inline LoadReport load_opened(const Store& store, const std::function<OpenedCheckpoint()>& open, const LoadOptions& options,
-                              bool per_rank, const std::function<LoadPlan(const StoredIndex&)>& plan_fn) {
+inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()> open, const LoadOptions& options,
+                              bool per_rank, FunctionRef<LoadPlan(const StoredIndex&)> plan_fn) {
   LoadReport report;
   std::exception_ptr failure;
   try {
@@ -10363,8 +10522,13 @@ CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
 CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, const LoadOptions& options, bool per_rank,
-                                  const std::function<LoadPlan(const StoredIndex&)>& plan_fn) {
+                                  FunctionRef<LoadPlan(const StoredIndex&)> plan_fn) {
   return load_opened(store, [&] { return open_checkpoint(store, key, options.coordinator); }, options, per_rank, plan_fn);
+}
+
+CAIRN_API void load_value(const Store& store, const std::string& key, const LoadOptions& options,
+                          FunctionRef<LoadPlan(const StoredIndex&)> plan) {
+  load_planned(store, key, options, false, plan);
 }
 
 }  // namespace detail
@@ -10679,7 +10843,7 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
 
 CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::string& key, const LoadOptions& options,
                                               const SafetensorsOptions& names,
-                                              const std::function<LoadPlan(const StoredIndex&)>& plan_fn) {
+                                              FunctionRef<LoadPlan(const StoredIndex&)> plan_fn) {
   LoadOptions opts = options;
   opts.verify_checksums = false;  // safetensors stores none
   opts.item = default_item_name;

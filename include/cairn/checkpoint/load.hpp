@@ -5,12 +5,12 @@
 // each verified against its CRC32C, cast and reordered where the target differs.
 #pragma once
 
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "cairn/checkpoint/load_plan.hpp"
 #include "cairn/checkpoint/options.hpp"
+#include "cairn/core/function_ref.hpp"
 #include "cairn/checkpoint/save.hpp"
 #include "cairn/format/records.hpp"
 #include "cairn/store/store.hpp"
@@ -23,7 +23,12 @@ namespace detail {
 // `plan` match its stored leaves to the target's, then reads, verifies, casts and copies the
 // planned leaves. With options.coordinator, a collective: every rank returns the same outcome.
 CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, const LoadOptions& options, bool per_rank,
-                                  const std::function<LoadPlan(const StoredIndex&)>& plan);
+                                  FunctionRef<LoadPlan(const StoredIndex&)> plan);
+
+// load_planned for a caller that has no use for the report (load<T>): it is dropped in the
+// runtime, not in each file that loads.
+CAIRN_API void load_value(const Store& store, const std::string& key, const LoadOptions& options,
+                          FunctionRef<LoadPlan(const StoredIndex&)> plan);
 
 template <class T>
 LoadReport load_item(const Store& store, const std::string& key, T& target, const LoadOptions& options, bool per_rank) {
@@ -53,8 +58,9 @@ LoadReport load(const std::string& path, T& target, const LoadOptions& options =
 // Loads a new T (default-constructed, then filled from the checkpoint).
 template <class T>
 T load(const Store& store, const std::string& key, const LoadOptions& options = {}) {
+  require_tree_type<T>();
   T value{};
-  load(store, key, value, options);
+  detail::load_value(store, key, options, [&](const detail::StoredIndex& index) { return detail::plan_load(value, index, options); });
   return value;
 }
 template <class T>

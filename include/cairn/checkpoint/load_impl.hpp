@@ -12,8 +12,13 @@ CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
 CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, const LoadOptions& options, bool per_rank,
-                                  const std::function<LoadPlan(const StoredIndex&)>& plan_fn) {
+                                  FunctionRef<LoadPlan(const StoredIndex&)> plan_fn) {
   return load_opened(store, [&] { return open_checkpoint(store, key, options.coordinator); }, options, per_rank, plan_fn);
+}
+
+CAIRN_API void load_value(const Store& store, const std::string& key, const LoadOptions& options,
+                          FunctionRef<LoadPlan(const StoredIndex&)> plan) {
+  load_planned(store, key, options, false, plan);
 }
 
 }  // namespace detail

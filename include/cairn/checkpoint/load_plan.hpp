@@ -102,62 +102,60 @@ struct LoadPlan {
   LoadReport report;
 };
 
+template <class N>
+void prepare_node_of(void* node, const StoredChildren& children) {
+  node_traits<N>::prepare(*static_cast<N*>(node), children);
+}
+
+// The half of plan_load that does not depend on the target's types: in the runtime with
+// separate compilation, so that a file that loads instantiates only the tree's walk and one
+// small call per leaf and container type (docs/compile-time.md).
+class LoadPlanner {
+ public:
+  // Throws not_found when options.subtree names nothing stored.
+  CAIRN_API LoadPlanner(const StoredIndex& index, const LoadOptions& options);
+  CAIRN_API ~LoadPlanner();
+  // A container of the target at p whose children come from the checkpoint: prepares it with
+  // the stored children (unless it is skipped or nothing is stored there).
+  CAIRN_API void node(const KeyPath& p, void* target, void (*prepare)(void*, const StoredChildren&));
+  // A leaf of the target at p: planned from its stored leaf, or reported skipped or missing.
+  CAIRN_API void leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&));
+  // The plan, with every stored leaf no target leaf took reported unexpected.
+  CAIRN_API LoadPlan finish() &&;
+
+ private:
+  bool skipped(const std::string& key) const;
+
+  const StoredIndex& index_;
+  const LoadOptions& options_;
+  std::string prefix_;
+  std::vector<char> visited_;  // by position in the item
+  LoadPlan plan_;
+};
+
 template <class T>
 LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& options) {
-  LoadPlan plan;
-  plan.leaves.reserve(index.item().leaves.size());  // usually each stored leaf once: no regrowth
-  const std::string prefix = canonical_key(options.subtree);
-  if (!prefix.empty() && !index.leaf(prefix) && !index.has_node(prefix))
-    throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix + "'", {}, prefix);
-  std::vector<char> visited(index.item().leaves.size(), 0);  // by position in the item
-  auto skipped = [&](const std::string& key) {
-    for (const auto& g : options.skip)
-      if (glob_matches(g, key)) return true;
-    return false;
-  };
+  LoadPlanner planner(index, options);
   walk_tree(
       target,
       [&](auto& value, const KeyPath& p, NodeKind) {
         using U = std::remove_cvref_t<decltype(value)>;
         // Containers whose children come from the checkpoint take the stored children now,
         // before their children are visited (so references taken below stay valid).
-        if constexpr (requires(U& u, const StoredChildren& c) { node_traits<U>::prepare(u, c); }) {
-          const std::string key = p.str();
-          if (key.empty() || !skipped(key)) {
-            const std::string stored = join_key(prefix, key);
-            static const std::vector<KeyEntry> no_children;
-            const auto* children = index.children(stored);
-            if (children || index.has_node(stored)) {
-              try {
-                node_traits<U>::prepare(value, StoredChildren{children ? *children : no_children, !options.allow_missing});
-              } catch (const Error& e) {
-                throw e.with_key(stored);
-              }
-            }
-          }
-        }
+        if constexpr (requires(U& u, const StoredChildren& c) { node_traits<U>::prepare(u, c); })
+          planner.node(p, static_cast<void*>(std::addressof(value)), &prepare_node_of<U>);
         return true;
       },
       [&](auto& value, const KeyPath& p) {
         using L = std::remove_cvref_t<decltype(value)>;
-        const std::string key = p.str();
-        if (skipped(key)) { plan.report.skipped.push_back(key); return; }
-        std::string joined;
-        const LeafRecord* stored = index.leaf(prefix.empty() ? key : (joined = join_key(prefix, key)));
-        if (!stored) { plan.report.missing.push_back(key); return; }
-        visited[index.position(stored)] = 1;
-        plan.leaves.push_back({key, stored, static_cast<void*>(std::addressof(value)), &prepare_leaf_of<L>});
+        planner.leaf(p, static_cast<void*>(std::addressof(value)), &prepare_leaf_of<L>);
       });
-  for (std::size_t i = 0; i < visited.size(); ++i) {
-    if (visited[i]) continue;
-    const std::string& key = index.key(i);
-    if (!key_path_has_prefix(key, prefix)) continue;
-    std::string rel = prefix.empty() ? key : key.substr(std::min(key.size(), prefix.size() + 1));
-    if (skipped(rel)) continue;  // skipped target keys are not "unexpected" either
-    plan.report.unexpected.push_back(rel);
-  }
-  return plan;
+  return std::move(planner).finish();
 }
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
+
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/checkpoint/load_plan_impl.hpp"
+#endif

@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <exception>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "cairn/checkpoint/box_reader.hpp"
 #include "cairn/checkpoint/data_files.hpp"
 #include "cairn/checkpoint/load_plan.hpp"
+#include "cairn/core/function_ref.hpp"
 #include "cairn/coordination/wire.hpp"
 #include "cairn/format/files.hpp"
 
@@ -267,8 +267,8 @@ inline const ItemRecord* find_load_item(const CheckpointMetadata& meta, const Lo
 // A load from what `open` opens (a checkpoint, or safetensors files): find the item, have
 // `plan_fn` match its stored leaves to the target's, then read, verify, cast and copy. With
 // options.coordinator, a collective: every rank returns the same outcome.
-inline LoadReport load_opened(const Store& store, const std::function<OpenedCheckpoint()>& open, const LoadOptions& options,
-                              bool per_rank, const std::function<LoadPlan(const StoredIndex&)>& plan_fn) {
+inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()> open, const LoadOptions& options,
+                              bool per_rank, FunctionRef<LoadPlan(const StoredIndex&)> plan_fn) {
   LoadReport report;
   std::exception_ptr failure;
   try {

@@ -3,11 +3,11 @@
 // tree's views; the runtime that writes and commits them is checkpoint/save_impl.hpp.
 #pragma once
 
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "cairn/checkpoint/options.hpp"
+#include "cairn/core/function_ref.hpp"
 #include "cairn/checkpoint/snapshot.hpp"
 #include "cairn/store/store.hpp"
 
@@ -18,7 +18,11 @@ namespace detail {
 // options.coordinator, each with its own part). `snapshot` runs once the save has begun, so
 // that its error (a leaf that cannot be viewed) reaches every rank through the commit.
 CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
-                                    const std::function<std::vector<ItemSnapshot>()>& snapshot, const SaveOptions& options);
+                                    FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options);
+
+// save_snapshots of one tree item, the default one, that `view` fills with the tree's views.
+CAIRN_API SaveReport save_tree(Store& store, const std::string& key, FunctionRef<void(ItemSnapshot&)> view,
+                               const SaveOptions& options);
 
 // The store of the path overloads of save, load and metadata: a PosixStore whose keys are
 // paths. Stateless, so one serves every call and thread.
@@ -32,16 +36,7 @@ CAIRN_API Store& path_store();
 template <class T>
 SaveReport save(Store& store, const std::string& key, const T& tree, const SaveOptions& options = {}) {
   require_tree_type<T>();
-  return detail::save_snapshots(
-      store, key,
-      [&] {
-        // Moved in, not listed in braces: an initializer list would copy every leaf's view
-        // (20 MB of a 100,000-leaf save's peak).
-        std::vector<detail::ItemSnapshot> items;
-        items.push_back(detail::view_tree(default_item_name, tree));
-        return items;
-      },
-      options);
+  return detail::save_tree(store, key, [&](detail::ItemSnapshot& s) { detail::view_tree_into(s, tree); }, options);
 }
 
 // The same to a checkpoint directory at `path`.

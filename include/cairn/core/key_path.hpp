@@ -48,8 +48,10 @@ class KeyPath {
   const KeyEntry& operator[](std::size_t i) const { return entries_[i]; }
   const KeyEntry& back() const { return entries_.back(); }
 
-  void push_back(KeyEntry e) { entries_.push_back(std::move(e)); }
-  void pop_back() { entries_.pop_back(); }
+  // Out of line with separate compilation: every tree walk a user's file instantiates pushes
+  // and pops an entry per child.
+  CAIRN_API void push_back(KeyEntry e);
+  CAIRN_API void pop_back();
   KeyPath child(KeyEntry e) const { KeyPath p = *this; p.push_back(std::move(e)); return p; }
 
   // "params/dense/kernel"; the root prints as "".

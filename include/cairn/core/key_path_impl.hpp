@@ -37,6 +37,9 @@ CAIRN_API std::string unescape_key_segment(std::string_view s) {
   return out;
 }
 
+CAIRN_API void KeyPath::push_back(KeyEntry e) { entries_.push_back(std::move(e)); }
+CAIRN_API void KeyPath::pop_back() { entries_.pop_back(); }
+
 CAIRN_API std::string KeyPath::str() const {
   std::string s;
   for (std::size_t i = 0; i < entries_.size(); ++i) {

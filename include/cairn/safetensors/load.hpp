@@ -5,7 +5,6 @@
 // `model.safetensors.index.json`. docs/safetensors.md is the user's guide.
 #pragma once
 
-#include <functional>
 #include <string>
 
 #include "cairn/checkpoint/load.hpp"
@@ -24,7 +23,7 @@ namespace detail {
 // The runtime's safetensors load (safetensors/load_impl.hpp).
 CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::string& key, const LoadOptions& options,
                                               const SafetensorsOptions& names,
-                                              const std::function<LoadPlan(const StoredIndex&)>& plan);
+                                              FunctionRef<LoadPlan(const StoredIndex&)> plan);
 }  // namespace detail
 
 // Loads the safetensors file (or index of a sharded set) at `key` in `store` into an existing

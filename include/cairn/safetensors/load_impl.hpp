@@ -136,7 +136,7 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
 
 CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::string& key, const LoadOptions& options,
                                               const SafetensorsOptions& names,
-                                              const std::function<LoadPlan(const StoredIndex&)>& plan_fn) {
+                                              FunctionRef<LoadPlan(const StoredIndex&)> plan_fn) {
   LoadOptions opts = options;
   opts.verify_checksums = false;  // safetensors stores none
   opts.item = default_item_name;

@@ -1,0 +1,73 @@
+// The runtime of plan_load (checkpoint/load_plan.hpp): matching the target's keys to the
+// stored ones. Compiled in every translation unit that includes cairn/cairn.hpp, or once with
+// CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cairn/checkpoint/load_plan.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+CAIRN_API LoadPlanner::LoadPlanner(const StoredIndex& index, const LoadOptions& options)
+    : index_(index), options_(options), prefix_(canonical_key(options.subtree)), visited_(index.item().leaves.size(), 0) {
+  plan_.leaves.reserve(index.item().leaves.size());  // usually each stored leaf once: no regrowth
+  if (!prefix_.empty() && !index.leaf(prefix_) && !index.has_node(prefix_))
+    throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix_ + "'", {}, prefix_);
+}
+
+CAIRN_API LoadPlanner::~LoadPlanner() = default;
+
+CAIRN_API bool LoadPlanner::skipped(const std::string& key) const {
+  for (const auto& g : options_.skip)
+    if (glob_matches(g, key)) return true;
+  return false;
+}
+
+CAIRN_API void LoadPlanner::node(const KeyPath& p, void* target, void (*prepare)(void*, const StoredChildren&)) {
+  const std::string key = p.str();
+  if (!key.empty() && skipped(key)) return;
+  const std::string stored = join_key(prefix_, key);
+  static const std::vector<KeyEntry> no_children;
+  const auto* children = index_.children(stored);
+  if (!children && !index_.has_node(stored)) return;
+  try {
+    prepare(target, StoredChildren{children ? *children : no_children, !options_.allow_missing});
+  } catch (const Error& e) {
+    throw e.with_key(stored);
+  }
+}
+
+CAIRN_API void LoadPlanner::leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&)) {
+  std::string key = p.str();
+  if (skipped(key)) {
+    plan_.report.skipped.push_back(std::move(key));
+    return;
+  }
+  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : join_key(prefix_, key));
+  if (!stored) {
+    plan_.report.missing.push_back(std::move(key));
+    return;
+  }
+  visited_[index_.position(stored)] = 1;
+  plan_.leaves.push_back({std::move(key), stored, target, prepare});
+}
+
+CAIRN_API LoadPlan LoadPlanner::finish() && {
+  for (std::size_t i = 0; i < visited_.size(); ++i) {
+    if (visited_[i]) continue;
+    const std::string& key = index_.key(i);
+    if (!key_path_has_prefix(key, prefix_)) continue;
+    std::string rel = prefix_.empty() ? key : key.substr(std::min(key.size(), prefix_.size() + 1));
+    if (skipped(rel)) continue;  // skipped target keys are not "unexpected" either
+    plan_.report.unexpected.push_back(std::move(rel));
+  }
+  return std::move(plan_);
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
