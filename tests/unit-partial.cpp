@@ -1,5 +1,8 @@
 #include "test_util.hpp"
 
+#include <set>
+#include <unordered_map>
+
 namespace pr {
 struct Dense { Eigen::MatrixXf kernel; Eigen::VectorXf bias; };
 CAIRN_TREE(Dense, kernel, bias)
@@ -126,4 +129,45 @@ TEST_CASE("a partial restore reads only the bytes of the leaves it loads") {
   CHECK(std::memcmp(one.data(), layers[37].data(), 4096 * 4) == 0);
   CHECK(rep.bytes_read == 4096 * 4);
   CHECK(rep.bytes_read * 50 < total);
+}
+
+// A load looks for each target leaf first at the stored position after the last one it found
+// (the order the checkpoint was saved in), and otherwise by key: a target walked in another
+// order, with leaves the checkpoint lacks and without some it has, finds every leaf it shares.
+TEST_CASE("leaves are matched by key whatever order the target walks them in") {
+  test::TempDir dir;
+  std::mt19937_64& g = test::rng();
+  std::map<std::string, std::vector<std::uint32_t>> saved;
+  for (int i = 0; i < 300; ++i) saved["k" + std::to_string(g() % 100000)] = test::random_bits<std::uint32_t>(1 + g() % 40, g);
+  cairn::save(dir / "c", saved);
+
+  // Every key, walked in the unordered_map's order.
+  std::unordered_map<std::string, std::vector<std::uint32_t>> hashed;
+  cairn::load(dir / "c", hashed);
+  REQUIRE(hashed.size() == saved.size());
+  for (const auto& [k, v] : saved) CHECK(hashed.at(k) == v);
+
+  // The reverse order, with leaves of its own between them: a map keeps its own entries
+  // under allow_missing and takes every stored one (a third of them it lacks beforehand).
+  std::map<std::string, std::vector<std::uint32_t>, std::greater<>> reversed;
+  std::set<std::string> added;
+  for (const auto& [k, v] : saved) {
+    if (g() % 3 == 0) continue;
+    reversed[k] = std::vector<std::uint32_t>(v.size(), 0);
+    if (g() % 4 == 0) {
+      reversed[k + "x"] = {7, 7};
+      added.insert(k + "x");
+    }
+  }
+  cairn::LoadOptions partial;
+  partial.allow_missing = true;
+  const cairn::LoadReport r = cairn::load(dir / "c", reversed, partial);
+  CHECK(r.loaded.size() == saved.size());
+  CHECK(r.missing.size() == added.size());
+  CHECK(r.unexpected.empty());
+  CHECK(reversed.size() == saved.size() + added.size());
+  for (const auto& [k, v] : reversed) {
+    if (added.count(k)) CHECK(v == std::vector<std::uint32_t>{7, 7});
+    else CHECK(v == saved.at(k));
+  }
 }

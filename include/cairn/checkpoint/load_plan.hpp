@@ -20,16 +20,62 @@ CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
 // Stored keys of one item, indexed by their printed path. Each key is printed once here:
-// with 10,000 leaves, printing and hashing key paths was a fifth of a load.
+// with 10,000 leaves, printing and hashing key paths was a fifth of a load. The maps are made
+// on first use: a target walked in the order its checkpoint was saved in (the usual load)
+// finds each of its leaves at the position after the last one (`leaf(key, next)`), and at
+// 100,000 leaves hashing every key and looking each up in a map of that size (a few cache
+// misses per leaf) was a fifth of the load again. Not for use by two threads at once.
 class StoredIndex {
  public:
-  explicit StoredIndex(const ItemRecord& item) : item_(item) {
+  // `printed`: the leaves' keys as validate_metadata printed them, if at hand.
+  explicit StoredIndex(const ItemRecord& item, std::vector<std::string> printed = {}) : item_(item) {
+    if (printed.size() == item.leaves.size()) {
+      keys_ = std::move(printed);
+      return;
+    }
     keys_.reserve(item.leaves.size());
     for (const auto& l : item.leaves) keys_.push_back(l.key());
-    node_keys_.reserve(item.nodes.size());
-    for (const auto& n : item.nodes) node_keys_.push_back(n.path.str());
-    leaves_.reserve(keys_.size());
-    for (std::size_t i = 0; i < keys_.size(); ++i) leaves_.emplace(keys_[i], &item.leaves[i]);
+  }
+  StoredIndex(const StoredIndex&) = delete;  // the maps view keys_ and node_keys_
+  StoredIndex& operator=(const StoredIndex&) = delete;
+
+  const LeafRecord* leaf(std::string_view key) const {
+    if (leaves_.empty() && !keys_.empty()) {
+      leaves_.reserve(keys_.size());
+      for (std::size_t i = 0; i < keys_.size(); ++i) leaves_.emplace(keys_[i], &item_.leaves[i]);
+    }
+    auto it = leaves_.find(key);
+    return it == leaves_.end() ? nullptr : it->second;
+  }
+  // The same, trying the stored leaf at position `next` first; `next` moves past the leaf
+  // found.
+  const LeafRecord* leaf(std::string_view key, std::size_t& next) const {
+    const LeafRecord* found = next < keys_.size() && keys_[next] == key ? &item_.leaves[next] : leaf(key);
+    if (found) next = position(found) + 1;
+    return found;
+  }
+  bool has_node(std::string_view key) const { return nodes().count(key) != 0; }
+  const std::vector<KeyEntry>* children(std::string_view key) const {
+    if (!children_made_) make_children();
+    auto it = children_.find(key);
+    return it == children_.end() ? nullptr : &it->second.keys;
+  }
+  const ItemRecord& item() const { return item_; }
+  // The printed key of item().leaves[i], and the position of a stored leaf there.
+  const std::string& key(std::size_t i) const { return keys_[i]; }
+  std::size_t position(const LeafRecord* leaf) const { return static_cast<std::size_t>(leaf - item_.leaves.data()); }
+
+ private:
+  const std::unordered_map<std::string_view, const NodeRecord*>& nodes() const {
+    if (node_keys_.size() != item_.nodes.size()) {
+      node_keys_.reserve(item_.nodes.size());
+      for (const auto& n : item_.nodes) node_keys_.push_back(n.path.str());
+      for (std::size_t i = 0; i < node_keys_.size(); ++i) nodes_.emplace(node_keys_[i], &item_.nodes[i]);
+    }
+    return nodes_;
+  }
+  void make_children() const {
+    nodes();  // node_keys_
     // A parent's printed path is its child's up to the last '/' (a '/' inside a segment is
     // escaped), so no key path is copied or printed again here. Two passes: the children are
     // counted first, so that each list is allocated once at its size (a map of 100,000 leaves
@@ -45,40 +91,25 @@ class StoredIndex {
         if (pass == 0) list.count += 1;
         else list.keys.push_back(p.back());
       };
-      for (std::size_t i = 0; i < node_keys_.size(); ++i) add_child(node_keys_[i], item.nodes[i].path);
-      for (std::size_t i = 0; i < keys_.size(); ++i) add_child(keys_[i], item.leaves[i].path);
+      for (std::size_t i = 0; i < node_keys_.size(); ++i) add_child(node_keys_[i], item_.nodes[i].path);
+      for (std::size_t i = 0; i < keys_.size(); ++i) add_child(keys_[i], item_.leaves[i].path);
       if (pass == 0)
         for (auto& [key, list] : children_) list.keys.reserve(list.count);
     }
-    for (std::size_t i = 0; i < node_keys_.size(); ++i) nodes_.emplace(node_keys_[i], &item.nodes[i]);
+    children_made_ = true;
   }
-  StoredIndex(const StoredIndex&) = delete;  // the maps view keys_ and node_keys_
-  StoredIndex& operator=(const StoredIndex&) = delete;
 
-  const LeafRecord* leaf(std::string_view key) const {
-    auto it = leaves_.find(key);
-    return it == leaves_.end() ? nullptr : it->second;
-  }
-  bool has_node(std::string_view key) const { return nodes_.count(key) != 0; }
-  const std::vector<KeyEntry>* children(std::string_view key) const {
-    auto it = children_.find(key);
-    return it == children_.end() ? nullptr : &it->second.keys;
-  }
-  const ItemRecord& item() const { return item_; }
-  // The printed key of item().leaves[i], and the position of a stored leaf there.
-  const std::string& key(std::size_t i) const { return keys_[i]; }
-  std::size_t position(const LeafRecord* leaf) const { return static_cast<std::size_t>(leaf - item_.leaves.data()); }
-
- private:
   const ItemRecord& item_;
-  std::vector<std::string> keys_, node_keys_;
-  std::unordered_map<std::string_view, const LeafRecord*> leaves_;
-  std::unordered_map<std::string_view, const NodeRecord*> nodes_;
+  std::vector<std::string> keys_;
+  mutable std::vector<std::string> node_keys_;
+  mutable std::unordered_map<std::string_view, const LeafRecord*> leaves_;
+  mutable std::unordered_map<std::string_view, const NodeRecord*> nodes_;
   struct Children {
     std::size_t count = 0;
     std::vector<KeyEntry> keys;
   };
-  std::unordered_map<std::string_view, Children> children_;
+  mutable std::unordered_map<std::string_view, Children> children_;
+  mutable bool children_made_ = false;
 };
 
 struct PlannedLeaf {
@@ -130,6 +161,7 @@ class LoadPlanner {
   const LoadOptions& options_;
   std::string prefix_;
   std::vector<char> visited_;  // by position in the item
+  std::size_t next_ = 0;       // where the next leaf is looked for first (StoredIndex::leaf)
   LoadPlan plan_;
 };
 

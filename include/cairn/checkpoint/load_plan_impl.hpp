@@ -48,7 +48,7 @@ CAIRN_API void LoadPlanner::leaf(const KeyPath& p, void* target, LeafBuffer (*pr
     plan_.report.skipped.push_back(std::move(key));
     return;
   }
-  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : join_key(prefix_, key));
+  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : join_key(prefix_, key), next_);
   if (!stored) {
     plan_.report.missing.push_back(std::move(key));
     return;

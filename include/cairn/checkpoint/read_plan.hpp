@@ -212,11 +212,16 @@ struct OpenedCheckpoint {
   CheckpointMetadata metadata;
   std::string records;  // what a corrupt record found while planning names: the metadata file
   std::string name;     // what other errors name: the checkpoint directory (empty: store.describe(key))
+  PrintedKeys leaf_keys;  // by item, as validation printed them (empty: the index prints them)
 };
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
   if (!coordinator || coordinator->size() == 1) {
     const std::string ckpt = store.readable_checkpoint(normalize_key(key));
-    return {ckpt, read_metadata(store, ckpt), store.describe(join_key(ckpt, metadata_file)), {}};
+    OpenedCheckpoint c;
+    c.key = ckpt;
+    c.metadata = read_metadata(store, ckpt, &c.leaf_keys);
+    c.records = store.describe(join_key(ckpt, metadata_file));
+    return c;
   }
   coordinator->set_phase("reading the metadata");
   const std::string got = run_on_primary(*coordinator, [&] {
@@ -230,7 +235,7 @@ inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& k
   MetadataText t;
   t.metadata = in.str();
   t.user = in.str();
-  c.metadata = parse_metadata(store, c.key, t);
+  c.metadata = parse_metadata(store, c.key, t, &c.leaf_keys);
   c.records = store.describe(join_key(c.key, metadata_file));
   return c;
 }
@@ -279,7 +284,9 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
       // the reads are where a load's memory peaks.
       LoadPlan plan = [&] {
         try {
-          const StoredIndex index(*item);
+          const auto at = static_cast<std::size_t>(item - ck.metadata.items.data());
+          const StoredIndex index(*item, at < ck.leaf_keys.size() ? std::move(ck.leaf_keys[at]) : std::vector<std::string>{});
+          ck.leaf_keys.clear();
           return plan_fn(index);
         } catch (const Error& e) {
           throw e.kind() == ErrorKind::corrupt ? e.with_file(ck.records) : e;

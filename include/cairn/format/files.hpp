@@ -240,7 +240,11 @@ inline const std::string* find_repeated(const std::vector<std::string>& keys) {
   return nullptr;
 }
 
-inline void validate_metadata(const CheckpointMetadata& m, const std::string& path) {
+// Each item's leaves' printed key paths, in order, as validation printed them: a load's index
+// takes them instead of printing every key again (at 100,000 leaves a printing is about 10 ms).
+using PrintedKeys = std::vector<std::vector<std::string>>;
+
+inline void validate_metadata(const CheckpointMetadata& m, const std::string& path, PrintedKeys* leaf_keys = nullptr) {
   auto fail = [&](const std::string& why, const std::string& key = {}) {
     throw Error(ErrorKind::corrupt, why, path, key);
   };
@@ -300,6 +304,8 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
         throw Error(e.kind(), e.message(), path, key);
       }
     }
+    if (leaf_keys) leaf_keys->emplace_back(std::make_move_iterator(printed.begin() + static_cast<std::ptrdiff_t>(item.nodes.size())),
+                                           std::make_move_iterator(printed.end()));
   }
   for (auto& [file, rs] : ranges) {
     if (!std::is_sorted(rs.begin(), rs.end())) std::sort(rs.begin(), rs.end());  // as written, usually
@@ -324,18 +330,19 @@ inline MetadataText read_metadata_text(const Store& store, const std::string& ke
 }
 
 // Parses and validates the metadata of the checkpoint at `key` (named in errors).
-inline CheckpointMetadata parse_metadata(const Store& store, const std::string& key, const MetadataText& t) {
+inline CheckpointMetadata parse_metadata(const Store& store, const std::string& key, const MetadataText& t,
+                                         PrintedKeys* leaf_keys = nullptr) {
   const std::string path = store.describe(join_key(key, metadata_file));
   CheckpointMetadata m = metadata_from_json(t.metadata, path);
-  validate_metadata(m, path);
+  validate_metadata(m, path, leaf_keys);
   m.user_metadata = Json::parse(t.user, store.describe(join_key(key, user_metadata_file)));
   return m;
 }
 
 // Reads, verifies and validates a committed checkpoint's metadata.
-inline CheckpointMetadata read_metadata(const Store& store, const std::string& key_in) {
+inline CheckpointMetadata read_metadata(const Store& store, const std::string& key_in, PrintedKeys* leaf_keys = nullptr) {
   const std::string key = normalize_key(key_in);
-  return parse_metadata(store, key, read_metadata_text(store, key));
+  return parse_metadata(store, key, read_metadata_text(store, key), leaf_keys);
 }
 
 }  // namespace detail
