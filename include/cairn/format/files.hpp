@@ -226,7 +226,7 @@ void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) 
 // The first string in `keys` equal to an earlier one, or null. An open-addressing table of
 // positions: a hash set of views, a node allocated per key, was a tenth of metadata() at
 // 100,000 leaves.
-inline const std::string* find_repeated(const std::vector<std::string>& keys) {
+inline const std::string_view* find_repeated(const std::vector<std::string_view>& keys) {
   std::size_t slots = 16;
   while (slots < 2 * keys.size()) slots *= 2;
   std::vector<std::size_t> table(slots, SIZE_MAX);
@@ -240,10 +240,9 @@ inline const std::string* find_repeated(const std::vector<std::string>& keys) {
   return nullptr;
 }
 
-// Each item's leaves' printed key paths, in order, as validation printed them: a load's index
-// takes them instead of printing every key again (at 100,000 leaves a printing is about 10 ms).
-using PrintedKeys = std::vector<std::vector<std::string>>;
-
+// `leaf_keys`: the items' leaves' printed keys as the parser printed them (metadata_json.hpp),
+// used instead of printing them again; or empty, to be filled here. A load's index then takes
+// them too.
 inline void validate_metadata(const CheckpointMetadata& m, const std::string& path, PrintedKeys* leaf_keys = nullptr) {
   auto fail = [&](const std::string& why, const std::string& key = {}) {
     throw Error(ErrorKind::corrupt, why, path, key);
@@ -257,17 +256,28 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
   const std::string* last_file = nullptr;
   std::vector<std::pair<std::uint64_t, std::uint64_t>>* last_ranges = nullptr;
   std::unordered_set<std::string> item_names;
-  std::vector<std::string> printed;  // each key once, nodes then leaves
-  for (const auto& item : m.items) {
+  if (leaf_keys && leaf_keys->size() != m.items.size()) leaf_keys->assign(m.items.size(), {});
+  std::vector<std::string> node_keys, own_leaf_keys;
+  std::vector<std::string_view> printed;  // each key once, nodes then leaves
+  for (std::size_t item_at = 0; item_at < m.items.size(); ++item_at) {
+    const ItemRecord& item = m.items[item_at];
     if (item.name.empty() || !item_names.insert(item.name).second) fail("empty or repeated item name '" + item.name + "'");
+    node_keys.clear();
+    for (const auto& n : item.nodes) node_keys.push_back(n.path.str());
+    std::vector<std::string>& leaf_key = leaf_keys ? (*leaf_keys)[item_at] : own_leaf_keys;
+    if (leaf_key.size() != item.leaves.size()) {
+      leaf_key.clear();
+      leaf_key.reserve(item.leaves.size());
+      for (const auto& l : item.leaves) leaf_key.push_back(l.key());
+    }
     printed.clear();
-    printed.reserve(item.nodes.size() + item.leaves.size());
-    for (const auto& n : item.nodes) printed.push_back(n.path.str());
-    for (const auto& l : item.leaves) printed.push_back(l.key());
-    if (const std::string* twice = find_repeated(printed)) fail("key path listed twice", *twice);
+    printed.reserve(node_keys.size() + leaf_key.size());
+    printed.insert(printed.end(), node_keys.begin(), node_keys.end());
+    printed.insert(printed.end(), leaf_key.begin(), leaf_key.end());
+    if (const std::string_view* twice = find_repeated(printed)) fail("key path listed twice", std::string(*twice));
     for (std::size_t leaf = 0; leaf < item.leaves.size(); ++leaf) {
       const LeafRecord& l = item.leaves[leaf];
-      const std::string& key = printed[item.nodes.size() + leaf];
+      const std::string& key = leaf_key[leaf];
       try {
         const std::uint64_t count = element_count(l.shape);
         (void)byte_count(l.shape, dtype_size(l.dtype));
@@ -304,8 +314,6 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
         throw Error(e.kind(), e.message(), path, key);
       }
     }
-    if (leaf_keys) leaf_keys->emplace_back(std::make_move_iterator(printed.begin() + static_cast<std::ptrdiff_t>(item.nodes.size())),
-                                           std::make_move_iterator(printed.end()));
   }
   for (auto& [file, rs] : ranges) {
     if (!std::is_sorted(rs.begin(), rs.end())) std::sort(rs.begin(), rs.end());  // as written, usually
@@ -333,7 +341,7 @@ inline MetadataText read_metadata_text(const Store& store, const std::string& ke
 inline CheckpointMetadata parse_metadata(const Store& store, const std::string& key, const MetadataText& t,
                                          PrintedKeys* leaf_keys = nullptr) {
   const std::string path = store.describe(join_key(key, metadata_file));
-  CheckpointMetadata m = metadata_from_json(t.metadata, path);
+  CheckpointMetadata m = metadata_from_json(t.metadata, path, leaf_keys);
   validate_metadata(m, path, leaf_keys);
   m.user_metadata = Json::parse(t.user, store.describe(join_key(key, user_metadata_file)));
   return m;
