@@ -171,3 +171,42 @@ TEST_CASE("leaves are matched by key whatever order the target walks them in") {
     else CHECK(v == saved.at(k));
   }
 }
+
+// An unordered map that holds exactly the stored keys is left as it is (one lookup per key);
+// any other takes the stored keys, dropping its own unless allow_missing.
+TEST_CASE("an existing unordered_map takes the stored keys") {
+  test::TempDir dir;
+  std::mt19937_64& g = test::rng();
+  std::map<std::string, std::vector<std::uint32_t>> saved;
+  for (int i = 0; i < 50; ++i) saved["w" + std::to_string(i)] = test::random_bits<std::uint32_t>(1 + g() % 20, g);
+  cairn::save(dir / "c", saved);
+
+  std::unordered_map<std::string, std::vector<std::uint32_t>> same;
+  for (const auto& [k, v] : saved) same[k] = std::vector<std::uint32_t>(v.size(), 0);
+  const auto* before = &same.at("w7");
+  cairn::load(dir / "c", same);
+  CHECK(&same.at("w7") == before);  // entries kept, not remade
+  for (const auto& [k, v] : saved) CHECK(same.at(k) == v);
+
+  std::unordered_map<std::string, std::vector<std::uint32_t>> other = same;
+  other.erase("w3");
+  other["extra"] = {1};
+  REQUIRE(other.size() == saved.size());  // same size, other keys
+  cairn::load(dir / "c", other);
+  CHECK(other.size() == saved.size());
+  CHECK(other.count("extra") == 0);
+  CHECK(other.at("w3") == saved.at("w3"));
+
+  // Two stored string keys that name one integer ("01" and "1"): the target's other integer
+  // keys are still dropped, though it has as many entries as there are stored keys.
+  std::map<std::string, std::vector<float>> two{{"01", {1.0f}}, {"1", {2.0f}}};
+  cairn::save(dir / "d", two);
+  std::unordered_map<int, std::vector<float>> ints{{1, {0.0f}}, {2, {0.0f}}};
+  cairn::LoadOptions o;
+  o.allow_unexpected = true;
+  const cairn::LoadReport r = cairn::load(dir / "d", ints, o);
+  CHECK(ints.size() == 1);
+  CHECK(ints.count(2) == 0);
+  CHECK(r.missing.empty());
+  CHECK(r.unexpected.size() == 1);
+}
