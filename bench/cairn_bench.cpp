@@ -42,6 +42,7 @@ struct Options {
   bool sharded = false;  // the sharding benchmarks instead
   bool containers = false;  // the same leaves in each container kind
   bool safetensors = false;  // safetensors export and import
+  bool growth = false;  // warm loads of N and 10N leaves, alternately
 };
 
 
@@ -62,6 +63,8 @@ void usage() {
       "  --step-ms MS        compute per training step in the loop benchmark (default 50)\n"
       "  --containers        the leaves as a std::map, unordered_map, vector and struct: save, load<T> and\n"
       "                      load into an existing state of each, beside a plain read of the same bytes\n"
+      "  --growth            warm loads of --leaves N and 10N leaves (sizes as --leaf-bytes), alternately in\n"
+      "                      one process: how much longer the larger takes, beside the plain read's growth\n"
       "  --safetensors       save_safetensors and load_safetensors (into an existing map) of the leaves,\n"
       "                      beside a plain write+fsync and read of the same bytes\n"
       "  --sharded           sharding benchmarks: box-copy and cast kernels vs memcpy, restoring a\n"
@@ -739,6 +742,81 @@ int sharded_bench(const Options& o) {
   return 0;
 }
 
+// ---- Growth with the number of leaves ----
+// A time that grows faster than the leaves (a cache miss per leaf once the records outgrow the
+// cache, a lookup in a map of every key) shows only at scale, and this machine's speed swings
+// from one run to the next by more than the effect: so both sizes are built in one process and
+// timed in turn, and the fastest and the median of each are compared with the plain read's.
+int growth_bench(const Options& o) {
+  if (!o.max_leaf) { std::fprintf(stderr, "cairn-bench --growth needs --leaf-bytes MIN:MAX\n"); return 2; }
+  struct Size {
+    std::size_t leaves;
+    State<float> state, target;
+    std::string ckpt, raw;
+    std::vector<double> read, load, read_new, load_new;
+  };
+  std::vector<Size> sizes(2);
+  sizes[0].leaves = o.leaves;
+  sizes[1].leaves = o.leaves * 10;
+  std::filesystem::remove_all(o.dir);
+  std::filesystem::create_directories(o.dir);
+  for (auto& z : sizes) {
+    std::mt19937_64 rng(42);
+    for (std::size_t i = 0; i < z.leaves; ++i) {
+      std::vector<float> leaf((o.min_leaf + rng() % (o.max_leaf - o.min_leaf + 1)) / sizeof(float));
+      for (auto& x : leaf) x = static_cast<float>(rng() % 100000);
+      char name[16];
+      std::snprintf(name, sizeof name, "g%03zu", i % 100);
+      z.state[name].push_back(std::move(leaf));
+    }
+    z.ckpt = o.dir + "/ckpt" + std::to_string(z.leaves);
+    z.raw = o.dir + "/raw" + std::to_string(z.leaves) + ".bin";
+    cairn::save(z.ckpt, z.state);
+    raw_write(z.state, z.raw);
+    z.target = z.state;
+  }
+  for (int rep = 0; rep < o.repeat; ++rep)
+    for (auto& z : sizes) {
+      double t0 = now_s();
+      raw_read(z.target, z.raw);
+      z.read.push_back(now_s() - t0);
+      t0 = now_s();
+      cairn::load(z.ckpt, z.target);
+      z.load.push_back(now_s() - t0);
+      t0 = now_s();
+      {
+        State<float> buffers;
+        for (auto& [k, g] : z.state)
+          for (auto& leaf : g) buffers[k].emplace_back(leaf.size());
+        raw_read(buffers, z.raw);
+      }
+      z.read_new.push_back(now_s() - t0);
+      t0 = now_s();
+      {
+        State<float> fresh = cairn::load<State<float>>(z.ckpt);
+        z.load_new.push_back(now_s() - t0);
+        if (!same_bits(fresh, z.state)) { std::fprintf(stderr, "cairn-bench: restored state differs!\n"); return 1; }
+      }
+      if (!same_bits(z.target, z.state)) { std::fprintf(stderr, "cairn-bench: restored state differs!\n"); return 1; }
+    }
+  std::printf("cairn-bench --growth: %zu and %zu leaves of %llu-%llu bytes, warm, in turn (%d runs each)\n",
+              sizes[0].leaves, sizes[1].leaves, static_cast<unsigned long long>(o.min_leaf),
+              static_cast<unsigned long long>(o.max_leaf), o.repeat);
+  std::printf("  %-28s %10s %10s %10s   %s\n", "fastest / median ms", "small", "large", "growth", "(goal of #12: at most 11x)");
+  auto row = [&](const char* what, std::vector<double> Size::*times) {
+    auto best = [](std::vector<double> v) { return *std::min_element(v.begin(), v.end()) * 1e3; };
+    const double a = best(sizes[0].*times), b = best(sizes[1].*times);
+    const double ma = median(sizes[0].*times) * 1e3, mb = median(sizes[1].*times) * 1e3;
+    std::printf("  %-28s %4.1f/%5.1f %4.0f/%5.0f %4.1fx/%4.1fx\n", what, a, ma, b, mb, b / a, mb / ma);
+  };
+  row("plain read", &Size::read);
+  row("cairn load (into a state)", &Size::load);
+  row("plain read (new buffers)", &Size::read_new);
+  row("cairn load<T> (new state)", &Size::load_new);
+  std::filesystem::remove_all(o.dir);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -766,6 +844,7 @@ int main(int argc, char** argv) {
     else if (a == "--sharded") o.sharded = true;
     else if (a == "--containers") o.containers = true;
     else if (a == "--safetensors") o.safetensors = true;
+    else if (a == "--growth") o.growth = true;
     else { usage(); return a == "--help" || a == "-h" ? 0 : 2; }
   }
   if (o.leaves == 0) { usage(); return 2; }
@@ -773,6 +852,7 @@ int main(int argc, char** argv) {
   if (o.sharded) return sharded_bench(o);
   if (o.containers) return containers_bench(o);
   if (o.safetensors) return safetensors_bench(o);
+  if (o.growth) return growth_bench(o);
   Results r;
   if (o.dtype == "float32") r = run<float>(o);
   else if (o.dtype == "float64") r = run<double>(o);
