@@ -65,15 +65,20 @@ def main():
         "cereal_only": ("the program with cereal alone", [("with_cereal.cpp", [], False)]),
         "cairn": ("the program with cairn, header-only (the default)", [("with_cairn.cpp", ["-pthread"], False)]),
         "cairn_separate_runtime": ("cairn's runtime, compiled once (CAIRN_SEPARATE_COMPILATION)",
-                                   [(str(ROOT / "src" / "cairn.cpp"), ["-DCAIRN_SEPARATE_COMPILATION", "-c"], True)]),
+                                   [(str(ROOT / "src" / "cairn.cpp"),
+                                     ["-DCAIRN_SEPARATE_COMPILATION", "-ffunction-sections", "-fdata-sections", "-c"], True)]),
         "cairn_separate": ("the program with cairn, separate compilation: its own file and the link",
                            [("with_cairn.cpp", ["-DCAIRN_SEPARATE_COMPILATION", "-pthread", str(runtime_obj)], False)]),
+        "cairn_separate_gc": ("the same, linked with -Wl,--gc-sections (only the runtime's functions it calls)",
+                              [("with_cairn.cpp", ["-DCAIRN_SEPARATE_COMPILATION", "-pthread", str(runtime_obj),
+                                                   "-Wl,--gc-sections"], False)]),
         "model_header": ("a model header's file: Eigen structs, no cairn", [("model_header.cpp", ["-c"], True)]),
         "model_header_tree": ("the same with <cairn/tree.hpp> and CAIRN_TREE", [("model_header.cpp", ["-c", "-DWITH_CAIRN_TREE"], True)]),
     }
     only = [n for n in a.only.split(",") if n]
-    if "cairn_separate" in only and "cairn_separate_runtime" not in only:
-        only.insert(only.index("cairn_separate"), "cairn_separate_runtime")
+    for needs_runtime in ("cairn_separate", "cairn_separate_gc"):
+        if needs_runtime in only and "cairn_separate_runtime" not in only:
+            only.insert(only.index(needs_runtime), "cairn_separate_runtime")
     results = {}
     print(f"compile_time: {a.cxx} {a.opt}, {os.cpu_count()} cores; CPU seconds of the compiler (user+sys), "
           f"best of {a.repeat} (of at least 5 for the programs of a few seconds)")
