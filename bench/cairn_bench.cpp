@@ -162,25 +162,42 @@ void raw_read(State<T>& into, const std::string& path) {
   ::close(fd);
 }
 
+// `leaves` leaves of random bits, sized as o says, spread over up to 100 groups ("g000"...).
 template <class T>
-Results run(const Options& o) {
+State<T> random_state(const Options& o, std::size_t leaves) {
   std::mt19937_64 rng(42);
-  const std::size_t groups = std::min<std::size_t>(100, o.leaves);
+  const std::size_t groups = std::min<std::size_t>(100, leaves);
   State<T> state;
-  Results r;
-  for (std::size_t i = 0; i < o.leaves; ++i) {
-    std::uint64_t bytes = o.max_leaf ? o.min_leaf + rng() % (o.max_leaf - o.min_leaf + 1) : o.bytes / o.leaves;
+  for (std::size_t i = 0; i < leaves; ++i) {
+    std::uint64_t bytes = o.max_leaf ? o.min_leaf + rng() % (o.max_leaf - o.min_leaf + 1) : o.bytes / leaves;
     std::vector<T> leaf(bytes / sizeof(T));
     auto* p = reinterpret_cast<unsigned char*>(leaf.data());
     for (std::size_t k = 0; k < leaf.size() * sizeof(T); k += 8) {
       const std::uint64_t w = rng();
       std::memcpy(p + k, &w, std::min<std::size_t>(8, leaf.size() * sizeof(T) - k));
     }
-    r.bytes += leaf.size() * sizeof(T);
     char name[16];
     std::snprintf(name, sizeof name, "g%03zu", i % groups);
     state[name].push_back(std::move(leaf));
   }
+  return state;
+}
+
+// The plain read into buffers allocated here, as load<T> allocates its state.
+template <class T>
+void raw_read_new(const State<T>& shapes, const std::string& path) {
+  State<T> buffers;
+  for (auto& [k, g] : shapes)
+    for (auto& leaf : g) buffers[k].emplace_back(leaf.size());
+  raw_read(buffers, path);
+}
+
+template <class T>
+Results run(const Options& o) {
+  State<T> state = random_state<T>(o, o.leaves);
+  Results r;
+  for (const auto& [k, g] : state)
+    for (const auto& leaf : g) r.bytes += leaf.size() * sizeof(T);
   r.partial_leaves = state["g000"].size();
   std::filesystem::remove_all(o.dir);
   std::filesystem::create_directories(o.dir);
@@ -243,12 +260,7 @@ Results run(const Options& o) {
     if (!same_bits(target, state)) { std::fprintf(stderr, "cairn-bench: restored state differs!\n"); std::exit(1); }
     cold();
     double t0 = now_s();
-    {
-      State<T> buffers;
-      for (auto& [k, g] : state)
-        for (auto& leaf : g) buffers[k].emplace_back(leaf.size());
-      raw_read(buffers, raw);
-    }
+    raw_read_new(state, raw);
     raw_new_t.push_back(now_s() - t0);
     cold();
     t0 = now_s();
@@ -761,14 +773,7 @@ int growth_bench(const Options& o) {
   std::filesystem::remove_all(o.dir);
   std::filesystem::create_directories(o.dir);
   for (auto& z : sizes) {
-    std::mt19937_64 rng(42);
-    for (std::size_t i = 0; i < z.leaves; ++i) {
-      std::vector<float> leaf((o.min_leaf + rng() % (o.max_leaf - o.min_leaf + 1)) / sizeof(float));
-      for (auto& x : leaf) x = static_cast<float>(rng() % 100000);
-      char name[16];
-      std::snprintf(name, sizeof name, "g%03zu", i % 100);
-      z.state[name].push_back(std::move(leaf));
-    }
+    z.state = random_state<float>(o, z.leaves);
     z.ckpt = o.dir + "/ckpt" + std::to_string(z.leaves);
     z.raw = o.dir + "/raw" + std::to_string(z.leaves) + ".bin";
     cairn::save(z.ckpt, z.state);
@@ -784,12 +789,7 @@ int growth_bench(const Options& o) {
       cairn::load(z.ckpt, z.target);
       z.load.push_back(now_s() - t0);
       t0 = now_s();
-      {
-        State<float> buffers;
-        for (auto& [k, g] : z.state)
-          for (auto& leaf : g) buffers[k].emplace_back(leaf.size());
-        raw_read(buffers, z.raw);
-      }
+      raw_read_new(z.state, z.raw);
       z.read_new.push_back(now_s() - t0);
       t0 = now_s();
       {

@@ -3878,7 +3878,6 @@ CAIRN_END_NAMESPACE
 // before any data is read, so that a strict mismatch names every key at once.
 
 #include <algorithm>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -3897,7 +3896,7 @@ namespace detail {
 // misses per leaf) was a fifth of the load again. Not for use by two threads at once.
 class StoredIndex {
  public:
-  // `printed`: the leaves' keys as validate_metadata printed them, if at hand.
+  // `printed`: the leaves' keys as the metadata parser printed them (PrintedKeys), if at hand.
   explicit StoredIndex(const ItemRecord& item, std::vector<std::string> printed = {}) : item_(item) {
     if (printed.size() == item.leaves.size()) {
       keys_ = std::move(printed);
@@ -9809,7 +9808,8 @@ CAIRN_API void LoadPlanner::leaf(const KeyPath& p, void* target, LeafBuffer (*pr
     plan_.report.skipped.push_back(std::move(key));
     return;
   }
-  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : join_key(prefix_, key), next_);
+  std::string joined;  // only under a subtree: the key is not copied otherwise
+  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : (joined = join_key(prefix_, key)), next_);
   if (!stored) {
     plan_.report.missing.push_back(std::move(key));
     return;
@@ -10495,7 +10495,7 @@ struct OpenedCheckpoint {
   CheckpointMetadata metadata;
   std::string records;  // what a corrupt record found while planning names: the metadata file
   std::string name;     // what other errors name: the checkpoint directory (empty: store.describe(key))
-  PrintedKeys leaf_keys;  // by item, as validation printed them (empty: the index prints them)
+  PrintedKeys leaf_keys;  // by item, as the parser printed them (empty: the index prints them)
 };
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
   if (!coordinator || coordinator->size() == 1) {

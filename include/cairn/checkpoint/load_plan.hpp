@@ -4,7 +4,6 @@
 #pragma once
 
 #include <algorithm>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -27,7 +26,7 @@ namespace detail {
 // misses per leaf) was a fifth of the load again. Not for use by two threads at once.
 class StoredIndex {
  public:
-  // `printed`: the leaves' keys as validate_metadata printed them, if at hand.
+  // `printed`: the leaves' keys as the metadata parser printed them (PrintedKeys), if at hand.
   explicit StoredIndex(const ItemRecord& item, std::vector<std::string> printed = {}) : item_(item) {
     if (printed.size() == item.leaves.size()) {
       keys_ = std::move(printed);

@@ -48,7 +48,8 @@ CAIRN_API void LoadPlanner::leaf(const KeyPath& p, void* target, LeafBuffer (*pr
     plan_.report.skipped.push_back(std::move(key));
     return;
   }
-  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : join_key(prefix_, key), next_);
+  std::string joined;  // only under a subtree: the key is not copied otherwise
+  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : (joined = join_key(prefix_, key)), next_);
   if (!stored) {
     plan_.report.missing.push_back(std::move(key));
     return;

@@ -212,7 +212,7 @@ struct OpenedCheckpoint {
   CheckpointMetadata metadata;
   std::string records;  // what a corrupt record found while planning names: the metadata file
   std::string name;     // what other errors name: the checkpoint directory (empty: store.describe(key))
-  PrintedKeys leaf_keys;  // by item, as validation printed them (empty: the index prints them)
+  PrintedKeys leaf_keys;  // by item, as the parser printed them (empty: the index prints them)
 };
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
   if (!coordinator || coordinator->size() == 1) {
