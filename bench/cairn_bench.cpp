@@ -617,6 +617,20 @@ int sharded_bench(const Options& o) {
       cairn::cast_host(cairn::DType::int32, ints.data(), cairn::DType::int8, narrow.data(), n);
     });
     report_kernel("cast int32 -> int8 (range-checked)", t4, 5.0 * n);
+    std::vector<cairn::float16> f16(n);
+    const double t4b = time_median(o.repeat, [&] {
+      cairn::cast_host(cairn::DType::float32, src.data(), cairn::DType::float16, f16.data(), n);
+    });
+    report_kernel("cast float32 -> float16", t4b, 6.0 * n);
+    const double t4c = time_median(o.repeat, [&] {
+      cairn::cast_host(cairn::DType::float16, f16.data(), cairn::DType::float32, dst.data(), n);
+    });
+    report_kernel("cast float16 -> float32", t4c, 6.0 * n);
+    for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(ints[i]) + 0.25f;  // in range: the check passes
+    const double t4d = time_median(o.repeat, [&] {
+      cairn::cast_host(cairn::DType::float32, dst.data(), cairn::DType::int32, ints.data(), n);
+    });
+    report_kernel("cast float32 -> int32 (range-checked)", t4d, 8.0 * n);
     // Pairs without a kernel of their own: the source widens to int64 / uint64 / double a
     // block at a time, then converts (docs/compile-time.md); a source of a wide type skips
     // the first step.
@@ -638,6 +652,10 @@ int sharded_bench(const Options& o) {
       cairn::cast_host(cairn::DType::float64, wide.data(), cairn::DType::float32, dst.data(), n / 2);
     });
     report_kernel("cast float64 -> float32 (one step)", t8, 6.0 * n);
+    const double t9 = time_median(o.repeat, [&] {
+      cairn::cast_host(cairn::DType::float64, wide.data(), cairn::DType::bfloat16, half.data(), n / 2);
+    });
+    report_kernel("cast float64 -> bfloat16 (one step)", t9, 5.0 * n);
   }
   dst = {};
 

@@ -264,3 +264,116 @@ TEST_CASE("the fast float32 <-> bfloat16 / float16 paths equal the reference rou
     CHECK(std::memcmp(&fast, &ref, 4) == 0);
   }
 }
+
+namespace {
+// Doubles where rounding to float16 or bfloat16 decides: each neighbour pair's midpoint, and
+// the doubles just either side of it (a float cannot hold them: the case that a rounding
+// through float would get wrong), around the largest finite values and the subnormals, and
+// beyond float's range.
+template <class Format>
+void add_rounding_cases(std::vector<double>& out, std::uint32_t count) {
+  for (std::uint32_t b = 0; b + 1 < count; ++b) {
+    const double a = Format::decode(b), c = Format::decode(b + 1);
+    if (!std::isfinite(a) || !std::isfinite(c) || std::isnan(a) || std::isnan(c)) continue;
+    const double mid = (a + c) / 2;
+    for (double x : {mid, std::nextafter(mid, -INFINITY), std::nextafter(mid, INFINITY), a})
+      for (double s : {1.0, -1.0}) out.push_back(s * x);
+  }
+}
+}  // namespace
+
+TEST_CASE("float64 to float16 and bfloat16 rounds once, bit for bit with the reference rounding") {
+  using cairn::detail::bfloat16_format;
+  using cairn::detail::float16_format;
+  std::vector<double> xs;
+  add_rounding_cases<float16_format>(xs, 0x7c00);
+  add_rounding_cases<bfloat16_format>(xs, 0x7f80);
+  for (double x : {0.0, -0.0, static_cast<double>(INFINITY), -static_cast<double>(INFINITY), std::nan(""),
+                   -std::nan(""), 65504.0, 65519.999999, 65520.0, 65520.000001, 1e300, -1e300, 3.4e38, 3.3961e38,
+                   static_cast<double>(std::numeric_limits<float>::max()), std::ldexp(1.0, 128), 1e-300, -4.9e-324,
+                   std::ldexp(1.0, -25), std::ldexp(1.0, -25) * (1 + 1e-15), std::ldexp(1.0, -134),
+                   std::ldexp(1.0, -134) * (1 + 1e-15), std::ldexp(1.0, -150), std::ldexp(1.0, -149) * 1.5})
+    xs.push_back(x);
+  for (int i = 0; i < 1000000; ++i) {  // random bits, and random values in float16's range
+    const std::uint64_t u = test::rng()();
+    double d;
+    std::memcpy(&d, &u, 8);
+    xs.push_back(d);
+    xs.push_back(std::ldexp(static_cast<double>(u >> 11), static_cast<int>(u % 64) - 90));
+  }
+  std::vector<cairn::bfloat16> bf(xs.size());
+  std::vector<cairn::float16> hf(xs.size());
+  cairn::cast_host(cairn::DType::float64, xs.data(), cairn::DType::bfloat16, bf.data(), xs.size());
+  cairn::cast_host(cairn::DType::float64, xs.data(), cairn::DType::float16, hf.data(), xs.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const std::uint32_t rb = bfloat16_format::encode(xs[i]), rh = float16_format::encode(xs[i]);
+    const bool ok = bf[i].bits == rb && hf[i].bits == rh && cairn::cast_value<cairn::bfloat16>(xs[i]).bits == rb &&
+                    cairn::cast_value<cairn::float16>(xs[i]).bits == rh;
+    if (!ok && ++bad <= 5)
+      MESSAGE("x = " << xs[i] << ": bfloat16 " << bf[i].bits << " vs " << rb << ", float16 " << hf[i].bits << " vs " << rh);
+  }
+  CHECK(bad == 0);
+  // Integers round once too (through a double rounded to odd, then this path).
+  for (int i = 0; i < 100000; ++i) {
+    const auto v = static_cast<std::int64_t>(test::rng()()) >> (test::rng()() % 64);
+    const double odd = cairn::detail::int_as_double_round_to_odd(v);
+    CHECK_MESSAGE(cairn::cast_value<cairn::bfloat16>(v).bits == bfloat16_format::encode(odd), v);
+    CHECK_MESSAGE(cairn::cast_value<cairn::float16>(v).bits == float16_format::encode(odd), v);
+  }
+}
+
+TEST_CASE("float16 to float32 through the host kernel equals the reference for every bit pattern") {
+  std::vector<cairn::float16> all(65536 * 2);  // twice, so that full blocks take the vector path
+  for (std::size_t b = 0; b < all.size(); ++b) all[b] = cairn::float16::from_bits(static_cast<std::uint16_t>(b));
+  std::vector<float> out(all.size());
+  cairn::cast_host(cairn::DType::float16, all.data(), cairn::DType::float32, out.data(), all.size());
+  std::size_t bad = 0;
+  for (std::size_t b = 0; b < all.size(); ++b) {
+    const float ref = cairn::detail::float16_format::decode(static_cast<std::uint32_t>(b & 0xffff));
+    bad += std::memcmp(&out[b], &ref, 4) != 0;
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("float to int: the range test is trunc's at every boundary, for every pair") {
+  // Reference: truncate, then compare with the target's range as exact doubles.
+  auto check = [](auto* to_tag, auto* from_tag) {
+    using To = std::remove_pointer_t<decltype(to_tag)>;
+    using From = std::remove_pointer_t<decltype(from_tag)>;
+    const double lo = static_cast<double>(std::numeric_limits<To>::min());
+    const double hi = std::ldexp(1.0, std::numeric_limits<To>::digits);  // one past max, exact
+    std::vector<From> xs;
+    for (double edge : {lo, lo - 1, hi, hi - 1, 0.0, -1.0})
+      for (From x = static_cast<From>(edge), k = 0; k < 4; ++k) {
+        xs.push_back(x);
+        xs.push_back(std::nextafter(x, std::numeric_limits<From>::infinity()));
+        xs.push_back(std::nextafter(x, -std::numeric_limits<From>::infinity()));
+        x = std::nextafter(x, -std::numeric_limits<From>::infinity());
+      }
+    for (From x : {From(0.5), From(-0.5), From(-0.999), std::numeric_limits<From>::quiet_NaN(),
+                   std::numeric_limits<From>::infinity(), -std::numeric_limits<From>::infinity()})
+      xs.push_back(x);
+    for (From x : xs) {
+      const double t = std::trunc(static_cast<double>(x));
+      const bool fits = !std::isnan(t) && t >= lo && t < hi;
+      const bool got = cairn::detail::cast_fits<To, From>{}(x);
+      CHECK_MESSAGE(got == fits, dtype_name(dtype_of<From>) << " " << x << " -> " << dtype_name(dtype_of<To>));
+      const To expect = std::isnan(t) ? To{0} : t < lo ? std::numeric_limits<To>::min()
+                                         : t >= hi ? std::numeric_limits<To>::max() : static_cast<To>(t);
+      CHECK(cast_value<To>(x) == expect);
+    }
+  };
+  auto each_int = [&](auto* from) {
+    check(static_cast<std::int8_t*>(nullptr), from);
+    check(static_cast<std::int16_t*>(nullptr), from);
+    check(static_cast<std::int32_t*>(nullptr), from);
+    check(static_cast<std::int64_t*>(nullptr), from);
+    check(static_cast<std::uint8_t*>(nullptr), from);
+    check(static_cast<std::uint16_t*>(nullptr), from);
+    check(static_cast<std::uint32_t*>(nullptr), from);
+    check(static_cast<std::uint64_t*>(nullptr), from);
+  };
+  each_int(static_cast<float*>(nullptr));
+  each_int(static_cast<double*>(nullptr));
+}

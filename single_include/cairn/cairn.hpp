@@ -417,8 +417,8 @@ CAIRN_HD inline std::uint16_t float_to_bfloat16_bits(float f) {
 }
 CAIRN_HD inline float bfloat16_bits_to_float(std::uint16_t b) {
   const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bits_of<float>((u & 0x80000000u) | 0x7fc00000u);  // quiet NaN
-  return bits_of<float>(u);
+  const std::uint32_t nan = (u & 0x80000000u) | 0x7fc00000u;  // one quiet NaN
+  return bits_of<float>((u & 0x7fffffffu) > 0x7f800000u ? nan : u);  // a select, no branch
 }
 CAIRN_HD inline std::uint16_t float_to_float16_bits(float f) {
   std::uint32_t a = bits_of<std::uint32_t>(f);
@@ -5769,7 +5769,8 @@ template <> struct narrow_format_of<float8_e5m2> { using type = float8_e5m2_form
 // Any float source as double (exact for all of them).
 template <class From>
 CAIRN_HD inline double float_as_double(From v) {
-  if constexpr (is_narrow_float_v<From>) return static_cast<double>(narrow_format_of<From>::type::decode(v.bits));
+  if constexpr (std::is_same_v<From, bfloat16>) return static_cast<double>(bfloat16_bits_to_float(v.bits));  // the same, faster
+  else if constexpr (is_narrow_float_v<From>) return static_cast<double>(narrow_format_of<From>::type::decode(v.bits));
   else return static_cast<double>(v);
 }
 
@@ -5788,21 +5789,37 @@ CAIRN_HD inline double int_as_double_round_to_odd(From v) {
   return neg ? -d : d;
 }
 
+// d as a float rounded to odd: exact when d is, otherwise d truncated toward zero with its last
+// bit set (NaN stays NaN; beyond float's range, FLT_MAX with that sign). Rounding that once more
+// to nearest even, to a format of at least two bits less precision (float16, bfloat16), gives
+// what rounding d directly would: the last bit keeps "inexact", so no tie is made or lost.
+// Written as selects over the hardware's float conversion, so that a loop of it vectorizes.
+CAIRN_HD inline float double_to_float_round_to_odd(double d) {
+  const float f = static_cast<float>(d);
+  const double back = static_cast<double>(f);
+  const std::uint32_t inexact = (back != d) & (d == d);
+  const std::uint32_t away = ((back > d) & (d > 0)) | ((back < d) & (d < 0));  // rounded up in magnitude
+  return bits_of<float>((bits_of<std::uint32_t>(f) - away) | inexact);
+}
+
 template <class To>
 CAIRN_HD inline To double_to_float(double d) {
-  if constexpr (is_narrow_float_v<To>) return To::from_bits(static_cast<decltype(To{}.bits)>(narrow_format_of<To>::type::encode(d)));
+  if constexpr (std::is_same_v<To, bfloat16>) return To::from_bits(float_to_bfloat16_bits(double_to_float_round_to_odd(d)));
+  else if constexpr (std::is_same_v<To, float16>) return To::from_bits(float_to_float16_bits(double_to_float_round_to_odd(d)));
+  else if constexpr (is_narrow_float_v<To>) return To::from_bits(static_cast<decltype(To{}.bits)>(narrow_format_of<To>::type::encode(d)));
   else return static_cast<To>(d);  // float or double: round to nearest even, overflow to inf
 }
 
-// Integer range of To as exact doubles: [lo, hi).
-template <class To> CAIRN_HD inline double int_lo() {
-  if constexpr (std::is_signed_v<To>) { double p = 1; for (unsigned i = 0; i + 1 < sizeof(To) * 8; ++i) p *= 2; return -p; }
+// Integer range of To as exact doubles: [lo, hi). Constants: callers bind them to constexpr
+// locals, so that the per-element range test compares against two immediates (computed by a
+// loop at run time, they made every float -> int cast 30x slower).
+template <class To> CAIRN_HD constexpr double int_lo() {
+  if constexpr (std::is_signed_v<To>) return -static_cast<double>(std::uint64_t{1} << (sizeof(To) * 8 - 1));
   else return 0.0;
 }
-template <class To> CAIRN_HD inline double int_hi_excl() {
-  double p = 1;
-  for (unsigned i = 0; i < sizeof(To) * 8 - (std::is_signed_v<To> ? 1 : 0); ++i) p *= 2;
-  return p;
+template <class To> CAIRN_HD constexpr double int_hi_excl() {
+  constexpr unsigned bits = sizeof(To) * 8 - (std::is_signed_v<To> ? 1 : 0);  // 2^bits, exact
+  return static_cast<double>(std::uint64_t{1} << (bits - 1)) * 2.0;
 }
 
 template <class To, class From>
@@ -5826,10 +5843,15 @@ struct cast_fits {
     if constexpr (std::is_same_v<To, bool> || std::is_same_v<From, bool> || is_any_float_v<To>) {
       return true;
     } else if constexpr (is_any_float_v<From>) {
+      // trunc(d) in [lo, hi), without trunc (a library call per element on x86-64's baseline,
+      // which keeps the loop from vectorizing): trunc(d) >= lo exactly when d > lo - 1, and
+      // trunc(d) < hi exactly when d < hi. lo - 1 is a double for every type but the 64-bit
+      // ones, where no double lies between lo - 1 and lo. NaN fails both comparisons.
       const double d = float_as_double(v);
-      if (!(d == d)) return false;
-      const double t = std::trunc(d);
-      return t >= int_lo<To>() && t < int_hi_excl<To>();
+      constexpr double lo = int_lo<To>(), hi = int_hi_excl<To>();
+      constexpr double below = lo - 1.0;
+      if constexpr (below != lo) return static_cast<int>(d > below) & static_cast<int>(d < hi);
+      else return static_cast<int>(d >= lo) & static_cast<int>(d < hi);
     } else {
       return int_fits<To>(v);
     }
@@ -5865,8 +5887,9 @@ struct cast_element {
     } else if constexpr (is_any_float_v<From>) {
       const double d = float_as_double(v);
       if (!(d == d)) return To{0};
-      if (d < int_lo<To>()) return std::numeric_limits<To>::min();
-      if (d >= int_hi_excl<To>()) return std::numeric_limits<To>::max();
+      constexpr double lo = int_lo<To>(), hi = int_hi_excl<To>();
+      if (d < lo) return std::numeric_limits<To>::min();
+      if (d >= hi) return std::numeric_limits<To>::max();
       return static_cast<To>(d);  // in range after truncation: defined
     } else {
       if (int_fits<To>(v)) return static_cast<To>(v);
@@ -5976,14 +5999,74 @@ inline bool cpu_has_avx2() {
   return has;
 }
 #endif
+
+// float32 <-> float16 with the F16C instructions (every CPU with AVX2 has them): eight
+// conversions an instruction, rounding to nearest even like cast_element; only NaN differs
+// (F16C keeps a NaN's payload, cairn writes one quiet NaN of the same sign), and is fixed up
+// in the same lanes. Vector types and two builtins, not <immintrin.h> (see io/crc32c.hpp);
+// not under nvcc, whose front end does not know these builtins.
+#if defined(CAIRN_CAST_AVX2) && !defined(__CUDACC__)
+#define CAIRN_CAST_F16C 1
+typedef float cast_f32x8 __attribute__((vector_size(32)));
+typedef int cast_i32x8 __attribute__((vector_size(32)));
+typedef short cast_i16x8 __attribute__((vector_size(16)));
+__attribute__((target("avx2,f16c"))) inline void float_to_float16_block_f16c(const float* __restrict s,
+                                                                             float16* __restrict d) {
+  for (std::size_t i = 0; i < cast_block_elements; i += 8) {
+    cast_f32x8 x;
+    std::memcpy(&x, s + i, sizeof x);
+    cast_i16x8 h = __builtin_ia32_vcvtps2ph256(x, 0);  // 0: round to nearest even
+    const cast_i16x8 nan = __builtin_convertvector(x != x, cast_i16x8);
+    h = (h & ~nan) | (nan & ((h & static_cast<short>(0x8000)) | static_cast<short>(0x7e00)));
+    std::memcpy(reinterpret_cast<unsigned char*>(d) + 2 * i, &h, sizeof h);
+  }
+}
+__attribute__((target("avx2,f16c"))) inline void float16_to_float_block_f16c(const float16* __restrict s,
+                                                                             float* __restrict d) {
+  for (std::size_t i = 0; i < cast_block_elements; i += 8) {
+    cast_i16x8 h;
+    std::memcpy(&h, reinterpret_cast<const unsigned char*>(s) + 2 * i, sizeof h);  // bytes: clang splits a struct copy
+    const cast_f32x8 x = __builtin_ia32_vcvtph2ps256(h);  // exact
+    cast_i32x8 b;
+    std::memcpy(&b, &x, sizeof b);
+    // NaN from the half's bits (an integer test: clang splits a float compare into scalars here).
+    const cast_i32x8 nan = __builtin_convertvector((h & static_cast<short>(0x7fff)) > static_cast<short>(0x7c00), cast_i32x8);
+    b = (b & ~nan) | (nan & ((b & static_cast<int>(0x80000000u)) | 0x7fc00000));
+    std::memcpy(d + i, &b, sizeof b);
+  }
+}
+// double -> float16: rounded to odd as a float first (exact where it matters, see
+// double_to_float_round_to_odd), then the instruction.
+__attribute__((target("avx2,f16c"))) inline void double_to_float16_block_f16c(const double* __restrict s,
+                                                                              float16* __restrict d) {
+  alignas(32) float odd[cast_block_elements];
+  for (std::size_t i = 0; i < cast_block_elements; ++i) odd[i] = double_to_float_round_to_odd(s[i]);
+  float_to_float16_block_f16c(odd, d);
+}
+inline bool cpu_has_f16c() {
+  // CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c").
+  static const bool has = [] {
+    unsigned a = 1, b = 0, c = 0, d = 0;
+    __asm__("cpuid" : "+a"(a), "=b"(b), "=c"(c), "=d"(d));
+    return cpu_has_avx2() && ((c >> 29) & 1u);
+  }();
+  return has;
+}
+template <class To, class From>
+inline constexpr bool cast_uses_f16c = (std::is_same_v<From, float> && std::is_same_v<To, float16>) ||
+                                       (std::is_same_v<From, float16> && std::is_same_v<To, float>) ||
+                                       (std::is_same_v<From, double> && std::is_same_v<To, float16>);
+#endif
+
 template <class To, class From>
 inline constexpr bool cast_uses_avx2 =
-    std::is_same_v<From, float> && (std::is_same_v<To, bfloat16> || std::is_same_v<To, float16>);
-// Range-checked integer narrowing: the check and the conversion, both with AVX2's lanes.
+    (std::is_same_v<From, float> || std::is_same_v<From, double>) && (std::is_same_v<To, bfloat16> || std::is_same_v<To, float16>);
+// Range-checked integer narrowing and float -> int: the check and the conversion, both with
+// AVX2's lanes.
 template <class To, class From>
-inline constexpr bool checked_cast_uses_avx2 = std::is_integral_v<From> && std::is_integral_v<To> &&
-                                               !std::is_same_v<From, bool> && !std::is_same_v<To, bool> &&
-                                               can_overflow_v<To, From>;
+inline constexpr bool checked_cast_uses_avx2 = (std::is_integral_v<From> || std::is_floating_point_v<From>) &&
+                                               std::is_integral_v<To> && !std::is_same_v<From, bool> &&
+                                               !std::is_same_v<To, bool> && can_overflow_v<To, From>;
 
 template <class To, class From, bool Check>
 struct cast_block {
@@ -6010,6 +6093,15 @@ struct cast_block {
       if (m == cast_block_elements) convert_block_in_range<To, From>(src + first, dst + first, cast_block_elements);
       else convert_block_in_range<To, From>(src + first, dst + first, m);
     } else {
+#ifdef CAIRN_CAST_F16C
+      if constexpr (cast_uses_f16c<To, From>) {
+        if (m == cast_block_elements && cpu_has_f16c()) {
+          if constexpr (std::is_same_v<From, float>) return float_to_float16_block_f16c(src + first, dst + first);
+          else if constexpr (std::is_same_v<From, double>) return double_to_float16_block_f16c(src + first, dst + first);
+          else return float16_to_float_block_f16c(src + first, dst + first);
+        }
+      }
+#endif
 #ifdef CAIRN_CAST_AVX2
       if constexpr (cast_uses_avx2<To, From>) {
         if (m == cast_block_elements && cpu_has_avx2()) return convert_full_block_avx2<To, From>(src + first, dst + first);
