@@ -72,13 +72,20 @@ def main():
         "cairn_separate_gc": ("the same, linked with -Wl,--gc-sections (only the runtime's functions it calls)",
                               [("with_cairn.cpp", ["-DCAIRN_SEPARATE_COMPILATION", "-pthread", str(runtime_obj),
                                                    "-Wl,--gc-sections"], False)]),
+        "cairn_shared_runtime": ("cairn's runtime as a shared library, libcairn.so (CMake: CAIRN_SHARED=ON)",
+                                 [(str(ROOT / "src" / "cairn.cpp"),
+                                   ["-DCAIRN_SEPARATE_COMPILATION", "-fPIC", "-shared", "-pthread"], True)]),
+        "cairn_separate_shared": ("the program with cairn, separate compilation, linked to libcairn.so: its file and the link",
+                                  [("with_cairn.cpp", ["-DCAIRN_SEPARATE_COMPILATION", "-pthread", "-L" + str(work), "-lcairn",
+                                                       "-Wl,-rpath," + str(work)], False)]),
         "model_header": ("a model header's file: Eigen structs, no cairn", [("model_header.cpp", ["-c"], True)]),
         "model_header_tree": ("the same with <cairn/tree.hpp> and CAIRN_TREE", [("model_header.cpp", ["-c", "-DWITH_CAIRN_TREE"], True)]),
     }
     only = [n for n in a.only.split(",") if n]
-    for needs_runtime in ("cairn_separate", "cairn_separate_gc"):
-        if needs_runtime in only and "cairn_separate_runtime" not in only:
-            only.insert(only.index(needs_runtime), "cairn_separate_runtime")
+    for needs, runtime in (("cairn_separate", "cairn_separate_runtime"), ("cairn_separate_gc", "cairn_separate_runtime"),
+                           ("cairn_separate_shared", "cairn_shared_runtime")):
+        if needs in only and runtime not in only:
+            only.insert(only.index(needs), runtime)
     results = {}
     print(f"compile_time: {a.cxx} {a.opt}, {os.cpu_count()} cores; CPU seconds of the compiler (user+sys), "
           f"best of {a.repeat} (of at least 5 for the programs of a few seconds)")
@@ -86,7 +93,8 @@ def main():
         """One build of a program (all its steps): (cpu seconds, peak KiB, output)."""
         cpu_sum, peak = 0.0, 0
         for src, extra, obj_only in steps:
-            out = runtime_obj if name == "cairn_separate_runtime" else work / (name + (".o" if obj_only else ""))
+            out = (runtime_obj if name == "cairn_separate_runtime" else work / "libcairn.so" if name == "cairn_shared_runtime"
+                   else work / (name + (".o" if obj_only else "")))
             source = src if os.path.isabs(src) else str(SRC / src)
             cpu, kib = compile_once(a.cxx, common + [source] + extra, out)
             cpu_sum += cpu
@@ -112,8 +120,9 @@ def main():
                 if name not in best or r[0] < best[name][0]:
                     best[name] = r
         cpu, peak, out = best[name]
-        size = stripped_size(out, work) if not steps[-1][2] else None
-        if size is not None:
+        # The shared runtime is an output of its own: its size, though it is not a program to run.
+        size = stripped_size(out, work) if not steps[-1][2] or name == "cairn_shared_runtime" else None
+        if size is not None and name != "cairn_shared_runtime":
             run = subprocess.run([str(out), str(work / (name + ".ckpt"))])
             if run.returncode != 0:
                 raise SystemExit(f"compile_time: {name} built but its round trip failed ({run.returncode})")

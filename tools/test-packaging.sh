@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packaging tests: a consumer project using the installed cairn through find_package, one
 # using add_subdirectory, and one compiled against the single header alone; each both
-# header-only (cairn::cairn) and with the runtime compiled once (cairn::compiled).
+# header-only (cairn::cairn) and with the runtime compiled once (cairn::compiled), which is
+# also built and installed as a shared library once.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
@@ -18,6 +19,19 @@ cmake -S "$root/tests/package/find_package" -B "$work/fp" "${gen[@]}" -DCMAKE_PR
 cmake --build "$work/fp" >/dev/null
 "$work/fp/consumer" "$work/fp"
 "$work/fp/consumer_compiled" "$work/fp"
+
+echo "== the runtime as a shared library (CAIRN_SHARED=ON), installed, then find_package(cairn)"
+cmake -S "$root" -B "$work/shared-build" "${gen[@]}" -DCAIRN_SHARED=ON -DCAIRN_BUILD_TESTS=OFF \
+  -DCAIRN_BUILD_EXAMPLES=OFF -DCAIRN_BUILD_BENCH=OFF -DCAIRN_BUILD_CLI=OFF \
+  -DCMAKE_INSTALL_PREFIX="$work/shared-prefix" >/dev/null
+cmake --build "$work/shared-build" >/dev/null
+cmake --install "$work/shared-build" >/dev/null
+cmake -S "$root/tests/package/find_package" -B "$work/fps" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/shared-prefix" >/dev/null
+cmake --build "$work/fps" >/dev/null
+"$work/fps/consumer_compiled" "$work/fps"
+# It runs on the installed libcairn.so.0.1 (the name carries the minor version), not a copy.
+ldd "$work/fps/consumer_compiled" | grep -q "libcairn.so.0.1 => $work/shared-prefix/" ||
+  { echo "consumer_compiled does not load the installed libcairn.so.0.1:"; ldd "$work/fps/consumer_compiled"; exit 1; }
 
 echo "== add_subdirectory(cairn)"
 cmake -S "$root/tests/package/subdirectory" -B "$work/sd" "${gen[@]}" -DCAIRN_SOURCE_DIR="$root" >/dev/null
@@ -42,4 +56,4 @@ grep -q "cairn needs C++20" "$work/cxx17.log" || { cat "$work/cxx17.log"; exit 1
 # The #error, then the fatal error that stops the compiler there, and nothing else.
 [ "$(grep -cE ': (fatal )?error:' "$work/cxx17.log")" -eq 2 ] && grep -q "compilation stopped" "$work/cxx17.log" ||
   { echo "not stopped at the first error without C++20:"; head -20 "$work/cxx17.log"; exit 1; }
-echo "packaging: 7 passed, 0 failed"
+echo "packaging: 8 passed, 0 failed"
