@@ -107,6 +107,20 @@ TEST_CASE("containers take the stored entries; allow_missing keeps the target's 
   CHECK(params.at("head").kernel == Eigen::MatrixXf::Ones(2, 2));
   CHECK(params.at("dense2").bias == s.params.at("dense2").bias);
   CHECK(rep.missing == std::vector<std::string>{"head/kernel", "head/bias"});
+  // Loaded into again with the same keys: the entries are kept, not remade.
+  params.erase("head");
+  sub.allow_missing = false;
+  const pr::Dense* kept = &params.at("dense1");
+  cairn::load(dir / "c", params, sub);
+  CHECK(&params.at("dense1") == kept);
+  // As many entries as are stored, one of them another key: it is replaced by the stored one.
+  params.erase("dense2");
+  params["dense3"] = {Eigen::MatrixXf::Ones(2, 2), Eigen::VectorXf::Ones(2)};
+  REQUIRE(params.size() == 2);
+  cairn::load(dir / "c", params, sub);
+  CHECK(params.count("dense3") == 0);
+  CHECK(params.at("dense2").kernel == s.params.at("dense2").kernel);
+  CHECK(&params.at("dense1") == kept);
   std::vector<std::vector<float>> seq(6), stored = {{1}, {2}, {3}, {4}};
   cairn::save(dir / "s", stored);
   cairn::load(dir / "s", seq, cairn::LoadOptions::partial());

@@ -74,6 +74,24 @@ TEST_CASE("flatten gives leaves in declaration, index and sorted key order with 
   CHECK(cairn::key_paths(net)[8] == "head/0/kernel");
 }
 
+TEST_CASE("an unordered_map is walked in its keys' string order, however long the prefixes they share") {
+  // Keys over a small alphabet that includes NUL and a byte above 0x7f (memcmp order is
+  // unsigned), many of them alike in their first eight bytes and only different after them.
+  std::mt19937_64& g = test::rng();
+  const char alphabet[] = {'\0', 'a', 'b', '\xff'};
+  std::map<std::string, int> ordered;
+  std::unordered_map<std::string, int> hashed;
+  for (int i = 0; i < 400; ++i) {
+    std::string k = (g() % 2) ? std::string(8 + g() % 3, 'a') : std::string();
+    for (std::size_t n = g() % 6; n > 0; --n) k += alphabet[g() % 4];
+    ordered[k] = i;
+    hashed[k] = i;
+  }
+  CHECK(cairn::key_paths(hashed) == cairn::key_paths(ordered));
+  std::unordered_map<std::int64_t, int> ints{{10, 1}, {-3, 2}, {7, 3}};
+  CHECK(cairn::key_paths(ints) == std::vector<std::string>{"-3", "7", "10"});
+}
+
 TEST_CASE("tree_map and for_each_leaf walk several trees of the same structure") {
   model::Dense a{Eigen::MatrixXf::Constant(2, 2, 1.0f), Eigen::VectorXf::Constant(2, 2.0f)};
   model::Dense b{Eigen::MatrixXf::Constant(2, 2, 10.0f), Eigen::VectorXf::Constant(2, 20.0f)};
