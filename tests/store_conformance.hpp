@@ -121,6 +121,17 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
       r->read_scattered(fits, 3, 9000);
       CHECK(std::memcmp(a.data(), bytes.data() + 9000, 100) == 0);
       CHECK(std::memcmp(b.data(), bytes.data() + 9150, 200) == 0);
+      // Two scattered reads at once (a load's runs of small leaves, from the page cache).
+      std::vector<unsigned char> c(3000), d(3000), e(1000), f(1000);
+      cairn::ReadPiece first[] = {{c.data(), 3000}, {nullptr, 10}, {e.data(), 1000}};
+      cairn::ReadPiece second[] = {{d.data(), 3000}, {nullptr, 10}, {f.data(), 1000}};
+      std::thread other([&] { r->read_scattered(second, 3, 5000); });
+      r->read_scattered(first, 3, 0);
+      other.join();
+      CHECK(std::memcmp(c.data(), bytes.data(), 3000) == 0);
+      CHECK(std::memcmp(e.data(), bytes.data() + 3010, 1000) == 0);
+      CHECK(std::memcmp(d.data(), bytes.data() + 5000, 3000) == 0);
+      CHECK(std::memcmp(f.data(), bytes.data() + 8010, 1000) == 0);
     }
   }
   SUBCASE("exists, is_blob, one-level listing and removal of a prefix") {
