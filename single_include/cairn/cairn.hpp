@@ -1305,6 +1305,7 @@ CAIRN_END_NAMESPACE
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <deque>
 #include <iterator>
 #include <limits>
@@ -1386,22 +1387,72 @@ bool key_from_entry(const KeyEntry& e, K& out) {
   }
 }
 
+// The first eight bytes of a string, big-endian and zero-padded: ordering by it, then by the
+// whole string, is the string's own order (memcmp's), and short keys are ordered by it alone
+// without reaching into the map's scattered nodes again.
+inline std::uint64_t string_prefix(const std::string& s) {
+  std::uint64_t v = 0;
+  const std::size_t n = std::min<std::size_t>(8, s.size());
+  for (std::size_t i = 0; i < 8; ++i) v = v << 8 | (i < n ? static_cast<unsigned char>(s[i]) : 0u);
+  return v;
+}
+
+// Whether a map with string keys holds exactly the stored keys (a state loaded into again):
+// checked on the stored entries themselves, with no copy of the keys, and for an ordered map in
+// one step through both.
+template <class Map>
+bool holds_exactly(const Map& node, const std::vector<KeyEntry>& stored) {
+  if (node.size() != stored.size()) return false;
+  // String entries are distinct (their printed paths are), so n of them found in a map of n
+  // keys are all of its keys.
+  if constexpr (requires { typename Map::key_compare; }) {
+    auto it = node.begin();
+    for (const auto& e : stored) {
+      if (e.kind != KeyEntry::Kind::key || it->first != e.name) return false;
+      ++it;
+    }
+    return true;
+  } else {
+    for (const auto& e : stored)
+      if (e.kind != KeyEntry::Kind::key || node.find(e.name) == node.end()) return false;
+    return true;
+  }
+}
+
 template <class Map>
 struct map_node {
   using key_type = typename Map::key_type;
   static constexpr NodeKind kind = NodeKind::map;
   template <class Self, class F>
   static void for_each_child(Self& node, F&& f) {
-    // Sorted order even for unordered maps, so a checkpoint does not depend on hashing.
-    std::vector<decltype(&*node.begin())> items;
-    items.reserve(node.size());
-    for (auto& kv : node) items.push_back(&kv);
-    if constexpr (!requires { typename Map::key_compare; }) {
+    if constexpr (requires { typename Map::key_compare; }) {
+      for (auto& kv : node) f(map_key_entry(kv.first), kv.second);
+    } else if constexpr (std::is_same_v<key_type, std::string>) {
+      // Sorted order even for unordered maps, so a checkpoint does not depend on hashing; by
+      // each key's first bytes first (sorting 10,000 keys by whole strings was a tenth of
+      // loading into an unordered_map, each comparison two trips into its nodes).
+      struct Item {
+        std::uint64_t prefix;
+        decltype(&*node.begin()) kv;
+      };
+      std::vector<Item> items;
+      items.reserve(node.size());
+      for (auto& kv : node) items.push_back({string_prefix(kv.first), &kv});
+      std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+        return a.prefix != b.prefix ? a.prefix < b.prefix : a.kv->first < b.kv->first;
+      });
+      for (const Item& item : items) f(map_key_entry(item.kv->first), item.kv->second);
+    } else {
+      std::vector<decltype(&*node.begin())> items;
+      items.reserve(node.size());
+      for (auto& kv : node) items.push_back(&kv);
       std::sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      for (auto* kv : items) f(map_key_entry(kv->first), kv->second);
     }
-    for (auto* kv : items) f(map_key_entry(kv->first), kv->second);
   }
   static void prepare(Map& node, const StoredChildren& stored) {
+    if constexpr (std::is_same_v<key_type, std::string>)
+      if (holds_exactly(node, stored.keys)) return;
     std::vector<key_type> keys;
     keys.reserve(stored.keys.size());  // grown by doubling, it was 3 MB of a 100,000-leaf load's peak
     // Stored keys are distinct as printed paths, so distinct as strings and as numbers stored
@@ -2988,7 +3039,8 @@ struct ReadPiece {
 
 // Reads one blob: exact byte ranges into caller memory.
 // Reads may come from two threads at once (a large chunk already in memory is read by two
-// threads, checkpoint/box_reader.hpp), so read_at must be safe to call concurrently, as pread is.
+// threads, checkpoint/box_reader.hpp, and so are runs of small leaves, read_plan.hpp), so
+// read_at and read_scattered must be safe to call concurrently, as pread and preadv are.
 class StoreReader {
  public:
   virtual ~StoreReader() = default;
@@ -9938,8 +9990,13 @@ CAIRN_END_NAMESPACE
 // and copied into their targets.
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
+#include <functional>
+#include <future>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 // ----- begin cairn/checkpoint/box_reader.hpp -----
@@ -10475,6 +10532,53 @@ inline void read_small_run(ReadTask* run, std::size_t count, DataFiles& files, c
   }
 }
 
+// Whether runs of small leaves are read by two threads: a second core to run on, and the
+// runs' bytes in memory already (sampled over the span of those in the first run's file, as
+// box_reader.hpp's parallel_direct_read decides for one large leaf). From the page cache a
+// load of many small leaves is then bound by the copy and the checksum, which two cores
+// share; from the disk one reading thread was measured faster on two cores.
+inline bool parallel_small_runs(const std::vector<ReadTask>& tasks, const std::vector<std::pair<std::size_t, std::size_t>>& runs,
+                                DataFiles& files) {
+  static const bool cores = std::thread::hardware_concurrency() > 1;
+  if (runs.size() < 2 || !cores) return false;
+  const ChunkRecord& first = tasks[runs.front().first].leaf->stored->chunks.front();
+  std::uint64_t end = first.offset;
+  for (const auto& [i, j] : runs) {
+    const ChunkRecord& last = tasks[j - 1].leaf->stored->chunks.front();
+    if (last.file == first.file) end = std::max(end, last.offset + last.nbytes);
+  }
+  const std::uint64_t span = end - first.offset;
+  return files.get(first.file).cached_bytes(first.offset, span) >= span / 4 * 3;
+}
+
+// Reads the runs of small leaves on two threads taking every other run, each into a report of
+// its own (added up here). Every data file is open already (execute_plan asked each chunk's
+// file for its size), so the threads only look them up.
+inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const std::vector<std::pair<std::size_t, std::size_t>>& runs,
+                                        DataFiles& files, const LoadOptions& options, LoadReport& report) {
+  LoadReport helper;
+  std::atomic<bool> failed{false};  // the other thread stops at its next run
+  auto every_other = [&](std::size_t first, LoadReport& into) {
+    try {
+      for (std::size_t k = first; k < runs.size() && !failed.load(std::memory_order_relaxed); k += 2)
+        read_small_run(tasks.data() + runs[k].first, runs[k].second - runs[k].first, files, options, into);
+    } catch (...) {
+      failed = true;
+      throw;
+    }
+  };
+  {
+    // The future's destructor joins the helper, also when this thread throws.
+    std::future<void> odd = std::async(std::launch::async, every_other, 1, std::ref(helper));
+    every_other(0, report);
+    odd.get();
+  }
+  report.bytes_read += helper.bytes_read;
+  report.bytes_needed += helper.bytes_needed;
+  report.unverified_bytes += helper.unverified_bytes;
+  report.shard_reads.insert(report.shard_reads.end(), helper.shard_reads.begin(), helper.shard_reads.end());
+}
+
 inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
   const std::string dir = files.describe();
   std::vector<ReadTask> tasks;
@@ -10544,6 +10648,9 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
   };
   // A whole tree loaded as saved is in file order already; the check costs less than the sort.
   if (!std::is_sorted(tasks.begin(), tasks.end(), file_order)) std::stable_sort(tasks.begin(), tasks.end(), file_order);
+  // Runs of small leaves, [first, end) of `tasks` each; a leaf of no run is read on its own.
+  std::vector<std::pair<std::size_t, std::size_t>> runs;
+  std::vector<char> in_run(tasks.size(), 0);
   for (std::size_t i = 0; i < tasks.size();) {
     std::size_t j = i + 1;
     if (one_chunk(tasks[i]) && tasks[i].buffer.shards.empty() && tasks[i].leaf->stored->chunks.front().nbytes < small_leaf_bytes) {
@@ -10558,13 +10665,31 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
         ++j;
       }
       if (j > i + 1) {
-        read_small_run(tasks.data() + i, j - i, files, options, plan.report);
-        i = j;
-        continue;
+        runs.emplace_back(i, j);
+        std::fill(in_run.begin() + static_cast<std::ptrdiff_t>(i), in_run.begin() + static_cast<std::ptrdiff_t>(j), 1);
       }
     }
-    BoxLeafReader(*tasks[i].leaf->stored, tasks[i].buffer, tasks[i].leaf->key, files, options, plan.report).read();
     i = j;
+  }
+  auto read_alone = [&](std::size_t i) {
+    BoxLeafReader(*tasks[i].leaf->stored, tasks[i].buffer, tasks[i].leaf->key, files, options, plan.report).read();
+  };
+  if (parallel_small_runs(tasks, runs, files)) {
+    // In memory: the runs on two threads, then the other leaves.
+    read_small_runs_in_parallel(tasks, runs, files, options, plan.report);
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+      if (!in_run[i]) read_alone(i);
+  } else {
+    // From the disk: everything in file order.
+    std::size_t next_run = 0;
+    for (std::size_t i = 0; i < tasks.size();) {
+      if (next_run < runs.size() && runs[next_run].first == i) {
+        read_small_run(tasks.data() + i, runs[next_run].second - i, files, options, plan.report);
+        i = runs[next_run++].second;
+      } else {
+        read_alone(i++);
+      }
+    }
   }
   plan.report.loaded.reserve(plan.report.loaded.size() + tasks.size());
   for (auto& t : tasks) {
