@@ -95,8 +95,10 @@ TEST_CASE("every read, write, fsync and publish of a save failed in turn: nothin
   CHECK(calls[MemoryStore::Op::finish] == 4);
   CHECK(calls[MemoryStore::Op::publish] == 1);
   int failures = 0;
-  for (auto [op, n] : calls) {
-    for (std::uint64_t i = 1; i <= n; ++i) {
+  for (const auto& call : calls) {
+    // Not a structured binding: CAPTURE takes it into a lambda, which clang 14 refuses for one.
+    const MemoryStore::Op op = call.first;
+    for (std::uint64_t i = 1; i <= call.second; ++i) {
       for (auto how : {MemoryStore::Failure::error, MemoryStore::Failure::torn_write}) {
         if (how == MemoryStore::Failure::torn_write && op != MemoryStore::Op::write) continue;
         CAPTURE(static_cast<int>(op));
