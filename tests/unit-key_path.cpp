@@ -1,5 +1,7 @@
 #include "test_util.hpp"
 
+#include <limits>
+
 using cairn::KeyEntry;
 using cairn::KeyPath;
 
@@ -26,6 +28,37 @@ TEST_CASE("random keys with separators and escapes round-trip") {
     }
     KeyPath p(entries);
     CHECK(KeyPath::from_stored(p.str(), p.kinds()) == p);
+  }
+}
+
+TEST_CASE("every kind of entry prints as its text escaped, joined by '/', short or long") {
+  // The reference: each entry's text, escaped on its own, then joined.
+  auto reference = [](const KeyPath& p) {
+    std::string s;
+    for (std::size_t i = 0; i < p.size(); ++i) s += (i ? "/" : "") + cairn::escape_key_segment(p[i].text());
+    return s;
+  };
+  const std::string alphabet = "ab/%2F5_.";
+  const std::int64_t edges[] = {0, -1, 9, 10, -10, 99999, std::numeric_limits<std::int64_t>::max(),
+                                std::numeric_limits<std::int64_t>::min()};
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<KeyEntry> entries;
+    const int n = static_cast<int>(test::rng()() % 5);
+    for (int i = 0; i < n; ++i) {
+      const auto kind = test::rng()() % 4;
+      const std::int64_t number = test::rng()() % 2 ? edges[test::rng()() % 8] : static_cast<std::int64_t>(test::rng()());
+      if (kind == 0) entries.push_back(KeyEntry::index(number < 0 ? -(number + 1) : number));
+      else if (kind == 1) entries.push_back(KeyEntry::int_key(number));
+      else {
+        std::string k;
+        const int len = static_cast<int>(test::rng()() % 40);  // past the 15 of a short string
+        for (int j = 0; j < len; ++j) k += alphabet[test::rng()() % alphabet.size()];
+        entries.push_back(kind == 2 ? KeyEntry::key(k) : KeyEntry::field(k));
+      }
+    }
+    KeyPath p(entries);
+    CAPTURE(reference(p));
+    CHECK(p.str() == reference(p));
   }
 }
 

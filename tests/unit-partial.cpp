@@ -177,6 +177,9 @@ TEST_CASE("leaves are matched by key whatever order the target walks them in") {
   partial.allow_missing = true;
   const cairn::LoadReport r = cairn::load(dir / "c", reversed, partial);
   CHECK(r.loaded.size() == saved.size());
+  std::set<std::string> loaded(r.loaded.begin(), r.loaded.end()), stored;
+  for (const auto& kv : saved) stored.insert(kv.first);
+  CHECK(loaded == stored);  // the report names every leaf by its key
   CHECK(r.missing.size() == added.size());
   CHECK(r.unexpected.empty());
   CHECK(reversed.size() == saved.size() + added.size());

@@ -1478,10 +1478,10 @@ struct map_node {
       const auto less = node.key_comp();
       if (std::is_sorted(keys.begin(), keys.end(), less)) {
         auto it = node.begin();
-        for (const auto& k : keys) {
+        for (auto& k : keys) {  // moved into the map: the copies are this function's own
           while (it != node.end() && less(it->first, k)) it = stored.may_remove ? node.erase(it) : std::next(it);
           if (it != node.end() && !less(k, it->first)) ++it;
-          else node.try_emplace(it, k);
+          else node.try_emplace(it, std::move(k));
         }
         if (stored.may_remove) node.erase(it, node.end());
         return;
@@ -1496,7 +1496,7 @@ struct map_node {
         else ++it;
       }
     }
-    for (const auto& k : keys) node.try_emplace(k);
+    for (auto& k : keys) node.try_emplace(std::move(k));
   }
 };
 
@@ -5022,6 +5022,7 @@ CAIRN_END_NAMESPACE
 // header-only, once in the runtime with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -5030,14 +5031,25 @@ CAIRN_END_NAMESPACE
 
 CAIRN_BEGIN_NAMESPACE
 
+namespace detail {
+// Appends s escaped: the stretches between '/' and '%' in one append each (most segments have
+// neither, and are one append).
+inline void append_escaped(std::string& out, std::string_view s) {
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '/' && s[i] != '%') continue;
+    out.append(s.data() + start, i - start);
+    out += s[i] == '/' ? "%2F" : "%25";
+    start = i + 1;
+  }
+  out.append(s.data() + start, s.size() - start);
+}
+}  // namespace detail
+
 CAIRN_API std::string escape_key_segment(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (char c : s) {
-    if (c == '/') out += "%2F";
-    else if (c == '%') out += "%25";
-    else out += c;
-  }
+  detail::append_escaped(out, s);
   return out;
 }
 
@@ -5058,11 +5070,31 @@ CAIRN_API std::string unescape_key_segment(std::string_view s) {
 CAIRN_API void KeyPath::push_back(KeyEntry e) { entries_.push_back(std::move(e)); }
 CAIRN_API void KeyPath::pop_back() { entries_.pop_back(); }
 
+// Printed into one string, sized first: it runs for every leaf of every save and load, and
+// through text() and escape_key_segment a key of more than 15 characters cost three
+// allocations.
 CAIRN_API std::string KeyPath::str() const {
+  // Exactly (a string of up to 15 characters then needs no allocation at all), less any escapes.
+  auto digits_of = [](std::int64_t v) {
+    std::size_t n = v < 0 ? 2 : 1;
+    for (std::uint64_t u = v < 0 ? 0 - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v); u >= 10; u /= 10) ++n;
+    return n;
+  };
+  std::size_t size = entries_.empty() ? 0 : entries_.size() - 1;
+  for (const auto& e : entries_)
+    size += e.kind == KeyEntry::Kind::index || e.kind == KeyEntry::Kind::int_key ? digits_of(e.number) : e.name.size();
   std::string s;
+  s.reserve(size);
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     if (i) s += '/';
-    s += escape_key_segment(entries_[i].text());
+    const KeyEntry& e = entries_[i];
+    if (e.kind == KeyEntry::Kind::index || e.kind == KeyEntry::Kind::int_key) {
+      char digits[24];
+      const auto end = std::to_chars(digits, digits + sizeof digits, e.number).ptr;
+      s.append(digits, static_cast<std::size_t>(end - digits));
+    } else {
+      detail::append_escaped(s, e.name);
+    }
   }
   return s;
 }
@@ -10700,7 +10732,8 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
         throw e.with_key(t.leaf->key).with_file(dir);
       }
     }
-    plan.report.loaded.push_back(t.leaf->key);
+    // The plan is done with the key (errors above name it before this): moved, not copied.
+    plan.report.loaded.push_back(std::move(t.leaf->key));
   }
 }
 // The checkpoint a load reads and its metadata. With several ranks the primary resolves the

@@ -273,7 +273,8 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
         throw e.with_key(t.leaf->key).with_file(dir);
       }
     }
-    plan.report.loaded.push_back(t.leaf->key);
+    // The plan is done with the key (errors above name it before this): moved, not copied.
+    plan.report.loaded.push_back(std::move(t.leaf->key));
   }
 }
 // The checkpoint a load reads and its metadata. With several ranks the primary resolves the

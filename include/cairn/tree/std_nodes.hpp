@@ -179,10 +179,10 @@ struct map_node {
       const auto less = node.key_comp();
       if (std::is_sorted(keys.begin(), keys.end(), less)) {
         auto it = node.begin();
-        for (const auto& k : keys) {
+        for (auto& k : keys) {  // moved into the map: the copies are this function's own
           while (it != node.end() && less(it->first, k)) it = stored.may_remove ? node.erase(it) : std::next(it);
           if (it != node.end() && !less(k, it->first)) ++it;
-          else node.try_emplace(it, k);
+          else node.try_emplace(it, std::move(k));
         }
         if (stored.may_remove) node.erase(it, node.end());
         return;
@@ -197,7 +197,7 @@ struct map_node {
         else ++it;
       }
     }
-    for (const auto& k : keys) node.try_emplace(k);
+    for (auto& k : keys) node.try_emplace(std::move(k));
   }
 };
 
