@@ -150,15 +150,19 @@ void raw_write(const State<T>& state, const std::string& path) {
   ::close(fd);
 }
 
+// Reads the next leaf.size() elements of fd into leaf (the plain reads' one loop).
+template <class T>
+void read_leaf(int fd, std::vector<T>& leaf) {
+  char* p = reinterpret_cast<char*>(leaf.data());
+  std::size_t n = leaf.size() * sizeof(T);
+  while (n) { ssize_t r = ::read(fd, p, n); if (r <= 0) { std::perror("read"); std::exit(1); } p += r; n -= static_cast<std::size_t>(r); }
+}
+
 template <class T>
 void raw_read(State<T>& into, const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   for (auto& [k, g] : into)
-    for (auto& leaf : g) {
-      char* p = reinterpret_cast<char*>(leaf.data());
-      std::size_t n = leaf.size() * sizeof(T);
-      while (n) { ssize_t r = ::read(fd, p, n); if (r <= 0) { std::perror("read"); std::exit(1); } p += r; n -= static_cast<std::size_t>(r); }
-    }
+    for (auto& leaf : g) read_leaf(fd, leaf);
   ::close(fd);
 }
 
@@ -340,11 +344,7 @@ int containers_bench(const Options& o) {
   auto read_same = [&](auto& target, auto in_file_order) {
     const std::vector<std::vector<float>*> order = in_file_order(target);
     int fd = ::open(raw.c_str(), O_RDONLY);
-    for (std::vector<float>* leaf : order) {
-      char* p = reinterpret_cast<char*>(leaf->data());
-      std::size_t n = leaf->size() * sizeof(float);
-      while (n) { ssize_t r = ::read(fd, p, n); if (r <= 0) { std::perror("read"); std::exit(1); } p += r; n -= static_cast<std::size_t>(r); }
-    }
+    for (std::vector<float>* leaf : order) read_leaf(fd, *leaf);
     ::close(fd);
   };
   auto bench = [&](const char* name, auto state, auto in_file_order) {

@@ -401,6 +401,10 @@ TEST_CASE("a checkpoint written before the storage seam loads bit-exactly, and t
 namespace {
 struct TwoLayers { std::vector<std::vector<float>> layers; };
 CAIRN_TREE(TwoLayers, layers)
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 }  // namespace
 
 // Also under ThreadSanitizer in CI: the second half of the chunk is read on a helper thread.
@@ -414,9 +418,6 @@ TEST_CASE("a large leaf read by two threads: bit-exact, and a flipped byte in ei
   cairn::save(c, s);
   TwoLayers back;
   back.layers = {std::vector<float>(n), std::vector<float>(1000)};
-  auto bit_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
   cairn::load(c, back);  // into the state: the direct path
   CHECK(bit_equal(back.layers[0], s.layers[0]));
   CHECK(bit_equal(cairn::load<TwoLayers>(c).layers[0], s.layers[0]));
@@ -477,9 +478,6 @@ TEST_CASE("runs of small leaves from memory on two threads: bit-exact, cast, cou
   s.big = test::random_bits<float>(cairn::detail::small_leaf_bytes / sizeof(float) + 1000);
   REQUIRE(small_bytes > 4 * cairn::detail::small_run_bytes);  // several runs on each side
   cairn::save(c, s);
-  auto bit_equal = [](const std::vector<float>& x, const std::vector<float>& y) {
-    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-  };
   ManySmall back = s;
   for (auto* side : {&back.a, &back.b})
     for (auto& leaf : *side) std::fill(leaf.begin(), leaf.end(), 0.0f);

@@ -10682,7 +10682,6 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
   if (!std::is_sorted(tasks.begin(), tasks.end(), file_order)) std::stable_sort(tasks.begin(), tasks.end(), file_order);
   // Runs of small leaves, [first, end) of `tasks` each; a leaf of no run is read on its own.
   std::vector<std::pair<std::size_t, std::size_t>> runs;
-  std::vector<char> in_run(tasks.size(), 0);
   for (std::size_t i = 0; i < tasks.size();) {
     std::size_t j = i + 1;
     if (one_chunk(tasks[i]) && tasks[i].buffer.shards.empty() && tasks[i].leaf->stored->chunks.front().nbytes < small_leaf_bytes) {
@@ -10696,31 +10695,22 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
         end = n.offset + n.nbytes;
         ++j;
       }
-      if (j > i + 1) {
-        runs.emplace_back(i, j);
-        std::fill(in_run.begin() + static_cast<std::ptrdiff_t>(i), in_run.begin() + static_cast<std::ptrdiff_t>(j), 1);
-      }
+      if (j > i + 1) runs.emplace_back(i, j);
     }
     i = j;
   }
-  auto read_alone = [&](std::size_t i) {
-    BoxLeafReader(*tasks[i].leaf->stored, tasks[i].buffer, tasks[i].leaf->key, files, options, plan.report).read();
-  };
-  if (parallel_small_runs(tasks, runs, files)) {
-    // In memory: the runs on two threads, then the other leaves.
-    read_small_runs_in_parallel(tasks, runs, files, options, plan.report);
-    for (std::size_t i = 0; i < tasks.size(); ++i)
-      if (!in_run[i]) read_alone(i);
-  } else {
-    // From the disk: everything in file order.
-    std::size_t next_run = 0;
-    for (std::size_t i = 0; i < tasks.size();) {
-      if (next_run < runs.size() && runs[next_run].first == i) {
-        read_small_run(tasks.data() + i, runs[next_run].second - i, files, options, plan.report);
-        i = runs[next_run++].second;
-      } else {
-        read_alone(i++);
-      }
+  // In memory, the runs first, on two threads; then the other leaves (and from the disk the
+  // runs too, on this thread), in file order.
+  const bool runs_read = parallel_small_runs(tasks, runs, files);
+  if (runs_read) read_small_runs_in_parallel(tasks, runs, files, options, plan.report);
+  std::size_t next_run = 0;
+  for (std::size_t i = 0; i < tasks.size();) {
+    if (next_run < runs.size() && runs[next_run].first == i) {
+      if (!runs_read) read_small_run(tasks.data() + i, runs[next_run].second - i, files, options, plan.report);
+      i = runs[next_run++].second;
+    } else {
+      BoxLeafReader(*tasks[i].leaf->stored, tasks[i].buffer, tasks[i].leaf->key, files, options, plan.report).read();
+      ++i;
     }
   }
   plan.report.loaded.reserve(plan.report.loaded.size() + tasks.size());
