@@ -4,7 +4,9 @@
 set -euo pipefail
 missing=()
 for pkg in "$@"; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  # The status is taken whole, not piped into grep -q, which under pipefail can fail a
+  # match by killing the writer with SIGPIPE.
+  [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) == "install ok installed" ]] || missing+=("$pkg")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ]; then

@@ -30,8 +30,11 @@ cmake -S "$root/tests/package/find_package" -B "$work/fps" "${gen[@]}" -DCMAKE_P
 cmake --build "$work/fps" >/dev/null
 "$work/fps/consumer_compiled" "$work/fps"
 # It runs on the installed libcairn.so.0.1 (the name carries the minor version), not a copy.
-ldd "$work/fps/consumer_compiled" | grep -q "libcairn.so.0.1 => $work/shared-prefix/" ||
-  { echo "consumer_compiled does not load the installed libcairn.so.0.1:"; ldd "$work/fps/consumer_compiled"; exit 1; }
+# ldd's output is taken whole first: piped into grep -q under pipefail, grep leaving at the
+# first match can kill ldd with SIGPIPE and fail the check on a correct listing.
+libs=$(ldd "$work/fps/consumer_compiled")
+grep -q "libcairn.so.0.1 => $work/shared-prefix/" <<<"$libs" ||
+  { echo "consumer_compiled does not load the installed libcairn.so.0.1:"; echo "$libs"; exit 1; }
 
 echo "== add_subdirectory(cairn)"
 cmake -S "$root/tests/package/subdirectory" -B "$work/sd" "${gen[@]}" -DCAIRN_SOURCE_DIR="$root" >/dev/null
