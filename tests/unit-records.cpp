@@ -145,7 +145,7 @@ KeyPath random_path(std::mt19937_64& rng) {
 
 // Metadata with random keys, dtypes, shapes, chunk numbers at their limits and shardings
 // (some over several processes); the records need not be consistent, only readable.
-CheckpointMetadata random_metadata(std::mt19937_64& rng, std::size_t max_leaves = 4) {
+CheckpointMetadata random_metadata(std::mt19937_64& rng) {
   CheckpointMetadata m;
   m.library_version = random_text(rng, 10);
   m.created_unix_ms = static_cast<std::int64_t>(rng());
@@ -157,7 +157,7 @@ CheckpointMetadata random_metadata(std::mt19937_64& rng, std::size_t max_leaves 
     item.kind = rng() % 3 == 0 ? ItemKind::json : ItemKind::tree;
     for (std::size_t k = 0, nodes = rng() % 4; k < nodes; ++k)
       item.nodes.push_back({random_path(rng), static_cast<NodeKind>(rng() % 6)});
-    for (std::size_t k = 0, leaves = rng() % (max_leaves + 1); k < leaves; ++k) {
+    for (std::size_t k = 0, leaves = rng() % 5; k < leaves; ++k) {
       LeafRecord l;
       l.path = random_path(rng);
       l.dtype = static_cast<DType>(rng() % 15);
@@ -245,108 +245,6 @@ TEST_CASE("random metadata records, keys of any bytes and numbers at their limit
     CHECK(Json::parse(json).at("items").size() == m.items.size());
     const ItemRecord item = detail::item_from_json(detail::item_to_json(m.items[0]), "item");
     CHECK(detail::item_to_json(item) == detail::item_to_json(m.items[0]));
-  }
-}
-
-namespace {
-// What reading a metadata text gives: its records written again with the printed keys, or
-// the error with its key.
-std::string outcome(const std::string& text, std::uint64_t parallel_from) {
-  try {
-    detail::PrintedKeys printed;
-    std::string s = detail::metadata_to_json(detail::metadata_from_json(text, "dir/_METADATA", &printed, parallel_from));
-    for (const auto& item : printed) {
-      s += "\nitem:";
-      for (const auto& key : item) s += "\n" + key;
-    }
-    return s;
-  } catch (const Error& e) {
-    return std::string("error: ") + e.what() + " at key " + e.key_path();
-  }
-}
-}  // namespace
-
-TEST_CASE("leaves read by two threads give what one thread reads, from good text and from damaged text") {
-  // Every item with a leaf is split (from 1 leaf on), wherever `,{"key":"` is found past the
-  // middle of the rest: in a leaf list, a node list or a later item; keys that hold that very
-  // text (escaped, so never a record's start).
-  std::mt19937_64 rng(20261124);
-  std::size_t leaves = 0;
-  for (int trial = 0; trial < 200; ++trial) {
-    CAPTURE(trial);
-    CheckpointMetadata m = random_metadata(rng, 40);
-    m.data_files.push_back("data-0-0.bin");
-    if (!m.items[0].leaves.empty())
-      m.items[0].leaves[rng() % m.items[0].leaves.size()].path = KeyPath({KeyEntry::key(",{\"key\":\""), KeyEntry::field("x")});
-    for (const auto& item : m.items) leaves += item.leaves.size();
-    const std::string json = detail::metadata_to_json(m);
-    detail::PrintedKeys printed;
-    const CheckpointMetadata back = detail::metadata_from_json(json, "meta", &printed, 1);
-    check_same(m, back);
-    REQUIRE(printed.size() == m.items.size());
-    for (std::size_t i = 0; i < m.items.size(); ++i) {
-      REQUIRE(printed[i].size() == m.items[i].leaves.size());
-      for (std::size_t k = 0; k < printed[i].size(); ++k) CHECK(printed[i][k] == m.items[i].leaves[k].key());
-    }
-    CHECK(outcome(json, 1) == outcome(json, detail::never_parallel));
-  }
-  CHECK(leaves > 4000);
-  // Damaged: a byte changed to one that matters to JSON, deleted, or a record's start
-  // (`,{"key":"`) written into a key or anywhere else. Both reads succeed with the same
-  // records or fail with the same error, at the same byte and key.
-  CheckpointMetadata m = random_metadata(rng, 40);
-  m.data_files = {"data-0-0.bin"};
-  for (auto& item : m.items)
-    for (std::size_t k = item.leaves.size(); k < 30; ++k) item.leaves.push_back(m.items[0].leaves.empty() ? LeafRecord() : m.items[0].leaves[0]);
-  const std::string json = detail::metadata_to_json(m);
-  static const std::string structural = "{}[],:\"\\0123456789-ek";
-  int failed = 0;
-  for (int trial = 0; trial < 1500; ++trial) {
-    std::string bad = json;
-    const std::size_t at = rng() % bad.size();
-    switch (rng() % 3) {
-      case 0: bad[at] = structural[rng() % structural.size()]; break;
-      case 1: bad.erase(at, 1 + rng() % 3); break;
-      default: bad.insert(at, ",{\"key\":\"");
-    }
-    CAPTURE(bad);
-    const std::string serial = outcome(bad, detail::never_parallel);
-    CHECK(outcome(bad, 1) == serial);
-    failed += serial.rfind("error: ", 0) == 0;
-  }
-  CHECK(failed > 500);  // most damage is found
-  CHECK(failed < 1500);  // and some leaves readable records
-  // Nesting at the bound, in a leaf of the second half of one item's: the helper counts from
-  // the same depth.
-  CheckpointMetadata one = m;
-  one.items.resize(1);
-  const std::string one_json = detail::metadata_to_json(one);
-  const std::size_t chunks = one_json.find(",\"chunks\":", one_json.size() / 2 + one_json.size() / 4);
-  REQUIRE(chunks != std::string::npos);
-  int deep_failed = 0;
-  for (int depth = 20; depth < 32; ++depth) {
-    std::string deep = one_json;
-    deep.insert(chunks, ",\"future\":" + std::string(static_cast<std::size_t>(depth), '[') + std::string(static_cast<std::size_t>(depth), ']'));
-    CAPTURE(depth);
-    const std::string serial = outcome(deep, detail::never_parallel);
-    CHECK(outcome(deep, 1) == serial);
-    deep_failed += serial.find("nested deeper than 32") != std::string::npos;
-  }
-  CHECK(deep_failed > 0);
-  CHECK(deep_failed < 12);
-  // A record's start, and a whole leaf record, inside a member this version does not know
-  // (skipped) in every leaf: the helper may read from there, and is not taken. Padding at the
-  // end moves the middle, where the helper's start is looked for, over a record's length.
-  std::string nested = one_json;
-  for (std::size_t at = nested.rfind(",\"chunks\":"); at != std::string::npos && at > 0; at = nested.rfind(",\"chunks\":", at - 1))
-    nested.insert(at, R"(,"future":[0,{"key":"fake","key_kinds":"f","dtype":"float32","shape":[],"chunks":[]}])");
-  const std::string expected = outcome(one_json, detail::never_parallel);
-  for (std::size_t pad = 0; pad < 400; pad += 8) {
-    CAPTURE(pad);
-    std::string padded = nested;
-    padded.insert(padded.size() - 1, ",\"pad\":\"" + std::string(pad, 'x') + "\"");
-    CHECK(outcome(padded, detail::never_parallel) == expected);
-    CHECK(outcome(padded, 1) == expected);
   }
 }
 

@@ -17,11 +17,11 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "cairn/checkpoint/data_files.hpp"
 #include "cairn/checkpoint/options.hpp"
-#include "cairn/core/cores.hpp"
 #include "cairn/device/memory.hpp"
 #include "cairn/kernels/box_copy.hpp"
 #include "cairn/kernels/cast.hpp"
@@ -292,7 +292,8 @@ class BoxLeafReader {
   // at least three quarters of its bytes in memory already (StoreReader::cached_bytes; the
   // page cache of a file just written or read can lack a few pages).
   bool parallel_direct_read(const std::vector<std::size_t>& group, const ChunkRecord& c, const ChunkSource& f) const {
-      if (c.nbytes < parallel_read_bytes || !second_core() || !f.file) return false;
+    static const bool cores = std::thread::hardware_concurrency() > 1;
+    if (c.nbytes < parallel_read_bytes || !cores || !f.file) return false;
     for (std::size_t t : group)
       if (targets_[t].memory != MemoryKind::host) return false;
     return f.file->cached_bytes(c.offset, c.nbytes) >= c.nbytes / 4 * 3;

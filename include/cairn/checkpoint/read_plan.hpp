@@ -9,13 +9,13 @@
 #include <functional>
 #include <future>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "cairn/checkpoint/box_reader.hpp"
 #include "cairn/checkpoint/data_files.hpp"
 #include "cairn/checkpoint/load_plan.hpp"
-#include "cairn/core/cores.hpp"
 #include "cairn/core/function_ref.hpp"
 #include "cairn/coordination/wire.hpp"
 #include "cairn/format/files.hpp"
@@ -112,7 +112,8 @@ inline void read_small_run(ReadTask* run, std::size_t count, DataFiles& files, c
 // share; from the disk one reading thread was measured faster on two cores.
 inline bool parallel_small_runs(const std::vector<ReadTask>& tasks, const std::vector<std::pair<std::size_t, std::size_t>>& runs,
                                 DataFiles& files) {
-  if (runs.size() < 2 || !second_core()) return false;
+  static const bool cores = std::thread::hardware_concurrency() > 1;
+  if (runs.size() < 2 || !cores) return false;
   const ChunkRecord& first = tasks[runs.front().first].leaf->stored->chunks.front();
   std::uint64_t end = first.offset;
   for (const auto& [i, j] : runs) {

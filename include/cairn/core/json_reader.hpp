@@ -39,16 +39,6 @@ class JsonReader {
   }
   std::size_t position() const { return pos_; }
   std::size_t remaining() const { return s_.size() - pos_; }
-  std::string_view text() const { return s_; }
-  // How many objects and arrays the reader is inside.
-  int depth() const { return depth_; }
-  // Goes on reading at `position`, `depth` deep: how a second reader takes over part of an
-  // array that another one is reading, and how that one skips the part taken over
-  // (format/metadata_json.hpp reads a large array of leaves on two threads).
-  void resume_at(std::size_t position, int depth) {
-    pos_ = position;
-    depth_ = depth;
-  }
 
   // The first character of the next value (after white space); fails at the end of the text.
   char peek() {
@@ -119,19 +109,6 @@ class JsonReader {
       fail("expected ',' or ']'");
     }
     --depth_;
-  }
-
-  // The elements of an array from one element's start on (a reader resumed there) up to its
-  // closing ']', which is left unread; element() as for array().
-  template <class F>
-  void rest_of_array(F&& element) {
-    while (true) {
-      element();
-      const char c = peek();
-      if (c == ']') return;
-      if (c != ',') fail("expected ',' or ']'");
-      ++pos_;
-    }
   }
 
   // A string, decoded (escapes and surrogate pairs to UTF-8). The view is valid until the

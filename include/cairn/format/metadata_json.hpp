@@ -10,19 +10,14 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
+
 #include <cstdint>
-#include <exception>
-#include <future>
-#include <iterator>
 #include <limits>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <unordered_map>
 #include <vector>
 
-#include "cairn/core/cores.hpp"
 #include "cairn/core/json_reader.hpp"
 #include "cairn/format/records.hpp"
 
@@ -30,10 +25,6 @@ CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
 inline constexpr int max_metadata_depth = 32;
-// An item with at least this many leaves has them read by two threads (MetadataReader::leaves):
-// below it, starting the second thread costs about what it saves.
-inline constexpr std::uint64_t parallel_metadata_leaves = 2048;
-inline constexpr std::uint64_t never_parallel = std::numeric_limits<std::uint64_t>::max();
 
 // ---- writing ----
 
@@ -320,12 +311,9 @@ using PrintedKeys = std::vector<std::vector<std::string>>;
 
 class MetadataReader {
  public:
-  // With `printed`, the items' leaves' keys are printed into it as they are read. An item with
-  // at least `parallel_from` leaves has them read by two threads.
-  MetadataReader(std::string_view text, const std::string& path, PrintedKeys* printed = nullptr,
-                 std::uint64_t parallel_from = parallel_metadata_leaves)
-      : path_(path), r_(text, path_, max_metadata_depth, "malformed metadata"), printed_(printed),
-        parallel_from_(parallel_from) {}
+  // With `printed`, the items' leaves' keys are printed into it as they are read.
+  MetadataReader(std::string_view text, const std::string& path, PrintedKeys* printed = nullptr)
+      : path_(path), r_(text, path_, max_metadata_depth, "malformed metadata"), printed_(printed) {}
 
   CheckpointMetadata metadata() {
     CheckpointMetadata m;
@@ -400,7 +388,10 @@ class MetadataReader {
           break;
         case 3:
           if (rec.seen(5)) reserve(i.leaves, leaf_count, 90);  // every required member, all empty
-          leaves(i.leaves, rec.seen(5) ? leaf_count : 0);
+          r_.array([&] {
+            LeafRecord& l = i.leaves.emplace_back();
+            leaf(l, i.leaves.size() - 1);
+          });
           break;
         case 4: node_count = r_.uint64(); break;
         case 5: leaf_count = r_.uint64(); break;
@@ -413,98 +404,6 @@ class MetadataReader {
       r_.fail("item '" + i.name + "' has leaf_count " + std::to_string(leaf_count) + " but lists " +
               std::to_string(i.leaves.size()) + " leaves");
     return i;
-  }
-
-  // The leaves that a helper thread read, from a record's start to the end of its array.
-  struct HelperLeaves {
-    std::vector<LeafRecord> leaves;
-    std::vector<std::string> printed;
-    std::size_t end = 0;  // the position of the array's closing ']'
-  };
-  struct HelperStopped {};
-
-  // An item's leaves (`count`: what its leaf_count says, 0 if absent). Many are read by two
-  // threads: a helper reads from a record's start near the middle of the text to the end of
-  // that record's array, while this thread reads up to that start and then takes the helper's
-  // records. Neither the format nor the result changes, only who parses what:
-  // - The start is found by its text, `,{"key":"`, which valid JSON has only where a record
-  //   starts (a quote inside a string is escaped). What precedes it is not parsed there, so
-  //   it may still be a node's record, or a later item's leaf: the helper's records are taken
-  //   only when this thread arrives at exactly that start, at an element of this array; there
-  //   the helper read what this thread would have read, with the same code and the same depth.
-  // - Otherwise, and when the helper failed, its work is dropped, and this thread reads on
-  //   alone (and fails, if the text is bad, with the error a read by one thread gives).
-  // The helper resolves file numbers at once, so it needs `data_files` read before the items,
-  // as cairn writes them.
-  void leaves(std::vector<LeafRecord>& out, std::uint64_t count) {
-    std::size_t split = std::string_view::npos;
-    std::atomic<bool> stop{false};
-    std::future<HelperLeaves> helper;
-    // Set on the way out, also by an error here: a helper whose records were not taken stops
-    // at its next one (the future waits for it).
-    struct StopHelper {
-      std::atomic<bool>& stop;
-      ~StopHelper() { stop = true; }
-    } stop_helper{stop};
-    if (count >= parallel_from_ && data_files_ && second_core()) {
-      const std::string_view text = r_.text();
-      const std::size_t found = text.find(R"(,{"key":")", r_.position() + r_.remaining() / 2);
-      if (found != std::string_view::npos) {
-        split = found + 1;
-        // Its share of the records: the text's share after the split, and a sixteenth more.
-        const std::uint64_t share = count * (text.size() - split) / r_.remaining();
-        try {
-          helper = std::async(std::launch::async, [this, split, depth = r_.depth() + 1, &stop,
-                                                   reserve = std::min<std::uint64_t>(count, share + share / 16)] {
-            return read_leaves_from(split, depth, static_cast<std::size_t>(reserve), stop);
-          });
-        } catch (const std::system_error&) {
-          split = std::string_view::npos;  // no thread to be had: one reads all
-        }
-      }
-    }
-    r_.array([&] {
-      if (r_.position() == split) {
-        split = std::string_view::npos;
-        HelperLeaves h;
-        bool taken = true;
-        try {
-          h = helper.get();
-        } catch (...) {
-          taken = false;
-        }
-        if (taken) {
-          out.insert(out.end(), std::make_move_iterator(h.leaves.begin()), std::make_move_iterator(h.leaves.end()));
-          if (printed_ && !printed_->empty())
-            printed_->back().insert(printed_->back().end(), std::make_move_iterator(h.printed.begin()),
-                                    std::make_move_iterator(h.printed.end()));
-          r_.resume_at(h.end, r_.depth());  // at the ']' that array() reads next
-          return;
-        }
-      }
-      LeafRecord& l = out.emplace_back();
-      leaf(l, out.size() - 1);
-    });
-  }
-
-  // The helper's part: the leaf records from `start` (the position of a record's '{') to the end
-  // of their array, read by a reader of its own, `depth` deep as this thread's is there. Reads
-  // nothing that this thread changes meanwhile: the text, and the data files' names.
-  HelperLeaves read_leaves_from(std::size_t start, int depth, std::size_t reserve, const std::atomic<bool>& stop) const {
-    PrintedKeys printed(1);
-    MetadataReader h(r_.text(), path_, printed_ ? &printed : nullptr, never_parallel);
-    h.r_.resume_at(start, depth);
-    h.data_files_ = data_files_;
-    HelperLeaves out;
-    out.leaves.reserve(reserve);
-    h.r_.rest_of_array([&] {
-      if (stop.load(std::memory_order_relaxed)) throw HelperStopped{};
-      LeafRecord& l = out.leaves.emplace_back();
-      h.leaf(l, out.leaves.size() - 1);
-    });
-    out.printed = std::move(printed.front());
-    out.end = h.r_.position();
-    return out;
   }
 
   NodeRecord node() {
@@ -695,16 +594,13 @@ class MetadataReader {
   };
   std::vector<Unresolved> unresolved_;
   PrintedKeys* printed_ = nullptr;
-  std::uint64_t parallel_from_;
 };
 
 // Parses _METADATA's text (`path` names it in errors); validate_metadata cross-checks it.
-// `parallel_from`: see MetadataReader (the tests compare reads by one and by two threads).
 inline CheckpointMetadata metadata_from_json(std::string_view text, const std::string& path,
-                                             PrintedKeys* printed = nullptr,
-                                             std::uint64_t parallel_from = parallel_metadata_leaves) {
+                                             PrintedKeys* printed = nullptr) {
   try {
-    return MetadataReader(text, path, printed, parallel_from).metadata();
+    return MetadataReader(text, path, printed).metadata();
   } catch (const Error& e) {
     throw e.with_file(path);  // errors of the key path parser name no file
   }
