@@ -391,6 +391,40 @@ TEST_CASE("format 1's full records read the same as format 2's short ones") {
   CHECK(detail::metadata_to_json(back).find("\"format_version\":2") != std::string::npos);
 }
 
+TEST_CASE("strings of every length with a quote, backslash, control or high byte at every position read back exactly") {
+  // The reader looks for the end of a string sixteen bytes at a time: each byte that stops it
+  // (or must not: 0x20, 0x7f and bytes from 0x80 on) at each position of strings of 0-70 bytes.
+  const std::string stops = std::string("\"\\\x01\x1f\x00", 5), passes = "\x20\x7f\x80\xff/";
+  int checked = 0;
+  for (std::size_t len = 1; len <= 70; ++len)
+    for (std::size_t at = 0; at < len; ++at)
+      for (const char c : stops + passes) {
+        std::string text(len, 'a');
+        for (std::size_t i = 0; i < len; ++i) text[i] = static_cast<char>('a' + (i * 7 + len) % 26);
+        text[at] = c;
+        std::string json;
+        detail::append_json_string(json, text);
+        CAPTURE(len);
+        CAPTURE(at);
+        CAPTURE(static_cast<int>(static_cast<unsigned char>(c)));
+        REQUIRE(Json::parse(json).as_string() == text);
+        // The same byte unescaped: a control character is refused at its byte, a quote ends
+        // the string there.
+        const std::string raw = "\"" + text + "\"";
+        if (static_cast<unsigned char>(c) < 0x20) {
+          const std::string where = "at byte " + std::to_string(at + 1) + ": control character";
+          CHECK_THROWS_WITH_AS(Json::parse(raw), doctest::Contains(where.c_str()), Error);
+        } else if (c == '"') {
+          CHECK_THROWS_AS(Json::parse(raw), Error);  // text after the string's end
+          CHECK(Json::parse("\"" + text.substr(0, at) + "\"").as_string() == text.substr(0, at));
+        } else if (c != '\\') {
+          CHECK(Json::parse(raw).as_string() == text);
+        }
+        ++checked;
+      }
+  CHECK(checked == 70 * 71 / 2 * 10);
+}
+
 TEST_CASE("Json::parse is strict: one value, no leading zeros, bounded depth, valid escapes") {
   CHECK(Json::parse(" {\"a\": [1, -2, 3.5, \"\\u00e9\", null, true]} ").at("a").size() == 6);
   CHECK(Json::parse("18446744073709551615").as_double() == 18446744073709551615.0);  // beyond int64: a double

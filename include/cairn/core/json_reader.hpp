@@ -16,6 +16,11 @@
 
 #include "cairn/core/error.hpp"
 
+#if defined(__SSE2__) && !defined(__CUDA_ARCH__)
+#include <emmintrin.h>
+#define CAIRN_JSON_SSE2 1
+#endif
+
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
@@ -116,7 +121,23 @@ class JsonReader {
   std::string_view string() {
     expect('"', "expected a string");
     const std::size_t start = pos_;
-    // The common case, no escapes: a view of the text itself.
+    // The common case, no escapes: a view of the text itself. Sixteen bytes a step to the
+    // first quote, backslash or control character where SSE2 is there (every x86-64): key
+    // paths of 20-40 characters were a twentieth of reading the metadata a byte at a time.
+#ifdef CAIRN_JSON_SSE2
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), below_space = _mm_set1_epi8(0x1f);
+    while (s_.size() - pos_ >= 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s_.data() + pos_));
+      const __m128i control = _mm_cmpeq_epi8(_mm_max_epu8(v, below_space), below_space);  // v <= 0x1f, unsigned
+      const int stop = _mm_movemask_epi8(
+          _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), control));
+      if (stop) {
+        pos_ += static_cast<std::size_t>(__builtin_ctz(static_cast<unsigned>(stop)));
+        break;
+      }
+      pos_ += 16;
+    }
+#endif
     while (pos_ < s_.size()) {
       const unsigned char c = static_cast<unsigned char>(s_[pos_]);
       if (c == '"') return s_.substr(start, pos_++ - start);

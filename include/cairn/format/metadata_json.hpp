@@ -15,6 +15,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -559,8 +560,16 @@ class MetadataReader {
 
   template <class T>
   void ints(std::vector<T>& out) {
-    out.clear();
-    r_.array([&] { out.push_back(r_.integer<T>()); });
+    if constexpr (std::is_same_v<T, std::int64_t>) {
+      // Shapes and boxes: read into a reused vector, then copied at their size, one allocation
+      // for any rank (grown by push_back, a shape of rank 2 took two and of rank 3 three).
+      ints_.clear();
+      r_.array([&] { ints_.push_back(r_.int64()); });
+      out.assign(ints_.begin(), ints_.end());
+    } else {
+      out.clear();
+      r_.array([&] { out.push_back(r_.integer<T>()); });
+    }
   }
   DType dtype(std::string_view s) {
     // Most leaves have the dtype of the one before.
@@ -584,6 +593,7 @@ class MetadataReader {
   JsonReader r_;
   std::string key_, kinds_;  // of the record being read, reused
   std::vector<ChunkMembers> chunk_members_;  // of the leaf being read, reused
+  std::vector<std::int64_t> ints_;           // the array being read by ints(), reused
   const std::vector<std::string>* data_files_ = nullptr;  // once read
   std::size_t item_index_ = 0;
   DType last_dtype_ = DType::float32;
