@@ -77,6 +77,17 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
       CHECK(std::memcmp(a.data(), bytes.data(), 5000) == 0);
       CHECK(std::memcmp(b.data(), bytes.data() + 5000, 5000) == 0);
     }
+    // read_ahead is a hint: it never fails (missing keys and prefixes included), its handle
+    // stops it when destroyed, and it changes nothing a reader sees.
+    for (const std::vector<std::string>& keys : std::vector<std::vector<std::string>>{
+             {"a/blob"}, {"a/missing", "a/blob"}, {"a"}, {"a/blob", "a/blob"}, {}}) {
+      for (const std::uint64_t budget : {std::uint64_t{0}, std::uint64_t{4096}, std::uint64_t{1} << 30}) {
+        auto ahead = store->read_ahead(keys, budget);
+        std::vector<unsigned char> all(bytes.size());
+        store->open("a/blob")->read_at(all.data(), all.size(), 0);
+        CHECK(all == bytes);
+      }  // each handle destroyed here, stopping its work
+    }
     CHECK_CAIRN_ERROR(store->open("a/missing"), ErrorKind::not_found, "");
     try {
       store->open("a/missing");

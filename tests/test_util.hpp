@@ -15,6 +15,9 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 namespace test {
@@ -73,6 +76,20 @@ inline std::string compact_json(const std::string& json) {
 inline void write_file(const std::string& p, const std::string& content) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out << content;
+}
+
+// Writes a file's pages back and drops them from the page cache, so that the next read of it
+// goes to the disk (a cold read). False where that cannot be done: on a tmpfs the pages are
+// the file.
+inline bool drop_from_page_cache(const std::string& p) {
+  struct statfs fs {};
+  if (::statfs(p.c_str(), &fs) != 0 || fs.f_type == TMPFS_MAGIC) return false;
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd < 0) return false;
+  ::fdatasync(fd);
+  const bool dropped = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+  ::close(fd);
+  return dropped;
 }
 
 // Signs whatever _METADATA and _USER_METADATA a checkpoint holds in its commit marker, as a

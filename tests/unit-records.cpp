@@ -1,6 +1,7 @@
 // The format's records on their own: a checkpoint's metadata written as JSON and read back
 // through a store, item kinds by name, and the checks every record gets (boxes inside their
 // array, whatever the numbers). Includes only the format headers, so it compiles fast.
+#include "cairn/checkpoint/read_ahead.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/store/memory_store.hpp"
 
@@ -434,4 +435,46 @@ TEST_CASE("Json::parse is strict: one value, no leading zeros, bounded depth, va
   const std::string deep = std::string(128, '[') + std::string(128, ']');
   CHECK(Json::parse(deep).is_array());
   CHECK_THROWS_WITH_AS(Json::parse("[" + deep + "]"), doctest::Contains("nested deeper than 128"), Error);
+}
+
+TEST_CASE("the data files named at the head of a metadata text: found without parsing it, and nothing on any surprise") {
+  using detail::data_files_in_head;
+  // As cairn writes them: the names come back in order.
+  CheckpointMetadata m = sample();
+  m.data_files = {"data-0-0.bin", "data-0-1.bin", "data-12-345.bin"};
+  const std::string written = detail::metadata_to_json(m);
+  CHECK(data_files_in_head(written) == m.data_files);
+  CHECK(data_files_in_head(R"({"format":"cairn","data_files":[],"items":[]})").empty());
+  // Any other layout, name or shape of the list gives none: the read-ahead is only a hint,
+  // and it opens what it finds, so it takes nothing but data-<process>-<n>.bin.
+  for (const char* text : {R"({"data_files": ["data-0-0.bin"]})", R"({"data_files":["../data-0-0.bin"]})",
+                           R"({"data_files":["data-0-0.bin/.."]})", R"({"data_files":["data-0-0.binx"]})",
+                           R"({"data_files":["data--0.bin"]})", R"({"data_files":["data-0-.bin"]})",
+                           R"({"data_files":["data-0-0.bin",]})", R"({"data_files":["data-0-0.bin")",
+                           R"({"data_files":["data-0-\u0030.bin"]})", R"({"data_files":["data-0-0.bin" ,"data-0-1.bin"]})",
+                           R"({"data_files":["data-0-1234567890.bin"]})", R"({"data_files":"data-0-0.bin"})", ""}) {
+    const std::string shown = text;
+    CAPTURE(shown);
+    CHECK(data_files_in_head(text).empty());
+  }
+  // At most 64 names, and only in the first 4 KiB.
+  std::string list;
+  for (int i = 0; i < 65; ++i) list += (i ? ",\"" : "\"") + detail::data_file_name(0, i) + "\"";
+  CHECK(data_files_in_head("{\"data_files\":[" + list + "]}").empty());
+  CHECK(data_files_in_head("{\"data_files\":[" + list.substr(list.find(",\"data-0-64")) .substr(1) + "]}").size() == 1);
+  CHECK(data_files_in_head("{\"x\":\"" + std::string(4096, 'a') + "\",\"data_files\":[\"data-0-0.bin\"]}").empty());
+  // Whatever the bytes, a name it returns has that form (random damage to a written head).
+  std::mt19937_64 g(7);
+  const std::string head = written.substr(0, 300);
+  for (int round = 0; round < 3000; ++round) {
+    std::string t = head;
+    for (int k = 0; k < 1 + static_cast<int>(g() % 4); ++k) t[g() % t.size()] = static_cast<char>(g());
+    for (const auto& name : data_files_in_head(t)) {
+      CAPTURE(name);
+      int process = -1, index = -1, used = 0;
+      CHECK(std::sscanf(name.c_str(), "data-%d-%d.bin%n", &process, &index, &used) == 2);
+      CHECK(used == static_cast<int>(name.size()));
+      CHECK(name.find('/') == std::string::npos);
+    }
+  }
 }

@@ -1,6 +1,7 @@
 #include "test_util.hpp"
 
 #include <cairn/checkpoint/data_files.hpp>  // parallel_read_bytes, crc_piece_bytes
+#include <cairn/checkpoint/read_ahead.hpp>  // read_ahead_min_metadata_bytes, data_files_in_head
 
 #include <deque>
 #include <optional>
@@ -522,4 +523,69 @@ TEST_CASE("runs of small leaves from memory on two threads: bit-exact, cast, cou
       }
     }
   }
+}
+
+// Also under ThreadSanitizer in CI. A metadata text this long starts the read-ahead
+// (checkpoint/read_ahead.hpp): a helper thread reads the data file into the page cache while
+// the load parses and plans, and on until the load's reads are done. What the load returns
+// and every error it raises come from its own reads, as before.
+TEST_CASE("a load that reads its data file ahead while it parses: bit-exact from the disk, and damage is still found") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  std::map<std::string, std::vector<float>> s;
+  for (int i = 0; i < 1500; ++i) s["layer" + std::to_string(i) + ".weight"] = test::random_bits<float>(1 + test::rng()() % 1024);
+  cairn::save(c, s);
+  const std::string text = test::read_file(c + "/_METADATA");
+  REQUIRE(text.size() >= cairn::detail::read_ahead_min_metadata_bytes);
+  REQUIRE(cairn::detail::data_files_in_head(text) == cairn::metadata(c).data_files);
+  const std::string file = c + "/data-0-0.bin";
+  for (int round = 0; round < 3; ++round) {
+    test::drop_from_page_cache(file);
+    const auto fresh = cairn::load<std::map<std::string, std::vector<float>>>(c);
+    REQUIRE(fresh.size() == s.size());
+    for (const auto& [k, v] : s) CHECK(bit_equal(fresh.at(k), v));
+    auto into = s;
+    for (auto& [k, v] : into) std::fill(v.begin(), v.end(), 0.0f);
+    test::drop_from_page_cache(file);
+    cairn::load(c, into);
+    for (const auto& [k, v] : s) CHECK(bit_equal(into.at(k), v));
+  }
+  // A load of some leaves (the others skipped) stops the read-ahead before it reads: the same
+  // bytes, and the skipped leaves untouched.
+  {
+    auto some = s;
+    for (auto& [k, v] : some) std::fill(v.begin(), v.end(), 0.0f);
+    cairn::LoadOptions o;
+    o.skip = {"layer1*"};
+    test::drop_from_page_cache(file);
+    const cairn::LoadReport r = cairn::load(c, some, o);
+    CHECK(r.loaded.size() == 1500 - 611);  // layer1, layer10-19, layer100-199, layer1000-1499
+    for (const auto& [k, v] : s) {
+      if (k.rfind("layer1", 0) == 0) CHECK(std::all_of(some.at(k).begin(), some.at(k).end(), [](float x) { return x == 0.0f; }));
+      else CHECK(bit_equal(some.at(k), v));
+    }
+  }
+  // A flipped byte is found and named, read ahead or not; so is a file cut short.
+  const std::string original = test::read_file(file);
+  const cairn::CheckpointMetadata meta = cairn::metadata(c);
+  const cairn::LeafRecord* victim = meta.find_item("state")->find_leaf("layer1234.weight");
+  REQUIRE(victim);
+  std::string bytes = original;
+  bytes[victim->chunks.front().offset + test::rng()() % victim->chunks.front().nbytes] ^= 0x10;
+  test::write_file(file, bytes);
+  test::drop_from_page_cache(file);
+  auto back = s;
+  CHECK_CAIRN_ERROR(cairn::load(c, back), cairn::ErrorKind::corrupt, "checksum");
+  try {
+    cairn::load(c, back);
+  } catch (const cairn::Error& e) {
+    CHECK(e.key_path() == "layer1234.weight");
+    CHECK(e.file() == file);
+  }
+  test::write_file(file, original.substr(0, original.size() / 2));
+  test::drop_from_page_cache(file);
+  CHECK_CAIRN_ERROR(cairn::load(c, back), cairn::ErrorKind::corrupt, "");
+  test::write_file(file, original);
+  cairn::load(c, back);
+  for (const auto& [k, v] : s) CHECK(bit_equal(back.at(k), v));
 }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <linux/magic.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -35,15 +36,7 @@ TEST_CASE("PosixStore says which bytes are in the page cache: all after a read, 
   CHECK(r->cached_bytes(12345, 100000) == 100000);
   // Written back and dropped from the page cache (which a tmpfs cannot do: its pages are the
   // file), the bytes are not cached any more.
-  struct statfs fs {};
-  if (::statfs(dir.path.c_str(), &fs) == 0 && fs.f_type != TMPFS_MAGIC) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    REQUIRE(fd >= 0);
-    ::fdatasync(fd);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
-    CHECK(r->cached_bytes(0, bytes.size()) < bytes.size() / 2);
-  }
+  if (test::drop_from_page_cache(path)) CHECK(r->cached_bytes(0, bytes.size()) < bytes.size() / 2);
   // A MemoryStore's blobs are memory: every byte is there.
   MemoryStore memory;
   {
@@ -52,6 +45,59 @@ TEST_CASE("PosixStore says which bytes are in the page cache: all after a read, 
     w->finish(bytes.size());
   }
   CHECK(memory.open("blob")->cached_bytes(10, 1000) == 1000);
+}
+
+TEST_CASE("a file read ahead: its first bytes into the page cache, up to the budget, and only regular files") {
+  test::TempDir dir;
+  const std::string path = dir / "blob";
+  const auto bytes = test::random_bits<unsigned char>(9 << 20);
+  test::write_file(path, std::string(bytes.begin(), bytes.end()));
+  cairn::PosixStore store;
+  auto r = store.open(path);
+  std::atomic<bool> stop{false};
+  const bool can_drop = test::drop_from_page_cache(path);
+  CHECK(cairn::detail::file_head_cached(path, 1 << 20) == !can_drop);
+  // prefetch_file covers exactly its budget from the start (fetched, or found cached), or the
+  // whole file.
+  CHECK(cairn::detail::prefetch_file(path, 5 << 20, stop) == 5u << 20);
+  CHECK(r->cached_bytes(0, 5 << 20) == 5u << 20);
+  CHECK(cairn::detail::file_head_cached(path, 5 << 20));
+  if (can_drop) CHECK(r->cached_bytes(8 << 20, 1 << 20) < (1u << 20) / 2);  // past the budget: not read
+  CHECK(cairn::detail::prefetch_file(path, 1ull << 40, stop) == bytes.size());
+  CHECK(r->cached_bytes(0, bytes.size()) == bytes.size());
+  // Nothing changed, and the file reads the same through the page cache.
+  std::vector<unsigned char> back(bytes.size());
+  r->read_at(back.data(), back.size(), 0);
+  CHECK(back == bytes);
+  // Told to stop, it reads nothing.
+  stop = true;
+  if (can_drop) test::drop_from_page_cache(path);
+  CHECK(cairn::detail::prefetch_file(path, 1 << 20, stop) == 0);
+  if (can_drop) CHECK(r->cached_bytes(0, 1 << 20) < (1u << 20) / 2);
+  stop = false;
+  // Only regular files: a symbolic link (which could lead out of a checkpoint), a directory
+  // and a FIFO (which could block) are left alone, at once.
+  const std::string link = dir / "link", fifo = dir / "fifo";
+  REQUIRE(::symlink(path.c_str(), link.c_str()) == 0);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& p : {link, fifo, dir.path, dir / "missing"}) {
+    CAPTURE(p);
+    CHECK(cairn::detail::prefetch_file(p, 1 << 20, stop) == 0);
+    CHECK_FALSE(cairn::detail::file_head_cached(p, 1 << 20));
+  }
+  // PosixStore::read_ahead: nothing to do for a file in the page cache; otherwise a thread
+  // that fetches it (the handle's destruction waits for it, or stops it).
+  CHECK(cairn::detail::prefetch_file(path, 1ull << 40, stop) == bytes.size());
+  CHECK(store.read_ahead({path}, 1 << 20) == nullptr);
+  if (test::drop_from_page_cache(path)) {
+    auto ahead = store.read_ahead({path, dir / "missing"}, 2 << 20);
+    REQUIRE(ahead != nullptr);
+    for (int waited = 0; waited < 1000 && r->cached_bytes(0, 2 << 20) < 2u << 20; ++waited)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(r->cached_bytes(0, 2 << 20) == 2u << 20);
+    ahead.reset();
+    CHECK(r->cached_bytes(7 << 20, 2 << 20) < (1u << 20));  // past the budget: not read
+  }
 }
 
 TEST_CASE("MemoryStore keeps the Store contract") {

@@ -3083,6 +3083,12 @@ class StoreWriter {
   virtual void finish(std::uint64_t size) = 0;
 };
 
+// A read-ahead in progress (Store::read_ahead): destroying it stops it and waits for it.
+class StoreReadAhead {
+ public:
+  virtual ~StoreReadAhead() = default;
+};
+
 // One entry of a listing: a blob, or a prefix that holds blobs (a directory).
 struct StoreEntry {
   std::string name;
@@ -3123,6 +3129,20 @@ class Store {
   virtual std::vector<StoreEntry> list(const std::string& prefix) const = 0;
   // The blob at `key` and everything under it, if anything is there.
   virtual void remove(const std::string& key) = 0;
+
+  // A hint that a load is about to read the blobs at `keys`, each from its start: starts
+  // bringing up to `bytes` of them in all, in that order, closer to memory in the background
+  // (a file's pages into the page cache), so that the reads that follow wait less. A load
+  // asks for it just before it parses the checkpoint's metadata (checkpoint/read_ahead.hpp).
+  // Returns a handle whose destruction stops the work and waits for it, or null where there
+  // is nothing to do: the default (a store in memory has nothing to fetch), or blobs that
+  // are in memory already. It changes nothing a reader sees and never fails: a missing blob,
+  // or anything else wrong, ends it quietly. The reads it serves are checked as always.
+  virtual std::unique_ptr<StoreReadAhead> read_ahead(const std::vector<std::string>& keys, std::uint64_t bytes) const {
+    (void)keys;
+    (void)bytes;
+    return nullptr;
+  }
 
   // Commit mechanics (see the top of this file).
   // Checks the overwrite rule for `key` (nothing there, an empty prefix, or a committed
@@ -3245,6 +3265,9 @@ class PosixStore final : public Store {
   bool is_blob(const std::string& key) const override;
   std::vector<StoreEntry> list(const std::string& prefix) const override;
   void remove(const std::string& key) override;
+  // Unless the first file's head is in the page cache already, a thread reads the files'
+  // first bytes into a scratch buffer (io/file.hpp, prefetch_file).
+  std::unique_ptr<StoreReadAhead> read_ahead(const std::vector<std::string>& keys, std::uint64_t bytes) const override;
 
   std::unique_ptr<CheckpointStaging> stage(const std::string& key, bool overwrite) override;
 
@@ -3269,6 +3292,7 @@ class PosixStore final : public Store {
   class Writer;
   class AtomicWriter;
   class Staging;
+  class ReadAhead;
 
   std::string root_;
 };
@@ -6565,6 +6589,7 @@ CAIRN_END_NAMESPACE
 #include <set>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include <sys/stat.h>
@@ -6584,6 +6609,8 @@ CAIRN_END_NAMESPACE
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <new>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -6703,16 +6730,22 @@ class File {
   }
 
   // About how many of the n bytes at `offset` are in the page cache, so that reading them
-  // waits for no disk: the share of `samples` pages spread over the range that mincore finds
-  // resident, over a temporary mapping (mapping a range of a file reads nothing). Sampled,
-  // since mincore over all 4,096 pages of 16 MiB took 80 us here against 17 us for 8 pages.
-  // Any failure says 0: the answer only chooses how to read.
+  // waits for no disk (cached_file_bytes below). Any failure says 0: the answer only chooses
+  // how to read.
   std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n, int samples = 8) const {
     if (n == 0 || samples < 1 || injected_fault("mincore", path_)) return 0;
+    return cached_file_bytes(fd_, offset, n, samples);
+  }
+
+  // The share of `samples` pages spread over the range that mincore finds resident, over a
+  // temporary mapping (mapping a range of a file reads nothing). Sampled, since mincore over
+  // all 4,096 pages of 16 MiB took 80 us here against 17 us for 8 pages. Any failure says 0.
+  static std::uint64_t cached_file_bytes(int fd, std::uint64_t offset, std::uint64_t n, int samples = 8) {
+    if (n == 0 || samples < 1) return 0;
     static const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
     const std::uint64_t start = offset / page * page;
     const std::size_t len = static_cast<std::size_t>(offset + n - start);
-    void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd_, static_cast<off_t>(start));
+    void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
     if (map == MAP_FAILED) return 0;
     const std::uint64_t pages = (len + page - 1) / page;
     const std::uint64_t checks = std::min<std::uint64_t>(pages, static_cast<std::uint64_t>(samples));
@@ -6789,6 +6822,62 @@ class File {
   int fd_ = -1;
   std::string path_;
 };
+
+// Reads up to the first `bytes` of the file at `path` into a scratch buffer, 256 KiB a step,
+// so that the page cache holds them when a load reads them into its targets: the read-ahead
+// of a load that is parsing its metadata (PosixStore::read_ahead, checkpoint/read_ahead.hpp).
+// 4 MiB windows that are mostly cached already are skipped (a warm load costs it a few
+// mincore calls). Returns at `stop`, at the end of the file, and at any failure, which it
+// does not report: this is a hint, and what the load reads is checked where it reads it.
+// Returns how many bytes from the start it covered (read, or skipped as cached).
+// Only a regular file is read (a FIFO or device is left alone, as File::open_read refuses
+// them). Not a fault-injection site: the hint's calls come from another thread, at times that
+// differ from run to run, and a test that counts a load's calls must see the same ones each
+// time.
+inline std::uint64_t prefetch_file(const std::string& path, std::uint64_t bytes, const std::atomic<bool>& stop) noexcept {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return 0;
+  std::uint64_t at = 0;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    constexpr std::uint64_t step = 256 << 10, window = 4 << 20;
+    const std::uint64_t end = std::min(bytes, static_cast<std::uint64_t>(st.st_size));
+    std::unique_ptr<char[]> scratch(new (std::nothrow) char[step]);
+    std::uint64_t next_check = 0;
+    while (scratch && at < end && !stop.load(std::memory_order_relaxed)) {
+      if (at >= next_check) {
+        const std::uint64_t n = std::min(window, end - at);
+        next_check = at + n;
+        if (File::cached_file_bytes(fd, at, n) >= n / 4 * 3) {
+          at += n;
+          continue;
+        }
+      }
+      const ssize_t r = ::pread(fd, scratch.get(), static_cast<std::size_t>(std::min(step, next_check - at)), static_cast<off_t>(at));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      at += static_cast<std::uint64_t>(r);
+    }
+  }
+  ::close(fd);
+  return at;
+}
+
+// Whether most of the first `bytes` of the file at `path` (or of all of it) are in the page
+// cache: a sample of pages over that head, as File::cached_bytes takes it. False on any
+// failure. Not a fault-injection site, for the reason prefetch_file gives.
+inline bool file_head_cached(const std::string& path, std::uint64_t bytes) noexcept {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return false;
+  bool cached = false;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    const std::uint64_t n = std::min(bytes, static_cast<std::uint64_t>(st.st_size));
+    cached = n == 0 || File::cached_file_bytes(fd, 0, n) >= n / 4 * 3;
+  }
+  ::close(fd);
+  return cached;
+}
 
 inline void write_whole_file(const std::string& path, const std::string& content) {
   File f = File::create(path);
@@ -7309,6 +7398,41 @@ class PosixStore::Staging final : public CheckpointStaging {
 
 CAIRN_API std::unique_ptr<StoreReader> PosixStore::open(const std::string& key) const {
   return std::make_unique<Reader>(detail::File::open_read(path(key)));
+}
+
+class PosixStore::ReadAhead final : public StoreReadAhead {
+ public:
+  ReadAhead(std::vector<std::string> paths, std::uint64_t bytes) {
+    thread_ = std::thread([this, paths = std::move(paths), bytes] {
+      std::uint64_t left = bytes;
+      for (const auto& p : paths) {
+        if (left == 0 || stop_.load(std::memory_order_relaxed)) break;
+        left -= std::min(left, detail::prefetch_file(p, left, stop_));
+      }
+    });
+  }
+  ~ReadAhead() override {
+    stop_.store(true, std::memory_order_relaxed);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+CAIRN_API std::unique_ptr<StoreReadAhead> PosixStore::read_ahead(const std::vector<std::string>& keys, std::uint64_t bytes) const {
+  try {
+    std::vector<std::string> paths;
+    for (const auto& k : keys) paths.push_back(path(k));
+    // Checked here rather than on the thread: a warm load (a checkpoint just written or read)
+    // then starts no thread at all, whose memory mappings would contend with the parse's page
+    // faults.
+    if (paths.empty() || bytes == 0 || detail::file_head_cached(paths.front(), bytes)) return nullptr;
+    return std::make_unique<ReadAhead>(std::move(paths), bytes);
+  } catch (...) {  // no memory or no thread to be had: the load reads as it would have
+    return nullptr;
+  }
 }
 
 CAIRN_API std::unique_ptr<StoreWriter> PosixStore::create(const std::string& key) {
@@ -10509,6 +10633,88 @@ class BoxLeafReader {
 }  // namespace detail
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/box_reader.hpp -----
+// ----- begin cairn/checkpoint/read_ahead.hpp -----
+// Reading a checkpoint's data files ahead while its metadata is parsed. A cold load of many
+// small leaves used to wait for the disk only after parsing _METADATA and planning (a fifth of
+// a cold load of 10,000 leaves); it now asks the store to fetch the data files from their
+// start meanwhile (Store::read_ahead: for files, a thread reading them into the page cache).
+// A load of every stored leaf lets it go on ahead of its own reads until those are done (the
+// disk is then also busy while the load checksums what it read); a load of some leaves stops
+// it before its reads begin, since they may lie anywhere in the files. What the load reads is
+// read and checked as before: the read-ahead only changes how long those reads wait.
+// Measured in docs/benchmarks.md (2026-11-24).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// A metadata text shorter than this parses in well under a millisecond (a few large leaves):
+// nothing to overlap.
+inline constexpr std::size_t read_ahead_min_metadata_bytes = 64 << 10;
+// At most this much is fetched, whatever the checkpoint's size: a load that reads only some
+// leaves should not fill the page cache with the others.
+inline constexpr std::uint64_t read_ahead_max_bytes = 256ull << 20;
+
+// The data files that a metadata text names at its head ("data_files":["data-0-0.bin", ...],
+// which cairn writes before the items; docs/format.md), found without parsing the rest.
+// Only names of the form data-<process>-<n>.bin are taken, and any surprise (another
+// layout, an escape, a name of another form, more than 64 names, a list that does not start
+// in the first 4 KiB) gives none: the read-ahead is a hint, and the text is not validated yet.
+inline std::vector<std::string> data_files_in_head(std::string_view text) {
+  constexpr std::string_view member = "\"data_files\":[";
+  const std::size_t at = text.substr(0, 4096).find(member);
+  if (at == std::string_view::npos) return {};
+  std::vector<std::string> names;
+  std::size_t i = at + member.size();
+  auto digits_then = [&](char next) {
+    const std::size_t from = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    if (i == from || i - from > 9 || i >= text.size() || text[i] != next) return false;
+    ++i;
+    return true;
+  };
+  while (i < text.size() && text[i] != ']') {
+    if (!names.empty()) {
+      if (text[i] != ',') return {};
+      ++i;
+    }
+    const std::size_t start = i;
+    if (text.substr(i, 6) != "\"data-") return {};
+    i += 6;
+    if (!digits_then('-') || !digits_then('.') || text.substr(i, 4) != "bin\"" || names.size() == 64) return {};
+    i += 4;
+    names.emplace_back(text.substr(start + 1, i - start - 2));
+  }
+  if (i >= text.size()) return {};
+  return names;
+}
+
+// The read-ahead of the checkpoint at `key` whose _METADATA is `metadata_text` (its handle
+// stops it), or none: on one core (it would take the parse's time), for a short text, where
+// the head names no data files, or where the store has nothing to do.
+inline std::unique_ptr<StoreReadAhead> start_read_ahead(const Store& store, const std::string& key, std::string_view metadata_text) {
+  static const bool cores = std::thread::hardware_concurrency() > 1;
+  if (!cores || metadata_text.size() < read_ahead_min_metadata_bytes) return nullptr;
+  std::vector<std::string> files = data_files_in_head(metadata_text);
+  for (auto& f : files) f = join_key(key, f);
+  if (files.empty()) return nullptr;
+  try {
+    return store.read_ahead(files, read_ahead_max_bytes);
+  } catch (...) {  // a hint: a store that fails at it leaves the load as it was
+    return nullptr;
+  }
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/read_ahead.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -10767,13 +10973,16 @@ struct OpenedCheckpoint {
   std::string records;  // what a corrupt record found while planning names: the metadata file
   std::string name;     // what other errors name: the checkpoint directory (empty: store.describe(key))
   PrintedKeys leaf_keys;  // by item, as the parser printed them (empty: the index prints them)
+  std::unique_ptr<StoreReadAhead> read_ahead;  // the data files fetched while the metadata is parsed, if at all
 };
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
   if (!coordinator || coordinator->size() == 1) {
     const std::string ckpt = store.readable_checkpoint(normalize_key(key));
     OpenedCheckpoint c;
     c.key = ckpt;
-    c.metadata = read_metadata(store, ckpt, &c.leaf_keys);
+    const MetadataText t = read_metadata_text(store, ckpt);
+    c.read_ahead = start_read_ahead(store, ckpt, t.metadata);
+    c.metadata = parse_metadata(store, ckpt, t, &c.leaf_keys);
     c.records = store.describe(join_key(ckpt, metadata_file));
     return c;
   }
@@ -10847,8 +11056,12 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
         }
       }();
       check_strict(plan.report, options, dir);
+      // The read-ahead goes on ahead of the reads of a load of every stored leaf (from the
+      // start of the files, as it reads); one that reads only some would compete with it.
+      if (plan.leaves.size() < item->leaves.size()) ck.read_ahead.reset();
       DataFiles files(store, ck.key);
       execute_plan(plan, files, options);
+      ck.read_ahead.reset();  // stopped and joined: the reads are done
       report = std::move(plan.report);
     }
   } catch (...) {

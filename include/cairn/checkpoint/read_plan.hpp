@@ -16,6 +16,7 @@
 #include "cairn/checkpoint/box_reader.hpp"
 #include "cairn/checkpoint/data_files.hpp"
 #include "cairn/checkpoint/load_plan.hpp"
+#include "cairn/checkpoint/read_ahead.hpp"
 #include "cairn/core/function_ref.hpp"
 #include "cairn/coordination/wire.hpp"
 #include "cairn/format/files.hpp"
@@ -277,13 +278,16 @@ struct OpenedCheckpoint {
   std::string records;  // what a corrupt record found while planning names: the metadata file
   std::string name;     // what other errors name: the checkpoint directory (empty: store.describe(key))
   PrintedKeys leaf_keys;  // by item, as the parser printed them (empty: the index prints them)
+  std::unique_ptr<StoreReadAhead> read_ahead;  // the data files fetched while the metadata is parsed, if at all
 };
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
   if (!coordinator || coordinator->size() == 1) {
     const std::string ckpt = store.readable_checkpoint(normalize_key(key));
     OpenedCheckpoint c;
     c.key = ckpt;
-    c.metadata = read_metadata(store, ckpt, &c.leaf_keys);
+    const MetadataText t = read_metadata_text(store, ckpt);
+    c.read_ahead = start_read_ahead(store, ckpt, t.metadata);
+    c.metadata = parse_metadata(store, ckpt, t, &c.leaf_keys);
     c.records = store.describe(join_key(ckpt, metadata_file));
     return c;
   }
@@ -357,8 +361,12 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
         }
       }();
       check_strict(plan.report, options, dir);
+      // The read-ahead goes on ahead of the reads of a load of every stored leaf (from the
+      // start of the files, as it reads); one that reads only some would compete with it.
+      if (plan.leaves.size() < item->leaves.size()) ck.read_ahead.reset();
       DataFiles files(store, ck.key);
       execute_plan(plan, files, options);
+      ck.read_ahead.reset();  // stopped and joined: the reads are done
       report = std::move(plan.report);
     }
   } catch (...) {

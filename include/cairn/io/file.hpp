@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <new>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -133,16 +135,22 @@ class File {
   }
 
   // About how many of the n bytes at `offset` are in the page cache, so that reading them
-  // waits for no disk: the share of `samples` pages spread over the range that mincore finds
-  // resident, over a temporary mapping (mapping a range of a file reads nothing). Sampled,
-  // since mincore over all 4,096 pages of 16 MiB took 80 us here against 17 us for 8 pages.
-  // Any failure says 0: the answer only chooses how to read.
+  // waits for no disk (cached_file_bytes below). Any failure says 0: the answer only chooses
+  // how to read.
   std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n, int samples = 8) const {
     if (n == 0 || samples < 1 || injected_fault("mincore", path_)) return 0;
+    return cached_file_bytes(fd_, offset, n, samples);
+  }
+
+  // The share of `samples` pages spread over the range that mincore finds resident, over a
+  // temporary mapping (mapping a range of a file reads nothing). Sampled, since mincore over
+  // all 4,096 pages of 16 MiB took 80 us here against 17 us for 8 pages. Any failure says 0.
+  static std::uint64_t cached_file_bytes(int fd, std::uint64_t offset, std::uint64_t n, int samples = 8) {
+    if (n == 0 || samples < 1) return 0;
     static const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
     const std::uint64_t start = offset / page * page;
     const std::size_t len = static_cast<std::size_t>(offset + n - start);
-    void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd_, static_cast<off_t>(start));
+    void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
     if (map == MAP_FAILED) return 0;
     const std::uint64_t pages = (len + page - 1) / page;
     const std::uint64_t checks = std::min<std::uint64_t>(pages, static_cast<std::uint64_t>(samples));
@@ -219,6 +227,62 @@ class File {
   int fd_ = -1;
   std::string path_;
 };
+
+// Reads up to the first `bytes` of the file at `path` into a scratch buffer, 256 KiB a step,
+// so that the page cache holds them when a load reads them into its targets: the read-ahead
+// of a load that is parsing its metadata (PosixStore::read_ahead, checkpoint/read_ahead.hpp).
+// 4 MiB windows that are mostly cached already are skipped (a warm load costs it a few
+// mincore calls). Returns at `stop`, at the end of the file, and at any failure, which it
+// does not report: this is a hint, and what the load reads is checked where it reads it.
+// Returns how many bytes from the start it covered (read, or skipped as cached).
+// Only a regular file is read (a FIFO or device is left alone, as File::open_read refuses
+// them). Not a fault-injection site: the hint's calls come from another thread, at times that
+// differ from run to run, and a test that counts a load's calls must see the same ones each
+// time.
+inline std::uint64_t prefetch_file(const std::string& path, std::uint64_t bytes, const std::atomic<bool>& stop) noexcept {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return 0;
+  std::uint64_t at = 0;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    constexpr std::uint64_t step = 256 << 10, window = 4 << 20;
+    const std::uint64_t end = std::min(bytes, static_cast<std::uint64_t>(st.st_size));
+    std::unique_ptr<char[]> scratch(new (std::nothrow) char[step]);
+    std::uint64_t next_check = 0;
+    while (scratch && at < end && !stop.load(std::memory_order_relaxed)) {
+      if (at >= next_check) {
+        const std::uint64_t n = std::min(window, end - at);
+        next_check = at + n;
+        if (File::cached_file_bytes(fd, at, n) >= n / 4 * 3) {
+          at += n;
+          continue;
+        }
+      }
+      const ssize_t r = ::pread(fd, scratch.get(), static_cast<std::size_t>(std::min(step, next_check - at)), static_cast<off_t>(at));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      at += static_cast<std::uint64_t>(r);
+    }
+  }
+  ::close(fd);
+  return at;
+}
+
+// Whether most of the first `bytes` of the file at `path` (or of all of it) are in the page
+// cache: a sample of pages over that head, as File::cached_bytes takes it. False on any
+// failure. Not a fault-injection site, for the reason prefetch_file gives.
+inline bool file_head_cached(const std::string& path, std::uint64_t bytes) noexcept {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return false;
+  bool cached = false;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    const std::uint64_t n = std::min(bytes, static_cast<std::uint64_t>(st.st_size));
+    cached = n == 0 || File::cached_file_bytes(fd, 0, n) >= n / 4 * 3;
+  }
+  ::close(fd);
+  return cached;
+}
 
 inline void write_whole_file(const std::string& path, const std::string& content) {
   File f = File::create(path);

@@ -38,6 +38,9 @@ class PosixStore final : public Store {
   bool is_blob(const std::string& key) const override;
   std::vector<StoreEntry> list(const std::string& prefix) const override;
   void remove(const std::string& key) override;
+  // Unless the first file's head is in the page cache already, a thread reads the files'
+  // first bytes into a scratch buffer (io/file.hpp, prefetch_file).
+  std::unique_ptr<StoreReadAhead> read_ahead(const std::vector<std::string>& keys, std::uint64_t bytes) const override;
 
   std::unique_ptr<CheckpointStaging> stage(const std::string& key, bool overwrite) override;
 
@@ -62,6 +65,7 @@ class PosixStore final : public Store {
   class Writer;
   class AtomicWriter;
   class Staging;
+  class ReadAhead;
 
   std::string root_;
 };

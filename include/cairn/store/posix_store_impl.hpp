@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include <sys/stat.h>
@@ -132,6 +133,41 @@ class PosixStore::Staging final : public CheckpointStaging {
 
 CAIRN_API std::unique_ptr<StoreReader> PosixStore::open(const std::string& key) const {
   return std::make_unique<Reader>(detail::File::open_read(path(key)));
+}
+
+class PosixStore::ReadAhead final : public StoreReadAhead {
+ public:
+  ReadAhead(std::vector<std::string> paths, std::uint64_t bytes) {
+    thread_ = std::thread([this, paths = std::move(paths), bytes] {
+      std::uint64_t left = bytes;
+      for (const auto& p : paths) {
+        if (left == 0 || stop_.load(std::memory_order_relaxed)) break;
+        left -= std::min(left, detail::prefetch_file(p, left, stop_));
+      }
+    });
+  }
+  ~ReadAhead() override {
+    stop_.store(true, std::memory_order_relaxed);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+CAIRN_API std::unique_ptr<StoreReadAhead> PosixStore::read_ahead(const std::vector<std::string>& keys, std::uint64_t bytes) const {
+  try {
+    std::vector<std::string> paths;
+    for (const auto& k : keys) paths.push_back(path(k));
+    // Checked here rather than on the thread: a warm load (a checkpoint just written or read)
+    // then starts no thread at all, whose memory mappings would contend with the parse's page
+    // faults.
+    if (paths.empty() || bytes == 0 || detail::file_head_cached(paths.front(), bytes)) return nullptr;
+    return std::make_unique<ReadAhead>(std::move(paths), bytes);
+  } catch (...) {  // no memory or no thread to be had: the load reads as it would have
+    return nullptr;
+  }
 }
 
 CAIRN_API std::unique_ptr<StoreWriter> PosixStore::create(const std::string& key) {

@@ -79,6 +79,12 @@ class StoreWriter {
   virtual void finish(std::uint64_t size) = 0;
 };
 
+// A read-ahead in progress (Store::read_ahead): destroying it stops it and waits for it.
+class StoreReadAhead {
+ public:
+  virtual ~StoreReadAhead() = default;
+};
+
 // One entry of a listing: a blob, or a prefix that holds blobs (a directory).
 struct StoreEntry {
   std::string name;
@@ -119,6 +125,20 @@ class Store {
   virtual std::vector<StoreEntry> list(const std::string& prefix) const = 0;
   // The blob at `key` and everything under it, if anything is there.
   virtual void remove(const std::string& key) = 0;
+
+  // A hint that a load is about to read the blobs at `keys`, each from its start: starts
+  // bringing up to `bytes` of them in all, in that order, closer to memory in the background
+  // (a file's pages into the page cache), so that the reads that follow wait less. A load
+  // asks for it just before it parses the checkpoint's metadata (checkpoint/read_ahead.hpp).
+  // Returns a handle whose destruction stops the work and waits for it, or null where there
+  // is nothing to do: the default (a store in memory has nothing to fetch), or blobs that
+  // are in memory already. It changes nothing a reader sees and never fails: a missing blob,
+  // or anything else wrong, ends it quietly. The reads it serves are checked as always.
+  virtual std::unique_ptr<StoreReadAhead> read_ahead(const std::vector<std::string>& keys, std::uint64_t bytes) const {
+    (void)keys;
+    (void)bytes;
+    return nullptr;
+  }
 
   // Commit mechanics (see the top of this file).
   // Checks the overwrite rule for `key` (nothing there, an empty prefix, or a committed
