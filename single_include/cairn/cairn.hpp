@@ -10696,20 +10696,25 @@ inline std::vector<std::string> data_files_in_head(std::string_view text) {
   return names;
 }
 
-// The read-ahead of the checkpoint at `key` whose _METADATA is `metadata_text` (its handle
-// stops it), or none: on one core (it would take the parse's time), for a short text, where
-// the head names no data files, or where the store has nothing to do.
-inline std::unique_ptr<StoreReadAhead> start_read_ahead(const Store& store, const std::string& key, std::string_view metadata_text) {
+// A read-ahead of the blobs at `keys` (its handle stops it), or none: on one core (it would
+// take the parse's time), or where the store has nothing to do.
+inline std::unique_ptr<StoreReadAhead> start_read_ahead(const Store& store, std::vector<std::string> keys) {
   static const bool cores = std::thread::hardware_concurrency() > 1;
-  if (!cores || metadata_text.size() < read_ahead_min_metadata_bytes) return nullptr;
-  std::vector<std::string> files = data_files_in_head(metadata_text);
-  for (auto& f : files) f = join_key(key, f);
-  if (files.empty()) return nullptr;
+  if (!cores || keys.empty()) return nullptr;
   try {
-    return store.read_ahead(files, read_ahead_max_bytes);
+    return store.read_ahead(keys, read_ahead_max_bytes);
   } catch (...) {  // a hint: a store that fails at it leaves the load as it was
     return nullptr;
   }
+}
+
+// The read-ahead of the checkpoint at `key` whose _METADATA is `metadata_text`, or none: also
+// for a short text, or where the head names no data files.
+inline std::unique_ptr<StoreReadAhead> start_read_ahead(const Store& store, const std::string& key, std::string_view metadata_text) {
+  if (metadata_text.size() < read_ahead_min_metadata_bytes) return nullptr;
+  std::vector<std::string> files = data_files_in_head(metadata_text);
+  for (auto& f : files) f = join_key(key, f);
+  return start_read_ahead(store, std::move(files));
 }
 
 }  // namespace detail
@@ -11260,10 +11265,12 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
 }
 
 // Reads and validates the header of the safetensors blob at `key`.
-inline SafetensorsHeader read_safetensors_header(const Store& store, const std::string& key) {
+// The header's JSON text of the safetensors file at `key`, checked against the file's size
+// (in `file_size`) and the limit, not parsed.
+inline std::string read_safetensors_header_text(const Store& store, const std::string& key, std::uint64_t& file_size) {
   const std::string file = store.describe(key);
   std::unique_ptr<StoreReader> in = store.open(key);
-  const std::uint64_t size = in->size();
+  const std::uint64_t size = file_size = in->size();
   if (size < 8) throw Error(ErrorKind::corrupt, "file of " + std::to_string(size) + " bytes is too short for safetensors", file);
   unsigned char len[8];
   in->read_at(len, 8, 0);
@@ -11275,8 +11282,13 @@ inline SafetensorsHeader read_safetensors_header(const Store& store, const std::
     throw Error(ErrorKind::corrupt, "safetensors header of " + std::to_string(n) + " bytes is longer than the file", file);
   std::string json(n, '\0');
   in->read_at(json.data(), n, 8);
-  SafetensorsHeader h = parse_safetensors_header(json, size - 8 - n, file);
-  h.data_offset = 8 + n;
+  return json;
+}
+
+// Parses a header read by read_safetensors_header_text from a file of `file_size` bytes.
+inline SafetensorsHeader parse_safetensors_header_text(const std::string& json, std::uint64_t file_size, const std::string& file) {
+  SafetensorsHeader h = parse_safetensors_header(json, file_size - 8 - json.size(), file);
+  h.data_offset = 8 + json.size();
   return h;
 }
 
@@ -11313,7 +11325,10 @@ inline KeyPath safetensors_key_path(const std::string& name, const SafetensorsOp
 }
 
 // The records of the safetensors file, or of the set an index names, at `key`.
-inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& key_in, const SafetensorsOptions& names) {
+// With `read_ahead` (a load, not a look at the metadata), the files' bytes are fetched while
+// a long header is parsed.
+inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& key_in, const SafetensorsOptions& names,
+                                         bool read_ahead) {
   const std::string key = normalize_key(key_in);
   OpenedCheckpoint c;
   c.key = key_parent(key);
@@ -11349,7 +11364,16 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
   std::map<std::string, std::string> owner;  // printed key path -> tensor name
   for (const auto& [file, tensors] : listed) {
     const std::string file_key = join_key(c.key, file);
-    const SafetensorsHeader h = read_safetensors_header(store, file_key);
+    std::uint64_t file_size = 0;
+    const std::string header = read_safetensors_header_text(store, file_key, file_size);
+    // A long header (many tensors) takes a while to parse and turn into records: the files'
+    // bytes are read ahead meanwhile, as for a checkpoint (checkpoint/read_ahead.hpp).
+    if (read_ahead && !c.read_ahead && header.size() >= read_ahead_min_metadata_bytes) {
+      std::vector<std::string> keys;
+      for (const auto& [f, t] : listed) keys.push_back(join_key(c.key, f));
+      c.read_ahead = start_read_ahead(store, std::move(keys));
+    }
+    const SafetensorsHeader h = parse_safetensors_header_text(header, file_size, store.describe(file_key));
     m.data_files.push_back(file);
     if (!is_index)
       for (const auto& [k, v] : h.metadata) m.user_metadata[k] = v;
@@ -11409,13 +11433,13 @@ CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::str
   LoadOptions opts = options;
   opts.verify_checksums = false;  // safetensors stores none
   opts.item = default_item_name;
-  return load_opened(store, [&] { return open_safetensors(store, key, names); }, opts, false, plan_fn);
+  return load_opened(store, [&] { return open_safetensors(store, key, names, true); }, opts, false, plan_fn);
 }
 
 }  // namespace detail
 
 CAIRN_API CheckpointMetadata safetensors_metadata(const Store& store, const std::string& key, const SafetensorsOptions& names) {
-  return detail::open_safetensors(store, key, names).metadata;
+  return detail::open_safetensors(store, key, names, false).metadata;
 }
 
 CAIRN_END_NAMESPACE

@@ -62,20 +62,25 @@ inline std::vector<std::string> data_files_in_head(std::string_view text) {
   return names;
 }
 
-// The read-ahead of the checkpoint at `key` whose _METADATA is `metadata_text` (its handle
-// stops it), or none: on one core (it would take the parse's time), for a short text, where
-// the head names no data files, or where the store has nothing to do.
-inline std::unique_ptr<StoreReadAhead> start_read_ahead(const Store& store, const std::string& key, std::string_view metadata_text) {
+// A read-ahead of the blobs at `keys` (its handle stops it), or none: on one core (it would
+// take the parse's time), or where the store has nothing to do.
+inline std::unique_ptr<StoreReadAhead> start_read_ahead(const Store& store, std::vector<std::string> keys) {
   static const bool cores = std::thread::hardware_concurrency() > 1;
-  if (!cores || metadata_text.size() < read_ahead_min_metadata_bytes) return nullptr;
-  std::vector<std::string> files = data_files_in_head(metadata_text);
-  for (auto& f : files) f = join_key(key, f);
-  if (files.empty()) return nullptr;
+  if (!cores || keys.empty()) return nullptr;
   try {
-    return store.read_ahead(files, read_ahead_max_bytes);
+    return store.read_ahead(keys, read_ahead_max_bytes);
   } catch (...) {  // a hint: a store that fails at it leaves the load as it was
     return nullptr;
   }
+}
+
+// The read-ahead of the checkpoint at `key` whose _METADATA is `metadata_text`, or none: also
+// for a short text, or where the head names no data files.
+inline std::unique_ptr<StoreReadAhead> start_read_ahead(const Store& store, const std::string& key, std::string_view metadata_text) {
+  if (metadata_text.size() < read_ahead_min_metadata_bytes) return nullptr;
+  std::vector<std::string> files = data_files_in_head(metadata_text);
+  for (auto& f : files) f = join_key(key, f);
+  return start_read_ahead(store, std::move(files));
 }
 
 }  // namespace detail

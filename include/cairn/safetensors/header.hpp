@@ -148,10 +148,12 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
 }
 
 // Reads and validates the header of the safetensors blob at `key`.
-inline SafetensorsHeader read_safetensors_header(const Store& store, const std::string& key) {
+// The header's JSON text of the safetensors file at `key`, checked against the file's size
+// (in `file_size`) and the limit, not parsed.
+inline std::string read_safetensors_header_text(const Store& store, const std::string& key, std::uint64_t& file_size) {
   const std::string file = store.describe(key);
   std::unique_ptr<StoreReader> in = store.open(key);
-  const std::uint64_t size = in->size();
+  const std::uint64_t size = file_size = in->size();
   if (size < 8) throw Error(ErrorKind::corrupt, "file of " + std::to_string(size) + " bytes is too short for safetensors", file);
   unsigned char len[8];
   in->read_at(len, 8, 0);
@@ -163,8 +165,13 @@ inline SafetensorsHeader read_safetensors_header(const Store& store, const std::
     throw Error(ErrorKind::corrupt, "safetensors header of " + std::to_string(n) + " bytes is longer than the file", file);
   std::string json(n, '\0');
   in->read_at(json.data(), n, 8);
-  SafetensorsHeader h = parse_safetensors_header(json, size - 8 - n, file);
-  h.data_offset = 8 + n;
+  return json;
+}
+
+// Parses a header read by read_safetensors_header_text from a file of `file_size` bytes.
+inline SafetensorsHeader parse_safetensors_header_text(const std::string& json, std::uint64_t file_size, const std::string& file) {
+  SafetensorsHeader h = parse_safetensors_header(json, file_size - 8 - json.size(), file);
+  h.data_offset = 8 + json.size();
   return h;
 }
 

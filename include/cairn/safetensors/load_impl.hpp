@@ -44,7 +44,10 @@ inline KeyPath safetensors_key_path(const std::string& name, const SafetensorsOp
 }
 
 // The records of the safetensors file, or of the set an index names, at `key`.
-inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& key_in, const SafetensorsOptions& names) {
+// With `read_ahead` (a load, not a look at the metadata), the files' bytes are fetched while
+// a long header is parsed.
+inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& key_in, const SafetensorsOptions& names,
+                                         bool read_ahead) {
   const std::string key = normalize_key(key_in);
   OpenedCheckpoint c;
   c.key = key_parent(key);
@@ -80,7 +83,16 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
   std::map<std::string, std::string> owner;  // printed key path -> tensor name
   for (const auto& [file, tensors] : listed) {
     const std::string file_key = join_key(c.key, file);
-    const SafetensorsHeader h = read_safetensors_header(store, file_key);
+    std::uint64_t file_size = 0;
+    const std::string header = read_safetensors_header_text(store, file_key, file_size);
+    // A long header (many tensors) takes a while to parse and turn into records: the files'
+    // bytes are read ahead meanwhile, as for a checkpoint (checkpoint/read_ahead.hpp).
+    if (read_ahead && !c.read_ahead && header.size() >= read_ahead_min_metadata_bytes) {
+      std::vector<std::string> keys;
+      for (const auto& [f, t] : listed) keys.push_back(join_key(c.key, f));
+      c.read_ahead = start_read_ahead(store, std::move(keys));
+    }
+    const SafetensorsHeader h = parse_safetensors_header_text(header, file_size, store.describe(file_key));
     m.data_files.push_back(file);
     if (!is_index)
       for (const auto& [k, v] : h.metadata) m.user_metadata[k] = v;
@@ -140,13 +152,13 @@ CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::str
   LoadOptions opts = options;
   opts.verify_checksums = false;  // safetensors stores none
   opts.item = default_item_name;
-  return load_opened(store, [&] { return open_safetensors(store, key, names); }, opts, false, plan_fn);
+  return load_opened(store, [&] { return open_safetensors(store, key, names, true); }, opts, false, plan_fn);
 }
 
 }  // namespace detail
 
 CAIRN_API CheckpointMetadata safetensors_metadata(const Store& store, const std::string& key, const SafetensorsOptions& names) {
-  return detail::open_safetensors(store, key, names).metadata;
+  return detail::open_safetensors(store, key, names, false).metadata;
 }
 
 CAIRN_END_NAMESPACE
