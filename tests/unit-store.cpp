@@ -58,11 +58,12 @@ TEST_CASE("a file read ahead: its first bytes into the page cache, up to the bud
   const bool can_drop = test::drop_from_page_cache(path);
   CHECK(cairn::detail::file_head_cached(path, 1 << 20) == !can_drop);
   // prefetch_file covers exactly its budget from the start (fetched, or found cached), or the
-  // whole file.
+  // whole file. (What lies past the budget may be cached all the same: the kernel's own
+  // readahead of sequential reads goes up to read_ahead_kb further, 8 MiB on the VM where
+  // this was written, so the budget is checked by what prefetch_file says it covered.)
   CHECK(cairn::detail::prefetch_file(path, 5 << 20, stop) == 5u << 20);
   CHECK(r->cached_bytes(0, 5 << 20) == 5u << 20);
   CHECK(cairn::detail::file_head_cached(path, 5 << 20));
-  if (can_drop) CHECK(r->cached_bytes(8 << 20, 1 << 20) < (1u << 20) / 2);  // past the budget: not read
   CHECK(cairn::detail::prefetch_file(path, 1ull << 40, stop) == bytes.size());
   CHECK(r->cached_bytes(0, bytes.size()) == bytes.size());
   // Nothing changed, and the file reads the same through the page cache.
@@ -96,7 +97,6 @@ TEST_CASE("a file read ahead: its first bytes into the page cache, up to the bud
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     CHECK(r->cached_bytes(0, 2 << 20) == 2u << 20);
     ahead.reset();
-    CHECK(r->cached_bytes(7 << 20, 2 << 20) < (1u << 20));  // past the budget: not read
   }
 }
 
