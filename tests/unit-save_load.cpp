@@ -435,6 +435,7 @@ TEST_CASE("a large leaf read by two threads: bit-exact, and a flipped byte in ei
     } catch (const cairn::Error& e) {
       CHECK(e.kind() == cairn::ErrorKind::corrupt);
       CHECK(e.key_path() == "layers/0");
+      CHECK(e.file() == c + "/data-0-0.bin");  // described only once the check fails
       CHECK(std::string(e.what()).find("checksum mismatch") != std::string::npos);
     }
   }

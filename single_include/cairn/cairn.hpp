@@ -10259,12 +10259,13 @@ inline void normalize_bools(void* data, std::uint64_t n) {
   for (std::uint64_t i = 0; i < n; ++i) p[i] = p[i] != 0;
 }
 
-// `file` names the data file in the error.
-inline void check_crc(std::uint32_t got, const LeafRecord& s, const ChunkRecord& c, const std::string& file) {
+// The error names the chunk's data file, described only when the check fails: describing it
+// takes a few allocations, and a load of 100,000 small leaves checks 100,000 chunks.
+inline void check_crc(std::uint32_t got, const LeafRecord& s, const ChunkRecord& c, const DataFiles& files) {
   if (got != c.crc32c)
     throw Error(ErrorKind::corrupt, "checksum mismatch in bytes " + std::to_string(c.offset) + ".." +
                 std::to_string(c.offset + c.nbytes) + " (CRC32C " + std::to_string(got) + ", expected " +
-                std::to_string(c.crc32c) + ")", file, s.key());
+                std::to_string(c.crc32c) + ")", files.describe(c.file), s.key());
 }
 
 }  // namespace detail
@@ -10507,7 +10508,7 @@ class BoxLeafReader {
           }
         }
         if (!f.memory) report_.bytes_read += c.nbytes;
-        if (options_.verify_checksums) check_crc(crc, s_, c, files_.describe(c.file));
+        if (options_.verify_checksums) check_crc(crc, s_, c, files_);
       } else {
         const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
         for (const auto& o : overlaps) {
@@ -10798,7 +10799,7 @@ inline void read_small_run(ReadTask* run, std::size_t count, DataFiles& files, c
     report.bytes_needed += c.nbytes;
     if (c.nbytes == 0) continue;
     try {
-      if (options.verify_checksums) check_crc(crc32c(run[k].buffer.data, static_cast<std::size_t>(c.nbytes)), s, c, files.describe(c.file));
+      if (options.verify_checksums) check_crc(crc32c(run[k].buffer.data, static_cast<std::size_t>(c.nbytes)), s, c, files);
     } catch (const Error& e) {
       throw e.with_key(run[k].leaf->key);
     }
@@ -10858,6 +10859,11 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
   std::vector<ReadTask> tasks;
   std::vector<CastRecord> lossy;  // casts that could lose information, not allowed
   tasks.reserve(plan.leaves.size());
+  // One StoredLeafInfo for every leaf: its shape is assigned into the capacity the leaf before
+  // left, not copied into a vector of its own per leaf.
+  StoredLeafInfo info;
+  info.process = options.coordinator ? options.coordinator->rank() : 0;
+  info.processes = options.coordinator ? options.coordinator->size() : 1;
   for (auto& leaf : plan.leaves) {
     const LeafRecord& s = *leaf.stored;
     // Every chunk must lie inside its file before the target allocates anything: shapes in
@@ -10871,9 +10877,12 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
     }
     LeafBuffer buf;
     try {
-      buf = leaf.prepare(StoredLeafInfo{s.dtype, s.shape, s.order, s.nbytes(), s.sharding ? &*s.sharding : nullptr,
-                                        options.coordinator ? options.coordinator->rank() : 0,
-                                        options.coordinator ? options.coordinator->size() : 1});
+      info.dtype = s.dtype;
+      info.shape.assign(s.shape.begin(), s.shape.end());
+      info.order = s.order;
+      info.nbytes = s.nbytes();
+      info.sharding = s.sharding ? &*s.sharding : nullptr;
+      buf = leaf.prepare(info);
     } catch (const Error& e) {
       throw Error(e.kind(), e.message(), dir, leaf.key);
     }

@@ -262,7 +262,7 @@ class BoxLeafReader {
           }
         }
         if (!f.memory) report_.bytes_read += c.nbytes;
-        if (options_.verify_checksums) check_crc(crc, s_, c, files_.describe(c.file));
+        if (options_.verify_checksums) check_crc(crc, s_, c, files_);
       } else {
         const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
         for (const auto& o : overlaps) {

@@ -98,7 +98,7 @@ inline void read_small_run(ReadTask* run, std::size_t count, DataFiles& files, c
     report.bytes_needed += c.nbytes;
     if (c.nbytes == 0) continue;
     try {
-      if (options.verify_checksums) check_crc(crc32c(run[k].buffer.data, static_cast<std::size_t>(c.nbytes)), s, c, files.describe(c.file));
+      if (options.verify_checksums) check_crc(crc32c(run[k].buffer.data, static_cast<std::size_t>(c.nbytes)), s, c, files);
     } catch (const Error& e) {
       throw e.with_key(run[k].leaf->key);
     }
@@ -158,6 +158,11 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
   std::vector<ReadTask> tasks;
   std::vector<CastRecord> lossy;  // casts that could lose information, not allowed
   tasks.reserve(plan.leaves.size());
+  // One StoredLeafInfo for every leaf: its shape is assigned into the capacity the leaf before
+  // left, not copied into a vector of its own per leaf.
+  StoredLeafInfo info;
+  info.process = options.coordinator ? options.coordinator->rank() : 0;
+  info.processes = options.coordinator ? options.coordinator->size() : 1;
   for (auto& leaf : plan.leaves) {
     const LeafRecord& s = *leaf.stored;
     // Every chunk must lie inside its file before the target allocates anything: shapes in
@@ -171,9 +176,12 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
     }
     LeafBuffer buf;
     try {
-      buf = leaf.prepare(StoredLeafInfo{s.dtype, s.shape, s.order, s.nbytes(), s.sharding ? &*s.sharding : nullptr,
-                                        options.coordinator ? options.coordinator->rank() : 0,
-                                        options.coordinator ? options.coordinator->size() : 1});
+      info.dtype = s.dtype;
+      info.shape.assign(s.shape.begin(), s.shape.end());
+      info.order = s.order;
+      info.nbytes = s.nbytes();
+      info.sharding = s.sharding ? &*s.sharding : nullptr;
+      buf = leaf.prepare(info);
     } catch (const Error& e) {
       throw Error(e.kind(), e.message(), dir, leaf.key);
     }
