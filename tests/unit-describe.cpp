@@ -73,3 +73,24 @@ TEST_CASE("annotated structs serialize with cereal's JSON archive, Eigen and cai
   CHECK(back.t == v.t);
   CHECK(back.names == v.names);
 }
+
+TEST_CASE("a cairn::Shape is written by cereal as the std::vector<int64_t> it once was, and read back") {
+  for (const std::vector<std::int64_t>& dims : {std::vector<std::int64_t>{}, {3, 4}, {1, 2, 3, 4, 5, 6, 7}}) {
+    CAPTURE(dims.size());
+    const cairn::Shape shape(dims);
+    std::stringstream as_shape, as_vector;
+    { cereal::JSONOutputArchive ar(as_shape); ar(cereal::make_nvp("s", shape)); }
+    { cereal::JSONOutputArchive ar(as_vector); ar(cereal::make_nvp("s", dims)); }
+    CHECK(as_shape.str() == as_vector.str());
+    cairn::Shape back{9};
+    { cereal::JSONInputArchive ar(as_vector); ar(cereal::make_nvp("s", back)); }
+    CHECK(back == shape);
+    std::stringstream bin_shape, bin_vector;
+    { cereal::BinaryOutputArchive ar(bin_shape); ar(shape); }
+    { cereal::BinaryOutputArchive ar(bin_vector); ar(dims); }
+    CHECK(bin_shape.str() == bin_vector.str());
+    cairn::Shape bin_back;
+    { cereal::BinaryInputArchive ar(bin_shape); ar(bin_back); }
+    CHECK(bin_back == shape);
+  }
+}

@@ -70,3 +70,55 @@ TEST_CASE("box copy equals an element-by-element copy, for any orders, element s
     CHECK(dst == want);
   }
 }
+
+// cairn::Shape keeps small ranks inline and larger ones on the heap: every operation, on
+// shapes that cross between the two, against std::vector<std::int64_t> as the model.
+TEST_CASE("Shape behaves as a std::vector<int64_t>, inline and on the heap") {
+  auto same = [](const Shape& s, const std::vector<std::int64_t>& v) {
+    return s.size() == v.size() && std::equal(s.begin(), s.end(), v.begin()) && s.capacity() >= s.size() &&
+           (s.size() == 0 || (s.front() == v.front() && s.back() == v.back()));
+  };
+  auto value = [] { return static_cast<std::int64_t>(rng() % 2000) - 1000; };
+  Shape s, other;
+  std::vector<std::int64_t> m, other_m;
+  for (int step = 0; step < 20000; ++step) {
+    CAPTURE(step);
+    const std::size_t at = m.empty() ? 0 : rng() % (m.size() + 1);
+    switch (rng() % 12) {
+      case 0: case 1: { const auto v = value(); s.push_back(v); m.push_back(v); break; }
+      case 2: if (!m.empty()) { s.pop_back(); m.pop_back(); } break;
+      case 3: { const std::size_t n = rng() % 10; const auto v = value(); s.resize(n, v); m.resize(n, v); break; }
+      case 4: { const std::size_t n = rng() % 10; const auto v = value(); s.assign(n, v); m.assign(n, v); break; }
+      case 5: { const auto v = value(); s.insert(s.begin() + at, v); m.insert(m.begin() + at, v); break; }
+      case 6: if (at < m.size()) { s.erase(s.begin() + at); m.erase(m.begin() + static_cast<std::ptrdiff_t>(at)); } break;
+      case 7: {  // a copy of part of itself, which may move it between inline and heap
+        const std::size_t from = m.empty() ? 0 : rng() % m.size();
+        s.assign(s.begin() + from, s.end());
+        m.assign(m.begin() + static_cast<std::ptrdiff_t>(from), m.end());
+        break;
+      }
+      case 8: other = s; other_m = m; break;
+      case 9: s.swap(other); m.swap(other_m); break;
+      case 10: { Shape moved(std::move(other)); other = std::move(s); s = std::move(moved); std::swap(m, other_m); break; }
+      case 11: { const std::vector<std::int64_t> v(rng() % 9, value()); s = v; m = v; break; }
+    }
+    REQUIRE(same(s, m));
+    REQUIRE(same(other, other_m));
+    REQUIRE(std::vector<std::int64_t>(s) == m);
+    REQUIRE((s == other) == (m == other_m));
+    REQUIRE((s < other) == (m < other_m));
+    REQUIRE((s == m) == true);
+  }
+  // The constructors std::vector has, with the same meanings.
+  CHECK(same(Shape(3), {0, 0, 0}));
+  CHECK(same(Shape(6, 7), {7, 7, 7, 7, 7, 7}));
+  CHECK(same(Shape{6, 7}, {6, 7}));
+  const std::vector<std::int64_t> seven{1, 2, 3, 4, 5, 6, 7};
+  CHECK(same(Shape(seven.begin(), seven.end()), seven));
+  CHECK(same(Shape(seven), seven));
+  Shape self{1, 2, 3, 4, 5, 6};
+  const Shape& alias = self;
+  self = alias;
+  CHECK(same(self, {1, 2, 3, 4, 5, 6}));
+  CHECK_THROWS_AS(self.at(6), std::out_of_range);
+}

@@ -29,9 +29,10 @@ struct Leaves {
   std::deque<float> dq;
   std::optional<std::vector<double>> maybe;
   std::map<int, std::vector<std::int16_t>> by_int;
+  cairn::Shape dims;  // a 1-D int64 leaf, its values inline or on the heap
 };
 CAIRN_TREE(Leaves, flag, i8, u16, i64, f64, h, bf, f8, text, vf, vb, arr, col_major, row_major, fixed, arr2d, row_vec,
-           nd, dq, maybe, by_int)
+           nd, dq, maybe, by_int, dims)
 
 template <class T> T pick() { return static_cast<T>(test::rng()()); }
 
@@ -62,6 +63,7 @@ Leaves random_leaves() {
   for (std::size_t i = g() % 5; i > 0; --i) v.dq.push_back(static_cast<float>(g() % 100));
   if (g() & 1) v.maybe = test::random_bits<double>(g() % 7);
   for (std::size_t i = g() % 4; i > 0; --i) v.by_int[static_cast<int>(g() % 1000) - 500] = {1, 2, static_cast<std::int16_t>(i)};
+  for (std::size_t i = g() % 9; i > 0; --i) v.dims.push_back(pick<std::int64_t>());
   return v;
 }
 
@@ -93,6 +95,7 @@ void check_same(const Leaves& a, const Leaves& b) {
   CHECK(a.maybe.has_value() == b.maybe.has_value());
   if (a.maybe && b.maybe) CHECK(bits_equal(a.maybe->data(), b.maybe->data(), a.maybe->size() * 8));
   CHECK(a.by_int == b.by_int);
+  CHECK(a.dims == b.dims);
 }
 }  // namespace rt
 

@@ -252,15 +252,221 @@ CAIRN_END_NAMESPACE
 // Array shapes and the overflow-checked arithmetic on them. Shapes come from untrusted
 // checkpoint metadata, so element and byte counts are computed with explicit overflow checks.
 
+#include <algorithm>
+#include <compare>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 
 CAIRN_BEGIN_NAMESPACE
 
-using Shape = std::vector<std::int64_t>;
+// An array's extent per dimension: a vector of int64 that keeps up to four dimensions in
+// itself and only larger ranks on the heap (PyTorch's tensor sizes are kept the same way). A load
+// of 100,000 small leaves holds three shapes a leaf in its metadata records; as std::vectors
+// they were three allocations a leaf, more than half of all a load made. It has std::vector's
+// interface for what shapes need, converts to and from std::vector<std::int64_t> implicitly,
+// and compares with one.
+class Shape {
+ public:
+  using value_type = std::int64_t;
+  using size_type = std::size_t;
+  using difference_type = std::ptrdiff_t;
+  using reference = value_type&;
+  using const_reference = const value_type&;
+  using pointer = value_type*;
+  using const_pointer = const value_type*;
+  using iterator = value_type*;
+  using const_iterator = const value_type*;
+  using reverse_iterator = std::reverse_iterator<iterator>;
+  using const_reverse_iterator = std::reverse_iterator<const_iterator>;
+  // Ranks up to this many live inside the Shape.
+  static constexpr size_type inline_rank = 4;
+
+  Shape() noexcept {}
+  explicit Shape(size_type n, value_type v = 0) { assign(n, v); }
+  Shape(std::initializer_list<value_type> values) { assign(values.begin(), values.end()); }
+  template <std::input_iterator It>
+  Shape(It first, It last) { assign(first, last); }
+  Shape(const std::vector<value_type>& v) { assign(v.begin(), v.end()); }
+  Shape(const Shape& o) { assign(o.begin(), o.end()); }
+  Shape(Shape&& o) noexcept { take(o); }
+  ~Shape() { free_heap(); }
+
+  Shape& operator=(const Shape& o) {
+    if (this != &o) assign(o.begin(), o.end());
+    return *this;
+  }
+  Shape& operator=(Shape&& o) noexcept {
+    if (this != &o) {
+      free_heap();
+      take(o);
+    }
+    return *this;
+  }
+  Shape& operator=(std::initializer_list<value_type> values) {
+    assign(values.begin(), values.end());
+    return *this;
+  }
+  operator std::vector<value_type>() const { return std::vector<value_type>(begin(), end()); }
+
+  void assign(size_type n, value_type v) {
+    clear();
+    reserve(n);
+    std::fill_n(data(), n, v);
+    size_ = static_cast<std::uint32_t>(n);
+  }
+  template <std::input_iterator It>
+  void assign(It first, It last) {
+    if constexpr (std::forward_iterator<It>) {
+      const auto n = static_cast<size_type>(std::distance(first, last));
+      if (n > capacity_) {
+        // A new block filled before the old one goes: [first, last) may lie in this shape.
+        value_type* p = allocate(n);
+        std::copy(first, last, p);
+        free_heap();
+        data_ = p;
+        capacity_ = static_cast<std::uint32_t>(n);
+      } else {
+        std::copy(first, last, data_);
+      }
+      size_ = static_cast<std::uint32_t>(n);
+    } else {
+      clear();
+      for (; first != last; ++first) push_back(*first);
+    }
+  }
+  void assign(std::initializer_list<value_type> values) { assign(values.begin(), values.end()); }
+
+  size_type size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  size_type capacity() const noexcept { return capacity_; }
+  static constexpr size_type max_size() noexcept { return UINT32_MAX; }
+  value_type* data() noexcept { return data_; }
+  const value_type* data() const noexcept { return data_; }
+
+  iterator begin() noexcept { return data(); }
+  iterator end() noexcept { return data() + size_; }
+  const_iterator begin() const noexcept { return data(); }
+  const_iterator end() const noexcept { return data() + size_; }
+  const_iterator cbegin() const noexcept { return begin(); }
+  const_iterator cend() const noexcept { return end(); }
+  reverse_iterator rbegin() noexcept { return reverse_iterator(end()); }
+  reverse_iterator rend() noexcept { return reverse_iterator(begin()); }
+  const_reverse_iterator rbegin() const noexcept { return const_reverse_iterator(end()); }
+  const_reverse_iterator rend() const noexcept { return const_reverse_iterator(begin()); }
+
+  value_type& operator[](size_type i) noexcept { return data()[i]; }
+  const value_type& operator[](size_type i) const noexcept { return data()[i]; }
+  value_type& at(size_type i) {
+    if (i >= size_) throw std::out_of_range("cairn::Shape::at");
+    return data()[i];
+  }
+  const value_type& at(size_type i) const {
+    if (i >= size_) throw std::out_of_range("cairn::Shape::at");
+    return data()[i];
+  }
+  value_type& front() noexcept { return data()[0]; }
+  const value_type& front() const noexcept { return data()[0]; }
+  value_type& back() noexcept { return data()[size_ - 1]; }
+  const value_type& back() const noexcept { return data()[size_ - 1]; }
+
+  void reserve(size_type n) {
+    if (n <= capacity_) return;
+    const size_type grown = std::min<size_type>(std::max<size_type>(n, 2 * size_type{capacity_}), max_size());
+    value_type* p = allocate(grown);
+    std::copy(begin(), end(), p);
+    free_heap();
+    data_ = p;
+    capacity_ = static_cast<std::uint32_t>(grown);
+  }
+  void clear() noexcept { size_ = 0; }
+  void push_back(value_type v) {
+    if (size_ == capacity_) reserve(size_ + 1);
+    data()[size_++] = v;
+  }
+  value_type& emplace_back(value_type v) {
+    push_back(v);
+    return back();
+  }
+  void pop_back() noexcept { --size_; }
+  void resize(size_type n, value_type v = 0) {
+    reserve(n);
+    if (n > size_) std::fill(data() + size_, data() + n, v);
+    size_ = static_cast<std::uint32_t>(n);
+  }
+  iterator insert(const_iterator pos, value_type v) {
+    const auto at = static_cast<size_type>(pos - begin());
+    push_back(v);
+    std::rotate(begin() + at, end() - 1, end());
+    return begin() + at;
+  }
+  template <std::input_iterator It>
+  iterator insert(const_iterator pos, It first, It last) {
+    const auto at = static_cast<size_type>(pos - begin());
+    const size_type old = size_;
+    for (; first != last; ++first) push_back(*first);
+    std::rotate(begin() + at, begin() + old, end());
+    return begin() + at;
+  }
+  iterator erase(const_iterator first, const_iterator last) {
+    const auto at = static_cast<size_type>(first - begin());
+    const auto n = static_cast<size_type>(last - first);
+    std::copy(begin() + at + n, end(), begin() + at);
+    size_ -= static_cast<std::uint32_t>(n);
+    return begin() + at;
+  }
+  iterator erase(const_iterator pos) { return erase(pos, pos + 1); }
+  void swap(Shape& o) noexcept {
+    Shape t(std::move(o));
+    o = std::move(*this);
+    *this = std::move(t);
+  }
+  friend void swap(Shape& a, Shape& b) noexcept { a.swap(b); }
+
+  friend bool operator==(const Shape& a, const Shape& b) noexcept {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+  friend std::strong_ordering operator<=>(const Shape& a, const Shape& b) noexcept {
+    return std::lexicographical_compare_three_way(a.begin(), a.end(), b.begin(), b.end());
+  }
+
+ private:
+  bool on_heap() const noexcept { return data_ != inline_; }
+  static value_type* allocate(size_type n) {
+    if (n > max_size()) throw std::length_error("cairn::Shape: more dimensions than it can hold");
+    return new value_type[n];
+  }
+  void free_heap() noexcept {
+    if (on_heap()) delete[] data_;
+    data_ = inline_;
+    capacity_ = inline_rank;
+  }
+  // Takes o's elements, leaving o empty; this holds no heap block.
+  void take(Shape& o) noexcept {
+    if (o.on_heap()) {
+      data_ = o.data_;
+      capacity_ = o.capacity_;
+      o.data_ = o.inline_;
+      o.capacity_ = inline_rank;
+    } else {
+      std::copy(o.inline_, o.inline_ + o.size_, inline_);
+    }
+    size_ = o.size_;
+    o.size_ = 0;
+  }
+
+  // The elements: inline_ while they fit there, else a block of capacity_ on the heap. A
+  // pointer rather than a union with a test on every access.
+  value_type* data_ = inline_;
+  std::uint32_t size_ = 0;
+  std::uint32_t capacity_ = inline_rank;
+  value_type inline_[inline_rank];
+};
 
 // "[2, 3]".
 CAIRN_API std::string to_string(const Shape& shape);
@@ -1223,6 +1429,22 @@ struct leaf_traits<std::vector<T, Alloc>, std::enable_if_t<has_dtype<T> && !std:
                   " is not 1-D, but the target is a std::vector");
     v.resize(static_cast<std::size_t>(stored.shape[0]));
     return {dtype_of<T>, Order::C, v.data(), v.size() * sizeof(T)};
+  }
+};
+
+// cairn::Shape, a vector of int64 that keeps small ranks inline: a 1-D int64 array, as it
+// was when Shape was a std::vector<std::int64_t>.
+template <>
+struct leaf_traits<Shape> {
+  static LeafView view(const Shape& v) {
+    return {DType::int64, {static_cast<std::int64_t>(v.size())}, Order::C, v.data(), v.size() * sizeof(std::int64_t)};
+  }
+  static LeafBuffer prepare(Shape& v, const StoredLeafInfo& stored) {
+    if (stored.shape.size() != 1)
+      throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored.shape) +
+                  " is not 1-D, but the target is a cairn::Shape");
+    v.resize(static_cast<std::size_t>(stored.shape[0]));
+    return {DType::int64, Order::C, v.data(), v.size() * sizeof(std::int64_t)};
   }
 };
 
@@ -2300,6 +2522,7 @@ CAIRN_END_NAMESPACE
 #include <vector>
 
 #include <cereal/cereal.hpp>
+#include <cereal/types/vector.hpp>
 
 
 CAIRN_BEGIN_NAMESPACE
@@ -2399,6 +2622,22 @@ template <class Archive> void serialize(Archive& ar, float8_e4m3fn& v) { ar(v.bi
 template <class Archive> void serialize(Archive& ar, float8_e5m2& v) { ar(v.bits); }
 
 CAIRN_END_NAMESPACE
+
+// cereal support for cairn::Shape: written as the std::vector<std::int64_t> it was before it
+// kept small ranks inline, so archives written then and now read the same. In namespace
+// cereal, not cairn, where cairn::save(path, value) would take a call meant for the archive.
+namespace cereal {
+template <class Archive>
+void save(Archive& ar, const ::cairn::Shape& s) {
+  save(ar, std::vector<std::int64_t>(s.begin(), s.end()));
+}
+template <class Archive>
+void load(Archive& ar, ::cairn::Shape& s) {
+  std::vector<std::int64_t> v;
+  load(ar, v);
+  s.assign(v.begin(), v.end());
+}
+}  // namespace cereal
 // ----- end cairn/leaves/array.hpp -----
 // ----- begin cairn/leaves/sharded_array.hpp -----
 // cairn::ShardedArray<T>: a global N-d array split over a mesh of host or device memories by
@@ -8061,7 +8300,7 @@ inline constexpr int max_metadata_depth = 32;
 
 // ---- writing ----
 
-inline void append_json_ints(std::string& out, const std::vector<std::int64_t>& v) {
+inline void append_json_ints(std::string& out, const Shape& v) {
   out += '[';
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (i) out += ',';
@@ -8590,19 +8829,18 @@ class MetadataReader {
     }
   }
 
+  // Shapes and boxes: up to Shape::inline_rank dimensions read into the Shape itself, no
+  // allocation.
+  void ints(Shape& out) {
+    out.clear();
+    r_.array([&] { out.push_back(r_.int64()); });
+  }
   template <class T>
   void ints(std::vector<T>& out) {
-    if constexpr (std::is_same_v<T, std::int64_t>) {
-      // Shapes and boxes: read into a reused vector, then copied at their size, one allocation
-      // for any rank (grown by push_back, a shape of rank 2 took two and of rank 3 three).
-      ints_.clear();
-      r_.array([&] { ints_.push_back(r_.int64()); });
-      out.assign(ints_.begin(), ints_.end());
-    } else {
-      out.clear();
-      r_.array([&] { out.push_back(r_.integer<T>()); });
-    }
+    out.clear();
+    r_.array([&] { out.push_back(r_.integer<T>()); });
   }
+
   DType dtype(std::string_view s) {
     // Most leaves have the dtype of the one before.
     if (same_text(s, dtype_name(last_dtype_))) return last_dtype_;
@@ -8625,7 +8863,6 @@ class MetadataReader {
   JsonReader r_;
   std::string key_, kinds_;  // of the record being read, reused
   std::vector<ChunkMembers> chunk_members_;  // of the leaf being read, reused
-  std::vector<std::int64_t> ints_;           // the array being read by ints(), reused
   const std::vector<std::string>* data_files_ = nullptr;  // once read
   std::size_t item_index_ = 0;
   DType last_dtype_ = DType::float32;

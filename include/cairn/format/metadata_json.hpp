@@ -29,7 +29,7 @@ inline constexpr int max_metadata_depth = 32;
 
 // ---- writing ----
 
-inline void append_json_ints(std::string& out, const std::vector<std::int64_t>& v) {
+inline void append_json_ints(std::string& out, const Shape& v) {
   out += '[';
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (i) out += ',';
@@ -558,19 +558,18 @@ class MetadataReader {
     }
   }
 
+  // Shapes and boxes: up to Shape::inline_rank dimensions read into the Shape itself, no
+  // allocation.
+  void ints(Shape& out) {
+    out.clear();
+    r_.array([&] { out.push_back(r_.int64()); });
+  }
   template <class T>
   void ints(std::vector<T>& out) {
-    if constexpr (std::is_same_v<T, std::int64_t>) {
-      // Shapes and boxes: read into a reused vector, then copied at their size, one allocation
-      // for any rank (grown by push_back, a shape of rank 2 took two and of rank 3 three).
-      ints_.clear();
-      r_.array([&] { ints_.push_back(r_.int64()); });
-      out.assign(ints_.begin(), ints_.end());
-    } else {
-      out.clear();
-      r_.array([&] { out.push_back(r_.integer<T>()); });
-    }
+    out.clear();
+    r_.array([&] { out.push_back(r_.integer<T>()); });
   }
+
   DType dtype(std::string_view s) {
     // Most leaves have the dtype of the one before.
     if (same_text(s, dtype_name(last_dtype_))) return last_dtype_;
@@ -593,7 +592,6 @@ class MetadataReader {
   JsonReader r_;
   std::string key_, kinds_;  // of the record being read, reused
   std::vector<ChunkMembers> chunk_members_;  // of the leaf being read, reused
-  std::vector<std::int64_t> ints_;           // the array being read by ints(), reused
   const std::vector<std::string>* data_files_ = nullptr;  // once read
   std::size_t item_index_ = 0;
   DType last_dtype_ = DType::float32;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <cereal/cereal.hpp>
+#include <cereal/types/vector.hpp>
 
 #include "cairn/tree/traits.hpp"
 
@@ -109,3 +110,19 @@ template <class Archive> void serialize(Archive& ar, float8_e4m3fn& v) { ar(v.bi
 template <class Archive> void serialize(Archive& ar, float8_e5m2& v) { ar(v.bits); }
 
 CAIRN_END_NAMESPACE
+
+// cereal support for cairn::Shape: written as the std::vector<std::int64_t> it was before it
+// kept small ranks inline, so archives written then and now read the same. In namespace
+// cereal, not cairn, where cairn::save(path, value) would take a call meant for the archive.
+namespace cereal {
+template <class Archive>
+void save(Archive& ar, const ::cairn::Shape& s) {
+  save(ar, std::vector<std::int64_t>(s.begin(), s.end()));
+}
+template <class Archive>
+void load(Archive& ar, ::cairn::Shape& s) {
+  std::vector<std::int64_t> v;
+  load(ar, v);
+  s.assign(v.begin(), v.end());
+}
+}  // namespace cereal

@@ -54,6 +54,22 @@ struct leaf_traits<std::vector<T, Alloc>, std::enable_if_t<has_dtype<T> && !std:
   }
 };
 
+// cairn::Shape, a vector of int64 that keeps small ranks inline: a 1-D int64 array, as it
+// was when Shape was a std::vector<std::int64_t>.
+template <>
+struct leaf_traits<Shape> {
+  static LeafView view(const Shape& v) {
+    return {DType::int64, {static_cast<std::int64_t>(v.size())}, Order::C, v.data(), v.size() * sizeof(std::int64_t)};
+  }
+  static LeafBuffer prepare(Shape& v, const StoredLeafInfo& stored) {
+    if (stored.shape.size() != 1)
+      throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored.shape) +
+                  " is not 1-D, but the target is a cairn::Shape");
+    v.resize(static_cast<std::size_t>(stored.shape[0]));
+    return {DType::int64, Order::C, v.data(), v.size() * sizeof(std::int64_t)};
+  }
+};
+
 // std::vector<bool> packs bits, so it goes through a byte buffer each way.
 template <class Alloc>
 struct leaf_traits<std::vector<bool, Alloc>> {
