@@ -304,3 +304,30 @@ TEST_CASE("a stored sharding with many replicas is not adopted into memory witho
   load(dir / "c", own);  // with a sharding of its own, it loads
   CHECK(own.shards().size() == 2);
 }
+
+TEST_CASE("stored key paths that are not in canonical form load under their canonical keys") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  cairn::save(c, Layers{{{1, 2}, {3}}});
+  const std::string meta = test::read_file(c + "/_METADATA");
+  // An index written with a leading zero: the same index, printed without it.
+  replace_metadata(c, edit(meta, "\"layers/1\"", "\"layers/01\""));
+  cairn::LoadReport report;
+  Layers back;
+  back.layers.resize(2);
+  report = cairn::load(c, back);
+  CHECK(back.layers == std::vector<std::vector<float>>{{1, 2}, {3}});
+  CHECK(report.loaded == std::vector<std::string>{"layers/0", "layers/1"});
+  CHECK(cairn::metadata(c).leaves()[1].key() == "layers/1");
+  // A '/' escaped in lower case, a '%' not escaped: the keys print canonically ("%2F", "%25").
+  const std::string m = dir / "m";
+  cairn::save(m, std::map<std::string, std::vector<float>>{{"a/b", {4}}, {"c%", {5}}});
+  const std::string map_meta = test::read_file(m + "/_METADATA");
+  replace_metadata(m, edit(edit(map_meta, "\"a%2Fb\"", "\"a%2fb\""), "\"c%25\"", "\"c%\""));
+  const auto loaded = cairn::load<std::map<std::string, std::vector<float>>>(m);
+  CHECK(loaded == std::map<std::string, std::vector<float>>{{"a/b", {4}}, {"c%", {5}}});
+  std::map<std::string, std::vector<float>> into{{"a/b", {0}}, {"c%", {0}}};
+  CHECK(cairn::load(m, into).loaded == std::vector<std::string>{"a%2Fb", "c%25"});
+  CHECK(into == loaded);
+  CHECK(cairn::metadata(m).leaves()[0].key() == "a%2Fb");
+}

@@ -1,5 +1,6 @@
 #include "test_util.hpp"
 
+#include <algorithm>
 #include <limits>
 
 using cairn::KeyEntry;
@@ -60,6 +61,38 @@ TEST_CASE("every kind of entry prints as its text escaped, joined by '/', short 
     CAPTURE(reference(p));
     CHECK(p.str() == reference(p));
   }
+}
+
+// The metadata reader copies a stored key instead of printing it when prints_as_stored says
+// they are the same text: random stored texts, canonical or not, against printing.
+TEST_CASE("a stored key path said to print as stored prints as stored, and a printed one is said to") {
+  const std::string alphabet = "a0-1/%2Ff5";
+  int copied = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string text, kinds;
+    const int len = static_cast<int>(test::rng()() % 12);
+    for (int j = 0; j < len; ++j) text += alphabet[test::rng()() % alphabet.size()];
+    const std::size_t n = text.empty() ? test::rng()() % 2 : 1 + static_cast<std::size_t>(std::count(text.begin(), text.end(), '/'));
+    for (std::size_t i = 0; i < n; ++i) kinds += "fkin"[test::rng()() % 4];
+    KeyPath p;
+    try {
+      p = KeyPath::from_stored(text, kinds);
+    } catch (const cairn::Error&) {
+      continue;  // refused: the reader never asks
+    }
+    CAPTURE(text);
+    CAPTURE(kinds);
+    if (cairn::detail::prints_as_stored(text, kinds)) {
+      ++copied;
+      CHECK(p.str() == text);
+    }
+    // What a writer stores (the printed form) is copied whenever it escapes nothing.
+    if (p.str().find('%') == std::string::npos) CHECK(cairn::detail::prints_as_stored(p.str(), p.kinds()));
+  }
+  CHECK(copied > 1000);
+  CHECK(!cairn::detail::prints_as_stored("a/-0", "fn"));
+  CHECK(!cairn::detail::prints_as_stored("a/007", "fi"));
+  CHECK(cairn::detail::prints_as_stored("a/0/-12", "fin"));
 }
 
 TEST_CASE("stored key paths from untrusted metadata are checked") {

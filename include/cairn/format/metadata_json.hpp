@@ -451,7 +451,8 @@ class MetadataReader {
         }
       });
       l.path = KeyPath::from_stored(key_, kinds_);
-      if (printed_ && !printed_->empty()) printed_->back().push_back(l.path.str());
+      if (printed_ && !printed_->empty())
+        printed_->back().push_back(prints_as_stored(key_, kinds_) ? std::string(key_) : l.path.str());  // a copy, most often
       if (!rec.seen(5)) l.saved_from = l.dtype;
       for (std::size_t i = 0; i < l.chunks.size(); ++i) {
         ChunkRecord& c = l.chunks[i];
