@@ -3977,6 +3977,223 @@ CAIRN_END_NAMESPACE
 #include <string_view>
 #include <type_traits>
 
+// ----- begin cairn/core/inline_vector.hpp -----
+// A vector that keeps its first N elements in itself and only more on the heap. For lists in
+// the metadata records that almost always hold one element: a leaf's chunk list (a sharded
+// leaf has several chunks, every other leaf one). As a std::vector the chunk list was an
+// allocation and a pointer to follow per leaf, in every pass over 100,000 records. Shape
+// (core/shape.hpp) is the same idea for int64 dimensions, with the conversions shapes need.
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <iterator>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+// std::vector's interface, the parts the records use: construction from a list, an iterator
+// range or a std::vector (and conversion back), element access, iteration, push_back,
+// emplace_back, pop_back, resize, reserve, erase, clear, comparison.
+template <class T, std::size_t N>
+class InlineVector {
+  static_assert(N >= 1, "InlineVector keeps at least one element inline");
+  // Moves never throw, so that a move of the vector (which moves inline elements) cannot fail.
+  static_assert(std::is_nothrow_move_constructible_v<T>, "InlineVector needs elements that move without throwing");
+
+ public:
+  using value_type = T;
+  using size_type = std::size_t;
+  using difference_type = std::ptrdiff_t;
+  using reference = T&;
+  using const_reference = const T&;
+  using pointer = T*;
+  using const_pointer = const T*;
+  using iterator = T*;
+  using const_iterator = const T*;
+  using reverse_iterator = std::reverse_iterator<iterator>;
+  using const_reverse_iterator = std::reverse_iterator<const_iterator>;
+  static constexpr size_type inline_capacity = N;
+
+  InlineVector() noexcept {}
+  explicit InlineVector(size_type n) { resize(n); }
+  InlineVector(std::initializer_list<T> values) : InlineVector(values.begin(), values.end()) {}
+  template <std::input_iterator It>
+  InlineVector(It first, It last) {
+    if constexpr (std::forward_iterator<It>) reserve(static_cast<size_type>(std::distance(first, last)));
+    for (; first != last; ++first) emplace_back(*first);
+  }
+  InlineVector(const std::vector<T>& v) : InlineVector(v.begin(), v.end()) {}
+  InlineVector(const InlineVector& o) : InlineVector(o.begin(), o.end()) {}
+  InlineVector(InlineVector&& o) noexcept { take(o); }
+  ~InlineVector() { release(); }
+
+  InlineVector& operator=(const InlineVector& o) {
+    if (this != &o) {
+      InlineVector copy(o);
+      *this = std::move(copy);
+    }
+    return *this;
+  }
+  InlineVector& operator=(InlineVector&& o) noexcept {
+    if (this != &o) {
+      release();
+      take(o);
+    }
+    return *this;
+  }
+  InlineVector& operator=(std::initializer_list<T> values) { return *this = InlineVector(values); }
+  operator std::vector<T>() const { return std::vector<T>(begin(), end()); }
+
+  size_type size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  size_type capacity() const noexcept { return capacity_; }
+  static constexpr size_type max_size() noexcept { return UINT32_MAX; }
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
+
+  iterator begin() noexcept { return data_; }
+  iterator end() noexcept { return data_ + size_; }
+  const_iterator begin() const noexcept { return data_; }
+  const_iterator end() const noexcept { return data_ + size_; }
+  const_iterator cbegin() const noexcept { return begin(); }
+  const_iterator cend() const noexcept { return end(); }
+  reverse_iterator rbegin() noexcept { return reverse_iterator(end()); }
+  reverse_iterator rend() noexcept { return reverse_iterator(begin()); }
+  const_reverse_iterator rbegin() const noexcept { return const_reverse_iterator(end()); }
+  const_reverse_iterator rend() const noexcept { return const_reverse_iterator(begin()); }
+
+  T& operator[](size_type i) noexcept { return data_[i]; }
+  const T& operator[](size_type i) const noexcept { return data_[i]; }
+  T& at(size_type i) {
+    if (i >= size_) throw std::out_of_range("cairn::InlineVector::at");
+    return data_[i];
+  }
+  const T& at(size_type i) const {
+    if (i >= size_) throw std::out_of_range("cairn::InlineVector::at");
+    return data_[i];
+  }
+  T& front() noexcept { return data_[0]; }
+  const T& front() const noexcept { return data_[0]; }
+  T& back() noexcept { return data_[size_ - 1]; }
+  const T& back() const noexcept { return data_[size_ - 1]; }
+
+  void reserve(size_type n) {
+    if (n > capacity_) move_to(std::min<size_type>(std::max<size_type>(n, 2 * size_type{capacity_}), max_size()), n);
+  }
+  template <class... Args>
+  T& emplace_back(Args&&... args) {
+    if (size_ == capacity_) {
+      // The new element is made first: an argument may be an element of this vector.
+      T value(std::forward<Args>(args)...);
+      reserve(size_type{size_} + 1);
+      ::new (static_cast<void*>(data_ + size_)) T(std::move(value));
+    } else {
+      ::new (static_cast<void*>(data_ + size_)) T(std::forward<Args>(args)...);
+    }
+    return data_[size_++];
+  }
+  void push_back(const T& v) { emplace_back(v); }
+  void push_back(T&& v) { emplace_back(std::move(v)); }
+  void pop_back() noexcept { std::destroy_at(data_ + --size_); }
+  void clear() noexcept {
+    std::destroy(begin(), end());
+    size_ = 0;
+  }
+  void resize(size_type n) {
+    if (n < size_) {
+      std::destroy(begin() + n, end());
+      size_ = static_cast<std::uint32_t>(n);
+      return;
+    }
+    reserve(n);
+    while (size_ < n) emplace_back();
+  }
+  iterator erase(const_iterator first, const_iterator last) {
+    T* at = data_ + (first - data_);
+    const auto n = last - first;
+    if (n > 0) {
+      T* new_end = std::move(at + n, end(), at);
+      std::destroy(new_end, end());
+      size_ -= static_cast<std::uint32_t>(n);
+    }
+    return at;
+  }
+  iterator erase(const_iterator pos) { return erase(pos, pos + 1); }
+  void swap(InlineVector& o) noexcept {
+    InlineVector t(std::move(o));
+    o = std::move(*this);
+    *this = std::move(t);
+  }
+  friend void swap(InlineVector& a, InlineVector& b) noexcept { a.swap(b); }
+
+  friend bool operator==(const InlineVector& a, const InlineVector& b)
+    requires std::equality_comparable<T>
+  {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+
+ private:
+  T* inline_data() noexcept { return std::launder(reinterpret_cast<T*>(inline_)); }
+  bool on_heap() const noexcept { return static_cast<const void*>(data_) != static_cast<const void*>(inline_); }
+
+  // Moves the elements into a heap block of `capacity` (at least `needed`, which must fit).
+  void move_to(size_type capacity, size_type needed) {
+    if (needed > max_size()) throw std::length_error("cairn::InlineVector: more elements than it can hold");
+    std::allocator<T> alloc;
+    T* p = alloc.allocate(capacity);
+    try {
+      std::uninitialized_move(begin(), end(), p);
+    } catch (...) {
+      alloc.deallocate(p, capacity);
+      throw;
+    }
+    std::destroy(begin(), end());
+    if (on_heap()) alloc.deallocate(data_, capacity_);
+    data_ = p;
+    capacity_ = static_cast<std::uint32_t>(capacity);
+  }
+  // Destroys the elements and frees a heap block: empty and inline after.
+  void release() noexcept {
+    std::destroy(begin(), end());
+    if (on_heap()) std::allocator<T>().deallocate(data_, capacity_);
+    data_ = inline_data();
+    size_ = 0;
+    capacity_ = N;
+  }
+  // Takes o's elements, leaving o empty; this holds nothing before.
+  void take(InlineVector& o) noexcept {
+    if (o.on_heap()) {
+      data_ = o.data_;
+      size_ = o.size_;
+      capacity_ = o.capacity_;
+      o.data_ = o.inline_data();
+      o.capacity_ = N;
+    } else {
+      std::uninitialized_move(o.begin(), o.end(), inline_data());
+      size_ = o.size_;
+      std::destroy(o.begin(), o.end());
+    }
+    o.size_ = 0;
+  }
+
+  // The elements: inline_ while they fit there, else a block of capacity_ on the heap.
+  T* data_ = inline_data();
+  std::uint32_t size_ = 0;
+  std::uint32_t capacity_ = N;
+  alignas(T) unsigned char inline_[N * sizeof(T)];
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/inline_vector.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 
@@ -4000,7 +4217,8 @@ struct LeafRecord {
   DType saved_from = DType::float32; // the in-memory dtype at save time (differs when cast on save)
   Shape shape;                       // logical (global) shape
   Order order = Order::C;            // memory order of every chunk's bytes
-  std::vector<ChunkRecord> chunks;
+  // Almost always one chunk (only sharded leaves have more), kept in the record itself.
+  InlineVector<ChunkRecord, 1> chunks;
   // How the array was sharded when saved (sharded leaves only). Used as a std::optional; kept
   // on the heap, since most leaves have none (core/heap_optional.hpp).
   HeapOptional<NamedSharding> sharding;

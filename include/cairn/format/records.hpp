@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "cairn/core/heap_optional.hpp"
+#include "cairn/core/inline_vector.hpp"
 #include "cairn/core/json.hpp"
 #include "cairn/core/key_path.hpp"
 #include "cairn/core/named_sharding.hpp"
@@ -41,7 +42,8 @@ struct LeafRecord {
   DType saved_from = DType::float32; // the in-memory dtype at save time (differs when cast on save)
   Shape shape;                       // logical (global) shape
   Order order = Order::C;            // memory order of every chunk's bytes
-  std::vector<ChunkRecord> chunks;
+  // Almost always one chunk (only sharded leaves have more), kept in the record itself.
+  InlineVector<ChunkRecord, 1> chunks;
   // How the array was sharded when saved (sharded leaves only). Used as a std::optional; kept
   // on the heap, since most leaves have none (core/heap_optional.hpp).
   HeapOptional<NamedSharding> sharding;
