@@ -2,10 +2,11 @@
 // the metadata records that almost always hold one element: a leaf's chunk list (a sharded
 // leaf has several chunks, every other leaf one). As a std::vector the chunk list was an
 // allocation and a pointer to follow per leaf, in every pass over 100,000 records. Shape
-// (core/shape.hpp) is the same idea for int64 dimensions, with the conversions shapes need.
+// (core/shape.hpp) is one of int64 dimensions, four inline.
 #pragma once
 
 #include <algorithm>
+#include <compare>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -22,9 +23,10 @@
 
 CAIRN_BEGIN_NAMESPACE
 
-// std::vector's interface, the parts the records use: construction from a list, an iterator
-// range or a std::vector (and conversion back), element access, iteration, push_back,
-// emplace_back, pop_back, resize, reserve, erase, clear, comparison.
+// std::vector's interface, the parts the records and shapes use: construction from a count,
+// a list, an iterator range or a std::vector (and conversion back), assign, element access,
+// iteration, push_back, emplace_back, pop_back, resize, reserve, insert, erase, clear,
+// comparison.
 template <class T, std::size_t N>
 class InlineVector {
   static_assert(N >= 1, "InlineVector keeps at least one element inline");
@@ -47,22 +49,17 @@ class InlineVector {
 
   InlineVector() noexcept {}
   explicit InlineVector(size_type n) { resize(n); }
-  InlineVector(std::initializer_list<T> values) : InlineVector(values.begin(), values.end()) {}
+  InlineVector(size_type n, const T& v) { assign(n, v); }
+  InlineVector(std::initializer_list<T> values) { assign(values.begin(), values.end()); }
   template <std::input_iterator It>
-  InlineVector(It first, It last) {
-    if constexpr (std::forward_iterator<It>) reserve(static_cast<size_type>(std::distance(first, last)));
-    for (; first != last; ++first) emplace_back(*first);
-  }
-  InlineVector(const std::vector<T>& v) : InlineVector(v.begin(), v.end()) {}
-  InlineVector(const InlineVector& o) : InlineVector(o.begin(), o.end()) {}
+  InlineVector(It first, It last) { assign(first, last); }
+  InlineVector(const std::vector<T>& v) { assign(v.begin(), v.end()); }
+  InlineVector(const InlineVector& o) { assign(o.begin(), o.end()); }
   InlineVector(InlineVector&& o) noexcept { take(o); }
   ~InlineVector() { release(); }
 
   InlineVector& operator=(const InlineVector& o) {
-    if (this != &o) {
-      InlineVector copy(o);
-      *this = std::move(copy);
-    }
+    if (this != &o) assign(o.begin(), o.end());
     return *this;
   }
   InlineVector& operator=(InlineVector&& o) noexcept {
@@ -72,8 +69,49 @@ class InlineVector {
     }
     return *this;
   }
-  InlineVector& operator=(std::initializer_list<T> values) { return *this = InlineVector(values); }
+  InlineVector& operator=(std::initializer_list<T> values) {
+    assign(values.begin(), values.end());
+    return *this;
+  }
   operator std::vector<T>() const { return std::vector<T>(begin(), end()); }
+
+  void assign(size_type n, const T& v) {
+    const T value(v);  // v may be an element of this vector
+    clear();
+    reserve(n);
+    std::uninitialized_fill_n(data_, n, value);
+    size_ = static_cast<std::uint32_t>(n);
+  }
+  // [first, last) may lie in this vector.
+  template <std::input_iterator It>
+  void assign(It first, It last) {
+    if constexpr (std::forward_iterator<It>) {
+      const auto n = static_cast<size_type>(std::distance(first, last));
+      if (n > capacity_) {
+        // A new block filled before the old one goes.
+        InlineVector grown;
+        grown.move_to(n, n);
+        std::uninitialized_copy(first, last, grown.data_);
+        grown.size_ = static_cast<std::uint32_t>(n);
+        *this = std::move(grown);
+      } else if (n <= size_) {
+        // Copied forwards over the front: a range that starts later in this vector is safe.
+        T* new_end = std::copy(first, last, data_);
+        std::destroy(new_end, end());
+        size_ = static_cast<std::uint32_t>(n);
+      } else {
+        It mid = first;
+        std::advance(mid, size_);
+        std::copy(first, mid, data_);
+        std::uninitialized_copy(mid, last, end());
+        size_ = static_cast<std::uint32_t>(n);
+      }
+    } else {
+      clear();
+      for (; first != last; ++first) emplace_back(*first);
+    }
+  }
+  void assign(std::initializer_list<T> values) { assign(values.begin(), values.end()); }
 
   size_type size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
@@ -137,7 +175,32 @@ class InlineVector {
       return;
     }
     reserve(n);
-    while (size_ < n) emplace_back();
+    std::uninitialized_value_construct(end(), begin() + n);
+    size_ = static_cast<std::uint32_t>(n);
+  }
+  void resize(size_type n, const T& v) {
+    if (n <= size_) {
+      resize(n);
+      return;
+    }
+    const T value(v);  // v may be an element of this vector
+    reserve(n);
+    std::uninitialized_fill(end(), begin() + n, value);
+    size_ = static_cast<std::uint32_t>(n);
+  }
+  iterator insert(const_iterator pos, const T& v) {
+    const auto at = pos - begin();
+    push_back(v);
+    std::rotate(begin() + at, end() - 1, end());
+    return begin() + at;
+  }
+  template <std::input_iterator It>
+  iterator insert(const_iterator pos, It first, It last) {
+    const auto at = pos - begin();
+    const size_type old = size_;
+    for (; first != last; ++first) emplace_back(*first);
+    std::rotate(begin() + at, begin() + old, end());
+    return begin() + at;
   }
   iterator erase(const_iterator first, const_iterator last) {
     T* at = data_ + (first - data_);
@@ -161,6 +224,11 @@ class InlineVector {
     requires std::equality_comparable<T>
   {
     return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+  friend auto operator<=>(const InlineVector& a, const InlineVector& b)
+    requires std::three_way_comparable<T>
+  {
+    return std::lexicographical_compare_three_way(a.begin(), a.end(), b.begin(), b.end());
   }
 
  private:
