@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "cairn/checkpoint/options.hpp"
+#include "cairn/core/prefetch.hpp"
 #include "cairn/format/records.hpp"
 #include "cairn/store/store.hpp"  // join_key
 #include "cairn/tree/walk.hpp"
@@ -78,20 +80,48 @@ class StoredIndex {
     // A parent's printed path is its child's up to the last '/' (a '/' inside a segment is
     // escaped), so no key path is copied or printed again here. Two passes: the children are
     // counted first, so that each list is allocated once at its size (a map of 100,000 leaves
-    // grown by doubling held 1.5 MB more at the load's peak).
+    // grown by doubling held 1.5 MB more at the load's peak). At 100,000 leaves the records are
+    // some 26 MB, and waiting on each one in both passes cost 3.5 times as much per leaf as at
+    // 10,000 (perf): so the counting pass reads only the printed keys, the second asks for the
+    // records ahead (core/prefetch.hpp), and siblings, stored one after another, find their
+    // parent's list without a lookup. Together 7 -> 3.3 ms of a 100,000-leaf load.
     auto parent = [](const std::string& key) {
       const std::size_t slash = key.rfind('/');
       return std::string_view(key).substr(0, slash == std::string::npos ? 0 : slash);
     };
     for (int pass = 0; pass < 2; ++pass) {
-      auto add_child = [&](const std::string& key, const KeyPath& p) {
-        if (p.empty()) return;
-        auto& list = children_[parent(key)];
-        if (pass == 0) list.count += 1;
-        else list.keys.push_back(p.back());
+      const char* last_parent = nullptr;  // a pointer and a size, not a string_view: copying
+      std::size_t last_size = 0;          // one made the compare wait on a store (perf annotate)
+      Children* last = nullptr;
+      auto list_of = [&](const std::string& key) -> Children& {
+        const std::string_view par = parent(key);
+        if (!last || par.size() != last_size || std::memcmp(par.data(), last_parent, last_size) != 0) {
+          last = &children_[par];
+          last_parent = par.data();
+          last_size = par.size();
+        }
+        return *last;
       };
-      for (std::size_t i = 0; i < node_keys_.size(); ++i) add_child(node_keys_[i], item_.nodes[i].path);
-      for (std::size_t i = 0; i < keys_.size(); ++i) add_child(keys_[i], item_.leaves[i].path);
+      // The root has the printed path "", and so has a one-entry path of an empty string key:
+      // only there does the counting pass look at the record.
+      auto is_root = [](const std::string& key, const KeyPath& p) { return key.empty() && p.empty(); };
+      for (std::size_t i = 0; i < node_keys_.size(); ++i) {
+        if (is_root(node_keys_[i], item_.nodes[i].path)) continue;
+        Children& list = list_of(node_keys_[i]);
+        if (pass == 0) list.count += 1;
+        else list.keys.push_back(item_.nodes[i].path.back());
+      }
+      for (std::size_t i = 0; i < keys_.size(); ++i) {
+        if (pass == 1 && i + 2 * prefetch_distance < keys_.size()) {  // core/prefetch.hpp
+          prefetch(item_.leaves[i + 2 * prefetch_distance].path);
+          const KeyPath& ahead = item_.leaves[i + prefetch_distance / 2].path;
+          if (!ahead.empty()) prefetch(ahead.back());
+        }
+        if (is_root(keys_[i], item_.leaves[i].path)) continue;
+        Children& list = list_of(keys_[i]);
+        if (pass == 0) list.count += 1;
+        else list.keys.push_back(item_.leaves[i].path.back());
+      }
       if (pass == 0)
         for (auto& [key, list] : children_) list.keys.reserve(list.count);
     }
