@@ -267,6 +267,70 @@ TEST_CASE("save refuses an existing path unless overwrite, and never overwrites 
     CHECK(e.path().filename().string().find(".cairn-") == std::string::npos);
 }
 
+namespace keys {
+// A custom node whose children all have one key: a user's mistake a save must refuse.
+struct SameKey {
+  std::vector<std::vector<std::uint32_t>> parts;
+};
+}  // namespace keys
+template <>
+struct cairn::node_traits<keys::SameKey> {
+  static constexpr NodeKind kind = NodeKind::custom;
+  template <class Self, class F>
+  static void for_each_child(Self& node, F&& f) {
+    for (auto& p : node.parts) f(KeyEntry::key("part"), p);
+  }
+};
+
+TEST_CASE("empty string map keys: nested ones round-trip, one at the top and repeated key paths are refused unwritten") {
+  using Flat = std::map<std::string, std::vector<std::uint32_t>>;
+  using Nested = std::map<std::string, Flat>;
+  test::TempDir dir;
+  // Below the top an empty key prints as an empty last segment ("a/"), which no other path
+  // prints as: loads into new and existing maps find it.
+  const Nested nested{{"a", {{"", test::random_bits<std::uint32_t>(5)}, {"x", test::random_bits<std::uint32_t>(3)}}},
+                      {"y", {{"", test::random_bits<std::uint32_t>(4)}}}};
+  cairn::save(dir / "nested", nested);
+  const auto md = cairn::metadata(dir / "nested");
+  std::vector<std::string> stored;
+  for (const auto& l : md.items.at(0).leaves) stored.push_back(l.key());
+  CHECK(stored == std::vector<std::string>{"a/", "a/x", "y/"});
+  CHECK(cairn::load<Nested>(dir / "nested") == nested);
+  Nested into{{"a", {{"", {}}, {"x", {}}}}, {"y", {{"", {}}}}};
+  cairn::load(dir / "nested", into);
+  CHECK(into == nested);
+
+  // At the top it would print as "", the root's key path: the save says so and writes nothing,
+  // and a checkpoint it would have overwritten still loads.
+  const Flat earlier{{"w", test::random_bits<std::uint32_t>(7)}};
+  cairn::save(dir / "c", earlier);
+  cairn::SaveOptions overwrite;
+  overwrite.overwrite = true;
+  const Flat top{{"", test::random_bits<std::uint32_t>(2)}, {"b", test::random_bits<std::uint32_t>(2)}};
+  CHECK_CAIRN_ERROR(cairn::save(dir / "c", top, overwrite), cairn::ErrorKind::invalid_argument, "the empty string");
+  CHECK(cairn::load<Flat>(dir / "c") == earlier);
+  CHECK_CAIRN_ERROR(cairn::save(dir / "new", top), cairn::ErrorKind::invalid_argument, "root's own");
+  CHECK(!std::filesystem::exists(dir / "new"));
+  for (auto& e : std::filesystem::directory_iterator(dir.path))
+    CHECK(e.path().filename().string().find(".cairn-") == std::string::npos);
+
+  // A custom node whose children repeat a key: refused, naming the key path.
+  keys::SameKey same{{test::random_bits<std::uint32_t>(2), test::random_bits<std::uint32_t>(3)}};
+  try {
+    cairn::save(dir / "same", same);
+    FAIL("a tree with a repeated key path was saved");
+  } catch (const cairn::Error& e) {
+    CHECK(e.kind() == cairn::ErrorKind::invalid_argument);
+    CHECK(e.key_path() == "part");
+    CHECK(std::string(e.what()).find("distinct keys") != std::string::npos);
+  }
+  CHECK(!std::filesystem::exists(dir / "same"));
+  // One child is fine.
+  same.parts.pop_back();
+  cairn::save(dir / "same", same);
+  CHECK(cairn::metadata(dir / "same").items.at(0).leaves.at(0).key() == "part");
+}
+
 TEST_CASE("metadata returns structure, dtypes, shapes and user metadata without reading data") {
   test::TempDir dir;
   std::map<std::string, Eigen::MatrixXf> params = {{"w", Eigen::MatrixXf::Zero(3, 5)}};

@@ -4232,6 +4232,13 @@ struct ItemSnapshot {
 CAIRN_API void add_node(ItemSnapshot& s, const KeyPath& path, NodeKind kind);
 CAIRN_API void add_leaf(ItemSnapshot& s, const KeyPath& path, LeafView&& view);
 
+// Throws invalid_argument (naming `where` and the key) when two nodes or leaves of the snapshot
+// print as the same key path, before anything is written: the checkpoint could not be loaded
+// (its reader rejects repeated keys). A map with an empty string key at the top of a tree does
+// it (the key prints as "", the root's own key path), and so does a custom node whose children
+// repeat a key.
+CAIRN_API void check_distinct_key_paths(const ItemSnapshot& s, const std::string& where);
+
 // Views into the tree's own memory; nothing is copied.
 template <class T>
 void view_tree_into(ItemSnapshot& s, const T& tree) {
@@ -8337,107 +8344,7 @@ CAIRN_END_NAMESPACE
 #include <cstring>
 #include <memory>
 #include <string>
-#include <vector>
-
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-CAIRN_API void add_node(ItemSnapshot& s, const KeyPath& path, NodeKind kind) { s.nodes.push_back({path, kind}); }
-
-CAIRN_API void add_leaf(ItemSnapshot& s, const KeyPath& path, LeafView&& view) {
-  s.leaves.push_back({path, std::move(view)});
-}
-
-// Makes a view own a copy of its bytes.
-CAIRN_API void own_copy(LeafView& v) {
-  if (!v.shards.empty()) {
-    // Each box once (replicas are not written), in host memory.
-    auto copies = std::make_shared<std::vector<std::unique_ptr<unsigned char[]>>>();
-    std::vector<ShardView> kept;
-    const std::size_t item = dtype_size(v.dtype);
-    for (const auto& s : v.shards) {
-      if (!s.primary) continue;
-      const auto n = static_cast<std::size_t>(s.box.elements() * item);
-      copies->push_back(std::make_unique<unsigned char[]>(std::max<std::size_t>(n, 1)));
-      copy_bytes(copies->back().get(), MemoryKind::host, s.data, s.memory, n);
-      kept.push_back({s.box, copies->back().get(), MemoryKind::host, 0, true});
-    }
-    v.shards = std::move(kept);
-    v.owner = copies;
-    return;
-  }
-  if (v.nbytes == 0) return;
-  std::shared_ptr<unsigned char[]> copy(new unsigned char[static_cast<std::size_t>(v.nbytes)]);
-  std::memcpy(copy.get(), v.data, static_cast<std::size_t>(v.nbytes));
-  v.data = copy.get();
-  v.owner = std::shared_ptr<const void>(copy, copy.get());
-}
-
-// An item that is one array of bytes (JSON text, a cereal archive), owning them.
-CAIRN_API ItemSnapshot bytes_item(const std::string& name, ItemKind kind, DType dtype, std::string bytes) {
-  ItemSnapshot s;
-  s.name = name;
-  s.kind = kind;
-  auto owned = std::make_shared<std::string>(std::move(bytes));
-  LeafView v{dtype, {static_cast<std::int64_t>(owned->size())}, Order::C, owned->data(), owned->size(), owned};
-  s.leaves.push_back({KeyPath(), std::move(v)});
-  return s;
-}
-
-}  // namespace detail
-CAIRN_END_NAMESPACE
-// ----- end cairn/checkpoint/snapshot_impl.hpp -----
-// ----- begin cairn/checkpoint/save_impl.hpp -----
-// The runtime of save(): a session per save that writes every item's leaves and commits them
-// once on every rank. Compiled in every translation unit that includes cairn/cairn.hpp, or
-// once with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
-
-#include <exception>
-#include <string>
-#include <vector>
-
-// ----- begin cairn/checkpoint/commit.hpp -----
-// The commit protocol of a save, top to bottom, for any number of ranks:
-//
-//   1. The primary (rank 0) checks the overwrite rule and stages (Store::stage); every rank
-//      learns the staging key, or every rank throws the primary's error.
-//   2. Every rank writes the leaves it is responsible for into its own data file under the
-//      staging key (checkpoint/leaf_writer.hpp): rank 0 the unsharded leaves, every rank the
-//      shard boxes it is the primary holder of.
-//   3. Every rank makes its data file durable and sends its chunk records (with their CRCs)
-//      and its file's size to the primary, or its error: one gather, whatever the number of
-//      chunks.
-//   4. If every rank succeeded, the primary merges the records, writes _METADATA and
-//      _USER_METADATA, then the commit marker _CHECKPOINT last, and publishes once
-//      (CheckpointStaging::publish checks every file is there with its size first).
-//   5. The primary broadcasts the outcome; every rank returns it: success everywhere, or the
-//      same error everywhere. One rank's failure means nobody publishes, and the primary's
-//      staging (with every rank's files) is removed.
-//
-// With one rank (LocalCoordinator) these are exactly the steps of a single-process save, and
-// the collectives return at once.
-
-#include <chrono>
-#include <cstring>
-#include <ctime>
-#include <exception>
-#include <map>
-#include <memory>
-#include <string>
-#include <vector>
-
-// ----- begin cairn/checkpoint/leaf_writer.hpp -----
-// Writing leaves into a checkpoint's data file: the bytes of each leaf appended to this
-// rank's data file through the store (small leaves gathered into large writes, large ones
-// straight from the caller's memory), casts on save, sharded leaves written box by box by
-// their primary holder, device memory crossing to the host through two pinned buffers.
-
-#include <algorithm>
-#include <future>
-#include <map>
-#include <memory>
-#include <string>
+#include <string_view>
 #include <vector>
 
 // ----- begin cairn/format/files.hpp -----
@@ -9530,9 +9437,6 @@ void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) 
   }
 }
 
-// Cross-checks of the records against each other: unique keys, sane shapes, chunks inside
-// their array and covering it exactly once, byte ranges that neither overflow nor overlap.
-// `path` names the metadata file in errors.
 // The first string in `keys` equal to an earlier one, or null. An open-addressing table of
 // positions: a hash set of views, a node allocated per key, was a tenth of metadata() at
 // 100,000 leaves.
@@ -9550,6 +9454,9 @@ inline const std::string_view* find_repeated(const std::vector<std::string_view>
   return nullptr;
 }
 
+// Cross-checks of the records against each other: unique keys, sane shapes, chunks inside
+// their array and covering it exactly once, byte ranges that neither overflow nor overlap.
+// `path` names the metadata file in errors.
 // `leaf_keys`: the items' leaves' printed keys as the parser printed them (metadata_json.hpp),
 // used instead of printing them again; or empty, to be filled here. A load's index then takes
 // them too.
@@ -9666,6 +9573,123 @@ inline CheckpointMetadata read_metadata(const Store& store, const std::string& k
 }  // namespace detail
 CAIRN_END_NAMESPACE
 // ----- end cairn/format/files.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+CAIRN_API void add_node(ItemSnapshot& s, const KeyPath& path, NodeKind kind) { s.nodes.push_back({path, kind}); }
+
+CAIRN_API void add_leaf(ItemSnapshot& s, const KeyPath& path, LeafView&& view) {
+  s.leaves.push_back({path, std::move(view)});
+}
+
+CAIRN_API void check_distinct_key_paths(const ItemSnapshot& s, const std::string& where) {
+  std::vector<std::string> keys;
+  keys.reserve(s.nodes.size() + s.leaves.size());
+  for (const auto& n : s.nodes) keys.push_back(n.path.str());
+  for (const auto& l : s.leaves) keys.push_back(l.path.str());
+  const std::vector<std::string_view> printed(keys.begin(), keys.end());
+  const std::string_view* twice = find_repeated(printed);
+  if (!twice) return;
+  if (twice->empty())
+    throw Error(ErrorKind::invalid_argument, "item '" + s.name + "': a map at the top of the tree has the empty string "
+                "as a key, whose key path \"\" is the root's own, and a checkpoint could not tell the two apart (nest "
+                "the map one level down, or give the key a name)", where, "");
+  throw Error(ErrorKind::invalid_argument, "item '" + s.name + "': two parts of the tree have the key path '" +
+              std::string(*twice) + "' (a custom node's children need distinct keys)", where, std::string(*twice));
+}
+
+// Makes a view own a copy of its bytes.
+CAIRN_API void own_copy(LeafView& v) {
+  if (!v.shards.empty()) {
+    // Each box once (replicas are not written), in host memory.
+    auto copies = std::make_shared<std::vector<std::unique_ptr<unsigned char[]>>>();
+    std::vector<ShardView> kept;
+    const std::size_t item = dtype_size(v.dtype);
+    for (const auto& s : v.shards) {
+      if (!s.primary) continue;
+      const auto n = static_cast<std::size_t>(s.box.elements() * item);
+      copies->push_back(std::make_unique<unsigned char[]>(std::max<std::size_t>(n, 1)));
+      copy_bytes(copies->back().get(), MemoryKind::host, s.data, s.memory, n);
+      kept.push_back({s.box, copies->back().get(), MemoryKind::host, 0, true});
+    }
+    v.shards = std::move(kept);
+    v.owner = copies;
+    return;
+  }
+  if (v.nbytes == 0) return;
+  std::shared_ptr<unsigned char[]> copy(new unsigned char[static_cast<std::size_t>(v.nbytes)]);
+  std::memcpy(copy.get(), v.data, static_cast<std::size_t>(v.nbytes));
+  v.data = copy.get();
+  v.owner = std::shared_ptr<const void>(copy, copy.get());
+}
+
+// An item that is one array of bytes (JSON text, a cereal archive), owning them.
+CAIRN_API ItemSnapshot bytes_item(const std::string& name, ItemKind kind, DType dtype, std::string bytes) {
+  ItemSnapshot s;
+  s.name = name;
+  s.kind = kind;
+  auto owned = std::make_shared<std::string>(std::move(bytes));
+  LeafView v{dtype, {static_cast<std::int64_t>(owned->size())}, Order::C, owned->data(), owned->size(), owned};
+  s.leaves.push_back({KeyPath(), std::move(v)});
+  return s;
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/snapshot_impl.hpp -----
+// ----- begin cairn/checkpoint/save_impl.hpp -----
+// The runtime of save(): a session per save that writes every item's leaves and commits them
+// once on every rank. Compiled in every translation unit that includes cairn/cairn.hpp, or
+// once with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
+
+#include <exception>
+#include <string>
+#include <vector>
+
+// ----- begin cairn/checkpoint/commit.hpp -----
+// The commit protocol of a save, top to bottom, for any number of ranks:
+//
+//   1. The primary (rank 0) checks the overwrite rule and stages (Store::stage); every rank
+//      learns the staging key, or every rank throws the primary's error.
+//   2. Every rank writes the leaves it is responsible for into its own data file under the
+//      staging key (checkpoint/leaf_writer.hpp): rank 0 the unsharded leaves, every rank the
+//      shard boxes it is the primary holder of.
+//   3. Every rank makes its data file durable and sends its chunk records (with their CRCs)
+//      and its file's size to the primary, or its error: one gather, whatever the number of
+//      chunks.
+//   4. If every rank succeeded, the primary merges the records, writes _METADATA and
+//      _USER_METADATA, then the commit marker _CHECKPOINT last, and publishes once
+//      (CheckpointStaging::publish checks every file is there with its size first).
+//   5. The primary broadcasts the outcome; every rank returns it: success everywhere, or the
+//      same error everywhere. One rank's failure means nobody publishes, and the primary's
+//      staging (with every rank's files) is removed.
+//
+// With one rank (LocalCoordinator) these are exactly the steps of a single-process save, and
+// the collectives return at once.
+
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+// ----- begin cairn/checkpoint/leaf_writer.hpp -----
+// Writing leaves into a checkpoint's data file: the bytes of each leaf appended to this
+// rank's data file through the store (small leaves gathered into large writes, large ones
+// straight from the caller's memory), casts on save, sharded leaves written box by box by
+// their primary holder, device memory crossing to the host through two pinned buffers.
+
+#include <algorithm>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
 // ----- begin cairn/io/crc_worker.hpp -----
 // A helper thread that computes the CRC32C of a stream of buffers while the calling thread
 // reads or writes them, so checksumming large leaves costs no extra time on a machine with a
@@ -10271,6 +10295,7 @@ class SaveSession {
   SaveReport add_item(ItemSnapshot&& snapshot, const SaveOptions& options) {
     SaveReport report;
     report.path = describe();
+    check_distinct_key_paths(snapshot, describe());
     begin_item(snapshot.name, snapshot.kind, std::move(snapshot.nodes), snapshot.per_rank);
     current_->leaves.reserve(snapshot.leaves.size());  // grown by doubling, up to 1.5x its size at once
     for (auto& leaf : snapshot.leaves) {

@@ -115,6 +115,7 @@ class SaveSession {
   SaveReport add_item(ItemSnapshot&& snapshot, const SaveOptions& options) {
     SaveReport report;
     report.path = describe();
+    check_distinct_key_paths(snapshot, describe());
     begin_item(snapshot.name, snapshot.kind, std::move(snapshot.nodes), snapshot.per_rank);
     current_->leaves.reserve(snapshot.leaves.size());  // grown by doubling, up to 1.5x its size at once
     for (auto& leaf : snapshot.leaves) {

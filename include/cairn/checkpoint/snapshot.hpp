@@ -38,6 +38,13 @@ struct ItemSnapshot {
 CAIRN_API void add_node(ItemSnapshot& s, const KeyPath& path, NodeKind kind);
 CAIRN_API void add_leaf(ItemSnapshot& s, const KeyPath& path, LeafView&& view);
 
+// Throws invalid_argument (naming `where` and the key) when two nodes or leaves of the snapshot
+// print as the same key path, before anything is written: the checkpoint could not be loaded
+// (its reader rejects repeated keys). A map with an empty string key at the top of a tree does
+// it (the key prints as "", the root's own key path), and so does a custom node whose children
+// repeat a key.
+CAIRN_API void check_distinct_key_paths(const ItemSnapshot& s, const std::string& where);
+
 // Views into the tree's own memory; nothing is copied.
 template <class T>
 void view_tree_into(ItemSnapshot& s, const T& tree) {

@@ -5,10 +5,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cairn/checkpoint/snapshot.hpp"
 #include "cairn/device/memory.hpp"
+#include "cairn/format/files.hpp"  // find_repeated
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -17,6 +19,22 @@ CAIRN_API void add_node(ItemSnapshot& s, const KeyPath& path, NodeKind kind) { s
 
 CAIRN_API void add_leaf(ItemSnapshot& s, const KeyPath& path, LeafView&& view) {
   s.leaves.push_back({path, std::move(view)});
+}
+
+CAIRN_API void check_distinct_key_paths(const ItemSnapshot& s, const std::string& where) {
+  std::vector<std::string> keys;
+  keys.reserve(s.nodes.size() + s.leaves.size());
+  for (const auto& n : s.nodes) keys.push_back(n.path.str());
+  for (const auto& l : s.leaves) keys.push_back(l.path.str());
+  const std::vector<std::string_view> printed(keys.begin(), keys.end());
+  const std::string_view* twice = find_repeated(printed);
+  if (!twice) return;
+  if (twice->empty())
+    throw Error(ErrorKind::invalid_argument, "item '" + s.name + "': a map at the top of the tree has the empty string "
+                "as a key, whose key path \"\" is the root's own, and a checkpoint could not tell the two apart (nest "
+                "the map one level down, or give the key a name)", where, "");
+  throw Error(ErrorKind::invalid_argument, "item '" + s.name + "': two parts of the tree have the key path '" +
+              std::string(*twice) + "' (a custom node's children need distinct keys)", where, std::string(*twice));
 }
 
 // Makes a view own a copy of its bytes.

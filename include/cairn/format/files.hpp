@@ -220,9 +220,6 @@ void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) 
   }
 }
 
-// Cross-checks of the records against each other: unique keys, sane shapes, chunks inside
-// their array and covering it exactly once, byte ranges that neither overflow nor overlap.
-// `path` names the metadata file in errors.
 // The first string in `keys` equal to an earlier one, or null. An open-addressing table of
 // positions: a hash set of views, a node allocated per key, was a tenth of metadata() at
 // 100,000 leaves.
@@ -240,6 +237,9 @@ inline const std::string_view* find_repeated(const std::vector<std::string_view>
   return nullptr;
 }
 
+// Cross-checks of the records against each other: unique keys, sane shapes, chunks inside
+// their array and covering it exactly once, byte ranges that neither overflow nor overlap.
+// `path` names the metadata file in errors.
 // `leaf_keys`: the items' leaves' printed keys as the parser printed them (metadata_json.hpp),
 // used instead of printing them again; or empty, to be filled here. A load's index then takes
 // them too.
