@@ -4324,7 +4324,6 @@ CAIRN_END_NAMESPACE
 // before any data is read, so that a strict mismatch names every key at once.
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -4438,37 +4437,28 @@ class StoredIndex {
       return std::string_view(key).substr(0, slash == std::string::npos ? 0 : slash);
     };
     for (int pass = 0; pass < 2; ++pass) {
-      const char* last_parent = nullptr;  // a pointer and a size, not a string_view: copying
-      std::size_t last_size = 0;          // one made the compare wait on a store (perf annotate)
+      std::string_view last_parent;
       Children* last = nullptr;
-      auto list_of = [&](const std::string& key) -> Children& {
-        const std::string_view par = parent(key);
-        if (!last || par.size() != last_size || std::memcmp(par.data(), last_parent, last_size) != 0) {
-          last = &children_[par];
-          last_parent = par.data();
-          last_size = par.size();
-        }
-        return *last;
-      };
       // The root has the printed path "", and so has a one-entry path of an empty string key:
       // only there does the counting pass look at the record.
-      auto is_root = [](const std::string& key, const KeyPath& p) { return key.empty() && p.empty(); };
-      for (std::size_t i = 0; i < node_keys_.size(); ++i) {
-        if (is_root(node_keys_[i], item_.nodes[i].path)) continue;
-        Children& list = list_of(node_keys_[i]);
-        if (pass == 0) list.count += 1;
-        else list.keys.push_back(item_.nodes[i].path.back());
-      }
+      auto add_child = [&](const std::string& key, const KeyPath& p) {
+        if (key.empty() && p.empty()) return;
+        const std::string_view par = parent(key);
+        if (!last || par != last_parent) {
+          last = &children_[par];
+          last_parent = par;
+        }
+        if (pass == 0) last->count += 1;
+        else last->keys.push_back(p.back());
+      };
+      for (std::size_t i = 0; i < node_keys_.size(); ++i) add_child(node_keys_[i], item_.nodes[i].path);
       for (std::size_t i = 0; i < keys_.size(); ++i) {
         if (pass == 1 && i + 2 * prefetch_distance < keys_.size()) {  // core/prefetch.hpp
           prefetch(item_.leaves[i + 2 * prefetch_distance].path);
           const KeyPath& ahead = item_.leaves[i + prefetch_distance / 2].path;
           if (!ahead.empty()) prefetch(ahead.back());
         }
-        if (is_root(keys_[i], item_.leaves[i].path)) continue;
-        Children& list = list_of(keys_[i]);
-        if (pass == 0) list.count += 1;
-        else list.keys.push_back(item_.leaves[i].path.back());
+        add_child(keys_[i], item_.leaves[i].path);
       }
       if (pass == 0)
         for (auto& [key, list] : children_) list.keys.reserve(list.count);
