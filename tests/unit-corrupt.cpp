@@ -1,5 +1,6 @@
 #include "test_util.hpp"
 
+#include <array>
 #include <chrono>
 
 #include <sys/stat.h>
@@ -196,6 +197,34 @@ TEST_CASE("bool bytes other than 0 and 1 in a data file read as true, never as a
   CHECK(cairn::load<std::vector<bool>>(dir / "b") == std::vector<bool>{false, true, true, false});
   auto as_float = cairn::load<std::vector<float>>(dir / "b");
   CHECK(as_float == std::vector<float>{0, 1, 1, 0});
+
+  // The same in a run of small leaves, which one read fetches and each leaf then checks; these
+  // are read straight into the arrays, whose bytes are then looked at, not only their values.
+  using Flags = std::map<std::string, std::array<bool, 3>>;
+  const Flags many = {{"a", {true, false, false}}, {"b", {false, false, true}}, {"c", {false, true, false}}};
+  cairn::save(dir / "m", many);
+  const cairn::LeafRecord* b = cairn::metadata(dir / "m").items.at(0).find_leaf("b");
+  REQUIRE(b);
+  bytes = test::read_file(dir / "m/data-0-0.bin");
+  bytes.at(b->chunks.front().offset + 1) = 2;  // "b"[1]
+  test::write_file(dir / "m/data-0-0.bin", bytes);
+  meta = test::read_file(dir / "m/_METADATA");
+  pos = meta.find(std::to_string(cairn::crc32c("\0\0\1", 3)));
+  REQUIRE(pos != std::string::npos);
+  meta.replace(pos, std::to_string(cairn::crc32c("\0\0\1", 3)).size(), std::to_string(cairn::crc32c("\0\2\1", 3)));
+  replace_metadata(dir / "m", meta);
+  auto bytes_of = [](const Flags& f) {
+    std::string s;
+    for (const auto& [k, v] : f) s.append(reinterpret_cast<const char*>(v.data()), v.size());
+    return s;
+  };
+  Flags expected = many;
+  expected["b"][1] = true;
+  CHECK(bytes_of(cairn::load<Flags>(dir / "m")) == bytes_of(expected));
+  Flags into = {{"a", {}}, {"b", {}}, {"c", {}}};
+  cairn::load(dir / "m", into);
+  CHECK(bytes_of(into) == bytes_of(expected));
+  CHECK(bytes_of(into) == std::string("\1\0\0\0\1\1\0\1\0", 9));
 }
 
 TEST_CASE("numbers in metadata that do not fit 64-bit integers are refused before the JSON parser sees them") {

@@ -14,12 +14,17 @@ namespace detail {
 
 class DataFiles {
  public:
+  // An open file: its name and its reader. Each file has one entry, at a stable address, so
+  // two chunks are in the same file exactly when their entries are the same object.
+  using Entry = std::pair<const std::string, std::unique_ptr<StoreReader>>;
+
   DataFiles(const Store& store, std::string key) : store_(store), key_(std::move(key)) {}
-  const StoreReader& get(const std::string& name) {
+  const Entry& entry(const std::string& name) {
     auto it = files_.find(name);
-    if (it != files_.end()) return *it->second;
-    return *files_.emplace(name, store_.open(join_key(key_, name))).first->second;
+    if (it != files_.end()) return *it;
+    return *files_.emplace(name, store_.open(join_key(key_, name))).first;
   }
+  const StoreReader& get(const std::string& name) { return *entry(name).second; }
   std::uint64_t size(const std::string& name) { return get(name).size(); }
   // How errors name a data file.
   std::string describe(const std::string& name) const { return store_.describe(join_key(key_, name)); }
