@@ -11188,20 +11188,32 @@ inline void check_strict(const LoadReport& r, const LoadOptions& options, const 
   throw Error(ErrorKind::structure_mismatch, msg, dir);
 }
 
+// What a load does for one planned leaf. For a leaf of one chunk it holds where that chunk
+// lies and its checksum, copied from the record while that is in cache (file is null for a
+// leaf of several chunks), and a leaf read in place (the usual one) keeps only its target's
+// address, not its LeafBuffer (80 bytes, with a std::function and a vector): the passes that
+// order the tasks, find the runs of small leaves, read them and finish go through 56-byte
+// tasks in order, instead of from each task to its leaf and record. At 100,000 leaves neither
+// the records (26 MB) nor tasks with their buffers (12 MB) fit the caches, and those passes
+// took 6.6 ms against 0.3 at 10,000 (docs/benchmarks.md).
 struct ReadTask {
   PlannedLeaf* leaf;
-  LeafBuffer buffer;
-  // A leaf of one chunk: where that chunk lies and its checksum, copied from the record while
-  // it is in cache (file is null for a leaf of several chunks). The passes that order the
-  // tasks, find the runs of small leaves and read them then go through the tasks in order
-  // instead of from each task to its leaf and record: at 100,000 leaves the records no longer
-  // fit the caches, and those passes took 6.5 ms against 0.3 at 10,000 (docs/benchmarks.md).
   const DataFiles::Entry* file = nullptr;
   std::uint64_t offset = 0;
   std::uint64_t nbytes = 0;
+  void* data = nullptr;       // the target's bytes, for a leaf read in place
   std::uint32_t crc32c = 0;
-  bool in_place = false;  // reads_in_place
+  // 1 + the position of the leaf's LeafBuffer among those kept (ReadBuffers), or 0: a leaf
+  // read in place without a commit keeps none. (Positions fit 32 bits: a metadata file of at
+  // most 1 GiB lists fewer leaves.)
+  std::uint32_t buffer = 0;
+  bool in_place = false;      // reads_in_place
+  bool to_shards = false;     // its target is in shards
+  bool bools = false;         // read in place as bool: each byte made 0 or 1
 };
+
+// The LeafBuffers kept: of leaves not read in place, or with a commit.
+using ReadBuffers = std::vector<LeafBuffer>;
 
 // The one chunk of a plain leaf is its target's whole buffer, byte for byte: it can be read
 // straight into the target, with nothing to cast, reorder or scatter.
@@ -11215,8 +11227,8 @@ inline bool reads_in_place(const LeafRecord& s, const LeafBuffer& buffer) {
 // A run of small one-chunk leaves, close together in one file and in file order: one
 // scattered read puts each leaf that reads in place straight into its target (the others
 // into a staging buffer, for the box reader to cast or reorder), then each is verified.
-inline void read_small_run(ReadTask* run, std::size_t count, DataFiles& files, const LoadOptions& options,
-                           LoadReport& report) {
+inline void read_small_run(ReadTask* run, std::size_t count, const ReadBuffers& buffers, DataFiles& files,
+                           const LoadOptions& options, LoadReport& report) {
   const ReadTask& first = run[0];
   std::vector<ReadPiece> pieces;
   pieces.reserve(2 * count);
@@ -11232,7 +11244,7 @@ inline void read_small_run(ReadTask* run, std::size_t count, DataFiles& files, c
   for (std::size_t k = 0; k < count; ++k) {
     const ReadTask& c = run[k];
     if (c.offset > at) pieces.push_back({nullptr, c.offset - at});
-    pieces.push_back({staged[k] == ~std::uint64_t{0} ? c.buffer.data : staging.data() + staged[k], c.nbytes});
+    pieces.push_back({staged[k] == ~std::uint64_t{0} ? c.data : staging.data() + staged[k], c.nbytes});
     at = c.offset + c.nbytes;
   }
   try {
@@ -11244,22 +11256,21 @@ inline void read_small_run(ReadTask* run, std::size_t count, DataFiles& files, c
   for (std::size_t k = 0; k < count; ++k) {
     const ReadTask& t = run[k];
     if (staged[k] != ~std::uint64_t{0}) {
-      BoxLeafReader(*t.leaf->stored, t.buffer, t.leaf->key, files, options, report)
+      BoxLeafReader(*t.leaf->stored, buffers[t.buffer - 1], t.leaf->key, files, options, report)
           .read_from_memory(staging.data() + staged[k], t.offset);
       continue;
     }
     report.bytes_needed += t.nbytes;
     if (t.nbytes == 0) continue;
     if (options.verify_checksums) {
-      const std::uint32_t got = crc32c(t.buffer.data, static_cast<std::size_t>(t.nbytes));
+      const std::uint32_t got = crc32c(t.data, static_cast<std::size_t>(t.nbytes));
       try {
         if (got != t.crc32c) check_crc(got, *t.leaf->stored, t.leaf->stored->chunks.front(), files);
       } catch (const Error& e) {
         throw e.with_key(t.leaf->key);
       }
     }
-    // Read in place: the target's dtype is the stored one.
-    if (t.buffer.dtype == DType::bool_) normalize_bools(t.buffer.data, t.nbytes);
+    if (t.bools) normalize_bools(t.data, t.nbytes);
   }
 }
 
@@ -11284,14 +11295,15 @@ inline bool parallel_small_runs(const std::vector<ReadTask>& tasks, const std::v
 // Reads the runs of small leaves on two threads taking every other run, each into a report of
 // its own (added up here). Every data file is open already (execute_plan asked each chunk's
 // file for its size), so the threads only look them up.
-inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const std::vector<std::pair<std::size_t, std::size_t>>& runs,
-                                        DataFiles& files, const LoadOptions& options, LoadReport& report) {
+inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const ReadBuffers& buffers,
+                                        const std::vector<std::pair<std::size_t, std::size_t>>& runs, DataFiles& files,
+                                        const LoadOptions& options, LoadReport& report) {
   LoadReport helper;
   std::atomic<bool> failed{false};  // the other thread stops at its next run
   auto every_other = [&](std::size_t first, LoadReport& into) {
     try {
       for (std::size_t k = first; k < runs.size() && !failed.load(std::memory_order_relaxed); k += 2)
-        read_small_run(tasks.data() + runs[k].first, runs[k].second - runs[k].first, files, options, into);
+        read_small_run(tasks.data() + runs[k].first, runs[k].second - runs[k].first, buffers, files, options, into);
     } catch (...) {
       failed = true;
       throw;
@@ -11312,6 +11324,7 @@ inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const std:
 inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
   const std::string dir = files.describe();
   std::vector<ReadTask> tasks;
+  ReadBuffers buffers;
   std::vector<CastRecord> lossy;  // casts that could lose information, not allowed
   tasks.reserve(plan.leaves.size());
   // The order the leaves are read in: those of one chunk first (file set), by file name and
@@ -11322,6 +11335,7 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
     return a.offset < b.offset;
   };
   bool in_file_order = true;
+  bool any_commit = false;
   // One StoredLeafInfo for every leaf: its shape is assigned into the capacity the leaf before
   // left, not copied into a vector of its own per leaf.
   StoredLeafInfo info;
@@ -11370,16 +11384,24 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
                   std::to_string(want) + " needed for stored shape " + to_string(s.shape), dir, leaf.key);
     if ((s.chunks.size() != 1 || !buf.shards.empty()) && (s.dtype == DType::string || buf.dtype == DType::string))
       throw Error(ErrorKind::dtype_mismatch, "a string leaf cannot be stored in chunks or loaded into shards", dir, leaf.key);
-    ReadTask& t = tasks.emplace_back(ReadTask{&leaf, std::move(buf)});
+    ReadTask& t = tasks.emplace_back(ReadTask{&leaf});
+    t.to_shards = !buf.shards.empty();
     if (s.chunks.size() == 1) {
       const ChunkRecord& c = s.chunks.front();
       t.file = file;
       t.offset = c.offset;
       t.nbytes = c.nbytes;
       t.crc32c = c.crc32c;
-      t.in_place = reads_in_place(s, t.buffer);
+      t.in_place = reads_in_place(s, buf);
+      t.data = buf.data;
+      t.bools = s.dtype == DType::bool_;  // read in place: the target's dtype too
     }
     if (tasks.size() > 1 && file_order(t, tasks[tasks.size() - 2])) in_file_order = false;
+    if (buf.commit) any_commit = true;
+    if (!t.in_place || buf.commit) {
+      buffers.push_back(std::move(buf));
+      t.buffer = static_cast<std::uint32_t>(buffers.size());
+    }
   }
   if (!lossy.empty()) {
     std::string list;
@@ -11400,10 +11422,10 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
   std::vector<std::pair<std::size_t, std::size_t>> runs;
   for (std::size_t i = 0; i < tasks.size();) {
     std::size_t j = i + 1;
-    if (tasks[i].file && tasks[i].buffer.shards.empty() && tasks[i].nbytes < small_leaf_bytes) {
+    if (tasks[i].file && !tasks[i].to_shards && tasks[i].nbytes < small_leaf_bytes) {
       const ReadTask& c = tasks[i];
       std::uint64_t end = c.offset + c.nbytes;
-      while (j < tasks.size() && tasks[j].file && tasks[j].buffer.shards.empty()) {
+      while (j < tasks.size() && tasks[j].file && !tasks[j].to_shards) {
         const ReadTask& n = tasks[j];
         if (n.file != c.file || n.nbytes >= small_leaf_bytes || n.offset < end || n.offset - end > coalesce_gap_bytes ||
             n.offset + n.nbytes - c.offset > small_run_bytes)
@@ -11418,29 +11440,38 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
   // In memory, the runs first, on two threads; then the other leaves (and from the disk the
   // runs too, on this thread), in file order.
   const bool runs_read = parallel_small_runs(tasks, runs);
-  if (runs_read) read_small_runs_in_parallel(tasks, runs, files, options, plan.report);
+  if (runs_read) read_small_runs_in_parallel(tasks, buffers, runs, files, options, plan.report);
   std::size_t next_run = 0;
   for (std::size_t i = 0; i < tasks.size();) {
     if (next_run < runs.size() && runs[next_run].first == i) {
-      if (!runs_read) read_small_run(tasks.data() + i, runs[next_run].second - i, files, options, plan.report);
+      if (!runs_read) read_small_run(tasks.data() + i, runs[next_run].second - i, buffers, files, options, plan.report);
       i = runs[next_run++].second;
     } else {
-      BoxLeafReader(*tasks[i].leaf->stored, tasks[i].buffer, tasks[i].leaf->key, files, options, plan.report).read();
-      ++i;
+      const ReadTask& t = tasks[i++];
+      const LeafRecord& s = *t.leaf->stored;
+      if (t.buffer) {
+        BoxLeafReader(s, buffers[t.buffer - 1], t.leaf->key, files, options, plan.report).read();
+      } else {  // read in place: the target's dtype and order are the stored ones
+        const LeafBuffer in_place{s.dtype, s.order, t.data, t.nbytes};
+        BoxLeafReader(s, in_place, t.leaf->key, files, options, plan.report).read();
+      }
     }
   }
-  plan.report.loaded.reserve(plan.report.loaded.size() + tasks.size());
-  for (auto& t : tasks) {
-    if (t.buffer.commit) {
+  // Leaves read into a buffer of their own copy it into the target now. Most leaves have none,
+  // and then this pass over the tasks (12 MB at 100,000 leaves, out of the caches) is skipped.
+  if (any_commit)
+    for (auto& t : tasks) {
+      if (!t.buffer || !buffers[t.buffer - 1].commit) continue;
       try {
-        t.buffer.commit();
+        buffers[t.buffer - 1].commit();
       } catch (const Error& e) {
         throw e.with_key(t.leaf->key).with_file(dir);
       }
     }
-    // The plan is done with the key (errors above name it before this): moved, not copied.
-    plan.report.loaded.push_back(std::move(t.leaf->key));
-  }
+  // The plan is done with the keys (errors above name them): moved, not copied, in the
+  // target's order.
+  plan.report.loaded.reserve(plan.report.loaded.size() + plan.leaves.size());
+  for (auto& leaf : plan.leaves) plan.report.loaded.push_back(std::move(leaf.key));
 }
 // The checkpoint a load reads and its metadata. With several ranks the primary resolves the
 // key and reads the metadata files, and broadcasts their bytes; every rank parses them. (A
