@@ -203,7 +203,8 @@ TEST_CASE("bool bytes other than 0 and 1 in a data file read as true, never as a
   using Flags = std::map<std::string, std::array<bool, 3>>;
   const Flags many = {{"a", {true, false, false}}, {"b", {false, false, true}}, {"c", {false, true, false}}};
   cairn::save(dir / "m", many);
-  const cairn::LeafRecord* b = cairn::metadata(dir / "m").items.at(0).find_leaf("b");
+  const cairn::CheckpointMetadata stored = cairn::metadata(dir / "m");
+  const cairn::LeafRecord* b = stored.items.at(0).find_leaf("b");
   REQUIRE(b);
   bytes = test::read_file(dir / "m/data-0-0.bin");
   bytes.at(b->chunks.front().offset + 1) = 2;  // "b"[1]
