@@ -103,6 +103,31 @@ TEST_CASE("stored key paths from untrusted metadata are checked") {
   CHECK_CAIRN_ERROR(KeyPath::from_stored("a/99999999999999999999", "fn"), cairn::ErrorKind::corrupt, "bad index");
 }
 
+TEST_CASE("decimal integers: int64 with a sign, uint64 without, nothing that does not fit") {
+  std::int64_t i = 0;
+  std::uint64_t u = 0;
+  CHECK((cairn::detail::parse_int64("-9223372036854775808", i) && i == std::numeric_limits<std::int64_t>::min()));
+  CHECK((cairn::detail::parse_int64("9223372036854775807", i) && i == std::numeric_limits<std::int64_t>::max()));
+  CHECK(!cairn::detail::parse_int64("9223372036854775808", i));
+  CHECK(!cairn::detail::parse_int64("-9223372036854775809", i));
+  CHECK((cairn::detail::parse_uint64("18446744073709551615", u) && u == std::numeric_limits<std::uint64_t>::max()));
+  CHECK((cairn::detail::parse_uint64("9223372036854775808", u) && u == std::uint64_t{1} << 63));
+  CHECK(!cairn::detail::parse_uint64("18446744073709551616", u));
+  CHECK(!cairn::detail::parse_uint64("-1", u));
+  for (const char* bad : {"", "-", "--1", "+1", "1 ", "0x10", "1e3", "123456789012345678901"}) {
+    CHECK(!cairn::detail::parse_int64(bad, i));
+    CHECK(!cairn::detail::parse_uint64(bad, u));
+  }
+  // Random values print and parse back.
+  auto& g = test::rng();
+  for (int n = 0; n < 1000; ++n) {
+    const std::uint64_t v = g() >> (g() % 64);
+    CHECK((cairn::detail::parse_uint64(std::to_string(v), u) && u == v));
+    const auto s = static_cast<std::int64_t>(g());
+    CHECK((cairn::detail::parse_int64(std::to_string(s), i) && i == s));
+  }
+}
+
 TEST_CASE("globs: '*' stays in a segment, '**' crosses, a match on an ancestor selects the subtree") {
   using cairn::glob_matches;
   CHECK(glob_matches("opt/*", "opt/m"));

@@ -331,6 +331,59 @@ TEST_CASE("empty string map keys: nested ones round-trip, one at the top and rep
   CHECK(cairn::metadata(dir / "same").items.at(0).leaves.at(0).key() == "part");
 }
 
+TEST_CASE("uint64 map keys of 2^63 and more round-trip and print as themselves") {
+  // Integer keys are stored as int64; these used to be stored cast to it (UINT64_MAX as -1),
+  // and the checkpoint then loaded into no unsigned map.
+  using Ids = std::map<std::uint64_t, std::vector<std::uint32_t>>;
+  using Signed = std::map<std::int64_t, std::vector<std::uint32_t>>;
+  using Narrow = std::map<std::uint32_t, std::vector<std::uint32_t>>;
+  test::TempDir dir;
+  auto& g = test::rng();
+  constexpr std::uint64_t top = std::numeric_limits<std::uint64_t>::max();
+  constexpr std::uint64_t half = std::uint64_t{1} << 63;
+  Ids ids;
+  for (const std::uint64_t k : {std::uint64_t{0}, half - 1, half, top, g() | half, g() >> 1})
+    ids[k] = test::random_bits<std::uint32_t>(1 + g() % 5);
+  cairn::save(dir / "ids", ids);
+  const cairn::CheckpointMetadata md = cairn::metadata(dir / "ids");
+  std::vector<std::string> stored;
+  for (const auto& l : md.items.at(0).leaves) stored.push_back(l.key());
+  std::vector<std::string> printed;
+  for (const auto& [k, v] : ids) printed.push_back(std::to_string(k));
+  CHECK(stored == printed);  // in the map's order, each the key's own digits
+  CHECK(cairn::load<Ids>(dir / "ids") == ids);
+  Ids into;
+  for (const auto& [k, v] : ids) into[k].resize(v.size());
+  cairn::load(dir / "ids", into);
+  CHECK(into == ids);
+  // An unordered map, with unsigned long long keys, saves the same checkpoint and loads it back.
+  std::unordered_map<unsigned long long, std::vector<std::uint32_t>> hashed(ids.begin(), ids.end());
+  cairn::save(dir / "hashed", hashed);
+  CHECK(test::read_file(dir / "hashed/data-0-0.bin") == test::read_file(dir / "ids/data-0-0.bin"));
+  const auto hashed_back = cairn::load<std::unordered_map<unsigned long long, std::vector<std::uint32_t>>>(dir / "hashed");
+  CHECK(hashed_back.size() == ids.size());
+  for (const auto& [k, v] : ids) CHECK((hashed_back.count(k) && hashed_back.at(k) == v));
+  CHECK(cairn::load_subtree<std::vector<std::uint32_t>>(dir / "ids", std::to_string(top)) == ids.at(top));
+  // Into a map whose keys cannot hold them they are unexpected keys, not wrapped around.
+  CHECK_CAIRN_ERROR(cairn::load<Signed>(dir / "ids"),
+                    cairn::ErrorKind::structure_mismatch, std::to_string(top));
+  CHECK_CAIRN_ERROR(cairn::load<Narrow>(dir / "ids"),
+                    cairn::ErrorKind::structure_mismatch, std::to_string(half));
+  const auto as_text = cairn::load<std::map<std::string, std::vector<std::uint32_t>>>(dir / "ids");
+  CHECK(as_text.count(std::to_string(top)) == 1);
+  // A checkpoint of such keys written before this (UINT64_MAX stored as the int64 -1) loads
+  // into a map of int64 keys, whose values cast back to the ids.
+  Signed old;
+  for (const auto& [k, v] : ids) old[static_cast<std::int64_t>(k)] = v;
+  cairn::save(dir / "old", old);
+  CHECK_CAIRN_ERROR(cairn::load<Ids>(dir / "old"),
+                    cairn::ErrorKind::structure_mismatch, "-1");
+  Ids recovered;
+  for (auto& [k, v] : cairn::load<Signed>(dir / "old"))
+    recovered[static_cast<std::uint64_t>(k)] = std::move(v);
+  CHECK(recovered == ids);
+}
+
 TEST_CASE("metadata returns structure, dtypes, shapes and user metadata without reading data") {
   test::TempDir dir;
   std::map<std::string, Eigen::MatrixXf> params = {{"w", Eigen::MatrixXf::Zero(3, 5)}};

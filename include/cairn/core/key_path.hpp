@@ -75,6 +75,8 @@ CAIRN_API std::vector<std::string> split_key_path(std::string_view path);
 namespace detail {
 // A decimal int64 with an optional '-', nothing else; false when it does not fit.
 CAIRN_API bool parse_int64(std::string_view s, std::int64_t& out);
+// Decimal digits that fit a uint64, nothing else (no sign).
+CAIRN_API bool parse_uint64(std::string_view s, std::uint64_t& out);
 // A printed key path in canonical form (segments re-escaped), so "a/b/" and "a/b" agree.
 CAIRN_API std::string canonical_key(const std::string& key);
 // True when a stored key path that KeyPath::from_stored accepted is the text its KeyPath

@@ -102,18 +102,23 @@ CAIRN_API std::vector<std::string> split_key_path(std::string_view path) {
 }
 
 namespace detail {
-CAIRN_API bool parse_int64(std::string_view s, std::int64_t& out) {
+CAIRN_API bool parse_uint64(std::string_view s, std::uint64_t& out) {
   if (s.empty() || s.size() > 20) return false;
-  std::size_t i = 0;
-  bool neg = false;
-  if (s[0] == '-') { neg = true; i = 1; if (s.size() == 1) return false; }
   std::uint64_t v = 0;
-  for (; i < s.size(); ++i) {
-    if (s[i] < '0' || s[i] > '9') return false;
-    std::uint64_t d = static_cast<std::uint64_t>(s[i] - '0');
+  for (const char c : s) {
+    if (c < '0' || c > '9') return false;
+    const std::uint64_t d = static_cast<std::uint64_t>(c - '0');
     if (v > (UINT64_MAX - d) / 10) return false;
     v = v * 10 + d;
   }
+  out = v;
+  return true;
+}
+
+CAIRN_API bool parse_int64(std::string_view s, std::int64_t& out) {
+  const bool neg = !s.empty() && s[0] == '-';
+  std::uint64_t v = 0;
+  if (!parse_uint64(neg ? s.substr(1) : s, v)) return false;
   if (!neg && v > static_cast<std::uint64_t>(INT64_MAX)) return false;
   if (neg && v > static_cast<std::uint64_t>(INT64_MAX) + 1) return false;
   out = neg ? static_cast<std::int64_t>(0 - v) : static_cast<std::int64_t>(v);

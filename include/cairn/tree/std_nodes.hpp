@@ -60,10 +60,20 @@ template <class K>
 inline constexpr bool is_map_key_v =
     std::is_same_v<K, std::string> || (std::is_integral_v<K> && !std::is_same_v<K, bool>);
 
+// Integer keys are stored as int64 (kind 'n'). An unsigned key above that range (a uint64 id
+// or hash of 2^63 or more) is stored as a string key of its decimal digits, which prints as the
+// number itself and which key_from_entry reads back (docs/format.md): cast to int64 it would
+// print as a negative number that no unsigned map can take back.
 template <class K>
 KeyEntry map_key_entry(const K& k) {
-  if constexpr (std::is_same_v<K, std::string>) return KeyEntry::key(k);
-  else return KeyEntry::int_key(static_cast<std::int64_t>(k));
+  if constexpr (std::is_same_v<K, std::string>) {
+    return KeyEntry::key(k);
+  } else if constexpr (std::is_unsigned_v<K> && sizeof(K) >= sizeof(std::int64_t)) {
+    if (k > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return KeyEntry::key(std::to_string(k));
+    return KeyEntry::int_key(static_cast<std::int64_t>(k));
+  } else {
+    return KeyEntry::int_key(static_cast<std::int64_t>(k));
+  }
 }
 
 // A stored key as the target's key type; false when it cannot be one (it is then reported
@@ -75,8 +85,18 @@ bool key_from_entry(const KeyEntry& e, K& out) {
     return true;
   } else {
     std::int64_t v = 0;
-    if (e.kind == KeyEntry::Kind::int_key || e.kind == KeyEntry::Kind::index) v = e.number;
-    else if (!parse_int64(e.name, v)) return false;
+    if (e.kind == KeyEntry::Kind::int_key || e.kind == KeyEntry::Kind::index) {
+      v = e.number;
+    } else if (!parse_int64(e.name, v)) {
+      // Digits beyond int64: an unsigned key of 2^63 or more, as map_key_entry stores it.
+      std::uint64_t u = 0;
+      if constexpr (std::is_unsigned_v<K>)
+        if (parse_uint64(e.name, u) && u <= static_cast<std::uint64_t>(std::numeric_limits<K>::max())) {
+          out = static_cast<K>(u);
+          return true;
+        }
+      return false;
+    }
     if constexpr (std::is_signed_v<K>) {
       if (v < static_cast<std::int64_t>(std::numeric_limits<K>::min()) ||
           v > static_cast<std::int64_t>(std::numeric_limits<K>::max())) return false;
