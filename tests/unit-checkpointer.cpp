@@ -357,6 +357,18 @@ TEST_CASE("a Checkpointer made only to read creates nothing; roots and steps are
   // Loading the root as if it were one checkpoint says what it is and what to load instead.
   CHECK_CAIRN_ERROR(cairn::load<ck::State>(root), cairn::ErrorKind::not_found, "Checkpointer root holding 7, 9");
   CHECK_CAIRN_ERROR(cairn::load<ck::State>(root), cairn::ErrorKind::not_found, root + "/9");
+  // A directory of checkpoints whose names are not steps: no Checkpointer would find them, so
+  // the error suggests only the checkpoints themselves.
+  cairn::save(dir / "named/b", ck::make(1));
+  cairn::save(dir / "named/a", ck::make(2));
+  try {
+    (void)cairn::load<ck::State>(dir / "named");
+    FAIL("a directory of checkpoints loaded as one");
+  } catch (const cairn::Error& e) {
+    CHECK(e.kind() == cairn::ErrorKind::not_found);
+    CHECK(e.message() == "this is a directory of checkpoints (a, b), not one checkpoint: load one of them, such as " +
+                             dir / "named/b");
+  }
   CHECK_CAIRN_ERROR(cairn::Checkpointer(root + "/9"), cairn::ErrorKind::invalid_argument, "one checkpoint, not a root");
   test::write_file(dir / "file", "x");
   CHECK_CAIRN_ERROR(cairn::Checkpointer(dir / "file"), cairn::ErrorKind::invalid_argument, "is a file");

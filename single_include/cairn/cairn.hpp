@@ -228,6 +228,8 @@ CAIRN_API std::vector<std::string> split_key_path(std::string_view path);
 namespace detail {
 // A decimal int64 with an optional '-', nothing else; false when it does not fit.
 CAIRN_API bool parse_int64(std::string_view s, std::int64_t& out);
+// Decimal digits that fit a uint64, nothing else (no sign).
+CAIRN_API bool parse_uint64(std::string_view s, std::uint64_t& out);
 // A printed key path in canonical form (segments re-escaped), so "a/b/" and "a/b" agree.
 CAIRN_API std::string canonical_key(const std::string& key);
 // True when a stored key path that KeyPath::from_stored accepted is the text its KeyPath
@@ -1704,10 +1706,20 @@ template <class K>
 inline constexpr bool is_map_key_v =
     std::is_same_v<K, std::string> || (std::is_integral_v<K> && !std::is_same_v<K, bool>);
 
+// Integer keys are stored as int64 (kind 'n'). An unsigned key above that range (a uint64 id
+// or hash of 2^63 or more) is stored as a string key of its decimal digits, which prints as the
+// number itself and which key_from_entry reads back (docs/format.md): cast to int64 it would
+// print as a negative number that no unsigned map can take back.
 template <class K>
 KeyEntry map_key_entry(const K& k) {
-  if constexpr (std::is_same_v<K, std::string>) return KeyEntry::key(k);
-  else return KeyEntry::int_key(static_cast<std::int64_t>(k));
+  if constexpr (std::is_same_v<K, std::string>) {
+    return KeyEntry::key(k);
+  } else if constexpr (std::is_unsigned_v<K> && sizeof(K) >= sizeof(std::int64_t)) {
+    if (k > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return KeyEntry::key(std::to_string(k));
+    return KeyEntry::int_key(static_cast<std::int64_t>(k));
+  } else {
+    return KeyEntry::int_key(static_cast<std::int64_t>(k));
+  }
 }
 
 // A stored key as the target's key type; false when it cannot be one (it is then reported
@@ -1719,8 +1731,18 @@ bool key_from_entry(const KeyEntry& e, K& out) {
     return true;
   } else {
     std::int64_t v = 0;
-    if (e.kind == KeyEntry::Kind::int_key || e.kind == KeyEntry::Kind::index) v = e.number;
-    else if (!parse_int64(e.name, v)) return false;
+    if (e.kind == KeyEntry::Kind::int_key || e.kind == KeyEntry::Kind::index) {
+      v = e.number;
+    } else if (!parse_int64(e.name, v)) {
+      // Digits beyond int64: an unsigned key of 2^63 or more, as map_key_entry stores it.
+      std::uint64_t u = 0;
+      if constexpr (std::is_unsigned_v<K>)
+        if (parse_uint64(e.name, u) && u <= static_cast<std::uint64_t>(std::numeric_limits<K>::max())) {
+          out = static_cast<K>(u);
+          return true;
+        }
+      return false;
+    }
     if constexpr (std::is_signed_v<K>) {
       if (v < static_cast<std::int64_t>(std::numeric_limits<K>::min()) ||
           v > static_cast<std::int64_t>(std::numeric_limits<K>::max())) return false;
@@ -5566,18 +5588,23 @@ CAIRN_API std::vector<std::string> split_key_path(std::string_view path) {
 }
 
 namespace detail {
-CAIRN_API bool parse_int64(std::string_view s, std::int64_t& out) {
+CAIRN_API bool parse_uint64(std::string_view s, std::uint64_t& out) {
   if (s.empty() || s.size() > 20) return false;
-  std::size_t i = 0;
-  bool neg = false;
-  if (s[0] == '-') { neg = true; i = 1; if (s.size() == 1) return false; }
   std::uint64_t v = 0;
-  for (; i < s.size(); ++i) {
-    if (s[i] < '0' || s[i] > '9') return false;
-    std::uint64_t d = static_cast<std::uint64_t>(s[i] - '0');
+  for (const char c : s) {
+    if (c < '0' || c > '9') return false;
+    const std::uint64_t d = static_cast<std::uint64_t>(c - '0');
     if (v > (UINT64_MAX - d) / 10) return false;
     v = v * 10 + d;
   }
+  out = v;
+  return true;
+}
+
+CAIRN_API bool parse_int64(std::string_view s, std::int64_t& out) {
+  const bool neg = !s.empty() && s[0] == '-';
+  std::uint64_t v = 0;
+  if (!parse_uint64(neg ? s.substr(1) : s, v)) return false;
   if (!neg && v > static_cast<std::uint64_t>(INT64_MAX)) return false;
   if (neg && v > static_cast<std::uint64_t>(INT64_MAX) + 1) return false;
   out = neg ? static_cast<std::int64_t>(0 - v) : static_cast<std::int64_t>(v);
@@ -9284,6 +9311,13 @@ inline bool is_committed_checkpoint(const Store& store, const std::string& key) 
 
 // When `key` is not a checkpoint but a Checkpointer's root (it holds checkpoints), a message
 // saying so and how to load one; "" otherwise.
+// A name that some Checkpointer's scheme gives a step: digits with any padding, with or without
+// "step_" (Checkpointer::looks_like_step).
+inline bool looks_like_step_name(std::string_view name) {
+  const std::string_view digits = name.substr(name.rfind("step_", 0) == 0 ? 5 : 0);
+  return !digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
 inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
   std::vector<std::string> steps;
   for (const auto& e : store.list(key))
@@ -9296,9 +9330,13 @@ inline std::string describe_checkpointer_root(const Store& store, const std::str
   std::string list;
   for (std::size_t i = 0; i < steps.size() && i < 8; ++i) list += (i ? ", " : "") + steps[i];
   if (steps.size() > 8) list += ", ... (" + std::to_string(steps.size()) + " in all)";
+  const std::string one = store.describe(join_key(key, steps.back()));
+  // The Checkpointer is suggested only where the names are steps: it would find no others.
+  if (!std::all_of(steps.begin(), steps.end(), [](const std::string& s) { return looks_like_step_name(s); }))
+    return "this is a directory of checkpoints (" + list + "), not one checkpoint: load one of them, such as " + one;
   return "this is a directory of checkpoints (a Checkpointer root holding " + list +
-         "), not one checkpoint: load one of them, such as " + store.describe(join_key(key, steps.back())) +
-         ", or the latest with cairn::Checkpointer(\"" + store.describe(key) + "\").load(target)";
+         "), not one checkpoint: load one of them, such as " + one + ", or the latest with cairn::Checkpointer(\"" +
+         store.describe(key) + "\").load(target)";
 }
 
 // Checks a checkpoint's commit marker and returns the digests it records.
@@ -12662,10 +12700,7 @@ CAIRN_API std::optional<std::int64_t> Checkpointer::parse_step(const std::string
   return step;
 }
 
-CAIRN_API bool Checkpointer::looks_like_step(const std::string& name) {
-  std::string digits = name.rfind("step_", 0) == 0 ? name.substr(5) : name;
-  return !digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string::npos;
-}
+CAIRN_API bool Checkpointer::looks_like_step(const std::string& name) { return detail::looks_like_step_name(name); }
 
 CAIRN_API void Checkpointer::scan() {
   std::map<std::int64_t, StepInfo> found;

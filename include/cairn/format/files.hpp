@@ -77,6 +77,13 @@ inline bool is_committed_checkpoint(const Store& store, const std::string& key) 
 
 // When `key` is not a checkpoint but a Checkpointer's root (it holds checkpoints), a message
 // saying so and how to load one; "" otherwise.
+// A name that some Checkpointer's scheme gives a step: digits with any padding, with or without
+// "step_" (Checkpointer::looks_like_step).
+inline bool looks_like_step_name(std::string_view name) {
+  const std::string_view digits = name.substr(name.rfind("step_", 0) == 0 ? 5 : 0);
+  return !digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
 inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
   std::vector<std::string> steps;
   for (const auto& e : store.list(key))
@@ -89,9 +96,13 @@ inline std::string describe_checkpointer_root(const Store& store, const std::str
   std::string list;
   for (std::size_t i = 0; i < steps.size() && i < 8; ++i) list += (i ? ", " : "") + steps[i];
   if (steps.size() > 8) list += ", ... (" + std::to_string(steps.size()) + " in all)";
+  const std::string one = store.describe(join_key(key, steps.back()));
+  // The Checkpointer is suggested only where the names are steps: it would find no others.
+  if (!std::all_of(steps.begin(), steps.end(), [](const std::string& s) { return looks_like_step_name(s); }))
+    return "this is a directory of checkpoints (" + list + "), not one checkpoint: load one of them, such as " + one;
   return "this is a directory of checkpoints (a Checkpointer root holding " + list +
-         "), not one checkpoint: load one of them, such as " + store.describe(join_key(key, steps.back())) +
-         ", or the latest with cairn::Checkpointer(\"" + store.describe(key) + "\").load(target)";
+         "), not one checkpoint: load one of them, such as " + one + ", or the latest with cairn::Checkpointer(\"" +
+         store.describe(key) + "\").load(target)";
 }
 
 // Checks a checkpoint's commit marker and returns the digests it records.

@@ -375,10 +375,7 @@ CAIRN_API std::optional<std::int64_t> Checkpointer::parse_step(const std::string
   return step;
 }
 
-CAIRN_API bool Checkpointer::looks_like_step(const std::string& name) {
-  std::string digits = name.rfind("step_", 0) == 0 ? name.substr(5) : name;
-  return !digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string::npos;
-}
+CAIRN_API bool Checkpointer::looks_like_step(const std::string& name) { return detail::looks_like_step_name(name); }
 
 CAIRN_API void Checkpointer::scan() {
   std::map<std::int64_t, StepInfo> found;
