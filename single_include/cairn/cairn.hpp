@@ -1736,12 +1736,10 @@ bool key_from_entry(const KeyEntry& e, K& out) {
     } else if (!parse_int64(e.name, v)) {
       // Digits beyond int64: an unsigned key of 2^63 or more, as map_key_entry stores it.
       std::uint64_t u = 0;
-      if constexpr (std::is_unsigned_v<K>)
-        if (parse_uint64(e.name, u) && u <= static_cast<std::uint64_t>(std::numeric_limits<K>::max())) {
-          out = static_cast<K>(u);
-          return true;
-        }
-      return false;
+      if constexpr (!std::is_unsigned_v<K>) return false;
+      if (!parse_uint64(e.name, u) || u > static_cast<std::uint64_t>(std::numeric_limits<K>::max())) return false;
+      out = static_cast<K>(u);
+      return true;
     }
     if constexpr (std::is_signed_v<K>) {
       if (v < static_cast<std::int64_t>(std::numeric_limits<K>::min()) ||
@@ -9309,8 +9307,6 @@ inline bool is_committed_checkpoint(const Store& store, const std::string& key) 
   return store.is_blob(join_key(key, marker_file));
 }
 
-// When `key` is not a checkpoint but a Checkpointer's root (it holds checkpoints), a message
-// saying so and how to load one; "" otherwise.
 // A name that some Checkpointer's scheme gives a step: digits with any padding, with or without
 // "step_" (Checkpointer::looks_like_step).
 inline bool looks_like_step_name(std::string_view name) {
@@ -9318,6 +9314,8 @@ inline bool looks_like_step_name(std::string_view name) {
   return !digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string_view::npos;
 }
 
+// When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any
+// other), a message saying so and how to load one; "" otherwise.
 inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
   std::vector<std::string> steps;
   for (const auto& e : store.list(key))

@@ -75,8 +75,6 @@ inline bool is_committed_checkpoint(const Store& store, const std::string& key) 
   return store.is_blob(join_key(key, marker_file));
 }
 
-// When `key` is not a checkpoint but a Checkpointer's root (it holds checkpoints), a message
-// saying so and how to load one; "" otherwise.
 // A name that some Checkpointer's scheme gives a step: digits with any padding, with or without
 // "step_" (Checkpointer::looks_like_step).
 inline bool looks_like_step_name(std::string_view name) {
@@ -84,6 +82,8 @@ inline bool looks_like_step_name(std::string_view name) {
   return !digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string_view::npos;
 }
 
+// When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any
+// other), a message saying so and how to load one; "" otherwise.
 inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
   std::vector<std::string> steps;
   for (const auto& e : store.list(key))

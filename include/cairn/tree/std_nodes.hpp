@@ -90,12 +90,10 @@ bool key_from_entry(const KeyEntry& e, K& out) {
     } else if (!parse_int64(e.name, v)) {
       // Digits beyond int64: an unsigned key of 2^63 or more, as map_key_entry stores it.
       std::uint64_t u = 0;
-      if constexpr (std::is_unsigned_v<K>)
-        if (parse_uint64(e.name, u) && u <= static_cast<std::uint64_t>(std::numeric_limits<K>::max())) {
-          out = static_cast<K>(u);
-          return true;
-        }
-      return false;
+      if constexpr (!std::is_unsigned_v<K>) return false;
+      if (!parse_uint64(e.name, u) || u > static_cast<std::uint64_t>(std::numeric_limits<K>::max())) return false;
+      out = static_cast<K>(u);
+      return true;
     }
     if constexpr (std::is_signed_v<K>) {
       if (v < static_cast<std::int64_t>(std::numeric_limits<K>::min()) ||
