@@ -117,8 +117,44 @@ TEST_CASE("retention policies pick the steps to keep") {
   CHECK(R::best_n(2, "loss", R::Mode::min).keep(s) == std::set<std::int64_t>{800, 900});
   CHECK(R::best_n(2, "loss", R::Mode::min).keep(s).count(400) == 0);  // no metric: never among the best
   CHECK(R::best_n(1, "loss", R::Mode::max).keep(s) == std::set<std::int64_t>{1000});
+  // NaN and infinity rank as a missing metric, in either mode (they are stored as null).
+  auto odd = s;
+  odd[3].metrics["loss"] = -std::numeric_limits<double>::infinity();
+  odd[5].metrics["loss"] = std::numeric_limits<double>::infinity();
+  odd[1].metrics["loss"] = std::nan("");
+  CHECK(R::best_n(2, "loss", R::Mode::min).keep(odd) == std::set<std::int64_t>{800, 900});
+  CHECK(R::best_n(1, "loss", R::Mode::max).keep(odd) == std::set<std::int64_t>{1000});
   CHECK(R::any_of({R::keep_latest(1), R::keep_every_n_steps(500)}).keep(s) == std::set<std::int64_t>{500, 1000});
   CHECK(R::keep_all().keep(s).size() == 10);
+}
+
+TEST_CASE("metrics of NaN or infinity are saved as null and never rank; metrics that are not an object are refused") {
+  test::TempDir dir;
+  cairn::CheckpointerOptions o;
+  o.retention = cairn::RetentionPolicy::best_n(1, "loss", cairn::RetentionPolicy::Mode::min);
+  const double inf = std::numeric_limits<double>::infinity();
+  {
+    cairn::Checkpointer ck(dir / "root", o);
+    ck.save(1, ck::make(1), {.metrics = cairn::Json::object({{"loss", 0.5}})});
+    // A diverged loss, or an fp16 gradient norm that overflowed, does not cost the checkpoint.
+    ck.save(2, ck::make(2), {.metrics = cairn::Json::object({{"loss", -inf}, {"grad_norm", inf}})});
+    ck.save_async(3, ck::make(3), {.metrics = cairn::Json::object({{"loss", std::nan("")}})});
+    ck.wait();
+    // The best is step 1 (the only finite loss); the latest always stays.
+    CHECK(ck.steps() == std::vector<std::int64_t>{1, 3});
+    CHECK(ck.metrics(3).at("loss").is_null());
+    CHECK(test::read_file(dir / "root/3/_USER_METADATA").find("\"metrics\":{\"loss\":null}") != std::string::npos);
+
+    CHECK_CAIRN_ERROR(ck.save(4, ck::make(4), {.metrics = cairn::Json(0.25)}), cairn::ErrorKind::invalid_argument,
+                      "step 4: metrics must be a JSON object");
+    CHECK_FALSE(std::filesystem::exists(dir / "root/4"));
+    ck.save(5, ck::make(5), {.metrics = {}});  // null: no metrics
+    CHECK(ck.metrics(5).size() == 0);
+  }
+  cairn::Checkpointer again(dir / "root", o);
+  CHECK(again.steps() == std::vector<std::int64_t>{1, 5});
+  CHECK(again.metrics(1).at("loss").as_double() == 0.5);
+  CHECK(again.metrics(5).size() == 0);
 }
 
 TEST_CASE("retention deletes only after a commit and never the latest") {

@@ -407,6 +407,34 @@ TEST_CASE("metadata returns structure, dtypes, shapes and user metadata without 
   CHECK_CAIRN_ERROR(cairn::load<decltype(params)>(dir / "c"), cairn::ErrorKind::not_found, "data-0-0.bin");
 }
 
+TEST_CASE("user metadata: NaN and infinity are stored as null; a value that is not an object is refused before writing") {
+  test::TempDir dir;
+  std::vector<float> w(100, 1.5f);
+  cairn::SaveOptions o;
+  const double inf = std::numeric_limits<double>::infinity();
+  o.user_metadata = cairn::Json::object({{"loss", std::nan("")}, {"grad_norm", inf}, {"floor", -inf},
+                                         {"lr", 0.5}, {"list", cairn::Json::array({1.0, std::nan("")})}});
+  cairn::save(dir / "c", w, o);  // before, one NaN failed the whole save
+  const cairn::Json m = cairn::metadata(dir / "c").user_metadata;
+  CHECK(m.at("loss").is_null());
+  CHECK(m.at("grad_norm").is_null());
+  CHECK(m.at("floor").is_null());
+  CHECK(m.at("lr").as_double() == 0.5);
+  CHECK(m.at("list").as_array()[1].is_null());
+  CHECK(cairn::load<std::vector<float>>(dir / "c") == w);
+  CHECK(cairn::Json(std::nan("")).dump() == "null");
+
+  // Not an object: refused, and nothing is written at the path.
+  for (const cairn::Json& bad : {cairn::Json(3.0), cairn::Json("text"), cairn::Json::array({1})}) {
+    o.user_metadata = bad;
+    CHECK_CAIRN_ERROR(cairn::save(dir / "bad", w, o), cairn::ErrorKind::invalid_argument, "user metadata must be a JSON object");
+    CHECK_FALSE(std::filesystem::exists(dir / "bad"));
+  }
+  o.user_metadata = cairn::Json();  // null: no user metadata
+  cairn::save(dir / "null", w, o);
+  CHECK(cairn::metadata(dir / "null").user_metadata.size() == 0);
+}
+
 TEST_CASE("empty containers and zero-size arrays round-trip") {
   test::TempDir dir;
   std::tuple<std::vector<float>, std::string, Eigen::MatrixXf, std::vector<std::vector<int>>, std::map<std::string, int>> t;

@@ -2579,7 +2579,7 @@ class Json {
 
   friend bool operator==(const Json& a, const Json& b) { return a.equals(b); }
 
-  // Compact JSON text. NaN and infinity have no JSON spelling and are refused.
+  // Compact JSON text. NaN and infinity have no JSON spelling and are written as null.
   CAIRN_API std::string dump() const;
 
   CAIRN_API static Json parse(std::string_view text, const std::string& file = {});
@@ -6238,7 +6238,13 @@ CAIRN_API void Json::dump_to(std::string& out) const {
   else if (is_int()) detail::append_json_int(out, std::get<std::int64_t>(v_));
   else if (std::holds_alternative<double>(v_)) {
     double d = std::get<double>(v_);
-    if (!std::isfinite(d)) throw Error(ErrorKind::invalid_argument, "JSON cannot hold NaN or infinity");
+    // JSON has no NaN or infinity. Refusing them would fail a whole save over one metric (a
+    // diverged loss, an fp16 gradient norm that overflowed), so they are written as null, as
+    // JavaScript's JSON.stringify and nlohmann/json do.
+    if (!std::isfinite(d)) {
+      out += "null";
+      return;
+    }
     char buf[40];
     std::snprintf(buf, sizeof buf, "%.17g", d);
     out += buf;
@@ -10529,6 +10535,9 @@ CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
   total.path = session.describe();
   std::exception_ptr failure;
   try {
+    // Before any leaf is written (the commit checks it again, on the primary).
+    if (!options.user_metadata.is_object() && !options.user_metadata.is_null())
+      throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", session.describe());
     for (auto& item : snapshot()) {
       SaveReport r = session.add_item(std::move(item), options);
       total.leaves += r.leaves;
@@ -12215,6 +12224,7 @@ CAIRN_END_NAMESPACE
 // SavePolicy's and RetentionPolicy's factories (manager/policies.hpp).
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <set>
 #include <string>
@@ -12302,7 +12312,9 @@ CAIRN_API RetentionPolicy RetentionPolicy::best_n(std::size_t n, std::string met
     std::vector<std::pair<double, std::int64_t>> scored;
     for (const auto& i : s) {
       const Json* v = i.metrics.find(metric);
-      if (v && v->is_number()) scored.emplace_back(mode == Mode::min ? v->as_double() : -v->as_double(), i.step);
+      // NaN and infinity are stored as null, so they rank as a missing metric here too (and a
+      // NaN would break the sort's ordering).
+      if (v && v->is_number() && std::isfinite(v->as_double())) scored.emplace_back(mode == Mode::min ? v->as_double() : -v->as_double(), i.step);
     }
     std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first < b.first : a.second > b.second;  // ties: the newer step
@@ -12523,6 +12535,12 @@ CAIRN_API void Checkpointer::save_snapshots_async(std::int64_t step, std::vector
 
 CAIRN_API std::shared_ptr<Checkpointer::Job> Checkpointer::prepare(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args) {
   if (step < 0) throw Error(ErrorKind::invalid_argument, "steps are non-negative, got " + std::to_string(step), describe(root_));
+  // Checked before anything is written: a step saved with metrics of another kind would have
+  // them dropped when the root is next opened.
+  if (!args.metrics.is_object() && !args.metrics.is_null())
+    throw Error(ErrorKind::invalid_argument,
+                "step " + std::to_string(step) + ": metrics must be a JSON object of named values, such as {\"loss\": 0.25}",
+                describe(root_));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (steps_.count(step) && !args.overwrite)
@@ -12629,7 +12647,10 @@ CAIRN_API void Checkpointer::commit_job(Job& job, std::exception_ptr failure) {
   // From the moment the checkpoint is published, this manager lists it, whatever fails after.
   auto record = [&] {
     std::lock_guard<std::mutex> lock(mutex_);
-    steps_[job.step] = StepInfo{job.step, job.now_ms, job.args.metrics};
+    // The metrics as written (NaN and infinity become null), so that they read the same
+    // before and after the root is opened again.
+    const Json& m = job.args.metrics;
+    steps_[job.step] = StepInfo{job.step, job.now_ms, m.is_object() ? Json::parse(m.dump()) : Json::object()};
     damaged_.erase(job.step);
     last_save_ = std::chrono::steady_clock::now();
   };

@@ -26,6 +26,9 @@ CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
   total.path = session.describe();
   std::exception_ptr failure;
   try {
+    // Before any leaf is written (the commit checks it again, on the primary).
+    if (!options.user_metadata.is_object() && !options.user_metadata.is_null())
+      throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", session.describe());
     for (auto& item : snapshot()) {
       SaveReport r = session.add_item(std::move(item), options);
       total.leaves += r.leaves;

@@ -78,7 +78,7 @@ class Json {
 
   friend bool operator==(const Json& a, const Json& b) { return a.equals(b); }
 
-  // Compact JSON text. NaN and infinity have no JSON spelling and are refused.
+  // Compact JSON text. NaN and infinity have no JSON spelling and are written as null.
   CAIRN_API std::string dump() const;
 
   CAIRN_API static Json parse(std::string_view text, const std::string& file = {});

@@ -158,7 +158,13 @@ CAIRN_API void Json::dump_to(std::string& out) const {
   else if (is_int()) detail::append_json_int(out, std::get<std::int64_t>(v_));
   else if (std::holds_alternative<double>(v_)) {
     double d = std::get<double>(v_);
-    if (!std::isfinite(d)) throw Error(ErrorKind::invalid_argument, "JSON cannot hold NaN or infinity");
+    // JSON has no NaN or infinity. Refusing them would fail a whole save over one metric (a
+    // diverged loss, an fp16 gradient norm that overflowed), so they are written as null, as
+    // JavaScript's JSON.stringify and nlohmann/json do.
+    if (!std::isfinite(d)) {
+      out += "null";
+      return;
+    }
     char buf[40];
     std::snprintf(buf, sizeof buf, "%.17g", d);
     out += buf;

@@ -200,6 +200,12 @@ CAIRN_API void Checkpointer::save_snapshots_async(std::int64_t step, std::vector
 
 CAIRN_API std::shared_ptr<Checkpointer::Job> Checkpointer::prepare(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args) {
   if (step < 0) throw Error(ErrorKind::invalid_argument, "steps are non-negative, got " + std::to_string(step), describe(root_));
+  // Checked before anything is written: a step saved with metrics of another kind would have
+  // them dropped when the root is next opened.
+  if (!args.metrics.is_object() && !args.metrics.is_null())
+    throw Error(ErrorKind::invalid_argument,
+                "step " + std::to_string(step) + ": metrics must be a JSON object of named values, such as {\"loss\": 0.25}",
+                describe(root_));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (steps_.count(step) && !args.overwrite)
@@ -306,7 +312,10 @@ CAIRN_API void Checkpointer::commit_job(Job& job, std::exception_ptr failure) {
   // From the moment the checkpoint is published, this manager lists it, whatever fails after.
   auto record = [&] {
     std::lock_guard<std::mutex> lock(mutex_);
-    steps_[job.step] = StepInfo{job.step, job.now_ms, job.args.metrics};
+    // The metrics as written (NaN and infinity become null), so that they read the same
+    // before and after the root is opened again.
+    const Json& m = job.args.metrics;
+    steps_[job.step] = StepInfo{job.step, job.now_ms, m.is_object() ? Json::parse(m.dump()) : Json::object()};
     damaged_.erase(job.step);
     last_save_ = std::chrono::steady_clock::now();
   };

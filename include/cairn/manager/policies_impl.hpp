@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <set>
 #include <string>
@@ -90,7 +91,9 @@ CAIRN_API RetentionPolicy RetentionPolicy::best_n(std::size_t n, std::string met
     std::vector<std::pair<double, std::int64_t>> scored;
     for (const auto& i : s) {
       const Json* v = i.metrics.find(metric);
-      if (v && v->is_number()) scored.emplace_back(mode == Mode::min ? v->as_double() : -v->as_double(), i.step);
+      // NaN and infinity are stored as null, so they rank as a missing metric here too (and a
+      // NaN would break the sort's ordering).
+      if (v && v->is_number() && std::isfinite(v->as_double())) scored.emplace_back(mode == Mode::min ? v->as_double() : -v->as_double(), i.step);
     }
     std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first < b.first : a.second > b.second;  // ties: the newer step
