@@ -428,9 +428,39 @@ TEST_CASE("strings of every length with a quote, backslash, control or high byte
   CHECK(checked == 70 * 71 / 2 * 10);
 }
 
+TEST_CASE("Json keeps unsigned 64-bit integers of 2^63 and more: written as their digits, read back exactly") {
+  constexpr std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
+  constexpr std::uint64_t top = std::uint64_t{1} << 63;
+  CHECK(Json(max).dump() == "18446744073709551615");  // was -1
+  CHECK(Json(top).dump() == "9223372036854775808");
+  CHECK(Json(top - 1).is_int());  // int64 where it fits: one form per number
+  CHECK(Json(top - 1) == Json(std::int64_t{9223372036854775807}));
+  CHECK(Json(std::uint64_t{5}) == Json(5));
+  CHECK_FALSE(Json(max).is_int());
+  CHECK(Json(max).is_uint());
+  CHECK(Json(max).is_number());
+  CHECK(Json(max).as_double() == 18446744073709551615.0);
+  CHECK_THROWS_WITH_AS(Json(max).as_int(), doctest::Contains("as_uint()"), Error);
+  CHECK_THROWS_WITH_AS(Json(-1).as_uint(), doctest::Contains("negative"), Error);
+  CHECK_FALSE(Json(-1).is_uint());
+  CHECK(Json(7).as_uint() == 7);
+  CHECK(Json(std::uint32_t{4000000000u}).as_int() == 4000000000);
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 2000; ++i) {
+    const std::uint64_t u = rng() >> (rng() % 64);
+    const Json back = Json::parse(Json::object({{"seed", u}}).dump());
+    REQUIRE(back.at("seed").as_uint() == u);
+    CHECK(back.at("seed").is_int() == (u < top));
+    CHECK(back == Json::object({{"seed", u}}));
+  }
+}
+
 TEST_CASE("Json::parse is strict: one value, no leading zeros, bounded depth, valid escapes") {
   CHECK(Json::parse(" {\"a\": [1, -2, 3.5, \"\\u00e9\", null, true]} ").at("a").size() == 6);
-  CHECK(Json::parse("18446744073709551615").as_double() == 18446744073709551615.0);  // beyond int64: a double
+  CHECK(Json::parse("18446744073709551615").as_uint() == std::numeric_limits<std::uint64_t>::max());  // beyond int64
+  CHECK(Json::parse("18446744073709551615").as_double() == 18446744073709551615.0);
+  CHECK(Json::parse("18446744073709551616").as_double() == 18446744073709551616.0);  // beyond uint64: a double
+  CHECK_FALSE(Json::parse("18446744073709551616").is_uint());
   CHECK(Json::parse("-9223372036854775808").as_int() == std::numeric_limits<std::int64_t>::min());
   for (const char* bad : {"01", "1.", "-", "{\"a\":1,}", "[1 2]", "{\"a\":1}x", "\"\\ud800\"", "{\"a\":1,\"a\":2}", "tru", ""})
     CHECK_THROWS_AS(Json::parse(bad), Error);

@@ -407,13 +407,14 @@ TEST_CASE("metadata returns structure, dtypes, shapes and user metadata without 
   CHECK_CAIRN_ERROR(cairn::load<decltype(params)>(dir / "c"), cairn::ErrorKind::not_found, "data-0-0.bin");
 }
 
-TEST_CASE("user metadata: NaN and infinity are stored as null; a value that is not an object is refused before writing") {
+TEST_CASE("user metadata: NaN and infinity are stored as null, uint64 seeds as their digits; a value that is not an object is refused before writing") {
   test::TempDir dir;
   std::vector<float> w(100, 1.5f);
   cairn::SaveOptions o;
   const double inf = std::numeric_limits<double>::infinity();
   o.user_metadata = cairn::Json::object({{"loss", std::nan("")}, {"grad_norm", inf}, {"floor", -inf},
-                                         {"lr", 0.5}, {"list", cairn::Json::array({1.0, std::nan("")})}});
+                                         {"lr", 0.5}, {"list", cairn::Json::array({1.0, std::nan("")})},
+                                         {"seed", std::numeric_limits<std::uint64_t>::max()}});
   cairn::save(dir / "c", w, o);  // before, one NaN failed the whole save
   const cairn::Json m = cairn::metadata(dir / "c").user_metadata;
   CHECK(m.at("loss").is_null());
@@ -421,6 +422,7 @@ TEST_CASE("user metadata: NaN and infinity are stored as null; a value that is n
   CHECK(m.at("floor").is_null());
   CHECK(m.at("lr").as_double() == 0.5);
   CHECK(m.at("list").as_array()[1].is_null());
+  CHECK(m.at("seed").as_uint() == std::numeric_limits<std::uint64_t>::max());  // not -1
   CHECK(cairn::load<std::vector<float>>(dir / "c") == w);
   CHECK(cairn::Json(std::nan("")).dump() == "null");
 

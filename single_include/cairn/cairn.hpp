@@ -2515,6 +2515,7 @@ CAIRN_END_NAMESPACE
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -2526,6 +2527,9 @@ class Json {
  public:
   using List = std::vector<Json>;
   using Members = std::vector<std::pair<std::string, Json>>;
+  template <class I>
+  static constexpr bool is_wide_unsigned = std::is_integral_v<I> && std::is_unsigned_v<I> && !std::is_same_v<I, bool> &&
+                                           sizeof(I) >= sizeof(std::uint64_t);
 
   // The members are defined in core/json_impl.hpp, not here: Json is in every file that
   // includes cairn (the options' user metadata), and its variant's copies, comparisons and
@@ -2534,8 +2538,12 @@ class Json {
   CAIRN_API Json() noexcept;  // null
   Json(std::nullptr_t) noexcept : Json() {}
   CAIRN_API Json(bool b);
-  template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+  template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool> && !is_wide_unsigned<I>, int> = 0>
   Json(I i) : Json(static_cast<std::int64_t>(i), int_tag{}) {}
+  // Unsigned 64-bit values of 2^63 and more (seeds, hashes, ids) keep their value rather than
+  // wrapping to a negative int64.
+  template <class I, std::enable_if_t<is_wide_unsigned<I>, int> = 0>
+  Json(I u) : Json(static_cast<std::uint64_t>(u), uint_tag{}) {}
   CAIRN_API Json(double d);
   Json(float f) : Json(static_cast<double>(f)) {}
   Json(const char* s) : Json(std::string_view(s)) {}
@@ -2554,7 +2562,8 @@ class Json {
 
   CAIRN_API bool is_null() const;
   CAIRN_API bool is_bool() const;
-  CAIRN_API bool is_int() const;
+  CAIRN_API bool is_int() const;   // an integer that as_int() returns (int64's range)
+  CAIRN_API bool is_uint() const;  // an integer that as_uint() returns (0 to 2^64 - 1)
   CAIRN_API bool is_number() const;
   CAIRN_API bool is_string() const;
   CAIRN_API bool is_array() const;
@@ -2562,6 +2571,7 @@ class Json {
 
   CAIRN_API bool as_bool() const;
   CAIRN_API std::int64_t as_int() const;
+  CAIRN_API std::uint64_t as_uint() const;
   CAIRN_API double as_double() const;
   CAIRN_API const std::string& as_string() const;
   CAIRN_API const List& as_array() const;
@@ -2586,7 +2596,9 @@ class Json {
 
  private:
   struct int_tag {};
+  struct uint_tag {};
   CAIRN_API Json(std::int64_t i, int_tag);
+  CAIRN_API Json(std::uint64_t u, uint_tag);  // int64 where it fits
   CAIRN_API static Json array_of(const Json* items, std::size_t n);
   CAIRN_API static Json object_of(const std::pair<std::string, Json>* items, std::size_t n);
   CAIRN_API bool equals(const Json& o) const;
@@ -2599,7 +2611,8 @@ class Json {
   struct Parser;  // core/json_impl.hpp
   static constexpr int max_parse_depth = 128;
 
-  std::variant<std::monostate, bool, std::int64_t, double, std::string, List, Members> v_;
+  // std::uint64_t holds only integers above int64's range, so that each number has one form.
+  std::variant<std::monostate, bool, std::int64_t, std::uint64_t, double, std::string, List, Members> v_;
 };
 
 CAIRN_END_NAMESPACE
@@ -5729,6 +5742,7 @@ CAIRN_END_NAMESPACE
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -6129,8 +6143,11 @@ struct Json::Parser {
       std::int64_t v = 0;
       const auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
       if (ec == std::errc() && end == tok.data() + tok.size()) return Json(v);
+      std::uint64_t u = 0;
+      const auto [uend, uec] = std::from_chars(tok.data(), tok.data() + tok.size(), u);
+      if (uec == std::errc() && uend == tok.data() + tok.size()) return Json(u);
     }
-    // Larger integers and fractions: as the nearest double, as JSON readers commonly do.
+    // Integers beyond uint64 and fractions: as the nearest double, as JSON readers commonly do.
     return Json(std::strtod(std::string(tok).c_str(), nullptr));
   }
 };
@@ -6138,6 +6155,10 @@ struct Json::Parser {
 CAIRN_API Json::Json() noexcept = default;
 CAIRN_API Json::Json(bool b) : v_(b) {}
 CAIRN_API Json::Json(std::int64_t i, int_tag) : v_(i) {}
+CAIRN_API Json::Json(std::uint64_t u, uint_tag) {
+  if (u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) v_ = static_cast<std::int64_t>(u);
+  else v_ = u;
+}
 CAIRN_API Json::Json(double d) : v_(d) {}
 CAIRN_API Json::Json(std::string s) : v_(std::move(s)) {}
 CAIRN_API Json::Json(std::string_view s) : v_(std::string(s)) {}
@@ -6162,7 +6183,10 @@ CAIRN_API Json Json::object_of(const std::pair<std::string, Json>* items, std::s
 CAIRN_API bool Json::is_null() const { return std::holds_alternative<std::monostate>(v_); }
 CAIRN_API bool Json::is_bool() const { return std::holds_alternative<bool>(v_); }
 CAIRN_API bool Json::is_int() const { return std::holds_alternative<std::int64_t>(v_); }
-CAIRN_API bool Json::is_number() const { return is_int() || std::holds_alternative<double>(v_); }
+CAIRN_API bool Json::is_uint() const {
+  return std::holds_alternative<std::uint64_t>(v_) || (is_int() && std::get<std::int64_t>(v_) >= 0);
+}
+CAIRN_API bool Json::is_number() const { return is_int() || is_uint() || std::holds_alternative<double>(v_); }
 CAIRN_API bool Json::is_string() const { return std::holds_alternative<std::string>(v_); }
 CAIRN_API bool Json::is_array() const { return std::holds_alternative<List>(v_); }
 CAIRN_API bool Json::is_object() const { return std::holds_alternative<Members>(v_); }
@@ -6177,9 +6201,21 @@ CAIRN_API void Json::throw_type(const char* what) {
 }
 
 CAIRN_API bool Json::as_bool() const { return get<bool>("a bool"); }
-CAIRN_API std::int64_t Json::as_int() const { return get<std::int64_t>("an integer"); }
+CAIRN_API std::int64_t Json::as_int() const {
+  if (std::holds_alternative<std::uint64_t>(v_))
+    throw Error(ErrorKind::invalid_argument, "JSON value " + std::to_string(std::get<std::uint64_t>(v_)) +
+                " is beyond int64's range (read it with as_uint())");
+  return get<std::int64_t>("an integer");
+}
+CAIRN_API std::uint64_t Json::as_uint() const {
+  if (std::holds_alternative<std::uint64_t>(v_)) return std::get<std::uint64_t>(v_);
+  const std::int64_t i = get<std::int64_t>("an unsigned integer");
+  if (i < 0) throw Error(ErrorKind::invalid_argument, "JSON value " + std::to_string(i) + " is negative, not an unsigned integer");
+  return static_cast<std::uint64_t>(i);
+}
 CAIRN_API double Json::as_double() const {
   if (is_int()) return static_cast<double>(std::get<std::int64_t>(v_));
+  if (std::holds_alternative<std::uint64_t>(v_)) return static_cast<double>(std::get<std::uint64_t>(v_));
   return get<double>("a number");
 }
 CAIRN_API const std::string& Json::as_string() const { return get<std::string>("a string"); }
@@ -6236,6 +6272,7 @@ CAIRN_API void Json::dump_to(std::string& out) const {
   if (is_null()) out += "null";
   else if (is_bool()) out += std::get<bool>(v_) ? "true" : "false";
   else if (is_int()) detail::append_json_int(out, std::get<std::int64_t>(v_));
+  else if (std::holds_alternative<std::uint64_t>(v_)) detail::append_json_int(out, std::get<std::uint64_t>(v_));
   else if (std::holds_alternative<double>(v_)) {
     double d = std::get<double>(v_);
     // JSON has no NaN or infinity. Refusing them would fail a whole save over one metric (a

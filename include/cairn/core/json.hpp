@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -25,6 +26,9 @@ class Json {
  public:
   using List = std::vector<Json>;
   using Members = std::vector<std::pair<std::string, Json>>;
+  template <class I>
+  static constexpr bool is_wide_unsigned = std::is_integral_v<I> && std::is_unsigned_v<I> && !std::is_same_v<I, bool> &&
+                                           sizeof(I) >= sizeof(std::uint64_t);
 
   // The members are defined in core/json_impl.hpp, not here: Json is in every file that
   // includes cairn (the options' user metadata), and its variant's copies, comparisons and
@@ -33,8 +37,12 @@ class Json {
   CAIRN_API Json() noexcept;  // null
   Json(std::nullptr_t) noexcept : Json() {}
   CAIRN_API Json(bool b);
-  template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+  template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool> && !is_wide_unsigned<I>, int> = 0>
   Json(I i) : Json(static_cast<std::int64_t>(i), int_tag{}) {}
+  // Unsigned 64-bit values of 2^63 and more (seeds, hashes, ids) keep their value rather than
+  // wrapping to a negative int64.
+  template <class I, std::enable_if_t<is_wide_unsigned<I>, int> = 0>
+  Json(I u) : Json(static_cast<std::uint64_t>(u), uint_tag{}) {}
   CAIRN_API Json(double d);
   Json(float f) : Json(static_cast<double>(f)) {}
   Json(const char* s) : Json(std::string_view(s)) {}
@@ -53,7 +61,8 @@ class Json {
 
   CAIRN_API bool is_null() const;
   CAIRN_API bool is_bool() const;
-  CAIRN_API bool is_int() const;
+  CAIRN_API bool is_int() const;   // an integer that as_int() returns (int64's range)
+  CAIRN_API bool is_uint() const;  // an integer that as_uint() returns (0 to 2^64 - 1)
   CAIRN_API bool is_number() const;
   CAIRN_API bool is_string() const;
   CAIRN_API bool is_array() const;
@@ -61,6 +70,7 @@ class Json {
 
   CAIRN_API bool as_bool() const;
   CAIRN_API std::int64_t as_int() const;
+  CAIRN_API std::uint64_t as_uint() const;
   CAIRN_API double as_double() const;
   CAIRN_API const std::string& as_string() const;
   CAIRN_API const List& as_array() const;
@@ -85,7 +95,9 @@ class Json {
 
  private:
   struct int_tag {};
+  struct uint_tag {};
   CAIRN_API Json(std::int64_t i, int_tag);
+  CAIRN_API Json(std::uint64_t u, uint_tag);  // int64 where it fits
   CAIRN_API static Json array_of(const Json* items, std::size_t n);
   CAIRN_API static Json object_of(const std::pair<std::string, Json>* items, std::size_t n);
   CAIRN_API bool equals(const Json& o) const;
@@ -98,7 +110,8 @@ class Json {
   struct Parser;  // core/json_impl.hpp
   static constexpr int max_parse_depth = 128;
 
-  std::variant<std::monostate, bool, std::int64_t, double, std::string, List, Members> v_;
+  // std::uint64_t holds only integers above int64's range, so that each number has one form.
+  std::variant<std::monostate, bool, std::int64_t, std::uint64_t, double, std::string, List, Members> v_;
 };
 
 CAIRN_END_NAMESPACE

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -49,8 +50,11 @@ struct Json::Parser {
       std::int64_t v = 0;
       const auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
       if (ec == std::errc() && end == tok.data() + tok.size()) return Json(v);
+      std::uint64_t u = 0;
+      const auto [uend, uec] = std::from_chars(tok.data(), tok.data() + tok.size(), u);
+      if (uec == std::errc() && uend == tok.data() + tok.size()) return Json(u);
     }
-    // Larger integers and fractions: as the nearest double, as JSON readers commonly do.
+    // Integers beyond uint64 and fractions: as the nearest double, as JSON readers commonly do.
     return Json(std::strtod(std::string(tok).c_str(), nullptr));
   }
 };
@@ -58,6 +62,10 @@ struct Json::Parser {
 CAIRN_API Json::Json() noexcept = default;
 CAIRN_API Json::Json(bool b) : v_(b) {}
 CAIRN_API Json::Json(std::int64_t i, int_tag) : v_(i) {}
+CAIRN_API Json::Json(std::uint64_t u, uint_tag) {
+  if (u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) v_ = static_cast<std::int64_t>(u);
+  else v_ = u;
+}
 CAIRN_API Json::Json(double d) : v_(d) {}
 CAIRN_API Json::Json(std::string s) : v_(std::move(s)) {}
 CAIRN_API Json::Json(std::string_view s) : v_(std::string(s)) {}
@@ -82,7 +90,10 @@ CAIRN_API Json Json::object_of(const std::pair<std::string, Json>* items, std::s
 CAIRN_API bool Json::is_null() const { return std::holds_alternative<std::monostate>(v_); }
 CAIRN_API bool Json::is_bool() const { return std::holds_alternative<bool>(v_); }
 CAIRN_API bool Json::is_int() const { return std::holds_alternative<std::int64_t>(v_); }
-CAIRN_API bool Json::is_number() const { return is_int() || std::holds_alternative<double>(v_); }
+CAIRN_API bool Json::is_uint() const {
+  return std::holds_alternative<std::uint64_t>(v_) || (is_int() && std::get<std::int64_t>(v_) >= 0);
+}
+CAIRN_API bool Json::is_number() const { return is_int() || is_uint() || std::holds_alternative<double>(v_); }
 CAIRN_API bool Json::is_string() const { return std::holds_alternative<std::string>(v_); }
 CAIRN_API bool Json::is_array() const { return std::holds_alternative<List>(v_); }
 CAIRN_API bool Json::is_object() const { return std::holds_alternative<Members>(v_); }
@@ -97,9 +108,21 @@ CAIRN_API void Json::throw_type(const char* what) {
 }
 
 CAIRN_API bool Json::as_bool() const { return get<bool>("a bool"); }
-CAIRN_API std::int64_t Json::as_int() const { return get<std::int64_t>("an integer"); }
+CAIRN_API std::int64_t Json::as_int() const {
+  if (std::holds_alternative<std::uint64_t>(v_))
+    throw Error(ErrorKind::invalid_argument, "JSON value " + std::to_string(std::get<std::uint64_t>(v_)) +
+                " is beyond int64's range (read it with as_uint())");
+  return get<std::int64_t>("an integer");
+}
+CAIRN_API std::uint64_t Json::as_uint() const {
+  if (std::holds_alternative<std::uint64_t>(v_)) return std::get<std::uint64_t>(v_);
+  const std::int64_t i = get<std::int64_t>("an unsigned integer");
+  if (i < 0) throw Error(ErrorKind::invalid_argument, "JSON value " + std::to_string(i) + " is negative, not an unsigned integer");
+  return static_cast<std::uint64_t>(i);
+}
 CAIRN_API double Json::as_double() const {
   if (is_int()) return static_cast<double>(std::get<std::int64_t>(v_));
+  if (std::holds_alternative<std::uint64_t>(v_)) return static_cast<double>(std::get<std::uint64_t>(v_));
   return get<double>("a number");
 }
 CAIRN_API const std::string& Json::as_string() const { return get<std::string>("a string"); }
@@ -156,6 +179,7 @@ CAIRN_API void Json::dump_to(std::string& out) const {
   if (is_null()) out += "null";
   else if (is_bool()) out += std::get<bool>(v_) ? "true" : "false";
   else if (is_int()) detail::append_json_int(out, std::get<std::int64_t>(v_));
+  else if (std::holds_alternative<std::uint64_t>(v_)) detail::append_json_int(out, std::get<std::uint64_t>(v_));
   else if (std::holds_alternative<double>(v_)) {
     double d = std::get<double>(v_);
     // JSON has no NaN or infinity. Refusing them would fail a whole save over one metric (a
