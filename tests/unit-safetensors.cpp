@@ -449,6 +449,22 @@ TEST_CASE("export: a subtree, a selection, names, and what safetensors cannot ho
   std::map<std::string, std::map<std::string, std::vector<float>>> same = {{"a", {{"b.c", {1}}}}, {"a.b", {{"c", {2}}}}};
   CHECK_CAIRN_ERROR(cairn::save_safetensors(store, "d.safetensors", same), cairn::ErrorKind::invalid_argument,
                     "both become the name 'a.b.c'");
+  // The empty name is the root's: a tree that is one array is named so and reads back, a leaf
+  // under a top-level map's empty key is refused (it would read back as the root).
+  const std::vector<float> alone = {1, 2, 3};
+  cairn::save_safetensors(store, "alone.safetensors", alone);
+  std::vector<float> alone_back;
+  cairn::load_safetensors(store, "alone.safetensors", alone_back);
+  CHECK(alone_back == alone);
+  std::map<std::string, std::vector<float>> empty_key = {{"", {1}}, {"b", {2}}};
+  CHECK_CAIRN_ERROR(cairn::save_safetensors(store, "e.safetensors", empty_key), cairn::ErrorKind::invalid_argument,
+                    "the empty string as a key");
+  CHECK(!store.exists("e.safetensors"));
+  std::map<std::string, decltype(empty_key)> nested = {{"x", empty_key}};  // "x." and "x.b": fine below the top
+  cairn::save_safetensors(store, "nested.safetensors", nested);
+  decltype(nested) nested_back;
+  cairn::load_safetensors(store, "nested.safetensors", nested_back);
+  CHECK(nested_back == nested);
 }
 
 TEST_CASE("export: a failed write leaves nothing at the path and the earlier file whole") {

@@ -12203,6 +12203,11 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
                   " leaves; leave them out with SafetensorsSaveOptions::select", where, full);
     if (t.dtype != leaf.view.dtype) report.cast.push_back(full);
     t.nbytes = byte_count(leaf.view.shape, dtype_size(t.dtype));
+    // Only the root leaf (a tree that is one array) is named "": a leaf under a map's empty
+    // key would read back as the root, so no tree could load the file.
+    if (t.name.empty() && leaf.path.size() > depth)
+      throw Error(ErrorKind::invalid_argument, "a map at the top of the tree has the empty string as a key, which gives the "
+                  "tensor the empty name, the root's own (nest the map one level down, or give the key a name)", where, full);
     if (t.name == "__metadata__")
       throw Error(ErrorKind::invalid_argument, "the name __metadata__ is reserved by safetensors", where, full);
     if (auto [it, fresh] = names.emplace(t.name, full); !fresh)
