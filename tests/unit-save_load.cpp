@@ -464,6 +464,61 @@ struct Resumable {
 CAIRN_TREE(Resumable, w, rng, rng64, lcg, ranlux)
 }  // namespace rt
 
+namespace en {
+enum class Phase : std::uint8_t { warmup, train, eval };
+enum Mode { sgd = -2, adam = 70000 };  // unscoped, with a compiler-chosen underlying type
+enum class Wide : std::int64_t {};
+struct State {
+  Phase phase = Phase::warmup;
+  Mode mode = sgd;
+  std::vector<Phase> history;
+  std::array<Wide, 3> ids{};
+  cairn::Array<Mode> grid;
+};
+CAIRN_TREE(State, phase, mode, history, ids, grid)
+}  // namespace en
+
+TEST_CASE("enumerations are leaves of their underlying integer type: bit-exact, and casts stay exact") {
+  test::TempDir dir;
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 20; ++round) {
+    en::State s;
+    s.phase = static_cast<en::Phase>(rng());  // any value of the underlying type is a valid enum value
+    s.mode = static_cast<en::Mode>(static_cast<std::underlying_type_t<en::Mode>>(rng()));
+    s.history.resize(rng() % 50);
+    for (auto& h : s.history) h = static_cast<en::Phase>(rng());
+    for (auto& id : s.ids) id = static_cast<en::Wide>(rng());
+    s.grid = cairn::Array<en::Mode>({static_cast<std::int64_t>(rng() % 4), 3});
+    for (auto& g : s.grid) g = static_cast<en::Mode>(static_cast<std::underlying_type_t<en::Mode>>(rng()));
+    const std::string path = dir / ("s" + std::to_string(round));
+    cairn::save(path, s);
+    const auto back = cairn::load<en::State>(path);
+    CHECK(back.phase == s.phase);
+    CHECK(back.mode == s.mode);
+    CHECK(back.history == s.history);
+    CHECK(back.ids == s.ids);
+    REQUIRE(back.grid.shape() == s.grid.shape());
+    CHECK(std::memcmp(back.grid.data(), s.grid.data(), s.grid.size() * sizeof(en::Mode)) == 0);
+    if (round == 0) {
+      const auto m = cairn::metadata(path);
+      CHECK(m.leaves()[0].dtype == cairn::DType::uint8);
+      CHECK(m.leaves()[0].shape.empty());
+      CHECK(m.leaves()[3].dtype == cairn::DType::int64);
+    }
+  }
+  // A stored int32 loads into an enum of uint8 only where the values fit, as for any integer.
+  cairn::save(dir / "small", std::map<std::string, std::int32_t>{{"phase", 2}});
+  cairn::save(dir / "big", std::map<std::string, std::int32_t>{{"phase", 300}});
+  std::map<std::string, en::Phase> target;
+  cairn::LoadOptions exact;
+  exact.allow_lossy_cast = {"**"};
+  cairn::load(dir / "small", target, exact);
+  CHECK(target.at("phase") == en::Phase::eval);
+  CHECK_CAIRN_ERROR(cairn::load(dir / "big", target), cairn::ErrorKind::dtype_mismatch, "int32 -> uint8");
+  CHECK_THROWS_AS(cairn::load(dir / "big", target, exact), cairn::Error);  // 300 does not fit: never wrapped
+  CHECK(target.at("phase") == en::Phase::eval);
+}
+
 TEST_CASE("standard random number engines are leaves: a restored engine continues the same sequence") {
   test::TempDir dir;
   rt::Resumable r{{1, 2, 3}, std::mt19937(test::rng()()), std::mt19937_64(test::rng()()),

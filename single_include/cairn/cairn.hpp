@@ -926,6 +926,10 @@ template <> struct dtype_of_impl<float16> { static constexpr bool known = true; 
 template <> struct dtype_of_impl<bfloat16> { static constexpr bool known = true; static constexpr DType value = DType::bfloat16; };
 template <> struct dtype_of_impl<float8_e4m3fn> { static constexpr bool known = true; static constexpr DType value = DType::float8_e4m3fn; };
 template <> struct dtype_of_impl<float8_e5m2> { static constexpr bool known = true; static constexpr DType value = DType::float8_e5m2; };
+// An enumeration is stored as its underlying integer type (a training phase, an optimizer's
+// mode), so it is a leaf like that integer: scalars, vectors, arrays.
+template <class T>
+struct dtype_of_impl<T, std::enable_if_t<std::is_enum_v<T>>> : dtype_of_impl<std::underlying_type_t<T>> {};
 }  // namespace detail
 
 template <class T>
@@ -2685,7 +2689,7 @@ CAIRN_BEGIN_NAMESPACE
 
 template <class T>
 class Array {
-  static_assert(has_dtype<T>, "cairn::Array<T> needs an element type with a dtype (bool, integers, "
+  static_assert(has_dtype<T>, "cairn::Array<T> needs an element type with a dtype (bool, integers, enums, "
                               "float, double, cairn::float16, cairn::bfloat16, cairn::float8_*)");
 
  public:

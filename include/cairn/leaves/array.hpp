@@ -17,7 +17,7 @@ CAIRN_BEGIN_NAMESPACE
 
 template <class T>
 class Array {
-  static_assert(has_dtype<T>, "cairn::Array<T> needs an element type with a dtype (bool, integers, "
+  static_assert(has_dtype<T>, "cairn::Array<T> needs an element type with a dtype (bool, integers, enums, "
                               "float, double, cairn::float16, cairn::bfloat16, cairn::float8_*)");
 
  public:
