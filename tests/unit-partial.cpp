@@ -85,6 +85,12 @@ TEST_CASE("a subtree loads into a smaller type, and a single leaf by key path") 
   CHECK(kernel == s.params.at("dense2").kernel);
   CHECK(cairn::load_subtree<std::int64_t>(dir / "c", "step") == 42);
   CHECK_CAIRN_ERROR(cairn::load_subtree<std::int64_t>(dir / "c", "params/dense9"), cairn::ErrorKind::not_found, "dense9");
+  try {  // the error names the checkpoint, not only the key
+    cairn::load_subtree<std::int64_t>(dir / "c", "params/dense9");
+  } catch (const cairn::Error& e) {
+    CHECK(e.file() == std::string(dir / "c"));
+    CHECK(e.key_path() == "params/dense9");
+  }
 }
 
 TEST_CASE("containers take the stored entries; allow_missing keeps the target's own") {

@@ -417,7 +417,9 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
           ck.leaf_keys.clear();
           return plan_fn(index);
         } catch (const Error& e) {
-          throw e.kind() == ErrorKind::corrupt ? e.with_file(ck.records) : e;
+          // The planner knows keys, not files: a damaged record is the records' file's, any
+          // other error (no such subtree) the checkpoint's.
+          throw e.with_file(e.kind() == ErrorKind::corrupt ? ck.records : dir);
         }
       }();
       check_strict(plan.report, options, dir);
