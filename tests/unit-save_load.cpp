@@ -466,7 +466,9 @@ CAIRN_TREE(Resumable, w, rng, rng64, lcg, ranlux)
 
 namespace en {
 enum class Phase : std::uint8_t { warmup, train, eval };
-enum Mode { sgd = -2, adam = 70000 };  // unscoped, with a compiler-chosen underlying type
+enum Mode : int { sgd = -2, adam = 70000 };  // unscoped, with a fixed underlying type
+enum Loose { loose_a, loose_b };               // no fixed underlying type: not a leaf
+static_assert(cairn::has_dtype<Phase> && cairn::has_dtype<Mode> && !cairn::has_dtype<Loose>);
 enum class Wide : std::int64_t {};
 struct State {
   Phase phase = Phase::warmup;
@@ -483,7 +485,8 @@ TEST_CASE("enumerations are leaves of their underlying integer type: bit-exact, 
   std::mt19937_64 rng(5);
   for (int round = 0; round < 20; ++round) {
     en::State s;
-    s.phase = static_cast<en::Phase>(rng());  // any value of the underlying type is a valid enum value
+    // Any value of a fixed underlying type is a valid value of the enum.
+    s.phase = static_cast<en::Phase>(rng());
     s.mode = static_cast<en::Mode>(static_cast<std::underlying_type_t<en::Mode>>(rng()));
     s.history.resize(rng() % 50);
     for (auto& h : s.history) h = static_cast<en::Phase>(rng());

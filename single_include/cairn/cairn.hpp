@@ -926,10 +926,15 @@ template <> struct dtype_of_impl<float16> { static constexpr bool known = true; 
 template <> struct dtype_of_impl<bfloat16> { static constexpr bool known = true; static constexpr DType value = DType::bfloat16; };
 template <> struct dtype_of_impl<float8_e4m3fn> { static constexpr bool known = true; static constexpr DType value = DType::float8_e4m3fn; };
 template <> struct dtype_of_impl<float8_e5m2> { static constexpr bool known = true; static constexpr DType value = DType::float8_e5m2; };
-// An enumeration is stored as its underlying integer type (a training phase, an optimizer's
-// mode), so it is a leaf like that integer: scalars, vectors, arrays.
+// An enumeration with a fixed underlying type (every enum class, and `enum E : T`) is stored as
+// that integer type (a training phase, an optimizer's mode), so it is a leaf like that
+// integer: scalars, vectors, arrays. Only those: every value of the integer is then a valid
+// value of the enum, whatever a file holds. An unscoped enum without one has a narrower range
+// of valid values, and loading an untrusted value out of it would be undefined behaviour.
+// (`E{integer}` compiles exactly when E's underlying type is fixed.)
 template <class T>
-struct dtype_of_impl<T, std::enable_if_t<std::is_enum_v<T>>> : dtype_of_impl<std::underlying_type_t<T>> {};
+struct dtype_of_impl<T, std::enable_if_t<std::is_enum_v<T> && requires { T{std::underlying_type_t<T>{}}; }>>
+    : dtype_of_impl<std::underlying_type_t<T>> {};
 }  // namespace detail
 
 template <class T>
