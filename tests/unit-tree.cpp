@@ -74,6 +74,35 @@ TEST_CASE("flatten gives leaves in declaration, index and sorted key order with 
   CHECK(cairn::key_paths(net)[8] == "head/0/kernel");
 }
 
+TEST_CASE("leaf_count, which walks without key paths, counts what flatten lists on random trees of every node kind") {
+  // Random sizes for every container the walk meets (empty ones included), a user's node type,
+  // a struct nested in containers nested in structs, and a deque of scalar leaves.
+  std::mt19937_64& g = test::rng();
+  auto n = [&](int max) { return static_cast<std::size_t>(std::uniform_int_distribution<int>(0, max)(g)); };
+  for (int round = 0; round < 50; ++round) {
+    model::Net net;
+    for (std::size_t i = 0, k = n(4); i < k; ++i) net.params["p" + std::to_string(i)];
+    net.layers.resize(n(5));
+    if (n(1)) net.head.emplace();
+    for (std::size_t i = 0, k = n(6); i < k; ++i) net.scales[static_cast<int>(i) - 3] = 1.0f;
+    net.history.resize(n(7));
+    std::vector<std::map<std::string, std::optional<model::Net>>> nested(n(3));
+    for (auto& m : nested)
+      for (std::size_t i = 0, k = n(3); i < k; ++i)
+        if (n(1)) m["n" + std::to_string(i)] = net;
+        else m["n" + std::to_string(i)];
+    user::Bag bag;
+    bag.items.resize(n(5));
+    std::tuple<model::Net, user::Bag, std::array<model::Dense, 2>, std::vector<std::vector<float>>> tree{
+        net, bag, {}, std::vector<std::vector<float>>(n(4))};
+    CHECK(cairn::leaf_count(net) == cairn::flatten(net).size());
+    CHECK(cairn::leaf_count(nested) == cairn::flatten(nested).size());
+    CHECK(cairn::leaf_count(tree) == cairn::flatten(tree).size());
+  }
+  CHECK(cairn::leaf_count(std::vector<model::Dense>{}) == 0);
+  CHECK(cairn::leaf_count(std::optional<model::Dense>{}) == 0);
+}
+
 TEST_CASE("an unordered_map is walked in its keys' string order, however long the prefixes they share") {
   // Keys over a small alphabet that includes NUL and a byte above 0x7f (memcmp order is
   // unsigned), many of them alike in their first eight bytes and only different after them.
