@@ -8,6 +8,7 @@
 
 #include <cairn/cairn.hpp>
 #include <cairn/format/files.hpp>         // is_committed_checkpoint, crc32c: inline helpers of the runtime
+#include <cairn/checkpoint/stored_index.hpp>  // the stored keys a plan of its own looks up
 #include <cairn/safetensors/header.hpp>
 
 #include <algorithm>

@@ -109,27 +109,11 @@ class Items {
   std::size_t size() const { return entries_.size(); }
 
   // For the writers: one snapshot per item (views into the objects' memory for trees).
-  std::vector<detail::ItemSnapshot> snapshots() const {
-    std::vector<detail::ItemSnapshot> out;
-    for (const auto& e : entries_) {
-      out.push_back(e.snapshot(e.name));
-      out.back().per_rank = e.per_rank;
-    }
-    return out;
-  }
+  CAIRN_API std::vector<detail::ItemSnapshot> snapshots() const;
 
   // Loads every item named here from the checkpoint (reads nothing of the other items).
-  std::vector<std::pair<std::string, LoadReport>> load_all(const Store& store, const std::string& key,
-                                                          const LoadOptions& options) const {
-    std::vector<std::pair<std::string, LoadReport>> reports;
-    for (const auto& e : entries_) {
-      if (!e.load)
-        throw Error(ErrorKind::invalid_argument, "item '" + e.name + "' was given as const: it can be saved, not loaded",
-                    store.describe(key));
-      reports.emplace_back(e.name, e.load(store, key, e.name, options));
-    }
-    return reports;
-  }
+  CAIRN_API std::vector<std::pair<std::string, LoadReport>> load_all(const Store& store, const std::string& key,
+                                                                    const LoadOptions& options) const;
 
  private:
   struct Entry {
@@ -139,23 +123,12 @@ class Items {
     std::function<detail::ItemSnapshot(const std::string&)> snapshot;
     std::function<LoadReport(const Store&, const std::string&, const std::string&, LoadOptions)> load;
   };
-  Items& add(Entry e) {
-    if (e.name.empty()) throw Error(ErrorKind::invalid_argument, "items need a name");
-    if (e.per_rank && e.name.find('@') != std::string::npos)
-      throw Error(ErrorKind::invalid_argument, "per-rank item '" + e.name + "': the name may not hold '@' (it is "
-                  "stored as '" + e.name + "@<rank>')");
-    for (const auto& x : entries_)
-      if (x.name == e.name) throw Error(ErrorKind::invalid_argument, "two items named '" + e.name + "'");
-    entries_.push_back(std::move(e));
-    return *this;
-  }
+  CAIRN_API Items& add(Entry e);
   std::vector<Entry> entries_;
 };
 
 // Saves several named items as one checkpoint (committed atomically, like save()).
-inline SaveReport save(Store& store, const std::string& key, const Items& items, const SaveOptions& options = {}) {
-  return detail::save_snapshots(store, key, [&] { return items.snapshots(); }, options);
-}
+CAIRN_API SaveReport save(Store& store, const std::string& key, const Items& items, const SaveOptions& options = {});
 inline SaveReport save(const std::string& path, const Items& items, const SaveOptions& options = {}) {
   return save(detail::path_store(), path, items, options);
 }
@@ -179,3 +152,9 @@ inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& p
 }
 
 CAIRN_END_NAMESPACE
+
+// Header-only: the definitions of the entry points declared here (with
+// CAIRN_SEPARATE_COMPILATION, only in the translation unit of cairn/src.hpp).
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/checkpoint/items_impl.hpp"
+#endif

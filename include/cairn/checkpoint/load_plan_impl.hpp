@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cairn/checkpoint/load_plan.hpp"
+#include "cairn/checkpoint/stored_index.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {

@@ -16,6 +16,7 @@
 #include "cairn/checkpoint/box_reader.hpp"
 #include "cairn/checkpoint/data_files.hpp"
 #include "cairn/checkpoint/load_plan.hpp"
+#include "cairn/checkpoint/stored_index.hpp"
 #include "cairn/checkpoint/read_ahead.hpp"
 #include "cairn/core/function_ref.hpp"
 #include "cairn/coordination/wire.hpp"

@@ -22,22 +22,7 @@ struct NamedSharding {
 
   // Throws invalid_argument unless the spec fits an array of this rank and this mesh: every
   // named axis exists and is used at most once.
-  void validate(std::size_t rank) const {
-    if (spec.size() > rank)
-      throw Error(ErrorKind::invalid_argument, spec.str() + " has " + std::to_string(spec.size()) +
-                  " entries for an array of rank " + std::to_string(rank));
-    std::vector<bool> used(mesh.axes().size(), false);
-    for (std::size_t d = 0; d < spec.size(); ++d)
-      for (const auto& name : spec.axes(d)) {
-        const int a = mesh.axis_index(name);
-        if (a < 0)
-          throw Error(ErrorKind::invalid_argument, spec.str() + " names axis '" + name + "', not in the mesh " +
-                      mesh.describe());
-        if (used[static_cast<std::size_t>(a)])
-          throw Error(ErrorKind::invalid_argument, spec.str() + " uses mesh axis '" + name + "' twice");
-        used[static_cast<std::size_t>(a)] = true;
-      }
-  }
+  CAIRN_API void validate(std::size_t rank) const;
 
   // How many parts dimension d is split into.
   std::int64_t parts(std::size_t d) const {
@@ -47,33 +32,10 @@ struct NamedSharding {
   }
 
   // The box of the global array held by the device at mesh position i (validate first).
-  Box shard_box(const Shape& shape, std::size_t i) const {
-    const auto coords = mesh.coordinates(i);
-    Box b{Shape(shape.size(), 0), shape};
-    for (std::size_t d = 0; d < shape.size() && d < spec.size(); ++d) {
-      std::int64_t part = 0, parts = 1;
-      for (const auto& name : spec.axes(d)) {  // first named axis is the major one
-        const auto a = static_cast<std::size_t>(mesh.axis_index(name));
-        part = part * mesh.axes()[a].size + coords[a];
-        parts *= mesh.axes()[a].size;
-      }
-      const std::int64_t n = shape[d];
-      const std::int64_t per = (n + parts - 1) / parts;
-      const std::int64_t start = (per == 0 || part > n / per) ? n : std::min(n, part * per);  // no overflow
-      b.start[d] = start;
-      b.shape[d] = std::min(per, n - start);
-    }
-    return b;
-  }
+  CAIRN_API Box shard_box(const Shape& shape, std::size_t i) const;
 
   // Boxes of every device, in mesh order.
-  std::vector<Box> shard_boxes(const Shape& shape) const {
-    validate(shape.size());
-    std::vector<Box> out;
-    out.reserve(mesh.size());
-    for (std::size_t i = 0; i < mesh.size(); ++i) out.push_back(shard_box(shape, i));
-    return out;
-  }
+  CAIRN_API std::vector<Box> shard_boxes(const Shape& shape) const;
 
   std::string describe() const { return "mesh " + mesh.describe() + ", " + spec.str(); }
 
@@ -81,3 +43,9 @@ struct NamedSharding {
 };
 
 CAIRN_END_NAMESPACE
+
+// Header-only: the definitions of the members declared here (with CAIRN_SEPARATE_COMPILATION,
+// only in the translation unit of cairn/src.hpp).
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/core/named_sharding_impl.hpp"
+#endif

@@ -44,21 +44,7 @@ class PartitionSpec {
   }
 
   // PartitionSpec('data', None, ('x', 'y')) in JAX's notation, for messages and summaries.
-  std::string str() const {
-    std::string s = "PartitionSpec(";
-    for (std::size_t d = 0; d < dims_.size(); ++d) {
-      if (d) s += ", ";
-      const auto& a = dims_[d].axes;
-      if (a.empty()) s += "None";
-      else if (a.size() == 1) s += "'" + a[0] + "'";
-      else {
-        s += "(";
-        for (std::size_t i = 0; i < a.size(); ++i) s += (i ? ", '" : "'") + a[i] + "'";
-        s += ")";
-      }
-    }
-    return s + ")";
-  }
+  CAIRN_API std::string str() const;
 
   friend bool operator==(const PartitionSpec&, const PartitionSpec&) = default;
 
@@ -67,3 +53,9 @@ class PartitionSpec {
 };
 
 CAIRN_END_NAMESPACE
+
+// Header-only: the definitions of the members declared here (with CAIRN_SEPARATE_COMPILATION,
+// only in the translation unit of cairn/src.hpp).
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/core/partition_spec_impl.hpp"
+#endif

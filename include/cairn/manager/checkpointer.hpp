@@ -80,27 +80,15 @@ class Checkpointer {
   // The key of a step's checkpoint in the store (its path, for a directory root).
   std::string step_path(std::int64_t step) const { return root_ + "/" + step_name(step); }
 
-  std::optional<std::int64_t> latest() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (steps_.empty()) return std::nullopt;
-    return steps_.rbegin()->first;
-  }
-  std::vector<std::int64_t> steps() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<std::int64_t> out;
-    for (const auto& kv : steps_) out.push_back(kv.first);
-    return out;
-  }
+  CAIRN_API std::optional<std::int64_t> latest() const;
+  CAIRN_API std::vector<std::int64_t> steps() const;
   // The metrics saved with a step. Throws the verification error for a damaged step.
   Json metrics(std::int64_t step) const;
 
   // Steps whose commit marker or _USER_METADATA failed verification (a flipped bit, a
   // truncated file), with the error. Such a step is kept: retention never ranks it or
   // deletes it, and its metrics are not used. Loading it reports the damage in full.
-  std::map<std::int64_t, Error> damaged_steps() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return damaged_;
-  }
+  CAIRN_API std::map<std::int64_t, Error> damaged_steps() const;
 
   // With a coordinator: a collective; a preemption signal on any rank counts, and the
   // primary's policy decides for all.

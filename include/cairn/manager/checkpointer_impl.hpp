@@ -18,6 +18,24 @@
 
 CAIRN_BEGIN_NAMESPACE
 
+CAIRN_API std::optional<std::int64_t> Checkpointer::latest() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (steps_.empty()) return std::nullopt;
+  return steps_.rbegin()->first;
+}
+
+CAIRN_API std::vector<std::int64_t> Checkpointer::steps() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::int64_t> out;
+  for (const auto& kv : steps_) out.push_back(kv.first);
+  return out;
+}
+
+CAIRN_API std::map<std::int64_t, Error> Checkpointer::damaged_steps() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return damaged_;
+}
+
 struct Checkpointer::JobLeaf {
   KeyPath path;
   LeafView view;
