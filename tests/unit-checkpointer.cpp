@@ -45,6 +45,46 @@ TEST_CASE("step directories follow the configured naming scheme; another scheme 
   }
 }
 
+TEST_CASE("every step a scheme writes is read back after a restart: 19-digit steps and padding of any width") {
+  // A nanosecond timestamp as the step is about 1.8e18: 19 digits. Names of up to 18 digits
+  // were the only ones read back, so such steps were saved, named by `latest`, and then not
+  // seen by a reopened Checkpointer (nor by its retention); so were all steps under a padding
+  // wider than 18.
+  test::TempDir dir;
+  const std::vector<std::int64_t> steps = {0, 7, 999999999999999999, 1000000000000000000, 1764057600123456789,
+                                           INT64_MAX - 1, INT64_MAX};
+  int n = 0;
+  for (const auto& [prefix, digits] : std::vector<std::pair<std::string, int>>{{"", 0}, {"step_", 4}, {"", 19}, {"", 25}}) {
+    const std::string root = dir / ("root" + std::to_string(n++));
+    cairn::CheckpointerOptions o;
+    o.step_prefix = prefix;
+    o.step_digits = digits;
+    {
+      cairn::Checkpointer c(root, o);
+      for (std::int64_t step : steps) CHECK(c.save(step, ck::make(static_cast<int>(step % 97)), {.force = true}));
+    }
+    cairn::Checkpointer again(root, o);
+    CHECK(again.steps() == steps);
+    CHECK(again.latest() == INT64_MAX);
+    CHECK(again.damaged_steps().empty());
+    ck::State back;
+    again.load(1764057600123456789, back);
+    CHECK(back.w == ck::make(static_cast<int>(1764057600123456789 % 97)).w);
+  }
+  // Directory names beyond int64 are no step of any scheme (and no overflow reading them).
+  const std::string root = dir / "beyond";
+  {
+    cairn::Checkpointer c(root);
+    c.save(5, ck::make(1));
+  }
+  for (const char* name : {"9223372036854775808", "000000000000000000000000000000009223372036854775808",
+                           "99999999999999999999999"})
+    std::filesystem::copy(root + "/5", root + "/" + name, std::filesystem::copy_options::recursive);
+  cairn::Checkpointer again(root);
+  CHECK(again.steps() == std::vector<std::int64_t>{5});
+  CHECK(cairn::metadata(root + "/9223372036854775808").items.size() == 1);  // a checkpoint, only not a step
+}
+
 TEST_CASE("save policies: every n steps, specific steps, intervals, preemption, initial, any-of, custom") {
   using P = cairn::SavePolicy;
   cairn::SaveContext c;

@@ -9280,7 +9280,9 @@ inline bool is_committed_checkpoint(const Store& store, const std::string& key) 
 // "step_" (Checkpointer::looks_like_step).
 inline bool looks_like_step_name(std::string_view name) {
   const std::string_view digits = name.substr(name.rfind("step_", 0) == 0 ? 5 : 0);
-  return !digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string_view::npos;
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  std::int64_t step = 0;  // leading zeros are padding; a number beyond int64 is no step of any scheme
+  return parse_int64(digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1)), step);
 }
 
 // When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any
@@ -12915,9 +12917,15 @@ CAIRN_API std::string Checkpointer::step_name(std::int64_t step) const {
 
 CAIRN_API std::optional<std::int64_t> Checkpointer::parse_step(const std::string& name) const {
   if (name.rfind(options_.step_prefix, 0) != 0) return std::nullopt;
-  std::string digits = name.substr(options_.step_prefix.size());
-  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
-  const std::int64_t step = std::stoll(digits);
+  const std::string_view digits = std::string_view(name).substr(options_.step_prefix.size());
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  // Every int64 step has a name, up to 19 digits, and leading zeros are padding of any width
+  // (step_digits): a name this scheme writes is one it reads back (a nanosecond timestamp as
+  // the step, about 1.8e18, was saved and then not seen after a restart when this stopped at
+  // 18 digits). Digits beyond int64 are no step.
+  const std::size_t first = std::min(digits.find_first_not_of('0'), digits.size() - 1);
+  std::int64_t step = 0;
+  if (!detail::parse_int64(digits.substr(first), step)) return std::nullopt;
   if (step_name(step) != name) return std::nullopt;
   return step;
 }

@@ -79,7 +79,9 @@ inline bool is_committed_checkpoint(const Store& store, const std::string& key) 
 // "step_" (Checkpointer::looks_like_step).
 inline bool looks_like_step_name(std::string_view name) {
   const std::string_view digits = name.substr(name.rfind("step_", 0) == 0 ? 5 : 0);
-  return !digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string_view::npos;
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  std::int64_t step = 0;  // leading zeros are padding; a number beyond int64 is no step of any scheme
+  return parse_int64(digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1)), step);
 }
 
 // When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any
