@@ -267,6 +267,42 @@ TEST_CASE("save refuses an existing path unless overwrite, and never overwrites 
     CHECK(e.path().filename().string().find(".cairn-") == std::string::npos);
 }
 
+TEST_CASE("nothing is saved inside a checkpoint, where replacing or deleting it would take the new one along") {
+  // Accepted before: an overwrite of "outer" (or a Checkpointer's retention of that step) then
+  // deleted "outer/inner" with it, unasked.
+  test::TempDir dir;
+  std::vector<int> a = {1, 2, 3}, b = {4, 5};
+  cairn::save(dir / "outer", a);
+  const std::string listed = test::read_file(dir / "outer/_CHECKPOINT");
+  for (const std::string inner : {"outer/inner", "outer/deeper/still", "outer/inner/"})
+    CHECK_CAIRN_ERROR(cairn::save(dir / inner, b), cairn::ErrorKind::invalid_argument, "inside the checkpoint");
+  CHECK_CAIRN_ERROR(cairn::save_safetensors(dir / "outer/model.safetensors", b), cairn::ErrorKind::invalid_argument,
+                    "inside the checkpoint");
+  cairn::SafetensorsSaveOptions sharded;
+  sharded.max_file_bytes = 4;
+  CHECK_CAIRN_ERROR(cairn::save_safetensors(dir / "outer/set", b, sharded), cairn::ErrorKind::invalid_argument,
+                    "inside the checkpoint");
+  std::vector<std::string> names;
+  for (auto& e : std::filesystem::directory_iterator(dir / "outer")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"_CHECKPOINT", "_METADATA", "_USER_METADATA", "data-0-0.bin"});
+  CHECK(test::read_file(dir / "outer/_CHECKPOINT") == listed);
+  CHECK(cairn::load<std::vector<int>>(dir / "outer") == a);
+  cairn::Checkpointer manager(dir / "outer/run");  // a root inside a checkpoint: its steps are refused
+  CHECK_CAIRN_ERROR(manager.save(1, b), cairn::ErrorKind::invalid_argument, "inside the checkpoint");
+  CHECK(!std::filesystem::exists(dir / "outer/run"));
+  // The same through a store other than the file system.
+  cairn::MemoryStore mem;
+  cairn::save(mem, "runs/outer", a);
+  CHECK_CAIRN_ERROR(cairn::save(mem, "runs/outer/inner", b), cairn::ErrorKind::invalid_argument, "inside the checkpoint");
+  CHECK(!mem.is_blob("runs/outer/inner/_CHECKPOINT"));
+  // Beside a checkpoint, and in a directory of checkpoints, saves go on as before.
+  cairn::save(dir / "outer2", b);
+  cairn::save(dir / "runs/1", a);
+  cairn::save(dir / "runs/2", b);
+  CHECK(cairn::load<std::vector<int>>(dir / "runs/2") == b);
+}
+
 namespace keys {
 // A custom node whose children all have one key: a user's mistake a save must refuse.
 struct SameKey {

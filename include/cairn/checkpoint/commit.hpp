@@ -67,6 +67,7 @@ class SaveSession {
     // Step 1.
     coordinator_.set_phase("staging");
     const std::string staged = run_on_primary(coordinator_, [&] {
+      refuse_inside_checkpoint(store_, key_);
       staging_ = store_.stage(key_, overwrite);
       return staging_->key();
     });

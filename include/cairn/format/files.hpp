@@ -75,6 +75,27 @@ inline bool is_committed_checkpoint(const Store& store, const std::string& key) 
   return store.is_blob(join_key(key, marker_file));
 }
 
+// The nearest key above `key` that is a committed checkpoint, or "" when none is. Nothing may
+// be saved inside a checkpoint: its directory is its own, and replacing or deleting it (an
+// overwrite, a Checkpointer's retention) takes everything under it along.
+inline std::string enclosing_checkpoint(const Store& store, const std::string& key) {
+  for (std::size_t end = key.rfind('/'); end != std::string::npos && end > 0; end = key.rfind('/', end - 1)) {
+    const std::string above = key.substr(0, end);
+    if (is_committed_checkpoint(store, above)) return above;
+  }
+  return {};
+}
+
+// Throws invalid_argument when `key` lies inside a committed checkpoint (what saves and exports
+// check before they write anything).
+inline void refuse_inside_checkpoint(const Store& store, const std::string& key) {
+  const std::string outer = enclosing_checkpoint(store, key);
+  if (!outer.empty())
+    throw Error(ErrorKind::invalid_argument, "this path is inside the checkpoint " + store.describe(outer) +
+                ", whose directory is its own: replacing or deleting that checkpoint would delete this one with it. "
+                "Save beside it instead", store.describe(key));
+}
+
 // A name that some Checkpointer's scheme gives a step: digits with any padding, with or without
 // "step_" (Checkpointer::looks_like_step).
 inline bool looks_like_step_name(std::string_view name) {

@@ -11,6 +11,7 @@
 
 #include "cairn/dtype/cast_host.hpp"
 #include "cairn/core/key_path.hpp"  // canonical_key
+#include "cairn/format/files.hpp"  // refuse_inside_checkpoint
 #include "cairn/kernels/box_copy.hpp"
 #include "cairn/safetensors/header.hpp"
 #include "cairn/safetensors/save.hpp"
@@ -151,6 +152,7 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
                                                           const SafetensorsSaveOptions& options) {
   const std::string key = normalize_key(key_in);
   const std::string where = store.describe(key);
+  refuse_inside_checkpoint(store, key);
   const std::string prefix = canonical_key(options.subtree);
   const std::size_t depth = split_key_path(prefix).size();
   std::vector<ExportTensor> tensors;
