@@ -4,7 +4,7 @@ stripped binary size of the programs in bench/compile_time/, each beside the sam
 cereal alone and with Eigen alone, compiled in the same run (figures, not a timed test: CI
 prints them so that a regression shows in every log). See docs/compile-time.md.
 
-    python3 tools/compile_time.py [--cxx g++] [--opt -O2] [--repeat N] [--only NAME,...]
+    python3 tools/compile_time.py [--cxx g++] [--opt -O2] [--repeat N] [--only NAME,...] [--instructions]
 
 Each program is compiled --repeat times (default 1), the small ones (a few seconds, where this
 machine's noise is a large share) at least 5 times, and the fastest run is reported."""
@@ -40,6 +40,23 @@ def compile_once(cxx, args, out):
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss
 
 
+def count_instructions(cxx, args, out, work):
+    """Instructions the compiler driver and its children (cc1plus, as, ld) execute, counted by
+    valgrind's cachegrind: unlike CPU seconds, the same on every run and every machine of one
+    toolchain, so a change shows even on a machine whose speed wanders (docs/compile-time.md)."""
+    cg = pathlib.Path(tempfile.mkdtemp(prefix="cg-", dir=work))
+    subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--trace-children=yes",
+                    "--cachegrind-out-file=" + str(cg / "out.%p"), cxx] + args + ["-o", str(out)],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    total = 0
+    for f in cg.iterdir():
+        for line in f.read_text().splitlines():
+            if line.startswith("summary:"):
+                total += int(line.split()[1])
+    shutil.rmtree(cg, ignore_errors=True)
+    return total
+
+
 def stripped_size(binary, work):
     s = pathlib.Path(work, binary.name + ".stripped")
     subprocess.run(["strip", "-o", str(s), str(binary)], check=True)
@@ -52,6 +69,8 @@ def main():
     p.add_argument("--opt", default="-O2")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--only", default="")
+    p.add_argument("--instructions", action="store_true",
+                   help="also count the compiler's instructions with valgrind (one more build of each, about 20x slower)")
     a = p.parse_args()
 
     common = ["-std=c++20", a.opt, "-I" + str(ROOT / "include"), "-I" + str(SRC)] + eigen_include()
@@ -126,12 +145,24 @@ def main():
             run = subprocess.run([str(out), str(work / (name + ".ckpt"))])
             if run.returncode != 0:
                 raise SystemExit(f"compile_time: {name} built but its round trip failed ({run.returncode})")
+        instr = ""
+        if a.instructions:
+            n = 0
+            for src, extra, obj_only in steps:
+                source = src if os.path.isabs(src) else str(SRC / src)
+                n += count_instructions(a.cxx, common + [source] + extra, work / (name + ".counted"), work)
+            instr = f"{n / 1e9:6.2f} G instr  "
+            results.setdefault("_instructions", {})[name] = n
         results[name] = (cpu, peak, size)
         size_s = f"{size / 1024:7.0f} KiB stripped" if size is not None else " " * 20
-        print(f"  {name:24s} {cpu:6.2f} s  {peak / 1024:6.0f} MiB  {size_s}  {what}")
+        print(f"  {name:24s} {cpu:6.2f} s  {peak / 1024:6.0f} MiB  {size_s}  {instr}{what}")
     if "model_header" in results and "model_header_tree" in results:
         print(f"  <cairn/tree.hpp> adds {results['model_header_tree'][0] - results['model_header'][0]:.2f} s "
               f"to a model header's file")
+        counted = results.get("_instructions", {})
+        if "model_header" in counted and "model_header_tree" in counted:
+            print(f"  <cairn/tree.hpp> adds {(counted['model_header_tree'] - counted['model_header']) / 1e9:.2f} G instructions "
+                  f"({counted['model_header_tree'] / counted['model_header'] - 1:.0%}) to a model header's file")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
