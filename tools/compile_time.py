@@ -27,6 +27,10 @@ def eigen_include():
     return []
 
 
+def source_path(src):
+    return src if os.path.isabs(src) else str(SRC / src)
+
+
 def compile_once(cxx, args, out):
     """Compiles once; returns (cpu seconds, peak KiB) of the compiler driver and the processes
     it waited for (cc1plus, as, ld), from wait4's resource usage of that one child."""
@@ -106,6 +110,7 @@ def main():
         if needs in only and runtime not in only:
             only.insert(only.index(needs), runtime)
     results = {}
+    counted = {}  # instructions, with --instructions
     print(f"compile_time: {a.cxx} {a.opt}, {os.cpu_count()} cores; CPU seconds of the compiler (user+sys), "
           f"best of {a.repeat} (of at least 5 for the programs of a few seconds)")
     def measure(name, steps):
@@ -114,8 +119,7 @@ def main():
         for src, extra, obj_only in steps:
             out = (runtime_obj if name == "cairn_separate_runtime" else work / "libcairn.so" if name == "cairn_shared_runtime"
                    else work / (name + (".o" if obj_only else "")))
-            source = src if os.path.isabs(src) else str(SRC / src)
-            cpu, kib = compile_once(a.cxx, common + [source] + extra, out)
+            cpu, kib = compile_once(a.cxx, common + [source_path(src)] + extra, out)
             cpu_sum += cpu
             peak = max(peak, kib)
         return cpu_sum, peak, out
@@ -149,17 +153,15 @@ def main():
         if a.instructions:
             n = 0
             for src, extra, obj_only in steps:
-                source = src if os.path.isabs(src) else str(SRC / src)
-                n += count_instructions(a.cxx, common + [source] + extra, work / (name + ".counted"), work)
+                n += count_instructions(a.cxx, common + [source_path(src)] + extra, work / (name + ".counted"), work)
             instr = f"{n / 1e9:6.2f} G instr  "
-            results.setdefault("_instructions", {})[name] = n
+            counted[name] = n
         results[name] = (cpu, peak, size)
         size_s = f"{size / 1024:7.0f} KiB stripped" if size is not None else " " * 20
         print(f"  {name:24s} {cpu:6.2f} s  {peak / 1024:6.0f} MiB  {size_s}  {instr}{what}")
     if "model_header" in results and "model_header_tree" in results:
         print(f"  <cairn/tree.hpp> adds {results['model_header_tree'][0] - results['model_header'][0]:.2f} s "
               f"to a model header's file")
-        counted = results.get("_instructions", {})
         if "model_header" in counted and "model_header_tree" in counted:
             print(f"  <cairn/tree.hpp> adds {(counted['model_header_tree'] - counted['model_header']) / 1e9:.2f} G instructions "
                   f"({counted['model_header_tree'] / counted['model_header'] - 1:.0%}) to a model header's file")

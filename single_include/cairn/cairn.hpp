@@ -9297,13 +9297,18 @@ inline void refuse_inside_checkpoint(const Store& store, const std::string& key)
                 "Save beside it instead", store.describe(key));
 }
 
+// The step a run of digits names: leading zeros are padding of any width (step_digits), and
+// digits beyond int64 name no step of any scheme.
+inline bool parse_step_digits(std::string_view digits, std::int64_t& step) {
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  return parse_int64(digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1)), step);
+}
+
 // A name that some Checkpointer's scheme gives a step: digits with any padding, with or without
 // "step_" (Checkpointer::looks_like_step).
 inline bool looks_like_step_name(std::string_view name) {
-  const std::string_view digits = name.substr(name.rfind("step_", 0) == 0 ? 5 : 0);
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
-  std::int64_t step = 0;  // leading zeros are padding; a number beyond int64 is no step of any scheme
-  return parse_int64(digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1)), step);
+  std::int64_t step = 0;
+  return parse_step_digits(name.substr(name.rfind("step_", 0) == 0 ? 5 : 0), step);
 }
 
 // When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any
@@ -12940,15 +12945,11 @@ CAIRN_API std::string Checkpointer::step_name(std::int64_t step) const {
 
 CAIRN_API std::optional<std::int64_t> Checkpointer::parse_step(const std::string& name) const {
   if (name.rfind(options_.step_prefix, 0) != 0) return std::nullopt;
-  const std::string_view digits = std::string_view(name).substr(options_.step_prefix.size());
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
-  // Every int64 step has a name, up to 19 digits, and leading zeros are padding of any width
-  // (step_digits): a name this scheme writes is one it reads back (a nanosecond timestamp as
-  // the step, about 1.8e18, was saved and then not seen after a restart when this stopped at
-  // 18 digits). Digits beyond int64 are no step.
-  const std::size_t first = std::min(digits.find_first_not_of('0'), digits.size() - 1);
+  // Every int64 step has a name, up to 19 digits after any padding: a name this scheme writes is
+  // one it reads back (a nanosecond timestamp as the step, about 1.8e18, was saved and then not
+  // seen after a restart when this stopped at 18 digits).
   std::int64_t step = 0;
-  if (!detail::parse_int64(digits.substr(first), step)) return std::nullopt;
+  if (!detail::parse_step_digits(std::string_view(name).substr(options_.step_prefix.size()), step)) return std::nullopt;
   if (step_name(step) != name) return std::nullopt;
   return step;
 }

@@ -96,13 +96,18 @@ inline void refuse_inside_checkpoint(const Store& store, const std::string& key)
                 "Save beside it instead", store.describe(key));
 }
 
+// The step a run of digits names: leading zeros are padding of any width (step_digits), and
+// digits beyond int64 name no step of any scheme.
+inline bool parse_step_digits(std::string_view digits, std::int64_t& step) {
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  return parse_int64(digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1)), step);
+}
+
 // A name that some Checkpointer's scheme gives a step: digits with any padding, with or without
 // "step_" (Checkpointer::looks_like_step).
 inline bool looks_like_step_name(std::string_view name) {
-  const std::string_view digits = name.substr(name.rfind("step_", 0) == 0 ? 5 : 0);
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
-  std::int64_t step = 0;  // leading zeros are padding; a number beyond int64 is no step of any scheme
-  return parse_int64(digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1)), step);
+  std::int64_t step = 0;
+  return parse_step_digits(name.substr(name.rfind("step_", 0) == 0 ? 5 : 0), step);
 }
 
 // When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any

@@ -395,15 +395,11 @@ CAIRN_API std::string Checkpointer::step_name(std::int64_t step) const {
 
 CAIRN_API std::optional<std::int64_t> Checkpointer::parse_step(const std::string& name) const {
   if (name.rfind(options_.step_prefix, 0) != 0) return std::nullopt;
-  const std::string_view digits = std::string_view(name).substr(options_.step_prefix.size());
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
-  // Every int64 step has a name, up to 19 digits, and leading zeros are padding of any width
-  // (step_digits): a name this scheme writes is one it reads back (a nanosecond timestamp as
-  // the step, about 1.8e18, was saved and then not seen after a restart when this stopped at
-  // 18 digits). Digits beyond int64 are no step.
-  const std::size_t first = std::min(digits.find_first_not_of('0'), digits.size() - 1);
+  // Every int64 step has a name, up to 19 digits after any padding: a name this scheme writes is
+  // one it reads back (a nanosecond timestamp as the step, about 1.8e18, was saved and then not
+  // seen after a restart when this stopped at 18 digits).
   std::int64_t step = 0;
-  if (!detail::parse_int64(digits.substr(first), step)) return std::nullopt;
+  if (!detail::parse_step_digits(std::string_view(name).substr(options_.step_prefix.size()), step)) return std::nullopt;
   if (step_name(step) != name) return std::nullopt;
   return step;
 }
