@@ -112,7 +112,7 @@ TEST_CASE("save policies: every n steps, specific steps, intervals, preemption, 
   o.save_policy = P::any_of({P::every_n_steps(10), P::on_preemption()});
   cairn::Checkpointer ck(dir / "root", o);
   int saved = 0;
-  for (std::int64_t step = 1; step <= 25; ++step) saved += ck.save(step, ck::make(static_cast<float>(step)));
+  for (std::int64_t step = 1; step <= 25; ++step) saved += ck.save(step, ck::make(static_cast<float>(step))).has_value();
   CHECK(saved == 2);
   CHECK(ck.steps() == std::vector<std::int64_t>{10, 20});
   CHECK(ck.save(21, ck::make(0), {.force = true}));
@@ -130,7 +130,7 @@ TEST_CASE("a step is saved once unless overwrite; older steps only when asked") 
   cairn::Checkpointer ck(dir / "root");
   ck.save(5, ck::make(5));
   CHECK_CAIRN_ERROR(ck.save(5, ck::make(6), {.force = true}), cairn::ErrorKind::already_exists, "overwrite");
-  CHECK(ck.save(5, ck::make(6), {.force = true, .overwrite = true}));
+  CHECK(ck.save(5, ck::make(6), {.force = true, .save = {.overwrite = true}}));
   ck::State s;
   ck.load(5, s);
   CHECK(s.w[0] == 6.0f);
@@ -292,7 +292,7 @@ TEST_CASE("async errors surface from wait() or the next call, never lost") {
   cairn::Checkpointer ck(dir / "root");
   std::vector<std::int64_t> ids = {1, 2, 1000};
   cairn::StepSaveOptions bad;
-  bad.cast = {{"*", cairn::DType::int8, false}};
+  bad.save.cast = {{"*", cairn::DType::int8, false}};
   CHECK(ck.save_async(1, ids, bad));  // the cast fails on the background thread
   CHECK_CAIRN_ERROR(ck.wait(), cairn::ErrorKind::value_out_of_range, "element 2");
   ck.wait();  // reported once

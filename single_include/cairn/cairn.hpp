@@ -3861,6 +3861,11 @@ struct SaveOptions {
   // and the checkpoint commits once (checkpoint/commit.hpp). None: this process alone.
   Coordinator* coordinator = nullptr;
   ReplicaWrites replicas = ReplicaWrites::primary_holder;
+  // save_async only: host memory its snapshot may hold. Up to this much the state is copied and
+  // save_async returns; beyond it the snapshot streams (the call waits for earlier leaves to be
+  // written before copying more, and leaves larger than the budget are written from the
+  // caller's memory before it returns). The Checkpointer uses CheckpointerOptions' budget.
+  std::uint64_t async_memory_budget = std::uint64_t{1} << 30;
 };
 
 struct LoadOptions {
@@ -3951,6 +3956,7 @@ CAIRN_END_NAMESPACE
 // of a coordinator (the protocol is checkpoint/commit.hpp). The templates here only take the
 // tree's views; the runtime that writes and commits them is checkpoint/save_impl.hpp.
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -4193,8 +4199,9 @@ ItemSnapshot view_tree(const std::string& name, const T& tree) {
   return s;
 }
 
-// Makes a view own a copy of its bytes.
-CAIRN_API void own_copy(LeafView& v);
+// Makes a view own a copy of its bytes: of a sharded view, the boxes this process writes (its
+// primary boxes, and with `replicas` the replicas it holds too: ReplicaWrites::split).
+CAIRN_API void own_copy(LeafView& v, bool replicas = false);
 
 // An item that is one array of bytes (JSON text, a cereal archive), owning them.
 CAIRN_API ItemSnapshot bytes_item(const std::string& name, ItemKind kind, DType dtype, std::string bytes);
@@ -4221,6 +4228,37 @@ CAIRN_API SaveReport save_tree(Store& store, const std::string& key, FunctionRef
 // paths. Stateless, so one serves every call and thread.
 CAIRN_API Store& path_store();
 
+class SaveJob;     // checkpoint/save_job.hpp
+class SaveWorker;
+
+}  // namespace detail
+
+// A save running in the background (save_async). wait() returns its report, or throws its
+// error; the destructor waits too (printing an error it can no longer throw), so a save is
+// never left half-done by a handle going out of scope. Move-only.
+class AsyncSave {
+ public:
+  AsyncSave() = default;
+  AsyncSave(AsyncSave&& other) noexcept = default;
+  // Waits for the save this handle holds, then takes the other's.
+  CAIRN_API AsyncSave& operator=(AsyncSave&& other);
+  CAIRN_API ~AsyncSave();
+  // With a coordinator of several ranks, a collective: the checkpoint commits here.
+  CAIRN_API SaveReport wait();
+  // Whether a save is held that wait() has not finished.
+  bool pending() const { return worker_ != nullptr; }
+
+  explicit AsyncSave(std::shared_ptr<detail::SaveWorker> worker) : worker_(std::move(worker)) {}
+
+ private:
+  std::shared_ptr<detail::SaveWorker> worker_;
+};
+
+namespace detail {
+// save_snapshots in the background: returns once the snapshot is taken (within
+// options.async_memory_budget); the store must outlive the save.
+CAIRN_API AsyncSave save_snapshots_async(Store& store, const std::string& key,
+                                         FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options);
 }  // namespace detail
 
 // Saves a tree to a new checkpoint at `key` in `store`. Fails if a checkpoint is there,
@@ -4236,6 +4274,29 @@ SaveReport save(Store& store, const std::string& key, const T& tree, const SaveO
 template <class T>
 SaveReport save(const std::string& path, const T& tree, const SaveOptions& options = {}) {
   return save(detail::path_store(), path, tree, options);
+}
+
+// Like save, but returns once the tree is snapshotted (copied to host memory, within
+// options.async_memory_budget); writing, fsync and the commit run on a background thread, and
+// the caller may change the tree at once. The returned handle's wait() gives the report or the
+// error (Orbax's AsyncCheckpointer, PyTorch DCP's async_save). With a coordinator every rank
+// calls it, and wait() is where the checkpoint commits (a collective). `store` must outlive
+// the save.
+template <class T>
+[[nodiscard]] AsyncSave save_async(Store& store, const std::string& key, const T& tree, const SaveOptions& options = {}) {
+  require_tree_type<T>();
+  return detail::save_snapshots_async(
+      store, key,
+      [&] {
+        std::vector<detail::ItemSnapshot> items(1);  // moved in: braces would copy every leaf's view
+        items[0] = detail::view_tree(default_item_name, tree);
+        return items;
+      },
+      options);
+}
+template <class T>
+[[nodiscard]] AsyncSave save_async(const std::string& path, const T& tree, const SaveOptions& options = {}) {
+  return save_async(detail::path_store(), path, tree, options);
 }
 
 CAIRN_END_NAMESPACE
@@ -4551,6 +4612,12 @@ CAIRN_API SaveReport save(Store& store, const std::string& key, const Items& ite
 inline SaveReport save(const std::string& path, const Items& items, const SaveOptions& options = {}) {
   return save(detail::path_store(), path, items, options);
 }
+// The same in the background, as save_async of a tree (the items' values are snapshotted
+// before it returns).
+CAIRN_API AsyncSave save_async(Store& store, const std::string& key, const Items& items, const SaveOptions& options = {});
+inline AsyncSave save_async(const std::string& path, const Items& items, const SaveOptions& options = {}) {
+  return save_async(detail::path_store(), path, items, options);
+}
 
 // Loads the items named in `items` (a subset of the checkpoint's is fine); one report per item.
 inline std::vector<std::pair<std::string, LoadReport>> load(const Store& store, const std::string& key, const Items& items,
@@ -4807,14 +4874,12 @@ CAIRN_END_NAMESPACE
 // marker published only after a commit, and crash-safe resume (docs/checkpointer.md).
 
 #include <chrono>
-#include <condition_variable>
 #include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 
@@ -4839,14 +4904,17 @@ struct CheckpointerOptions {
   Coordinator* coordinator = nullptr;
 };
 
+// What a step's save takes: the step's own options, and the options of the save itself.
 struct StepSaveOptions {
-  Json metrics = Json::object();          // used by RetentionPolicy::best_n; returned by metrics(step)
-  Json custom_metadata = Json::object();  // anything else to keep with the step
-  bool force = false;                     // save even when the save policy says no
-  bool overwrite = false;                 // replace an existing checkpoint of this step
-  bool allow_older = false;               // allow a step older than the latest
-  std::vector<CastRule> cast = {};        // as SaveOptions::cast
-  OnOverflow on_overflow = OnOverflow::error;
+  Json metrics = Json::object();  // used by RetentionPolicy::best_n; returned by metrics(step)
+  bool force = false;             // save even when the save policy says no
+  bool allow_older = false;       // allow a step older than the latest
+  // The save itself, as cairn::save takes it: overwrite (replace an existing checkpoint of this
+  // step), cast, on_overflow, replicas, and user_metadata (anything else to keep with the step,
+  // stored under "custom" beside the metrics). Its coordinator is the Checkpointer's
+  // (CheckpointerOptions::coordinator; another one here is an error), and an async save's
+  // memory budget is CheckpointerOptions::async_memory_budget.
+  SaveOptions save = {};
 };
 
 class Checkpointer {
@@ -4895,14 +4963,14 @@ class Checkpointer {
   // primary's policy decides for all.
   bool should_save(std::int64_t step) const;
 
-  // Saves a tree (or Items) as this step if the save policy says so (or `force`); returns
-  // whether it saved. Blocks until the checkpoint has committed.
+  // Saves a tree (or Items) as this step if the save policy says so (or `force`), and returns
+  // its report, or nothing when the policy said no (so `if (ck.save(step, state))` reads as
+  // "if it saved"). Blocks until the checkpoint has committed.
   template <class T>
-  bool save(std::int64_t step, const T& state, const StepSaveOptions& args = {}) {
+  std::optional<SaveReport> save(std::int64_t step, const T& state, const StepSaveOptions& args = {}) {
     wait();
-    if (!args.force && !should_save(step)) return false;
-    save_snapshots(step, snapshots_of(state), args);
-    return true;
+    if (!args.force && !should_save(step)) return std::nullopt;
+    return save_snapshots(step, [&] { return snapshots_of(state); }, args);
   }
 
   // Like save, but returns once the state is snapshotted (copied to host memory, within
@@ -4913,7 +4981,7 @@ class Checkpointer {
   bool save_async(std::int64_t step, const T& state, const StepSaveOptions& args = {}) {
     wait();
     if (!args.force && !should_save(step)) return false;
-    save_snapshots_async(step, snapshots_of(state), args);
+    save_snapshots_async(step, [&] { return snapshots_of(state); }, args);
     return true;
   }
 
@@ -4947,10 +5015,6 @@ class Checkpointer {
   CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(*store_, existing_step_path(step)); }
 
  private:
-  // An async save's state, shared by the caller's thread and the worker (manager/checkpointer_impl.hpp).
-  struct JobLeaf;
-  struct JobItem;
-  struct Job;
 
   LoadOptions with_coordinator(LoadOptions options) const {
     if (!options.coordinator) options.coordinator = options_.coordinator;
@@ -4967,32 +5031,18 @@ class Checkpointer {
     }
   }
 
-  // The non-template halves of save and save_async, once the state is a list of snapshots.
-  void save_snapshots(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args);
-
-  void save_snapshots_async(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args);
-
-  std::shared_ptr<Job> prepare(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args);
-
-  // The caller's half of an async save: copy each leaf once the budget allows, in the order
-  // the writer takes them; leaves over the budget are written from the caller's memory while
-  // it waits.
-  void snapshot_streaming(Job& job);
-
-  // A whole save: stage, write, commit. A write error still reaches the commit's collectives.
-  void run_job(Job& job);
-
-  // Stages the step's checkpoint (with several ranks, a collective).
-  void start_session(Job& job);
-
-  // The writer's half: write leaves as they become ready, then make this rank's data durable.
-  // No collective: it may run on the worker thread.
-  void write_job(Job& job);
-
-  // The commit (collective), then the primary's `latest` marker and retention, whose outcome
-  // and deletions every rank learns. `failure`: this rank's error while writing, if any.
-  void commit_job(Job& job, std::exception_ptr failure);
-
+  // The non-template halves of save and save_async: a SaveJob (checkpoint/save_job.hpp) of the
+  // step's checkpoint, run here or on the worker.
+  SaveReport save_snapshots(std::int64_t step, detail::FunctionRef<std::vector<detail::ItemSnapshot>()> snapshot,
+                            const StepSaveOptions& args);
+  void save_snapshots_async(std::int64_t step, detail::FunctionRef<std::vector<detail::ItemSnapshot>()> snapshot,
+                            const StepSaveOptions& args);
+  // The checks of a step before anything is staged, and its job.
+  std::shared_ptr<detail::SaveJob> prepare(std::int64_t step, const StepSaveOptions& args);
+  // The job's commit (collective), then the primary's `latest` marker and retention, whose
+  // outcome and deletions every rank learns. `failure`: this rank's error so far, if any.
+  void commit_job(detail::SaveJob& job, std::int64_t step, const Json& metrics, std::int64_t now_ms,
+                  std::exception_ptr failure);
   // After a commit: `latest`, then retention.
   void after_commit();
 
@@ -5038,8 +5088,7 @@ class Checkpointer {
   std::map<std::int64_t, StepInfo> steps_;
   std::map<std::int64_t, Error> damaged_;  // steps whose metadata failed verification
   std::optional<std::chrono::steady_clock::time_point> last_save_;
-  std::thread worker_;
-  std::shared_ptr<Job> in_flight_;
+  std::shared_ptr<detail::SaveWorker> worker_;  // the async save in flight, if any
 };
 
 CAIRN_END_NAMESPACE
@@ -8325,6 +8374,7 @@ CAIRN_END_NAMESPACE
 // The runtime of checkpoint/snapshot.hpp. Compiled in every translation unit that includes
 // cairn/cairn.hpp, or once with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -9623,18 +9673,26 @@ CAIRN_API void check_distinct_key_paths(const ItemSnapshot& s, const std::string
 }
 
 // Makes a view own a copy of its bytes.
-CAIRN_API void own_copy(LeafView& v) {
+CAIRN_API void own_copy(LeafView& v, bool replicas) {
   if (!v.shards.empty()) {
-    // Each box once (replicas are not written), in host memory.
+    // Each distinct box once. Only the primary holder writes a box unless replicas are split
+    // (ReplicaWrites::split: every holder writes a slab, so the replicas this process holds
+    // are copied too). A view left with no shards is still a sharded leaf (its sharding says
+    // so), and the writer's coverage check names what this process does not write.
     auto copies = std::make_shared<std::vector<std::unique_ptr<unsigned char[]>>>();
     std::vector<ShardView> kept;
     const std::size_t item = dtype_size(v.dtype);
     for (const auto& s : v.shards) {
-      if (!s.primary) continue;
+      if (!s.primary && !replicas) continue;
+      auto same = std::find_if(kept.begin(), kept.end(), [&](const ShardView& k) { return k.box == s.box; });
+      if (same != kept.end()) {
+        same->primary = same->primary || s.primary;
+        continue;
+      }
       const auto n = static_cast<std::size_t>(s.box.elements() * item);
       copies->push_back(std::make_unique<unsigned char[]>(std::max<std::size_t>(n, 1)));
-      copy_bytes(copies->back().get(), MemoryKind::host, s.data, s.memory, n);
-      kept.push_back({s.box, copies->back().get(), MemoryKind::host, 0, true});
+      if (n) copy_bytes(copies->back().get(), MemoryKind::host, s.data, s.memory, n);
+      kept.push_back({s.box, copies->back().get(), MemoryKind::host, 0, s.primary});
     }
     v.shards = std::move(kept);
     v.owner = copies;
@@ -9666,6 +9724,7 @@ CAIRN_END_NAMESPACE
 // once on every rank. Compiled in every translation unit that includes cairn/cairn.hpp, or
 // once with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
 
+#include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
@@ -9713,6 +9772,36 @@ CAIRN_END_NAMESPACE
 #include <string>
 #include <vector>
 
+// ----- begin cairn/checkpoint/coverage.hpp -----
+// Whether the boxes a process writes of a sharded leaf cover the whole array, and the one error
+// every writer gives when they do not (a checkpoint saved alone, a safetensors export): a mesh
+// that spans processes holds part of the array elsewhere, and a file holding only this
+// process's part would load as holes (or, in a reused buffer, as bytes of another tensor).
+
+#include <cstdint>
+#include <string>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// `covered` of the array's elements are in the boxes this process can write; `remedy` says what
+// the writer's caller can do about it.
+inline Error uncovered_leaf_error(std::uint64_t covered, const LeafView& view, const std::string& remedy) {
+  std::string spans;
+  if (view.sharding && view.sharding->mesh.process_count() > 1)
+    spans = " (its mesh spans " + std::to_string(view.sharding->mesh.process_count()) + " processes)";
+  return Error(ErrorKind::invalid_argument, "this process holds " + std::to_string(covered) + " of the array's " +
+               std::to_string(element_count(view.shape)) + " elements" + spans + ": " + remedy);
+}
+
+inline const char* save_without_coordinator_remedy =
+    "every process that holds a part must take part in the save: pass SaveOptions::coordinator (cairn/mpi.hpp) "
+    "on every rank, or gather the array onto this process (ShardedArray::gather) first";
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/coverage.hpp -----
 // ----- begin cairn/io/crc_worker.hpp -----
 // A helper thread that computes the CRC32C of a stream of buffers while the calling thread
 // reads or writes them, so checksumming large leaves costs no extra time on a machine with a
@@ -9960,11 +10049,15 @@ class LeafWriter {
       }
     }
     std::map<std::pair<Shape, Shape>, bool> written;
+    std::uint64_t covered = 0;  // elements this rank wrote
     for (const auto& shard : view.shards) {
       if (shard.box.elements() == 0 || !written.emplace(std::make_pair(shard.box.start, shard.box.shape), true).second)
         continue;
       if (!split) {
-        if (shard.primary) write_box(rec, view, shard, shard.box, 0, options, report);
+        if (shard.primary) {
+          write_box(rec, view, shard, shard.box, 0, options, report);
+          covered += static_cast<std::uint64_t>(shard.box.elements());
+        }
         continue;
       }
       // This process's slab of the box, by its place among the box's holders.
@@ -9989,8 +10082,16 @@ class LeafWriter {
       } else if (me != 0) {
         continue;  // one element: its first holder writes it
       }
-      if (slab.elements() > 0) write_box(rec, view, shard, slab, skip, options, report);
+      if (slab.elements() > 0) {
+        write_box(rec, view, shard, slab, skip, options, report);
+        covered += static_cast<std::uint64_t>(slab.elements());
+      }
     }
+    // Alone, this rank writes every box: a mesh that spans other processes (saved without
+    // their coordinator) leaves parts of the array unwritten. With several ranks the primary
+    // checks the merged records instead (commit.hpp).
+    if (ranks_ == 1 && covered != element_count(view.shape))
+      throw uncovered_leaf_error(covered, view, save_without_coordinator_remedy);
     return rec;
   }
 
@@ -10037,7 +10138,8 @@ class LeafWriter {
   // `own`: a leaf of this rank's own (a per-rank item), written here whatever the rank.
   LeafRecord write_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report,
                         bool own = false) {
-    if (!view.shards.empty()) return write_sharded_leaf(p, view, options, report);
+    // A sharded view whose async snapshot kept no box of this process is still sharded.
+    if (!view.shards.empty() || view.sharding) return write_sharded_leaf(p, view, options, report);
     LeafRecord rec;
     if (rank_ != 0 && !own) {  // written by rank 0; this rank only keeps the place
       rec.path = p;
@@ -10309,7 +10411,7 @@ class SaveSession {
       item.leaves.push_back(writer_->write_leaf(p, view, item.kind == ItemKind::tree ? options : no_casts, report,
                                                 current_per_rank_));
     } catch (const Error& e) {
-      throw e.with_key(p.str());
+      throw e.with_key(p.str()).with_file(describe());
     }
     ++report.leaves;
   }
@@ -10512,35 +10614,303 @@ class SaveSession {
 }  // namespace detail
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/commit.hpp -----
+// ----- begin cairn/checkpoint/save_job.hpp -----
+// The one save pipeline: every save (save(), save_async(), Items, the Checkpointer's save and
+// save_async) is a SaveJob that stages, takes the tree's views, writes and commits, in that
+// order, through one SaveSession (checkpoint/commit.hpp). A driver only chooses where each
+// part runs: all on the caller's thread (a synchronous save), or the writing on a worker
+// (SaveWorker) while the caller copies the state within a memory budget. So every check a save
+// makes runs for every driver: a new check is written once, here or in SaveSession.
+//
+//   stage()        collective: the primary stages the key; every rank learns it.
+//   take_views()   the tree's views (a leaf that cannot be viewed fails here, after staging,
+//                  so that its error reaches every rank through the commit).
+//   snapshot()     async only, on the caller's thread: copies each leaf once the budget allows,
+//                  in the order the writer takes them; leaves over the budget are written from
+//                  the caller's memory while it waits.
+//   write()        no collective (it may run on the worker): every item's leaves, then this
+//                  rank's data made durable.
+//   commit()       collective: checkpoint/commit.hpp's steps 3 to 5.
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// Whatever fails on this rank while writing still reaches the commit's collectives, so that
-// every rank returns the same outcome.
+class SaveJob {
+ public:
+  // `user_metadata` is what _USER_METADATA holds (the Checkpointer wraps the step's metrics
+  // around the user's); `created_unix_ms` the time the metadata records.
+  SaveJob(Store& store, std::string key, SaveOptions options, Json user_metadata, std::int64_t created_unix_ms)
+      : store_(store), key_(std::move(key)), options_(std::move(options)), user_metadata_(std::move(user_metadata)),
+        created_unix_ms_(created_unix_ms) {}
+  SaveJob(const SaveJob&) = delete;
+  SaveJob& operator=(const SaveJob&) = delete;
+
+  const SaveOptions& options() const { return options_; }
+  Coordinator& coordinator() { return options_.coordinator ? *options_.coordinator : local_; }
+  bool multi_rank() { return coordinator().size() > 1; }
+  std::string describe() const { return store_.describe(normalize_key(key_)); }
+
+  // Collective. Throws (on every rank) what the primary's staging threw.
+  void stage() {
+    session_ = std::make_unique<SaveSession>(store_, key_, options_.overwrite, coordinator());
+    report_.path = session_->describe();
+  }
+
+  // The items to save, with every check that needs only the snapshot (user metadata, repeated
+  // key paths): run before any leaf is written, by every driver.
+  void take_views(FunctionRef<std::vector<ItemSnapshot>()> snapshot) {
+    if (!user_metadata_.is_object() && !user_metadata_.is_null())
+      throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", describe());
+    items_ = snapshot();
+    for (const auto& item : items_) check_distinct_key_paths(item, describe());
+    state_.clear();
+    for (const auto& item : items_) state_.emplace_back(item.leaves.size());
+  }
+  // A synchronous save writes from the caller's memory: every leaf is ready at once.
+  void all_ready() {
+    for (auto& leaves : state_)
+      for (auto& l : leaves) l.ready = true;
+  }
+
+  // The caller's half of an async save (see the top of this file). Returns early when the
+  // writer failed; its error surfaces from the commit.
+  void snapshot(std::uint64_t budget) {
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      for (std::size_t j = 0; j < items_[i].leaves.size(); ++j) {
+        LeafView& view = items_[i].leaves[j].view;
+        LeafState& leaf = state_[i][j];
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (view.owner || view.nbytes == 0) {  // already owned (JSON, cereal bytes) or empty
+          leaf.ready = true;
+          changed_.notify_all();
+          continue;
+        }
+        if (view.nbytes > budget) {
+          leaf.direct = true;
+          leaf.ready = true;
+          changed_.notify_all();
+          changed_.wait(lock, [&] { return leaf.written || failed_; });
+        } else {
+          changed_.wait(lock, [&] { return in_flight_bytes_ + view.nbytes <= budget || failed_; });
+          if (!failed_) {
+            in_flight_bytes_ += view.nbytes;
+            lock.unlock();
+            own_copy(view, options_.replicas == ReplicaWrites::split);
+            lock.lock();
+            leaf.ready = leaf.copied = true;
+            changed_.notify_all();
+          }
+        }
+        if (failed_) return;
+      }
+    }
+  }
+  // The caller's snapshot failed: the writer stops waiting for it.
+  void abandon() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    abandoned_ = true;
+    changed_.notify_all();
+  }
+  // The writer failed: the caller's snapshot stops waiting for it.
+  void writer_failed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failed_ = true;
+    changed_.notify_all();
+  }
+
+  // Writes every leaf as it becomes ready, freeing each leaf's view (and its copy) once it is
+  // written, then makes this rank's data durable. No collective.
+  void write() {
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      ItemSnapshot& item = items_[i];
+      session_->begin_item(item.name, item.kind, std::move(item.nodes), item.per_rank);
+      for (std::size_t j = 0; j < item.leaves.size(); ++j) {
+        LeafState& leaf = state_[i][j];
+        {
+          std::unique_lock<std::mutex> lock(mutex_);
+          changed_.wait(lock, [&] { return leaf.ready || abandoned_; });
+          if (abandoned_) throw Error(ErrorKind::io, "the snapshot was abandoned", describe());
+        }
+        SnapshotLeaf& l = item.leaves[j];
+        session_->add_leaf(l.path, l.view, options_, report_);
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (leaf.copied) in_flight_bytes_ -= std::min(in_flight_bytes_, l.view.nbytes);
+        l = SnapshotLeaf{};  // frees the view, and the copy of an async save
+        leaf.written = true;
+        changed_.notify_all();
+      }
+    }
+    session_->finish_writes();
+  }
+
+  // Collective: steps 3 to 5 of the commit. `failure`: this rank's error so far, if any.
+  void commit(std::exception_ptr failure) {
+    std::unique_ptr<SaveSession> session = std::move(session_);
+    session->commit(user_metadata_, created_unix_ms_, failure);
+  }
+
+  // A whole synchronous save on this thread, from the caller's memory.
+  SaveReport run(FunctionRef<std::vector<ItemSnapshot>()> snapshot) {
+    stage();
+    std::exception_ptr failure;
+    try {
+      take_views(snapshot);
+      all_ready();
+      write();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    commit(failure);
+    return report_;
+  }
+
+  const SaveReport& report() const { return report_; }
+  std::int64_t created_unix_ms() const { return created_unix_ms_; }
+
+ private:
+  struct LeafState {
+    bool ready = false;    // snapshotted (or, for a direct leaf, may be written from user memory)
+    bool direct = false;   // larger than the budget: written from the caller's memory
+    bool copied = false;   // an async save's copy, counted against its budget
+    bool written = false;
+  };
+
+  Store& store_;
+  std::string key_;
+  SaveOptions options_;
+  Json user_metadata_;
+  std::int64_t created_unix_ms_ = 0;
+  LocalCoordinator local_;
+  std::unique_ptr<SaveSession> session_;
+  std::vector<ItemSnapshot> items_;
+  std::vector<std::vector<LeafState>> state_;
+  SaveReport report_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::uint64_t in_flight_bytes_ = 0;
+  bool failed_ = false, abandoned_ = false;
+};
+
+// One async save in flight: the job and its worker thread. Alone, the worker stages, writes
+// and commits; with several ranks the collectives stay on the caller's thread (staging in
+// start, the commit in wait), and the worker only writes. `commit` is the driver's commit: the
+// job's own, and for the Checkpointer the `latest` marker and retention after it.
+class SaveWorker {
+ public:
+  using Commit = std::function<void(SaveJob&, std::exception_ptr)>;
+  SaveWorker() = default;
+  SaveWorker(const SaveWorker&) = delete;
+  SaveWorker& operator=(const SaveWorker&) = delete;
+  ~SaveWorker() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  bool in_flight() const { return job_ != nullptr; }
+
+  // Returns once the state is snapshotted within `budget`; throws (on every rank, committing
+  // nothing) when staging or the snapshot fails.
+  void start(std::shared_ptr<SaveJob> job, FunctionRef<std::vector<ItemSnapshot>()> snapshot, std::uint64_t budget,
+             Commit commit) {
+    const bool commit_here = job->multi_rank();
+    if (commit_here) {
+      job->stage();
+      try {
+        job->take_views(snapshot);
+      } catch (...) {
+        commit(*job, std::current_exception());  // every rank learns of it, and throws
+        throw;
+      }
+    } else {
+      job->take_views(snapshot);  // before the worker stages: nothing to undo
+    }
+    commit_on_caller_ = commit_here;
+    commit_ = std::move(commit);
+    error_ = nullptr;
+    thread_ = std::thread([this, job, commit_here] {
+      try {
+        if (commit_here) {
+          job->write();
+        } else {
+          job->stage();
+          std::exception_ptr failure;
+          try {
+            job->write();
+          } catch (...) {
+            failure = std::current_exception();
+            job->writer_failed();
+          }
+          commit_(*job, failure);
+        }
+      } catch (...) {
+        error_ = std::current_exception();
+        job->writer_failed();
+      }
+    });
+    try {
+      job->snapshot(budget);
+    } catch (...) {
+      job->abandon();
+      thread_.join();
+      if (commit_here) commit_(*job, std::current_exception());
+      throw;
+    }
+    job_ = std::move(job);
+  }
+
+  // Waits for the save in flight (with several ranks, commits it: a collective), and returns
+  // its report or throws its error. Nothing in flight: an empty report at once.
+  SaveReport wait() {
+    if (thread_.joinable()) thread_.join();
+    if (!job_) return {};
+    std::shared_ptr<SaveJob> job = std::move(job_);
+    job_.reset();
+    if (commit_on_caller_) commit_(*job, error_);
+    else if (error_) std::rethrow_exception(error_);
+    return job->report();
+  }
+
+ private:
+  std::thread thread_;
+  std::shared_ptr<SaveJob> job_;
+  bool commit_on_caller_ = false;
+  Commit commit_;
+  std::exception_ptr error_;
+};
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/save_job.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// One SaveJob (checkpoint/save_job.hpp) run on this thread: whatever fails on this rank while
+// writing still reaches the commit's collectives, so that every rank returns the same outcome.
 CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
                                     FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options) {
-  LocalCoordinator local;
-  Coordinator& coordinator = options.coordinator ? *options.coordinator : local;
-  SaveSession session(store, key, options.overwrite, coordinator);
-  SaveReport total;
-  total.path = session.describe();
-  std::exception_ptr failure;
-  try {
-    // Before any leaf is written (the commit checks it again, on the primary).
-    if (!options.user_metadata.is_object() && !options.user_metadata.is_null())
-      throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", session.describe());
-    for (auto& item : snapshot()) {
-      SaveReport r = session.add_item(std::move(item), options);
-      total.leaves += r.leaves;
-      total.bytes_written += r.bytes_written;
-      total.cast.insert(total.cast.end(), r.cast.begin(), r.cast.end());
-    }
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  session.commit(options.user_metadata, now_unix_ms(), failure);
-  return total;
+  SaveJob job(store, key, options, options.user_metadata, now_unix_ms());
+  return job.run(snapshot);
+}
+
+CAIRN_API AsyncSave save_snapshots_async(Store& store, const std::string& key,
+                                         FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options) {
+  auto job = std::make_shared<SaveJob>(store, key, options, options.user_metadata, now_unix_ms());
+  auto worker = std::make_shared<SaveWorker>();
+  worker->start(job, snapshot, options.async_memory_budget,
+                [](SaveJob& j, std::exception_ptr failure) { j.commit(failure); });
+  return AsyncSave(std::move(worker));
 }
 
 CAIRN_API SaveReport save_tree(Store& store, const std::string& key, FunctionRef<void(ItemSnapshot&)> view,
@@ -10564,6 +10934,31 @@ CAIRN_API Store& path_store() {
 }
 
 }  // namespace detail
+
+CAIRN_API AsyncSave& AsyncSave::operator=(AsyncSave&& other) {
+  if (this != &other) {
+    if (worker_) wait();
+    worker_ = std::move(other.worker_);
+  }
+  return *this;
+}
+
+CAIRN_API AsyncSave::~AsyncSave() {
+  if (!worker_) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cairn::AsyncSave: the save failed, and its handle was destroyed without wait(): %s\n", e.what());
+  }
+}
+
+CAIRN_API SaveReport AsyncSave::wait() {
+  if (!worker_) throw Error(ErrorKind::invalid_argument, "this AsyncSave holds no save (it was waited for, or moved from)");
+  std::shared_ptr<detail::SaveWorker> worker = std::move(worker_);
+  worker_.reset();
+  return worker->wait();
+}
+
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/save_impl.hpp -----
 // ----- begin cairn/checkpoint/load_plan_impl.hpp -----
@@ -11863,6 +12258,10 @@ CAIRN_API SaveReport save(Store& store, const std::string& key, const Items& ite
   return detail::save_snapshots(store, key, [&] { return items.snapshots(); }, options);
 }
 
+CAIRN_API AsyncSave save_async(Store& store, const std::string& key, const Items& items, const SaveOptions& options) {
+  return detail::save_snapshots_async(store, key, [&] { return items.snapshots(); }, options);
+}
+
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/items_impl.hpp -----
 // ----- begin cairn/safetensors/load_impl.hpp -----
@@ -12225,6 +12624,16 @@ struct ExportTensor {
   std::uint64_t nbytes = 0;
 };
 
+// The elements of a sharded view this process holds a copy of (each distinct box once).
+inline std::uint64_t held_elements(const LeafView& v) {
+  std::set<std::pair<Shape, Shape>> seen;
+  std::uint64_t covered = 0;
+  for (const auto& s : v.shards)
+    if (s.box.elements() > 0 && s.data && seen.emplace(s.box.start, s.box.shape).second)
+      covered += static_cast<std::uint64_t>(s.box.elements());
+  return covered;
+}
+
 // A view's elements in C order in host memory, in its own dtype: the view's memory when it
 // already is that, otherwise `scratch` (column-major leaves transposed, shards gathered).
 inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned char>& scratch,
@@ -12238,8 +12647,12 @@ inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned ch
     box_copy_host(item, v.data, scratch.data(), plan_box_copy(whole, whole, true, whole, false));
     return scratch.data();
   }
+  // Each distinct box once, from any copy this process holds (a replica whose primary holder is
+  // another process holds the same values). The export checked first that they cover the array
+  // (held_elements), so no byte of the reused scratch buffer is left from an earlier tensor.
+  std::set<std::pair<Shape, Shape>> seen;
   for (const auto& s : v.shards) {
-    if (!s.primary) continue;  // replicas hold the same box
+    if (s.box.elements() == 0 || !s.data || !seen.emplace(s.box.start, s.box.shape).second) continue;
     const void* src = s.data;
     if (s.memory != MemoryKind::host) {
       piece.resize(static_cast<std::size_t>(s.box.elements() * item));
@@ -12374,6 +12787,11 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
     if (!safetensors_dtype_name(t.dtype))
       throw Error(ErrorKind::invalid_argument, std::string("safetensors has no dtype for ") + dtype_name(t.dtype) +
                   " leaves; leave them out with SafetensorsSaveOptions::select", where, full);
+    if (!leaf.view.shards.empty())
+      if (const std::uint64_t held = held_elements(leaf.view); held != element_count(leaf.view.shape))
+        throw Error(ErrorKind::invalid_argument, uncovered_leaf_error(held, leaf.view, "a safetensors file is written by one process, which needs "
+                    "all of it: gather the array onto this process (ShardedArray::gather), or save a cairn checkpoint "
+                    "with SaveOptions::coordinator, which every process writes its part of").message(), where, full);
     if (t.dtype != leaf.view.dtype) report.cast.push_back(full);
     t.nbytes = byte_count(leaf.view.shape, dtype_size(t.dtype));
     // Only the root leaf (a tree that is one array) is named "": a leaf under a map's empty
@@ -12586,38 +13004,6 @@ CAIRN_API std::map<std::int64_t, Error> Checkpointer::damaged_steps() const {
   return damaged_;
 }
 
-struct Checkpointer::JobLeaf {
-  KeyPath path;
-  LeafView view;
-  bool ready = false;    // snapshotted (or, for a direct leaf, may be written from user memory)
-  bool direct = false;   // larger than the budget: written from the caller's memory
-  bool written = false;
-};
-struct Checkpointer::JobItem {
-  std::string name;
-  ItemKind kind;
-  std::vector<NodeRecord> nodes;
-  std::vector<JobLeaf> leaves;
-  bool per_rank = false;
-};
-struct Checkpointer::Job {
-  std::int64_t step = 0;
-  StepSaveOptions args;
-  std::vector<JobItem> items;
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::uint64_t in_flight_bytes = 0;
-  bool failed = false, abandoned = false;
-  std::exception_ptr error;
-  // The save itself: its options, its one clock reading, the session, and whether the
-  // commit waits for the caller's thread (several ranks, async).
-  SaveOptions so;
-  std::int64_t now_ms = 0;
-  std::unique_ptr<detail::SaveSession> session;
-  bool commit_on_caller = false;
-};
-
-
 CAIRN_API Checkpointer::Checkpointer(std::string root, CheckpointerOptions options) : Checkpointer(std::make_shared<PosixStore>(), std::move(root), std::move(options)) {}
 
 CAIRN_API Checkpointer::Checkpointer(std::shared_ptr<Store> store, std::string root, CheckpointerOptions options) : store_(std::move(store)), root_(detail::normalize_key(std::move(root))), options_(std::move(options)) {
@@ -12717,56 +13103,43 @@ CAIRN_API bool Checkpointer::should_save(std::int64_t step) const {
 }
 
 CAIRN_API void Checkpointer::wait() {
-  if (worker_.joinable()) worker_.join();
-  if (in_flight_) {
-    std::shared_ptr<Job> job = std::move(in_flight_);
-    in_flight_.reset();
-    if (job->commit_on_caller) commit_job(*job, job->error);
-    else if (job->error) std::rethrow_exception(job->error);
-  }
+  if (!worker_) return;
+  std::shared_ptr<detail::SaveWorker> worker = std::move(worker_);
+  worker_.reset();
+  worker->wait();
 }
 
-CAIRN_API void Checkpointer::save_snapshots(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args) {
-  auto job = prepare(step, std::move(snapshots), args);
-  for (auto& item : job->items)
-    for (auto& leaf : item.leaves) leaf.ready = true;
-  run_job(*job);
-}
-
-CAIRN_API void Checkpointer::save_snapshots_async(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args) {
-  std::shared_ptr<Job> job = prepare(step, std::move(snapshots), args);
-  // With several ranks the collectives stay on this thread: staging now, the commit in
-  // wait(). Alone, the worker does it all.
-  const bool commit_here = multi_rank();
-  if (commit_here) start_session(*job);
-  job->commit_on_caller = commit_here;
-  worker_ = std::thread([this, job, commit_here] {
-    try {
-      if (commit_here) write_job(*job);
-      else run_job(*job);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(job->mutex);
-      job->error = std::current_exception();
-      job->failed = true;
-      job->changed.notify_all();
-    }
-  });
+CAIRN_API SaveReport Checkpointer::save_snapshots(std::int64_t step,
+                                                  detail::FunctionRef<std::vector<detail::ItemSnapshot>()> snapshot,
+                                                  const StepSaveOptions& args) {
+  std::shared_ptr<detail::SaveJob> job = prepare(step, args);
+  job->stage();
+  std::exception_ptr failure;
   try {
-    snapshot_streaming(*job);
+    job->take_views(snapshot);
+    job->all_ready();
+    job->write();
   } catch (...) {
-    {
-      std::lock_guard<std::mutex> lock(job->mutex);
-      job->abandoned = true;
-      job->changed.notify_all();
-    }
-    worker_.join();
-    if (commit_here) commit_job(*job, std::current_exception());  // every rank learns of it, and throws
-    throw;
+    failure = std::current_exception();
   }
-  in_flight_ = job;
+  commit_job(*job, step, args.metrics, job->created_unix_ms(), failure);
+  return job->report();
 }
 
-CAIRN_API std::shared_ptr<Checkpointer::Job> Checkpointer::prepare(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args) {
+CAIRN_API void Checkpointer::save_snapshots_async(std::int64_t step,
+                                                  detail::FunctionRef<std::vector<detail::ItemSnapshot>()> snapshot,
+                                                  const StepSaveOptions& args) {
+  std::shared_ptr<detail::SaveJob> job = prepare(step, args);
+  auto worker = std::make_shared<detail::SaveWorker>();
+  const Json metrics = args.metrics;
+  worker->start(job, snapshot, options_.async_memory_budget,
+                [this, step, metrics](detail::SaveJob& j, std::exception_ptr failure) {
+                  commit_job(j, step, metrics, j.created_unix_ms(), failure);
+                });
+  worker_ = std::move(worker);
+}
+
+CAIRN_API std::shared_ptr<detail::SaveJob> Checkpointer::prepare(std::int64_t step, const StepSaveOptions& args) {
   if (step < 0) throw Error(ErrorKind::invalid_argument, "steps are non-negative, got " + std::to_string(step), describe(root_));
   // Checked before anything is written: a step saved with metrics of another kind would have
   // them dropped when the root is next opened.
@@ -12774,126 +13147,48 @@ CAIRN_API std::shared_ptr<Checkpointer::Job> Checkpointer::prepare(std::int64_t 
     throw Error(ErrorKind::invalid_argument,
                 "step " + std::to_string(step) + ": metrics must be a JSON object of named values, such as {\"loss\": 0.25}",
                 describe(root_));
+  if (args.save.coordinator && args.save.coordinator != options_.coordinator)
+    throw Error(ErrorKind::invalid_argument, "StepSaveOptions::save.coordinator differs from the Checkpointer's: a "
+                "Checkpointer saves with CheckpointerOptions::coordinator (leave the step's unset)", describe(root_));
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (steps_.count(step) && !args.overwrite)
+    if (steps_.count(step) && !args.save.overwrite)
       throw Error(ErrorKind::already_exists, "step " + std::to_string(step) + " is already saved (pass overwrite to replace it)", describe(step_path(step)));
     if (!steps_.empty() && step < steps_.rbegin()->first && !args.allow_older)
       throw Error(ErrorKind::invalid_argument, "step " + std::to_string(step) + " is older than the latest checkpoint (" +
                   std::to_string(steps_.rbegin()->first) + "); pass allow_older to save it anyway", describe(root_));
   }
-  auto job = std::make_shared<Job>();
-  job->step = step;
-  job->args = args;
-  for (auto& s : snapshots) {
-    JobItem item{s.name, s.kind, std::move(s.nodes), {}, s.per_rank};
-    for (auto& l : s.leaves) item.leaves.push_back({std::move(l.path), std::move(l.view)});
-    job->items.push_back(std::move(item));
-  }
-  return job;
-}
-
-CAIRN_API void Checkpointer::snapshot_streaming(Job& job) {
-  const std::uint64_t budget = options_.async_memory_budget;
-  for (auto& item : job.items) {
-    for (auto& leaf : item.leaves) {
-      std::unique_lock<std::mutex> lock(job.mutex);
-      if (leaf.view.owner || leaf.view.nbytes == 0) {  // already owned (JSON, cereal bytes) or empty
-        leaf.ready = true;
-        job.changed.notify_all();
-        continue;
-      }
-      if (leaf.view.nbytes > budget) {
-        leaf.direct = true;
-        leaf.ready = true;
-        job.changed.notify_all();
-        job.changed.wait(lock, [&] { return leaf.written || job.failed; });
-      } else {
-        job.changed.wait(lock, [&] { return job.in_flight_bytes + leaf.view.nbytes <= budget || job.failed; });
-        if (!job.failed) {
-          job.in_flight_bytes += leaf.view.nbytes;
-          lock.unlock();
-          detail::own_copy(leaf.view);
-          lock.lock();
-          leaf.ready = true;
-          job.changed.notify_all();
-        }
-      }
-      if (job.failed) return;  // the error surfaces from wait()
-    }
-  }
-}
-
-CAIRN_API void Checkpointer::run_job(Job& job) {
-  start_session(job);
-  std::exception_ptr failure;
-  try {
-    write_job(job);
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  commit_job(job, failure);
-}
-
-CAIRN_API void Checkpointer::start_session(Job& job) {
-  SaveOptions& so = job.so;
-  so.overwrite = job.args.overwrite;
-  so.cast = job.args.cast;
-  so.on_overflow = job.args.on_overflow;
+  SaveOptions so = args.save;
+  so.coordinator = options_.coordinator;
   // One clock reading for the step's metadata and the checkpoint's.
-  job.now_ms = detail::now_unix_ms();
-  so.user_metadata = Json::object({{"step", job.step},
-                                   {"created_unix_ms", job.now_ms},
-                                   {"metrics", job.args.metrics},
-                                   {"custom", job.args.custom_metadata}});
-  Coordinator& c = options_.coordinator ? *options_.coordinator : local_;
-  job.session = std::make_unique<detail::SaveSession>(*store_, step_path(job.step), so.overwrite, c);
+  const std::int64_t now_ms = detail::now_unix_ms();
+  Json user = Json::object({{"step", step},
+                            {"created_unix_ms", now_ms},
+                            {"metrics", args.metrics},
+                            {"custom", args.save.user_metadata}});
+  // The user's part is checked as cairn::save checks it (the job checks the whole, which is an object).
+  if (!args.save.user_metadata.is_object() && !args.save.user_metadata.is_null())
+    throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", describe(step_path(step)));
+  return std::make_shared<detail::SaveJob>(*store_, step_path(step), std::move(so), std::move(user), now_ms);
 }
 
-CAIRN_API void Checkpointer::write_job(Job& job) {
-  detail::SaveSession& writer = *job.session;
-  SaveReport report;
-  for (auto& item : job.items) {
-    writer.begin_item(item.name, item.kind, item.nodes, item.per_rank);
-    for (auto& leaf : item.leaves) {
-      {
-        std::unique_lock<std::mutex> lock(job.mutex);
-        job.changed.wait(lock, [&] { return leaf.ready || job.abandoned; });
-        if (job.abandoned) throw Error(ErrorKind::io, "the snapshot was abandoned", describe(step_path(job.step)));
-      }
-      writer.add_leaf(leaf.path, leaf.view, job.so, report);
-      std::lock_guard<std::mutex> lock(job.mutex);
-      if (!leaf.direct) {
-        if (leaf.view.owner) job.in_flight_bytes -= std::min(job.in_flight_bytes, leaf.view.nbytes);
-        leaf.view.owner.reset();  // frees the copy
-        leaf.view.data = nullptr;
-      }
-      leaf.written = true;
-      job.changed.notify_all();
-    }
-  }
-  writer.finish_writes();
-}
-
-CAIRN_API void Checkpointer::commit_job(Job& job, std::exception_ptr failure) {
-  std::unique_ptr<detail::SaveSession> session = std::move(job.session);
+CAIRN_API void Checkpointer::commit_job(detail::SaveJob& job, std::int64_t step, const Json& metrics, std::int64_t now_ms,
+                                        std::exception_ptr failure) {
   // From the moment the checkpoint is published, this manager lists it, whatever fails after.
   auto record = [&] {
     std::lock_guard<std::mutex> lock(mutex_);
     // The metrics as written (NaN and infinity become null), so that they read the same
     // before and after the root is opened again.
-    const Json& m = job.args.metrics;
-    steps_[job.step] = StepInfo{job.step, job.now_ms, m.is_object() ? Json::parse(m.dump()) : Json::object()};
-    damaged_.erase(job.step);
+    steps_[step] = StepInfo{step, now_ms, metrics.is_object() ? Json::parse(metrics.dump()) : Json::object()};
+    damaged_.erase(step);
     last_save_ = std::chrono::steady_clock::now();
   };
   try {
-    session->commit(job.so.user_metadata, job.now_ms, failure);
+    job.commit(failure);
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::after_commit) record();
     throw;
   }
-  session.reset();
   record();
   if (!multi_rank()) {
     after_commit();

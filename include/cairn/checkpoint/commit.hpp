@@ -106,7 +106,7 @@ class SaveSession {
       item.leaves.push_back(writer_->write_leaf(p, view, item.kind == ItemKind::tree ? options : no_casts, report,
                                                 current_per_rank_));
     } catch (const Error& e) {
-      throw e.with_key(p.str());
+      throw e.with_key(p.str()).with_file(describe());
     }
     ++report.leaves;
   }

@@ -132,6 +132,12 @@ CAIRN_API SaveReport save(Store& store, const std::string& key, const Items& ite
 inline SaveReport save(const std::string& path, const Items& items, const SaveOptions& options = {}) {
   return save(detail::path_store(), path, items, options);
 }
+// The same in the background, as save_async of a tree (the items' values are snapshotted
+// before it returns).
+CAIRN_API AsyncSave save_async(Store& store, const std::string& key, const Items& items, const SaveOptions& options = {});
+inline AsyncSave save_async(const std::string& path, const Items& items, const SaveOptions& options = {}) {
+  return save_async(detail::path_store(), path, items, options);
+}
 
 // Loads the items named in `items` (a subset of the checkpoint's is fine); one report per item.
 inline std::vector<std::pair<std::string, LoadReport>> load(const Store& store, const std::string& key, const Items& items,

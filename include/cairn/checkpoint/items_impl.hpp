@@ -48,4 +48,8 @@ CAIRN_API SaveReport save(Store& store, const std::string& key, const Items& ite
   return detail::save_snapshots(store, key, [&] { return items.snapshots(); }, options);
 }
 
+CAIRN_API AsyncSave save_async(Store& store, const std::string& key, const Items& items, const SaveOptions& options) {
+  return detail::save_snapshots_async(store, key, [&] { return items.snapshots(); }, options);
+}
+
 CAIRN_END_NAMESPACE

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cairn/checkpoint/coverage.hpp"
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/device/memory.hpp"
 #include "cairn/format/files.hpp"
@@ -182,11 +183,15 @@ class LeafWriter {
       }
     }
     std::map<std::pair<Shape, Shape>, bool> written;
+    std::uint64_t covered = 0;  // elements this rank wrote
     for (const auto& shard : view.shards) {
       if (shard.box.elements() == 0 || !written.emplace(std::make_pair(shard.box.start, shard.box.shape), true).second)
         continue;
       if (!split) {
-        if (shard.primary) write_box(rec, view, shard, shard.box, 0, options, report);
+        if (shard.primary) {
+          write_box(rec, view, shard, shard.box, 0, options, report);
+          covered += static_cast<std::uint64_t>(shard.box.elements());
+        }
         continue;
       }
       // This process's slab of the box, by its place among the box's holders.
@@ -211,8 +216,16 @@ class LeafWriter {
       } else if (me != 0) {
         continue;  // one element: its first holder writes it
       }
-      if (slab.elements() > 0) write_box(rec, view, shard, slab, skip, options, report);
+      if (slab.elements() > 0) {
+        write_box(rec, view, shard, slab, skip, options, report);
+        covered += static_cast<std::uint64_t>(slab.elements());
+      }
     }
+    // Alone, this rank writes every box: a mesh that spans other processes (saved without
+    // their coordinator) leaves parts of the array unwritten. With several ranks the primary
+    // checks the merged records instead (commit.hpp).
+    if (ranks_ == 1 && covered != element_count(view.shape))
+      throw uncovered_leaf_error(covered, view, save_without_coordinator_remedy);
     return rec;
   }
 
@@ -259,7 +272,8 @@ class LeafWriter {
   // `own`: a leaf of this rank's own (a per-rank item), written here whatever the rank.
   LeafRecord write_leaf(const KeyPath& p, const LeafView& view, const SaveOptions& options, SaveReport& report,
                         bool own = false) {
-    if (!view.shards.empty()) return write_sharded_leaf(p, view, options, report);
+    // A sharded view whose async snapshot kept no box of this process is still sharded.
+    if (!view.shards.empty() || view.sharding) return write_sharded_leaf(p, view, options, report);
     LeafRecord rec;
     if (rank_ != 0 && !own) {  // written by rank 0; this rank only keeps the place
       rec.path = p;

@@ -54,6 +54,11 @@ struct SaveOptions {
   // and the checkpoint commits once (checkpoint/commit.hpp). None: this process alone.
   Coordinator* coordinator = nullptr;
   ReplicaWrites replicas = ReplicaWrites::primary_holder;
+  // save_async only: host memory its snapshot may hold. Up to this much the state is copied and
+  // save_async returns; beyond it the snapshot streams (the call waits for earlier leaves to be
+  // written before copying more, and leaves larger than the budget are written from the
+  // caller's memory before it returns). The Checkpointer uses CheckpointerOptions' budget.
+  std::uint64_t async_memory_budget = std::uint64_t{1} << 30;
 };
 
 struct LoadOptions {

@@ -3,6 +3,7 @@
 // tree's views; the runtime that writes and commits them is checkpoint/save_impl.hpp.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,37 @@ CAIRN_API SaveReport save_tree(Store& store, const std::string& key, FunctionRef
 // paths. Stateless, so one serves every call and thread.
 CAIRN_API Store& path_store();
 
+class SaveJob;     // checkpoint/save_job.hpp
+class SaveWorker;
+
+}  // namespace detail
+
+// A save running in the background (save_async). wait() returns its report, or throws its
+// error; the destructor waits too (printing an error it can no longer throw), so a save is
+// never left half-done by a handle going out of scope. Move-only.
+class AsyncSave {
+ public:
+  AsyncSave() = default;
+  AsyncSave(AsyncSave&& other) noexcept = default;
+  // Waits for the save this handle holds, then takes the other's.
+  CAIRN_API AsyncSave& operator=(AsyncSave&& other);
+  CAIRN_API ~AsyncSave();
+  // With a coordinator of several ranks, a collective: the checkpoint commits here.
+  CAIRN_API SaveReport wait();
+  // Whether a save is held that wait() has not finished.
+  bool pending() const { return worker_ != nullptr; }
+
+  explicit AsyncSave(std::shared_ptr<detail::SaveWorker> worker) : worker_(std::move(worker)) {}
+
+ private:
+  std::shared_ptr<detail::SaveWorker> worker_;
+};
+
+namespace detail {
+// save_snapshots in the background: returns once the snapshot is taken (within
+// options.async_memory_budget); the store must outlive the save.
+CAIRN_API AsyncSave save_snapshots_async(Store& store, const std::string& key,
+                                         FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options);
 }  // namespace detail
 
 // Saves a tree to a new checkpoint at `key` in `store`. Fails if a checkpoint is there,
@@ -43,6 +75,29 @@ SaveReport save(Store& store, const std::string& key, const T& tree, const SaveO
 template <class T>
 SaveReport save(const std::string& path, const T& tree, const SaveOptions& options = {}) {
   return save(detail::path_store(), path, tree, options);
+}
+
+// Like save, but returns once the tree is snapshotted (copied to host memory, within
+// options.async_memory_budget); writing, fsync and the commit run on a background thread, and
+// the caller may change the tree at once. The returned handle's wait() gives the report or the
+// error (Orbax's AsyncCheckpointer, PyTorch DCP's async_save). With a coordinator every rank
+// calls it, and wait() is where the checkpoint commits (a collective). `store` must outlive
+// the save.
+template <class T>
+[[nodiscard]] AsyncSave save_async(Store& store, const std::string& key, const T& tree, const SaveOptions& options = {}) {
+  require_tree_type<T>();
+  return detail::save_snapshots_async(
+      store, key,
+      [&] {
+        std::vector<detail::ItemSnapshot> items(1);  // moved in: braces would copy every leaf's view
+        items[0] = detail::view_tree(default_item_name, tree);
+        return items;
+      },
+      options);
+}
+template <class T>
+[[nodiscard]] AsyncSave save_async(const std::string& path, const T& tree, const SaveOptions& options = {}) {
+  return save_async(detail::path_store(), path, tree, options);
 }
 
 CAIRN_END_NAMESPACE

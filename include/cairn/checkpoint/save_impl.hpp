@@ -3,11 +3,13 @@
 // once with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
 #pragma once
 
+#include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "cairn/checkpoint/commit.hpp"
+#include "cairn/checkpoint/save_job.hpp"
 #include "cairn/checkpoint/save.hpp"
 #include "cairn/coordination/coordinator.hpp"
 #include "cairn/store/posix_store.hpp"
@@ -15,31 +17,21 @@
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// Whatever fails on this rank while writing still reaches the commit's collectives, so that
-// every rank returns the same outcome.
+// One SaveJob (checkpoint/save_job.hpp) run on this thread: whatever fails on this rank while
+// writing still reaches the commit's collectives, so that every rank returns the same outcome.
 CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
                                     FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options) {
-  LocalCoordinator local;
-  Coordinator& coordinator = options.coordinator ? *options.coordinator : local;
-  SaveSession session(store, key, options.overwrite, coordinator);
-  SaveReport total;
-  total.path = session.describe();
-  std::exception_ptr failure;
-  try {
-    // Before any leaf is written (the commit checks it again, on the primary).
-    if (!options.user_metadata.is_object() && !options.user_metadata.is_null())
-      throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", session.describe());
-    for (auto& item : snapshot()) {
-      SaveReport r = session.add_item(std::move(item), options);
-      total.leaves += r.leaves;
-      total.bytes_written += r.bytes_written;
-      total.cast.insert(total.cast.end(), r.cast.begin(), r.cast.end());
-    }
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  session.commit(options.user_metadata, now_unix_ms(), failure);
-  return total;
+  SaveJob job(store, key, options, options.user_metadata, now_unix_ms());
+  return job.run(snapshot);
+}
+
+CAIRN_API AsyncSave save_snapshots_async(Store& store, const std::string& key,
+                                         FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options) {
+  auto job = std::make_shared<SaveJob>(store, key, options, options.user_metadata, now_unix_ms());
+  auto worker = std::make_shared<SaveWorker>();
+  worker->start(job, snapshot, options.async_memory_budget,
+                [](SaveJob& j, std::exception_ptr failure) { j.commit(failure); });
+  return AsyncSave(std::move(worker));
 }
 
 CAIRN_API SaveReport save_tree(Store& store, const std::string& key, FunctionRef<void(ItemSnapshot&)> view,
@@ -63,4 +55,29 @@ CAIRN_API Store& path_store() {
 }
 
 }  // namespace detail
+
+CAIRN_API AsyncSave& AsyncSave::operator=(AsyncSave&& other) {
+  if (this != &other) {
+    if (worker_) wait();
+    worker_ = std::move(other.worker_);
+  }
+  return *this;
+}
+
+CAIRN_API AsyncSave::~AsyncSave() {
+  if (!worker_) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cairn::AsyncSave: the save failed, and its handle was destroyed without wait(): %s\n", e.what());
+  }
+}
+
+CAIRN_API SaveReport AsyncSave::wait() {
+  if (!worker_) throw Error(ErrorKind::invalid_argument, "this AsyncSave holds no save (it was waited for, or moved from)");
+  std::shared_ptr<detail::SaveWorker> worker = std::move(worker_);
+  worker_.reset();
+  return worker->wait();
+}
+
 CAIRN_END_NAMESPACE

@@ -64,8 +64,9 @@ ItemSnapshot view_tree(const std::string& name, const T& tree) {
   return s;
 }
 
-// Makes a view own a copy of its bytes.
-CAIRN_API void own_copy(LeafView& v);
+// Makes a view own a copy of its bytes: of a sharded view, the boxes this process writes (its
+// primary boxes, and with `replicas` the replicas it holds too: ReplicaWrites::split).
+CAIRN_API void own_copy(LeafView& v, bool replicas = false);
 
 // An item that is one array of bytes (JSON text, a cereal archive), owning them.
 CAIRN_API ItemSnapshot bytes_item(const std::string& name, ItemKind kind, DType dtype, std::string bytes);

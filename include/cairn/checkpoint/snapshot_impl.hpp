@@ -2,6 +2,7 @@
 // cairn/cairn.hpp, or once with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -38,18 +39,26 @@ CAIRN_API void check_distinct_key_paths(const ItemSnapshot& s, const std::string
 }
 
 // Makes a view own a copy of its bytes.
-CAIRN_API void own_copy(LeafView& v) {
+CAIRN_API void own_copy(LeafView& v, bool replicas) {
   if (!v.shards.empty()) {
-    // Each box once (replicas are not written), in host memory.
+    // Each distinct box once. Only the primary holder writes a box unless replicas are split
+    // (ReplicaWrites::split: every holder writes a slab, so the replicas this process holds
+    // are copied too). A view left with no shards is still a sharded leaf (its sharding says
+    // so), and the writer's coverage check names what this process does not write.
     auto copies = std::make_shared<std::vector<std::unique_ptr<unsigned char[]>>>();
     std::vector<ShardView> kept;
     const std::size_t item = dtype_size(v.dtype);
     for (const auto& s : v.shards) {
-      if (!s.primary) continue;
+      if (!s.primary && !replicas) continue;
+      auto same = std::find_if(kept.begin(), kept.end(), [&](const ShardView& k) { return k.box == s.box; });
+      if (same != kept.end()) {
+        same->primary = same->primary || s.primary;
+        continue;
+      }
       const auto n = static_cast<std::size_t>(s.box.elements() * item);
       copies->push_back(std::make_unique<unsigned char[]>(std::max<std::size_t>(n, 1)));
-      copy_bytes(copies->back().get(), MemoryKind::host, s.data, s.memory, n);
-      kept.push_back({s.box, copies->back().get(), MemoryKind::host, 0, true});
+      if (n) copy_bytes(copies->back().get(), MemoryKind::host, s.data, s.memory, n);
+      kept.push_back({s.box, copies->back().get(), MemoryKind::host, 0, s.primary});
     }
     v.shards = std::move(kept);
     v.owner = copies;

@@ -4,14 +4,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cairn/checkpoint/items.hpp"
@@ -38,14 +36,17 @@ struct CheckpointerOptions {
   Coordinator* coordinator = nullptr;
 };
 
+// What a step's save takes: the step's own options, and the options of the save itself.
 struct StepSaveOptions {
-  Json metrics = Json::object();          // used by RetentionPolicy::best_n; returned by metrics(step)
-  Json custom_metadata = Json::object();  // anything else to keep with the step
-  bool force = false;                     // save even when the save policy says no
-  bool overwrite = false;                 // replace an existing checkpoint of this step
-  bool allow_older = false;               // allow a step older than the latest
-  std::vector<CastRule> cast = {};        // as SaveOptions::cast
-  OnOverflow on_overflow = OnOverflow::error;
+  Json metrics = Json::object();  // used by RetentionPolicy::best_n; returned by metrics(step)
+  bool force = false;             // save even when the save policy says no
+  bool allow_older = false;       // allow a step older than the latest
+  // The save itself, as cairn::save takes it: overwrite (replace an existing checkpoint of this
+  // step), cast, on_overflow, replicas, and user_metadata (anything else to keep with the step,
+  // stored under "custom" beside the metrics). Its coordinator is the Checkpointer's
+  // (CheckpointerOptions::coordinator; another one here is an error), and an async save's
+  // memory budget is CheckpointerOptions::async_memory_budget.
+  SaveOptions save = {};
 };
 
 class Checkpointer {
@@ -94,14 +95,14 @@ class Checkpointer {
   // primary's policy decides for all.
   bool should_save(std::int64_t step) const;
 
-  // Saves a tree (or Items) as this step if the save policy says so (or `force`); returns
-  // whether it saved. Blocks until the checkpoint has committed.
+  // Saves a tree (or Items) as this step if the save policy says so (or `force`), and returns
+  // its report, or nothing when the policy said no (so `if (ck.save(step, state))` reads as
+  // "if it saved"). Blocks until the checkpoint has committed.
   template <class T>
-  bool save(std::int64_t step, const T& state, const StepSaveOptions& args = {}) {
+  std::optional<SaveReport> save(std::int64_t step, const T& state, const StepSaveOptions& args = {}) {
     wait();
-    if (!args.force && !should_save(step)) return false;
-    save_snapshots(step, snapshots_of(state), args);
-    return true;
+    if (!args.force && !should_save(step)) return std::nullopt;
+    return save_snapshots(step, [&] { return snapshots_of(state); }, args);
   }
 
   // Like save, but returns once the state is snapshotted (copied to host memory, within
@@ -112,7 +113,7 @@ class Checkpointer {
   bool save_async(std::int64_t step, const T& state, const StepSaveOptions& args = {}) {
     wait();
     if (!args.force && !should_save(step)) return false;
-    save_snapshots_async(step, snapshots_of(state), args);
+    save_snapshots_async(step, [&] { return snapshots_of(state); }, args);
     return true;
   }
 
@@ -146,10 +147,6 @@ class Checkpointer {
   CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(*store_, existing_step_path(step)); }
 
  private:
-  // An async save's state, shared by the caller's thread and the worker (manager/checkpointer_impl.hpp).
-  struct JobLeaf;
-  struct JobItem;
-  struct Job;
 
   LoadOptions with_coordinator(LoadOptions options) const {
     if (!options.coordinator) options.coordinator = options_.coordinator;
@@ -166,32 +163,18 @@ class Checkpointer {
     }
   }
 
-  // The non-template halves of save and save_async, once the state is a list of snapshots.
-  void save_snapshots(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args);
-
-  void save_snapshots_async(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args);
-
-  std::shared_ptr<Job> prepare(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args);
-
-  // The caller's half of an async save: copy each leaf once the budget allows, in the order
-  // the writer takes them; leaves over the budget are written from the caller's memory while
-  // it waits.
-  void snapshot_streaming(Job& job);
-
-  // A whole save: stage, write, commit. A write error still reaches the commit's collectives.
-  void run_job(Job& job);
-
-  // Stages the step's checkpoint (with several ranks, a collective).
-  void start_session(Job& job);
-
-  // The writer's half: write leaves as they become ready, then make this rank's data durable.
-  // No collective: it may run on the worker thread.
-  void write_job(Job& job);
-
-  // The commit (collective), then the primary's `latest` marker and retention, whose outcome
-  // and deletions every rank learns. `failure`: this rank's error while writing, if any.
-  void commit_job(Job& job, std::exception_ptr failure);
-
+  // The non-template halves of save and save_async: a SaveJob (checkpoint/save_job.hpp) of the
+  // step's checkpoint, run here or on the worker.
+  SaveReport save_snapshots(std::int64_t step, detail::FunctionRef<std::vector<detail::ItemSnapshot>()> snapshot,
+                            const StepSaveOptions& args);
+  void save_snapshots_async(std::int64_t step, detail::FunctionRef<std::vector<detail::ItemSnapshot>()> snapshot,
+                            const StepSaveOptions& args);
+  // The checks of a step before anything is staged, and its job.
+  std::shared_ptr<detail::SaveJob> prepare(std::int64_t step, const StepSaveOptions& args);
+  // The job's commit (collective), then the primary's `latest` marker and retention, whose
+  // outcome and deletions every rank learns. `failure`: this rank's error so far, if any.
+  void commit_job(detail::SaveJob& job, std::int64_t step, const Json& metrics, std::int64_t now_ms,
+                  std::exception_ptr failure);
   // After a commit: `latest`, then retention.
   void after_commit();
 
@@ -237,8 +220,7 @@ class Checkpointer {
   std::map<std::int64_t, StepInfo> steps_;
   std::map<std::int64_t, Error> damaged_;  // steps whose metadata failed verification
   std::optional<std::chrono::steady_clock::time_point> last_save_;
-  std::thread worker_;
-  std::shared_ptr<Job> in_flight_;
+  std::shared_ptr<detail::SaveWorker> worker_;  // the async save in flight, if any
 };
 
 CAIRN_END_NAMESPACE

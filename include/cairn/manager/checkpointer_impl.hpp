@@ -11,6 +11,7 @@
 #include <set>
 
 #include "cairn/checkpoint/commit.hpp"
+#include "cairn/checkpoint/save_job.hpp"
 #include "cairn/coordination/wire.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/manager/checkpointer.hpp"
@@ -35,38 +36,6 @@ CAIRN_API std::map<std::int64_t, Error> Checkpointer::damaged_steps() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return damaged_;
 }
-
-struct Checkpointer::JobLeaf {
-  KeyPath path;
-  LeafView view;
-  bool ready = false;    // snapshotted (or, for a direct leaf, may be written from user memory)
-  bool direct = false;   // larger than the budget: written from the caller's memory
-  bool written = false;
-};
-struct Checkpointer::JobItem {
-  std::string name;
-  ItemKind kind;
-  std::vector<NodeRecord> nodes;
-  std::vector<JobLeaf> leaves;
-  bool per_rank = false;
-};
-struct Checkpointer::Job {
-  std::int64_t step = 0;
-  StepSaveOptions args;
-  std::vector<JobItem> items;
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::uint64_t in_flight_bytes = 0;
-  bool failed = false, abandoned = false;
-  std::exception_ptr error;
-  // The save itself: its options, its one clock reading, the session, and whether the
-  // commit waits for the caller's thread (several ranks, async).
-  SaveOptions so;
-  std::int64_t now_ms = 0;
-  std::unique_ptr<detail::SaveSession> session;
-  bool commit_on_caller = false;
-};
-
 
 CAIRN_API Checkpointer::Checkpointer(std::string root, CheckpointerOptions options) : Checkpointer(std::make_shared<PosixStore>(), std::move(root), std::move(options)) {}
 
@@ -167,56 +136,43 @@ CAIRN_API bool Checkpointer::should_save(std::int64_t step) const {
 }
 
 CAIRN_API void Checkpointer::wait() {
-  if (worker_.joinable()) worker_.join();
-  if (in_flight_) {
-    std::shared_ptr<Job> job = std::move(in_flight_);
-    in_flight_.reset();
-    if (job->commit_on_caller) commit_job(*job, job->error);
-    else if (job->error) std::rethrow_exception(job->error);
-  }
+  if (!worker_) return;
+  std::shared_ptr<detail::SaveWorker> worker = std::move(worker_);
+  worker_.reset();
+  worker->wait();
 }
 
-CAIRN_API void Checkpointer::save_snapshots(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args) {
-  auto job = prepare(step, std::move(snapshots), args);
-  for (auto& item : job->items)
-    for (auto& leaf : item.leaves) leaf.ready = true;
-  run_job(*job);
-}
-
-CAIRN_API void Checkpointer::save_snapshots_async(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args) {
-  std::shared_ptr<Job> job = prepare(step, std::move(snapshots), args);
-  // With several ranks the collectives stay on this thread: staging now, the commit in
-  // wait(). Alone, the worker does it all.
-  const bool commit_here = multi_rank();
-  if (commit_here) start_session(*job);
-  job->commit_on_caller = commit_here;
-  worker_ = std::thread([this, job, commit_here] {
-    try {
-      if (commit_here) write_job(*job);
-      else run_job(*job);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(job->mutex);
-      job->error = std::current_exception();
-      job->failed = true;
-      job->changed.notify_all();
-    }
-  });
+CAIRN_API SaveReport Checkpointer::save_snapshots(std::int64_t step,
+                                                  detail::FunctionRef<std::vector<detail::ItemSnapshot>()> snapshot,
+                                                  const StepSaveOptions& args) {
+  std::shared_ptr<detail::SaveJob> job = prepare(step, args);
+  job->stage();
+  std::exception_ptr failure;
   try {
-    snapshot_streaming(*job);
+    job->take_views(snapshot);
+    job->all_ready();
+    job->write();
   } catch (...) {
-    {
-      std::lock_guard<std::mutex> lock(job->mutex);
-      job->abandoned = true;
-      job->changed.notify_all();
-    }
-    worker_.join();
-    if (commit_here) commit_job(*job, std::current_exception());  // every rank learns of it, and throws
-    throw;
+    failure = std::current_exception();
   }
-  in_flight_ = job;
+  commit_job(*job, step, args.metrics, job->created_unix_ms(), failure);
+  return job->report();
 }
 
-CAIRN_API std::shared_ptr<Checkpointer::Job> Checkpointer::prepare(std::int64_t step, std::vector<detail::ItemSnapshot> snapshots, const StepSaveOptions& args) {
+CAIRN_API void Checkpointer::save_snapshots_async(std::int64_t step,
+                                                  detail::FunctionRef<std::vector<detail::ItemSnapshot>()> snapshot,
+                                                  const StepSaveOptions& args) {
+  std::shared_ptr<detail::SaveJob> job = prepare(step, args);
+  auto worker = std::make_shared<detail::SaveWorker>();
+  const Json metrics = args.metrics;
+  worker->start(job, snapshot, options_.async_memory_budget,
+                [this, step, metrics](detail::SaveJob& j, std::exception_ptr failure) {
+                  commit_job(j, step, metrics, j.created_unix_ms(), failure);
+                });
+  worker_ = std::move(worker);
+}
+
+CAIRN_API std::shared_ptr<detail::SaveJob> Checkpointer::prepare(std::int64_t step, const StepSaveOptions& args) {
   if (step < 0) throw Error(ErrorKind::invalid_argument, "steps are non-negative, got " + std::to_string(step), describe(root_));
   // Checked before anything is written: a step saved with metrics of another kind would have
   // them dropped when the root is next opened.
@@ -224,126 +180,48 @@ CAIRN_API std::shared_ptr<Checkpointer::Job> Checkpointer::prepare(std::int64_t 
     throw Error(ErrorKind::invalid_argument,
                 "step " + std::to_string(step) + ": metrics must be a JSON object of named values, such as {\"loss\": 0.25}",
                 describe(root_));
+  if (args.save.coordinator && args.save.coordinator != options_.coordinator)
+    throw Error(ErrorKind::invalid_argument, "StepSaveOptions::save.coordinator differs from the Checkpointer's: a "
+                "Checkpointer saves with CheckpointerOptions::coordinator (leave the step's unset)", describe(root_));
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (steps_.count(step) && !args.overwrite)
+    if (steps_.count(step) && !args.save.overwrite)
       throw Error(ErrorKind::already_exists, "step " + std::to_string(step) + " is already saved (pass overwrite to replace it)", describe(step_path(step)));
     if (!steps_.empty() && step < steps_.rbegin()->first && !args.allow_older)
       throw Error(ErrorKind::invalid_argument, "step " + std::to_string(step) + " is older than the latest checkpoint (" +
                   std::to_string(steps_.rbegin()->first) + "); pass allow_older to save it anyway", describe(root_));
   }
-  auto job = std::make_shared<Job>();
-  job->step = step;
-  job->args = args;
-  for (auto& s : snapshots) {
-    JobItem item{s.name, s.kind, std::move(s.nodes), {}, s.per_rank};
-    for (auto& l : s.leaves) item.leaves.push_back({std::move(l.path), std::move(l.view)});
-    job->items.push_back(std::move(item));
-  }
-  return job;
-}
-
-CAIRN_API void Checkpointer::snapshot_streaming(Job& job) {
-  const std::uint64_t budget = options_.async_memory_budget;
-  for (auto& item : job.items) {
-    for (auto& leaf : item.leaves) {
-      std::unique_lock<std::mutex> lock(job.mutex);
-      if (leaf.view.owner || leaf.view.nbytes == 0) {  // already owned (JSON, cereal bytes) or empty
-        leaf.ready = true;
-        job.changed.notify_all();
-        continue;
-      }
-      if (leaf.view.nbytes > budget) {
-        leaf.direct = true;
-        leaf.ready = true;
-        job.changed.notify_all();
-        job.changed.wait(lock, [&] { return leaf.written || job.failed; });
-      } else {
-        job.changed.wait(lock, [&] { return job.in_flight_bytes + leaf.view.nbytes <= budget || job.failed; });
-        if (!job.failed) {
-          job.in_flight_bytes += leaf.view.nbytes;
-          lock.unlock();
-          detail::own_copy(leaf.view);
-          lock.lock();
-          leaf.ready = true;
-          job.changed.notify_all();
-        }
-      }
-      if (job.failed) return;  // the error surfaces from wait()
-    }
-  }
-}
-
-CAIRN_API void Checkpointer::run_job(Job& job) {
-  start_session(job);
-  std::exception_ptr failure;
-  try {
-    write_job(job);
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  commit_job(job, failure);
-}
-
-CAIRN_API void Checkpointer::start_session(Job& job) {
-  SaveOptions& so = job.so;
-  so.overwrite = job.args.overwrite;
-  so.cast = job.args.cast;
-  so.on_overflow = job.args.on_overflow;
+  SaveOptions so = args.save;
+  so.coordinator = options_.coordinator;
   // One clock reading for the step's metadata and the checkpoint's.
-  job.now_ms = detail::now_unix_ms();
-  so.user_metadata = Json::object({{"step", job.step},
-                                   {"created_unix_ms", job.now_ms},
-                                   {"metrics", job.args.metrics},
-                                   {"custom", job.args.custom_metadata}});
-  Coordinator& c = options_.coordinator ? *options_.coordinator : local_;
-  job.session = std::make_unique<detail::SaveSession>(*store_, step_path(job.step), so.overwrite, c);
+  const std::int64_t now_ms = detail::now_unix_ms();
+  Json user = Json::object({{"step", step},
+                            {"created_unix_ms", now_ms},
+                            {"metrics", args.metrics},
+                            {"custom", args.save.user_metadata}});
+  // The user's part is checked as cairn::save checks it (the job checks the whole, which is an object).
+  if (!args.save.user_metadata.is_object() && !args.save.user_metadata.is_null())
+    throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", describe(step_path(step)));
+  return std::make_shared<detail::SaveJob>(*store_, step_path(step), std::move(so), std::move(user), now_ms);
 }
 
-CAIRN_API void Checkpointer::write_job(Job& job) {
-  detail::SaveSession& writer = *job.session;
-  SaveReport report;
-  for (auto& item : job.items) {
-    writer.begin_item(item.name, item.kind, item.nodes, item.per_rank);
-    for (auto& leaf : item.leaves) {
-      {
-        std::unique_lock<std::mutex> lock(job.mutex);
-        job.changed.wait(lock, [&] { return leaf.ready || job.abandoned; });
-        if (job.abandoned) throw Error(ErrorKind::io, "the snapshot was abandoned", describe(step_path(job.step)));
-      }
-      writer.add_leaf(leaf.path, leaf.view, job.so, report);
-      std::lock_guard<std::mutex> lock(job.mutex);
-      if (!leaf.direct) {
-        if (leaf.view.owner) job.in_flight_bytes -= std::min(job.in_flight_bytes, leaf.view.nbytes);
-        leaf.view.owner.reset();  // frees the copy
-        leaf.view.data = nullptr;
-      }
-      leaf.written = true;
-      job.changed.notify_all();
-    }
-  }
-  writer.finish_writes();
-}
-
-CAIRN_API void Checkpointer::commit_job(Job& job, std::exception_ptr failure) {
-  std::unique_ptr<detail::SaveSession> session = std::move(job.session);
+CAIRN_API void Checkpointer::commit_job(detail::SaveJob& job, std::int64_t step, const Json& metrics, std::int64_t now_ms,
+                                        std::exception_ptr failure) {
   // From the moment the checkpoint is published, this manager lists it, whatever fails after.
   auto record = [&] {
     std::lock_guard<std::mutex> lock(mutex_);
     // The metrics as written (NaN and infinity become null), so that they read the same
     // before and after the root is opened again.
-    const Json& m = job.args.metrics;
-    steps_[job.step] = StepInfo{job.step, job.now_ms, m.is_object() ? Json::parse(m.dump()) : Json::object()};
-    damaged_.erase(job.step);
+    steps_[step] = StepInfo{step, now_ms, metrics.is_object() ? Json::parse(metrics.dump()) : Json::object()};
+    damaged_.erase(step);
     last_save_ = std::chrono::steady_clock::now();
   };
   try {
-    session->commit(job.so.user_metadata, job.now_ms, failure);
+    job.commit(failure);
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::after_commit) record();
     throw;
   }
-  session.reset();
   record();
   if (!multi_rank()) {
     after_commit();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cairn/checkpoint/coverage.hpp"
 #include "cairn/dtype/cast_host.hpp"
 #include "cairn/core/key_path.hpp"  // canonical_key
 #include "cairn/format/files.hpp"  // refuse_inside_checkpoint
@@ -26,6 +27,16 @@ struct ExportTensor {
   std::uint64_t nbytes = 0;
 };
 
+// The elements of a sharded view this process holds a copy of (each distinct box once).
+inline std::uint64_t held_elements(const LeafView& v) {
+  std::set<std::pair<Shape, Shape>> seen;
+  std::uint64_t covered = 0;
+  for (const auto& s : v.shards)
+    if (s.box.elements() > 0 && s.data && seen.emplace(s.box.start, s.box.shape).second)
+      covered += static_cast<std::uint64_t>(s.box.elements());
+  return covered;
+}
+
 // A view's elements in C order in host memory, in its own dtype: the view's memory when it
 // already is that, otherwise `scratch` (column-major leaves transposed, shards gathered).
 inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned char>& scratch,
@@ -39,8 +50,12 @@ inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned ch
     box_copy_host(item, v.data, scratch.data(), plan_box_copy(whole, whole, true, whole, false));
     return scratch.data();
   }
+  // Each distinct box once, from any copy this process holds (a replica whose primary holder is
+  // another process holds the same values). The export checked first that they cover the array
+  // (held_elements), so no byte of the reused scratch buffer is left from an earlier tensor.
+  std::set<std::pair<Shape, Shape>> seen;
   for (const auto& s : v.shards) {
-    if (!s.primary) continue;  // replicas hold the same box
+    if (s.box.elements() == 0 || !s.data || !seen.emplace(s.box.start, s.box.shape).second) continue;
     const void* src = s.data;
     if (s.memory != MemoryKind::host) {
       piece.resize(static_cast<std::size_t>(s.box.elements() * item));
@@ -175,6 +190,11 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
     if (!safetensors_dtype_name(t.dtype))
       throw Error(ErrorKind::invalid_argument, std::string("safetensors has no dtype for ") + dtype_name(t.dtype) +
                   " leaves; leave them out with SafetensorsSaveOptions::select", where, full);
+    if (!leaf.view.shards.empty())
+      if (const std::uint64_t held = held_elements(leaf.view); held != element_count(leaf.view.shape))
+        throw Error(ErrorKind::invalid_argument, uncovered_leaf_error(held, leaf.view, "a safetensors file is written by one process, which needs "
+                    "all of it: gather the array onto this process (ShardedArray::gather), or save a cairn checkpoint "
+                    "with SaveOptions::coordinator, which every process writes its part of").message(), where, full);
     if (t.dtype != leaf.view.dtype) report.cast.push_back(full);
     t.nbytes = byte_count(leaf.view.shape, dtype_size(t.dtype));
     // Only the root leaf (a tree that is one array) is named "": a leaf under a map's empty
