@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What both benchmark programs need: a clock, byte sizes with suffixes, evicting written files
 // from the page cache (for cold reads), and the median of repeated runs.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cairn-bench: cairn's save and load beside a plain write+fsync and read of the same bytes on
 // the same filesystem (the physical ceiling), extra memory, and bytes read by a 1% partial
 // restore. See docs/benchmarks.md for the figures and how to read them.

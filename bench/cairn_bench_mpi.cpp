@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cairn-bench-mpi: multi-process save and load under mpiexec, beside the same ranks doing a
 // plain write+fsync and read of the same bytes in the same run; the coordination phase of a
 // save (everything but the ranks' own writes) as ranks and chunks grow; and the metadata

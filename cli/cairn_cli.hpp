@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `cairn` command-line tool: ls, verify, show, diff and convert over checkpoints,
 // Checkpointer roots and safetensors files (docs/cli.md). All of it is here, behind run(), so
 // that tests and the fuzz target call it in-process; cli/main.cpp only forwards argv.

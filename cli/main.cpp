@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `cairn` command-line tool (docs/cli.md); everything it does is cli/cairn_cli.hpp.
 #include "cairn_cli.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Export for inference: a float32 training state saved as a bfloat16, parameters-only
 // checkpoint, then loaded by an "inference server" that keeps bfloat16 weights.
 #include <cairn/cairn.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A data- and model-parallel training loop over MPI that checkpoints asynchronously and
 // resumes on any number of ranks. The weights and their momentum are sharded over a mesh
 // {"data": ranks/2, "model": 2} (rows of the weights split over "model", replicated over

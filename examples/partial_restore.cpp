@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Partial restore: after a refactor renamed the optimizer and added a field, load what still
 // matches, see what did not, then load only the parameters, and a single leaf.
 #include <cairn/cairn.hpp>

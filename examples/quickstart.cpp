@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The quickstart: a training state with Eigen matrices, a map of layers, an optimizer and a
 // step counter; save it, print its metadata, load it back and check it is identical.
 #include <cairn/cairn.hpp>

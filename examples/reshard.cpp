@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Resharding: save a model whose weights are sharded over a 2x4 mesh ("data" x "model"),
 // then restore it onto an 8x1 mesh and onto one device, printing what each target shard read.
 // The meshes here are host "devices" (plain memory); Mesh::device(...) puts the same shards

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small real training run that survives being killed: logistic regression with an Adam
 // optimizer, a shuffling RNG and a data-iterator position, checkpointed asynchronously every
 // few steps with retention. Kill it at any moment (or pass --crash-at STEP), start it again,

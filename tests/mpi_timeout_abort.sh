@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # MpiOptions::on_timeout = abort: a rank that never arrives must stop the whole job (the other
 # rank sleeps 60 s), with the message that names the phase and the missing rank on rank 0's
 # stderr. Each rank's stderr goes straight to a file: the launcher's forwarding of output can

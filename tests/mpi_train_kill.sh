@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Kills one rank of examples/mpi_train (4 ranks) with SIGKILL at random moments of repeated
 # multi-process runs, restarting after each kill; then resumes on 2 ranks to the end. Checks
 # that the job stops when a rank dies, that no step directory without its commit marker is

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Reference safetensors files for cairn's tests, written with numpy by following the
 specification (https://github.com/huggingface/safetensors, "Format"), independently of cairn:
 an 8-byte little-endian header length, a JSON header, then the tensors' bytes in C order.

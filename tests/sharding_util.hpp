@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers of the sharding tests (unit-sharding.cpp, unit-reshard.cpp): random meshes, specs
 // and shapes, bit comparison, and rewriting a checkpoint's metadata.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The conformance suite of the storage seam: what every cairn::Store must do, checked the same
 // way for each (in the manner of TensorStore's kvstore/test_util.h). A new store inherits all
 // of it by calling check_store_conformance with a function that makes an empty one.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Kills examples/train_loop with SIGKILL at random moments, restarts it each time, and checks
 # that the final parameters are bit-identical to an uninterrupted run. Each kill comes after a
 # random 2-10% of the uninterrupted run's time, so a run is interrupted about a dozen times or

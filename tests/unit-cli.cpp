@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `cairn` command-line tool, run in-process through cli::run: ls, verify, show, diff and
 // convert on checkpoints, a Checkpointer root and safetensors files, their exit statuses, and
 // one-line errors for bad input.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The commit protocol (checkpoint/commit.hpp) under injected faults and kills: every I/O call
 // of an overwrite failing in turn, the overwrite fallback without an atomic exchange, kills
 // between its renames, leftovers of dead saves, and saves that are still running.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CRC32C on its own: the check value of the specification, and every implementation this CPU
 // can run (carry-less-multiply folding, the crc32 instruction on three streams, the table)
 // against the table on random lengths, alignments and starting values, including the

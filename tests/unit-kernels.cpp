@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The box-copy kernel on its own, against a plain loop over indices: random boxes of rank 1
 // to 4 in C or F order on either side, element sizes 1 to 8, regions anywhere inside both.
 // Includes only the kernel's header, so it compiles fast. (The cast kernels have theirs in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The format's records on their own: a checkpoint's metadata written as JSON and read back
 // through a store, item kinds by name, and the checks every record gets (boxes inside their
 // array, whatever the numbers). Includes only the format headers, so it compiles fast.

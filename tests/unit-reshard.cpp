@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Resharding restore: a randomized matrix checked bit-exactly against the unsharded truth,
 // casts during reshard, partial restore of sharded trees, plain leaves into shards, and a
 // process that holds part of the mesh reading only its byte ranges.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // safetensors import: files written by an independent numpy writer (tests/safetensors_ref.py,
 // run by CTest before this program) load bit-exactly into cairn trees with the LoadOptions of
 // a checkpoint; every violation of the specification is a corrupt error naming the file and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every save-side refusal through every save driver: save, save_async, Items (both), the
 // Checkpointer's save and save_async, and the safetensors export where the refusal applies. A
 // driver that skips a check fails here. Each refused save leaves nothing committed at its path,

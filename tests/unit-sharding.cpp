@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sharded arrays: the shard-box rule, per-shard save, device-memory leaves, async snapshots,
 // corrupt chunk metadata and edge shapes. Restoring onto other shardings is unit-reshard.cpp.
 #include "sharding_util.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The storage and coordination seams: the store conformance suite on PosixStore and
 // MemoryStore; every I/O call of a save failed in turn on MemoryStore; short reads and torn
 // writes; the thread-backed coordinator's collectives; saves by 4 ranks, and by 4 ranks of

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Compiles every ```cpp block of README.md and docs/*.md, so the docs cannot drift from the code.
 
 A block is compiled as written when it has a main(). Otherwise its leading declarations

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """What including cairn costs a translation unit: compiler CPU time, compiler peak memory and
 stripped binary size of the programs in bench/compile_time/, each beside the same program with
 cereal alone and with Eigen alone, compiled in the same run (figures, not a timed test: CI

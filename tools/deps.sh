@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Makes sure the Debian packages named as arguments are installed: installs them with apt-get
 # when run as root, otherwise prints the exact command to run and fails.
 set -euo pipefail

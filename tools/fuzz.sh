@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs each libFuzzer target of a CAIRN_FUZZ=ON build for a bounded time, on a copy of its seed
 # corpus (the repository's corpus is not changed) with tests/fuzz/cairn.dict.
 #   tools/fuzz.sh BUILD_DIR [SECONDS_PER_TARGET]

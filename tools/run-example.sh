@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The README's first command: installs what the examples need, builds them, and runs
 #  1. examples/quickstart.cpp: save a training state, print its metadata, load it back;
 #  2. examples/train_loop.cpp: a training run checkpointing asynchronously, killed with SIGKILL

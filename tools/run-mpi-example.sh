@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The README's MPI command: installs MPICH and what the example needs, builds
 # examples/mpi_train.cpp, and runs it on 4 ranks (a 2x2 data x model mesh) checkpointing
 # asynchronously; one rank is killed with SIGKILL mid-run, which stops the job; the run then

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Packaging tests: a consumer project using the installed cairn through find_package, one
 # using add_subdirectory, and one compiled against the single header alone; each both
 # header-only (cairn::cairn) and with the runtime compiled once (cairn::compiled), which is
@@ -15,6 +16,10 @@ cmake -S "$root" -B "$work/cairn-build" "${gen[@]}" -DCAIRN_BUILD_TESTS=OFF -DCA
 cmake --build "$work/cairn-build" >/dev/null  # the runtime library, cairn::compiled
 cmake --install "$work/cairn-build" >/dev/null
 test -f "$work/prefix/share/pkgconfig/cairn.pc"
+# The licence goes with the installed files, and every installed header states it.
+test -f "$work/prefix/share/doc/cairn/LICENSE"
+unlicensed=$(grep -rL "SPDX-License-Identifier: Apache-2.0" "$work/prefix/include/cairn" || true)
+[ -z "$unlicensed" ] || { echo "installed headers without an SPDX line:"; echo "$unlicensed"; exit 1; }
 cmake -S "$root/tests/package/find_package" -B "$work/fp" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/fp" >/dev/null
 "$work/fp/consumer" "$work/fp"

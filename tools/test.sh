@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The README's second command: installs what the build needs, builds every test, example and
 # the benchmark, and runs the whole test suite with ctest. Extra arguments go to cmake.
 set -euo pipefail

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The same program with Eigen alone (raw bytes through stdio), for comparison.
 #include <cstdio>
 

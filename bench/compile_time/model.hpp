@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The model a new user checkpoints: a struct of Eigen matrices and vectors. Kept free of any
 // checkpointing library so that every variant of the compile-time measurement shares it.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A file of a project that includes its model header (Eigen structs) and works on the model
 // without checkpointing it. With WITH_CAIRN_TREE, the model header also makes the structs
 // cairn trees through the light header: what that costs every such file is the difference.

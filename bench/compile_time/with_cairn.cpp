@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Saves and loads the model with cairn: the translation unit a new user writes.
 #include <cairn/cairn.hpp>
 

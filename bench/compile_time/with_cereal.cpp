@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The same program with cereal alone (a binary archive in a file), for comparison.
 #include <cereal/archives/binary.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cairn: checkpoints of nested C++ state (structs, std containers, Eigen, arrays) with dtype
 // casting, partial restore and atomic commits. This umbrella header is all a user includes.
 // Eigen support is on when Eigen's headers are found (define CAIRN_NO_EIGEN to leave it out).

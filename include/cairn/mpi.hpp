@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cairn over MPI, opt-in: include this after (or instead of) cairn/cairn.hpp, link MPI, and
 // pass a coordinator to save, load and the Checkpointer on every rank:
 //

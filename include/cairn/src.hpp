@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Separate compilation (docs/compile-time.md): include this in exactly one .cpp file of a
 // program whose every translation unit defines CAIRN_SEPARATE_COMPILATION; that file then
 // compiles cairn's runtime once, and the others only declare it. CMake's cairn::compiled

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The light header for model definitions: CAIRN_TREE, the leaf and node traits of the
 // standard containers and Eigen, and the tree operations (flatten, key_paths, leaf_count),
 // without Thrust, the cast kernels, cereal or any I/O. A header that declares a model and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Saving a struct that is not annotated must fail to compile with cairn's static_assert.
 #include <cairn/cairn.hpp>
 

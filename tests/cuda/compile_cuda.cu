@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Built by CI with nvcc (CUDA 13, CCCL 3 Thrust): the whole library compiles in a CUDA
 // translation unit, and the cast and box-copy kernels instantiate for device memory. Runs
 // its checks only where a GPU is present (exit code 0 and a note otherwise): a device cast

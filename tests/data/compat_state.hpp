@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The state of tests/data/v1-checkpoint: a checkpoint written by cairn before the storage
 // seam (issue 8), kept to prove that the bytes on disk did not change. Every value is a
 // formula of its index, so the test recomputes what it must load.

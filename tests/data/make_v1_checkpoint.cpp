@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes tests/data/v1-checkpoint with the cairn of the checkout it is built in. It was run
 // once, before issue 8 changed the code; it is kept to show how the data was made, not built
 // by CI. g++ -std=c++20 -Iinclude -I/usr/include/eigen3 tests/data/make_v1_checkpoint.cpp

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the multi-process docs' snippets assume: MPI is initialized, a coordinator over
 // MPI_COMM_WORLD, and a training state sharded over the ranks.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The user types docs/extending.md adds to cairn: a tensor class and a list container.
 #pragma once
 #include <cairn/cairn.hpp>

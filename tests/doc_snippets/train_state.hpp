@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the README's and docs' training-loop snippets assume: a state with a step counter, a
 // training step, and a data-loader position that cereal serializes.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every fuzz target in one program, so that a build compiles cairn's headers once for all of
 // them. Two builds of this file:
 //  - ordinary (fuzz-regressions): main() replays each target's seed corpus and every input that

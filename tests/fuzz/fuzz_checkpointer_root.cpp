@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the shape of a Checkpointer root. The input is a list of entries, each a
 // name and a kind (a step directory copied from a real checkpoint, an empty directory, a file,
 // a staging or lock name, a set-aside .old): what a crash, a copy or a person leaves in a

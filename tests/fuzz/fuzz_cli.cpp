@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the `cairn` tool's command line. The input is the arguments, separated by
 // newlines, after a command chosen by its first byte; a path argument "@" stands for a small
 // checkpoint and "#" for a safetensors file written once. Every outcome must be an exit status

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the bytes of _CHECKPOINT, the commit marker, in front of intact metadata.
 #include "fuzz_util.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the bytes of _METADATA, signed into the commit marker so that the fuzzer
 // gets past the checksum to the JSON parser, the record checks and the loaders.
 #include "fuzz_util.hpp"

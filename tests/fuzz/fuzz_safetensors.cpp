@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the bytes of a .safetensors file (header length, header and buffer), read
 // by safetensors_metadata and loaded whole into a flat map of float arrays (every dtype cast,
 // names kept whole) from a MemoryStore.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the bytes of _USER_METADATA, signed, read by cairn::metadata and by a
 // Checkpointer that ranks steps by the metrics and times in it (best_n, every_n_seconds) and
 // then saves, which runs retention over the fuzzed step.

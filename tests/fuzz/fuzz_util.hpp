@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the fuzz targets: a scratch checkpoint directory per process (in /dev/shm when it
 // exists, so thousands of runs a second do not touch a disk), files written into it, and the
 // re-signing that lets fuzzed metadata past the commit marker's checksums.

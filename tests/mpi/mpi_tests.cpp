@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Multi-process tests, run under mpiexec (tests/CMakeLists.txt runs them with 4 ranks and with
 // 1). Every rank runs every test case in the same order. Groups of 1 to 4 ranks are carved out
 // of MPI_COMM_WORLD, so one run saves on S ranks and loads on L ranks for every S and L up to

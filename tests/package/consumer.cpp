@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A user's program: the packaging tests build it against installed, vendored and
 // single-header cairn.
 #include <cairn/cairn.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one reader of leaf data. Every stored leaf is a set of chunks, each a box of the global
 // array (a plain leaf is one chunk: the whole array), and every target is a set of boxes (a
 // plain target is one: the whole array, in C or F order). Each target box gets the

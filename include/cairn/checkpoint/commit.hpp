@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The commit protocol of a save, top to bottom, for any number of ranks:
 //
 //   1. The primary (rank 0) checks the overwrite rule and stages (Store::stage); every rank

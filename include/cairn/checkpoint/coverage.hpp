@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Whether the boxes a process writes of a sharded leaf cover the whole array, and the one error
 // every writer gives when they do not (a checkpoint saved alone, a safetensors export): a mesh
 // that spans processes holds part of the array elsewhere, and a file holding only this

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading a checkpoint's data files: open them by name through the store (each once), the
 // read sizes, the checksum check and the normalization of stored bools.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpointables: one checkpoint holding several named items. The array tree, a JSON object
 // (epoch, loss, learning rate), and any cereal-serializable object (a data iterator's
 // position, an RNG state, a config struct). Save all of them together; load all or a subset.

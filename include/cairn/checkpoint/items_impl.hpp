@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The runtime of checkpoint/items.hpp: the members of Items that do not depend on the items'
 // types. Out of line with separate compilation because their bodies (the snapshot and report
 // vectors, the entries' std::function calls) cost every file that includes cairn/cairn.hpp

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writing leaves into a checkpoint's data file: the bytes of each leaf appended to this
 // rank's data file through the store (small leaves gathered into large writes, large ones
 // straight from the caller's memory), casts on save, sharded leaves written box by box by

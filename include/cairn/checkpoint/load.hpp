@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading a tree from a checkpoint: into a new object (load<T>) or into an existing target.
 // The load is planned first (which stored leaf goes where, what is missing or unexpected), so
 // a strict mismatch is reported with every key before any data is read. Then only the byte

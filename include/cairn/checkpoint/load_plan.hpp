@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Planning a load: which stored leaf goes into which leaf of the target, what is missing,
 // unexpected or skipped, and how each target leaf prepares its buffer. The plan is made
 // before any data is read, so that a strict mismatch names every key at once.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The runtime of plan_load (checkpoint/load_plan.hpp): matching the target's keys to the
 // stored ones. Compiled in every translation unit that includes cairn/cairn.hpp, or once with
 // CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).

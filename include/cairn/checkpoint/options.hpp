@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Options of save and load, and the LoadReport that says what a load did.
 #pragma once
 

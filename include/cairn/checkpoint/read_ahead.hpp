@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading a checkpoint's data files ahead while its metadata is parsed. A cold load of many
 // small leaves used to wait for the disk only after parsing _METADATA and planning (a fifth of
 // a cold load of 10,000 leaves); it now asks the store to fetch the data files from their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Executing a load plan: the checkpoint opened (by the primary, with several ranks), the
 // strict check of the planned keys, and the planned leaves read in file order, verified, cast
 // and copied into their targets.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // save(): a tree to a new checkpoint, in a store or at a path, by one process or by every rank
 // of a coordinator (the protocol is checkpoint/commit.hpp). The templates here only take the
 // tree's views; the runtime that writes and commits them is checkpoint/save_impl.hpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The runtime of save(): a session per save that writes every item's leaves and commits them
 // once on every rank. Compiled in every translation unit that includes cairn/cairn.hpp, or
 // once with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).

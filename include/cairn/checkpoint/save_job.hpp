@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one save pipeline: every save (save(), save_async(), Items, the Checkpointer's save and
 // save_async) is a SaveJob that stages, takes the tree's views, writes and commits, in that
 // order, through one SaveSession (checkpoint/commit.hpp). A driver only chooses where each

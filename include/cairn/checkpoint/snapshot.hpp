@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A snapshot of one item of a checkpoint: its node records and one view per leaf. A view
 // either points into the caller's memory (a synchronous save writes straight from it) or owns
 // a copy (an async save, so the caller may change its state at once). Items of other kinds (a

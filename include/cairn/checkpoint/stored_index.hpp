@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stored keys of one item, indexed by their printed path: what a load's planner looks
 // stored leaves and containers up in. A runtime header: the light headers only declare
 // StoredIndex (checkpoint/load_plan.hpp), so that a file that loads does not instantiate its

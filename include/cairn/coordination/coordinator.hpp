@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The coordination seam: what a save needs from the processes that take part in it. One
 // process is LocalCoordinator (the default); N ranks in one process are ThreadCoordinator
 // (coordination/thread_coordinator.hpp, for tests); N processes are an MPI communicator

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MpiCoordinator: the ranks of an MPI communicator as a cairn Coordinator. Opt-in: nothing of
 // MPI is compiled unless cairn/mpi.hpp (which includes this) is included.
 //

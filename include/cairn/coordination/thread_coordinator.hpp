@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ThreadCoordinator: N ranks inside one process, one thread each, for tests of the
 // multi-rank commit protocol without MPI. ThreadGroup holds the shared state; each thread
 // takes the coordinator of its rank:

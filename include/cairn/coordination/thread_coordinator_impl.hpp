@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ThreadGroup's members and its ranks' coordinators (coordination/thread_coordinator.hpp).
 #pragma once
 

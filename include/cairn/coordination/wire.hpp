@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What ranks send each other (a flat little-endian encoding with 64-bit lengths, checked on
 // decoding), errors as messages, and the one agreement every multi-rank operation ends with:
 // success everywhere, or an error everywhere that names the failing rank.

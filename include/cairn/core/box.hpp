@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Index boxes of an N-d array: where a shard or a stored chunk lies in the global array, and
 // the intersection of two of them (which part of a stored chunk a target shard needs).
 #pragma once

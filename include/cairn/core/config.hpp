@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Version, namespace and portability macros shared by every cairn header.
 // Everything else includes this first, so the inline namespace and the
 // host/device macro are defined in one place.

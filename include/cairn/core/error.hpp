@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one exception type cairn throws. Every error says what kind of failure it is, which
 // file it concerns and which key path in the tree, so a user can act on it without a debugger.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Error's members and the names of the kinds (core/error.hpp).
 #pragma once
 

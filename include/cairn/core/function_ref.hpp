@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FunctionRef<R(Args...)>: a callable passed down to a function that calls it before it
 // returns, by reference: the callable's address and one plain function that calls it. The
 // runtime's entry points take their callbacks this way (save's snapshot, load's plan), so a

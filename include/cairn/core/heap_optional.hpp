@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HeapOptional<T>: std::optional's interface over a value kept on the heap, for a member that
 // most records lack. LeafRecord::sharding and LeafView::sharding are two: in place, a
 // std::optional<NamedSharding> made every leaf record and view 80 bytes larger, 8 MB of the

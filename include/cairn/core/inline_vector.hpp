@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A vector that keeps its first N elements in itself and only more on the heap. For lists in
 // the metadata records that almost always hold one element: a leaf's chunk list (a sharded
 // leaf has several chunks, every other leaf one). As a std::vector the chunk list was an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cairn::Json: a small JSON value for user metadata (epoch, loss, learning rate ...) and
 // metrics. Objects keep insertion order. The parser is strict and depth-limited because it
 // reads files from disk, which are untrusted.

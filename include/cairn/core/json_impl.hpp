@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Json's parser and writer. Compiled in every translation unit that includes core/json.hpp,
 // or once with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail::JsonReader: a strict pull reader of JSON text, the one tokenizer behind Json::parse
 // and the checkpoint metadata (format/metadata_json.hpp). Reading the metadata straight into
 // its records, without a tree of Json values in between, is what keeps metadata() of 100,000

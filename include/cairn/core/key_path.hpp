@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Key paths name a node of a tree: a list of typed entries (struct field, sequence index,
 // map key) printed as one string such as "params/dense/kernel" or "layers/0/w".
 // Separators inside keys are escaped ('/' -> "%2F", '%' -> "%25") so every string round-trips.

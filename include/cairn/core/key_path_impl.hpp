@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The key paths' functions that are not templates: in every translation unit when
 // header-only, once in the runtime with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).
 #pragma once

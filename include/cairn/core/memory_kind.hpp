@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a buffer lives: host memory, or the memory of Thrust's device system (a CUDA GPU
 // under nvcc; host memory handled through Thrust's CPP/OMP backend otherwise).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Mesh is an N-d grid of devices with named axes, as in JAX: {"data": 2, "model": 4} is 8
 // devices in a 2x4 grid. Devices are host "devices" (plain memory, so sharded code runs and
 // is tested without a GPU) or Thrust device-system devices (CUDA GPUs when compiled with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The runtime of core/mesh.hpp: building and checking a mesh, and describing it. Out of line
 // with separate compilation, so that a file that includes cairn/cairn.hpp does not compile
 // these bodies (the device check's sort among them) again.

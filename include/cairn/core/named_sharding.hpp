@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NamedSharding = Mesh + PartitionSpec: which index box of a global array each device holds.
 // Uneven divisions follow JAX's rule: a dimension of size n split into p parts gives every
 // part ceil(n / p) indices except the last ones, which get what is left (possibly nothing:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The runtime of core/named_sharding.hpp: checking a sharding against an array and the box
 // each device holds. Out of line with separate compilation (docs/compile-time.md); they run
 // once per shard, never per element.

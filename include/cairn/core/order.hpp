@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small value types that the tree, the format and the loaders share: the memory order of an
 // array and the kind of an inner node of a tree.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PartitionSpec: for each array dimension, the mesh axes it is split over (none: the
 // dimension is replicated across the mesh). As in JAX, PartitionSpec{"data", replicated}
 // splits rows over "data"; {{"data", "model"}} splits dimension 0 over both axes (data major);

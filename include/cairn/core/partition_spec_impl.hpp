@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The runtime of core/partition_spec.hpp: its printed form. Out of line with separate
 // compilation, like the other members the sharding types run (docs/compile-time.md).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Asking the CPU for an object's cache lines ahead of the pass that reads it. At 100,000 leaves
 // a load's metadata records are some 26 MB, more than the caches, and a pass that follows a
 // pointer out of each record (a key path's entries) or reads one line of each 264-byte record

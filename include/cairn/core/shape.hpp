@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Array shapes and the overflow-checked arithmetic on them. Shapes come from untrusted
 // checkpoint metadata, so element and byte counts are computed with explicit overflow checks.
 #pragma once

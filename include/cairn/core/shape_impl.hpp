@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shapes' printing and the fixed-shape check (core/shape.hpp): once in the runtime with
 // separate compilation, inline when header-only.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device memory for sharded arrays: allocation, copies to and from the host, pinned host
 // buffers and the device count. Under nvcc (CAIRN_CUDA) these are CUDA runtime calls, each
 // checked: a failure becomes a cairn::Error naming the call. Otherwise the "device" is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cairn::cast_host: converting an array of one dtype to another in host memory, by the rules
 // of docs/casting.md. The kernels (kernels/cast.hpp) are the runtime's.
 #pragma once

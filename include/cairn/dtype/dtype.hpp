@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element types of stored arrays, named as numpy and ml_dtypes spell them, and the map from
 // C++ element types to them.
 #pragma once

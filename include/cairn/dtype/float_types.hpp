@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cairn's own 16-bit and 8-bit float types (float16, bfloat16, float8_e4m3fn, float8_e5m2),
 // used when CUDA's are not there. Each is its bit pattern; conversions round to nearest even,
 // keep NaN as NaN and send overflow to infinity (float8_e4m3fn, which has no infinity,

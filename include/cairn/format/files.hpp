@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The files of a checkpoint directory, and reading its metadata safely. Everything read here
 // is untrusted: sizes are capped, the metadata's CRC is checked against the commit marker,
 // the JSON reader bounds nesting and integer ranges, and every record is cross-checked.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The records' JSON form, the text of _METADATA (docs/format.md specifies it): written with
 // plain appends and read with detail::JsonReader straight into the records, no tree of JSON
 // values in between and no cereal. Reading checks what a record can check on its own (types,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The checkpoint metadata as C++ records (docs/format.md is their specification).
 // CheckpointMetadata is also what cairn::metadata() returns. Their JSON forms are
 // format/metadata_json.hpp, which only the runtime needs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CRC32C (Castagnoli), the checksum of every stored chunk and metadata file. Chosen at run
 // time, no compile flags needed: on x86-64 with AVX-512 and VPCLMULQDQ, carry-less-multiply
 // folding of 256 bytes at a time (about 2.5x the crc32 instruction here, so that a warm load

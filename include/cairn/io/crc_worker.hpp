@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A helper thread that computes the CRC32C of a stream of buffers while the calling thread
 // reads or writes them, so checksumming large leaves costs no extra time on a machine with a
 // spare core. Buffers are processed in submission order; finish() waits and returns the CRC.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // POSIX file access for checkpoints: positioned reads and writes that finish or throw,
 // fsync of files and directories, and the renames that commit a checkpoint atomically.
 // Every failure is a cairn::Error naming the file and the call that failed.

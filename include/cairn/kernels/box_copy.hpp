@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Copying an N-d index box between two buffers with different layouts: the kernel behind
 // resharding (a stored chunk's part that a target shard needs) and behind loading a sharded
 // checkpoint into one plain array. Both sides are described by element strides, so C and

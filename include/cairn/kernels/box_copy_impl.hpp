@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host box copy, on the Thrust kernel of kernels/box_copy.hpp. Compiled in every
 // translation unit that includes cairn/cairn.hpp, or once with CAIRN_SEPARATE_COMPILATION.
 #pragma once

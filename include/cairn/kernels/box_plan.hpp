@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Planning a copy of an N-d index box between two buffers of different layouts (each side
 // described by element strides, so C and F order and any box inside a larger buffer are the
 // same case), and the host copy's entry point. The Thrust kernel that runs a plan is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element-type conversion kernels, written once with Thrust so they run on the host backends
 // (CPP, OpenMP) and on CUDA. Rules (docs/casting.md):
 // - float -> narrower float: round to nearest even, NaN stays NaN, overflow to +-inf

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cairn::cast_host: which kernel a host cast runs (kernels/cast.hpp). Compiled in every
 // translation unit that includes cairn/cairn.hpp, or once with CAIRN_SEPARATE_COMPILATION.
 #pragma once

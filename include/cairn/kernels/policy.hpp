@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which Thrust execution policy runs kernels on host memory. Under the OpenMP or TBB device
 // system the "device" is the host's cores, so host arrays use it and run in parallel; under
 // CUDA or the plain C++ system, host memory is processed by thrust::host.

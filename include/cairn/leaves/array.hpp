@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cairn::Array<T>: a small owning N-d array (row-major) for code that has no tensor type of
 // its own. It is a tree leaf, and cereal-serializable.
 #pragma once

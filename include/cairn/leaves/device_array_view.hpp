@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceArrayView<T>: a leaf over memory the caller owns on a device (a raw CUDA pointer from
 // another library, a framework's tensor), with a fixed shape in C order. Saving copies it to
 // the host through pinned staging buffers; loading writes into it, and the stored shape must

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Eigen dense matrices and arrays as tree leaves (fixed and dynamic size, row- and
 // column-major); their cereal support is leaves/eigen_cereal.hpp. The checkpoint keeps the
 // logical shape and the memory order it was saved in; a target of the other order is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Eigen dense matrices and arrays as cereal-serializable types, so that CAIRN_TREE structs
 // holding Eigen members serialize with any cereal archive: rows, cols, and the coefficients
 // in the matrix's own storage order.

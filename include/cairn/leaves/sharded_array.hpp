@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cairn::ShardedArray<T>: a global N-d array split over a mesh of host or device memories by
 // a NamedSharding, holding the shards of this process's devices (as a jax.Array does). It is
 // a tree leaf like any other: saving writes each distinct shard once, and loading into it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // thrust::host_vector<T> and thrust::device_vector<T> as tree leaves (1-D arrays). A device
 // vector is saved through pinned staging buffers a piece at a time and loaded straight into
 // its memory; under g++ its memory is that of Thrust's CPP/OMP device system.

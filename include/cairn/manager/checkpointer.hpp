@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cairn::Checkpointer: the training-loop manager. Step directories under one root, save and
 // retention policies, async saves that return once the state is snapshotted, a `latest`
 // marker published only after a commit, and crash-safe resume (docs/checkpointer.md).

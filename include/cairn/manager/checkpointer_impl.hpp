@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Checkpointer's non-template members: opening the root, the save jobs (sync and async),
 // the commit with `latest` and retention, and the scan of the steps. Compiled in every
 // translation unit that includes cairn/cairn.hpp, or once with CAIRN_SEPARATE_COMPILATION

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // When a training loop saves (SavePolicy) and which checkpoints it keeps (RetentionPolicy),
 // composable as Orbax's and TensorFlow's managers compose them; and the preemption flag a
 // signal handler sets.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SavePolicy's and RetentionPolicy's factories (manager/policies.hpp).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The safetensors format (Hugging Face's file of named tensors), read as its specification
 // demands: an 8-byte little-endian header length (capped at 100 MB), a JSON object that
 // begins with '{' and may be padded with spaces, then the byte buffer. Each tensor has a

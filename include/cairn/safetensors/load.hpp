@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading safetensors files (Hugging Face's format) into a cairn tree, with the LoadOptions
 // of a checkpoint: strict by default with every mismatching key listed, partial restore,
 // skip globs, a subtree, casts with reports, and sharded and device targets (each reads only

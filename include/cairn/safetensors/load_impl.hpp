@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The runtime of a safetensors load: the headers become checkpoint records (one chunk per
 // tensor, at its offset in its file, without a checksum), and the load runs as a checkpoint's
 // does, through the same planner and reader. Compiled in every translation unit that includes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exporting a cairn tree (or a subtree, or a glob selection of it) to safetensors: one
 // `.safetensors` file, or above a size limit a sharded Hugging Face set in a directory. Leaves
 // are cast by rules as on save (the bfloat16 inference export), column-major leaves are written

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The runtime of a safetensors export. Compiled in every translation unit that includes
 // cairn/safetensors/save.hpp, or once with CAIRN_SEPARATE_COMPILATION.
 #pragma once

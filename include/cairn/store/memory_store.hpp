@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MemoryStore: checkpoints held in memory, for tests (and for programs that want a checkpoint
 // as bytes). It keeps the Store contract exactly (tests/store_conformance.hpp) and can fail
 // on demand: the Nth read, write, finish (the fsync of a file) or publish, a short read (the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MemoryStore's members and its readers, writers and staging (store/memory_store.hpp).
 #pragma once
 

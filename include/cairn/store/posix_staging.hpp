@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The commit mechanics of PosixStore: how a checkpoint directory appears at its final path
 // all at once, how an existing one is replaced, and how the leftovers of interrupted saves
 // are told apart from the work of saves that are still running. (The order of a save's steps

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PosixStore: checkpoints as directories of files on a POSIX filesystem (local disk, NFS,
 // Lustre, GPFS). A key is a path, relative to the store's root when it has one. This is what
 // every path overload of save, load and the Checkpointer uses.

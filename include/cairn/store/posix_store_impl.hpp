@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PosixStore's members: files through io/file.hpp, staging and publishing through
 // store/posix_staging.hpp. Compiled in every translation unit that includes
 // store/posix_store.hpp, or once with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The storage seam: what a checkpoint needs from the medium it lives in. A Store holds blobs
 // under '/'-separated keys ("ckpt/100/_METADATA"); a checkpoint is the blobs under one key.
 // The format (checkpoint/, format/) is written once against this interface; where the bytes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cereal for CAIRN_TREE structs: each field as a name-value pair, in declaration order, so
 // that any cereal archive (JSON, binary, portable binary) serializes an annotated struct.
 #pragma once

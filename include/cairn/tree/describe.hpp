@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CAIRN_TREE(Type, fields...): one macro per struct that makes it a tree node (fields in
 // declaration order, keyed by name) and serializable by cereal archives. The macro emits a
 // list of (name, member pointer) found by ADL, and everything else (traversal, cereal,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tree operations usable on their own: flatten with key paths, for-each and map over one or
 // several trees of the same structure, leaf count, and printing a structure.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Leaves from the standard library: arithmetic scalars (0-d arrays), std::string (bytes),
 // contiguous containers of numbers as 1-D arrays (std::vector<float>, std::array<int, N>,
 // std::vector<bool>), and the random number engines (std::mt19937 and the others), stored

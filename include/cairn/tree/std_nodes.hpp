@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Nodes from the standard library: sequences (std::vector / std::deque / std::array of
 // nodes), maps with string or integer keys (visited in sorted key order), std::tuple,
 // std::pair and std::optional (a node with zero or one child, keyed 0).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two extension points of cairn's trees, and how a type is classified.
 // - leaf_traits<T>: a type whose value is stored as one array (scalars, strings, vectors of
 //   numbers, Eigen matrices, cairn::Array, a user's tensor class).

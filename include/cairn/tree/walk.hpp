@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one traversal every tree operation is built on: depth-first, children in their
 // fixed order, with the key path of each node. It calls
 //   on_node(node&, const KeyPath&, NodeKind) -> bool   // false skips the children
