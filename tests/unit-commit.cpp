@@ -4,7 +4,9 @@
 // between its renames, leftovers of dead saves, and saves that are still running.
 #include "test_util.hpp"
 
+#include <atomic>
 #include <csignal>
+#include <optional>
 #include <thread>
 
 #include <sys/stat.h>
@@ -327,4 +329,94 @@ TEST_CASE("a leftover lock file alone, or a staging directory without one, is a 
   cairn::detail::clean_leftovers(dir.path);
   CHECK(cairn::load<State>(dir / "c").step == 2);
   CHECK(test::leftovers(dir.path).empty());
+}
+
+// Two saves of one new path without overwrite, racing: exactly one publishes, the other gets
+// already_exists, and the path holds the winner's data whole. Both publish paths: a checkpoint
+// directory (save) and a single file (save_safetensors); with renameat2 RENAME_NOREPLACE, and
+// with the fallback of filesystems that lack it (rename for a directory, link for a file).
+namespace {
+enum class Racer { save, safetensors };
+
+// What one racing save did: 0 published, 1 already_exists, 2 anything else (printed).
+int race_once(Racer kind, const std::string& path, float value) {
+  const std::vector<float> data(64, value);
+  try {
+    if (kind == Racer::save) cairn::save(path, data);
+    else cairn::save_safetensors(path, data);
+    return 0;
+  } catch (const cairn::Error& e) {
+    if (e.kind() == cairn::ErrorKind::already_exists) return 1;
+    std::fprintf(stderr, "racing save: %s\n", e.what());
+    return 2;
+  }
+}
+
+float stored_value(Racer kind, const std::string& path) {
+  std::vector<float> back;
+  if (kind == Racer::save) cairn::load(path, back);
+  else cairn::load_safetensors(path, back);
+  if (back.size() != 64 || std::count(back.begin(), back.end(), back[0]) != 64) return -1;  // mixed: a torn file
+  return back[0];
+}
+
+void check_race_rounds(Racer kind, bool fallback, bool processes, int rounds) {
+  CAPTURE(kind == Racer::save ? "save" : "save_safetensors");
+  CAPTURE(fallback);
+  std::optional<test::FaultInjection> no_renameat2;
+  if (fallback)
+    no_renameat2.emplace([](const std::string& call, const std::string&) { return call == "renameat2" ? EINVAL : 0; });
+  test::TempDir dir;
+  int bad = 0;
+  for (int round = 0; round < rounds && bad == 0; ++round) {
+    const std::string path = dir / ("r" + std::to_string(round) + (kind == Racer::save ? "" : ".safetensors"));
+    int outcome[2] = {-1, -1};
+    if (processes) {
+      pid_t pids[2];
+      for (int i = 0; i < 2; ++i) {
+        pids[i] = ::fork();
+        if (pids[i] == 0) ::_exit(race_once(kind, path, static_cast<float>(i + 1)));
+      }
+      for (int i = 0; i < 2; ++i) {
+        int status = 0;
+        ::waitpid(pids[i], &status, 0);
+        outcome[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 3;
+      }
+    } else {
+      std::atomic<int> ready{0};
+      std::thread threads[2];
+      for (int i = 0; i < 2; ++i)
+        threads[i] = std::thread([&, i] {
+          ready.fetch_add(1);
+          while (ready.load() < 2) {}
+          outcome[i] = race_once(kind, path, static_cast<float>(i + 1));
+        });
+      for (auto& t : threads) t.join();
+    }
+    const int winners = (outcome[0] == 0) + (outcome[1] == 0);
+    const int losers = (outcome[0] == 1) + (outcome[1] == 1);
+    if (winners != 1 || losers != 1) {
+      ++bad;
+      FAIL_CHECK("round " << round << ": outcomes " << outcome[0] << " and " << outcome[1]);
+      continue;
+    }
+    const float winner = outcome[0] == 0 ? 1.0f : 2.0f;
+    if (stored_value(kind, path) != winner) {
+      ++bad;
+      FAIL_CHECK("round " << round << ": the path holds the loser's data");
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(test::leftovers(dir.path).empty());
+}
+}  // namespace
+
+TEST_CASE("two saves racing to one new path on threads: one publishes, the other gets already_exists") {
+  for (Racer kind : {Racer::save, Racer::safetensors})
+    for (bool fallback : {false, true}) check_race_rounds(kind, fallback, false, fallback ? 200 : 1000);
+}
+
+TEST_CASE("two saves racing to one new path from another process: one publishes, the other gets already_exists") {
+  for (Racer kind : {Racer::save, Racer::safetensors})
+    for (bool fallback : {false, true}) check_race_rounds(kind, fallback, true, fallback ? 200 : 1000);
 }

@@ -7391,6 +7391,49 @@ inline void rename_path(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) throw_errno("rename", from + " -> " + to);
 }
 
+// Renames `from` to `to` only where nothing is at `to`, in one step: two saves racing to one
+// new path cannot both publish, and the loser's returns false with nothing moved. Linux's
+// renameat2 RENAME_NOREPLACE where the kernel and filesystem have it. Where they have not
+// (EINVAL: some network and FUSE filesystems), the fallback keeps the guarantee for what cairn
+// publishes: a file is linked (link(2) never replaces) and the staging name unlinked; a
+// directory is renamed with rename(2), which fails on a non-empty directory and replaces only
+// an empty one (holding nothing to lose: a published checkpoint is never empty). The fault
+// name is "renameat2" (EINVAL selects the fallback, as on such filesystems).
+inline bool rename_no_replace(const std::string& from, const std::string& to, bool directory) {
+  auto exists = [](int e) { return e == EEXIST || e == ENOTEMPTY; };
+  bool fallback = false;
+#if defined(__linux__) && defined(RENAME_NOREPLACE)
+  if (int e = injected_fault("renameat2", from)) {
+    if (e != EINVAL && e != ENOSYS && e != ENOTSUP) throw_errno("renameat2 (no replace)", from + " -> " + to, e);
+    fallback = true;
+  } else if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
+    return true;
+  } else if (exists(errno)) {
+    return false;
+  } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
+    fallback = true;
+  } else {
+    throw_errno("renameat2 (no replace)", from + " -> " + to);
+  }
+#else
+  fallback = true;
+#endif
+  (void)fallback;
+  if (directory) {
+    if (int e = injected_fault("rename", from)) throw_errno("rename", from + " -> " + to, e);
+    if (::rename(from.c_str(), to.c_str()) == 0) return true;
+    if (exists(errno)) return false;
+    throw_errno("rename", from + " -> " + to);
+  }
+  if (int e = injected_fault("rename", from)) throw_errno("link", from + " -> " + to, e);
+  if (::link(from.c_str(), to.c_str()) != 0) {
+    if (errno == EEXIST) return false;
+    throw_errno("link", from + " -> " + to);
+  }
+  ::unlink(from.c_str());  // the staging name; the published file is `to` from here on
+  return true;
+}
+
 // Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE). Returns false where the
 // kernel or filesystem does not support it, so the caller can fall back.
 inline bool exchange_paths(const std::string& a, const std::string& b) {
@@ -7718,20 +7761,39 @@ inline void publish(const StagingClaim& claim, const std::string& final_path, bo
   const std::string& staged = claim.staging_path();
   check_target(final_path, overwrite);  // again: something may have appeared while we wrote
   std::optional<std::string> previous;  // where the replaced checkpoint is now, to be removed
-  if (!path_exists(final_path) || is_empty_dir(final_path)) {
-    rename_path(staged, final_path);
-  } else if (exchange_paths(staged, final_path)) {
-    previous = staged;
-  } else {
-    const std::string old = claim.old_path();
-    rename_path(final_path, old);
-    try {
-      rename_path(staged, final_path);
-    } catch (...) {
-      try { rename_path(old, final_path); } catch (const Error&) { /* the next cleaner puts it back */ }
-      throw;
+  // A new path (nothing there, or an empty directory) is published with a rename that fails
+  // when something is there by then (rename_no_replace): of two saves racing to one new path,
+  // one publishes and the other gets already_exists, the winner's checkpoint untouched. (A
+  // check followed by a plain rename, or by an exchange, let both succeed and lost one.)
+  bool published = false;
+  for (int attempt = 0; attempt < 3 && !published; ++attempt) {
+    // An empty directory goes first (rmdir fails when it is not empty by then).
+    if (is_empty_dir(final_path) && ::rmdir(final_path.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY &&
+        errno != EEXIST)
+      throw_errno("rmdir", final_path);
+    if (path_exists(final_path) && !is_empty_dir(final_path)) break;
+    published = rename_no_replace(staged, final_path, true);
+  }
+  if (!published) {
+    // Something is there: a checkpoint another save published meanwhile is already_exists
+    // without overwrite (check_target throws), and replaced atomically with it.
+    check_target(final_path, overwrite);
+    if (!path_exists(final_path) || is_empty_dir(final_path))
+      throw Error(ErrorKind::io, "the path kept changing while this save published to it (a directory made and "
+                  "removed by another program?)", final_path);
+    if (exchange_paths(staged, final_path)) {
+      previous = staged;
+    } else {
+      const std::string old = claim.old_path();
+      rename_path(final_path, old);
+      try {
+        rename_path(staged, final_path);
+      } catch (...) {
+        try { rename_path(old, final_path); } catch (const Error&) { /* the next cleaner puts it back */ }
+        throw;
+      }
+      previous = old;
     }
-    previous = old;
   }
   try {
     fsync_dir(parent);
@@ -7806,7 +7868,13 @@ class PosixStore::AtomicWriter final : public StoreWriter {
     file_.sync();
     file_.close();
     check_target(final_path_, overwrite_);  // again: something may have appeared meanwhile
-    detail::rename_path(claim_.staging_path(), final_path_);
+    if (overwrite_) {
+      detail::rename_path(claim_.staging_path(), final_path_);
+    } else if (!detail::rename_no_replace(claim_.staging_path(), final_path_, false)) {
+      // Another export published here first: its file stays, and this one is refused.
+      check_target(final_path_, false);
+      throw Error(ErrorKind::already_exists, "something appeared at this path while the file was written", final_path_);
+    }
     published_ = true;
     detail::fsync_dir(detail::parent_dir(final_path_));
   }

@@ -329,6 +329,49 @@ inline void rename_path(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) throw_errno("rename", from + " -> " + to);
 }
 
+// Renames `from` to `to` only where nothing is at `to`, in one step: two saves racing to one
+// new path cannot both publish, and the loser's returns false with nothing moved. Linux's
+// renameat2 RENAME_NOREPLACE where the kernel and filesystem have it. Where they have not
+// (EINVAL: some network and FUSE filesystems), the fallback keeps the guarantee for what cairn
+// publishes: a file is linked (link(2) never replaces) and the staging name unlinked; a
+// directory is renamed with rename(2), which fails on a non-empty directory and replaces only
+// an empty one (holding nothing to lose: a published checkpoint is never empty). The fault
+// name is "renameat2" (EINVAL selects the fallback, as on such filesystems).
+inline bool rename_no_replace(const std::string& from, const std::string& to, bool directory) {
+  auto exists = [](int e) { return e == EEXIST || e == ENOTEMPTY; };
+  bool fallback = false;
+#if defined(__linux__) && defined(RENAME_NOREPLACE)
+  if (int e = injected_fault("renameat2", from)) {
+    if (e != EINVAL && e != ENOSYS && e != ENOTSUP) throw_errno("renameat2 (no replace)", from + " -> " + to, e);
+    fallback = true;
+  } else if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
+    return true;
+  } else if (exists(errno)) {
+    return false;
+  } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
+    fallback = true;
+  } else {
+    throw_errno("renameat2 (no replace)", from + " -> " + to);
+  }
+#else
+  fallback = true;
+#endif
+  (void)fallback;
+  if (directory) {
+    if (int e = injected_fault("rename", from)) throw_errno("rename", from + " -> " + to, e);
+    if (::rename(from.c_str(), to.c_str()) == 0) return true;
+    if (exists(errno)) return false;
+    throw_errno("rename", from + " -> " + to);
+  }
+  if (int e = injected_fault("rename", from)) throw_errno("link", from + " -> " + to, e);
+  if (::link(from.c_str(), to.c_str()) != 0) {
+    if (errno == EEXIST) return false;
+    throw_errno("link", from + " -> " + to);
+  }
+  ::unlink(from.c_str());  // the staging name; the published file is `to` from here on
+  return true;
+}
+
 // Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE). Returns false where the
 // kernel or filesystem does not support it, so the caller can fall back.
 inline bool exchange_paths(const std::string& a, const std::string& b) {

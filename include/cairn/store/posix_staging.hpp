@@ -295,20 +295,39 @@ inline void publish(const StagingClaim& claim, const std::string& final_path, bo
   const std::string& staged = claim.staging_path();
   check_target(final_path, overwrite);  // again: something may have appeared while we wrote
   std::optional<std::string> previous;  // where the replaced checkpoint is now, to be removed
-  if (!path_exists(final_path) || is_empty_dir(final_path)) {
-    rename_path(staged, final_path);
-  } else if (exchange_paths(staged, final_path)) {
-    previous = staged;
-  } else {
-    const std::string old = claim.old_path();
-    rename_path(final_path, old);
-    try {
-      rename_path(staged, final_path);
-    } catch (...) {
-      try { rename_path(old, final_path); } catch (const Error&) { /* the next cleaner puts it back */ }
-      throw;
+  // A new path (nothing there, or an empty directory) is published with a rename that fails
+  // when something is there by then (rename_no_replace): of two saves racing to one new path,
+  // one publishes and the other gets already_exists, the winner's checkpoint untouched. (A
+  // check followed by a plain rename, or by an exchange, let both succeed and lost one.)
+  bool published = false;
+  for (int attempt = 0; attempt < 3 && !published; ++attempt) {
+    // An empty directory goes first (rmdir fails when it is not empty by then).
+    if (is_empty_dir(final_path) && ::rmdir(final_path.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY &&
+        errno != EEXIST)
+      throw_errno("rmdir", final_path);
+    if (path_exists(final_path) && !is_empty_dir(final_path)) break;
+    published = rename_no_replace(staged, final_path, true);
+  }
+  if (!published) {
+    // Something is there: a checkpoint another save published meanwhile is already_exists
+    // without overwrite (check_target throws), and replaced atomically with it.
+    check_target(final_path, overwrite);
+    if (!path_exists(final_path) || is_empty_dir(final_path))
+      throw Error(ErrorKind::io, "the path kept changing while this save published to it (a directory made and "
+                  "removed by another program?)", final_path);
+    if (exchange_paths(staged, final_path)) {
+      previous = staged;
+    } else {
+      const std::string old = claim.old_path();
+      rename_path(final_path, old);
+      try {
+        rename_path(staged, final_path);
+      } catch (...) {
+        try { rename_path(old, final_path); } catch (const Error&) { /* the next cleaner puts it back */ }
+        throw;
+      }
+      previous = old;
     }
-    previous = old;
   }
   try {
     fsync_dir(parent);

@@ -74,7 +74,13 @@ class PosixStore::AtomicWriter final : public StoreWriter {
     file_.sync();
     file_.close();
     check_target(final_path_, overwrite_);  // again: something may have appeared meanwhile
-    detail::rename_path(claim_.staging_path(), final_path_);
+    if (overwrite_) {
+      detail::rename_path(claim_.staging_path(), final_path_);
+    } else if (!detail::rename_no_replace(claim_.staging_path(), final_path_, false)) {
+      // Another export published here first: its file stays, and this one is refused.
+      check_target(final_path_, false);
+      throw Error(ErrorKind::already_exists, "something appeared at this path while the file was written", final_path_);
+    }
     published_ = true;
     detail::fsync_dir(detail::parent_dir(final_path_));
   }
