@@ -122,7 +122,7 @@ class SaveJob {
   void write() {
     for (std::size_t i = 0; i < items_.size(); ++i) {
       ItemSnapshot& item = items_[i];
-      session_->begin_item(item.name, item.kind, std::move(item.nodes), item.per_rank);
+      session_->begin_item(item.name, item.kind, std::move(item.nodes), item.per_rank, item.leaves.size());
       for (std::size_t j = 0; j < item.leaves.size(); ++j) {
         LeafState& leaf = state_[i][j];
         {
