@@ -5,6 +5,7 @@
 // the tensor.
 #include <cairn/cairn.hpp>
 #include <cairn/checkpoint/read_ahead.hpp>  // read_ahead_min_metadata_bytes
+#include <cairn/core/utf8.hpp>
 #include <cairn/safetensors/load.hpp>
 
 #include "test_util.hpp"
@@ -220,6 +221,18 @@ TEST_CASE("every violation of the specification is a corrupt error naming the fi
       {R"( {})", 0, "does not begin with '{'"},
       {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})", 8, "invalid safetensors header"},
       {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8.0]}})", 8, "not an integer"},
+      // A member given twice (the shapes were concatenated into [2, 2], the last dtype won).
+      {R"({"w":{"dtype":"F32","shape":[2],"shape":[2],"data_offsets":[0,8]}})", 8, "'shape' twice"},
+      {R"({"w":{"dtype":"F32","dtype":"I32","shape":[2],"data_offsets":[0,8]}})", 8, "'dtype' twice"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"data_offsets":[0,8]}})", 8, "'data_offsets' twice"},
+      {R"({"__metadata__":{"a":"1","a":"2"}})", 0, "'a' twice"},
+      // The header is UTF-8: invalid bytes, overlong forms and surrogates are refused.
+      {"{\"w\xff\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "not valid UTF-8 (w\\xff)"},
+      {"{\"\xc0\xaf\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "not valid UTF-8"},
+      {"{\"\xed\xa0\x80\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "not valid UTF-8"},
+      {"{\"w\xe2\x82\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "not valid UTF-8"},
+      {"{\"__metadata__\":{\"k\":\"\xf8\x88\x80\x80\x80\"}}", 0, "value of 'k' is not valid UTF-8"},
+      {"{\"__metadata__\":{\"\xe0\x80\x80\":\"v\"}}", 0, "key is not valid UTF-8"},
   };
   for (const auto& k : cases) {
     CAPTURE(k.header);
@@ -255,6 +268,19 @@ TEST_CASE("every violation of the specification is a corrupt error naming the fi
   CHECK_CAIRN_ERROR(cairn::safetensors_metadata(index), cairn::ErrorKind::corrupt, "does not hold it");
   test::write_file(index, R"({"weight_map":{}})");
   CHECK_CAIRN_ERROR(cairn::safetensors_metadata(index), cairn::ErrorKind::corrupt, "names no tensors");
+}
+
+TEST_CASE("valid UTF-8 in names and metadata loads: every length of sequence, up to U+10FFFF") {
+  test::TempDir dir;
+  const std::string f = dir / "utf8.safetensors";
+  const std::string name = "w\xc3\xa9\xe2\x82\xac\xf4\x8f\xbf\xbf";  // w, e-acute, euro sign, U+10FFFF
+  test::write_file(f, make_file("{\"" + name + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                                "\"__metadata__\":{\"k\":\"\xe6\x97\xa5\"}}", 1));
+  const auto h = cairn::safetensors_metadata(f);
+  CHECK(h.user_metadata.at("k").as_string() == "\xe6\x97\xa5");
+  CHECK(h.leaves().at(0).key() == name);
+  CHECK(cairn::detail::valid_utf8(name));
+  CHECK_FALSE(cairn::detail::valid_utf8("\xf4\x90\x80\x80"));  // U+110000
 }
 
 TEST_CASE("random byte flips in a header never crash: they load or throw cairn::Error") {
@@ -534,5 +560,85 @@ TEST_CASE("safetensors with many tensors, read ahead while the header is parsed:
       }
     }
     CHECK(cairn::safetensors_metadata(path).leaves().size() == 1500);
+  }
+}
+
+static bool same_bits_map(const std::map<std::string, std::vector<float>>& a,
+                          const std::map<std::string, std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [k, v] : a) {
+    auto it = b.find(k);
+    if (it == b.end() || it->second.size() != v.size() ||
+        std::memcmp(it->second.data(), v.data(), v.size() * sizeof(float)) != 0)
+      return false;
+  }
+  return true;
+}
+
+TEST_CASE("files reached through symbolic links load: the Hugging Face cache layout, one file and a set") {
+  // hub/models--org--name/blobs/<sha256> hold the bytes; snapshots/<rev>/<name> link to them.
+  test::TempDir dir;
+  namespace fs = std::filesystem;
+  const std::string repo = dir / "models--org--tiny";
+  fs::create_directories(repo + "/blobs");
+  fs::create_directories(repo + "/snapshots/abc123");
+  std::map<std::string, std::vector<float>> weights = {{"a", test::random_bits<float>(100)},
+                                                       {"b", test::random_bits<float>(300)}};
+  // One file.
+  cairn::save_safetensors(repo + "/blobs/1111", weights);
+  fs::create_symlink("../../blobs/1111", repo + "/snapshots/abc123/model.safetensors");
+  decltype(weights) back;
+  cairn::load_safetensors(repo + "/snapshots/abc123/model.safetensors", back);
+  CHECK(same_bits_map(back, weights));
+  CHECK(cairn::safetensors_metadata(repo + "/snapshots/abc123/model.safetensors").leaves().size() == 2);
+  // A set: the index and every shard are links into blobs/, named by their hashes.
+  cairn::SafetensorsSaveOptions split;
+  split.max_file_bytes = 500;
+  const auto r = cairn::save_safetensors(dir / "set", weights, split);
+  REQUIRE(r.files.size() == 3);
+  int n = 0;
+  for (const auto& f : r.files) {
+    const std::string blob = "set" + std::to_string(n++);
+    fs::rename(dir / ("set/" + f), repo + "/blobs/" + blob);
+    fs::create_symlink("../../blobs/" + blob, repo + "/snapshots/abc123/" + f);
+  }
+  back.clear();
+  cairn::load_safetensors(repo + "/snapshots/abc123/model.safetensors.index.json", back);
+  CHECK(same_bits_map(back, weights));
+  // A link to nothing is not_found, naming the link.
+  fs::create_symlink("../../blobs/missing", repo + "/snapshots/abc123/gone.safetensors");
+  CHECK_CAIRN_ERROR(cairn::load_safetensors(repo + "/snapshots/abc123/gone.safetensors", back), cairn::ErrorKind::not_found,
+                    "gone.safetensors");
+  // A rooted store refuses a link that leads out of its root.
+  cairn::PosixStore rooted(repo + "/snapshots");
+  CHECK_CAIRN_ERROR(cairn::load_safetensors(rooted, "abc123/model.safetensors", back), cairn::ErrorKind::invalid_argument,
+                    "out of the store's root");
+  cairn::PosixStore whole(repo);
+  cairn::load_safetensors(whole, "snapshots/abc123/model.safetensors", back);
+  CHECK(same_bits_map(back, weights));
+}
+
+TEST_CASE("export: every tensor starts at a multiple of its element size (larger elements first)") {
+  // Tree order puts a 3-byte tensor first: before, the float64 after it started at byte 3.
+  const auto tree = std::make_tuple(std::vector<std::uint8_t>{1, 2, 3}, std::vector<double>{1, 2, 3, 4, 5},
+                                    std::vector<std::int16_t>{7, 8, 9}, std::vector<float>{0.5f},
+                                    std::vector<std::int64_t>{-1, 2}, std::vector<cairn::bfloat16>{cairn::bfloat16(1.0f)});
+  test::TempDir dir;
+  for (std::uint64_t max_file : {std::uint64_t{0}, std::uint64_t{30}}) {
+    CAPTURE(max_file);
+    const std::string path = dir / (max_file ? "set" : "one.safetensors");
+    const std::string source = max_file ? path + "/model.safetensors.index.json" : path;
+    cairn::SafetensorsSaveOptions o;
+    o.max_file_bytes = max_file;
+    cairn::save_safetensors(path, tree, o);
+    const auto meta = cairn::safetensors_metadata(source);
+    REQUIRE(meta.leaves().size() == 6);
+    for (const auto& l : meta.leaves()) {
+      CAPTURE(l.key());
+      CHECK(l.chunks.at(0).offset % cairn::dtype_size(l.dtype) == 0);
+    }
+    std::remove_const_t<decltype(tree)> back;
+    cairn::load_safetensors(source, back);
+    CHECK(back == tree);
   }
 }

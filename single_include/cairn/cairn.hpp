@@ -3444,6 +3444,13 @@ class Store {
     return nullptr;
   }
 
+  // The key a blob that a user named is read from, with a symbolic link at `key` followed
+  // where the medium has links (the Hugging Face cache links snapshots/<rev>/model.safetensors
+  // to ../../blobs/<sha256>). open() itself never follows one: a link inside a checkpoint
+  // could lead anywhere, so only the importers of files a user names (safetensors files, and
+  // the shards an index names) ask for this. The default: `key`.
+  virtual std::string follow_link(const std::string& key) const { return key; }
+
   // Commit mechanics (see the top of this file).
   // Checks the overwrite rule for `key` (nothing there, an empty prefix, or a committed
   // checkpoint with `overwrite`; anything else is already_exists), removes the leftovers of
@@ -3559,6 +3566,9 @@ class PosixStore final : public Store {
   std::string describe(const std::string& key) const override { return path(key); }
 
   std::unique_ptr<StoreReader> open(const std::string& key) const override;
+  // A link at `key` resolved to the file it leads to (through any chain of links); with a
+  // root, a file outside the root is refused.
+  std::string follow_link(const std::string& key) const override;
   // Missing directories on the way are created, as an object store needs none.
   std::unique_ptr<StoreWriter> create(const std::string& key) override;
   bool exists(const std::string& key) const override;
@@ -8075,6 +8085,21 @@ CAIRN_API void PosixStore::write_atomically(const std::string& key, const std::s
   detail::fsync_dir(detail::parent_dir(p));
 }
 
+CAIRN_API std::string PosixStore::follow_link(const std::string& key) const {
+  const std::string p = path(key);
+  std::error_code ec;
+  if (!std::filesystem::is_symlink(std::filesystem::symlink_status(p, ec))) return key;
+  const std::filesystem::path target = std::filesystem::canonical(p, ec);
+  if (ec) throw Error(ErrorKind::not_found, "a symbolic link whose target cannot be reached (" + ec.message() + ")", p);
+  if (root_.empty()) return target.string();
+  const std::filesystem::path root = std::filesystem::canonical(root_, ec);
+  const std::filesystem::path rel = ec ? std::filesystem::path() : target.lexically_relative(root);
+  if (rel.empty() || *rel.begin() == "..")
+    throw Error(ErrorKind::invalid_argument, "a symbolic link that leads out of the store's root (" + root_ + ") to " +
+                target.string(), p);
+  return rel.string();
+}
+
 CAIRN_API std::unique_ptr<StoreWriter> PosixStore::create_atomically(const std::string& key, bool overwrite) {
   const std::string p = path(key);
   AtomicWriter::check_target(p, overwrite);
@@ -10460,7 +10485,10 @@ class SaveSession {
   // Step 2, on every rank: an item, then its leaves. A per-rank item is this rank's own
   // value (a data iterator's position, an RNG): stored as "<name>@<rank>", written by its
   // rank, and its records travel whole to the primary.
-  void begin_item(const std::string& name, ItemKind kind, std::vector<NodeRecord> nodes, bool per_rank = false) {
+  // `leaves`: how many leaves will follow (their records are reserved at once: grown by
+  // doubling, a 100,000-leaf item's records were up to 1.5x their size at once).
+  void begin_item(const std::string& name, ItemKind kind, std::vector<NodeRecord> nodes, bool per_rank = false,
+                  std::size_t leaves = 0) {
     const std::string stored = per_rank ? per_rank_item_name(name, coordinator_.rank()) : name;
     for (const auto* list : {&metadata_.items, &per_rank_items_})
       for (const auto& i : *list)
@@ -10472,6 +10500,7 @@ class SaveSession {
     auto& list = per_rank ? per_rank_items_ : metadata_.items;
     list.push_back(std::move(item));
     current_ = &list.back();
+    current_->leaves.reserve(leaves);
     current_per_rank_ = per_rank;
   }
   // Casts on save apply to tree items only.
@@ -10493,8 +10522,7 @@ class SaveSession {
     SaveReport report;
     report.path = describe();
     check_distinct_key_paths(snapshot, describe());
-    begin_item(snapshot.name, snapshot.kind, std::move(snapshot.nodes), snapshot.per_rank);
-    current_->leaves.reserve(snapshot.leaves.size());  // grown by doubling, up to 1.5x its size at once
+    begin_item(snapshot.name, snapshot.kind, std::move(snapshot.nodes), snapshot.per_rank, snapshot.leaves.size());
     for (auto& leaf : snapshot.leaves) {
       add_leaf(leaf.path, leaf.view, options, report);
       leaf = SnapshotLeaf{};
@@ -10806,7 +10834,7 @@ class SaveJob {
   void write() {
     for (std::size_t i = 0; i < items_.size(); ++i) {
       ItemSnapshot& item = items_[i];
-      session_->begin_item(item.name, item.kind, std::move(item.nodes), item.per_rank);
+      session_->begin_item(item.name, item.kind, std::move(item.nodes), item.per_rank, item.leaves.size());
       for (std::size_t j = 0; j < item.leaves.size(); ++j) {
         LeafState& leaf = state_[i][j];
         {
@@ -11318,6 +11346,7 @@ CAIRN_END_NAMESPACE
 // Reading a checkpoint's data files: open them by name through the store (each once), the
 // read sizes, the checksum check and the normalization of stored bools.
 
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -11333,21 +11362,30 @@ class DataFiles {
   // two chunks are in the same file exactly when their entries are the same object.
   using Entry = std::pair<const std::string, std::unique_ptr<StoreReader>>;
 
-  DataFiles(const Store& store, std::string key) : store_(store), key_(std::move(key)) {}
+  // `file_keys`: names read from another key than key/name (OpenedCheckpoint::file_keys).
+  DataFiles(const Store& store, std::string key, const std::map<std::string, std::string>* file_keys = nullptr)
+      : store_(store), key_(std::move(key)), file_keys_(file_keys) {}
   const Entry& entry(const std::string& name) {
     auto it = files_.find(name);
     if (it != files_.end()) return *it;
-    return *files_.emplace(name, store_.open(join_key(key_, name))).first;
+    return *files_.emplace(name, store_.open(key_of(name))).first;
   }
   const StoreReader& get(const std::string& name) { return *entry(name).second; }
   std::uint64_t size(const std::string& name) { return get(name).size(); }
   // How errors name a data file.
-  std::string describe(const std::string& name) const { return store_.describe(join_key(key_, name)); }
+  std::string describe(const std::string& name) const { return store_.describe(key_of(name)); }
   std::string describe() const { return store_.describe(key_); }
 
  private:
+  std::string key_of(const std::string& name) const {
+    if (file_keys_)
+      if (auto it = file_keys_->find(name); it != file_keys_->end()) return it->second;
+    return join_key(key_, name);
+  }
+
   const Store& store_;
   std::string key_;
+  const std::map<std::string, std::string>* file_keys_ = nullptr;
   std::unordered_map<std::string, std::unique_ptr<StoreReader>> files_;
 };
 
@@ -12151,6 +12189,9 @@ struct OpenedCheckpoint {
   std::string name;     // what other errors name: the checkpoint directory (empty: store.describe(key))
   PrintedKeys leaf_keys;  // by item, as the parser printed them (empty: the index prints them)
   std::unique_ptr<StoreReadAhead> read_ahead;  // the data files fetched while the metadata is parsed, if at all
+  // Data files read from another key than key/name: a safetensors file reached through a
+  // symbolic link (Store::follow_link). Never filled for a checkpoint's own files.
+  std::map<std::string, std::string> file_keys;
 };
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
   if (!coordinator || coordinator->size() == 1) {
@@ -12238,7 +12279,7 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
       // The read-ahead goes on ahead of the reads of a load of every stored leaf (from the
       // start of the files, as it reads); one that reads only some would compete with it.
       if (plan.leaves.size() < item->leaves.size()) ck.read_ahead.reset();
-      DataFiles files(store, ck.key);
+      DataFiles files(store, ck.key, &ck.file_keys);
       execute_plan(plan, files, options);
       ck.read_ahead.reset();  // stopped and joined: the reads are done
       report = std::move(plan.report);
@@ -12366,6 +12407,67 @@ CAIRN_END_NAMESPACE
 #include <string_view>
 #include <vector>
 
+// ----- begin cairn/core/utf8.hpp -----
+// UTF-8 validation of untrusted text (RFC 3629): names and values read from files whose
+// specification says UTF-8 (a safetensors header) are checked before they are kept or printed.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Whether `s` is well-formed UTF-8: no overlong forms, no surrogates (U+D800..U+DFFF), nothing
+// above U+10FFFF, no truncated sequence.
+inline bool valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len = 0;
+    std::uint32_t min = 0, cp = 0;
+    if ((c & 0xE0) == 0xC0) { len = 2; min = 0x80; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; min = 0x800; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; min = 0x10000; cp = c & 0x07; }
+    else return false;  // a continuation byte first, or 0xF8..0xFF
+    if (n - i < len) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
+// Up to 40 bytes of untrusted text for an error message: ASCII as it is, other bytes as \xNN.
+inline std::string printable_prefix(std::string_view s) {
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < 40; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  if (s.size() > 40) out += "...";
+  return out;
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/utf8.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 
@@ -12428,12 +12530,18 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
   JsonReader r(json, file, 8, "invalid safetensors header");
   std::set<std::string, std::less<>> names;
   r.object([&](std::string_view key) {
+    // The header is UTF-8 JSON (the specification): a name or value that is not valid UTF-8
+    // (overlong forms and surrogates included) is refused, never printed as raw bytes.
+    if (!valid_utf8(key)) r.fail("a tensor name is not valid UTF-8 (" + printable_prefix(key) + ")");
     if (!names.insert(std::string(key)).second) r.fail("tensor '" + std::string(key) + "' is listed twice");
     if (key == "__metadata__") {
       r.object([&](std::string_view k) {
         std::string name(k);
+        if (!valid_utf8(name)) r.fail("a __metadata__ key is not valid UTF-8 (" + printable_prefix(name) + ")");
         if (r.peek() != '"') r.fail("__metadata__ value of '" + name + "' is not a string");
-        h.metadata[name] = std::string(r.string());
+        const std::string_view value = r.string();
+        if (!valid_utf8(value)) r.fail("__metadata__ value of '" + name + "' is not valid UTF-8");
+        if (!h.metadata.emplace(name, std::string(value)).second) r.fail("__metadata__ has '" + name + "' twice");
       });
       return;
     }
@@ -12442,6 +12550,11 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
     bool has_dtype = false, has_shape = false, has_offsets = false;
     try {
       r.object([&](std::string_view member) {
+        // A member given twice would be read twice (two shapes concatenated, the last dtype
+        // winning): refused, as JSON readers that follow RFC 8259's advice do.
+        if ((member == "dtype" && has_dtype) || (member == "shape" && has_shape) ||
+            (member == "data_offsets" && has_offsets))
+          r.fail("tensor has '" + std::string(member) + "' twice");
         if (member == "dtype") {
           const std::string_view d = r.string();
           if (!safetensors_dtype(d, t.dtype)) r.fail("unknown dtype '" + std::string(d.substr(0, 40)) + "'");
@@ -12571,7 +12684,9 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
                         key.compare(key.size() - std::string_view(safetensors_index_suffix).size(), std::string::npos,
                                     safetensors_index_suffix) == 0;
   if (is_index) {
-    const Json index = Json::parse(read_blob(store, key, max_safetensors_header_bytes), c.records);
+    // The index and its shards may be symbolic links (the Hugging Face cache): followed, the
+    // shards' names taken relative to the directory the user named.
+    const Json index = Json::parse(read_blob(store, store.follow_link(key), max_safetensors_header_bytes), c.records);
     try {
       if (const Json* meta = index.find("metadata"); meta && meta->is_object()) m.user_metadata = *meta;
       for (const auto& [tensor, file] : index.at("weight_map").items()) {
@@ -12592,14 +12707,16 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
   item.name = default_item_name;
   std::map<std::string, std::string> owner;  // printed key path -> tensor name
   for (const auto& [file, tensors] : listed) {
-    const std::string file_key = join_key(c.key, file);
+    const std::string named = join_key(c.key, file);
+    const std::string file_key = store.follow_link(named);
+    if (file_key != named) c.file_keys[file] = file_key;
     std::uint64_t file_size = 0;
     const std::string header = read_safetensors_header_text(store, file_key, file_size);
     // A long header (many tensors) takes a while to parse and turn into records: the files'
     // bytes are read ahead meanwhile, as for a checkpoint (checkpoint/read_ahead.hpp).
     if (read_ahead && !c.read_ahead && header.size() >= read_ahead_min_metadata_bytes) {
       std::vector<std::string> keys;
-      for (const auto& [f, t] : listed) keys.push_back(join_key(c.key, f));
+      for (const auto& [f, t] : listed) keys.push_back(store.follow_link(join_key(c.key, f)));
       c.read_ahead = start_read_ahead(store, std::move(keys));
     }
     const SafetensorsHeader h = parse_safetensors_header_text(header, file_size, store.describe(file_key));
@@ -12879,6 +12996,12 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
     tensors.push_back(std::move(t));
   }
   if (!prefix_found) throw Error(ErrorKind::not_found, "the tree has no subtree '" + prefix + "'", where, prefix);
+  // Larger elements first (tree order within each size), as Hugging Face's writer orders
+  // them: every tensor then starts at a multiple of its element size (the buffer starts at a
+  // multiple of 8), so zero-copy readers (mmap, typed-array views) can view any of them.
+  std::stable_sort(tensors.begin(), tensors.end(), [](const ExportTensor& a, const ExportTensor& b) {
+    return dtype_size(a.dtype) > dtype_size(b.dtype);
+  });
 
   if (options.max_file_bytes == 0 || report.tensor_bytes <= options.max_file_bytes) {
     std::vector<const ExportTensor*> all;

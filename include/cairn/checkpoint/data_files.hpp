@@ -3,6 +3,7 @@
 // read sizes, the checksum check and the normalization of stored bools.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -19,21 +20,30 @@ class DataFiles {
   // two chunks are in the same file exactly when their entries are the same object.
   using Entry = std::pair<const std::string, std::unique_ptr<StoreReader>>;
 
-  DataFiles(const Store& store, std::string key) : store_(store), key_(std::move(key)) {}
+  // `file_keys`: names read from another key than key/name (OpenedCheckpoint::file_keys).
+  DataFiles(const Store& store, std::string key, const std::map<std::string, std::string>* file_keys = nullptr)
+      : store_(store), key_(std::move(key)), file_keys_(file_keys) {}
   const Entry& entry(const std::string& name) {
     auto it = files_.find(name);
     if (it != files_.end()) return *it;
-    return *files_.emplace(name, store_.open(join_key(key_, name))).first;
+    return *files_.emplace(name, store_.open(key_of(name))).first;
   }
   const StoreReader& get(const std::string& name) { return *entry(name).second; }
   std::uint64_t size(const std::string& name) { return get(name).size(); }
   // How errors name a data file.
-  std::string describe(const std::string& name) const { return store_.describe(join_key(key_, name)); }
+  std::string describe(const std::string& name) const { return store_.describe(key_of(name)); }
   std::string describe() const { return store_.describe(key_); }
 
  private:
+  std::string key_of(const std::string& name) const {
+    if (file_keys_)
+      if (auto it = file_keys_->find(name); it != file_keys_->end()) return it->second;
+    return join_key(key_, name);
+  }
+
   const Store& store_;
   std::string key_;
+  const std::map<std::string, std::string>* file_keys_ = nullptr;
   std::unordered_map<std::string, std::unique_ptr<StoreReader>> files_;
 };
 

@@ -341,6 +341,9 @@ struct OpenedCheckpoint {
   std::string name;     // what other errors name: the checkpoint directory (empty: store.describe(key))
   PrintedKeys leaf_keys;  // by item, as the parser printed them (empty: the index prints them)
   std::unique_ptr<StoreReadAhead> read_ahead;  // the data files fetched while the metadata is parsed, if at all
+  // Data files read from another key than key/name: a safetensors file reached through a
+  // symbolic link (Store::follow_link). Never filled for a checkpoint's own files.
+  std::map<std::string, std::string> file_keys;
 };
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
   if (!coordinator || coordinator->size() == 1) {
@@ -428,7 +431,7 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
       // The read-ahead goes on ahead of the reads of a load of every stored leaf (from the
       // start of the files, as it reads); one that reads only some would compete with it.
       if (plan.leaves.size() < item->leaves.size()) ck.read_ahead.reset();
-      DataFiles files(store, ck.key);
+      DataFiles files(store, ck.key, &ck.file_keys);
       execute_plan(plan, files, options);
       ck.read_ahead.reset();  // stopped and joined: the reads are done
       report = std::move(plan.report);

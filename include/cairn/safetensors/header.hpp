@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cairn/core/json_reader.hpp"
+#include "cairn/core/utf8.hpp"
 #include "cairn/core/shape.hpp"
 #include "cairn/dtype/dtype.hpp"
 #include "cairn/store/store.hpp"
@@ -83,12 +84,18 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
   JsonReader r(json, file, 8, "invalid safetensors header");
   std::set<std::string, std::less<>> names;
   r.object([&](std::string_view key) {
+    // The header is UTF-8 JSON (the specification): a name or value that is not valid UTF-8
+    // (overlong forms and surrogates included) is refused, never printed as raw bytes.
+    if (!valid_utf8(key)) r.fail("a tensor name is not valid UTF-8 (" + printable_prefix(key) + ")");
     if (!names.insert(std::string(key)).second) r.fail("tensor '" + std::string(key) + "' is listed twice");
     if (key == "__metadata__") {
       r.object([&](std::string_view k) {
         std::string name(k);
+        if (!valid_utf8(name)) r.fail("a __metadata__ key is not valid UTF-8 (" + printable_prefix(name) + ")");
         if (r.peek() != '"') r.fail("__metadata__ value of '" + name + "' is not a string");
-        h.metadata[name] = std::string(r.string());
+        const std::string_view value = r.string();
+        if (!valid_utf8(value)) r.fail("__metadata__ value of '" + name + "' is not valid UTF-8");
+        if (!h.metadata.emplace(name, std::string(value)).second) r.fail("__metadata__ has '" + name + "' twice");
       });
       return;
     }
@@ -97,6 +104,11 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
     bool has_dtype = false, has_shape = false, has_offsets = false;
     try {
       r.object([&](std::string_view member) {
+        // A member given twice would be read twice (two shapes concatenated, the last dtype
+        // winning): refused, as JSON readers that follow RFC 8259's advice do.
+        if ((member == "dtype" && has_dtype) || (member == "shape" && has_shape) ||
+            (member == "data_offsets" && has_offsets))
+          r.fail("tensor has '" + std::string(member) + "' twice");
         if (member == "dtype") {
           const std::string_view d = r.string();
           if (!safetensors_dtype(d, t.dtype)) r.fail("unknown dtype '" + std::string(d.substr(0, 40)) + "'");

@@ -62,7 +62,9 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
                         key.compare(key.size() - std::string_view(safetensors_index_suffix).size(), std::string::npos,
                                     safetensors_index_suffix) == 0;
   if (is_index) {
-    const Json index = Json::parse(read_blob(store, key, max_safetensors_header_bytes), c.records);
+    // The index and its shards may be symbolic links (the Hugging Face cache): followed, the
+    // shards' names taken relative to the directory the user named.
+    const Json index = Json::parse(read_blob(store, store.follow_link(key), max_safetensors_header_bytes), c.records);
     try {
       if (const Json* meta = index.find("metadata"); meta && meta->is_object()) m.user_metadata = *meta;
       for (const auto& [tensor, file] : index.at("weight_map").items()) {
@@ -83,14 +85,16 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
   item.name = default_item_name;
   std::map<std::string, std::string> owner;  // printed key path -> tensor name
   for (const auto& [file, tensors] : listed) {
-    const std::string file_key = join_key(c.key, file);
+    const std::string named = join_key(c.key, file);
+    const std::string file_key = store.follow_link(named);
+    if (file_key != named) c.file_keys[file] = file_key;
     std::uint64_t file_size = 0;
     const std::string header = read_safetensors_header_text(store, file_key, file_size);
     // A long header (many tensors) takes a while to parse and turn into records: the files'
     // bytes are read ahead meanwhile, as for a checkpoint (checkpoint/read_ahead.hpp).
     if (read_ahead && !c.read_ahead && header.size() >= read_ahead_min_metadata_bytes) {
       std::vector<std::string> keys;
-      for (const auto& [f, t] : listed) keys.push_back(join_key(c.key, f));
+      for (const auto& [f, t] : listed) keys.push_back(store.follow_link(join_key(c.key, f)));
       c.read_ahead = start_read_ahead(store, std::move(keys));
     }
     const SafetensorsHeader h = parse_safetensors_header_text(header, file_size, store.describe(file_key));

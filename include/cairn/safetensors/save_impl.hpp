@@ -212,6 +212,12 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
     tensors.push_back(std::move(t));
   }
   if (!prefix_found) throw Error(ErrorKind::not_found, "the tree has no subtree '" + prefix + "'", where, prefix);
+  // Larger elements first (tree order within each size), as Hugging Face's writer orders
+  // them: every tensor then starts at a multiple of its element size (the buffer starts at a
+  // multiple of 8), so zero-copy readers (mmap, typed-array views) can view any of them.
+  std::stable_sort(tensors.begin(), tensors.end(), [](const ExportTensor& a, const ExportTensor& b) {
+    return dtype_size(a.dtype) > dtype_size(b.dtype);
+  });
 
   if (options.max_file_bytes == 0 || report.tensor_bytes <= options.max_file_bytes) {
     std::vector<const ExportTensor*> all;

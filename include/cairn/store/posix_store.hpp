@@ -33,6 +33,9 @@ class PosixStore final : public Store {
   std::string describe(const std::string& key) const override { return path(key); }
 
   std::unique_ptr<StoreReader> open(const std::string& key) const override;
+  // A link at `key` resolved to the file it leads to (through any chain of links); with a
+  // root, a file outside the root is refused.
+  std::string follow_link(const std::string& key) const override;
   // Missing directories on the way are created, as an object store needs none.
   std::unique_ptr<StoreWriter> create(const std::string& key) override;
   bool exists(const std::string& key) const override;

@@ -281,6 +281,21 @@ CAIRN_API void PosixStore::write_atomically(const std::string& key, const std::s
   detail::fsync_dir(detail::parent_dir(p));
 }
 
+CAIRN_API std::string PosixStore::follow_link(const std::string& key) const {
+  const std::string p = path(key);
+  std::error_code ec;
+  if (!std::filesystem::is_symlink(std::filesystem::symlink_status(p, ec))) return key;
+  const std::filesystem::path target = std::filesystem::canonical(p, ec);
+  if (ec) throw Error(ErrorKind::not_found, "a symbolic link whose target cannot be reached (" + ec.message() + ")", p);
+  if (root_.empty()) return target.string();
+  const std::filesystem::path root = std::filesystem::canonical(root_, ec);
+  const std::filesystem::path rel = ec ? std::filesystem::path() : target.lexically_relative(root);
+  if (rel.empty() || *rel.begin() == "..")
+    throw Error(ErrorKind::invalid_argument, "a symbolic link that leads out of the store's root (" + root_ + ") to " +
+                target.string(), p);
+  return rel.string();
+}
+
 CAIRN_API std::unique_ptr<StoreWriter> PosixStore::create_atomically(const std::string& key, bool overwrite) {
   const std::string p = path(key);
   AtomicWriter::check_target(p, overwrite);

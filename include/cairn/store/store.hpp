@@ -141,6 +141,13 @@ class Store {
     return nullptr;
   }
 
+  // The key a blob that a user named is read from, with a symbolic link at `key` followed
+  // where the medium has links (the Hugging Face cache links snapshots/<rev>/model.safetensors
+  // to ../../blobs/<sha256>). open() itself never follows one: a link inside a checkpoint
+  // could lead anywhere, so only the importers of files a user names (safetensors files, and
+  // the shards an index names) ask for this. The default: `key`.
+  virtual std::string follow_link(const std::string& key) const { return key; }
+
   // Commit mechanics (see the top of this file).
   // Checks the overwrite rule for `key` (nothing there, an empty prefix, or a committed
   // checkpoint with `overwrite`; anything else is already_exists), removes the leftovers of
