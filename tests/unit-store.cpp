@@ -347,14 +347,19 @@ TEST_CASE("4 ranks save, one fails: nobody publishes, every rank throws, the ear
   }, true);
   for (const auto& o : outcome) CHECK(o.find("every rank must save the same tree") != std::string::npos);
   CHECK(visible_content(store) == before);
-  // A rank whose sharding differs from the others': its boxes overlap theirs.
+  // A rank whose sharding differs from the others' (its boxes would overlap theirs): named,
+  // with both specs, before any record is merged.
   outcome = save_on_ranks(store, "ckpt", [&](int r) {
     RankState s = rank_state(r, w2, rows, plain);
     if (r == 1)
       s.w = cairn::ShardedArray<float>::from_host(w2, {40, 6}, cairn::NamedSharding(rank_mesh(r), cairn::PartitionSpec{"y", "x"}));
     return s;
   }, true);
-  for (const auto& o : outcome) CHECK(o.find("do not fit together") != std::string::npos);
+  for (const auto& o : outcome) {
+    CHECK_MESSAGE(o.find("PartitionSpec('x', 'y')") != std::string::npos, o);
+    CHECK_MESSAGE(o.find("PartitionSpec('y', 'x')") != std::string::npos, o);
+    CHECK(o.find("on rank 1: every rank must save the same tree") != std::string::npos);
+  }
   CHECK(visible_content(store) == before);
   // An injected failure of one rank's write.
   store.fail(MemoryStore::Op::finish, 2);
@@ -414,6 +419,38 @@ TEST_CASE("ReplicaWrites::split reaches the Checkpointer: its steps are written 
   cairn::load(*store, "run/5", back);
   const auto got = back.replicated_rows.gather();
   CHECK(std::memcmp(got.data(), rows.data(), rows.size() * sizeof(std::int16_t)) == 0);
+}
+
+TEST_CASE("ranks whose trees differ only in shapes: nothing is committed, every rank names the leaf and both shapes") {
+  // The sharded leaf's mesh gives rank 1 the first rows: its own box is [0:501) whether the
+  // array has 1001 rows or 1002, so the boxes alone fit together.
+  auto make = [](int r, std::int64_t m_cols, std::int64_t w_rows) {
+    cairn::Mesh mesh = cairn::Mesh::host({{"x", 2}});
+    mesh.assign_processes({1, 0}, r);
+    const cairn::Shape shape{w_rows, 37};
+    std::vector<float> all(static_cast<std::size_t>(cairn::element_count(shape)), static_cast<float>(r));
+    return std::make_tuple(Eigen::MatrixXf(Eigen::MatrixXf::Constant(13, m_cols, 1.0f)),
+                           cairn::ShardedArray<float>::from_host(all, shape, cairn::NamedSharding(mesh, cairn::PartitionSpec{"x"})));
+  };
+  MemoryStore store;
+  struct Case { std::int64_t cols1, rows1; std::string key, needle; };
+  for (const Case& k : {Case{8, 1002, "0", "'0' is float32[13, 7] (column-major) on rank 0 but float32[13, 8] (column-major) on rank 1"},
+                        Case{7, 1001, "1", "'1' is float32[1002, 37] (sharded as PartitionSpec('x') over {x: 2} on host) on rank 0 but float32[1001, 37]"}}) {
+    CAPTURE(k.needle);
+    const auto outcome = on_ranks(2, [&](int r, cairn::Coordinator& c) {
+      cairn::save(store, "ckpt", r == 1 ? make(r, k.cols1, k.rows1) : make(r, 7, 1002), {.coordinator = &c});
+    });
+    for (const auto& o : outcome) {
+      CHECK_MESSAGE(o.find(k.needle) != std::string::npos, o);
+      CHECK(o.find("every rank must save the same tree") != std::string::npos);
+      CHECK(o.find("on rank 1") != std::string::npos);
+    }
+    CHECK(outcome[0] == outcome[1]);
+    CHECK(!store.exists("ckpt"));
+  }
+  // The same trees save.
+  const auto outcome = on_ranks(2, [&](int r, cairn::Coordinator& c) { cairn::save(store, "ckpt", make(r, 7, 1002), {.coordinator = &c}); });
+  CHECK(outcome == std::vector<std::string>(2));
 }
 
 TEST_CASE("per-rank items on 3 ranks: each rank's value comes back to it; 2 ranks are refused") {

@@ -371,6 +371,25 @@ TEST_CASE("one rank fails: nobody publishes, every rank throws naming it, the ea
       CHECK(e.path().filename() == "ckpt");  // no staging left behind
 }
 
+TEST_CASE("a rank whose tree differs only in a shape: nothing is committed, every rank names the leaf and both shapes") {
+  SharedDir dir;
+  const int world = world_size();
+  if (world < 2) return;
+  auto c = group(world);
+  const std::int64_t cols = c->rank() == world - 1 ? 8 : 7;
+  const Eigen::MatrixXf m = Eigen::MatrixXf::Constant(13, cols, 1.0f);
+  std::string what;
+  try {
+    cairn::save(dir / "ckpt", m, {.coordinator = c.get()});
+  } catch (const cairn::Error& e) {
+    what = e.what();
+  }
+  CHECK(what.find("float32[13, 7] (column-major) on rank 0 but float32[13, 8] (column-major) on rank " +
+                  std::to_string(world - 1)) != std::string::npos);
+  world_barrier();
+  CHECK(!std::filesystem::exists(dir / "ckpt"));
+}
+
 TEST_CASE("a Checkpointer across ranks: same decisions, retention by the primary, async commit from wait()") {
   SharedDir dir;
   const int world = world_size();

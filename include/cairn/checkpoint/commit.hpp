@@ -20,6 +20,7 @@
 // the collectives return at once.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -147,6 +148,7 @@ class SaveSession {
     if (!failure) {
       try {
         mine.u64(1);
+        if (coordinator_.size() > 1) mine.u64(tree_digest());
         encode_records(mine);
       } catch (...) {
         failure = std::current_exception();
@@ -166,8 +168,12 @@ class SaveSession {
     if (coordinator_.is_primary()) {
       try {
         if (failure) std::rethrow_exception(failure);
-        publish(reports, user_metadata, created_unix_ms);
-        outcome.u64(1);
+        if (const int differs = first_rank_with_another_tree(reports); differs > 0) {
+          outcome.u64(2).u64(static_cast<std::uint64_t>(differs));  // named in a round of its own, below
+        } else {
+          publish(reports, user_metadata, created_unix_ms);
+          outcome.u64(1);
+        }
       } catch (...) {
         publish_failure = std::current_exception();
         outcome.u64(0);
@@ -182,10 +188,120 @@ class SaveSession {
     if (failure) std::rethrow_exception(failure);
     if (publish_failure) std::rethrow_exception(publish_failure);
     WireReader in(agreed);
-    if (in.u64() != 1) throw decode_error(in);
+    const std::uint64_t status = in.u64();
+    if (status == 2) throw tree_difference(static_cast<int>(in.u64()));
+    if (status != 1) throw decode_error(in);
   }
 
  private:
+  // Every rank must save the same tree: the same keys, dtypes, shapes, orders and shardings
+  // (per-rank items aside). Each rank sends a digest of its tree in the gather; a rank whose
+  // digest differs from the primary's fails the save on every rank, and only then do the ranks
+  // spend a round naming the difference (tree_difference). Without it, a rank whose plain
+  // leaf or sharded array had another shape committed silently with rank 0's.
+  static void mix(std::uint64_t& h, const void* p, std::size_t n) {  // FNV-1a, 64-bit
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  }
+  static void mix_string(std::uint64_t& h, const std::string& s) {
+    const std::uint64_t n = s.size();
+    mix(h, &n, sizeof n);
+    mix(h, s.data(), s.size());
+  }
+  std::uint64_t tree_digest() const {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (const auto& item : metadata_.items) {
+      mix_string(h, item.name);
+      const std::uint64_t leaves = item.leaves.size();
+      mix(h, &leaves, sizeof leaves);
+      for (const auto& l : item.leaves) {
+        for (const auto& e : l.path.entries()) {
+          mix(h, &e.kind, sizeof e.kind);
+          mix_string(h, e.name);
+          mix(h, &e.number, sizeof e.number);
+        }
+        const unsigned char kinds[3] = {static_cast<unsigned char>(l.dtype), static_cast<unsigned char>(l.order),
+                                        static_cast<unsigned char>(l.sharding ? 1 : 0)};
+        mix(h, kinds, sizeof kinds);
+        const std::uint64_t rank = l.shape.size();
+        mix(h, &rank, sizeof rank);
+        mix(h, l.shape.data(), l.shape.size() * sizeof(std::int64_t));
+        if (l.sharding) {
+          mix_string(h, l.sharding->spec.str());
+          for (const auto& a : l.sharding->mesh.axes()) {
+            mix_string(h, a.name);
+            mix(h, &a.size, sizeof a.size);
+          }
+        }
+      }
+    }
+    return h;
+  }
+  // One line per leaf of the tree as a rank describes it, for naming the first difference.
+  std::vector<std::pair<std::string, std::string>> tree_lines() const {
+    std::vector<std::pair<std::string, std::string>> lines;
+    for (const auto& item : metadata_.items)
+      for (const auto& l : item.leaves) {
+        std::string what = std::string(dtype_name(l.dtype)) + to_string(l.shape);
+        if (l.shape.size() >= 2 && l.order == Order::F) what += " (column-major)";
+        if (l.sharding) what += " (sharded as " + l.sharding->spec.str() + " over " + l.sharding->mesh.describe() + ")";
+        lines.emplace_back((metadata_.items.size() > 1 ? item.name + ": " : std::string()) + l.key(), std::move(what));
+      }
+    return lines;
+  }
+  // The primary's step 4: the first rank whose digest differs from its own (0: none, or a
+  // rank failed, which publish reports).
+  int first_rank_with_another_tree(const std::vector<std::string>& reports) const {
+    if (reports.size() < 2) return 0;
+    const std::uint64_t mine = tree_digest();
+    for (std::size_t r = 1; r < reports.size(); ++r) {
+      WireReader in(reports[r]);
+      if (in.u64() != 1) return 0;
+    }
+    for (std::size_t r = 1; r < reports.size(); ++r) {
+      WireReader in(reports[r]);
+      in.u64();
+      if (in.u64() != mine) return static_cast<int>(r);
+    }
+    return 0;
+  }
+  // Step 5 when rank `r`'s tree differs (every rank): the primary sends its description, rank
+  // r finds the first difference, and every rank returns the same error naming it.
+  Error tree_difference(int r) {
+    coordinator_.set_phase("naming where the ranks' trees differ");
+    WireWriter w;
+    if (coordinator_.is_primary()) {
+      const auto lines = tree_lines();
+      w.u64(lines.size());
+      for (const auto& [key, what] : lines) w.str(key).str(what);
+    }
+    const std::string primary_lines = coordinator_.broadcast(w.take());
+    std::string found;
+    if (coordinator_.rank() == r) {
+      WireReader in(primary_lines);
+      std::vector<std::pair<std::string, std::string>> theirs(static_cast<std::size_t>(in.u64()));
+      for (auto& [key, what] : theirs) {
+        key = in.str();
+        what = in.str();
+      }
+      const auto mine = tree_lines();
+      const std::string who = "rank " + std::to_string(r);
+      for (std::size_t i = 0; i < std::max(mine.size(), theirs.size()) && found.empty(); ++i) {
+        if (i >= mine.size()) found = who + " has no leaf '" + theirs[i].first + "', which rank 0 has";
+        else if (i >= theirs.size()) found = who + " has a leaf '" + mine[i].first + "' that rank 0 has not";
+        else if (mine[i].first != theirs[i].first)
+          found = who + " has the leaf '" + mine[i].first + "' where rank 0 has '" + theirs[i].first + "'";
+        else if (mine[i].second != theirs[i].second)
+          found = "'" + mine[i].first + "' is " + theirs[i].second + " on rank 0 but " + mine[i].second + " on " + who;
+      }
+      if (found.empty()) found = who + "'s tree differs from rank 0's";
+    }
+    const std::vector<std::string> all = coordinator_.gather(found);
+    const std::string message = coordinator_.broadcast(coordinator_.is_primary() ? all.at(static_cast<std::size_t>(r)) : "");
+    return Error(ErrorKind::invalid_argument, message + ": every rank must save the same tree (the same keys, dtypes, "
+                 "shapes and shardings); nothing was saved", describe());
+  }
+
   // This rank's data file and the chunks it wrote, by item and leaf position.
   void encode_records(WireWriter& w) {
     finish_writes();
@@ -225,6 +341,7 @@ class SaveSession {
         const Error e = decode_error(in);
         throw Error(e.kind(), rank + " failed: " + e.message(), e.file(), e.key_path());
       }
+      if (reports.size() > 1) in.u64();  // the tree's digest, compared before
       const std::string file = in.str();
       const std::uint64_t size = in.u64();
       if (!file.empty()) {

@@ -276,8 +276,14 @@ class LeafWriter {
     // A sharded view whose async snapshot kept no box of this process is still sharded.
     if (!view.shards.empty() || view.sharding) return write_sharded_leaf(p, view, options, report);
     LeafRecord rec;
-    if (rank_ != 0 && !own) {  // written by rank 0; this rank only keeps the place
+    if (rank_ != 0 && !own) {
+      // Written by rank 0; this rank keeps the place and what it would have written, so that
+      // the commit can check that every rank saved the same tree (SaveSession::tree_digest).
       rec.path = p;
+      rec.saved_from = view.dtype;
+      rec.dtype = options.cast.empty() ? view.dtype : cast_target(p.str(), view, options);
+      rec.shape = view.shape;
+      rec.order = view.shape.size() >= 2 ? view.order : Order::C;
       return rec;
     }
     rec.path = p;
