@@ -85,6 +85,12 @@ TEST_CASE("a subtree loads into a smaller type, and a single leaf by key path") 
   auto kernel = cairn::load_subtree<Eigen::MatrixXf>(dir / "c", "params/dense2/kernel");
   CHECK(kernel == s.params.at("dense2").kernel);
   CHECK(cairn::load_subtree<std::int64_t>(dir / "c", "step") == 42);
+  // The same from a store: every entry point with a path has a store form.
+  cairn::MemoryStore store;
+  cairn::save(store, "ckpt", s);
+  CHECK(cairn::load_subtree<Eigen::MatrixXf>(store, "ckpt", "params/dense2/kernel") == s.params.at("dense2").kernel);
+  CHECK_CAIRN_ERROR(cairn::load_subtree<std::int64_t>(store, "ckpt", "params/dense9"), cairn::ErrorKind::not_found,
+                    "memory://ckpt");
   CHECK_CAIRN_ERROR(cairn::load_subtree<std::int64_t>(dir / "c", "params/dense9"), cairn::ErrorKind::not_found, "dense9");
   try {  // the error names the checkpoint, not only the key
     cairn::load_subtree<std::int64_t>(dir / "c", "params/dense9");

@@ -483,6 +483,7 @@ TEST_CASE("export: a subtree, a selection, names, and what safetensors cannot ho
   std::vector<float> alone_back;
   cairn::load_safetensors(store, "alone.safetensors", alone_back);
   CHECK(alone_back == alone);
+  CHECK(cairn::load_safetensors<std::vector<float>>(store, "alone.safetensors") == alone);  // a new T, from a store
   std::map<std::string, std::vector<float>> empty_key = {{"", {1}}, {"b", {2}}};
   CHECK_CAIRN_ERROR(cairn::save_safetensors(store, "e.safetensors", empty_key), cairn::ErrorKind::invalid_argument,
                     "the empty string as a key");

@@ -4479,9 +4479,13 @@ T load(const std::string& path, const LoadOptions& options = {}) {
 
 // Loads a single leaf (or subtree) by key path: load_subtree<Eigen::MatrixXf>(dir, "params/dense/kernel").
 template <class T>
-T load_subtree(const std::string& path, const std::string& key, LoadOptions options = {}) {
+T load_subtree(const Store& store, const std::string& checkpoint, const std::string& key, LoadOptions options = {}) {
   options.subtree = key;
-  return load<T>(path, options);
+  return load<T>(store, checkpoint, options);
+}
+template <class T>
+T load_subtree(const std::string& path, const std::string& key, LoadOptions options = {}) {
+  return load_subtree<T>(detail::path_store(), path, key, std::move(options));
 }
 
 // Structure, dtypes, shapes and user metadata of a checkpoint; reads no array data.
@@ -4696,11 +4700,17 @@ LoadReport load_safetensors(const std::string& path, T& target, const LoadOption
                             const SafetensorsOptions& names = {}) {
   return load_safetensors(detail::path_store(), path, target, options, names);
 }
+// Loads a new T (default-constructed, then filled from the file).
+template <class T>
+T load_safetensors(const Store& store, const std::string& key, const LoadOptions& options = {},
+                   const SafetensorsOptions& names = {}) {
+  T value{};
+  load_safetensors(store, key, value, options, names);
+  return value;
+}
 template <class T>
 T load_safetensors(const std::string& path, const LoadOptions& options = {}, const SafetensorsOptions& names = {}) {
-  T value{};
-  load_safetensors(path, value, options, names);
-  return value;
+  return load_safetensors<T>(detail::path_store(), path, options, names);
 }
 
 // What a safetensors file (or sharded set) holds, as checkpoint metadata: one item "state"

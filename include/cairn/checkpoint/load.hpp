@@ -71,9 +71,13 @@ T load(const std::string& path, const LoadOptions& options = {}) {
 
 // Loads a single leaf (or subtree) by key path: load_subtree<Eigen::MatrixXf>(dir, "params/dense/kernel").
 template <class T>
-T load_subtree(const std::string& path, const std::string& key, LoadOptions options = {}) {
+T load_subtree(const Store& store, const std::string& checkpoint, const std::string& key, LoadOptions options = {}) {
   options.subtree = key;
-  return load<T>(path, options);
+  return load<T>(store, checkpoint, options);
+}
+template <class T>
+T load_subtree(const std::string& path, const std::string& key, LoadOptions options = {}) {
+  return load_subtree<T>(detail::path_store(), path, key, std::move(options));
 }
 
 // Structure, dtypes, shapes and user metadata of a checkpoint; reads no array data.

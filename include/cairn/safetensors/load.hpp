@@ -41,11 +41,17 @@ LoadReport load_safetensors(const std::string& path, T& target, const LoadOption
                             const SafetensorsOptions& names = {}) {
   return load_safetensors(detail::path_store(), path, target, options, names);
 }
+// Loads a new T (default-constructed, then filled from the file).
+template <class T>
+T load_safetensors(const Store& store, const std::string& key, const LoadOptions& options = {},
+                   const SafetensorsOptions& names = {}) {
+  T value{};
+  load_safetensors(store, key, value, options, names);
+  return value;
+}
 template <class T>
 T load_safetensors(const std::string& path, const LoadOptions& options = {}, const SafetensorsOptions& names = {}) {
-  T value{};
-  load_safetensors(path, value, options, names);
-  return value;
+  return load_safetensors<T>(detail::path_store(), path, options, names);
 }
 
 // What a safetensors file (or sharded set) holds, as checkpoint metadata: one item "state"
