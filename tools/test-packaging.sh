@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Packaging tests: a consumer project using the installed cairn through find_package, one
-# using add_subdirectory, and one compiled against the single header alone; each both
-# header-only (cairn::cairn) and with the runtime compiled once (cairn::compiled), which is
-# also built and installed as a shared library once.
+# using add_subdirectory, and one compiled against the single header alone; each both with the
+# runtime compiled once (cairn::cairn, the default; cairn::compiled, its earlier name) and
+# header-only (cairn::header_only). The runtime is also built and installed as a shared library
+# once, and pkg-config's two packages are used from the installed .pc files.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
@@ -13,7 +14,10 @@ gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 echo "== install, then find_package(cairn)"
 cmake -S "$root" -B "$work/cairn-build" "${gen[@]}" -DCAIRN_BUILD_TESTS=OFF -DCAIRN_BUILD_EXAMPLES=OFF \
   -DCAIRN_BUILD_BENCH=OFF -DCMAKE_INSTALL_PREFIX="$work/prefix" >/dev/null
-cmake --build "$work/cairn-build" >/dev/null  # the runtime library, cairn::compiled
+cmake --build "$work/cairn-build" >/dev/null  # the runtime library, cairn::cairn
+# Without CMAKE_BUILD_TYPE, cairn's own build is optimized (Release).
+grep -q "^CMAKE_BUILD_TYPE:STRING=Release$" "$work/cairn-build/CMakeCache.txt" ||
+  { echo "a build without CMAKE_BUILD_TYPE is not Release"; exit 1; }
 cmake --install "$work/cairn-build" >/dev/null
 test -f "$work/prefix/share/pkgconfig/cairn.pc"
 # The licence goes with the installed files, and every installed header states it.
@@ -24,6 +28,14 @@ cmake -S "$root/tests/package/find_package" -B "$work/fp" "${gen[@]}" -DCMAKE_PR
 cmake --build "$work/fp" >/dev/null
 "$work/fp/consumer" "$work/fp"
 "$work/fp/consumer_compiled" "$work/fp"
+"$work/fp/consumer_compat" "$work/fp"
+# pkg-config: `cairn` links the compiled runtime, `cairn-header-only` needs no library.
+export PKG_CONFIG_PATH="$work/prefix/share/pkgconfig"
+g++ $(pkg-config --cflags cairn) "$root/tests/package/consumer.cpp" -o "$work/pc" $(pkg-config --libs cairn)
+"$work/pc" "$work"
+g++ $(pkg-config --cflags cairn-header-only) -O1 "$root/tests/package/consumer.cpp" -o "$work/pc_ho" $(pkg-config --libs cairn-header-only)
+"$work/pc_ho" "$work"
+unset PKG_CONFIG_PATH
 
 echo "== the runtime as a shared library (CAIRN_SHARED=ON), installed, then find_package(cairn)"
 cmake -S "$root" -B "$work/shared-build" "${gen[@]}" -DCAIRN_SHARED=ON -DCAIRN_BUILD_TESTS=OFF \
@@ -46,6 +58,7 @@ cmake -S "$root/tests/package/subdirectory" -B "$work/sd" "${gen[@]}" -DCAIRN_SO
 cmake --build "$work/sd" >/dev/null
 "$work/sd/consumer" "$work/sd"
 "$work/sd/consumer_compiled" "$work/sd"
+"$work/sd/consumer_compat" "$work/sd"
 
 echo "== single header only"
 eigen=$(pkg-config --cflags eigen3 2>/dev/null || echo -I/usr/include/eigen3)
@@ -64,4 +77,4 @@ grep -q "cairn needs C++20" "$work/cxx17.log" || { cat "$work/cxx17.log"; exit 1
 # The #error, then the fatal error that stops the compiler there, and nothing else.
 [ "$(grep -cE ': (fatal )?error:' "$work/cxx17.log")" -eq 2 ] && grep -q "compilation stopped" "$work/cxx17.log" ||
   { echo "not stopped at the first error without C++20:"; head -20 "$work/cxx17.log"; exit 1; }
-echo "packaging: 8 passed, 0 failed"
+echo "packaging: 12 passed, 0 failed"
