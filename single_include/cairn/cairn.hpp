@@ -9724,10 +9724,15 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
 // but not parsed: what a primary reads and broadcasts to the other ranks.
 struct MetadataText {
   std::string metadata, user;
+  // Which commit this is: the marker's sizes and CRCs of the two files (free: the marker
+  // names them). A checkpoint replaced by an overwrite has another, unless identical.
+  std::uint64_t commit = 0;
 };
 inline MetadataText read_metadata_text(const Store& store, const std::string& key) {
   auto digests = read_marker(store, key);
   MetadataText t;
+  for (const auto& [name, d] : digests)
+    t.commit = (t.commit * 0x100000001b3ull) ^ (d.bytes * 0x9e3779b97f4a7c15ull) ^ d.crc32c;
   t.metadata = read_verified(store, key, digests, metadata_file, max_metadata_bytes);
   t.user = read_verified(store, key, digests, user_metadata_file, max_metadata_bytes);
   return t;
@@ -12325,6 +12330,7 @@ struct OpenedCheckpoint {
   // Data files read from another key than key/name: a safetensors file reached through a
   // symbolic link (Store::follow_link). Never filled for a checkpoint's own files.
   std::map<std::string, std::string> file_keys;
+  std::uint64_t commit = 0;  // MetadataText::commit of what was opened (0: not known)
 };
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
   if (!coordinator || coordinator->size() == 1) {
@@ -12332,6 +12338,7 @@ inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& k
     OpenedCheckpoint c;
     c.key = ckpt;
     const MetadataText t = read_metadata_text(store, ckpt);
+    c.commit = t.commit;
     c.read_ahead = start_read_ahead(store, ckpt, t.metadata);
     c.metadata = parse_metadata(store, ckpt, t, &c.leaf_keys);
     c.records = store.describe(join_key(ckpt, metadata_file));
@@ -12435,9 +12442,44 @@ CAIRN_END_NAMESPACE
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
+// Whether the checkpoint at `key` is another commit than `opened` (or cannot be read now): an
+// overwrite replaced it while a load read it.
+inline bool replaced_since(const Store& store, const std::string& key, std::uint64_t opened) {
+  if (opened == 0) return false;
+  try {
+    return read_metadata_text(store, store.readable_checkpoint(normalize_key(key))).commit != opened;
+  } catch (const Error&) {
+    return true;  // mid-replacement (the fallback's moment without a checkpoint at the path)
+  }
+}
+
 CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, const LoadOptions& options, bool per_rank,
                                   FunctionRef<LoadPlan(const StoredIndex&)> plan_fn) {
-  return load_opened(store, [&] { return open_checkpoint(store, key, options.coordinator); }, options, per_rank, plan_fn);
+  std::uint64_t opened = 0;
+  auto open = [&] {
+    OpenedCheckpoint c = open_checkpoint(store, key, options.coordinator);
+    opened = c.commit;
+    return c;
+  };
+  if (options.coordinator) return load_opened(store, open, options, per_rank, plan_fn);
+  // A load racing an overwrite of its checkpoint may open the old one and read files of the
+  // new one (an overwrite swaps the whole directory between the load's reads): their checks
+  // then fail (corrupt, or a file gone). When the checkpoint at the path is another commit than
+  // the one opened, the load runs once more, on the new one, so that a reader during an
+  // overwrite gets the old checkpoint or the new one, not an error. Damage that is not a
+  // replacement fails as before. The open itself can race too (the marker of one commit, the
+  // metadata of the next): a failed open is tried once more, and damage fails the same way
+  // twice. (With a coordinator every rank would have to agree to retry: not done.)
+  try {
+    return load_opened(store, open, options, per_rank, plan_fn);
+  } catch (const Error& e) {
+    const bool may_be_replaced =
+        e.kind() == ErrorKind::corrupt || e.kind() == ErrorKind::not_found || e.kind() == ErrorKind::io;
+    const bool open_failed = opened == 0;
+    if (!may_be_replaced || (!open_failed && !replaced_since(store, key, opened))) throw;
+  }
+  opened = 0;
+  return load_opened(store, open, options, per_rank, plan_fn);
 }
 
 CAIRN_API void load_value(const Store& store, const std::string& key, const LoadOptions& options,

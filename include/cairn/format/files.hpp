@@ -368,10 +368,15 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
 // but not parsed: what a primary reads and broadcasts to the other ranks.
 struct MetadataText {
   std::string metadata, user;
+  // Which commit this is: the marker's sizes and CRCs of the two files (free: the marker
+  // names them). A checkpoint replaced by an overwrite has another, unless identical.
+  std::uint64_t commit = 0;
 };
 inline MetadataText read_metadata_text(const Store& store, const std::string& key) {
   auto digests = read_marker(store, key);
   MetadataText t;
+  for (const auto& [name, d] : digests)
+    t.commit = (t.commit * 0x100000001b3ull) ^ (d.bytes * 0x9e3779b97f4a7c15ull) ^ d.crc32c;
   t.metadata = read_verified(store, key, digests, metadata_file, max_metadata_bytes);
   t.user = read_verified(store, key, digests, user_metadata_file, max_metadata_bytes);
   return t;
