@@ -285,6 +285,7 @@ TEST_CASE("valid UTF-8 in names and metadata loads: every length of sequence, up
 
 TEST_CASE("random byte flips in a header never crash: they load or throw cairn::Error") {
   const std::string good = test::read_file(ref + "/all.safetensors");
+  REQUIRE_MESSAGE(good.size() > 608, "run through ctest: the safetensors-reference-files fixture writes " << ref);
   test::TempDir dir;
   const std::string f = dir / "x.safetensors";
   int errors = 0;

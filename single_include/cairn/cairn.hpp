@@ -9728,11 +9728,14 @@ struct MetadataText {
   // names them). A checkpoint replaced by an overwrite has another, unless identical.
   std::uint64_t commit = 0;
 };
-inline MetadataText read_metadata_text(const Store& store, const std::string& key) {
+// `commit_seen`, when given, is set as soon as the marker is read (before the files it names),
+// so that a caller whose read of those files fails knows which commit it had opened.
+inline MetadataText read_metadata_text(const Store& store, const std::string& key, std::uint64_t* commit_seen = nullptr) {
   auto digests = read_marker(store, key);
   MetadataText t;
   for (const auto& [name, d] : digests)
     t.commit = (t.commit * 0x100000001b3ull) ^ (d.bytes * 0x9e3779b97f4a7c15ull) ^ d.crc32c;
+  if (commit_seen) *commit_seen = t.commit;
   t.metadata = read_verified(store, key, digests, metadata_file, max_metadata_bytes);
   t.user = read_verified(store, key, digests, user_metadata_file, max_metadata_bytes);
   return t;
@@ -12332,12 +12335,14 @@ struct OpenedCheckpoint {
   std::map<std::string, std::string> file_keys;
   std::uint64_t commit = 0;  // MetadataText::commit of what was opened (0: not known)
 };
-inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
+// `commit_seen`: as read_metadata_text's (one process only).
+inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator,
+                                        std::uint64_t* commit_seen = nullptr) {
   if (!coordinator || coordinator->size() == 1) {
     const std::string ckpt = store.readable_checkpoint(normalize_key(key));
     OpenedCheckpoint c;
     c.key = ckpt;
-    const MetadataText t = read_metadata_text(store, ckpt);
+    const MetadataText t = read_metadata_text(store, ckpt, commit_seen);
     c.commit = t.commit;
     c.read_ahead = start_read_ahead(store, ckpt, t.metadata);
     c.metadata = parse_metadata(store, ckpt, t, &c.leaf_keys);
@@ -12455,12 +12460,8 @@ inline bool replaced_since(const Store& store, const std::string& key, std::uint
 
 CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, const LoadOptions& options, bool per_rank,
                                   FunctionRef<LoadPlan(const StoredIndex&)> plan_fn) {
-  std::uint64_t opened = 0;
-  auto open = [&] {
-    OpenedCheckpoint c = open_checkpoint(store, key, options.coordinator);
-    opened = c.commit;
-    return c;
-  };
+  std::uint64_t opened = 0;  // the commit whose marker the load read, even if it failed after
+  auto open = [&] { return open_checkpoint(store, key, options.coordinator, &opened); };
   if (options.coordinator) return load_opened(store, open, options, per_rank, plan_fn);
   // A load racing an overwrite of its checkpoint may open the old one and read files of the
   // new one (an overwrite swaps the whole directory between the load's reads): their checks
@@ -12468,15 +12469,14 @@ CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, co
   // the one opened, the load runs once more, on the new one, so that a reader during an
   // overwrite gets the old checkpoint or the new one, not an error. Damage that is not a
   // replacement fails as before. The open itself can race too (the marker of one commit, the
-  // metadata of the next): a failed open is tried once more, and damage fails the same way
-  // twice. (With a coordinator every rank would have to agree to retry: not done.)
+  // metadata of the next): the marker's commit is known as soon as it is read. (With a
+  // coordinator every rank would have to agree to retry: not done.)
   try {
     return load_opened(store, open, options, per_rank, plan_fn);
   } catch (const Error& e) {
     const bool may_be_replaced =
         e.kind() == ErrorKind::corrupt || e.kind() == ErrorKind::not_found || e.kind() == ErrorKind::io;
-    const bool open_failed = opened == 0;
-    if (!may_be_replaced || (!open_failed && !replaced_since(store, key, opened))) throw;
+    if (!may_be_replaced || !replaced_since(store, key, opened)) throw;
   }
   opened = 0;
   return load_opened(store, open, options, per_rank, plan_fn);

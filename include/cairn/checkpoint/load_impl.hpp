@@ -25,12 +25,8 @@ inline bool replaced_since(const Store& store, const std::string& key, std::uint
 
 CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, const LoadOptions& options, bool per_rank,
                                   FunctionRef<LoadPlan(const StoredIndex&)> plan_fn) {
-  std::uint64_t opened = 0;
-  auto open = [&] {
-    OpenedCheckpoint c = open_checkpoint(store, key, options.coordinator);
-    opened = c.commit;
-    return c;
-  };
+  std::uint64_t opened = 0;  // the commit whose marker the load read, even if it failed after
+  auto open = [&] { return open_checkpoint(store, key, options.coordinator, &opened); };
   if (options.coordinator) return load_opened(store, open, options, per_rank, plan_fn);
   // A load racing an overwrite of its checkpoint may open the old one and read files of the
   // new one (an overwrite swaps the whole directory between the load's reads): their checks
@@ -38,15 +34,14 @@ CAIRN_API LoadReport load_planned(const Store& store, const std::string& key, co
   // the one opened, the load runs once more, on the new one, so that a reader during an
   // overwrite gets the old checkpoint or the new one, not an error. Damage that is not a
   // replacement fails as before. The open itself can race too (the marker of one commit, the
-  // metadata of the next): a failed open is tried once more, and damage fails the same way
-  // twice. (With a coordinator every rank would have to agree to retry: not done.)
+  // metadata of the next): the marker's commit is known as soon as it is read. (With a
+  // coordinator every rank would have to agree to retry: not done.)
   try {
     return load_opened(store, open, options, per_rank, plan_fn);
   } catch (const Error& e) {
     const bool may_be_replaced =
         e.kind() == ErrorKind::corrupt || e.kind() == ErrorKind::not_found || e.kind() == ErrorKind::io;
-    const bool open_failed = opened == 0;
-    if (!may_be_replaced || (!open_failed && !replaced_since(store, key, opened))) throw;
+    if (!may_be_replaced || !replaced_since(store, key, opened)) throw;
   }
   opened = 0;
   return load_opened(store, open, options, per_rank, plan_fn);

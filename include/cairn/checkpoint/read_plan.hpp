@@ -346,12 +346,14 @@ struct OpenedCheckpoint {
   std::map<std::string, std::string> file_keys;
   std::uint64_t commit = 0;  // MetadataText::commit of what was opened (0: not known)
 };
-inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator) {
+// `commit_seen`: as read_metadata_text's (one process only).
+inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator,
+                                        std::uint64_t* commit_seen = nullptr) {
   if (!coordinator || coordinator->size() == 1) {
     const std::string ckpt = store.readable_checkpoint(normalize_key(key));
     OpenedCheckpoint c;
     c.key = ckpt;
-    const MetadataText t = read_metadata_text(store, ckpt);
+    const MetadataText t = read_metadata_text(store, ckpt, commit_seen);
     c.commit = t.commit;
     c.read_ahead = start_read_ahead(store, ckpt, t.metadata);
     c.metadata = parse_metadata(store, ckpt, t, &c.leaf_keys);

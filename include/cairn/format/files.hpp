@@ -372,11 +372,14 @@ struct MetadataText {
   // names them). A checkpoint replaced by an overwrite has another, unless identical.
   std::uint64_t commit = 0;
 };
-inline MetadataText read_metadata_text(const Store& store, const std::string& key) {
+// `commit_seen`, when given, is set as soon as the marker is read (before the files it names),
+// so that a caller whose read of those files fails knows which commit it had opened.
+inline MetadataText read_metadata_text(const Store& store, const std::string& key, std::uint64_t* commit_seen = nullptr) {
   auto digests = read_marker(store, key);
   MetadataText t;
   for (const auto& [name, d] : digests)
     t.commit = (t.commit * 0x100000001b3ull) ^ (d.bytes * 0x9e3779b97f4a7c15ull) ^ d.crc32c;
+  if (commit_seen) *commit_seen = t.commit;
   t.metadata = read_verified(store, key, digests, metadata_file, max_metadata_bytes);
   t.user = read_verified(store, key, digests, user_metadata_file, max_metadata_bytes);
   return t;
