@@ -6335,6 +6335,98 @@ CAIRN_END_NAMESPACE
 #include <type_traits>
 #include <vector>
 
+// ----- begin cairn/core/tuning.hpp -----
+// Every tuning constant of cairn in one place, each with the reason (measured where it says so)
+// for its value: buffer and piece sizes of the writers and readers, when the loader uses a
+// second thread, how far the read-ahead goes. None of them changes the on-disk format or what a
+// load returns; only how fast and with how much memory. Limits that guard against hostile
+// files (format/files.hpp, safetensors/header.hpp) are not tuning and stay beside their checks.
+
+#include <cstddef>
+#include <cstdint>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// ---- Writing and reading small leaves (checkpoint/leaf_writer.hpp, checkpoint/read_plan.hpp) ----
+
+// Small leaves are gathered into one buffer and written (and read) together: 10,000 leaves of
+// a few KiB would otherwise be 10,000 system calls. Large ones go straight between the file
+// and the caller's memory, with no copy.
+inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
+
+// A load reads runs of small leaves of at most this span with one scattered request: small
+// enough that each leaf is still in cache when its checksum is verified.
+inline constexpr std::uint64_t small_run_bytes = std::uint64_t{1} << 20;
+
+// ---- The cast kernels (kernels/cast.hpp) ----
+
+// Host memory: the same conversion over blocks of a fixed number of elements, each a
+// separate call of a Thrust for_each (parallel under OpenMP). A fixed trip count over
+// non-aliasing pointers is what lets compilers vectorize the loop at -O2; the range check
+// of a narrowing cast is an OR over the block, done before the block is converted.
+inline constexpr std::size_t cast_block_elements = 4096;
+
+// ---- The N-d box copy on the host (kernels/box_copy.hpp) ----
+
+// The host box copy hands Thrust segments of this many bytes (one for_each each): large enough
+// that the per-call cost vanishes, small enough to stay in L2 between source and destination.
+// Not measured against other sizes: the kernel runs at 0.7-1.15x memcpy with it (benchmarks.md,
+// "Sharding").
+inline constexpr std::uint64_t host_copy_segment_bytes = 256 << 10;
+
+// ---- Reading data files (checkpoint/box_reader.hpp, checkpoint/read_plan.hpp) ----
+
+// A chunk that goes through the box copy or a cast (not straight into its target) is read in
+// pieces of at most this many bytes, the next piece on a helper thread while one is checked
+// and scattered: it bounds the staging memory of a resharding or casting load (two pieces, and
+// a device staging buffer of one piece). Not measured against other sizes.
+inline constexpr std::uint64_t read_piece_bytes = std::uint64_t{16} << 20;
+// Two small leaves whose bytes are at most this far apart in a file join one scattered read
+// (the gap is read and dropped): one page, the alignment padding between small leaves being at
+// most 64 bytes, so every run of one save's leaves joins; a partial load's unrelated leaves
+// further apart are read on their own. Not measured against other sizes.
+inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
+
+// A large leaf is read straight into its target in pieces of this size, each checksummed
+// right after it arrives: small enough to be still in the core's L2 cache. With 4 MiB pieces
+// the checksum read them back from memory and a warm 1 GiB load ran at 0.7x a plain read;
+// with 256 KiB, 0.86-0.90x (docs/benchmarks.md).
+inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{256} << 10;
+
+// A chunk of at least this many bytes read straight into host memory is read by two threads,
+// each reading and checksumming half of it (box_reader.hpp).
+inline constexpr std::uint64_t parallel_read_bytes = std::uint64_t{4} << 20;
+
+// ---- The read-ahead of a load (checkpoint/read_ahead.hpp) ----
+
+// A metadata text shorter than this parses in well under a millisecond (a few large leaves):
+// nothing to overlap.
+inline constexpr std::size_t read_ahead_min_metadata_bytes = 64 << 10;
+
+// At most this much is fetched, whatever the checkpoint's size: a load that reads only some
+// leaves should not fill the page cache with the others.
+inline constexpr std::uint64_t read_ahead_max_bytes = 256ull << 20;
+
+// ---- Writing sharded, device and cast leaves (checkpoint/leaf_writer.hpp) ----
+
+// Pieces in which device shards cross to the host (and casts run) while being written.
+inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
+
+// ---- CRC32C (io/crc32c.hpp) ----
+
+// The hardware CRC32C runs three independent streams over blocks of this many bytes each and
+// combines them with a shift table (the instruction has latency 3 and throughput 1): large
+// enough that the combine costs little, small enough that inputs of a few blocks use it. The
+// checksum runs at the speed of the copy with it (benchmarks.md, "the checksum at the speed of
+// the copy").
+inline constexpr std::size_t crc32c_stream_block = 8192;
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/tuning.hpp -----
 // ----- begin cairn/kernels/policy.hpp -----
 // Which Thrust execution policy runs kernels on host memory. Under the OpenMP or TBB device
 // system the "device" is the host's cores, so host arrays use it and run in parallel; under
@@ -6563,12 +6655,6 @@ void cast_typed(Policy&& policy, const From* src, To* dst, std::size_t n, OnOver
   thrust::transform(policy, src, src + n, dst, cast_element<To, From>{});
   }
 }
-
-// Host memory: the same conversion over blocks of a fixed number of elements, each a
-// separate call of a Thrust for_each (parallel under OpenMP). A fixed trip count over
-// non-aliasing pointers is what lets compilers vectorize the loop at -O2; the range check
-// of a narrowing cast is an OR over the block, done before the block is converted.
-inline constexpr std::size_t cast_block_elements = 4096;
 
 // Restrict-qualified parameters (GCC honours restrict there, not on local pointers), and a
 // fixed trip count, so that these loops vectorize.
@@ -7043,8 +7129,6 @@ void box_copy(Policy&& policy, std::size_t item_size, const void* src, void* dst
   }
   throw Error(ErrorKind::invalid_argument, "box copy of " + std::to_string(item_size) + "-byte elements");
 }
-
-inline constexpr std::uint64_t host_copy_segment_bytes = 256 << 10;
 
 // The same copy between buffers in the memory of one device (a GPU under nvcc: one thread per
 // element; without CUDA the host kernel).
@@ -9240,7 +9324,6 @@ class Crc32cShift {
   std::array<std::array<std::uint32_t, 256>, 4> t_;
 };
 
-inline constexpr std::size_t crc32c_stream_block = 8192;
 inline std::uint32_t crc32c_shift_block(std::uint32_t crc) {
   static const Crc32cShift shift(crc32c_stream_block);
   return shift(crc);
@@ -9388,15 +9471,6 @@ inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
 // Pairs of chunks compared for overlap in a leaf whose chunks are not a grid (cairn writes
 // only grids): about a second of work at most.
 inline constexpr std::uint64_t max_overlap_checks = std::uint64_t{1} << 26;
-
-// Small leaves are gathered into one buffer and written (and read) together: 10,000 leaves of
-// a few KiB would otherwise be 10,000 system calls. Large ones go straight between the file
-// and the caller's memory, with no copy.
-inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
-inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
-// A load reads runs of small leaves of at most this span with one scattered request: small
-// enough that each leaf is still in cache when its checksum is verified.
-inline constexpr std::uint64_t small_run_bytes = std::uint64_t{1} << 20;
 
 inline std::string data_file_name(int process, int index) {
   return "data-" + std::to_string(process) + "-" + std::to_string(index) + ".bin";
@@ -10007,9 +10081,6 @@ namespace detail {
 // Large leaves start on 4 KiB boundaries (page-aligned for mmap and O_DIRECT), small ones on
 // 64 bytes so that thousands of tiny leaves do not pad the file to many times its size.
 inline std::uint64_t leaf_alignment(std::uint64_t nbytes) { return nbytes >= (64u << 10) ? 4096 : 64; }
-
-// Pieces in which device shards cross to the host (and casts run) while being written.
-inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
 
 class DataFileWriter {
  public:
@@ -11530,17 +11601,6 @@ class DataFiles {
   std::unordered_map<std::string, std::unique_ptr<StoreReader>> files_;
 };
 
-inline constexpr std::uint64_t read_piece_bytes = std::uint64_t{16} << 20;
-inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
-// A large leaf is read straight into its target in pieces of this size, each checksummed
-// right after it arrives: small enough to be still in the core's L2 cache. With 4 MiB pieces
-// the checksum read them back from memory and a warm 1 GiB load ran at 0.7x a plain read;
-// with 256 KiB, 0.86-0.90x (docs/benchmarks.md).
-inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{256} << 10;
-// A chunk of at least this many bytes read straight into host memory is read by two threads,
-// each reading and checksumming half of it (box_reader.hpp).
-inline constexpr std::uint64_t parallel_read_bytes = std::uint64_t{4} << 20;
-
 // A stored bool is one byte; any value but 0 reads as true (as in numpy). Bytes are made 0 or
 // 1 before anything treats them as bool, since another byte value in a bool is undefined
 // behaviour and the file is untrusted.
@@ -11945,13 +12005,6 @@ CAIRN_END_NAMESPACE
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
-
-// A metadata text shorter than this parses in well under a millisecond (a few large leaves):
-// nothing to overlap.
-inline constexpr std::size_t read_ahead_min_metadata_bytes = 64 << 10;
-// At most this much is fetched, whatever the checkpoint's size: a load that reads only some
-// leaves should not fill the page cache with the others.
-inline constexpr std::uint64_t read_ahead_max_bytes = 256ull << 20;
 
 // The data files that a metadata text names at its head ("data_files":["data-0-0.bin", ...],
 // which cairn writes before the items; docs/format.md), found without parsing the rest.

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "cairn/core/tuning.hpp"
 #include "cairn/format/files.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -46,17 +47,6 @@ class DataFiles {
   const std::map<std::string, std::string>* file_keys_ = nullptr;
   std::unordered_map<std::string, std::unique_ptr<StoreReader>> files_;
 };
-
-inline constexpr std::uint64_t read_piece_bytes = std::uint64_t{16} << 20;
-inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
-// A large leaf is read straight into its target in pieces of this size, each checksummed
-// right after it arrives: small enough to be still in the core's L2 cache. With 4 MiB pieces
-// the checksum read them back from memory and a warm 1 GiB load ran at 0.7x a plain read;
-// with 256 KiB, 0.86-0.90x (docs/benchmarks.md).
-inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{256} << 10;
-// A chunk of at least this many bytes read straight into host memory is read by two threads,
-// each reading and checksumming half of it (box_reader.hpp).
-inline constexpr std::uint64_t parallel_read_bytes = std::uint64_t{4} << 20;
 
 // A stored bool is one byte; any value but 0 reads as true (as in numpy). Bytes are made 0 or
 // 1 before anything treats them as bool, since another byte value in a bool is undefined

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cairn/core/tuning.hpp"
 #include "cairn/checkpoint/coverage.hpp"
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/device/memory.hpp"
@@ -27,9 +28,6 @@ namespace detail {
 // Large leaves start on 4 KiB boundaries (page-aligned for mmap and O_DIRECT), small ones on
 // 64 bytes so that thousands of tiny leaves do not pad the file to many times its size.
 inline std::uint64_t leaf_alignment(std::uint64_t nbytes) { return nbytes >= (64u << 10) ? 4096 : 64; }
-
-// Pieces in which device shards cross to the host (and casts run) while being written.
-inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
 
 class DataFileWriter {
  public:

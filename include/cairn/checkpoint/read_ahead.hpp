@@ -17,17 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include "cairn/core/tuning.hpp"
 #include "cairn/store/store.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
-
-// A metadata text shorter than this parses in well under a millisecond (a few large leaves):
-// nothing to overlap.
-inline constexpr std::size_t read_ahead_min_metadata_bytes = 64 << 10;
-// At most this much is fetched, whatever the checkpoint's size: a load that reads only some
-// leaves should not fill the page cache with the others.
-inline constexpr std::uint64_t read_ahead_max_bytes = 256ull << 20;
 
 // The data files that a metadata text names at its head ("data_files":["data-0-0.bin", ...],
 // which cairn writes before the items; docs/format.md), found without parsing the rest.

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "cairn/core/tuning.hpp"
 #include "cairn/format/records.hpp"
 #include "cairn/format/metadata_json.hpp"
 #include "cairn/io/crc32c.hpp"
@@ -32,15 +33,6 @@ inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
 // Pairs of chunks compared for overlap in a leaf whose chunks are not a grid (cairn writes
 // only grids): about a second of work at most.
 inline constexpr std::uint64_t max_overlap_checks = std::uint64_t{1} << 26;
-
-// Small leaves are gathered into one buffer and written (and read) together: 10,000 leaves of
-// a few KiB would otherwise be 10,000 system calls. Large ones go straight between the file
-// and the caller's memory, with no copy.
-inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
-inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
-// A load reads runs of small leaves of at most this span with one scattered request: small
-// enough that each leaf is still in cache when its checksum is verified.
-inline constexpr std::uint64_t small_run_bytes = std::uint64_t{1} << 20;
 
 inline std::string data_file_name(int process, int index) {
   return "data-" + std::to_string(process) + "-" + std::to_string(index) + ".bin";

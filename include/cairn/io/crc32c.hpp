@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cairn/core/tuning.hpp"
 #include "cairn/core/config.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__)
@@ -111,7 +112,6 @@ class Crc32cShift {
   std::array<std::array<std::uint32_t, 256>, 4> t_;
 };
 
-inline constexpr std::size_t crc32c_stream_block = 8192;
 inline std::uint32_t crc32c_shift_block(std::uint32_t crc) {
   static const Crc32cShift shift(crc32c_stream_block);
   return shift(crc);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cairn/core/tuning.hpp"
 #include "cairn/core/box.hpp"
 #include "cairn/kernels/box_plan.hpp"
 #include "cairn/device/memory.hpp"
@@ -86,8 +87,6 @@ void box_copy(Policy&& policy, std::size_t item_size, const void* src, void* dst
   }
   throw Error(ErrorKind::invalid_argument, "box copy of " + std::to_string(item_size) + "-byte elements");
 }
-
-inline constexpr std::uint64_t host_copy_segment_bytes = 256 << 10;
 
 // The same copy between buffers in the memory of one device (a GPU under nvcc: one thread per
 // element; without CUDA the host kernel).

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cairn/core/tuning.hpp"
 #include "cairn/device/memory.hpp"
 #include "cairn/dtype/dtype.hpp"
 #include "cairn/kernels/policy.hpp"
@@ -227,12 +228,6 @@ void cast_typed(Policy&& policy, const From* src, To* dst, std::size_t n, OnOver
   thrust::transform(policy, src, src + n, dst, cast_element<To, From>{});
   }
 }
-
-// Host memory: the same conversion over blocks of a fixed number of elements, each a
-// separate call of a Thrust for_each (parallel under OpenMP). A fixed trip count over
-// non-aliasing pointers is what lets compilers vectorize the loop at -O2; the range check
-// of a narrowing cast is an OR over the block, done before the block is converted.
-inline constexpr std::size_t cast_block_elements = 4096;
 
 // Restrict-qualified parameters (GCC honours restrict there, not on local pointers), and a
 // fixed trip count, so that these loops vectorize.
