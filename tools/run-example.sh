@@ -10,7 +10,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/tools/deps.sh" g++ libeigen3-dev libcereal-dev libthrust-dev
 out="$root/build-example"
 mkdir -p "$out"
+echo "compiling examples/quickstart.cpp and examples/train_loop.cpp header-only with g++ -O2:" \
+     "about a minute each on one core (cairn's whole runtime compiles in each file; nothing prints meanwhile)"
 for e in quickstart train_loop; do
+  echo "  compiling $e ..."
   g++ -std=c++20 -O2 -I"$root/include" -I/usr/include/eigen3 "$root/examples/$e.cpp" -o "$out/$e" -pthread
 done
 work=$(mktemp -d)
