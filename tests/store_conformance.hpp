@@ -202,6 +202,20 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     }
     CHECK(!store->exists("c/2"));
     CHECK(store->list("c").size() == 2);  // "1" and "plain"
+    // Two saves of one new key, staged before either publishes: the first publish wins, the
+    // second is already_exists (never a replacement without overwrite), the winner whole.
+    {
+      auto first = store->stage("c/race", false);
+      auto second = store->stage("c/race", false);
+      cairn::detail::write_blob(*store, cairn::detail::join_key(first->key(), "f"), "first");
+      cairn::detail::write_blob(*store, cairn::detail::join_key(first->key(), "_CHECKPOINT"), "{}");
+      cairn::detail::write_blob(*store, cairn::detail::join_key(second->key(), "f"), "second");
+      cairn::detail::write_blob(*store, cairn::detail::join_key(second->key(), "_CHECKPOINT"), "{}");
+      first->publish({{"f", 5}, {"_CHECKPOINT", 2}});
+      CHECK_CAIRN_ERROR(second->publish({{"f", 6}, {"_CHECKPOINT", 2}}), ErrorKind::already_exists, "race");
+    }
+    CHECK(cairn::detail::read_blob(*store, "c/race/f", 100) == "first");
+    CHECK(store->list("c").size() == 3);  // "1", "plain" and "race": no staging left behind
   }
   SUBCASE("atomic small blobs and deleting checkpoints") {
     auto store = make();
