@@ -30,6 +30,7 @@ cmake --build "$work/fp" >/dev/null
 "$work/fp/consumer_compiled" "$work/fp"
 "$work/fp/consumer_compat" "$work/fp"
 # pkg-config: `cairn` links the compiled runtime, `cairn-header-only` needs no library.
+"$root/tools/deps.sh" pkgconf
 export PKG_CONFIG_PATH="$work/prefix/share/pkgconfig"
 g++ $(pkg-config --cflags cairn) "$root/tests/package/consumer.cpp" -o "$work/pc" $(pkg-config --libs cairn)
 "$work/pc" "$work"
