@@ -5064,8 +5064,7 @@ class Checkpointer {
   std::shared_ptr<detail::SaveJob> prepare(std::int64_t step, const StepSaveOptions& args);
   // The job's commit (collective), then the primary's `latest` marker and retention, whose
   // outcome and deletions every rank learns. `failure`: this rank's error so far, if any.
-  void commit_job(detail::SaveJob& job, std::int64_t step, const Json& metrics, std::int64_t now_ms,
-                  std::exception_ptr failure);
+  void commit_job(detail::SaveJob& job, std::int64_t step, const Json& metrics, std::exception_ptr failure);
   // After a commit: `latest`, then retention.
   void after_commit();
 
@@ -11072,8 +11071,10 @@ class SaveJob {
     session->commit(user_metadata_, created_unix_ms_, failure);
   }
 
-  // A whole synchronous save on this thread, from the caller's memory.
-  SaveReport run(FunctionRef<std::vector<ItemSnapshot>()> snapshot) {
+  // A whole synchronous save on this thread, from the caller's memory. `commit` is the
+  // driver's commit: the job's own, or the Checkpointer's, which adds `latest` and retention.
+  SaveReport run(FunctionRef<std::vector<ItemSnapshot>()> snapshot,
+                 FunctionRef<void(SaveJob&, std::exception_ptr)> commit) {
     stage();
     std::exception_ptr failure;
     try {
@@ -11083,7 +11084,7 @@ class SaveJob {
     } catch (...) {
       failure = std::current_exception();
     }
-    commit(failure);
+    commit(*this, failure);
     return report_;
   }
 
@@ -11212,7 +11213,7 @@ namespace detail {
 CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
                                     FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options) {
   SaveJob job(store, key, options, options.user_metadata, now_unix_ms());
-  return job.run(snapshot);
+  return job.run(snapshot, [](SaveJob& j, std::exception_ptr failure) { j.commit(failure); });
 }
 
 CAIRN_API AsyncSave save_snapshots_async(Store& store, const std::string& key,
@@ -12386,7 +12387,6 @@ struct OpenedCheckpoint {
   // Data files read from another key than key/name: a safetensors file reached through a
   // symbolic link (Store::follow_link). Never filled for a checkpoint's own files.
   std::map<std::string, std::string> file_keys;
-  std::uint64_t commit = 0;  // MetadataText::commit of what was opened (0: not known)
 };
 // `commit_seen`: as read_metadata_text's (one process only).
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator,
@@ -12396,7 +12396,6 @@ inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& k
     OpenedCheckpoint c;
     c.key = ckpt;
     const MetadataText t = read_metadata_text(store, ckpt, commit_seen);
-    c.commit = t.commit;
     c.read_ahead = start_read_ahead(store, ckpt, t.metadata);
     c.metadata = parse_metadata(store, ckpt, t, &c.leaf_keys);
     c.records = store.describe(join_key(ckpt, metadata_file));
@@ -13041,12 +13040,17 @@ struct ExportTensor {
 };
 
 // The elements of a sharded view this process holds a copy of (each distinct box once).
-inline std::uint64_t held_elements(const LeafView& v) {
+// Calls f(shard) for one copy of each distinct non-empty box this process holds (a replica
+// whose primary holder is another process holds the same values).
+template <class F>
+void for_each_held_box(const LeafView& v, F&& f) {
   std::set<std::pair<Shape, Shape>> seen;
-  std::uint64_t covered = 0;
   for (const auto& s : v.shards)
-    if (s.box.elements() > 0 && s.data && seen.emplace(s.box.start, s.box.shape).second)
-      covered += static_cast<std::uint64_t>(s.box.elements());
+    if (s.box.elements() > 0 && s.data && seen.emplace(s.box.start, s.box.shape).second) f(s);
+}
+inline std::uint64_t held_elements(const LeafView& v) {
+  std::uint64_t covered = 0;
+  for_each_held_box(v, [&](const ShardView& s) { covered += static_cast<std::uint64_t>(s.box.elements()); });
   return covered;
 }
 
@@ -13066,9 +13070,7 @@ inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned ch
   // Each distinct box once, from any copy this process holds (a replica whose primary holder is
   // another process holds the same values). The export checked first that they cover the array
   // (held_elements), so no byte of the reused scratch buffer is left from an earlier tensor.
-  std::set<std::pair<Shape, Shape>> seen;
-  for (const auto& s : v.shards) {
-    if (s.box.elements() == 0 || !s.data || !seen.emplace(s.box.start, s.box.shape).second) continue;
+  for_each_held_box(v, [&](const ShardView& s) {
     const void* src = s.data;
     if (s.memory != MemoryKind::host) {
       piece.resize(static_cast<std::size_t>(s.box.elements() * item));
@@ -13076,7 +13078,7 @@ inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned ch
       src = piece.data();
     }
     box_copy_host(item, src, scratch.data(), plan_box_copy(s.box, s.box, false, whole, false));
-  }
+  });
   return scratch.data();
 }
 
@@ -13205,9 +13207,11 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
                   " leaves; leave them out with SafetensorsSaveOptions::select", where, full);
     if (!leaf.view.shards.empty())
       if (const std::uint64_t held = held_elements(leaf.view); held != element_count(leaf.view.shape))
-        throw Error(ErrorKind::invalid_argument, uncovered_leaf_error(held, leaf.view, "a safetensors file is written by one process, which needs "
-                    "all of it: gather the array onto this process (ShardedArray::gather), or save a cairn checkpoint "
-                    "with SaveOptions::coordinator, which every process writes its part of").message(), where, full);
+        throw uncovered_leaf_error(held, leaf.view, "a safetensors file is written by one process, which needs all "
+                                   "of it: gather the array onto this process (ShardedArray::gather), or save a cairn "
+                                   "checkpoint with SaveOptions::coordinator, which every process writes its part of")
+            .with_file(where)
+            .with_key(full);
     if (t.dtype != leaf.view.dtype) report.cast.push_back(full);
     t.nbytes = byte_count(leaf.view.shape, dtype_size(t.dtype));
     // Only the root leaf (a tree that is one array) is named "": a leaf under a map's empty
@@ -13535,17 +13539,9 @@ CAIRN_API SaveReport Checkpointer::save_snapshots(std::int64_t step,
                                                   detail::FunctionRef<std::vector<detail::ItemSnapshot>()> snapshot,
                                                   const StepSaveOptions& args) {
   std::shared_ptr<detail::SaveJob> job = prepare(step, args);
-  job->stage();
-  std::exception_ptr failure;
-  try {
-    job->take_views(snapshot);
-    job->all_ready();
-    job->write();
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  commit_job(*job, step, args.metrics, job->created_unix_ms(), failure);
-  return job->report();
+  return job->run(snapshot, [&](detail::SaveJob& j, std::exception_ptr failure) {
+    commit_job(j, step, args.metrics, failure);
+  });
 }
 
 CAIRN_API void Checkpointer::save_snapshots_async(std::int64_t step,
@@ -13556,7 +13552,7 @@ CAIRN_API void Checkpointer::save_snapshots_async(std::int64_t step,
   const Json metrics = args.metrics;
   worker->start(job, snapshot, options_.async_memory_budget,
                 [this, step, metrics](detail::SaveJob& j, std::exception_ptr failure) {
-                  commit_job(j, step, metrics, j.created_unix_ms(), failure);
+                  commit_job(j, step, metrics, failure);
                 });
   worker_ = std::move(worker);
 }
@@ -13594,8 +13590,9 @@ CAIRN_API std::shared_ptr<detail::SaveJob> Checkpointer::prepare(std::int64_t st
   return std::make_shared<detail::SaveJob>(*store_, step_path(step), std::move(so), std::move(user), now_ms);
 }
 
-CAIRN_API void Checkpointer::commit_job(detail::SaveJob& job, std::int64_t step, const Json& metrics, std::int64_t now_ms,
+CAIRN_API void Checkpointer::commit_job(detail::SaveJob& job, std::int64_t step, const Json& metrics,
                                         std::exception_ptr failure) {
+  const std::int64_t now_ms = job.created_unix_ms();  // the step's time, as its metadata records it
   // From the moment the checkpoint is published, this manager lists it, whatever fails after.
   auto record = [&] {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -344,7 +344,6 @@ struct OpenedCheckpoint {
   // Data files read from another key than key/name: a safetensors file reached through a
   // symbolic link (Store::follow_link). Never filled for a checkpoint's own files.
   std::map<std::string, std::string> file_keys;
-  std::uint64_t commit = 0;  // MetadataText::commit of what was opened (0: not known)
 };
 // `commit_seen`: as read_metadata_text's (one process only).
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator,
@@ -354,7 +353,6 @@ inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& k
     OpenedCheckpoint c;
     c.key = ckpt;
     const MetadataText t = read_metadata_text(store, ckpt, commit_seen);
-    c.commit = t.commit;
     c.read_ahead = start_read_ahead(store, ckpt, t.metadata);
     c.metadata = parse_metadata(store, ckpt, t, &c.leaf_keys);
     c.records = store.describe(join_key(ckpt, metadata_file));

@@ -23,7 +23,7 @@ namespace detail {
 CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
                                     FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options) {
   SaveJob job(store, key, options, options.user_metadata, now_unix_ms());
-  return job.run(snapshot);
+  return job.run(snapshot, [](SaveJob& j, std::exception_ptr failure) { j.commit(failure); });
 }
 
 CAIRN_API AsyncSave save_snapshots_async(Store& store, const std::string& key,

@@ -148,8 +148,10 @@ class SaveJob {
     session->commit(user_metadata_, created_unix_ms_, failure);
   }
 
-  // A whole synchronous save on this thread, from the caller's memory.
-  SaveReport run(FunctionRef<std::vector<ItemSnapshot>()> snapshot) {
+  // A whole synchronous save on this thread, from the caller's memory. `commit` is the
+  // driver's commit: the job's own, or the Checkpointer's, which adds `latest` and retention.
+  SaveReport run(FunctionRef<std::vector<ItemSnapshot>()> snapshot,
+                 FunctionRef<void(SaveJob&, std::exception_ptr)> commit) {
     stage();
     std::exception_ptr failure;
     try {
@@ -159,7 +161,7 @@ class SaveJob {
     } catch (...) {
       failure = std::current_exception();
     }
-    commit(failure);
+    commit(*this, failure);
     return report_;
   }
 

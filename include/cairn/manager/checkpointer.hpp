@@ -174,8 +174,7 @@ class Checkpointer {
   std::shared_ptr<detail::SaveJob> prepare(std::int64_t step, const StepSaveOptions& args);
   // The job's commit (collective), then the primary's `latest` marker and retention, whose
   // outcome and deletions every rank learns. `failure`: this rank's error so far, if any.
-  void commit_job(detail::SaveJob& job, std::int64_t step, const Json& metrics, std::int64_t now_ms,
-                  std::exception_ptr failure);
+  void commit_job(detail::SaveJob& job, std::int64_t step, const Json& metrics, std::exception_ptr failure);
   // After a commit: `latest`, then retention.
   void after_commit();
 

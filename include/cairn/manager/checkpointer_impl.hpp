@@ -147,17 +147,9 @@ CAIRN_API SaveReport Checkpointer::save_snapshots(std::int64_t step,
                                                   detail::FunctionRef<std::vector<detail::ItemSnapshot>()> snapshot,
                                                   const StepSaveOptions& args) {
   std::shared_ptr<detail::SaveJob> job = prepare(step, args);
-  job->stage();
-  std::exception_ptr failure;
-  try {
-    job->take_views(snapshot);
-    job->all_ready();
-    job->write();
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  commit_job(*job, step, args.metrics, job->created_unix_ms(), failure);
-  return job->report();
+  return job->run(snapshot, [&](detail::SaveJob& j, std::exception_ptr failure) {
+    commit_job(j, step, args.metrics, failure);
+  });
 }
 
 CAIRN_API void Checkpointer::save_snapshots_async(std::int64_t step,
@@ -168,7 +160,7 @@ CAIRN_API void Checkpointer::save_snapshots_async(std::int64_t step,
   const Json metrics = args.metrics;
   worker->start(job, snapshot, options_.async_memory_budget,
                 [this, step, metrics](detail::SaveJob& j, std::exception_ptr failure) {
-                  commit_job(j, step, metrics, j.created_unix_ms(), failure);
+                  commit_job(j, step, metrics, failure);
                 });
   worker_ = std::move(worker);
 }
@@ -206,8 +198,9 @@ CAIRN_API std::shared_ptr<detail::SaveJob> Checkpointer::prepare(std::int64_t st
   return std::make_shared<detail::SaveJob>(*store_, step_path(step), std::move(so), std::move(user), now_ms);
 }
 
-CAIRN_API void Checkpointer::commit_job(detail::SaveJob& job, std::int64_t step, const Json& metrics, std::int64_t now_ms,
+CAIRN_API void Checkpointer::commit_job(detail::SaveJob& job, std::int64_t step, const Json& metrics,
                                         std::exception_ptr failure) {
+  const std::int64_t now_ms = job.created_unix_ms();  // the step's time, as its metadata records it
   // From the moment the checkpoint is published, this manager lists it, whatever fails after.
   auto record = [&] {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -29,12 +29,17 @@ struct ExportTensor {
 };
 
 // The elements of a sharded view this process holds a copy of (each distinct box once).
-inline std::uint64_t held_elements(const LeafView& v) {
+// Calls f(shard) for one copy of each distinct non-empty box this process holds (a replica
+// whose primary holder is another process holds the same values).
+template <class F>
+void for_each_held_box(const LeafView& v, F&& f) {
   std::set<std::pair<Shape, Shape>> seen;
-  std::uint64_t covered = 0;
   for (const auto& s : v.shards)
-    if (s.box.elements() > 0 && s.data && seen.emplace(s.box.start, s.box.shape).second)
-      covered += static_cast<std::uint64_t>(s.box.elements());
+    if (s.box.elements() > 0 && s.data && seen.emplace(s.box.start, s.box.shape).second) f(s);
+}
+inline std::uint64_t held_elements(const LeafView& v) {
+  std::uint64_t covered = 0;
+  for_each_held_box(v, [&](const ShardView& s) { covered += static_cast<std::uint64_t>(s.box.elements()); });
   return covered;
 }
 
@@ -54,9 +59,7 @@ inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned ch
   // Each distinct box once, from any copy this process holds (a replica whose primary holder is
   // another process holds the same values). The export checked first that they cover the array
   // (held_elements), so no byte of the reused scratch buffer is left from an earlier tensor.
-  std::set<std::pair<Shape, Shape>> seen;
-  for (const auto& s : v.shards) {
-    if (s.box.elements() == 0 || !s.data || !seen.emplace(s.box.start, s.box.shape).second) continue;
+  for_each_held_box(v, [&](const ShardView& s) {
     const void* src = s.data;
     if (s.memory != MemoryKind::host) {
       piece.resize(static_cast<std::size_t>(s.box.elements() * item));
@@ -64,7 +67,7 @@ inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned ch
       src = piece.data();
     }
     box_copy_host(item, src, scratch.data(), plan_box_copy(s.box, s.box, false, whole, false));
-  }
+  });
   return scratch.data();
 }
 
@@ -193,9 +196,11 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
                   " leaves; leave them out with SafetensorsSaveOptions::select", where, full);
     if (!leaf.view.shards.empty())
       if (const std::uint64_t held = held_elements(leaf.view); held != element_count(leaf.view.shape))
-        throw Error(ErrorKind::invalid_argument, uncovered_leaf_error(held, leaf.view, "a safetensors file is written by one process, which needs "
-                    "all of it: gather the array onto this process (ShardedArray::gather), or save a cairn checkpoint "
-                    "with SaveOptions::coordinator, which every process writes its part of").message(), where, full);
+        throw uncovered_leaf_error(held, leaf.view, "a safetensors file is written by one process, which needs all "
+                                   "of it: gather the array onto this process (ShardedArray::gather), or save a cairn "
+                                   "checkpoint with SaveOptions::coordinator, which every process writes its part of")
+            .with_file(where)
+            .with_key(full);
     if (t.dtype != leaf.view.dtype) report.cast.push_back(full);
     t.nbytes = byte_count(leaf.view.shape, dtype_size(t.dtype));
     // Only the root leaf (a tree that is one array) is named "": a leaf under a map's empty
