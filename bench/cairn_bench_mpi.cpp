@@ -169,11 +169,11 @@ int main(int argc, char** argv) {
         whole.push_back(all);
         coordination.push_back(coordinating);
         // The metadata: read by every rank at once, or by the primary and broadcast.
-        meta_every.push_back(timed(comm, [&] { (void)cairn::metadata(store, ckpt); }));
+        meta_every.push_back(timed(comm, [&] { (void)cairn::metadata({store, ckpt}); }));
         meta_primary.push_back(timed(comm, [&] { (void)cairn::detail::open_checkpoint(store, ckpt, &coord); }));
       }
       if (rank == 0) {
-        const auto m = cairn::metadata(store, dir + "/chunks");
+        const auto m = cairn::metadata({store, dir + "/chunks"});
         std::size_t n = 0;
         for (const auto& l : m.leaves()) n += l.chunks.size();
         const auto meta_bytes = std::filesystem::file_size(dir + "/chunks/_METADATA");

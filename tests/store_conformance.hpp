@@ -267,26 +267,26 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
       const std::string key = "runs/" + std::to_string(i);
       cairn::SaveOptions options;
       options.user_metadata = cairn::Json::object({{"i", i}});
-      cairn::save(*store, key, s, options);
+      cairn::save({*store, key}, s, options);
       ConformanceState back;
-      cairn::load(*store, key, back);
+      cairn::load({*store, key}, back);
       check_same(s, back);
-      CHECK(cairn::metadata(*store, key).user_metadata.at("i").as_int() == i);
-      CHECK(cairn::load<ConformanceState>(*store, key).name == s.name);
+      CHECK(cairn::metadata({*store, key}).user_metadata.at("i").as_int() == i);
+      CHECK(cairn::load<ConformanceState>({*store, key}).name == s.name);
       // Replaced atomically with overwrite; refused without.
-      CHECK_CAIRN_ERROR(cairn::save(*store, key, s), ErrorKind::already_exists, "");
+      CHECK_CAIRN_ERROR(cairn::save({*store, key}, s), ErrorKind::already_exists, "");
       options.overwrite = true;
       const ConformanceState t = random_conformance_state();
-      cairn::save(*store, key, t, options);
-      check_same(t, cairn::load<ConformanceState>(*store, key));
+      cairn::save({*store, key}, t, options);
+      check_same(t, cairn::load<ConformanceState>({*store, key}));
     }
     CHECK(visible_names(*store, "runs") == std::vector<std::string>{"0", "1", "2"});
-    CHECK_CAIRN_ERROR(cairn::load<ConformanceState>(*store, "runs/9"), ErrorKind::not_found, "nothing is there");
-    CHECK_CAIRN_ERROR(cairn::load<ConformanceState>(*store, "runs"), ErrorKind::not_found, "directory of checkpoints");
+    CHECK_CAIRN_ERROR(cairn::load<ConformanceState>({*store, "runs/9"}), ErrorKind::not_found, "nothing is there");
+    CHECK_CAIRN_ERROR(cairn::load<ConformanceState>({*store, "runs"}), ErrorKind::not_found, "directory of checkpoints");
     // A flipped byte in a data file is found, and the error names the blob as the store does.
     // The byte is one of leaf w's (never empty): the middle of the file may be the padding
     // between two leaves, which no checksum covers (that made this check fail now and then).
-    const cairn::CheckpointMetadata meta = cairn::metadata(*store, "runs/0");
+    const cairn::CheckpointMetadata meta = cairn::metadata({*store, "runs/0"});
     const cairn::LeafRecord* w = nullptr;
     for (const auto& l : meta.leaves())
       if (l.key() == "w") w = &l;
@@ -300,7 +300,7 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     bytes[static_cast<std::size_t>(chunk.offset + chunk.nbytes / 2)] ^= 0x10;
     store->remove(data_key);
     cairn::detail::write_blob(*store, data_key, bytes);
-    CHECK_CAIRN_ERROR(cairn::load<ConformanceState>(*store, "runs/0"), ErrorKind::corrupt, "checksum mismatch");
+    CHECK_CAIRN_ERROR(cairn::load<ConformanceState>({*store, "runs/0"}), ErrorKind::corrupt, "checksum mismatch");
   }
   SUBCASE("a Checkpointer over the store: steps, retention, latest, resume") {
     auto store = make();
@@ -308,7 +308,7 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     options.retention = cairn::RetentionPolicy::keep_latest(2);
     std::vector<ConformanceState> states;
     {
-      cairn::Checkpointer ckpt(store, "train", options);
+      cairn::Checkpointer ckpt({store, "train"}, options);
       for (int step = 0; step < 4; ++step) {
         states.push_back(random_conformance_state());
         if (step % 2) ckpt.save_async(step * 10, states.back());
@@ -317,7 +317,7 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
       ckpt.wait();
       CHECK(ckpt.steps() == std::vector<std::int64_t>{20, 30});
     }
-    cairn::Checkpointer again(store, "train", options);
+    cairn::Checkpointer again({store, "train"}, options);
     CHECK(again.latest() == 30);
     ConformanceState back;
     again.load(back);

@@ -87,9 +87,9 @@ TEST_CASE("a subtree loads into a smaller type, and a single leaf by key path") 
   CHECK(cairn::load_subtree<std::int64_t>(dir / "c", "step") == 42);
   // The same from a store: every entry point with a path has a store form.
   cairn::MemoryStore store;
-  cairn::save(store, "ckpt", s);
-  CHECK(cairn::load_subtree<Eigen::MatrixXf>(store, "ckpt", "params/dense2/kernel") == s.params.at("dense2").kernel);
-  CHECK_CAIRN_ERROR(cairn::load_subtree<std::int64_t>(store, "ckpt", "params/dense9"), cairn::ErrorKind::not_found,
+  cairn::save({store, "ckpt"}, s);
+  CHECK(cairn::load_subtree<Eigen::MatrixXf>({store, "ckpt"}, "params/dense2/kernel") == s.params.at("dense2").kernel);
+  CHECK_CAIRN_ERROR(cairn::load_subtree<std::int64_t>({store, "ckpt"}, "params/dense9"), cairn::ErrorKind::not_found,
                     "memory://ckpt");
   CHECK_CAIRN_ERROR(cairn::load_subtree<std::int64_t>(dir / "c", "params/dense9"), cairn::ErrorKind::not_found, "dense9");
   try {  // the error names the checkpoint, not only the key

@@ -458,41 +458,41 @@ TEST_CASE("export: a subtree, a selection, names, and what safetensors cannot ho
   only.subtree = "layers";
   only.select = {"1/*", "2/*"};
   only.separator = "/";
-  cairn::save_safetensors(store, "x.safetensors", net, only);
-  const cairn::CheckpointMetadata m = cairn::safetensors_metadata(store, "x.safetensors");
+  cairn::save_safetensors({store, "x.safetensors"}, net, only);
+  const cairn::CheckpointMetadata m = cairn::safetensors_metadata({store, "x.safetensors"});
   REQUIRE(m.leaves().size() == 2);
   CHECK(m.leaves()[0].key() == "1%2Fw");  // read with the default separator, "1/w" is one name
   cairn::SafetensorsOptions slash;
   slash.separator = "/";
   std::map<std::string, Layer> by_index;
-  cairn::load_safetensors(store, "x.safetensors", by_index, {}, slash);
+  cairn::load_safetensors({store, "x.safetensors"}, by_index, {}, slash);
   REQUIRE(by_index.size() == 2);
   CHECK(std::memcmp(by_index.at("2").w.data(), net.layers[2].w.data(), 24) == 0);
   std::map<std::string, std::string> strings = {{"a", "text"}};
-  CHECK_CAIRN_ERROR(cairn::save_safetensors(store, "s.safetensors", strings), cairn::ErrorKind::invalid_argument, "string");
+  CHECK_CAIRN_ERROR(cairn::save_safetensors({store, "s.safetensors"}, strings), cairn::ErrorKind::invalid_argument, "string");
   CHECK(!store.exists("s.safetensors"));
   cairn::SafetensorsSaveOptions missing;
   missing.subtree = "nothing";
-  CHECK_CAIRN_ERROR(cairn::save_safetensors(store, "n.safetensors", net, missing), cairn::ErrorKind::not_found, "nothing");
+  CHECK_CAIRN_ERROR(cairn::save_safetensors({store, "n.safetensors"}, net, missing), cairn::ErrorKind::not_found, "nothing");
   std::map<std::string, std::map<std::string, std::vector<float>>> same = {{"a", {{"b.c", {1}}}}, {"a.b", {{"c", {2}}}}};
-  CHECK_CAIRN_ERROR(cairn::save_safetensors(store, "d.safetensors", same), cairn::ErrorKind::invalid_argument,
+  CHECK_CAIRN_ERROR(cairn::save_safetensors({store, "d.safetensors"}, same), cairn::ErrorKind::invalid_argument,
                     "both become the name 'a.b.c'");
   // The empty name is the root's: a tree that is one array is named so and reads back, a leaf
   // under a top-level map's empty key is refused (it would read back as the root).
   const std::vector<float> alone = {1, 2, 3};
-  cairn::save_safetensors(store, "alone.safetensors", alone);
+  cairn::save_safetensors({store, "alone.safetensors"}, alone);
   std::vector<float> alone_back;
-  cairn::load_safetensors(store, "alone.safetensors", alone_back);
+  cairn::load_safetensors({store, "alone.safetensors"}, alone_back);
   CHECK(alone_back == alone);
-  CHECK(cairn::load_safetensors<std::vector<float>>(store, "alone.safetensors") == alone);  // a new T, from a store
+  CHECK(cairn::load_safetensors<std::vector<float>>({store, "alone.safetensors"}) == alone);  // a new T, from a store
   std::map<std::string, std::vector<float>> empty_key = {{"", {1}}, {"b", {2}}};
-  CHECK_CAIRN_ERROR(cairn::save_safetensors(store, "e.safetensors", empty_key), cairn::ErrorKind::invalid_argument,
+  CHECK_CAIRN_ERROR(cairn::save_safetensors({store, "e.safetensors"}, empty_key), cairn::ErrorKind::invalid_argument,
                     "the empty string as a key");
   CHECK(!store.exists("e.safetensors"));
   std::map<std::string, decltype(empty_key)> nested = {{"x", empty_key}};  // "x." and "x.b": fine below the top
-  cairn::save_safetensors(store, "nested.safetensors", nested);
+  cairn::save_safetensors({store, "nested.safetensors"}, nested);
   decltype(nested) nested_back;
-  cairn::load_safetensors(store, "nested.safetensors", nested_back);
+  cairn::load_safetensors({store, "nested.safetensors"}, nested_back);
   CHECK(nested_back == nested);
 }
 
@@ -500,15 +500,15 @@ TEST_CASE("export: a failed write leaves nothing at the path and the earlier fil
   const Net net = make_net();
   for (auto op : {cairn::MemoryStore::Op::write, cairn::MemoryStore::Op::finish, cairn::MemoryStore::Op::publish}) {
     cairn::MemoryStore store;
-    cairn::save_safetensors(store, "m.safetensors", net);
+    cairn::save_safetensors({store, "m.safetensors"}, net);
     const std::string before = cairn::detail::read_blob(store, "m.safetensors", 1 << 20);
     cairn::SafetensorsSaveOptions over;
     over.overwrite = true;
     store.fail(op, 1);
-    CHECK_THROWS_AS(cairn::save_safetensors(store, "m.safetensors", make_net(), over), cairn::Error);
+    CHECK_THROWS_AS(cairn::save_safetensors({store, "m.safetensors"}, make_net(), over), cairn::Error);
     CHECK(cairn::detail::read_blob(store, "m.safetensors", 1 << 20) == before);
     store.fail(op, 1);
-    CHECK_THROWS_AS(cairn::save_safetensors(store, "fresh.safetensors", net), cairn::Error);
+    CHECK_THROWS_AS(cairn::save_safetensors({store, "fresh.safetensors"}, net), cairn::Error);
     CHECK(!store.exists("fresh.safetensors"));
   }
 }
@@ -613,10 +613,10 @@ TEST_CASE("files reached through symbolic links load: the Hugging Face cache lay
                     "gone.safetensors");
   // A rooted store refuses a link that leads out of its root.
   cairn::PosixStore rooted(repo + "/snapshots");
-  CHECK_CAIRN_ERROR(cairn::load_safetensors(rooted, "abc123/model.safetensors", back), cairn::ErrorKind::invalid_argument,
+  CHECK_CAIRN_ERROR(cairn::load_safetensors({rooted, "abc123/model.safetensors"}, back), cairn::ErrorKind::invalid_argument,
                     "out of the store's root");
   cairn::PosixStore whole(repo);
-  cairn::load_safetensors(whole, "snapshots/abc123/model.safetensors", back);
+  cairn::load_safetensors({whole, "snapshots/abc123/model.safetensors"}, back);
   CHECK(same_bits_map(back, weights));
 }
 

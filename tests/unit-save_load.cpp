@@ -294,8 +294,8 @@ TEST_CASE("nothing is saved inside a checkpoint, where replacing or deleting it 
   CHECK(!std::filesystem::exists(dir / "outer/run"));
   // The same through a store other than the file system.
   cairn::MemoryStore mem;
-  cairn::save(mem, "runs/outer", a);
-  CHECK_CAIRN_ERROR(cairn::save(mem, "runs/outer/inner", b), cairn::ErrorKind::invalid_argument, "inside the checkpoint");
+  cairn::save({mem, "runs/outer"}, a);
+  CHECK_CAIRN_ERROR(cairn::save({mem, "runs/outer/inner"}, b), cairn::ErrorKind::invalid_argument, "inside the checkpoint");
   CHECK(!mem.is_blob("runs/outer/inner/_CHECKPOINT"));
   // Beside a checkpoint, and in a directory of checkpoints, saves go on as before.
   cairn::save(dir / "outer2", b);

@@ -120,7 +120,7 @@ std::map<std::string, std::string> visible_content(const MemoryStore& store) {
 TEST_CASE("every read, write, fsync and publish of a save failed in turn: nothing published, the old checkpoint intact") {
   MemoryStore store;
   const auto old_state = test::random_conformance_state();
-  cairn::save(store, "ckpt", old_state);
+  cairn::save({store, "ckpt"}, old_state);
   const auto before = visible_content(store);
   auto new_state = test::random_conformance_state();
   new_state.w = test::random_bits<float>(600000);  // large enough for a write of its own
@@ -131,11 +131,11 @@ TEST_CASE("every read, write, fsync and publish of a save failed in turn: nothin
   std::map<MemoryStore::Op, std::uint64_t> calls;
   {
     MemoryStore probe;
-    cairn::save(probe, "ckpt", old_state);
+    cairn::save({probe, "ckpt"}, old_state);
     std::map<MemoryStore::Op, std::uint64_t> start;
     for (auto op : {MemoryStore::Op::read, MemoryStore::Op::write, MemoryStore::Op::finish, MemoryStore::Op::publish})
       start[op] = probe.count(op);
-    cairn::save(probe, "ckpt", new_state, overwrite);
+    cairn::save({probe, "ckpt"}, new_state, overwrite);
     for (auto& [op, n] : start) calls[op] = probe.count(op) - n;
   }
   CHECK(calls[MemoryStore::Op::write] >= 4);   // data, _METADATA, _USER_METADATA, _CHECKPOINT
@@ -153,7 +153,7 @@ TEST_CASE("every read, write, fsync and publish of a save failed in turn: nothin
         store.fail(op, i, how);
         bool threw = false;
         try {
-          cairn::save(store, "ckpt", new_state, overwrite);
+          cairn::save({store, "ckpt"}, new_state, overwrite);
         } catch (const cairn::Error& e) {
           threw = true;
           CHECK(std::string(e.what()).find("memory://ckpt") != std::string::npos);
@@ -163,32 +163,32 @@ TEST_CASE("every read, write, fsync and publish of a save failed in turn: nothin
         failures += threw;
         CHECK(visible_content(store) == before);       // nothing new, nothing lost
         CHECK(store.keys().size() == before.size());   // no staging left behind
-        test::check_same(old_state, cairn::load<test::ConformanceState>(store, "ckpt"));
+        test::check_same(old_state, cairn::load<test::ConformanceState>({store, "ckpt"}));
       }
     }
   }
   CHECK(failures > 6);
   // And without a fault the overwrite goes through.
-  cairn::save(store, "ckpt", new_state, overwrite);
-  test::check_same(new_state, cairn::load<test::ConformanceState>(store, "ckpt"));
+  cairn::save({store, "ckpt"}, new_state, overwrite);
+  test::check_same(new_state, cairn::load<test::ConformanceState>({store, "ckpt"}));
 }
 
 TEST_CASE("short reads of every file of a checkpoint are a clear error naming the blob") {
   MemoryStore store;
   auto state = test::random_conformance_state();
   state.w = test::random_bits<float>(300000);
-  cairn::save(store, "c", state);
+  cairn::save({store, "c"}, state);
   const std::uint64_t start = store.count(MemoryStore::Op::read);
-  cairn::load<test::ConformanceState>(store, "c");
+  cairn::load<test::ConformanceState>({store, "c"});
   const std::uint64_t reads = store.count(MemoryStore::Op::read) - start;
   CHECK(reads >= 4);
   for (std::uint64_t i = 1; i <= reads; ++i) {
     CAPTURE(i);
     store.fail(MemoryStore::Op::read, i, MemoryStore::Failure::short_read);
-    CHECK_CAIRN_ERROR(cairn::load<test::ConformanceState>(store, "c"), ErrorKind::corrupt, "memory://c/");
+    CHECK_CAIRN_ERROR(cairn::load<test::ConformanceState>({store, "c"}), ErrorKind::corrupt, "memory://c/");
     store.clear_failures();
   }
-  test::check_same(state, cairn::load<test::ConformanceState>(store, "c"));
+  test::check_same(state, cairn::load<test::ConformanceState>({store, "c"}));
 }
 
 TEST_CASE("the thread coordinator: gather in rank order, broadcast, agreement, many rounds") {
@@ -269,7 +269,7 @@ std::vector<std::string> save_on_ranks(cairn::Store& store, const std::string& k
     options.coordinator = &c;
     options.overwrite = overwrite;
     options.user_metadata = cairn::Json::object({{"ranks", 4}});
-    cairn::save(store, key, make(r), options);
+    cairn::save({store, key}, make(r), options);
   });
 }
 
@@ -287,7 +287,7 @@ TEST_CASE("4 ranks save one checkpoint: each writes its shards, rank 0 commits, 
     else store = std::make_shared<cairn::PosixStore>(dir.path);
     const auto outcome = save_on_ranks(*store, "ckpt", [&](int r) { return rank_state(r, w, rows, plain); });
     CHECK(outcome == std::vector<std::string>(4));
-    const auto meta = cairn::metadata(*store, "ckpt");
+    const auto meta = cairn::metadata({*store, "ckpt"});
     CHECK(meta.data_files == std::vector<std::string>{"data-0-0.bin", "data-1-0.bin", "data-2-0.bin", "data-3-0.bin"});
     CHECK(meta.user_metadata.at("ranks").as_int() == 4);
     // Each box once: 4 chunks of w (one per rank), 2 of the replicated rows (ranks 0 and 2).
@@ -295,7 +295,7 @@ TEST_CASE("4 ranks save one checkpoint: each writes its shards, rank 0 commits, 
     CHECK(meta.leaves().at(1).chunks.size() == 2);
     for (const auto& c : meta.leaves().at(1).chunks) CHECK((c.file == "data-0-0.bin" || c.file == "data-2-0.bin"));
     // One process restores all of it, bit-exact.
-    auto whole = cairn::load<cairn::Array<float>>(*store, "ckpt", [] {
+    auto whole = cairn::load<cairn::Array<float>>({*store, "ckpt"}, [] {
       cairn::LoadOptions o;
       o.subtree = "w";
       return o;
@@ -305,7 +305,7 @@ TEST_CASE("4 ranks save one checkpoint: each writes its shards, rank 0 commits, 
     back.w = cairn::ShardedArray<float>(cairn::NamedSharding(cairn::Mesh::host({{"x", 3}}), cairn::PartitionSpec{"x"}));
     back.replicated_rows = cairn::ShardedArray<std::int16_t>(
         cairn::NamedSharding(cairn::Mesh::host({{"x", 2}}), cairn::PartitionSpec{cairn::replicated, "x"}));
-    cairn::load(*store, "ckpt", back);
+    cairn::load({*store, "ckpt"}, back);
     CHECK(back.step == 77);
     CHECK(std::memcmp(back.plain.data(), plain.data(), plain.size() * sizeof(double)) == 0);
     const auto got_w = back.w.gather();
@@ -376,10 +376,10 @@ TEST_CASE("4 ranks with ReplicaWrites::split: each holder writes a slab of a rep
   const auto plain = test::random_bits<double>(7);
   MemoryStore store;
   const auto outcome = on_ranks(4, [&](int r, cairn::Coordinator& c) {
-    cairn::save(store, "ckpt", rank_state(r, w, rows, plain), {.coordinator = &c, .replicas = cairn::ReplicaWrites::split});
+    cairn::save({store, "ckpt"}, rank_state(r, w, rows, plain), {.coordinator = &c, .replicas = cairn::ReplicaWrites::split});
   });
   CHECK(outcome == std::vector<std::string>(4));
-  const auto meta = cairn::metadata(store, "ckpt");
+  const auto meta = cairn::metadata({store, "ckpt"});
   CHECK(meta.leaves().at(0).chunks.size() == 4);  // w has no replicas: as before
   // rows: 2 boxes of 5x3, each held by 2 processes: 4 slabs, each written by its own rank.
   const auto& chunks = meta.leaves().at(1).chunks;
@@ -391,7 +391,7 @@ TEST_CASE("4 ranks with ReplicaWrites::split: each holder writes a slab of a rep
   back.w = cairn::ShardedArray<float>(cairn::NamedSharding(cairn::Mesh::host({{"x", 1}}), cairn::PartitionSpec{}));
   back.replicated_rows = cairn::ShardedArray<std::int16_t>(
       cairn::NamedSharding(cairn::Mesh::host({{"x", 3}}), cairn::PartitionSpec{"x"}));
-  cairn::load(store, "ckpt", back);
+  cairn::load({store, "ckpt"}, back);
   const auto got = back.replicated_rows.gather();
   CHECK(std::memcmp(got.data(), rows.data(), rows.size() * sizeof(std::int16_t)) == 0);
 }
@@ -404,19 +404,19 @@ TEST_CASE("ReplicaWrites::split reaches the Checkpointer: its steps are written 
   const auto outcome = on_ranks(4, [&](int r, cairn::Coordinator& c) {
     cairn::CheckpointerOptions options;
     options.coordinator = &c;
-    cairn::Checkpointer ckptr(store, "run", options);
+    cairn::Checkpointer ckptr({store, "run"}, options);
     cairn::StepSaveOptions args;
     args.save.replicas = cairn::ReplicaWrites::split;
     ckptr.save(5, rank_state(r, w, rows, plain), args);
   });
   CHECK(outcome == std::vector<std::string>(4));
-  const auto meta = cairn::metadata(*store, "run/5");
+  const auto meta = cairn::metadata({*store, "run/5"});
   REQUIRE(meta.leaves().at(1).chunks.size() == 4);  // rows: 2 boxes, each in 2 slabs (one chunk each before)
   RankState back;
   back.w = cairn::ShardedArray<float>(cairn::NamedSharding(cairn::Mesh::host({{"x", 1}}), cairn::PartitionSpec{}));
   back.replicated_rows = cairn::ShardedArray<std::int16_t>(
       cairn::NamedSharding(cairn::Mesh::host({{"x", 3}}), cairn::PartitionSpec{"x"}));
-  cairn::load(*store, "run/5", back);
+  cairn::load({*store, "run/5"}, back);
   const auto got = back.replicated_rows.gather();
   CHECK(std::memcmp(got.data(), rows.data(), rows.size() * sizeof(std::int16_t)) == 0);
 }
@@ -438,7 +438,7 @@ TEST_CASE("ranks whose trees differ only in shapes: nothing is committed, every 
                         Case{7, 1001, "1", "'1' is float32[1002, 37] (sharded as PartitionSpec('x') over {x: 2} on host) on rank 0 but float32[1001, 37]"}}) {
     CAPTURE(k.needle);
     const auto outcome = on_ranks(2, [&](int r, cairn::Coordinator& c) {
-      cairn::save(store, "ckpt", r == 1 ? make(r, k.cols1, k.rows1) : make(r, 7, 1002), {.coordinator = &c});
+      cairn::save({store, "ckpt"}, r == 1 ? make(r, k.cols1, k.rows1) : make(r, 7, 1002), {.coordinator = &c});
     });
     for (const auto& o : outcome) {
       CHECK_MESSAGE(o.find(k.needle) != std::string::npos, o);
@@ -449,7 +449,7 @@ TEST_CASE("ranks whose trees differ only in shapes: nothing is committed, every 
     CHECK(!store.exists("ckpt"));
   }
   // The same trees save.
-  const auto outcome = on_ranks(2, [&](int r, cairn::Coordinator& c) { cairn::save(store, "ckpt", make(r, 7, 1002), {.coordinator = &c}); });
+  const auto outcome = on_ranks(2, [&](int r, cairn::Coordinator& c) { cairn::save({store, "ckpt"}, make(r, 7, 1002), {.coordinator = &c}); });
   CHECK(outcome == std::vector<std::string>(2));
 }
 
@@ -459,11 +459,11 @@ TEST_CASE("per-rank items on 3 ranks: each rank's value comes back to it; 2 rank
     std::vector<std::int64_t> position = {r * 10, r * 10 + 1};
     cairn::Json note = cairn::Json::object({{"rank", r}});
     const std::vector<float> shared = {1, 2, 3};
-    cairn::save(store, "ckpt", cairn::Items().tree("shared", shared).tree("position", position, cairn::per_rank)
+    cairn::save({store, "ckpt"}, cairn::Items().tree("shared", shared).tree("position", position, cairn::per_rank)
                                    .json("note", note, cairn::per_rank), {.coordinator = &c});
   });
   REQUIRE(outcome == std::vector<std::string>(3));
-  const auto meta = cairn::metadata(store, "ckpt");
+  const auto meta = cairn::metadata({store, "ckpt"});
   for (const char* name : {"shared", "position@0", "position@1", "position@2", "note@0", "note@2"})
     CHECK(meta.find_item(name) != nullptr);
   outcome = on_ranks(3, [&](int r, cairn::Coordinator& c) {
@@ -471,7 +471,7 @@ TEST_CASE("per-rank items on 3 ranks: each rank's value comes back to it; 2 rank
     cairn::Json note;
     cairn::LoadOptions o;
     o.coordinator = &c;
-    cairn::load(store, "ckpt", cairn::Items().tree("position", position, cairn::per_rank).json("note", note, cairn::per_rank), o);
+    cairn::load({store, "ckpt"}, cairn::Items().tree("position", position, cairn::per_rank).json("note", note, cairn::per_rank), o);
     if (position != std::vector<std::int64_t>{r * 10, r * 10 + 1} || note.at("rank").as_int() != r)
       throw std::runtime_error("rank " + std::to_string(r) + " got another rank's value");
   });
@@ -480,12 +480,12 @@ TEST_CASE("per-rank items on 3 ranks: each rank's value comes back to it; 2 rank
     std::vector<std::int64_t> position;
     cairn::LoadOptions o;
     o.coordinator = &c;
-    cairn::load(store, "ckpt", cairn::Items().tree("position", position, cairn::per_rank), o);
+    cairn::load({store, "ckpt"}, cairn::Items().tree("position", position, cairn::per_rank), o);
   });
   for (const auto& o : outcome) CHECK(o.find("saved per rank by 3 ranks and is loaded by 2") != std::string::npos);
   // One process reads one rank's value by its stored name.
   std::vector<std::int64_t> one;
-  cairn::load(store, "ckpt", cairn::Items().tree("position@1", one));
+  cairn::load({store, "ckpt"}, cairn::Items().tree("position@1", one));
   CHECK(one == std::vector<std::int64_t>{10, 11});
   CHECK_THROWS_WITH_AS(cairn::Items().tree("a@b", one, cairn::per_rank), doctest::Contains("may not hold '@'"), cairn::Error);
 }
@@ -500,7 +500,7 @@ TEST_CASE("a Checkpointer across 3 ranks on threads: same decisions and steps, a
     options.save_policy = cairn::SavePolicy::every_n_steps(3);
     options.retention = cairn::RetentionPolicy::keep_latest(2);
     options.async_memory_budget = 64;  // leaves larger than this stream from the caller's memory
-    cairn::Checkpointer ckptr(store, "run", options);
+    cairn::Checkpointer ckptr({store, "run"}, options);
     for (std::int64_t step = 0; step < 12; ++step) {
       std::vector<double> state = plain;
       state[0] = static_cast<double>(step);
@@ -525,7 +525,7 @@ TEST_CASE("a Checkpointer across 3 ranks on threads: same decisions and steps, a
   outcome = on_ranks(3, [&](int, cairn::Coordinator& c) {
     cairn::CheckpointerOptions options;
     options.coordinator = &c;
-    cairn::Checkpointer ckptr(store, "run", options);
+    cairn::Checkpointer ckptr({store, "run"}, options);
     std::vector<double> state = plain;
     ckptr.save_async(12, state);
     ckptr.wait();

@@ -20,6 +20,7 @@
 #include "cairn/leaves/sharded_array.hpp"
 #include "cairn/leaves/device_array_view.hpp"
 #include "cairn/store/store.hpp"
+#include "cairn/store/location.hpp"
 #include "cairn/store/posix_store.hpp"
 #include "cairn/store/memory_store.hpp"
 #include "cairn/coordination/coordinator.hpp"

@@ -3533,6 +3533,91 @@ inline void write_blob(Store& store, const std::string& key, const std::string& 
 }  // namespace detail
 CAIRN_END_NAMESPACE
 // ----- end cairn/store/store.hpp -----
+// ----- begin cairn/store/location.hpp -----
+// Location: where a checkpoint, a Checkpointer root or a safetensors file is: a store and a key
+// in it. Every entry point (save, save_async, load, load_subtree, metadata, the safetensors
+// functions, Items, the Checkpointer, inspect) takes one, so that no entry point has a path
+// form without a store form, and a new store works everywhere at once.
+//
+// A Location is made implicitly from a path ("ckpt/100", a std::filesystem::path) or a URI
+// ("file:///data/ckpt/100", and "s3://bucket/key" once a store registers that scheme), or
+// explicitly from a store and a key ({store, "ckpt/100"}).
+//
+// URIs: text that starts with a scheme and "://" (RFC 3986: a letter, then letters, digits,
+// '+', '-', '.') is a URI; anything else is a path. A store registers its scheme once
+// (register_store_scheme), and the scheme's opener turns the rest of the URI into a store and
+// a key. "file" is built in. A relative path that looks like a URI ("x://y") is written
+// "./x://y".
+
+#include <concepts>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+class Location {
+ public:
+  // A path on the local filesystem (the stateless PosixStore of every path), or a URI of a
+  // registered scheme. An unregistered scheme is an invalid_argument error naming it.
+  CAIRN_API Location(const std::string& path_or_uri);
+  Location(const char* path_or_uri) : Location(std::string(path_or_uri)) {}
+  // A std::filesystem::path (matched by its native(), so this header needs no <filesystem>).
+  template <class Path>
+    requires requires(const Path& p) {
+      { p.native() } -> std::convertible_to<const std::string&>;
+    }
+  Location(const Path& path) : Location(std::string(path.native())) {}
+
+  // `key` in a store the caller keeps alive for as long as the Location and anything that
+  // took it (an AsyncSave, a Checkpointer) is in use.
+  Location(Store& store, std::string key)
+      : store_(std::shared_ptr<Store>(), &store), key_(detail::normalize_key(std::move(key))) {}
+  // `key` in a store the Location shares ownership of (as every Location made from a URI does).
+  Location(std::shared_ptr<Store> store, std::string key) : store_(std::move(store)), key_(detail::normalize_key(std::move(key))) {
+    if (!store_) throw Error(ErrorKind::invalid_argument, "a Location needs a store (the pointer is null)", key_);
+  }
+
+  Store& store() const { return *store_; }
+  const std::string& key() const { return key_; }
+  // The store, shared: what keeps a URI's store alive in a save that outlives the call.
+  const std::shared_ptr<Store>& shared_store() const { return store_; }
+  // The path or URL a user can look at (the store's describe of the key).
+  std::string describe() const { return store_->describe(key_); }
+
+  // The location of `name` under this one ("ckpt" / "100" is "ckpt/100", in the same store).
+  Location operator/(const std::string& name) const { return Location(store_, detail::join_key(key_, name)); }
+
+ private:
+  std::shared_ptr<Store> store_;
+  std::string key_;
+};
+
+// Makes the Location of a URI of one scheme from what follows "scheme://" ("bucket/ckpt/100"
+// for "s3://bucket/ckpt/100"). It may share one store between the URIs it sees.
+using StoreOpener = std::function<Location(const std::string& rest)>;
+
+// Makes `scheme` ("s3", lowercase) a URI scheme every entry point accepts; a later call
+// replaces the opener. Thread-safe. Stores that need a library (libcurl for S3) register
+// from their own opt-in header.
+CAIRN_API void register_store_scheme(const std::string& scheme, StoreOpener opener);
+
+// The schemes registered now, sorted ("file" always among them).
+CAIRN_API std::vector<std::string> store_schemes();
+
+namespace detail {
+// The scheme of a URI ("s3" of "s3://b/k"), or "" where `text` is a path.
+CAIRN_API std::string uri_scheme(const std::string& text);
+// The store of every path: a PosixStore whose keys are paths. Stateless, so one serves every
+// call and thread.
+CAIRN_API Store& path_store();
+}  // namespace detail
+
+CAIRN_END_NAMESPACE
+
+// ----- end cairn/store/location.hpp -----
 // ----- begin cairn/store/posix_store.hpp -----
 // PosixStore: checkpoints as directories of files on a POSIX filesystem (local disk, NFS,
 // Lustre, GPFS). A key is a path, relative to the store's root when it has one. This is what
@@ -4237,10 +4322,6 @@ CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
 CAIRN_API SaveReport save_tree(Store& store, const std::string& key, FunctionRef<void(ItemSnapshot&)> view,
                                const SaveOptions& options);
 
-// The store of the path overloads of save, load and metadata: a PosixStore whose keys are
-// paths. Stateless, so one serves every call and thread.
-CAIRN_API Store& path_store();
-
 class SaveJob;     // checkpoint/save_job.hpp
 class SaveWorker;
 
@@ -4269,47 +4350,40 @@ class AsyncSave {
 
 namespace detail {
 // save_snapshots in the background: returns once the snapshot is taken (within
-// options.async_memory_budget); the store must outlive the save.
-CAIRN_API AsyncSave save_snapshots_async(Store& store, const std::string& key,
+// options.async_memory_budget). The save shares the location's store (a store given by
+// reference must outlive it).
+CAIRN_API AsyncSave save_snapshots_async(const Location& location,
                                          FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options);
 }  // namespace detail
 
-// Saves a tree to a new checkpoint at `key` in `store`. Fails if a checkpoint is there,
-// unless options.overwrite (which replaces it atomically). With options.coordinator, every
-// rank calls this with the same tree; each writes its part, and the checkpoint commits once.
+// Saves a tree to a new checkpoint at `location` (a directory path, a URI, or {store, key}).
+// Fails if a checkpoint is there, unless options.overwrite (which replaces it atomically).
+// With options.coordinator, every rank calls this with the same tree; each writes its part,
+// and the checkpoint commits once.
 template <class T>
-SaveReport save(Store& store, const std::string& key, const T& tree, const SaveOptions& options = {}) {
+SaveReport save(const Location& location, const T& tree, const SaveOptions& options = {}) {
   require_tree_type<T>();
-  return detail::save_tree(store, key, [&](detail::ItemSnapshot& s) { detail::view_tree_into(s, tree); }, options);
-}
-
-// The same to a checkpoint directory at `path`.
-template <class T>
-SaveReport save(const std::string& path, const T& tree, const SaveOptions& options = {}) {
-  return save(detail::path_store(), path, tree, options);
+  return detail::save_tree(location.store(), location.key(), [&](detail::ItemSnapshot& s) { detail::view_tree_into(s, tree); },
+                           options);
 }
 
 // Like save, but returns once the tree is snapshotted (copied to host memory, within
 // options.async_memory_budget); writing, fsync and the commit run on a background thread, and
 // the caller may change the tree at once. The returned handle's wait() gives the report or the
 // error (Orbax's AsyncCheckpointer, PyTorch DCP's async_save). With a coordinator every rank
-// calls it, and wait() is where the checkpoint commits (a collective). `store` must outlive
-// the save.
+// calls it, and wait() is where the checkpoint commits (a collective). A store given by
+// reference ({store, key}) must outlive the save; one made from a URI is kept alive by it.
 template <class T>
-[[nodiscard]] AsyncSave save_async(Store& store, const std::string& key, const T& tree, const SaveOptions& options = {}) {
+[[nodiscard]] AsyncSave save_async(const Location& location, const T& tree, const SaveOptions& options = {}) {
   require_tree_type<T>();
   return detail::save_snapshots_async(
-      store, key,
+      location,
       [&] {
         std::vector<detail::ItemSnapshot> items(1);  // moved in: braces would copy every leaf's view
         items[0] = detail::view_tree(default_item_name, tree);
         return items;
       },
       options);
-}
-template <class T>
-[[nodiscard]] AsyncSave save_async(const std::string& path, const T& tree, const SaveOptions& options = {}) {
-  return save_async(detail::path_store(), path, tree, options);
 }
 
 CAIRN_END_NAMESPACE
@@ -4448,49 +4522,35 @@ LoadReport load_item(const Store& store, const std::string& key, T& target, cons
 }  // namespace detail
 
 // Loads into an existing target (its "abstract" shape: types, and the sizes of fixed-size
-// parts) from the checkpoint at `key` in `store`. On error the target is left valid but
-// possibly partly loaded; use load<T>() for all-or-nothing. With options.coordinator, every
-// rank calls it: each reads what its own target holds (its shards of a sharded array), and
-// every rank returns the same outcome.
+// parts) from the checkpoint at `location` (a directory path, a URI, or {store, key}). On
+// error the target is left valid but possibly partly loaded; use load<T>() for
+// all-or-nothing. With options.coordinator, every rank calls it: each reads what its own
+// target holds (its shards of a sharded array), and every rank returns the same outcome.
 template <class T>
-LoadReport load(const Store& store, const std::string& key, T& target, const LoadOptions& options = {}) {
+LoadReport load(const Location& location, T& target, const LoadOptions& options = {}) {
   require_tree_type<T>();
-  return detail::load_item(store, key, target, options, false);
-}
-
-// The same from a checkpoint directory.
-template <class T>
-LoadReport load(const std::string& path, T& target, const LoadOptions& options = {}) {
-  return load(detail::path_store(), path, target, options);
+  return detail::load_item(location.store(), location.key(), target, options, false);
 }
 
 // Loads a new T (default-constructed, then filled from the checkpoint).
 template <class T>
-T load(const Store& store, const std::string& key, const LoadOptions& options = {}) {
+T load(const Location& location, const LoadOptions& options = {}) {
   require_tree_type<T>();
   T value{};
-  detail::load_value(store, key, options, [&](const detail::StoredIndex& index) { return detail::plan_load(value, index, options); });
+  detail::load_value(location.store(), location.key(), options,
+                     [&](const detail::StoredIndex& index) { return detail::plan_load(value, index, options); });
   return value;
-}
-template <class T>
-T load(const std::string& path, const LoadOptions& options = {}) {
-  return load<T>(detail::path_store(), path, options);
 }
 
 // Loads a single leaf (or subtree) by key path: load_subtree<Eigen::MatrixXf>(dir, "params/dense/kernel").
 template <class T>
-T load_subtree(const Store& store, const std::string& checkpoint, const std::string& key, LoadOptions options = {}) {
+T load_subtree(const Location& checkpoint, const std::string& key, LoadOptions options = {}) {
   options.subtree = key;
-  return load<T>(store, checkpoint, options);
-}
-template <class T>
-T load_subtree(const std::string& path, const std::string& key, LoadOptions options = {}) {
-  return load_subtree<T>(detail::path_store(), path, key, std::move(options));
+  return load<T>(checkpoint, options);
 }
 
 // Structure, dtypes, shapes and user metadata of a checkpoint; reads no array data.
-CAIRN_API CheckpointMetadata metadata(const Store& store, const std::string& key);
-inline CheckpointMetadata metadata(const std::string& path) { return metadata(detail::path_store(), path); }
+CAIRN_API CheckpointMetadata metadata(const Location& location);
 
 CAIRN_END_NAMESPACE
 
@@ -4609,7 +4669,7 @@ class Items {
   CAIRN_API std::vector<detail::ItemSnapshot> snapshots() const;
 
   // Loads every item named here from the checkpoint (reads nothing of the other items).
-  CAIRN_API std::vector<std::pair<std::string, LoadReport>> load_all(const Store& store, const std::string& key,
+  CAIRN_API std::vector<std::pair<std::string, LoadReport>> load_all(const Location& location,
                                                                     const LoadOptions& options) const;
 
  private:
@@ -4625,33 +4685,19 @@ class Items {
 };
 
 // Saves several named items as one checkpoint (committed atomically, like save()).
-CAIRN_API SaveReport save(Store& store, const std::string& key, const Items& items, const SaveOptions& options = {});
-inline SaveReport save(const std::string& path, const Items& items, const SaveOptions& options = {}) {
-  return save(detail::path_store(), path, items, options);
-}
+CAIRN_API SaveReport save(const Location& location, const Items& items, const SaveOptions& options = {});
 // The same in the background, as save_async of a tree (the items' values are snapshotted
 // before it returns).
-CAIRN_API AsyncSave save_async(Store& store, const std::string& key, const Items& items, const SaveOptions& options = {});
-inline AsyncSave save_async(const std::string& path, const Items& items, const SaveOptions& options = {}) {
-  return save_async(detail::path_store(), path, items, options);
-}
+CAIRN_API AsyncSave save_async(const Location& location, const Items& items, const SaveOptions& options = {});
 
 // Loads the items named in `items` (a subset of the checkpoint's is fine); one report per item.
-inline std::vector<std::pair<std::string, LoadReport>> load(const Store& store, const std::string& key, const Items& items,
+inline std::vector<std::pair<std::string, LoadReport>> load(const Location& location, const Items& items,
                                                             const LoadOptions& options = {}) {
-  return items.load_all(store, key, options);
+  return items.load_all(location, options);
 }
-inline std::vector<std::pair<std::string, LoadReport>> load(const Store& store, const std::string& key, Items& items,
+inline std::vector<std::pair<std::string, LoadReport>> load(const Location& location, Items& items,
                                                             const LoadOptions& options = {}) {
-  return items.load_all(store, key, options);
-}
-inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, const Items& items,
-                                                            const LoadOptions& options = {}) {
-  return items.load_all(detail::path_store(), path, options);
-}
-inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, Items& items,
-                                                            const LoadOptions& options = {}) {
-  return items.load_all(detail::path_store(), path, options);
+  return items.load_all(location, options);
 }
 
 CAIRN_END_NAMESPACE
@@ -4686,40 +4732,27 @@ CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::str
                                               FunctionRef<LoadPlan(const StoredIndex&)> plan);
 }  // namespace detail
 
-// Loads the safetensors file (or index of a sharded set) at `key` in `store` into an existing
-// target. Checksums: safetensors has none, so options.verify_checksums does not apply.
+// Loads the safetensors file (or index of a sharded set) at `location` (a path, a URI, or
+// {store, key}) into an existing target. Checksums: safetensors has none, so
+// options.verify_checksums does not apply.
 template <class T>
-LoadReport load_safetensors(const Store& store, const std::string& key, T& target, const LoadOptions& options = {},
+LoadReport load_safetensors(const Location& location, T& target, const LoadOptions& options = {},
                             const SafetensorsOptions& names = {}) {
   require_tree_type<T>();
-  return detail::load_safetensors_planned(store, key, options, names,
+  return detail::load_safetensors_planned(location.store(), location.key(), options, names,
                                           [&](const detail::StoredIndex& index) { return detail::plan_load(target, index, options); });
-}
-template <class T>
-LoadReport load_safetensors(const std::string& path, T& target, const LoadOptions& options = {},
-                            const SafetensorsOptions& names = {}) {
-  return load_safetensors(detail::path_store(), path, target, options, names);
 }
 // Loads a new T (default-constructed, then filled from the file).
 template <class T>
-T load_safetensors(const Store& store, const std::string& key, const LoadOptions& options = {},
-                   const SafetensorsOptions& names = {}) {
+T load_safetensors(const Location& location, const LoadOptions& options = {}, const SafetensorsOptions& names = {}) {
   T value{};
-  load_safetensors(store, key, value, options, names);
+  load_safetensors(location, value, options, names);
   return value;
-}
-template <class T>
-T load_safetensors(const std::string& path, const LoadOptions& options = {}, const SafetensorsOptions& names = {}) {
-  return load_safetensors<T>(detail::path_store(), path, options, names);
 }
 
 // What a safetensors file (or sharded set) holds, as checkpoint metadata: one item "state"
 // whose leaves are the tensors under their key paths, "__metadata__" as the user metadata.
-CAIRN_API CheckpointMetadata safetensors_metadata(const Store& store, const std::string& key,
-                                                  const SafetensorsOptions& names = {});
-inline CheckpointMetadata safetensors_metadata(const std::string& path, const SafetensorsOptions& names = {}) {
-  return safetensors_metadata(detail::path_store(), path, names);
-}
+CAIRN_API CheckpointMetadata safetensors_metadata(const Location& location, const SafetensorsOptions& names = {});
 
 CAIRN_END_NAMESPACE
 
@@ -4765,15 +4798,12 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
                                                           const SafetensorsSaveOptions& options);
 }  // namespace detail
 
+// Exports a tree as a safetensors file (or a sharded set) at `location` (a path, a URI, or
+// {store, key}).
 template <class T>
-SafetensorsSaveReport save_safetensors(Store& store, const std::string& key, const T& tree,
-                                       const SafetensorsSaveOptions& options = {}) {
+SafetensorsSaveReport save_safetensors(const Location& location, const T& tree, const SafetensorsSaveOptions& options = {}) {
   require_tree_type<T>();
-  return detail::save_safetensors_snapshot(store, key, detail::view_tree(default_item_name, tree), options);
-}
-template <class T>
-SafetensorsSaveReport save_safetensors(const std::string& path, const T& tree, const SafetensorsSaveOptions& options = {}) {
-  return save_safetensors(detail::path_store(), path, tree, options);
+  return detail::save_safetensors_snapshot(location.store(), location.key(), detail::view_tree(default_item_name, tree), options);
 }
 
 CAIRN_END_NAMESPACE
@@ -4942,12 +4972,10 @@ struct StepSaveOptions {
 
 class Checkpointer {
  public:
-  // Opens the root directory; creates nothing until the first save (a Checkpointer made only
-  // to read leaves the filesystem as it is, apart from removing the leftovers of dead saves).
-  explicit Checkpointer(std::string root, CheckpointerOptions options = {});
-
-  // Steps under the key `root` of a store.
-  Checkpointer(std::shared_ptr<Store> store, std::string root, CheckpointerOptions options = {});
+  // Opens the root (a directory path, a URI, or {store, key}); creates nothing until the
+  // first save (a Checkpointer made only to read leaves the store as it is, apart from
+  // removing the leftovers of dead saves). A store given by reference must outlive it.
+  explicit Checkpointer(const Location& root, CheckpointerOptions options = {});
 
  private:
   // Checks the root, removes the leftovers of dead saves, lists the steps, repairs `latest`.
@@ -5017,25 +5045,25 @@ class Checkpointer {
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(std::int64_t step, T& target, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, existing_step_path(step), target, with_coordinator(options));
+    return cairn::load(Location(store_, existing_step_path(step)), target, with_coordinator(options));
   }
   // From the latest checkpoint.
   template <class T>
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(T& target, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, latest_step_path(), target, with_coordinator(options));
+    return cairn::load(Location(store_, latest_step_path()), target, with_coordinator(options));
   }
   std::vector<std::pair<std::string, LoadReport>> load(std::int64_t step, const Items& items, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, existing_step_path(step), items, with_coordinator(options));
+    return cairn::load(Location(store_, existing_step_path(step)), items, with_coordinator(options));
   }
   std::vector<std::pair<std::string, LoadReport>> load(const Items& items, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, latest_step_path(), items, with_coordinator(options));
+    return cairn::load(Location(store_, latest_step_path()), items, with_coordinator(options));
   }
 
-  CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(*store_, existing_step_path(step)); }
+  CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(Location(store_, existing_step_path(step))); }
 
  private:
 
@@ -7148,6 +7176,115 @@ CAIRN_END_NAMESPACE
 // The host copy's definition: in every translation unit when header-only, only in
 // cairn/src.hpp's with CAIRN_SEPARATE_COMPILATION.
 // ----- end cairn/kernels/box_copy.hpp -----
+// ----- begin cairn/store/location_impl.hpp -----
+// The runtime of store/location.hpp: the URI scheme registry and the store of paths.
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+CAIRN_API Store& path_store() {
+  static PosixStore store;
+  return store;
+}
+
+struct SchemeRegistry {
+  std::mutex mutex;
+  std::map<std::string, StoreOpener> openers;
+};
+
+// One registry per program: a function's static (inline, so one across translation units
+// when header-only; compiled once otherwise).
+CAIRN_API SchemeRegistry& scheme_registry() {
+  static SchemeRegistry registry;
+  return registry;
+}
+
+inline bool scheme_char(char c, bool first) {
+  const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+  if (first) return letter;
+  return letter || (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.';
+}
+
+CAIRN_API std::string uri_scheme(const std::string& text) {
+  const auto sep = text.find("://");
+  if (sep == std::string::npos || sep == 0) return {};
+  for (std::size_t i = 0; i < sep; ++i)
+    if (!scheme_char(text[i], i == 0)) return {};
+  std::string scheme = text.substr(0, sep);
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](char c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c); });
+  return scheme;
+}
+
+// file:///abs/path and file://localhost/abs/path (RFC 8089); a file URI names an absolute path.
+inline Location open_file_uri(const std::string& uri, const std::string& rest) {
+  std::string path = rest;
+  if (path.rfind("localhost/", 0) == 0) path = path.substr(9);
+  if (path.empty() || path[0] != '/')
+    throw Error(ErrorKind::invalid_argument,
+                "a file URI names an absolute path (file:///data/ckpt); for a relative path, give the path itself", uri);
+  return Location(path_store(), path);
+}
+
+}  // namespace detail
+
+CAIRN_API Location::Location(const std::string& path_or_uri) {
+  const std::string scheme = detail::uri_scheme(path_or_uri);
+  if (scheme.empty()) {
+    store_ = std::shared_ptr<Store>(std::shared_ptr<Store>(), &detail::path_store());
+    key_ = detail::normalize_key(path_or_uri);
+    return;
+  }
+  const std::string rest = path_or_uri.substr(scheme.size() + 3);
+  if (scheme == "file") {
+    *this = detail::open_file_uri(path_or_uri, rest);
+    return;
+  }
+  StoreOpener opener;
+  {
+    auto& registry = detail::scheme_registry();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    const auto it = registry.openers.find(scheme);
+    if (it != registry.openers.end()) opener = it->second;
+  }
+  if (!opener) {
+    std::string known;
+    for (const auto& s : store_schemes()) known += (known.empty() ? "" : ", ") + s;
+    throw Error(ErrorKind::invalid_argument,
+                "no store is registered for the URI scheme '" + scheme + "' (registered: " + known +
+                    "). Include the header of the store that serves it (cairn/store/s3_store.hpp for s3), or call "
+                    "cairn::register_store_scheme; a relative path that looks like a URI is written ./" + path_or_uri,
+                path_or_uri);
+  }
+  *this = opener(rest);
+}
+
+CAIRN_API void register_store_scheme(const std::string& scheme, StoreOpener opener) {
+  if (scheme.empty() || detail::uri_scheme(scheme + "://") != scheme)
+    throw Error(ErrorKind::invalid_argument,
+                "'" + scheme + "' is not a URI scheme cairn can register (lowercase: a letter, then letters, digits, '+', '-', '.')");
+  if (scheme == "file") throw Error(ErrorKind::invalid_argument, "the 'file' scheme is built in (the local filesystem)");
+  if (!opener) throw Error(ErrorKind::invalid_argument, "register_store_scheme('" + scheme + "') needs an opener");
+  auto& registry = detail::scheme_registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  registry.openers[scheme] = std::move(opener);
+}
+
+CAIRN_API std::vector<std::string> store_schemes() {
+  std::vector<std::string> out{"file"};
+  auto& registry = detail::scheme_registry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  for (const auto& [s, o] : registry.openers) out.push_back(s);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/store/location_impl.hpp -----
 // ----- begin cairn/store/posix_store_impl.hpp -----
 // PosixStore's members: files through io/file.hpp, staging and publishing through
 // store/posix_staging.hpp. Compiled in every translation unit that includes
@@ -10968,6 +11105,8 @@ class SaveJob {
   SaveJob& operator=(const SaveJob&) = delete;
 
   const SaveOptions& options() const { return options_; }
+  // Shares the store for as long as the job lives (an async save of a store made from a URI).
+  void keep_store(std::shared_ptr<Store> store) { keep_store_ = std::move(store); }
   Coordinator& coordinator() { return options_.coordinator ? *options_.coordinator : local_; }
   bool multi_rank() { return coordinator().size() > 1; }
   std::string describe() const { return store_.describe(normalize_key(key_)); }
@@ -11100,6 +11239,7 @@ class SaveJob {
   };
 
   Store& store_;
+  std::shared_ptr<Store> keep_store_;
   std::string key_;
   SaveOptions options_;
   Json user_metadata_;
@@ -11216,9 +11356,10 @@ CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
   return job.run(snapshot, [](SaveJob& j, std::exception_ptr failure) { j.commit(failure); });
 }
 
-CAIRN_API AsyncSave save_snapshots_async(Store& store, const std::string& key,
+CAIRN_API AsyncSave save_snapshots_async(const Location& location,
                                          FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options) {
-  auto job = std::make_shared<SaveJob>(store, key, options, options.user_metadata, now_unix_ms());
+  auto job = std::make_shared<SaveJob>(location.store(), location.key(), options, options.user_metadata, now_unix_ms());
+  job->keep_store(location.shared_store());
   auto worker = std::make_shared<SaveWorker>();
   worker->start(job, snapshot, options.async_memory_budget,
                 [](SaveJob& j, std::exception_ptr failure) { j.commit(failure); });
@@ -11238,11 +11379,6 @@ CAIRN_API SaveReport save_tree(Store& store, const std::string& key, FunctionRef
         return items;
       },
       options);
-}
-
-CAIRN_API Store& path_store() {
-  static PosixStore store;
-  return store;
 }
 
 }  // namespace detail
@@ -12541,9 +12677,10 @@ CAIRN_API void load_value(const Store& store, const std::string& key, const Load
 
 }  // namespace detail
 
-CAIRN_API CheckpointMetadata metadata(const Store& store, const std::string& key) {
+CAIRN_API CheckpointMetadata metadata(const Location& location) {
+  const Store& store = location.store();
   detail::PrintedKeys printed;  // printed by the parser while each record is in cache
-  return detail::read_metadata(store, store.readable_checkpoint(detail::normalize_key(key)), &printed);
+  return detail::read_metadata(store, store.readable_checkpoint(location.key()), &printed);
 }
 
 CAIRN_END_NAMESPACE
@@ -12570,8 +12707,10 @@ CAIRN_API std::vector<detail::ItemSnapshot> Items::snapshots() const {
   return out;
 }
 
-CAIRN_API std::vector<std::pair<std::string, LoadReport>> Items::load_all(const Store& store, const std::string& key,
+CAIRN_API std::vector<std::pair<std::string, LoadReport>> Items::load_all(const Location& location,
                                                                          const LoadOptions& options) const {
+  const Store& store = location.store();
+  const std::string& key = location.key();
   std::vector<std::pair<std::string, LoadReport>> reports;
   for (const auto& e : entries_) {
     if (!e.load)
@@ -12593,12 +12732,12 @@ CAIRN_API Items& Items::add(Entry e) {
   return *this;
 }
 
-CAIRN_API SaveReport save(Store& store, const std::string& key, const Items& items, const SaveOptions& options) {
-  return detail::save_snapshots(store, key, [&] { return items.snapshots(); }, options);
+CAIRN_API SaveReport save(const Location& location, const Items& items, const SaveOptions& options) {
+  return detail::save_snapshots(location.store(), location.key(), [&] { return items.snapshots(); }, options);
 }
 
-CAIRN_API AsyncSave save_async(Store& store, const std::string& key, const Items& items, const SaveOptions& options) {
-  return detail::save_snapshots_async(store, key, [&] { return items.snapshots(); }, options);
+CAIRN_API AsyncSave save_async(const Location& location, const Items& items, const SaveOptions& options) {
+  return detail::save_snapshots_async(location, [&] { return items.snapshots(); }, options);
 }
 
 CAIRN_END_NAMESPACE
@@ -13011,8 +13150,8 @@ CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::str
 
 }  // namespace detail
 
-CAIRN_API CheckpointMetadata safetensors_metadata(const Store& store, const std::string& key, const SafetensorsOptions& names) {
-  return detail::open_safetensors(store, key, names, false).metadata;
+CAIRN_API CheckpointMetadata safetensors_metadata(const Location& location, const SafetensorsOptions& names) {
+  return detail::open_safetensors(location.store(), location.key(), names, false).metadata;
 }
 
 CAIRN_END_NAMESPACE
@@ -13430,10 +13569,8 @@ CAIRN_API std::map<std::int64_t, Error> Checkpointer::damaged_steps() const {
   return damaged_;
 }
 
-CAIRN_API Checkpointer::Checkpointer(std::string root, CheckpointerOptions options) : Checkpointer(std::make_shared<PosixStore>(), std::move(root), std::move(options)) {}
-
-CAIRN_API Checkpointer::Checkpointer(std::shared_ptr<Store> store, std::string root, CheckpointerOptions options) : store_(std::move(store)), root_(detail::normalize_key(std::move(root))), options_(std::move(options)) {
-  if (!store_) throw Error(ErrorKind::invalid_argument, "a Checkpointer needs a store");
+CAIRN_API Checkpointer::Checkpointer(const Location& root, CheckpointerOptions options)
+    : store_(root.shared_store()), root_(root.key()), options_(std::move(options)) {
   if (root_.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint root");
   if (multi_rank()) {
     // The primary opens the root; the others take its view.

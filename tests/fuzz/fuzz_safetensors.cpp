@@ -10,14 +10,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   cairn::SafetensorsOptions whole;
   whole.separator = "";
   try {
-    (void)cairn::safetensors_metadata(store, "m/x.safetensors").summary();
+    (void)cairn::safetensors_metadata({store, "m/x.safetensors"}).summary();
   } catch (const cairn::Error&) {
   }
   try {
     std::map<std::string, cairn::Array<float>> all;
     cairn::LoadOptions o;
     o.on_overflow = cairn::OnOverflow::saturate;
-    cairn::load_safetensors(store, "m/x.safetensors", all, o, whole);
+    cairn::load_safetensors({store, "m/x.safetensors"}, all, o, whole);
   } catch (const cairn::Error&) {
   }
   return 0;

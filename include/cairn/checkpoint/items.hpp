@@ -113,7 +113,7 @@ class Items {
   CAIRN_API std::vector<detail::ItemSnapshot> snapshots() const;
 
   // Loads every item named here from the checkpoint (reads nothing of the other items).
-  CAIRN_API std::vector<std::pair<std::string, LoadReport>> load_all(const Store& store, const std::string& key,
+  CAIRN_API std::vector<std::pair<std::string, LoadReport>> load_all(const Location& location,
                                                                     const LoadOptions& options) const;
 
  private:
@@ -129,33 +129,19 @@ class Items {
 };
 
 // Saves several named items as one checkpoint (committed atomically, like save()).
-CAIRN_API SaveReport save(Store& store, const std::string& key, const Items& items, const SaveOptions& options = {});
-inline SaveReport save(const std::string& path, const Items& items, const SaveOptions& options = {}) {
-  return save(detail::path_store(), path, items, options);
-}
+CAIRN_API SaveReport save(const Location& location, const Items& items, const SaveOptions& options = {});
 // The same in the background, as save_async of a tree (the items' values are snapshotted
 // before it returns).
-CAIRN_API AsyncSave save_async(Store& store, const std::string& key, const Items& items, const SaveOptions& options = {});
-inline AsyncSave save_async(const std::string& path, const Items& items, const SaveOptions& options = {}) {
-  return save_async(detail::path_store(), path, items, options);
-}
+CAIRN_API AsyncSave save_async(const Location& location, const Items& items, const SaveOptions& options = {});
 
 // Loads the items named in `items` (a subset of the checkpoint's is fine); one report per item.
-inline std::vector<std::pair<std::string, LoadReport>> load(const Store& store, const std::string& key, const Items& items,
+inline std::vector<std::pair<std::string, LoadReport>> load(const Location& location, const Items& items,
                                                             const LoadOptions& options = {}) {
-  return items.load_all(store, key, options);
+  return items.load_all(location, options);
 }
-inline std::vector<std::pair<std::string, LoadReport>> load(const Store& store, const std::string& key, Items& items,
+inline std::vector<std::pair<std::string, LoadReport>> load(const Location& location, Items& items,
                                                             const LoadOptions& options = {}) {
-  return items.load_all(store, key, options);
-}
-inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, const Items& items,
-                                                            const LoadOptions& options = {}) {
-  return items.load_all(detail::path_store(), path, options);
-}
-inline std::vector<std::pair<std::string, LoadReport>> load(const std::string& path, Items& items,
-                                                            const LoadOptions& options = {}) {
-  return items.load_all(detail::path_store(), path, options);
+  return items.load_all(location, options);
 }
 
 CAIRN_END_NAMESPACE

@@ -22,8 +22,10 @@ CAIRN_API std::vector<detail::ItemSnapshot> Items::snapshots() const {
   return out;
 }
 
-CAIRN_API std::vector<std::pair<std::string, LoadReport>> Items::load_all(const Store& store, const std::string& key,
+CAIRN_API std::vector<std::pair<std::string, LoadReport>> Items::load_all(const Location& location,
                                                                          const LoadOptions& options) const {
+  const Store& store = location.store();
+  const std::string& key = location.key();
   std::vector<std::pair<std::string, LoadReport>> reports;
   for (const auto& e : entries_) {
     if (!e.load)
@@ -45,12 +47,12 @@ CAIRN_API Items& Items::add(Entry e) {
   return *this;
 }
 
-CAIRN_API SaveReport save(Store& store, const std::string& key, const Items& items, const SaveOptions& options) {
-  return detail::save_snapshots(store, key, [&] { return items.snapshots(); }, options);
+CAIRN_API SaveReport save(const Location& location, const Items& items, const SaveOptions& options) {
+  return detail::save_snapshots(location.store(), location.key(), [&] { return items.snapshots(); }, options);
 }
 
-CAIRN_API AsyncSave save_async(Store& store, const std::string& key, const Items& items, const SaveOptions& options) {
-  return detail::save_snapshots_async(store, key, [&] { return items.snapshots(); }, options);
+CAIRN_API AsyncSave save_async(const Location& location, const Items& items, const SaveOptions& options) {
+  return detail::save_snapshots_async(location, [&] { return items.snapshots(); }, options);
 }
 
 CAIRN_END_NAMESPACE

@@ -40,49 +40,35 @@ LoadReport load_item(const Store& store, const std::string& key, T& target, cons
 }  // namespace detail
 
 // Loads into an existing target (its "abstract" shape: types, and the sizes of fixed-size
-// parts) from the checkpoint at `key` in `store`. On error the target is left valid but
-// possibly partly loaded; use load<T>() for all-or-nothing. With options.coordinator, every
-// rank calls it: each reads what its own target holds (its shards of a sharded array), and
-// every rank returns the same outcome.
+// parts) from the checkpoint at `location` (a directory path, a URI, or {store, key}). On
+// error the target is left valid but possibly partly loaded; use load<T>() for
+// all-or-nothing. With options.coordinator, every rank calls it: each reads what its own
+// target holds (its shards of a sharded array), and every rank returns the same outcome.
 template <class T>
-LoadReport load(const Store& store, const std::string& key, T& target, const LoadOptions& options = {}) {
+LoadReport load(const Location& location, T& target, const LoadOptions& options = {}) {
   require_tree_type<T>();
-  return detail::load_item(store, key, target, options, false);
-}
-
-// The same from a checkpoint directory.
-template <class T>
-LoadReport load(const std::string& path, T& target, const LoadOptions& options = {}) {
-  return load(detail::path_store(), path, target, options);
+  return detail::load_item(location.store(), location.key(), target, options, false);
 }
 
 // Loads a new T (default-constructed, then filled from the checkpoint).
 template <class T>
-T load(const Store& store, const std::string& key, const LoadOptions& options = {}) {
+T load(const Location& location, const LoadOptions& options = {}) {
   require_tree_type<T>();
   T value{};
-  detail::load_value(store, key, options, [&](const detail::StoredIndex& index) { return detail::plan_load(value, index, options); });
+  detail::load_value(location.store(), location.key(), options,
+                     [&](const detail::StoredIndex& index) { return detail::plan_load(value, index, options); });
   return value;
-}
-template <class T>
-T load(const std::string& path, const LoadOptions& options = {}) {
-  return load<T>(detail::path_store(), path, options);
 }
 
 // Loads a single leaf (or subtree) by key path: load_subtree<Eigen::MatrixXf>(dir, "params/dense/kernel").
 template <class T>
-T load_subtree(const Store& store, const std::string& checkpoint, const std::string& key, LoadOptions options = {}) {
+T load_subtree(const Location& checkpoint, const std::string& key, LoadOptions options = {}) {
   options.subtree = key;
-  return load<T>(store, checkpoint, options);
-}
-template <class T>
-T load_subtree(const std::string& path, const std::string& key, LoadOptions options = {}) {
-  return load_subtree<T>(detail::path_store(), path, key, std::move(options));
+  return load<T>(checkpoint, options);
 }
 
 // Structure, dtypes, shapes and user metadata of a checkpoint; reads no array data.
-CAIRN_API CheckpointMetadata metadata(const Store& store, const std::string& key);
-inline CheckpointMetadata metadata(const std::string& path) { return metadata(detail::path_store(), path); }
+CAIRN_API CheckpointMetadata metadata(const Location& location);
 
 CAIRN_END_NAMESPACE
 

@@ -54,9 +54,10 @@ CAIRN_API void load_value(const Store& store, const std::string& key, const Load
 
 }  // namespace detail
 
-CAIRN_API CheckpointMetadata metadata(const Store& store, const std::string& key) {
+CAIRN_API CheckpointMetadata metadata(const Location& location) {
+  const Store& store = location.store();
   detail::PrintedKeys printed;  // printed by the parser while each record is in cache
-  return detail::read_metadata(store, store.readable_checkpoint(detail::normalize_key(key)), &printed);
+  return detail::read_metadata(store, store.readable_checkpoint(location.key()), &printed);
 }
 
 CAIRN_END_NAMESPACE

@@ -11,7 +11,7 @@
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/core/function_ref.hpp"
 #include "cairn/checkpoint/snapshot.hpp"
-#include "cairn/store/store.hpp"
+#include "cairn/store/location.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -25,10 +25,6 @@ CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
 // save_snapshots of one tree item, the default one, that `view` fills with the tree's views.
 CAIRN_API SaveReport save_tree(Store& store, const std::string& key, FunctionRef<void(ItemSnapshot&)> view,
                                const SaveOptions& options);
-
-// The store of the path overloads of save, load and metadata: a PosixStore whose keys are
-// paths. Stateless, so one serves every call and thread.
-CAIRN_API Store& path_store();
 
 class SaveJob;     // checkpoint/save_job.hpp
 class SaveWorker;
@@ -58,47 +54,40 @@ class AsyncSave {
 
 namespace detail {
 // save_snapshots in the background: returns once the snapshot is taken (within
-// options.async_memory_budget); the store must outlive the save.
-CAIRN_API AsyncSave save_snapshots_async(Store& store, const std::string& key,
+// options.async_memory_budget). The save shares the location's store (a store given by
+// reference must outlive it).
+CAIRN_API AsyncSave save_snapshots_async(const Location& location,
                                          FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options);
 }  // namespace detail
 
-// Saves a tree to a new checkpoint at `key` in `store`. Fails if a checkpoint is there,
-// unless options.overwrite (which replaces it atomically). With options.coordinator, every
-// rank calls this with the same tree; each writes its part, and the checkpoint commits once.
+// Saves a tree to a new checkpoint at `location` (a directory path, a URI, or {store, key}).
+// Fails if a checkpoint is there, unless options.overwrite (which replaces it atomically).
+// With options.coordinator, every rank calls this with the same tree; each writes its part,
+// and the checkpoint commits once.
 template <class T>
-SaveReport save(Store& store, const std::string& key, const T& tree, const SaveOptions& options = {}) {
+SaveReport save(const Location& location, const T& tree, const SaveOptions& options = {}) {
   require_tree_type<T>();
-  return detail::save_tree(store, key, [&](detail::ItemSnapshot& s) { detail::view_tree_into(s, tree); }, options);
-}
-
-// The same to a checkpoint directory at `path`.
-template <class T>
-SaveReport save(const std::string& path, const T& tree, const SaveOptions& options = {}) {
-  return save(detail::path_store(), path, tree, options);
+  return detail::save_tree(location.store(), location.key(), [&](detail::ItemSnapshot& s) { detail::view_tree_into(s, tree); },
+                           options);
 }
 
 // Like save, but returns once the tree is snapshotted (copied to host memory, within
 // options.async_memory_budget); writing, fsync and the commit run on a background thread, and
 // the caller may change the tree at once. The returned handle's wait() gives the report or the
 // error (Orbax's AsyncCheckpointer, PyTorch DCP's async_save). With a coordinator every rank
-// calls it, and wait() is where the checkpoint commits (a collective). `store` must outlive
-// the save.
+// calls it, and wait() is where the checkpoint commits (a collective). A store given by
+// reference ({store, key}) must outlive the save; one made from a URI is kept alive by it.
 template <class T>
-[[nodiscard]] AsyncSave save_async(Store& store, const std::string& key, const T& tree, const SaveOptions& options = {}) {
+[[nodiscard]] AsyncSave save_async(const Location& location, const T& tree, const SaveOptions& options = {}) {
   require_tree_type<T>();
   return detail::save_snapshots_async(
-      store, key,
+      location,
       [&] {
         std::vector<detail::ItemSnapshot> items(1);  // moved in: braces would copy every leaf's view
         items[0] = detail::view_tree(default_item_name, tree);
         return items;
       },
       options);
-}
-template <class T>
-[[nodiscard]] AsyncSave save_async(const std::string& path, const T& tree, const SaveOptions& options = {}) {
-  return save_async(detail::path_store(), path, tree, options);
 }
 
 CAIRN_END_NAMESPACE

@@ -13,7 +13,7 @@
 #include "cairn/checkpoint/save_job.hpp"
 #include "cairn/checkpoint/save.hpp"
 #include "cairn/coordination/coordinator.hpp"
-#include "cairn/store/posix_store.hpp"
+#include "cairn/store/location.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -26,9 +26,10 @@ CAIRN_API SaveReport save_snapshots(Store& store, const std::string& key,
   return job.run(snapshot, [](SaveJob& j, std::exception_ptr failure) { j.commit(failure); });
 }
 
-CAIRN_API AsyncSave save_snapshots_async(Store& store, const std::string& key,
+CAIRN_API AsyncSave save_snapshots_async(const Location& location,
                                          FunctionRef<std::vector<ItemSnapshot>()> snapshot, const SaveOptions& options) {
-  auto job = std::make_shared<SaveJob>(store, key, options, options.user_metadata, now_unix_ms());
+  auto job = std::make_shared<SaveJob>(location.store(), location.key(), options, options.user_metadata, now_unix_ms());
+  job->keep_store(location.shared_store());
   auto worker = std::make_shared<SaveWorker>();
   worker->start(job, snapshot, options.async_memory_budget,
                 [](SaveJob& j, std::exception_ptr failure) { j.commit(failure); });
@@ -48,11 +49,6 @@ CAIRN_API SaveReport save_tree(Store& store, const std::string& key, FunctionRef
         return items;
       },
       options);
-}
-
-CAIRN_API Store& path_store() {
-  static PosixStore store;
-  return store;
 }
 
 }  // namespace detail

@@ -45,6 +45,8 @@ class SaveJob {
   SaveJob& operator=(const SaveJob&) = delete;
 
   const SaveOptions& options() const { return options_; }
+  // Shares the store for as long as the job lives (an async save of a store made from a URI).
+  void keep_store(std::shared_ptr<Store> store) { keep_store_ = std::move(store); }
   Coordinator& coordinator() { return options_.coordinator ? *options_.coordinator : local_; }
   bool multi_rank() { return coordinator().size() > 1; }
   std::string describe() const { return store_.describe(normalize_key(key_)); }
@@ -177,6 +179,7 @@ class SaveJob {
   };
 
   Store& store_;
+  std::shared_ptr<Store> keep_store_;
   std::string key_;
   SaveOptions options_;
   Json user_metadata_;

@@ -52,12 +52,10 @@ struct StepSaveOptions {
 
 class Checkpointer {
  public:
-  // Opens the root directory; creates nothing until the first save (a Checkpointer made only
-  // to read leaves the filesystem as it is, apart from removing the leftovers of dead saves).
-  explicit Checkpointer(std::string root, CheckpointerOptions options = {});
-
-  // Steps under the key `root` of a store.
-  Checkpointer(std::shared_ptr<Store> store, std::string root, CheckpointerOptions options = {});
+  // Opens the root (a directory path, a URI, or {store, key}); creates nothing until the
+  // first save (a Checkpointer made only to read leaves the store as it is, apart from
+  // removing the leftovers of dead saves). A store given by reference must outlive it.
+  explicit Checkpointer(const Location& root, CheckpointerOptions options = {});
 
  private:
   // Checks the root, removes the leftovers of dead saves, lists the steps, repairs `latest`.
@@ -127,25 +125,25 @@ class Checkpointer {
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(std::int64_t step, T& target, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, existing_step_path(step), target, with_coordinator(options));
+    return cairn::load(Location(store_, existing_step_path(step)), target, with_coordinator(options));
   }
   // From the latest checkpoint.
   template <class T>
     requires(!std::is_same_v<std::remove_const_t<T>, Items>)
   LoadReport load(T& target, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, latest_step_path(), target, with_coordinator(options));
+    return cairn::load(Location(store_, latest_step_path()), target, with_coordinator(options));
   }
   std::vector<std::pair<std::string, LoadReport>> load(std::int64_t step, const Items& items, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, existing_step_path(step), items, with_coordinator(options));
+    return cairn::load(Location(store_, existing_step_path(step)), items, with_coordinator(options));
   }
   std::vector<std::pair<std::string, LoadReport>> load(const Items& items, const LoadOptions& options = {}) {
     wait();
-    return cairn::load(*store_, latest_step_path(), items, with_coordinator(options));
+    return cairn::load(Location(store_, latest_step_path()), items, with_coordinator(options));
   }
 
-  CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(*store_, existing_step_path(step)); }
+  CheckpointMetadata metadata(std::int64_t step) const { return cairn::metadata(Location(store_, existing_step_path(step))); }
 
  private:
 

@@ -38,10 +38,8 @@ CAIRN_API std::map<std::int64_t, Error> Checkpointer::damaged_steps() const {
   return damaged_;
 }
 
-CAIRN_API Checkpointer::Checkpointer(std::string root, CheckpointerOptions options) : Checkpointer(std::make_shared<PosixStore>(), std::move(root), std::move(options)) {}
-
-CAIRN_API Checkpointer::Checkpointer(std::shared_ptr<Store> store, std::string root, CheckpointerOptions options) : store_(std::move(store)), root_(detail::normalize_key(std::move(root))), options_(std::move(options)) {
-  if (!store_) throw Error(ErrorKind::invalid_argument, "a Checkpointer needs a store");
+CAIRN_API Checkpointer::Checkpointer(const Location& root, CheckpointerOptions options)
+    : store_(root.shared_store()), root_(root.key()), options_(std::move(options)) {
   if (root_.empty()) throw Error(ErrorKind::invalid_argument, "empty checkpoint root");
   if (multi_rank()) {
     // The primary opens the root; the others take its view.

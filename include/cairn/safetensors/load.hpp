@@ -27,40 +27,27 @@ CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::str
                                               FunctionRef<LoadPlan(const StoredIndex&)> plan);
 }  // namespace detail
 
-// Loads the safetensors file (or index of a sharded set) at `key` in `store` into an existing
-// target. Checksums: safetensors has none, so options.verify_checksums does not apply.
+// Loads the safetensors file (or index of a sharded set) at `location` (a path, a URI, or
+// {store, key}) into an existing target. Checksums: safetensors has none, so
+// options.verify_checksums does not apply.
 template <class T>
-LoadReport load_safetensors(const Store& store, const std::string& key, T& target, const LoadOptions& options = {},
+LoadReport load_safetensors(const Location& location, T& target, const LoadOptions& options = {},
                             const SafetensorsOptions& names = {}) {
   require_tree_type<T>();
-  return detail::load_safetensors_planned(store, key, options, names,
+  return detail::load_safetensors_planned(location.store(), location.key(), options, names,
                                           [&](const detail::StoredIndex& index) { return detail::plan_load(target, index, options); });
-}
-template <class T>
-LoadReport load_safetensors(const std::string& path, T& target, const LoadOptions& options = {},
-                            const SafetensorsOptions& names = {}) {
-  return load_safetensors(detail::path_store(), path, target, options, names);
 }
 // Loads a new T (default-constructed, then filled from the file).
 template <class T>
-T load_safetensors(const Store& store, const std::string& key, const LoadOptions& options = {},
-                   const SafetensorsOptions& names = {}) {
+T load_safetensors(const Location& location, const LoadOptions& options = {}, const SafetensorsOptions& names = {}) {
   T value{};
-  load_safetensors(store, key, value, options, names);
+  load_safetensors(location, value, options, names);
   return value;
-}
-template <class T>
-T load_safetensors(const std::string& path, const LoadOptions& options = {}, const SafetensorsOptions& names = {}) {
-  return load_safetensors<T>(detail::path_store(), path, options, names);
 }
 
 // What a safetensors file (or sharded set) holds, as checkpoint metadata: one item "state"
 // whose leaves are the tensors under their key paths, "__metadata__" as the user metadata.
-CAIRN_API CheckpointMetadata safetensors_metadata(const Store& store, const std::string& key,
-                                                  const SafetensorsOptions& names = {});
-inline CheckpointMetadata safetensors_metadata(const std::string& path, const SafetensorsOptions& names = {}) {
-  return safetensors_metadata(detail::path_store(), path, names);
-}
+CAIRN_API CheckpointMetadata safetensors_metadata(const Location& location, const SafetensorsOptions& names = {});
 
 CAIRN_END_NAMESPACE
 

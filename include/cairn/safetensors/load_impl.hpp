@@ -162,8 +162,8 @@ CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::str
 
 }  // namespace detail
 
-CAIRN_API CheckpointMetadata safetensors_metadata(const Store& store, const std::string& key, const SafetensorsOptions& names) {
-  return detail::open_safetensors(store, key, names, false).metadata;
+CAIRN_API CheckpointMetadata safetensors_metadata(const Location& location, const SafetensorsOptions& names) {
+  return detail::open_safetensors(location.store(), location.key(), names, false).metadata;
 }
 
 CAIRN_END_NAMESPACE

@@ -43,15 +43,12 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
                                                           const SafetensorsSaveOptions& options);
 }  // namespace detail
 
+// Exports a tree as a safetensors file (or a sharded set) at `location` (a path, a URI, or
+// {store, key}).
 template <class T>
-SafetensorsSaveReport save_safetensors(Store& store, const std::string& key, const T& tree,
-                                       const SafetensorsSaveOptions& options = {}) {
+SafetensorsSaveReport save_safetensors(const Location& location, const T& tree, const SafetensorsSaveOptions& options = {}) {
   require_tree_type<T>();
-  return detail::save_safetensors_snapshot(store, key, detail::view_tree(default_item_name, tree), options);
-}
-template <class T>
-SafetensorsSaveReport save_safetensors(const std::string& path, const T& tree, const SafetensorsSaveOptions& options = {}) {
-  return save_safetensors(detail::path_store(), path, tree, options);
+  return detail::save_safetensors_snapshot(location.store(), location.key(), detail::view_tree(default_item_name, tree), options);
 }
 
 CAIRN_END_NAMESPACE
