@@ -76,6 +76,14 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   CHECK(leaves[0].at("order").as_string() == "F");
   CHECK(leaves[5].at("chunks").as_int() == 4);
   CHECK(j.at("user_metadata").at("epoch").as_int() == 3);
+  // A URI names the same checkpoint; an unregistered scheme is one line, exit 2.
+  const std::string absolute = std::filesystem::absolute(c).string();
+  r = cli({"ls", "file://" + absolute});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "w        float32[3, 4] F-order  48 B"));
+  r = cli({"ls", "nosuch://bucket/c"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "no store is registered for the URI scheme 'nosuch'"));
 
   const std::string root = dir / "root";
   {
@@ -108,6 +116,20 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   r = cli({"ls", root});
   CHECK(has(r.out, "10  damaged: "));
   CHECK(test::read_file(root + "/10/_METADATA") == meta);
+  // A damaged `latest` marker is named, with the latest committed step; verify fails on it.
+  test::write_file(root + "/latest", "0\n");
+  r = cli({"ls", root});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "Checkpointer root, 2 steps\n"));
+  CHECK(has(r.out, "warning: the latest marker (" + root + "/latest) is damaged: it says '0', which is no committed step; "
+                   "the latest committed step is 20"));
+  CHECK(!has(r.out, "(latest)"));
+  r = cli({"ls", root, "--json"});
+  CHECK(cairn::Json::parse(r.out).at("latest_committed").as_string() == "20");
+  CHECK(has(cairn::Json::parse(r.out).at("latest_problem").as_string(), "damaged"));
+  std::filesystem::remove(root + "/latest");
+  r = cli({"ls", root});
+  CHECK(has(r.out, "is missing; the latest committed step is 20"));
 
   const std::string st = dir / "m.safetensors";
   cairn::save_safetensors(st, std::vector<std::vector<float>>{{1, 2}, {3}});
@@ -191,10 +213,10 @@ TEST_CASE("show: values, slices, numpy-like abbreviation, reading only what it p
   r = cli({"show", c, "big"});
   CHECK(has(r.out, "[0, 0.25, 0.5, ..., 2499.25, 2499.5, 2499.75]"));
   // The abbreviated leaf reads its six values, not its 80,000 bytes.
-  std::uint64_t read = 0;
-  const auto v = cairn::cli::read_values(c, {"big"}, cairn::DType::float64,
-                                         {cairn::Box{{0}, {3}}, cairn::Box{{9997}, {3}}}, &read);
-  CHECK(read <= 64);
+  cairn::LoadReport report;
+  const auto v = cairn::read_arrays(c, {"big"}, {.as = cairn::DType::float64, .boxes = {cairn::Box{{0}, {3}}, cairn::Box{{9997}, {3}}}},
+                                    &report);
+  CHECK(report.bytes_read <= 64);
   CHECK(v.at("big").bytes.size() == 48);
   // Errors: one line, exit 2.
   for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{

@@ -33,6 +33,10 @@
 #include "cairn/safetensors/save.hpp"
 #include "cairn/manager/policies.hpp"
 #include "cairn/manager/checkpointer.hpp"
+#include "cairn/leaves/array_value.hpp"
+#include "cairn/inspect/inspect.hpp"
+#include "cairn/inspect/verify.hpp"
+#include "cairn/inspect/convert.hpp"
 
 #if !defined(CAIRN_NO_EIGEN) && (__has_include(<Eigen/Core>) || __has_include(<eigen3/Eigen/Core>))
 #include "cairn/leaves/eigen_cereal.hpp"

@@ -5146,6 +5146,226 @@ CAIRN_END_NAMESPACE
 // Header-only: the definitions of the entry points declared here (with
 // CAIRN_SEPARATE_COMPILATION, only in the translation unit of cairn/src.hpp).
 // ----- end cairn/manager/checkpointer.hpp -----
+// ----- begin cairn/leaves/array_value.hpp -----
+// cairn::ArrayValue: a leaf whose dtype and shape are known only at run time: what a tool
+// that reads any checkpoint (the `cairn` command, a viewer, a converter) loads into, without
+// the C++ type the leaf was saved from. As a tree leaf it loads as stored (its dtype and shape
+// become the stored ones; nothing is cast) and saves as it is. cairn::read_arrays
+// (inspect/inspect.hpp) reads leaves into it by key, cast to one dtype or only some boxes.
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+struct ArrayValue {
+  DType dtype = DType::float32;
+  Shape shape;                       // of the whole array, also when only boxes of it are held
+  std::vector<unsigned char> bytes;  // C order: the whole array, or each box after the other
+  // Empty: `bytes` hold the whole array. Otherwise the boxes of it that `bytes` hold, in order
+  // (what read_arrays reads when asked for boxes); such a value is not saved (a save refuses
+  // it: it is not the array).
+  std::vector<Box> boxes;
+
+  std::uint64_t elements() const { return element_count(shape); }
+
+  // The elements as T, whose dtype must be this value's (no cast: read_arrays casts).
+  template <class T>
+  std::span<const T> values() const {
+    if (!has_dtype<T> || dtype_of<T> != dtype)
+      throw Error(ErrorKind::dtype_mismatch, std::string("the value holds ") + dtype_name(dtype) +
+                  ", not the element type asked for (read it with read_arrays' `as` to cast)");
+    return {reinterpret_cast<const T*>(bytes.data()), bytes.size() / sizeof(T)};
+  }
+};
+
+template <>
+struct leaf_traits<ArrayValue> {
+  static LeafView view(const ArrayValue& v) {
+    LeafView out{v.dtype, v.shape, Order::C, nullptr, 0};
+    if (v.boxes.empty()) {
+      out.data = v.bytes.data();
+      out.nbytes = v.bytes.size();
+      if (out.nbytes != byte_count(v.shape, dtype_size(v.dtype)) && v.dtype != DType::string)
+        throw Error(ErrorKind::invalid_argument, "an ArrayValue of " + std::string(dtype_name(v.dtype)) + to_string(v.shape) +
+                    " holds " + std::to_string(out.nbytes) + " bytes, not " +
+                    std::to_string(byte_count(v.shape, dtype_size(v.dtype))));
+      return out;
+    }
+    throw Error(ErrorKind::invalid_argument, "this ArrayValue holds " + std::to_string(v.boxes.size()) +
+                " boxes of a " + to_string(v.shape) + " array, not the array: read it whole to save it");
+  }
+  static LeafBuffer prepare(ArrayValue& v, const StoredLeafInfo& stored) {
+    v.dtype = stored.dtype;
+    v.shape = stored.shape;
+    v.boxes.clear();
+    v.bytes.resize(static_cast<std::size_t>(stored.dtype == DType::string ? stored.nbytes
+                                                                          : byte_count(stored.shape, dtype_size(stored.dtype))));
+    return {v.dtype, Order::C, v.bytes.data(), v.bytes.size()};
+  }
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/leaves/array_value.hpp -----
+// ----- begin cairn/inspect/inspect.hpp -----
+// Reading any location without the types it was saved from: what is there (inspect), and the
+// values of any of its leaves (read_arrays, into ArrayValue). For tools, viewers and
+// converters: the `cairn` command is written on these and the other public names only.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+// What a location holds.
+enum class LocationKind {
+  checkpoint,         // a cairn checkpoint (a directory with _CHECKPOINT)
+  checkpointer_root,  // a directory of committed checkpoints (a Checkpointer's root)
+  safetensors,        // a .safetensors file, or the *.index.json of a sharded set
+};
+CAIRN_API const char* location_kind_name(LocationKind kind);  // "checkpoint", "checkpointer_root", "safetensors"
+
+// One step of a Checkpointer root, as inspect finds it.
+struct InspectedStep {
+  std::string name;       // the step's directory name ("100")
+  bool latest = false;    // named by the root's `latest` marker
+  std::string created;    // ISO 8601, from its metadata
+  std::uint64_t bytes = 0;
+  Json metrics;           // the metrics the Checkpointer recorded, or null
+  std::string error;      // set when the step's metadata does not read (then the rest is empty)
+};
+
+struct Inspection {
+  LocationKind kind = LocationKind::checkpoint;
+  std::string path;             // the location as its store describes it
+  // A checkpoint or safetensors: its structure, dtypes, shapes, files and user metadata (a
+  // safetensors file reads as one item "state"; see safetensors_metadata).
+  CheckpointMetadata metadata;
+  // A Checkpointer root: its committed steps in step order, and the `latest` marker's content.
+  std::vector<InspectedStep> steps;
+  std::string latest;
+  // Set when the `latest` marker is missing, unreadable, or names no committed step ("" when
+  // it names one). The latest committed step is then steps.back(), which is what a
+  // Checkpointer opening the root repairs the marker to.
+  std::string latest_problem;
+  bool latest_marker = false;  // whether the root has a `latest` marker (a plain directory of checkpoints has none)
+};
+
+// Says what is at `location` and reads its metadata (no array data). A name ending in
+// ".safetensors" or ".index.json" (a sharded set's index) is safetensors; a directory that is not a
+// checkpoint but holds committed checkpoints is a Checkpointer root. Anything else is read as
+// a checkpoint, and its errors are the load's (not_found, incomplete, corrupt, ...).
+CAIRN_API Inspection inspect(const Location& location);
+
+struct ReadArraysOptions {
+  std::optional<DType> as;    // cast every leaf to this dtype (saturating, lossy allowed); unset: as stored
+  std::vector<Box> boxes;     // read only these boxes of each leaf (one after another in `bytes`); empty: whole
+  std::string item = default_item_name;  // the checkpoint's item (safetensors has one, "state")
+};
+
+// Reads the leaves at `keys` (every leaf of the item when empty) of a checkpoint or a
+// safetensors file at `location`, each into an ArrayValue, in one pass over the files that
+// reads only what is asked (and checks every checksum that covers it). A key that is not
+// there is not_found. `report`, when given, receives the load's report (bytes read, casts).
+CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& location, const std::vector<std::string>& keys,
+                                                       const ReadArraysOptions& options = {}, LoadReport* report = nullptr);
+
+CAIRN_END_NAMESPACE
+
+// ----- end cairn/inspect/inspect.hpp -----
+// ----- begin cairn/inspect/verify.hpp -----
+// verify(location): reads every byte a checkpoint's records name and checks every checksum,
+// without loading anything into memory beyond a 4 MiB buffer (Orbax and DCP have no such
+// check; `h5check` and `zarr` consolidated-metadata checks are the nearest). Also a
+// safetensors file (no checksums: the header is validated and every tensor byte read) and a
+// Checkpointer root (every committed step, and the `latest` marker where there is one: a
+// marker that names no committed step is a problem; a directory of checkpoints without one
+// is not).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+struct VerifyProblem {
+  std::string file;               // the data file (or the checkpoint, when its metadata is bad)
+  std::string key;                // the leaf whose bytes are bad ("" for a whole checkpoint)
+  std::string why;
+  std::uint64_t offset = 0, end = 0;  // the byte range of the chunk in `file`
+};
+
+struct VerifyReport {
+  LocationKind kind = LocationKind::checkpoint;
+  std::string path;
+  std::vector<std::string> checkpoints;  // what was verified (a root's steps; else the location)
+  std::uint64_t chunks = 0;              // chunks (tensors, for safetensors) read
+  std::uint64_t bytes = 0;               // their bytes
+  bool checksummed = true;               // false for safetensors, which has no checksums
+  std::vector<VerifyProblem> problems;
+  bool ok() const { return problems.empty(); }
+};
+
+// Verifies the checkpoint, safetensors file or Checkpointer root at `location`. Damage is
+// reported in the report, not thrown; what cannot be read at all (nothing there, not a
+// checkpoint) throws as metadata() does. Reads every byte once; memory: one 4 MiB buffer.
+CAIRN_API VerifyReport verify(const Location& location);
+
+CAIRN_END_NAMESPACE
+
+// ----- end cairn/inspect/verify.hpp -----
+// ----- begin cairn/inspect/convert.hpp -----
+// convert(src, dst): copies a checkpoint or a safetensors file (or set) to a new checkpoint or
+// safetensors file, keeping the tree's structure and user metadata, with casts and a
+// selection of leaves, without the C++ types it was saved from (the `cairn convert` command).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+enum class ConvertTo {
+  automatic,    // safetensors when dst ends in ".safetensors" or max_file_bytes is set; else a checkpoint
+  checkpoint,
+  safetensors,
+};
+
+struct ConvertOptions {
+  ConvertTo to = ConvertTo::automatic;
+  std::vector<CastRule> cast = {};          // key-path globs -> the dtype to store them as
+  std::vector<std::string> select = {};     // key-path globs of the leaves to copy; empty: every leaf
+  std::uint64_t max_file_bytes = 0;         // safetensors: above this many bytes, a sharded set
+  bool overwrite = false;
+};
+
+struct ConvertReport {
+  ConvertTo to = ConvertTo::checkpoint;     // what was written
+  std::uint64_t leaves = 0;
+  std::uint64_t bytes = 0;                  // tensor bytes written
+  std::vector<std::string> files;           // the files written (safetensors)
+  std::vector<std::string> cast;            // key paths stored as another dtype
+};
+
+// Reads the selected leaves of src's item "state" (as stored) and writes them with src's
+// structure and user metadata to dst, committed as any save or export is. Memory: the
+// selected leaves, whole. A safetensors target keeps user metadata as strings (its
+// "__metadata__" holds only strings): a non-string value is written as its JSON text.
+CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const ConvertOptions& options = {});
+
+CAIRN_END_NAMESPACE
+
+// ----- end cairn/inspect/convert.hpp -----
 
 #if !defined(CAIRN_NO_EIGEN) && (__has_include(<Eigen/Core>) || __has_include(<eigen3/Eigen/Core>))
 // ----- begin cairn/leaves/eigen_cereal.hpp -----
@@ -13922,6 +14142,315 @@ CAIRN_API void Checkpointer::apply_retention() {
 
 CAIRN_END_NAMESPACE
 // ----- end cairn/manager/checkpointer_impl.hpp -----
+// ----- begin cairn/inspect/inspect_impl.hpp -----
+// The runtime of inspect/inspect.hpp.
+
+#include <algorithm>
+#include <deque>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+inline LocationKind location_kind(const Location& location) {
+  if (ends_with(location.key(), ".safetensors") || ends_with(location.key(), safetensors_index_suffix))
+    return LocationKind::safetensors;
+  const Store& store = location.store();
+  if (!is_committed_checkpoint(store, location.key()) && !describe_checkpointer_root(store, location.key()).empty())
+    return LocationKind::checkpointer_root;
+  return LocationKind::checkpoint;
+}
+
+// A leaf of read_arrays' plan: where its value goes and how it is read.
+struct ArrayTarget {
+  ArrayValue* value;
+  const ReadArraysOptions* options;
+};
+
+inline LeafBuffer prepare_array_target(void* target, const StoredLeafInfo& info) {
+  const ArrayTarget& t = *static_cast<const ArrayTarget*>(target);
+  ArrayValue& v = *t.value;
+  if (t.options->boxes.empty()) {
+    LeafBuffer b = leaf_traits<ArrayValue>::prepare(v, info);
+    if (!t.options->as || info.dtype == DType::string) return b;
+    v.dtype = *t.options->as;
+    v.bytes.resize(static_cast<std::size_t>(byte_count(info.shape, dtype_size(v.dtype))));
+    return {v.dtype, Order::C, v.bytes.data(), v.bytes.size()};
+  }
+  v.dtype = t.options->as && info.dtype != DType::string ? *t.options->as : info.dtype;
+  v.shape = info.shape;
+  v.boxes = t.options->boxes;
+  const std::size_t item = dtype_size(v.dtype);
+  std::uint64_t total = 0;
+  for (const Box& box : v.boxes) {
+    if (box.start.size() != info.shape.size() || box.shape.size() != info.shape.size())
+      throw Error(ErrorKind::invalid_argument, "a box of rank " + std::to_string(box.shape.size()) + " for an array of rank " +
+                  std::to_string(info.shape.size()));
+    for (std::size_t d = 0; d < box.shape.size(); ++d)
+      if (box.start[d] < 0 || box.shape[d] < 0 || box.start[d] + box.shape[d] > info.shape[d])
+        throw Error(ErrorKind::invalid_argument, "the box " + to_string(box.start) + "+" + to_string(box.shape) +
+                    " is outside the array " + to_string(info.shape));
+    total += byte_count(box.shape, item);
+  }
+  v.bytes.resize(static_cast<std::size_t>(total));
+  LeafBuffer b;
+  b.dtype = v.dtype;
+  b.nbytes = byte_count(info.shape, item);  // shards: the whole array's size
+  std::uint64_t at = 0;
+  for (const Box& box : v.boxes) {
+    b.shards.push_back({box, v.bytes.data() + at, MemoryKind::host, 0});
+    at += byte_count(box.shape, item);
+  }
+  return b;
+}
+
+}  // namespace detail
+
+CAIRN_API const char* location_kind_name(LocationKind kind) {
+  switch (kind) {
+    case LocationKind::checkpoint: return "checkpoint";
+    case LocationKind::checkpointer_root: return "checkpointer_root";
+    case LocationKind::safetensors: return "safetensors";
+  }
+  return "?";
+}
+
+CAIRN_API Inspection inspect(const Location& location) {
+  Inspection out;
+  out.kind = detail::location_kind(location);
+  out.path = location.describe();
+  if (out.kind == LocationKind::safetensors) {
+    out.metadata = safetensors_metadata(location);
+    return out;
+  }
+  if (out.kind == LocationKind::checkpoint) {
+    out.metadata = metadata(location);
+    return out;
+  }
+  const Store& store = location.store();
+  const std::string& key = location.key();
+  std::vector<std::string> names;
+  for (const auto& e : store.list(key))
+    if (e.is_prefix && !store.is_internal_name(e.name) && detail::is_committed_checkpoint(store, detail::join_key(key, e.name)))
+      names.push_back(e.name);
+  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;  // numeric order for plain step numbers
+  });
+  const std::string marker = detail::join_key(key, "latest");
+  if (!store.is_blob(marker)) {
+    out.latest_problem = "the latest marker (" + store.describe(marker) + ") is missing";
+  } else {
+    out.latest_marker = true;
+    try {
+      out.latest = detail::read_blob(store, marker, 4096);
+      while (!out.latest.empty() && (out.latest.back() == '\n' || out.latest.back() == '\r')) out.latest.pop_back();
+      if (!detail::valid_utf8(out.latest)) out.latest = detail::printable_prefix(out.latest);
+      if (std::find(names.begin(), names.end(), out.latest) == names.end())
+        out.latest_problem = "the latest marker (" + store.describe(marker) + ") is damaged: it says '" +
+                             detail::printable_prefix(out.latest) + "', which is no committed step";
+    } catch (const Error& e) {
+      out.latest_problem = std::string("the latest marker does not read: ") + e.what();
+      out.latest.clear();
+    }
+  }
+  if (names.empty()) out.latest_problem.clear();  // nothing committed: nothing to point at
+  for (const auto& n : names) {
+    InspectedStep step;
+    step.name = n;
+    step.latest = n == out.latest;
+    try {
+      const CheckpointMetadata m = metadata(location / n);
+      step.created = m.created;
+      step.bytes = m.total_bytes();
+      if (const Json* metrics = m.user_metadata.find("metrics")) step.metrics = *metrics;
+    } catch (const Error& e) {
+      step.error = e.what();
+    }
+    out.steps.push_back(std::move(step));
+  }
+  return out;
+}
+
+CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& location, const std::vector<std::string>& keys_in,
+                                                       const ReadArraysOptions& options, LoadReport* report) {
+  std::vector<std::string> keys;
+  for (const auto& k : keys_in) keys.push_back(detail::canonical_key(k));
+  std::map<std::string, ArrayValue> out;
+  std::deque<detail::ArrayTarget> targets;  // the plan points into it: a deque keeps addresses
+  auto plan_fn = [&](const detail::StoredIndex& index) {
+    detail::LoadPlan plan;
+    for (const auto& k : keys)
+      if (!index.leaf(k)) throw Error(ErrorKind::not_found, "no leaf '" + k + "' (cairn ls lists them)", location.describe(), k);
+    for (const auto& l : index.item().leaves) {
+      const std::string key = l.key();
+      if (!keys.empty() && std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
+      targets.push_back({&out[key], &options});
+      plan.leaves.push_back({key, &l, &targets.back(), &detail::prepare_array_target});
+    }
+    return plan;
+  };
+  LoadOptions load_options;
+  load_options.item = options.item;
+  load_options.allow_cast = true;
+  load_options.allow_lossy_cast = {"*"};  // the caller chose `as`
+  load_options.on_overflow = OnOverflow::saturate;
+  const LoadReport r = detail::location_kind(location) == LocationKind::safetensors
+                           ? detail::load_safetensors_planned(location.store(), location.key(), load_options, {}, plan_fn)
+                           : detail::load_planned(location.store(), location.key(), load_options, false, plan_fn);
+  if (report) *report = r;
+  return out;
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/inspect/inspect_impl.hpp -----
+// ----- begin cairn/inspect/verify_impl.hpp -----
+// The runtime of inspect/verify.hpp.
+
+#include <map>
+#include <memory>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Every chunk of the records read in 4 MiB pieces and, with check_crc, checksummed; the
+// problems found go to the report. `dir` is the key the data files are under.
+inline void verify_chunks(const Store& store, const std::string& dir, const CheckpointMetadata& m, bool check_crc,
+                          VerifyReport& report) {
+  std::map<std::string, std::unique_ptr<StoreReader>> files;
+  std::vector<unsigned char> buf(std::size_t{4} << 20);
+  for (const auto& item : m.items)
+    for (const auto& l : item.leaves)
+      for (const auto& c : l.chunks) {
+        ++report.chunks;
+        const std::string file = store.describe(join_key(dir, c.file));
+        try {
+          auto& r = files[c.file];
+          if (!r) r = store.open(join_key(dir, c.file));
+          std::uint32_t crc = 0;
+          for (std::uint64_t at = 0; at < c.nbytes;) {
+            const std::uint64_t n = std::min<std::uint64_t>(buf.size(), c.nbytes - at);
+            r->read_at(buf.data(), n, c.offset + at);
+            if (check_crc) crc = crc32c_extend(crc, buf.data(), static_cast<std::size_t>(n));
+            at += n;
+          }
+          report.bytes += c.nbytes;
+          if (check_crc && crc != c.crc32c)
+            report.problems.push_back({file, l.key(), "checksum mismatch (CRC32C " + std::to_string(crc) + ", expected " +
+                                       std::to_string(c.crc32c) + ")", c.offset, c.offset + c.nbytes});
+        } catch (const Error& e) {
+          report.problems.push_back({file, l.key(), e.message(), c.offset, c.offset + c.nbytes});
+        }
+      }
+}
+
+}  // namespace detail
+
+CAIRN_API VerifyReport verify(const Location& location) {
+  VerifyReport report;
+  const Store& store = location.store();
+  if (detail::location_kind(location) == LocationKind::checkpointer_root) {
+    const Inspection root = inspect(location);
+    report.kind = root.kind;
+    report.path = root.path;
+    if (root.latest_marker && !root.latest_problem.empty()) report.problems.push_back({root.path, "", root.latest_problem, 0, 0});
+    for (const InspectedStep& step : root.steps) {
+      const Location at = location / step.name;
+      report.checkpoints.push_back(at.describe());
+      try {
+        const CheckpointMetadata m = metadata(at);  // checks the marker and both metadata files
+        detail::verify_chunks(store, store.readable_checkpoint(at.key()), m, true, report);
+      } catch (const Error& e) {
+        report.problems.push_back({at.describe(), "", e.what(), 0, 0});
+      }
+    }
+    return report;
+  }
+  const Inspection one = inspect(location);
+  report.kind = one.kind;
+  report.path = one.path;
+  report.checkpoints.push_back(one.path);
+  if (one.kind == LocationKind::safetensors) {
+    report.checksummed = false;  // the header was validated by inspect; every tensor byte is read
+    detail::verify_chunks(store, detail::key_parent(location.key()), one.metadata, false, report);
+  } else {
+    detail::verify_chunks(store, store.readable_checkpoint(location.key()), one.metadata, true, report);
+  }
+  return report;
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/inspect/verify_impl.hpp -----
+// ----- begin cairn/inspect/convert_impl.hpp -----
+// The runtime of inspect/convert.hpp.
+
+#include <algorithm>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const ConvertOptions& options) {
+  const Inspection source = inspect(src);
+  if (source.kind == LocationKind::checkpointer_root)
+    throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: convert one of its steps", source.path);
+  const CheckpointMetadata& m = source.metadata;
+  const ItemRecord* item = m.find_item(default_item_name);
+  if (!item) throw Error(ErrorKind::not_found, "the source has no item 'state' to convert", source.path);
+  std::vector<std::string> keys;
+  for (const auto& l : item->leaves) {
+    const std::string k = l.key();
+    if (options.select.empty() ||
+        std::any_of(options.select.begin(), options.select.end(), [&](const std::string& g) { return glob_matches(g, k); }))
+      keys.push_back(k);
+  }
+  if (keys.empty()) throw Error(ErrorKind::invalid_argument, "no leaf matches the selection", source.path);
+  const auto values = read_arrays(src, keys);
+  // The source's structure, with the selected leaves viewed in the values read.
+  detail::ItemSnapshot snap;
+  snap.name = default_item_name;
+  snap.nodes = item->nodes;
+  for (const auto& l : item->leaves) {
+    auto it = values.find(l.key());
+    if (it == values.end()) continue;
+    snap.leaves.push_back({l.path, leaf_traits<ArrayValue>::view(it->second)});
+  }
+  ConvertReport report;
+  const bool to_safetensors = options.to == ConvertTo::safetensors ||
+                              (options.to == ConvertTo::automatic &&
+                               (detail::ends_with(dst.key(), ".safetensors") || options.max_file_bytes > 0));
+  if (to_safetensors) {
+    SafetensorsSaveOptions o;
+    o.overwrite = options.overwrite;
+    o.cast = options.cast;
+    o.max_file_bytes = options.max_file_bytes;
+    for (const auto& [k, v] : m.user_metadata.items()) o.metadata[k] = v.is_string() ? v.as_string() : v.dump();
+    const SafetensorsSaveReport r = detail::save_safetensors_snapshot(dst.store(), dst.key(), snap, o);
+    report.to = ConvertTo::safetensors;
+    report.leaves = snap.leaves.size();
+    report.bytes = r.tensor_bytes;
+    report.files = r.files;
+    report.cast = r.cast;
+    return report;
+  }
+  SaveOptions o;
+  o.overwrite = options.overwrite;
+  o.cast = options.cast;
+  o.user_metadata = m.user_metadata.is_object() ? m.user_metadata : Json::object();
+  const SaveReport r =
+      detail::save_snapshots(dst.store(), dst.key(), [&] { return std::vector<detail::ItemSnapshot>{snap}; }, o);
+  report.to = ConvertTo::checkpoint;
+  report.leaves = r.leaves;
+  report.bytes = r.bytes_written;
+  for (const CastRecord& c : r.cast) report.cast.push_back(c.key);
+  return report;
+}
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/inspect/convert_impl.hpp -----
 // ----- begin cairn/kernels/box_copy_impl.hpp -----
 // The host box copy, on the Thrust kernel of kernels/box_copy.hpp. Compiled in every
 // translation unit that includes cairn/cairn.hpp, or once with CAIRN_SEPARATE_COMPILATION.

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+// cairn convert SRC DST [--cast GLOB=DTYPE]... [--select GLOB]... [--max-file-bytes N]
+// [--overwrite]: between cairn checkpoints and safetensors files (cairn::convert).
+#pragma once
+
+#include <ostream>
+
+#include "../output.hpp"
+
+namespace cairn::cli {
+
+inline int convert(const std::string& src, const std::string& dst, const ConvertOptions& options, std::ostream& out) {
+  const ConvertReport r = cairn::convert(src, dst, options);
+  if (r.to == ConvertTo::safetensors) {
+    out << "wrote " << dst << ": " << r.leaves << " tensors, " << human_bytes(r.bytes) << " in " << r.files.size() << " file"
+        << (r.files.size() == 1 ? "" : "s");
+  } else {
+    out << "wrote " << dst << ": cairn checkpoint, " << r.leaves << " leaves, " << human_bytes(r.bytes);
+  }
+  if (!r.cast.empty()) out << ", " << r.cast.size() << " cast";
+  out << "\n";
+  return exit_ok;
+}
+
+}  // namespace cairn::cli

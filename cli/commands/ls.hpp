@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+// cairn ls PATH [--json]: what a location holds (cairn::inspect): a checkpoint's or a
+// safetensors file's tree (key, dtype, shape, sharding, bytes), items and user metadata; a
+// Checkpointer root's steps, their metrics, and the latest (a damaged `latest` marker is named).
+#pragma once
+
+#include <algorithm>
+#include <ostream>
+
+#include "../output.hpp"
+
+namespace cairn::cli {
+
+inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
+  Json list = Json::array();
+  for (const InspectedStep& s : root.steps) {
+    Json step = Json::object({{"step", s.name}, {"latest", s.latest}});
+    if (!s.error.empty()) {
+      step["error"] = s.error;
+    } else {
+      step["created"] = s.created;
+      step["bytes"] = static_cast<std::int64_t>(s.bytes);
+      if (!s.metrics.is_null()) step["metrics"] = s.metrics;
+    }
+    list.push_back(step);
+  }
+  const std::string latest_committed = root.steps.empty() ? "" : root.steps.back().name;
+  if (json) {
+    Json j = Json::object({{"path", root.path}, {"kind", location_kind_name(root.kind)}, {"latest", root.latest},
+                           {"latest_committed", latest_committed}, {"steps", list}});
+    if (!root.latest_problem.empty()) j["latest_problem"] = root.latest_problem;
+    out << j.dump() << "\n";
+    return exit_ok;
+  }
+  out << root.path << ": Checkpointer root, " << root.steps.size() << " steps"
+      << (root.latest.empty() || !root.latest_problem.empty() ? "" : ", latest " + root.latest) << "\n";
+  if (!root.latest_problem.empty())
+    out << "warning: " << root.latest_problem << "; the latest committed step is " << latest_committed
+        << " (a Checkpointer opening this root repairs the marker)\n";
+  for (const auto& s : list.as_array()) {
+    out << "  " << s.at("step").as_string() << (s.at("latest").as_bool() ? " (latest)" : "");
+    if (const Json* e = s.find("error")) out << "  damaged: " << e->as_string();
+    if (const Json* c = s.find("created")) out << "  " << c->as_string() << "  " << human_bytes(static_cast<std::uint64_t>(s.at("bytes").as_int()));
+    if (const Json* m = s.find("metrics"); m && m->size()) out << "  " << m->dump();
+    out << "\n";
+  }
+  return exit_ok;
+}
+
+inline int ls(const std::string& path, bool json, std::ostream& out) {
+  const Inspection found = inspect(path);
+  if (found.kind == LocationKind::checkpointer_root) return ls_root(found, json, out);
+  const CheckpointMetadata& m = found.metadata;
+  const bool safetensors = found.kind == LocationKind::safetensors;
+  if (json) {
+    Json items = Json::array();
+    for (const auto& item : m.items) {
+      Json leaves = Json::array();
+      for (const auto& l : item.leaves) leaves.push_back(leaf_json(l));
+      items.push_back(Json::object({{"name", item.name}, {"kind", item_kind_name(item.kind)}, {"leaves", leaves}}));
+    }
+    Json j = Json::object({{"path", path}, {"kind", location_kind_name(found.kind)}});
+    if (!safetensors) {
+      j["format_version"] = m.format_version;
+      j["library_version"] = m.library_version;
+      j["created"] = m.created;
+      j["created_unix_ms"] = m.created_unix_ms;
+    }
+    j["files"] = static_cast<std::int64_t>(m.data_files.size());
+    j["bytes"] = static_cast<std::int64_t>(m.total_bytes());
+    j["items"] = items;
+    j["user_metadata"] = m.user_metadata;
+    out << j.dump() << "\n";
+    return exit_ok;
+  }
+  if (safetensors)
+    out << path << ": safetensors, " << m.data_files.size() << " file" << (m.data_files.size() == 1 ? "" : "s");
+  else
+    out << path << ": cairn checkpoint, format " << m.format_version << ", written by cairn " << m.library_version << " at "
+        << m.created;
+  out << ", " << human_bytes(m.total_bytes()) << "\n";
+  for (const auto& item : m.items) {
+    out << "item '" << item.name << "' (" << item_kind_name(item.kind) << ", " << item.leaves.size() << " leaves)\n";
+    auto shown = [](const LeafRecord& l) { return l.path.empty() ? std::string("(root)") : l.key(); };
+    std::size_t width = 0;
+    for (const auto& l : item.leaves) width = std::max(width, shown(l).size());
+    for (const auto& l : item.leaves) {
+      std::string line = "  " + shown(l) + std::string(width - shown(l).size() + 2, ' ') + dtype_name(l.dtype) + to_string(l.shape);
+      if (l.shape.size() >= 2 && l.order == Order::F) line += " F-order";
+      if (l.saved_from != l.dtype) line += std::string(" (saved from ") + dtype_name(l.saved_from) + ")";
+      line += "  " + human_bytes(l.nbytes());
+      if (l.sharding) line += "  sharded over " + l.sharding->describe();
+      if (l.chunks.size() > 1) line += ", " + std::to_string(l.chunks.size()) + " chunks";
+      out << line << "\n";
+    }
+  }
+  if (m.user_metadata.size()) out << "user metadata: " << m.user_metadata.dump() << "\n";
+  return exit_ok;
+}
+
+}  // namespace cairn::cli

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+// cairn show PATH KEY[SLICE]: a leaf's values, e.g. params/w[0:2, :], read with
+// cairn::read_arrays: only the boxes it prints (the first and last few along each dimension of
+// a large slice) are read.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <ostream>
+
+#include "../output.hpp"
+
+namespace cairn::cli {
+
+// "params/w[0:2, :]" -> the key and, per dimension given, [start, stop) or one index.
+struct Slice {
+  struct Dim {
+    std::optional<std::int64_t> start, stop;
+    bool index = false;  // a single index: the dimension is dropped from the output
+  };
+  std::string key;
+  std::vector<Dim> dims;
+  bool given = false;
+};
+
+inline Slice parse_slice(const std::string& arg) {
+  Slice s;
+  const auto open = arg.find('[');
+  if (open == std::string::npos) { s.key = arg; return s; }
+  if (arg.back() != ']') throw Error(ErrorKind::invalid_argument, "a slice ends with ']': " + arg);
+  s.key = arg.substr(0, open);
+  s.given = true;
+  const std::string body = arg.substr(open + 1, arg.size() - open - 2);
+  auto number = [&](std::string t) -> std::optional<std::int64_t> {
+    t.erase(std::remove(t.begin(), t.end(), ' '), t.end());
+    if (t.empty()) return std::nullopt;
+    std::int64_t v = 0;
+    if (!parse_integer(t, v)) throw Error(ErrorKind::invalid_argument, "'" + t + "' is not an index in " + arg);
+    return v;
+  };
+  std::size_t start = 0;
+  while (start <= body.size()) {
+    const std::size_t comma = std::min(body.find(',', start), body.size());
+    const std::string part = body.substr(start, comma - start);
+    Slice::Dim d;
+    const auto colon = part.find(':');
+    if (colon == std::string::npos) {
+      d.index = true;
+      d.start = number(part);
+      if (!d.start) throw Error(ErrorKind::invalid_argument, "an empty index in " + arg);
+    } else {
+      if (part.find(':', colon + 1) != std::string::npos)
+        throw Error(ErrorKind::invalid_argument, "slices take no step: " + arg);
+      d.start = number(part.substr(0, colon));
+      d.stop = number(part.substr(colon + 1));
+    }
+    s.dims.push_back(d);
+    start = comma + 1;
+  }
+  return s;
+}
+
+// The box a slice selects of a shape (python's rules: negative from the end, stops clamped).
+inline Box slice_box(const Slice& s, const Shape& shape, const std::string& key) {
+  if (s.dims.size() > shape.size())
+    throw Error(ErrorKind::invalid_argument, std::to_string(s.dims.size()) + " indices for an array of rank " +
+                std::to_string(shape.size()), {}, key);
+  Box b{Shape(shape.size(), 0), shape};
+  for (std::size_t d = 0; d < s.dims.size(); ++d) {
+    const std::int64_t n = shape[d];
+    auto clamp = [&](std::int64_t v) { return std::clamp<std::int64_t>(v < 0 ? v + n : v, 0, n); };
+    const auto& dim = s.dims[d];
+    if (dim.index) {
+      const std::int64_t i = *dim.start < 0 ? *dim.start + n : *dim.start;
+      if (i < 0 || i >= n)
+        throw Error(ErrorKind::invalid_argument, "index " + std::to_string(*dim.start) + " is out of range for dimension " +
+                    std::to_string(d) + " of size " + std::to_string(n), {}, key);
+      b.start[d] = i;
+      b.shape[d] = 1;
+    } else {
+      const std::int64_t lo = dim.start ? clamp(*dim.start) : 0, hi = dim.stop ? clamp(*dim.stop) : n;
+      b.start[d] = lo;
+      b.shape[d] = std::max<std::int64_t>(0, hi - lo);
+    }
+  }
+  return b;
+}
+
+inline constexpr std::int64_t show_threshold = 1000, show_edge = 3;
+
+inline int show(const std::string& path, const std::string& what, std::ostream& out) {
+  const Slice s = parse_slice(what);
+  const std::string key = canonical_key(s.key);
+  const Inspection found = inspect(path);
+  if (found.kind == LocationKind::checkpointer_root)
+    throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: show a leaf of one of its steps", path);
+  const CheckpointMetadata& m = found.metadata;
+  const LeafRecord* leaf = nullptr;
+  for (const auto& l : m.leaves())
+    if (l.key() == key) leaf = &l;
+  if (!leaf) throw Error(ErrorKind::not_found, "no leaf '" + key + "' (cairn ls lists them)", path, key);
+  if (leaf->dtype == DType::string) {
+    const auto v = read_arrays(path, {key});
+    const auto& b = v.at(key).bytes;
+    out << key << ": string\n" << std::string(b.begin(), b.end()) << "\n";
+    return exit_ok;
+  }
+  const Box box = slice_box(s, leaf->shape, key);
+  // What is printed: the box, or when it is large its first and last few along each dimension.
+  const std::size_t rank = box.shape.size();
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> runs(rank);  // per dim: [lo, hi) in the box
+  const bool summarize = element_count(box.shape) > static_cast<std::uint64_t>(show_threshold);
+  for (std::size_t d = 0; d < rank; ++d) {
+    const std::int64_t n = box.shape[d];
+    if (summarize && n > 2 * show_edge) runs[d] = {{0, show_edge}, {n - show_edge, n}};
+    else runs[d] = {{0, n}};
+  }
+  std::vector<Box> boxes;
+  std::vector<std::size_t> pick(rank, 0);
+  while (true) {
+    Box part{Shape(rank), Shape(rank)};
+    for (std::size_t d = 0; d < rank; ++d) {
+      part.start[d] = box.start[d] + runs[d][pick[d]].first;
+      part.shape[d] = runs[d][pick[d]].second - runs[d][pick[d]].first;
+    }
+    boxes.push_back(part);
+    std::size_t d = rank;
+    while (d > 0 && ++pick[d - 1] == runs[d - 1].size()) pick[--d] = 0;
+    if (d == 0) break;
+  }
+  const DType as = leaf->dtype == DType::bool_ ? DType::bool_
+                   : is_float_dtype(leaf->dtype) ? DType::float64
+                   : (leaf->dtype == DType::uint64 || leaf->dtype == DType::uint32 || leaf->dtype == DType::uint16 ||
+                      leaf->dtype == DType::uint8) ? DType::uint64
+                                                    : DType::int64;
+  const bool empty = element_count(box.shape) == 0;
+  std::map<std::string, ArrayValue> got;
+  if (!empty) got = read_arrays(path, {key}, {.as = as, .boxes = boxes});
+  const std::size_t item = dtype_size(as);
+  // The element at (box-relative) index idx: find its part.
+  auto at = [&](const std::vector<std::int64_t>& idx) -> std::string {
+    const ArrayValue& v = got.at(key);
+    std::uint64_t offset = 0;
+    for (const Box& part : v.boxes) {
+      bool inside = true;
+      std::uint64_t linear = 0;
+      for (std::size_t d = 0; d < rank && inside; ++d) {
+        const std::int64_t g = box.start[d] + idx[d];
+        inside = g >= part.start[d] && g < part.start[d] + part.shape[d];
+        linear = linear * static_cast<std::uint64_t>(part.shape[d]) + static_cast<std::uint64_t>(g - part.start[d]);
+      }
+      if (inside) return value_text(as, v.bytes.data() + offset + linear * item);
+      offset += byte_count(part.shape, item);
+    }
+    return "?";
+  };
+  std::string shown = "[";
+  for (std::size_t d = 0; d < rank; ++d)
+    shown += (d ? ", " : "") + std::to_string(box.start[d]) + ":" + std::to_string(box.start[d] + box.shape[d]);
+  shown += "]";
+  out << key << ": " << dtype_name(leaf->dtype) << to_string(leaf->shape);
+  if (s.given) out << ", showing " << shown;
+  out << "\n";
+  // Dimensions indexed by a single number are dropped, as numpy does.
+  std::vector<std::size_t> shown_dims;
+  for (std::size_t d = 0; d < rank; ++d)
+    if (!(d < s.dims.size() && s.dims[d].index)) shown_dims.push_back(d);
+  std::vector<std::int64_t> idx(rank, 0);
+  std::string text;
+  std::function<void(std::size_t)> print = [&](std::size_t level) {
+    if (level == shown_dims.size()) { text += empty ? "" : at(idx); return; }
+    const std::size_t d = shown_dims[level];
+    text += '[';
+    bool first = true;
+    for (std::size_t r = 0; r < runs[d].size(); ++r) {
+      if (r) text += level + 1 == shown_dims.size() ? ", ..." : ",\n" + std::string(level + 1, ' ') + "...";
+      for (std::int64_t i = runs[d][r].first; i < runs[d][r].second; ++i) {
+        if (!first) text += level + 1 == shown_dims.size() ? ", " : ",\n" + std::string(level + 1, ' ');
+        first = false;
+        idx[d] = i;
+        print(level + 1);
+      }
+    }
+    text += ']';
+  };
+  if (empty) {
+    text = "[]";
+  } else {
+    print(0);
+  }
+  out << text << "\n";
+  return exit_ok;
+}
+
+}  // namespace cairn::cli

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// What every command of the `cairn` tool shares: exit statuses, and how sizes, leaves and
+// values are written out. The tool uses cairn's public names only (cairn/cairn.hpp), so that
+// refactors of the library below them do not break it.
+#pragma once
+
+#include <cairn/cairn.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <system_error>
+
+namespace cairn::cli {
+
+inline constexpr int exit_ok = 0, exit_differs = 1, exit_error = 2;
+
+inline std::string human_bytes(std::uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) { v /= 1024; ++u; }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+inline Json leaf_json(const LeafRecord& l) {
+  Json shape = Json::array();
+  for (auto d : l.shape) shape.push_back(d);
+  Json j = Json::object({{"key", l.key()}, {"dtype", dtype_name(l.dtype)}, {"shape", shape},
+                         {"bytes", static_cast<std::int64_t>(l.nbytes())},
+                         {"chunks", static_cast<std::int64_t>(l.chunks.size())}});
+  if (l.saved_from != l.dtype) j["saved_from"] = dtype_name(l.saved_from);
+  if (l.shape.size() >= 2 && l.order == Order::F) j["order"] = "F";
+  if (l.sharding) j["sharding"] = l.sharding->describe();
+  return j;
+}
+
+// A key path as the checkpoint prints it ("a/b/" and "a/b" are one key).
+inline std::string canonical_key(const std::string& key) {
+  std::string out;
+  for (const auto& segment : split_key_path(key)) out += (out.empty() ? "" : "/") + escape_key_segment(segment);
+  return out;
+}
+
+// A decimal integer, all of `text` and nothing else.
+inline bool parse_integer(const std::string& text, std::int64_t& out) {
+  const char* end = text.data() + text.size();
+  const auto [p, ec] = std::from_chars(text.data(), end, out);
+  return !text.empty() && ec == std::errc() && p == end;
+}
+
+// One value as text: integers exactly, floats with 8 significant digits, bools as numpy does.
+// `p` holds a bool, an int64, a uint64 or a float64, as `as` says.
+inline std::string value_text(DType as, const unsigned char* p) {
+  char buf[40];
+  if (as == DType::bool_) return *p ? "True" : "False";
+  if (as == DType::int64) { std::int64_t v; std::memcpy(&v, p, 8); return std::to_string(v); }
+  if (as == DType::uint64) { std::uint64_t v; std::memcpy(&v, p, 8); return std::to_string(v); }
+  double v;
+  std::memcpy(&v, p, 8);
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::snprintf(buf, sizeof buf, "%.8g", v);
+  return buf;
+}
+
+}  // namespace cairn::cli

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// convert(src, dst): copies a checkpoint or a safetensors file (or set) to a new checkpoint or
+// safetensors file, keeping the tree's structure and user metadata, with casts and a
+// selection of leaves, without the C++ types it was saved from (the `cairn convert` command).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cairn/checkpoint/options.hpp"
+#include "cairn/inspect/inspect.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+enum class ConvertTo {
+  automatic,    // safetensors when dst ends in ".safetensors" or max_file_bytes is set; else a checkpoint
+  checkpoint,
+  safetensors,
+};
+
+struct ConvertOptions {
+  ConvertTo to = ConvertTo::automatic;
+  std::vector<CastRule> cast = {};          // key-path globs -> the dtype to store them as
+  std::vector<std::string> select = {};     // key-path globs of the leaves to copy; empty: every leaf
+  std::uint64_t max_file_bytes = 0;         // safetensors: above this many bytes, a sharded set
+  bool overwrite = false;
+};
+
+struct ConvertReport {
+  ConvertTo to = ConvertTo::checkpoint;     // what was written
+  std::uint64_t leaves = 0;
+  std::uint64_t bytes = 0;                  // tensor bytes written
+  std::vector<std::string> files;           // the files written (safetensors)
+  std::vector<std::string> cast;            // key paths stored as another dtype
+};
+
+// Reads the selected leaves of src's item "state" (as stored) and writes them with src's
+// structure and user metadata to dst, committed as any save or export is. Memory: the
+// selected leaves, whole. A safetensors target keeps user metadata as strings (its
+// "__metadata__" holds only strings): a non-string value is written as its JSON text.
+CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const ConvertOptions& options = {});
+
+CAIRN_END_NAMESPACE
+
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/inspect/convert_impl.hpp"
+#endif

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// verify(location): reads every byte a checkpoint's records name and checks every checksum,
+// without loading anything into memory beyond a 4 MiB buffer (Orbax and DCP have no such
+// check; `h5check` and `zarr` consolidated-metadata checks are the nearest). Also a
+// safetensors file (no checksums: the header is validated and every tensor byte read) and a
+// Checkpointer root (every committed step, and the `latest` marker where there is one: a
+// marker that names no committed step is a problem; a directory of checkpoints without one
+// is not).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cairn/inspect/inspect.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+struct VerifyProblem {
+  std::string file;               // the data file (or the checkpoint, when its metadata is bad)
+  std::string key;                // the leaf whose bytes are bad ("" for a whole checkpoint)
+  std::string why;
+  std::uint64_t offset = 0, end = 0;  // the byte range of the chunk in `file`
+};
+
+struct VerifyReport {
+  LocationKind kind = LocationKind::checkpoint;
+  std::string path;
+  std::vector<std::string> checkpoints;  // what was verified (a root's steps; else the location)
+  std::uint64_t chunks = 0;              // chunks (tensors, for safetensors) read
+  std::uint64_t bytes = 0;               // their bytes
+  bool checksummed = true;               // false for safetensors, which has no checksums
+  std::vector<VerifyProblem> problems;
+  bool ok() const { return problems.empty(); }
+};
+
+// Verifies the checkpoint, safetensors file or Checkpointer root at `location`. Damage is
+// reported in the report, not thrown; what cannot be read at all (nothing there, not a
+// checkpoint) throws as metadata() does. Reads every byte once; memory: one 4 MiB buffer.
+CAIRN_API VerifyReport verify(const Location& location);
+
+CAIRN_END_NAMESPACE
+
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/inspect/verify_impl.hpp"
+#endif

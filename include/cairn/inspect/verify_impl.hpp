@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+// The runtime of inspect/verify.hpp.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "cairn/format/files.hpp"
+#include "cairn/inspect/verify.hpp"
+#include "cairn/io/crc32c.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Every chunk of the records read in 4 MiB pieces and, with check_crc, checksummed; the
+// problems found go to the report. `dir` is the key the data files are under.
+inline void verify_chunks(const Store& store, const std::string& dir, const CheckpointMetadata& m, bool check_crc,
+                          VerifyReport& report) {
+  std::map<std::string, std::unique_ptr<StoreReader>> files;
+  std::vector<unsigned char> buf(std::size_t{4} << 20);
+  for (const auto& item : m.items)
+    for (const auto& l : item.leaves)
+      for (const auto& c : l.chunks) {
+        ++report.chunks;
+        const std::string file = store.describe(join_key(dir, c.file));
+        try {
+          auto& r = files[c.file];
+          if (!r) r = store.open(join_key(dir, c.file));
+          std::uint32_t crc = 0;
+          for (std::uint64_t at = 0; at < c.nbytes;) {
+            const std::uint64_t n = std::min<std::uint64_t>(buf.size(), c.nbytes - at);
+            r->read_at(buf.data(), n, c.offset + at);
+            if (check_crc) crc = crc32c_extend(crc, buf.data(), static_cast<std::size_t>(n));
+            at += n;
+          }
+          report.bytes += c.nbytes;
+          if (check_crc && crc != c.crc32c)
+            report.problems.push_back({file, l.key(), "checksum mismatch (CRC32C " + std::to_string(crc) + ", expected " +
+                                       std::to_string(c.crc32c) + ")", c.offset, c.offset + c.nbytes});
+        } catch (const Error& e) {
+          report.problems.push_back({file, l.key(), e.message(), c.offset, c.offset + c.nbytes});
+        }
+      }
+}
+
+}  // namespace detail
+
+CAIRN_API VerifyReport verify(const Location& location) {
+  VerifyReport report;
+  const Store& store = location.store();
+  if (detail::location_kind(location) == LocationKind::checkpointer_root) {
+    const Inspection root = inspect(location);
+    report.kind = root.kind;
+    report.path = root.path;
+    if (root.latest_marker && !root.latest_problem.empty()) report.problems.push_back({root.path, "", root.latest_problem, 0, 0});
+    for (const InspectedStep& step : root.steps) {
+      const Location at = location / step.name;
+      report.checkpoints.push_back(at.describe());
+      try {
+        const CheckpointMetadata m = metadata(at);  // checks the marker and both metadata files
+        detail::verify_chunks(store, store.readable_checkpoint(at.key()), m, true, report);
+      } catch (const Error& e) {
+        report.problems.push_back({at.describe(), "", e.what(), 0, 0});
+      }
+    }
+    return report;
+  }
+  const Inspection one = inspect(location);
+  report.kind = one.kind;
+  report.path = one.path;
+  report.checkpoints.push_back(one.path);
+  if (one.kind == LocationKind::safetensors) {
+    report.checksummed = false;  // the header was validated by inspect; every tensor byte is read
+    detail::verify_chunks(store, detail::key_parent(location.key()), one.metadata, false, report);
+  } else {
+    detail::verify_chunks(store, store.readable_checkpoint(location.key()), one.metadata, true, report);
+  }
+  return report;
+}
+
+CAIRN_END_NAMESPACE

@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reading any location without its types: inspect (a checkpoint, a Checkpointer root, a
+// safetensors file; a damaged `latest` marker), read_arrays (as stored, cast, boxes, missing
+// keys), ArrayValue as a tree leaf, verify (intact, a flipped byte, safetensors, a root) and
+// convert (checkpoint -> safetensors -> checkpoint, bit-exact, with select and cast).
+#include "test_util.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+using cairn::ArrayValue;
+using cairn::DType;
+using cairn::ErrorKind;
+
+namespace {
+
+struct Mixed {
+  std::vector<float> f;
+  cairn::Array<std::int16_t> grid;  // 2-D
+  std::vector<double> d;
+  std::vector<std::uint8_t> bytes;
+  std::string name;
+};
+CAIRN_TREE(Mixed, f, grid, d, bytes, name)
+
+Mixed make_mixed() {
+  Mixed m;
+  m.f = test::random_bits<float>(1 + test::rng()() % 3000);
+  m.grid = cairn::Array<std::int16_t>({7, 5});
+  const auto g = test::random_bits<std::int16_t>(35);
+  std::copy(g.begin(), g.end(), m.grid.data());
+  m.d = test::random_bits<double>(test::rng()() % 50);
+  m.bytes = test::random_bits<std::uint8_t>(1 + test::rng()() % 100);
+  m.name = "mixed " + std::to_string(test::rng()() % 1000);
+  return m;
+}
+
+template <class T>
+bool same_bytes(const ArrayValue& v, const T* data, std::size_t n) {
+  return v.bytes.size() == n * sizeof(T) && (n == 0 || std::memcmp(v.bytes.data(), data, n * sizeof(T)) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("read_arrays reads any leaf as stored, bit-exact, without its type") {
+  test::TempDir dir;
+  for (int round = 0; round < 5; ++round) {
+    const Mixed m = make_mixed();
+    const std::string c = dir / ("c" + std::to_string(round));
+    cairn::save(c, m);
+    const auto all = cairn::read_arrays(c, {});
+    REQUIRE(all.size() == 5);
+    CHECK(all.at("f").dtype == DType::float32);
+    CHECK(all.at("f").shape == cairn::Shape{static_cast<std::int64_t>(m.f.size())});
+    CHECK(same_bytes(all.at("f"), m.f.data(), m.f.size()));
+    CHECK(all.at("grid").dtype == DType::int16);
+    CHECK(all.at("grid").shape == cairn::Shape{7, 5});
+    CHECK(same_bytes(all.at("grid"), m.grid.data(), 35));
+    CHECK(same_bytes(all.at("d"), m.d.data(), m.d.size()));
+    CHECK(same_bytes(all.at("bytes"), m.bytes.data(), m.bytes.size()));
+    CHECK(all.at("name").dtype == DType::string);
+    CHECK(std::string(all.at("name").bytes.begin(), all.at("name").bytes.end()) == m.name);
+    CHECK(all.at("grid").values<std::int16_t>().size() == 35);
+    CHECK_CAIRN_ERROR(all.at("grid").values<float>(), ErrorKind::dtype_mismatch, "int16");
+  }
+}
+
+TEST_CASE("read_arrays casts to one dtype, reads only boxes, and names a missing key") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  Mixed m = make_mixed();
+  cairn::save(c, m);
+  const auto as64 = cairn::read_arrays(c, {"grid"}, {.as = DType::float64});
+  REQUIRE(as64.size() == 1);
+  const auto values = as64.at("grid").values<double>();
+  REQUIRE(values.size() == 35);
+  for (std::size_t i = 0; i < 35; ++i) CHECK(values[i] == static_cast<double>(m.grid.data()[i]));
+  // Two boxes of the 7x5 grid: rows 1..2 whole, and the element (6, 4).
+  cairn::LoadReport report;
+  const auto boxed = cairn::read_arrays(c, {"grid/"}, {.boxes = {cairn::Box{{1, 0}, {2, 5}}, cairn::Box{{6, 4}, {1, 1}}}}, &report);
+  const ArrayValue& v = boxed.at("grid");
+  CHECK(v.shape == cairn::Shape{7, 5});
+  REQUIRE(v.boxes.size() == 2);
+  REQUIRE(v.bytes.size() == 11 * 2);
+  CHECK(std::memcmp(v.bytes.data(), m.grid.data() + 5, 10 * 2) == 0);
+  CHECK(std::memcmp(v.bytes.data() + 20, m.grid.data() + 34, 2) == 0);
+  CHECK(report.bytes_read < 70);  // not the rest of the checkpoint
+  CHECK_CAIRN_ERROR(cairn::read_arrays(c, {"nothing"}), ErrorKind::not_found, "nothing");
+  CHECK_CAIRN_ERROR(cairn::read_arrays(c, {"grid"}, {.boxes = {cairn::Box{{6, 0}, {2, 5}}}}), ErrorKind::invalid_argument,
+                    "outside");
+  CHECK_CAIRN_ERROR(cairn::read_arrays(c, {"grid"}, {.boxes = {cairn::Box{{0}, {1}}}}), ErrorKind::invalid_argument, "rank");
+  // A saved ArrayValue that holds only boxes is refused: it is not the array.
+  CHECK_CAIRN_ERROR(cairn::save(dir / "boxes", v), ErrorKind::invalid_argument, "boxes");
+}
+
+TEST_CASE("an ArrayValue is a leaf: it loads as stored and saves as it is") {
+  test::TempDir dir;
+  const Mixed m = make_mixed();
+  cairn::save(dir / "c", m);
+  const ArrayValue grid = cairn::load_subtree<ArrayValue>(dir / "c", "grid");
+  CHECK(grid.dtype == DType::int16);
+  CHECK(grid.shape == cairn::Shape{7, 5});
+  CHECK(same_bytes(grid, m.grid.data(), 35));
+  // A map of them round-trips any dtype; the typed load of what it saved is the original.
+  std::map<std::string, ArrayValue> any;
+  any["grid"] = grid;
+  any["f"] = cairn::load_subtree<ArrayValue>(dir / "c", "f");
+  cairn::save(dir / "any", any);
+  const auto back = cairn::load<std::map<std::string, ArrayValue>>(dir / "any");
+  CHECK(back.at("grid").bytes == grid.bytes);
+  CHECK(back.at("f").bytes == any["f"].bytes);
+  const auto typed = cairn::load_subtree<cairn::Array<std::int16_t>>(dir / "any", "grid");
+  CHECK(std::memcmp(typed.data(), m.grid.data(), 70) == 0);
+  ArrayValue wrong{DType::float32, {4}, std::vector<unsigned char>(12)};
+  CHECK_CAIRN_ERROR(cairn::save(dir / "wrong", wrong), ErrorKind::invalid_argument, "12 bytes, not 16");
+}
+
+TEST_CASE("inspect says what is there: a checkpoint, a safetensors file, a Checkpointer root") {
+  test::TempDir dir;
+  const Mixed m = make_mixed();
+  cairn::save(dir / "c", m, {.user_metadata = cairn::Json::object({{"epoch", 4}})});
+  cairn::Inspection i = cairn::inspect(dir / "c");
+  CHECK(i.kind == cairn::LocationKind::checkpoint);
+  CHECK(i.path == dir / "c");
+  CHECK(i.metadata.leaves().size() == 5);
+  CHECK(i.metadata.user_metadata.at("epoch").as_int() == 4);
+
+  cairn::save_safetensors(dir / "m.safetensors", std::map<std::string, std::vector<float>>{{"w", m.f}});
+  i = cairn::inspect(dir / "m.safetensors");
+  CHECK(i.kind == cairn::LocationKind::safetensors);
+  CHECK(std::string(cairn::location_kind_name(i.kind)) == "safetensors");
+  REQUIRE(i.metadata.leaves().size() == 1);
+  CHECK(i.metadata.leaves()[0].key() == "w");
+
+  const std::string root = dir / "root";
+  {
+    cairn::Checkpointer ck(root);
+    for (std::int64_t step : {5, 10, 100}) ck.save(step, m, {.metrics = cairn::Json::object({{"loss", 1.0 / double(step)}})});
+  }
+  i = cairn::inspect(root);
+  CHECK(i.kind == cairn::LocationKind::checkpointer_root);
+  REQUIRE(i.steps.size() == 3);
+  CHECK(i.steps[0].name == "5");
+  CHECK(i.steps[2].name == "100");  // step order, not text order
+  CHECK(i.steps[2].latest);
+  CHECK(i.latest == "100");
+  CHECK(i.latest_problem.empty());
+  CHECK(i.steps[1].metrics.at("loss").as_double() == 0.1);
+  CHECK(i.steps[1].bytes > 0);
+  test::write_file(root + "/latest", "7\n");
+  i = cairn::inspect(root);
+  CHECK(!i.steps[2].latest);
+  CHECK(i.latest_marker);
+  CHECK(i.latest_problem.find("damaged") != std::string::npos);
+  test::write_file(root + "/latest", std::string("\xff\xfe\n", 3));
+  CHECK(cairn::inspect(root).latest_problem.find("\\xff") != std::string::npos);  // printed, not raw
+
+  // A plain directory of checkpoints has no marker, and that is no problem for verify.
+  cairn::save(dir / "plain/a", m);
+  cairn::save(dir / "plain/b", m);
+  i = cairn::inspect(dir / "plain");
+  CHECK(i.kind == cairn::LocationKind::checkpointer_root);
+  CHECK(!i.latest_marker);
+  CHECK(cairn::verify(dir / "plain").ok());
+  CHECK_CAIRN_ERROR(cairn::inspect(dir / "nothing"), ErrorKind::not_found, "nothing is there");
+}
+
+TEST_CASE("verify reads every byte and names the chunk a flipped byte is in") {
+  test::TempDir dir;
+  const Mixed m = make_mixed();
+  const std::string c = dir / "c";
+  cairn::save(c, m);
+  cairn::VerifyReport r = cairn::verify(c);
+  CHECK(r.ok());
+  CHECK(r.checksummed);
+  CHECK(r.chunks == 5);
+  const auto info = cairn::inspect(c).metadata;
+  CHECK(r.bytes == info.total_bytes());
+  // Flip one byte inside the chunk of "grid".
+  const cairn::LeafRecord* grid = info.find_item("state")->find_leaf("grid");
+  REQUIRE(grid);
+  const std::string file = c + "/" + grid->chunks[0].file;
+  std::string data = test::read_file(file);
+  data[grid->chunks[0].offset + 3] ^= 0x10;
+  test::write_file(file, data);
+  r = cairn::verify(c);
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].key == "grid");
+  CHECK(r.problems[0].file == file);
+  CHECK(r.problems[0].why.find("checksum mismatch") != std::string::npos);
+  CHECK(r.problems[0].offset == grid->chunks[0].offset);
+
+  cairn::save_safetensors(dir / "m.safetensors", m, {.select = {"f", "grid", "d", "bytes"}});
+  r = cairn::verify(dir / "m.safetensors");
+  CHECK(r.ok());
+  CHECK(!r.checksummed);
+  CHECK(r.chunks == 4);
+
+  const std::string root = dir / "root";
+  {
+    cairn::Checkpointer ck(root);
+    ck.save(1, m);
+    ck.save(2, m);
+  }
+  r = cairn::verify(root);
+  CHECK(r.ok());
+  CHECK(r.checkpoints.size() == 2);
+  test::write_file(root + "/latest", "9\n");
+  r = cairn::verify(root);
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].why.find("latest marker") != std::string::npos);
+}
+
+TEST_CASE("convert: checkpoint to safetensors and back keeps every selected leaf bit-exact") {
+  test::TempDir dir;
+  const Mixed m = make_mixed();
+  cairn::save(dir / "c", m, {.user_metadata = cairn::Json::object({{"epoch", 4}, {"note", "x"}})});
+  cairn::ConvertReport r = cairn::convert(dir / "c", dir / "c.safetensors", {.select = {"f", "grid", "d"}});
+  CHECK(r.to == cairn::ConvertTo::safetensors);
+  CHECK(r.leaves == 3);
+  CHECK(r.files == std::vector<std::string>{"c.safetensors"});
+  const auto st = cairn::inspect(dir / "c.safetensors").metadata;
+  CHECK(st.user_metadata.at("epoch").as_string() == "4");  // safetensors metadata holds strings
+  r = cairn::convert(dir / "c.safetensors", dir / "back", {.cast = {{"d", DType::float32}}});
+  CHECK(r.to == cairn::ConvertTo::checkpoint);
+  CHECK(r.leaves == 3);
+  CHECK(r.cast == std::vector<std::string>{"d"});
+  const auto back = cairn::read_arrays(dir / "back", {});
+  CHECK(same_bytes(back.at("f"), m.f.data(), m.f.size()));
+  CHECK(same_bytes(back.at("grid"), m.grid.data(), 35));
+  CHECK(back.at("grid").shape == cairn::Shape{7, 5});
+  CHECK(back.at("d").dtype == DType::float32);
+  CHECK(!back.count("bytes"));
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "back"), ErrorKind::already_exists, "");
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.select = {"zzz"}}), ErrorKind::invalid_argument, "selection");
+}
