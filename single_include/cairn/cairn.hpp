@@ -3339,7 +3339,7 @@ struct ReadPiece {
 
 // Reads one blob: exact byte ranges into caller memory.
 // Reads may come from two threads at once (a large chunk already in memory is read by two
-// threads, checkpoint/box_reader.hpp, and so are runs of small leaves, read_plan.hpp), so
+// threads, checkpoint/box_reader.hpp, and so are runs of small leaves, read_scheduler.hpp), so
 // read_at and read_scattered must be safe to call concurrently, as pread and preadv are.
 class StoreReader {
  public:
@@ -6562,7 +6562,13 @@ CAIRN_END_NAMESPACE
 
 // ----- begin cairn/kernels/cast.hpp -----
 // Element-type conversion kernels, written once with Thrust so they run on the host backends
-// (CPP, OpenMP) and on CUDA. Rules (docs/casting.md):
+// (CPP, OpenMP) and on CUDA (docs/casting.md): the element semantics (cast_element.hpp), the
+// loops over arrays with their SIMD variants (cast_loops.hpp), and which loop a cast runs
+// (cast_dispatch.hpp).
+
+// ----- begin cairn/kernels/cast_element.hpp -----
+// The element semantics of a cast, one value at a time, written once for the host and CUDA
+// (CAIRN_HD). The rules (docs/casting.md):
 // - float -> narrower float: round to nearest even, NaN stays NaN, overflow to +-inf
 //   (float8_e4m3fn saturates to +-448);
 // - float -> int truncates toward zero; NaN, inf and values outside the target's range are
@@ -6571,143 +6577,20 @@ CAIRN_END_NAMESPACE
 // - anything -> bool is "!= 0" (NaN is true); bool -> anything is 0 or 1.
 // No conversion is undefined behaviour: the element functor always clamps, and the error
 // mode checks the whole array first.
+// The loops that run these over arrays are kernels/cast_loops.hpp; which loop a cast runs,
+// kernels/cast_dispatch.hpp.
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <type_traits>
-#include <vector>
-
-// ----- begin cairn/core/tuning.hpp -----
-// Every tuning constant of cairn in one place, each with the reason (measured where it says so)
-// for its value: buffer and piece sizes of the writers and readers, when the loader uses a
-// second thread, how far the read-ahead goes. None of them changes the on-disk format or what a
-// load returns; only how fast and with how much memory. Limits that guard against hostile
-// files (format/files.hpp, safetensors/header.hpp) are not tuning and stay beside their checks.
-
-#include <cstddef>
-#include <cstdint>
 
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// ---- Writing and reading small leaves (checkpoint/leaf_writer.hpp, checkpoint/read_plan.hpp) ----
-
-// Small leaves are gathered into one buffer and written (and read) together: 10,000 leaves of
-// a few KiB would otherwise be 10,000 system calls. Large ones go straight between the file
-// and the caller's memory, with no copy.
-inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
-inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
-
-// A load reads runs of small leaves of at most this span with one scattered request: small
-// enough that each leaf is still in cache when its checksum is verified.
-inline constexpr std::uint64_t small_run_bytes = std::uint64_t{1} << 20;
-
-// ---- The cast kernels (kernels/cast.hpp) ----
-
-// Host memory: the same conversion over blocks of a fixed number of elements, each a
-// separate call of a Thrust for_each (parallel under OpenMP). A fixed trip count over
-// non-aliasing pointers is what lets compilers vectorize the loop at -O2; the range check
-// of a narrowing cast is an OR over the block, done before the block is converted.
-inline constexpr std::size_t cast_block_elements = 4096;
-
-// ---- The N-d box copy on the host (kernels/box_copy.hpp) ----
-
-// The host box copy hands Thrust segments of this many bytes (one for_each each): large enough
-// that the per-call cost vanishes, small enough to stay in L2 between source and destination.
-// Not measured against other sizes: the kernel runs at 0.7-1.15x memcpy with it (benchmarks.md,
-// "Sharding").
-inline constexpr std::uint64_t host_copy_segment_bytes = 256 << 10;
-
-// ---- Reading data files (checkpoint/box_reader.hpp, checkpoint/read_plan.hpp) ----
-
-// A chunk that goes through the box copy or a cast (not straight into its target) is read in
-// pieces of at most this many bytes, the next piece on a helper thread while one is checked
-// and scattered: it bounds the staging memory of a resharding or casting load (two pieces, and
-// a device staging buffer of one piece). Not measured against other sizes.
-inline constexpr std::uint64_t read_piece_bytes = std::uint64_t{16} << 20;
-// Two small leaves whose bytes are at most this far apart in a file join one scattered read
-// (the gap is read and dropped): one page, the alignment padding between small leaves being at
-// most 64 bytes, so every run of one save's leaves joins; a partial load's unrelated leaves
-// further apart are read on their own. Not measured against other sizes.
-inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
-
-// A large leaf is read straight into its target in pieces of this size, each checksummed
-// right after it arrives: small enough to be still in the core's L2 cache. With 4 MiB pieces
-// the checksum read them back from memory and a warm 1 GiB load ran at 0.7x a plain read;
-// with 256 KiB, 0.86-0.90x (docs/benchmarks.md).
-inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{256} << 10;
-
-// A chunk of at least this many bytes read straight into host memory is read by two threads,
-// each reading and checksumming half of it (box_reader.hpp).
-inline constexpr std::uint64_t parallel_read_bytes = std::uint64_t{4} << 20;
-
-// ---- The read-ahead of a load (checkpoint/read_ahead.hpp) ----
-
-// A metadata text shorter than this parses in well under a millisecond (a few large leaves):
-// nothing to overlap.
-inline constexpr std::size_t read_ahead_min_metadata_bytes = 64 << 10;
-
-// At most this much is fetched, whatever the checkpoint's size: a load that reads only some
-// leaves should not fill the page cache with the others.
-inline constexpr std::uint64_t read_ahead_max_bytes = 256ull << 20;
-
-// ---- Writing sharded, device and cast leaves (checkpoint/leaf_writer.hpp) ----
-
-// Pieces in which device shards cross to the host (and casts run) while being written.
-inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
-
-// ---- CRC32C (io/crc32c.hpp) ----
-
-// The hardware CRC32C runs three independent streams over blocks of this many bytes each and
-// combines them with a shift table (the instruction has latency 3 and throughput 1): large
-// enough that the combine costs little, small enough that inputs of a few blocks use it. The
-// checksum runs at the speed of the copy with it (benchmarks.md, "the checksum at the speed of
-// the copy").
-inline constexpr std::size_t crc32c_stream_block = 8192;
-
-}  // namespace detail
-CAIRN_END_NAMESPACE
-// ----- end cairn/core/tuning.hpp -----
-// ----- begin cairn/kernels/policy.hpp -----
-// Which Thrust execution policy runs kernels on host memory. Under the OpenMP or TBB device
-// system the "device" is the host's cores, so host arrays use it and run in parallel; under
-// CUDA or the plain C++ system, host memory is processed by thrust::host.
-
-
-#if defined(__has_include) && !__has_include(<thrust/version.h>)
-#error "cairn's kernels need Thrust's headers (Thrust 1.17+: Debian's libthrust-dev, or CUDA's CCCL on the include path)"
-#endif
-#include <thrust/execution_policy.h>
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-inline auto host_memory_policy() {
-#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_OMP || THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_TBB
-  return thrust::device;
-#else
-  return thrust::host;
-#endif
-}
-
-}  // namespace detail
-CAIRN_END_NAMESPACE
-// ----- end cairn/kernels/policy.hpp -----
-
-#include <thrust/find.h>
-#include <thrust/for_each.h>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/transform.h>
-
-CAIRN_BEGIN_NAMESPACE
-
-namespace detail {
 
 template <class T> inline constexpr bool is_narrow_float_v =
     std::is_same_v<T, float16> || std::is_same_v<T, bfloat16> ||
@@ -6878,6 +6761,153 @@ inline constexpr bool can_overflow_v = [] {
   else if constexpr (std::is_signed_v<From>) return true;  // negative values
   else return sizeof(To) <= sizeof(From);                  // unsigned into a wider signed type fits
 }();
+
+}  // namespace detail
+
+// Cast one value (for tests and for scalar conversions).
+template <class To, class From>
+CAIRN_HD inline To cast_value(const From& v) { return detail::cast_element<To, From>{}(v); }
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/kernels/cast_element.hpp -----
+// ----- begin cairn/kernels/cast_loops.hpp -----
+// The loops of a cast over arrays: Thrust transforms (host backends and CUDA), loops written
+// so that the compiler vectorizes them, the same loops compiled for AVX2 and F16C where the
+// CPU has them, and the range check of the error mode. The element is cast_element.hpp's.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+// ----- begin cairn/core/tuning.hpp -----
+// Every tuning constant of cairn in one place, each with the reason (measured where it says so)
+// for its value: buffer and piece sizes of the writers and readers, when the loader uses a
+// second thread, how far the read-ahead goes. None of them changes the on-disk format or what a
+// load returns; only how fast and with how much memory. Limits that guard against hostile
+// files (format/files.hpp, safetensors/header.hpp) are not tuning and stay beside their checks.
+
+#include <cstddef>
+#include <cstdint>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// ---- Writing and reading small leaves (checkpoint/leaf_writer.hpp, checkpoint/read_scheduler.hpp) ----
+
+// Small leaves are gathered into one buffer and written (and read) together: 10,000 leaves of
+// a few KiB would otherwise be 10,000 system calls. Large ones go straight between the file
+// and the caller's memory, with no copy.
+inline constexpr std::uint64_t small_leaf_bytes = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
+
+// A load reads runs of small leaves of at most this span with one scattered request: small
+// enough that each leaf is still in cache when its checksum is verified.
+inline constexpr std::uint64_t small_run_bytes = std::uint64_t{1} << 20;
+
+// ---- The cast kernels (kernels/cast.hpp) ----
+
+// Host memory: the same conversion over blocks of a fixed number of elements, each a
+// separate call of a Thrust for_each (parallel under OpenMP). A fixed trip count over
+// non-aliasing pointers is what lets compilers vectorize the loop at -O2; the range check
+// of a narrowing cast is an OR over the block, done before the block is converted.
+inline constexpr std::size_t cast_block_elements = 4096;
+
+// ---- The N-d box copy on the host (kernels/box_copy.hpp) ----
+
+// The host box copy hands Thrust segments of this many bytes (one for_each each): large enough
+// that the per-call cost vanishes, small enough to stay in L2 between source and destination.
+// Not measured against other sizes: the kernel runs at 0.7-1.15x memcpy with it (benchmarks.md,
+// "Sharding").
+inline constexpr std::uint64_t host_copy_segment_bytes = 256 << 10;
+
+// ---- Reading data files (checkpoint/box_reader.hpp, checkpoint/read_scheduler.hpp) ----
+
+// A chunk that goes through the box copy or a cast (not straight into its target) is read in
+// pieces of at most this many bytes, the next piece on a helper thread while one is checked
+// and scattered: it bounds the staging memory of a resharding or casting load (two pieces, and
+// a device staging buffer of one piece). Not measured against other sizes.
+inline constexpr std::uint64_t read_piece_bytes = std::uint64_t{16} << 20;
+// Two small leaves whose bytes are at most this far apart in a file join one scattered read
+// (the gap is read and dropped): one page, the alignment padding between small leaves being at
+// most 64 bytes, so every run of one save's leaves joins; a partial load's unrelated leaves
+// further apart are read on their own. Not measured against other sizes.
+inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
+
+// A large leaf is read straight into its target in pieces of this size, each checksummed
+// right after it arrives: small enough to be still in the core's L2 cache. With 4 MiB pieces
+// the checksum read them back from memory and a warm 1 GiB load ran at 0.7x a plain read;
+// with 256 KiB, 0.86-0.90x (docs/benchmarks.md).
+inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{256} << 10;
+
+// A chunk of at least this many bytes read straight into host memory is read by two threads,
+// each reading and checksumming half of it (box_reader.hpp).
+inline constexpr std::uint64_t parallel_read_bytes = std::uint64_t{4} << 20;
+
+// ---- The read-ahead of a load (checkpoint/read_ahead.hpp) ----
+
+// A metadata text shorter than this parses in well under a millisecond (a few large leaves):
+// nothing to overlap.
+inline constexpr std::size_t read_ahead_min_metadata_bytes = 64 << 10;
+
+// At most this much is fetched, whatever the checkpoint's size: a load that reads only some
+// leaves should not fill the page cache with the others.
+inline constexpr std::uint64_t read_ahead_max_bytes = 256ull << 20;
+
+// ---- Writing sharded, device and cast leaves (checkpoint/leaf_writer.hpp) ----
+
+// Pieces in which device shards cross to the host (and casts run) while being written.
+inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
+
+// ---- CRC32C (io/crc32c.hpp) ----
+
+// The hardware CRC32C runs three independent streams over blocks of this many bytes each and
+// combines them with a shift table (the instruction has latency 3 and throughput 1): large
+// enough that the combine costs little, small enough that inputs of a few blocks use it. The
+// checksum runs at the speed of the copy with it (benchmarks.md, "the checksum at the speed of
+// the copy").
+inline constexpr std::size_t crc32c_stream_block = 8192;
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/tuning.hpp -----
+// ----- begin cairn/kernels/policy.hpp -----
+// Which Thrust execution policy runs kernels on host memory. Under the OpenMP or TBB device
+// system the "device" is the host's cores, so host arrays use it and run in parallel; under
+// CUDA or the plain C++ system, host memory is processed by thrust::host.
+
+
+#if defined(__has_include) && !__has_include(<thrust/version.h>)
+#error "cairn's kernels need Thrust's headers (Thrust 1.17+: Debian's libthrust-dev, or CUDA's CCCL on the include path)"
+#endif
+#include <thrust/execution_policy.h>
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline auto host_memory_policy() {
+#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_OMP || THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_TBB
+  return thrust::device;
+#else
+  return thrust::host;
+#endif
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/kernels/policy.hpp -----
+
+#include <thrust/find.h>
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/transform.h>
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
 
 // `memory` says where src and dst live (the policy must run there).
 template <class To, class From, class Policy>
@@ -7091,6 +7121,22 @@ void cast_typed_host(const From* src, To* dst, std::size_t n, OnOverflow on_over
   }
 }
 
+}  // namespace detail
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/kernels/cast_loops.hpp -----
+// ----- begin cairn/kernels/cast_dispatch.hpp -----
+// Which loop a cast of dtypes known only at run time runs: a kernel of its own for the common
+// pairs, two steps through a wide type for the others (70 instantiations, not 225), and the
+// device cast.
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
 
 // ---- Which kernel a host cast runs (docs/compile-time.md: 70 instantiations, not 225).
 // A few common pairs have a kernel of their own (cast_typed_host). Every other pair goes in
@@ -7269,11 +7315,8 @@ inline void cast_device(DType from, const void* src, DType to, void* dst, std::s
 }
 }  // namespace detail
 
-// Cast one value (for tests and for scalar conversions).
-template <class To, class From>
-CAIRN_HD inline To cast_value(const From& v) { return detail::cast_element<To, From>{}(v); }
-
 CAIRN_END_NAMESPACE
+// ----- end cairn/kernels/cast_dispatch.hpp -----
 // ----- end cairn/kernels/cast.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
@@ -8928,14 +8971,153 @@ CAIRN_END_NAMESPACE
 #include <vector>
 
 // ----- begin cairn/format/files.hpp -----
-// The files of a checkpoint directory, and reading its metadata safely. Everything read here
-// is untrusted: sizes are capped, the metadata's CRC is checked against the commit marker,
-// the JSON reader bounds nesting and integer ranges, and every record is cross-checked.
+// The on-disk format's files, in one include: the layout of a checkpoint (layout.hpp), where
+// checkpoints are among other keys and what a step is named (root_layout.hpp), the
+// cross-checks of untrusted records (validation.hpp), and reading the metadata verified
+// against the commit marker (verified_read.hpp).
+
+// ----- begin cairn/format/layout.hpp -----
+// The files of a checkpoint directory: their names, the limits on their sizes, and the commit
+// marker's content. (format.md describes them for users.)
 //
 //   <checkpoint>/_CHECKPOINT      commit marker, written last (format, version, CRCs of the two below)
 //   <checkpoint>/_METADATA        tree structure, dtypes, shapes, chunk locations (JSON)
 //   <checkpoint>/_USER_METADATA   the caller's JSON object
 //   <checkpoint>/data-<process>-<n>.bin   array bytes
+
+#include <cstdint>
+#include <string>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr const char* marker_file = commit_marker_name;
+inline constexpr const char* metadata_file = "_METADATA";
+inline constexpr const char* user_metadata_file = "_USER_METADATA";
+inline constexpr std::uint64_t max_metadata_bytes = std::uint64_t{1} << 30;
+inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
+// Pairs of chunks compared for overlap in a leaf whose chunks are not a grid (cairn writes
+// only grids): about a second of work at most.
+inline constexpr std::uint64_t max_overlap_checks = std::uint64_t{1} << 26;
+
+inline std::string data_file_name(int process, int index) {
+  return "data-" + std::to_string(process) + "-" + std::to_string(index) + ".bin";
+}
+
+// Data file names come from untrusted metadata: only plain names, never a path out of the
+// checkpoint directory.
+inline bool is_plain_file_name(const std::string& name) {
+  if (name.empty() || name.size() > 255 || name[0] == '.') return false;
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+struct FileDigest {
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32c = 0;
+};
+
+inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
+  auto digest = [](const FileDigest& d) {
+    return Json::object({{"bytes", static_cast<std::int64_t>(d.bytes)}, {"crc32c", static_cast<std::int64_t>(d.crc32c)}});
+  };
+  return Json::object({{"format", "cairn"},
+                       {"format_version", cairn::format_version},
+                       {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/format/layout.hpp -----
+// ----- begin cairn/format/root_layout.hpp -----
+// Checkpoints among other keys: whether a key is a committed checkpoint, the checkpoint a key
+// lies inside, the names a Checkpointer gives steps, and what to say when a directory of
+// checkpoints is loaded as if it were one.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Whether the blobs under `key` are a committed checkpoint (its marker is a blob; what the
+// marker holds is checked on read).
+inline bool is_committed_checkpoint(const Store& store, const std::string& key) {
+  return store.is_blob(join_key(key, marker_file));
+}
+
+// The nearest key above `key` that is a committed checkpoint, or "" when none is. Nothing may
+// be saved inside a checkpoint: its directory is its own, and replacing or deleting it (an
+// overwrite, a Checkpointer's retention) takes everything under it along.
+inline std::string enclosing_checkpoint(const Store& store, const std::string& key) {
+  for (std::size_t end = key.rfind('/'); end != std::string::npos && end > 0; end = key.rfind('/', end - 1)) {
+    const std::string above = key.substr(0, end);
+    if (is_committed_checkpoint(store, above)) return above;
+  }
+  return {};
+}
+
+// Throws invalid_argument when `key` lies inside a committed checkpoint (what saves and exports
+// check before they write anything).
+inline void refuse_inside_checkpoint(const Store& store, const std::string& key) {
+  const std::string outer = enclosing_checkpoint(store, key);
+  if (!outer.empty())
+    throw Error(ErrorKind::invalid_argument, "this path is inside the checkpoint " + store.describe(outer) +
+                ", whose directory is its own: replacing or deleting that checkpoint would delete this one with it. "
+                "Save beside it instead", store.describe(key));
+}
+
+// The step a run of digits names: leading zeros are padding of any width (step_digits), and
+// digits beyond int64 name no step of any scheme.
+inline bool parse_step_digits(std::string_view digits, std::int64_t& step) {
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  return parse_int64(digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1)), step);
+}
+
+// A name that some Checkpointer's scheme gives a step: digits with any padding, with or without
+// "step_" (Checkpointer::looks_like_step).
+inline bool looks_like_step_name(std::string_view name) {
+  std::int64_t step = 0;
+  return parse_step_digits(name.substr(name.rfind("step_", 0) == 0 ? 5 : 0), step);
+}
+
+// When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any
+// other), a message saying so and how to load one; "" otherwise.
+inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
+  std::vector<std::string> steps;
+  for (const auto& e : store.list(key))
+    if (e.is_prefix && !store.is_internal_name(e.name) && is_committed_checkpoint(store, join_key(key, e.name)))
+      steps.push_back(e.name);
+  if (steps.empty()) return {};
+  std::sort(steps.begin(), steps.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;  // numeric order for plain step numbers
+  });
+  std::string list;
+  for (std::size_t i = 0; i < steps.size() && i < 8; ++i) list += (i ? ", " : "") + steps[i];
+  if (steps.size() > 8) list += ", ... (" + std::to_string(steps.size()) + " in all)";
+  const std::string one = store.describe(join_key(key, steps.back()));
+  // The Checkpointer is suggested only where the names are steps: it would find no others.
+  if (!std::all_of(steps.begin(), steps.end(), [](const std::string& s) { return looks_like_step_name(s); }))
+    return "this is a directory of checkpoints (" + list + "), not one checkpoint: load one of them, such as " + one;
+  return "this is a directory of checkpoints (a Checkpointer root holding " + list +
+         "), not one checkpoint: load one of them, such as " + one + ", or the latest with cairn::Checkpointer(\"" +
+         store.describe(key) + "\").load(target)";
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/format/root_layout.hpp -----
+// ----- begin cairn/format/validation.hpp -----
+// Cross-checks of a checkpoint's records read from disk (untrusted): unique keys, sane shapes,
+// chunks inside their array and covering it exactly once, byte ranges that neither overflow
+// nor overlap; each bounded in work, so that a hostile file cannot make them quadratic.
 
 #include <algorithm>
 #include <map>
@@ -8943,20 +9125,24 @@ CAIRN_END_NAMESPACE
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <vector>
 
 // ----- begin cairn/format/metadata_json.hpp -----
-// The records' JSON form, the text of _METADATA (docs/format.md specifies it): written with
-// plain appends and read with detail::JsonReader straight into the records, no tree of JSON
-// values in between and no cereal. Reading checks what a record can check on its own (types,
-// integer ranges, required members, names of dtypes and kinds); the cross-checks against
-// files and shapes are validate_metadata in format/files.hpp.
+// The records' JSON form, the text of _METADATA (docs/format.md specifies it): its writer
+// (metadata_json_writer.hpp) and its reader (metadata_json_reader.hpp), as nlohmann/json keeps
+// detail/output and detail/input apart.
+
+// ----- begin cairn/format/metadata_json_reader.hpp -----
+// Reading the records' JSON form, the text of _METADATA, with detail::JsonReader straight into
+// the records. Reading checks what a record can check on its own (types, integer ranges,
+// required members, names of dtypes and kinds); the cross-checks against files and shapes are
+// validate_metadata in format/validation.hpp.
 //
 // Members may come in any order; a member this version does not know is skipped (that is how
 // "sharding" and "device_processes" were added within format 1), a known one twice is an
 // error. Files written by cereal's JSON archive (cairn before 0.2) read the same.
 
 #include <algorithm>
-
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -8970,237 +9156,6 @@ CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
 inline constexpr int max_metadata_depth = 32;
-
-// ---- writing ----
-
-inline void append_json_ints(std::string& out, const Shape& v) {
-  out += '[';
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (i) out += ',';
-    append_json_int(out, v[i]);
-  }
-  out += ']';
-}
-template <class T>
-void append_json_ints(std::string& out, const std::vector<T>& v) {
-  out += '[';
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (i) out += ',';
-    append_json_int(out, v[i]);
-  }
-  out += ']';
-}
-inline void append_json_strings(std::string& out, const std::vector<std::string>& v) {
-  out += '[';
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (i) out += ',';
-    append_json_string(out, v[i]);
-  }
-  out += ']';
-}
-
-inline void append_sharding_json(std::string& out, const NamedSharding& s) {
-  out += "{\"mesh_axes\":[";
-  bool first = true;
-  for (const auto& a : s.mesh.axes()) {
-    if (!first) out += ',';
-    first = false;
-    append_json_string(out, a.name);
-  }
-  out += "],\"mesh_shape\":[";
-  first = true;
-  for (const auto& a : s.mesh.axes()) {
-    if (!first) out += ',';
-    first = false;
-    append_json_int(out, a.size);
-  }
-  out += "],\"memory\":";
-  append_json_string(out, s.mesh.devices().empty() ? "host" : memory_kind_name(s.mesh.devices().front().memory));
-  out += ",\"device_ids\":[";
-  first = true;
-  for (const auto& d : s.mesh.devices()) {
-    if (!first) out += ',';
-    first = false;
-    append_json_int(out, d.id);
-  }
-  out += "],\"spec\":[";
-  first = true;
-  for (const auto& d : s.spec.dims()) {
-    if (!first) out += ',';
-    first = false;
-    append_json_strings(out, d.axes);
-  }
-  out += ']';
-  // The process of each device, only when the mesh spans several processes, so that
-  // single-process checkpoints read as they always did.
-  if (s.mesh.process_count() > 1) {
-    out += ",\"device_processes\":[";
-    first = true;
-    for (const auto& d : s.mesh.devices()) {
-      if (!first) out += ',';
-      first = false;
-      append_json_int(out, d.process);
-    }
-    out += ']';
-  }
-  out += '}';
-}
-
-// A data file's number in the metadata's `data_files`, for chunks that name their file by
-// number (format 2). Built once per metadata text; a save by many ranks lists one file per rank.
-class DataFileNumbers {
- public:
-  explicit DataFileNumbers(const std::vector<std::string>& files) : files_(files) {
-    if (files.size() > 8)
-      for (std::size_t i = files.size(); i-- > 0;) index_[files[i]] = i;  // the first of repeats
-  }
-  // -1 when the file is not listed (the chunk then names it by its name).
-  std::int64_t find(const std::string& file) const {
-    if (index_.empty()) {
-      for (std::size_t i = 0; i < files_.size(); ++i)
-        if (files_[i] == file) return static_cast<std::int64_t>(i);
-      return -1;
-    }
-    const auto it = index_.find(file);
-    return it == index_.end() ? -1 : static_cast<std::int64_t>(it->second);
-  }
-
- private:
-  const std::vector<std::string>& files_;
-  std::unordered_map<std::string_view, std::size_t> index_;
-};
-
-// A leaf in format 2's short form: a member whose value is its default is left out
-// (`saved_from` equal to `dtype`, `order` C; a chunk's `start` at the origin, its `shape` the
-// leaf's, its `nbytes` what its box holds), and a chunk names a listed file by its number.
-// What is left out is exactly what a reader restores, whatever the records hold (records that
-// are not consistent are written in full, so that they read back as they were).
-inline void append_leaf_json(std::string& out, const LeafRecord& l, const DataFileNumbers* files) {
-  // The members every leaf has come first, the optional ones after (the reader guesses each
-  // next name from this order).
-  out += "{\"key\":";
-  append_json_string(out, l.path.str());
-  out += ",\"key_kinds\":";
-  append_json_string(out, l.path.kinds());
-  out += ",\"dtype\":\"";
-  out += dtype_name(l.dtype);
-  out += "\",\"shape\":";
-  append_json_ints(out, l.shape);
-  out += ",\"chunks\":[";
-  for (std::size_t i = 0; i < l.chunks.size(); ++i) {
-    const ChunkRecord& c = l.chunks[i];
-    out += i ? ",{\"file\":" : "{\"file\":";
-    if (const std::int64_t number = files ? files->find(c.file) : -1; number >= 0)
-      append_json_int(out, number);
-    else
-      append_json_string(out, c.file);
-    out += ",\"offset\":";
-    append_json_int(out, c.offset);
-    out += ",\"crc32c\":";
-    append_json_int(out, c.crc32c);
-    const bool at_origin = c.start.size() == l.shape.size() &&
-                           std::all_of(c.start.begin(), c.start.end(), [](std::int64_t v) { return v == 0; });
-    if (!at_origin) {
-      out += ",\"start\":";
-      append_json_ints(out, c.start);
-    }
-    if (c.shape != l.shape) {
-      out += ",\"shape\":";
-      append_json_ints(out, c.shape);
-    }
-    std::uint64_t box_bytes = 0;
-    if (!try_byte_count(c.shape, dtype_size(l.dtype), box_bytes) || box_bytes != c.nbytes) {
-      out += ",\"nbytes\":";
-      append_json_int(out, c.nbytes);
-    }
-    out += '}';
-  }
-  out += ']';
-  if (l.saved_from != l.dtype) {
-    out += ",\"saved_from\":\"";
-    out += dtype_name(l.saved_from);
-    out += '"';
-  }
-  if (l.order != Order::C) {
-    out += ",\"order\":\"";
-    out += static_cast<char>(l.order);
-    out += '"';
-  }
-  if (l.sharding) {
-    out += ",\"sharding\":";
-    append_sharding_json(out, *l.sharding);
-  }
-  out += '}';
-}
-
-// `files`: null where the item is written on its own (a rank's per-rank items sent to the
-// primary), whose chunks then name their files.
-inline void append_item_json(std::string& out, const ItemRecord& item, const DataFileNumbers* files) {
-  out += "{\"name\":";
-  append_json_string(out, item.name);
-  out += ",\"kind\":\"";
-  out += item_kind_name(item.kind);
-  // The counts let a reader size its record arrays once (at 100,000 leaves, growing them
-  // was 5 MB of a load's peak memory). Readers that do not know them skip them.
-  out += "\",\"node_count\":";
-  append_json_int(out, static_cast<std::int64_t>(item.nodes.size()));
-  out += ",\"nodes\":[";
-  for (std::size_t i = 0; i < item.nodes.size(); ++i) {
-    const NodeRecord& n = item.nodes[i];
-    out += i ? ",{\"key\":" : "{\"key\":";
-    append_json_string(out, n.path.str());
-    out += ",\"key_kinds\":";
-    append_json_string(out, n.path.kinds());
-    out += ",\"kind\":\"";
-    out += node_kind_name(n.kind);
-    out += "\"}";
-  }
-  out += "],\"leaf_count\":";
-  append_json_int(out, static_cast<std::int64_t>(item.leaves.size()));
-  out += ",\"leaves\":[";
-  for (std::size_t i = 0; i < item.leaves.size(); ++i) {
-    if (i) out += ',';
-    append_leaf_json(out, item.leaves[i], files);
-  }
-  out += "]}";
-}
-
-// The text of _METADATA: everything but the user metadata, which has a file of its own.
-inline std::string metadata_to_json(const CheckpointMetadata& m) {
-  std::string out;
-  std::size_t leaves = 0;
-  for (const auto& i : m.items) leaves += i.leaves.size() + i.nodes.size();
-  out.reserve(256 + 160 * leaves);
-  // Always this version's number: the text is in this version's form, whichever version the
-  // records were read from.
-  out += "{\"format\":\"cairn\",\"format_version\":";
-  append_json_int(out, cairn::format_version);
-  out += ",\"library_version\":";
-  append_json_string(out, m.library_version);
-  out += ",\"created_unix_ms\":";
-  append_json_int(out, m.created_unix_ms);
-  out += ",\"created\":";
-  append_json_string(out, m.created);
-  out += ",\"data_files\":";
-  append_json_strings(out, m.data_files);
-  out += ",\"items\":[";
-  const DataFileNumbers files(m.data_files);
-  for (std::size_t i = 0; i < m.items.size(); ++i) {
-    if (i) out += ',';
-    append_item_json(out, m.items[i], &files);
-  }
-  out += "]}";
-  return out;
-}
-
-// One item's records (how a rank sends its per-rank items to the primary).
-inline std::string item_to_json(const ItemRecord& item) {
-  std::string out;
-  append_item_json(out, item, nullptr);
-  return out;
-}
-
-// ---- reading ----
 
 // Reads the members of one record: which are known, which were seen (each at most once),
 // and which are missing at the end.
@@ -9568,7 +9523,450 @@ inline ItemRecord item_from_json(std::string_view text, const std::string& path)
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
+// ----- end cairn/format/metadata_json_reader.hpp -----
+// ----- begin cairn/format/metadata_json_writer.hpp -----
+// Writing the records' JSON form, the text of _METADATA (docs/format.md specifies it): plain
+// appends into one string, no tree of JSON values in between and no cereal. Format 2 leaves
+// out what a reader restores (metadata_json_reader.hpp).
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline void append_json_ints(std::string& out, const Shape& v) {
+  out += '[';
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    append_json_int(out, v[i]);
+  }
+  out += ']';
+}
+template <class T>
+void append_json_ints(std::string& out, const std::vector<T>& v) {
+  out += '[';
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    append_json_int(out, v[i]);
+  }
+  out += ']';
+}
+inline void append_json_strings(std::string& out, const std::vector<std::string>& v) {
+  out += '[';
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    append_json_string(out, v[i]);
+  }
+  out += ']';
+}
+
+inline void append_sharding_json(std::string& out, const NamedSharding& s) {
+  out += "{\"mesh_axes\":[";
+  bool first = true;
+  for (const auto& a : s.mesh.axes()) {
+    if (!first) out += ',';
+    first = false;
+    append_json_string(out, a.name);
+  }
+  out += "],\"mesh_shape\":[";
+  first = true;
+  for (const auto& a : s.mesh.axes()) {
+    if (!first) out += ',';
+    first = false;
+    append_json_int(out, a.size);
+  }
+  out += "],\"memory\":";
+  append_json_string(out, s.mesh.devices().empty() ? "host" : memory_kind_name(s.mesh.devices().front().memory));
+  out += ",\"device_ids\":[";
+  first = true;
+  for (const auto& d : s.mesh.devices()) {
+    if (!first) out += ',';
+    first = false;
+    append_json_int(out, d.id);
+  }
+  out += "],\"spec\":[";
+  first = true;
+  for (const auto& d : s.spec.dims()) {
+    if (!first) out += ',';
+    first = false;
+    append_json_strings(out, d.axes);
+  }
+  out += ']';
+  // The process of each device, only when the mesh spans several processes, so that
+  // single-process checkpoints read as they always did.
+  if (s.mesh.process_count() > 1) {
+    out += ",\"device_processes\":[";
+    first = true;
+    for (const auto& d : s.mesh.devices()) {
+      if (!first) out += ',';
+      first = false;
+      append_json_int(out, d.process);
+    }
+    out += ']';
+  }
+  out += '}';
+}
+
+// A data file's number in the metadata's `data_files`, for chunks that name their file by
+// number (format 2). Built once per metadata text; a save by many ranks lists one file per rank.
+class DataFileNumbers {
+ public:
+  explicit DataFileNumbers(const std::vector<std::string>& files) : files_(files) {
+    if (files.size() > 8)
+      for (std::size_t i = files.size(); i-- > 0;) index_[files[i]] = i;  // the first of repeats
+  }
+  // -1 when the file is not listed (the chunk then names it by its name).
+  std::int64_t find(const std::string& file) const {
+    if (index_.empty()) {
+      for (std::size_t i = 0; i < files_.size(); ++i)
+        if (files_[i] == file) return static_cast<std::int64_t>(i);
+      return -1;
+    }
+    const auto it = index_.find(file);
+    return it == index_.end() ? -1 : static_cast<std::int64_t>(it->second);
+  }
+
+ private:
+  const std::vector<std::string>& files_;
+  std::unordered_map<std::string_view, std::size_t> index_;
+};
+
+// A leaf in format 2's short form: a member whose value is its default is left out
+// (`saved_from` equal to `dtype`, `order` C; a chunk's `start` at the origin, its `shape` the
+// leaf's, its `nbytes` what its box holds), and a chunk names a listed file by its number.
+// What is left out is exactly what a reader restores, whatever the records hold (records that
+// are not consistent are written in full, so that they read back as they were).
+inline void append_leaf_json(std::string& out, const LeafRecord& l, const DataFileNumbers* files) {
+  // The members every leaf has come first, the optional ones after (the reader guesses each
+  // next name from this order).
+  out += "{\"key\":";
+  append_json_string(out, l.path.str());
+  out += ",\"key_kinds\":";
+  append_json_string(out, l.path.kinds());
+  out += ",\"dtype\":\"";
+  out += dtype_name(l.dtype);
+  out += "\",\"shape\":";
+  append_json_ints(out, l.shape);
+  out += ",\"chunks\":[";
+  for (std::size_t i = 0; i < l.chunks.size(); ++i) {
+    const ChunkRecord& c = l.chunks[i];
+    out += i ? ",{\"file\":" : "{\"file\":";
+    if (const std::int64_t number = files ? files->find(c.file) : -1; number >= 0)
+      append_json_int(out, number);
+    else
+      append_json_string(out, c.file);
+    out += ",\"offset\":";
+    append_json_int(out, c.offset);
+    out += ",\"crc32c\":";
+    append_json_int(out, c.crc32c);
+    const bool at_origin = c.start.size() == l.shape.size() &&
+                           std::all_of(c.start.begin(), c.start.end(), [](std::int64_t v) { return v == 0; });
+    if (!at_origin) {
+      out += ",\"start\":";
+      append_json_ints(out, c.start);
+    }
+    if (c.shape != l.shape) {
+      out += ",\"shape\":";
+      append_json_ints(out, c.shape);
+    }
+    std::uint64_t box_bytes = 0;
+    if (!try_byte_count(c.shape, dtype_size(l.dtype), box_bytes) || box_bytes != c.nbytes) {
+      out += ",\"nbytes\":";
+      append_json_int(out, c.nbytes);
+    }
+    out += '}';
+  }
+  out += ']';
+  if (l.saved_from != l.dtype) {
+    out += ",\"saved_from\":\"";
+    out += dtype_name(l.saved_from);
+    out += '"';
+  }
+  if (l.order != Order::C) {
+    out += ",\"order\":\"";
+    out += static_cast<char>(l.order);
+    out += '"';
+  }
+  if (l.sharding) {
+    out += ",\"sharding\":";
+    append_sharding_json(out, *l.sharding);
+  }
+  out += '}';
+}
+
+// `files`: null where the item is written on its own (a rank's per-rank items sent to the
+// primary), whose chunks then name their files.
+inline void append_item_json(std::string& out, const ItemRecord& item, const DataFileNumbers* files) {
+  out += "{\"name\":";
+  append_json_string(out, item.name);
+  out += ",\"kind\":\"";
+  out += item_kind_name(item.kind);
+  // The counts let a reader size its record arrays once (at 100,000 leaves, growing them
+  // was 5 MB of a load's peak memory). Readers that do not know them skip them.
+  out += "\",\"node_count\":";
+  append_json_int(out, static_cast<std::int64_t>(item.nodes.size()));
+  out += ",\"nodes\":[";
+  for (std::size_t i = 0; i < item.nodes.size(); ++i) {
+    const NodeRecord& n = item.nodes[i];
+    out += i ? ",{\"key\":" : "{\"key\":";
+    append_json_string(out, n.path.str());
+    out += ",\"key_kinds\":";
+    append_json_string(out, n.path.kinds());
+    out += ",\"kind\":\"";
+    out += node_kind_name(n.kind);
+    out += "\"}";
+  }
+  out += "],\"leaf_count\":";
+  append_json_int(out, static_cast<std::int64_t>(item.leaves.size()));
+  out += ",\"leaves\":[";
+  for (std::size_t i = 0; i < item.leaves.size(); ++i) {
+    if (i) out += ',';
+    append_leaf_json(out, item.leaves[i], files);
+  }
+  out += "]}";
+}
+
+// The text of _METADATA: everything but the user metadata, which has a file of its own.
+inline std::string metadata_to_json(const CheckpointMetadata& m) {
+  std::string out;
+  std::size_t leaves = 0;
+  for (const auto& i : m.items) leaves += i.leaves.size() + i.nodes.size();
+  out.reserve(256 + 160 * leaves);
+  // Always this version's number: the text is in this version's form, whichever version the
+  // records were read from.
+  out += "{\"format\":\"cairn\",\"format_version\":";
+  append_json_int(out, cairn::format_version);
+  out += ",\"library_version\":";
+  append_json_string(out, m.library_version);
+  out += ",\"created_unix_ms\":";
+  append_json_int(out, m.created_unix_ms);
+  out += ",\"created\":";
+  append_json_string(out, m.created);
+  out += ",\"data_files\":";
+  append_json_strings(out, m.data_files);
+  out += ",\"items\":[";
+  const DataFileNumbers files(m.data_files);
+  for (std::size_t i = 0; i < m.items.size(); ++i) {
+    if (i) out += ',';
+    append_item_json(out, m.items[i], &files);
+  }
+  out += "]}";
+  return out;
+}
+
+// One item's records (how a rank sends its per-rank items to the primary).
+inline std::string item_to_json(const ItemRecord& item) {
+  std::string out;
+  append_item_json(out, item, nullptr);
+  return out;
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/format/metadata_json_writer.hpp -----
 // ----- end cairn/format/metadata_json.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline bool boxes_overlap(const ChunkRecord& a, const ChunkRecord& b) {
+  for (std::size_t d = 0; d < a.start.size(); ++d) {
+    if (a.start[d] + a.shape[d] <= b.start[d] || b.start[d] + b.shape[d] <= a.start[d]) return false;
+  }
+  return true;
+}
+
+// No two non-empty chunk boxes of a leaf share an element. `fail` throws.
+//
+// Every layout cairn writes is a grid: the cuts of each dimension are the chunks' starts and
+// ends, and each chunk is exactly one cell of that grid. Then two chunks overlap exactly when
+// they are the same cell, found by sorting the cells: O(n log n) for any number of chunks
+// (40,000 column strips took 12 s with a sweep). Any other layout goes through a sweep over
+// chunks sorted by their start in dimension 0, bounded in work so a hostile file cannot
+// make it quadratic.
+template <class Fail>
+void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) {
+  if (l.chunks.size() < 2) return;  // most leaves: nothing to compare
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < l.chunks.size(); ++i)
+    if (element_count(l.chunks[i].shape) > 0) order.push_back(i);
+  auto overlap = [&](std::size_t a, std::size_t b) {
+    fail("chunks " + std::to_string(std::min(a, b)) + " and " + std::to_string(std::max(a, b)) + " overlap", key);
+  };
+  if (l.shape.empty()) {
+    if (order.size() > 1) overlap(order[0], order[1]);
+    return;
+  }
+  const std::size_t rank = l.shape.size();
+  std::vector<std::vector<std::int64_t>> cuts(rank);
+  for (std::size_t i : order)
+    for (std::size_t d = 0; d < rank; ++d) {
+      cuts[d].push_back(l.chunks[i].start[d]);
+      cuts[d].push_back(l.chunks[i].start[d] + l.chunks[i].shape[d]);
+    }
+  for (auto& c : cuts) {
+    std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+  }
+  std::vector<std::size_t> cells(order.size() * rank);
+  bool grid = true;
+  for (std::size_t k = 0; k < order.size() && grid; ++k) {
+    const ChunkRecord& c = l.chunks[order[k]];
+    for (std::size_t d = 0; d < rank; ++d) {
+      const auto first = std::lower_bound(cuts[d].begin(), cuts[d].end(), c.start[d]);
+      if (first + 1 == cuts[d].end() || *(first + 1) != c.start[d] + c.shape[d]) { grid = false; break; }
+      cells[k * rank + d] = static_cast<std::size_t>(first - cuts[d].begin());
+    }
+  }
+  if (grid) {
+    std::vector<std::size_t> by_cell(order.size());
+    for (std::size_t k = 0; k < by_cell.size(); ++k) by_cell[k] = k;
+    auto cell_less = [&](std::size_t a, std::size_t b) {
+      return std::lexicographical_compare(cells.begin() + a * rank, cells.begin() + (a + 1) * rank,
+                                          cells.begin() + b * rank, cells.begin() + (b + 1) * rank);
+    };
+    std::sort(by_cell.begin(), by_cell.end(), cell_less);
+    for (std::size_t k = 1; k < by_cell.size(); ++k)
+      if (!cell_less(by_cell[k - 1], by_cell[k])) overlap(order[by_cell[k - 1]], order[by_cell[k]]);
+    return;
+  }
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return l.chunks[a].start[0] < l.chunks[b].start[0]; });
+  std::uint64_t work = 0;
+  for (std::size_t a = 0; a < order.size(); ++a) {
+    const ChunkRecord& x = l.chunks[order[a]];
+    for (std::size_t b = a + 1; b < order.size() && l.chunks[order[b]].start[0] < x.start[0] + x.shape[0]; ++b) {
+      if (++work > max_overlap_checks)
+        fail("the " + std::to_string(order.size()) + " chunks do not form a grid and are too many to check for "
+             "overlap", key);
+      if (boxes_overlap(x, l.chunks[order[b]])) overlap(order[a], order[b]);
+    }
+  }
+}
+
+// The first string in `keys` equal to an earlier one, or null. An open-addressing table of
+// positions: a hash set of views, a node allocated per key, was a tenth of metadata() at
+// 100,000 leaves.
+inline const std::string_view* find_repeated(const std::vector<std::string_view>& keys) {
+  std::size_t slots = 16;
+  while (slots < 2 * keys.size()) slots *= 2;
+  std::vector<std::size_t> table(slots, SIZE_MAX);
+  const std::hash<std::string_view> hash;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    std::size_t at = hash(keys[i]) & (slots - 1);
+    for (; table[at] != SIZE_MAX; at = (at + 1) & (slots - 1))
+      if (keys[table[at]] == keys[i]) return &keys[i];
+    table[at] = i;
+  }
+  return nullptr;
+}
+
+// Cross-checks of the records against each other: unique keys, sane shapes, chunks inside
+// their array and covering it exactly once, byte ranges that neither overflow nor overlap.
+// `path` names the metadata file in errors.
+// `leaf_keys`: the items' leaves' printed keys as the parser printed them (metadata_json.hpp),
+// used instead of printing them again; or empty, to be filled here. A load's index then takes
+// them too.
+inline void validate_metadata(const CheckpointMetadata& m, const std::string& path, PrintedKeys* leaf_keys = nullptr) {
+  auto fail = [&](const std::string& why, const std::string& key = {}) {
+    throw Error(ErrorKind::corrupt, why, path, key);
+  };
+  std::unordered_set<std::string> files;
+  for (const auto& f : m.data_files) {
+    if (!is_plain_file_name(f)) fail("data file name '" + f + "' is not a plain file name");
+    if (!files.insert(f).second) fail("data file '" + f + "' listed twice");
+  }
+  std::map<std::string, std::vector<std::pair<std::uint64_t, std::uint64_t>>> ranges;
+  const std::string* last_file = nullptr;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>>* last_ranges = nullptr;
+  std::unordered_set<std::string> item_names;
+  if (leaf_keys && leaf_keys->size() != m.items.size()) leaf_keys->assign(m.items.size(), {});
+  std::vector<std::string> node_keys, own_leaf_keys;
+  std::vector<std::string_view> printed;  // each key once, nodes then leaves
+  for (std::size_t item_at = 0; item_at < m.items.size(); ++item_at) {
+    const ItemRecord& item = m.items[item_at];
+    if (item.name.empty() || !item_names.insert(item.name).second) fail("empty or repeated item name '" + item.name + "'");
+    node_keys.clear();
+    for (const auto& n : item.nodes) node_keys.push_back(n.path.str());
+    std::vector<std::string>& leaf_key = leaf_keys ? (*leaf_keys)[item_at] : own_leaf_keys;
+    if (leaf_key.size() != item.leaves.size()) {
+      leaf_key.clear();
+      leaf_key.reserve(item.leaves.size());
+      for (const auto& l : item.leaves) leaf_key.push_back(l.key());
+    }
+    printed.clear();
+    printed.reserve(node_keys.size() + leaf_key.size());
+    printed.insert(printed.end(), node_keys.begin(), node_keys.end());
+    printed.insert(printed.end(), leaf_key.begin(), leaf_key.end());
+    if (const std::string_view* twice = find_repeated(printed)) fail("key path listed twice", std::string(*twice));
+    for (std::size_t leaf = 0; leaf < item.leaves.size(); ++leaf) {
+      const LeafRecord& l = item.leaves[leaf];
+      const std::string& key = leaf_key[leaf];
+      try {
+        const std::uint64_t count = element_count(l.shape);
+        (void)byte_count(l.shape, dtype_size(l.dtype));
+        if (l.chunks.empty() && count > 0) fail("leaf has no chunks", key);
+        std::uint64_t covered = 0;
+        for (std::size_t i = 0; i < l.chunks.size(); ++i) {
+          const auto& c = l.chunks[i];
+          if (c.start.size() != l.shape.size() || c.shape.size() != l.shape.size())
+            fail("chunk " + std::to_string(i) + " has rank " +
+                 std::to_string(c.start.size() != l.shape.size() ? c.start.size() : c.shape.size()) + ", the array " +
+                 std::to_string(l.shape.size()), key);
+          if (!box_inside(c.start, c.shape, l.shape))
+            fail("chunk " + std::to_string(i) + " box (start " + to_string(c.start) + ", shape " + to_string(c.shape) +
+                 ") lies outside the array shape " + to_string(l.shape), key);
+          if (c.nbytes != byte_count(c.shape, dtype_size(l.dtype)))
+            fail("chunk " + std::to_string(i) + " says " + std::to_string(c.nbytes) + " bytes, its box holds " +
+                 std::to_string(byte_count(c.shape, dtype_size(l.dtype))), key);
+          // Consecutive chunks usually name the same file: look it up once per run.
+          if (!last_ranges || c.file != *last_file) {
+            if (!files.count(c.file)) fail("chunk " + std::to_string(i) + " names unknown data file '" + c.file + "'", key);
+            last_file = &c.file;
+            last_ranges = &ranges[c.file];
+          }
+          std::uint64_t end = 0;
+          if (!checked_add(c.offset, c.nbytes, end)) fail("chunk " + std::to_string(i) + " offset + size overflows", key);
+          if (c.nbytes) last_ranges->emplace_back(c.offset, end);
+          covered += element_count(c.shape);
+        }
+        check_no_overlap(l, key, fail);
+        if (covered != count)
+          fail("chunks cover " + std::to_string(covered) + " of the array's " + std::to_string(count) +
+               " elements (a chunk is missing)", key);
+      } catch (const Error& e) {
+        throw Error(e.kind(), e.message(), path, key);
+      }
+    }
+  }
+  for (auto& [file, rs] : ranges) {
+    if (!std::is_sorted(rs.begin(), rs.end())) std::sort(rs.begin(), rs.end());  // as written, usually
+    for (std::size_t i = 1; i < rs.size(); ++i)
+      if (rs[i].first < rs[i - 1].second)
+        fail("two chunks share bytes " + std::to_string(rs[i].first) + ".." + std::to_string(rs[i - 1].second) +
+             " of data file '" + file + "'");
+  }
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/format/validation.hpp -----
+// ----- begin cairn/format/verified_read.hpp -----
+// Reading a committed checkpoint's metadata through a store, safely: the commit marker first,
+// then each file it names, refused above its size cap and checked against the CRC32C the
+// marker records, then parsed (metadata_json.hpp) and cross-checked (validation.hpp).
+
+#include <cstdint>
+#include <map>
+#include <string>
+
 // ----- begin cairn/io/crc32c.hpp -----
 // CRC32C (Castagnoli), the checksum of every stored chunk and metadata file. Chosen at run
 // time, no compile flags needed: on x86-64 with AVX-512 and VPCLMULQDQ, carry-less-multiply
@@ -9819,107 +10217,6 @@ CAIRN_END_NAMESPACE
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-inline constexpr const char* marker_file = commit_marker_name;
-inline constexpr const char* metadata_file = "_METADATA";
-inline constexpr const char* user_metadata_file = "_USER_METADATA";
-inline constexpr std::uint64_t max_metadata_bytes = std::uint64_t{1} << 30;
-inline constexpr std::uint64_t max_marker_bytes = std::uint64_t{1} << 20;
-// Pairs of chunks compared for overlap in a leaf whose chunks are not a grid (cairn writes
-// only grids): about a second of work at most.
-inline constexpr std::uint64_t max_overlap_checks = std::uint64_t{1} << 26;
-
-inline std::string data_file_name(int process, int index) {
-  return "data-" + std::to_string(process) + "-" + std::to_string(index) + ".bin";
-}
-
-// Data file names come from untrusted metadata: only plain names, never a path out of the
-// checkpoint directory.
-inline bool is_plain_file_name(const std::string& name) {
-  if (name.empty() || name.size() > 255 || name[0] == '.') return false;
-  for (char c : name)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
-      return false;
-  return true;
-}
-
-struct FileDigest {
-  std::uint64_t bytes = 0;
-  std::uint32_t crc32c = 0;
-};
-
-inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
-  auto digest = [](const FileDigest& d) {
-    return Json::object({{"bytes", static_cast<std::int64_t>(d.bytes)}, {"crc32c", static_cast<std::int64_t>(d.crc32c)}});
-  };
-  return Json::object({{"format", "cairn"},
-                       {"format_version", cairn::format_version},
-                       {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
-}
-
-// Whether the blobs under `key` are a committed checkpoint (its marker is a blob; what the
-// marker holds is checked on read).
-inline bool is_committed_checkpoint(const Store& store, const std::string& key) {
-  return store.is_blob(join_key(key, marker_file));
-}
-
-// The nearest key above `key` that is a committed checkpoint, or "" when none is. Nothing may
-// be saved inside a checkpoint: its directory is its own, and replacing or deleting it (an
-// overwrite, a Checkpointer's retention) takes everything under it along.
-inline std::string enclosing_checkpoint(const Store& store, const std::string& key) {
-  for (std::size_t end = key.rfind('/'); end != std::string::npos && end > 0; end = key.rfind('/', end - 1)) {
-    const std::string above = key.substr(0, end);
-    if (is_committed_checkpoint(store, above)) return above;
-  }
-  return {};
-}
-
-// Throws invalid_argument when `key` lies inside a committed checkpoint (what saves and exports
-// check before they write anything).
-inline void refuse_inside_checkpoint(const Store& store, const std::string& key) {
-  const std::string outer = enclosing_checkpoint(store, key);
-  if (!outer.empty())
-    throw Error(ErrorKind::invalid_argument, "this path is inside the checkpoint " + store.describe(outer) +
-                ", whose directory is its own: replacing or deleting that checkpoint would delete this one with it. "
-                "Save beside it instead", store.describe(key));
-}
-
-// The step a run of digits names: leading zeros are padding of any width (step_digits), and
-// digits beyond int64 name no step of any scheme.
-inline bool parse_step_digits(std::string_view digits, std::int64_t& step) {
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
-  return parse_int64(digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1)), step);
-}
-
-// A name that some Checkpointer's scheme gives a step: digits with any padding, with or without
-// "step_" (Checkpointer::looks_like_step).
-inline bool looks_like_step_name(std::string_view name) {
-  std::int64_t step = 0;
-  return parse_step_digits(name.substr(name.rfind("step_", 0) == 0 ? 5 : 0), step);
-}
-
-// When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any
-// other), a message saying so and how to load one; "" otherwise.
-inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
-  std::vector<std::string> steps;
-  for (const auto& e : store.list(key))
-    if (e.is_prefix && !store.is_internal_name(e.name) && is_committed_checkpoint(store, join_key(key, e.name)))
-      steps.push_back(e.name);
-  if (steps.empty()) return {};
-  std::sort(steps.begin(), steps.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;  // numeric order for plain step numbers
-  });
-  std::string list;
-  for (std::size_t i = 0; i < steps.size() && i < 8; ++i) list += (i ? ", " : "") + steps[i];
-  if (steps.size() > 8) list += ", ... (" + std::to_string(steps.size()) + " in all)";
-  const std::string one = store.describe(join_key(key, steps.back()));
-  // The Checkpointer is suggested only where the names are steps: it would find no others.
-  if (!std::all_of(steps.begin(), steps.end(), [](const std::string& s) { return looks_like_step_name(s); }))
-    return "this is a directory of checkpoints (" + list + "), not one checkpoint: load one of them, such as " + one;
-  return "this is a directory of checkpoints (a Checkpointer root holding " + list +
-         "), not one checkpoint: load one of them, such as " + one + ", or the latest with cairn::Checkpointer(\"" +
-         store.describe(key) + "\").load(target)";
-}
-
 // Checks a checkpoint's commit marker and returns the digests it records.
 inline std::map<std::string, FileDigest> read_marker(const Store& store, const std::string& key) {
   const std::string dir = store.describe(key);
@@ -9971,185 +10268,6 @@ inline std::string read_verified(const Store& store, const std::string& key,
   return content;
 }
 
-inline bool boxes_overlap(const ChunkRecord& a, const ChunkRecord& b) {
-  for (std::size_t d = 0; d < a.start.size(); ++d) {
-    if (a.start[d] + a.shape[d] <= b.start[d] || b.start[d] + b.shape[d] <= a.start[d]) return false;
-  }
-  return true;
-}
-
-// No two non-empty chunk boxes of a leaf share an element. `fail` throws.
-//
-// Every layout cairn writes is a grid: the cuts of each dimension are the chunks' starts and
-// ends, and each chunk is exactly one cell of that grid. Then two chunks overlap exactly when
-// they are the same cell, found by sorting the cells: O(n log n) for any number of chunks
-// (40,000 column strips took 12 s with a sweep). Any other layout goes through a sweep over
-// chunks sorted by their start in dimension 0, bounded in work so a hostile file cannot
-// make it quadratic.
-template <class Fail>
-void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) {
-  if (l.chunks.size() < 2) return;  // most leaves: nothing to compare
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < l.chunks.size(); ++i)
-    if (element_count(l.chunks[i].shape) > 0) order.push_back(i);
-  auto overlap = [&](std::size_t a, std::size_t b) {
-    fail("chunks " + std::to_string(std::min(a, b)) + " and " + std::to_string(std::max(a, b)) + " overlap", key);
-  };
-  if (l.shape.empty()) {
-    if (order.size() > 1) overlap(order[0], order[1]);
-    return;
-  }
-  const std::size_t rank = l.shape.size();
-  std::vector<std::vector<std::int64_t>> cuts(rank);
-  for (std::size_t i : order)
-    for (std::size_t d = 0; d < rank; ++d) {
-      cuts[d].push_back(l.chunks[i].start[d]);
-      cuts[d].push_back(l.chunks[i].start[d] + l.chunks[i].shape[d]);
-    }
-  for (auto& c : cuts) {
-    std::sort(c.begin(), c.end());
-    c.erase(std::unique(c.begin(), c.end()), c.end());
-  }
-  std::vector<std::size_t> cells(order.size() * rank);
-  bool grid = true;
-  for (std::size_t k = 0; k < order.size() && grid; ++k) {
-    const ChunkRecord& c = l.chunks[order[k]];
-    for (std::size_t d = 0; d < rank; ++d) {
-      const auto first = std::lower_bound(cuts[d].begin(), cuts[d].end(), c.start[d]);
-      if (first + 1 == cuts[d].end() || *(first + 1) != c.start[d] + c.shape[d]) { grid = false; break; }
-      cells[k * rank + d] = static_cast<std::size_t>(first - cuts[d].begin());
-    }
-  }
-  if (grid) {
-    std::vector<std::size_t> by_cell(order.size());
-    for (std::size_t k = 0; k < by_cell.size(); ++k) by_cell[k] = k;
-    auto cell_less = [&](std::size_t a, std::size_t b) {
-      return std::lexicographical_compare(cells.begin() + a * rank, cells.begin() + (a + 1) * rank,
-                                          cells.begin() + b * rank, cells.begin() + (b + 1) * rank);
-    };
-    std::sort(by_cell.begin(), by_cell.end(), cell_less);
-    for (std::size_t k = 1; k < by_cell.size(); ++k)
-      if (!cell_less(by_cell[k - 1], by_cell[k])) overlap(order[by_cell[k - 1]], order[by_cell[k]]);
-    return;
-  }
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t a, std::size_t b) { return l.chunks[a].start[0] < l.chunks[b].start[0]; });
-  std::uint64_t work = 0;
-  for (std::size_t a = 0; a < order.size(); ++a) {
-    const ChunkRecord& x = l.chunks[order[a]];
-    for (std::size_t b = a + 1; b < order.size() && l.chunks[order[b]].start[0] < x.start[0] + x.shape[0]; ++b) {
-      if (++work > max_overlap_checks)
-        fail("the " + std::to_string(order.size()) + " chunks do not form a grid and are too many to check for "
-             "overlap", key);
-      if (boxes_overlap(x, l.chunks[order[b]])) overlap(order[a], order[b]);
-    }
-  }
-}
-
-// The first string in `keys` equal to an earlier one, or null. An open-addressing table of
-// positions: a hash set of views, a node allocated per key, was a tenth of metadata() at
-// 100,000 leaves.
-inline const std::string_view* find_repeated(const std::vector<std::string_view>& keys) {
-  std::size_t slots = 16;
-  while (slots < 2 * keys.size()) slots *= 2;
-  std::vector<std::size_t> table(slots, SIZE_MAX);
-  const std::hash<std::string_view> hash;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    std::size_t at = hash(keys[i]) & (slots - 1);
-    for (; table[at] != SIZE_MAX; at = (at + 1) & (slots - 1))
-      if (keys[table[at]] == keys[i]) return &keys[i];
-    table[at] = i;
-  }
-  return nullptr;
-}
-
-// Cross-checks of the records against each other: unique keys, sane shapes, chunks inside
-// their array and covering it exactly once, byte ranges that neither overflow nor overlap.
-// `path` names the metadata file in errors.
-// `leaf_keys`: the items' leaves' printed keys as the parser printed them (metadata_json.hpp),
-// used instead of printing them again; or empty, to be filled here. A load's index then takes
-// them too.
-inline void validate_metadata(const CheckpointMetadata& m, const std::string& path, PrintedKeys* leaf_keys = nullptr) {
-  auto fail = [&](const std::string& why, const std::string& key = {}) {
-    throw Error(ErrorKind::corrupt, why, path, key);
-  };
-  std::unordered_set<std::string> files;
-  for (const auto& f : m.data_files) {
-    if (!is_plain_file_name(f)) fail("data file name '" + f + "' is not a plain file name");
-    if (!files.insert(f).second) fail("data file '" + f + "' listed twice");
-  }
-  std::map<std::string, std::vector<std::pair<std::uint64_t, std::uint64_t>>> ranges;
-  const std::string* last_file = nullptr;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>>* last_ranges = nullptr;
-  std::unordered_set<std::string> item_names;
-  if (leaf_keys && leaf_keys->size() != m.items.size()) leaf_keys->assign(m.items.size(), {});
-  std::vector<std::string> node_keys, own_leaf_keys;
-  std::vector<std::string_view> printed;  // each key once, nodes then leaves
-  for (std::size_t item_at = 0; item_at < m.items.size(); ++item_at) {
-    const ItemRecord& item = m.items[item_at];
-    if (item.name.empty() || !item_names.insert(item.name).second) fail("empty or repeated item name '" + item.name + "'");
-    node_keys.clear();
-    for (const auto& n : item.nodes) node_keys.push_back(n.path.str());
-    std::vector<std::string>& leaf_key = leaf_keys ? (*leaf_keys)[item_at] : own_leaf_keys;
-    if (leaf_key.size() != item.leaves.size()) {
-      leaf_key.clear();
-      leaf_key.reserve(item.leaves.size());
-      for (const auto& l : item.leaves) leaf_key.push_back(l.key());
-    }
-    printed.clear();
-    printed.reserve(node_keys.size() + leaf_key.size());
-    printed.insert(printed.end(), node_keys.begin(), node_keys.end());
-    printed.insert(printed.end(), leaf_key.begin(), leaf_key.end());
-    if (const std::string_view* twice = find_repeated(printed)) fail("key path listed twice", std::string(*twice));
-    for (std::size_t leaf = 0; leaf < item.leaves.size(); ++leaf) {
-      const LeafRecord& l = item.leaves[leaf];
-      const std::string& key = leaf_key[leaf];
-      try {
-        const std::uint64_t count = element_count(l.shape);
-        (void)byte_count(l.shape, dtype_size(l.dtype));
-        if (l.chunks.empty() && count > 0) fail("leaf has no chunks", key);
-        std::uint64_t covered = 0;
-        for (std::size_t i = 0; i < l.chunks.size(); ++i) {
-          const auto& c = l.chunks[i];
-          if (c.start.size() != l.shape.size() || c.shape.size() != l.shape.size())
-            fail("chunk " + std::to_string(i) + " has rank " +
-                 std::to_string(c.start.size() != l.shape.size() ? c.start.size() : c.shape.size()) + ", the array " +
-                 std::to_string(l.shape.size()), key);
-          if (!box_inside(c.start, c.shape, l.shape))
-            fail("chunk " + std::to_string(i) + " box (start " + to_string(c.start) + ", shape " + to_string(c.shape) +
-                 ") lies outside the array shape " + to_string(l.shape), key);
-          if (c.nbytes != byte_count(c.shape, dtype_size(l.dtype)))
-            fail("chunk " + std::to_string(i) + " says " + std::to_string(c.nbytes) + " bytes, its box holds " +
-                 std::to_string(byte_count(c.shape, dtype_size(l.dtype))), key);
-          // Consecutive chunks usually name the same file: look it up once per run.
-          if (!last_ranges || c.file != *last_file) {
-            if (!files.count(c.file)) fail("chunk " + std::to_string(i) + " names unknown data file '" + c.file + "'", key);
-            last_file = &c.file;
-            last_ranges = &ranges[c.file];
-          }
-          std::uint64_t end = 0;
-          if (!checked_add(c.offset, c.nbytes, end)) fail("chunk " + std::to_string(i) + " offset + size overflows", key);
-          if (c.nbytes) last_ranges->emplace_back(c.offset, end);
-          covered += element_count(c.shape);
-        }
-        check_no_overlap(l, key, fail);
-        if (covered != count)
-          fail("chunks cover " + std::to_string(covered) + " of the array's " + std::to_string(count) +
-               " elements (a chunk is missing)", key);
-      } catch (const Error& e) {
-        throw Error(e.kind(), e.message(), path, key);
-      }
-    }
-  }
-  for (auto& [file, rs] : ranges) {
-    if (!std::is_sorted(rs.begin(), rs.end())) std::sort(rs.begin(), rs.end());  // as written, usually
-    for (std::size_t i = 1; i < rs.size(); ++i)
-      if (rs[i].first < rs[i - 1].second)
-        fail("two chunks share bytes " + std::to_string(rs[i].first) + ".." + std::to_string(rs[i - 1].second) +
-             " of data file '" + file + "'");
-  }
-}
-
 // A committed checkpoint's _METADATA and _USER_METADATA, verified against the commit marker
 // but not parsed: what a primary reads and broadcasts to the other ranks.
 struct MetadataText {
@@ -10189,6 +10307,7 @@ inline CheckpointMetadata read_metadata(const Store& store, const std::string& k
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
+// ----- end cairn/format/verified_read.hpp -----
 // ----- end cairn/format/files.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
@@ -11868,16 +11987,130 @@ CAIRN_API LoadPlan LoadPlanner::finish() && {
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/load_plan_impl.hpp -----
 // ----- begin cairn/checkpoint/load_impl.hpp -----
-// The runtime of a load (load_planned, metadata), on checkpoint/read_plan.hpp. Compiled in every translation unit that includes cairn/cairn.hpp, or once
+// The runtime of a load (load_planned, metadata), on checkpoint/load_protocol.hpp. Compiled in every translation unit that includes cairn/cairn.hpp, or once
 // with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
 
 #include <functional>
 #include <string>
 
-// ----- begin cairn/checkpoint/read_plan.hpp -----
-// Executing a load plan: the checkpoint opened (by the primary, with several ranks), the
-// strict check of the planned keys, and the planned leaves read in file order, verified, cast
-// and copied into their targets.
+// ----- begin cairn/checkpoint/load_protocol.hpp -----
+// The load protocol, step by step (the mirror of commit.hpp for saves). A load of the
+// checkpoint at a key, by one process or by every rank of a coordinator:
+//
+//   1. Resolve: the store says which key to read (Store::readable_checkpoint: the key itself,
+//      or where an interrupted overwrite left the previous checkpoint). With several ranks only
+//      the primary resolves and reads steps 1-2, and broadcasts the bytes (open_checkpoint).
+//   2. Read and verify the metadata: the commit marker, then _METADATA and _USER_METADATA,
+//      each checked against the size and CRC32C the marker records (format/verified_read.hpp).
+//   3. Read ahead: the data files start coming into memory while the metadata is parsed
+//      (checkpoint/read_ahead.hpp; one process only).
+//   4. Parse and cross-check the records (format/metadata_json.hpp, format/validation.hpp).
+//   5. Find the item (find_load_item: options.item, or this rank's value of a per-rank item).
+//   6. Plan: the target's leaves matched to the stored ones by key path
+//      (checkpoint/load_plan.hpp, through a StoredIndex), which also reports missing and
+//      unexpected keys and the casts.
+//   7. Strict check: with strict options, a missing or unexpected key fails here, with every
+//      key named, before any data is read (check_strict).
+//   8. Read: the planned leaves only, in file order, verified, cast and copied
+//      (checkpoint/read_scheduler.hpp).
+//   9. Agree: with a coordinator, every rank returns the same outcome (agree_on_outcome).
+//
+// load_planned (load_impl.hpp) runs load_opened with open_checkpoint, and once more, from
+// step 1, when a single process's read failed because the checkpoint was replaced under it
+// (an overwrite racing the load); the safetensors import runs it with its own open
+// (safetensors/load_impl.hpp), so steps 5-9 are the same code.
+
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+// ----- begin cairn/checkpoint/read_ahead.hpp -----
+// Reading a checkpoint's data files ahead while its metadata is parsed. A cold load of many
+// small leaves used to wait for the disk only after parsing _METADATA and planning (a fifth of
+// a cold load of 10,000 leaves); it now asks the store to fetch the data files from their
+// start meanwhile (Store::read_ahead: for files, a thread reading them into the page cache).
+// A load of every stored leaf lets it go on ahead of its own reads until those are done (the
+// disk is then also busy while the load checksums what it read); a load of some leaves stops
+// it before its reads begin, since they may lie anywhere in the files. What the load reads is
+// read and checked as before: the read-ahead only changes how long those reads wait.
+// Measured in docs/benchmarks.md (2026-11-24).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// The data files that a metadata text names at its head ("data_files":["data-0-0.bin", ...],
+// which cairn writes before the items; docs/format.md), found without parsing the rest.
+// Only names of the form data-<process>-<n>.bin are taken, and any surprise (another
+// layout, an escape, a name of another form, more than 64 names, a list that does not start
+// in the first 4 KiB) gives none: the read-ahead is a hint, and the text is not validated yet.
+inline std::vector<std::string> data_files_in_head(std::string_view text) {
+  constexpr std::string_view member = "\"data_files\":[";
+  const std::size_t at = text.substr(0, 4096).find(member);
+  if (at == std::string_view::npos) return {};
+  std::vector<std::string> names;
+  std::size_t i = at + member.size();
+  auto digits_then = [&](char next) {
+    const std::size_t from = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    if (i == from || i - from > 9 || i >= text.size() || text[i] != next) return false;
+    ++i;
+    return true;
+  };
+  while (i < text.size() && text[i] != ']') {
+    if (!names.empty()) {
+      if (text[i] != ',') return {};
+      ++i;
+    }
+    const std::size_t start = i;
+    if (text.substr(i, 6) != "\"data-") return {};
+    i += 6;
+    if (!digits_then('-') || !digits_then('.') || text.substr(i, 4) != "bin\"" || names.size() == 64) return {};
+    i += 4;
+    names.emplace_back(text.substr(start + 1, i - start - 2));
+  }
+  if (i >= text.size()) return {};
+  return names;
+}
+
+// A read-ahead of the blobs at `keys` (its handle stops it), or none: on one core (it would
+// take the parse's time), or where the store has nothing to do.
+inline std::unique_ptr<StoreReadAhead> start_read_ahead(const Store& store, std::vector<std::string> keys) {
+  static const bool cores = std::thread::hardware_concurrency() > 1;
+  if (!cores || keys.empty()) return nullptr;
+  try {
+    return store.read_ahead(keys, read_ahead_max_bytes);
+  } catch (...) {  // a hint: a store that fails at it leaves the load as it was
+    return nullptr;
+  }
+}
+
+// The read-ahead of the checkpoint at `key` whose _METADATA is `metadata_text`, or none: also
+// for a short text, or where the head names no data files.
+inline std::unique_ptr<StoreReadAhead> start_read_ahead(const Store& store, const std::string& key, std::string_view metadata_text) {
+  if (metadata_text.size() < read_ahead_min_metadata_bytes) return nullptr;
+  std::vector<std::string> files = data_files_in_head(metadata_text);
+  for (auto& f : files) f = join_key(key, f);
+  return start_read_ahead(store, std::move(files));
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/read_ahead.hpp -----
+// ----- begin cairn/checkpoint/read_scheduler.hpp -----
+// The read scheduler: a load plan's leaves read in file order, small neighbours in one
+// scattered read (on two threads when their bytes are in memory already), large ones through
+// the box reader, each verified against its CRC32C, cast and copied into its target
+// (execute_plan). The load protocol around it is checkpoint/load_protocol.hpp.
 
 #include <algorithm>
 #include <atomic>
@@ -12341,108 +12574,9 @@ class BoxLeafReader {
 }  // namespace detail
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/box_reader.hpp -----
-// ----- begin cairn/checkpoint/read_ahead.hpp -----
-// Reading a checkpoint's data files ahead while its metadata is parsed. A cold load of many
-// small leaves used to wait for the disk only after parsing _METADATA and planning (a fifth of
-// a cold load of 10,000 leaves); it now asks the store to fetch the data files from their
-// start meanwhile (Store::read_ahead: for files, a thread reading them into the page cache).
-// A load of every stored leaf lets it go on ahead of its own reads until those are done (the
-// disk is then also busy while the load checksums what it read); a load of some leaves stops
-// it before its reads begin, since they may lie anywhere in the files. What the load reads is
-// read and checked as before: the read-ahead only changes how long those reads wait.
-// Measured in docs/benchmarks.md (2026-11-24).
-
-#include <cstdint>
-#include <memory>
-#include <string>
-#include <string_view>
-#include <thread>
-#include <vector>
-
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
-
-// The data files that a metadata text names at its head ("data_files":["data-0-0.bin", ...],
-// which cairn writes before the items; docs/format.md), found without parsing the rest.
-// Only names of the form data-<process>-<n>.bin are taken, and any surprise (another
-// layout, an escape, a name of another form, more than 64 names, a list that does not start
-// in the first 4 KiB) gives none: the read-ahead is a hint, and the text is not validated yet.
-inline std::vector<std::string> data_files_in_head(std::string_view text) {
-  constexpr std::string_view member = "\"data_files\":[";
-  const std::size_t at = text.substr(0, 4096).find(member);
-  if (at == std::string_view::npos) return {};
-  std::vector<std::string> names;
-  std::size_t i = at + member.size();
-  auto digits_then = [&](char next) {
-    const std::size_t from = i;
-    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
-    if (i == from || i - from > 9 || i >= text.size() || text[i] != next) return false;
-    ++i;
-    return true;
-  };
-  while (i < text.size() && text[i] != ']') {
-    if (!names.empty()) {
-      if (text[i] != ',') return {};
-      ++i;
-    }
-    const std::size_t start = i;
-    if (text.substr(i, 6) != "\"data-") return {};
-    i += 6;
-    if (!digits_then('-') || !digits_then('.') || text.substr(i, 4) != "bin\"" || names.size() == 64) return {};
-    i += 4;
-    names.emplace_back(text.substr(start + 1, i - start - 2));
-  }
-  if (i >= text.size()) return {};
-  return names;
-}
-
-// A read-ahead of the blobs at `keys` (its handle stops it), or none: on one core (it would
-// take the parse's time), or where the store has nothing to do.
-inline std::unique_ptr<StoreReadAhead> start_read_ahead(const Store& store, std::vector<std::string> keys) {
-  static const bool cores = std::thread::hardware_concurrency() > 1;
-  if (!cores || keys.empty()) return nullptr;
-  try {
-    return store.read_ahead(keys, read_ahead_max_bytes);
-  } catch (...) {  // a hint: a store that fails at it leaves the load as it was
-    return nullptr;
-  }
-}
-
-// The read-ahead of the checkpoint at `key` whose _METADATA is `metadata_text`, or none: also
-// for a short text, or where the head names no data files.
-inline std::unique_ptr<StoreReadAhead> start_read_ahead(const Store& store, const std::string& key, std::string_view metadata_text) {
-  if (metadata_text.size() < read_ahead_min_metadata_bytes) return nullptr;
-  std::vector<std::string> files = data_files_in_head(metadata_text);
-  for (auto& f : files) f = join_key(key, f);
-  return start_read_ahead(store, std::move(files));
-}
-
-}  // namespace detail
-CAIRN_END_NAMESPACE
-// ----- end cairn/checkpoint/read_ahead.hpp -----
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-inline void check_strict(const LoadReport& r, const LoadOptions& options, const std::string& dir) {
-  const bool bad_missing = !options.allow_missing && !r.missing.empty();
-  const bool bad_unexpected = !options.allow_unexpected && !r.unexpected.empty();
-  if (!bad_missing && !bad_unexpected) return;
-  std::string msg = "the target and the checkpoint have different keys.";
-  auto list = [&](const std::vector<std::string>& keys) {
-    std::string s;
-    for (std::size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : " ") + keys[i];
-    return s;
-  };
-  if (bad_missing)
-    msg += " In the target but not in the checkpoint (" + std::to_string(r.missing.size()) + "):" + list(r.missing) + ".";
-  if (bad_unexpected)
-    msg += " In the checkpoint but not in the target (" + std::to_string(r.unexpected.size()) + "):" +
-           list(r.unexpected) + ".";
-  msg += " Pass LoadOptions::partial(), allow_missing / allow_unexpected, or skip globs to load anyway.";
-  throw Error(ErrorKind::structure_mismatch, msg, dir);
-}
 
 // What a load does for one planned leaf. For a leaf of one chunk it holds where that chunk
 // lies and its checksum, copied from the record while that is in cache (file is null for a
@@ -12729,6 +12863,33 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
   plan.report.loaded.reserve(plan.report.loaded.size() + plan.leaves.size());
   for (auto& leaf : plan.leaves) plan.report.loaded.push_back(std::move(leaf.key));
 }
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/read_scheduler.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline void check_strict(const LoadReport& r, const LoadOptions& options, const std::string& dir) {
+  const bool bad_missing = !options.allow_missing && !r.missing.empty();
+  const bool bad_unexpected = !options.allow_unexpected && !r.unexpected.empty();
+  if (!bad_missing && !bad_unexpected) return;
+  std::string msg = "the target and the checkpoint have different keys.";
+  auto list = [&](const std::vector<std::string>& keys) {
+    std::string s;
+    for (std::size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : " ") + keys[i];
+    return s;
+  };
+  if (bad_missing)
+    msg += " In the target but not in the checkpoint (" + std::to_string(r.missing.size()) + "):" + list(r.missing) + ".";
+  if (bad_unexpected)
+    msg += " In the checkpoint but not in the target (" + std::to_string(r.unexpected.size()) + "):" +
+           list(r.unexpected) + ".";
+  msg += " Pass LoadOptions::partial(), allow_missing / allow_unexpected, or skip globs to load anyway.";
+  throw Error(ErrorKind::structure_mismatch, msg, dir);
+}
+
 // The checkpoint a load reads and its metadata. With several ranks the primary resolves the
 // key and reads the metadata files, and broadcasts their bytes; every rank parses them. (A
 // shared filesystem then sees one reader, not one per rank, and only the primary may repair
@@ -12850,7 +13011,7 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
-// ----- end cairn/checkpoint/read_plan.hpp -----
+// ----- end cairn/checkpoint/load_protocol.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {

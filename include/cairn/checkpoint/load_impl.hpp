@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The runtime of a load (load_planned, metadata), on checkpoint/read_plan.hpp. Compiled in every translation unit that includes cairn/cairn.hpp, or once
+// The runtime of a load (load_planned, metadata), on checkpoint/load_protocol.hpp. Compiled in every translation unit that includes cairn/cairn.hpp, or once
 // with CAIRN_SEPARATE_COMPILATION (see docs/compile-time.md).
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cairn/checkpoint/load.hpp"
-#include "cairn/checkpoint/read_plan.hpp"
+#include "cairn/checkpoint/load_protocol.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {

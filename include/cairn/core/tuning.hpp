@@ -14,7 +14,7 @@
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// ---- Writing and reading small leaves (checkpoint/leaf_writer.hpp, checkpoint/read_plan.hpp) ----
+// ---- Writing and reading small leaves (checkpoint/leaf_writer.hpp, checkpoint/read_scheduler.hpp) ----
 
 // Small leaves are gathered into one buffer and written (and read) together: 10,000 leaves of
 // a few KiB would otherwise be 10,000 system calls. Large ones go straight between the file
@@ -42,7 +42,7 @@ inline constexpr std::size_t cast_block_elements = 4096;
 // "Sharding").
 inline constexpr std::uint64_t host_copy_segment_bytes = 256 << 10;
 
-// ---- Reading data files (checkpoint/box_reader.hpp, checkpoint/read_plan.hpp) ----
+// ---- Reading data files (checkpoint/box_reader.hpp, checkpoint/read_scheduler.hpp) ----
 
 // A chunk that goes through the box copy or a cast (not straight into its target) is read in
 // pieces of at most this many bytes, the next piece on a helper thread while one is checked

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cairn/checkpoint/read_plan.hpp"
+#include "cairn/checkpoint/load_protocol.hpp"
 #include "cairn/safetensors/header.hpp"
 #include "cairn/safetensors/load.hpp"
 

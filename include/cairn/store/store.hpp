@@ -36,7 +36,7 @@ struct ReadPiece {
 
 // Reads one blob: exact byte ranges into caller memory.
 // Reads may come from two threads at once (a large chunk already in memory is read by two
-// threads, checkpoint/box_reader.hpp, and so are runs of small leaves, read_plan.hpp), so
+// threads, checkpoint/box_reader.hpp, and so are runs of small leaves, read_scheduler.hpp), so
 // read_at and read_scattered must be safe to call concurrently, as pread and preadv are.
 class StoreReader {
  public:

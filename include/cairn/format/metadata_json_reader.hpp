@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reading the records' JSON form, the text of _METADATA, with detail::JsonReader straight into
+// the records. Reading checks what a record can check on its own (types, integer ranges,
+// required members, names of dtypes and kinds); the cross-checks against files and shapes are
+// validate_metadata in format/validation.hpp.
+//
+// Members may come in any order; a member this version does not know is skipped (that is how
+// "sharding" and "device_processes" were added within format 1), a known one twice is an
+// error. Files written by cereal's JSON archive (cairn before 0.2) read the same.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "cairn/core/json_reader.hpp"
+#include "cairn/format/records.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr int max_metadata_depth = 32;
+
+// Reads the members of one record: which are known, which were seen (each at most once),
+// and which are missing at the end.
+// `names` is a static array (the reader keeps a pointer to it).
+template <std::size_t N>
+class RecordReader {
+ public:
+  RecordReader(JsonReader& r, const char* record, const std::string_view (&names)[N])
+      : r_(r), record_(record), names_(names) {}
+
+  // Reads an object; on each known member calls read(index) with the reader at its value,
+  // skips unknown ones. Then every member named in `required` (a bit per index) must have
+  // been present.
+  template <class F>
+  void read(std::uint32_t required, F&& read_member) {
+    seen_ = 0;
+    next_ = 0;
+    r_.object([&](std::string_view key) {
+      // Members usually come in the order cairn writes them: try the next one first.
+      int index = next_;
+      if (index >= static_cast<int>(N) || !same_text(key, names_[index])) {
+        index = 0;
+        while (index < static_cast<int>(N) && !same_text(key, names_[index])) ++index;
+        if (index == static_cast<int>(N)) { r_.skip(); return; }
+      }
+      next_ = index + 1;
+      if (seen_ & (1u << index)) r_.fail(std::string(record_) + " has '" + std::string(key) + "' twice");
+      seen_ |= 1u << index;
+      read_member(index);
+    },
+              [&] { return next_ < static_cast<int>(N) ? names_[next_] : std::string_view(); });
+    if (const std::uint32_t missing = required & ~seen_) {
+      int index = 0;
+      while (!(missing & (1u << index))) ++index;
+      r_.fail(std::string(record_) + " has no '" + std::string(names_[index]) + "'");
+    }
+  }
+  bool seen(int index) const { return seen_ & (1u << index); }
+  std::uint32_t seen_mask() const { return seen_; }
+
+ private:
+  JsonReader& r_;
+  const char* record_;
+  const std::string_view* names_;
+  std::uint32_t seen_ = 0;
+  int next_ = 0;
+};
+
+// Each item's leaves' printed key paths, in order: printed while the parser has each record
+// in cache, for validate_metadata and a load's index (at 100,000 leaves, printing them again
+// from records spread over 50 MB of heap took about 10 ms a time).
+using PrintedKeys = std::vector<std::vector<std::string>>;
+
+class MetadataReader {
+ public:
+  // With `printed`, the items' leaves' keys are printed into it as they are read.
+  MetadataReader(std::string_view text, const std::string& path, PrintedKeys* printed = nullptr)
+      : path_(path), r_(text, path_, max_metadata_depth, "malformed metadata"), printed_(printed) {}
+
+  CheckpointMetadata metadata() {
+    CheckpointMetadata m;
+    static constexpr std::string_view names[] = {"format", "format_version", "library_version", "created_unix_ms", "created", "data_files", "items"};
+    RecordReader rec(r_, "the metadata", names);
+    rec.read(0x7f, [&](int member) {
+      switch (member) {
+        case 0:
+          if (r_.string() != "cairn") r_.fail("not a cairn metadata file (format is not \"cairn\")");
+          break;
+        case 1:
+          m.format_version = r_.integer<int>();
+          if (m.format_version > cairn::format_version || m.format_version < 1)
+            throw Error(ErrorKind::unsupported_version, "format version " + std::to_string(m.format_version) +
+                        " (this cairn reads up to " + std::to_string(cairn::format_version) + ")", path_);
+          break;
+        case 2: m.library_version = r_.string(); break;
+        case 3: m.created_unix_ms = r_.int64(); break;
+        case 4: m.created = r_.string(); break;
+        case 5:
+          r_.array([&] { m.data_files.emplace_back(r_.string()); });
+          data_files_ = &m.data_files;
+          break;
+        case 6:
+          r_.array([&] {
+            item_index_ = m.items.size();
+            if (printed_) printed_->emplace_back();
+            m.items.push_back(item());
+          });
+          break;
+      }
+    });
+    r_.finish();
+    // Chunks that named their file by number before `data_files` came.
+    for (const auto& p : unresolved_) {
+      LeafRecord& l = m.items[p.item].leaves[p.leaf];
+      if (p.number >= m.data_files.size())
+        throw Error(ErrorKind::corrupt, unknown_file(p.chunk, p.number, m.data_files.size()), path_, l.key());
+      l.chunks[p.chunk].file = m.data_files[p.number];
+    }
+    return m;
+  }
+
+  ItemRecord lone_item() {
+    ItemRecord i = item();
+    r_.finish();
+    if (!unresolved_.empty())
+      throw Error(ErrorKind::corrupt, "a chunk names its data file by number outside a checkpoint's metadata", path_,
+                  i.leaves[unresolved_.front().leaf].key());
+    return i;
+  }
+
+ private:
+  ItemRecord item() {
+    ItemRecord i;
+    static constexpr std::string_view names[] = {"name", "kind", "nodes", "leaves", "node_count", "leaf_count"};
+    RecordReader rec(r_, "an item record", names);
+    std::uint64_t node_count = 0, leaf_count = 0;
+    // A count is a hint from an untrusted file: it sizes the array only as far as the rest of
+    // the text could hold records of the smallest size (so memory stays proportional to the
+    // file), and must match what follows.
+    auto reserve = [&](auto& records, std::uint64_t count, std::size_t smallest_record) {
+      records.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(count, r_.remaining() / smallest_record)));
+    };
+    rec.read(0xf, [&](int member) {
+      switch (member) {
+        case 0: i.name = r_.string(); break;
+        case 1: i.kind = item_kind(r_.string()); break;
+        case 2:
+          if (rec.seen(4)) reserve(i.nodes, node_count, 38);  // {"key":"","key_kinds":"","kind":"map"}
+          r_.array([&] { i.nodes.push_back(node()); });
+          break;
+        case 3:
+          if (rec.seen(5)) reserve(i.leaves, leaf_count, 90);  // every required member, all empty
+          r_.array([&] {
+            LeafRecord& l = i.leaves.emplace_back();
+            leaf(l, i.leaves.size() - 1);
+          });
+          break;
+        case 4: node_count = r_.uint64(); break;
+        case 5: leaf_count = r_.uint64(); break;
+      }
+    });
+    if (rec.seen(4) && node_count != i.nodes.size())
+      r_.fail("item '" + i.name + "' has node_count " + std::to_string(node_count) + " but lists " +
+              std::to_string(i.nodes.size()) + " nodes");
+    if (rec.seen(5) && leaf_count != i.leaves.size())
+      r_.fail("item '" + i.name + "' has leaf_count " + std::to_string(leaf_count) + " but lists " +
+              std::to_string(i.leaves.size()) + " leaves");
+    return i;
+  }
+
+  NodeRecord node() {
+    NodeRecord n;
+    static constexpr std::string_view names[] = {"key", "key_kinds", "kind"};
+    RecordReader rec(r_, "a node record", names);
+    rec.read(0x7, [&](int member) {
+      switch (member) {
+        case 0: key_ = r_.string(); break;
+        case 1: kinds_ = r_.string(); break;
+        case 2: n.kind = node_kind(r_.string()); break;
+      }
+    });
+    n.path = KeyPath::from_stored(key_, kinds_);
+    return n;
+  }
+
+  // Errors inside a leaf name its key (the first member cairn writes). Read in place, into
+  // the item's array (at `index`). Members left out take their defaults (format 2's short
+  // form, docs/format.md), which depend on the leaf's shape and dtype: filled in at the end.
+  void leaf(LeafRecord& l, std::size_t index) {
+    key_.clear();
+    try {
+      // In the order format 2 writes them (the reader guesses the next name from it): the
+      // members every leaf has, then the optional ones.
+      static constexpr std::string_view names[] = {"key", "key_kinds", "dtype", "shape", "chunks", "saved_from", "order", "sharding"};
+      RecordReader rec(r_, "a leaf record", names);
+      chunk_members_.clear();
+      rec.read(0x1f, [&](int member) {  // key, key_kinds, dtype, shape, chunks
+        switch (member) {
+          case 0: key_ = r_.string(); break;
+          case 1: kinds_ = r_.string(); break;
+          case 2: l.dtype = dtype(r_.string()); break;
+          case 3: ints(l.shape); break;
+          case 4: r_.array([&] { chunk(l.chunks.emplace_back()); }); break;
+          case 5: l.saved_from = dtype(r_.string()); break;
+          case 6: {
+            const std::string_view order = r_.string();
+            if (order != "C" && order != "F") r_.fail("unknown order '" + std::string(order) + "'");
+            l.order = static_cast<Order>(order[0]);
+            break;
+          }
+          case 7: sharding(l); break;
+        }
+      });
+      l.path = KeyPath::from_stored(key_, kinds_);
+      if (printed_ && !printed_->empty())
+        printed_->back().push_back(prints_as_stored(key_, kinds_) ? std::string(key_) : l.path.str());  // a copy, most often
+      if (!rec.seen(5)) l.saved_from = l.dtype;
+      for (std::size_t i = 0; i < l.chunks.size(); ++i) {
+        ChunkRecord& c = l.chunks[i];
+        const ChunkMembers& seen = chunk_members_[i];
+        if (!(seen.mask & chunk_start)) c.start.assign(l.shape.size(), 0);
+        if (!(seen.mask & chunk_shape)) c.shape = l.shape;
+        if (!(seen.mask & chunk_nbytes)) c.nbytes = byte_count(c.shape, dtype_size(l.dtype));
+        if (seen.file_number < 0) continue;
+        const auto number = static_cast<std::uint64_t>(seen.file_number);
+        if (!data_files_)
+          unresolved_.push_back({item_index_, index, i, number});
+        else if (number >= data_files_->size())
+          throw Error(ErrorKind::corrupt, unknown_file(i, number, data_files_->size()));
+        else
+          c.file = (*data_files_)[number];
+      }
+      if (l.sharding) {
+        try {
+          l.sharding->validate(l.shape.size());
+        } catch (const Error& e) {
+          throw Error(ErrorKind::corrupt, "bad sharding record: " + e.message());
+        }
+      }
+    } catch (const Error& e) {
+      throw Error(e.kind(), e.message(), path_, key_);
+    }
+  }
+
+  static std::string unknown_file(std::size_t chunk, std::uint64_t number, std::size_t files) {
+    return "chunk " + std::to_string(chunk) + " names data file " + std::to_string(number) + ", and data_files lists " +
+           std::to_string(files);
+  }
+
+  static constexpr std::uint32_t chunk_start = 8, chunk_shape = 16, chunk_nbytes = 32;  // bits of `names` below
+  // Which of a chunk's members were present, and the number of its file where it named one.
+  struct ChunkMembers {
+    std::uint32_t mask = 0;
+    std::int64_t file_number = -1;
+  };
+
+  void chunk(ChunkRecord& c) {
+    // In the order format 2 writes them: the members every chunk has, then the optional ones.
+    static constexpr std::string_view names[] = {"file", "offset", "crc32c", "start", "shape", "nbytes"};
+    RecordReader rec(r_, "a chunk record", names);
+    ChunkMembers& seen = chunk_members_.emplace_back();
+    rec.read(0x7, [&](int member) {  // file, offset, crc32c
+      switch (member) {
+        case 0:
+          // A name, or (format 2) a number in `data_files`.
+          if (r_.peek() == '"')
+            c.file = r_.string();
+          else
+            seen.file_number = static_cast<std::int64_t>(r_.integer<std::uint32_t>());
+          break;
+        case 1: c.offset = r_.uint64(); break;
+        case 2: c.crc32c = r_.integer<std::uint32_t>(); break;
+        case 3: ints(c.start); break;
+        case 4: ints(c.shape); break;
+        case 5: c.nbytes = r_.uint64(); break;
+      }
+    });
+    seen.mask = rec.seen_mask();
+  }
+
+  // {"mesh_axes", "mesh_shape", "memory", "device_ids", "spec"[, "device_processes"]}, every
+  // part checked (the record is untrusted).
+  void sharding(LeafRecord& l) {
+    std::vector<std::string> axes;
+    std::vector<std::int64_t> shape;
+    std::string memory;
+    std::vector<int> ids, processes;
+    std::vector<PartitionSpec::Dim> dims;
+    static constexpr std::string_view names[] = {"mesh_axes", "mesh_shape", "memory", "device_ids", "spec", "device_processes"};
+    RecordReader rec(r_, "a sharding record", names);
+    rec.read(0x1f, [&](int member) {
+      switch (member) {
+        case 0: r_.array([&] { axes.emplace_back(r_.string()); }); break;
+        case 1: ints(shape); break;
+        case 2: memory = r_.string(); break;
+        case 3: ints(ids); break;
+        case 4:
+          r_.array([&] {
+            std::vector<std::string> names;
+            r_.array([&] { names.emplace_back(r_.string()); });
+            dims.emplace_back(std::move(names));
+          });
+          break;
+        case 5: ints(processes); break;
+      }
+    });
+    auto bad = [&](const std::string& why) { throw Error(ErrorKind::corrupt, "bad sharding record: " + why); };
+    if (axes.size() != shape.size()) bad("mesh_axes and mesh_shape differ in length");
+    if (memory != "host" && memory != "device") bad("unknown memory '" + memory + "'");
+    if (!processes.empty() && processes.size() != ids.size()) bad("device_processes and device_ids differ in length");
+    const MemoryKind m = memory == "host" ? MemoryKind::host : MemoryKind::device;
+    std::vector<MeshAxis> mesh_axes;
+    for (std::size_t i = 0; i < axes.size(); ++i) mesh_axes.push_back({axes[i], shape[i]});
+    std::vector<Device> devices;
+    for (std::size_t i = 0; i < ids.size(); ++i) devices.push_back({m, ids[i], processes.empty() ? 0 : processes[i]});
+    try {
+      l.sharding.emplace(Mesh(std::move(mesh_axes), std::move(devices)), PartitionSpec(std::move(dims)));
+    } catch (const Error& e) {
+      bad(e.message());
+    }
+  }
+
+  // Shapes and boxes: up to Shape::inline_rank dimensions read into the Shape itself, no
+  // allocation.
+  void ints(Shape& out) {
+    out.clear();
+    r_.array([&] { out.push_back(r_.int64()); });
+  }
+  template <class T>
+  void ints(std::vector<T>& out) {
+    out.clear();
+    r_.array([&] { out.push_back(r_.integer<T>()); });
+  }
+
+  DType dtype(std::string_view s) {
+    // Most leaves have the dtype of the one before.
+    if (same_text(s, dtype_name(last_dtype_))) return last_dtype_;
+    if (!parse_dtype(s, last_dtype_)) r_.fail("unknown dtype '" + std::string(s.substr(0, 40)) + "'");
+    return last_dtype_;
+  }
+  NodeKind node_kind(std::string_view s) {
+    for (NodeKind k : {NodeKind::struct_, NodeKind::sequence, NodeKind::map, NodeKind::tuple, NodeKind::optional,
+                       NodeKind::custom})
+      if (s == node_kind_name(k)) return k;
+    r_.fail("unknown node kind '" + std::string(s.substr(0, 40)) + "'");
+  }
+  ItemKind item_kind(std::string_view s) {
+    for (ItemKind k : {ItemKind::tree, ItemKind::json, ItemKind::cereal})
+      if (s == item_kind_name(k)) return k;
+    r_.fail("unknown item kind '" + std::string(s.substr(0, 40)) + "'");
+  }
+
+  const std::string path_;
+  JsonReader r_;
+  std::string key_, kinds_;  // of the record being read, reused
+  std::vector<ChunkMembers> chunk_members_;  // of the leaf being read, reused
+  const std::vector<std::string>* data_files_ = nullptr;  // once read
+  std::size_t item_index_ = 0;
+  DType last_dtype_ = DType::float32;
+  // A chunk that named its file by number before the list of files was read.
+  struct Unresolved {
+    std::size_t item, leaf, chunk;
+    std::uint64_t number;
+  };
+  std::vector<Unresolved> unresolved_;
+  PrintedKeys* printed_ = nullptr;
+};
+
+// Parses _METADATA's text (`path` names it in errors); validate_metadata cross-checks it.
+inline CheckpointMetadata metadata_from_json(std::string_view text, const std::string& path,
+                                             PrintedKeys* printed = nullptr) {
+  try {
+    return MetadataReader(text, path, printed).metadata();
+  } catch (const Error& e) {
+    throw e.with_file(path);  // errors of the key path parser name no file
+  }
+}
+inline ItemRecord item_from_json(std::string_view text, const std::string& path) {
+  try {
+    return MetadataReader(text, path).lone_item();
+  } catch (const Error& e) {
+    throw e.with_file(path);
+  }
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// Checkpoints among other keys: whether a key is a committed checkpoint, the checkpoint a key
+// lies inside, the names a Checkpointer gives steps, and what to say when a directory of
+// checkpoints is loaded as if it were one.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cairn/format/layout.hpp"
+#include "cairn/core/key_path.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Whether the blobs under `key` are a committed checkpoint (its marker is a blob; what the
+// marker holds is checked on read).
+inline bool is_committed_checkpoint(const Store& store, const std::string& key) {
+  return store.is_blob(join_key(key, marker_file));
+}
+
+// The nearest key above `key` that is a committed checkpoint, or "" when none is. Nothing may
+// be saved inside a checkpoint: its directory is its own, and replacing or deleting it (an
+// overwrite, a Checkpointer's retention) takes everything under it along.
+inline std::string enclosing_checkpoint(const Store& store, const std::string& key) {
+  for (std::size_t end = key.rfind('/'); end != std::string::npos && end > 0; end = key.rfind('/', end - 1)) {
+    const std::string above = key.substr(0, end);
+    if (is_committed_checkpoint(store, above)) return above;
+  }
+  return {};
+}
+
+// Throws invalid_argument when `key` lies inside a committed checkpoint (what saves and exports
+// check before they write anything).
+inline void refuse_inside_checkpoint(const Store& store, const std::string& key) {
+  const std::string outer = enclosing_checkpoint(store, key);
+  if (!outer.empty())
+    throw Error(ErrorKind::invalid_argument, "this path is inside the checkpoint " + store.describe(outer) +
+                ", whose directory is its own: replacing or deleting that checkpoint would delete this one with it. "
+                "Save beside it instead", store.describe(key));
+}
+
+// The step a run of digits names: leading zeros are padding of any width (step_digits), and
+// digits beyond int64 name no step of any scheme.
+inline bool parse_step_digits(std::string_view digits, std::int64_t& step) {
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  return parse_int64(digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1)), step);
+}
+
+// A name that some Checkpointer's scheme gives a step: digits with any padding, with or without
+// "step_" (Checkpointer::looks_like_step).
+inline bool looks_like_step_name(std::string_view name) {
+  std::int64_t step = 0;
+  return parse_step_digits(name.substr(name.rfind("step_", 0) == 0 ? 5 : 0), step);
+}
+
+// When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any
+// other), a message saying so and how to load one; "" otherwise.
+inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
+  std::vector<std::string> steps;
+  for (const auto& e : store.list(key))
+    if (e.is_prefix && !store.is_internal_name(e.name) && is_committed_checkpoint(store, join_key(key, e.name)))
+      steps.push_back(e.name);
+  if (steps.empty()) return {};
+  std::sort(steps.begin(), steps.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;  // numeric order for plain step numbers
+  });
+  std::string list;
+  for (std::size_t i = 0; i < steps.size() && i < 8; ++i) list += (i ? ", " : "") + steps[i];
+  if (steps.size() > 8) list += ", ... (" + std::to_string(steps.size()) + " in all)";
+  const std::string one = store.describe(join_key(key, steps.back()));
+  // The Checkpointer is suggested only where the names are steps: it would find no others.
+  if (!std::all_of(steps.begin(), steps.end(), [](const std::string& s) { return looks_like_step_name(s); }))
+    return "this is a directory of checkpoints (" + list + "), not one checkpoint: load one of them, such as " + one;
+  return "this is a directory of checkpoints (a Checkpointer root holding " + list +
+         "), not one checkpoint: load one of them, such as " + one + ", or the latest with cairn::Checkpointer(\"" +
+         store.describe(key) + "\").load(target)";
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reading a committed checkpoint's metadata through a store, safely: the commit marker first,
+// then each file it names, refused above its size cap and checked against the CRC32C the
+// marker records, then parsed (metadata_json.hpp) and cross-checked (validation.hpp).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "cairn/format/layout.hpp"
+#include "cairn/format/metadata_json.hpp"
+#include "cairn/format/records.hpp"
+#include "cairn/format/root_layout.hpp"
+#include "cairn/format/validation.hpp"
+#include "cairn/io/crc32c.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Checks a checkpoint's commit marker and returns the digests it records.
+inline std::map<std::string, FileDigest> read_marker(const Store& store, const std::string& key) {
+  const std::string dir = store.describe(key);
+  const std::string marker_key = join_key(key, marker_file);
+  const std::string path = store.describe(marker_key);
+  if (!store.exists(marker_key)) {
+    if (!store.exists(key)) throw Error(ErrorKind::not_found, "no checkpoint at this path (nothing is there)", dir);
+    if (store.is_blob(key)) throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
+    if (std::string root = describe_checkpointer_root(store, key); !root.empty()) throw Error(ErrorKind::not_found, root, dir);
+    throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
+                " file: not a cairn checkpoint, or a save that did not commit", dir);
+  }
+  Json marker = Json::parse(read_blob(store, marker_key, max_marker_bytes), path);
+  try {
+    if (!marker.is_object() || !marker.contains("format") || marker.at("format").as_string() != "cairn")
+      throw Error(ErrorKind::corrupt, "not a cairn commit marker", path);
+    const std::int64_t version = marker.at("format_version").as_int();
+    if (version < 1 || version > cairn::format_version)
+      throw Error(ErrorKind::unsupported_version, "format version " + std::to_string(version) +
+                  " (this cairn reads up to " + std::to_string(cairn::format_version) + ")", path);
+    std::map<std::string, FileDigest> out;
+    for (const auto& [name, d] : marker.at("files").items()) {
+      const std::int64_t bytes = d.at("bytes").as_int(), crc = d.at("crc32c").as_int();
+      if (bytes < 0 || crc < 0 || crc > 0xffffffffLL) throw Error(ErrorKind::corrupt, "bad digest for " + name, path);
+      out[name] = {static_cast<std::uint64_t>(bytes), static_cast<std::uint32_t>(crc)};
+    }
+    return out;
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::corrupt || e.kind() == ErrorKind::unsupported_version) throw e.with_file(path);
+    throw Error(ErrorKind::corrupt, "malformed commit marker: " + e.message(), path);
+  }
+}
+
+// Reads a file named in the marker and checks its size and CRC32C.
+inline std::string read_verified(const Store& store, const std::string& key,
+                                 const std::map<std::string, FileDigest>& digests, const char* name, std::uint64_t limit) {
+  const std::string blob = join_key(key, name);
+  const std::string path = store.describe(blob);
+  auto it = digests.find(name);
+  if (it == digests.end()) throw Error(ErrorKind::corrupt, std::string("commit marker does not list ") + name, store.describe(key));
+  std::string content = read_blob(store, blob, limit);
+  if (content.size() != it->second.bytes)
+    throw Error(ErrorKind::corrupt, "file is " + std::to_string(content.size()) + " bytes, the commit marker says " +
+                std::to_string(it->second.bytes), path);
+  const std::uint32_t crc = crc32c(content.data(), content.size());
+  if (crc != it->second.crc32c)
+    throw Error(ErrorKind::corrupt, "checksum mismatch (CRC32C " + std::to_string(crc) + ", the commit marker says " +
+                std::to_string(it->second.crc32c) + ")", path);
+  return content;
+}
+
+// A committed checkpoint's _METADATA and _USER_METADATA, verified against the commit marker
+// but not parsed: what a primary reads and broadcasts to the other ranks.
+struct MetadataText {
+  std::string metadata, user;
+  // Which commit this is: the marker's sizes and CRCs of the two files (free: the marker
+  // names them). A checkpoint replaced by an overwrite has another, unless identical.
+  std::uint64_t commit = 0;
+};
+// `commit_seen`, when given, is set as soon as the marker is read (before the files it names),
+// so that a caller whose read of those files fails knows which commit it had opened.
+inline MetadataText read_metadata_text(const Store& store, const std::string& key, std::uint64_t* commit_seen = nullptr) {
+  auto digests = read_marker(store, key);
+  MetadataText t;
+  for (const auto& [name, d] : digests)
+    t.commit = (t.commit * 0x100000001b3ull) ^ (d.bytes * 0x9e3779b97f4a7c15ull) ^ d.crc32c;
+  if (commit_seen) *commit_seen = t.commit;
+  t.metadata = read_verified(store, key, digests, metadata_file, max_metadata_bytes);
+  t.user = read_verified(store, key, digests, user_metadata_file, max_metadata_bytes);
+  return t;
+}
+
+// Parses and validates the metadata of the checkpoint at `key` (named in errors).
+inline CheckpointMetadata parse_metadata(const Store& store, const std::string& key, const MetadataText& t,
+                                         PrintedKeys* leaf_keys = nullptr) {
+  const std::string path = store.describe(join_key(key, metadata_file));
+  CheckpointMetadata m = metadata_from_json(t.metadata, path, leaf_keys);
+  validate_metadata(m, path, leaf_keys);
+  m.user_metadata = Json::parse(t.user, store.describe(join_key(key, user_metadata_file)));
+  return m;
+}
+
+// Reads, verifies and validates a committed checkpoint's metadata.
+inline CheckpointMetadata read_metadata(const Store& store, const std::string& key_in, PrintedKeys* leaf_keys = nullptr) {
+  const std::string key = normalize_key(key_in);
+  return parse_metadata(store, key, read_metadata_text(store, key), leaf_keys);
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
