@@ -9,6 +9,7 @@
 // `err` naming the file and the key, and an exit status; never a crash.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -27,13 +28,18 @@ inline constexpr const char* usage_text =
     "  ls PATH [--json]                  the tree (key, dtype, shape, sharding, bytes), items, user metadata;\n"
     "                                    on a Checkpointer root: its steps, the latest, their metrics\n"
     "  verify PATH                       read every chunk and check every checksum (exit 0 only if intact)\n"
-    "  show PATH KEY[SLICE]              a leaf's values, e.g. params/w[0:2, :] (reads only what it prints)\n"
-    "  diff A B [--atol X] [--rtol Y]    structure and values (exit 0 same, 1 different)\n"
-    "  convert SRC DST [--cast GLOB=DTYPE]... [--select GLOB]... [--max-file-bytes N] [--overwrite]\n"
+    "  show PATH KEY[SLICE] [--verify]   a leaf's values, e.g. params/w[0:2, :] (reads only what it prints;\n"
+    "                                    --verify reads the whole leaf first, so every value is checksum-verified)\n"
+    "  diff A B [--atol X] [--rtol Y] [--max-report N]\n"
+    "                                    structure and values, the first N differing elements of each leaf\n"
+    "                                    (exit 0 same, 1 different)\n"
+    "  convert SRC DST [--cast GLOB=DTYPE]... [--select GLOB]... [--exclude GLOB]... [--max-file-bytes N]\n"
+    "                  [--overwrite]\n"
     "                                    between cairn checkpoints and safetensors (DST ending in\n"
     "                                    .safetensors, or a directory with --max-file-bytes, is safetensors)\n"
     "PATH is a checkpoint directory, a Checkpointer root, a .safetensors file or a *.index.json,\n"
-    "as a path or a URI (file:///data/ckpt, or any scheme a store registered).\n";
+    "as a path or a URI (file:///data/ckpt, or any scheme a store registered). Options also take\n"
+    "--name=value. cairn --version prints the version.\n";
 
 
 inline CastRule parse_cast(const std::string& arg) {
@@ -59,39 +65,67 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
       (args.empty() ? err : out) << usage_text;
       return args.empty() ? exit_error : exit_ok;
     }
+    if (args[0] == "--version" || args[0] == "version") {
+      out << "cairn " << CAIRN_VERSION_MAJOR << "." << CAIRN_VERSION_MINOR << "." << CAIRN_VERSION_PATCH << "\n";
+      return exit_ok;
+    }
     const std::string& cmd = args[0];
     std::vector<std::string> pos;
-    bool json = false;
+    bool json = false, verify_first = false;
     double atol = 0, rtol = 0;
+    std::uint64_t max_report = 10;
     ConvertOptions convert_options;
     for (std::size_t i = 1; i < args.size(); ++i) {
-      const std::string& a = args[i];
-      auto value = [&]() -> const std::string& {
+      // "--atol=1e-3" is "--atol 1e-3".
+      std::string a = args[i];
+      std::optional<std::string> inline_value;
+      if (a.rfind("--", 0) == 0) {
+        if (const auto eq = a.find('='); eq != std::string::npos) {
+          inline_value = a.substr(eq + 1);
+          a = a.substr(0, eq);
+        }
+      }
+      auto value = [&]() -> std::string {
+        if (inline_value) {
+          std::string v = *inline_value;
+          inline_value.reset();
+          return v;
+        }
         if (i + 1 >= args.size()) throw Error(ErrorKind::invalid_argument, a + " needs a value");
         return args[++i];
       };
       if (a == "--json") json = true;
+      else if (a == "--verify") verify_first = true;
+      else if (a == "--exclude") convert_options.exclude.push_back(value());
+      else if (a == "--max-report") {
+        const std::string v = value();
+        std::int64_t n = 0;
+        if (!parse_integer(v, n) || n < 0)
+          throw Error(ErrorKind::invalid_argument, "--max-report takes a number of elements >= 0, not '" + v + "'");
+        max_report = static_cast<std::uint64_t>(n);
+      }
       else if (a == "--overwrite") convert_options.overwrite = true;
       else if (a == "--atol") atol = parse_double(a, value());
       else if (a == "--rtol") rtol = parse_double(a, value());
       else if (a == "--cast") convert_options.cast.push_back(parse_cast(value()));
       else if (a == "--select") convert_options.select.push_back(value());
       else if (a == "--max-file-bytes") {
-        const std::string& v = value();
+        const std::string v = value();
         std::int64_t n = 0;
         if (!parse_integer(v, n) || n <= 0)
           throw Error(ErrorKind::invalid_argument, "--max-file-bytes takes a positive number of bytes, not '" + v + "'");
         convert_options.max_file_bytes = static_cast<std::uint64_t>(n);
       } else if (a.size() > 1 && a[0] == '-' && a[1] == '-') throw Error(ErrorKind::invalid_argument, "unknown option " + a);
       else pos.push_back(a);
+      if (inline_value) throw Error(ErrorKind::invalid_argument, a + " takes no value");
     }
     auto need = [&](std::size_t n, const char* what) {
       if (pos.size() != n) throw Error(ErrorKind::invalid_argument, "cairn " + cmd + " takes " + what);
     };
     if (cmd == "ls") { need(1, "PATH"); return ls(pos[0], json, out); }
     if (cmd == "verify") { need(1, "PATH"); return verify(pos[0], out); }
-    if (cmd == "show") { need(2, "PATH KEY[SLICE]"); return show(pos[0], pos[1], out); }
-    if (cmd == "diff") { need(2, "A B"); return diff(pos[0], pos[1], atol, rtol, out); }
+    if (cmd == "show") { need(2, "PATH KEY[SLICE]"); return show(pos[0], pos[1], out, err, verify_first); }
+    if (cmd == "diff") { need(2, "A B"); return diff(pos[0], pos[1], atol, rtol, out, max_report); }
     if (cmd == "convert") { need(2, "SRC DST"); return convert(pos[0], pos[1], convert_options, out); }
     throw Error(ErrorKind::invalid_argument, "unknown command '" + cmd + "' (cairn --help lists them)");
   } catch (const Error& e) {

@@ -53,9 +53,11 @@ inline bool parse_integer(const std::string& text, std::int64_t& out) {
   return !text.empty() && ec == std::errc() && p == end;
 }
 
-// One value as text: integers exactly, floats with 8 significant digits, bools as numpy does.
-// `p` holds a bool, an int64, a uint64 or a float64, as `as` says.
-inline std::string value_text(DType as, const unsigned char* p) {
+// One value as text: integers exactly, bools as numpy does, floats as numpy and h5dump print
+// them: the shortest text that reads back as the same value of the stored dtype (a float32's
+// 0.01 is "0.01", not 0.0099999998). `p` holds a bool, an int64, a uint64 or a float64, as
+// `as` says; `stored` is the leaf's own dtype.
+inline std::string value_text(DType as, const unsigned char* p, DType stored = DType::float64) {
   char buf[40];
   if (as == DType::bool_) return *p ? "True" : "False";
   if (as == DType::int64) { std::int64_t v; std::memcpy(&v, p, 8); return std::to_string(v); }
@@ -64,8 +66,10 @@ inline std::string value_text(DType as, const unsigned char* p) {
   std::memcpy(&v, p, 8);
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  std::snprintf(buf, sizeof buf, "%.8g", v);
-  return buf;
+  // Every narrower float is exactly a float32, and its shortest float32 text reads back as it.
+  const auto end = stored == DType::float64 ? std::to_chars(buf, buf + sizeof buf, v).ptr
+                                            : std::to_chars(buf, buf + sizeof buf, static_cast<float>(v)).ptr;
+  return std::string(buf, end);
 }
 
 }  // namespace cairn::cli

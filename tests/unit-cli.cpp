@@ -251,6 +251,80 @@ TEST_CASE("diff: same, different values within and beyond tolerance, different s
   CHECK(has(r.out, "only in A: w"));
   CHECK(has(r.out, "only in B: q"));
   CHECK(cli({"diff", dir / "a", dir / "c", "--rtol", "x"}).status == 2);
+  // The differing elements are listed with their index and both values, as h5diff does.
+  s.big[9000] = -5;
+  cairn::save(dir / "e", s);
+  r = cli({"diff", dir / "a", dir / "e", "--max-report", "1"});
+  CHECK(has(r.out, "2 of 10000 elements beyond tolerance"));
+  CHECK(has(r.out, "  [7] 1.75 1.751 0.001"));
+  CHECK(!has(r.out, "[9000]"));
+  CHECK(has(r.out, "--max-report N lists more"));
+  r = cli({"diff", dir / "a", dir / "e", "--atol=0.01"});  // --name=value
+  CHECK(has(r.out, "1 of 10000 elements beyond tolerance"));
+  CHECK(has(r.out, "  [9000] 2250 -5 2255"));
+  CHECK(cli({"diff", dir / "a", dir / "e", "--max-report", "-1"}).status == 2);
+  CHECK(cli({"ls", dir / "a", "--json=yes"}).status == 2);
+}
+
+TEST_CASE("show prints the shortest text that reads back as the value; --version") {
+  test::TempDir dir;
+  std::map<std::string, std::vector<float>> f{{"x", {0.01f, 0.016f, 1e-8f, 3.0f}}};
+  std::map<std::string, std::vector<double>> d{{"x", {0.1, 1.0 / 3}}};
+  cairn::save(dir / "f", f);
+  cairn::save(dir / "d", d);
+  Run r = cli({"show", dir / "f", "x"});
+  CHECK(has(r.out, "[0.01, 0.016, 1e-08, 3]"));
+  r = cli({"show", dir / "d", "x"});
+  CHECK(has(r.out, "[0.1, 0.3333333333333333]"));
+  r = cli({"--version"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "cairn " + std::to_string(CAIRN_VERSION_MAJOR) + "."));
+  // Metrics print as they were given, in text and JSON alike.
+  CHECK(cairn::Json(0.0025).dump() == "0.0025");
+  CHECK(cairn::Json(1e300).dump() == "1e+300");
+  CHECK(cairn::Json(2.0).dump() == "2.0");
+  for (int i = 0; i < 1000; ++i) {
+    const double v = test::random_bits<double>(1)[0];
+    if (!std::isfinite(v)) continue;
+    const double back = cairn::Json::parse(cairn::Json(v).dump()).as_double();
+    CHECK(std::memcmp(&back, &v, 8) == 0);
+  }
+}
+
+TEST_CASE("show: safetensors names, and a note when the values are not checksum-verified") {
+  test::TempDir dir;
+  std::map<std::string, std::map<std::string, std::vector<float>>> layers{{"layers", {{"w", {1, 2, 3}}}}};
+  cairn::save_safetensors(dir / "m.safetensors", layers);
+  Run r = cli({"show", dir / "m.safetensors", "layers.w"});  // the file's own name
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "layers/w: float32[3]"));
+  CHECK(r.err.empty());
+  // A slice of a one-chunk leaf reads part of the chunk: said on stderr, not with --verify.
+  std::vector<float> big(5000);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i);
+  cairn::save(dir / "c", big);
+  r = cli({"show", dir / "c", "[0:2]"});
+  CHECK(has(r.out, "[0, 1]"));
+  CHECK(has(r.err, "not checksum-verified"));
+  r = cli({"show", dir / "c", "[0:2]", "--verify"});
+  CHECK(has(r.out, "[0, 1]"));
+  CHECK(r.err.empty());
+  r = cli({"show", dir / "c", ""});  // the whole leaf, summarized: also part of the chunk
+  CHECK(has(r.err, "not checksum-verified"));
+  std::vector<float> small{1, 2};
+  cairn::save(dir / "s", small);
+  r = cli({"show", dir / "s", ""});  // whole: verified, no note
+  CHECK(r.err.empty());
+  // A flipped byte in the part read is caught by --verify.
+  const auto meta = cairn::metadata(dir / "c");
+  const auto& chunk = meta.leaves()[0].chunks[0];
+  std::string data = test::read_file(dir / "c/" + chunk.file);
+  data[chunk.offset + 4] ^= 1;
+  test::write_file(dir / "c/" + chunk.file, data);
+  CHECK(cli({"show", dir / "c", "[0:2]"}).status == 0);
+  r = cli({"show", dir / "c", "[0:2]", "--verify"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "checksum"));
 }
 
 TEST_CASE("convert: checkpoint to safetensors and back, with casts and a selection") {
@@ -258,7 +332,8 @@ TEST_CASE("convert: checkpoint to safetensors and back, with casts and a selecti
   const State s = make_state();
   cairn::save(dir / "c", s);
   const std::string st = dir / "m.safetensors";
-  Run r = cli({"convert", dir / "c", st, "--select", "w", "--select", "big", "--select", "sharded"});
+  Run r = cli({"convert", dir / "c", st, "--select", "w", "--select", "big", "--select", "sharded", "--select", "name",
+               "--exclude", "name"});
   CHECK(r.status == 0);
   CHECK(has(r.out, "3 tensors"));
   // Back to a checkpoint, then the values are the same as the original's.

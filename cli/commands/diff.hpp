@@ -13,7 +13,23 @@
 
 namespace cairn::cli {
 
-inline int diff(const std::string& a, const std::string& b, double atol, double rtol, std::ostream& out) {
+// The index of element `linear` of a C-order array of `shape`, as "[i, j]".
+inline std::string index_text(std::uint64_t linear, const Shape& shape) {
+  std::vector<std::int64_t> idx(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const auto n = static_cast<std::uint64_t>(shape[d]);
+    idx[d] = n ? static_cast<std::int64_t>(linear % n) : 0;
+    linear = n ? linear / n : 0;
+  }
+  std::string out = "[";
+  for (std::size_t d = 0; d < idx.size(); ++d) out += (d ? ", " : "") + std::to_string(idx[d]);
+  return out + "]";
+}
+
+// `max_report`: how many differing elements of each leaf to list (h5diff's -r lists them all;
+// 0 lists none).
+inline int diff(const std::string& a, const std::string& b, double atol, double rtol, std::ostream& out,
+                std::uint64_t max_report = 10) {
   const Inspection ia = inspect(a), ib = inspect(b);
   for (const Inspection* i : {&ia, &ib})
     if (i->kind == LocationKind::checkpointer_root)
@@ -65,6 +81,7 @@ inline int diff(const std::string& a, const std::string& b, double atol, double 
       const std::size_t n = x.size() / 8;
       double max_abs = 0, max_rel = 0;
       std::size_t beyond = 0;
+      std::vector<std::string> listed;
       for (std::size_t e = 0; e < n; ++e) {
         double p, q;
         std::memcpy(&p, x.data() + 8 * e, 8);
@@ -75,13 +92,23 @@ inline int diff(const std::string& a, const std::string& b, double atol, double 
         const double rel = q != 0 ? d / std::fabs(q) : INFINITY;
         if (!(d <= max_abs)) max_abs = d;
         if (!(rel <= max_rel)) max_rel = rel;
-        if (!(d <= atol + rtol * std::fabs(q))) ++beyond;
+        if (!(d <= atol + rtol * std::fabs(q))) {
+          ++beyond;
+          if (listed.size() < max_report) {
+            char line[160];
+            std::snprintf(line, sizeof line, " %s %s %.6g", value_text(DType::float64, x.data() + 8 * e, la[k]->dtype).c_str(),
+                          value_text(DType::float64, y.data() + 8 * e, lb[k]->dtype).c_str(), d);
+            listed.push_back("  " + index_text(e, la[k]->shape) + line);
+          }
+        }
       }
       if (beyond) {
         char buf[160];
         std::snprintf(buf, sizeof buf, "max abs %.6g, max rel %.6g, %zu of %zu elements beyond tolerance", max_abs,
                       max_rel, beyond, n);
         out << "values differ: " << k << ": " << buf << "\n";
+        for (const auto& l : listed) out << l << "\n";
+        if (beyond > listed.size() && max_report) out << "  ... (--max-report N lists more)\n";
         ++differences;
       }
     }

@@ -89,17 +89,59 @@ inline Box slice_box(const Slice& s, const Shape& shape, const std::string& key)
 
 inline constexpr std::int64_t show_threshold = 1000, show_edge = 3;
 
-inline int show(const std::string& path, const std::string& what, std::ostream& out) {
+// Whether every chunk of `leaf` that the boxes touch lies whole inside one of them: only then
+// was each byte read checked against its chunk's CRC32C (a part of a chunk cannot be).
+inline bool boxes_read_whole_chunks(const LeafRecord& leaf, const std::vector<Box>& boxes) {
+  auto inside = [](const Shape& start, const Shape& shape, const Box& b) {
+    for (std::size_t d = 0; d < shape.size(); ++d)
+      if (start[d] < b.start[d] || start[d] + shape[d] > b.start[d] + b.shape[d]) return false;
+    return true;
+  };
+  auto meets = [](const Shape& start, const Shape& shape, const Box& b) {
+    for (std::size_t d = 0; d < shape.size(); ++d)
+      if (start[d] >= b.start[d] + b.shape[d] || b.start[d] >= start[d] + shape[d]) return false;
+    return true;
+  };
+  for (const auto& c : leaf.chunks) {
+    if (element_count(c.shape) == 0) continue;
+    bool touched = false, whole = false;
+    for (const Box& b : boxes) {
+      if (!meets(c.start, c.shape, b)) continue;
+      touched = true;
+      whole = whole || inside(c.start, c.shape, b);
+    }
+    if (touched && !whole) return false;
+  }
+  return true;
+}
+
+// `verify_first`: read the whole leaf first, so that every chunk the printed values come from
+// is checked against its checksum (memory: the whole leaf).
+inline int show(const std::string& path, const std::string& what, std::ostream& out, std::ostream& err,
+                bool verify_first = false) {
   const Slice s = parse_slice(what);
-  const std::string key = canonical_key(s.key);
+  std::string key = canonical_key(s.key);
   const Inspection found = inspect(path);
   if (found.kind == LocationKind::checkpointer_root)
     throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: show a leaf of one of its steps", path);
   const CheckpointMetadata& m = found.metadata;
-  const LeafRecord* leaf = nullptr;
-  for (const auto& l : m.leaves())
-    if (l.key() == key) leaf = &l;
+  auto find = [&](const std::string& k) -> const LeafRecord* {
+    for (const auto& l : m.leaves())
+      if (l.key() == k) return &l;
+    return nullptr;
+  };
+  const LeafRecord* leaf = find(key);
+  // A safetensors file's own names ("layers.0.w") name the leaves ls prints as layers/0/w.
+  if (!leaf && found.kind == LocationKind::safetensors && s.key.find('/') == std::string::npos) {
+    std::string as_path = s.key;
+    std::replace(as_path.begin(), as_path.end(), '.', '/');
+    if (const LeafRecord* l = find(canonical_key(as_path))) {
+      leaf = l;
+      key = l->key();
+    }
+  }
   if (!leaf) throw Error(ErrorKind::not_found, "no leaf '" + key + "' (cairn ls lists them)", path, key);
+  if (verify_first && leaf->dtype != DType::string) (void)read_arrays(path, {key});  // every chunk read whole and checked
   if (leaf->dtype == DType::string) {
     const auto v = read_arrays(path, {key});
     const auto& b = v.at(key).bytes;
@@ -137,6 +179,9 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
   const bool empty = element_count(box.shape) == 0;
   std::map<std::string, ArrayValue> got;
   if (!empty) got = read_arrays(path, {key}, {.as = as, .boxes = boxes});
+  if (!empty && !verify_first && found.kind == LocationKind::checkpoint && !boxes_read_whole_chunks(*leaf, boxes))
+    err << "cairn: note: these values were read from part of a chunk, which its checksum cannot cover: they are "
+           "not checksum-verified (show --verify reads the whole leaf first; cairn verify checks every byte)\n";
   const std::size_t item = dtype_size(as);
   // The element at (box-relative) index idx: find its part.
   auto at = [&](const std::vector<std::int64_t>& idx) -> std::string {
@@ -150,7 +195,7 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
         inside = g >= part.start[d] && g < part.start[d] + part.shape[d];
         linear = linear * static_cast<std::uint64_t>(part.shape[d]) + static_cast<std::uint64_t>(g - part.start[d]);
       }
-      if (inside) return value_text(as, v.bytes.data() + offset + linear * item);
+      if (inside) return value_text(as, v.bytes.data() + offset + linear * item, leaf->dtype);
       offset += byte_count(part.shape, item);
     }
     return "?";

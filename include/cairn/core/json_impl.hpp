@@ -190,10 +190,13 @@ CAIRN_API void Json::dump_to(std::string& out) const {
       out += "null";
       return;
     }
+    // The shortest text that reads back as the same double (0.0025, not 0.0025000000000000001),
+    // as numpy, Python's json and JavaScript print it.
     char buf[40];
-    std::snprintf(buf, sizeof buf, "%.17g", d);
-    out += buf;
-    if (std::string_view(buf).find_first_of(".eE") == std::string_view::npos) out += ".0";
+    const auto end = std::to_chars(buf, buf + sizeof buf, d).ptr;
+    const std::string_view text(buf, static_cast<std::size_t>(end - buf));
+    out += text;
+    if (text.find_first_of(".eE") == std::string_view::npos) out += ".0";
   } else if (is_string()) detail::append_json_string(out, std::get<std::string>(v_));
   else if (is_array()) {
     out += '[';

@@ -23,6 +23,7 @@ struct ConvertOptions {
   ConvertTo to = ConvertTo::automatic;
   std::vector<CastRule> cast = {};          // key-path globs -> the dtype to store them as
   std::vector<std::string> select = {};     // key-path globs of the leaves to copy; empty: every leaf
+  std::vector<std::string> exclude = {};    // key-path globs of leaves to leave out (applied after select)
   std::uint64_t max_file_bytes = 0;         // safetensors: above this many bytes, a sharded set
   bool overwrite = false;
 };

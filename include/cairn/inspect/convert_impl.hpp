@@ -20,9 +20,10 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   std::vector<std::string> keys;
   for (const auto& l : item->leaves) {
     const std::string k = l.key();
-    if (options.select.empty() ||
-        std::any_of(options.select.begin(), options.select.end(), [&](const std::string& g) { return glob_matches(g, k); }))
-      keys.push_back(k);
+    auto matches = [&](const std::vector<std::string>& globs) {
+      return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return glob_matches(g, k); });
+    };
+    if ((options.select.empty() || matches(options.select)) && !matches(options.exclude)) keys.push_back(k);
   }
   if (keys.empty()) throw Error(ErrorKind::invalid_argument, "no leaf matches the selection", source.path);
   const auto values = read_arrays(src, keys);
