@@ -6,6 +6,7 @@
 #include <cairn/cairn.hpp>
 #include <cairn/checkpoint/read_ahead.hpp>  // read_ahead_min_metadata_bytes
 #include <cairn/core/utf8.hpp>
+#include <cairn/kernels/cast.hpp>  // cast_value
 #include <cairn/safetensors/load.hpp>
 
 #include "test_util.hpp"
@@ -643,4 +644,53 @@ TEST_CASE("export: every tensor starts at a multiple of its element size (larger
     cairn::load_safetensors(source, back);
     CHECK(back == tree);
   }
+}
+
+TEST_CASE("exports larger than a write piece: column-major, sharded and cast tensors are written a piece at a time, exactly") {
+  // Each tensor is over write_piece_bytes (8 MiB), so the export makes it in several pieces of
+  // rows; every element must land where a whole-tensor conversion would put it.
+  test::TempDir dir;
+  const Eigen::Index rows = 1500, cols = 1700;  // 10.2 MB as float32, column-major in memory
+  Eigen::MatrixXf f(rows, cols);
+  const auto bits = test::random_bits<float>(static_cast<std::size_t>(rows * cols));
+  for (Eigen::Index j = 0; j < cols; ++j)
+    for (Eigen::Index i = 0; i < rows; ++i) {
+      const float v = bits[static_cast<std::size_t>(j * rows + i)];
+      f(i, j) = std::isfinite(v) && std::fabs(v) < 6e4f ? v : 1.5f;  // within float16's range
+    }
+  std::vector<float> g(static_cast<std::size_t>(3001) * 1024);  // 12.3 MB, split unevenly over 4 devices
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 100003) * 0.25f;
+  struct Big {
+    Eigen::MatrixXf f;
+    cairn::ShardedArray<float> g;
+  };
+  Big big{f, cairn::ShardedArray<float>::from_host(
+                 g, {3001, 1024}, cairn::NamedSharding(cairn::Mesh::host({{"x", 4}}), cairn::PartitionSpec{"x"}))};
+  std::map<std::string, Eigen::MatrixXf> plain{{"f", f}};
+  cairn::save_safetensors(dir / "plain.safetensors", plain);
+  cairn::save_safetensors(dir / "half.safetensors", plain, {.cast = {{"*", cairn::DType::float16}}});
+  std::map<std::string, cairn::ShardedArray<float>> sharded{{"g", big.g}};
+  cairn::save_safetensors(dir / "sharded.safetensors", sharded, {.cast = {{"*", cairn::DType::bfloat16}}});
+
+  // Read back as stored (C order, row-major) and compared element by element.
+  const auto back = cairn::read_arrays(dir / "plain.safetensors", {"f"});
+  const auto fv = back.at("f").values<float>();
+  REQUIRE(fv.size() == static_cast<std::size_t>(rows * cols));
+  bool same = true;
+  for (Eigen::Index i = 0; i < rows && same; ++i)
+    for (Eigen::Index j = 0; j < cols && same; ++j) same = std::memcmp(&fv[static_cast<std::size_t>(i * cols + j)], &f(i, j), 4) == 0;
+  CHECK(same);
+  const auto half = cairn::read_arrays(dir / "half.safetensors", {"f"});
+  const auto hv = half.at("f").values<cairn::float16>();
+  same = true;
+  for (Eigen::Index i = 0; i < rows && same; ++i)
+    for (Eigen::Index j = 0; j < cols && same; ++j)
+      same = hv[static_cast<std::size_t>(i * cols + j)].bits == cairn::cast_value<cairn::float16>(f(i, j)).bits;
+  CHECK(same);
+  const auto sh = cairn::read_arrays(dir / "sharded.safetensors", {"g"});
+  const auto bv = sh.at("g").values<cairn::bfloat16>();
+  REQUIRE(bv.size() == g.size());
+  same = true;
+  for (std::size_t i = 0; i < g.size() && same; ++i) same = bv[i].bits == cairn::cast_value<cairn::bfloat16>(g[i]).bits;
+  CHECK(same);
 }

@@ -5345,6 +5345,7 @@ struct ConvertOptions {
   ConvertTo to = ConvertTo::automatic;
   std::vector<CastRule> cast = {};          // key-path globs -> the dtype to store them as
   std::vector<std::string> select = {};     // key-path globs of the leaves to copy; empty: every leaf
+  std::vector<std::string> exclude = {};    // key-path globs of leaves to leave out (applied after select)
   std::uint64_t max_file_bytes = 0;         // safetensors: above this many bytes, a sharded set
   bool overwrite = false;
 };
@@ -6527,10 +6528,13 @@ CAIRN_API void Json::dump_to(std::string& out) const {
       out += "null";
       return;
     }
+    // The shortest text that reads back as the same double (0.0025, not 0.0025000000000000001),
+    // as numpy, Python's json and JavaScript print it.
     char buf[40];
-    std::snprintf(buf, sizeof buf, "%.17g", d);
-    out += buf;
-    if (std::string_view(buf).find_first_of(".eE") == std::string_view::npos) out += ".0";
+    const auto end = std::to_chars(buf, buf + sizeof buf, d).ptr;
+    const std::string_view text(buf, static_cast<std::size_t>(end - buf));
+    out += text;
+    if (text.find_first_of(".eE") == std::string_view::npos) out += ".0";
   } else if (is_string()) detail::append_json_string(out, std::get<std::string>(v_));
   else if (is_array()) {
     out += '[';
@@ -10821,24 +10825,28 @@ class LeafWriter {
     if (view.dtype != DType::string && expected != view.nbytes)
       throw Error(ErrorKind::invalid_argument, "leaf view says " + std::to_string(view.nbytes) + " bytes for shape " +
                   to_string(view.shape) + " of " + dtype_name(view.dtype));
+    // A plain leaf is one box, the whole array, in this process's memory: the same writer as a
+    // shard's (the mirror of the one reader), so a cast runs a piece at a time beside the write
+    // instead of into a buffer the size of the leaf.
     const std::string key = p.str();
-    const void* bytes = view.data;
-    std::uint64_t nbytes = view.nbytes;
-    std::vector<unsigned char> converted;
     if (const DType to = cast_target(key, view, options); to != view.dtype) {
-      const std::uint64_t n = element_count(view.shape);
-      converted.resize(static_cast<std::size_t>(n * dtype_size(to)));
-      cast_host(view.dtype, view.data, to, converted.data(), static_cast<std::size_t>(n), options.on_overflow);
       rec.dtype = to;
-      bytes = converted.data();
-      nbytes = converted.size();
       report.cast.push_back({key, view.dtype, to});
     }
-    ChunkRecord chunk = data_file().append(bytes, nbytes);
-    chunk.start.assign(rec.shape.size(), 0);
-    chunk.shape = rec.shape;
-    rec.chunks.push_back(std::move(chunk));
-    report.bytes_written += nbytes;
+    const ShardView whole{Box{Shape(view.shape.size(), 0), view.shape}, view.data, MemoryKind::host, 0, true};
+    if (view.dtype == DType::string) {  // bytes, not elements of a shape
+      ChunkRecord chunk = data_file().append(view.data, view.nbytes);
+      chunk.start.assign(rec.shape.size(), 0);
+      chunk.shape = rec.shape;
+      rec.chunks.push_back(std::move(chunk));
+      report.bytes_written += view.nbytes;
+      return rec;
+    }
+    try {
+      write_box(rec, view, whole, whole.box, 0, options, report);
+    } catch (const Error& e) {
+      throw e.key_path().empty() ? e.with_key(key) : e;
+    }
     return rec;
   }
  private:
@@ -13574,22 +13582,51 @@ inline std::uint64_t held_elements(const LeafView& v) {
   return covered;
 }
 
-// A view's elements in C order in host memory, in its own dtype: the view's memory when it
-// already is that, otherwise `scratch` (column-major leaves transposed, shards gathered).
+// Whether a view's elements are in this process's host memory (a plain leaf, or every shard
+// it holds). The export then makes each piece of a tensor on its own (c_order_slab); a view
+// with device shards is gathered whole first (c_order_host_bytes).
+inline bool held_on_host(const LeafView& v) {
+  if (v.shards.empty()) return true;
+  bool host = true;
+  for_each_held_box(v, [&](const ShardView& s) { host = host && s.memory == MemoryKind::host; });
+  return host;
+}
+
+// The rows [first, first + count) along dimension 0 of a host view, in C order and the view's
+// own dtype, into `dst`: a plain C-order view's bytes are copied, a column-major one and the
+// boxes of a sharded one are box-copied into place (each distinct box once, from any copy this
+// process holds; the export checked first that they cover the array).
+inline void c_order_slab(const LeafView& v, std::int64_t first, std::int64_t count, unsigned char* dst) {
+  const std::size_t item = dtype_size(v.dtype);
+  if (v.shape.empty()) {  // a scalar: one element
+    std::memcpy(dst, v.shards.empty() ? v.data : v.shards.front().data, item);
+    return;
+  }
+  Box slab = whole_box(v.shape);
+  slab.start[0] = first;
+  slab.shape[0] = count;
+  if (v.shards.empty()) {
+    if (v.order == Order::C || v.shape.size() < 2) {
+      const std::uint64_t row = byte_count(slab.shape, item) / static_cast<std::uint64_t>(std::max<std::int64_t>(count, 1));
+      std::memcpy(dst, static_cast<const unsigned char*>(v.data) + static_cast<std::uint64_t>(first) * row,
+                  static_cast<std::size_t>(row * static_cast<std::uint64_t>(count)));
+      return;
+    }
+    box_copy_host(item, v.data, dst, plan_box_copy(slab, whole_box(v.shape), true, slab, false));
+    return;
+  }
+  for_each_held_box(v, [&](const ShardView& s) {
+    Box part;
+    if (intersect(s.box, slab, part)) box_copy_host(item, s.data, dst, plan_box_copy(part, s.box, false, slab, false));
+  });
+}
+
+// A view with device shards, whole in C order in host memory: gathered into `scratch`.
 inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned char>& scratch,
                                       std::vector<unsigned char>& piece) {
   const std::size_t item = dtype_size(v.dtype);
-  const Box whole{Shape(v.shape.size(), 0), v.shape};
-  const std::uint64_t bytes = byte_count(v.shape, item);
-  if (v.shards.empty() && (v.order == Order::C || v.shape.size() < 2)) return v.data;
-  scratch.resize(static_cast<std::size_t>(bytes));
-  if (v.shards.empty()) {
-    box_copy_host(item, v.data, scratch.data(), plan_box_copy(whole, whole, true, whole, false));
-    return scratch.data();
-  }
-  // Each distinct box once, from any copy this process holds (a replica whose primary holder is
-  // another process holds the same values). The export checked first that they cover the array
-  // (held_elements), so no byte of the reused scratch buffer is left from an earlier tensor.
+  const Box whole = whole_box(v.shape);
+  scratch.resize(static_cast<std::size_t>(byte_count(v.shape, item)));
   for_each_held_box(v, [&](const ShardView& s) {
     const void* src = s.data;
     if (s.memory != MemoryKind::host) {
@@ -13659,33 +13696,60 @@ inline std::uint64_t write_safetensors_file(StoreWriter& w, const std::vector<co
     offset += out.size();
     out.clear();
   };
+  // Appends `n` bytes at the end of what is written.
+  auto put = [&](const void* src, std::uint64_t n) {
+    if (out.size() + n > batch) flush();
+    if (n > batch) {
+      w.write_at(src, n, offset);
+      offset += n;
+      return;
+    }
+    out.append(static_cast<const char*>(src), static_cast<std::size_t>(n));
+  };
   std::vector<unsigned char> scratch, piece, cast;
   for (const ExportTensor* t : tensors) {
     if (t->nbytes == 0) continue;
     const LeafView& v = *t->view;
-    const void* src = c_order_host_bytes(v, scratch, piece);
-    if (t->dtype != v.dtype) {
-      cast.resize(static_cast<std::size_t>(t->nbytes));
+    const bool as_is = v.shards.empty() && (v.order == Order::C || v.shape.size() < 2) && t->dtype == v.dtype;
+    if (as_is && t->nbytes >= batch / 8) {  // large and the caller's own memory: no copy
+      flush();
+      w.write_at(v.data, t->nbytes, offset);
+      offset += t->nbytes;
+      continue;
+    }
+    if (as_is) {
+      put(v.data, t->nbytes);
+      continue;
+    }
+    const std::size_t in_size = dtype_size(v.dtype), out_size = dtype_size(t->dtype);
+    auto convert = [&](const void* src, std::uint64_t elements) -> const void* {
+      if (t->dtype == v.dtype) return src;
+      cast.resize(static_cast<std::size_t>(elements * out_size));
       try {
-        cast_host(v.dtype, src, t->dtype, cast.data(), static_cast<std::size_t>(element_count(v.shape)), on_overflow);
+        cast_host(v.dtype, src, t->dtype, cast.data(), static_cast<std::size_t>(elements), on_overflow);
       } catch (const Error& e) {
         throw e.with_key(t->key);
       }
-      src = cast.data();
-    }
-    if (t->nbytes >= batch / 8 && src == v.data) {  // large and the caller's own memory: no copy
-      flush();
-      w.write_at(src, t->nbytes, offset);
-      offset += t->nbytes;
+      return cast.data();
+    };
+    if (!held_on_host(v)) {  // device shards: gathered whole, then converted
+      const void* src = convert(c_order_host_bytes(v, scratch, piece), element_count(v.shape));
+      put(src, t->nbytes);
       continue;
     }
-    if (out.size() + t->nbytes > batch) flush();
-    if (t->nbytes > batch) {
-      w.write_at(src, t->nbytes, offset);
-      offset += t->nbytes;
-      continue;
+    // Rows along dimension 0, about write_piece_bytes at a time (one row at least): reordered,
+    // gathered and cast a piece at a time, never the whole tensor.
+    const std::int64_t rows = v.shape.empty() ? 1 : v.shape[0];
+    const std::uint64_t row_elements = element_count(v.shape) / static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
+    const std::int64_t per_piece = static_cast<std::int64_t>(
+        std::max<std::uint64_t>(1, write_piece_bytes / std::max<std::uint64_t>(1, row_elements * std::max(in_size, out_size))));
+    for (std::int64_t first = 0; first < rows; first += per_piece) {
+      const std::int64_t count = std::min(per_piece, rows - first);
+      const std::uint64_t elements = row_elements * static_cast<std::uint64_t>(count);
+      piece.resize(static_cast<std::size_t>(elements * in_size));
+      c_order_slab(v, first, count, piece.data());
+      put(convert(piece.data(), elements), elements * out_size);
     }
-    out.append(static_cast<const char*>(src), static_cast<std::size_t>(t->nbytes));
   }
   flush();
   w.finish(offset);
@@ -14564,9 +14628,10 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   std::vector<std::string> keys;
   for (const auto& l : item->leaves) {
     const std::string k = l.key();
-    if (options.select.empty() ||
-        std::any_of(options.select.begin(), options.select.end(), [&](const std::string& g) { return glob_matches(g, k); }))
-      keys.push_back(k);
+    auto matches = [&](const std::vector<std::string>& globs) {
+      return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return glob_matches(g, k); });
+    };
+    if ((options.select.empty() || matches(options.select)) && !matches(options.exclude)) keys.push_back(k);
   }
   if (keys.empty()) throw Error(ErrorKind::invalid_argument, "no leaf matches the selection", source.path);
   const auto values = read_arrays(src, keys);

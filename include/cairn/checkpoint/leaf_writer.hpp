@@ -293,24 +293,28 @@ class LeafWriter {
     if (view.dtype != DType::string && expected != view.nbytes)
       throw Error(ErrorKind::invalid_argument, "leaf view says " + std::to_string(view.nbytes) + " bytes for shape " +
                   to_string(view.shape) + " of " + dtype_name(view.dtype));
+    // A plain leaf is one box, the whole array, in this process's memory: the same writer as a
+    // shard's (the mirror of the one reader), so a cast runs a piece at a time beside the write
+    // instead of into a buffer the size of the leaf.
     const std::string key = p.str();
-    const void* bytes = view.data;
-    std::uint64_t nbytes = view.nbytes;
-    std::vector<unsigned char> converted;
     if (const DType to = cast_target(key, view, options); to != view.dtype) {
-      const std::uint64_t n = element_count(view.shape);
-      converted.resize(static_cast<std::size_t>(n * dtype_size(to)));
-      cast_host(view.dtype, view.data, to, converted.data(), static_cast<std::size_t>(n), options.on_overflow);
       rec.dtype = to;
-      bytes = converted.data();
-      nbytes = converted.size();
       report.cast.push_back({key, view.dtype, to});
     }
-    ChunkRecord chunk = data_file().append(bytes, nbytes);
-    chunk.start.assign(rec.shape.size(), 0);
-    chunk.shape = rec.shape;
-    rec.chunks.push_back(std::move(chunk));
-    report.bytes_written += nbytes;
+    const ShardView whole{Box{Shape(view.shape.size(), 0), view.shape}, view.data, MemoryKind::host, 0, true};
+    if (view.dtype == DType::string) {  // bytes, not elements of a shape
+      ChunkRecord chunk = data_file().append(view.data, view.nbytes);
+      chunk.start.assign(rec.shape.size(), 0);
+      chunk.shape = rec.shape;
+      rec.chunks.push_back(std::move(chunk));
+      report.bytes_written += view.nbytes;
+      return rec;
+    }
+    try {
+      write_box(rec, view, whole, whole.box, 0, options, report);
+    } catch (const Error& e) {
+      throw e.key_path().empty() ? e.with_key(key) : e;
+    }
     return rec;
   }
  private:
