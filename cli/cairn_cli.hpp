@@ -28,13 +28,15 @@ inline constexpr const char* usage_text =
     "  ls PATH [--json]                  the tree (key, dtype, shape, sharding, bytes), items, user metadata;\n"
     "                                    on a Checkpointer root: its steps, the latest, their metrics\n"
     "  verify PATH                       read every chunk and check every checksum (exit 0 only if intact)\n"
-    "  show PATH KEY[SLICE] [--verify]   a leaf's values, e.g. params/w[0:2, :] (reads only what it prints;\n"
+    "  show PATH KEY[SLICE] [--verify] [--item NAME]\n"
+    "                                    a leaf's values, e.g. params/w[0:2, :] (reads only what it prints;\n"
     "                                    --verify reads the whole leaf first, so every value is checksum-verified)\n"
     "  diff A B [--atol X] [--rtol Y] [--max-report N]\n"
-    "                                    structure and values, the first N differing elements of each leaf\n"
+    "                                    structure and values of every item, the first N differing elements\n"
+    "                                    of each leaf\n"
     "                                    (exit 0 same, 1 different)\n"
     "  convert SRC DST [--cast GLOB=DTYPE]... [--select GLOB]... [--exclude GLOB]... [--max-file-bytes N]\n"
-    "                  [--overwrite]\n"
+    "                  [--item NAME] [--overwrite]   every item, or the one named (safetensors holds one)\n"
     "                                    between cairn checkpoints and safetensors (DST ending in\n"
     "                                    .safetensors, or a directory with --max-file-bytes, is safetensors)\n"
     "PATH is a checkpoint directory, a Checkpointer root, a .safetensors file or a *.index.json,\n"
@@ -96,6 +98,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
       };
       if (a == "--json") json = true;
       else if (a == "--verify") verify_first = true;
+      else if (a == "--item") convert_options.item = value();
       else if (a == "--exclude") convert_options.exclude.push_back(value());
       else if (a == "--max-report") {
         const std::string v = value();
@@ -124,8 +127,8 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     };
     if (cmd == "ls") { need(1, "PATH"); return ls(pos[0], json, out); }
     if (cmd == "verify") { need(1, "PATH"); return verify(pos[0], out); }
-    if (cmd == "show") { need(2, "PATH KEY[SLICE]"); return show(pos[0], pos[1], out, err, verify_first); }
-    if (cmd == "diff") { need(2, "A B"); return diff(pos[0], pos[1], atol, rtol, out, max_report); }
+    if (cmd == "show") { need(2, "PATH KEY[SLICE]"); return show(pos[0], pos[1], out, err, verify_first, convert_options.item); }
+    if (cmd == "diff") { need(2, "A B"); return diff(pos[0], pos[1], {atol, rtol, max_report}, out); }
     if (cmd == "convert") { need(2, "SRC DST"); return convert(pos[0], pos[1], convert_options, out); }
     throw Error(ErrorKind::invalid_argument, "unknown command '" + cmd + "' (cairn --help lists them)");
   } catch (const Error& e) {

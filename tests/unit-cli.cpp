@@ -381,3 +381,47 @@ TEST_CASE("bad command lines and paths are one-line errors with exit 2, never a 
   }
   CHECK(cli({"--help"}).status == 0);
 }
+
+TEST_CASE("every item: diff compares them all, show --item picks one, convert carries them or refuses to drop them") {
+  test::TempDir dir;
+  std::vector<float> w{1, 2, 3};
+  std::mt19937 rng(42);
+  cairn::Json loader = cairn::Json::object({{"epoch", 2}, {"offset", 1234}});
+  cairn::save(dir / "a", cairn::Items().tree("state", w).tree("rng", rng).json("loader", loader));
+  rng.discard(5);  // another RNG state, the same tree
+  cairn::save(dir / "b", cairn::Items().tree("state", w).tree("rng", rng).json("loader", loader));
+  Run r = cli({"diff", dir / "a", dir / "b"});
+  CHECK(r.status == 1);
+  CHECK(has(r.out, "differs: rng: (root): "));  // the engine's text state: its length differs too
+  CHECK(!has(r.out, "differs: (root)"));
+  cairn::save(dir / "c", cairn::Items().tree("state", w));
+  r = cli({"diff", dir / "a", dir / "c"});
+  CHECK(has(r.out, "only in A: item 'rng'"));
+  CHECK(has(r.out, "only in A: item 'loader'"));
+  r = cli({"diff", dir / "a", dir / "a"});
+  CHECK(r.status == 0);
+
+  r = cli({"show", dir / "a", "", "--item", "loader"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "\"offset\":1234"));
+  CHECK(cli({"show", dir / "a", "", "--item", "nothing"}).status == 2);
+
+  // A checkpoint copy keeps every item, and loads as the original does.
+  r = cli({"convert", dir / "a", dir / "copy"});
+  CHECK(r.status == 0);
+  std::vector<float> w_back;
+  std::mt19937 rng_back;
+  cairn::Json loader_back;
+  cairn::load(dir / "copy", cairn::Items().tree("state", w_back).tree("rng", rng_back).json("loader", loader_back));
+  CHECK(w_back == w);
+  CHECK(rng_back == std::mt19937(42));
+  CHECK(loader_back.at("offset").as_int() == 1234);
+  // safetensors holds one item: several are refused unless one is named.
+  r = cli({"convert", dir / "a", dir / "a.safetensors"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "choose it"));
+  CHECK(!std::filesystem::exists(dir / "a.safetensors"));
+  CHECK(cli({"convert", dir / "a", dir / "a.safetensors", "--item", "state"}).status == 0);
+  const auto report = cairn::convert(dir / "a", dir / "rng-only", {.item = "rng"});
+  CHECK(report.items == std::vector<std::string>{"rng"});
+}

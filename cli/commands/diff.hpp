@@ -26,38 +26,46 @@ inline std::string index_text(std::uint64_t linear, const Shape& shape) {
   return out + "]";
 }
 
-// `max_report`: how many differing elements of each leaf to list (h5diff's -r lists them all;
-// 0 lists none).
-inline int diff(const std::string& a, const std::string& b, double atol, double rtol, std::ostream& out,
-                std::uint64_t max_report = 10) {
-  const Inspection ia = inspect(a), ib = inspect(b);
-  for (const Inspection* i : {&ia, &ib})
-    if (i->kind == LocationKind::checkpointer_root)
-      throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: diff one of its steps", i->path);
-  const CheckpointMetadata &ma = ia.metadata, &mb = ib.metadata;
+struct DiffOptions {
+  double atol = 0, rtol = 0;
+  std::uint64_t max_report = 10;  // differing elements listed per leaf (h5diff's -r lists all; 0: none)
+};
+
+// Compares one item of A with the item of the same name in B; returns the differences and
+// adds the leaves compared to `leaves`. Keys print as they are for the item "state", and as
+// "item: key" for the others.
+inline int diff_item(const std::string& a, const std::string& b, const ItemRecord& item_a, const ItemRecord& item_b,
+                     const DiffOptions& o, std::ostream& out, std::size_t& leaves) {
+  const double atol = o.atol, rtol = o.rtol;
+  const std::uint64_t max_report = o.max_report;
+  const std::string prefix = item_a.name == default_item_name ? "" : item_a.name + ": ";
+  auto shown = [](const std::string& k) { return k.empty() ? std::string("(root)") : k; };  // as ls prints it
+  const ReadArraysOptions from_item{.item = item_a.name};
+  const ReadArraysOptions as_double{.as = DType::float64, .item = item_a.name};
   std::map<std::string, const LeafRecord*> la, lb;
-  for (const auto& l : ma.leaves()) la[l.key()] = &l;
-  for (const auto& l : mb.leaves()) lb[l.key()] = &l;
+  for (const auto& l : item_a.leaves) la[l.key()] = &l;
+  for (const auto& l : item_b.leaves) lb[l.key()] = &l;
+  leaves += la.size();
   int differences = 0;
   std::vector<std::string> compare;
   for (const auto& [k, l] : la) {
     auto it = lb.find(k);
-    if (it == lb.end()) { out << "only in A: " << k << "\n"; ++differences; continue; }
+    if (it == lb.end()) { out << "only in A: " << prefix << shown(k) << "\n"; ++differences; continue; }
     const LeafRecord& r = *it->second;
     if (l->shape != r.shape) {
-      out << "shape differs: " << k << ": " << to_string(l->shape) << " vs " << to_string(r.shape) << "\n";
+      out << "shape differs: " << prefix << shown(k) << ": " << to_string(l->shape) << " vs " << to_string(r.shape) << "\n";
       ++differences;
       continue;
     }
     if (l->dtype != r.dtype) {
-      out << "dtype differs: " << k << ": " << dtype_name(l->dtype) << " vs " << dtype_name(r.dtype) << "\n";
+      out << "dtype differs: " << prefix << shown(k) << ": " << dtype_name(l->dtype) << " vs " << dtype_name(r.dtype) << "\n";
       ++differences;
     }
     if ((l->dtype == DType::string) != (r.dtype == DType::string)) { ++differences; continue; }
     compare.push_back(k);
   }
   for (const auto& [k, l] : lb)
-    if (!la.count(k)) { out << "only in B: " << k << "\n"; ++differences; }
+    if (!la.count(k)) { out << "only in B: " << prefix << shown(k) << "\n"; ++differences; }
   // Values in groups of leaves up to 256 MiB as float64, so memory stays bounded.
   for (std::size_t i = 0; i < compare.size();) {
     std::vector<std::string> group;
@@ -69,12 +77,12 @@ inline int diff(const std::string& a, const std::string& b, double atol, double 
     std::vector<std::string> strings, numbers;
     for (const auto& k : group) (la[k]->dtype == DType::string ? strings : numbers).push_back(k);
     if (!strings.empty()) {
-      const auto va = read_arrays(a, strings), vb = read_arrays(b, strings);
+      const auto va = read_arrays(a, strings, from_item), vb = read_arrays(b, strings, from_item);
       for (const auto& k : strings)
-        if (va.at(k).bytes != vb.at(k).bytes) { out << "values differ: " << k << " (strings)\n"; ++differences; }
+        if (va.at(k).bytes != vb.at(k).bytes) { out << "values differ: " << prefix << shown(k) << " (strings)\n"; ++differences; }
     }
     if (numbers.empty()) continue;
-    const auto va = read_arrays(a, numbers, {.as = DType::float64}), vb = read_arrays(b, numbers, {.as = DType::float64});
+    const auto va = read_arrays(a, numbers, as_double), vb = read_arrays(b, numbers, as_double);
     for (const auto& k : numbers) {
       const auto& x = va.at(k).bytes;
       const auto& y = vb.at(k).bytes;
@@ -106,18 +114,44 @@ inline int diff(const std::string& a, const std::string& b, double atol, double 
         char buf[160];
         std::snprintf(buf, sizeof buf, "max abs %.6g, max rel %.6g, %zu of %zu elements beyond tolerance", max_abs,
                       max_rel, beyond, n);
-        out << "values differ: " << k << ": " << buf << "\n";
+        out << "values differ: " << prefix << shown(k) << ": " << buf << "\n";
         for (const auto& l : listed) out << l << "\n";
         if (beyond > listed.size() && max_report) out << "  ... (--max-report N lists more)\n";
         ++differences;
       }
     }
   }
+  return differences;
+}
+
+// Every item of A and B: those in one only are differences, the others are compared leaf by
+// leaf (a checkpoint's RNG and data-loader items as well as its tree).
+inline int diff(const std::string& a, const std::string& b, const DiffOptions& o, std::ostream& out) {
+  const Inspection ia = inspect(a), ib = inspect(b);
+  for (const Inspection* i : {&ia, &ib})
+    if (i->kind == LocationKind::checkpointer_root)
+      throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: diff one of its steps", i->path);
+  int differences = 0;
+  std::size_t leaves = 0;
+  for (const ItemRecord& item : ia.metadata.items) {
+    const ItemRecord* other = ib.metadata.find_item(item.name);
+    if (!other) {
+      out << "only in A: item '" << item.name << "'\n";
+      ++differences;
+      continue;
+    }
+    differences += diff_item(a, b, item, *other, o, out, leaves);
+  }
+  for (const ItemRecord& item : ib.metadata.items)
+    if (!ia.metadata.find_item(item.name)) {
+      out << "only in B: item '" << item.name << "'\n";
+      ++differences;
+    }
   if (differences) {
     out << differences << " difference" << (differences == 1 ? "" : "s") << "\n";
     return exit_differs;
   }
-  out << "same: " << la.size() << " leaves (atol " << atol << ", rtol " << rtol << ")\n";
+  out << "same: " << leaves << " leaves (atol " << o.atol << ", rtol " << o.rtol << ")\n";
   return exit_ok;
 }
 

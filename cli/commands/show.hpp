@@ -117,19 +117,18 @@ inline bool boxes_read_whole_chunks(const LeafRecord& leaf, const std::vector<Bo
 
 // `verify_first`: read the whole leaf first, so that every chunk the printed values come from
 // is checked against its checksum (memory: the whole leaf).
+// `item`: the checkpoint's item to show a leaf of ("" is "state").
 inline int show(const std::string& path, const std::string& what, std::ostream& out, std::ostream& err,
-                bool verify_first = false) {
+                bool verify_first = false, std::string item = {}) {
+  if (item.empty()) item = default_item_name;
   const Slice s = parse_slice(what);
   std::string key = canonical_key(s.key);
   const Inspection found = inspect(path);
   if (found.kind == LocationKind::checkpointer_root)
     throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: show a leaf of one of its steps", path);
-  const CheckpointMetadata& m = found.metadata;
-  auto find = [&](const std::string& k) -> const LeafRecord* {
-    for (const auto& l : m.leaves())
-      if (l.key() == k) return &l;
-    return nullptr;
-  };
+  const ItemRecord* stored_item = found.metadata.find_item(item);
+  if (!stored_item) throw Error(ErrorKind::not_found, "no item '" + item + "' (cairn ls lists them)", path);
+  auto find = [&](const std::string& k) -> const LeafRecord* { return stored_item->find_leaf(k); };
   const LeafRecord* leaf = find(key);
   // A safetensors file's own names ("layers.0.w") name the leaves ls prints as layers/0/w.
   if (!leaf && found.kind == LocationKind::safetensors && s.key.find('/') == std::string::npos) {
@@ -141,9 +140,10 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
     }
   }
   if (!leaf) throw Error(ErrorKind::not_found, "no leaf '" + key + "' (cairn ls lists them)", path, key);
-  if (verify_first && leaf->dtype != DType::string) (void)read_arrays(path, {key});  // every chunk read whole and checked
+  const ReadArraysOptions from_item{.item = item};
+  if (verify_first && leaf->dtype != DType::string) (void)read_arrays(path, {key}, from_item);  // every chunk read whole and checked
   if (leaf->dtype == DType::string) {
-    const auto v = read_arrays(path, {key});
+    const auto v = read_arrays(path, {key}, from_item);
     const auto& b = v.at(key).bytes;
     out << key << ": string\n" << std::string(b.begin(), b.end()) << "\n";
     return exit_ok;
@@ -178,11 +178,11 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
                                                     : DType::int64;
   const bool empty = element_count(box.shape) == 0;
   std::map<std::string, ArrayValue> got;
-  if (!empty) got = read_arrays(path, {key}, {.as = as, .boxes = boxes});
+  if (!empty) got = read_arrays(path, {key}, {.as = as, .boxes = boxes, .item = item});
   if (!empty && !verify_first && found.kind == LocationKind::checkpoint && !boxes_read_whole_chunks(*leaf, boxes))
     err << "cairn: note: these values were read from part of a chunk, which its checksum cannot cover: they are "
            "not checksum-verified (show --verify reads the whole leaf first; cairn verify checks every byte)\n";
-  const std::size_t item = dtype_size(as);
+  const std::size_t item_size = dtype_size(as);
   // The element at (box-relative) index idx: find its part.
   auto at = [&](const std::vector<std::int64_t>& idx) -> std::string {
     const ArrayValue& v = got.at(key);
@@ -195,8 +195,8 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
         inside = g >= part.start[d] && g < part.start[d] + part.shape[d];
         linear = linear * static_cast<std::uint64_t>(part.shape[d]) + static_cast<std::uint64_t>(g - part.start[d]);
       }
-      if (inside) return value_text(as, v.bytes.data() + offset + linear * item, leaf->dtype);
-      offset += byte_count(part.shape, item);
+      if (inside) return value_text(as, v.bytes.data() + offset + linear * item_size, leaf->dtype);
+      offset += byte_count(part.shape, item_size);
     }
     return "?";
   };

@@ -5343,6 +5343,10 @@ enum class ConvertTo {
 
 struct ConvertOptions {
   ConvertTo to = ConvertTo::automatic;
+  // The item to convert; empty: every item of the source (a checkpoint's RNG and data-loader
+  // items with its tree). A safetensors file holds one item: with several in the source, name
+  // it here, or the conversion fails (it never drops an item silently).
+  std::string item = {};
   std::vector<CastRule> cast = {};          // key-path globs -> the dtype to store them as
   std::vector<std::string> select = {};     // key-path globs of the leaves to copy; empty: every leaf
   std::vector<std::string> exclude = {};    // key-path globs of leaves to leave out (applied after select)
@@ -5352,14 +5356,15 @@ struct ConvertOptions {
 
 struct ConvertReport {
   ConvertTo to = ConvertTo::checkpoint;     // what was written
+  std::vector<std::string> items;           // the items written
   std::uint64_t leaves = 0;
   std::uint64_t bytes = 0;                  // tensor bytes written
   std::vector<std::string> files;           // the files written (safetensors)
   std::vector<std::string> cast;            // key paths stored as another dtype
 };
 
-// Reads the selected leaves of src's item "state" (as stored) and writes them with src's
-// structure and user metadata to dst, committed as any save or export is. Memory: the
+// Reads the selected leaves of src's items (as stored) and writes them with src's structure,
+// item kinds and user metadata to dst, committed as any save or export is. Memory: the
 // selected leaves, whole. A safetensors target keeps user metadata as strings (its
 // "__metadata__" holds only strings): a non-string value is written as its JSON text.
 CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const ConvertOptions& options = {});
@@ -14623,32 +14628,56 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   if (source.kind == LocationKind::checkpointer_root)
     throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: convert one of its steps", source.path);
   const CheckpointMetadata& m = source.metadata;
-  const ItemRecord* item = m.find_item(default_item_name);
-  if (!item) throw Error(ErrorKind::not_found, "the source has no item 'state' to convert", source.path);
-  std::vector<std::string> keys;
-  for (const auto& l : item->leaves) {
-    const std::string k = l.key();
-    auto matches = [&](const std::vector<std::string>& globs) {
-      return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return glob_matches(g, k); });
-    };
-    if ((options.select.empty() || matches(options.select)) && !matches(options.exclude)) keys.push_back(k);
+  std::vector<const ItemRecord*> items;
+  if (!options.item.empty()) {
+    const ItemRecord* item = m.find_item(options.item);
+    if (!item) throw Error(ErrorKind::not_found, "the source has no item '" + options.item + "'", source.path);
+    items.push_back(item);
+  } else {
+    for (const ItemRecord& item : m.items) items.push_back(&item);
   }
-  if (keys.empty()) throw Error(ErrorKind::invalid_argument, "no leaf matches the selection", source.path);
-  const auto values = read_arrays(src, keys);
-  // The source's structure, with the selected leaves viewed in the values read.
-  detail::ItemSnapshot snap;
-  snap.name = default_item_name;
-  snap.nodes = item->nodes;
-  for (const auto& l : item->leaves) {
-    auto it = values.find(l.key());
-    if (it == values.end()) continue;
-    snap.leaves.push_back({l.path, leaf_traits<ArrayValue>::view(it->second)});
-  }
-  ConvertReport report;
   const bool to_safetensors = options.to == ConvertTo::safetensors ||
                               (options.to == ConvertTo::automatic &&
                                (detail::ends_with(dst.key(), ".safetensors") || options.max_file_bytes > 0));
+  if (to_safetensors && items.size() > 1) {
+    std::string names;
+    for (const ItemRecord* i : items) names += (names.empty() ? "'" : ", '") + i->name + "'";
+    throw Error(ErrorKind::invalid_argument, "the source holds the items " + names +
+                "; a safetensors file holds one: choose it (ConvertOptions::item, cairn convert --item NAME)",
+                source.path);
+  }
+  auto matches = [](const std::vector<std::string>& globs, const std::string& k) {
+    return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return glob_matches(g, k); });
+  };
+  // Each item's structure, with its selected leaves viewed in the values read (kept alive in
+  // `values` until the save returns).
+  std::vector<detail::ItemSnapshot> snaps;
+  std::vector<std::map<std::string, ArrayValue>> values;
+  values.reserve(items.size());
+  for (const ItemRecord* item : items) {
+    std::vector<std::string> keys;
+    for (const auto& l : item->leaves) {
+      const std::string k = l.key();
+      if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k)) keys.push_back(k);
+    }
+    if (keys.empty()) continue;
+    values.push_back(read_arrays(src, keys, {.item = item->name}));
+    detail::ItemSnapshot snap;
+    snap.name = item->name;
+    snap.kind = item->kind;
+    snap.nodes = item->nodes;
+    for (const auto& l : item->leaves) {
+      auto it = values.back().find(l.key());
+      if (it == values.back().end()) continue;
+      snap.leaves.push_back({l.path, leaf_traits<ArrayValue>::view(it->second)});
+    }
+    snaps.push_back(std::move(snap));
+  }
+  if (snaps.empty()) throw Error(ErrorKind::invalid_argument, "no leaf matches the selection", source.path);
+  ConvertReport report;
+  for (const auto& snap : snaps) report.items.push_back(snap.name);
   if (to_safetensors) {
+    const detail::ItemSnapshot& snap = snaps.front();
     SafetensorsSaveOptions o;
     o.overwrite = options.overwrite;
     o.cast = options.cast;
@@ -14667,7 +14696,7 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   o.cast = options.cast;
   o.user_metadata = m.user_metadata.is_object() ? m.user_metadata : Json::object();
   const SaveReport r =
-      detail::save_snapshots(dst.store(), dst.key(), [&] { return std::vector<detail::ItemSnapshot>{snap}; }, o);
+      detail::save_snapshots(dst.store(), dst.key(), [&] { return std::move(snaps); }, o);
   report.to = ConvertTo::checkpoint;
   report.leaves = r.leaves;
   report.bytes = r.bytes_written;

@@ -21,6 +21,10 @@ enum class ConvertTo {
 
 struct ConvertOptions {
   ConvertTo to = ConvertTo::automatic;
+  // The item to convert; empty: every item of the source (a checkpoint's RNG and data-loader
+  // items with its tree). A safetensors file holds one item: with several in the source, name
+  // it here, or the conversion fails (it never drops an item silently).
+  std::string item = {};
   std::vector<CastRule> cast = {};          // key-path globs -> the dtype to store them as
   std::vector<std::string> select = {};     // key-path globs of the leaves to copy; empty: every leaf
   std::vector<std::string> exclude = {};    // key-path globs of leaves to leave out (applied after select)
@@ -30,14 +34,15 @@ struct ConvertOptions {
 
 struct ConvertReport {
   ConvertTo to = ConvertTo::checkpoint;     // what was written
+  std::vector<std::string> items;           // the items written
   std::uint64_t leaves = 0;
   std::uint64_t bytes = 0;                  // tensor bytes written
   std::vector<std::string> files;           // the files written (safetensors)
   std::vector<std::string> cast;            // key paths stored as another dtype
 };
 
-// Reads the selected leaves of src's item "state" (as stored) and writes them with src's
-// structure and user metadata to dst, committed as any save or export is. Memory: the
+// Reads the selected leaves of src's items (as stored) and writes them with src's structure,
+// item kinds and user metadata to dst, committed as any save or export is. Memory: the
 // selected leaves, whole. A safetensors target keeps user metadata as strings (its
 // "__metadata__" holds only strings): a non-string value is written as its JSON text.
 CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const ConvertOptions& options = {});

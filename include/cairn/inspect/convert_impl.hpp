@@ -15,32 +15,56 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   if (source.kind == LocationKind::checkpointer_root)
     throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: convert one of its steps", source.path);
   const CheckpointMetadata& m = source.metadata;
-  const ItemRecord* item = m.find_item(default_item_name);
-  if (!item) throw Error(ErrorKind::not_found, "the source has no item 'state' to convert", source.path);
-  std::vector<std::string> keys;
-  for (const auto& l : item->leaves) {
-    const std::string k = l.key();
-    auto matches = [&](const std::vector<std::string>& globs) {
-      return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return glob_matches(g, k); });
-    };
-    if ((options.select.empty() || matches(options.select)) && !matches(options.exclude)) keys.push_back(k);
+  std::vector<const ItemRecord*> items;
+  if (!options.item.empty()) {
+    const ItemRecord* item = m.find_item(options.item);
+    if (!item) throw Error(ErrorKind::not_found, "the source has no item '" + options.item + "'", source.path);
+    items.push_back(item);
+  } else {
+    for (const ItemRecord& item : m.items) items.push_back(&item);
   }
-  if (keys.empty()) throw Error(ErrorKind::invalid_argument, "no leaf matches the selection", source.path);
-  const auto values = read_arrays(src, keys);
-  // The source's structure, with the selected leaves viewed in the values read.
-  detail::ItemSnapshot snap;
-  snap.name = default_item_name;
-  snap.nodes = item->nodes;
-  for (const auto& l : item->leaves) {
-    auto it = values.find(l.key());
-    if (it == values.end()) continue;
-    snap.leaves.push_back({l.path, leaf_traits<ArrayValue>::view(it->second)});
-  }
-  ConvertReport report;
   const bool to_safetensors = options.to == ConvertTo::safetensors ||
                               (options.to == ConvertTo::automatic &&
                                (detail::ends_with(dst.key(), ".safetensors") || options.max_file_bytes > 0));
+  if (to_safetensors && items.size() > 1) {
+    std::string names;
+    for (const ItemRecord* i : items) names += (names.empty() ? "'" : ", '") + i->name + "'";
+    throw Error(ErrorKind::invalid_argument, "the source holds the items " + names +
+                "; a safetensors file holds one: choose it (ConvertOptions::item, cairn convert --item NAME)",
+                source.path);
+  }
+  auto matches = [](const std::vector<std::string>& globs, const std::string& k) {
+    return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return glob_matches(g, k); });
+  };
+  // Each item's structure, with its selected leaves viewed in the values read (kept alive in
+  // `values` until the save returns).
+  std::vector<detail::ItemSnapshot> snaps;
+  std::vector<std::map<std::string, ArrayValue>> values;
+  values.reserve(items.size());
+  for (const ItemRecord* item : items) {
+    std::vector<std::string> keys;
+    for (const auto& l : item->leaves) {
+      const std::string k = l.key();
+      if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k)) keys.push_back(k);
+    }
+    if (keys.empty()) continue;
+    values.push_back(read_arrays(src, keys, {.item = item->name}));
+    detail::ItemSnapshot snap;
+    snap.name = item->name;
+    snap.kind = item->kind;
+    snap.nodes = item->nodes;
+    for (const auto& l : item->leaves) {
+      auto it = values.back().find(l.key());
+      if (it == values.back().end()) continue;
+      snap.leaves.push_back({l.path, leaf_traits<ArrayValue>::view(it->second)});
+    }
+    snaps.push_back(std::move(snap));
+  }
+  if (snaps.empty()) throw Error(ErrorKind::invalid_argument, "no leaf matches the selection", source.path);
+  ConvertReport report;
+  for (const auto& snap : snaps) report.items.push_back(snap.name);
   if (to_safetensors) {
+    const detail::ItemSnapshot& snap = snaps.front();
     SafetensorsSaveOptions o;
     o.overwrite = options.overwrite;
     o.cast = options.cast;
@@ -59,7 +83,7 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   o.cast = options.cast;
   o.user_metadata = m.user_metadata.is_object() ? m.user_metadata : Json::object();
   const SaveReport r =
-      detail::save_snapshots(dst.store(), dst.key(), [&] { return std::vector<detail::ItemSnapshot>{snap}; }, o);
+      detail::save_snapshots(dst.store(), dst.key(), [&] { return std::move(snaps); }, o);
   report.to = ConvertTo::checkpoint;
   report.leaves = r.leaves;
   report.bytes = r.bytes_written;
