@@ -112,7 +112,7 @@ TEST_CASE("an ArrayValue is a leaf: it loads as stored and saves as it is") {
   CHECK(back.at("f").bytes == any["f"].bytes);
   const auto typed = cairn::load_subtree<cairn::Array<std::int16_t>>(dir / "any", "grid");
   CHECK(std::memcmp(typed.data(), m.grid.data(), 70) == 0);
-  ArrayValue wrong{DType::float32, {4}, std::vector<unsigned char>(12)};
+  ArrayValue wrong{DType::float32, {4}, std::vector<unsigned char>(12), {}};
   CHECK_CAIRN_ERROR(cairn::save(dir / "wrong", wrong), ErrorKind::invalid_argument, "12 bytes, not 16");
 }
 

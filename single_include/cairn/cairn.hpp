@@ -5164,12 +5164,12 @@ CAIRN_BEGIN_NAMESPACE
 
 struct ArrayValue {
   DType dtype = DType::float32;
-  Shape shape;                       // of the whole array, also when only boxes of it are held
-  std::vector<unsigned char> bytes;  // C order: the whole array, or each box after the other
+  Shape shape = {};                  // of the whole array, also when only boxes of it are held
+  std::vector<unsigned char> bytes = {};  // C order: the whole array, or each box after the other
   // Empty: `bytes` hold the whole array. Otherwise the boxes of it that `bytes` hold, in order
   // (what read_arrays reads when asked for boxes); such a value is not saved (a save refuses
   // it: it is not the array).
-  std::vector<Box> boxes;
+  std::vector<Box> boxes = {};
 
   std::uint64_t elements() const { return element_count(shape); }
 
@@ -5266,8 +5266,8 @@ struct Inspection {
 CAIRN_API Inspection inspect(const Location& location);
 
 struct ReadArraysOptions {
-  std::optional<DType> as;    // cast every leaf to this dtype (saturating, lossy allowed); unset: as stored
-  std::vector<Box> boxes;     // read only these boxes of each leaf (one after another in `bytes`); empty: whole
+  std::optional<DType> as = {};  // cast every leaf to this dtype (saturating, lossy allowed); unset: as stored
+  std::vector<Box> boxes = {};   // read only these boxes of each leaf (one after another in `bytes`); empty: whole
   std::string item = default_item_name;  // the checkpoint's item (safetensors has one, "state")
 };
 

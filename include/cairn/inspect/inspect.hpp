@@ -59,8 +59,8 @@ struct Inspection {
 CAIRN_API Inspection inspect(const Location& location);
 
 struct ReadArraysOptions {
-  std::optional<DType> as;    // cast every leaf to this dtype (saturating, lossy allowed); unset: as stored
-  std::vector<Box> boxes;     // read only these boxes of each leaf (one after another in `bytes`); empty: whole
+  std::optional<DType> as = {};  // cast every leaf to this dtype (saturating, lossy allowed); unset: as stored
+  std::vector<Box> boxes = {};   // read only these boxes of each leaf (one after another in `bytes`); empty: whole
   std::string item = default_item_name;  // the checkpoint's item (safetensors has one, "state")
 };
 
