@@ -235,3 +235,13 @@ TEST_CASE("convert: checkpoint to safetensors and back keeps every selected leaf
   CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "back"), ErrorKind::already_exists, "");
   CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.select = {"zzz"}}), ErrorKind::invalid_argument, "selection");
 }
+
+TEST_CASE("metadata().summary() names a root leaf (a JSON or per-rank item's) as (root), as cairn ls does") {
+  test::TempDir dir;
+  std::vector<float> w{1, 2};
+  cairn::Json note = cairn::Json::object({{"a", 1}});
+  cairn::save(dir / "c", cairn::Items().tree("state", w).json("note", note));
+  const std::string summary = cairn::metadata(dir / "c").summary();
+  CHECK(summary.find("  (root): string[") != std::string::npos);
+  CHECK(summary.find("\n  : ") == std::string::npos);
+}

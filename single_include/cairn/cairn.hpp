@@ -4229,7 +4229,7 @@ inline std::string CheckpointMetadata::summary() const {
   for (const auto& item : items) {
     s += "item '" + item.name + "' (" + item_kind_name(item.kind) + ", " + std::to_string(item.leaves.size()) + " leaves)\n";
     for (const auto& l : item.leaves) {
-      s += "  " + l.key() + ": " + dtype_name(l.dtype) + to_string(l.shape);
+      s += "  " + (l.path.empty() ? std::string("(root)") : l.key()) + ": " + dtype_name(l.dtype) + to_string(l.shape);
       if (l.shape.size() >= 2 && l.order == Order::F) s += " F-order";
       if (l.saved_from != l.dtype) s += std::string(" (cast from ") + dtype_name(l.saved_from) + ")";
       if (l.chunks.size() > 1) s += " in " + std::to_string(l.chunks.size()) + " chunks";
