@@ -245,3 +245,19 @@ TEST_CASE("metadata().summary() names a root leaf (a JSON or per-rank item's) as
   CHECK(summary.find("  (root): string[") != std::string::npos);
   CHECK(summary.find("\n  : ") == std::string::npos);
 }
+
+TEST_CASE("verify names a truncated data file's real size for every chunk past its end") {
+  test::TempDir dir;
+  std::map<std::string, std::vector<float>> m;
+  for (int i = 0; i < 4; ++i) m["l" + std::to_string(i)] = std::vector<float>(5000, static_cast<float>(i));
+  cairn::save(dir / "c", m);
+  const auto meta = cairn::metadata(dir / "c");
+  const std::string file = dir / ("c/" + meta.leaves()[0].chunks[0].file);
+  std::filesystem::resize_file(file, 1000);
+  const cairn::VerifyReport r = cairn::verify(dir / "c");
+  REQUIRE(r.problems.size() == 4);
+  for (const auto& p : r.problems) {
+    CHECK(p.why.find("it is 1000 bytes") != std::string::npos);
+    CHECK(p.file == file);
+  }
+}
