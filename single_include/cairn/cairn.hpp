@@ -14561,6 +14561,13 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
         try {
           auto& r = files[c.file];
           if (!r) r = store.open(join_key(dir, c.file));
+          // A truncated file: its real size, not the offset where one read stopped short.
+          if (const std::uint64_t size = r->size(); c.offset + c.nbytes > size) {
+            report.problems.push_back({file, l.key(), "the file is truncated: it is " + std::to_string(size) +
+                                       " bytes, and this chunk needs bytes up to " + std::to_string(c.offset + c.nbytes),
+                                       c.offset, c.offset + c.nbytes});
+            continue;
+          }
           std::uint32_t crc = 0;
           for (std::uint64_t at = 0; at < c.nbytes;) {
             const std::uint64_t n = std::min<std::uint64_t>(buf.size(), c.nbytes - at);
