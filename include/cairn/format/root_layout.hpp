@@ -59,15 +59,22 @@ inline bool looks_like_step_name(std::string_view name) {
 
 // When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any
 // other), a message saying so and how to load one; "" otherwise.
-inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
-  std::vector<std::string> steps;
+// The names of the committed checkpoints directly under `key`, in step order (numeric for
+// plain step numbers): what a directory of checkpoints holds.
+inline std::vector<std::string> committed_children(const Store& store, const std::string& key) {
+  std::vector<std::string> names;
   for (const auto& e : store.list(key))
     if (e.is_prefix && !store.is_internal_name(e.name) && is_committed_checkpoint(store, join_key(key, e.name)))
-      steps.push_back(e.name);
-  if (steps.empty()) return {};
-  std::sort(steps.begin(), steps.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;  // numeric order for plain step numbers
+      names.push_back(e.name);
+  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
   });
+  return names;
+}
+
+inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
+  const std::vector<std::string> steps = committed_children(store, key);
+  if (steps.empty()) return {};
   std::string list;
   for (std::size_t i = 0; i < steps.size() && i < 8; ++i) list += (i ? ", " : "") + steps[i];
   if (steps.size() > 8) list += ", ... (" + std::to_string(steps.size()) + " in all)";

@@ -25,7 +25,7 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   }
   const bool to_safetensors = options.to == ConvertTo::safetensors ||
                               (options.to == ConvertTo::automatic &&
-                               (detail::ends_with(dst.key(), ".safetensors") || options.max_file_bytes > 0));
+                               (dst.key().ends_with(".safetensors") || options.max_file_bytes > 0));
   if (to_safetensors && items.size() > 1) {
     std::string names;
     for (const ItemRecord* i : items) names += (names.empty() ? "'" : ", '") + i->name + "'";

@@ -16,17 +16,52 @@
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-inline bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+inline bool names_safetensors(const std::string& key) {
+  return key.ends_with(".safetensors") || key.ends_with(safetensors_index_suffix);
 }
 
-inline LocationKind location_kind(const Location& location) {
-  if (ends_with(location.key(), ".safetensors") || ends_with(location.key(), safetensors_index_suffix))
-    return LocationKind::safetensors;
+// What is at `location`; for a Checkpointer root, `steps` receives its committed steps (the
+// listing that decided it, so that nobody lists the root again).
+inline LocationKind location_kind(const Location& location, std::vector<std::string>* steps = nullptr) {
+  if (names_safetensors(location.key())) return LocationKind::safetensors;
   const Store& store = location.store();
-  if (!is_committed_checkpoint(store, location.key()) && !describe_checkpointer_root(store, location.key()).empty())
-    return LocationKind::checkpointer_root;
-  return LocationKind::checkpoint;
+  if (is_committed_checkpoint(store, location.key())) return LocationKind::checkpoint;
+  std::vector<std::string> names = committed_children(store, location.key());
+  if (names.empty()) return LocationKind::checkpoint;  // read as one, for the load's own error
+  if (steps) *steps = std::move(names);
+  return LocationKind::checkpointer_root;
+}
+
+// A Checkpointer root's steps and its `latest` marker, without reading the steps' metadata.
+inline Inspection inspect_root(const Location& location, std::vector<std::string> names) {
+  Inspection out;
+  out.kind = LocationKind::checkpointer_root;
+  out.path = location.describe();
+  const Store& store = location.store();
+  const std::string marker = join_key(location.key(), "latest");
+  if (!store.is_blob(marker)) {
+    out.latest_problem = "the latest marker (" + store.describe(marker) + ") is missing";
+  } else {
+    out.latest_marker = true;
+    try {
+      out.latest = read_blob(store, marker, 4096);
+      while (!out.latest.empty() && (out.latest.back() == '\n' || out.latest.back() == '\r')) out.latest.pop_back();
+      if (!valid_utf8(out.latest)) out.latest = printable_prefix(out.latest);
+      if (std::find(names.begin(), names.end(), out.latest) == names.end())
+        out.latest_problem = "the latest marker (" + store.describe(marker) + ") is damaged: it says '" +
+                             printable_prefix(out.latest) + "', which is no committed step";
+    } catch (const Error& e) {
+      out.latest_problem = std::string("the latest marker does not read: ") + e.what();
+      out.latest.clear();
+    }
+  }
+  for (auto& n : names) {
+    InspectedStep step;
+    step.latest = n == out.latest;
+    step.name = std::move(n);
+    out.steps.push_back(std::move(step));
+  }
+  return out;
 }
 
 // A leaf of read_arrays' plan: where its value goes and how it is read.
@@ -84,58 +119,26 @@ CAIRN_API const char* location_kind_name(LocationKind kind) {
 }
 
 CAIRN_API Inspection inspect(const Location& location) {
-  Inspection out;
-  out.kind = detail::location_kind(location);
-  out.path = location.describe();
-  if (out.kind == LocationKind::safetensors) {
-    out.metadata = safetensors_metadata(location);
-    return out;
-  }
-  if (out.kind == LocationKind::checkpoint) {
-    out.metadata = metadata(location);
-    return out;
-  }
-  const Store& store = location.store();
-  const std::string& key = location.key();
   std::vector<std::string> names;
-  for (const auto& e : store.list(key))
-    if (e.is_prefix && !store.is_internal_name(e.name) && detail::is_committed_checkpoint(store, detail::join_key(key, e.name)))
-      names.push_back(e.name);
-  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;  // numeric order for plain step numbers
-  });
-  const std::string marker = detail::join_key(key, "latest");
-  if (!store.is_blob(marker)) {
-    out.latest_problem = "the latest marker (" + store.describe(marker) + ") is missing";
-  } else {
-    out.latest_marker = true;
-    try {
-      out.latest = detail::read_blob(store, marker, 4096);
-      while (!out.latest.empty() && (out.latest.back() == '\n' || out.latest.back() == '\r')) out.latest.pop_back();
-      if (!detail::valid_utf8(out.latest)) out.latest = detail::printable_prefix(out.latest);
-      if (std::find(names.begin(), names.end(), out.latest) == names.end())
-        out.latest_problem = "the latest marker (" + store.describe(marker) + ") is damaged: it says '" +
-                             detail::printable_prefix(out.latest) + "', which is no committed step";
-    } catch (const Error& e) {
-      out.latest_problem = std::string("the latest marker does not read: ") + e.what();
-      out.latest.clear();
+  const LocationKind kind = detail::location_kind(location, &names);
+  if (kind == LocationKind::checkpointer_root) {
+    Inspection out = detail::inspect_root(location, std::move(names));
+    for (InspectedStep& step : out.steps) {
+      try {
+        const CheckpointMetadata m = metadata(location / step.name);
+        step.created = m.created;
+        step.bytes = m.total_bytes();
+        if (const Json* metrics = m.user_metadata.find("metrics")) step.metrics = *metrics;
+      } catch (const Error& e) {
+        step.error = e.what();
+      }
     }
+    return out;
   }
-  if (names.empty()) out.latest_problem.clear();  // nothing committed: nothing to point at
-  for (const auto& n : names) {
-    InspectedStep step;
-    step.name = n;
-    step.latest = n == out.latest;
-    try {
-      const CheckpointMetadata m = metadata(location / n);
-      step.created = m.created;
-      step.bytes = m.total_bytes();
-      if (const Json* metrics = m.user_metadata.find("metrics")) step.metrics = *metrics;
-    } catch (const Error& e) {
-      step.error = e.what();
-    }
-    out.steps.push_back(std::move(step));
-  }
+  Inspection out;
+  out.kind = kind;
+  out.path = location.describe();
+  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location) : metadata(location);
   return out;
 }
 
@@ -162,7 +165,7 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& location
   load_options.allow_cast = true;
   load_options.allow_lossy_cast = {"*"};  // the caller chose `as`
   load_options.on_overflow = OnOverflow::saturate;
-  const LoadReport r = detail::location_kind(location) == LocationKind::safetensors
+  const LoadReport r = detail::names_safetensors(location.key())
                            ? detail::load_safetensors_planned(location.store(), location.key(), load_options, {}, plan_fn)
                            : detail::load_planned(location.store(), location.key(), load_options, false, plan_fn);
   if (report) *report = r;

@@ -55,10 +55,12 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
 CAIRN_API VerifyReport verify(const Location& location) {
   VerifyReport report;
   const Store& store = location.store();
-  if (detail::location_kind(location) == LocationKind::checkpointer_root) {
-    const Inspection root = inspect(location);
-    report.kind = root.kind;
-    report.path = root.path;
+  std::vector<std::string> steps;
+  report.kind = detail::location_kind(location, &steps);
+  report.path = location.describe();
+  if (report.kind == LocationKind::checkpointer_root) {
+    // The steps and the marker only: each step's metadata is read once, by its own check below.
+    const Inspection root = detail::inspect_root(location, std::move(steps));
     if (root.latest_marker && !root.latest_problem.empty()) report.problems.push_back({root.path, "", root.latest_problem, 0, 0});
     for (const InspectedStep& step : root.steps) {
       const Location at = location / step.name;
@@ -72,15 +74,13 @@ CAIRN_API VerifyReport verify(const Location& location) {
     }
     return report;
   }
-  const Inspection one = inspect(location);
-  report.kind = one.kind;
-  report.path = one.path;
-  report.checkpoints.push_back(one.path);
-  if (one.kind == LocationKind::safetensors) {
-    report.checksummed = false;  // the header was validated by inspect; every tensor byte is read
-    detail::verify_chunks(store, detail::key_parent(location.key()), one.metadata, false, report);
+  report.checkpoints.push_back(report.path);
+  if (report.kind == LocationKind::safetensors) {
+    report.checksummed = false;  // the header is validated as it is read; every tensor byte is read
+    detail::verify_chunks(store, detail::key_parent(location.key()), safetensors_metadata(location), false, report);
   } else {
-    detail::verify_chunks(store, store.readable_checkpoint(location.key()), one.metadata, true, report);
+    // metadata() checks the marker and both metadata files against it.
+    detail::verify_chunks(store, store.readable_checkpoint(location.key()), metadata(location), true, report);
   }
   return report;
 }
