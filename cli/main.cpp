@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `cairn` command-line tool (docs/cli.md); everything it does is cli/cairn_cli.hpp.
 #include "cairn_cli.hpp"
+#if CAIRN_CLI_S3
+#include <cairn/s3.hpp>  // s3:// and gs:// URIs (built where libcurl and OpenSSL are found)
+#endif
 
 #include <iostream>
 

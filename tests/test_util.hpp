@@ -51,6 +51,12 @@ std::vector<T> random_bits(std::size_t n, std::mt19937_64& g = rng()) {
   return v;
 }
 
+// Bit-exact equality of two vectors (== is false for NaNs, which random_bits makes).
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
 inline std::string read_file(const std::string& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});

@@ -1,0 +1,546 @@
+// SPDX-License-Identifier: Apache-2.0
+// The S3 operations a store needs (HEAD, ranged GET, PUT, multipart upload, ListObjectsV2,
+// DeleteObjects, ListMultipartUploads), each one signed request retried by one policy:
+// throttling (429, 503, SlowDown), server errors (500, 502, 504), timeouts (408) and broken
+// or stalled connections are tried again after a full-jitter exponential backoff, up to
+// max_attempts; anything else fails at once. Every error names the object's URI, the HTTP
+// status, S3's error code and message, and the request id; never a credential.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <ctime>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cairn/core/config.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/s3/http.hpp"
+#include "cairn/s3/options.hpp"
+#include "cairn/s3/sigv4.hpp"
+#include "cairn/s3/xml.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace s3 {
+
+struct ObjectInfo {
+  std::uint64_t size = 0;
+  std::string etag;
+};
+
+struct ListedObject {
+  std::string key;  // the whole key in the bucket
+  std::uint64_t size = 0;
+  std::string etag;
+  std::string last_modified;  // ISO 8601, as the server wrote it
+};
+
+struct Listing {
+  std::vector<ListedObject> objects;
+  std::vector<std::string> prefixes;  // with their trailing delimiter
+};
+
+struct MultipartUpload {
+  std::string key, upload_id, initiated;
+};
+
+// Preconditions of a write (PUT, CompleteMultipartUpload).
+struct WriteCondition {
+  bool create_only = false;  // If-None-Match: * (GCS: x-goog-if-generation-match: 0)
+  std::string if_match;      // an ETag: replace only that version
+};
+
+// Seconds since the epoch of an ISO 8601 UTC time ("2026-11-25T21:29:41.000Z"); 0 if unreadable.
+inline std::int64_t parse_iso8601(const std::string& s) {
+  std::tm tm{};
+  if (s.size() < 19 || std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                                   &tm.tm_min, &tm.tm_sec) != 6)
+    return 0;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<std::int64_t>(timegm(&tm));
+}
+
+class Client {
+ public:
+  // Keys are relative to `root` in the bucket ("" for the bucket's top).
+  Client(std::string bucket, std::string root, const S3Options& options, ResolvedConfig config)
+      : bucket_(std::move(bucket)),
+        root_(std::move(root)),
+        options_(options),
+        config_(std::move(config)),
+        http_(HttpTimeouts{static_cast<long>(options.connect_timeout.count()), static_cast<long>(options.low_speed_bytes),
+                           static_cast<long>(options.low_speed_time.count())},
+              HttpClient::Tls{options.verify_tls, options.ca_bundle}) {}
+
+  const std::string& bucket() const { return bucket_; }
+  const ResolvedConfig& config() const { return config_; }
+  // "s3://bucket/key": how errors name an object.
+  std::string uri(const std::string& key) const { return config_.scheme + "://" + bucket_ + "/" + full(key); }
+  // Requests sent, retries included (benchmarks and tests count them).
+  std::uint64_t requests() const { return requests_.load(); }
+
+  // The bucket's region where nobody said it (AWS answers any HEAD of a bucket with
+  // x-amz-bucket-region, even a 301 or a 403).
+  void discover_region() {
+    if (config_.region_known || config_.custom_endpoint) return;
+    Call c;
+    c.method = "HEAD";
+    c.bucket_level = true;
+    c.accept = {200, 301, 403, 400};
+    const HttpResponse r = send(c);
+    const std::string region = r.header("x-amz-bucket-region");
+    if (!region.empty() && region != config_.region) {
+      config_.region = region;
+      config_.endpoint = "https://s3." + region + ".amazonaws.com";
+      config_.host = "s3." + region + ".amazonaws.com";
+    }
+    config_.region_known = true;
+  }
+
+  std::optional<ObjectInfo> head(const std::string& key) {
+    Call c;
+    c.method = "HEAD";
+    c.key = key;
+    c.accept = {200, 404};
+    const HttpResponse r = send(c);
+    if (r.status == 404) return std::nullopt;
+    ObjectInfo info;
+    info.size = std::strtoull(r.header("content-length").c_str(), nullptr, 10);
+    info.etag = r.header("etag");
+    return info;
+  }
+
+  // Exactly n bytes at `offset` of `key` into dst, from the version `etag` names (If-Match;
+  // empty: any). A changed object is a 412, raised as corrupt: the blob changed under a read.
+  void get_range(const std::string& key, void* dst, std::uint64_t n, std::uint64_t offset, const std::string& etag) {
+    if (n == 0) return;
+    Call c;
+    c.method = "GET";
+    c.key = key;
+    c.headers.push_back({"range", "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1)});
+    if (!etag.empty()) c.headers.push_back({"if-match", etag});
+    c.sink = dst;
+    c.sink_size = n;
+    c.accept = {200, 206, 412};
+    const HttpResponse r = send(c);
+    if (r.status == 412)
+      throw Error(ErrorKind::corrupt, "the object changed while it was being read (its ETag is no longer " + etag + ")", uri(key));
+    if (r.status == 200 && offset != 0)
+      throw Error(ErrorKind::io, "the server ignored the Range header (HTTP 200 for bytes " + std::to_string(offset) + "-)", uri(key));
+  }
+
+  // A whole small object, refused above `limit` bytes.
+  std::string get(const std::string& key, std::uint64_t limit) {
+    Call c;
+    c.method = "GET";
+    c.key = key;
+    c.max_body = limit + 1;
+    const HttpResponse r = send(c);
+    if (r.body.size() > limit || r.body_overflow)
+      throw Error(ErrorKind::corrupt, "object is over the limit of " + std::to_string(limit) + " bytes", uri(key));
+    return r.body;
+  }
+
+  // A PUT of a whole object; returns its ETag, or nullopt where the condition failed (412, or
+  // 409 from a store with a concurrent conditional write).
+  std::optional<std::string> put(const std::string& key, const void* data, std::uint64_t n, const WriteCondition& cond = {}) {
+    Call c;
+    c.method = "PUT";
+    c.key = key;
+    c.body = data;
+    c.body_size = n;
+    add_condition(c, cond);
+    c.accept = {200, 412, 409};
+    const HttpResponse r = send(c);
+    if (r.status != 200) return std::nullopt;
+    return r.header("etag");
+  }
+
+  std::string create_multipart(const std::string& key) {
+    Call c;
+    c.method = "POST";
+    c.key = key;
+    c.query = {{"uploads", ""}};
+    const HttpResponse r = send(c);
+    const std::string id = parse_xml(r.body).child_text("UploadId");
+    if (id.empty()) throw Error(ErrorKind::io, "CreateMultipartUpload answered without an UploadId", uri(key));
+    return id;
+  }
+
+  std::string upload_part(const std::string& key, const std::string& upload_id, int number, const void* data, std::uint64_t n) {
+    Call c;
+    c.method = "PUT";
+    c.key = key;
+    c.query = {{"partNumber", std::to_string(number)}, {"uploadId", upload_id}};
+    c.body = data;
+    c.body_size = n;
+    c.data = true;
+    const HttpResponse r = send(c);
+    const std::string etag = r.header("etag");
+    if (etag.empty()) throw Error(ErrorKind::io, "UploadPart " + std::to_string(number) + " answered without an ETag", uri(key));
+    return etag;
+  }
+
+  // True when completed; false where the write condition failed. A 200 whose body is an
+  // <Error> (S3 sends one when it fails after starting the answer) is an error, retried where
+  // the code is a transient one.
+  bool complete_multipart(const std::string& key, const std::string& upload_id, const std::vector<std::string>& etags,
+                          const WriteCondition& cond = {}) {
+    std::string xml = "<CompleteMultipartUpload>";
+    for (std::size_t i = 0; i < etags.size(); ++i)
+      xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + xml_escape(etags[i]) + "</ETag></Part>";
+    xml += "</CompleteMultipartUpload>";
+    Call c;
+    c.method = "POST";
+    c.key = key;
+    c.query = {{"uploadId", upload_id}};
+    c.body = xml.data();
+    c.body_size = xml.size();
+    add_condition(c, cond);
+    c.accept = {200, 412, 409};
+    c.error_in_200 = true;
+    const HttpResponse r = send(c);
+    return r.status == 200;
+  }
+
+  // Best effort: an upload left open costs storage until a lifecycle rule or the next
+  // cleanup removes it; a store that does not support the call (405) is not an error.
+  void abort_multipart(const std::string& key, const std::string& upload_id) noexcept {
+    try {
+      Call c;
+      c.method = "DELETE";
+      c.key = key;
+      c.query = {{"uploadId", upload_id}};
+      c.accept = {200, 204, 404, 405};
+      c.attempts = 3;
+      send(c);
+    } catch (...) {
+    }
+  }
+
+  // One level (delimiter "/") or everything (no delimiter) under `prefix`, every page.
+  Listing list(const std::string& prefix, bool one_level, std::size_t max_objects = SIZE_MAX) {
+    Listing out;
+    std::string token;
+    while (true) {
+      Call c;
+      c.method = "GET";
+      c.bucket_level = true;
+      c.query = {{"list-type", "2"}, {"prefix", full(prefix)}};
+      if (one_level) c.query.push_back({"delimiter", "/"});
+      if (!token.empty()) c.query.push_back({"continuation-token", token});
+      c.max_body = std::uint64_t{64} << 20;
+      c.what_key = prefix;
+      const HttpResponse r = send(c);
+      const XmlElement x = parse_checked(r, prefix);
+      x.each("Contents", [&](const XmlElement& e) {
+        out.objects.push_back({relative(e.child_text("Key")), std::strtoull(e.child_text("Size").c_str(), nullptr, 10),
+                               e.child_text("ETag"), e.child_text("LastModified")});
+      });
+      x.each("CommonPrefixes", [&](const XmlElement& e) { out.prefixes.push_back(relative(e.child_text("Prefix"))); });
+      if (x.child_text("IsTruncated") != "true" || out.objects.size() >= max_objects) break;
+      const std::string next = x.child_text("NextContinuationToken");
+      if (next.empty() || next == token)
+        throw Error(ErrorKind::io, "a truncated listing without a new continuation token", uri(prefix));
+      token = next;
+    }
+    return out;
+  }
+
+  // Deletes keys, 1,000 to a DeleteObjects request; where the store has no DeleteObjects
+  // (GCS answers 501 or 400), one DELETE each.
+  void remove(const std::vector<std::string>& keys) {
+    std::size_t at = 0;
+    while (at < keys.size() && batch_delete_) {
+      const std::size_t n = std::min<std::size_t>(1000, keys.size() - at);
+      std::string xml = "<Delete><Quiet>true</Quiet>";
+      for (std::size_t i = at; i < at + n; ++i) xml += "<Object><Key>" + xml_escape(full(keys[i])) + "</Key></Object>";
+      xml += "</Delete>";
+      Call c;
+      c.method = "POST";
+      c.bucket_level = true;
+      c.query = {{"delete", ""}};
+      c.body = xml.data();
+      c.body_size = xml.size();
+      c.headers.push_back({"content-md5", md5_base64(xml)});
+      c.accept = {200, 400, 501, 405};
+      c.what_key = keys[at];
+      const HttpResponse r = send(c);
+      if (r.status != 200) {
+        batch_delete_ = false;
+        break;
+      }
+      const XmlElement x = parse_checked(r, keys[at]);
+      if (const XmlElement* e = x.child("Error"))
+        throw Error(ErrorKind::io, "DeleteObjects failed for " + e->child_text("Key") + ": " + e->child_text("Code") + " " +
+                    e->child_text("Message"), uri(e->child_text("Key")));
+      at += n;
+    }
+    for (; at < keys.size(); ++at) {
+      Call c;
+      c.method = "DELETE";
+      c.key = keys[at];
+      c.accept = {200, 204, 404};
+      send(c);
+    }
+  }
+
+  std::vector<MultipartUpload> list_multipart_uploads(const std::string& prefix) {
+    std::vector<MultipartUpload> out;
+    Call c;
+    c.method = "GET";
+    c.bucket_level = true;
+    c.query = {{"uploads", ""}, {"prefix", full(prefix)}};
+    c.accept = {200, 404, 405, 501};
+    c.max_body = std::uint64_t{16} << 20;
+    c.what_key = prefix;
+    const HttpResponse r = send(c);
+    if (r.status != 200) return out;
+    parse_checked(r, prefix).each("Upload", [&](const XmlElement& e) {
+      out.push_back({relative(e.child_text("Key")), e.child_text("UploadId"), e.child_text("Initiated")});
+    });
+    return out;
+  }
+
+ private:
+  struct Call {
+    std::string method;
+    std::string key;           // the object's key ("" with bucket_level)
+    bool bucket_level = false;
+    std::string what_key;      // the key an error names for a bucket-level call
+    std::vector<std::pair<std::string, std::string>> query;
+    std::vector<std::pair<std::string, std::string>> headers;  // lowercase names; all signed
+    const void* body = nullptr;
+    std::uint64_t body_size = 0;
+    bool data = false;         // array bytes: sent with UNSIGNED-PAYLOAD over HTTPS
+    void* sink = nullptr;
+    std::uint64_t sink_size = 0;
+    std::uint64_t max_body = 1 << 20;
+    std::vector<long> accept = {200};  // statuses returned to the caller rather than raised
+    bool error_in_200 = false;
+    int attempts = 0;          // 0: options.max_attempts
+  };
+
+  static std::string xml_escape(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+      switch (c) {
+        case '&': out += "&amp;"; break;
+        case '<': out += "&lt;"; break;
+        case '>': out += "&gt;"; break;
+        case '"': out += "&quot;"; break;
+        case '\'': out += "&apos;"; break;
+        default: out += c;
+      }
+    }
+    return out;
+  }
+
+  static std::string md5_base64(const std::string& s) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_Digest(s.data(), s.size(), md, &len, EVP_md5(), nullptr);
+    static const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    for (unsigned i = 0; i < len; i += 3) {
+      const unsigned v = (md[i] << 16) | ((i + 1 < len ? md[i + 1] : 0) << 8) | (i + 2 < len ? md[i + 2] : 0);
+      out += b64[(v >> 18) & 63];
+      out += b64[(v >> 12) & 63];
+      out += i + 1 < len ? b64[(v >> 6) & 63] : '=';
+      out += i + 2 < len ? b64[v & 63] : '=';
+    }
+    return out;
+  }
+
+  void add_condition(Call& c, const WriteCondition& cond) const {
+    if (!options_.conditional_writes) return;
+    if (cond.create_only) {
+      if (config_.scheme == "gs") c.headers.push_back({"x-goog-if-generation-match", "0"});
+      else c.headers.push_back({"if-none-match", "*"});
+    }
+    if (!cond.if_match.empty()) c.headers.push_back({"if-match", cond.if_match});
+  }
+
+  XmlElement parse_checked(const HttpResponse& r, const std::string& key) const {
+    if (r.body_overflow) throw Error(ErrorKind::io, "the response is larger than cairn reads (a hostile or broken server)", uri(key));
+    try {
+      return parse_xml(r.body);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::io, e.message(), uri(key));
+    }
+  }
+
+  std::string object_path(const Call& c) const {
+    std::string p = "/";
+    if (config_.path_style) p += bucket_ + (c.bucket_level ? std::string() : "/" + full(c.key));
+    else if (!c.bucket_level) p += full(c.key);
+    return p;
+  }
+  std::string host() const { return config_.path_style ? config_.host : bucket_ + "." + config_.host; }
+  std::string scheme_prefix() const { return config_.endpoint.substr(0, config_.endpoint.find("://") + 3); }
+
+  static std::string amz_date_now() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[20];
+    std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+    return buf;
+  }
+
+  static bool retryable_status(long s) { return s == 408 || s == 429 || s == 500 || s == 502 || s == 503 || s == 504; }
+  static bool retryable_code(const std::string& code) {
+    return code == "SlowDown" || code == "Throttling" || code == "ThrottlingException" || code == "RequestTimeout" ||
+           code == "InternalError" || code == "ServiceUnavailable" || code == "RequestLimitExceeded" ||
+           code == "TooManyRequests";
+  }
+  static bool retryable_transport(CURLcode rc) {
+    switch (rc) {
+      case CURLE_COULDNT_CONNECT: case CURLE_OPERATION_TIMEDOUT: case CURLE_SEND_ERROR: case CURLE_RECV_ERROR:
+      case CURLE_GOT_NOTHING: case CURLE_PARTIAL_FILE: case CURLE_COULDNT_RESOLVE_HOST: case CURLE_SSL_CONNECT_ERROR:
+      case CURLE_HTTP2: case CURLE_HTTP2_STREAM: case CURLE_READ_ERROR: case CURLE_WRITE_ERROR:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  void backoff(int attempt) {
+    const double cap = static_cast<double>(options_.backoff_cap.count());
+    const double top = std::min(cap, static_cast<double>(options_.backoff_base.count()) * static_cast<double>(1u << std::min(attempt, 20)));
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    const auto ms = static_cast<long long>(std::uniform_real_distribution<double>(0, top)(rng));
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
+
+  // S3's <Error> of a body: code, message, request id.
+  static void read_error(const std::string& body, std::string& code, std::string& message, std::string& request_id) {
+    try {
+      const XmlElement x = parse_xml(body);
+      if (x.name != "Error") return;
+      code = x.child_text("Code");
+      message = x.child_text("Message");
+      if (request_id.empty()) request_id = x.child_text("RequestId");
+    } catch (const Error&) {
+    }
+  }
+
+  // One signed request, no retry.
+  HttpResponse attempt(const Call& c) {
+    SignedRequest s;
+    s.method = c.method;
+    s.path = object_path(c);
+    s.query = c.query;
+    const bool https = config_.endpoint.rfind("https://", 0) == 0;
+    s.payload_hash = !c.body ? empty_sha256()
+                     : (c.data && https) ? std::string("UNSIGNED-PAYLOAD")
+                                         : sha256_hex(c.body, static_cast<std::size_t>(c.body_size));
+    s.headers = c.headers;
+    s.headers.push_back({"host", host()});
+    const std::string amz_date = amz_date_now();
+    s.headers.push_back({"x-amz-date", amz_date});
+    s.headers.push_back({"x-amz-content-sha256", s.payload_hash});
+    if (!config_.credentials.session_token.empty()) s.headers.push_back({"x-amz-security-token", config_.credentials.session_token});
+    HttpRequest h;
+    h.method = c.method;
+    h.head = c.method == "HEAD";
+    h.url = scheme_prefix() + host() + s.request_target();
+    for (const auto& [k, v] : s.headers) h.headers.push_back(k + ": " + v);
+    if (!config_.credentials.anonymous())
+      h.headers.push_back("authorization: " + sign(s, config_.credentials, config_.region, "s3", amz_date).authorization);
+    h.body = c.body;
+    h.body_size = c.body_size;
+    h.sink = c.sink;
+    h.sink_size = c.sink_size;
+    h.max_body = c.max_body;
+    ++requests_;
+    return http_.perform(h);
+  }
+
+  // The error code and message of a failed HEAD, which has no body to carry them: the same
+  // object asked for its first byte.
+  void explain_head(const Call& c, std::string& code, std::string& message, std::string& request_id) {
+    Call g = c;
+    g.method = "GET";
+    g.headers.push_back({"range", "bytes=0-0"});
+    const HttpResponse r = attempt(g);
+    if (r.transport == CURLE_OK && r.status >= 400) read_error(r.body, code, message, request_id);
+  }
+
+  HttpResponse send(const Call& c) {
+    const std::string what = uri(c.bucket_level ? c.what_key : c.key);
+    const int attempts = c.attempts > 0 ? c.attempts : std::max(1, options_.max_attempts);
+    std::string last;
+    for (int attempt_no = 0; attempt_no < attempts; ++attempt_no) {
+      if (attempt_no > 0) backoff(attempt_no);
+      HttpResponse r = attempt(c);
+      if (r.transport != CURLE_OK) {
+        last = "the request failed: " + r.transport_error;
+        if (retryable_transport(r.transport)) continue;
+        throw Error(r.transport == CURLE_OPERATION_TIMEDOUT ? ErrorKind::timeout : ErrorKind::io, c.method + " " + last, what);
+      }
+      const bool ok = r.status >= 200 && r.status < 300;
+      if (ok && c.sink && r.sink_received != c.sink_size) {  // a short or long body
+        last = "the response carried " + std::to_string(r.sink_received) + (r.body_overflow ? "+" : "") + " of " +
+               std::to_string(c.sink_size) + " bytes";
+        if (!r.body_overflow) continue;
+        throw Error(ErrorKind::io, c.method + ": " + last, what);
+      }
+      std::string code, message, request_id = r.header("x-amz-request-id");
+      if (ok && c.error_in_200) {
+        read_error(r.body, code, message, request_id);
+        if (!code.empty()) {
+          last = "HTTP 200 carrying an error: " + code + " " + message + " (request id " + request_id + ")";
+          if (retryable_code(code)) continue;
+          throw Error(ErrorKind::io, c.method + " failed: " + last, what);
+        }
+      }
+      if (std::find(c.accept.begin(), c.accept.end(), r.status) != c.accept.end()) return r;
+      if (!ok) read_error(r.body, code, message, request_id);
+      if (!ok && c.method == "HEAD" && code.empty() && !retryable_status(r.status)) explain_head(c, code, message, request_id);
+      last = "HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code) + (message.empty() ? "" : ": " + message) +
+             (request_id.empty() ? "" : " (request id " + request_id + ")");
+      if (retryable_status(r.status) || retryable_code(code)) continue;
+      ErrorKind kind = ErrorKind::io;
+      std::string hint;
+      if (r.status == 404) {
+        kind = ErrorKind::not_found;
+        if (code == "NoSuchBucket") hint = "; the bucket '" + bucket_ + "' does not exist";
+      } else if (r.status == 403 || r.status == 401) {
+        hint = config_.credentials.anonymous()
+                   ? "; no credentials were found (AWS_ACCESS_KEY_ID, AWS_PROFILE or S3Options), so the request was unsigned"
+                   : "; check the credentials and the bucket's policy";
+      } else if (r.status == 412 || r.status == 409) {
+        kind = ErrorKind::already_exists;
+      }
+      throw Error(kind, c.method + " failed: " + last + hint, what);
+    }
+    throw Error(ErrorKind::io, c.method + " failed after " + std::to_string(attempts) + " attempts; the last: " + last, what);
+  }
+
+  // A key of the store as a key of the bucket, and back (listings name whole keys; a key
+  // outside the root, which a server should never list, stays whole and matches nothing).
+  std::string full(const std::string& key) const { return root_.empty() ? key : key.empty() ? root_ + "/" : root_ + "/" + key; }
+  std::string relative(const std::string& key) const {
+    if (root_.empty()) return key;
+    const std::string p = root_ + "/";
+    return key.rfind(p, 0) == 0 ? key.substr(p.size()) : key;
+  }
+
+  std::string bucket_;
+  std::string root_;
+  S3Options options_;
+  ResolvedConfig config_;
+  HttpClient http_;
+  std::atomic<std::uint64_t> requests_{0};
+  std::atomic<bool> batch_delete_{true};
+};
+
+}  // namespace s3
+CAIRN_END_NAMESPACE

@@ -1,0 +1,511 @@
+// SPDX-License-Identifier: Apache-2.0
+// S3Store: checkpoints in an S3-compatible object store (AWS S3, Google Cloud Storage through
+// its XML API, MinIO, Ceph RGW, Cloudflare R2, CoreWeave, any endpoint), on the Store seam, so
+// save, load, the Checkpointer, the safetensors functions and the CLI work on s3:// and gs://
+// URIs unchanged. Keys are object keys in one bucket; describe() names them s3://bucket/key.
+//
+// Object stores have no rename, so a checkpoint commits by its marker, written last
+// (docs/format.md, "Checkpoints in object stores"):
+//
+//   <key>/_CHECKPOINT                  the commit: names the generation that holds the checkpoint
+//   <key>/.cairn-gen-<id>/...          one save's objects (_CHECKPOINT, _METADATA, data-*.bin)
+//
+// A save writes every object of its generation, checks each is there with its size, then
+// writes <key>/_CHECKPOINT: create-only (If-None-Match: *) for a new key, so two racing saves
+// cannot both commit; If-Match on the marker it replaces for an overwrite, so the switch from
+// the old generation to the new is one PUT, atomic for every reader. Readers trust the marker
+// and never a listing (readable_checkpoint). A crash at any moment leaves the previous
+// checkpoint whole: its marker still names its generation. Generations no marker names are
+// the leftovers of dead saves, removed once older than S3Options::leftover_age (younger ones
+// may be a save in progress in another process).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cairn/core/json.hpp"
+#include "cairn/s3/client.hpp"
+#include "cairn/store/location.hpp"
+#include "cairn/store/store.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+
+class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
+ public:
+  // A store over one bucket, or over the keys under `root` in it (a store of its own for a
+  // team or a test: its keys, its listings and its cleanup stay under that prefix). `scheme`
+  // is "s3" or "gs" (Google Cloud Storage's XML API, with HMAC keys as the credentials).
+  S3Store(const std::string& scheme, const std::string& bucket, S3Options options = {}, const std::string& root = {})
+      : options_(checked(std::move(options))),
+        client_(bucket, detail::normalize_key(root == "/" ? std::string() : root), options_,
+                s3::resolve_config(scheme, bucket, options_)) {}
+
+  const std::string& bucket() const { return client_.bucket(); }
+  // Requests sent so far, retries included.
+  std::uint64_t requests() const { return client_.requests(); }
+
+  std::string describe(const std::string& key) const override { return client_.uri(key); }
+
+  std::unique_ptr<StoreReader> open(const std::string& key) const override {
+    const auto info = client().head(key);
+    if (!info) throw Error(ErrorKind::not_found, "no such object", describe(key));
+    return std::make_unique<Reader>(const_cast<S3Store&>(*this), key, *info);
+  }
+
+  std::unique_ptr<StoreWriter> create(const std::string& key) override {
+    if (client_.head(key)) throw Error(ErrorKind::already_exists, "an object already exists here", describe(key));
+    return std::make_unique<Writer>(*this, key, s3::WriteCondition{true, {}}, false);
+  }
+
+  bool exists(const std::string& key) const override {
+    if (key.empty()) return true;  // the bucket
+    if (client().head(key)) return true;
+    return !client().list(key + "/", false, 1).objects.empty();
+  }
+  bool is_blob(const std::string& key) const override { return !key.empty() && client().head(key).has_value(); }
+
+  std::vector<StoreEntry> list(const std::string& prefix) const override {
+    const std::string p = prefix.empty() ? std::string() : prefix + "/";
+    const s3::Listing l = client().list(p, options_.delimiter_listing);
+    std::vector<StoreEntry> out;
+    std::set<std::string> prefixes;
+    for (const auto& o : l.objects) {
+      if (o.key.size() <= p.size()) continue;
+      const std::string rest = o.key.substr(p.size());
+      const auto slash = rest.find('/');
+      if (slash == std::string::npos) out.push_back({rest, false});
+      else prefixes.insert(rest.substr(0, slash));
+    }
+    for (const auto& cp : l.prefixes) {
+      std::string n = cp.substr(p.size());
+      if (!n.empty() && n.back() == '/') n.pop_back();
+      if (!n.empty()) prefixes.insert(n);
+    }
+    for (const auto& n : prefixes) out.push_back({n, true});
+    return out;
+  }
+
+  void remove(const std::string& key) override {
+    std::vector<std::string> keys;
+    if (client_.head(key)) keys.push_back(key);
+    for (const auto& o : client_.list(key + "/", false).objects) keys.push_back(o.key);
+    client_.remove(keys);
+  }
+
+  std::unique_ptr<CheckpointStaging> stage(const std::string& key_in, bool overwrite) override {
+    const std::string key = detail::normalize_key(key_in);
+    if (key.empty()) throw Error(ErrorKind::invalid_argument, "a checkpoint needs a key under the bucket", describe(key));
+    if (has_internal_segment(key))
+      throw Error(ErrorKind::invalid_argument, "checkpoint keys may not contain a segment starting with '.cairn-'", describe(key));
+    if (client_.head(key)) throw Error(ErrorKind::already_exists, "an object (not a checkpoint) is at this key; cairn will not replace it", describe(key));
+    const std::string marker = detail::join_key(key, detail::commit_marker_name);
+    const auto committed = client_.head(marker);
+    if (committed && !overwrite)
+      throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", describe(key));
+    // Everything under the key must be cairn's: a marker and generations.
+    const s3::Listing under = client_.list(key + "/", false);
+    for (const auto& o : under.objects) {
+      const std::string rest = o.key.substr(key.size() + 1);
+      if (rest != detail::commit_marker_name && !is_internal_name(rest.substr(0, rest.find('/'))))
+        throw Error(ErrorKind::already_exists, "this key holds objects but no cairn checkpoint (" + rest +
+                    "); cairn will not write into it or replace it, even with overwrite", describe(key));
+    }
+    const std::string current = committed ? read_generation(key) : std::string();
+    remove_dead_generations(key, under, current);
+    return std::make_unique<Staging>(*this, key, new_generation_name(), current, committed ? committed->etag : std::string(),
+                                     committed.has_value());
+  }
+
+  std::string readable_checkpoint(const std::string& key) const override {
+    if (has_internal_segment(key))
+      throw Error(ErrorKind::incomplete, "this is a save's generation, read through the checkpoint's key", describe(key));
+    const std::string gen = read_generation(key);
+    return gen.empty() ? key : detail::join_key(key, gen);
+  }
+
+  bool is_internal_name(const std::string& name) const override { return name.rfind(generation_prefix, 0) == 0; }
+
+  void clean_leftovers(const std::string& prefix) override {
+    try {
+      const std::string p = prefix.empty() ? std::string() : prefix + "/";
+      const s3::Listing all = client_.list(p, false);
+      std::map<std::string, s3::Listing> by_child;  // the objects of each checkpoint under the prefix
+      for (const auto& o : all.objects) {
+        const std::string rest = o.key.substr(p.size());
+        const auto slash = rest.find('/');
+        if (slash != std::string::npos) by_child[rest.substr(0, slash)].objects.push_back(o);
+      }
+      for (const auto& [child, listing] : by_child) {
+        const std::string key = p + child;
+        bool has_marker = false;
+        for (const auto& o : listing.objects) has_marker |= o.key == key + "/" + detail::commit_marker_name;
+        remove_dead_generations(key, listing, has_marker ? read_generation(key) : std::string());
+      }
+      abort_old_uploads(p);
+    } catch (const Error&) {
+      // Best effort: a failed cleanup leaves leftovers for the next one.
+    }
+  }
+
+  void remove_checkpoints(const std::vector<std::string>& keys) override {
+    for (const auto& k : keys) {
+      const std::string key = detail::normalize_key(k);
+      client_.remove({detail::join_key(key, detail::commit_marker_name)});  // no longer a checkpoint
+      remove(key);
+    }
+  }
+
+  void write_atomically(const std::string& key, const std::string& content) override {
+    client_.put(key, content.data(), content.size());  // a PUT replaces an object whole, at once
+  }
+
+  std::unique_ptr<StoreWriter> create_atomically(const std::string& key_in, bool overwrite) override {
+    const std::string key = detail::normalize_key(key_in);
+    if (!client_.list(key + "/", false, 1).objects.empty())
+      throw Error(ErrorKind::already_exists, "this key holds other objects; cairn will not replace it", describe(key));
+    if (!overwrite && client_.head(key))
+      throw Error(ErrorKind::already_exists, "an object already exists here (pass overwrite to replace it)", describe(key));
+    return std::make_unique<Writer>(*this, key, s3::WriteCondition{!overwrite, {}}, !overwrite);
+  }
+
+ private:
+  static constexpr const char* generation_prefix = ".cairn-gen-";
+
+  static S3Options checked(S3Options o) {
+    if (o.part_size < 1024 || o.part_size > (std::uint64_t{5} << 30))
+      throw Error(ErrorKind::invalid_argument, "S3Options::part_size is 1 KiB to 5 GiB (AWS wants at least 5 MiB)");
+    if (o.concurrency < 1 || o.concurrency > 256) throw Error(ErrorKind::invalid_argument, "S3Options::concurrency is 1 to 256");
+    if (o.read_part_size < 1024) throw Error(ErrorKind::invalid_argument, "S3Options::read_part_size is at least 1 KiB");
+    return o;
+  }
+
+  s3::Client& client() const { return const_cast<s3::Client&>(client_); }
+
+  bool has_internal_segment(const std::string& key) const {
+    std::size_t at = 0;
+    while (at <= key.size()) {
+      const auto slash = key.find('/', at);
+      if (is_internal_name(key.substr(at, slash == std::string::npos ? std::string::npos : slash - at))) return true;
+      if (slash == std::string::npos) break;
+      at = slash + 1;
+    }
+    return false;
+  }
+
+  static std::string new_generation_name() {
+    // Sortable by time, unique across processes: the UTC time, then 64 random bits.
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<std::uint64_t>(now.count())};
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%013lld-%016llx", generation_prefix,
+                  static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(now).count()),
+                  static_cast<unsigned long long>(rng()));
+    return buf;
+  }
+  static std::int64_t generation_time_ms(const std::string& gen) {
+    return std::strtoll(gen.c_str() + std::strlen(generation_prefix), nullptr, 10);
+  }
+
+  // The generation the marker at `key` names; "" where there is no marker. A marker that is
+  // not cairn's object-store marker is corrupt (never guessed at).
+  std::string read_generation(const std::string& key) const {
+    const std::string marker = detail::join_key(key, detail::commit_marker_name);
+    std::string text;
+    try {
+      text = client().get(marker, 1 << 20);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::not_found) return {};
+      throw;
+    }
+    std::string gen;
+    try {
+      const Json j = Json::parse(text, describe(marker));
+      gen = j.at("generation").as_string();
+    } catch (const Error& e) {
+      throw Error(ErrorKind::corrupt, "not a cairn object-store commit marker: " + e.message(), describe(marker));
+    }
+    if (!is_internal_name(gen) || gen.find('/') != std::string::npos)
+      throw Error(ErrorKind::corrupt, "the commit marker names no generation of this checkpoint", describe(marker));
+    return gen;
+  }
+
+  // Removes the generations under `key` that `current` is not, once older than leftover_age.
+  void remove_dead_generations(const std::string& key, const s3::Listing& under, const std::string& current) {
+    const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch()).count();
+    const std::int64_t age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(options_.leftover_age).count();
+    std::vector<std::string> dead;
+    for (const auto& o : under.objects) {
+      const std::string rest = o.key.substr(key.size() + 1);
+      const std::string gen = rest.substr(0, rest.find('/'));
+      if (!is_internal_name(gen) || gen == current) continue;
+      if (now_ms - generation_time_ms(gen) > age_ms) dead.push_back(o.key);
+    }
+    if (!dead.empty()) client_.remove(dead);
+  }
+
+  void abort_old_uploads(const std::string& prefix) {
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::system_clock::now().time_since_epoch()).count();
+    for (const auto& u : client_.list_multipart_uploads(prefix)) {
+      const std::int64_t t = s3::parse_iso8601(u.initiated);
+      if (t > 0 && now - t > options_.leftover_age.count()) client_.abort_multipart(u.key, u.upload_id);
+    }
+  }
+
+  // Runs up to `concurrency` jobs at once and rethrows the first failure.
+  class TaskGroup {
+   public:
+    explicit TaskGroup(int limit) : limit_(static_cast<std::size_t>(limit)) {}
+    ~TaskGroup() { drain(); }
+    template <class F>
+    void run(F&& f) {
+      while (running_.size() >= limit_) wait_oldest();
+      running_.push_back(std::async(std::launch::async, std::forward<F>(f)));
+    }
+    void wait() {
+      while (!running_.empty()) wait_oldest();
+    }
+    void drain() noexcept {
+      for (auto& f : running_) try { f.get(); } catch (...) {}
+      running_.clear();
+    }
+   private:
+    void wait_oldest() {
+      auto f = std::move(running_.front());
+      running_.erase(running_.begin());
+      try {
+        f.get();
+      } catch (...) {
+        drain();
+        throw;
+      }
+    }
+    std::size_t limit_;
+    std::vector<std::future<void>> running_;
+  };
+
+  class Reader : public StoreReader {
+   public:
+    Reader(S3Store& store, std::string key, s3::ObjectInfo info) : store_(store), key_(std::move(key)), info_(std::move(info)) {}
+    std::uint64_t size() const override { return info_.size; }
+    void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
+      if (offset > info_.size || n > info_.size - offset)
+        throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(info_.size) +
+                    ", before the data its metadata describes (truncated?)", store_.describe(key_));
+      const std::uint64_t part = store_.options_.read_part_size;
+      if (n <= part) {
+        store_.client_.get_range(key_, dst, n, offset, info_.etag);
+        return;
+      }
+      TaskGroup group(store_.options_.concurrency);
+      for (std::uint64_t at = 0; at < n; at += part) {
+        const std::uint64_t len = std::min(part, n - at);
+        group.run([this, dst, at, len, offset] { store_.client_.get_range(key_, static_cast<char*>(dst) + at, len, offset + at, info_.etag); });
+      }
+      group.wait();
+    }
+   private:
+    S3Store& store_;
+    std::string key_;
+    s3::ObjectInfo info_;
+  };
+
+  // Bytes come in any order of ranges; they are gathered into parts of part_size, and a full
+  // part is uploaded (multipart, in the background, `concurrency` at once) once a byte past it
+  // has been written, so that the last part, which finish() may cut, is never sent early.
+  // Small blobs go in one PUT at finish().
+  class Writer : public StoreWriter {
+   public:
+    Writer(S3Store& store, std::string key, s3::WriteCondition cond, bool check_absent_at_finish)
+        : store_(store), key_(std::move(key)), cond_(std::move(cond)), check_absent_(check_absent_at_finish),
+          part_(store.options_.part_size), uploads_(store.options_.concurrency) {}
+    ~Writer() override {
+      uploads_.drain();
+      if (!upload_id_.empty() && !finished_) store_.client_.abort_multipart(key_, upload_id_);
+    }
+    void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override {
+      const auto* p = static_cast<const unsigned char*>(src);
+      while (n > 0) {
+        const std::uint64_t index = offset / part_, in = offset % part_;
+        const std::uint64_t take = std::min(n, part_ - in);
+        Part& part = parts_[index];
+        if (part.sent) throw Error(ErrorKind::io, "a range was written twice into an object being uploaded", store_.describe(key_));
+        if (part.bytes.empty()) part.bytes.resize(static_cast<std::size_t>(part_));
+        std::memcpy(part.bytes.data() + in, p, static_cast<std::size_t>(take));
+        part.filled += take;
+        part.end = std::max(part.end, in + take);
+        end_ = std::max(end_, offset + take);
+        p += take;
+        offset += take;
+        n -= take;
+      }
+      send_full_parts();
+    }
+    void finish(std::uint64_t size) override {
+      const std::uint64_t last = size == 0 ? 0 : (size - 1) / part_;
+      for (const auto& [index, part] : parts_)
+        if (part.sent && index >= last && size < (index + 1) * part_)
+          throw Error(ErrorKind::io, "cannot shorten an object below a part already uploaded", store_.describe(key_));
+      if (upload_id_.empty() && size <= store_.options_.multipart_threshold) {
+        std::vector<unsigned char> whole(static_cast<std::size_t>(size));
+        for (const auto& [index, part] : parts_) {
+          const std::uint64_t start = index * part_;
+          if (start >= size) continue;
+          std::memcpy(whole.data() + start, part.bytes.data(), static_cast<std::size_t>(std::min(part_, size - start)));
+        }
+        check_absent();
+        if (!store_.client_.put(key_, whole.data(), whole.size(), cond_)) race();
+        finished_ = true;
+        return;
+      }
+      for (std::uint64_t index = 0; index <= last; ++index) {
+        Part& part = parts_[index];
+        if (part.sent) continue;
+        if (part.bytes.empty()) part.bytes.resize(static_cast<std::size_t>(part_));  // never written: zeros, as a file's hole
+        send(index, std::min(part_, size - index * part_));
+      }
+      uploads_.wait();
+      std::vector<std::string> etags;
+      for (std::uint64_t index = 0; index <= last; ++index) etags.push_back(etags_.at(index));
+      check_absent();
+      if (!store_.client_.complete_multipart(key_, upload_id_, etags, cond_)) race();
+      finished_ = true;
+    }
+
+   private:
+    struct Part {
+      std::vector<unsigned char> bytes;
+      std::uint64_t filled = 0, end = 0;
+      bool sent = false;
+    };
+    [[noreturn]] void race() {
+      throw Error(ErrorKind::already_exists, "another writer created this object first (a race); it was not replaced",
+                  store_.describe(key_));
+    }
+    void check_absent() {
+      if (check_absent_ && store_.client_.head(key_))
+        throw Error(ErrorKind::already_exists, "another writer created this object first (a race); it was not replaced",
+                    store_.describe(key_));
+    }
+    void send_full_parts() {
+      for (auto& [index, part] : parts_)
+        if (!part.sent && part.filled >= part_ && end_ > (index + 1) * part_) send(index, part_);
+    }
+    void send(std::uint64_t index, std::uint64_t n) {
+      if (index >= 10000)
+        throw Error(ErrorKind::invalid_argument, "an object of more than 10,000 parts: raise S3Options::part_size",
+                    store_.describe(key_));
+      if (upload_id_.empty()) upload_id_ = store_.client_.create_multipart(key_);
+      Part& part = parts_[index];
+      part.sent = true;
+      auto bytes = std::make_shared<std::vector<unsigned char>>(std::move(part.bytes));
+      part.bytes = {};
+      uploads_.run([this, index, n, bytes] {
+        const std::string etag = store_.client_.upload_part(key_, upload_id_, static_cast<int>(index + 1), bytes->data(), n);
+        std::lock_guard<std::mutex> lock(mutex_);
+        etags_[index] = etag;
+      });
+    }
+
+    S3Store& store_;
+    std::string key_;
+    s3::WriteCondition cond_;
+    bool check_absent_;
+    std::uint64_t part_;
+    std::map<std::uint64_t, Part> parts_;
+    std::uint64_t end_ = 0;
+    std::string upload_id_;
+    std::mutex mutex_;
+    std::map<std::uint64_t, std::string> etags_;
+    bool finished_ = false;
+    TaskGroup uploads_;  // last: destroyed (and drained) first
+  };
+
+  class Staging : public CheckpointStaging {
+   public:
+    Staging(S3Store& store, std::string key, std::string gen, std::string replaced_gen, std::string replaced_etag,
+            bool replacing)
+        : store_(store), key_(std::move(key)), gen_(std::move(gen)), staged_(detail::join_key(key_, gen_)),
+          replaced_gen_(std::move(replaced_gen)), replaced_etag_(std::move(replaced_etag)), replacing_(replacing) {}
+    ~Staging() override {
+      if (published_) return;
+      try {
+        store_.remove(staged_);
+      } catch (...) {
+      }
+    }
+    const std::string& key() const override { return staged_; }
+    void publish(const std::map<std::string, std::uint64_t>& expected) override {
+      std::map<std::string, std::uint64_t> found;
+      for (const auto& o : store_.client_.list(staged_ + "/", false).objects) found[o.key.substr(staged_.size() + 1)] = o.size;
+      for (const auto& [name, size] : expected) {
+        auto it = found.find(name);
+        if (it == found.end())
+          throw Error(ErrorKind::io, "not published: " + name + " is missing from the save", store_.describe(staged_));
+        if (it->second != size)
+          throw Error(ErrorKind::io, "not published: " + name + " is " + std::to_string(it->second) + " bytes, not " +
+                      std::to_string(size), store_.describe(staged_));
+      }
+      Json files = Json::object({});
+      for (const auto& [name, size] : expected) files[name] = static_cast<std::int64_t>(size);
+      const std::string marker = Json::object({{"format", "cairn"}, {"store", "object"}, {"generation", gen_},
+                                               {"files", files}}).dump() + "\n";
+      const std::string marker_key = detail::join_key(key_, detail::commit_marker_name);
+      // The overwrite rule once more, just before the switch: where the store ignores the
+      // condition, this HEAD is what catches a race (within one request's time).
+      const auto now = store_.client_.head(marker_key);
+      const bool moved = replacing_ ? (!now || now->etag != replaced_etag_) : now.has_value();
+      s3::WriteCondition cond;
+      if (replacing_) cond.if_match = replaced_etag_;
+      else cond.create_only = true;
+      if (moved || !store_.client_.put(marker_key, marker.data(), marker.size(), cond))
+        throw Error(ErrorKind::already_exists, "another save committed this checkpoint first (a race); this save was not "
+                    "published", store_.describe(key_));
+      published_ = true;
+      // The generation the marker named until now is no one's: removed (a reader still in the
+      // middle of it fails and loads again, the load's retry). Only that one: another
+      // generation may be a save in progress elsewhere; dead ones go by age.
+      if (!replaced_gen_.empty()) {
+        try {
+          store_.remove(detail::join_key(key_, replaced_gen_));
+        } catch (const Error&) {
+          // Left for the next save's or Checkpointer's cleanup: nothing reads it.
+        }
+      }
+    }
+   private:
+    S3Store& store_;
+    std::string key_, gen_, staged_, replaced_gen_, replaced_etag_;
+    bool replacing_;
+    bool published_ = false;
+  };
+
+  S3Options options_;
+  s3::Client client_;
+};
+
+// The Location of an s3:// or gs:// URI, in a store of its own with these options (where the
+// defaults and the environment are not enough: a custom endpoint, a part size):
+//   cairn::save(cairn::s3_location("s3://bucket/run7/100", {.endpoint = "http://127.0.0.1:9000"}), state);
+// Plain URI strings ("s3://bucket/run7/100") work wherever a path does once cairn/s3.hpp is
+// included; they share one store per bucket, configured from the environment.
+inline Location s3_location(const std::string& uri, const S3Options& options = {}) {
+  const std::string scheme = detail::uri_scheme(uri);
+  if (scheme != "s3" && scheme != "gs") throw Error(ErrorKind::invalid_argument, "an S3 URI starts with s3:// or gs://", uri);
+  const s3::BucketUri u = s3::parse_bucket_uri(scheme, uri.substr(scheme.size() + 3));
+  return Location(std::make_shared<S3Store>(scheme, u.bucket, options), u.key);
+}
+
+CAIRN_END_NAMESPACE
