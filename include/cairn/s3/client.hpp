@@ -464,13 +464,13 @@ class Client {
   }
 
   // The error code and message of a failed HEAD, which has no body to carry them: the same
-  // object asked for its first byte.
-  void explain_head(const Call& c, std::string& code, std::string& message, std::string& request_id) {
+  // object asked for its first byte (and the answer used only if it fails the same way).
+  void explain_head(const Call& c, long status, std::string& code, std::string& message, std::string& request_id) {
     Call g = c;
     g.method = "GET";
     g.headers.push_back({"range", "bytes=0-0"});
     const HttpResponse r = attempt(g);
-    if (r.transport == CURLE_OK && r.status >= 400) read_error(r.body, code, message, request_id);
+    if (r.transport == CURLE_OK && r.status == status) read_error(r.body, code, message, request_id);
   }
 
   HttpResponse send(const Call& c) {
@@ -503,7 +503,7 @@ class Client {
       }
       if (std::find(c.accept.begin(), c.accept.end(), r.status) != c.accept.end()) return r;
       if (!ok) read_error(r.body, code, message, request_id);
-      if (!ok && c.method == "HEAD" && code.empty() && !retryable_status(r.status)) explain_head(c, code, message, request_id);
+      if (!ok && c.method == "HEAD" && code.empty() && !retryable_status(r.status)) explain_head(c, r.status, code, message, request_id);
       last = "HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code) + (message.empty() ? "" : ": " + message) +
              (request_id.empty() ? "" : " (request id " + request_id + ")");
       if (retryable_status(r.status) || retryable_code(code)) continue;

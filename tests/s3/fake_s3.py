@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""A small S3 server in memory, for what no available test server does: it honours
+conditional writes (If-None-Match: * and If-Match answer 412), and it fails requests on
+command: 503 SlowDown, 500, 403, a reset connection, a stalled response, a 200 that carries an
+<Error>, a body cut short, hostile listings (deep, malformed, a DOCTYPE, a pagination loop). Signatures are not checked (s3rver checks them in the other tests).
+
+  fake_s3.py DIR       listens on 127.0.0.1 and a free port; writes DIR/endpoint
+
+Control, on the same port (never a bucket name S3 allows, as it starts with '_'):
+  POST /_fault?at=N&how=H[&count=C]   requests N..N+C-1 from now fail as H (N=1: the next one)
+  POST /_fault?match=S&how=H[&count=C]  requests whose "METHOD path?query" contains S fail (C of them)
+  POST /_reset                        no faults; counters to zero (objects stay)
+  GET  /_stats                        {"requests": n, "open_uploads": n, "faults_hit": n}
+"""
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+import hashlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from xml.etree import ElementTree
+
+lock = threading.Lock()
+objects = {}      # (bucket, key) -> (bytes, etag, last_modified)
+uploads = {}      # upload id -> {"bucket", "key", "parts": {n: bytes}, "initiated"}
+state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0}
+
+
+def iso(t):
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(t))
+
+
+def etag_of(data):
+    return '"' + hashlib.md5(data).hexdigest() + '"'
+
+
+def esc(s):
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    # Replies ---------------------------------------------------------------
+    def reply(self, status, body=b"", headers=None, head=False):
+        self.send_response(status)
+        headers = dict(headers or {})
+        headers.setdefault("Content-Length", str(len(body)))
+        headers.setdefault("x-amz-request-id", "fake-%d" % state["requests"])
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if body and not head:
+            self.wfile.write(body)
+
+    def error(self, status, code, message, head=False):
+        body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>%s</Code><Message>%s</Message>"
+                "<RequestId>fake-%d</RequestId></Error>" % (code, esc(message), state["requests"])).encode()
+        self.reply(status, body, {"Content-Type": "application/xml"}, head)
+
+    def read_body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    # Faults ----------------------------------------------------------------
+    def take_fault(self, what):
+        with lock:
+            state["requests"] += 1
+            n = state["requests"]
+            for f in state["faults"]:
+                if f.get("match"):
+                    hit = f["match"] in what and f["count"] > 0
+                    if hit:
+                        f["count"] -= 1
+                else:
+                    hit = f["at"] <= n < f["at"] + f["count"]
+                if hit:
+                    state["faults_hit"] += 1
+                    return f["how"]
+        return None
+
+    def apply_fault(self, how, head):
+        """True when the request was answered (or dropped) by the fault."""
+        if how in ("503", "slowdown"):
+            self.read_body()
+            self.error(503, "SlowDown", "Please reduce your request rate.", head)
+        elif how == "500":
+            self.read_body()
+            self.error(500, "InternalError", "We encountered an internal error. Please try again.", head)
+        elif how == "403":
+            self.read_body()
+            self.error(403, "AccessDenied", "Access Denied", head)
+        elif how == "reset":
+            # Close without an answer: the client sees the connection reset or empty.
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        elif how == "stall":
+            self.read_body()
+            time.sleep(float(os.environ.get("FAKE_S3_STALL", "4")))
+            self.close_connection = True
+        else:
+            return False
+        return True
+
+    # Dispatch ----------------------------------------------------------------
+    def parse(self):
+        u = urllib.parse.urlsplit(self.path)
+        q = dict(urllib.parse.parse_qsl(u.query, keep_blank_values=True))
+        parts = urllib.parse.unquote(u.path).lstrip("/").split("/", 1)
+        bucket = parts[0]
+        key = parts[1] if len(parts) > 1 else ""
+        return bucket, key, q
+
+    def handle_any(self, method):
+        bucket, key, q = self.parse()
+        if bucket == "_fault" and method == "POST":
+            with lock:
+                state["faults"].append({"at": state["requests"] + int(q["at"]) if "at" in q else None,
+                                        "count": int(q.get("count", "1" if "at" in q else "1000000")),
+                                        "match": q.get("match"), "how": q["how"]})
+            return self.reply(200)
+        if bucket == "_reset":
+            with lock:
+                state.update(requests=0, faults_hit=0, faults=[])
+            return self.reply(200)
+        if bucket == "_stats":
+            with lock:
+                body = json.dumps({"requests": state["requests"], "faults_hit": state["faults_hit"],
+                                   "open_uploads": len(uploads)}).encode()
+            return self.reply(200, body, {"Content-Type": "application/json"})
+        head = method == "HEAD"
+        how = self.take_fault("%s %s" % (method, self.path))
+        if how and self.apply_fault(how, head):
+            return
+        try:
+            getattr(self, "op_" + method.lower())(bucket, key, q, how)
+        except BrokenPipeError:
+            pass
+
+    def do_GET(self): self.handle_any("GET")
+    def do_HEAD(self): self.handle_any("HEAD")
+    def do_PUT(self): self.handle_any("PUT")
+    def do_POST(self): self.handle_any("POST")
+    def do_DELETE(self): self.handle_any("DELETE")
+
+    # Operations ----------------------------------------------------------------
+    def precondition_fails(self, bucket, key):
+        with lock:
+            cur = objects.get((bucket, key))
+        if self.headers.get("If-None-Match") == "*" and cur is not None:
+            return True
+        m = self.headers.get("If-Match")
+        return m is not None and (cur is None or cur[1] != m)
+
+    def op_put(self, bucket, key, q, how):
+        body = self.read_body()
+        if "uploadId" in q:
+            with lock:
+                up = uploads.get(q["uploadId"])
+                if up is None:
+                    return self.error(404, "NoSuchUpload", "The specified upload does not exist.")
+                up["parts"][int(q["partNumber"])] = body
+            return self.reply(200, headers={"ETag": etag_of(body)})
+        if self.precondition_fails(bucket, key):
+            return self.error(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")
+        with lock:
+            objects[(bucket, key)] = (body, etag_of(body), time.time())
+        self.reply(200, headers={"ETag": etag_of(body)})
+
+    def op_get(self, bucket, key, q, how):
+        if key == "" and q.get("list-type") == "2":
+            if how == "deepxml":  # hostile answers to a listing
+                return self.reply(200, b"<ListBucketResult>" + b"<a>" * 100000)
+            if how == "badxml":
+                return self.reply(200, b"<ListBucketResult><Contents><Key>x</Contents></ListBucketResult>")
+            if how == "doctype":
+                return self.reply(200, b"<!DOCTYPE x [<!ENTITY a \"aaaa\">]><ListBucketResult>&a;</ListBucketResult>")
+            if how == "loop":  # truncated, with the same continuation token every time
+                return self.reply(200, b"<ListBucketResult><IsTruncated>true</IsTruncated>"
+                                       b"<NextContinuationToken>same</NextContinuationToken></ListBucketResult>")
+            return self.list_objects(bucket, q)
+        if key == "" and "uploads" in q:
+            with lock:
+                items = "".join("<Upload><Key>%s</Key><UploadId>%s</UploadId><Initiated>%s</Initiated></Upload>"
+                                % (esc(u["key"]), i, iso(u["initiated"])) for i, u in uploads.items()
+                                if u["bucket"] == bucket and u["key"].startswith(q.get("prefix", "")))
+            return self.reply(200, ("<ListMultipartUploadsResult>%s</ListMultipartUploadsResult>" % items).encode())
+        self.get_object(bucket, key, how, head=False)
+
+    def op_head(self, bucket, key, q, how):
+        self.get_object(bucket, key, how, head=True)
+
+    def get_object(self, bucket, key, how, head):
+        with lock:
+            cur = objects.get((bucket, key))
+        if cur is None:
+            return self.error(404, "NoSuchKey", "The specified key does not exist.", head)
+        data, etag, _ = cur
+        m = self.headers.get("If-Match")
+        if m is not None and m != etag:
+            return self.error(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold", head)
+        rng = self.headers.get("Range")
+        status, body, extra = 200, data, {}
+        if rng and rng.startswith("bytes="):
+            a, b = rng[6:].split("-")
+            a, b = int(a), min(int(b), len(data) - 1)
+            body = data[a:b + 1]
+            status = 206
+            extra["Content-Range"] = "bytes %d-%d/%d" % (a, b, len(data))
+        extra["ETag"] = etag
+        if how == "short" and len(body) > 1:
+            # Announce the whole body, send half, close: a short read.
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in extra.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body[:len(body) // 2])
+            self.close_connection = True
+            return
+        if head:
+            extra["Content-Length"] = str(len(data))
+        self.reply(status, body, extra, head)
+
+    def op_delete(self, bucket, key, q, how):
+        with lock:
+            if "uploadId" in q:
+                uploads.pop(q["uploadId"], None)
+            else:
+                objects.pop((bucket, key), None)
+        self.reply(204)
+
+    def op_post(self, bucket, key, q, how):
+        body = self.read_body()
+        if "delete" in q:
+            root = ElementTree.fromstring(body)
+            with lock:
+                for obj in root.iter():
+                    if obj.tag.endswith("Key"):
+                        objects.pop((bucket, obj.text or ""), None)
+            return self.reply(200, b"<DeleteResult></DeleteResult>")
+        if "uploads" in q:
+            with lock:
+                state["next_upload"] += 1
+                uid = "up%d" % state["next_upload"]
+                uploads[uid] = {"bucket": bucket, "key": key, "parts": {}, "initiated": time.time()}
+            return self.reply(200, ("<InitiateMultipartUploadResult><Bucket>%s</Bucket><Key>%s</Key><UploadId>%s"
+                                    "</UploadId></InitiateMultipartUploadResult>" % (bucket, esc(key), uid)).encode())
+        if "uploadId" in q:
+            if how == "error200":
+                return self.reply(200, b"<?xml version=\"1.0\"?><Error><Code>InternalError</Code><Message>"
+                                       b"We encountered an internal error. Please try again.</Message></Error>")
+            if self.precondition_fails(bucket, key):
+                return self.error(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")
+            root = ElementTree.fromstring(body)
+            numbers = [int(p.text) for p in root.iter() if p.tag.endswith("PartNumber")]
+            with lock:
+                up = uploads.pop(q["uploadId"], None)
+                if up is None:
+                    return self.error(404, "NoSuchUpload", "The specified upload does not exist.")
+                data = b"".join(up["parts"][n] for n in numbers)
+                objects[(bucket, key)] = (data, etag_of(data), time.time())
+            return self.reply(200, ("<CompleteMultipartUploadResult><Key>%s</Key><ETag>%s</ETag>"
+                                    "</CompleteMultipartUploadResult>" % (esc(key), etag_of(data))).encode())
+        self.error(400, "InvalidRequest", "unsupported POST")
+
+    def list_objects(self, bucket, q):
+        prefix, delim = q.get("prefix", ""), q.get("delimiter")
+        after = q.get("continuation-token", "")
+        page = 1000
+        with lock:
+            keys = sorted(k for (b, k) in objects if b == bucket and k.startswith(prefix) and k > after)
+            entries, prefixes, last = [], [], None
+            for k in keys:
+                if delim:
+                    rest = k[len(prefix):]
+                    if delim in rest:
+                        p = prefix + rest[:rest.index(delim) + 1]
+                        if p not in prefixes:
+                            if len(entries) + len(prefixes) >= page:
+                                break
+                            prefixes.append(p)
+                        last = k
+                        continue
+                if len(entries) + len(prefixes) >= page:
+                    break
+                data, etag, t = objects[(bucket, k)]
+                entries.append("<Contents><Key>%s</Key><Size>%d</Size><ETag>%s</ETag><LastModified>%s</LastModified>"
+                               "</Contents>" % (esc(k), len(data), esc(etag), iso(t)))
+                last = k
+            truncated = last is not None and last != (keys[-1] if keys else None)
+        body = "<ListBucketResult><Name>%s</Name><Prefix>%s</Prefix><IsTruncated>%s</IsTruncated>%s%s%s</ListBucketResult>" % (
+            bucket, esc(prefix), "true" if truncated else "false", "".join(entries),
+            "".join("<CommonPrefixes><Prefix>%s</Prefix></CommonPrefixes>" % esc(p) for p in prefixes),
+            "<NextContinuationToken>%s</NextContinuationToken>" % esc(last) if truncated else "")
+        self.reply(200, body.encode(), {"Content-Type": "application/xml"})
+
+
+def main():
+    d = sys.argv[1]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    with open(os.path.join(d, "endpoint.tmp"), "w") as f:
+        f.write("http://127.0.0.1:%d" % server.server_address[1])
+    os.replace(os.path.join(d, "endpoint.tmp"), os.path.join(d, "endpoint"))
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

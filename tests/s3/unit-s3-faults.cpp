@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: Apache-2.0
+// The S3 store against a fake S3 server that fails requests on command (tests/s3/fake_s3.py,
+// Python's standard library, started by this program): every request of an overwrite fails in
+// turn and the previous checkpoint still loads bit-exactly with no multipart upload left open;
+// throttling, server errors, reset and stalled connections, a 200 carrying an <Error> and short
+// bodies are retried; conditional writes answer 412; hostile listings are clear errors.
+#include "../test_util.hpp"
+
+#include <cairn/s3.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <thread>
+
+#include <spawn.h>
+#include <sys/wait.h>
+
+extern char** environ;
+
+using cairn::ErrorKind;
+
+namespace {
+
+struct State {
+  std::vector<double> big;   // multipart at the part size below
+  std::vector<std::int64_t> ids;
+  std::string name;
+};
+CAIRN_TREE(State, big, ids, name)
+
+State random_state() {
+  State s;
+  s.big = test::random_bits<double>(40000);  // 320 KB: 5 parts of 64 KiB
+  s.ids = test::random_bits<std::int64_t>(1 + test::rng()() % 50);
+  s.name = "state " + std::to_string(test::rng()() % 100000);
+  return s;
+}
+
+bool same(const State& a, const State& b) {
+  return test::same_bits(a.big, b.big) && test::same_bits(a.ids, b.ids) && a.name == b.name;
+}
+
+// The fake server, for the life of the test program.
+class FakeS3 {
+ public:
+  FakeS3() {
+    dir_ = (std::filesystem::temp_directory_path() / ("cairn-fake-s3-" + std::to_string(::getpid()))).string();
+    std::filesystem::create_directories(dir_);
+    const std::string script = std::string(CAIRN_S3_TEST_DIR) + "/fake_s3.py";
+    std::vector<std::string> args = {CAIRN_PYTHON3, script, dir_};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::setenv("FAKE_S3_STALL", "3", 1);
+    if (posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) pid_ = 0;
+    for (int i = 0; i < 200 && endpoint_.empty(); ++i) {
+      std::ifstream in(dir_ + "/endpoint");
+      if (!(in >> endpoint_)) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+  }
+  ~FakeS3() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  const std::string& endpoint() const { return endpoint_; }
+
+  std::string control(const std::string& what, const std::string& method = "POST") {
+    cairn::s3::HttpClient http({}, {});
+    cairn::s3::HttpRequest r;
+    r.method = method;
+    r.url = endpoint_ + "/" + what;
+    r.body = "";
+    const auto resp = http.perform(r);
+    REQUIRE(resp.status == 200);
+    return resp.body;
+  }
+  void reset() { control("_reset"); }
+  void fault_at(int n, const std::string& how, int count = 1) {
+    control("_fault?at=" + std::to_string(n) + "&how=" + how + "&count=" + std::to_string(count));
+  }
+  void fault_matching(const std::string& match, const std::string& how, int count = 1) {
+    control("_fault?match=" + cairn::s3::uri_encode(match, false) + "&how=" + how + "&count=" + std::to_string(count));
+  }
+  cairn::Json stats() { return cairn::Json::parse(control("_stats", "GET")); }
+
+ private:
+  std::string dir_, endpoint_;
+  pid_t pid_ = 0;
+};
+
+FakeS3& server() {
+  static FakeS3 s;
+  return s;
+}
+
+cairn::S3Options options() {
+  cairn::S3Options o;
+  o.endpoint = server().endpoint();
+  o.part_size = 64 << 10;
+  o.multipart_threshold = 64 << 10;
+  o.read_part_size = 64 << 10;
+  o.concurrency = 3;
+  o.max_attempts = 3;
+  o.backoff_base = std::chrono::milliseconds(5);
+  o.backoff_cap = std::chrono::milliseconds(50);
+  o.low_speed_time = std::chrono::seconds(1);
+  return o;
+}
+
+std::shared_ptr<cairn::S3Store> store(const cairn::S3Options& o = options()) {
+  static int n = 0;
+  return std::make_shared<cairn::S3Store>("s3", "bucket", o, "t" + std::to_string(++n));
+}
+
+}  // namespace
+
+TEST_CASE("S3 faults: the fake server is up") {
+  REQUIRE_MESSAGE(!server().endpoint().empty(), "tests/s3/fake_s3.py did not start");
+}
+
+TEST_CASE("S3 faults: every request of an overwrite fails in turn; the previous checkpoint always loads") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  const State a = random_state(), b = random_state();
+  cairn::SaveOptions over;
+  over.overwrite = true;
+  cairn::save({s, "ck"}, a);
+  // How many requests an overwrite takes (the last ones remove the replaced generation).
+  server().reset();
+  cairn::save({s, "ck"}, b, over);
+  const std::int64_t requests = server().stats().at("requests").as_int();
+  CHECK(requests > 10);
+  cairn::save({s, "ck"}, a, over);
+  int failed = 0;
+  for (std::int64_t k = 1; k <= requests; ++k) {
+    CAPTURE(k);
+    server().reset();
+    server().fault_at(static_cast<int>(k), "403");
+    bool saved = true;
+    try {
+      cairn::save({s, "ck"}, b, over);
+    } catch (const cairn::Error& e) {
+      saved = false;
+      ++failed;
+      CHECK_MESSAGE(std::string(e.what()).find("HTTP 403") != std::string::npos, e.what());
+    }
+    server().reset();
+    const State back = cairn::load<State>({s, "ck"});
+    CHECK(same(back, saved ? b : a));  // the old checkpoint whole, or the new one whole
+    CHECK(server().stats().at("open_uploads").as_int() == 0);  // nothing left billed
+    if (saved) cairn::save({s, "ck"}, a, over);
+  }
+  CHECK(failed > requests / 2);  // most requests are ones a save cannot do without
+  // Throttled in turn instead: every save succeeds on a retry.
+  for (std::int64_t k = 1; k <= requests; k += 3) {
+    CAPTURE(k);
+    server().reset();
+    server().fault_at(static_cast<int>(k), "503");
+    cairn::save({s, "ck"}, (k / 3) % 2 ? a : b, over);
+    CHECK(server().stats().at("faults_hit").as_int() == 1);
+    CHECK(same(cairn::load<State>({s, "ck"}), (k / 3) % 2 ? a : b));
+  }
+}
+
+TEST_CASE("S3 faults: transient failures are retried, each kind") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  const State a = random_state();
+  cairn::save({s, "ck"}, a);
+  for (const char* how : {"503", "500", "reset", "stall"}) {
+    CAPTURE(how);
+    server().reset();
+    server().fault_at(1, how);
+    CHECK(same(cairn::load<State>({s, "ck"}), a));
+    CHECK(server().stats().at("faults_hit").as_int() == 1);
+  }
+  // A ranged GET cut short: retried, the bytes whole.
+  server().reset();
+  server().fault_matching("GET /bucket/t", "short", 2);
+  CHECK(same(cairn::load<State>({s, "ck"}), a));
+  CHECK(server().stats().at("faults_hit").as_int() == 2);
+  // CompleteMultipartUpload answered 200 with an <Error> inside: retried.
+  server().reset();
+  server().fault_matching("?uploadId=", "error200", 1);
+  const State b = random_state();
+  cairn::save({s, "other"}, b);
+  CHECK(server().stats().at("faults_hit").as_int() == 1);
+  CHECK(same(cairn::load<State>({s, "other"}), b));
+  // Past max_attempts, the error names the last failure.
+  server().reset();
+  server().fault_at(1, "503", 10);
+  CHECK_CAIRN_ERROR(cairn::load<State>({s, "ck"}), ErrorKind::io, "after 3 attempts; the last: HTTP 503 SlowDown");
+  server().reset();
+}
+
+TEST_CASE("S3 faults: conditional writes: If-None-Match and If-Match answer 412, and cairn says so") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  cairn::s3::Client client("bucket", "cond", options(), cairn::s3::resolve_config("s3", "bucket", options()));
+  const auto first = client.put("k", "one", 3, {true, {}});
+  REQUIRE(first.has_value());
+  CHECK(!client.put("k", "two", 3, {true, {}}).has_value());       // create-only on an existing object
+  CHECK(!client.put("k", "two", 3, {false, "\"stale\""}).has_value());  // replace a version that is gone
+  CHECK(client.put("k", "two", 3, {false, *first}).has_value());
+  CHECK(client.get("k", 10) == "two");
+  // A marker replaced by another save between stage and publish: this save does not publish.
+  const State a = random_state(), b = random_state(), c = random_state();
+  cairn::save({s, "ck"}, a);
+  auto staging = s->stage("ck", true);
+  cairn::SaveOptions over;
+  over.overwrite = true;
+  cairn::save({s, "ck"}, b, over);  // the other save wins
+  cairn::detail::write_blob(*s, cairn::detail::join_key(staging->key(), "f"), "x");
+  CHECK_CAIRN_ERROR(staging->publish({{"f", 1}}), ErrorKind::already_exists, "race");
+  CHECK(same(cairn::load<State>({s, "ck"}), b));
+  (void)c;
+}
+
+TEST_CASE("S3 faults: hostile listings are clear errors, never a crash or an unbounded allocation") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  cairn::detail::write_blob(*s, "x/y", "z");
+  for (const char* how : {"deepxml", "badxml", "doctype", "loop"}) {
+    CAPTURE(how);
+    server().reset();
+    server().fault_matching("list-type=2", how, 5);
+    try {
+      s->list("x");
+      FAIL("a hostile listing was accepted");
+    } catch (const cairn::Error& e) {
+      CHECK(e.kind() == ErrorKind::io);
+      CHECK(e.file().find("s3://bucket/") == 0);
+      MESSAGE(std::string(e.what()));
+    }
+  }
+  server().reset();
+  CHECK(s->list("x").size() == 1);
+}
