@@ -34,6 +34,9 @@
 #define LLVMFuzzerTestOneInput fuzz_cli_one
 #include "fuzz_cli.cpp"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_s3_response_one
+#include "fuzz_s3_response.cpp"
+#undef LLVMFuzzerTestOneInput
 
 namespace {
 struct Target {
@@ -45,7 +48,8 @@ const Target targets[] = {{"metadata", fuzz_metadata_one},
                           {"marker", fuzz_marker_one},
                           {"checkpointer_root", fuzz_checkpointer_root_one},
                           {"safetensors", fuzz_safetensors_one},
-                          {"cli", fuzz_cli_one}};
+                          {"cli", fuzz_cli_one},
+                          {"s3_response", fuzz_s3_response_one}};
 }  // namespace
 
 #ifdef CAIRN_FUZZ_LIBFUZZER

@@ -1,11 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// The SigV4 signer against published vectors: the AWS Signature Version 4 test suite (as
+// The S3 protocol pieces that need no server: the XML reader of responses, the configuration
+// (options, environment, profile files, addressing), and the SigV4 signer against published vectors: the AWS Signature Version 4 test suite (as
 // kept in awslabs/aws-c-auth, tests/aws-signing-test-suite/v4/<case>/) and the S3 examples of
 // the AWS documentation ("Signature Calculations for the Authorization Header"). The expected
 // signatures are that published data; the signer that reproduces them is cairn's own.
 #include <doctest/doctest.h>
 
+#include <cairn/s3/options.hpp>
 #include <cairn/s3/sigv4.hpp>
+#include <cairn/s3/xml.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 namespace {
 
@@ -118,4 +126,118 @@ TEST_CASE("SigV4: encoding keeps '/' in paths only, and every other reserved byt
   r.query = {{"list-type", "2"}, {"continuation-token", "1/a+b="}, {"delimiter", "/"}};
   CHECK(r.canonical_query() == "continuation-token=1%2Fa%2Bb%3D&delimiter=%2F&list-type=2");
   CHECK_THROWS_AS(cairn::s3::sign(r, suite, "us-east-1", "s3", "2015-08-30"), cairn::Error);
+}
+
+TEST_CASE("S3 XML: what S3 servers write is read; anything malformed or hostile is a corrupt error") {
+  const auto x = cairn::s3::parse_xml(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+      "<!-- a comment --><IsTruncated>false</IsTruncated>"
+      "<Contents><Key>a&amp;b &lt;c&gt; &#x41;&#66;\xc3\xa9</Key><Size>12</Size></Contents>"
+      "<Contents><Key><![CDATA[x<y]]></Key><Size>0</Size></Contents>"
+      "<s3:CommonPrefixes><Prefix>p/</Prefix></s3:CommonPrefixes><Empty/></ListBucketResult>");
+  CHECK(x.name == "ListBucketResult");
+  std::vector<std::string> keys;
+  x.each("Contents", [&](const cairn::s3::XmlElement& e) { keys.push_back(e.child_text("Key")); });
+  CHECK(keys == std::vector<std::string>{"a&b <c> AB\xc3\xa9", "x<y"});
+  CHECK(x.child("CommonPrefixes")->child_text("Prefix") == "p/");  // a namespace prefix is dropped
+  CHECK(x.child_text("Missing").empty());
+  for (const char* bad : {"", "text", "<a>", "<a></b>", "<a>&unknown;</a>", "<a>&#0;</a>", "<a>&#xD800;</a>",
+                          "<a b=c></a>", "<!DOCTYPE a><a/>", "<a/><b/>", "<a>&amp</a>", "<a><![CDATA[x</a>"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(cairn::s3::parse_xml(bad), cairn::Error);
+  }
+  std::string deep;
+  for (int i = 0; i < 33; ++i) deep += "<a>";
+  CHECK_THROWS_WITH_AS(cairn::s3::parse_xml(deep), doctest::Contains("deeper than 32"), cairn::Error);
+}
+
+namespace {
+// Sets environment variables for a scope, and puts back what was there.
+struct Env {
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  void set(const std::string& k, const std::string& v) {
+    const char* old = std::getenv(k.c_str());
+    saved.push_back({k, old ? std::optional<std::string>(old) : std::nullopt});
+    ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  ~Env() {
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
+      if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
+      else ::unsetenv(it->first.c_str());
+    }
+  }
+};
+}  // namespace
+
+TEST_CASE("S3 configuration: options first, then the environment, then the profile; addressing by endpoint and bucket") {
+  Env env;
+  const auto dir = std::filesystem::temp_directory_path() / ("cairn-s3-config-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "credentials") << "[default]\naws_access_key_id = DEFAULTKEY\naws_secret_access_key = s1\n"
+                                        "[team]\naws_access_key_id=TEAMKEY\naws_secret_access_key=s2\naws_session_token = tok\n";
+  std::ofstream(dir / "config") << "[default]\nregion = eu-west-1\n[profile team]\nregion = ap-south-1\n"
+                                   "endpoint_url = https://minio.example.com:9000/\n";
+  env.set("AWS_SHARED_CREDENTIALS_FILE", (dir / "credentials").string());
+  env.set("AWS_CONFIG_FILE", (dir / "config").string());
+  for (const char* k : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
+                        "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT_URL"})
+    if (std::getenv(k)) env.set(k, ""), ::unsetenv(k);
+  using cairn::s3::resolve_config;
+  // The default profile: AWS, virtual-host style, the profile's region.
+  auto c = resolve_config("s3", "bucket", {});
+  CHECK(c.credentials.access_key_id == "DEFAULTKEY");
+  CHECK(c.region == "eu-west-1");
+  CHECK(c.endpoint == "https://s3.eu-west-1.amazonaws.com");
+  CHECK(!c.path_style);
+  CHECK(resolve_config("s3", "my.dotted.bucket", {}).path_style);  // TLS names cannot hold the dots
+  // A named profile with an endpoint: path style, its token.
+  env.set("AWS_PROFILE", "team");
+  c = resolve_config("s3", "bucket", {});
+  CHECK(c.credentials.access_key_id == "TEAMKEY");
+  CHECK(c.credentials.session_token == "tok");
+  CHECK(c.region == "ap-south-1");
+  CHECK(c.endpoint == "https://minio.example.com:9000");
+  CHECK(c.host == "minio.example.com:9000");
+  CHECK(c.path_style);
+  // The environment over the profile; Composer's S3_ENDPOINT_URL last of the endpoints.
+  env.set("AWS_ACCESS_KEY_ID", "ENVKEY");
+  env.set("AWS_SECRET_ACCESS_KEY", "s3");
+  env.set("AWS_REGION", "us-west-2");
+  env.set("S3_ENDPOINT_URL", "http://127.0.0.1:1");
+  env.set("AWS_ENDPOINT_URL", "http://127.0.0.1:2");
+  c = resolve_config("s3", "bucket", {});
+  CHECK(c.credentials.access_key_id == "ENVKEY");
+  CHECK(c.credentials.session_token.empty());
+  CHECK(c.region == "us-west-2");
+  CHECK(c.endpoint == "http://127.0.0.1:2");
+  // Options over everything.
+  cairn::S3Options o;
+  o.access_key_id = "OPTKEY";
+  o.secret_access_key = "s4";
+  o.region = "sa-east-1";
+  o.endpoint = "http://localhost:3";
+  o.path_style = false;
+  c = resolve_config("s3", "bucket", o);
+  CHECK(c.credentials.access_key_id == "OPTKEY");
+  CHECK(c.region == "sa-east-1");
+  CHECK(c.host == "localhost:3");
+  CHECK(!c.path_style);
+  // gs:// goes to Google Cloud Storage's XML API unless told otherwise.
+  env.set("AWS_ENDPOINT_URL", "");
+  env.set("S3_ENDPOINT_URL", "");
+  env.set("AWS_PROFILE", "");  // the default profile, which names no endpoint
+  c = resolve_config("gs", "bucket", {});
+  CHECK(c.endpoint == "https://storage.googleapis.com");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("S3 URIs: bucket and key, and what is refused") {
+  const auto u = cairn::s3::parse_bucket_uri("s3", "my-bucket/run7/100/");
+  CHECK(u.bucket == "my-bucket");
+  CHECK(u.key == "run7/100");
+  CHECK(cairn::s3::parse_bucket_uri("gs", "b_c.d").key.empty());
+  for (const char* bad : {"", "ab", "UPPER/k", "a b/k", "bucket/k?x", "bucket/k#f"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(cairn::s3::parse_bucket_uri("s3", bad), cairn::Error);
+  }
 }
