@@ -296,30 +296,103 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::vector<std::future<void>> running_;
   };
 
+  // Reads of an object. A large read is split into read_part_size ranges fetched in parallel
+  // straight into the caller's memory. Small reads that follow one another (a load reads a
+  // large leaf in 256 KiB pieces, checksumming each) switch to read-ahead: blocks of
+  // read_part_size, `concurrency` of them in flight ahead of the reader, copied out as the
+  // pieces are asked for; a small read that does not follow the last is one ranged GET (a
+  // partial load reads only what it needs). Every GET is pinned to the ETag seen at open().
   class Reader : public StoreReader {
    public:
     Reader(S3Store& store, std::string key, s3::ObjectInfo info) : store_(store), key_(std::move(key)), info_(std::move(info)) {}
+    ~Reader() override {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto& [index, block] : blocks_) block.wait();  // no fetch outlives the reader
+    }
     std::uint64_t size() const override { return info_.size; }
     void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
       if (offset > info_.size || n > info_.size - offset)
         throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(info_.size) +
                     ", before the data its metadata describes (truncated?)", store_.describe(key_));
+      if (n == 0) return;
       const std::uint64_t part = store_.options_.read_part_size;
-      if (n <= part) {
+      if (n >= part) {
+        TaskGroup group(store_.options_.concurrency);
+        for (std::uint64_t at = 0; at < n; at += part) {
+          const std::uint64_t len = std::min(part, n - at);
+          group.run([this, dst, at, len, offset] { store_.client_.get_range(key_, static_cast<char*>(dst) + at, len, offset + at, info_.etag); });
+        }
+        group.wait();
+        return;
+      }
+      bool sequential;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        sequential = offset == next_offset_ || blocks_.count(offset / part);
+        next_offset_ = offset + n;
+      }
+      if (!sequential) {
         store_.client_.get_range(key_, dst, n, offset, info_.etag);
         return;
       }
-      TaskGroup group(store_.options_.concurrency);
-      for (std::uint64_t at = 0; at < n; at += part) {
-        const std::uint64_t len = std::min(part, n - at);
-        group.run([this, dst, at, len, offset] { store_.client_.get_range(key_, static_cast<char*>(dst) + at, len, offset + at, info_.etag); });
+      auto* out = static_cast<unsigned char*>(dst);
+      for (std::uint64_t at = offset; at < offset + n;) {
+        const std::uint64_t index = at / part, in = at % part;
+        const std::uint64_t take = std::min(n - (at - offset), part - in);
+        const auto data = block(index).get();  // throws what the fetch threw
+        std::memcpy(out + (at - offset), data->data() + in, static_cast<std::size_t>(take));
+        at += take;
       }
-      group.wait();
     }
+
    private:
+    using Bytes = std::shared_ptr<const std::vector<unsigned char>>;
+    // Block `index`, fetched or being fetched, with the `concurrency` blocks after it started.
+    std::shared_future<Bytes> block(std::uint64_t index) const {
+      const std::uint64_t part = store_.options_.read_part_size;
+      const std::uint64_t blocks = (info_.size + part - 1) / part;
+      const std::uint64_t window = static_cast<std::uint64_t>(store_.options_.concurrency);
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (std::uint64_t b = index; b < std::min(blocks, index + window); ++b) {
+        if (blocks_.count(b)) continue;
+        const std::uint64_t start = b * part, len = std::min(part, info_.size - start);
+        blocks_[b] = std::async(std::launch::async, [this, start, len] {
+                       auto bytes = std::make_shared<std::vector<unsigned char>>(static_cast<std::size_t>(len));
+                       store_.client_.get_range(key_, bytes->data(), len, start, info_.etag);
+                       return Bytes(std::move(bytes));
+                     }).share();
+      }
+      std::shared_future<Bytes> f = blocks_.at(index);
+      // Blocks behind the reader are done with (two threads may read neighbouring blocks, so
+      // one behind is kept); a failed fetch is dropped so that the next read tries again.
+      for (auto it = blocks_.begin(); it != blocks_.end();) {
+        const bool behind = it->first + 1 < index;
+        const bool failed = it->first != index && it->second.wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
+                            has_error(it->second);
+        if (behind || failed) {
+          it->second.wait();
+          it = blocks_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      return f;
+    }
+    static bool has_error(const std::shared_future<Bytes>& f) {
+      try {
+        f.get();
+        return false;
+      } catch (...) {
+        return true;
+      }
+    }
+
     S3Store& store_;
     std::string key_;
     s3::ObjectInfo info_;
+    mutable std::mutex mutex_;
+    mutable std::map<std::uint64_t, std::shared_future<Bytes>> blocks_;
+    mutable std::uint64_t next_offset_ = 0;
   };
 
   // Bytes come in any order of ranges; they are gathered into parts of part_size, and a full

@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: Apache-2.0
+// Save and load through S3Store against an S3 server, beside the limit measured the same way
+// in the same run: the same bytes PUT (as multipart parts) and ranged-GET by plain parallel
+// requests of the same part size and concurrency, to the same server, with no cairn in
+// between. Prints GB/s, the ratio to the limit, requests per save and per load, and the growth
+// of peak memory during each (docs/benchmarks.md, "Object stores").
+//
+//   cairn-bench-s3 --endpoint http://127.0.0.1:PORT [--bucket B] [--bytes 1G] [--leaves 64]
+//                  [--small 10000] [--part 16M] [--concurrency 8] [--repeat 3]
+// Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (s3rver: S3RVER / S3RVER).
+#include <cairn/s3.hpp>
+
+#include "bench_util.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+// Peak resident memory since the last reset (VmHWM), in bytes; reset_peak() starts a new peak.
+std::uint64_t peak_rss() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+std::uint64_t current_rss() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+struct Big {
+  std::vector<std::vector<float>> leaves;
+};
+CAIRN_TREE(Big, leaves)
+
+struct Small {
+  std::vector<std::vector<std::uint8_t>> leaves;
+};
+CAIRN_TREE(Small, leaves)
+
+struct Figures {
+  double seconds;
+  std::uint64_t requests, peak_growth;
+};
+
+template <class F>
+Figures measure(cairn::S3Store& store, F&& f) {
+  const std::uint64_t r0 = store.requests();
+  reset_peak();
+  const std::uint64_t base = current_rss();
+  const double t0 = bench::now_s();
+  f();
+  const double t = bench::now_s() - t0;
+  const std::uint64_t peak = peak_rss();
+  return {t, store.requests() - r0, peak > base ? peak - base : 0};
+}
+
+// The limit: `bytes` PUT as multipart parts and GET as ranges, `concurrency` at once.
+std::pair<double, double> raw_limit(cairn::s3::Client& client, const std::string& key, const std::vector<unsigned char>& src,
+                                    std::uint64_t part, int concurrency) {
+  const std::uint64_t n = src.size();
+  const std::size_t parts = static_cast<std::size_t>((n + part - 1) / part);
+  double t0 = bench::now_s();
+  const std::string id = client.create_multipart(key);
+  std::vector<std::string> etags(parts);
+  auto run = [&](auto&& job) {
+    std::vector<std::future<void>> running;
+    for (std::size_t i = 0; i < parts; ++i) {
+      if (running.size() >= static_cast<std::size_t>(concurrency)) {
+        running.front().get();
+        running.erase(running.begin());
+      }
+      running.push_back(std::async(std::launch::async, job, i));
+    }
+    for (auto& f : running) f.get();
+  };
+  run([&](std::size_t i) {
+    const std::uint64_t at = i * part, len = std::min(part, n - at);
+    etags[i] = client.upload_part(key, id, static_cast<int>(i + 1), src.data() + at, len);
+  });
+  client.complete_multipart(key, id, etags);
+  const double put = bench::now_s() - t0;
+  std::vector<unsigned char> back(n);
+  const auto info = client.head(key);
+  t0 = bench::now_s();
+  run([&](std::size_t i) {
+    const std::uint64_t at = i * part, len = std::min(part, n - at);
+    client.get_range(key, back.data() + at, len, at, info->etag);
+  });
+  const double get = bench::now_s() - t0;
+  if (back != src) {
+    std::fprintf(stderr, "raw limit: the bytes read back differ\n");
+    std::exit(1);
+  }
+  client.remove({key});
+  return {put, get};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string endpoint, bucket = "cairn-test";
+  std::uint64_t bytes = std::uint64_t{1} << 30, part = std::uint64_t{16} << 20;
+  int leaves = 64, small = 10000, concurrency = 8, repeat = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--endpoint") endpoint = v;
+    else if (a == "--bucket") bucket = v;
+    else if (a == "--bytes") bytes = bench::parse_bytes(v);
+    else if (a == "--leaves") leaves = std::stoi(v);
+    else if (a == "--small") small = std::stoi(v);
+    else if (a == "--part") part = bench::parse_bytes(v);
+    else if (a == "--concurrency") concurrency = std::stoi(v);
+    else if (a == "--repeat") repeat = std::stoi(v);
+  }
+  if (endpoint.empty()) {
+    std::fprintf(stderr, "usage: cairn-bench-s3 --endpoint URL [--bucket B] [--bytes 1G] ...\n");
+    return 2;
+  }
+  cairn::S3Options o;
+  o.endpoint = endpoint;
+  o.part_size = part;
+  o.multipart_threshold = part;
+  o.read_part_size = part;
+  o.concurrency = concurrency;
+  o.delimiter_listing = false;
+  const std::string root = "bench-" + std::to_string(std::random_device{}());
+  auto store = std::make_shared<cairn::S3Store>("s3", bucket, o, root);
+  cairn::s3::Client raw(bucket, root, o, cairn::s3::resolve_config("s3", bucket, o));
+
+  std::mt19937_64 g(7);
+  Big big;
+  const std::uint64_t per_leaf = bytes / static_cast<std::uint64_t>(leaves) / sizeof(float);
+  for (int i = 0; i < leaves; ++i) {
+    big.leaves.emplace_back(per_leaf);
+    for (auto& x : big.leaves.back()) x = static_cast<float>(g() % 1000);
+  }
+  const std::uint64_t big_bytes = per_leaf * sizeof(float) * static_cast<std::uint64_t>(leaves);
+  std::vector<unsigned char> flat(big_bytes);
+  for (int i = 0; i < leaves; ++i)
+    std::memcpy(flat.data() + i * per_leaf * sizeof(float), big.leaves[i].data(), per_leaf * sizeof(float));
+  Small sm;
+  std::uint64_t small_bytes = 0;
+  for (int i = 0; i < small; ++i) {
+    sm.leaves.emplace_back(64 + g() % 449, static_cast<std::uint8_t>(i));
+    small_bytes += sm.leaves.back().size();
+  }
+  std::vector<unsigned char> small_flat(small_bytes, 1);
+
+  std::printf("S3 benchmark: %s, part %llu MiB, concurrency %d, median of %d\n", endpoint.c_str(),
+              static_cast<unsigned long long>(part >> 20), concurrency, repeat);
+  auto report = [&](const char* what, std::uint64_t n, std::vector<Figures>& save, std::vector<Figures>& load,
+                    std::vector<double>& put, std::vector<double>& get) {
+    std::vector<double> ts, tl;
+    for (auto& f : save) ts.push_back(f.seconds);
+    for (auto& f : load) tl.push_back(f.seconds);
+    const double s = bench::median(ts), l = bench::median(tl), p = bench::median(put), gt = bench::median(get);
+    const double gb = static_cast<double>(n) / 1e9;
+    std::printf("%-26s save %6.3f GB/s (limit PUT %6.3f: %.2fx)  load %6.3f GB/s (limit GET %6.3f: %.2fx)\n", what,
+                gb / s, gb / p, p / s, gb / l, gb / gt, gt / l);
+    std::printf("%-26s requests: save %llu, load %llu; peak memory growth: save %llu MiB, load %llu MiB\n", "",
+                static_cast<unsigned long long>(save.back().requests), static_cast<unsigned long long>(load.back().requests),
+                static_cast<unsigned long long>(save.back().peak_growth >> 20),
+                static_cast<unsigned long long>(load.back().peak_growth >> 20));
+  };
+  {
+    std::vector<Figures> save, load;
+    std::vector<double> put, get;
+    for (int r = 0; r < repeat; ++r) {
+      const auto [p, gt] = raw_limit(raw, "raw/big", flat, part, concurrency);
+      put.push_back(p);
+      get.push_back(gt);
+      const std::string key = "big/" + std::to_string(r);
+      save.push_back(measure(*store, [&] { cairn::save({store, key}, big); }));
+      Big back;
+      back.leaves.assign(big.leaves.size(), std::vector<float>(per_leaf));
+      load.push_back(measure(*store, [&] { cairn::load({store, key}, back); }));
+      if (back.leaves != big.leaves) {
+        std::fprintf(stderr, "big: the state loaded differs from the state saved\n");
+        return 1;
+      }
+      store->remove_checkpoints({key});
+    }
+    char what[64];
+    std::snprintf(what, sizeof what, "%.2f GiB in %d leaves", static_cast<double>(big_bytes) / (1 << 30), leaves);
+    report(what, big_bytes, save, load, put, get);
+  }
+  {
+    std::vector<Figures> save, load;
+    std::vector<double> put, get;
+    for (int r = 0; r < repeat; ++r) {
+      const auto [p, gt] = raw_limit(raw, "raw/small", small_flat, part, concurrency);
+      put.push_back(p);
+      get.push_back(gt);
+      const std::string key = "small/" + std::to_string(r);
+      save.push_back(measure(*store, [&] { cairn::save({store, key}, sm); }));
+      Small back;
+      load.push_back(measure(*store, [&] { back = cairn::load<Small>({store, key}); }));
+      if (back.leaves != sm.leaves) {
+        std::fprintf(stderr, "small: the state loaded differs from the state saved\n");
+        return 1;
+      }
+      store->remove_checkpoints({key});
+    }
+    char what[64];
+    std::snprintf(what, sizeof what, "%d small leaves (%.1f MB)", small, static_cast<double>(small_bytes) / 1e6);
+    report(what, small_bytes, save, load, put, get);
+  }
+  return 0;
+}
