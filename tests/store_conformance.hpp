@@ -336,6 +336,12 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     check_same(states[2], back);
     CHECK(cairn::detail::read_blob(*store, "train/latest", 100) == "30\n");
     CHECK(visible_names(*store, "train") == std::vector<std::string>{"20", "30", "latest"});
+    // A restarted Checkpointer reads the earlier run's steps (their user metadata too) and
+    // its retention prunes them: none is taken for damaged.
+    states.push_back(random_conformance_state());
+    again.save(40, states.back());
+    CHECK(again.steps() == std::vector<std::int64_t>{30, 40});
+    CHECK(visible_names(*store, "train") == std::vector<std::string>{"30", "40", "latest"});
   }
 }
 

@@ -322,7 +322,8 @@ CAIRN_API Error Checkpointer::foreign_scheme_error(const std::vector<std::string
 CAIRN_API StepInfo Checkpointer::read_step_info(std::int64_t step) const {
   StepInfo info;
   info.step = step;
-  const std::string key = step_path(step);
+  // Where the store keeps the step (an object store: the generation its marker names).
+  const std::string key = store_->readable_checkpoint(step_path(step));
   const auto digests = detail::read_marker(*store_, key);
   const std::string path = describe(detail::join_key(key, detail::user_metadata_file));
   Json user = Json::parse(detail::read_verified(*store_, key, digests, detail::user_metadata_file, std::uint64_t{1} << 24), path);

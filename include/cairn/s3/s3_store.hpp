@@ -250,7 +250,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       const std::string rest = o.key.substr(key.size() + 1);
       const std::string gen = rest.substr(0, rest.find('/'));
       if (!is_internal_name(gen) || gen == current) continue;
-      if (now_ms - generation_time_ms(gen) > age_ms) dead.push_back(o.key);
+      if (now_ms - generation_time_ms(gen) >= age_ms) dead.push_back(o.key);
     }
     if (!dead.empty()) client_.remove(dead);
   }
@@ -260,7 +260,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
                                  std::chrono::system_clock::now().time_since_epoch()).count();
     for (const auto& u : client_.list_multipart_uploads(prefix)) {
       const std::int64_t t = s3::parse_iso8601(u.initiated);
-      if (t > 0 && now - t > options_.leftover_age.count()) client_.abort_multipart(u.key, u.upload_id);
+      if (t > 0 && now - t >= options_.leftover_age.count()) client_.abort_multipart(u.key, u.upload_id);
     }
   }
 
