@@ -29,6 +29,7 @@ cmake --build "$work/fp" >/dev/null
 "$work/fp/consumer" "$work/fp"
 "$work/fp/consumer_compiled" "$work/fp"
 "$work/fp/consumer_compat" "$work/fp"
+"$work/fp/consumer_s3"  # cairn::s3: built where libcurl and OpenSSL are, as they are here
 # pkg-config: `cairn` links the compiled runtime, `cairn-header-only` needs no library.
 "$root/tools/deps.sh" pkgconf
 export PKG_CONFIG_PATH="$work/prefix/share/pkgconfig"
@@ -36,6 +37,8 @@ g++ $(pkg-config --cflags cairn) "$root/tests/package/consumer.cpp" -o "$work/pc
 "$work/pc" "$work"
 g++ $(pkg-config --cflags cairn-header-only) -O1 "$root/tests/package/consumer.cpp" -o "$work/pc_ho" $(pkg-config --libs cairn-header-only)
 "$work/pc_ho" "$work"
+g++ $(pkg-config --cflags cairn cairn-s3) "$root/tests/package/consumer_s3.cpp" -o "$work/pc_s3" $(pkg-config --libs cairn cairn-s3)
+"$work/pc_s3"
 unset PKG_CONFIG_PATH
 
 echo "== the runtime as a shared library (CAIRN_SHARED=ON), installed, then find_package(cairn)"
