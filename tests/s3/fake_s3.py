@@ -3,7 +3,8 @@
 """A small S3 server in memory, for what no available test server does: it honours
 conditional writes (If-None-Match: * and If-Match answer 412), and it fails requests on
 command: 503 SlowDown, 500, 403, a reset connection, a stalled response, a 200 that carries an
-<Error>, a body cut short, hostile listings (deep, malformed, a DOCTYPE, a pagination loop). Signatures are not checked (s3rver checks them in the other tests).
+<Error>, a body cut short, hostile listings (deep, malformed, a DOCTYPE, a pagination loop),
+501 to conditional writes (a store without them). Signatures are not checked (s3rver checks them in the other tests).
 
   fake_s3.py DIR       listens on 127.0.0.1 and a free port; writes DIR/endpoint
 
@@ -73,7 +74,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def read_body(self):
         n = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(n) if n else b""
+        body = self.rfile.read(n) if n else b""
+        if len(body) != n:
+            # The client went away mid-body (killed): S3 stores nothing of such a request.
+            raise ConnectionAbortedError("short body")
+        return body
 
     # Faults ----------------------------------------------------------------
     def take_fault(self, what):
@@ -150,8 +155,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         try:
             getattr(self, "op_" + method.lower())(bucket, key, q, how)
-        except BrokenPipeError:
-            pass
+        except (BrokenPipeError, ConnectionError):
+            self.close_connection = True
 
     def do_GET(self): self.handle_any("GET")
     def do_HEAD(self): self.handle_any("HEAD")
@@ -168,8 +173,14 @@ class Handler(BaseHTTPRequestHandler):
         m = self.headers.get("If-Match")
         return m is not None and (cur is None or cur[1] != m)
 
+    def refuses_condition(self, how):
+        """A store without conditional writes (how=noconditional): 501 for a write that has one."""
+        return how == "noconditional" and (self.headers.get("If-None-Match") or self.headers.get("If-Match"))
+
     def op_put(self, bucket, key, q, how):
         body = self.read_body()
+        if self.refuses_condition(how):
+            return self.error(501, "NotImplemented", "A header you provided implies functionality that is not implemented")
         if "uploadId" in q:
             with lock:
                 up = uploads.get(q["uploadId"])
@@ -204,6 +215,8 @@ class Handler(BaseHTTPRequestHandler):
         self.get_object(bucket, key, how, head=False)
 
     def op_head(self, bucket, key, q, how):
+        if key == "":  # HeadBucket: where a client without a region learns it
+            return self.reply(200, headers={"x-amz-bucket-region": "us-fake-1"}, head=True)
         self.get_object(bucket, key, how, head=True)
 
     def get_object(self, bucket, key, how, head):
@@ -263,6 +276,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, ("<InitiateMultipartUploadResult><Bucket>%s</Bucket><Key>%s</Key><UploadId>%s"
                                     "</UploadId></InitiateMultipartUploadResult>" % (bucket, esc(key), uid)).encode())
         if "uploadId" in q:
+            if self.refuses_condition(how):
+                return self.error(501, "NotImplemented", "A header you provided implies functionality that is not implemented")
             if how == "error200":
                 return self.reply(200, b"<?xml version=\"1.0\"?><Error><Code>InternalError</Code><Message>"
                                        b"We encountered an internal error. Please try again.</Message></Error>")

@@ -223,6 +223,42 @@ TEST_CASE("S3 faults: conditional writes: If-None-Match and If-Match answer 412,
   (void)c;
 }
 
+TEST_CASE("S3 faults: a store that refuses conditional writes (501) is noticed; the HEAD check still guards") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  server().reset();
+  server().fault_matching("PUT ", "noconditional", 1000000);
+  server().fault_matching("POST ", "noconditional", 1000000);
+  const State a = random_state(), b = random_state();
+  cairn::save({s, "ck"}, a);  // the marker's create-only PUT is refused once, then sent without
+  CHECK(same(cairn::load<State>({s, "ck"}), a));
+  CHECK_CAIRN_ERROR(cairn::save({s, "ck"}, b), ErrorKind::already_exists, "already exists");
+  cairn::SaveOptions over;
+  over.overwrite = true;
+  cairn::save({s, "ck"}, b, over);
+  CHECK(same(cairn::load<State>({s, "ck"}), b));
+  server().reset();
+}
+
+TEST_CASE("S3: a client that was told no region asks the bucket once, before its first request") {
+  if (server().endpoint().empty()) return;
+  for (const char* k : {"AWS_REGION", "AWS_DEFAULT_REGION"}) ::unsetenv(k);
+  ::setenv("AWS_CONFIG_FILE", "/nonexistent", 1);
+  ::setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent", 1);
+  cairn::S3Options o = options();
+  server().reset();
+  cairn::s3::Client client("bucket", "region", o, cairn::s3::resolve_config("s3", "bucket", o));
+  CHECK(!client.head("nothing").has_value());
+  CHECK(client.region() == "us-fake-1");
+  CHECK(server().stats().at("requests").as_int() == 2);  // HeadBucket once, then the HEAD asked for
+  CHECK(!client.head("nothing").has_value());
+  CHECK(server().stats().at("requests").as_int() == 3);
+  o.region = "eu-north-1";  // told: never asked
+  cairn::s3::Client told("bucket", "region", o, cairn::s3::resolve_config("s3", "bucket", o));
+  CHECK(told.region() == "eu-north-1");
+  CHECK(server().stats().at("requests").as_int() == 3);
+}
+
 TEST_CASE("S3 faults: hostile listings are clear errors, never a crash or an unbounded allocation") {
   if (server().endpoint().empty()) return;
   auto s = store();

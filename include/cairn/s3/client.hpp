@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <ctime>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -85,22 +86,12 @@ class Client {
   // Requests sent, retries included (benchmarks and tests count them).
   std::uint64_t requests() const { return requests_.load(); }
 
-  // The bucket's region where nobody said it (AWS answers any HEAD of a bucket with
-  // x-amz-bucket-region, even a 301 or a 403).
-  void discover_region() {
-    if (config_.region_known || config_.custom_endpoint) return;
-    Call c;
-    c.method = "HEAD";
-    c.bucket_level = true;
-    c.accept = {200, 301, 403, 400};
-    const HttpResponse r = send(c);
-    const std::string region = r.header("x-amz-bucket-region");
-    if (!region.empty() && region != config_.region) {
-      config_.region = region;
-      config_.endpoint = "https://s3." + region + ".amazonaws.com";
-      config_.host = "s3." + region + ".amazonaws.com";
-    }
-    config_.region_known = true;
+  // The region requests are signed for: where nobody said it, the bucket is asked once, before
+  // the first request (S3 answers a HEAD of a bucket with x-amz-bucket-region, even a 301 or a
+  // 403; MinIO does too). On AWS the endpoint follows the region.
+  std::string region() {
+    ensure_region();
+    return config_.region;
   }
 
   std::optional<ObjectInfo> head(const std::string& key) {
@@ -156,11 +147,15 @@ class Client {
     c.body = data;
     c.body_size = n;
     add_condition(c, cond);
-    c.accept = {200, 412, 409};
-    const HttpResponse r = send(c);
+    c.accept = {200, 412, 409, 501, 400};
+    const HttpResponse r = send_conditional(c);
     if (r.status != 200) return std::nullopt;
     return r.header("etag");
   }
+
+  // Whether write conditions are sent: S3Options::conditional_writes, until a store refuses
+  // them (501 NotImplemented), after which the HEAD check alone guards (docs/object-store.md).
+  bool conditional_writes() const { return options_.conditional_writes && conditional_ok_.load(); }
 
   std::string create_multipart(const std::string& key) {
     Call c;
@@ -203,9 +198,9 @@ class Client {
     c.body = xml.data();
     c.body_size = xml.size();
     add_condition(c, cond);
-    c.accept = {200, 412, 409};
+    c.accept = {200, 412, 409, 501, 400};
     c.error_in_200 = true;
-    const HttpResponse r = send(c);
+    const HttpResponse r = send_conditional(c);
     return r.status == 200;
   }
 
@@ -359,7 +354,7 @@ class Client {
   }
 
   void add_condition(Call& c, const WriteCondition& cond) const {
-    if (!options_.conditional_writes) return;
+    if (!conditional_writes()) return;
     if (cond.create_only) {
       if (config_.scheme == "gs") c.headers.push_back({"x-goog-if-generation-match", "0"});
       else c.headers.push_back({"if-none-match", "*"});
@@ -431,6 +426,34 @@ class Client {
     }
   }
 
+  static bool is_condition_header(const std::string& name) {
+    return name == "if-none-match" || name == "if-match" || name == "x-goog-if-generation-match";
+  }
+
+  // A write with conditions (put, complete_multipart accept 400 and 501 for this): a store
+  // that does not implement them answers 501 NotImplemented (or 400 NotImplemented); cairn
+  // then stops sending them, for this store, and sends the write again without. Any other
+  // 400 or 501 is the error it is.
+  HttpResponse send_conditional(Call c) {
+    HttpResponse r = send(c);
+    if (r.status != 400 && r.status != 501) return r;
+    std::string code, message, request_id = r.header("x-amz-request-id");
+    read_error(r.body, code, message, request_id);
+    const bool had = std::any_of(c.headers.begin(), c.headers.end(), [](const auto& h) { return is_condition_header(h.first); });
+    if (had && (r.status == 501 || code == "NotImplemented")) {
+      conditional_ok_ = false;
+      std::erase_if(c.headers, [](const auto& h) { return is_condition_header(h.first); });
+      r = send(c);
+      if (r.status != 400 && r.status != 501) return r;
+      code.clear();
+      message.clear();
+      read_error(r.body, code, message, request_id);
+    }
+    throw Error(ErrorKind::io, c.method + " failed: HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code) +
+                (message.empty() ? "" : ": " + message) + (request_id.empty() ? "" : " (request id " + request_id + ")"),
+                uri(c.key));
+  }
+
   // One signed request, no retry.
   HttpResponse attempt(const Call& c) {
     SignedRequest s;
@@ -473,7 +496,38 @@ class Client {
     if (r.transport == CURLE_OK && r.status == status) read_error(r.body, code, message, request_id);
   }
 
+  void ensure_region() {
+    std::call_once(region_once_, [this] {
+      if (config_.region_known) return;
+      Call c;
+      c.method = "HEAD";
+      c.bucket_level = true;
+      c.what_key = "";
+      c.accept = {200, 301, 307, 400, 403, 404};
+      c.attempts = 3;
+      std::string region;
+      try {
+        region = send_signed(c).header("x-amz-bucket-region");
+      } catch (const Error&) {
+        // Unreachable or refused: the default region stands, and the real request says why.
+      }
+      if (!region.empty() && region != config_.region) {
+        config_.region = region;
+        if (!config_.custom_endpoint) {
+          config_.endpoint = "https://s3." + region + ".amazonaws.com";
+          config_.host = "s3." + region + ".amazonaws.com";
+        }
+      }
+      config_.region_known = true;
+    });
+  }
+
   HttpResponse send(const Call& c) {
+    ensure_region();
+    return send_signed(c);
+  }
+
+  HttpResponse send_signed(const Call& c) {
     const std::string what = uri(c.bucket_level ? c.what_key : c.key);
     const int attempts = c.attempts > 0 ? c.attempts : std::max(1, options_.max_attempts);
     std::string last;
@@ -539,6 +593,8 @@ class Client {
   ResolvedConfig config_;
   HttpClient http_;
   std::atomic<std::uint64_t> requests_{0};
+  std::once_flag region_once_;
+  std::atomic<bool> conditional_ok_{true};
   std::atomic<bool> batch_delete_{true};
 };
 

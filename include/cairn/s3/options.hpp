@@ -25,7 +25,7 @@ struct S3Options {
   // Storage for gs://).
   std::string endpoint = {};
   // Empty: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, the bucket's own region (asked
-  // once with a HEAD of the bucket, on AWS), then us-east-1. gs:// uses "auto".
+  // once with a HEAD of the bucket, before the first request), then us-east-1. gs:// uses "auto".
   std::string region = {};
   // Credentials: these, else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,
   // else the profile (`profile`, else AWS_PROFILE, else "default") in AWS_SHARED_CREDENTIALS_FILE
