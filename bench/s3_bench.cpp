@@ -12,6 +12,8 @@
 
 #include "bench_util.hpp"
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -57,6 +59,7 @@ struct Figures {
 template <class F>
 Figures measure(cairn::S3Store& store, F&& f) {
   const std::uint64_t r0 = store.requests();
+  malloc_trim(0);  // memory freed by the last run goes back, so that it counts again if used
   reset_peak();
   const std::uint64_t base = current_rss();
   const double t0 = bench::now_s();

@@ -296,8 +296,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::vector<std::future<void>> running_;
   };
 
-  // Reads of an object. A large read is split into read_part_size ranges fetched in parallel
-  // straight into the caller's memory. Small reads that follow one another (a load reads a
+  // Reads of an object. A large read is split into ranges fetched in parallel straight into
+  // the caller's memory. Small reads that follow one another (a load reads a
   // large leaf in 256 KiB pieces, checksumming each) switch to read-ahead: blocks of
   // read_part_size, `concurrency` of them in flight ahead of the reader, copied out as the
   // pieces are asked for; a small read that does not follow the last is one ranged GET (a
@@ -310,6 +310,19 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       for (auto& [index, block] : blocks_) block.wait();  // no fetch outlives the reader
     }
     std::uint64_t size() const override { return info_.size; }
+    // The bytes of the range in blocks the read-ahead has already brought: a loader reads a
+    // chunk that is mostly here with two threads, as it would from the page cache.
+    std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override {
+      const std::uint64_t part = store_.options_.read_part_size;
+      std::uint64_t here = 0;
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& [index, block] : blocks_) {
+        const std::uint64_t start = index * part, end = std::min(info_.size, start + part);
+        const std::uint64_t a = std::max(start, offset), b = std::min(end, offset + n);
+        if (a < b && block.wait_for(std::chrono::seconds(0)) == std::future_status::ready) here += b - a;
+      }
+      return here;
+    }
     void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
       if (offset > info_.size || n > info_.size - offset)
         throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(info_.size) +
@@ -317,9 +330,13 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       if (n == 0) return;
       const std::uint64_t part = store_.options_.read_part_size;
       if (n >= part) {
+        // In ranges of at most read_part_size, and at least `concurrency` of them down to 1 MiB
+        // each, so that one leaf of one part is read in parallel too.
+        const std::uint64_t c = static_cast<std::uint64_t>(store_.options_.concurrency);
+        const std::uint64_t range = std::min(part, std::max(std::uint64_t{1} << 20, (n + c - 1) / c));
         TaskGroup group(store_.options_.concurrency);
-        for (std::uint64_t at = 0; at < n; at += part) {
-          const std::uint64_t len = std::min(part, n - at);
+        for (std::uint64_t at = 0; at < n; at += range) {
+          const std::uint64_t len = std::min(range, n - at);
           group.run([this, dst, at, len, offset] { store_.client_.get_range(key_, static_cast<char*>(dst) + at, len, offset + at, info_.etag); });
         }
         group.wait();
