@@ -130,6 +130,13 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   std::filesystem::remove(root + "/latest");
   r = cli({"ls", root});
   CHECK(has(r.out, "is missing; the latest committed step is 20"));
+  // A step directory without a commit marker is listed as incomplete, in text and JSON.
+  std::filesystem::create_directories(root + "/30");
+  r = cli({"ls", root});
+  CHECK(has(r.out, "Checkpointer root, 2 steps"));
+  CHECK(has(r.out, "  30  incomplete: no commit marker (a save in progress, or one that died)\n"));
+  r = cli({"ls", root, "--json"});
+  CHECK(cairn::Json::parse(r.out).at("incomplete").as_array().at(0).as_string() == "30");
 
   const std::string st = dir / "m.safetensors";
   cairn::save_safetensors(st, std::vector<std::vector<float>>{{1, 2}, {3}});

@@ -155,6 +155,15 @@ TEST_CASE("inspect says what is there: a checkpoint, a safetensors file, a Check
   CHECK(i.latest_problem.find("damaged") != std::string::npos);
   test::write_file(root + "/latest", std::string("\xff\xfe\n", 3));
   CHECK(cairn::inspect(root).latest_problem.find("\\xff") != std::string::npos);  // printed, not raw
+  // A step directory without its commit marker (a save that died, a copy that lost it) is
+  // incomplete: listed as such, never a step.
+  CHECK(i.incomplete.empty());
+  std::filesystem::create_directories(root + "/200");
+  test::write_file(root + "/200/data-0-0.bin", "x");
+  std::filesystem::create_directories(root + "/notes");  // not named like a step: not listed
+  i = cairn::inspect(root);
+  CHECK(i.steps.size() == 3);
+  CHECK(i.incomplete == std::vector<std::string>{"200"});
 
   // A plain directory of checkpoints has no marker, and that is no problem for verify.
   cairn::save(dir / "plain/a", m);

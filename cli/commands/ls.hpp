@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // cairn ls PATH [--json]: what a location holds (cairn::inspect): a checkpoint's or a
 // safetensors file's tree (key, dtype, shape, sharding, bytes), items and user metadata; a
-// Checkpointer root's steps, their metrics, and the latest (a damaged `latest` marker is named).
+// Checkpointer root's steps, their metrics, and the latest (a damaged `latest` marker is named),
+// and the steps that never committed (incomplete).
 #pragma once
 
 #include <algorithm>
@@ -29,6 +30,11 @@ inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
     Json j = Json::object({{"path", root.path}, {"kind", location_kind_name(root.kind)}, {"latest", root.latest},
                            {"latest_committed", latest_committed}, {"steps", list}});
     if (!root.latest_problem.empty()) j["latest_problem"] = root.latest_problem;
+    if (!root.incomplete.empty()) {
+      Json incomplete = Json::array();
+      for (const auto& n : root.incomplete) incomplete.push_back(n);
+      j["incomplete"] = incomplete;
+    }
     out << j.dump() << "\n";
     return exit_ok;
   }
@@ -44,6 +50,8 @@ inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
     if (const Json* m = s.find("metrics"); m && m->size()) out << "  " << m->dump();
     out << "\n";
   }
+  for (const auto& n : root.incomplete)
+    out << "  " << n << "  incomplete: no commit marker (a save in progress, or one that died)\n";
   return exit_ok;
 }
 

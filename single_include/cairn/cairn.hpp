@@ -5257,6 +5257,10 @@ struct Inspection {
   // Checkpointer opening the root repairs the marker to.
   std::string latest_problem;
   bool latest_marker = false;  // whether the root has a `latest` marker (a plain directory of checkpoints has none)
+  // A Checkpointer root: directories named like steps that hold no commit marker: a save in
+  // progress, or one that died (on an object store, a prefix holding only a generation). Never
+  // steps, never loaded; in name order.
+  std::vector<std::string> incomplete;
 };
 
 // Says what is at `location` and reads its metadata (no array data). A name ending in
@@ -14310,7 +14314,8 @@ CAIRN_API Error Checkpointer::foreign_scheme_error(const std::vector<std::string
 CAIRN_API StepInfo Checkpointer::read_step_info(std::int64_t step) const {
   StepInfo info;
   info.step = step;
-  const std::string key = step_path(step);
+  // Where the store keeps the step (an object store: the generation its marker names).
+  const std::string key = store_->readable_checkpoint(step_path(step));
   const auto digests = detail::read_marker(*store_, key);
   const std::string path = describe(detail::join_key(key, detail::user_metadata_file));
   Json user = Json::parse(detail::read_verified(*store_, key, digests, detail::user_metadata_file, std::uint64_t{1} << 24), path);
@@ -14428,6 +14433,13 @@ inline Inspection inspect_root(const Location& location, std::vector<std::string
       out.latest.clear();
     }
   }
+  for (const auto& e : store.list(location.key()))
+    if (e.is_prefix && !store.is_internal_name(e.name) && looks_like_step_name(e.name) &&
+        std::find(names.begin(), names.end(), e.name) == names.end())
+      out.incomplete.push_back(e.name);
+  std::sort(out.incomplete.begin(), out.incomplete.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
   for (auto& n : names) {
     InspectedStep step;
     step.latest = n == out.latest;

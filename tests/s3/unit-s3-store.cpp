@@ -183,6 +183,13 @@ TEST_CASE("S3 store: a checkpoint is a marker naming one generation; an overwrit
   CHECK(!store->exists("ck/.cairn-gen-0000000000001-dead"));  // older than any leftover_age
   CHECK(store->exists("new/.cairn-gen-9999999999999-live"));  // "in the future": a live save
   CHECK_CAIRN_ERROR(cairn::load<test::ConformanceState>({store, "new"}), ErrorKind::incomplete, "");
+  // In a Checkpointer root, such a prefix is an incomplete step: listed as one, never a step.
+  cairn::Checkpointer({store, "root"}).save(1, a);
+  cairn::detail::write_blob(*store, "root/2/.cairn-gen-9999999999999-live/data-0-0.bin", "x");
+  const cairn::Inspection root = cairn::inspect({store, "root"});
+  REQUIRE(root.steps.size() == 1);
+  CHECK(root.steps[0].name == "1");
+  CHECK(root.incomplete == std::vector<std::string>{"2"});
   // A generation is never read directly, and a key with '.cairn-' segments is refused.
   CHECK_CAIRN_ERROR(cairn::load<test::ConformanceState>({store, second}), ErrorKind::incomplete, "generation");
   CHECK_CAIRN_ERROR(cairn::save({store, "x/.cairn-gen-1/y"}, a), ErrorKind::invalid_argument, ".cairn-");

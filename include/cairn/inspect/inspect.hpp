@@ -50,6 +50,10 @@ struct Inspection {
   // Checkpointer opening the root repairs the marker to.
   std::string latest_problem;
   bool latest_marker = false;  // whether the root has a `latest` marker (a plain directory of checkpoints has none)
+  // A Checkpointer root: directories named like steps that hold no commit marker: a save in
+  // progress, or one that died (on an object store, a prefix holding only a generation). Never
+  // steps, never loaded; in name order.
+  std::vector<std::string> incomplete;
 };
 
 // Says what is at `location` and reads its metadata (no array data). A name ending in

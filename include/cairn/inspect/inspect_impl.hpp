@@ -55,6 +55,13 @@ inline Inspection inspect_root(const Location& location, std::vector<std::string
       out.latest.clear();
     }
   }
+  for (const auto& e : store.list(location.key()))
+    if (e.is_prefix && !store.is_internal_name(e.name) && looks_like_step_name(e.name) &&
+        std::find(names.begin(), names.end(), e.name) == names.end())
+      out.incomplete.push_back(e.name);
+  std::sort(out.incomplete.begin(), out.incomplete.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
   for (auto& n : names) {
     InspectedStep step;
     step.latest = n == out.latest;
