@@ -248,7 +248,8 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if head:
-            extra["Content-Length"] = str(len(data))
+            # how=hugesize: a hostile size (2^62 bytes) for the object.
+            extra["Content-Length"] = str(1 << 62) if how == "hugesize" else str(len(data))
         self.reply(status, body, extra, head)
 
     def op_delete(self, bucket, key, q, how):

@@ -278,6 +278,20 @@ TEST_CASE("S3 faults: hostile listings are clear errors, never a crash or an unb
   }
   server().reset();
   CHECK(s->list("x").size() == 1);
+  // An object that says it is 2^62 bytes: refused before anything is allocated, or a short
+  // read, each a clear error naming the object.
+  const State a = random_state();
+  cairn::save({s, "ck"}, a);
+  server().fault_matching("HEAD ", "hugesize", 1000000);
+  try {
+    cairn::load<State>({s, "ck"});
+    FAIL("a hostile size was accepted");
+  } catch (const cairn::Error& e) {
+    CHECK(e.file().find("s3://bucket/") == 0);
+    MESSAGE(std::string(e.what()));
+  }
+  server().reset();
+  CHECK(same(cairn::load<State>({s, "ck"}), a));
 }
 
 TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every committed checkpoint loads bit-exactly") {
