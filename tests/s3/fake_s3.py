@@ -4,7 +4,8 @@
 conditional writes (If-None-Match: * and If-Match answer 412), and it fails requests on
 command: 503 SlowDown, 500, 403, a reset connection, a stalled response, a 200 that carries an
 <Error>, a body cut short, hostile listings (deep, malformed, a DOCTYPE, a pagination loop),
-501 to conditional writes (a store without them). Signatures are not checked (s3rver checks them in the other tests).
+501 to conditional writes (a store without them), 501 to DeleteObjects (GCS has none). It
+honours GCS's create-only header too (x-goog-if-generation-match: 0). Signatures are not checked (s3rver checks them in the other tests).
 
   fake_s3.py DIR       listens on 127.0.0.1 and a free port; writes DIR/endpoint
 
@@ -170,6 +171,9 @@ class Handler(BaseHTTPRequestHandler):
             cur = objects.get((bucket, key))
         if self.headers.get("If-None-Match") == "*" and cur is not None:
             return True
+        # Google Cloud Storage's form of create-only.
+        if self.headers.get("x-goog-if-generation-match") == "0" and cur is not None:
+            return True
         m = self.headers.get("If-Match")
         return m is not None and (cur is None or cur[1] != m)
 
@@ -263,6 +267,8 @@ class Handler(BaseHTTPRequestHandler):
     def op_post(self, bucket, key, q, how):
         body = self.read_body()
         if "delete" in q:
+            if how == "nobatchdelete":  # GCS has no DeleteObjects
+                return self.error(501, "NotImplemented", "A header you provided implies functionality that is not implemented")
             root = ElementTree.fromstring(body)
             with lock:
                 for obj in root.iter():

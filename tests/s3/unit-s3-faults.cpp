@@ -240,6 +240,31 @@ TEST_CASE("S3 faults: a store that refuses conditional writes (501) is noticed; 
   server().reset();
 }
 
+TEST_CASE("S3 faults: gs:// speaks Google Cloud Storage's dialect: its create-only header, one DELETE per object") {
+  if (server().endpoint().empty()) return;
+  server().reset();
+  server().fault_matching("POST /bucket?delete", "nobatchdelete", 1000000);
+  auto gs = std::make_shared<cairn::S3Store>("gs", "bucket", options(), "gcs");
+  CHECK(gs->describe("k") == "gs://bucket/gcs/k");
+  cairn::s3::Client client("bucket", "gcs", options(), cairn::s3::resolve_config("gs", "bucket", options()));
+  REQUIRE(client.put("cond", "one", 3, {true, {}}).has_value());
+  CHECK(!client.put("cond", "two", 3, {true, {}}).has_value());  // x-goog-if-generation-match: 0 refused it
+  // A Checkpointer with retention: deletions fall back to one DELETE each.
+  cairn::CheckpointerOptions o;
+  o.retention = cairn::RetentionPolicy::keep_latest(1);
+  const State a = random_state(), b = random_state();
+  {
+    cairn::Checkpointer ckpt({gs, "run"}, o);
+    ckpt.save(1, a);
+    ckpt.save(2, b);
+    CHECK(ckpt.steps() == std::vector<std::int64_t>{2});
+  }
+  CHECK(server().stats().at("faults_hit").as_int() >= 1);  // DeleteObjects was tried, and refused
+  CHECK(!gs->exists("run/1"));
+  CHECK(same(cairn::load<State>({gs, "run/2"}), b));
+  server().reset();
+}
+
 TEST_CASE("S3: a client that was told no region asks the bucket once, before its first request") {
   if (server().endpoint().empty()) return;
   for (const char* k : {"AWS_REGION", "AWS_DEFAULT_REGION"}) ::unsetenv(k);
