@@ -50,7 +50,10 @@ inline CastRule parse_cast(const std::string& arg) {
   if (eq == std::string::npos || eq == 0 || !parse_dtype(arg.substr(eq + 1), d))
     throw Error(ErrorKind::invalid_argument, "--cast takes GLOB=DTYPE (a dtype as numpy names it, e.g. 'params/*=bfloat16'), "
                 "not '" + arg + "'");
-  return {arg.substr(0, eq), d};
+  // A floating-point target changes floating-point leaves only ("*=bfloat16" leaves integer
+  // counters alone, as on save); an integer target is asked for by name and changes any
+  // numeric leaf it matches ("step=int32").
+  return {arg.substr(0, eq), d, is_float_dtype(d)};
 }
 
 inline double parse_double(const std::string& flag, const std::string& v) {

@@ -362,6 +362,19 @@ TEST_CASE("convert: checkpoint to safetensors and back, with casts and a selecti
   REQUIRE(m.leaves().size() == 2);
   for (const auto& l : m.leaves())  // in the file's order: larger elements first
     CHECK(l.dtype == (l.key() == "w" ? cairn::DType::bfloat16 : cairn::DType::int32));
+  // The integer leaf the rule matched and left alone is named, not passed over in silence.
+  CHECK(has(r.out, "note: --cast matched 1 leaf it left as stored (a floating-point target changes floating-point "
+                   "leaves only; strings never): counts (int32)\n"));
+  // An integer target is asked for by name and changes the integer leaf it matches.
+  r = cli({"convert", dir / "c", dir / "i64.safetensors", "--cast", "counts=int64", "--select", "counts"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "1 cast"));
+  CHECK(!has(r.out, "note:"));
+  CHECK(cairn::safetensors_metadata(dir / "i64.safetensors").leaves().at(0).dtype == cairn::DType::int64);
+  // One that does not fit is refused, naming the element (300000 in int16).
+  r = cli({"convert", dir / "c", dir / "i16.safetensors", "--cast", "counts=int16", "--select", "counts"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "element 2 (value 300000) does not fit in int16"));
   // A sharded set, and not over an existing file without --overwrite.
   r = cli({"convert", dir / "c", dir / "set", "--max-file-bytes", "4096", "--select", "big"});
   CHECK(r.status == 0);

@@ -19,6 +19,13 @@ inline int convert(const std::string& src, const std::string& dst, const Convert
   }
   if (!r.cast.empty()) out << ", " << r.cast.size() << " cast";
   out << "\n";
+  if (!r.not_cast.empty()) {
+    out << "note: --cast matched " << r.not_cast.size() << " leaf" << (r.not_cast.size() == 1 ? "" : "s")
+        << " it left as stored (a floating-point target changes floating-point leaves only; strings never):";
+    for (std::size_t i = 0; i < r.not_cast.size() && i < 8; ++i) out << (i ? ", " : " ") << r.not_cast[i];
+    if (r.not_cast.size() > 8) out << ", ...";
+    out << "\n";
+  }
   return exit_ok;
 }
 

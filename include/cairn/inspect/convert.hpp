@@ -39,6 +39,9 @@ struct ConvertReport {
   std::uint64_t bytes = 0;                  // tensor bytes written
   std::vector<std::string> files;           // the files written (safetensors)
   std::vector<std::string> cast;            // key paths stored as another dtype
+  // Leaves a cast rule matched but left as they were, each "key (dtype)": integers under a rule
+  // that changes floating-point leaves only (CastRule::floats_only), strings under any.
+  std::vector<std::string> not_cast;
 };
 
 // Reads the selected leaves of src's items (as stored) and writes them with src's structure,

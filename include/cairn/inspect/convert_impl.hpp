@@ -62,6 +62,15 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   }
   if (snaps.empty()) throw Error(ErrorKind::invalid_argument, "no leaf matches the selection", source.path);
   ConvertReport report;
+  // Leaves a rule matched and left alone (the first matching rule decides, as on save).
+  for (const ItemRecord* item : items)
+    for (const auto& l : item->leaves) {
+      const std::string k = l.key();
+      if (!((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k))) continue;
+      const auto rule = std::find_if(options.cast.begin(), options.cast.end(), [&](const CastRule& r) { return glob_matches(r.pattern, k); });
+      if (rule != options.cast.end() && rule->dtype != l.dtype && detail::cast_rule_target(options.cast, k, l.dtype) == l.dtype)
+        report.not_cast.push_back(k + " (" + dtype_name(l.dtype) + ")");
+    }
   for (const auto& snap : snaps) report.items.push_back(snap.name);
   if (to_safetensors) {
     const detail::ItemSnapshot& snap = snaps.front();
