@@ -3354,6 +3354,12 @@ class StoreReader {
     (void)n;
     return 0;
   }
+  // The size of read this medium serves best, where that is more than the loader's 256 KiB
+  // checksum pieces: an object store, where every read is a request (S3Store: its
+  // read_part_size), gets a large chunk in reads of this size instead, each read in parallel
+  // ranges straight into the target. 0: no preference (a file: small pieces, each checksummed
+  // while it is still in the cache).
+  virtual std::uint64_t preferred_read_bytes() const { return 0; }
   // Exactly n bytes at `offset`, or throws: a blob shorter than that is corrupt (truncated).
   virtual void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const = 0;
   // Consecutive ranges from `offset` on, each into its own buffer, as one request: how many
@@ -5365,6 +5371,9 @@ struct ConvertReport {
   std::uint64_t bytes = 0;                  // tensor bytes written
   std::vector<std::string> files;           // the files written (safetensors)
   std::vector<std::string> cast;            // key paths stored as another dtype
+  // Leaves a cast rule matched but left as they were, each "key (dtype)": integers under a rule
+  // that changes floating-point leaves only (CastRule::floats_only), strings under any.
+  std::vector<std::string> not_cast;
 };
 
 // Reads the selected leaves of src's items (as stored) and writes them with src's structure,
@@ -12435,8 +12444,9 @@ class BoxLeafReader {
               }
             }
           } else {
+            const std::uint64_t piece = std::max(crc_piece_bytes, f.file ? f.file->preferred_read_bytes() : 0);
             for (std::uint64_t done = 0; done < c.nbytes;) {
-              const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
+              const std::uint64_t n = std::min<std::uint64_t>(piece, c.nbytes - done);
               read_direct(f, c, done, n, group, crc);
               done += n;
             }
@@ -14704,6 +14714,15 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   }
   if (snaps.empty()) throw Error(ErrorKind::invalid_argument, "no leaf matches the selection", source.path);
   ConvertReport report;
+  // Leaves a rule matched and left alone (the first matching rule decides, as on save).
+  for (const ItemRecord* item : items)
+    for (const auto& l : item->leaves) {
+      const std::string k = l.key();
+      if (!((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k))) continue;
+      const auto rule = std::find_if(options.cast.begin(), options.cast.end(), [&](const CastRule& r) { return glob_matches(r.pattern, k); });
+      if (rule != options.cast.end() && rule->dtype != l.dtype && detail::cast_rule_target(options.cast, k, l.dtype) == l.dtype)
+        report.not_cast.push_back(k + " (" + dtype_name(l.dtype) + ")");
+    }
   for (const auto& snap : snaps) report.items.push_back(snap.name);
   if (to_safetensors) {
     const detail::ItemSnapshot& snap = snaps.front();
