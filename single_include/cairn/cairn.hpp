@@ -3308,15 +3308,18 @@ CAIRN_END_NAMESPACE
 // under '/'-separated keys ("ckpt/100/_METADATA"); a checkpoint is the blobs under one key.
 // The format (checkpoint/, format/) is written once against this interface; where the bytes
 // live is the Store's business: PosixStore (files and directories, store/posix_store.hpp),
-// MemoryStore (tests, with fault injection, store/memory_store.hpp), and later object stores.
+// MemoryStore (tests, with fault injection, store/memory_store.hpp), and S3Store (object stores,
+// opt-in through cairn/s3.hpp, s3/s3_store.hpp).
 //
-// Readers and writers move bytes straight between the medium and the caller's memory: no
-// copy of array data is made on the way. Every error is a cairn::Error whose file is
+// Readers and writers move bytes between the medium and the caller's memory with as few
+// copies as the medium allows: none for files; an object store gathers writes into upload
+// parts and may read ahead into blocks. Every error is a cairn::Error whose file is
 // describe(key), the path or URL a user can look at.
 //
 // Commit mechanics belong to the store, because they are what differs most between media: a
-// filesystem stages a directory beside the final path and renames it; an object store would
-// write the blobs under their final keys and let the commit marker, written last, publish.
+// filesystem stages a directory beside the final path and renames it; an object store, which
+// cannot rename, writes the blobs under a generation below the final key and publishes by
+// writing, last, the commit marker that names it (readable_checkpoint then leads readers there).
 // Every store keeps the same promise (tests/store_conformance.hpp checks it): until publish()
 // returns, a reader of the final key sees the previous checkpoint or nothing, never a part.
 
