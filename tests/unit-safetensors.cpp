@@ -207,7 +207,9 @@ TEST_CASE("every violation of the specification is a corrupt error naming the fi
   struct Case { std::string header; std::size_t data; std::string error; };
   const std::vector<Case> cases = {
       {ok, 9, "buffer after the header is 9"},
-      {ok, 7, "buffer after the header is 7"},
+      {ok, 7, "data_offsets [0, 8) run past the end of the buffer after the header, which is 7 bytes"},
+      // The tensor that runs past the end is named, not the hole it leaves before it.
+      {R"({"w":{"dtype":"U8","shape":[16],"data_offsets":[16,32]}})", 16, "data_offsets [16, 32) run past the end"},
       {R"({"w":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", 8, "unknown dtype 'F33'"},
       {R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, "needs 12"},
       {R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, "negative dimension"},
@@ -215,7 +217,7 @@ TEST_CASE("every violation of the specification is a corrupt error naming the fi
       {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8, "[begin, end]"},
       {R"({"w":{"dtype":"F32","shape":[2]}})", 8, "lacks 'data_offsets'"},
       {R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8, "overflow"},
-      {R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"v":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})", 3, "overlap"},
+      {R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"v":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})", 3, "data_offsets [1, 3) overlap those of 'w' [0, 2)"},
       {R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"v":{"dtype":"U8","shape":[2],"data_offsets":[3,5]}})", 5, "belong to no tensor"},
       {R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"w":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})", 4, "listed twice"},
       {R"({"__metadata__":{"a":1}})", 0, "not a string"},

@@ -13377,12 +13377,24 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
   std::sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
+  // A tensor past the end is named first: the hole it leaves before it is its doing.
+  for (const auto& t : h.tensors)
+    if (t.end > data_bytes)
+      throw Error(ErrorKind::corrupt, "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                  ") run past the end of the buffer after the header, which is " + std::to_string(data_bytes) + " bytes",
+                  file, t.name);
   std::uint64_t at = 0;
+  const SafetensorsTensor* before = nullptr;
   for (const auto& t : h.tensors) {
+    if (t.begin < at)
+      throw Error(ErrorKind::corrupt, "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                  ") overlap those of '" + before->name + "' [" + std::to_string(before->begin) + ", " +
+                  std::to_string(before->end) + ")", file, t.name);
     if (t.begin != at)
       throw Error(ErrorKind::corrupt, t.begin > at ? "bytes " + std::to_string(at) + ".." + std::to_string(t.begin) +
                   " of the buffer belong to no tensor" : "data_offsets overlap the tensor before", file, t.name);
     at = t.end;
+    before = &t;
   }
   if (at != data_bytes)
     throw Error(ErrorKind::corrupt, "the tensors hold " + std::to_string(at) + " bytes, the buffer after the header is " +
