@@ -27,6 +27,24 @@ inline std::string human_bytes(std::uint64_t n) {
   return buf;
 }
 
+// A sharding for scripts: the mesh's axes with their sizes, the processes its devices are
+// on, the partition spec (per dimension, the mesh axes it is split over; [] replicated), and
+// the text ls prints.
+inline Json sharding_json(const NamedSharding& s) {
+  Json axes = Json::array();
+  for (const auto& a : s.mesh.axes()) axes.push_back(Json::object({{"name", a.name}, {"size", a.size}}));
+  Json spec = Json::array();
+  for (const auto& d : s.spec.dims()) {
+    Json names = Json::array();
+    for (const auto& a : d.axes) names.push_back(a);
+    spec.push_back(names);
+  }
+  std::int64_t processes = 0;
+  for (const auto& d : s.mesh.devices()) processes = std::max<std::int64_t>(processes, d.process + 1);
+  return Json::object({{"mesh", axes}, {"devices", static_cast<std::int64_t>(s.mesh.devices().size())},
+                       {"processes", processes}, {"spec", spec}, {"text", s.describe()}});
+}
+
 inline Json leaf_json(const LeafRecord& l) {
   Json shape = Json::array();
   for (auto d : l.shape) shape.push_back(d);
@@ -35,7 +53,7 @@ inline Json leaf_json(const LeafRecord& l) {
                          {"chunks", static_cast<std::int64_t>(l.chunks.size())}});
   if (l.saved_from != l.dtype) j["saved_from"] = dtype_name(l.saved_from);
   if (l.shape.size() >= 2 && l.order == Order::F) j["order"] = "F";
-  if (l.sharding) j["sharding"] = l.sharding->describe();
+  if (l.sharding) j["sharding"] = sharding_json(*l.sharding);
   return j;
 }
 
@@ -51,6 +69,13 @@ inline bool parse_integer(const std::string& text, std::int64_t& out) {
   const char* end = text.data() + text.size();
   const auto [p, ec] = std::from_chars(text.data(), end, out);
   return !text.empty() && ec == std::errc() && p == end;
+}
+
+// A step name as JSON: a number where it is one ("100"), else the name as it is.
+inline Json step_json(const std::string& name) {
+  std::int64_t n = 0;
+  if (parse_integer(name, n)) return Json(n);
+  return Json(name);
 }
 
 // One value as text: integers exactly, bools as numpy does, floats as numpy and h5dump print

@@ -75,6 +75,15 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   CHECK(leaves[0].at("key").as_string() == "w");
   CHECK(leaves[0].at("order").as_string() == "F");
   CHECK(leaves[5].at("chunks").as_int() == 4);
+  // A sharding as a structure: mesh axes and sizes, devices, processes, the spec per dimension.
+  const cairn::Json& sh = leaves[5].at("sharding");
+  CHECK(sh.at("mesh").as_array().at(0).at("name").as_string() == "x");
+  CHECK(sh.at("mesh").as_array().at(1).at("size").as_int() == 2);
+  CHECK(sh.at("devices").as_int() == 4);
+  CHECK(sh.at("processes").as_int() == 1);
+  CHECK(sh.at("spec").as_array().at(0).as_array().at(0).as_string() == "x");
+  CHECK(sh.at("spec").as_array().at(1).as_array().at(0).as_string() == "y");
+  CHECK(sh.at("text").as_string().find("mesh") == 0);
   CHECK(j.at("user_metadata").at("epoch").as_int() == 3);
   // A URI names the same checkpoint; an unregistered scheme is one line, exit 2.
   const std::string absolute = std::filesystem::absolute(c).string();
@@ -100,7 +109,13 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   CHECK(has(r.out, "20 (latest)"));
   CHECK(has(r.out, "\"loss\":0.05"));
   r = cli({"ls", root, "--json"});
-  CHECK(cairn::Json::parse(r.out).at("steps").as_array().at(1).at("latest").as_bool());
+  {
+    const cairn::Json j = cairn::Json::parse(r.out);
+    CHECK(j.at("steps").as_array().at(1).at("latest").as_bool());
+    CHECK(j.at("steps").as_array().at(1).at("step").as_int() == 20);  // steps are numbers for scripts
+    CHECK(j.at("latest").as_int() == 20);
+    CHECK(j.at("latest_committed").as_int() == 20);
+  }
   // verify checks every step; a damaged one fails the whole root and is named, and ls lists it
   // as damaged without changing anything.
   r = cli({"verify", root});
@@ -125,7 +140,8 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
                    "the latest committed step is 20"));
   CHECK(!has(r.out, "(latest)"));
   r = cli({"ls", root, "--json"});
-  CHECK(cairn::Json::parse(r.out).at("latest_committed").as_string() == "20");
+  CHECK(cairn::Json::parse(r.out).at("latest_committed").as_int() == 20);
+  CHECK(cairn::Json::parse(r.out).at("latest").as_int() == 0);  // what the damaged marker says
   CHECK(has(cairn::Json::parse(r.out).at("latest_problem").as_string(), "damaged"));
   std::filesystem::remove(root + "/latest");
   r = cli({"ls", root});
@@ -136,7 +152,7 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   CHECK(has(r.out, "Checkpointer root, 2 steps"));
   CHECK(has(r.out, "  30  incomplete: no commit marker (a save in progress, or one that died)\n"));
   r = cli({"ls", root, "--json"});
-  CHECK(cairn::Json::parse(r.out).at("incomplete").as_array().at(0).as_string() == "30");
+  CHECK(cairn::Json::parse(r.out).at("incomplete").as_array().at(0).as_int() == 30);
 
   const std::string st = dir / "m.safetensors";
   cairn::save_safetensors(st, std::vector<std::vector<float>>{{1, 2}, {3}});

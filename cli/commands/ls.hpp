@@ -15,7 +15,7 @@ namespace cairn::cli {
 inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
   Json list = Json::array();
   for (const InspectedStep& s : root.steps) {
-    Json step = Json::object({{"step", s.name}, {"latest", s.latest}});
+    Json step = Json::object({{"step", step_json(s.name)}, {"latest", s.latest}});
     if (!s.error.empty()) {
       step["error"] = s.error;
     } else {
@@ -27,12 +27,14 @@ inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
   }
   const std::string latest_committed = root.steps.empty() ? "" : root.steps.back().name;
   if (json) {
-    Json j = Json::object({{"path", root.path}, {"kind", location_kind_name(root.kind)}, {"latest", root.latest},
-                           {"latest_committed", latest_committed}, {"steps", list}});
+    Json j = Json::object({{"path", root.path}, {"kind", location_kind_name(root.kind)},
+                           {"latest", root.latest.empty() ? Json() : step_json(root.latest)},
+                           {"latest_committed", latest_committed.empty() ? Json() : step_json(latest_committed)},
+                           {"steps", list}});
     if (!root.latest_problem.empty()) j["latest_problem"] = root.latest_problem;
     if (!root.incomplete.empty()) {
       Json incomplete = Json::array();
-      for (const auto& n : root.incomplete) incomplete.push_back(n);
+      for (const auto& n : root.incomplete) incomplete.push_back(step_json(n));
       j["incomplete"] = incomplete;
     }
     out << j.dump() << "\n";
@@ -43,8 +45,9 @@ inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
   if (!root.latest_problem.empty())
     out << "warning: " << root.latest_problem << "; the latest committed step is " << latest_committed
         << " (a Checkpointer opening this root repairs the marker)\n";
-  for (const auto& s : list.as_array()) {
-    out << "  " << s.at("step").as_string() << (s.at("latest").as_bool() ? " (latest)" : "");
+  for (std::size_t i = 0; i < root.steps.size(); ++i) {
+    const Json& s = list.as_array()[i];
+    out << "  " << root.steps[i].name << (s.at("latest").as_bool() ? " (latest)" : "");
     if (const Json* e = s.find("error")) out << "  damaged: " << e->as_string();
     if (const Json* c = s.find("created")) out << "  " << c->as_string() << "  " << human_bytes(static_cast<std::uint64_t>(s.at("bytes").as_int()));
     if (const Json* m = s.find("metrics"); m && m->size()) out << "  " << m->dump();
