@@ -40,7 +40,10 @@ inline constexpr const char* usage_text =
     "                                    between cairn checkpoints and safetensors (DST ending in\n"
     "                                    .safetensors, or a directory with --max-file-bytes, is safetensors)\n"
     "PATH is a checkpoint directory, a Checkpointer root, a .safetensors file or a *.index.json,\n"
-    "as a path or a URI (file:///data/ckpt, or any scheme a store registered). Options also take\n"
+    "as a path or a URI (file:///data/ckpt; s3:// and gs:// where built with them; any scheme a\n"
+    "store registered).\n"
+    "On a Checkpointer root, show, diff and convert read its latest committed step; --step N\n"
+    "reads step N (and makes ls and verify look at that step alone). Options also take\n"
     "--name=value. cairn --version prints the version.\n";
 
 
@@ -79,6 +82,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     bool json = false, verify_first = false;
     double atol = 0, rtol = 0;
     std::uint64_t max_report = 10;
+    std::optional<std::string> step;
     ConvertOptions convert_options;
     for (std::size_t i = 1; i < args.size(); ++i) {
       // "--atol=1e-3" is "--atol 1e-3".
@@ -102,6 +106,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
       if (a == "--json") json = true;
       else if (a == "--verify") verify_first = true;
       else if (a == "--item") convert_options.item = value();
+      else if (a == "--step") step = value();
       else if (a == "--exclude") convert_options.exclude.push_back(value());
       else if (a == "--max-report") {
         const std::string v = value();
@@ -128,11 +133,16 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     auto need = [&](std::size_t n, const char* what) {
       if (pos.size() != n) throw Error(ErrorKind::invalid_argument, "cairn " + cmd + " takes " + what);
     };
-    if (cmd == "ls") { need(1, "PATH"); return ls(pos[0], json, out); }
-    if (cmd == "verify") { need(1, "PATH"); return verify(pos[0], out); }
-    if (cmd == "show") { need(2, "PATH KEY[SLICE]"); return show(pos[0], pos[1], out, err, verify_first, convert_options.item); }
-    if (cmd == "diff") { need(2, "A B"); return diff(pos[0], pos[1], {atol, rtol, max_report}, out); }
-    if (cmd == "convert") { need(2, "SRC DST"); return convert(pos[0], pos[1], convert_options, out); }
+    // A Checkpointer root where one checkpoint is read: its --step, or its latest.
+    auto at = [&](const std::string& p, bool latest_if_root) { return checkpoint_of(p, step, latest_if_root, err); };
+    if (cmd == "ls") { need(1, "PATH"); return ls(at(pos[0], false), json, out); }
+    if (cmd == "verify") { need(1, "PATH"); return verify(at(pos[0], false), out); }
+    if (cmd == "show") {
+      need(2, "PATH KEY[SLICE]");
+      return show(at(pos[0], true), pos[1], out, err, verify_first, convert_options.item);
+    }
+    if (cmd == "diff") { need(2, "A B"); return diff(at(pos[0], true), at(pos[1], true), {atol, rtol, max_report}, out); }
+    if (cmd == "convert") { need(2, "SRC DST"); return convert(at(pos[0], true), pos[1], convert_options, out); }
     throw Error(ErrorKind::invalid_argument, "unknown command '" + cmd + "' (cairn --help lists them)");
   } catch (const Error& e) {
     err << e.what() << "\n";  // "cairn: <kind>: <file>: key '<key>': <why>"

@@ -6,10 +6,12 @@
 
 #include <cairn/cairn.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -69,6 +71,36 @@ inline bool parse_integer(const std::string& text, std::int64_t& out) {
   const char* end = text.data() + text.size();
   const auto [p, ec] = std::from_chars(text.data(), end, out);
   return !text.empty() && ec == std::errc() && p == end;
+}
+
+// Where a command that reads one checkpoint (show, diff, convert; and ls or verify given
+// --step) is pointed at a Checkpointer root: its step `step` (--step N), or else its latest
+// committed step, said on `err` so that the output is not mistaken for the root's. Any other
+// location is returned as it is (and --step there is an error: it names a step of a root).
+inline std::string checkpoint_of(const std::string& path, const std::optional<std::string>& step, bool latest_if_root,
+                                 std::ostream& err) {
+  if (!step && !latest_if_root) return path;
+  const Inspection found = inspect(path);
+  if (found.kind != LocationKind::checkpointer_root) {
+    if (step) throw Error(ErrorKind::invalid_argument, "--step picks a step of a Checkpointer root, and this is a " +
+                          std::string(location_kind_name(found.kind)), found.path);
+    return path;
+  }
+  if (found.steps.empty()) throw Error(ErrorKind::not_found, "this Checkpointer root has no committed step", found.path);
+  std::string name = found.steps.back().name;
+  if (step) {
+    const auto it = std::find_if(found.steps.begin(), found.steps.end(), [&](const InspectedStep& s) { return s.name == *step; });
+    if (it == found.steps.end()) {
+      std::string names;
+      for (const auto& s : found.steps) names += (names.empty() ? "" : ", ") + s.name;
+      throw Error(ErrorKind::not_found, "no committed step " + *step + " (the steps: " + names + ")", found.path);
+    }
+    name = it->name;
+  } else {
+    err << "cairn: " << found.path << " is a Checkpointer root: reading its latest committed step, " << name
+        << " (--step N reads another)\n";
+  }
+  return (Location(path) / name).describe();
 }
 
 // A step name as JSON: a number where it is one ("100"), else the name as it is.

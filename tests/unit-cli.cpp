@@ -403,6 +403,39 @@ TEST_CASE("convert: checkpoint to safetensors and back, with casts and a selecti
   CHECK(cli({"convert", dir / "c", st, "--select", "nothing*"}).status == 2);
 }
 
+TEST_CASE("a Checkpointer root: show, diff and convert read the latest step, or --step N") {
+  test::TempDir dir;
+  const std::string root = dir / "root";
+  {
+    cairn::Checkpointer ck(root);
+    for (int step : {1, 2, 3})
+      ck.save(step, std::map<std::string, std::vector<float>>{{"w", {float(step), float(step) + 0.5f}}});
+  }
+  Run r = cli({"show", root, "w"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "[3, 3.5]"));
+  CHECK(has(r.err, "is a Checkpointer root: reading its latest committed step, 3 (--step N reads another)"));
+  r = cli({"show", root, "w", "--step", "2"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "[2, 2.5]"));
+  CHECK(r.err.empty());
+  r = cli({"show", root, "w", "--step=9"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "no committed step 9 (the steps: 1, 2, 3)"));
+  CHECK(cli({"diff", root, root, "--step", "1"}).status == 0);
+  CHECK(cli({"diff", root, root + "/1"}).status == 1);  // the latest (3) against step 1
+  r = cli({"convert", root, dir / "latest.safetensors"});
+  CHECK(r.status == 0);
+  CHECK(cairn::read_arrays(dir / "latest.safetensors", {"w"}).at("w").bytes.size() == 8);
+  r = cli({"ls", root, "--step", "2"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "cairn checkpoint"));
+  CHECK(cli({"verify", root, "--step", "2"}).status == 0);
+  r = cli({"show", root + "/1", "w", "--step", "1"});  // a checkpoint has no steps
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "--step picks a step of a Checkpointer root"));
+}
+
 TEST_CASE("bad command lines and paths are one-line errors with exit 2, never a crash") {
   test::TempDir dir;
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
