@@ -395,6 +395,20 @@ TEST_CASE("convert: checkpoint to safetensors and back, with casts and a selecti
   r = cli({"convert", dir / "c", dir / "set", "--max-file-bytes", "4096", "--select", "big"});
   CHECK(r.status == 0);
   CHECK(cli({"verify", dir / "set/model.safetensors.index.json"}).status == 0);
+  // The set's directory reads as the set (its index), for every command.
+  r = cli({"ls", dir / "set"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "safetensors"));
+  CHECK(has(r.out, "big"));
+  CHECK(cli({"verify", dir / "set"}).status == 0);
+  r = cli({"show", dir / "set", "big[0:2]"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "[0, 0.25]"));
+  // It is never replaced, --overwrite or not: the error says to remove it first.
+  r = cli({"convert", dir / "c", dir / "set", "--max-file-bytes", "4096", "--select", "big", "--overwrite"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "a sharded safetensors set is already here; cairn never replaces a set's directory, even with "
+                   "overwrite: remove it first"));
   r = cli({"convert", dir / "c", st, "--select", "w"});
   CHECK(r.status == 2);
   CHECK(has(r.err, "already exists"));

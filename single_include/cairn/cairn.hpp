@@ -13884,7 +13884,12 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
     files.back().push_back(&t);
     in_file += t.nbytes;
   }
-  auto staging = store.stage(key, false);  // a set's directory is never replaced
+  // A set's directory is never replaced (the store's overwrite rule replaces only committed
+  // checkpoints), with overwrite or without: said plainly where a set is already there.
+  if (store.is_blob(join_key(key, std::string("model.safetensors") + safetensors_index_suffix)))
+    throw Error(ErrorKind::already_exists, "a sharded safetensors set is already here; cairn never replaces a set's "
+                "directory, even with overwrite: remove it first, or export to another path", store.describe(key));
+  auto staging = store.stage(key, false);
   std::map<std::string, std::uint64_t> expected;
   Json weight_map = Json::object();
   for (std::size_t i = 0; i < files.size(); ++i) {
@@ -14428,6 +14433,21 @@ inline bool names_safetensors(const std::string& key) {
   return key.ends_with(".safetensors") || key.ends_with(safetensors_index_suffix);
 }
 
+// A directory holding a sharded safetensors set (what convert --max-file-bytes writes) read
+// as the set: the location of its one *.safetensors.index.json. Anything else as it is.
+inline Location safetensors_set_or(const Location& location) {
+  if (names_safetensors(location.key())) return location;
+  const Store& store = location.store();
+  if (is_committed_checkpoint(store, location.key())) return location;
+  std::string index;
+  for (const auto& e : store.list(location.key())) {
+    if (e.is_prefix || !e.name.ends_with(std::string(".safetensors") + safetensors_index_suffix)) continue;
+    if (!index.empty()) return location;  // two sets: the caller names one
+    index = e.name;
+  }
+  return index.empty() ? location : location / index;
+}
+
 // What is at `location`; for a Checkpointer root, `steps` receives its committed steps (the
 // listing that decided it, so that nobody lists the root again).
 inline LocationKind location_kind(const Location& location, std::vector<std::string>* steps = nullptr) {
@@ -14533,7 +14553,8 @@ CAIRN_API const char* location_kind_name(LocationKind kind) {
   return "?";
 }
 
-CAIRN_API Inspection inspect(const Location& location) {
+CAIRN_API Inspection inspect(const Location& given) {
+  const Location location = detail::safetensors_set_or(given);
   std::vector<std::string> names;
   const LocationKind kind = detail::location_kind(location, &names);
   if (kind == LocationKind::checkpointer_root) {
@@ -14557,8 +14578,9 @@ CAIRN_API Inspection inspect(const Location& location) {
   return out;
 }
 
-CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& location, const std::vector<std::string>& keys_in,
+CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, const std::vector<std::string>& keys_in,
                                                        const ReadArraysOptions& options, LoadReport* report) {
+  const Location location = detail::safetensors_set_or(given);
   std::vector<std::string> keys;
   for (const auto& k : keys_in) keys.push_back(detail::canonical_key(k));
   std::map<std::string, ArrayValue> out;
@@ -14639,7 +14661,8 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
 
 }  // namespace detail
 
-CAIRN_API VerifyReport verify(const Location& location) {
+CAIRN_API VerifyReport verify(const Location& given) {
+  const Location location = detail::safetensors_set_or(given);
   VerifyReport report;
   const Store& store = location.store();
   std::vector<std::string> steps;

@@ -20,6 +20,21 @@ inline bool names_safetensors(const std::string& key) {
   return key.ends_with(".safetensors") || key.ends_with(safetensors_index_suffix);
 }
 
+// A directory holding a sharded safetensors set (what convert --max-file-bytes writes) read
+// as the set: the location of its one *.safetensors.index.json. Anything else as it is.
+inline Location safetensors_set_or(const Location& location) {
+  if (names_safetensors(location.key())) return location;
+  const Store& store = location.store();
+  if (is_committed_checkpoint(store, location.key())) return location;
+  std::string index;
+  for (const auto& e : store.list(location.key())) {
+    if (e.is_prefix || !e.name.ends_with(std::string(".safetensors") + safetensors_index_suffix)) continue;
+    if (!index.empty()) return location;  // two sets: the caller names one
+    index = e.name;
+  }
+  return index.empty() ? location : location / index;
+}
+
 // What is at `location`; for a Checkpointer root, `steps` receives its committed steps (the
 // listing that decided it, so that nobody lists the root again).
 inline LocationKind location_kind(const Location& location, std::vector<std::string>* steps = nullptr) {
@@ -125,7 +140,8 @@ CAIRN_API const char* location_kind_name(LocationKind kind) {
   return "?";
 }
 
-CAIRN_API Inspection inspect(const Location& location) {
+CAIRN_API Inspection inspect(const Location& given) {
+  const Location location = detail::safetensors_set_or(given);
   std::vector<std::string> names;
   const LocationKind kind = detail::location_kind(location, &names);
   if (kind == LocationKind::checkpointer_root) {
@@ -149,8 +165,9 @@ CAIRN_API Inspection inspect(const Location& location) {
   return out;
 }
 
-CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& location, const std::vector<std::string>& keys_in,
+CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, const std::vector<std::string>& keys_in,
                                                        const ReadArraysOptions& options, LoadReport* report) {
+  const Location location = detail::safetensors_set_or(given);
   std::vector<std::string> keys;
   for (const auto& k : keys_in) keys.push_back(detail::canonical_key(k));
   std::map<std::string, ArrayValue> out;

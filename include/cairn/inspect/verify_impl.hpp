@@ -52,7 +52,8 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
 
 }  // namespace detail
 
-CAIRN_API VerifyReport verify(const Location& location) {
+CAIRN_API VerifyReport verify(const Location& given) {
+  const Location location = detail::safetensors_set_or(given);
   VerifyReport report;
   const Store& store = location.store();
   std::vector<std::string> steps;
