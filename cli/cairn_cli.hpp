@@ -9,6 +9,7 @@
 // `err` naming the file and the key, and an exit status; never a crash.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -83,6 +84,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     double atol = 0, rtol = 0;
     std::uint64_t max_report = 10;
     std::optional<std::string> step;
+    std::vector<std::string> given;  // the options, as named
     ConvertOptions convert_options;
     for (std::size_t i = 1; i < args.size(); ++i) {
       // "--atol=1e-3" is "--atol 1e-3".
@@ -103,6 +105,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
         if (i + 1 >= args.size()) throw Error(ErrorKind::invalid_argument, a + " needs a value");
         return args[++i];
       };
+      if (a.rfind("--", 0) == 0) given.push_back(a);
       if (a == "--json") json = true;
       else if (a == "--verify") verify_first = true;
       else if (a == "--item") convert_options.item = value();
@@ -130,6 +133,18 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
       else pos.push_back(a);
       if (inline_value) throw Error(ErrorKind::invalid_argument, a + " takes no value");
     }
+    // Every option given must be one the command takes: a flag another command takes is an
+    // error, not ignored (diff --exclude was taken and did nothing).
+    static const std::map<std::string, std::vector<std::string>> takes = {
+        {"ls", {"--json", "--step"}},
+        {"verify", {"--step"}},
+        {"show", {"--verify", "--item", "--step"}},
+        {"diff", {"--atol", "--rtol", "--max-report", "--step"}},
+        {"convert", {"--cast", "--select", "--exclude", "--item", "--max-file-bytes", "--overwrite", "--step"}}};
+    if (const auto it = takes.find(cmd); it != takes.end())
+      for (const auto& o : given)
+        if (std::find(it->second.begin(), it->second.end(), o) == it->second.end())
+          throw Error(ErrorKind::invalid_argument, "cairn " + cmd + " does not take " + o + " (cairn --help lists each command's options)");
     auto need = [&](std::size_t n, const char* what) {
       if (pos.size() != n) throw Error(ErrorKind::invalid_argument, "cairn " + cmd + " takes " + what);
     };

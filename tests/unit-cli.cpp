@@ -463,6 +463,11 @@ TEST_CASE("bad command lines and paths are one-line errors with exit 2, never a 
                                                                                       cairn::cli::usage_text + std::strlen(cairn::cli::usage_text), '\n') : 1));
   }
   CHECK(cli({"--help"}).status == 0);
+  // An option of another command is refused, never taken and ignored.
+  const Run r = cli({"diff", "a", "b", "--exclude", "name"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "cairn diff does not take --exclude"));
+  CHECK(has(cli({"ls", "a", "--atol=1"}).err, "cairn ls does not take --atol"));
 }
 
 TEST_CASE("every item: diff compares them all, show --item picks one, convert carries them or refuses to drop them") {
