@@ -306,7 +306,8 @@ TEST_CASE("chunk overlap is found in grids and in other layouts; 40,000 chunks c
   // Two chunks of the grid made the same cell.
   m.items.front().leaves.front().chunks[7].start = m.items.front().leaves.front().chunks[3].start;
   replace_metadata(c, detail::metadata_to_json(m));
-  CHECK_CAIRN_ERROR(metadata(c), ErrorKind::corrupt, "chunks 3 and 7 overlap");
+  CHECK_CAIRN_ERROR(metadata(c), ErrorKind::corrupt, "chunks 3 (in data-0-0.bin, start ");
+  CHECK_CAIRN_ERROR(metadata(c), ErrorKind::corrupt, ") and 7 (in data-0-0.bin, start ");
   // Not a grid: one chunk spans two cells of the others' cuts.
   const std::string d = dir / "d";
   save(d, std::vector<float>{1, 2, 3, 4});
@@ -320,7 +321,9 @@ TEST_CASE("chunk overlap is found in grids and in other layouts; 40,000 chunks c
   chunks.push_back(half);
   md.data_files = {"data-0-0.bin"};
   replace_metadata(d, detail::metadata_to_json(md));
-  CHECK_CAIRN_ERROR(metadata(d), ErrorKind::corrupt, "chunks 0 and 1 overlap");
+  // Each chunk named with its file and box.
+  CHECK_CAIRN_ERROR(metadata(d), ErrorKind::corrupt,
+                    "chunks 0 (in data-0-0.bin, start [0], shape [4]) and 1 (in data-0-0.bin, start [2], shape [2]) overlap");
 }
 
 TEST_CASE("a stored sharding with many replicas is not adopted into memory without bound") {

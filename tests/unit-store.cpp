@@ -338,6 +338,13 @@ TEST_CASE("4 ranks save, one fails: nobody publishes, every rank throws, the ear
   CHECK(outcome[0].find("rank 2 failed") != std::string::npos);
   CHECK(outcome[1] == outcome[0]);  // the same outcome everywhere else
   CHECK(visible_content(store) == before);
+  // The primary's own failure (staging onto an existing checkpoint without overwrite) reaches
+  // the others named as rank 0's.
+  {
+    const auto refused = save_on_ranks(store, "ckpt", [&](int r) { return rank_state(r, w2, rows, plain); }, false);
+    CHECK(refused[0].find("already exists") != std::string::npos);
+    for (int r = 1; r < 4; ++r) CHECK(refused[static_cast<std::size_t>(r)].find("rank 0 failed: ") != std::string::npos);
+  }
   CHECK(store.keys().size() == before.size());  // every rank's staged file removed
   // A rank whose tree differs from rank 0's is refused the same way.
   outcome = save_on_ranks(store, "ckpt", [&](int r) {
@@ -419,6 +426,27 @@ TEST_CASE("ReplicaWrites::split reaches the Checkpointer: its steps are written 
   cairn::load({*store, "run/5"}, back);
   const auto got = back.replicated_rows.gather();
   CHECK(std::memcmp(got.data(), rows.data(), rows.size() * sizeof(std::int16_t)) == 0);
+}
+
+TEST_CASE("ranks whose meshes disagree: nothing is committed, and the message names each chunk's file and box") {
+  MemoryStore store;
+  const cairn::Shape shape{8, 2};
+  const std::vector<float> all(16, 1.0f);
+  const auto outcome = on_ranks(2, [&](int r, cairn::Coordinator& c) {
+    cairn::Mesh mesh = cairn::Mesh::host({{"x", 2}});
+    mesh.assign_processes(r == 0 ? std::vector<int>{0, 1} : std::vector<int>{1, 0}, r);  // each thinks it holds rows 0:4
+    const auto a = cairn::ShardedArray<float>::from_host(all, shape, cairn::NamedSharding(mesh, cairn::PartitionSpec{"x"}));
+    cairn::SaveOptions options;
+    options.coordinator = &c;
+    cairn::save({store, "ckpt"}, a, options);
+  });
+  for (const auto& o : outcome) {
+    CAPTURE(o);
+    CHECK(o.find("the ranks' parts do not fit together") != std::string::npos);
+    CHECK(o.find("(in data-0-0.bin, start [0, 0], shape [4, 2])") != std::string::npos);
+    CHECK(o.find("(in data-1-0.bin, start [0, 0], shape [4, 2])") != std::string::npos);
+  }
+  CHECK(!store.exists("ckpt"));
 }
 
 TEST_CASE("ranks whose trees differ only in shapes: nothing is committed, every rank names the leaf and both shapes") {

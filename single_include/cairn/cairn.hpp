@@ -9159,6 +9159,67 @@ CAIRN_END_NAMESPACE
 #include <unordered_set>
 #include <vector>
 
+// ----- begin cairn/core/utf8.hpp -----
+// UTF-8 validation of untrusted text (RFC 3629): names and values read from files whose
+// specification says UTF-8 (a safetensors header) are checked before they are kept or printed.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Whether `s` is well-formed UTF-8: no overlong forms, no surrogates (U+D800..U+DFFF), nothing
+// above U+10FFFF, no truncated sequence.
+inline bool valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len = 0;
+    std::uint32_t min = 0, cp = 0;
+    if ((c & 0xE0) == 0xC0) { len = 2; min = 0x80; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; min = 0x800; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; min = 0x10000; cp = c & 0x07; }
+    else return false;  // a continuation byte first, or 0xF8..0xFF
+    if (n - i < len) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
+// Up to 40 bytes of untrusted text for an error message: ASCII as it is, other bytes as \xNN.
+inline std::string printable_prefix(std::string_view s) {
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < 40; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  if (s.size() > 40) out += "...";
+  return out;
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/utf8.hpp -----
 // ----- begin cairn/format/metadata_json.hpp -----
 // The records' JSON form, the text of _METADATA (docs/format.md specifies it): its writer
 // (metadata_json_writer.hpp) and its reader (metadata_json_reader.hpp), as nlohmann/json keeps
@@ -9829,8 +9890,15 @@ void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) 
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < l.chunks.size(); ++i)
     if (element_count(l.chunks[i].shape) > 0) order.push_back(i);
+  // Each chunk named with its file (data-<rank>-<n>.bin says which process wrote it) and its
+  // box, so that ranks whose meshes or specs disagree can be told apart.
   auto overlap = [&](std::size_t a, std::size_t b) {
-    fail("chunks " + std::to_string(std::min(a, b)) + " and " + std::to_string(std::max(a, b)) + " overlap", key);
+    auto chunk = [&](std::size_t i) {
+      const ChunkRecord& c = l.chunks[i];
+      return std::to_string(i) + " (in " + printable_prefix(c.file) + ", start " + to_string(c.start) + ", shape " +
+             to_string(c.shape) + ")";
+    };
+    fail("chunks " + chunk(std::min(a, b)) + " and " + chunk(std::max(a, b)) + " overlap", key);
   };
   if (l.shape.empty()) {
     if (order.size() > 1) overlap(order[0], order[1]);
@@ -11000,7 +11068,11 @@ std::string run_on_primary(Coordinator& coordinator, Work&& work) {
   const std::string got = coordinator.broadcast(out.take());
   if (failure) std::rethrow_exception(failure);
   WireReader in(got);
-  if (in.u64() != 1) throw decode_error(in);
+  if (in.u64() != 1) {
+    // The other ranks learn whose error it is, as agree_on_outcome tells them.
+    const Error e = decode_error(in);
+    throw Error(e.kind(), "rank 0 failed: " + e.message(), e.file(), e.key_path());
+  }
   return in.str();
 }
 
@@ -13196,67 +13268,6 @@ CAIRN_END_NAMESPACE
 #include <string_view>
 #include <vector>
 
-// ----- begin cairn/core/utf8.hpp -----
-// UTF-8 validation of untrusted text (RFC 3629): names and values read from files whose
-// specification says UTF-8 (a safetensors header) are checked before they are kept or printed.
-
-#include <cstdint>
-#include <string>
-#include <string_view>
-
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-// Whether `s` is well-formed UTF-8: no overlong forms, no surrogates (U+D800..U+DFFF), nothing
-// above U+10FFFF, no truncated sequence.
-inline bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const std::size_t n = s.size();
-  for (std::size_t i = 0; i < n;) {
-    const unsigned c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len = 0;
-    std::uint32_t min = 0, cp = 0;
-    if ((c & 0xE0) == 0xC0) { len = 2; min = 0x80; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; min = 0x800; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { len = 4; min = 0x10000; cp = c & 0x07; }
-    else return false;  // a continuation byte first, or 0xF8..0xFF
-    if (n - i < len) return false;
-    for (std::size_t k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
-  }
-  return true;
-}
-
-// Up to 40 bytes of untrusted text for an error message: ASCII as it is, other bytes as \xNN.
-inline std::string printable_prefix(std::string_view s) {
-  static const char hex[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < 40; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7F) {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  if (s.size() > 40) out += "...";
-  return out;
-}
-
-}  // namespace detail
-CAIRN_END_NAMESPACE
-// ----- end cairn/core/utf8.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 

@@ -115,7 +115,11 @@ std::string run_on_primary(Coordinator& coordinator, Work&& work) {
   const std::string got = coordinator.broadcast(out.take());
   if (failure) std::rethrow_exception(failure);
   WireReader in(got);
-  if (in.u64() != 1) throw decode_error(in);
+  if (in.u64() != 1) {
+    // The other ranks learn whose error it is, as agree_on_outcome tells them.
+    const Error e = decode_error(in);
+    throw Error(e.kind(), "rank 0 failed: " + e.message(), e.file(), e.key_path());
+  }
   return in.str();
 }
 

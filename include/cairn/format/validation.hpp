@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cairn/core/tuning.hpp"
+#include "cairn/core/utf8.hpp"
 #include "cairn/format/layout.hpp"
 #include "cairn/format/metadata_json.hpp"
 #include "cairn/format/records.hpp"
@@ -41,8 +42,15 @@ void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) 
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < l.chunks.size(); ++i)
     if (element_count(l.chunks[i].shape) > 0) order.push_back(i);
+  // Each chunk named with its file (data-<rank>-<n>.bin says which process wrote it) and its
+  // box, so that ranks whose meshes or specs disagree can be told apart.
   auto overlap = [&](std::size_t a, std::size_t b) {
-    fail("chunks " + std::to_string(std::min(a, b)) + " and " + std::to_string(std::max(a, b)) + " overlap", key);
+    auto chunk = [&](std::size_t i) {
+      const ChunkRecord& c = l.chunks[i];
+      return std::to_string(i) + " (in " + printable_prefix(c.file) + ", start " + to_string(c.start) + ", shape " +
+             to_string(c.shape) + ")";
+    };
+    fail("chunks " + chunk(std::min(a, b)) + " and " + chunk(std::max(a, b)) + " overlap", key);
   };
   if (l.shape.empty()) {
     if (order.size() > 1) overlap(order[0], order[1]);
