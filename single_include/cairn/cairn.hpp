@@ -3357,12 +3357,6 @@ class StoreReader {
     (void)n;
     return 0;
   }
-  // The size of read this medium serves best, where that is more than the loader's 256 KiB
-  // checksum pieces: an object store, where every read is a request (S3Store: its
-  // read_part_size), gets a large chunk in reads of this size instead, each read in parallel
-  // ranges straight into the target. 0: no preference (a file: small pieces, each checksummed
-  // while it is still in the cache).
-  virtual std::uint64_t preferred_read_bytes() const { return 0; }
   // Exactly n bytes at `offset`, or throws: a blob shorter than that is corrupt (truncated).
   virtual void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const = 0;
   // Consecutive ranges from `offset` on, each into its own buffer, as one request: how many
@@ -12519,9 +12513,8 @@ class BoxLeafReader {
               }
             }
           } else {
-            const std::uint64_t piece = std::max(crc_piece_bytes, f.file ? f.file->preferred_read_bytes() : 0);
             for (std::uint64_t done = 0; done < c.nbytes;) {
-              const std::uint64_t n = std::min<std::uint64_t>(piece, c.nbytes - done);
+              const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
               read_direct(f, c, done, n, group, crc);
               done += n;
             }

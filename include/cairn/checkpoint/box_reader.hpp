@@ -226,9 +226,8 @@ class BoxLeafReader {
               }
             }
           } else {
-            const std::uint64_t piece = std::max(crc_piece_bytes, f.file ? f.file->preferred_read_bytes() : 0);
             for (std::uint64_t done = 0; done < c.nbytes;) {
-              const std::uint64_t n = std::min<std::uint64_t>(piece, c.nbytes - done);
+              const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
               read_direct(f, c, done, n, group, crc);
               done += n;
             }

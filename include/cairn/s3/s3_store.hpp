@@ -314,7 +314,6 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       for (auto& [index, block] : blocks_) block.wait();  // no fetch outlives the reader
     }
     std::uint64_t size() const override { return info_.size; }
-    std::uint64_t preferred_read_bytes() const override { return store_.options_.read_part_size; }
     // The bytes of the range in blocks the read-ahead has already brought: a loader reads a
     // chunk that is mostly here with two threads, as it would from the page cache.
     std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override {
