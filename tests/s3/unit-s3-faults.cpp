@@ -346,8 +346,6 @@ TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every co
       CHECK(*latest >= last_latest);  // committed steps are never lost
       last_latest = *latest;
     }
-    // Retention kept 3; a kill between a commit and its retention leaves one more.
-    CHECK(ckpt.steps().size() <= 4);
     for (const std::int64_t step : ckpt.steps()) {
       kill_test::State back;
       ckpt.load(step, back);
@@ -360,6 +358,15 @@ TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every co
   }
   CHECK(last_latest > 10);     // the kills let saves commit in between
   CHECK(committed_seen > 100);
+  // Kills between commits and their retention (an async save's comes later) leave more steps
+  // than kept (5 were seen under ThreadSanitizer); the next save's retention prunes them all.
+  {
+    cairn::Checkpointer ckpt({store, "run"}, kill_test::checkpointer_options());
+    const std::int64_t next = ckpt.latest().value_or(0) + 1;
+    ckpt.save(next, kill_test::state(next));
+    CHECK(ckpt.steps().size() == 3);
+    CHECK(ckpt.steps().back() == next);
+  }
   // After a last cleanup: no multipart upload left open, and under each step only its marker
   // and the generation the marker names.
   store->clean_leftovers("run");
