@@ -6023,6 +6023,88 @@ CAIRN_END_NAMESPACE
 #include <string_view>
 #include <utility>
 
+// ----- begin cairn/core/utf8.hpp -----
+// UTF-8 validation of untrusted text (RFC 3629): names and values read from files whose
+// specification says UTF-8 (a safetensors header) are checked before they are kept or printed;
+// and the one UTF-8 encoder of code points.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Whether `s` is well-formed UTF-8: no overlong forms, no surrogates (U+D800..U+DFFF), nothing
+// above U+10FFFF, no truncated sequence.
+inline bool valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len = 0;
+    std::uint32_t min = 0, cp = 0;
+    if ((c & 0xE0) == 0xC0) { len = 2; min = 0x80; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; min = 0x800; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; min = 0x10000; cp = c & 0x07; }
+    else return false;  // a continuation byte first, or 0xF8..0xFF
+    if (n - i < len) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
+// Up to 40 bytes of untrusted text for an error message: ASCII as it is, other bytes as \xNN.
+inline std::string printable_prefix(std::string_view s) {
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < 40; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  if (s.size() > 40) out += "...";
+  return out;
+}
+
+// Appends code point `cp` (a valid scalar value) as UTF-8: what the JSON and XML readers decode
+// character references into.
+inline void append_utf8(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/utf8.hpp -----
 
 #if defined(__SSE2__) && !defined(__CUDA_ARCH__)
 #include <emmintrin.h>
@@ -6281,7 +6363,7 @@ class JsonReader {
         case 'n': buf_ += '\n'; break;
         case 'r': buf_ += '\r'; break;
         case 't': buf_ += '\t'; break;
-        case 'u': append_utf8(code_point()); break;
+        case 'u': append_utf8(buf_, code_point()); break;
         default: fail("bad escape");
       }
     }
@@ -6298,24 +6380,6 @@ class JsonReader {
     if (cp >= 0xDC00 && cp < 0xE000) fail("lone surrogate");
     return cp;
   }
-  void append_utf8(unsigned cp) {
-    if (cp < 0x80) {
-      buf_ += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      buf_ += static_cast<char>(0xC0 | (cp >> 6));
-      buf_ += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      buf_ += static_cast<char>(0xE0 | (cp >> 12));
-      buf_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      buf_ += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      buf_ += static_cast<char>(0xF0 | (cp >> 18));
-      buf_ += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      buf_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      buf_ += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   std::string_view s_;
   const std::string& file_;
   const char* what_;
@@ -9107,6 +9171,14 @@ inline bool looks_like_step_name(std::string_view name) {
   return parse_step_digits(name.substr(name.rfind("step_", 0) == 0 ? 5 : 0), step);
 }
 
+// Sorts directory names in step order: shorter first, so that plain step numbers sort
+// numerically ("9" before "10"), then by text.
+inline void sort_in_step_order(std::vector<std::string>& names) {
+  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
+}
+
 // When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any
 // other), a message saying so and how to load one; "" otherwise.
 // The names of the committed checkpoints directly under `key`, in step order (numeric for
@@ -9116,9 +9188,7 @@ inline std::vector<std::string> committed_children(const Store& store, const std
   for (const auto& e : store.list(key))
     if (e.is_prefix && !store.is_internal_name(e.name) && is_committed_checkpoint(store, join_key(key, e.name)))
       names.push_back(e.name);
-  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;
-  });
+  sort_in_step_order(names);
   return names;
 }
 
@@ -9153,67 +9223,6 @@ CAIRN_END_NAMESPACE
 #include <unordered_set>
 #include <vector>
 
-// ----- begin cairn/core/utf8.hpp -----
-// UTF-8 validation of untrusted text (RFC 3629): names and values read from files whose
-// specification says UTF-8 (a safetensors header) are checked before they are kept or printed.
-
-#include <cstdint>
-#include <string>
-#include <string_view>
-
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-// Whether `s` is well-formed UTF-8: no overlong forms, no surrogates (U+D800..U+DFFF), nothing
-// above U+10FFFF, no truncated sequence.
-inline bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const std::size_t n = s.size();
-  for (std::size_t i = 0; i < n;) {
-    const unsigned c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len = 0;
-    std::uint32_t min = 0, cp = 0;
-    if ((c & 0xE0) == 0xC0) { len = 2; min = 0x80; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; min = 0x800; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { len = 4; min = 0x10000; cp = c & 0x07; }
-    else return false;  // a continuation byte first, or 0xF8..0xFF
-    if (n - i < len) return false;
-    for (std::size_t k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
-  }
-  return true;
-}
-
-// Up to 40 bytes of untrusted text for an error message: ASCII as it is, other bytes as \xNN.
-inline std::string printable_prefix(std::string_view s) {
-  static const char hex[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < 40; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7F) {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  if (s.size() > 40) out += "...";
-  return out;
-}
-
-}  // namespace detail
-CAIRN_END_NAMESPACE
-// ----- end cairn/core/utf8.hpp -----
 // ----- begin cairn/format/metadata_json.hpp -----
 // The records' JSON form, the text of _METADATA (docs/format.md specifies it): its writer
 // (metadata_json_writer.hpp) and its reader (metadata_json_reader.hpp), as nlohmann/json keeps
@@ -14491,9 +14500,7 @@ inline Inspection inspect_root(const Location& location, std::vector<std::string
     if (e.is_prefix && !store.is_internal_name(e.name) && looks_like_step_name(e.name) &&
         std::find(names.begin(), names.end(), e.name) == names.end())
       out.incomplete.push_back(e.name);
-  std::sort(out.incomplete.begin(), out.incomplete.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;
-  });
+  sort_in_step_order(out.incomplete);
   for (auto& n : names) {
     InspectedStep step;
     step.latest = n == out.latest;

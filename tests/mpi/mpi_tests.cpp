@@ -212,6 +212,26 @@ struct Truth {
     s.c = cairn::ShardedArray<double>(random_sharding(ranks, rank, sc.size()));
     return s;
   }
+  // Every rank's state (or empty target) over `ranks` processes, each drawn from the same
+  // position of the shared stream; every rank draws them all, also the ranks outside the group.
+  std::vector<State> states(int ranks) const {
+    std::vector<State> out;
+    for (int r = 0; r < ranks; ++r) {
+      auto saved = rng();
+      out.push_back(state(ranks, r));
+      if (r + 1 < ranks) rng() = saved;
+    }
+    return out;
+  }
+  std::vector<State> targets(int ranks) const {
+    std::vector<State> out;
+    for (int r = 0; r < ranks; ++r) {
+      auto saved = rng();
+      out.push_back(target(ranks, r));
+      if (r + 1 < ranks) rng() = saved;
+    }
+    return out;
+  }
   void check(const State& s) const {
     check_local_shards(s.a, a, sa);
     check_local_shards(s.b, b, sb);
@@ -233,13 +253,7 @@ TEST_CASE("save on S ranks, load on L ranks, for every S and L up to the world s
       const Truth truth = Truth::make();
       const auto replicas = rng()() % 2 ? cairn::ReplicaWrites::split : cairn::ReplicaWrites::primary_holder;
       const std::string path = dir / ("r" + std::to_string(round) + "-s" + std::to_string(saving));
-      // Every rank draws the same random numbers, also the ranks outside the group.
-      std::vector<State> states;
-      for (int r = 0; r < saving; ++r) {
-        auto saved = rng();  // each rank's state from the same stream position
-        states.push_back(truth.state(saving, r));
-        if (r + 1 < saving) rng() = saved;
-      }
+      std::vector<State> states = truth.states(saving);
       if (auto c = group(saving)) {
         CAPTURE(saving);
         const cairn::SaveReport report =
@@ -250,12 +264,7 @@ TEST_CASE("save on S ranks, load on L ranks, for every S and L up to the world s
       const auto meta = cairn::metadata(path);
       CHECK(meta.data_files.size() <= static_cast<std::size_t>(saving));
       for (int loading = 1; loading <= world; ++loading) {
-        std::vector<State> targets;
-        for (int r = 0; r < loading; ++r) {
-          auto saved = rng();
-          targets.push_back(truth.target(loading, r));
-          if (r + 1 < loading) rng() = saved;
-        }
+        std::vector<State> targets = truth.targets(loading);
         if (auto c = group(loading)) {
           CAPTURE(saving);
           CAPTURE(loading);
@@ -300,12 +309,7 @@ TEST_CASE("S3: every rank uploads its own shards, the primary commits; fewer ran
   const int world = world_size();
   const std::string uri = "s3://cairn-test/mpi-" + std::to_string(rng()()) + "/ckpt";
   const Truth truth = Truth::make();
-  std::vector<State> states;
-  for (int r = 0; r < world; ++r) {
-    auto saved = rng();
-    states.push_back(truth.state(world, r));
-    if (r + 1 < world) rng() = saved;
-  }
+  std::vector<State> states = truth.states(world);
   {
     auto c = group(world);
     cairn::save(uri, states[static_cast<std::size_t>(c->rank())], {.coordinator = c.get()});
@@ -313,12 +317,7 @@ TEST_CASE("S3: every rank uploads its own shards, the primary commits; fewer ran
   world_barrier();
   CHECK(cairn::metadata(uri).data_files.size() <= static_cast<std::size_t>(world));
   for (int loading = 1; loading <= world; ++loading) {
-    std::vector<State> targets;
-    for (int r = 0; r < loading; ++r) {
-      auto saved = rng();
-      targets.push_back(truth.target(loading, r));
-      if (r + 1 < loading) rng() = saved;
-    }
+    std::vector<State> targets = truth.targets(loading);
     if (auto c = group(loading)) {
       CAPTURE(loading);
       State& target = targets[static_cast<std::size_t>(c->rank())];

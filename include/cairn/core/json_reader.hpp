@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "cairn/core/error.hpp"
+#include "cairn/core/utf8.hpp"
 
 #if defined(__SSE2__) && !defined(__CUDA_ARCH__)
 #include <emmintrin.h>
@@ -274,7 +275,7 @@ class JsonReader {
         case 'n': buf_ += '\n'; break;
         case 'r': buf_ += '\r'; break;
         case 't': buf_ += '\t'; break;
-        case 'u': append_utf8(code_point()); break;
+        case 'u': append_utf8(buf_, code_point()); break;
         default: fail("bad escape");
       }
     }
@@ -291,24 +292,6 @@ class JsonReader {
     if (cp >= 0xDC00 && cp < 0xE000) fail("lone surrogate");
     return cp;
   }
-  void append_utf8(unsigned cp) {
-    if (cp < 0x80) {
-      buf_ += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      buf_ += static_cast<char>(0xC0 | (cp >> 6));
-      buf_ += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      buf_ += static_cast<char>(0xE0 | (cp >> 12));
-      buf_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      buf_ += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      buf_ += static_cast<char>(0xF0 | (cp >> 18));
-      buf_ += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      buf_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      buf_ += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   std::string_view s_;
   const std::string& file_;
   const char* what_;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // UTF-8 validation of untrusted text (RFC 3629): names and values read from files whose
-// specification says UTF-8 (a safetensors header) are checked before they are kept or printed.
+// specification says UTF-8 (a safetensors header) are checked before they are kept or printed;
+// and the one UTF-8 encoder of code points.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +57,26 @@ inline std::string printable_prefix(std::string_view s) {
   }
   if (s.size() > 40) out += "...";
   return out;
+}
+
+// Appends code point `cp` (a valid scalar value) as UTF-8: what the JSON and XML readers decode
+// character references into.
+inline void append_utf8(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
 }
 
 }  // namespace detail

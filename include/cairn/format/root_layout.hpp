@@ -57,6 +57,14 @@ inline bool looks_like_step_name(std::string_view name) {
   return parse_step_digits(name.substr(name.rfind("step_", 0) == 0 ? 5 : 0), step);
 }
 
+// Sorts directory names in step order: shorter first, so that plain step numbers sort
+// numerically ("9" before "10"), then by text.
+inline void sort_in_step_order(std::vector<std::string>& names) {
+  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
+}
+
 // When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any
 // other), a message saying so and how to load one; "" otherwise.
 // The names of the committed checkpoints directly under `key`, in step order (numeric for
@@ -66,9 +74,7 @@ inline std::vector<std::string> committed_children(const Store& store, const std
   for (const auto& e : store.list(key))
     if (e.is_prefix && !store.is_internal_name(e.name) && is_committed_checkpoint(store, join_key(key, e.name)))
       names.push_back(e.name);
-  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;
-  });
+  sort_in_step_order(names);
   return names;
 }
 

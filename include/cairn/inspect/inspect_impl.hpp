@@ -74,9 +74,7 @@ inline Inspection inspect_root(const Location& location, std::vector<std::string
     if (e.is_prefix && !store.is_internal_name(e.name) && looks_like_step_name(e.name) &&
         std::find(names.begin(), names.end(), e.name) == names.end())
       out.incomplete.push_back(e.name);
-  std::sort(out.incomplete.begin(), out.incomplete.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;
-  });
+  sort_in_step_order(out.incomplete);
   for (auto& n : names) {
     InspectedStep step;
     step.latest = n == out.latest;

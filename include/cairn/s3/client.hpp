@@ -337,20 +337,14 @@ class Client {
     return out;
   }
 
+  // Content-MD5: the body's MD5 in base64 (OpenSSL's encoder).
   static std::string md5_base64(const std::string& s) {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
     EVP_Digest(s.data(), s.size(), md, &len, EVP_md5(), nullptr);
-    static const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    for (unsigned i = 0; i < len; i += 3) {
-      const unsigned v = (md[i] << 16) | ((i + 1 < len ? md[i + 1] : 0) << 8) | (i + 2 < len ? md[i + 2] : 0);
-      out += b64[(v >> 18) & 63];
-      out += b64[(v >> 12) & 63];
-      out += i + 1 < len ? b64[(v >> 6) & 63] : '=';
-      out += i + 2 < len ? b64[v & 63] : '=';
-    }
-    return out;
+    unsigned char b64[4 * ((EVP_MAX_MD_SIZE + 2) / 3) + 1];
+    const int n = EVP_EncodeBlock(b64, md, static_cast<int>(len));
+    return std::string(reinterpret_cast<const char*>(b64), static_cast<std::size_t>(n));
   }
 
   void add_condition(Call& c, const WriteCondition& cond) const {

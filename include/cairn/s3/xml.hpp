@@ -14,6 +14,7 @@
 
 #include "cairn/core/config.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/core/utf8.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace s3 {
@@ -97,23 +98,6 @@ class XmlParser {
     const auto colon = n.rfind(':');
     return colon == std::string::npos ? n : n.substr(colon + 1);
   }
-  static void put_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
   void entity(std::string& out) {
     const auto semi = s_.find(';', at_);
     if (semi == std::string_view::npos || semi - at_ > 12) fail("an unterminated entity");
@@ -137,7 +121,7 @@ class XmlParser {
         cp = cp * (is_hex ? 16 : 10) + static_cast<std::uint32_t>(d);
       }
       if (cp == 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) fail("a character reference out of range");
-      put_utf8(out, cp);
+      ::cairn::detail::append_utf8(out, cp);
     } else {
       fail("an unknown entity");
     }
