@@ -1,0 +1,390 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reading an OCDBT database (TensorStore's "optionally-cooperative distributed B+tree", the
+// key-value store under Orbax checkpoints; specified in TensorStore's
+// kvstore/ocdbt/index.rst): the manifest, the latest version's B+tree, and its values, inline
+// or in data files reached through base paths (Orbax grafts each process's database,
+// ocdbt.process_<i>/, into the root tree this way).
+//
+// Everything read is untrusted: every node's magic, length and CRC32C are checked before its
+// body is looked at, a zstd body is decoded within the database's own node-size limit (and
+// never past 64 MiB), B+tree heights must fall by one at each level (so no reference can form
+// a cycle), the tree's keys and bytes are capped, and a data file path that would leave the
+// database ("..", an absolute path) is refused. Errors are ErrorKind::corrupt naming the file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cairn/io/crc32c.hpp"
+#include "cairn/orbax/zstd.hpp"
+#include "cairn/store/store.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail::orbax {
+
+inline constexpr std::uint32_t ocdbt_manifest_magic = 0x0cdb3a2a;
+inline constexpr std::uint32_t ocdbt_version_node_magic = 0x0cdb1234;
+inline constexpr std::uint32_t ocdbt_btree_node_magic = 0x0cdb20de;
+// Bounds against hostile databases (TensorStore's own: a node's arity is at most 2^20, a key
+// or a path at most 65535 bytes).
+inline constexpr std::uint64_t ocdbt_max_node_bytes = 64ull << 20;     // an encoded or decoded node
+inline constexpr std::uint64_t ocdbt_max_manifest_bytes = 64ull << 20;
+inline constexpr std::uint64_t ocdbt_max_arity = 1u << 20;
+inline constexpr std::uint64_t ocdbt_max_keys = 50'000'000;            // in the whole tree
+inline constexpr std::uint64_t ocdbt_max_tree_bytes = 4ull << 30;      // node bytes read for one tree
+inline constexpr std::size_t ocdbt_max_path = 65535;
+
+// Little-endian and varint reads over a byte range, each throwing corrupt at its end.
+class OcdbtCursor {
+ public:
+  OcdbtCursor(std::string_view bytes, const std::string& file, std::string what)
+      : p_(reinterpret_cast<const unsigned char*>(bytes.data())), end_(p_ + bytes.size()), file_(file), what_(std::move(what)) {}
+  [[noreturn]] void fail(const std::string& why) const {
+    throw Error(ErrorKind::corrupt, "OCDBT " + what_ + ": " + why, file_);
+  }
+  std::size_t left() const { return static_cast<std::size_t>(end_ - p_); }
+  bool done() const { return p_ == end_; }
+  std::uint8_t byte() {
+    if (p_ == end_) fail("ends early");
+    return *p_++;
+  }
+  std::uint64_t varint() {
+    std::uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      const std::uint8_t b = byte();
+      if (shift == 63 && b > 1) fail("a varint overflows 64 bits");
+      v |= std::uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    fail("a varint is longer than 10 bytes");
+  }
+  // A varint that counts something of at most `max`.
+  std::uint64_t count(std::uint64_t max, const char* what) {
+    const std::uint64_t v = varint();
+    if (v > max) fail(std::string(what) + " " + std::to_string(v) + " is over the limit of " + std::to_string(max));
+    return v;
+  }
+  std::uint64_t le(int n) {
+    if (left() < std::size_t(n)) fail("ends early");
+    std::uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v |= std::uint64_t(p_[i]) << (8 * i);
+    p_ += n;
+    return v;
+  }
+  std::string_view bytes(std::uint64_t n) {
+    if (n > left()) fail("ends early (" + std::to_string(n) + " bytes wanted, " + std::to_string(left()) + " left)");
+    std::string_view s(reinterpret_cast<const char*>(p_), static_cast<std::size_t>(n));
+    p_ += n;
+    return s;
+  }
+
+ private:
+  const unsigned char* p_;
+  const unsigned char* end_;
+  const std::string& file_;
+  std::string what_;
+};
+
+// The body of an encoded manifest or node: magic (big-endian), whole length, format version,
+// compression, body, CRC32C of everything before it (little-endian). `limit` caps the
+// decoded body.
+inline std::string ocdbt_decode_frame(std::string_view encoded, std::uint32_t magic, std::uint64_t limit,
+                                      const std::string& file, const char* what) {
+  OcdbtCursor c(encoded, file, what);
+  if (encoded.size() < 16) c.fail("is " + std::to_string(encoded.size()) + " bytes, shorter than any encoding");
+  const auto* u = reinterpret_cast<const unsigned char*>(encoded.data());
+  const std::uint32_t got = (std::uint32_t(u[0]) << 24) | (std::uint32_t(u[1]) << 16) | (std::uint32_t(u[2]) << 8) | u[3];
+  if (got != magic) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "starts with 0x%08x, not the magic number 0x%08x", got, magic);
+    c.fail(buf);
+  }
+  c.bytes(4);
+  const std::uint64_t length = c.le(8);
+  if (length != encoded.size())
+    c.fail("says it is " + std::to_string(length) + " bytes long but " + std::to_string(encoded.size()) + " were read");
+  const std::uint32_t stored = static_cast<std::uint32_t>(
+      u[encoded.size() - 4] | (std::uint32_t(u[encoded.size() - 3]) << 8) | (std::uint32_t(u[encoded.size() - 2]) << 16) |
+      (std::uint32_t(u[encoded.size() - 1]) << 24));
+  const std::uint32_t actual = crc32c(encoded.data(), encoded.size() - 4);
+  if (stored != actual)
+    c.fail("checksum mismatch (CRC32C " + std::to_string(actual) + ", stored " + std::to_string(stored) + ")");
+  OcdbtCursor body(encoded.substr(0, encoded.size() - 4), file, what);
+  body.bytes(12);
+  const std::uint64_t version = body.varint();
+  if (version != 0) body.fail("has format version " + std::to_string(version) + "; this reader knows version 0");
+  const std::uint64_t compression = body.varint();
+  const std::string_view rest = body.bytes(body.left());
+  if (compression == 0) {
+    if (rest.size() > limit) body.fail("body is over the limit of " + std::to_string(limit) + " bytes");
+    return std::string(rest);
+  }
+  if (compression == 1) return zstd_decompress(rest.data(), rest.size(), limit, file, "", std::string("OCDBT ") + what + " (zstd)");
+  body.fail("has compression " + std::to_string(compression) + " (0 none and 1 zstd are defined)");
+}
+
+// A data file of the database, as a path relative to its root.
+struct OcdbtFile {
+  std::string path;       // transitive base path + base path + relative path
+  std::string transitive; // what the nodes read from this file prefix their own paths with
+};
+
+// A data file table (the manifest's or a node's). `transitive`: the parent's transitive path.
+inline std::vector<OcdbtFile> ocdbt_read_file_table(OcdbtCursor& c, const std::string& transitive) {
+  const std::uint64_t n = c.count(ocdbt_max_arity, "number of data files");
+  std::vector<std::uint64_t> prefix(n, 0), suffix(n), base(n);
+  for (std::uint64_t i = 1; i < n; ++i) prefix[i] = c.count(ocdbt_max_path, "path prefix length");
+  for (std::uint64_t i = 0; i < n; ++i) suffix[i] = c.count(ocdbt_max_path, "path suffix length");
+  for (std::uint64_t i = 0; i < n; ++i) base[i] = c.count(ocdbt_max_path, "base path length");
+  std::vector<OcdbtFile> files(n);
+  std::string prev;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (prefix[i] > prev.size()) c.fail("a data file path shares more bytes with the previous one than it has");
+    std::string path = prev.substr(0, prefix[i]);
+    path += c.bytes(suffix[i]);
+    if (path.size() + transitive.size() > ocdbt_max_path) c.fail("a data file path is over 65535 bytes");
+    if (base[i] > path.size()) c.fail("a base path is longer than its data file path");
+    files[i].path = transitive + path;
+    files[i].transitive = transitive + path.substr(0, base[i]);
+    // Paths are relative to the database; none may leave it.
+    const std::string& p = files[i].path;
+    if (p.empty() || p[0] == '/') c.fail("data file path '" + p + "' is empty or absolute");
+    for (std::size_t at = 0; at <= p.size();) {
+      const std::size_t slash = std::min(p.find('/', at), p.size());
+      const std::string_view seg(p.data() + at, slash - at);
+      if (seg == ".." || seg == "." || seg.empty()) c.fail("data file path '" + p + "' leaves the database or has an empty segment");
+      at = slash + 1;
+    }
+    prev = std::move(path);
+  }
+  return files;
+}
+
+// A value of the database: inline bytes, or a byte range of a data file.
+struct OcdbtValue {
+  bool is_inline = true;
+  std::string bytes;     // inline
+  std::string file;      // indirect: data file path relative to the database
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::uint64_t size() const { return is_inline ? bytes.size() : length; }
+};
+
+// A reference to a node: where its encoding is.
+struct OcdbtRef {
+  const OcdbtFile* file = nullptr;
+  std::uint64_t offset = 0, length = 0;
+};
+
+// The latest version of the database at `key` of `store`, read whole into a sorted map (an
+// Orbax checkpoint has a key per array and chunk: tens of thousands at most).
+class OcdbtDatabase {
+ public:
+  OcdbtDatabase(const Store& store, std::string key) : store_(store), key_(normalize_key(std::move(key))) {
+    read_manifest();
+  }
+  const std::map<std::string, OcdbtValue>& entries() const { return entries_; }
+  const OcdbtValue* find(const std::string& key) const {
+    auto it = entries_.find(key);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+  // Where errors point: the database directory, and a data file of it.
+  std::string describe() const { return store_.describe(key_); }
+  std::string describe_file(const std::string& path) const { return store_.describe(join_key(key_, path)); }
+
+  // n bytes at `offset` of a value into dst.
+  void read(const OcdbtValue& v, void* dst, std::uint64_t n, std::uint64_t offset, const std::string& key) const {
+    if (offset > v.size() || n > v.size() - offset)
+      throw Error(ErrorKind::corrupt, "read past the end of the value", describe(), key);
+    if (v.is_inline) {
+      if (n) std::memcpy(dst, v.bytes.data() + offset, static_cast<std::size_t>(n));
+      return;
+    }
+    reader(v.file).read_at(dst, n, v.offset + offset);
+  }
+  std::string read(const OcdbtValue& v, const std::string& key) const {
+    std::string s(static_cast<std::size_t>(v.size()), '\0');
+    read(v, s.data(), s.size(), 0, key);
+    return s;
+  }
+  // The reader of a data file (opened once, checked to hold every value that points into it).
+  const StoreReader& reader(const std::string& path) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& r = readers_[path];
+    if (!r) r = store_.open(join_key(key_, path));
+    return *r;
+  }
+
+ private:
+  std::string read_range(const OcdbtRef& ref, const char* what) {
+    if (ref.length > ocdbt_max_node_bytes)
+      throw Error(ErrorKind::corrupt, std::string("OCDBT ") + what + " is " + std::to_string(ref.length) +
+                  " bytes, over the limit", describe_file(ref.file->path));
+    tree_bytes_ += ref.length;
+    if (tree_bytes_ > ocdbt_max_tree_bytes)
+      throw Error(ErrorKind::corrupt, "OCDBT tree is over " + std::to_string(ocdbt_max_tree_bytes) + " bytes of nodes",
+                  describe());
+    const StoreReader& r = reader(ref.file->path);
+    if (ref.offset > r.size() || ref.length > r.size() - ref.offset)
+      throw Error(ErrorKind::corrupt, std::string("OCDBT ") + what + " at bytes " + std::to_string(ref.offset) + ".." +
+                  std::to_string(ref.offset + ref.length) + " lies past the end of the file (" +
+                  std::to_string(r.size()) + " bytes)", describe_file(ref.file->path));
+    std::string s(static_cast<std::size_t>(ref.length), '\0');
+    r.read_at(s.data(), s.size(), ref.offset);
+    return s;
+  }
+
+  void read_manifest() {
+    std::string manifest_key = join_key(key_, "manifest.ocdbt");
+    std::string text = read_blob(store_, manifest_key, ocdbt_max_manifest_bytes);
+    std::string file = store_.describe(manifest_key);
+    std::string body = ocdbt_decode_frame(text, ocdbt_manifest_magic, ocdbt_max_manifest_bytes, file, "manifest");
+    OcdbtCursor c(body, file, "manifest");
+    c.bytes(16);  // uuid
+    const std::uint8_t kind = c.byte();
+    if (kind == 1) {
+      // Numbered manifests: manifest.ocdbt holds the configuration only; the versions are in
+      // manifest.<16 hex digits>, the highest the latest.
+      std::string latest;
+      for (const auto& e : store_.list(key_))
+        if (!e.is_prefix && e.name.size() == 9 + 16 && e.name.rfind("manifest.", 0) == 0 &&
+            e.name.find_first_not_of("0123456789abcdef", 9) == std::string::npos && e.name > latest)
+          latest = e.name;
+      if (latest.empty()) throw Error(ErrorKind::corrupt, "numbered OCDBT manifest, but no manifest.<number> file", file);
+      manifest_key = join_key(key_, latest);
+      text = read_blob(store_, manifest_key, ocdbt_max_manifest_bytes);
+      file = store_.describe(manifest_key);
+      body = ocdbt_decode_frame(text, ocdbt_manifest_magic, ocdbt_max_manifest_bytes, file, "manifest");
+      OcdbtCursor n(body, file, "manifest");
+      n.bytes(16);
+      n.byte();
+      read_versions(n, file);
+      return;
+    }
+    if (kind != 0) c.fail("has manifest kind " + std::to_string(kind) + " (0 single and 1 numbered are defined)");
+    read_versions(c, file);
+  }
+
+  // The configuration after the kind, then the version table; the latest version's tree.
+  void read_versions(OcdbtCursor& c, const std::string& file) {
+    c.varint();  // max_inline_value_bytes
+    c.varint();  // max_decoded_node_bytes: a writer's target, which TensorStore's nodes may exceed
+    const std::uint8_t arity_log2 = c.byte();
+    if (arity_log2 == 0 || arity_log2 > 16) c.fail("has version tree arity 2^" + std::to_string(arity_log2));
+    const std::uint64_t compression = c.varint();
+    if (compression == 1) c.le(4);  // zstd level
+    else if (compression != 0) c.fail("configures compression " + std::to_string(compression));
+    manifest_files_ = ocdbt_read_file_table(c, "");
+    const std::uint64_t n = c.count(std::uint64_t(1) << arity_log2, "number of inline versions");
+    if (n == 0) c.fail("has no version");
+    std::vector<std::uint64_t> generation(n), height(n), id(n), offset(n), length(n);
+    for (auto& g : generation) g = c.varint();
+    for (auto& h : height) h = c.byte();
+    for (auto& i : id) i = c.varint();
+    for (auto& o : offset) o = c.varint();
+    for (auto& l : length) l = c.varint();
+    for (std::uint64_t i = 0; i < 3 * n; ++i) c.varint();  // statistics
+    for (std::uint64_t i = 0; i < n; ++i) c.le(8);          // commit times
+    for (std::uint64_t i = 1; i < n; ++i)
+      if (generation[i] <= generation[i - 1]) c.fail("generation numbers do not increase");
+    // The rest (references to older versions' nodes) is not needed for the latest version.
+    const std::size_t last = static_cast<std::size_t>(n - 1);
+    (void)file;
+    if (manifest_files_.empty()) return;  // an empty database: its root is "missing", no data file
+    if (id[last] >= manifest_files_.size())
+      c.fail("latest version's root names data file " + std::to_string(id[last]) + " of " +
+             std::to_string(manifest_files_.size()));
+    if (offset[last] + length[last] < offset[last]) c.fail("latest version's root has a byte range that overflows");
+    read_node({&manifest_files_[id[last]], offset[last], length[last]}, static_cast<int>(height[last]), "");
+  }
+
+  // One B+tree node and, below it, its subtree. `prefix`: the key bytes every key below shares.
+  void read_node(const OcdbtRef& ref, int expected_height, const std::string& prefix) {
+    const std::string encoded = read_range(ref, "B+tree node");
+    const std::string file = describe_file(ref.file->path);
+    const std::string body = ocdbt_decode_frame(encoded, ocdbt_btree_node_magic, ocdbt_max_node_bytes, file, "B+tree node");
+    OcdbtCursor c(body, file, "B+tree node");
+    const int height = c.byte();
+    if (height != expected_height)
+      c.fail("has height " + std::to_string(height) + " where its parent says " + std::to_string(expected_height));
+    const std::vector<OcdbtFile> files = ocdbt_read_file_table(c, ref.file->transitive);
+    const std::uint64_t n = c.count(ocdbt_max_arity, "number of entries");
+    if (n == 0) c.fail("is empty");
+    std::vector<std::uint64_t> prefix_len(n, 0), suffix_len(n), subtree(n, 0);
+    for (std::uint64_t i = 1; i < n; ++i) prefix_len[i] = c.count(ocdbt_max_path, "key prefix length");
+    for (std::uint64_t i = 0; i < n; ++i) suffix_len[i] = c.count(ocdbt_max_path, "key suffix length");
+    if (height > 0)
+      for (std::uint64_t i = 0; i < n; ++i) subtree[i] = c.count(ocdbt_max_path, "subtree prefix length");
+    std::vector<std::string> keys(n);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (i && prefix_len[i] > keys[i - 1].size()) c.fail("a key shares more bytes with the previous one than it has");
+      keys[i] = i ? keys[i - 1].substr(0, prefix_len[i]) : std::string();
+      keys[i] += c.bytes(suffix_len[i]);
+      if (i && !(keys[i] > keys[i - 1])) c.fail("keys are not in increasing order");
+    }
+    auto file_of = [&](std::uint64_t id) -> const OcdbtFile& {
+      if (id >= files.size()) c.fail("names data file " + std::to_string(id) + " of " + std::to_string(files.size()));
+      return files[id];
+    };
+    if (height > 0) {
+      std::vector<std::uint64_t> id(n), offset(n), length(n);
+      for (auto& v : id) v = c.varint();
+      for (auto& v : offset) v = c.varint();
+      for (auto& v : length) v = c.varint();
+      for (std::uint64_t i = 0; i < 3 * n; ++i) c.varint();  // statistics
+      if (!c.done()) c.fail("has bytes after its entries");
+      for (std::uint64_t i = 0; i < n; ++i) {
+        if (subtree[i] > keys[i].size()) c.fail("a subtree prefix is longer than its key");
+        if (offset[i] + length[i] < offset[i]) c.fail("a child's byte range overflows");
+        read_node({&file_of(id[i]), offset[i], length[i]}, height - 1, prefix + keys[i].substr(0, subtree[i]));
+      }
+      return;
+    }
+    std::vector<std::uint64_t> length(n);
+    std::vector<std::uint8_t> kind(n);
+    for (auto& v : length) v = c.varint();
+    std::uint64_t indirect = 0;
+    for (auto& k : kind) {
+      k = c.byte();
+      if (k > 1) c.fail("has value kind " + std::to_string(k) + " (0 inline, 1 in a data file)");
+      indirect += k;
+    }
+    std::vector<std::uint64_t> id(indirect), offset(indirect);
+    for (auto& v : id) v = c.varint();
+    for (auto& v : offset) v = c.varint();
+    if (entries_.size() + n > ocdbt_max_keys) c.fail("tree has more than " + std::to_string(ocdbt_max_keys) + " keys");
+    std::size_t j = 0;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      OcdbtValue v;
+      if (kind[i] == 0) {
+        v.bytes = std::string(c.bytes(length[i]));
+      } else {
+        v.is_inline = false;
+        v.file = file_of(id[j]).path;
+        v.offset = offset[j];
+        v.length = length[i];
+        if (v.offset + v.length < v.offset) c.fail("a value's byte range overflows");
+        ++j;
+      }
+      std::string full = prefix + keys[i];
+      if (!entries_.emplace(std::move(full), std::move(v)).second) c.fail("a key appears twice in the tree");
+    }
+    if (!c.done()) c.fail("has bytes after its values");
+  }
+
+  const Store& store_;
+  std::string key_;
+  std::uint64_t tree_bytes_ = 0;
+  std::vector<OcdbtFile> manifest_files_;
+  std::map<std::string, OcdbtValue> entries_;
+  mutable std::mutex mutex_;
+  mutable std::map<std::string, std::unique_ptr<StoreReader>> readers_;
+};
+
+}  // namespace detail::orbax
+CAIRN_END_NAMESPACE
