@@ -8,7 +8,7 @@ start=$(date +%s)
 say() { echo "test.sh [$(( $(date +%s) - start ))s]: $*"; }
 say "checking the Debian packages the build needs"
 "$root/tools/deps.sh" g++ cmake ninja-build python3 libeigen3-dev libcereal-dev libthrust-dev doctest-dev mpich libmpich-dev python3-numpy \
-  libcurl4-openssl-dev libssl-dev
+  libcurl4-openssl-dev libssl-dev libzstd-dev zstd python3-zarr python3-numcodecs
 build="${CAIRN_BUILD_DIR:-$root/build-test}"
 say "configuring in $build"
 # -g1 (line tables, enough for backtraces) rather than -g: full debug info of these template-heavy
