@@ -4,6 +4,9 @@
 #if CAIRN_CLI_S3
 #include <cairn/s3.hpp>  // s3:// and gs:// URIs (built where libcurl and OpenSSL are found)
 #endif
+#if CAIRN_CLI_ORBAX
+#include <cairn/orbax.hpp>  // Orbax checkpoints (built where libzstd is found)
+#endif
 
 #include <iostream>
 

@@ -30,6 +30,7 @@ cmake --build "$work/fp" >/dev/null
 "$work/fp/consumer_compiled" "$work/fp"
 "$work/fp/consumer_compat" "$work/fp"
 "$work/fp/consumer_s3"  # cairn::s3: built where libcurl and OpenSSL are, as they are here
+"$work/fp/consumer_orbax" "$work/fp"  # cairn::orbax: built where libzstd is, as it is here
 # pkg-config: `cairn` links the compiled runtime, `cairn-header-only` needs no library.
 "$root/tools/deps.sh" pkgconf
 export PKG_CONFIG_PATH="$work/prefix/share/pkgconfig"
@@ -39,6 +40,8 @@ g++ $(pkg-config --cflags cairn-header-only) -O1 "$root/tests/package/consumer.c
 "$work/pc_ho" "$work"
 g++ $(pkg-config --cflags cairn cairn-s3) "$root/tests/package/consumer_s3.cpp" -o "$work/pc_s3" $(pkg-config --libs cairn cairn-s3)
 "$work/pc_s3"
+g++ $(pkg-config --cflags cairn cairn-orbax) "$root/tests/package/consumer_orbax.cpp" -o "$work/pc_orbax" $(pkg-config --libs cairn cairn-orbax)
+"$work/pc_orbax" "$work"
 unset PKG_CONFIG_PATH
 
 echo "== the runtime as a shared library (CAIRN_SHARED=ON), installed, then find_package(cairn)"

@@ -86,6 +86,8 @@ inline int ls(const std::string& path, bool json, std::ostream& out) {
   }
   if (safetensors)
     out << path << ": safetensors, " << m.data_files.size() << " file" << (m.data_files.size() == 1 ? "" : "s");
+  else if (found.kind == LocationKind::orbax)
+    out << path << ": " << m.library_version << " checkpoint, " << (m.created.empty() ? "no commit time" : "committed at " + m.created);
   else
     out << path << ": cairn checkpoint, format " << m.format_version << ", written by cairn " << m.library_version << " at "
         << m.created;

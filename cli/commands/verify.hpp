@@ -24,8 +24,12 @@ inline int verify_one(const Location& location, const std::string& path, std::os
     out << "FAILED " << path << ": " << r.problems.size() << " of " << r.chunks << " chunks bad\n";
     return exit_differs;
   }
-  out << "OK " << path << ": " << r.chunks << (r.checksummed ? " chunks, " : " tensors, ") << human_bytes(r.bytes)
-      << (r.checksummed ? ", every checksum matches\n" : " read; the header is valid (safetensors has no checksums)\n");
+  if (r.kind == LocationKind::orbax)
+    out << "OK " << path << ": " << r.chunks << " chunks, " << human_bytes(r.bytes)
+        << " decoded; every OCDBT node and shard index checksum matches (Orbax's chunks carry none of their own)\n";
+  else
+    out << "OK " << path << ": " << r.chunks << (r.checksummed ? " chunks, " : " tensors, ") << human_bytes(r.bytes)
+        << (r.checksummed ? ", every checksum matches\n" : " read; the header is valid (safetensors has no checksums)\n");
   return exit_ok;
 }
 

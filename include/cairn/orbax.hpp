@@ -12,6 +12,7 @@
 #pragma once
 
 #include "cairn/cairn.hpp"
+#include "cairn/inspect/formats.hpp"
 #include "cairn/orbax/checkpoint.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -39,5 +40,23 @@ inline OrbaxCheckpoint orbax_metadata(const Location& location) {
   detail::orbax::OrbaxView view(location.store(), location.key());
   return detail::orbax::open_orbax(view);
 }
+
+namespace detail::orbax {
+
+// Orbax checkpoints for inspect, read_arrays, verify, convert and the `cairn` tool.
+inline ForeignView open_view(const Store& store, const std::string& key) {
+  auto view = std::make_shared<OrbaxView>(store, key);
+  ForeignView v;
+  v.metadata = open_orbax(*view).metadata;
+  v.store = std::move(view);
+  return v;
+}
+
+inline const bool format_registered = [] {
+  register_foreign_format({LocationKind::orbax, &looks_like_orbax, &open_view, &load_orbax_planned});
+  return true;
+}();
+
+}  // namespace detail::orbax
 
 CAIRN_END_NAMESPACE

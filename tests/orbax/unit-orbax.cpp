@@ -7,6 +7,7 @@
 #include <cairn/orbax.hpp>
 
 #include "../test_util.hpp"
+#include "cairn_cli.hpp"
 
 #include <doctest/doctest.h>
 #include <zstd.h>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 namespace fs = std::filesystem;
 
@@ -429,5 +431,99 @@ TEST_CASE("a damaged Orbax checkpoint loads its original bits or throws cairn::E
     }
     MESSAGE(std::string(src) << ": " << loads << " damaged loads, " << errors << " refused, " << same << " loaded the original");
     CHECK(errors > 0);
+  }
+}
+
+namespace {
+struct Run {
+  int status;
+  std::string out, err;
+};
+Run cli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int status = cairn::cli::run(args, out, err);
+  return {status, out.str(), err.str()};
+}
+}  // namespace
+
+TEST_CASE("inspect, read_arrays, verify, convert and the cairn tool read Orbax checkpoints and manager roots") {
+  if (!have_testdata()) return;
+  const std::string v1 =
+      testdata() + "/compat/v1_checkpoints/composite_checkpoint/checkpoint_metadata_present/pytree_checkpointable_has_metadata";
+  const std::string v0 = testdata() + "/compat/v0_checkpoints/direct_checkpoint/checkpoint_metadata_present/pytree_checkpointable_has_metadata";
+  const cairn::Inspection found = cairn::inspect(v1);
+  CHECK(found.kind == cairn::LocationKind::orbax);
+  CHECK(std::string(cairn::location_kind_name(found.kind)) == "orbax");
+  CHECK(found.metadata.library_version == "orbax (OCDBT, zarr v3)");
+  CHECK(cairn::inspect(v0).metadata.library_version == "orbax (OCDBT, zarr v2)");
+
+  const auto arrays = cairn::read_arrays(v1, {"a"}, {.as = cairn::DType::float64});
+  REQUIRE(arrays.count("a"));
+  const auto a = arrays.at("a").values<double>();
+  CHECK(std::vector<double>(a.begin(), a.end()) == std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7});
+
+  const cairn::VerifyReport ok = cairn::verify(v1);
+  CHECK(ok.ok());
+  CHECK(ok.chunks == 3);
+  CHECK(ok.bytes == 68);
+
+  test::TempDir tmp;
+  SUBCASE("convert to a cairn checkpoint and to safetensors, and back") {
+    const std::string ck = tmp.path + "/ck", st = tmp.path + "/s.safetensors";
+    cairn::convert(v1, ck);
+    State s = cairn::load<State>(ck);
+    CHECK(s.a == expected_a);
+    CHECK(s.b.c == expected_c);
+    CHECK(cairn::metadata(ck).find_item("metadata")->kind == cairn::ItemKind::json);
+    cairn::ConvertOptions one;
+    one.item = "state";
+    cairn::convert(v0, st, one);
+    s = cairn::load_safetensors<State>(st);
+    CHECK(s.a == expected_a);
+    CHECK(s.b.c == expected_c);
+  }
+  SUBCASE("a CheckpointManager root: its steps listed, the latest read") {
+    const std::string root = tmp.path + "/root";
+    fs::create_directories(root);
+    fs::copy(v0, root + "/100", fs::copy_options::recursive);
+    fs::copy(v1, root + "/200", fs::copy_options::recursive);
+    const cairn::Inspection r = cairn::inspect(root);
+    CHECK(r.kind == cairn::LocationKind::checkpointer_root);
+    REQUIRE(r.steps.size() == 2);
+    CHECK(r.steps[1].name == "200");
+    CHECK(r.steps[1].bytes == 68);
+    Run show = cli({"show", root, "b/c"});
+    CHECK(show.status == 0);
+    CHECK(show.out.find("[1, 2, 3]") != std::string::npos);
+    CHECK(show.err.find("200") != std::string::npos);
+    Run ls = cli({"ls", root});
+    CHECK(ls.out.find("100") != std::string::npos);
+    Run verify = cli({"verify", root});
+    CHECK(verify.status == 0);
+    CHECK(verify.out.find("OK " + root + "/200") != std::string::npos);
+  }
+  SUBCASE("the tool on one checkpoint, and a damaged one") {
+    Run ls = cli({"ls", v1, "--json"});
+    CHECK(ls.status == 0);
+    const cairn::Json j = cairn::Json::parse(ls.out);
+    CHECK(j.at("kind").as_string() == "orbax");
+    Run diff = cli({"diff", v0, v1});
+    CHECK(diff.status == 1);  // v1 has the JSON checkpointable too
+    CHECK(diff.out.find("metadata") != std::string::npos);
+    // A flipped byte in the array data of the v0 checkpoint's process database.
+    const std::string bad = tmp.path + "/bad";
+    fs::copy(v0, bad, fs::copy_options::recursive);
+    for (const auto& e : fs::recursive_directory_iterator(bad))
+      if (e.is_regular_file()) fs::permissions(e.path(), fs::perms::owner_read | fs::perms::owner_write);
+    int refused = 0;
+    for (const auto& e : fs::directory_iterator(bad + "/d")) {
+      std::string b = test::read_file(e.path().string());
+      b[b.size() / 2] ^= 0x10;
+      test::write_file(e.path().string(), b);
+      Run v = cli({"verify", bad});
+      CHECK(v.status != 0);
+      refused += v.status != 0;
+    }
+    CHECK(refused > 0);
   }
 }

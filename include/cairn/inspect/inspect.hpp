@@ -23,8 +23,10 @@ enum class LocationKind {
   checkpoint,         // a cairn checkpoint (a directory with _CHECKPOINT)
   checkpointer_root,  // a directory of committed checkpoints (a Checkpointer's root)
   safetensors,        // a .safetensors file, or the *.index.json of a sharded set
+  orbax,              // an Orbax checkpoint (read where cairn/orbax.hpp is included: docs/orbax.md)
 };
-CAIRN_API const char* location_kind_name(LocationKind kind);  // "checkpoint", "checkpointer_root", "safetensors"
+// "checkpoint", "checkpointer_root", "safetensors", "orbax"
+CAIRN_API const char* location_kind_name(LocationKind kind);
 
 // One step of a Checkpointer root, as inspect finds it.
 struct InspectedStep {
@@ -57,9 +59,11 @@ struct Inspection {
 };
 
 // Says what is at `location` and reads its metadata (no array data). A name ending in
-// ".safetensors" or ".index.json" (a sharded set's index) is safetensors; a directory that is not a
-// checkpoint but holds committed checkpoints is a Checkpointer root. Anything else is read as
-// a checkpoint, and its errors are the load's (not_found, incomplete, corrupt, ...).
+// ".safetensors" or ".index.json" (a sharded set's index) is safetensors; an Orbax checkpoint
+// is one where cairn/orbax.hpp is included; a directory that is not a checkpoint but holds
+// committed checkpoints (or Orbax checkpoints in step directories: a CheckpointManager's root)
+// is a Checkpointer root. Anything else is read as a checkpoint, and its errors are the
+// load's (not_found, incomplete, corrupt, ...).
 CAIRN_API Inspection inspect(const Location& location);
 
 struct ReadArraysOptions {

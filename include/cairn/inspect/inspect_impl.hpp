@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <deque>
+#include <mutex>
 
 #include "cairn/checkpoint/load.hpp"
 #include "cairn/checkpoint/stored_index.hpp"
 #include "cairn/core/utf8.hpp"
 #include "cairn/format/files.hpp"
+#include "cairn/inspect/formats.hpp"
 #include "cairn/inspect/inspect.hpp"
 #include "cairn/safetensors/header.hpp"
 #include "cairn/safetensors/load.hpp"
@@ -35,16 +37,48 @@ inline Location safetensors_set_or(const Location& location) {
   return index.empty() ? location : location / index;
 }
 
+// Registered formats: a deque, so that the pointers foreign_format_at returns stay valid.
+inline std::deque<ForeignFormat>& foreign_formats() {
+  static std::deque<ForeignFormat> formats;
+  return formats;
+}
+inline std::mutex& foreign_formats_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 // What is at `location`; for a Checkpointer root, `steps` receives its committed steps (the
 // listing that decided it, so that nobody lists the root again).
 inline LocationKind location_kind(const Location& location, std::vector<std::string>* steps = nullptr) {
   if (names_safetensors(location.key())) return LocationKind::safetensors;
   const Store& store = location.store();
   if (is_committed_checkpoint(store, location.key())) return LocationKind::checkpoint;
+  if (const ForeignFormat* f = foreign_format_at(store, location.key())) return f->kind;
   std::vector<std::string> names = committed_children(store, location.key());
-  if (names.empty()) return LocationKind::checkpoint;  // read as one, for the load's own error
+  if (names.empty()) {
+    // Another system's manager root (Orbax's CheckpointManager): step directories that are
+    // checkpoints of a registered format.
+    bool any = false;
+    {
+      std::lock_guard<std::mutex> lock(foreign_formats_mutex());
+      any = !foreign_formats().empty();
+    }
+    if (any)
+      for (const auto& e : store.list(location.key()))
+        if (e.is_prefix && looks_like_step_name(e.name) && foreign_format_at(store, join_key(location.key(), e.name)))
+          names.push_back(e.name);
+    if (names.empty()) return LocationKind::checkpoint;  // read as one, for the load's own error
+    sort_in_step_order(names);
+  }
   if (steps) *steps = std::move(names);
   return LocationKind::checkpointer_root;
+}
+
+// The records of a checkpoint, or of another system's checkpoint read through its format.
+inline CheckpointMetadata metadata_of(const Location& location) {
+  if (const ForeignFormat* f = foreign_format_at(location.store(), location.key()))
+    return f->open(location.store(), location.key()).metadata;
+  return metadata(location);
 }
 
 // A Checkpointer root's steps and its `latest` marker, without reading the steps' metadata.
@@ -129,11 +163,30 @@ inline LeafBuffer prepare_array_target(void* target, const StoredLeafInfo& info)
 
 }  // namespace detail
 
+CAIRN_API void detail::register_foreign_format(const ForeignFormat& format) {
+  std::lock_guard<std::mutex> lock(foreign_formats_mutex());
+  for (const auto& f : foreign_formats())
+    if (f.kind == format.kind) return;
+  foreign_formats().push_back(format);
+}
+
+CAIRN_API const detail::ForeignFormat* detail::foreign_format_at(const Store& store, const std::string& key) {
+  std::vector<const ForeignFormat*> formats;
+  {
+    std::lock_guard<std::mutex> lock(foreign_formats_mutex());
+    for (const auto& f : foreign_formats()) formats.push_back(&f);
+  }
+  for (const ForeignFormat* f : formats)
+    if (f->recognizes(store, key)) return f;
+  return nullptr;
+}
+
 CAIRN_API const char* location_kind_name(LocationKind kind) {
   switch (kind) {
     case LocationKind::checkpoint: return "checkpoint";
     case LocationKind::checkpointer_root: return "checkpointer_root";
     case LocationKind::safetensors: return "safetensors";
+    case LocationKind::orbax: return "orbax";
   }
   return "?";
 }
@@ -146,7 +199,7 @@ CAIRN_API Inspection inspect(const Location& given) {
     Inspection out = detail::inspect_root(location, std::move(names));
     for (InspectedStep& step : out.steps) {
       try {
-        const CheckpointMetadata m = metadata(location / step.name);
+        const CheckpointMetadata m = detail::metadata_of(location / step.name);
         step.created = m.created;
         step.bytes = m.total_bytes();
         if (const Json* metrics = m.user_metadata.find("metrics")) step.metrics = *metrics;
@@ -159,7 +212,7 @@ CAIRN_API Inspection inspect(const Location& given) {
   Inspection out;
   out.kind = kind;
   out.path = location.describe();
-  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location) : metadata(location);
+  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location) : detail::metadata_of(location);
   return out;
 }
 
@@ -187,9 +240,13 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   load_options.allow_cast = true;
   load_options.allow_lossy_cast = {"*"};  // the caller chose `as`
   load_options.on_overflow = OnOverflow::saturate;
+  const detail::ForeignFormat* foreign = detail::names_safetensors(location.key())
+                                              ? nullptr
+                                              : detail::foreign_format_at(location.store(), location.key());
   const LoadReport r = detail::names_safetensors(location.key())
                            ? detail::load_safetensors_planned(location.store(), location.key(), load_options, {}, plan_fn)
-                           : detail::load_planned(location.store(), location.key(), load_options, false, plan_fn);
+                       : foreign ? foreign->load(location.store(), location.key(), load_options, plan_fn)
+                                 : detail::load_planned(location.store(), location.key(), load_options, false, plan_fn);
   if (report) *report = r;
   return out;
 }

@@ -301,7 +301,7 @@ class PytreeReader {
     }
     add_nodes(item);
     if (out_.layout.empty())
-      out_.layout = db_ ? std::string("orbax (OCDBT, zarr v") + (zarr3_found_ ? "3" : "2") + ")" : "orbax (zarr v2 directories)";
+      out_.layout = db_ ? std::string("orbax (OCDBT, zarr v") + (zarr3_found_ ? "3" : "2") + ")" : std::string("orbax (zarr v") + (zarr3_found_ ? "3" : "2") + " directories)";
     out_.metadata.items.push_back(std::move(item));
   }
 
@@ -789,6 +789,7 @@ inline OrbaxCheckpoint open_orbax(OrbaxView& view) {
       m.items.push_back(std::move(item));
     }
   }
+  m.library_version = out.layout.empty() ? "orbax" : out.layout;
   m.data_files.reserve(view.blobs().size());
   for (std::size_t i = 0; i < view.blobs().size(); ++i) m.data_files.push_back(std::to_string(i));
   return out;

@@ -35,7 +35,8 @@ inline constexpr std::uint32_t ocdbt_btree_node_magic = 0x0cdb20de;
 inline constexpr std::uint64_t ocdbt_max_node_bytes = 64ull << 20;     // an encoded or decoded node
 inline constexpr std::uint64_t ocdbt_max_manifest_bytes = 64ull << 20;
 inline constexpr std::uint64_t ocdbt_max_arity = 1u << 20;
-inline constexpr std::uint64_t ocdbt_max_keys = 50'000'000;            // in the whole tree
+inline constexpr std::uint64_t ocdbt_max_keys = 10'000'000;            // in the whole tree
+inline constexpr std::uint64_t ocdbt_max_nodes = 1'000'000;            // B+tree nodes read for one tree
 inline constexpr std::uint64_t ocdbt_max_tree_bytes = 4ull << 30;      // node bytes read for one tree
 inline constexpr std::size_t ocdbt_max_path = 65535;
 
@@ -305,6 +306,10 @@ class OcdbtDatabase {
 
   // One B+tree node and, below it, its subtree. `prefix`: the key bytes every key below shares.
   void read_node(const OcdbtRef& ref, int expected_height, const std::string& prefix) {
+    // A node may be referenced from several parents (a DAG): the visits are capped, so that a
+    // small hostile tree cannot make the reader walk one node exponentially often.
+    if (++nodes_read_ > ocdbt_max_nodes)
+      throw Error(ErrorKind::corrupt, "OCDBT tree has more than " + std::to_string(ocdbt_max_nodes) + " nodes", describe());
     const std::string encoded = read_range(ref, "B+tree node");
     const std::string file = describe_file(ref.file->path);
     const std::string body = ocdbt_decode_frame(encoded, ocdbt_btree_node_magic, ocdbt_max_node_bytes, file, "B+tree node");
@@ -380,6 +385,7 @@ class OcdbtDatabase {
   const Store& store_;
   std::string key_;
   std::uint64_t tree_bytes_ = 0;
+  std::uint64_t nodes_read_ = 0;
   std::vector<OcdbtFile> manifest_files_;
   std::map<std::string, OcdbtValue> entries_;
   mutable std::mutex mutex_;

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// Checkpoint formats of other systems, read through opt-in headers that register here
+// (cairn/orbax.hpp registers Orbax's), so that inspect, read_arrays, verify, convert and the
+// `cairn` tool read them, and the core never links their libraries (libzstd for Orbax). A
+// format says whether a location is one of its checkpoints, and opens one as a read-only
+// Store of its chunks with cairn's records over them; the load then runs as a checkpoint's.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cairn/checkpoint/load_plan.hpp"
+#include "cairn/core/function_ref.hpp"
+#include "cairn/inspect/inspect.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+struct ForeignView {
+  std::shared_ptr<const Store> store;  // the chunks as blobs, under the key ""
+  CheckpointMetadata metadata;         // records whose chunks name the store's blobs
+};
+
+struct ForeignFormat {
+  LocationKind kind;
+  bool (*recognizes)(const Store& store, const std::string& key);
+  ForeignView (*open)(const Store& store, const std::string& key);
+  LoadReport (*load)(const Store& store, const std::string& key, const LoadOptions& options,
+                     FunctionRef<LoadPlan(const StoredIndex&)> plan);
+};
+
+CAIRN_API void register_foreign_format(const ForeignFormat& format);
+// The format whose checkpoint is at `key`, or null.
+CAIRN_API const ForeignFormat* foreign_format_at(const Store& store, const std::string& key);
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
