@@ -465,6 +465,18 @@ TEST_CASE("Json::parse is strict: one value, no leading zeros, bounded depth, va
   CHECK(Json::parse("-9223372036854775808").as_int() == std::numeric_limits<std::int64_t>::min());
   for (const char* bad : {"01", "1.", "-", "{\"a\":1,}", "[1 2]", "{\"a\":1}x", "\"\\ud800\"", "{\"a\":1,\"a\":2}", "tru", ""})
     CHECK_THROWS_AS(Json::parse(bad), Error);
+  // A duplicate key anywhere in a large object (checked at its end there), not only a small one's.
+  for (std::size_t n : {3, 16, 17, 100, 5000}) {
+    std::string obj = "{";
+    for (std::size_t i = 0; i < n; ++i) obj += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
+    CHECK(Json::parse(obj + "}").size() == n);
+    for (std::size_t dup : {std::size_t{0}, n / 2, n - 1}) {
+      CAPTURE(n);
+      CAPTURE(dup);
+      const std::string want = "duplicate key 'k" + std::to_string(dup) + "'";
+      CHECK_THROWS_WITH_AS(Json::parse(obj + ",\"k" + std::to_string(dup) + "\":0}"), doctest::Contains(want.c_str()), Error);
+    }
+  }
   const std::string deep = std::string(128, '[') + std::string(128, ']');
   CHECK(Json::parse(deep).is_array());
   CHECK_THROWS_WITH_AS(Json::parse("[" + deep + "]"), doctest::Contains("nested deeper than 128"), Error);

@@ -48,6 +48,7 @@ struct Blob {
   const OcdbtDatabase* db = nullptr;  // the value's database, or null: `path` is a file of the store
   OcdbtValue value;
   std::string path;                   // store key of a plain file
+  bool file_may_be_missing = false;   // `path` not looked for yet: missing when read, it is the fill value
   std::string name;                   // what errors name (a path a user can look at)
   std::string key;                    // the leaf's key path
   std::string bytes;                  // Kind::bytes
@@ -143,11 +144,14 @@ class BlobReader final : public StoreReader {
     switch (b_.kind) {
       case Blob::Kind::bytes: std::memcpy(dst, b_.bytes.data() + offset, static_cast<std::size_t>(n)); return;
       case Blob::Kind::fill: fill(dst, n, offset); return;
-      case Blob::Kind::range: read_source(dst, n, offset); return;
+      case Blob::Kind::range:
+        if (b_.file_may_be_missing && !present()) return fill(dst, n, offset);
+        read_source(dst, n, offset);
+        return;
       case Blob::Kind::chunk: break;
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    decode();
+    locate();
     if (raw_inner_) {
       read_source(dst, n, inner_offset_ + offset);
       return;
@@ -156,19 +160,40 @@ class BlobReader final : public StoreReader {
       fill(dst, n, offset);
       return;
     }
+    // A zstd chunk read from its start in order (as the loader reads a chunk, a piece at a
+    // time) decodes straight into the caller's memory: no buffer of the whole chunk.
+    if (!decoded_done_ && codecs().zstd && b_.stored == b_.box_shape && offset == streamed_) {
+      stream(static_cast<unsigned char*>(dst), n);
+      return;
+    }
+    if (!decoded_done_) decode_all();
     std::memcpy(dst, decoded_.data() + offset, static_cast<std::size_t>(n));
     // A chunk is read once, whole or in pieces: its decoded bytes go once all were read.
     consumed_ += n;
-    if (consumed_ >= b_.size) std::string().swap(decoded_), decoded_done_ = false, consumed_ = 0;
+    if (consumed_ >= b_.size) std::string().swap(decoded_), decoded_done_ = false, consumed_ = 0, located_ = false;
   }
 
  private:
+  const ZarrCodecs& codecs() const { return b_.inner ? b_.array->shard.inner : b_.array->codecs; }
   std::uint64_t source_size() const {
     return b_.db ? b_.value.size() : file().size();
   }
   const StoreReader& file() const {
+    std::lock_guard<std::mutex> lock(open_mutex_);  // the range kind reads from two threads
     if (!file_) file_ = view_.base().open(b_.path);
     return *file_;
+  }
+  // Whether the chunk's file is there (zarr: a chunk never written reads as the fill value).
+  bool present() const {
+    std::lock_guard<std::mutex> lock(open_mutex_);
+    if (file_) return true;
+    try {
+      file_ = view_.base().open(b_.path);
+      return true;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::not_found) throw;
+      return false;
+    }
   }
   void read_source(void* dst, std::uint64_t n, std::uint64_t offset) const {
     if (b_.db) b_.db->read(b_.value, dst, n, offset, b_.key);
@@ -179,15 +204,19 @@ class BlobReader final : public StoreReader {
     auto* d = static_cast<unsigned char*>(dst);
     for (std::uint64_t i = 0; i < n; ++i) d[i] = static_cast<unsigned char>(f[(offset + i) % f.size()]);
   }
-  // The chunk's box, decoded (or, for an inner chunk stored plainly, where it lies).
-  void decode() const {
-    if (decoded_done_ || raw_inner_ || missing_) return;
+  // Where the chunk's bytes are: an inner chunk stored plainly (read in place), a missing one
+  // (the fill value), or its stored bytes read into stored_ (a trailing CRC32C checked and cut).
+  void locate() const {
+    if (located_) return;
     const ZarrArray& a = *b_.array;
-    const ZarrCodecs& codecs = b_.inner ? a.shard.inner : a.codecs;
-    const std::size_t item = dtype_size(a.dtype);
-    std::string stored;
+    const ZarrCodecs& c = codecs();
+    std::uint64_t offset = 0, size = 0;
     if (b_.inner) {
-      // The shard's index, then this inner chunk's bytes.
+      if (b_.file_may_be_missing && !present()) {
+        located_ = missing_ = true;
+        return;
+      }
+      // The shard's index, then this inner chunk's place.
       const std::uint64_t total = source_size();
       const std::uint64_t index_size = zarr_index_bytes(a.shard, b_.inner_count);
       if (total < index_size)
@@ -197,47 +226,102 @@ class BlobReader final : public StoreReader {
       read_source(index.data(), index_size, a.shard.index_at_start ? 0 : total - index_size);
       const auto entries = zarr_parse_shard_index(a.shard, index, b_.inner_count, total, b_.name, b_.key);
       const ZarrShardEntry e = entries[static_cast<std::size_t>(b_.inner_index)];
+      located_ = true;
       if (e.missing()) {
         missing_ = true;
         return;
       }
-      const bool plain = !codecs.zstd && !codecs.crc32c && b_.stored == b_.box_shape;
-      if (plain) {
+      if (!c.zstd && !c.crc32c && b_.stored == b_.box_shape) {
         if (e.nbytes != b_.size)
           zarr_fail("inner chunk is " + std::to_string(e.nbytes) + " bytes, expected " + std::to_string(b_.size), b_.name, b_.key);
         raw_inner_ = true;
         inner_offset_ = e.offset;
         return;
       }
-      stored.resize(static_cast<std::size_t>(e.nbytes));
-      read_source(stored.data(), e.nbytes, e.offset);
+      offset = e.offset;
+      size = e.nbytes;
     } else {
-      const std::uint64_t total = source_size();
-      if (total > (std::uint64_t(1) << 40)) zarr_fail("chunk is too large", b_.name, b_.key);
-      stored.resize(static_cast<std::size_t>(total));
-      read_source(stored.data(), total, 0);
+      if (b_.file_may_be_missing && !present()) {
+        located_ = missing_ = true;
+        return;
+      }
+      size = source_size();
+      if (size > (std::uint64_t(1) << 40)) zarr_fail("chunk is too large", b_.name, b_.key);
     }
+    stored_.resize(static_cast<std::size_t>(size));
+    read_source(stored_.data(), size, offset);
+    if (c.crc32c) stored_.resize(zarr_strip_crc(stored_, b_.name, b_.key).size());
+    located_ = true;
+  }
+  [[noreturn]] void zstd_error(const std::string& why) const { zarr_fail("zstd chunk " + why, b_.name, b_.key); }
+  // The next n bytes of the chunk, decoded from where the last read stopped.
+  void stream(unsigned char* dst, std::uint64_t n) const {
+    if (!stream_) {
+      stream_.reset(ZSTD_createDCtx());
+      if (!stream_) throw Error(ErrorKind::io, "out of memory for a zstd decoder", b_.name, b_.key);
+      in_pos_ = 0;
+    }
+    ZSTD_outBuffer out{dst, static_cast<std::size_t>(n), 0};
+    while (out.pos < out.size) {
+      ZSTD_inBuffer in{stored_.data(), stored_.size(), in_pos_};
+      const std::size_t before = out.pos;
+      const std::size_t r = ZSTD_decompressStream(stream_.get(), &out, &in);
+      const bool progressed = in.pos != in_pos_ || out.pos != before;
+      in_pos_ = in.pos;
+      if (ZSTD_isError(r)) zstd_error(std::string("does not decode: ") + ZSTD_getErrorName(r));
+      if (!progressed) zstd_error("is truncated or decodes to fewer than " + std::to_string(b_.size) + " bytes");
+      frame_ended_ = r == 0;
+    }
+    streamed_ += n;
+    if (streamed_ < b_.size) return;
+    // The end: what is left of the input must decode to nothing and end its frame.
+    while (!(frame_ended_ && in_pos_ == stored_.size())) {
+      unsigned char probe;
+      ZSTD_outBuffer more{&probe, 1, 0};
+      ZSTD_inBuffer in{stored_.data(), stored_.size(), in_pos_};
+      const std::size_t r = ZSTD_decompressStream(stream_.get(), &more, &in);
+      const bool progressed = in.pos != in_pos_;
+      in_pos_ = in.pos;
+      if (ZSTD_isError(r)) zstd_error(std::string("does not decode: ") + ZSTD_getErrorName(r));
+      if (more.pos) zstd_error("decodes to more than the " + std::to_string(b_.size) + " bytes expected");
+      if (!progressed) zstd_error("is truncated (its last frame does not end)");
+      frame_ended_ = r == 0;
+    }
+    // Done: a second read of the chunk decodes it again.
+    stream_.reset();
+    std::string().swap(stored_);
+    streamed_ = 0;
+    located_ = false;
+  }
+  // The chunk's box decoded whole (a read out of order, or a box cut from an edge chunk).
+  void decode_all() const {
+    stream_.reset();
+    streamed_ = 0;
+    const ZarrCodecs& c = codecs();
+    const std::size_t item = dtype_size(b_.array->dtype);
     const std::uint64_t full = element_count(b_.stored) * item;
     if (b_.stored == b_.box_shape) {
       decoded_.resize(static_cast<std::size_t>(full));
-      zarr_decode_chunk(codecs, stored, decoded_.data(), full, b_.name, b_.key);
+      zarr_decode_chunk({c.fortran, c.zstd, false}, stored_, decoded_.data(), full, b_.name, b_.key);
     } else {
       std::string whole(static_cast<std::size_t>(full), '\0');
-      zarr_decode_chunk(codecs, stored, whole.data(), full, b_.name, b_.key);
+      zarr_decode_chunk({c.fortran, c.zstd, false}, stored_, whole.data(), full, b_.name, b_.key);
       decoded_.resize(static_cast<std::size_t>(b_.size));
-      crop_box(reinterpret_cast<const unsigned char*>(whole.data()), b_.stored, b_.box_start, b_.box_shape, codecs.fortran,
-               item, reinterpret_cast<unsigned char*>(decoded_.data()));
+      crop_box(reinterpret_cast<const unsigned char*>(whole.data()), b_.stored, b_.box_start, b_.box_shape, c.fortran, item,
+               reinterpret_cast<unsigned char*>(decoded_.data()));
     }
+    std::string().swap(stored_);
     decoded_done_ = true;
   }
 
   const OrbaxView& view_;
   const Blob& b_;
-  mutable std::mutex mutex_;
+  mutable std::mutex mutex_, open_mutex_;
   mutable std::unique_ptr<StoreReader> file_;
-  mutable std::string decoded_;
-  mutable bool decoded_done_ = false, raw_inner_ = false, missing_ = false;
-  mutable std::uint64_t inner_offset_ = 0, consumed_ = 0;
+  mutable std::string stored_, decoded_;
+  mutable std::unique_ptr<ZSTD_DCtx, ZstdDCtxFree> stream_;
+  mutable bool located_ = false, decoded_done_ = false, raw_inner_ = false, missing_ = false, frame_ended_ = false;
+  mutable std::uint64_t inner_offset_ = 0, consumed_ = 0, streamed_ = 0, in_pos_ = 0;
 };
 
 inline std::unique_ptr<StoreReader> OrbaxView::open(const std::string& key) const {
@@ -463,8 +547,12 @@ class PytreeReader {
         return false;
       }
       const std::string sk = join_key(dir_, k);
-      if (!store_.is_blob(sk)) return false;
-      text = read_blob(store_, sk, 16u << 20);
+      try {
+        text = read_blob(store_, sk, 16u << 20);  // no stat first: one call fewer per array
+      } catch (const Error& e) {
+        if (e.kind() == ErrorKind::not_found) return false;
+        throw;
+      }
       format = f;
       file = store_.describe(sk);
       return true;
@@ -545,7 +633,7 @@ class PytreeReader {
         if (v) src.db = db_, src.value = *v;
       } else {
         src.path = join_key(dir_, chunk_key);
-        present = store_.is_blob(src.path);
+        src.file_may_be_missing = true;  // found out when read: a stat per chunk here was a tenth of a small load
       }
       Shape outer_start(rank, 0);
       for (std::size_t d = 0; d < rank; ++d) outer_start[d] = at[d] * a.chunk_shape[d];
