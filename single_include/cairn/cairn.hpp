@@ -5233,8 +5233,10 @@ enum class LocationKind {
   checkpoint,         // a cairn checkpoint (a directory with _CHECKPOINT)
   checkpointer_root,  // a directory of committed checkpoints (a Checkpointer's root)
   safetensors,        // a .safetensors file, or the *.index.json of a sharded set
+  orbax,              // an Orbax checkpoint (read where cairn/orbax.hpp is included: docs/orbax.md)
 };
-CAIRN_API const char* location_kind_name(LocationKind kind);  // "checkpoint", "checkpointer_root", "safetensors"
+// "checkpoint", "checkpointer_root", "safetensors", "orbax"
+CAIRN_API const char* location_kind_name(LocationKind kind);
 
 // One step of a Checkpointer root, as inspect finds it.
 struct InspectedStep {
@@ -5267,9 +5269,11 @@ struct Inspection {
 };
 
 // Says what is at `location` and reads its metadata (no array data). A name ending in
-// ".safetensors" or ".index.json" (a sharded set's index) is safetensors; a directory that is not a
-// checkpoint but holds committed checkpoints is a Checkpointer root. Anything else is read as
-// a checkpoint, and its errors are the load's (not_found, incomplete, corrupt, ...).
+// ".safetensors" or ".index.json" (a sharded set's index) is safetensors; an Orbax checkpoint
+// is one where cairn/orbax.hpp is included; a directory that is not a checkpoint but holds
+// committed checkpoints (or Orbax checkpoints in step directories: a CheckpointManager's root)
+// is a Checkpointer root. Anything else is read as a checkpoint, and its errors are the
+// load's (not_found, incomplete, corrupt, ...).
 CAIRN_API Inspection inspect(const Location& location);
 
 struct ReadArraysOptions {
@@ -5999,6 +6003,7 @@ CAIRN_END_NAMESPACE
 // Json's parser and writer. Compiled in every translation unit that includes core/json.hpp,
 // or once with CAIRN_SEPARATE_COMPILATION (docs/compile-time.md).
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -6006,6 +6011,7 @@ CAIRN_END_NAMESPACE
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 // ----- begin cairn/core/json_reader.hpp -----
 // detail::JsonReader: a strict pull reader of JSON text, the one tokenizer behind Json::parse
@@ -6442,12 +6448,25 @@ struct Json::Parser {
       case '{': {
         Json j = Json::object();
         auto& members = std::get<Members>(j.v_);
+        // Duplicate keys are refused: checked as each key comes while the object is small, and
+        // once at its end, sorted, for a large one (a linear check per key was quadratic: 27%
+        // of reading an Orbax _METADATA of 10,000 parameters).
+        constexpr std::size_t scan_up_to = 16;
         r.object([&](std::string_view key) {
-          for (const auto& kv : members)
-            if (kv.first == key) r.fail("duplicate key '" + std::string(key) + "'");
+          if (members.size() < scan_up_to)
+            for (const auto& kv : members)
+              if (kv.first == key) r.fail("duplicate key '" + std::string(key) + "'");
           std::string name(key);
           members.emplace_back(std::move(name), value());
         });
+        if (members.size() > scan_up_to) {
+          std::vector<std::string_view> keys;
+          keys.reserve(members.size());
+          for (const auto& kv : members) keys.push_back(kv.first);
+          std::sort(keys.begin(), keys.end());
+          for (std::size_t i = 1; i < keys.size(); ++i)
+            if (keys[i] == keys[i - 1]) r.fail("duplicate key '" + std::string(keys[i]) + "'");
+        }
         return j;
       }
       case '[': {
@@ -14437,7 +14456,42 @@ CAIRN_END_NAMESPACE
 
 #include <algorithm>
 #include <deque>
+#include <mutex>
 
+// ----- begin cairn/inspect/formats.hpp -----
+// Checkpoint formats of other systems, read through opt-in headers that register here
+// (cairn/orbax.hpp registers Orbax's), so that inspect, read_arrays, verify, convert and the
+// `cairn` tool read them, and the core never links their libraries (libzstd for Orbax). A
+// format says whether a location is one of its checkpoints, and opens one as a read-only
+// Store of its chunks with cairn's records over them; the load then runs as a checkpoint's.
+
+#include <memory>
+#include <string>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+struct ForeignView {
+  std::shared_ptr<const Store> store;  // the chunks as blobs, under the key ""
+  CheckpointMetadata metadata;         // records whose chunks name the store's blobs
+};
+
+struct ForeignFormat {
+  LocationKind kind;
+  bool (*recognizes)(const Store& store, const std::string& key);
+  ForeignView (*open)(const Store& store, const std::string& key);
+  LoadReport (*load)(const Store& store, const std::string& key, const LoadOptions& options,
+                     FunctionRef<LoadPlan(const StoredIndex&)> plan);
+};
+
+CAIRN_API void register_foreign_format(const ForeignFormat& format);
+// The format whose checkpoint is at `key`, or null.
+CAIRN_API const ForeignFormat* foreign_format_at(const Store& store, const std::string& key);
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/inspect/formats.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -14461,16 +14515,48 @@ inline Location safetensors_set_or(const Location& location) {
   return index.empty() ? location : location / index;
 }
 
+// Registered formats: a deque, so that the pointers foreign_format_at returns stay valid.
+inline std::deque<ForeignFormat>& foreign_formats() {
+  static std::deque<ForeignFormat> formats;
+  return formats;
+}
+inline std::mutex& foreign_formats_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 // What is at `location`; for a Checkpointer root, `steps` receives its committed steps (the
 // listing that decided it, so that nobody lists the root again).
 inline LocationKind location_kind(const Location& location, std::vector<std::string>* steps = nullptr) {
   if (names_safetensors(location.key())) return LocationKind::safetensors;
   const Store& store = location.store();
   if (is_committed_checkpoint(store, location.key())) return LocationKind::checkpoint;
+  if (const ForeignFormat* f = foreign_format_at(store, location.key())) return f->kind;
   std::vector<std::string> names = committed_children(store, location.key());
-  if (names.empty()) return LocationKind::checkpoint;  // read as one, for the load's own error
+  if (names.empty()) {
+    // Another system's manager root (Orbax's CheckpointManager): step directories that are
+    // checkpoints of a registered format.
+    bool any = false;
+    {
+      std::lock_guard<std::mutex> lock(foreign_formats_mutex());
+      any = !foreign_formats().empty();
+    }
+    if (any)
+      for (const auto& e : store.list(location.key()))
+        if (e.is_prefix && looks_like_step_name(e.name) && foreign_format_at(store, join_key(location.key(), e.name)))
+          names.push_back(e.name);
+    if (names.empty()) return LocationKind::checkpoint;  // read as one, for the load's own error
+    sort_in_step_order(names);
+  }
   if (steps) *steps = std::move(names);
   return LocationKind::checkpointer_root;
+}
+
+// The records of a checkpoint, or of another system's checkpoint read through its format.
+inline CheckpointMetadata metadata_of(const Location& location) {
+  if (const ForeignFormat* f = foreign_format_at(location.store(), location.key()))
+    return f->open(location.store(), location.key()).metadata;
+  return metadata(location);
 }
 
 // A Checkpointer root's steps and its `latest` marker, without reading the steps' metadata.
@@ -14555,11 +14641,30 @@ inline LeafBuffer prepare_array_target(void* target, const StoredLeafInfo& info)
 
 }  // namespace detail
 
+CAIRN_API void detail::register_foreign_format(const ForeignFormat& format) {
+  std::lock_guard<std::mutex> lock(foreign_formats_mutex());
+  for (const auto& f : foreign_formats())
+    if (f.kind == format.kind) return;
+  foreign_formats().push_back(format);
+}
+
+CAIRN_API const detail::ForeignFormat* detail::foreign_format_at(const Store& store, const std::string& key) {
+  std::vector<const ForeignFormat*> formats;
+  {
+    std::lock_guard<std::mutex> lock(foreign_formats_mutex());
+    for (const auto& f : foreign_formats()) formats.push_back(&f);
+  }
+  for (const ForeignFormat* f : formats)
+    if (f->recognizes(store, key)) return f;
+  return nullptr;
+}
+
 CAIRN_API const char* location_kind_name(LocationKind kind) {
   switch (kind) {
     case LocationKind::checkpoint: return "checkpoint";
     case LocationKind::checkpointer_root: return "checkpointer_root";
     case LocationKind::safetensors: return "safetensors";
+    case LocationKind::orbax: return "orbax";
   }
   return "?";
 }
@@ -14570,9 +14675,14 @@ CAIRN_API Inspection inspect(const Location& given) {
   const LocationKind kind = detail::location_kind(location, &names);
   if (kind == LocationKind::checkpointer_root) {
     Inspection out = detail::inspect_root(location, std::move(names));
+    // Another system's manager root (Orbax's CheckpointManager) keeps no `latest` marker: its
+    // latest step is the highest, and nothing is missing.
+    if (!out.latest_marker && !out.steps.empty() &&
+        detail::foreign_format_at(location.store(), detail::join_key(location.key(), out.steps.front().name)))
+      out.latest_problem.clear();
     for (InspectedStep& step : out.steps) {
       try {
-        const CheckpointMetadata m = metadata(location / step.name);
+        const CheckpointMetadata m = detail::metadata_of(location / step.name);
         step.created = m.created;
         step.bytes = m.total_bytes();
         if (const Json* metrics = m.user_metadata.find("metrics")) step.metrics = *metrics;
@@ -14585,7 +14695,7 @@ CAIRN_API Inspection inspect(const Location& given) {
   Inspection out;
   out.kind = kind;
   out.path = location.describe();
-  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location) : metadata(location);
+  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location) : detail::metadata_of(location);
   return out;
 }
 
@@ -14613,9 +14723,13 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   load_options.allow_cast = true;
   load_options.allow_lossy_cast = {"*"};  // the caller chose `as`
   load_options.on_overflow = OnOverflow::saturate;
+  const detail::ForeignFormat* foreign = detail::names_safetensors(location.key())
+                                              ? nullptr
+                                              : detail::foreign_format_at(location.store(), location.key());
   const LoadReport r = detail::names_safetensors(location.key())
                            ? detail::load_safetensors_planned(location.store(), location.key(), load_options, {}, plan_fn)
-                           : detail::load_planned(location.store(), location.key(), load_options, false, plan_fn);
+                       : foreign ? foreign->load(location.store(), location.key(), load_options, plan_fn)
+                                 : detail::load_planned(location.store(), location.key(), load_options, false, plan_fn);
   if (report) *report = r;
   return out;
 }
@@ -14687,6 +14801,12 @@ CAIRN_API VerifyReport verify(const Location& given) {
       const Location at = location / step.name;
       report.checkpoints.push_back(at.describe());
       try {
+        if (const detail::ForeignFormat* f = detail::foreign_format_at(store, at.key())) {
+          report.checksummed = false;
+          const detail::ForeignView view = f->open(store, at.key());
+          detail::verify_chunks(*view.store, "", view.metadata, false, report);
+          continue;
+        }
         const CheckpointMetadata m = metadata(at);  // checks the marker and both metadata files
         detail::verify_chunks(store, store.readable_checkpoint(at.key()), m, true, report);
       } catch (const Error& e) {
@@ -14696,6 +14816,16 @@ CAIRN_API VerifyReport verify(const Location& given) {
     return report;
   }
   report.checkpoints.push_back(report.path);
+  if (report.kind == LocationKind::orbax) {
+    // Every chunk read and decoded through the format's own view: the OCDBT nodes' and shard
+    // indexes' CRC32Cs and any CRC32C codec are checked as they decode; the chunks' bytes
+    // themselves carry no checksum in Orbax's default codecs (docs/orbax.md).
+    report.checksummed = false;
+    const detail::ForeignFormat* f = detail::foreign_format_at(store, location.key());
+    const detail::ForeignView view = f->open(store, location.key());
+    detail::verify_chunks(*view.store, "", view.metadata, false, report);
+    return report;
+  }
   if (report.kind == LocationKind::safetensors) {
     report.checksummed = false;  // the header is validated as it is read; every tensor byte is read
     detail::verify_chunks(store, detail::key_parent(location.key()), safetensors_metadata(location), false, report);

@@ -41,6 +41,9 @@ def main():
     add("f16", rng.standard_normal(17).astype(np.float16), chunks=(8,), compressor=Zstd(level=1))
     add("flags", rng.integers(0, 2, 17).astype(bool), chunks=(8,), compressor=Zstd(level=1))
     add("scalar", np.array(3.5, dtype=np.float32), chunks=(), compressor=Zstd(level=1))
+    # Chunks of megabytes: the loader reads them in pieces, which decode one after another.
+    add("big", rng.standard_normal(300000).astype(np.float32), chunks=(300000,), compressor=Zstd(level=1))
+    add("big2d", rng.standard_normal((600, 500)), chunks=(400, 500), compressor=Zstd(level=1))
     add("layers.0.w", rng.standard_normal((3, 2)).astype(np.float32), keys=[("layers", 2), (0, 1), ("w", 2)],
         chunks=(3, 2), compressor=None)
     add("layers.1.w", rng.standard_normal((3, 2)).astype(np.float32), keys=[("layers", 2), (1, 1), ("w", 2)],

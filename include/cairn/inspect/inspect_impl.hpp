@@ -197,6 +197,11 @@ CAIRN_API Inspection inspect(const Location& given) {
   const LocationKind kind = detail::location_kind(location, &names);
   if (kind == LocationKind::checkpointer_root) {
     Inspection out = detail::inspect_root(location, std::move(names));
+    // Another system's manager root (Orbax's CheckpointManager) keeps no `latest` marker: its
+    // latest step is the highest, and nothing is missing.
+    if (!out.latest_marker && !out.steps.empty() &&
+        detail::foreign_format_at(location.store(), detail::join_key(location.key(), out.steps.front().name)))
+      out.latest_problem.clear();
     for (InspectedStep& step : out.steps) {
       try {
         const CheckpointMetadata m = detail::metadata_of(location / step.name);
