@@ -5,7 +5,8 @@
 //   1: a B+tree node, reached from a valid manifest (the next byte is the height it must have);
 //   2: zarr metadata, v2 or v3 (by the next byte's low bit);
 //   3: a zarr v3 shard of 2 inner chunks (zstd, CRC32C-checked index), each read as a load does;
-//   4: a zstd stream decoded within a limit.
+//   4: a zstd stream decoded within a limit;
+//   5: the msgpack aggregate file of Orbax's older layout, and each flax ndarray in it.
 // Every outcome is a result or a cairn::Error, never a crash or an unbounded allocation.
 #include <cairn/orbax.hpp>
 
@@ -61,11 +62,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string rest(reinterpret_cast<const char*>(data) + 2, size - 2);
   namespace o = cairn::detail::orbax;
   try {
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
       case 0:
       case 1: {
         cairn::MemoryStore store;
-        const std::string manifest = data[0] % 5 == 0 ? rest : manifest_for(rest.size(), data[1] % 4);
+        const std::string manifest = data[0] % 6 == 0 ? rest : manifest_for(rest.size(), data[1] % 4);
         cairn::detail::write_blob(store, "db/manifest.ocdbt", manifest);
         cairn::detail::write_blob(store, "db/d/a", rest);
         o::OcdbtDatabase db(store, "db");
@@ -97,6 +98,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           unsigned char out[16];
           o::zarr_decode_chunk(a.shard.inner, std::string_view(rest).substr(e.offset, e.nbytes), out, sizeof out, "f", "k");
         }
+        break;
+      }
+      case 5: {
+        const o::MsgValue v = o::MsgReader(rest, "f").read_all();
+        std::size_t seen = 0;
+        for (const auto& [k, x] : v.map)
+          if (x.kind == o::MsgValue::Kind::ext) seen += o::MsgReader(x.s, "f").read_all().items.size();
+        if (seen > rest.size()) __builtin_trap();
         break;
       }
       case 4: {

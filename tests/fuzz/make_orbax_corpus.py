@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Writes the seed corpus of the `orbax` fuzz target (tests/fuzz/fuzz_orbax.cpp) into
 # tests/fuzz/corpus/orbax/: a manifest and a B+tree leaf node encoded here as TensorStore's
-# OCDBT format specifies them, zarr metadata, a zarr v3 shard and a zstd frame (the zstd tool).
+# OCDBT format specifies them, zarr metadata, a zarr v3 shard, a zstd frame (the zstd tool) and
+# a msgpack aggregate.
 #   make_orbax_corpus.py DIR
 import os
 import struct
@@ -76,6 +77,12 @@ def main():
         f.write(b"\x03\x00" + c0 + index + struct.pack("<I", crc32c(index)))
     with open(os.path.join(out, "zstd"), "wb") as f:
         f.write(b"\x04\x10" + zstd(b"cairn reads Orbax " * 20))
+    # The msgpack aggregate: {"a": flax ndarray int32[2], "b": 1.5, "c": {"d": "PLACEHOLDER://c.d"}}.
+    nd = b"\x93" + b"\x91\x02" + b"\xa5int32" + b"\xc4\x08" + struct.pack("<2i", 7, -7)
+    agg = b"\x83" + b"\xa1a" + b"\xc7" + bytes([len(nd), 1]) + nd + b"\xa1b" + b"\xcb" + struct.pack(">d", 1.5)
+    agg += b"\xa1c" + b"\x81" + b"\xa1d" + b"\xb1PLACEHOLDER://c.d"
+    with open(os.path.join(out, "msgpack"), "wb") as f:
+        f.write(b"\x05\x00" + agg)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@
 
 #include "cairn/checkpoint/commit.hpp"
 #include "cairn/checkpoint/load_protocol.hpp"
+#include "cairn/orbax/msgpack.hpp"
 #include "cairn/orbax/ocdbt.hpp"
 #include "cairn/orbax/zarr.hpp"
 
@@ -499,8 +500,7 @@ class PytreeReader {
     const std::string type = vt && vt->is_string() ? vt->as_string() : "";
     const Json* skip = value->find("skip_deserialize");
     if (skip && skip->is_bool() && skip->as_bool()) {
-      out_.not_read.push_back(path.str() + ": stored in the msgpack file `checkpoint` beside the arrays (Orbax's older "
-                              "aggregate), which cairn does not read");
+      add_aggregated(item, path);
       return;
     }
     if (type == "string") {
@@ -529,6 +529,90 @@ class PytreeReader {
     // None, empty containers and types cairn has no leaf for: listed, not read.
     if (type != "None")
       out_.not_read.push_back(path.str() + ": value type '" + type + "', which cairn does not read");
+  }
+
+  // A value Orbax's older layout kept in the msgpack file `checkpoint` (saved with `aggregate`):
+  // a flax ndarray (extension 1: [shape, dtype, bytes]), a number, a boolean or a string.
+  void add_aggregated(ItemRecord& item, const KeyPath& path) {
+    const std::string key = path.str();
+    const std::string file_key = join_key(dir_, "checkpoint");
+    const std::string file = store_.describe(file_key);
+    if (!aggregate_loaded_) {
+      aggregate_loaded_ = true;
+      try {
+        aggregate_text_ = read_blob(store_, file_key, std::uint64_t(1) << 31);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::not_found) throw;
+      }
+      if (!aggregate_text_.empty()) aggregate_ = MsgReader(aggregate_text_, file).read_all();
+    }
+    const MsgValue* v = &aggregate_;
+    for (const KeyEntry& e : path.entries()) {
+      if (!v) break;
+      if (v->kind == MsgValue::Kind::map) v = v->find(e.text());
+      else if (v->kind == MsgValue::Kind::array && e.kind == KeyEntry::Kind::index && e.number >= 0 &&
+               static_cast<std::size_t>(e.number) < v->items.size())
+        v = &v->items[static_cast<std::size_t>(e.number)];
+      else v = nullptr;
+    }
+    if (!v || v->kind == MsgValue::Kind::nil) {
+      out_.not_read.push_back(key + ": _METADATA says it is in the msgpack file `checkpoint`, which " +
+                              (aggregate_text_.empty() ? std::string("is not there") : "does not hold it"));
+      return;
+    }
+    LeafRecord l;
+    l.path = path;
+    Blob b;
+    b.kind = Blob::Kind::bytes;
+    b.name = file;
+    b.key = key;
+    switch (v->kind) {
+      case MsgValue::Kind::ext: {
+        if (v->ext_type != 1) throw Error(ErrorKind::invalid_argument, "msgpack extension type " + std::to_string(v->ext_type) +
+                                          " (flax's ndarray is 1)", file, key);
+        const MsgValue a = MsgReader(v->s, file).read_all();
+        if (a.kind != MsgValue::Kind::array || a.items.size() != 3 || a.items[0].kind != MsgValue::Kind::array ||
+            a.items[1].kind != MsgValue::Kind::str || a.items[2].kind != MsgValue::Kind::bin)
+          throw Error(ErrorKind::corrupt, "an ndarray that is not [shape, dtype, bytes]", file, key);
+        if (!parse_dtype(a.items[1].s, l.dtype) || l.dtype == DType::string)
+          throw Error(ErrorKind::invalid_argument, "ndarray of dtype '" + a.items[1].s + "', which cairn does not read", file, key);
+        for (const MsgValue& d : a.items[0].items) {
+          const bool ok = (d.kind == MsgValue::Kind::int_ && d.i >= 0) || d.kind == MsgValue::Kind::uint;
+          const std::uint64_t n = d.kind == MsgValue::Kind::uint ? d.u : static_cast<std::uint64_t>(d.i);
+          if (!ok || n > (std::uint64_t(1) << 48) || l.shape.size() >= 32)
+            throw Error(ErrorKind::corrupt, "an ndarray's shape holds a bad size", file, key);
+          l.shape.push_back(static_cast<std::int64_t>(n));
+        }
+        std::uint64_t want;
+        if (!try_byte_count(l.shape, dtype_size(l.dtype), want) || want != a.items[2].s.size())
+          throw Error(ErrorKind::corrupt, "an ndarray of shape " + to_string(l.shape) + " holds " +
+                      std::to_string(a.items[2].s.size()) + " bytes", file, key);
+        b.bytes = a.items[2].s;
+        break;
+      }
+      case MsgValue::Kind::boolean: l.dtype = DType::bool_, b.bytes.assign(1, v->b ? 1 : 0); break;
+      case MsgValue::Kind::int_: l.dtype = DType::int64, b.bytes.assign(reinterpret_cast<const char*>(&v->i), 8); break;
+      case MsgValue::Kind::uint: l.dtype = DType::uint64, b.bytes.assign(reinterpret_cast<const char*>(&v->u), 8); break;
+      case MsgValue::Kind::float_: l.dtype = DType::float64, b.bytes.assign(reinterpret_cast<const char*>(&v->f), 8); break;
+      case MsgValue::Kind::str:
+        l.dtype = DType::string;
+        b.bytes = v->s;
+        l.shape = Shape{static_cast<std::int64_t>(v->s.size())};
+        break;
+      default:
+        out_.not_read.push_back(key + ": a msgpack value that is no array, number or string");
+        return;
+    }
+    l.saved_from = l.dtype;
+    b.size = b.bytes.size();
+    ChunkRecord c;
+    c.start = Shape(l.shape.size(), 0);
+    c.shape = l.shape;
+    c.file = std::to_string(view_.blobs().size());
+    c.nbytes = b.size;
+    view_.blobs().push_back(std::move(b));
+    l.chunks.push_back(std::move(c));
+    item.leaves.push_back(std::move(l));
   }
 
   const ZarrArray& array_metadata(const std::string& param, const std::string& key) {
@@ -761,6 +845,9 @@ class PytreeReader {
   std::uint64_t total_chunks_ = 0;
   std::map<std::string, Json> sharding_;
   Json strings_;
+  bool aggregate_loaded_ = false;
+  std::string aggregate_text_;
+  MsgValue aggregate_;
 };
 
 // Whether the directory at `key` is a pytree's (its _METADATA or its OCDBT database).
