@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <thread>
 
 namespace fs = std::filesystem;
 
@@ -545,4 +546,61 @@ TEST_CASE("inspect, read_arrays, verify, convert and the cairn tool read Orbax c
     }
     CHECK(refused > 0);
   }
+}
+
+TEST_CASE("ranks of a coordinator load an Orbax checkpoint together, each its own box, and agree on failure") {
+  if (!have_testdata()) return;
+  const std::string ckpt =
+      testdata() + "/compat/v1_checkpoints/composite_checkpoint/checkpoint_metadata_present/pytree_checkpointable_has_metadata";
+  constexpr int ranks = 2;
+  cairn::ThreadGroup group(ranks);
+  std::vector<Sharded> got(ranks);
+  std::vector<std::string> errors(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      const cairn::NamedSharding sh(cairn::Mesh::host_per_process({{"x", ranks}}, 1, r), cairn::PartitionSpec{"x"});
+      got[r].a = cairn::ShardedArray<std::int32_t>(sh);
+      cairn::LoadOptions o;
+      o.coordinator = &group.rank(r);
+      try {
+        cairn::load_orbax(ckpt, got[r], o);
+      } catch (const cairn::Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) {
+    CAPTURE(r);
+    CHECK(errors[r].empty());
+    REQUIRE(got[r].a.shards().size() == 1);
+    const auto& shard = got[r].a.shards()[0];
+    CHECK(shard.box() == cairn::Box{{4 * r}, {4}});
+    std::vector<std::int32_t> mine(4);
+    std::memcpy(mine.data(), shard.data(), sizeof(std::int32_t) * 4);
+    CHECK(mine == std::vector<std::int32_t>(expected_a.begin() + 4 * r, expected_a.begin() + 4 * r + 4));
+    CHECK(got[r].b.c == expected_c);
+  }
+  // One rank asks for a leaf that is not there: every rank fails, with the same error.
+  threads.clear();
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      cairn::LoadOptions o;
+      o.coordinator = &group.rank(r);
+      try {
+        if (r == 1) {
+          Other other;
+          cairn::load_orbax(ckpt, other, o);
+        } else {
+          State s;
+          cairn::load_orbax(ckpt, s, o);
+        }
+        errors[r].clear();
+      } catch (const cairn::Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(errors[0].find("z") != std::string::npos);
+  CHECK(errors[1].find("z") != std::string::npos);
 }
