@@ -45,7 +45,8 @@ inline constexpr const char* usage_text =
     "store registered).\n"
     "On a Checkpointer root, show, diff and convert read its latest committed step; --step N\n"
     "reads step N (and makes ls and verify look at that step alone). Options also take\n"
-    "--name=value. cairn --version prints the version.\n";
+    "--name=value. verify, show, diff and convert show their progress on stderr where it is a\n"
+    "terminal (--progress: also where it is not; --quiet: never). cairn --version prints the version.\n";
 
 
 inline CastRule parse_cast(const std::string& arg) {
@@ -68,7 +69,9 @@ inline double parse_double(const std::string& flag, const std::string& v) {
 }
 
 // Runs the tool on `args` (without the program name); returns the exit status.
-inline int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+// `err_is_terminal`: whether `err` is a terminal, where long work shows its progress
+// (cli/main.cpp asks isatty; in-process callers leave it off).
+inline int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, bool err_is_terminal = false) {
   try {
     if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
       (args.empty() ? err : out) << usage_text;
@@ -80,7 +83,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     }
     const std::string& cmd = args[0];
     std::vector<std::string> pos;
-    bool json = false, verify_first = false;
+    bool json = false, verify_first = false, quiet = false, force_progress = false;
     double atol = 0, rtol = 0;
     std::uint64_t max_report = 10;
     std::optional<std::string> step;
@@ -107,6 +110,8 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
       };
       if (a.rfind("--", 0) == 0) given.push_back(a);
       if (a == "--json") json = true;
+      else if (a == "--quiet") quiet = true;
+      else if (a == "--progress") force_progress = true;
       else if (a == "--verify") verify_first = true;
       else if (a == "--item") convert_options.item = value();
       else if (a == "--step") step = value();
@@ -137,10 +142,11 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     // error, not ignored (diff --exclude was taken and did nothing).
     static const std::map<std::string, std::vector<std::string>> takes = {
         {"ls", {"--json", "--step"}},
-        {"verify", {"--step"}},
-        {"show", {"--verify", "--item", "--step"}},
-        {"diff", {"--atol", "--rtol", "--max-report", "--step"}},
-        {"convert", {"--cast", "--select", "--exclude", "--item", "--max-file-bytes", "--overwrite", "--step"}}};
+        {"verify", {"--step", "--quiet", "--progress"}},
+        {"show", {"--verify", "--item", "--step", "--quiet", "--progress"}},
+        {"diff", {"--atol", "--rtol", "--max-report", "--step", "--quiet", "--progress"}},
+        {"convert", {"--cast", "--select", "--exclude", "--item", "--max-file-bytes", "--overwrite", "--step", "--quiet",
+                     "--progress"}}};
     if (const auto it = takes.find(cmd); it != takes.end())
       for (const auto& o : given)
         if (std::find(it->second.begin(), it->second.end(), o) == it->second.end())
@@ -151,13 +157,18 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     // A Checkpointer root where one checkpoint is read: its --step, or its latest.
     auto at = [&](const std::string& p, bool latest_if_root) { return checkpoint_of(p, step, latest_if_root, err); };
     if (cmd == "ls") { need(1, "PATH"); return ls(at(pos[0], false), json, out); }
-    if (cmd == "verify") { need(1, "PATH"); return verify(at(pos[0], false), out); }
+    // Progress of long work on stderr: where it is a terminal, or asked for; never with --quiet.
+    std::ostream* progress = !quiet && (force_progress || err_is_terminal) ? &err : nullptr;
+    if (cmd == "verify") { need(1, "PATH"); return verify(at(pos[0], false), out, progress); }
     if (cmd == "show") {
       need(2, "PATH KEY[SLICE]");
-      return show(at(pos[0], true), pos[1], out, err, verify_first, convert_options.item);
+      return show(at(pos[0], true), pos[1], out, err, verify_first, convert_options.item, progress);
     }
-    if (cmd == "diff") { need(2, "A B"); return diff(at(pos[0], true), at(pos[1], true), {atol, rtol, max_report}, out); }
-    if (cmd == "convert") { need(2, "SRC DST"); return convert(at(pos[0], true), pos[1], convert_options, out); }
+    if (cmd == "diff") {
+      need(2, "A B");
+      return diff(at(pos[0], true), at(pos[1], true), {atol, rtol, max_report, progress}, out);
+    }
+    if (cmd == "convert") { need(2, "SRC DST"); return convert(at(pos[0], true), pos[1], convert_options, out, progress); }
     throw Error(ErrorKind::invalid_argument, "unknown command '" + cmd + "' (cairn --help lists them)");
   } catch (const Error& e) {
     err << e.what() << "\n";  // "cairn: <kind>: <file>: key '<key>': <why>"

@@ -10,6 +10,8 @@
 
 #include <iostream>
 
+#include <unistd.h>
+
 int main(int argc, char** argv) {
-  return cairn::cli::run(std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr);
+  return cairn::cli::run(std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr, ::isatty(STDERR_FILENO) == 1);
 }

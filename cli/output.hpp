@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <ostream>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +30,53 @@ inline std::string human_bytes(std::uint64_t n) {
   std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", v, units[u]);
   return buf;
 }
+
+// Progress of long work, on stderr where it is a terminal (or with --progress), never with
+// --quiet and never on stdout: "\r<what>: 1.2 GiB of 4.0 GiB (30%), 812.0 MiB/s, 3 s left",
+// redrawn at most ten times a second, and a last line when the work is done.
+class ProgressLine {
+ public:
+  ProgressLine(std::ostream* err, std::string what) : err_(err), what_(std::move(what)) {}
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+  ~ProgressLine() {
+    if (shown_) *err_ << "\n" << std::flush;
+  }
+  // The callback for the library's progress options (empty where progress is off). Work done
+  // in several calls adds `before` bytes and reports against `total` when it is given.
+  Progress callback(std::uint64_t before = 0, std::uint64_t total = 0) {
+    if (!err_) return {};
+    return [this, before, total](std::uint64_t done, std::uint64_t all) {
+      update(before + done, total ? total : before + all);
+    };
+  }
+  void update(std::uint64_t done, std::uint64_t total) {
+    total = std::max(total, done);  // a read may take a little more than the stored bytes (padding between leaves)
+    const auto now = std::chrono::steady_clock::now();
+    if (!started_) started_ = true, start_ = now;
+    if (done < total && shown_ && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double s = std::chrono::duration<double>(now - start_).count();
+    std::string line = what_ + ": " + human_bytes(done) + " of " + human_bytes(total);
+    if (total) line += " (" + std::to_string(done >= total ? 100 : done * 100 / total) + "%)";
+    if (s > 0.05 && done) {
+      line += ", " + human_bytes(static_cast<std::uint64_t>(static_cast<double>(done) / s)) + "/s";
+      if (done < total) line += ", " + std::to_string(static_cast<long long>((total - done) * s / done) + 1) + " s left";
+      else line += ", " + std::to_string(static_cast<long long>(s * 10) / 10.0).substr(0, 4) + " s";
+    }
+    if (line.size() < width_) line += std::string(width_ - line.size(), ' ');  // over the longer line before
+    width_ = std::max(width_, line.size());
+    *err_ << "\r" << line << std::flush;
+    shown_ = true;
+  }
+
+ private:
+  std::ostream* err_;
+  std::string what_;
+  bool shown_ = false, started_ = false;
+  std::size_t width_ = 0;
+  std::chrono::steady_clock::time_point start_, last_;
+};
 
 // A sharding for scripts: the mesh's axes with their sizes, the processes its devices are
 // on, the partition spec (per dimension, the mesh axes it is split over; [] replicated), and

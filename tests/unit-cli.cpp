@@ -513,3 +513,84 @@ TEST_CASE("every item: diff compares them all, show --item picks one, convert ca
   const auto report = cairn::convert(dir / "a", dir / "rng-only", {.item = "rng"});
   CHECK(report.items == std::vector<std::string>{"rng"});
 }
+
+TEST_CASE("progress: verify, show, diff and convert on stderr when asked (or on a terminal), never with --quiet") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  cairn::save(c, make_state());
+  const std::uint64_t total = cairn::metadata(c).total_bytes();
+  // Not a terminal and not asked: nothing on stderr.
+  Run r = cli({"verify", c});
+  CHECK(r.status == 0);
+  CHECK(r.err.empty());
+  // Asked: a line that ends at every byte, on stderr only (stdout stays the report scripts read).
+  r = cli({"verify", c, "--progress"});
+  CHECK(r.status == 0);
+  CHECK(has(r.err, "verifying " + c + ": "));
+  CHECK(has(r.err, cairn::cli::human_bytes(total) + " of " + cairn::cli::human_bytes(total) + " (100%)"));
+  CHECK_FALSE(has(r.out, "verifying"));
+  // On a terminal by default, and --quiet wins over both.
+  std::ostringstream out, err;
+  CHECK(cairn::cli::run({"verify", c}, out, err, true) == 0);
+  CHECK(has(err.str(), "(100%)"));
+  CHECK(cli({"verify", c, "--progress", "--quiet"}).err.empty());
+  std::ostringstream out2, err2;
+  CHECK(cairn::cli::run({"verify", c, "--quiet"}, out2, err2, true) == 0);
+  CHECK(err2.str().empty());
+  // show, diff and convert.
+  r = cli({"show", c, "big", "--progress"});
+  CHECK(r.status == 0);
+  CHECK(has(r.err, "reading big: "));
+  CHECK(has(r.err, "(100%)"));
+  r = cli({"diff", c, c, "--progress"});
+  CHECK(r.status == 0);
+  CHECK(has(r.err, "comparing: "));
+  CHECK(has(r.err, "(100%)"));
+  r = cli({"convert", c, dir / "copy", "--progress"});
+  CHECK(r.status == 0);
+  CHECK(has(r.err, "reading " + c + ": "));
+  CHECK(has(r.err, "(100%)"));
+  // ls takes neither flag: it has no long work.
+  CHECK(cli({"ls", c, "--quiet"}).status == 2);
+}
+
+TEST_CASE("the library's progress callbacks: a load's reads, verify and convert, counted up to the end") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  const State s = make_state();
+  cairn::save(c, s);
+  const std::uint64_t total = cairn::metadata(c).total_bytes();
+  auto checker = [](std::vector<std::pair<std::uint64_t, std::uint64_t>>& calls) {
+    return [&calls](std::uint64_t done, std::uint64_t all) { calls.emplace_back(done, all); };
+  };
+  auto monotone = [](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& calls) {
+    for (std::size_t i = 1; i < calls.size(); ++i)
+      if (calls[i].first < calls[i - 1].first) return false;
+    return true;
+  };
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> calls;
+  cairn::LoadOptions o;
+  o.progress = checker(calls);
+  State back;
+  const cairn::LoadReport r = cairn::load(c, back, o);
+  REQUIRE_FALSE(calls.empty());
+  CHECK(monotone(calls));
+  CHECK(calls.back().first == r.bytes_read);
+  CHECK(calls.back().second == calls.back().first);
+  CHECK(back.big == s.big);
+  calls.clear();
+  const cairn::VerifyReport v = cairn::verify(c, {.progress = checker(calls)});
+  CHECK(v.ok());
+  REQUIRE_FALSE(calls.empty());
+  CHECK(monotone(calls));
+  CHECK(calls.back() == std::make_pair(total, total));
+  calls.clear();
+  cairn::ConvertOptions co;
+  co.progress = checker(calls);
+  cairn::convert(c, dir / "copy", co);
+  REQUIRE_FALSE(calls.empty());
+  CHECK(monotone(calls));
+  CHECK(calls.back().second == total);
+  // Without a callback nothing is counted (and a default Progress is empty).
+  CHECK_FALSE(cairn::Progress{});
+}

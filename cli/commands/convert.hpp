@@ -9,8 +9,14 @@
 
 namespace cairn::cli {
 
-inline int convert(const std::string& src, const std::string& dst, const ConvertOptions& options, std::ostream& out) {
-  const ConvertReport r = cairn::convert(src, dst, options);
+inline int convert(const std::string& src, const std::string& dst, ConvertOptions options, std::ostream& out,
+                   std::ostream* progress = nullptr) {
+  ConvertReport r;
+  {
+    ProgressLine line(progress, "reading " + src);
+    options.progress = line.callback();
+    r = cairn::convert(src, dst, options);
+  }
   if (r.to == ConvertTo::safetensors) {
     out << "wrote " << dst << ": " << r.leaves << " tensors, " << human_bytes(r.bytes) << " in " << r.files.size() << " file"
         << (r.files.size() == 1 ? "" : "s");

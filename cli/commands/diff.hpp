@@ -29,13 +29,28 @@ inline std::string index_text(std::uint64_t linear, const Shape& shape) {
 struct DiffOptions {
   double atol = 0, rtol = 0;
   std::uint64_t max_report = 10;  // differing elements listed per leaf (h5diff's -r lists all; 0: none)
+  std::ostream* progress = nullptr;  // where progress goes (stderr on a terminal), or null
 };
 
 // Compares one item of A with the item of the same name in B; returns the differences and
 // adds the leaves compared to `leaves`. Keys print as they are for the item "state", and as
 // "item: key" for the others.
+// Progress over every read of a diff: the bytes read before this one, out of both sides' all.
+struct DiffProgress {
+  ProgressLine* line = nullptr;
+  std::uint64_t before = 0, total = 0;
+  // read_arrays with progress counted on from what was read before.
+  std::map<std::string, ArrayValue> read(const std::string& at, const std::vector<std::string>& keys, ReadArraysOptions ro) {
+    if (line) ro.progress = line->callback(before, total);
+    LoadReport r;
+    auto v = read_arrays(at, keys, ro, &r);
+    before += r.bytes_read;
+    return v;
+  }
+};
+
 inline int diff_item(const std::string& a, const std::string& b, const ItemRecord& item_a, const ItemRecord& item_b,
-                     const DiffOptions& o, std::ostream& out, std::size_t& leaves) {
+                     const DiffOptions& o, std::ostream& out, std::size_t& leaves, DiffProgress& progress) {
   const double atol = o.atol, rtol = o.rtol;
   const std::uint64_t max_report = o.max_report;
   const std::string prefix = item_a.name == default_item_name ? "" : item_a.name + ": ";
@@ -77,12 +92,12 @@ inline int diff_item(const std::string& a, const std::string& b, const ItemRecor
     std::vector<std::string> strings, numbers;
     for (const auto& k : group) (la[k]->dtype == DType::string ? strings : numbers).push_back(k);
     if (!strings.empty()) {
-      const auto va = read_arrays(a, strings, from_item), vb = read_arrays(b, strings, from_item);
+      const auto va = progress.read(a, strings, from_item), vb = progress.read(b, strings, from_item);
       for (const auto& k : strings)
         if (va.at(k).bytes != vb.at(k).bytes) { out << "values differ: " << prefix << shown(k) << " (strings)\n"; ++differences; }
     }
     if (numbers.empty()) continue;
-    const auto va = read_arrays(a, numbers, as_double), vb = read_arrays(b, numbers, as_double);
+    const auto va = progress.read(a, numbers, as_double), vb = progress.read(b, numbers, as_double);
     for (const auto& k : numbers) {
       const auto& x = va.at(k).bytes;
       const auto& y = vb.at(k).bytes;
@@ -133,6 +148,12 @@ inline int diff(const std::string& a, const std::string& b, const DiffOptions& o
       throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: diff one of its steps", i->path);
   int differences = 0;
   std::size_t leaves = 0;
+  ProgressLine line(o.progress, "comparing");
+  DiffProgress progress{o.progress ? &line : nullptr, 0, 0};
+  for (const ItemRecord& item : ia.metadata.items)
+    if (const ItemRecord* other = ib.metadata.find_item(item.name))
+      for (const auto& l : item.leaves)
+        if (const LeafRecord* r = other->find_leaf(l.key())) progress.total += l.nbytes() + r->nbytes();
   for (const ItemRecord& item : ia.metadata.items) {
     const ItemRecord* other = ib.metadata.find_item(item.name);
     if (!other) {
@@ -140,7 +161,7 @@ inline int diff(const std::string& a, const std::string& b, const DiffOptions& o
       ++differences;
       continue;
     }
-    differences += diff_item(a, b, item, *other, o, out, leaves);
+    differences += diff_item(a, b, item, *other, o, out, leaves, progress);
   }
   for (const ItemRecord& item : ib.metadata.items)
     if (!ia.metadata.find_item(item.name)) {

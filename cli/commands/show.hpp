@@ -117,9 +117,10 @@ inline bool boxes_read_whole_chunks(const LeafRecord& leaf, const std::vector<Bo
 
 // `verify_first`: read the whole leaf first, so that every chunk the printed values come from
 // is checked against its checksum (memory: the whole leaf).
-// `item`: the checkpoint's item to show a leaf of ("" is "state").
+// `item`: the checkpoint's item to show a leaf of ("" is "state"). `progress`: where progress
+// of the reads goes (stderr on a terminal), or null.
 inline int show(const std::string& path, const std::string& what, std::ostream& out, std::ostream& err,
-                bool verify_first = false, std::string item = {}) {
+                bool verify_first = false, std::string item = {}, std::ostream* progress = nullptr) {
   if (item.empty()) item = default_item_name;
   const Slice s = parse_slice(what);
   std::string key = canonical_key(s.key);
@@ -140,7 +141,8 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
     }
   }
   if (!leaf) throw Error(ErrorKind::not_found, "no leaf '" + key + "' (cairn ls lists them)", path, key);
-  const ReadArraysOptions from_item{.item = item};
+  ProgressLine line(progress, "reading " + key);
+  const ReadArraysOptions from_item{.item = item, .progress = line.callback()};
   if (verify_first && leaf->dtype != DType::string) (void)read_arrays(path, {key}, from_item);  // every chunk read whole and checked
   if (leaf->dtype == DType::string) {
     const auto v = read_arrays(path, {key}, from_item);
@@ -178,7 +180,7 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
                                                     : DType::int64;
   const bool empty = element_count(box.shape) == 0;
   std::map<std::string, ArrayValue> got;
-  if (!empty) got = read_arrays(path, {key}, {.as = as, .boxes = boxes, .item = item});
+  if (!empty) got = read_arrays(path, {key}, {.as = as, .boxes = boxes, .item = item, .progress = line.callback()});
   if (!empty && !verify_first && found.kind == LocationKind::checkpoint && !boxes_read_whole_chunks(*leaf, boxes))
     err << "cairn: note: these values were read from part of a chunk, which its checksum cannot cover: they are "
            "not checksum-verified (show --verify reads the whole leaf first; cairn verify checks every byte)\n";

@@ -17,8 +17,12 @@ inline void print_problems(const VerifyReport& r, std::ostream& out) {
   }
 }
 
-inline int verify_one(const Location& location, const std::string& path, std::ostream& out) {
-  const VerifyReport r = verify(location);
+inline int verify_one(const Location& location, const std::string& path, std::ostream& out, std::ostream* progress) {
+  VerifyReport r;
+  {
+    ProgressLine line(progress, "verifying " + path);
+    r = cairn::verify(location, VerifyOptions{.progress = line.callback()});
+  }
   print_problems(r, out);
   if (!r.ok()) {
     out << "FAILED " << path << ": " << r.problems.size() << " of " << r.chunks << " chunks bad\n";
@@ -33,10 +37,11 @@ inline int verify_one(const Location& location, const std::string& path, std::os
   return exit_ok;
 }
 
-inline int verify(const std::string& path, std::ostream& out) {
+// `progress`: where progress goes (stderr on a terminal), or null.
+inline int verify(const std::string& path, std::ostream& out, std::ostream* progress = nullptr) {
   const Location location(path);
   const Inspection found = inspect(location);
-  if (found.kind != LocationKind::checkpointer_root) return verify_one(location, path, out);
+  if (found.kind != LocationKind::checkpointer_root) return verify_one(location, path, out, progress);
   int status = exit_ok;
   if (found.latest_marker && !found.latest_problem.empty()) {
     out << "BAD " << found.latest_problem << "\n";
@@ -45,7 +50,7 @@ inline int verify(const std::string& path, std::ostream& out) {
   for (const InspectedStep& step : found.steps) {
     const Location at = location / step.name;
     try {
-      status = std::max(status, verify_one(at, at.describe(), out));
+      status = std::max(status, verify_one(at, at.describe(), out, progress));
     } catch (const Error& e) {
       out << "BAD " << e.what() << "\n";
       status = exit_differs;

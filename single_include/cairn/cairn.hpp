@@ -3918,6 +3918,40 @@ CAIRN_END_NAMESPACE
 #include <string>
 #include <vector>
 
+// ----- begin cairn/core/progress.hpp -----
+// Progress of long work (a load's reads, a verify, a conversion): a callback that takes the
+// bytes done so far and the bytes in all. Owning and cheap to copy (a shared pointer and a
+// function pointer), and without std::function, whose instantiations every file that builds an
+// options struct would pay for (docs/compile-time.md).
+
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+
+CAIRN_BEGIN_NAMESPACE
+
+class Progress {
+ public:
+  Progress() = default;
+  // Any callable as f(std::uint64_t done, std::uint64_t total).
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, Progress>>>
+  Progress(F f)  // NOLINT: implicit, so that `options.progress = [](auto d, auto t) {...}` reads plainly
+      : state_(std::make_shared<std::decay_t<F>>(std::move(f))),
+        call_([](void* s, std::uint64_t done, std::uint64_t total) { (*static_cast<std::decay_t<F>*>(s))(done, total); }) {}
+  explicit operator bool() const { return call_ != nullptr; }
+  void operator()(std::uint64_t done, std::uint64_t total) const {
+    if (call_) call_(state_.get(), done, total);
+  }
+
+ private:
+  std::shared_ptr<void> state_;
+  void (*call_)(void*, std::uint64_t, std::uint64_t) = nullptr;
+};
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/progress.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 
@@ -3989,6 +4023,10 @@ struct LoadOptions {
   // The ranks taking part: every rank calls load; the primary reads the metadata and shares
   // it, each rank reads its own target's data, and every rank returns the same outcome.
   Coordinator* coordinator = nullptr;
+  // Called as the load reads, on the thread that called load, with the bytes read so far and
+  // the stored bytes of the leaves it reads (a part of a chunk may need less: the last call
+  // then has done == total). Unset: nothing is counted.
+  Progress progress = {};
 
   // Both allowances: load what matches, report the rest.
   static LoadOptions partial() {
@@ -5280,6 +5318,7 @@ struct ReadArraysOptions {
   std::optional<DType> as = {};  // cast every leaf to this dtype (saturating, lossy allowed); unset: as stored
   std::vector<Box> boxes = {};   // read only these boxes of each leaf (one after another in `bytes`); empty: whole
   std::string item = default_item_name;  // the checkpoint's item (safetensors has one, "state")
+  Progress progress = {};                // as LoadOptions::progress: bytes read so far, and in all
 };
 
 // Reads the leaves at `keys` (every leaf of the item when empty) of a checkpoint or a
@@ -5329,7 +5368,13 @@ struct VerifyReport {
 // Verifies the checkpoint, safetensors file or Checkpointer root at `location`. Damage is
 // reported in the report, not thrown; what cannot be read at all (nothing there, not a
 // checkpoint) throws as metadata() does. Reads every byte once; memory: one 4 MiB buffer.
-CAIRN_API VerifyReport verify(const Location& location);
+struct VerifyOptions {
+  // Called as chunks are read, with the bytes read so far and the bytes of every chunk to read
+  // (of one checkpoint: a root's steps each count from zero).
+  Progress progress = {};
+};
+
+CAIRN_API VerifyReport verify(const Location& location, const VerifyOptions& options = {});
 
 CAIRN_END_NAMESPACE
 
@@ -5363,6 +5408,7 @@ struct ConvertOptions {
   std::vector<std::string> exclude = {};    // key-path globs of leaves to leave out (applied after select)
   std::uint64_t max_file_bytes = 0;         // safetensors: above this many bytes, a sharded set
   bool overwrite = false;
+  Progress progress = {};                   // the source's reading: bytes read so far, and in all
 };
 
 struct ConvertReport {
@@ -12242,6 +12288,8 @@ CAIRN_END_NAMESPACE
 // the box reader, each verified against its CRC32C, cast and copied into its target
 // (execute_plan). The load protocol around it is checkpoint/load_protocol.hpp.
 
+#include <optional>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -12278,8 +12326,11 @@ CAIRN_END_NAMESPACE
 // Reading a checkpoint's data files: open them by name through the store (each once), the
 // read sizes, the checksum check and the normalization of stored bools.
 
+#include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
+#include <thread>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -12287,6 +12338,54 @@ CAIRN_END_NAMESPACE
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
+
+// Counts the bytes a load reads and tells LoadOptions::progress, from the loading thread only
+// (reads on a helper thread are counted and told at the loading thread's next read or at the
+// end), at most every 4 MiB so that small leaves do not call it 10,000 times.
+class ProgressMeter {
+ public:
+  ProgressMeter(const Progress& fn, std::uint64_t total) : fn_(fn), total_(total), owner_(std::this_thread::get_id()) {}
+  void add(std::uint64_t n) {
+    const std::uint64_t done = done_.fetch_add(n, std::memory_order_relaxed) + n;
+    if (std::this_thread::get_id() != owner_ || done - told_ < (std::uint64_t{4} << 20)) return;
+    told_ = done;
+    fn_(std::min(done, total_), total_);
+  }
+  // The end: what was read is all there was to read.
+  void finish() {
+    const std::uint64_t done = done_.load(std::memory_order_relaxed);
+    fn_(done, done);
+  }
+
+ private:
+  const Progress& fn_;
+  std::uint64_t total_;
+  std::thread::id owner_;
+  std::atomic<std::uint64_t> done_{0};
+  std::uint64_t told_ = 0;
+};
+
+// A reader that counts what it reads into a ProgressMeter.
+class CountingReader final : public StoreReader {
+ public:
+  CountingReader(std::unique_ptr<StoreReader> r, ProgressMeter& m) : r_(std::move(r)), m_(m) {}
+  std::uint64_t size() const override { return r_->size(); }
+  std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override { return r_->cached_bytes(offset, n); }
+  void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
+    r_->read_at(dst, n, offset);
+    m_.add(n);
+  }
+  void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const override {
+    r_->read_scattered(pieces, count, offset);
+    std::uint64_t n = 0;
+    for (std::size_t i = 0; i < count; ++i) n += pieces[i].n;
+    m_.add(n);
+  }
+
+ private:
+  std::unique_ptr<StoreReader> r_;
+  ProgressMeter& m_;
+};
 
 class DataFiles {
  public:
@@ -12300,8 +12399,12 @@ class DataFiles {
   const Entry& entry(const std::string& name) {
     auto it = files_.find(name);
     if (it != files_.end()) return *it;
-    return *files_.emplace(name, store_.open(key_of(name))).first;
+    std::unique_ptr<StoreReader> r = store_.open(key_of(name));
+    if (meter_) r = std::make_unique<CountingReader>(std::move(r), *meter_);
+    return *files_.emplace(name, std::move(r)).first;
   }
+  // Every file opened from now on counts its reads into `meter` (LoadOptions::progress).
+  void count_into(ProgressMeter* meter) { meter_ = meter; }
   const StoreReader& get(const std::string& name) { return *entry(name).second; }
   std::uint64_t size(const std::string& name) { return get(name).size(); }
   // How errors name a data file.
@@ -12319,6 +12422,7 @@ class DataFiles {
   std::string key_;
   const std::map<std::string, std::string>* file_keys_ = nullptr;
   std::unordered_map<std::string, std::unique_ptr<StoreReader>> files_;
+  ProgressMeter* meter_ = nullptr;
 };
 
 // A stored bool is one byte; any value but 0 reads as true (as in numpy). Bytes are made 0 or
@@ -12841,7 +12945,7 @@ inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const Read
   report.shard_reads.insert(report.shard_reads.end(), helper.shard_reads.begin(), helper.shard_reads.end());
 }
 
-inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
+inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
   const std::string dir = files.describe();
   std::vector<ReadTask> tasks;
   ReadBuffers buffers;
@@ -12992,6 +13096,24 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
   // target's order.
   plan.report.loaded.reserve(plan.report.loaded.size() + plan.leaves.size());
   for (auto& leaf : plan.leaves) plan.report.loaded.push_back(std::move(leaf.key));
+}
+
+// Reads every planned leaf (execute_plan_reads), telling LoadOptions::progress as it goes.
+inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
+  // Progress: the stored bytes of the planned leaves, counted as the files are read.
+  std::optional<ProgressMeter> meter;
+  if (options.progress) {
+    std::uint64_t total = 0;
+    for (const auto& leaf : plan.leaves)
+      for (const auto& c : leaf.stored->chunks) total += c.nbytes;
+    meter.emplace(options.progress, total);
+    files.count_into(&*meter);
+  }
+  execute_plan_reads(plan, files, options);
+  if (meter) {
+    files.count_into(nullptr);
+    meter->finish();
+  }
 }
 
 }  // namespace detail
@@ -14723,6 +14845,7 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   load_options.allow_cast = true;
   load_options.allow_lossy_cast = {"*"};  // the caller chose `as`
   load_options.on_overflow = OnOverflow::saturate;
+  load_options.progress = options.progress;
   const detail::ForeignFormat* foreign = detail::names_safetensors(location.key())
                                               ? nullptr
                                               : detail::foreign_format_at(location.store(), location.key());
@@ -14749,9 +14872,11 @@ namespace detail {
 // Every chunk of the records read in 4 MiB pieces and, with check_crc, checksummed; the
 // problems found go to the report. `dir` is the key the data files are under.
 inline void verify_chunks(const Store& store, const std::string& dir, const CheckpointMetadata& m, bool check_crc,
-                          VerifyReport& report) {
+                          VerifyReport& report, const Progress& progress = {}) {
   std::map<std::string, std::unique_ptr<StoreReader>> files;
   std::vector<unsigned char> buf(std::size_t{4} << 20);
+  const std::uint64_t total = m.total_bytes();
+  std::uint64_t done = 0;
   for (const auto& item : m.items)
     for (const auto& l : item.leaves)
       for (const auto& c : l.chunks) {
@@ -14773,8 +14898,10 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
             r->read_at(buf.data(), n, c.offset + at);
             if (check_crc) crc = crc32c_extend(crc, buf.data(), static_cast<std::size_t>(n));
             at += n;
+            if (progress) progress(done + at, total);
           }
           report.bytes += c.nbytes;
+          done += c.nbytes;
           if (check_crc && crc != c.crc32c)
             report.problems.push_back({file, l.key(), "checksum mismatch (CRC32C " + std::to_string(crc) + ", expected " +
                                        std::to_string(c.crc32c) + ")", c.offset, c.offset + c.nbytes});
@@ -14786,7 +14913,7 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
 
 }  // namespace detail
 
-CAIRN_API VerifyReport verify(const Location& given) {
+CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& options) {
   const Location location = detail::safetensors_set_or(given);
   VerifyReport report;
   const Store& store = location.store();
@@ -14804,11 +14931,11 @@ CAIRN_API VerifyReport verify(const Location& given) {
         if (const detail::ForeignFormat* f = detail::foreign_format_at(store, at.key())) {
           report.checksummed = false;
           const detail::ForeignView view = f->open(store, at.key());
-          detail::verify_chunks(*view.store, "", view.metadata, false, report);
+          detail::verify_chunks(*view.store, "", view.metadata, false, report, options.progress);
           continue;
         }
         const CheckpointMetadata m = metadata(at);  // checks the marker and both metadata files
-        detail::verify_chunks(store, store.readable_checkpoint(at.key()), m, true, report);
+        detail::verify_chunks(store, store.readable_checkpoint(at.key()), m, true, report, options.progress);
       } catch (const Error& e) {
         report.problems.push_back({at.describe(), "", e.what(), 0, 0});
       }
@@ -14823,15 +14950,17 @@ CAIRN_API VerifyReport verify(const Location& given) {
     report.checksummed = false;
     const detail::ForeignFormat* f = detail::foreign_format_at(store, location.key());
     const detail::ForeignView view = f->open(store, location.key());
-    detail::verify_chunks(*view.store, "", view.metadata, false, report);
+    detail::verify_chunks(*view.store, "", view.metadata, false, report, options.progress);
     return report;
   }
   if (report.kind == LocationKind::safetensors) {
     report.checksummed = false;  // the header is validated as it is read; every tensor byte is read
-    detail::verify_chunks(store, detail::key_parent(location.key()), safetensors_metadata(location), false, report);
+    detail::verify_chunks(store, detail::key_parent(location.key()), safetensors_metadata(location), false, report,
+                          options.progress);
   } else {
     // metadata() checks the marker and both metadata files against it.
-    detail::verify_chunks(store, store.readable_checkpoint(location.key()), metadata(location), true, report);
+    detail::verify_chunks(store, store.readable_checkpoint(location.key()), metadata(location), true, report,
+                          options.progress);
   }
   return report;
 }
@@ -14876,6 +15005,12 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   // `values` until the save returns).
   std::vector<detail::ItemSnapshot> snaps;
   std::vector<std::map<std::string, ArrayValue>> values;
+  std::uint64_t all_bytes = 0, read_before = 0;
+  for (const ItemRecord* item : items)
+    for (const auto& l : item->leaves) {
+      const std::string k = l.key();
+      if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k)) all_bytes += l.nbytes();
+    }
   values.reserve(items.size());
   for (const ItemRecord* item : items) {
     std::vector<std::string> keys;
@@ -14884,7 +15019,16 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
       if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k)) keys.push_back(k);
     }
     if (keys.empty()) continue;
-    values.push_back(read_arrays(src, keys, {.item = item->name}));
+    // Progress over every item's leaves: the items' reads one after another.
+    std::uint64_t item_bytes = 0;
+    for (const auto& l : item->leaves)
+      if (std::find(keys.begin(), keys.end(), l.key()) != keys.end()) item_bytes += l.nbytes();
+    ReadArraysOptions ro;
+    ro.item = item->name;
+    if (options.progress)
+      ro.progress = [&, before = read_before](std::uint64_t done, std::uint64_t) { options.progress(before + done, all_bytes); };
+    values.push_back(read_arrays(src, keys, ro));
+    read_before += item_bytes;
     detail::ItemSnapshot snap;
     snap.name = item->name;
     snap.kind = item->kind;

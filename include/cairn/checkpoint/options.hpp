@@ -10,6 +10,7 @@
 #include "cairn/core/json.hpp"
 #include "cairn/core/key_path.hpp"
 #include "cairn/core/memory_kind.hpp"
+#include "cairn/core/progress.hpp"
 #include "cairn/dtype/dtype.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -82,6 +83,10 @@ struct LoadOptions {
   // The ranks taking part: every rank calls load; the primary reads the metadata and shares
   // it, each rank reads its own target's data, and every rank returns the same outcome.
   Coordinator* coordinator = nullptr;
+  // Called as the load reads, on the thread that called load, with the bytes read so far and
+  // the stored bytes of the leaves it reads (a part of a chunk may need less: the last call
+  // then has done == total). Unset: nothing is counted.
+  Progress progress = {};
 
   // Both allowances: load what matches, report the rest.
   static LoadOptions partial() {

@@ -5,6 +5,8 @@
 // (execute_plan). The load protocol around it is checkpoint/load_protocol.hpp.
 #pragma once
 
+#include <optional>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -156,7 +158,7 @@ inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const Read
   report.shard_reads.insert(report.shard_reads.end(), helper.shard_reads.begin(), helper.shard_reads.end());
 }
 
-inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
+inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
   const std::string dir = files.describe();
   std::vector<ReadTask> tasks;
   ReadBuffers buffers;
@@ -307,6 +309,24 @@ inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& op
   // target's order.
   plan.report.loaded.reserve(plan.report.loaded.size() + plan.leaves.size());
   for (auto& leaf : plan.leaves) plan.report.loaded.push_back(std::move(leaf.key));
+}
+
+// Reads every planned leaf (execute_plan_reads), telling LoadOptions::progress as it goes.
+inline void execute_plan(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
+  // Progress: the stored bytes of the planned leaves, counted as the files are read.
+  std::optional<ProgressMeter> meter;
+  if (options.progress) {
+    std::uint64_t total = 0;
+    for (const auto& leaf : plan.leaves)
+      for (const auto& c : leaf.stored->chunks) total += c.nbytes;
+    meter.emplace(options.progress, total);
+    files.count_into(&*meter);
+  }
+  execute_plan_reads(plan, files, options);
+  if (meter) {
+    files.count_into(nullptr);
+    meter->finish();
+  }
 }
 
 }  // namespace detail

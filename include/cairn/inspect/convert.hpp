@@ -30,6 +30,7 @@ struct ConvertOptions {
   std::vector<std::string> exclude = {};    // key-path globs of leaves to leave out (applied after select)
   std::uint64_t max_file_bytes = 0;         // safetensors: above this many bytes, a sharded set
   bool overwrite = false;
+  Progress progress = {};                   // the source's reading: bytes read so far, and in all
 };
 
 struct ConvertReport {

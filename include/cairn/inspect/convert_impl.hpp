@@ -40,6 +40,12 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   // `values` until the save returns).
   std::vector<detail::ItemSnapshot> snaps;
   std::vector<std::map<std::string, ArrayValue>> values;
+  std::uint64_t all_bytes = 0, read_before = 0;
+  for (const ItemRecord* item : items)
+    for (const auto& l : item->leaves) {
+      const std::string k = l.key();
+      if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k)) all_bytes += l.nbytes();
+    }
   values.reserve(items.size());
   for (const ItemRecord* item : items) {
     std::vector<std::string> keys;
@@ -48,7 +54,16 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
       if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k)) keys.push_back(k);
     }
     if (keys.empty()) continue;
-    values.push_back(read_arrays(src, keys, {.item = item->name}));
+    // Progress over every item's leaves: the items' reads one after another.
+    std::uint64_t item_bytes = 0;
+    for (const auto& l : item->leaves)
+      if (std::find(keys.begin(), keys.end(), l.key()) != keys.end()) item_bytes += l.nbytes();
+    ReadArraysOptions ro;
+    ro.item = item->name;
+    if (options.progress)
+      ro.progress = [&, before = read_before](std::uint64_t done, std::uint64_t) { options.progress(before + done, all_bytes); };
+    values.push_back(read_arrays(src, keys, ro));
+    read_before += item_bytes;
     detail::ItemSnapshot snap;
     snap.name = item->name;
     snap.kind = item->kind;

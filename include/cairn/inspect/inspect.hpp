@@ -70,6 +70,7 @@ struct ReadArraysOptions {
   std::optional<DType> as = {};  // cast every leaf to this dtype (saturating, lossy allowed); unset: as stored
   std::vector<Box> boxes = {};   // read only these boxes of each leaf (one after another in `bytes`); empty: whole
   std::string item = default_item_name;  // the checkpoint's item (safetensors has one, "state")
+  Progress progress = {};                // as LoadOptions::progress: bytes read so far, and in all
 };
 
 // Reads the leaves at `keys` (every leaf of the item when empty) of a checkpoint or a

@@ -245,6 +245,7 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   load_options.allow_cast = true;
   load_options.allow_lossy_cast = {"*"};  // the caller chose `as`
   load_options.on_overflow = OnOverflow::saturate;
+  load_options.progress = options.progress;
   const detail::ForeignFormat* foreign = detail::names_safetensors(location.key())
                                               ? nullptr
                                               : detail::foreign_format_at(location.store(), location.key());

@@ -37,7 +37,13 @@ struct VerifyReport {
 // Verifies the checkpoint, safetensors file or Checkpointer root at `location`. Damage is
 // reported in the report, not thrown; what cannot be read at all (nothing there, not a
 // checkpoint) throws as metadata() does. Reads every byte once; memory: one 4 MiB buffer.
-CAIRN_API VerifyReport verify(const Location& location);
+struct VerifyOptions {
+  // Called as chunks are read, with the bytes read so far and the bytes of every chunk to read
+  // (of one checkpoint: a root's steps each count from zero).
+  Progress progress = {};
+};
+
+CAIRN_API VerifyReport verify(const Location& location, const VerifyOptions& options = {});
 
 CAIRN_END_NAMESPACE
 

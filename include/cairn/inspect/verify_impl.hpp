@@ -16,9 +16,11 @@ namespace detail {
 // Every chunk of the records read in 4 MiB pieces and, with check_crc, checksummed; the
 // problems found go to the report. `dir` is the key the data files are under.
 inline void verify_chunks(const Store& store, const std::string& dir, const CheckpointMetadata& m, bool check_crc,
-                          VerifyReport& report) {
+                          VerifyReport& report, const Progress& progress = {}) {
   std::map<std::string, std::unique_ptr<StoreReader>> files;
   std::vector<unsigned char> buf(std::size_t{4} << 20);
+  const std::uint64_t total = m.total_bytes();
+  std::uint64_t done = 0;
   for (const auto& item : m.items)
     for (const auto& l : item.leaves)
       for (const auto& c : l.chunks) {
@@ -40,8 +42,10 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
             r->read_at(buf.data(), n, c.offset + at);
             if (check_crc) crc = crc32c_extend(crc, buf.data(), static_cast<std::size_t>(n));
             at += n;
+            if (progress) progress(done + at, total);
           }
           report.bytes += c.nbytes;
+          done += c.nbytes;
           if (check_crc && crc != c.crc32c)
             report.problems.push_back({file, l.key(), "checksum mismatch (CRC32C " + std::to_string(crc) + ", expected " +
                                        std::to_string(c.crc32c) + ")", c.offset, c.offset + c.nbytes});
@@ -53,7 +57,7 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
 
 }  // namespace detail
 
-CAIRN_API VerifyReport verify(const Location& given) {
+CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& options) {
   const Location location = detail::safetensors_set_or(given);
   VerifyReport report;
   const Store& store = location.store();
@@ -71,11 +75,11 @@ CAIRN_API VerifyReport verify(const Location& given) {
         if (const detail::ForeignFormat* f = detail::foreign_format_at(store, at.key())) {
           report.checksummed = false;
           const detail::ForeignView view = f->open(store, at.key());
-          detail::verify_chunks(*view.store, "", view.metadata, false, report);
+          detail::verify_chunks(*view.store, "", view.metadata, false, report, options.progress);
           continue;
         }
         const CheckpointMetadata m = metadata(at);  // checks the marker and both metadata files
-        detail::verify_chunks(store, store.readable_checkpoint(at.key()), m, true, report);
+        detail::verify_chunks(store, store.readable_checkpoint(at.key()), m, true, report, options.progress);
       } catch (const Error& e) {
         report.problems.push_back({at.describe(), "", e.what(), 0, 0});
       }
@@ -90,15 +94,17 @@ CAIRN_API VerifyReport verify(const Location& given) {
     report.checksummed = false;
     const detail::ForeignFormat* f = detail::foreign_format_at(store, location.key());
     const detail::ForeignView view = f->open(store, location.key());
-    detail::verify_chunks(*view.store, "", view.metadata, false, report);
+    detail::verify_chunks(*view.store, "", view.metadata, false, report, options.progress);
     return report;
   }
   if (report.kind == LocationKind::safetensors) {
     report.checksummed = false;  // the header is validated as it is read; every tensor byte is read
-    detail::verify_chunks(store, detail::key_parent(location.key()), safetensors_metadata(location), false, report);
+    detail::verify_chunks(store, detail::key_parent(location.key()), safetensors_metadata(location), false, report,
+                          options.progress);
   } else {
     // metadata() checks the marker and both metadata files against it.
-    detail::verify_chunks(store, store.readable_checkpoint(location.key()), metadata(location), true, report);
+    detail::verify_chunks(store, store.readable_checkpoint(location.key()), metadata(location), true, report,
+                          options.progress);
   }
   return report;
 }
