@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Import of Orbax-layout checkpoints (cairn/orbax.hpp) beside the limit measured in the same
-// run: a plain read of the same chunk bytes into new buffers, plus, for zstd, ZSTD_decompress of
-// the same frames on the same one thread the load decodes on. The checkpoints are written here
-// as Orbax v1 writes a pytree on one device (zarr v3, one sharding_indexed shard per array
-// holding one inner chunk, its index CRC32C-checked), in per-parameter directories: cairn has
-// no OCDBT writer yet, and OCDBT only adds the B+tree lookups that the metadata read measures.
+// run: a plain read of the same bytes into new buffers, plus, for zstd, ZSTD_decompress of the
+// same frames on the same one thread the load decodes on. The checkpoints are written here as
+// Orbax v1 writes a pytree on one device (zarr v3, one sharding_indexed shard per array holding
+// one inner chunk, its index CRC32C-checked), in both of Orbax's layouts: an OCDBT database
+// (the default; cairn's OcdbtWriter) and one directory per parameter (use_ocdbt=False).
 //   cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep]
 #include <cairn/orbax.hpp>
+#include <cairn/orbax/ocdbt_writer.hpp>
 #include <zstd.h>
 
 #include "bench_util.hpp"
@@ -38,71 +39,125 @@ void put_le(std::string& s, std::uint64_t v, int n) {
   for (int i = 0; i < n; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
-// One float32 array of n elements as Orbax v1 writes it on one device; returns the stored
-// chunk's byte range in its shard file.
-void write_array(const std::string& dir, const std::string& name, const std::vector<float>& v, bool zstd) {
-  const std::string p = dir + "/" + name;
-  fs::create_directories(p + "/c");
+// One float32 array of n elements as Orbax v1 writes it on one device: its zarr.json and its
+// one shard (the chunk, then the index of one inner chunk and the index's CRC32C).
+struct Encoded {
+  std::string zarr_json, shard;
+};
+Encoded encode_array(const std::vector<float>& v, bool zstd) {
+  Encoded e;
   const std::string n = std::to_string(v.size());
-  std::ofstream(p + "/zarr.json") << R"({"zarr_format":3,"node_type":"array","shape":[)" << n
-      << R"(],"data_type":"float32","chunk_grid":{"name":"regular","configuration":{"chunk_shape":[)" << n
-      << R"(]}},"chunk_key_encoding":{"name":"default"},"fill_value":0,"codecs":[{"name":"sharding_indexed",)"
-      << R"("configuration":{"chunk_shape":[)" << n << R"(],"codecs":[{"name":"bytes","configuration":{"endian":"little"}})"
-      << (zstd ? R"(,{"name":"zstd","configuration":{"level":3}})" : "")
-      << R"(],"index_codecs":[{"name":"bytes","configuration":{"endian":"little"}},{"name":"crc32c"}]}}]})";
-  std::string data;
+  e.zarr_json = R"({"zarr_format":3,"node_type":"array","shape":[)" + n +
+                R"(],"data_type":"float32","chunk_grid":{"name":"regular","configuration":{"chunk_shape":[)" + n +
+                R"(]}},"chunk_key_encoding":{"name":"default"},"fill_value":0,"codecs":[{"name":"sharding_indexed",)"
+                R"("configuration":{"chunk_shape":[)" + n + R"(],"codecs":[{"name":"bytes","configuration":{"endian":"little"}})" +
+                (zstd ? R"(,{"name":"zstd","configuration":{"level":3}})" : "") +
+                R"(],"index_codecs":[{"name":"bytes","configuration":{"endian":"little"}},{"name":"crc32c"}]}}]})";
   const std::size_t raw = v.size() * sizeof(float);
   if (zstd) {
-    data.resize(ZSTD_compressBound(raw));
-    data.resize(ZSTD_compress(data.data(), data.size(), v.data(), raw, 3));
+    e.shard.resize(ZSTD_compressBound(raw));
+    e.shard.resize(ZSTD_compress(e.shard.data(), e.shard.size(), v.data(), raw, 3));
   } else {
-    data.assign(reinterpret_cast<const char*>(v.data()), raw);
+    e.shard.assign(reinterpret_cast<const char*>(v.data()), raw);
   }
   std::string index;
   put_le(index, 0, 8);
-  put_le(index, data.size(), 8);
+  put_le(index, e.shard.size(), 8);
   put_le(index, cairn::crc32c(index.data(), index.size()), 4);
-  std::ofstream(p + "/c/0", std::ios::binary) << data << index;
+  e.shard += index;
+  return e;
 }
 
-void write_checkpoint(const std::string& dir, int leaves, std::uint64_t elements, bool zstd) {
+// Where the plain read finds each array's bytes: a file and a byte range, for its zarr.json
+// and its shard's chunk (without the index).
+struct Range {
+  std::string file;
+  std::uint64_t offset = 0, size = 0;
+};
+struct ArrayFiles {
+  Range json, chunk;
+};
+
+// Orbax's two layouts: an OCDBT database (v0 and v1's default: every value in one data file,
+// small ones inline in the B+tree), or one directory per parameter (use_ocdbt=False).
+std::vector<ArrayFiles> write_checkpoint(const std::string& dir, int leaves, std::uint64_t elements, bool zstd, bool ocdbt) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.02f);  // weights: compressible a little, as real ones are
   std::string tree;
+  std::vector<ArrayFiles> files;
+  cairn::PosixStore store;
+  std::unique_ptr<cairn::detail::orbax::OcdbtWriter> db;
+  if (ocdbt) db = std::make_unique<cairn::detail::orbax::OcdbtWriter>(store, dir);
+  std::uint64_t at = 0;  // every value is larger than the inline limit: in the data file, in order
   for (int i = 0; i < leaves; ++i) {
     std::vector<float> v(elements);
     for (auto& x : v) x = normal(rng);
     const std::string name = "p" + std::to_string(i);
-    write_array(dir, "params." + name, v, zstd);  // the parameter name: the keys joined with "."
+    const std::string param = "params." + name;  // the parameter name: the keys joined with "."
+    const Encoded e = encode_array(v, zstd);
+    if (ocdbt) {
+      db->put(param + "/zarr.json", e.zarr_json);
+      db->put(param + "/c/0", e.shard);
+      files.push_back({{"", at, e.zarr_json.size()}, {"", at + e.zarr_json.size(), e.shard.size() - 20}});
+      at += e.zarr_json.size() + e.shard.size();
+    } else {
+      fs::create_directories(dir + "/" + param + "/c");
+      std::ofstream(dir + "/" + param + "/zarr.json") << e.zarr_json;
+      std::ofstream(dir + "/" + param + "/c/0", std::ios::binary) << e.shard;
+      files.push_back({{dir + "/" + param + "/zarr.json", 0, e.zarr_json.size()}, {dir + "/" + param + "/c/0", 0, e.shard.size() - 20}});
+    }
     tree += std::string(i ? "," : "") + R"J("('params', ')J" + name + R"J(')":{"key_metadata":[{"key":"params","key_type":2},)J" +
             R"J({"key":")J" + name + R"J(","key_type":2}],"value_metadata":{"value_type":"jax.Array","skip_deserialize":false}})J";
   }
-  std::ofstream(dir + "/_METADATA") << R"({"tree_metadata":{)" << tree << R"(},"use_ocdbt":false,"use_zarr3":true})";
+  if (ocdbt) {
+    db->finish();
+    std::string data;
+    for (const auto& e : fs::directory_iterator(dir + "/d")) data = e.path().string();
+    for (auto& f : files) f.json.file = f.chunk.file = data;
+  }
+  std::ofstream(dir + "/_METADATA") << R"({"tree_metadata":{)" << tree << R"(},"use_ocdbt":)" << (ocdbt ? "true" : "false")
+                                    << R"(,"use_zarr3":true})";
+  return files;
 }
 
-// The limit: the same files read plainly, one after another on one thread: _METADATA, and per
-// array its zarr.json and its shard's chunk bytes into a new buffer (decompressed into another,
-// for zstd). The buffers the values end in are
-// kept to the end and zero-initialised, as load<T> allocates its state (the same page faults).
-double plain_read(const std::string& dir, bool zstd, std::uint64_t& bytes) {
+// The limit: the same bytes read plainly, one array after another on one thread: _METADATA
+// (and an OCDBT database's manifest), then per array its zarr.json and its chunk into a new
+// buffer (decompressed into another, for zstd), each file opened once. The buffers the values
+// end in are kept to the end and zero-initialised, as load<T> allocates its state (the same
+// page faults).
+double plain_read(const std::string& dir, const std::vector<ArrayFiles>& arrays, bool zstd, std::uint64_t& bytes) {
   std::vector<std::vector<char>> kept;
+  std::string open_file;  // one file open at a time: an OCDBT database's data file, or each array's in turn
+  int fd = -1;
   const double t0 = bench::now_s();
   bytes = 0;
   auto slurp = [](const std::string& f) {
     std::ifstream in(f, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
+  auto pread_all = [&](const Range& r, char* dst) {
+    if (r.file != open_file) {
+      if (fd >= 0) ::close(fd);
+      fd = ::open(r.file.c_str(), O_RDONLY);
+      if (fd < 0) std::abort();
+      open_file = r.file;
+    }
+    for (std::uint64_t done = 0; done < r.size;) {
+      const ssize_t n = ::pread(fd, dst + done, r.size - done, static_cast<off_t>(r.offset + done));
+      if (n <= 0) std::abort();
+      done += static_cast<std::uint64_t>(n);
+    }
+  };
   std::uint64_t meta = slurp(dir + "/_METADATA").size();
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (!e.is_directory()) continue;
-    meta += slurp(e.path().string() + "/zarr.json").size();
-    const std::string f = e.path().string() + "/c/0";
-    std::ifstream in(f, std::ios::binary);
-    const std::uint64_t size = fs::file_size(f) - 20;
-    std::vector<char> buf(size);
-    in.read(buf.data(), static_cast<std::streamsize>(size));
+  if (fs::exists(dir + "/manifest.ocdbt")) meta += slurp(dir + "/manifest.ocdbt").size();
+  for (const auto& a : arrays) {
+    std::string json(a.json.size, '\0');
+    pread_all(a.json, json.data());
+    meta += json.size();
+    std::vector<char> buf(a.chunk.size);
+    pread_all(a.chunk, buf.data());
     if (zstd) {
       const unsigned long long n = ZSTD_getFrameContentSize(buf.data(), buf.size());
       std::vector<char> out(n);
@@ -110,11 +165,12 @@ double plain_read(const std::string& dir, bool zstd, std::uint64_t& bytes) {
       bytes += out.size();
       kept.push_back(std::move(out));
     } else {
-      bytes += size;
+      bytes += buf.size();
       kept.push_back(std::move(buf));
     }
   }
   const double t = bench::now_s() - t0;
+  if (fd >= 0) ::close(fd);
   if (meta == 0) std::abort();
   return t;
 }
@@ -128,15 +184,15 @@ double cairn_load(const std::string& dir, std::uint64_t& bytes) {
   return t;
 }
 
-void run(const Args& a, const char* what, int leaves, std::uint64_t elements, bool zstd) {
+void run(const Args& a, const std::string& what, int leaves, std::uint64_t elements, bool zstd, bool ocdbt) {
   const std::string dir = a.dir + "/" + what;
-  write_checkpoint(dir, leaves, elements, zstd);
+  const std::vector<ArrayFiles> arrays = write_checkpoint(dir, leaves, elements, zstd, ocdbt);
   std::vector<double> plain, load;
   std::uint64_t plain_bytes = 0, load_bytes = 0;
   for (int r = 0; r < a.repeat; ++r) {
     // Alternated, each from the same cache state.
     if (!a.warm) bench::evict_tree(dir);
-    plain.push_back(plain_read(dir, zstd, plain_bytes));
+    plain.push_back(plain_read(dir, arrays, zstd, plain_bytes));
     if (!a.warm) bench::evict_tree(dir);
     load.push_back(cairn_load(dir, load_bytes));
   }
@@ -146,7 +202,7 @@ void run(const Args& a, const char* what, int leaves, std::uint64_t elements, bo
     std::exit(1);
   }
   const double gib = double(load_bytes) / (1u << 30);
-  std::printf("%s: %d leaves, %.3f GiB (%s)\n", what, leaves, gib, a.warm ? "page cache" : "evicted before each read");
+  std::printf("%s: %d leaves, %.3f GiB (%s)\n", what.c_str(), leaves, gib, a.warm ? "page cache" : "evicted before each read");
   std::printf("  %-36s %9.1f ms  %7.2f GiB/s\n", zstd ? "plain read + ZSTD_decompress" : "plain read", bench::median(plain) * 1e3,
               gib / bench::median(plain));
   std::printf("  %-36s %9.1f ms  %7.2f GiB/s  %.2fx of the limit\n", "cairn::load_orbax<T>", bench::median(load) * 1e3,
@@ -173,11 +229,14 @@ int main(int argc, char** argv) {
     }
   }
   const std::uint64_t per_leaf = a.bytes / a.leaves / sizeof(float);
-  run(a, "large-raw", a.leaves, per_leaf, false);
-  run(a, "large-zstd", a.leaves, per_leaf, true);
-  if (a.small > 0) {
-    run(a, "small-raw", a.small, 64, false);
-    run(a, "small-zstd", a.small, 64, true);
+  for (const bool ocdbt : {true, false}) {
+    const std::string layout = ocdbt ? "ocdbt" : "dirs";
+    run(a, layout + "-large-raw", a.leaves, per_leaf, false, ocdbt);
+    run(a, layout + "-large-zstd", a.leaves, per_leaf, true, ocdbt);
+    if (a.small > 0) {
+      run(a, layout + "-small-raw", a.small, 64, false, ocdbt);
+      run(a, layout + "-small-zstd", a.small, 64, true, ocdbt);
+    }
   }
   if (!a.keep) fs::remove_all(a.dir);
   return 0;

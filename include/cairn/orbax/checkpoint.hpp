@@ -9,10 +9,12 @@
 #pragma once
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -67,7 +69,7 @@ class OrbaxView final : public Store {
   OrbaxView(const Store& base, std::string key) : base_(base), key_(normalize_key(std::move(key))) {}
   const Store& base() const { return base_; }
   const std::string& key() const { return key_; }
-  std::vector<Blob>& blobs() { return blobs_; }
+  std::deque<Blob>& blobs() { return blobs_; }
   std::vector<std::unique_ptr<OcdbtDatabase>>& databases() { return dbs_; }
   std::vector<std::unique_ptr<ZarrArray>>& arrays() { return arrays_; }
 
@@ -99,7 +101,7 @@ class OrbaxView final : public Store {
   }
   const Store& base_;
   std::string key_;
-  std::vector<Blob> blobs_;
+  std::deque<Blob> blobs_;  // a deque: readers hold references, and growing never copies a Blob
   std::vector<std::unique_ptr<OcdbtDatabase>> dbs_;
   std::vector<std::unique_ptr<ZarrArray>> arrays_;
 };
@@ -648,7 +650,11 @@ class PytreeReader {
                   "no file '" + param + "/" + (want3 ? "zarr.json" : ".zarray") + "'") + ")",
                   store_.describe(dir_), key);
     zarr3_found_ = zarr3_found_ || format == 3;
+    // Arrays of one shape and dtype have the same metadata text (a model's layers): parsed once.
+    const std::string cache_key = std::to_string(format) + text;
+    if (auto it = parsed_.find(cache_key); it != parsed_.end()) return *it->second;
     view_.arrays().push_back(std::make_unique<ZarrArray>(parse_zarr_metadata(text, format, file, key)));
+    parsed_.emplace(cache_key, view_.arrays().back().get());
     return *view_.arrays().back();
   }
 
@@ -845,6 +851,7 @@ class PytreeReader {
   std::uint64_t total_chunks_ = 0;
   std::map<std::string, Json> sharding_;
   Json strings_;
+  std::unordered_map<std::string, const ZarrArray*> parsed_;  // by metadata text
   bool aggregate_loaded_ = false;
   std::string aggregate_text_;
   MsgValue aggregate_;

@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -189,10 +191,11 @@ class OcdbtDatabase {
   OcdbtDatabase(const Store& store, std::string key) : store_(store), key_(normalize_key(std::move(key))) {
     read_manifest();
   }
-  const std::map<std::string, OcdbtValue>& entries() const { return entries_; }
-  const OcdbtValue* find(const std::string& key) const {
-    auto it = entries_.find(key);
-    return it == entries_.end() ? nullptr : &it->second;
+  // In key order (the B+tree's).
+  const std::deque<std::pair<std::string, OcdbtValue>>& entries() const { return entries_; }
+  const OcdbtValue* find(std::string_view key) const {
+    auto it = index_.find(key);
+    return it == index_.end() ? nullptr : &entries_[it->second].second;
   }
   // Where errors point: the database directory, and a data file of it.
   std::string describe() const { return store_.describe(key_); }
@@ -376,8 +379,10 @@ class OcdbtDatabase {
         if (v.offset + v.length < v.offset) c.fail("a value's byte range overflows");
         ++j;
       }
-      std::string full = prefix + keys[i];
-      if (!entries_.emplace(std::move(full), std::move(v)).second) c.fail("a key appears twice in the tree");
+      entries_.emplace_back(prefix + keys[i], std::move(v));
+      // A hash index beside the ordered entries: a checkpoint looks up every chunk's key, and
+      // a sorted map's comparisons of keys with long common prefixes were a tenth of a load.
+      if (!index_.emplace(entries_.back().first, entries_.size() - 1).second) c.fail("a key appears twice in the tree");
     }
     if (!c.done()) c.fail("has bytes after its values");
   }
@@ -387,7 +392,8 @@ class OcdbtDatabase {
   std::uint64_t tree_bytes_ = 0;
   std::uint64_t nodes_read_ = 0;
   std::vector<OcdbtFile> manifest_files_;
-  std::map<std::string, OcdbtValue> entries_;
+  std::deque<std::pair<std::string, OcdbtValue>> entries_;  // a deque: the index's views stay valid
+  std::unordered_map<std::string_view, std::size_t> index_;
   mutable std::mutex mutex_;
   mutable std::map<std::string, std::unique_ptr<StoreReader>> readers_;
 };

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+// Writing an OCDBT database (the format of orbax/ocdbt.hpp, TensorStore's
+// kvstore/ocdbt/index.rst): one version, whose B+tree is written in one data file after the
+// values too large to keep inline. Values are appended to the data file as they are put (a
+// value of gigabytes is never held), and finish() writes the leaf nodes (at most 1,024 entries
+// each), an interior node above them where there is more than one, and last the manifest.
+// Uncompressed: compression is a later option. What the Orbax export and the benchmarks build
+// on; the reader is checked against it and against TensorStore's own files.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cairn/io/crc32c.hpp"
+#include "cairn/orbax/ocdbt.hpp"
+#include "cairn/store/store.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail::orbax {
+
+inline void ocdbt_put_varint(std::string& s, std::uint64_t v) {
+  while (v >= 0x80) {
+    s += static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  s += static_cast<char>(v);
+}
+
+inline void ocdbt_put_le(std::string& s, std::uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+// The frame every manifest and node has: magic, length, version 0, no compression, body, CRC32C.
+inline std::string ocdbt_frame(std::uint32_t magic, const std::string& body) {
+  std::string out;
+  for (int i = 3; i >= 0; --i) out += static_cast<char>((magic >> (8 * i)) & 0xff);
+  ocdbt_put_le(out, 4 + 8 + 2 + body.size() + 4, 8);
+  out += '\0';  // format version
+  out += '\0';  // uncompressed
+  out += body;
+  ocdbt_put_le(out, crc32c(out.data(), out.size()), 4);
+  return out;
+}
+
+// A data file table of one file.
+inline void ocdbt_put_one_file(std::string& s, const std::string& path) {
+  ocdbt_put_varint(s, 1);
+  ocdbt_put_varint(s, path.size());  // suffix length (no prefix: the first path)
+  ocdbt_put_varint(s, 0);            // base path length
+  s += path;
+}
+
+class OcdbtWriter {
+ public:
+  static constexpr std::size_t max_leaf_entries = 1024;
+
+  // The database at `key` (a new prefix); values up to `max_inline` bytes stay in the B+tree.
+  OcdbtWriter(Store& store, std::string key, std::uint64_t max_inline = 100)
+      : store_(store), key_(normalize_key(std::move(key))), max_inline_(max_inline) {
+    std::random_device rd;
+    std::mt19937_64 rng((std::uint64_t(rd()) << 32) ^ rd() ^
+                        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    static const char hex[] = "0123456789abcdef";
+    data_name_ = "d/";
+    for (int i = 0; i < 32; ++i) data_name_ += hex[rng() % 16];
+    for (int i = 0; i < 16; ++i) uuid_ += static_cast<char>(rng() & 0xff);
+    data_ = store_.create(join_key(key_, data_name_));
+  }
+
+  // Each key once; any order.
+  void put(const std::string& key, const void* value, std::uint64_t n) {
+    if (key.size() > ocdbt_max_path) throw Error(ErrorKind::invalid_argument, "an OCDBT key is longer than 65535 bytes", "", key);
+    Entry e;
+    e.length = n;
+    if (n <= max_inline_) {
+      e.inline_value.assign(static_cast<const char*>(value), static_cast<std::size_t>(n));
+    } else {
+      e.indirect = true;
+      e.offset = size_;
+      data_->write_at(value, n, size_);
+      size_ += n;
+      indirect_bytes_ += n;
+    }
+    if (!entries_.emplace(key, std::move(e)).second)
+      throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", key);
+  }
+  void put(const std::string& key, const std::string& value) { put(key, value.data(), value.size()); }
+
+  // Writes the tree and the manifest. The database is complete when this returns.
+  void finish() {
+    struct Child {
+      std::string first_key;
+      std::uint64_t offset, length, keys, tree_bytes, indirect;
+    };
+    std::vector<Child> children;
+    std::vector<const std::pair<const std::string, Entry>*> all;
+    for (const auto& e : entries_) all.push_back(&e);
+    for (std::size_t at = 0; at < all.size(); at += max_leaf_entries) {
+      const std::size_t end = std::min(all.size(), at + max_leaf_entries);
+      const std::string node = ocdbt_frame(ocdbt_btree_node_magic, leaf_body(all, at, end));
+      std::uint64_t indirect = 0;
+      for (std::size_t i = at; i < end; ++i) indirect += all[i]->second.indirect ? all[i]->second.length : 0;
+      children.push_back({all[at]->first, append(node), node.size(), end - at, node.size(), indirect});
+    }
+    // An empty database has no root: a version that names no node, and no data file.
+    Child root = children.empty() ? Child{std::string(), 0, 0, 0, 0, 0} : children.front();
+    int height = 0;
+    if (children.size() > 1) {
+      std::string body(1, '\x01');  // height 1
+      ocdbt_put_one_file(body, data_name_);
+      ocdbt_put_varint(body, children.size());
+      put_keys(body, children.size(), [&](std::size_t i) -> const std::string& { return children[i].first_key; }, true);
+      for (std::size_t i = 0; i < children.size(); ++i) ocdbt_put_varint(body, 0);  // data file 0
+      for (const auto& c : children) ocdbt_put_varint(body, c.offset);
+      for (const auto& c : children) ocdbt_put_varint(body, c.length);
+      std::uint64_t keys = 0, tree = 0, indirect = 0;
+      for (const auto& c : children) ocdbt_put_varint(body, c.keys), keys += c.keys;
+      for (const auto& c : children) ocdbt_put_varint(body, c.tree_bytes), tree += c.tree_bytes;
+      for (const auto& c : children) ocdbt_put_varint(body, c.indirect), indirect += c.indirect;
+      const std::string node = ocdbt_frame(ocdbt_btree_node_magic, body);
+      root = {std::string(), append(node), node.size(), keys, tree + node.size(), indirect};
+      height = 1;
+    }
+    data_->finish(size_);
+    data_.reset();
+    // The manifest: configuration, the one data file, one version.
+    std::string m = uuid_;
+    m += '\0';                                 // a single manifest
+    ocdbt_put_varint(m, max_inline_);
+    ocdbt_put_varint(m, 1 << 20);              // max decoded node bytes
+    m += '\x04';                               // version tree arity 2^4
+    ocdbt_put_varint(m, 0);                    // no compression
+    if (children.empty()) ocdbt_put_varint(m, 0);
+    else ocdbt_put_one_file(m, data_name_);
+    ocdbt_put_varint(m, 1);                    // one version
+    ocdbt_put_varint(m, 1);                    // generation 1
+    m += static_cast<char>(height);
+    ocdbt_put_varint(m, 0);                    // data file 0
+    ocdbt_put_varint(m, root.offset);
+    ocdbt_put_varint(m, root.length);
+    ocdbt_put_varint(m, root.keys);
+    ocdbt_put_varint(m, root.tree_bytes);
+    ocdbt_put_varint(m, root.indirect);
+    ocdbt_put_le(m, static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch()).count()), 8);
+    ocdbt_put_varint(m, 0);                    // no version tree nodes
+    write_blob(store_, join_key(key_, "manifest.ocdbt"), ocdbt_frame(ocdbt_manifest_magic, m));
+  }
+
+ private:
+  struct Entry {
+    bool indirect = false;
+    std::string inline_value;
+    std::uint64_t offset = 0, length = 0;
+  };
+
+  std::uint64_t append(const std::string& bytes) {
+    const std::uint64_t at = size_;
+    data_->write_at(bytes.data(), bytes.size(), size_);
+    size_ += bytes.size();
+    return at;
+  }
+
+  // The key columns: prefix lengths (after the first), suffix lengths, [subtree prefix
+  // lengths, all 0: the children's keys are whole], suffixes.
+  template <class KeyAt>
+  static void put_keys(std::string& body, std::size_t n, KeyAt key_at, bool interior) {
+    std::vector<std::size_t> prefix(n, 0);
+    for (std::size_t i = 1; i < n; ++i) {
+      const std::string &a = key_at(i - 1), &b = key_at(i);
+      std::size_t p = 0;
+      while (p < a.size() && p < b.size() && a[p] == b[p]) ++p;
+      prefix[i] = p;
+      ocdbt_put_varint(body, p);
+    }
+    for (std::size_t i = 0; i < n; ++i) ocdbt_put_varint(body, key_at(i).size() - prefix[i]);
+    if (interior)
+      for (std::size_t i = 0; i < n; ++i) ocdbt_put_varint(body, 0);
+    for (std::size_t i = 0; i < n; ++i) body.append(key_at(i), prefix[i], std::string::npos);
+  }
+
+  std::string leaf_body(const std::vector<const std::pair<const std::string, Entry>*>& all, std::size_t at, std::size_t end) const {
+    std::string body(1, '\0');  // height 0
+    ocdbt_put_one_file(body, data_name_);
+    ocdbt_put_varint(body, end - at);
+    put_keys(body, end - at, [&](std::size_t i) -> const std::string& { return all[at + i]->first; }, false);
+    for (std::size_t i = at; i < end; ++i) ocdbt_put_varint(body, all[i]->second.length);
+    for (std::size_t i = at; i < end; ++i) body += all[i]->second.indirect ? '\x01' : '\0';
+    for (std::size_t i = at; i < end; ++i)
+      if (all[i]->second.indirect) ocdbt_put_varint(body, 0);
+    for (std::size_t i = at; i < end; ++i)
+      if (all[i]->second.indirect) ocdbt_put_varint(body, all[i]->second.offset);
+    for (std::size_t i = at; i < end; ++i)
+      if (!all[i]->second.indirect) body += all[i]->second.inline_value;
+    return body;
+  }
+
+  Store& store_;
+  std::string key_, data_name_, uuid_;
+  std::uint64_t max_inline_;
+  std::unique_ptr<StoreWriter> data_;
+  std::uint64_t size_ = 0, indirect_bytes_ = 0;
+  std::map<std::string, Entry> entries_;
+};
+
+}  // namespace detail::orbax
+CAIRN_END_NAMESPACE
