@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,36 @@ struct CheckpointMetadata {
 };
 
 inline const char* default_item_name = "state";
+
+namespace detail {
+// The inner nodes of a tree an import knows only by its leaves (safetensors names, Orbax
+// parameters): every proper prefix of a leaf's path, in printed-key order, each a sequence
+// where an index follows it and `kind` otherwise (the root too, where `with_root`, even for a
+// tree of no leaves). A prefix that is itself a leaf cannot be a node: `conflict(prefix, leaf)`
+// is called for it and must throw; `is_leaf(printed)` says which prefixes are leaves.
+template <class IsLeaf, class Conflict>
+std::vector<NodeRecord> inner_nodes(const std::vector<LeafRecord>& leaves, NodeKind kind, bool with_root, IsLeaf is_leaf,
+                                    Conflict conflict) {
+  std::map<std::string, NodeRecord> nodes;
+  if (with_root) nodes.emplace("", NodeRecord{KeyPath(), kind});
+  for (const auto& l : leaves) {
+    KeyPath p = l.path;
+    while (!p.empty()) {
+      const KeyEntry child = p.back();
+      p.pop_back();
+      const std::string printed = p.str();
+      if (is_leaf(printed)) conflict(printed, l);
+      auto [it, fresh] = nodes.try_emplace(printed, NodeRecord{p, kind});
+      if (child.kind == KeyEntry::Kind::index) it->second.kind = NodeKind::sequence;
+      if (!fresh) break;  // its parents are there already
+    }
+  }
+  std::vector<NodeRecord> out;
+  out.reserve(nodes.size());
+  for (auto& [k, n] : nodes) out.push_back(std::move(n));
+  return out;
+}
+}  // namespace detail
 
 // The stored name of rank r's value of a per-rank item: "iterator" of rank 3 is "iterator@3".
 inline std::string per_rank_item_name(const std::string& name, int rank) { return name + "@" + std::to_string(rank); }

@@ -817,26 +817,15 @@ class PytreeReader {
 
   // Inner nodes: every proper prefix of a leaf's path; a map for keys, a sequence for indices.
   void add_nodes(ItemRecord& item) {
-    std::map<std::string, NodeRecord> nodes;
-    nodes.emplace("", NodeRecord{KeyPath(), NodeKind::map});
     std::set<std::string> leaves;
     for (const auto& l : item.leaves) leaves.insert(l.key());
-    for (const auto& l : item.leaves) {
-      KeyPath p = l.path;
-      while (!p.empty()) {
-        const KeyEntry child = p.back();
-        p.pop_back();
-        const std::string printed = p.str();
-        if (leaves.count(printed))
-          throw Error(ErrorKind::corrupt, "'" + printed + "' is both a leaf and the parent of '" + l.key() + "'", meta_file());
-        auto [it, fresh] = nodes.try_emplace(printed, NodeRecord{p, NodeKind::map});
-        if (child.kind == KeyEntry::Kind::index) it->second.kind = NodeKind::sequence;
-        if (!fresh) break;
-      }
-    }
     if (leaves.size() != item.leaves.size())
       throw Error(ErrorKind::corrupt, "two parameters map to one key path", meta_file());
-    for (auto& [k, n] : nodes) item.nodes.push_back(std::move(n));
+    item.nodes = inner_nodes(
+        item.leaves, NodeKind::map, true, [&](const std::string& printed) { return leaves.count(printed) != 0; },
+        [&](const std::string& printed, const LeafRecord& l) {
+          throw Error(ErrorKind::corrupt, "'" + printed + "' is both a leaf and the parent of '" + l.key() + "'", meta_file());
+        });
   }
 
   static constexpr std::uint64_t max_chunks = 10'000'000;

@@ -131,22 +131,12 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
   }
   // The inner nodes: every proper prefix of a tensor's key path. A tensor whose path is
   // another's prefix ("a.b" beside "a.b.c") cannot be both a leaf and a node.
-  std::map<std::string, NodeRecord> nodes;
-  for (const auto& l : item.leaves) {
-    KeyPath p = l.path;
-    while (!p.empty()) {
-      const KeyEntry child = p.back();
-      p.pop_back();
-      const std::string printed = p.str();
-      if (owner.count(printed))
+  item.nodes = inner_nodes(
+      item.leaves, NodeKind::struct_, false, [&](const std::string& printed) { return owner.count(printed) != 0; },
+      [&](const std::string& printed, const LeafRecord& l) {
         throw Error(ErrorKind::invalid_argument, "tensor '" + owner[printed] + "' is also the parent of '" + owner[l.key()] +
                     "': load it with SafetensorsOptions::separator = \"\" (whole names as keys)", c.records);
-      auto [it, fresh] = nodes.try_emplace(printed, NodeRecord{p, NodeKind::struct_});
-      if (child.kind == KeyEntry::Kind::index) it->second.kind = NodeKind::sequence;
-      if (!fresh) break;  // its parents are there already
-    }
-  }
-  for (auto& [k, n] : nodes) item.nodes.push_back(std::move(n));
+      });
   m.items.push_back(std::move(item));
   return c;
 }
