@@ -630,3 +630,73 @@ TEST_CASE("OCDBT databases cairn writes read back key by key: inline and indirec
     CHECK(got == truth);
   }
 }
+
+TEST_CASE("zarr metadata from a hostile file: every mistake a cairn::Error naming the file, never another exception") {
+  namespace o = cairn::detail::orbax;
+  const std::string head = R"({"zarr_format":3,"node_type":"array","shape":[4],"data_type":"float32",)"
+                           R"("chunk_grid":{"name":"regular","configuration":{"chunk_shape":[4]}},"codecs":[{"name":"bytes"}],)";
+  // Fill values: bit patterns in hex (big-endian), the special names, and numbers.
+  CHECK(o::parse_zarr_metadata(head + R"("fill_value":"0x3f800000"})", 3, "f", "k").fill == std::string("\x00\x00\x80\x3f", 4));
+  CHECK(o::parse_zarr_metadata(head + R"("fill_value":"NaN"})", 3, "f", "k").fill.size() == 4);
+  CHECK(o::parse_zarr_metadata(head + R"("fill_value":1.5})", 3, "f", "k").fill == std::string("\x00\x00\xc0\x3f", 4));
+  for (const char* bad : {R"("fill_value":"0xZZ800000"})", R"("fill_value":"0x3f80"})", R"("fill_value":[1]})",
+                          R"("fill_value":"one"})"}) {
+    CAPTURE(bad);
+    try {
+      o::parse_zarr_metadata(head + bad, 3, "the-file", "the-key");
+      FAIL("accepted");
+    } catch (const cairn::Error& e) {
+      CHECK(e.file() == "the-file");
+    }
+  }
+  for (const char* bad : {"", "{", "[]", R"({"zarr_format":3})", R"({"zarr_format":2,"dtype":">f4","shape":[2],"chunks":[2]})",
+                          R"({"zarr_format":2,"dtype":"<f4","shape":[2],"chunks":[0]})",
+                          R"({"zarr_format":2,"dtype":"<c8","shape":[2],"chunks":[2]})",
+                          R"({"zarr_format":2,"dtype":"<f4","shape":[-2],"chunks":[2]})",
+                          R"({"zarr_format":2,"dtype":"<f4","shape":[2],"chunks":[2],"compressor":{"id":"blosc"}})"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(o::parse_zarr_metadata(bad, std::string(bad).find("\"zarr_format\":2") != std::string::npos ? 2 : 3, "f", "k"),
+                    cairn::Error);
+  }
+}
+
+TEST_CASE("a small hostile OCDBT node that spells out gigabytes of keys or paths is refused") {
+  namespace o = cairn::detail::orbax;
+  // A manifest whose one version's root is the node at offset 0 of d/a.
+  auto database = [](const std::string& node) {
+    auto store = std::make_shared<cairn::MemoryStore>();
+    std::string m(16, 'u');
+    m += '\0';
+    o::ocdbt_put_varint(m, 100);
+    o::ocdbt_put_varint(m, 1 << 20);
+    m += '\x04';
+    o::ocdbt_put_varint(m, 0);
+    o::ocdbt_put_one_file(m, "d/a");
+    for (std::uint64_t v : {1, 1}) o::ocdbt_put_varint(m, v);  // one version, generation 1
+    m += '\0';                                                // height 0
+    for (std::uint64_t v : {std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{node.size()}, std::uint64_t{0},
+                            std::uint64_t{0}, std::uint64_t{0}})
+      o::ocdbt_put_varint(m, v);
+    m += std::string(8, '\0');
+    o::ocdbt_put_varint(m, 0);
+    cairn::detail::write_blob(*store, "db/manifest.ocdbt", o::ocdbt_frame(o::ocdbt_manifest_magic, m));
+    cairn::detail::write_blob(*store, "db/d/a", node);
+    return store;
+  };
+  constexpr std::size_t n = 5000, first = 60000;
+  // Keys: the first 60,000 bytes long, each next one sharing all of it and adding a byte.
+  std::string body(1, '\0');
+  o::ocdbt_put_one_file(body, "d/a");
+  o::ocdbt_put_varint(body, n);
+  for (std::size_t i = 1; i < n; ++i) o::ocdbt_put_varint(body, first + i - 1);
+  o::ocdbt_put_varint(body, first);
+  for (std::size_t i = 1; i < n; ++i) o::ocdbt_put_varint(body, 1);
+  body += std::string(first, 'k');
+  for (std::size_t i = 1; i < n; ++i) body += static_cast<char>('a' + i % 2);  // increasing: each is longer
+  for (std::size_t i = 0; i < n; ++i) o::ocdbt_put_varint(body, 0);        // empty values
+  body += std::string(n, '\0');                                             // inline
+  const std::string node = o::ocdbt_frame(o::ocdbt_btree_node_magic, body);
+  CHECK(node.size() < 100000);
+  auto store = database(node);
+  CHECK_THROWS_WITH_AS(o::OcdbtDatabase(*store, "db"), doctest::Contains("spell out more than 64 MiB"), cairn::Error);
+}

@@ -41,6 +41,10 @@ inline constexpr std::uint64_t ocdbt_max_keys = 10'000'000;            // in the
 inline constexpr std::uint64_t ocdbt_max_nodes = 1'000'000;            // B+tree nodes read for one tree
 inline constexpr std::uint64_t ocdbt_max_tree_bytes = 4ull << 30;      // node bytes read for one tree
 inline constexpr std::size_t ocdbt_max_path = 65535;
+// Keys and paths share prefixes, so a few bytes can spell a long one: what they spell out is
+// capped too (per node or table, and per tree), or a small node could ask for gigabytes.
+inline constexpr std::uint64_t ocdbt_max_spelled_bytes = 64ull << 20;
+inline constexpr std::uint64_t ocdbt_max_tree_key_bytes = 1ull << 30;
 
 // Little-endian and varint reads over a byte range, each throwing corrupt at its end.
 class OcdbtCursor {
@@ -146,8 +150,11 @@ inline std::vector<OcdbtFile> ocdbt_read_file_table(OcdbtCursor& c, const std::s
   for (std::uint64_t i = 0; i < n; ++i) base[i] = c.count(ocdbt_max_path, "base path length");
   std::vector<OcdbtFile> files(n);
   std::string prev;
+  std::uint64_t spelled = 0;
   for (std::uint64_t i = 0; i < n; ++i) {
     if (prefix[i] > prev.size()) c.fail("a data file path shares more bytes with the previous one than it has");
+    spelled += 2 * (transitive.size() + prefix[i] + suffix[i]);
+    if (spelled > ocdbt_max_spelled_bytes) c.fail("data file paths spell out more than 64 MiB");
     std::string path = prev.substr(0, prefix[i]);
     path += c.bytes(suffix[i]);
     if (path.size() + transitive.size() > ocdbt_max_path) c.fail("a data file path is over 65535 bytes");
@@ -329,8 +336,11 @@ class OcdbtDatabase {
     if (height > 0)
       for (std::uint64_t i = 0; i < n; ++i) subtree[i] = c.count(ocdbt_max_path, "subtree prefix length");
     std::vector<std::string> keys(n);
+    std::uint64_t spelled = 0;
     for (std::uint64_t i = 0; i < n; ++i) {
       if (i && prefix_len[i] > keys[i - 1].size()) c.fail("a key shares more bytes with the previous one than it has");
+      spelled += prefix_len[i] + suffix_len[i] + prefix.size();
+      if (spelled > ocdbt_max_spelled_bytes) c.fail("keys spell out more than 64 MiB");
       keys[i] = i ? keys[i - 1].substr(0, prefix_len[i]) : std::string();
       keys[i] += c.bytes(suffix_len[i]);
       if (i && !(keys[i] > keys[i - 1])) c.fail("keys are not in increasing order");
@@ -379,6 +389,8 @@ class OcdbtDatabase {
         if (v.offset + v.length < v.offset) c.fail("a value's byte range overflows");
         ++j;
       }
+      key_bytes_ += prefix.size() + keys[i].size();
+      if (key_bytes_ > ocdbt_max_tree_key_bytes) c.fail("tree's keys spell out more than 1 GiB");
       entries_.emplace_back(prefix + keys[i], std::move(v));
       // A hash index beside the ordered entries: a checkpoint looks up every chunk's key, and
       // a sorted map's comparisons of keys with long common prefixes were a tenth of a load.
@@ -391,6 +403,7 @@ class OcdbtDatabase {
   std::string key_;
   std::uint64_t tree_bytes_ = 0;
   std::uint64_t nodes_read_ = 0;
+  std::uint64_t key_bytes_ = 0;
   std::vector<OcdbtFile> manifest_files_;
   std::deque<std::pair<std::string, OcdbtValue>> entries_;  // a deque: the index's views stay valid
   std::unordered_map<std::string_view, std::size_t> index_;

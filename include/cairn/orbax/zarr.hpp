@@ -137,10 +137,14 @@ inline std::string zarr_fill(const Json* j, DType d, const std::string& file, co
     else if (s == "-Infinity") put_double(-std::numeric_limits<double>::infinity());
     else if (s.size() == 2 + 2 * n && s.rfind("0x", 0) == 0) {
       // Big-endian hex of the element's bits.
-      for (std::size_t b = 0; b < n; ++b) {
-        const unsigned long byte = std::stoul(s.substr(2 + 2 * b, 2), nullptr, 16);
-        out[n - 1 - b] = static_cast<char>(byte);
-      }
+      auto digit = [&](char ch) -> int {
+        if (ch >= '0' && ch <= '9') return ch - '0';
+        if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+        if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+        zarr_fail("fill_value '" + s + "' is not hexadecimal", file, key);
+      };
+      for (std::size_t b = 0; b < n; ++b)
+        out[n - 1 - b] = static_cast<char>(digit(s[2 + 2 * b]) * 16 + digit(s[3 + 2 * b]));
     } else zarr_fail("fill_value '" + s + "' is not a number", file, key);
   } else zarr_fail("fill_value " + j->dump() + " is not a number", file, key);
   return out;
