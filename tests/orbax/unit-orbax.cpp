@@ -700,3 +700,28 @@ TEST_CASE("a small hostile OCDBT node that spells out gigabytes of keys or paths
   auto store = database(node);
   CHECK_THROWS_WITH_AS(o::OcdbtDatabase(*store, "db"), doctest::Contains("spell out more than 64 MiB"), cairn::Error);
 }
+
+TEST_CASE("a small hostile Orbax checkpoint that claims a huge array is refused before a target is allocated") {
+  namespace o = cairn::detail::orbax;
+  test::TempDir tmp;
+  const std::string ckpt = tmp.path + "/huge";
+  cairn::PosixStore store;
+  for (const bool zstd : {false, true}) {
+    CAPTURE(zstd);
+    std::filesystem::remove_all(ckpt);
+    {
+      o::OcdbtWriter w(store, ckpt);
+      // 2^34 float32 (64 GiB) in one chunk, from 4 KiB stored.
+      w.put("w/zarr.json", std::string(R"({"zarr_format":3,"node_type":"array","shape":[17179869184],"data_type":"float32",)") +
+                               R"("chunk_grid":{"name":"regular","configuration":{"chunk_shape":[17179869184]}},"fill_value":0,)" +
+                               (zstd ? R"("codecs":[{"name":"bytes"},{"name":"zstd"}]})" : R"("codecs":[{"name":"bytes"}]})"));
+      w.put("w/c/0", std::string(4096, 'x'));
+      w.finish();
+    }
+    test::write_file(ckpt + "/_METADATA",
+        R"J({"tree_metadata":{"('w',)":{"key_metadata":[{"key":"w","key_type":2}],"value_metadata":{"value_type":"jax.Array"}}}})J");
+    using Flat = std::map<std::string, cairn::Array<float>>;
+    CHECK_THROWS_WITH_AS(cairn::load_orbax<Flat>(ckpt), doctest::Contains("4096 bytes"),
+                         cairn::Error);
+  }
+}

@@ -765,11 +765,22 @@ class PytreeReader {
     }
     // A chunk of the range kind must be its stored size: checked when read (a value of
     // another size is corrupt), and here where the size is known without reading.
+    // Before any target is allocated for it (as a cairn checkpoint's chunks must lie inside
+    // their files first): a chunk in the database cannot decode to more than its stored bytes
+    // allow, uncompressed as they are, compressed at zstd's utmost ratio (about 32,000:1 for a
+    // run of one byte), so a small hostile zarr.json cannot make a load allocate terabytes.
+    const ZarrCodecs& codecs = a.sharded ? a.shard.inner : a.codecs;
     for (const auto& c : l.chunks) {
       const Blob& b = view_.blobs()[std::stoull(c.file)];
-      if (b.kind == Blob::Kind::range && b.db && b.value.size() != b.size)
-        throw Error(ErrorKind::corrupt, "chunk is " + std::to_string(b.value.size()) + " bytes, expected " +
-                    std::to_string(b.size), b.name, key);
+      if (!b.db || b.kind == Blob::Kind::fill) continue;
+      const std::uint64_t stored = b.value.size();
+      if (b.kind == Blob::Kind::range && stored != b.size)
+        throw Error(ErrorKind::corrupt, "chunk is " + std::to_string(stored) + " bytes, expected " + std::to_string(b.size),
+                    b.name, key);
+      const std::uint64_t most = codecs.zstd ? stored * 32768 + (1u << 20) : stored;
+      if (element_count(b.stored) * item_size > most)
+        throw Error(ErrorKind::corrupt, "a chunk of " + std::to_string(element_count(b.stored) * item_size) +
+                    " bytes cannot come from the " + std::to_string(stored) + " bytes stored", b.name, key);
     }
     item.leaves.push_back(std::move(l));
     finish_leaf(item.leaves.back(), param);
