@@ -103,7 +103,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 5: {
         const o::MsgValue v = o::MsgReader(rest, "f").read_all();
         std::size_t seen = 0;
-        for (const auto& [k, x] : v.map)
+        for (const auto& x : v.items)
           if (x.kind == o::MsgValue::Kind::ext) seen += o::MsgReader(x.s, "f").read_all().items.size();
         if (seen > rest.size()) __builtin_trap();
         break;

@@ -231,7 +231,9 @@ TEST_CASE("arrays zarr-python wrote in Orbax's older layout load bit-exactly") {
   CHECK(info.layout == "orbax (zarr v2 directories)");
   REQUIRE(info.metadata.find_item("state"));
   CHECK(info.metadata.find_item("state")->leaves.size() == index.size());
-  for (const auto& [param, want] : index.items()) {
+  for (const auto& entry : index.items()) {
+    const std::string& param = entry.first;  // not a structured binding: clang 14 cannot capture one
+    const cairn::Json& want = entry.second;
     CAPTURE(param);
     std::string key = param;
     std::replace(key.begin(), key.end(), '.', '/');

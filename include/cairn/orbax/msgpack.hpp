@@ -26,11 +26,15 @@ struct MsgValue {
   double f = 0;
   std::string s;                                      // str, bin, ext's payload
   std::int8_t ext_type = 0;
-  std::vector<MsgValue> items;                        // array
-  std::vector<std::pair<std::string, MsgValue>> map;  // map (keys as text: strings, or numbers printed)
+  std::vector<MsgValue> items;  // array; a map's values
+  // A map's keys (as text: strings, or integers printed), items[i] being keys[i]'s value. Two
+  // vectors, not one of pairs: a pair holding the type being defined is not allowed (clang's
+  // libstdc++ checks; a vector of an incomplete type is).
+  std::vector<std::string> keys;
   const MsgValue* find(std::string_view key) const {
-    for (const auto& [k, v] : map)
-      if (k == key) return &v;
+    if (kind != Kind::map) return nullptr;
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == key) return &items[i];
     return nullptr;
   }
 };
@@ -125,7 +129,8 @@ class MsgReader {
   void read_map(MsgValue& v, std::uint64_t n, int depth) {
     if (n > left() / 2) fail("map of " + std::to_string(n) + " entries in " + std::to_string(left()) + " bytes");
     v.kind = MsgValue::Kind::map;
-    v.map.reserve(static_cast<std::size_t>(n));
+    v.keys.reserve(static_cast<std::size_t>(n));
+    v.items.reserve(static_cast<std::size_t>(n));
     for (std::uint64_t k = 0; k < n; ++k) {
       MsgValue key = value(depth + 1);
       std::string text;
@@ -133,7 +138,8 @@ class MsgReader {
       else if (key.kind == MsgValue::Kind::int_) text = std::to_string(key.i);
       else if (key.kind == MsgValue::Kind::uint) text = std::to_string(key.u);
       else fail("map key is neither a string nor an integer");
-      v.map.emplace_back(std::move(text), value(depth + 1));
+      v.keys.push_back(std::move(text));
+      v.items.push_back(value(depth + 1));
     }
   }
 
