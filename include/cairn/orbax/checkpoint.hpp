@@ -20,6 +20,7 @@
 
 #include "cairn/checkpoint/commit.hpp"
 #include "cairn/checkpoint/load_protocol.hpp"
+#include "cairn/kernels/box_plan.hpp"
 #include "cairn/orbax/msgpack.hpp"
 #include "cairn/orbax/ocdbt.hpp"
 #include "cairn/orbax/zarr.hpp"
@@ -72,6 +73,17 @@ class OrbaxView final : public Store {
   std::deque<Blob>& blobs() { return blobs_; }
   std::vector<std::unique_ptr<OcdbtDatabase>>& databases() { return dbs_; }
   std::vector<std::unique_ptr<ZarrArray>>& arrays() { return arrays_; }
+  // A chunk of `l` (the box start + shape) whose bytes blob `b` makes: the blob's number is the
+  // chunk's file name.
+  void add_chunk(LeafRecord& l, Shape start, Shape shape, Blob b) {
+    ChunkRecord c;
+    c.start = std::move(start);
+    c.shape = std::move(shape);
+    c.file = std::to_string(blobs_.size());
+    c.nbytes = b.size;
+    blobs_.push_back(std::move(b));
+    l.chunks.push_back(std::move(c));
+  }
 
   std::string describe(const std::string& key) const override {
     if (key.empty()) return base_.describe(key_);
@@ -105,36 +117,6 @@ class OrbaxView final : public Store {
   std::vector<std::unique_ptr<OcdbtDatabase>> dbs_;
   std::vector<std::unique_ptr<ZarrArray>> arrays_;
 };
-
-// Copies the box (start, shape) of an array of shape `full` (C order, or F: the same with the
-// dimensions reversed) out of src into dst.
-inline void crop_box(const unsigned char* src, const Shape& full, const Shape& start, const Shape& shape, bool fortran,
-                     std::size_t item, unsigned char* dst) {
-  const std::size_t rank = full.size();
-  if (rank == 0) {
-    std::memcpy(dst, src, item);
-    return;
-  }
-  auto dim = [&](const Shape& s, std::size_t d) { return s[fortran ? rank - 1 - d : d]; };
-  for (std::size_t d = 0; d < rank; ++d)
-    if (dim(shape, d) == 0) return;
-  std::vector<std::int64_t> idx(rank, 0);  // the last dimension's stays 0: a row at a time
-  const std::size_t row = static_cast<std::size_t>(dim(shape, rank - 1)) * item;
-  while (true) {
-    std::uint64_t off = 0;
-    for (std::size_t d = 0; d < rank; ++d)
-      off = off * static_cast<std::uint64_t>(dim(full, d)) + static_cast<std::uint64_t>(dim(start, d) + idx[d]);
-    std::memcpy(dst, src + off * item, row);
-    dst += row;
-    std::ptrdiff_t d = static_cast<std::ptrdiff_t>(rank) - 2;
-    while (d >= 0) {
-      if (++idx[static_cast<std::size_t>(d)] < dim(shape, static_cast<std::size_t>(d))) break;
-      idx[static_cast<std::size_t>(d)] = 0;
-      --d;
-    }
-    if (d < 0) return;
-  }
-}
 
 class BlobReader final : public StoreReader {
  public:
@@ -310,8 +292,9 @@ class BlobReader final : public StoreReader {
       std::string whole(static_cast<std::size_t>(full), '\0');
       zarr_decode_chunk({c.fortran, c.zstd, false}, stored_, whole.data(), full, b_.name, b_.key);
       decoded_.resize(static_cast<std::size_t>(b_.size));
-      crop_box(reinterpret_cast<const unsigned char*>(whole.data()), b_.stored, b_.box_start, b_.box_shape, c.fortran, item,
-               reinterpret_cast<unsigned char*>(decoded_.data()));
+      // The box cut out of the edge chunk by the box-copy kernel (both sides in the chunk's order).
+      const Box box{b_.box_start, b_.box_shape};
+      box_copy_host(item, whole.data(), decoded_.data(), plan_box_copy(box, Box{Shape(b_.stored.size(), 0), b_.stored}, c.fortran, box, c.fortran));
     }
     std::string().swap(stored_);
     decoded_done_ = true;
@@ -607,13 +590,7 @@ class PytreeReader {
     }
     l.saved_from = l.dtype;
     b.size = b.bytes.size();
-    ChunkRecord c;
-    c.start = Shape(l.shape.size(), 0);
-    c.shape = l.shape;
-    c.file = std::to_string(view_.blobs().size());
-    c.nbytes = b.size;
-    view_.blobs().push_back(std::move(b));
-    l.chunks.push_back(std::move(c));
+    add_chunk(l, Shape(l.shape.size(), 0), l.shape, std::move(b));
     item.leaves.push_back(std::move(l));
   }
 
@@ -658,15 +635,7 @@ class PytreeReader {
     return *view_.arrays().back();
   }
 
-  void add_chunk(LeafRecord& l, Shape start, Shape shape, Blob b) {
-    ChunkRecord c;
-    c.start = std::move(start);
-    c.shape = std::move(shape);
-    c.file = std::to_string(view_.blobs().size());
-    c.nbytes = b.size;
-    view_.blobs().push_back(std::move(b));
-    l.chunks.push_back(std::move(c));
-  }
+  void add_chunk(LeafRecord& l, Shape start, Shape shape, Blob b) { view_.add_chunk(l, std::move(start), std::move(shape), std::move(b)); }
 
   void add_array(ItemRecord& item, const std::string& param, const KeyPath& path) {
     const std::string key = path.str();
@@ -960,13 +929,7 @@ inline OrbaxCheckpoint open_orbax(OrbaxView& view) {
       LeafRecord l;
       l.dtype = l.saved_from = DType::string;
       l.shape = Shape{static_cast<std::int64_t>(b.size)};
-      ChunkRecord c;
-      c.start = Shape{0};
-      c.shape = l.shape;
-      c.file = std::to_string(view.blobs().size());
-      c.nbytes = b.size;
-      view.blobs().push_back(std::move(b));
-      l.chunks.push_back(std::move(c));
+      view.add_chunk(l, Shape{0}, l.shape, std::move(b));
       item.leaves.push_back(std::move(l));
       m.items.push_back(std::move(item));
     }
