@@ -31,6 +31,9 @@ struct field_name {
 
 template <class Class, class Member, field_name Name>
 struct field_descriptor {
+  using struct_type = Class;
+  using member_type = Member;
+  static constexpr auto field = Name;
   static constexpr const char* name = Name.text;
   Member Class::*member;
 };
@@ -54,9 +57,12 @@ constexpr void check_field_type() {
                 "docs/extending.md.");
 }
 
-template <class Struct, class Member, field_name Name>
-constexpr bool field_is_tree(const field_descriptor<Struct, Member, Name>&) {
-  check_field_type<Struct, Name, Member>();
+// Takes the descriptor's type rather than deducing its parts from a parameter: nvcc's front
+// end (CUDA 13) cannot deduce a class-type template argument such as `field_name Name`.
+template <class Descriptor>
+constexpr bool field_is_tree() {
+  using Member = typename Descriptor::member_type;
+  check_field_type<typename Descriptor::struct_type, Descriptor::field, Member>();
   return is_tree<Member>;
 }
 
@@ -89,7 +95,7 @@ struct node_traits<T, std::enable_if_t<detail::described_struct<T>>> {
           // A field cairn cannot store stops here, with the struct and field named, and is not
           // visited further (which would add a second, vaguer error).
           auto visit = [&](const auto& fd) {
-            if constexpr (detail::field_is_tree(std::remove_cvref_t<decltype(fd)>{}))
+            if constexpr (detail::field_is_tree<std::remove_cvref_t<decltype(fd)>>())
               f(KeyEntry::field(fd.name), node.*(fd.member));
           };
           (visit(field), ...);

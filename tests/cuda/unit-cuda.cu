@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: Apache-2.0
+// The device paths on a real GPU. CI builds this file with nvcc (CUDA 13, CCCL 3 Thrust), so
+// the whole library compiles in a CUDA translation unit and the cast and box-copy kernels
+// instantiate for device memory; where no GPU is present every case says so and passes, since
+// the same code paths run on the host-side device system in the other tests. On a GPU (run it
+// there: docs/gpu.md), each case compares the device against the host bit for bit:
+//   - the cast kernels for every pair of numeric dtypes, overflow errors included;
+//   - the box-copy kernel for random boxes, orders and element sizes;
+//   - every device leaf (thrust::device_vector, DeviceArrayView, ShardedArray on device
+//     meshes) saved and loaded, with casts on save and on load, larger than a write piece;
+//   - resharding between host meshes and device shards, from C- and F-order chunks;
+//   - async saves, whose snapshot must hold the values of the moment it returned;
+//   - CUDA failures as cairn::Error naming the call.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cairn/cairn.hpp>
+#include <cairn/leaves/thrust_leaves.hpp>
+
+#include "../test_util.hpp"
+
+#include <Eigen/Core>
+#include <thrust/device_vector.h>
+
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+using cairn::DType;
+using cairn::Mesh;
+using cairn::NamedSharding;
+using cairn::OnOverflow;
+using cairn::PartitionSpec;
+using cairn::ShardedArray;
+
+namespace {
+
+int gpu_count() {
+  static const int n = [] {
+    int d = 0;
+    if (cudaGetDeviceCount(&d) != cudaSuccess) d = 0;
+    if (d == 0) std::printf("unit-cuda: built with nvcc; no GPU here, so the device checks are skipped\n");
+    return d;
+  }();
+  return n;
+}
+
+// Host bytes to a fresh device buffer and back.
+cairn::detail::DeviceBytes to_device(const std::vector<unsigned char>& host, int device = 0) {
+  cairn::detail::DeviceBytes d(std::max<std::size_t>(host.size(), 1), device);
+  cairn::detail::copy_bytes(d.data(), cairn::MemoryKind::device, host.data(), cairn::MemoryKind::host, host.size());
+  return d;
+}
+std::vector<unsigned char> to_host(const cairn::detail::DeviceBytes& d, std::size_t n) {
+  std::vector<unsigned char> out(n);
+  cairn::detail::copy_bytes(out.data(), cairn::MemoryKind::host, d.data(), cairn::MemoryKind::device, n);
+  return out;
+}
+
+template <class T>
+std::vector<T> device_to_host(const thrust::device_vector<T>& v) {
+  std::vector<T> out(v.size());
+  thrust::copy(v.begin(), v.end(), out.begin());
+  return out;
+}
+
+// What one cast does on either side: the bytes, or the error's message.
+struct CastResult {
+  std::vector<unsigned char> bytes;
+  std::string error;
+};
+
+template <class F>
+CastResult run_cast(F&& f) {
+  CastResult r;
+  try {
+    r.bytes = f();
+  } catch (const cairn::Error& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("device cast kernels equal the host kernels for every pair of numeric dtypes, bit for bit") {
+  if (!gpu_count()) return;
+  // Two full blocks and a partial one, as the host test; random bits hold NaNs, infinities,
+  // subnormals and values out of range of the narrower types.
+  const std::size_t n = 2 * 4096 + 37;
+  int pairs = 0, errors_compared = 0;
+  for (DType from : cairn::all_numeric_dtypes)
+    for (DType to : cairn::all_numeric_dtypes) {
+      auto src = test::random_bits<unsigned char>(n * cairn::dtype_size(from));
+      if (from == DType::bool_)
+        for (auto& b : src) b &= 1;
+      const std::size_t out = n * cairn::dtype_size(to);
+      const auto dsrc = to_device(src);
+      cairn::detail::DeviceBytes ddst(out, 0);
+      for (OnOverflow mode : {OnOverflow::saturate, OnOverflow::error}) {
+        const CastResult host = run_cast([&] {
+          std::vector<unsigned char> h(out);
+          cairn::cast_host(from, src.data(), to, h.data(), n, mode);
+          return h;
+        });
+        const CastResult dev = run_cast([&] {
+          cairn::detail::cast_device(from, dsrc.data(), to, ddst.data(), n, mode);
+          return to_host(ddst, out);
+        });
+        INFO(cairn::dtype_name(from), " -> ", cairn::dtype_name(to), mode == OnOverflow::error ? " (error)" : " (saturate)");
+        CHECK(host.error == dev.error);
+        if (host.error.empty() && dev.error.empty()) CHECK(host.bytes == dev.bytes);
+        if (!host.error.empty()) ++errors_compared;
+      }
+      ++pairs;
+    }
+  CHECK(pairs == static_cast<int>(std::size(cairn::all_numeric_dtypes) * std::size(cairn::all_numeric_dtypes)));
+  CHECK(errors_compared > 0);
+  std::printf("unit-cuda: %d dtype pairs cast on the GPU equal the host; %d overflow errors equal\n", pairs,
+              errors_compared);
+}
+
+TEST_CASE("a device cast of many blocks equals the host's (float32 -> bfloat16, float16 -> float64)") {
+  if (!gpu_count()) return;
+  const std::size_t n = (std::size_t{1} << 22) + 12345;
+  for (auto [from, to] : {std::pair{DType::float32, DType::bfloat16}, std::pair{DType::float16, DType::float64},
+                          std::pair{DType::float64, DType::float8_e4m3fn}}) {
+    const auto src = test::random_bits<unsigned char>(n * cairn::dtype_size(from));
+    const std::size_t out = n * cairn::dtype_size(to);
+    std::vector<unsigned char> host(out);
+    cairn::cast_host(from, src.data(), to, host.data(), n, OnOverflow::saturate);
+    const auto dsrc = to_device(src);
+    cairn::detail::DeviceBytes ddst(out, 0);
+    cairn::detail::cast_device(from, dsrc.data(), to, ddst.data(), n, OnOverflow::saturate);
+    CHECK_MESSAGE(to_host(ddst, out) == host, cairn::dtype_name(from) << " -> " << cairn::dtype_name(to));
+  }
+}
+
+TEST_CASE("the device box copy equals the host box copy for random boxes, orders and element sizes") {
+  if (!gpu_count()) return;
+  std::mt19937_64& rng = test::rng();
+  for (int iter = 0; iter < 300; ++iter) {
+    const std::size_t rank = 1 + rng() % 4;
+    cairn::Box region{cairn::Shape(rank), cairn::Shape(rank)}, src_box, dst_box;
+    for (std::size_t d = 0; d < rank; ++d) {
+      region.start[d] = static_cast<std::int64_t>(rng() % 5);
+      region.shape[d] = 1 + static_cast<std::int64_t>(rng() % 9);
+    }
+    src_box = region;
+    dst_box = region;
+    for (cairn::Box* b : {&src_box, &dst_box})
+      for (std::size_t d = 0; d < rank; ++d) {
+        const auto before = static_cast<std::int64_t>(rng() % 3), after = static_cast<std::int64_t>(rng() % 3);
+        b->start[d] -= before;
+        b->shape[d] += before + after;
+      }
+    const bool src_f = rng() % 2, dst_f = rng() % 2;
+    const std::size_t item = std::size_t{1} << (rng() % 4);
+    CAPTURE(iter);
+    const auto src = test::random_bits<unsigned char>(src_box.elements() * item);
+    const auto dst0 = test::random_bits<unsigned char>(dst_box.elements() * item);
+    const auto plan = cairn::detail::plan_box_copy(region, src_box, src_f, dst_box, dst_f);
+    std::vector<unsigned char> want = dst0;
+    cairn::detail::box_copy_host(item, src.data(), want.data(), plan);
+    const auto dsrc = to_device(src);
+    auto ddst = to_device(dst0);
+    cairn::detail::box_copy_device(item, dsrc.data(), ddst.data(), plan, 0);
+    CHECK(to_host(ddst, dst0.size()) == want);
+  }
+}
+
+struct DeviceState {
+  thrust::device_vector<float> w;
+  cairn::DeviceArrayView<cairn::bfloat16> view;
+  ShardedArray<double> sharded;
+  int step = 0;
+};
+CAIRN_TREE(DeviceState, w, view, sharded, step)
+
+TEST_CASE("device leaves round-trip bit-exactly, larger than a write piece, with casts on save and load") {
+  if (!gpu_count()) return;
+  test::TempDir dir;
+  // Over two write pieces of float32, so the save's device scratch and staging run in pieces.
+  const std::size_t n = 2 * cairn::detail::write_piece_bytes / 4 + 4099;
+  const auto wv = test::random_bits<float>(n);
+  const auto vv = test::random_bits<cairn::bfloat16>(6 * 7);
+  const auto sv = test::random_bits<double>(33 * 17);
+  thrust::device_vector<cairn::bfloat16> view_mem(vv.begin(), vv.end());
+  DeviceState s;
+  s.w = thrust::device_vector<float>(wv.begin(), wv.end());
+  s.view = {thrust::raw_pointer_cast(view_mem.data()), {6, 7}, 0};
+  s.sharded = ShardedArray<double>::from_host(sv, {33, 17}, NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{"x"}));
+  s.step = 12;
+  cairn::save(dir / "plain", s);
+
+  thrust::device_vector<cairn::bfloat16> view_back(vv.size());
+  DeviceState t;
+  t.view = {thrust::raw_pointer_cast(view_back.data()), {6, 7}, 0};
+  t.sharded = ShardedArray<double>(NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{}));
+  cairn::load(dir / "plain", t);
+  CHECK(test::same_bits(device_to_host(t.w), wv));
+  CHECK(test::same_bits(device_to_host(view_back), vv));
+  CHECK(test::same_bits(t.sharded.gather(), sv));
+  CHECK(t.step == 12);
+  CHECK(cairn::verify(dir / "plain").ok());
+
+  // Cast on save: the device casts float32 -> bfloat16 in pieces; the host reference casts
+  // the same values. Then the stored bfloat16 loads into float64 on the device.
+  cairn::SaveOptions so;
+  so.cast = {{"w", DType::bfloat16}};
+  cairn::save(dir / "cast", s, so);
+  std::vector<cairn::bfloat16> want16(n);
+  cairn::cast_host(DType::float32, wv.data(), DType::bfloat16, want16.data(), n, OnOverflow::error);
+  auto stored16 = cairn::load_subtree<std::vector<cairn::bfloat16>>(dir / "cast", "w");
+  CHECK(test::same_bits(stored16, want16));
+  auto wide = cairn::load_subtree<thrust::device_vector<double>>(dir / "cast", "w");
+  std::vector<double> want64(n);
+  cairn::cast_host(DType::bfloat16, want16.data(), DType::float64, want64.data(), n, OnOverflow::error);
+  CHECK(test::same_bits(device_to_host(wide), want64));
+  std::printf("unit-cuda: %zu-element device leaf saved, cast on the GPU and loaded bit-exactly\n", n);
+}
+
+TEST_CASE("host-sharded and column-major checkpoints reshard onto device shards, casting on the way, and back") {
+  if (!gpu_count()) return;
+  test::TempDir dir;
+  const std::int64_t rows = 37, cols = 53;
+  const auto truth = test::random_bits<float>(static_cast<std::size_t>(rows * cols));
+  // 2x4 host shards: every stored chunk is a sub-box of the one device shard, so the load
+  // places each through device scratch and the device box copy.
+  cairn::save(dir / "host8", ShardedArray<float>::from_host(truth, {rows, cols},
+                                                               NamedSharding(Mesh::host({{"x", 2}, {"y", 4}}),
+                                                                             PartitionSpec{"x", "y"})));
+  ShardedArray<float> same(NamedSharding(Mesh::device({{"d", 1}}), PartitionSpec{}));
+  cairn::load(dir / "host8", same);
+  CHECK(same.shards().at(0).on_device());
+  CHECK(test::same_bits(same.gather(), truth));
+
+  // With a cast: float32 -> float64 (exact), then -> bfloat16 (lossy: allowed by key).
+  ShardedArray<double> wide(NamedSharding(Mesh::device({{"d", 1}}), PartitionSpec{"d"}));
+  cairn::load(dir / "host8", wide);
+  std::vector<double> want64(truth.size());
+  cairn::cast_host(DType::float32, truth.data(), DType::float64, want64.data(), truth.size(), OnOverflow::error);
+  CHECK(test::same_bits(wide.gather(), want64));
+  ShardedArray<cairn::bfloat16> narrow(NamedSharding(Mesh::device({{"d", 1}}), PartitionSpec{}));
+  cairn::LoadOptions lossy;
+  lossy.allow_lossy_cast = {"**"};
+  cairn::load(dir / "host8", narrow, lossy);
+  std::vector<cairn::bfloat16> want16(truth.size());
+  cairn::cast_host(DType::float32, truth.data(), DType::bfloat16, want16.data(), truth.size(), OnOverflow::error);
+  CHECK(test::same_bits(narrow.gather(), want16));
+
+  // Column-major chunks (Eigen) onto a device shard.
+  Eigen::MatrixXf m = Eigen::MatrixXf::Random(rows, cols);
+  cairn::save(dir / "eigen", m);
+  ShardedArray<float> from_f(NamedSharding(Mesh::device({{"d", 1}}), PartitionSpec{}));
+  cairn::load(dir / "eigen", from_f);
+  const auto got = from_f.gather();
+  bool same_values = true;
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) same_values = same_values && got[i * cols + j] == m(i, j);
+  CHECK(same_values);
+
+  // Device shard saved, resharded onto 3x2 host shards and onto a thrust::device_vector.
+  cairn::save(dir / "dev", same);
+  ShardedArray<float> host6(NamedSharding(Mesh::host({{"a", 3}, {"b", 2}}), PartitionSpec{"b", "a"}));
+  cairn::load(dir / "dev", host6);
+  CHECK(test::same_bits(host6.gather(), truth));
+  auto flat = cairn::load<Eigen::MatrixXf>(dir / "dev");
+  CHECK(flat.rows() == rows);
+
+  // Every GPU here, if there are several: save over all, restore over all in another layout.
+  const int g = gpu_count();
+  if (g >= 2) {
+    auto over = ShardedArray<float>::from_host(truth, {rows, cols},
+                                               NamedSharding(Mesh::device({{"x", g}}), PartitionSpec{"x"}));
+    cairn::save(dir / "multi", over);
+    ShardedArray<float> back(NamedSharding(Mesh::device({{"y", g}}), PartitionSpec{cairn::replicated, "y"}));
+    cairn::load(dir / "multi", back);
+    CHECK(test::same_bits(back.gather(), truth));
+  } else {
+    std::printf("unit-cuda: one GPU here; the multi-GPU reshard is skipped\n");
+  }
+}
+
+struct AsyncState {
+  thrust::device_vector<float> v;
+  ShardedArray<float> s;
+};
+CAIRN_TREE(AsyncState, v, s)
+
+TEST_CASE("an async save of device arrays keeps the values of the moment it returned") {
+  if (!gpu_count()) return;
+  test::TempDir dir;
+  const std::size_t n = 3 * cairn::detail::write_piece_bytes / 4 + 77;
+  const auto values = test::random_bits<float>(n);
+  thrust::device_vector<float> v(values.begin(), values.end());
+  auto sharded = ShardedArray<float>::from_host(values, {static_cast<std::int64_t>(n)},
+                                                NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{"x"}));
+  AsyncState state{std::move(v), std::move(sharded)};
+  auto pending = cairn::save_async(dir / "a", state);
+  // Overwritten on the device at once: the snapshot has its own copy.
+  thrust::fill(state.v.begin(), state.v.end(), -1.0f);
+  CAIRN_CUDA_CHECK(cudaMemset(state.s.shards()[0].data(), 0xFF, n * sizeof(float)));
+  pending.wait();
+  CHECK(test::same_bits(cairn::load_subtree<std::vector<float>>(dir / "a", "v"), values));
+  CHECK(test::same_bits(cairn::load_subtree<std::vector<float>>(dir / "a", "s"), values));
+}
+
+TEST_CASE("a CUDA failure is a cairn::Error naming the call") {
+  if (!gpu_count()) return;
+  // Far more than any GPU has.
+  CHECK_CAIRN_ERROR(cairn::detail::DeviceBytes(std::size_t{1} << 52, 0), cairn::ErrorKind::io, "cudaMalloc");
+  CHECK_CAIRN_ERROR(cairn::detail::DeviceBytes(16, gpu_count() + 3), cairn::ErrorKind::io, "cudaSetDevice");
+  // A sharding over more devices than this process has asks for a target sharding.
+  const int g = gpu_count();
+  std::vector<int> ids(static_cast<std::size_t>(g + 1));
+  for (int i = 0; i <= g; ++i) ids[static_cast<std::size_t>(i)] = i;
+  const Mesh wide = Mesh::device({{"x", g + 1}}, ids);
+  CHECK_CAIRN_ERROR(cairn::detail::require_devices(NamedSharding(wide, PartitionSpec{"x"}), g),
+                    cairn::ErrorKind::invalid_argument, "this process sees " + std::to_string(g) + " devices");
+}
