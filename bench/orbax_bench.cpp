@@ -4,13 +4,17 @@
 // same frames on the same one thread the load decodes on. The checkpoints are written here as
 // Orbax v1 writes a pytree on one device (zarr v3, one sharding_indexed shard per array holding
 // one inner chunk, its index CRC32C-checked), in both of Orbax's layouts: an OCDBT database
-// (the default; cairn's OcdbtWriter) and one directory per parameter (use_ocdbt=False).
+// (the default; cairn's OcdbtWriter) and one directory per parameter (use_ocdbt=False). Then the
+// export, cairn::save_orbax, beside a plain write + fsync of the same bytes.
 //   cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep]
 #include <cairn/orbax.hpp>
 #include <cairn/orbax/ocdbt_writer.hpp>
 #include <zstd.h>
 
 #include "bench_util.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -209,6 +213,59 @@ void run(const Args& a, const std::string& what, int leaves, std::uint64_t eleme
               gib / bench::median(load), bench::median(plain) / bench::median(load));
 }
 
+// The export (cairn::save_orbax) of `leaves` float32 arrays beside the limit measured in the
+// same run: the same bytes (compressed by ZSTD_compress at the same level on one thread, for
+// zstd) written plainly into one new file and fsynced.
+void run_export(const Args& a, const std::string& what, int leaves, std::uint64_t elements, int zstd_level) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::map<std::string, std::map<std::string, cairn::Array<float>>> state;
+  std::uint64_t bytes = 0;
+  for (int i = 0; i < leaves; ++i) {
+    cairn::Array<float> v({static_cast<std::int64_t>(elements)});
+    for (std::uint64_t k = 0; k < elements; ++k) v.data()[k] = normal(rng);
+    bytes += elements * sizeof(float);
+    state["params"]["p" + std::to_string(i)] = std::move(v);
+  }
+  const std::string dir = a.dir + "/" + what, raw = a.dir + "/" + what + ".raw";
+  fs::create_directories(a.dir);
+  std::vector<double> plain, save;
+  std::vector<char> packed;
+  for (int r = 0; r < a.repeat; ++r) {
+    fs::remove(raw);
+    double t0 = bench::now_s();
+    const int fd = ::open(raw.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::uint64_t off = 0;
+    for (const auto& [name, v] : state.at("params")) {
+      const char* src = reinterpret_cast<const char*>(v.data());
+      std::size_t n = v.size() * sizeof(float);
+      if (zstd_level > 0) {
+        packed.resize(ZSTD_compressBound(n));
+        n = ZSTD_compress(packed.data(), packed.size(), src, n, zstd_level);
+        src = packed.data();
+      }
+      if (::pwrite(fd, src, n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) { std::perror("pwrite"); std::exit(1); }
+      off += n;
+    }
+    ::fsync(fd);
+    ::close(fd);
+    plain.push_back(bench::now_s() - t0);
+    fs::remove_all(dir);
+    cairn::OrbaxSaveOptions o;
+    o.zstd_level = zstd_level;
+    t0 = bench::now_s();
+    cairn::save_orbax(dir, state, o);
+    save.push_back(bench::now_s() - t0);
+  }
+  fs::remove(raw);
+  const double gib = double(bytes) / (1u << 30);
+  std::printf("%s: %d leaves, %.3f GiB, export\n", what.c_str(), leaves, gib);
+  std::printf("  %-36s %9.1f ms  %7.2f GiB/s\n", zstd_level ? "ZSTD_compress + write + fsync" : "plain write + fsync",
+              bench::median(plain) * 1e3, gib / bench::median(plain));
+  std::printf("  %-36s %9.1f ms  %7.2f GiB/s  %.2fx of the limit\n", "cairn::save_orbax", bench::median(save) * 1e3,
+              gib / bench::median(save), bench::median(plain) / bench::median(save));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -238,6 +295,9 @@ int main(int argc, char** argv) {
       run(a, layout + "-small-zstd", a.small, 64, true, ocdbt);
     }
   }
+  run_export(a, "export-large-raw", a.leaves, per_leaf, 0);
+  run_export(a, "export-large-zstd", a.leaves, per_leaf, 3);
+  if (a.small > 0) run_export(a, "export-small-raw", a.small, 64, 0);
   if (!a.keep) fs::remove_all(a.dir);
   return 0;
 }

@@ -37,9 +37,11 @@ inline constexpr const char* usage_text =
     "                                    of each leaf\n"
     "                                    (exit 0 same, 1 different)\n"
     "  convert SRC DST [--cast GLOB=DTYPE]... [--select GLOB]... [--exclude GLOB]... [--max-file-bytes N]\n"
-    "                  [--item NAME] [--overwrite]   every item, or the one named (safetensors holds one)\n"
-    "                                    between cairn checkpoints and safetensors (DST ending in\n"
-    "                                    .safetensors, or a directory with --max-file-bytes, is safetensors)\n"
+    "                  [--item NAME] [--overwrite] [--to cairn|safetensors|orbax]\n"
+    "                                    every item, or the one named (safetensors and Orbax hold one)\n"
+    "                                    between cairn checkpoints, safetensors and Orbax (DST ending in\n"
+    "                                    .safetensors, or a directory with --max-file-bytes, is safetensors;\n"
+    "                                    --to orbax writes an Orbax checkpoint where built with Orbax)\n"
     "PATH is a checkpoint directory, a Checkpointer root, a .safetensors file or a *.index.json,\n"
     "as a path or a URI (file:///data/ckpt; s3:// and gs:// where built with them; any scheme a\n"
     "store registered).\n"
@@ -124,6 +126,13 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
         max_report = static_cast<std::uint64_t>(n);
       }
       else if (a == "--overwrite") convert_options.overwrite = true;
+      else if (a == "--to") {
+        const std::string v = value();
+        if (v == "cairn") convert_options.to = ConvertTo::checkpoint;
+        else if (v == "safetensors") convert_options.to = ConvertTo::safetensors;
+        else if (v == "orbax") convert_options.to = ConvertTo::orbax;
+        else throw Error(ErrorKind::invalid_argument, "--to takes cairn, safetensors or orbax, not '" + v + "'");
+      }
       else if (a == "--atol") atol = parse_double(a, value());
       else if (a == "--rtol") rtol = parse_double(a, value());
       else if (a == "--cast") convert_options.cast.push_back(parse_cast(value()));
@@ -145,8 +154,8 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
         {"verify", {"--step", "--quiet", "--progress"}},
         {"show", {"--verify", "--item", "--step", "--quiet", "--progress"}},
         {"diff", {"--atol", "--rtol", "--max-report", "--step", "--quiet", "--progress"}},
-        {"convert", {"--cast", "--select", "--exclude", "--item", "--max-file-bytes", "--overwrite", "--step", "--quiet",
-                     "--progress"}}};
+        {"convert", {"--cast", "--select", "--exclude", "--item", "--max-file-bytes", "--overwrite", "--to", "--step",
+                     "--quiet", "--progress"}}};
     if (const auto it = takes.find(cmd); it != takes.end())
       for (const auto& o : given)
         if (std::find(it->second.begin(), it->second.end(), o) == it->second.end())

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // cairn convert SRC DST [--cast GLOB=DTYPE]... [--select GLOB]... [--max-file-bytes N]
-// [--overwrite]: between cairn checkpoints and safetensors files (cairn::convert).
+// [--overwrite] [--to cairn|safetensors|orbax]: between cairn checkpoints, safetensors files
+// and Orbax checkpoints (cairn::convert).
 #pragma once
 
 #include <ostream>
@@ -20,6 +21,8 @@ inline int convert(const std::string& src, const std::string& dst, ConvertOption
   if (r.to == ConvertTo::safetensors) {
     out << "wrote " << dst << ": " << r.leaves << " tensors, " << human_bytes(r.bytes) << " in " << r.files.size() << " file"
         << (r.files.size() == 1 ? "" : "s");
+  } else if (r.to == ConvertTo::orbax) {
+    out << "wrote " << dst << ": Orbax checkpoint (OCDBT, zarr v3), " << r.leaves << " leaves, " << human_bytes(r.bytes);
   } else {
     out << "wrote " << dst << ": cairn checkpoint, " << r.leaves << " leaves, " << human_bytes(r.bytes);
   }

@@ -14,16 +14,40 @@
 #include "cairn/cairn.hpp"
 #include "cairn/inspect/formats.hpp"
 #include "cairn/orbax/checkpoint.hpp"
+#include "cairn/orbax/export.hpp"
+
+#include <algorithm>
+#include <string>
 
 CAIRN_BEGIN_NAMESPACE
 
+namespace detail::orbax {
+// An Orbax CheckpointManager root (step directories named by number, no checkpoint of its own)
+// stands for its latest step, the highest number, as CheckpointManager.latest_step() picks it.
+// Anything else is returned as it is, for the load's own error.
+inline Location latest_if_manager_root(const Location& location) {
+  const Store& store = location.store();
+  if (looks_like_orbax(store, location.key())) return location;
+  std::string best;
+  for (const auto& e : store.list(location.key())) {
+    if (!e.is_prefix || e.name.empty() || e.name.size() > 19 ||
+        !std::all_of(e.name.begin(), e.name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    const bool higher = best.empty() || std::stoull(e.name) > std::stoull(best);
+    if (higher && looks_like_orbax(store, join_key(location.key(), e.name))) best = e.name;
+  }
+  return best.empty() ? location : location / best;
+}
+}  // namespace detail::orbax
+
 // Loads the Orbax checkpoint at `location` (a checkpoint directory, Orbax v0 or v1, or one
-// pytree's directory) into an existing target. options.item picks the checkpointable: "state"
+// pytree's directory; a CheckpointManager root loads its latest step) into an existing target. options.item picks the checkpointable: "state"
 // (the default) is the checkpoint's pytree, whatever Orbax named it.
 template <class T>
 LoadReport load_orbax(const Location& location, T& target, const LoadOptions& options = {}) {
   require_tree_type<T>();
-  return detail::orbax::load_orbax_planned(location.store(), location.key(), options,
+  const Location at = detail::orbax::latest_if_manager_root(location);
+  return detail::orbax::load_orbax_planned(at.store(), at.key(), options,
                                            [&](const detail::StoredIndex& index) { return detail::plan_load(target, index, options); });
 }
 // Loads a new T (default-constructed, then filled from the checkpoint).
@@ -34,10 +58,24 @@ T load_orbax(const Location& location, const LoadOptions& options = {}) {
   return value;
 }
 
+// Writes `tree` as an Orbax checkpoint at `location` (which must not exist): OCDBT + zarr v3,
+// laid out as Orbax v1's ocp.save writes it unless options.layout says v0_standard. Orbax
+// restores it (ocp.load_pytree / StandardCheckpointer().restore), and so does load_orbax.
+// Staged and published whole: nothing is at the path until it is complete. Sharded arrays are
+// written whole by this process (it must hold all of each), with their mesh and partition spec
+// in _sharding. See docs/orbax.md.
+template <class T>
+OrbaxSaveReport save_orbax(const Location& location, const T& tree, const OrbaxSaveOptions& options = {}) {
+  require_tree_type<T>();
+  return detail::orbax::save_orbax_snapshot(location.store(), location.key(), detail::view_tree(default_item_name, tree),
+                                            options);
+}
+
 // What the Orbax checkpoint at `location` holds: its records (as cairn::metadata gives a
 // checkpoint's), the JSON checkpointables' values, and what is there but not read.
 inline OrbaxCheckpoint orbax_metadata(const Location& location) {
-  detail::orbax::OrbaxView view(location.store(), location.key());
+  const Location at = detail::orbax::latest_if_manager_root(location);
+  detail::orbax::OrbaxView view(at.store(), at.key());
   return detail::orbax::open_orbax(view);
 }
 
@@ -52,8 +90,18 @@ inline ForeignView open_view(const Store& store, const std::string& key) {
   return v;
 }
 
+// convert's export: the source's user metadata becomes _CHECKPOINT_METADATA's custom metadata.
+inline ForeignExport export_item(Store& store, const std::string& key, const ItemSnapshot& item,
+                                 const std::vector<CastRule>& cast, const Json& user_metadata) {
+  OrbaxSaveOptions o;
+  o.cast = cast;
+  o.custom_metadata = user_metadata;
+  const OrbaxSaveReport r = save_orbax_snapshot(store, key, item, o);
+  return {r.leaves, r.bytes, r.cast};
+}
+
 inline const bool format_registered = [] {
-  register_foreign_format({LocationKind::orbax, &looks_like_orbax, &open_view, &load_orbax_planned});
+  register_foreign_format({LocationKind::orbax, &looks_like_orbax, &open_view, &load_orbax_planned, &export_item});
   return true;
 }();
 

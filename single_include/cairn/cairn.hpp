@@ -1422,6 +1422,9 @@ struct field_name {
 
 template <class Class, class Member, field_name Name>
 struct field_descriptor {
+  using struct_type = Class;
+  using member_type = Member;
+  static constexpr auto field = Name;
   static constexpr const char* name = Name.text;
   Member Class::*member;
 };
@@ -1445,9 +1448,12 @@ constexpr void check_field_type() {
                 "docs/extending.md.");
 }
 
-template <class Struct, class Member, field_name Name>
-constexpr bool field_is_tree(const field_descriptor<Struct, Member, Name>&) {
-  check_field_type<Struct, Name, Member>();
+// Takes the descriptor's type rather than deducing its parts from a parameter: nvcc's front
+// end (CUDA 13) cannot deduce a class-type template argument such as `field_name Name`.
+template <class Descriptor>
+constexpr bool field_is_tree() {
+  using Member = typename Descriptor::member_type;
+  check_field_type<typename Descriptor::struct_type, Descriptor::field, Member>();
   return is_tree<Member>;
 }
 
@@ -1480,7 +1486,7 @@ struct node_traits<T, std::enable_if_t<detail::described_struct<T>>> {
           // A field cairn cannot store stops here, with the struct and field named, and is not
           // visited further (which would add a second, vaguer error).
           auto visit = [&](const auto& fd) {
-            if constexpr (detail::field_is_tree(std::remove_cvref_t<decltype(fd)>{}))
+            if constexpr (detail::field_is_tree<std::remove_cvref_t<decltype(fd)>>())
               f(KeyEntry::field(fd.name), node.*(fd.member));
           };
           (visit(field), ...);
@@ -5426,6 +5432,7 @@ enum class ConvertTo {
   automatic,    // safetensors when dst ends in ".safetensors" or max_file_bytes is set; else a checkpoint
   checkpoint,
   safetensors,
+  orbax,        // an Orbax checkpoint (OCDBT + zarr v3, Orbax v1's layout): needs cairn/orbax.hpp
 };
 
 struct ConvertOptions {
@@ -13777,16 +13784,20 @@ CAIRN_END_NAMESPACE
 #include <string>
 #include <vector>
 
+// ----- begin cairn/checkpoint/c_order.hpp -----
+// A leaf's values in C order in host memory, whatever its view holds: a column-major leaf
+// reordered, the boxes of a sharded one placed, device shards copied over, a piece of rows at
+// a time where the values are on the host. What the exports to other formats (safetensors,
+// Orbax), which store arrays whole and in C order, read leaves through.
+
+#include <cstring>
+#include <set>
+#include <utility>
+#include <vector>
+
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
-
-struct ExportTensor {
-  std::string name, key;  // the safetensors name; the key path, for errors
-  const LeafView* view = nullptr;
-  DType dtype = DType::float32;  // as written
-  std::uint64_t nbytes = 0;
-};
 
 // The elements of a sharded view this process holds a copy of (each distinct box once).
 // Calls f(shard) for one copy of each distinct non-empty box this process holds (a replica
@@ -13860,6 +13871,57 @@ inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned ch
   return scratch.data();
 }
 
+// Calls put(bytes, n) with a leaf's values in C order as dtype `to`, in order, a piece of about
+// write_piece_bytes at a time (rows along dimension 0, one row at least): reordered, gathered
+// and cast a piece at a time, never the whole leaf, where its values are on the host; a leaf
+// with device shards is gathered whole first. A cast that does not fit names `key`.
+template <class Put>
+void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow, const std::string& key, Put&& put) {
+  const std::size_t in_size = dtype_size(v.dtype), out_size = dtype_size(to);
+  std::vector<unsigned char> scratch, piece, cast;
+  auto convert = [&](const void* src, std::uint64_t elements) -> const void* {
+    if (to == v.dtype) return src;
+    cast.resize(static_cast<std::size_t>(elements * out_size));
+    try {
+      cast_host(v.dtype, src, to, cast.data(), static_cast<std::size_t>(elements), on_overflow);
+    } catch (const Error& e) {
+      throw e.with_key(key);
+    }
+    return cast.data();
+  };
+  if (!held_on_host(v)) {
+    const std::uint64_t n = element_count(v.shape);
+    put(convert(c_order_host_bytes(v, scratch, piece), n), n * out_size);
+    return;
+  }
+  const std::int64_t rows = v.shape.empty() ? 1 : v.shape[0];
+  const std::uint64_t row_elements = element_count(v.shape) / static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
+  const std::int64_t per_piece = static_cast<std::int64_t>(
+      std::max<std::uint64_t>(1, write_piece_bytes / std::max<std::uint64_t>(1, row_elements * std::max(in_size, out_size))));
+  for (std::int64_t first = 0; first < rows; first += per_piece) {
+    const std::int64_t count = std::min(per_piece, rows - first);
+    const std::uint64_t elements = row_elements * static_cast<std::uint64_t>(count);
+    if (elements == 0) continue;
+    piece.resize(static_cast<std::size_t>(elements * in_size));
+    c_order_slab(v, first, count, piece.data());
+    put(convert(piece.data(), elements), elements * out_size);
+  }
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/c_order.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+struct ExportTensor {
+  std::string name, key;  // the safetensors name; the key path, for errors
+  const LeafView* view = nullptr;
+  DType dtype = DType::float32;  // as written
+  std::uint64_t nbytes = 0;
+};
+
 // The header: the tensors in file order, then "__metadata__", padded with spaces so that the
 // buffer starts at a multiple of 8 bytes, as Hugging Face's writer does.
 inline std::string safetensors_header_text(const std::vector<const ExportTensor*>& tensors,
@@ -13927,7 +13989,6 @@ inline std::uint64_t write_safetensors_file(StoreWriter& w, const std::vector<co
     }
     out.append(static_cast<const char*>(src), static_cast<std::size_t>(n));
   };
-  std::vector<unsigned char> scratch, piece, cast;
   for (const ExportTensor* t : tensors) {
     if (t->nbytes == 0) continue;
     const LeafView& v = *t->view;
@@ -13942,35 +14003,7 @@ inline std::uint64_t write_safetensors_file(StoreWriter& w, const std::vector<co
       put(v.data, t->nbytes);
       continue;
     }
-    const std::size_t in_size = dtype_size(v.dtype), out_size = dtype_size(t->dtype);
-    auto convert = [&](const void* src, std::uint64_t elements) -> const void* {
-      if (t->dtype == v.dtype) return src;
-      cast.resize(static_cast<std::size_t>(elements * out_size));
-      try {
-        cast_host(v.dtype, src, t->dtype, cast.data(), static_cast<std::size_t>(elements), on_overflow);
-      } catch (const Error& e) {
-        throw e.with_key(t->key);
-      }
-      return cast.data();
-    };
-    if (!held_on_host(v)) {  // device shards: gathered whole, then converted
-      const void* src = convert(c_order_host_bytes(v, scratch, piece), element_count(v.shape));
-      put(src, t->nbytes);
-      continue;
-    }
-    // Rows along dimension 0, about write_piece_bytes at a time (one row at least): reordered,
-    // gathered and cast a piece at a time, never the whole tensor.
-    const std::int64_t rows = v.shape.empty() ? 1 : v.shape[0];
-    const std::uint64_t row_elements = element_count(v.shape) / static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
-    const std::int64_t per_piece = static_cast<std::int64_t>(
-        std::max<std::uint64_t>(1, write_piece_bytes / std::max<std::uint64_t>(1, row_elements * std::max(in_size, out_size))));
-    for (std::int64_t first = 0; first < rows; first += per_piece) {
-      const std::int64_t count = std::min(per_piece, rows - first);
-      const std::uint64_t elements = row_elements * static_cast<std::uint64_t>(count);
-      piece.resize(static_cast<std::size_t>(elements * in_size));
-      c_order_slab(v, first, count, piece.data());
-      put(convert(piece.data(), elements), elements * out_size);
-    }
+    for_each_c_order_piece(v, t->dtype, on_overflow, t->key, put);
   }
   flush();
   w.finish(offset);
@@ -14610,6 +14643,7 @@ CAIRN_END_NAMESPACE
 
 #include <memory>
 #include <string>
+#include <vector>
 
 
 CAIRN_BEGIN_NAMESPACE
@@ -14620,17 +14654,29 @@ struct ForeignView {
   CheckpointMetadata metadata;         // records whose chunks name the store's blobs
 };
 
+// What an export to a foreign format wrote (convert's report).
+struct ForeignExport {
+  std::uint64_t leaves = 0, bytes = 0;
+  std::vector<std::string> cast;  // key paths stored as another dtype
+};
+
 struct ForeignFormat {
   LocationKind kind;
   bool (*recognizes)(const Store& store, const std::string& key);
   ForeignView (*open)(const Store& store, const std::string& key);
   LoadReport (*load)(const Store& store, const std::string& key, const LoadOptions& options,
                      FunctionRef<LoadPlan(const StoredIndex&)> plan);
+  // Writes one item as a checkpoint of this format (convert's target); null where cairn only
+  // reads the format. `user_metadata` is the source's.
+  ForeignExport (*save)(Store& store, const std::string& key, const ItemSnapshot& item,
+                        const std::vector<CastRule>& cast, const Json& user_metadata) = nullptr;
 };
 
 CAIRN_API void register_foreign_format(const ForeignFormat& format);
 // The format whose checkpoint is at `key`, or null.
 CAIRN_API const ForeignFormat* foreign_format_at(const Store& store, const std::string& key);
+// The registered format of this kind, or null.
+CAIRN_API const ForeignFormat* foreign_format_of(LocationKind kind);
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
@@ -14799,6 +14845,13 @@ CAIRN_API const detail::ForeignFormat* detail::foreign_format_at(const Store& st
   }
   for (const ForeignFormat* f : formats)
     if (f->recognizes(store, key)) return f;
+  return nullptr;
+}
+
+CAIRN_API const detail::ForeignFormat* detail::foreign_format_of(LocationKind kind) {
+  std::lock_guard<std::mutex> lock(foreign_formats_mutex());
+  for (const auto& f : foreign_formats())
+    if (f.kind == kind) return &f;
   return nullptr;
 }
 
@@ -15012,11 +15065,17 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   const bool to_safetensors = options.to == ConvertTo::safetensors ||
                               (options.to == ConvertTo::automatic &&
                                (dst.key().ends_with(".safetensors") || options.max_file_bytes > 0));
-  if (to_safetensors && items.size() > 1) {
+  const bool to_orbax = options.to == ConvertTo::orbax;
+  const detail::ForeignFormat* orbax = to_orbax ? detail::foreign_format_of(LocationKind::orbax) : nullptr;
+  if (to_orbax && (!orbax || !orbax->save))
+    throw Error(ErrorKind::invalid_argument, "converting to an Orbax checkpoint needs cairn/orbax.hpp (CMake: cairn::orbax, "
+                "which links libzstd); this program was built without it", dst.describe());
+  if ((to_safetensors || to_orbax) && items.size() > 1) {
     std::string names;
     for (const ItemRecord* i : items) names += (names.empty() ? "'" : ", '") + i->name + "'";
     throw Error(ErrorKind::invalid_argument, "the source holds the items " + names +
-                "; a safetensors file holds one: choose it (ConvertOptions::item, cairn convert --item NAME)",
+                std::string("; ") + (to_orbax ? "an Orbax checkpoint" : "a safetensors file") +
+                " holds one: choose it (ConvertOptions::item, cairn convert --item NAME)",
                 source.path);
   }
   auto matches = [](const std::vector<std::string>& globs, const std::string& k) {
@@ -15073,6 +15132,21 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
         report.not_cast.push_back(k + " (" + dtype_name(l.dtype) + ")");
     }
   for (const auto& snap : snaps) report.items.push_back(snap.name);
+  if (to_orbax) {
+    if (options.max_file_bytes)
+      throw Error(ErrorKind::invalid_argument, "max_file_bytes is a safetensors option; an Orbax checkpoint is one database",
+                  dst.describe());
+    if (options.overwrite)
+      throw Error(ErrorKind::invalid_argument, "an Orbax export never replaces what is at its path: remove it first",
+                  dst.describe());
+    const detail::ForeignExport r = orbax->save(dst.store(), dst.key(), snaps.front(), options.cast,
+                                                m.user_metadata.is_object() ? m.user_metadata : Json::object());
+    report.to = ConvertTo::orbax;
+    report.leaves = r.leaves;
+    report.bytes = r.bytes;
+    report.cast = r.cast;
+    return report;
+  }
   if (to_safetensors) {
     const detail::ItemSnapshot& snap = snaps.front();
     SafetensorsSaveOptions o;

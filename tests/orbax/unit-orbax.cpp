@@ -53,6 +53,10 @@ struct Sharded {
   B b;
 };
 CAIRN_TREE(Sharded, a, b)
+struct StepOnly {
+  std::int64_t step = 0;
+};
+CAIRN_TREE(StepOnly, step)
 
 const std::vector<std::int32_t> expected_a = {0, 1, 2, 3, 4, 5, 6, 7};
 const std::vector<std::int32_t> expected_c = {1, 2, 3};
@@ -726,4 +730,290 @@ TEST_CASE("a small hostile Orbax checkpoint that claims a huge array is refused 
     CHECK_THROWS_WITH_AS(cairn::load_orbax<Flat>(ckpt), doctest::Contains("4096 bytes"),
                          cairn::Error);
   }
+}
+
+// Checkpoints that Orbax itself wrote (tools/orbax_write.py, run where orbax-checkpoint and JAX
+// are installed: every way of saving that Orbax version has, every dtype, dict and list nesting,
+// arrays sharded over 2x4 devices). Each array leaf must read bit-exactly as the bytes the
+// writer dumped beside it. The files live outside the repository: CAIRN_ORBAX_REAL names their
+// directory, else ../shared/testdata/orbax-real; the case says it skipped where neither is.
+TEST_CASE("checkpoints written by Orbax itself read bit-exactly, every way of saving and every dtype") {
+  const char* env = std::getenv("CAIRN_ORBAX_REAL");
+  const std::string dir = env ? std::string(env) : testdata() + "-real";
+  if (!fs::is_regular_file(dir + "/versions.json")) {
+    MESSAGE("skipped: " << dir << " holds no checkpoints written by Orbax (tools/orbax_write.py writes them)");
+    return;
+  }
+  const cairn::Json versions = cairn::Json::parse(test::read_file(dir + "/versions.json"));
+  MESSAGE("written by orbax-checkpoint " << versions.at("orbax").as_string() << ", jax "
+                                         << versions.at("jax").as_string());
+  int checked = 0;
+  for (const cairn::Json& name_json : versions.at("written").as_array()) {
+    const std::string name = name_json.as_string();
+    std::string ckpt = dir + "/" + name;
+    if (name == "manager") {
+      // A CheckpointManager root: listed as a root of steps; load_orbax and orbax_metadata
+      // read its latest step (30; max_to_keep=2 removed step 10).
+      const cairn::Inspection root = cairn::inspect(ckpt);
+      CHECK(root.kind == cairn::LocationKind::checkpointer_root);
+      REQUIRE(root.steps.size() == 2);
+      CHECK(root.steps.back().name == "30");
+      StepOnly s;
+      cairn::load_orbax(ckpt, s, cairn::LoadOptions::partial());
+      CHECK(s.step == 30);
+      CHECK(cairn::orbax_metadata(ckpt).metadata.leaves().size() ==
+            cairn::orbax_metadata(ckpt + "/30").metadata.leaves().size());
+      ckpt += "/30";
+    }
+    const cairn::Json manifest = cairn::Json::parse(test::read_file(dir + "/expected/" + name + "/manifest.json"));
+    CAPTURE(name);
+    std::map<std::string, cairn::ArrayValue> values;
+    try {
+      values = cairn::read_arrays(ckpt, {});
+    } catch (const cairn::Error& e) {
+      FAIL_CHECK(std::string(name + ": " + e.what()));
+      continue;
+    }
+    for (const cairn::Json& leaf : manifest.as_array()) {
+      std::string key;
+      for (const cairn::Json& k : leaf.at("path").as_array())
+        key += (key.empty() ? "" : "/") + (k.is_string() ? k.as_string() : std::to_string(k.as_int()));
+      CAPTURE(key);
+      auto it = values.find(key);
+      if (it == values.end()) {
+        FAIL_CHECK(std::string(name + ": no leaf " + key));
+        continue;
+      }
+      const cairn::ArrayValue& v = it->second;
+      CHECK(std::string(cairn::dtype_name(v.dtype)) == leaf.at("dtype").as_string());
+      std::vector<std::int64_t> shape;
+      for (const cairn::Json& d : leaf.at("shape").as_array()) shape.push_back(d.as_int());
+      CHECK(std::vector<std::int64_t>(v.shape.begin(), v.shape.end()) == shape);
+      const std::string want = test::read_file(dir + "/expected/" + name + "/" + leaf.at("file").as_string());
+      CHECK(v.bytes.size() == want.size());
+      CHECK((v.bytes.size() == want.size() && std::memcmp(v.bytes.data(), want.data(), want.size()) == 0));
+      ++checked;
+    }
+    CHECK(cairn::verify(ckpt).ok());
+  }
+  MESSAGE(checked << " leaves of " << versions.at("written").size() << " Orbax checkpoints read bit-exactly");
+  CHECK(checked > 0);
+}
+
+// ---- The export (save_orbax, convert --to orbax) ----
+
+namespace {
+
+struct ExportLayer {
+  std::vector<float> w;
+  std::vector<cairn::float16> b;
+};
+CAIRN_TREE(ExportLayer, w, b)
+struct ExportState {
+  std::map<std::string, cairn::ArrayValue> dtypes;  // one random array of every dtype
+  std::vector<ExportLayer> layers;
+  cairn::ShardedArray<float> kernel;                 // sharded 2x4 over host devices
+  Eigen::MatrixXd eigen;                             // column-major: written in C order
+  std::vector<double> cast_me;                       // stored as bfloat16 by a cast rule
+  std::int64_t step = 0;
+  std::string name;
+};
+CAIRN_TREE(ExportState, dtypes, layers, kernel, eigen, cast_me, step, name)
+
+ExportState export_state() {
+  ExportState s;
+  for (cairn::DType d : cairn::all_numeric_dtypes) {
+    cairn::ArrayValue v;
+    v.dtype = d;
+    v.shape = {3, 5};
+    v.bytes = test::random_bits<unsigned char>(15 * cairn::dtype_size(d));
+    if (d == cairn::DType::bool_)
+      for (auto& b : v.bytes) b &= 1;
+    s.dtypes[cairn::dtype_name(d)] = std::move(v);
+  }
+  for (int i = 0; i < 3; ++i) s.layers.push_back({test::random_bits<float>(16), test::random_bits<cairn::float16>(4)});
+  s.kernel = cairn::ShardedArray<float>::from_host(
+      test::random_bits<float>(64 * 96), {64, 96},
+      cairn::NamedSharding(cairn::Mesh::host({{"data", 2}, {"model", 4}}), cairn::PartitionSpec{"data", "model"}));
+  s.eigen = Eigen::MatrixXd::Random(7, 5);
+  s.cast_me = {1.0, -2.5, 3.25, 1e-3};
+  s.step = 1234;
+  s.name = "run 7: \u00e9t\u00e9";
+  return s;
+}
+
+// The manifest tools/orbax_restore_check.py compares Orbax's restore with (the format of
+// tools/orbax_write.py's): every leaf's key path (indices as numbers), dtype, shape and a file
+// of its C-order bytes as stored; string leaves carry their value.
+void write_expected(const std::string& dir, const std::string& ckpt) {
+  fs::create_directories(dir);
+  const cairn::OrbaxCheckpoint info = cairn::orbax_metadata(ckpt);
+  const auto values = cairn::read_arrays(ckpt, {});
+  cairn::Json manifest = cairn::Json::array();
+  int i = 0;
+  for (const auto& l : info.metadata.leaves()) {
+    cairn::Json path = cairn::Json::array();
+    for (std::size_t k = 0; k < l.path.size(); ++k) {
+      const auto& e = l.path[k];
+      if (e.kind == cairn::KeyEntry::Kind::index) path.push_back(cairn::Json(e.number));
+      else path.push_back(cairn::Json(e.text()));
+    }
+    const cairn::ArrayValue& v = values.at(l.key());
+    cairn::Json entry = cairn::Json::object({{"path", path}, {"dtype", cairn::dtype_name(v.dtype)}});
+    cairn::Json shape = cairn::Json::array();
+    for (std::int64_t d : v.shape) shape.push_back(cairn::Json(d));
+    entry["shape"] = shape;
+    if (v.dtype == cairn::DType::string) {
+      entry["string"] = std::string(v.bytes.begin(), v.bytes.end());
+    } else {
+      const std::string file = std::to_string(i++) + ".bin";
+      test::write_file(dir + "/" + file, std::string(v.bytes.begin(), v.bytes.end()));
+      entry["file"] = file;
+    }
+    manifest.push_back(entry);
+  }
+  test::write_file(dir + "/manifest.json", manifest.dump());
+}
+
+}  // namespace
+
+TEST_CASE("a tree saved as an Orbax checkpoint reads back bit-exactly: both layouts, zstd, casts, sharding") {
+  // With CAIRN_ORBAX_EXPORT_DIR set, the exports and their manifests stay there, for Orbax
+  // itself to restore (tools/orbax_restore_check.py, docs/orbax.md).
+  const char* keep = std::getenv("CAIRN_ORBAX_EXPORT_DIR");
+  test::TempDir tmp;
+  const std::string out = keep ? std::string(keep) : tmp.path;
+  const ExportState s = export_state();
+  struct Way {
+    const char* name;
+    cairn::OrbaxLayout layout;
+    int zstd;
+  };
+  for (const Way& way : {Way{"v1", cairn::OrbaxLayout::v1, 0}, Way{"v1_zstd", cairn::OrbaxLayout::v1, 3},
+                         Way{"v0", cairn::OrbaxLayout::v0_standard, 0}, Way{"v0_zstd", cairn::OrbaxLayout::v0_standard, 1}}) {
+    const std::string way_name = way.name;
+    CAPTURE(way_name);
+    const std::string ckpt = out + "/" + way.name;
+    fs::remove_all(ckpt);
+    cairn::OrbaxSaveOptions o;
+    o.layout = way.layout;
+    o.zstd_level = way.zstd;
+    o.cast = {{"cast_me", cairn::DType::bfloat16}};
+    o.custom_metadata = cairn::Json::object({{"run", "7"}});
+    const cairn::OrbaxSaveReport r = cairn::save_orbax(ckpt, s, o);
+    CHECK(r.cast == std::vector<std::string>{"cast_me"});
+    CHECK(r.leaves == 15 + 6 + 5);
+    if (!way.zstd) CHECK(r.stored_bytes == r.bytes);  // (random bits do not compress: no claim for zstd)
+    CHECK(fs::is_regular_file(ckpt + (way.layout == cairn::OrbaxLayout::v1 ? "/state/_METADATA" : "/_METADATA")));
+    CHECK(fs::is_regular_file(ckpt + "/commit_success.txt"));
+    CHECK(test::leftovers(out).empty());
+
+    // Every leaf, through the Orbax reader that reads Orbax's own files bit-exactly.
+    ExportState back;
+    back.kernel = cairn::ShardedArray<float>(
+        cairn::NamedSharding(cairn::Mesh::host({{"x", 3}}), cairn::PartitionSpec{cairn::replicated, "x"}));
+    cairn::LoadOptions lo;
+    lo.allow_lossy_cast = {"cast_me"};  // stored bfloat16, loaded into double: exact, but asked anyway
+    cairn::load_orbax(ckpt, back, lo);
+    for (const auto& [name, v] : s.dtypes) {
+      CAPTURE(name);
+      CHECK(back.dtypes.at(name).dtype == v.dtype);
+      CHECK(back.dtypes.at(name).bytes == v.bytes);
+    }
+    for (std::size_t i = 0; i < s.layers.size(); ++i) {
+      CHECK(test::same_bits(back.layers[i].w, s.layers[i].w));
+      CHECK(test::same_bits(back.layers[i].b, s.layers[i].b));
+    }
+    CHECK(test::same_bits(back.kernel.gather(), s.kernel.gather()));
+    CHECK(back.eigen == s.eigen);
+    std::vector<cairn::bfloat16> want16(s.cast_me.size());
+    cairn::cast_host(cairn::DType::float64, s.cast_me.data(), cairn::DType::bfloat16, want16.data(), want16.size());
+    for (std::size_t i = 0; i < want16.size(); ++i) CHECK(back.cast_me[i] == static_cast<double>(static_cast<float>(want16[i])));
+    CHECK(back.step == s.step);
+    CHECK(back.name == s.name);
+
+    // What Orbax reads beside the arrays: the sharding, the metadata, the checksums.
+    const cairn::OrbaxCheckpoint info = cairn::orbax_metadata(ckpt);
+    CHECK(info.layout == "orbax (OCDBT, zarr v3)");
+    const auto* kernel = info.metadata.find_item("state")->find_leaf("kernel");
+    REQUIRE(kernel);
+    REQUIRE(kernel->sharding);
+    CHECK(kernel->sharding->spec == cairn::PartitionSpec{"data", "model"});
+    CHECK(kernel->sharding->mesh.axes() == std::vector<cairn::MeshAxis>{{"data", 2}, {"model", 4}});
+    CHECK(info.metadata.find_item("state")->find_leaf("cast_me")->dtype == cairn::DType::bfloat16);
+    CHECK(info.metadata.user_metadata.at("custom").at("run").as_string() == "7");
+    CHECK(info.not_read.empty());
+    CHECK(cairn::verify(ckpt).ok());
+    if (keep) write_expected(out + "/expected/" + way.name, ckpt);
+  }
+  if (keep) {
+    cairn::Json written = cairn::Json::array({"v1", "v1_zstd", "v0", "v0_zstd"});
+    test::write_file(out + "/exports.json", cairn::Json::object({{"written", written}}).dump());
+  }
+}
+
+TEST_CASE("an Orbax export that cannot be written is refused whole, naming the path and the key, and leaves nothing") {
+  test::TempDir dir;
+  const std::string path = dir / "o";
+  // Something already there.
+  fs::create_directories(path);
+  CHECK_CAIRN_ERROR(cairn::save_orbax(path, export_state()), cairn::ErrorKind::already_exists, "never replaces");
+  fs::remove_all(path);
+  // Keys Orbax's names cannot hold, and a tree that is one array.
+  std::map<std::string, std::vector<float>> dotted{{"a.b", {1.f}}};
+  CHECK_CAIRN_ERROR(cairn::save_orbax(path, dotted), cairn::ErrorKind::invalid_argument, "'a.b'");
+  CHECK_CAIRN_ERROR(cairn::save_orbax(path, std::vector<float>{1.f}), cairn::ErrorKind::invalid_argument, "one array");
+  // A sharded array this process holds half of.
+  cairn::Mesh mesh = cairn::Mesh::host({{"x", 2}});
+  mesh.assign_processes({0, 1}, 0);
+  std::map<std::string, cairn::ShardedArray<float>> half;
+  half["w"] = cairn::ShardedArray<float>({8}, cairn::NamedSharding(mesh, cairn::PartitionSpec{"x"}));
+  CHECK_CAIRN_ERROR(cairn::save_orbax(path, half), cairn::ErrorKind::invalid_argument, "gather");
+  CHECK_CAIRN_ERROR(cairn::save_orbax(path, dotted, {cairn::OrbaxLayout::v1, 99}), cairn::ErrorKind::invalid_argument,
+                    "zstd_level");
+  CHECK_FALSE(fs::exists(path));
+  // A write that fails half way (the data file, then the manifest): nothing at the path.
+  for (const char* file : {"/d/", "manifest.ocdbt", "_METADATA", "commit_success.txt"}) {
+    CAPTURE(file);
+    {
+      test::FaultInjection faults([&](const std::string& call, const std::string& p) {
+        return call == "pwrite" && p.find(file) != std::string::npos ? ENOSPC : 0;
+      });
+      CHECK_THROWS_AS(cairn::save_orbax(path, export_state()), cairn::Error);
+    }
+    CHECK_FALSE(fs::exists(path));
+    CHECK(test::leftovers(dir.path).empty());
+  }
+  cairn::save_orbax(path, export_state());  // and then it works
+  CHECK(cairn::verify(path).ok());
+}
+
+TEST_CASE("convert and the cairn tool go between cairn, Orbax and safetensors in every direction") {
+  test::TempDir dir;
+  const ExportState s = export_state();
+  cairn::save(dir / "ck", s);
+  // cairn -> Orbax -> cairn -> safetensors -> Orbax, every value kept.
+  cairn::ConvertOptions to_orbax;
+  to_orbax.to = cairn::ConvertTo::orbax;
+  const cairn::ConvertReport r = cairn::convert(dir / "ck", dir / "orbax", to_orbax);
+  CHECK(r.to == cairn::ConvertTo::orbax);
+  CHECK(r.leaves == 15 + 6 + 5);
+  cairn::convert(dir / "orbax", dir / "back");
+  ExportState back = cairn::load<ExportState>(dir / "back");
+  CHECK(back.dtypes.at("bfloat16").bytes == s.dtypes.at("bfloat16").bytes);
+  CHECK(back.eigen == s.eigen);
+  CHECK(back.name == s.name);
+  cairn::ConvertOptions st;
+  st.exclude = {"name"};  // safetensors has no strings
+  cairn::convert(dir / "orbax", dir / "m.safetensors", st);
+  cairn::convert(dir / "m.safetensors", dir / "orbax2", to_orbax);
+  CHECK(leaf(dir / "orbax2", "layers/2/w").bytes == cairn::read_arrays(dir / "ck", {"layers/2/w"}).at("layers/2/w").bytes);
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "ck", dir / "orbax", to_orbax), cairn::ErrorKind::already_exists, "never replaces");
+  // The tool: --to orbax, then ls and verify on what it wrote.
+  std::ostringstream out, err;
+  CHECK(cairn::cli::run({"convert", dir / "ck", dir / "orbax3", "--to", "orbax", "--cast", "cast_me=bfloat16"}, out, err) == 0);
+  CHECK(out.str().find("Orbax checkpoint (OCDBT, zarr v3)") != std::string::npos);
+  CHECK(cairn::cli::run({"verify", dir / "orbax3"}, out, err) == 0);
+  CHECK(cairn::cli::run({"convert", dir / "ck", dir / "x", "--to", "zarr"}, out, err) != 0);
+  CHECK(err.str().find("--to takes cairn, safetensors or orbax") != std::string::npos);
 }

@@ -17,6 +17,7 @@ enum class ConvertTo {
   automatic,    // safetensors when dst ends in ".safetensors" or max_file_bytes is set; else a checkpoint
   checkpoint,
   safetensors,
+  orbax,        // an Orbax checkpoint (OCDBT + zarr v3, Orbax v1's layout): needs cairn/orbax.hpp
 };
 
 struct ConvertOptions {

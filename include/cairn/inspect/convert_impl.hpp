@@ -6,6 +6,7 @@
 
 #include "cairn/checkpoint/save.hpp"
 #include "cairn/inspect/convert.hpp"
+#include "cairn/inspect/formats.hpp"
 #include "cairn/safetensors/save.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -26,11 +27,17 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   const bool to_safetensors = options.to == ConvertTo::safetensors ||
                               (options.to == ConvertTo::automatic &&
                                (dst.key().ends_with(".safetensors") || options.max_file_bytes > 0));
-  if (to_safetensors && items.size() > 1) {
+  const bool to_orbax = options.to == ConvertTo::orbax;
+  const detail::ForeignFormat* orbax = to_orbax ? detail::foreign_format_of(LocationKind::orbax) : nullptr;
+  if (to_orbax && (!orbax || !orbax->save))
+    throw Error(ErrorKind::invalid_argument, "converting to an Orbax checkpoint needs cairn/orbax.hpp (CMake: cairn::orbax, "
+                "which links libzstd); this program was built without it", dst.describe());
+  if ((to_safetensors || to_orbax) && items.size() > 1) {
     std::string names;
     for (const ItemRecord* i : items) names += (names.empty() ? "'" : ", '") + i->name + "'";
     throw Error(ErrorKind::invalid_argument, "the source holds the items " + names +
-                "; a safetensors file holds one: choose it (ConvertOptions::item, cairn convert --item NAME)",
+                std::string("; ") + (to_orbax ? "an Orbax checkpoint" : "a safetensors file") +
+                " holds one: choose it (ConvertOptions::item, cairn convert --item NAME)",
                 source.path);
   }
   auto matches = [](const std::vector<std::string>& globs, const std::string& k) {
@@ -87,6 +94,21 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
         report.not_cast.push_back(k + " (" + dtype_name(l.dtype) + ")");
     }
   for (const auto& snap : snaps) report.items.push_back(snap.name);
+  if (to_orbax) {
+    if (options.max_file_bytes)
+      throw Error(ErrorKind::invalid_argument, "max_file_bytes is a safetensors option; an Orbax checkpoint is one database",
+                  dst.describe());
+    if (options.overwrite)
+      throw Error(ErrorKind::invalid_argument, "an Orbax export never replaces what is at its path: remove it first",
+                  dst.describe());
+    const detail::ForeignExport r = orbax->save(dst.store(), dst.key(), snaps.front(), options.cast,
+                                                m.user_metadata.is_object() ? m.user_metadata : Json::object());
+    report.to = ConvertTo::orbax;
+    report.leaves = r.leaves;
+    report.bytes = r.bytes;
+    report.cast = r.cast;
+    return report;
+  }
   if (to_safetensors) {
     const detail::ItemSnapshot& snap = snaps.front();
     SafetensorsSaveOptions o;

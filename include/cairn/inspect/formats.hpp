@@ -8,8 +8,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cairn/checkpoint/load_plan.hpp"
+#include "cairn/checkpoint/snapshot.hpp"
 #include "cairn/core/function_ref.hpp"
 #include "cairn/inspect/inspect.hpp"
 
@@ -21,17 +23,29 @@ struct ForeignView {
   CheckpointMetadata metadata;         // records whose chunks name the store's blobs
 };
 
+// What an export to a foreign format wrote (convert's report).
+struct ForeignExport {
+  std::uint64_t leaves = 0, bytes = 0;
+  std::vector<std::string> cast;  // key paths stored as another dtype
+};
+
 struct ForeignFormat {
   LocationKind kind;
   bool (*recognizes)(const Store& store, const std::string& key);
   ForeignView (*open)(const Store& store, const std::string& key);
   LoadReport (*load)(const Store& store, const std::string& key, const LoadOptions& options,
                      FunctionRef<LoadPlan(const StoredIndex&)> plan);
+  // Writes one item as a checkpoint of this format (convert's target); null where cairn only
+  // reads the format. `user_metadata` is the source's.
+  ForeignExport (*save)(Store& store, const std::string& key, const ItemSnapshot& item,
+                        const std::vector<CastRule>& cast, const Json& user_metadata) = nullptr;
 };
 
 CAIRN_API void register_foreign_format(const ForeignFormat& format);
 // The format whose checkpoint is at `key`, or null.
 CAIRN_API const ForeignFormat* foreign_format_at(const Store& store, const std::string& key);
+// The registered format of this kind, or null.
+CAIRN_API const ForeignFormat* foreign_format_of(LocationKind kind);
 
 }  // namespace detail
 CAIRN_END_NAMESPACE

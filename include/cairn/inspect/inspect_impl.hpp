@@ -181,6 +181,13 @@ CAIRN_API const detail::ForeignFormat* detail::foreign_format_at(const Store& st
   return nullptr;
 }
 
+CAIRN_API const detail::ForeignFormat* detail::foreign_format_of(LocationKind kind) {
+  std::lock_guard<std::mutex> lock(foreign_formats_mutex());
+  for (const auto& f : foreign_formats())
+    if (f.kind == kind) return &f;
+  return nullptr;
+}
+
 CAIRN_API const char* location_kind_name(LocationKind kind) {
   switch (kind) {
     case LocationKind::checkpoint: return "checkpoint";

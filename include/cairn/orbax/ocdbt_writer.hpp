@@ -92,8 +92,28 @@ class OcdbtWriter {
   }
   void put(const std::string& key, const std::string& value) { put(key, value.data(), value.size()); }
 
-  // Writes the tree and the manifest. The database is complete when this returns.
-  void finish() {
+  // A value made in pieces and never held whole (an array of gigabytes): produce(sink) calls
+  // sink(bytes, n) with the value's bytes in order. Stored indirect, in the data file.
+  template <class Produce>
+  void put_stream(const std::string& key, Produce&& produce) {
+    if (key.size() > ocdbt_max_path) throw Error(ErrorKind::invalid_argument, "an OCDBT key is longer than 65535 bytes", "", key);
+    if (entries_.count(key)) throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", key);
+    Entry e;
+    e.indirect = true;
+    e.offset = size_;
+    produce([&](const void* bytes, std::uint64_t n) {
+      if (n == 0) return;
+      data_->write_at(bytes, n, size_);
+      size_ += n;
+    });
+    e.length = size_ - e.offset;
+    indirect_bytes_ += e.length;
+    entries_.emplace(key, std::move(e));
+  }
+
+  // Writes the tree and the manifest. The database is complete when this returns. Returns the
+  // blobs written (relative to the database's key) and their sizes.
+  std::map<std::string, std::uint64_t> finish() {
     struct Child {
       std::string first_key;
       std::uint64_t offset, length, keys, tree_bytes, indirect;
@@ -150,7 +170,9 @@ class OcdbtWriter {
     ocdbt_put_le(m, static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count()), 8);
     ocdbt_put_varint(m, 0);                    // no version tree nodes
-    write_blob(store_, join_key(key_, "manifest.ocdbt"), ocdbt_frame(ocdbt_manifest_magic, m));
+    const std::string manifest = ocdbt_frame(ocdbt_manifest_magic, m);
+    write_blob(store_, join_key(key_, "manifest.ocdbt"), manifest);
+    return {{data_name_, size_}, {"manifest.ocdbt", manifest.size()}};
   }
 
  private:

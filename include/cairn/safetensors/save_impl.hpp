@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cairn/checkpoint/c_order.hpp"
 #include "cairn/checkpoint/coverage.hpp"
 #include "cairn/dtype/cast_host.hpp"
 #include "cairn/core/key_path.hpp"  // canonical_key
@@ -28,78 +29,6 @@ struct ExportTensor {
   DType dtype = DType::float32;  // as written
   std::uint64_t nbytes = 0;
 };
-
-// The elements of a sharded view this process holds a copy of (each distinct box once).
-// Calls f(shard) for one copy of each distinct non-empty box this process holds (a replica
-// whose primary holder is another process holds the same values).
-template <class F>
-void for_each_held_box(const LeafView& v, F&& f) {
-  std::set<std::pair<Shape, Shape>> seen;
-  for (const auto& s : v.shards)
-    if (s.box.elements() > 0 && s.data && seen.emplace(s.box.start, s.box.shape).second) f(s);
-}
-inline std::uint64_t held_elements(const LeafView& v) {
-  std::uint64_t covered = 0;
-  for_each_held_box(v, [&](const ShardView& s) { covered += static_cast<std::uint64_t>(s.box.elements()); });
-  return covered;
-}
-
-// Whether a view's elements are in this process's host memory (a plain leaf, or every shard
-// it holds). The export then makes each piece of a tensor on its own (c_order_slab); a view
-// with device shards is gathered whole first (c_order_host_bytes).
-inline bool held_on_host(const LeafView& v) {
-  if (v.shards.empty()) return true;
-  bool host = true;
-  for_each_held_box(v, [&](const ShardView& s) { host = host && s.memory == MemoryKind::host; });
-  return host;
-}
-
-// The rows [first, first + count) along dimension 0 of a host view, in C order and the view's
-// own dtype, into `dst`: a plain C-order view's bytes are copied, a column-major one and the
-// boxes of a sharded one are box-copied into place (each distinct box once, from any copy this
-// process holds; the export checked first that they cover the array).
-inline void c_order_slab(const LeafView& v, std::int64_t first, std::int64_t count, unsigned char* dst) {
-  const std::size_t item = dtype_size(v.dtype);
-  if (v.shape.empty()) {  // a scalar: one element
-    std::memcpy(dst, v.shards.empty() ? v.data : v.shards.front().data, item);
-    return;
-  }
-  Box slab = whole_box(v.shape);
-  slab.start[0] = first;
-  slab.shape[0] = count;
-  if (v.shards.empty()) {
-    if (v.order == Order::C || v.shape.size() < 2) {
-      const std::uint64_t row = byte_count(slab.shape, item) / static_cast<std::uint64_t>(std::max<std::int64_t>(count, 1));
-      std::memcpy(dst, static_cast<const unsigned char*>(v.data) + static_cast<std::uint64_t>(first) * row,
-                  static_cast<std::size_t>(row * static_cast<std::uint64_t>(count)));
-      return;
-    }
-    box_copy_host(item, v.data, dst, plan_box_copy(slab, whole_box(v.shape), true, slab, false));
-    return;
-  }
-  for_each_held_box(v, [&](const ShardView& s) {
-    Box part;
-    if (intersect(s.box, slab, part)) box_copy_host(item, s.data, dst, plan_box_copy(part, s.box, false, slab, false));
-  });
-}
-
-// A view with device shards, whole in C order in host memory: gathered into `scratch`.
-inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned char>& scratch,
-                                      std::vector<unsigned char>& piece) {
-  const std::size_t item = dtype_size(v.dtype);
-  const Box whole = whole_box(v.shape);
-  scratch.resize(static_cast<std::size_t>(byte_count(v.shape, item)));
-  for_each_held_box(v, [&](const ShardView& s) {
-    const void* src = s.data;
-    if (s.memory != MemoryKind::host) {
-      piece.resize(static_cast<std::size_t>(s.box.elements() * item));
-      copy_bytes(piece.data(), MemoryKind::host, s.data, s.memory, piece.size());
-      src = piece.data();
-    }
-    box_copy_host(item, src, scratch.data(), plan_box_copy(s.box, s.box, false, whole, false));
-  });
-  return scratch.data();
-}
 
 // The header: the tensors in file order, then "__metadata__", padded with spaces so that the
 // buffer starts at a multiple of 8 bytes, as Hugging Face's writer does.
@@ -168,7 +97,6 @@ inline std::uint64_t write_safetensors_file(StoreWriter& w, const std::vector<co
     }
     out.append(static_cast<const char*>(src), static_cast<std::size_t>(n));
   };
-  std::vector<unsigned char> scratch, piece, cast;
   for (const ExportTensor* t : tensors) {
     if (t->nbytes == 0) continue;
     const LeafView& v = *t->view;
@@ -183,35 +111,7 @@ inline std::uint64_t write_safetensors_file(StoreWriter& w, const std::vector<co
       put(v.data, t->nbytes);
       continue;
     }
-    const std::size_t in_size = dtype_size(v.dtype), out_size = dtype_size(t->dtype);
-    auto convert = [&](const void* src, std::uint64_t elements) -> const void* {
-      if (t->dtype == v.dtype) return src;
-      cast.resize(static_cast<std::size_t>(elements * out_size));
-      try {
-        cast_host(v.dtype, src, t->dtype, cast.data(), static_cast<std::size_t>(elements), on_overflow);
-      } catch (const Error& e) {
-        throw e.with_key(t->key);
-      }
-      return cast.data();
-    };
-    if (!held_on_host(v)) {  // device shards: gathered whole, then converted
-      const void* src = convert(c_order_host_bytes(v, scratch, piece), element_count(v.shape));
-      put(src, t->nbytes);
-      continue;
-    }
-    // Rows along dimension 0, about write_piece_bytes at a time (one row at least): reordered,
-    // gathered and cast a piece at a time, never the whole tensor.
-    const std::int64_t rows = v.shape.empty() ? 1 : v.shape[0];
-    const std::uint64_t row_elements = element_count(v.shape) / static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
-    const std::int64_t per_piece = static_cast<std::int64_t>(
-        std::max<std::uint64_t>(1, write_piece_bytes / std::max<std::uint64_t>(1, row_elements * std::max(in_size, out_size))));
-    for (std::int64_t first = 0; first < rows; first += per_piece) {
-      const std::int64_t count = std::min(per_piece, rows - first);
-      const std::uint64_t elements = row_elements * static_cast<std::uint64_t>(count);
-      piece.resize(static_cast<std::size_t>(elements * in_size));
-      c_order_slab(v, first, count, piece.data());
-      put(convert(piece.data(), elements), elements * out_size);
-    }
+    for_each_c_order_piece(v, t->dtype, on_overflow, t->key, put);
   }
   flush();
   w.finish(offset);
