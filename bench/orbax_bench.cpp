@@ -6,7 +6,7 @@
 // one inner chunk, its index CRC32C-checked), in both of Orbax's layouts: an OCDBT database
 // (the default; cairn's OcdbtWriter) and one directory per parameter (use_ocdbt=False). Then the
 // export, cairn::save_orbax, beside a plain write + fsync of the same bytes.
-//   cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep]
+//   cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep] [--export]
 #include <cairn/orbax.hpp>
 #include <cairn/orbax/ocdbt_writer.hpp>
 #include <zstd.h>
@@ -37,6 +37,7 @@ struct Args {
   int repeat = 3;
   bool warm = false;
   bool keep = false;  // leave the checkpoints in --dir (for a profiler)
+  bool export_only = false;  // --export: the export figures alone
 };
 
 void put_le(std::string& s, std::uint64_t v, int n) {
@@ -280,13 +281,15 @@ int main(int argc, char** argv) {
     else if (s == "--repeat") a.repeat = std::stoi(next());
     else if (s == "--warm") a.warm = true;
     else if (s == "--keep") a.keep = true;
+    else if (s == "--export") a.export_only = true;
     else {
-      std::fprintf(stderr, "usage: cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep]\n");
+      std::fprintf(stderr, "usage: cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep] [--export]\n");
       return 2;
     }
   }
   const std::uint64_t per_leaf = a.bytes / a.leaves / sizeof(float);
   for (const bool ocdbt : {true, false}) {
+    if (a.export_only) break;
     const std::string layout = ocdbt ? "ocdbt" : "dirs";
     run(a, layout + "-large-raw", a.leaves, per_leaf, false, ocdbt);
     run(a, layout + "-large-zstd", a.leaves, per_leaf, true, ocdbt);

@@ -335,36 +335,53 @@ class BoxLeafReader {
       }
       return;
     }
-    // Gather the region compactly (C order), cast it, then place it in each target.
+    // Gather the region compactly (C order), then place it in each target: cast on the host
+    // for host targets (once, whatever their number), on the device for device targets, so
+    // that the stored bytes cross to the GPU (half of a bfloat16 -> float32 load's) and the GPU
+    // converts them (cairn-bench --sharded: 0.29x of a raw load cast on the host).
     const std::uint64_t n = j.elements();
     compact_.resize(static_cast<std::size_t>(n * in_size_));
     BoxCopyPlan plan = plan_box_copy(j, chunk_box, chunk_column_major_, j, false);
     plan.src_offset -= first;
     box_copy_host(in_size_, src, compact_.data(), plan);
-    const unsigned char* values = compact_.data();
-    if (cast) {
-      converted_.resize(static_cast<std::size_t>(n * out_size_));
-      cast_host(s_.dtype, compact_.data(), to_, converted_.data(), static_cast<std::size_t>(n), options_.on_overflow);
-      values = converted_.data();
-    }
+    const unsigned char* converted = cast ? nullptr : compact_.data();
+    auto host_values = [&] {
+      if (!converted) {
+        converted_.resize(static_cast<std::size_t>(n * out_size_));
+        cast_host(s_.dtype, compact_.data(), to_, converted_.data(), static_cast<std::size_t>(n), options_.on_overflow);
+        converted = converted_.data();
+      }
+      return converted;
+    };
     for (std::size_t t : members) {
       const BoxTarget& target = targets_[t];
       const BoxCopyPlan place = plan_box_copy(j, j, false, target.box, target.column_major);
       if (target.memory == MemoryKind::host) {
-        box_copy_host(out_size_, values, target.data, place);
-      } else if (j == target.box) {
-        copy_bytes(target.data, MemoryKind::device, values, MemoryKind::host, static_cast<std::size_t>(n * out_size_));
-      } else {
-        // To the device, then the box copy runs there.
-        DeviceBytes& scratch = device_scratch(target.device, static_cast<std::size_t>(n * out_size_));
-        copy_bytes(scratch.data(), MemoryKind::device, values, MemoryKind::host, static_cast<std::size_t>(n * out_size_));
-        box_copy_device(out_size_, scratch.data(), target.data, place, target.device);
+        box_copy_host(out_size_, host_values(), target.data, place);
+        continue;
       }
+      const std::size_t in_bytes = static_cast<std::size_t>(n * in_size_), out_bytes = static_cast<std::size_t>(n * out_size_);
+      if (!cast && j == target.box) {
+        copy_bytes(target.data, MemoryKind::device, compact_.data(), MemoryKind::host, in_bytes);
+        continue;
+      }
+      // To the device, then the cast and the box copy run there.
+      DeviceBytes& stored = device_scratch(device_scratch_, target.device, in_bytes);
+      copy_bytes(stored.data(), MemoryKind::device, compact_.data(), MemoryKind::host, in_bytes);
+      const void* values = stored.data();
+      if (cast) {
+        DeviceGuard guard(target.device);
+        void* to = j == target.box ? target.data : device_scratch(device_cast_scratch_, target.device, out_bytes).data();
+        cast_device(s_.dtype, stored.data(), to_, to, static_cast<std::size_t>(n), options_.on_overflow);
+        if (to == target.data) continue;
+        values = to;
+      }
+      box_copy_device(out_size_, values, target.data, place, target.device);
     }
   }
 
-  DeviceBytes& device_scratch(int device, std::size_t bytes) {
-    DeviceBytes& d = device_scratch_[device];
+  static DeviceBytes& device_scratch(std::map<int, DeviceBytes>& scratch, int device, std::size_t bytes) {
+    DeviceBytes& d = scratch[device];
     if (d.size() < bytes) d = DeviceBytes(std::max(bytes, static_cast<std::size_t>(read_piece_bytes)), device);
     return d;
   }
@@ -383,7 +400,7 @@ class BoxLeafReader {
   bool record_reads_ = false;
   std::vector<unsigned char> scratch_, compact_, converted_;
   std::vector<unsigned char> pieces_buf_[2];
-  std::map<int, DeviceBytes> device_scratch_;
+  std::map<int, DeviceBytes> device_scratch_, device_cast_scratch_;  // per device: stored bytes, cast values
 };
 
 }  // namespace detail

@@ -114,6 +114,14 @@ void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow,
     put(convert(c_order_host_bytes(v, scratch, piece), n), n * out_size);
     return;
   }
+  if (v.shards.empty() && (v.order == Order::C || v.shape.size() < 2) && to == v.dtype) {
+    // Already C order, as stored: straight from the leaf's memory, no copy.
+    const std::uint64_t total = element_count(v.shape) * in_size;
+    const auto* bytes = static_cast<const unsigned char*>(v.data);
+    for (std::uint64_t at = 0; at < total; at += write_piece_bytes)
+      put(bytes + at, std::min<std::uint64_t>(write_piece_bytes, total - at));
+    return;
+  }
   const std::int64_t rows = v.shape.empty() ? 1 : v.shape[0];
   const std::uint64_t row_elements = element_count(v.shape) / static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
   const std::int64_t per_piece = static_cast<std::int64_t>(

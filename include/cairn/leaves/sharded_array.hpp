@@ -75,7 +75,9 @@ class ShardedArray {
 
    private:
     friend class ShardedArray;
-    Shard(Device d, Box b, std::size_t position, bool primary)
+    // `zero`: filled with T{}; otherwise left as allocated, for a load that writes every
+    // element next (no memset and no host buffer of zeros crossing to the GPU).
+    Shard(Device d, Box b, std::size_t position, bool primary, bool zero = true)
         : device_(d), box_(std::move(b)), position_(position), primary_(primary),
           size_(static_cast<std::size_t>(box_.elements())) {
       if (on_device()) {
@@ -84,10 +86,12 @@ class ShardedArray {
           throw Error(ErrorKind::invalid_argument, "device " + std::to_string(device_.id) + " does not exist (this "
                       "process sees " + std::to_string(have) + " devices)");
         device_bytes_ = detail::DeviceBytes(size_ * sizeof(T), device_.id);
-        auto zeros = std::make_unique<T[]>(size_);
-        from_host(zeros.get());
+        if (zero) {
+          auto zeros = std::make_unique<T[]>(size_);
+          from_host(zeros.get());
+        }
       } else {
-        host_ = std::make_unique<T[]>(size_);
+        host_ = zero ? std::make_unique<T[]>(size_) : std::make_unique_for_overwrite<T[]>(size_);
       }
     }
     Shard copy() const {
@@ -160,14 +164,17 @@ class ShardedArray {
   bool allocated() const { return allocated_; }
 
   // (Re)creates zero-filled local shards for `shape` under the current sharding.
-  void allocate(Shape shape) {
+  void allocate(Shape shape) { allocate(std::move(shape), true); }
+  // The same, leaving the elements unset where `zero` is false: for code that writes every
+  // element next, as a load does (whose validation makes the stored chunks cover the array).
+  void allocate(Shape shape, bool zero) {
     if (!sharding_) throw Error(ErrorKind::invalid_argument, "ShardedArray::allocate needs a sharding");
     const auto boxes = sharding_->shard_boxes(shape);
     std::vector<Shard> shards;
     std::map<std::pair<Shape, Shape>, std::size_t> first_holder;
     for (std::size_t i = 0; i < boxes.size(); ++i) {
       const bool primary = first_holder.emplace(std::make_pair(boxes[i].start, boxes[i].shape), i).second;
-      if (sharding_->mesh.is_local(i)) shards.push_back(Shard(sharding_->mesh.devices()[i], boxes[i], i, primary));
+      if (sharding_->mesh.is_local(i)) shards.push_back(Shard(sharding_->mesh.devices()[i], boxes[i], i, primary, zero));
     }
     shape_ = std::move(shape);
     shards_ = std::move(shards);
@@ -280,7 +287,7 @@ struct leaf_traits<ShardedArray<T>> {
         a.set_sharding(NamedSharding(Mesh::host({}), PartitionSpec{}));  // one host shard
       }
     }
-    if (!a.allocated() || a.shape() != stored.shape) a.allocate(stored.shape);
+    if (!a.allocated() || a.shape() != stored.shape) a.allocate(stored.shape, false);  // the load writes it all
     LeafBuffer b{dtype_of<T>, Order::C, nullptr, byte_count(a.shape(), sizeof(T))};
     for (auto& s : a.shards()) b.shards.push_back({s.box(), s.data(), s.device().memory, s.device().id});
     return b;

@@ -83,8 +83,7 @@ class OcdbtWriter {
     } else {
       e.indirect = true;
       e.offset = size_;
-      data_->write_at(value, n, size_);
-      size_ += n;
+      write(value, n);
       indirect_bytes_ += n;
     }
     if (!entries_.emplace(key, std::move(e)).second)
@@ -101,11 +100,7 @@ class OcdbtWriter {
     Entry e;
     e.indirect = true;
     e.offset = size_;
-    produce([&](const void* bytes, std::uint64_t n) {
-      if (n == 0) return;
-      data_->write_at(bytes, n, size_);
-      size_ += n;
-    });
+    produce([&](const void* bytes, std::uint64_t n) { write(bytes, n); });
     e.length = size_ - e.offset;
     indirect_bytes_ += e.length;
     entries_.emplace(key, std::move(e));
@@ -147,6 +142,7 @@ class OcdbtWriter {
       root = {std::string(), append(node), node.size(), keys, tree + node.size(), indirect};
       height = 1;
     }
+    flush();
     data_->finish(size_);
     data_.reset();
     // The manifest: configuration, the one data file, one version.
@@ -182,10 +178,30 @@ class OcdbtWriter {
     std::uint64_t offset = 0, length = 0;
   };
 
+  // Appends to the data file. Small writes (many small arrays: a value, its index, a node)
+  // gather in one buffer written 8 MiB at a time; large ones go straight from the caller's
+  // memory after it.
+  void write(const void* bytes, std::uint64_t n) {
+    if (n == 0) return;
+    if (n >= pending_limit / 4) {
+      flush();
+      data_->write_at(bytes, n, size_);
+    } else {
+      if (pending_.size() + n > pending_limit) flush();
+      if (pending_.empty()) pending_at_ = size_;
+      pending_.append(static_cast<const char*>(bytes), static_cast<std::size_t>(n));
+    }
+    size_ += n;
+  }
+  void flush() {
+    if (pending_.empty()) return;
+    data_->write_at(pending_.data(), pending_.size(), pending_at_);
+    pending_.clear();
+  }
+
   std::uint64_t append(const std::string& bytes) {
     const std::uint64_t at = size_;
-    data_->write_at(bytes.data(), bytes.size(), size_);
-    size_ += bytes.size();
+    write(bytes.data(), bytes.size());
     return at;
   }
 
@@ -227,6 +243,9 @@ class OcdbtWriter {
   std::string key_, data_name_, uuid_;
   std::uint64_t max_inline_;
   std::unique_ptr<StoreWriter> data_;
+  static constexpr std::size_t pending_limit = std::size_t{8} << 20;
+  std::string pending_;          // data-file bytes not yet written, from pending_at_
+  std::uint64_t pending_at_ = 0;
   std::uint64_t size_ = 0, indirect_bytes_ = 0;
   std::map<std::string, Entry> entries_;
 };
