@@ -888,9 +888,15 @@ TEST_CASE("a tree saved as an Orbax checkpoint reads back bit-exactly: both layo
     const char* name;
     cairn::OrbaxLayout layout;
     int zstd;
+    bool ocdbt = true;
   };
-  for (const Way& way : {Way{"v1", cairn::OrbaxLayout::v1, 0}, Way{"v1_zstd", cairn::OrbaxLayout::v1, 3},
-                         Way{"v0", cairn::OrbaxLayout::v0_standard, 0}, Way{"v0_zstd", cairn::OrbaxLayout::v0_standard, 1}}) {
+  const std::vector<Way> ways = {{"v1", cairn::OrbaxLayout::v1, 0},
+                                 {"v1_zstd", cairn::OrbaxLayout::v1, 3},
+                                 {"v0", cairn::OrbaxLayout::v0_standard, 0},
+                                 {"v0_zstd", cairn::OrbaxLayout::v0_standard, 1},
+                                 {"v1_dirs", cairn::OrbaxLayout::v1, 0, false},
+                                 {"v0_dirs_zstd", cairn::OrbaxLayout::v0_standard, 3, false}};
+  for (const Way& way : ways) {
     const std::string way_name = way.name;
     CAPTURE(way_name);
     const std::string ckpt = out + "/" + way.name;
@@ -898,6 +904,7 @@ TEST_CASE("a tree saved as an Orbax checkpoint reads back bit-exactly: both layo
     cairn::OrbaxSaveOptions o;
     o.layout = way.layout;
     o.zstd_level = way.zstd;
+    o.ocdbt = way.ocdbt;
     o.cast = {{"cast_me", cairn::DType::bfloat16}};
     o.custom_metadata = cairn::Json::object({{"run", "7"}});
     const cairn::OrbaxSaveReport r = cairn::save_orbax(ckpt, s, o);
@@ -934,7 +941,10 @@ TEST_CASE("a tree saved as an Orbax checkpoint reads back bit-exactly: both layo
 
     // What Orbax reads beside the arrays: the sharding, the metadata, the checksums.
     const cairn::OrbaxCheckpoint info = cairn::orbax_metadata(ckpt);
-    CHECK(info.layout == "orbax (OCDBT, zarr v3)");
+    CHECK(info.layout == (way.ocdbt ? "orbax (OCDBT, zarr v3)" : "orbax (zarr v3 directories)"));
+    const std::string pytree = ckpt + (way.layout == cairn::OrbaxLayout::v1 ? "/state" : "");
+    CHECK(fs::exists(pytree + "/manifest.ocdbt") == way.ocdbt);
+    CHECK(fs::is_regular_file(pytree + "/layers.1.w/c/0") == !way.ocdbt);  // a file per chunk, as zarr readers expect
     const auto* kernel = info.metadata.find_item("state")->find_leaf("kernel");
     REQUIRE(kernel);
     REQUIRE(kernel->sharding);
@@ -947,7 +957,8 @@ TEST_CASE("a tree saved as an Orbax checkpoint reads back bit-exactly: both layo
     if (keep) write_expected(out + "/expected/" + way.name, ckpt);
   }
   if (keep) {
-    cairn::Json written = cairn::Json::array({"v1", "v1_zstd", "v0", "v0_zstd"});
+    cairn::Json written = cairn::Json::array();
+    for (const Way& way : ways) written.push_back(cairn::Json(way.name));
     test::write_file(out + "/exports.json", cairn::Json::object({{"written", written}}).dump());
   }
 }
@@ -969,7 +980,9 @@ TEST_CASE("an Orbax export that cannot be written is refused whole, naming the p
   std::map<std::string, cairn::ShardedArray<float>> half;
   half["w"] = cairn::ShardedArray<float>({8}, cairn::NamedSharding(mesh, cairn::PartitionSpec{"x"}));
   CHECK_CAIRN_ERROR(cairn::save_orbax(path, half), cairn::ErrorKind::invalid_argument, "gather");
-  CHECK_CAIRN_ERROR(cairn::save_orbax(path, dotted, {cairn::OrbaxLayout::v1, 99}), cairn::ErrorKind::invalid_argument,
+  cairn::OrbaxSaveOptions too_high;
+  too_high.zstd_level = 99;
+  CHECK_CAIRN_ERROR(cairn::save_orbax(path, dotted, too_high), cairn::ErrorKind::invalid_argument,
                     "zstd_level");
   CHECK_FALSE(fs::exists(path));
   // A write that fails half way (the data file, then the manifest): nothing at the path.

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Writing a tree as an Orbax checkpoint: OCDBT + zarr v3, laid out as Orbax v1's ocp.save
+// Writing a tree as an Orbax checkpoint: OCDBT (or a directory per parameter) + zarr v3, laid out as Orbax v1's ocp.save
 // writes it (the pytree under <dir>/state/) or as Orbax v0's StandardCheckpointer does (the
 // pytree at <dir>/), with _METADATA, _sharding for sharded leaves, _strings.json for string
 // leaves, array_metadatas/process_0, _CHECKPOINT_METADATA and the indicator files. Each array
 // is one zarr chunk holding one `sharding_indexed` shard (inner codecs bytes [+ zstd], index
 // bytes + crc32c, at the end), as Orbax writes an unsharded array; its values are made a piece
-// at a time (c_order.hpp) and streamed into the database's data file, never held whole unless
-// zstd compresses them. The checkpoint is staged and published whole, as every cairn save is.
+// at a time (c_order.hpp) and streamed (through zstd where asked) into the database's data
+// file, never held whole. The checkpoint is staged and published whole, as every cairn save is.
 #pragma once
 
 #include <zstd.h>
@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,9 +35,13 @@ enum class OrbaxLayout {
 
 struct OrbaxSaveOptions {
   OrbaxLayout layout = OrbaxLayout::v1;
-  // 0: chunks stored uncompressed (streamed); 1-22: zstd at that level (each array is then
-  // compressed whole in memory: about its size again). Orbax itself writes level 3 (v1) or 1 (v0).
+  // 0: chunks stored uncompressed; 1-22: zstd at that level (one streaming compressor per
+  // array, fed a piece at a time). Orbax itself writes level 3 (v1) or 1 (v0).
   int zstd_level = 0;
+  // true: the arrays in one OCDBT database (Orbax's default). false: one directory per
+  // parameter (<name>/zarr.json, <name>/c/0/0), as Orbax writes with use_ocdbt=False, which
+  // any zarr v3 reader opens as plain files.
+  bool ocdbt = true;
   std::vector<CastRule> cast = {};  // as SaveOptions::cast: {{"**", DType::bfloat16}}
   OnOverflow on_overflow = OnOverflow::error;
   Json custom_metadata = Json::object();  // _CHECKPOINT_METADATA's "custom_metadata"
@@ -313,25 +318,40 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
     write_blob(store, join_key(top, name), text);
     expected[name] = text.size();
   };
-  {
-    OcdbtWriter db(store, dir);
-    for (const Param& p : params) {
-      db.put(p.name + "/zarr.json", orbax_zarr_json(p.dtype, p.view->shape, options.zstd_level));
-      const std::uint64_t elements = element_count(p.view->shape);
-      if (elements == 0) continue;  // no chunk: a zero-size array is all fill value
-      std::string chunk_key = p.name + "/c";
-      for (std::size_t d = 0; d < p.view->shape.size(); ++d) chunk_key += "/0";
-      std::uint64_t data = 0;
-      db.put_stream(chunk_key, [&](auto&& sink) { data = write_orbax_shard(*p.view, p.dtype, options, p.key, sink); });
-      report.bytes += elements * dtype_size(p.dtype);
-      report.stored_bytes += data;
-      ++report.leaves;
+  // The arrays: keys of one OCDBT database, or files of one directory per parameter.
+  std::optional<OcdbtWriter> db;
+  if (options.ocdbt) db.emplace(store, dir);
+  for (const Param& p : params) {
+    const std::string zarr_json = orbax_zarr_json(p.dtype, p.view->shape, options.zstd_level);
+    if (db) db->put(p.name + "/zarr.json", zarr_json);
+    else put_file(rel + p.name + "/zarr.json", zarr_json);
+    const std::uint64_t elements = element_count(p.view->shape);
+    if (elements == 0) continue;  // no chunk: a zero-size array is all fill value
+    std::string chunk_key = p.name + "/c";
+    for (std::size_t d = 0; d < p.view->shape.size(); ++d) chunk_key += "/0";
+    std::uint64_t data = 0;
+    if (db) {
+      db->put_stream(chunk_key, [&](auto&& sink) { data = write_orbax_shard(*p.view, p.dtype, options, p.key, sink); });
+    } else {
+      auto w = store.create(join_key(top, rel + chunk_key));
+      std::uint64_t at = 0;
+      data = write_orbax_shard(*p.view, p.dtype, options, p.key, [&](const void* bytes, std::uint64_t n) {
+        if (n == 0) return;
+        w->write_at(bytes, n, at);
+        at += n;
+      });
+      w->finish(at);
+      expected[rel + chunk_key] = at;
     }
-    for (const auto& [name, size] : db.finish()) expected[rel + name] = size;
+    report.bytes += elements * dtype_size(p.dtype);
+    report.stored_bytes += data;
+    ++report.leaves;
   }
+  if (db)
+    for (const auto& [name, size] : db->finish()) expected[rel + name] = size;
   report.leaves += string_leaves;
-  put_file(rel + "_METADATA", "{\"tree_metadata\":{" + tree +
-                                  "},\"use_ocdbt\":true,\"use_zarr3\":true,\"store_array_data_equal_to_fill_value\":true,"
+  put_file(rel + "_METADATA", "{\"tree_metadata\":{" + tree + "},\"use_ocdbt\":" + (options.ocdbt ? "true" : "false") +
+                                  ",\"use_zarr3\":true,\"store_array_data_equal_to_fill_value\":true,"
                                   "\"custom_metadata\":null}");
   if (!shardings.empty()) put_file(rel + "_sharding", "{" + shardings + "}");
   if (string_leaves) put_file(rel + "_strings.json", "{" + strings + "}");
