@@ -12852,15 +12852,21 @@ class BoxLeafReader {
     // that the stored bytes cross to the GPU (half of a bfloat16 -> float32 load's) and the GPU
     // converts them (cairn-bench --sharded: 0.29x of a raw load cast on the host).
     const std::uint64_t n = j.elements();
-    compact_.resize(static_cast<std::size_t>(n * in_size_));
     BoxCopyPlan plan = plan_box_copy(j, chunk_box, chunk_column_major_, j, false);
     plan.src_offset -= first;
-    box_copy_host(in_size_, src, compact_.data(), plan);
-    const unsigned char* converted = cast ? nullptr : compact_.data();
+    const unsigned char* compact;
+    if (plan.region.rank == 1 && plan.region.src_stride[0] == 1) {
+      compact = src + plan.src_offset * in_size_;  // already one C-order run (whole rows of a C chunk): no copy
+    } else {
+      compact_.resize(static_cast<std::size_t>(n * in_size_));
+      box_copy_host(in_size_, src, compact_.data(), plan);
+      compact = compact_.data();
+    }
+    const unsigned char* converted = cast ? nullptr : compact;
     auto host_values = [&] {
       if (!converted) {
         converted_.resize(static_cast<std::size_t>(n * out_size_));
-        cast_host(s_.dtype, compact_.data(), to_, converted_.data(), static_cast<std::size_t>(n), options_.on_overflow);
+        cast_host(s_.dtype, compact, to_, converted_.data(), static_cast<std::size_t>(n), options_.on_overflow);
         converted = converted_.data();
       }
       return converted;
@@ -12874,12 +12880,12 @@ class BoxLeafReader {
       }
       const std::size_t in_bytes = static_cast<std::size_t>(n * in_size_), out_bytes = static_cast<std::size_t>(n * out_size_);
       if (!cast && j == target.box) {
-        copy_bytes(target.data, MemoryKind::device, compact_.data(), MemoryKind::host, in_bytes);
+        copy_bytes(target.data, MemoryKind::device, compact, MemoryKind::host, in_bytes);
         continue;
       }
       // To the device, then the cast and the box copy run there.
       DeviceBytes& stored = device_scratch(device_scratch_, target.device, in_bytes);
-      copy_bytes(stored.data(), MemoryKind::device, compact_.data(), MemoryKind::host, in_bytes);
+      copy_bytes(stored.data(), MemoryKind::device, compact, MemoryKind::host, in_bytes);
       const void* values = stored.data();
       if (cast) {
         DeviceGuard guard(target.device);
