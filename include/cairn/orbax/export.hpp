@@ -110,10 +110,17 @@ inline Json json_shape(const Shape& s) {
   return a;
 }
 
+// The one chunk an array is stored as: the array, each dimension at least 1 (a zarr chunk is
+// never empty; a zero-size array has no chunk written).
+inline Shape orbax_chunk_shape(const Shape& shape) {
+  Shape chunk = shape;
+  for (auto& d : chunk) d = std::max<std::int64_t>(d, 1);
+  return chunk;
+}
+
 // zarr v3's metadata of one array stored as a single chunk holding one sharding_indexed shard.
 inline std::string orbax_zarr_json(DType dtype, const Shape& shape, int zstd_level) {
-  Shape chunk = shape;
-  for (auto& d : chunk) d = std::max<std::int64_t>(d, 1);  // a zarr chunk is never empty
+  const Shape chunk = orbax_chunk_shape(shape);
   Json inner = Json::array();
   if (dtype_size(dtype) == 1) inner.push_back(Json::object({{"name", "bytes"}}));
   else inner.push_back(Json::object({{"name", "bytes"}, {"configuration", Json::object({{"endian", "little"}})}}));
@@ -123,9 +130,7 @@ inline std::string orbax_zarr_json(DType dtype, const Shape& shape, int zstd_lev
   Json index = Json::array();
   index.push_back(Json::object({{"name", "bytes"}, {"configuration", Json::object({{"endian", "little"}})}}));
   index.push_back(Json::object({{"name", "crc32c"}}));
-  const bool is_float = dtype == DType::float16 || dtype == DType::bfloat16 || dtype == DType::float32 ||
-                        dtype == DType::float64 || dtype == DType::float8_e4m3fn || dtype == DType::float8_e5m2;
-  Json fill = dtype == DType::bool_ ? Json(false) : is_float ? Json(0.0) : Json(std::int64_t{0});
+  Json fill = dtype == DType::bool_ ? Json(false) : is_float_dtype(dtype) ? Json(0.0) : Json(std::int64_t{0});
   Json m = Json::object({
       {"zarr_format", Json(std::int64_t{3})},
       {"node_type", "array"},
@@ -296,8 +301,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       } else {
         value["value_type"] = "np.ndarray";
       }
-      Shape chunk = v.shape;
-      for (auto& d : chunk) d = std::max<std::int64_t>(d, 1);
+      const Shape chunk = orbax_chunk_shape(v.shape);
       if (v.sharding) value["write_shape"] = json_shape(chunk);
       array_metadatas.push_back(Json::object({{"array_metadata", Json::object({{"param_name", name},
                                                                                 {"write_shape", json_shape(chunk)},

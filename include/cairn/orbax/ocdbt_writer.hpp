@@ -13,12 +13,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cairn/io/crc32c.hpp"
 #include "cairn/orbax/ocdbt.hpp"
+#include "cairn/store/gathered_writer.hpp"
 #include "cairn/store/store.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -71,6 +73,7 @@ class OcdbtWriter {
     for (int i = 0; i < 32; ++i) data_name_ += hex[rng() % 16];
     for (int i = 0; i < 16; ++i) uuid_ += static_cast<char>(rng() & 0xff);
     data_ = store_.create(join_key(key_, data_name_));
+    out_.emplace(*data_);
   }
 
   // Each key once; any order.
@@ -82,8 +85,8 @@ class OcdbtWriter {
       e.inline_value.assign(static_cast<const char*>(value), static_cast<std::size_t>(n));
     } else {
       e.indirect = true;
-      e.offset = size_;
-      write(value, n);
+      e.offset = out_->size();
+      out_->append(value, n);
       indirect_bytes_ += n;
     }
     if (!entries_.emplace(key, std::move(e)).second)
@@ -99,9 +102,9 @@ class OcdbtWriter {
     if (entries_.count(key)) throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", key);
     Entry e;
     e.indirect = true;
-    e.offset = size_;
-    produce([&](const void* bytes, std::uint64_t n) { write(bytes, n); });
-    e.length = size_ - e.offset;
+    e.offset = out_->size();
+    produce([&](const void* bytes, std::uint64_t n) { out_->append(bytes, n); });
+    e.length = out_->size() - e.offset;
     indirect_bytes_ += e.length;
     entries_.emplace(key, std::move(e));
   }
@@ -142,8 +145,9 @@ class OcdbtWriter {
       root = {std::string(), append(node), node.size(), keys, tree + node.size(), indirect};
       height = 1;
     }
-    flush();
-    data_->finish(size_);
+    const std::uint64_t data_bytes = out_->size();
+    out_->finish();
+    out_.reset();
     data_.reset();
     // The manifest: configuration, the one data file, one version.
     std::string m = uuid_;
@@ -168,7 +172,7 @@ class OcdbtWriter {
     ocdbt_put_varint(m, 0);                    // no version tree nodes
     const std::string manifest = ocdbt_frame(ocdbt_manifest_magic, m);
     write_blob(store_, join_key(key_, "manifest.ocdbt"), manifest);
-    return {{data_name_, size_}, {"manifest.ocdbt", manifest.size()}};
+    return {{data_name_, data_bytes}, {"manifest.ocdbt", manifest.size()}};
   }
 
  private:
@@ -178,30 +182,9 @@ class OcdbtWriter {
     std::uint64_t offset = 0, length = 0;
   };
 
-  // Appends to the data file. Small writes (many small arrays: a value, its index, a node)
-  // gather in one buffer written 8 MiB at a time; large ones go straight from the caller's
-  // memory after it.
-  void write(const void* bytes, std::uint64_t n) {
-    if (n == 0) return;
-    if (n >= pending_limit / 4) {
-      flush();
-      data_->write_at(bytes, n, size_);
-    } else {
-      if (pending_.size() + n > pending_limit) flush();
-      if (pending_.empty()) pending_at_ = size_;
-      pending_.append(static_cast<const char*>(bytes), static_cast<std::size_t>(n));
-    }
-    size_ += n;
-  }
-  void flush() {
-    if (pending_.empty()) return;
-    data_->write_at(pending_.data(), pending_.size(), pending_at_);
-    pending_.clear();
-  }
-
   std::uint64_t append(const std::string& bytes) {
-    const std::uint64_t at = size_;
-    write(bytes.data(), bytes.size());
+    const std::uint64_t at = out_->size();
+    out_->append(bytes.data(), bytes.size());
     return at;
   }
 
@@ -243,10 +226,8 @@ class OcdbtWriter {
   std::string key_, data_name_, uuid_;
   std::uint64_t max_inline_;
   std::unique_ptr<StoreWriter> data_;
-  static constexpr std::size_t pending_limit = std::size_t{8} << 20;
-  std::string pending_;          // data-file bytes not yet written, from pending_at_
-  std::uint64_t pending_at_ = 0;
-  std::uint64_t size_ = 0, indirect_bytes_ = 0;
+  std::optional<GatheredWriter> out_;  // appends to data_ (small values gathered into 8 MiB writes)
+  std::uint64_t indirect_bytes_ = 0;
   std::map<std::string, Entry> entries_;
 };
 

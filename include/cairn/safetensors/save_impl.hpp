@@ -19,6 +19,7 @@
 #include "cairn/kernels/box_copy.hpp"
 #include "cairn/safetensors/header.hpp"
 #include "cairn/safetensors/save.hpp"
+#include "cairn/store/gathered_writer.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -76,46 +77,19 @@ inline std::string safetensors_header_text(const std::vector<const ExportTensor*
 inline std::uint64_t write_safetensors_file(StoreWriter& w, const std::vector<const ExportTensor*>& tensors,
                                             const std::map<std::string, std::string>& metadata, OnOverflow on_overflow) {
   const std::string header = safetensors_header_text(tensors, metadata);
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
-  out += header;
-  std::uint64_t offset = 0;  // of the first byte of `out` in the file
-  constexpr std::size_t batch = std::size_t{8} << 20;
-  auto flush = [&] {
-    if (out.empty()) return;
-    w.write_at(out.data(), out.size(), offset);
-    offset += out.size();
-    out.clear();
-  };
-  // Appends `n` bytes at the end of what is written.
-  auto put = [&](const void* src, std::uint64_t n) {
-    if (out.size() + n > batch) flush();
-    if (n > batch) {
-      w.write_at(src, n, offset);
-      offset += n;
-      return;
-    }
-    out.append(static_cast<const char*>(src), static_cast<std::size_t>(n));
-  };
-  for (const ExportTensor* t : tensors) {
-    if (t->nbytes == 0) continue;
-    const LeafView& v = *t->view;
-    const bool as_is = v.shards.empty() && (v.order == Order::C || v.shape.size() < 2) && t->dtype == v.dtype;
-    if (as_is && t->nbytes >= batch / 8) {  // large and the caller's own memory: no copy
-      flush();
-      w.write_at(v.data, t->nbytes, offset);
-      offset += t->nbytes;
-      continue;
-    }
-    if (as_is) {
-      put(v.data, t->nbytes);
-      continue;
-    }
-    for_each_c_order_piece(v, t->dtype, on_overflow, t->key, put);
-  }
-  flush();
-  w.finish(offset);
-  return offset;
+  char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  GatheredWriter out(w);
+  out.append(length, sizeof length);
+  out.append(header.data(), header.size());
+  // Each tensor in C order as written, a piece at a time (a tensor already so is written from
+  // the caller's memory).
+  for (const ExportTensor* t : tensors)
+    if (t->nbytes > 0)
+      for_each_c_order_piece(*t->view, t->dtype, on_overflow, t->key,
+                             [&](const void* bytes, std::uint64_t n) { out.append(bytes, n); });
+  out.finish();
+  return out.size();
 }
 
 inline std::string safetensors_shard_name(std::size_t i, std::size_t n) {
