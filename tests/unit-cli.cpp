@@ -4,6 +4,7 @@
 // one-line errors for bad input.
 #include "cairn_cli.hpp"
 
+#include "sharding_util.hpp"
 #include "test_util.hpp"
 
 #include <doctest/doctest.h>
@@ -235,11 +236,13 @@ TEST_CASE("show: values, slices, numpy-like abbreviation, reading only what it p
   CHECK(has(r.out, "run-7"));
   r = cli({"show", c, "big"});
   CHECK(has(r.out, "[0, 0.25, 0.5, ..., 2499.25, 2499.5, 2499.75]"));
-  // The abbreviated leaf reads its six values, not its 80,000 bytes.
+  // The abbreviated leaf reads the blocks of its six values: its 80,000 bytes are one block,
+  // read once and verified (a large leaf: the show test below).
   cairn::LoadReport report;
   const auto v = cairn::read_arrays(c, {"big"}, {.as = cairn::DType::float64, .boxes = {cairn::Box{{0}, {3}}, cairn::Box{{9997}, {3}}}},
                                     &report);
-  CHECK(report.bytes_read <= 64);
+  CHECK(report.bytes_read == 80000);
+  CHECK(report.unverified_bytes == 0);
   CHECK(v.at("big").bytes.size() == 48);
   // Errors: one line, exit 2.
   for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
@@ -314,7 +317,7 @@ TEST_CASE("show prints the shortest text that reads back as the value; --version
   }
 }
 
-TEST_CASE("show: safetensors names, and a note when the values are not checksum-verified") {
+TEST_CASE("show: safetensors names; slices verified by block checksums, and a note where they cannot be") {
   test::TempDir dir;
   std::map<std::string, std::map<std::string, std::vector<float>>> layers{{"layers", {{"w", {1, 2, 3}}}}};
   cairn::save_safetensors(dir / "m.safetensors", layers);
@@ -322,30 +325,61 @@ TEST_CASE("show: safetensors names, and a note when the values are not checksum-
   CHECK(r.status == 0);
   CHECK(has(r.out, "layers/w: float32[3]"));
   CHECK(r.err.empty());
-  // A slice of a one-chunk leaf reads part of the chunk: said on stderr, not with --verify.
-  std::vector<float> big(5000);
-  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i);
-  cairn::save(dir / "c", big);
+  // A slice of a small chunk (one block) reads it whole: verified, no note.
+  std::vector<float> small(5000);
+  for (std::size_t i = 0; i < small.size(); ++i) small[i] = static_cast<float>(i);
+  cairn::save(dir / "c", small);
   r = cli({"show", dir / "c", "[0:2]"});
   CHECK(has(r.out, "[0, 1]"));
-  CHECK(has(r.err, "not checksum-verified"));
-  r = cli({"show", dir / "c", "[0:2]", "--verify"});
+  CHECK(r.err.empty());
+  r = cli({"show", dir / "c", ""});  // the whole leaf, summarized: read whole too
+  CHECK(r.err.empty());
+  // A slice of a large chunk reads the blocks around it and verifies them: a flipped byte in
+  // them is an error without --verify, one in a block the slice does not need is not read.
+  std::vector<float> big(1 << 20);  // 4 MiB: 16 blocks of 256 KiB
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i);
+  cairn::save(dir / "b", big);
+  const auto meta = cairn::metadata(dir / "b");
+  const auto& chunk = meta.leaves()[0].chunks[0];
+  REQUIRE(chunk.blocks);
+  CHECK(chunk.blocks->crc32c.size() == chunk.nbytes / chunk.blocks->block_bytes);
+  r = cli({"show", dir / "b", "[0:2]"});
   CHECK(has(r.out, "[0, 1]"));
   CHECK(r.err.empty());
-  r = cli({"show", dir / "c", ""});  // the whole leaf, summarized: also part of the chunk
+  // The whole leaf abbreviated: its first and last three values, one block each.
+  cairn::LoadReport report;
+  (void)cairn::read_arrays(dir / "b", {}, {.boxes = {cairn::Box{{0}, {3}}, cairn::Box{{(1 << 20) - 3}, {3}}}}, &report);
+  CHECK(report.bytes_read == 2 * chunk.blocks->block_bytes);
+  CHECK(report.unverified_bytes == 0);
+  const std::string original = test::read_file(dir / "b/" + chunk.file);
+  std::string data = original;
+  data[chunk.offset + chunk.nbytes - 5] ^= 1;  // in the last block
+  test::write_file(dir / "b/" + chunk.file, data);
+  r = cli({"show", dir / "b", "[0:2]"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "[0, 1]"));
+  data = original;
+  data[chunk.offset + 4] ^= 1;  // in the first block, beside the values shown
+  test::write_file(dir / "b/" + chunk.file, data);
+  r = cli({"show", dir / "b", "[0:2]"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "checksum mismatch in bytes " + std::to_string(chunk.offset) + ".."));
+  CHECK(has(r.err, "block 0"));
+  // A checkpoint written before block checksums: a slice of its large chunk is unverified,
+  // said on stderr; --verify reads the whole leaf first and catches the flip.
+  cairn::CheckpointMetadata legacy = meta;
+  legacy.items[0].leaves[0].chunks[0].blocks = std::nullopt;
+  test::write_file(dir / "b/" + chunk.file, original);
+  test::replace_metadata(dir / "b", legacy);
+  r = cli({"show", dir / "b", "[0:2]"});
+  CHECK(has(r.out, "[0, 1]"));
   CHECK(has(r.err, "not checksum-verified"));
-  std::vector<float> small{1, 2};
-  cairn::save(dir / "s", small);
-  r = cli({"show", dir / "s", ""});  // whole: verified, no note
+  r = cli({"show", dir / "b", "[0:2]", "--verify"});
+  CHECK(has(r.out, "[0, 1]"));
   CHECK(r.err.empty());
-  // A flipped byte in the part read is caught by --verify.
-  const auto meta = cairn::metadata(dir / "c");
-  const auto& chunk = meta.leaves()[0].chunks[0];
-  std::string data = test::read_file(dir / "c/" + chunk.file);
-  data[chunk.offset + 4] ^= 1;
-  test::write_file(dir / "c/" + chunk.file, data);
-  CHECK(cli({"show", dir / "c", "[0:2]"}).status == 0);
-  r = cli({"show", dir / "c", "[0:2]", "--verify"});
+  test::write_file(dir / "b/" + chunk.file, data);
+  CHECK(cli({"show", dir / "b", "[0:2]"}).status == 0);
+  r = cli({"show", dir / "b", "[0:2]", "--verify"});
   CHECK(r.status == 2);
   CHECK(has(r.err, "checksum"));
 }

@@ -73,17 +73,51 @@ TEST_CASE("CRC32C: every implementation agrees with the table, at every length a
 #endif
 }
 
-TEST_CASE("CRC32C: the checksum thread gives the same value over a stream of buffers") {
+TEST_CASE("CRC32C: the checksum thread gives the same value over a stream of buffers, and its blocks'") {
   const auto data = random_bytes(1 << 20);
   cairn::detail::CrcWorker worker;
-  worker.begin();
-  std::size_t at = 0;
-  while (at < data.size()) {
-    const std::size_t n = std::min<std::size_t>(data.size() - at, rng() % 70000);
-    worker.submit(data.data() + at, n);
-    at += n;
+  for (std::uint64_t block : {std::uint64_t{4096}, std::uint64_t{65536} + 3, std::uint64_t{1} << 20, std::uint64_t{1} << 21}) {
+    CAPTURE(block);
+    worker.begin(block);
+    std::size_t at = 0;
+    while (at < data.size()) {
+      const std::size_t n = std::min<std::size_t>(data.size() - at, rng() % 70000);
+      worker.submit(data.data() + at, n);
+      at += n;
+    }
+    CHECK(worker.finish() == bytewise(0, data.data(), data.size()));
+    const auto blocks = worker.blocks();
+    REQUIRE(blocks.size() == (data.size() + block - 1) / block);
+    for (std::size_t k = 0; k < blocks.size(); ++k) {
+      const std::size_t from = k * block, n = std::min<std::size_t>(block, data.size() - from);
+      CHECK(blocks[k] == bytewise(0, data.data() + from, n));
+    }
   }
-  CHECK(worker.finish() == bytewise(0, data.data(), data.size()));
+}
+
+TEST_CASE("CRC32C: blocks of a stream fed in any pieces, and the whole joined from them") {
+  const auto data = random_bytes((3 << 20) + 777);
+  for (int trial = 0; trial < 30; ++trial) {
+    const std::size_t len = trial == 0 ? 0 : rng() % (data.size() + 1);
+    const std::uint64_t block = trial % 3 == 0 ? (256 << 10) : 1 + rng() % 300000;
+    CAPTURE(len);
+    CAPTURE(block);
+    cairn::detail::BlockCrc32c acc(block);
+    for (std::size_t at = 0; at < len;) {
+      const std::size_t n = std::min<std::size_t>(len - at, rng() % 200000);
+      acc.extend(data.data() + at, n);
+      at += n;
+    }
+    CHECK(acc.total() == len);
+    CHECK(acc.whole() == bytewise(0, data.data(), len));
+    const auto blocks = acc.blocks();
+    REQUIRE(blocks.size() == (len + block - 1) / block);
+    for (std::size_t k = 0; k < blocks.size(); ++k) {
+      const std::size_t from = k * block, n = std::min<std::size_t>(block, len - from);
+      CHECK(blocks[k] == bytewise(0, data.data() + from, n));
+    }
+    CHECK(cairn::detail::join_block_crcs(blocks, block, len) == acc.whole());
+  }
 }
 
 TEST_CASE("CRC32C: combining the checksums of two parts gives the checksum of the whole") {

@@ -85,7 +85,10 @@ TEST_CASE("read_arrays casts to one dtype, reads only boxes, and names a missing
   REQUIRE(v.bytes.size() == 11 * 2);
   CHECK(std::memcmp(v.bytes.data(), m.grid.data() + 5, 10 * 2) == 0);
   CHECK(std::memcmp(v.bytes.data() + 20, m.grid.data() + 34, 2) == 0);
-  CHECK(report.bytes_read < 70);  // not the rest of the checkpoint
+  // The grid's one chunk (one checksum block) is read whole, and verified; not the rest of the
+  // checkpoint.
+  CHECK(report.bytes_read == 70);
+  CHECK(report.unverified_bytes == 0);
   CHECK_CAIRN_ERROR(cairn::read_arrays(c, {"nothing"}), ErrorKind::not_found, "nothing");
   CHECK_CAIRN_ERROR(cairn::read_arrays(c, {"grid"}, {.boxes = {cairn::Box{{6, 0}, {2, 5}}}}), ErrorKind::invalid_argument,
                     "outside");
@@ -253,6 +256,46 @@ TEST_CASE("metadata().summary() names a root leaf (a JSON or per-rank item's) as
   const std::string summary = cairn::metadata(dir / "c").summary();
   CHECK(summary.find("  (root): string[") != std::string::npos);
   CHECK(summary.find("\n  : ") == std::string::npos);
+}
+
+TEST_CASE("verify names each bad block of a chunk with block checksums, and a wrong block list") {
+  test::TempDir dir;
+  const std::string c = dir / "c";
+  const auto values = test::random_bits<float>(300000);  // 1,200,000 bytes: 5 blocks, the last short
+  cairn::save(c, values);
+  auto meta = cairn::metadata(c);
+  const cairn::ChunkRecord chunk = meta.leaves()[0].chunks[0];
+  REQUIRE(chunk.blocks);
+  const std::uint64_t block = chunk.blocks->block_bytes;
+  REQUIRE(chunk.blocks->crc32c.size() == 5);
+  CHECK(cairn::verify(c).ok());
+  const std::string file = c + "/" + chunk.file, original = test::read_file(file);
+  std::string data = original;
+  data[chunk.offset + block + 7] ^= 1;          // block 1
+  data[chunk.offset + 4 * block + 100] ^= 0x80;  // block 4, the short one
+  test::write_file(file, data);
+  cairn::VerifyReport r = cairn::verify(c);
+  REQUIRE(r.problems.size() == 2);
+  CHECK(r.problems[0].offset == chunk.offset + block);
+  CHECK(r.problems[0].end == chunk.offset + 2 * block);
+  CHECK(r.problems[0].why.find("block 1 of 5") != std::string::npos);
+  CHECK(r.problems[1].offset == chunk.offset + 4 * block);
+  CHECK(r.problems[1].end == chunk.offset + chunk.nbytes);
+  CHECK(r.problems[1].why.find("the chunk's CRC32C differs too") != std::string::npos);
+  // Data intact, a block checksum wrong in the (re-signed) metadata.
+  test::write_file(file, original);
+  meta.items[0].leaves[0].chunks[0].blocks->crc32c[2] ^= 1;
+  test::write_file(c + "/_METADATA", cairn::detail::metadata_to_json(meta));
+  test::resign(c);
+  r = cairn::verify(c);
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].offset == chunk.offset + 2 * block);
+  CHECK(r.problems[0].why.find("the metadata's block checksum is wrong") != std::string::npos);
+  // A load that reads that block refuses it; one that reads the chunk whole checks its CRC32C.
+  const auto back = cairn::load<std::vector<float>>(c);
+  CHECK((back.size() == values.size() && std::memcmp(back.data(), values.data(), values.size() * 4) == 0));
+  CHECK_CAIRN_ERROR(cairn::read_arrays(c, {}, {.boxes = {cairn::Box{{static_cast<std::int64_t>(2 * block / 4)}, {2}}}}),
+                    ErrorKind::corrupt, "block 2 of the chunk");
 }
 
 TEST_CASE("verify names a truncated data file's real size for every chunk past its end") {

@@ -89,34 +89,9 @@ inline Box slice_box(const Slice& s, const Shape& shape, const std::string& key)
 
 inline constexpr std::int64_t show_threshold = 1000, show_edge = 3;
 
-// Whether every chunk of `leaf` that the boxes touch lies whole inside one of them: only then
-// was each byte read checked against its chunk's CRC32C (a part of a chunk cannot be).
-inline bool boxes_read_whole_chunks(const LeafRecord& leaf, const std::vector<Box>& boxes) {
-  auto inside = [](const Shape& start, const Shape& shape, const Box& b) {
-    for (std::size_t d = 0; d < shape.size(); ++d)
-      if (start[d] < b.start[d] || start[d] + shape[d] > b.start[d] + b.shape[d]) return false;
-    return true;
-  };
-  auto meets = [](const Shape& start, const Shape& shape, const Box& b) {
-    for (std::size_t d = 0; d < shape.size(); ++d)
-      if (start[d] >= b.start[d] + b.shape[d] || b.start[d] >= start[d] + shape[d]) return false;
-    return true;
-  };
-  for (const auto& c : leaf.chunks) {
-    if (element_count(c.shape) == 0) continue;
-    bool touched = false, whole = false;
-    for (const Box& b : boxes) {
-      if (!meets(c.start, c.shape, b)) continue;
-      touched = true;
-      whole = whole || inside(c.start, c.shape, b);
-    }
-    if (touched && !whole) return false;
-  }
-  return true;
-}
-
 // `verify_first`: read the whole leaf first, so that every chunk the printed values come from
-// is checked against its checksum (memory: the whole leaf).
+// is checked against its checksum (memory: the whole leaf); needed only for checkpoints
+// written before block checksums, whose large chunks a slice reads in part, unverified.
 // `item`: the checkpoint's item to show a leaf of ("" is "state"). `progress`: where progress
 // of the reads goes (stderr on a terminal), or null.
 inline int show(const std::string& path, const std::string& what, std::ostream& out, std::ostream& err,
@@ -180,10 +155,14 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
                                                     : DType::int64;
   const bool empty = element_count(box.shape) == 0;
   std::map<std::string, ArrayValue> got;
-  if (!empty) got = read_arrays(path, {key}, {.as = as, .boxes = boxes, .item = item, .progress = line.callback()});
-  if (!empty && !verify_first && found.kind == LocationKind::checkpoint && !boxes_read_whole_chunks(*leaf, boxes))
-    err << "cairn: note: these values were read from part of a chunk, which its checksum cannot cover: they are "
-           "not checksum-verified (show --verify reads the whole leaf first; cairn verify checks every byte)\n";
+  LoadReport report;
+  if (!empty) got = read_arrays(path, {key}, {.as = as, .boxes = boxes, .item = item, .progress = line.callback()}, &report);
+  // Parts of chunks are verified by their blocks' checksums; a large chunk written before
+  // block checksums has none, and only a read of all of it checks it.
+  if (!verify_first && found.kind == LocationKind::checkpoint && report.unverified_bytes > 0)
+    err << "cairn: note: these values were read from part of a chunk written without block checksums (cairn before "
+           "2026-11-26), which its checksum cannot cover: they are not checksum-verified (show --verify reads the "
+           "whole leaf first; cairn verify checks every byte)\n";
   const std::size_t item_size = dtype_size(as);
   // The element at (box-relative) index idx: find its part.
   auto at = [&](const std::vector<std::int64_t>& idx) -> std::string {

@@ -4041,6 +4041,12 @@ struct LoadOptions {
   // Check every chunk's CRC32C (the metadata's are always checked). Turning it off saves the
   // checksum's CPU time (about 65 ms per GiB here); sizes, offsets and shapes are still checked.
   bool verify_checksums = true;
+  // Fail rather than return a byte that no checksum verified (LoadReport::unverified_bytes):
+  // a safetensors file or an Orbax checkpoint (cairn checks no checksum of theirs) or
+  // verify_checksums off is then an invalid_argument error before anything is read. A cairn
+  // checkpoint can always be verified: a chunk written before block checksums (cairn before
+  // 2026-11-26; docs/format.md) that the load needs only part of is then read whole.
+  bool require_verified = false;
   // The ranks taking part: every rank calls load; the primary reads the metadata and shares
   // it, each rank reads its own target's data, and every rank returns the same outcome.
   Coordinator* coordinator = nullptr;
@@ -4079,10 +4085,11 @@ struct LoadReport {
   std::vector<std::string> missing;     // in the target, not in the checkpoint: left untouched
   std::vector<std::string> unexpected;  // in the checkpoint, not in the target: ignored
   std::vector<CastRecord> cast;         // leaves converted between dtypes
-  std::uint64_t bytes_read = 0;         // array bytes read from data files
+  std::uint64_t bytes_read = 0;         // array bytes read from data files (whole checksum blocks)
   std::uint64_t bytes_needed = 0;       // stored bytes of the elements the target asked for
-  // Bytes read from chunks that were needed only in part (a target holding part of a
-  // sharded array): a chunk's checksum covers all of it, so these bytes are not verified.
+  // Bytes read that no checksum verified: every byte of a safetensors or Orbax load and of a
+  // load with verify_checksums off, and parts read of large chunks written before block
+  // checksums (docs/format.md). 0 for every load of a checkpoint cairn writes now.
   std::uint64_t unverified_bytes = 0;
   std::vector<ShardRead> shard_reads;   // per target shard of sharded or chunked leaves
 
@@ -4090,7 +4097,8 @@ struct LoadReport {
     std::string s = std::to_string(loaded.size()) + " loaded, " + std::to_string(skipped.size()) + " skipped, " +
                     std::to_string(missing.size()) + " missing, " + std::to_string(unexpected.size()) +
                     " unexpected, " + std::to_string(cast.size()) + " cast; " + std::to_string(bytes_read) +
-                    " bytes read\n";
+                    " bytes read" + (unverified_bytes ? ", " + std::to_string(unverified_bytes) + " of them not checksum-verified" : "") +
+                    "\n";
     auto list = [&](const char* what, const std::vector<std::string>& keys) {
       for (const auto& k : keys) s += std::string("  ") + what + " " + k + "\n";
     };
@@ -4190,6 +4198,14 @@ CAIRN_BEGIN_NAMESPACE
 // Version 2 writes leaves in a short form (docs/format.md); this version reads 1 and 2.
 inline constexpr int format_version = 2;
 
+// The CRC32Cs of a chunk's consecutive blocks of `block_bytes` bytes (the last may be shorter),
+// kept for chunks larger than one block, so that a load reading part of the chunk verifies
+// the blocks it reads (docs/format.md, "Block checksums"). A chunk without them is one block.
+struct BlockChecksums {
+  std::uint64_t block_bytes = 0;
+  std::vector<std::uint32_t> crc32c;
+};
+
 // One stored piece of a leaf: an index box of the global array, and where its bytes are.
 // An unsharded leaf has one chunk covering the whole array; sharded arrays have several.
 struct ChunkRecord {
@@ -4199,6 +4215,7 @@ struct ChunkRecord {
   std::uint64_t offset = 0;    // byte offset in the file
   std::uint64_t nbytes = 0;    // stored bytes (box elements * dtype size)
   std::uint32_t crc32c = 0;    // CRC32C of those bytes
+  HeapOptional<BlockChecksums> blocks;  // per-block CRC32Cs (chunks of more than one block)
 };
 
 struct LeafRecord {
@@ -5403,7 +5420,7 @@ struct VerifyProblem {
   std::string file;               // the data file (or the checkpoint, when its metadata is bad)
   std::string key;                // the leaf whose bytes are bad ("" for a whole checkpoint)
   std::string why;
-  std::uint64_t offset = 0, end = 0;  // the byte range of the chunk in `file`
+  std::uint64_t offset = 0, end = 0;  // the byte range in `file`: the chunk's, or a bad block's
 };
 
 struct VerifyReport {
@@ -7064,7 +7081,20 @@ inline constexpr std::uint64_t read_ahead_max_bytes = 256ull << 20;
 // Pieces in which device shards cross to the host (and casts run) while being written.
 inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
 
-// ---- CRC32C (io/crc32c.hpp) ----
+// ---- CRC32C (io/crc32c.hpp, io/block_crc32c.hpp) ----
+
+// A chunk larger than this stores the CRC32C of each block of this many bytes (docs/format.md,
+// "Block checksums"), so that a load reading part of it reads at most one block more at each
+// end of each run it needs, and verifies all of it. Readers take the size from each chunk's
+// record: changing it changes new checkpoints, not what any checkpoint means. Chosen by
+// measurement among 64 KiB, 256 KiB and 1 MiB (docs/benchmarks.md, "Verified partial reads").
+inline constexpr std::uint64_t crc_block_bytes = std::uint64_t{256} << 10;
+
+// A chunk without block checksums (written before them) that a load needs only part of is
+// read whole, and so verified, when it is at most this large; a larger one is read in part
+// and its bytes are counted unverified (unless LoadOptions::require_verified). One MiB: the
+// whole read then costs at most what a resharded load's blocks cost per run.
+inline constexpr std::uint64_t verify_whole_chunk_bytes = std::uint64_t{1} << 20;
 
 // The hardware CRC32C runs three independent streams over blocks of this many bytes each and
 // combines them with a shift table (the instruction has latency 3 and throughput 1): large
@@ -9648,7 +9678,8 @@ class MetadataReader {
 
   void chunk(ChunkRecord& c) {
     // In the order format 2 writes them: the members every chunk has, then the optional ones.
-    static constexpr std::string_view names[] = {"file", "offset", "crc32c", "start", "shape", "nbytes"};
+    static constexpr std::string_view names[] = {"file", "offset", "crc32c", "start", "shape", "nbytes", "block_bytes",
+                                                 "block_crc32c"};
     RecordReader rec(r_, "a chunk record", names);
     ChunkMembers& seen = chunk_members_.emplace_back();
     rec.read(0x7, [&](int member) {  // file, offset, crc32c
@@ -9665,9 +9696,18 @@ class MetadataReader {
         case 3: ints(c.start); break;
         case 4: ints(c.shape); break;
         case 5: c.nbytes = r_.uint64(); break;
+        case 6: blocks(c).block_bytes = r_.uint64(); break;
+        case 7: r_.array([&] { blocks(c).crc32c.push_back(r_.integer<std::uint32_t>()); }); break;
       }
     });
     seen.mask = rec.seen_mask();
+    // Both block members or neither (their agreement with the chunk's size is validation's).
+    if (rec.seen(6) != rec.seen(7)) r_.fail("a chunk record has one of 'block_bytes' and 'block_crc32c' without the other");
+  }
+
+  static BlockChecksums& blocks(ChunkRecord& c) {
+    if (!c.blocks) c.blocks.emplace();
+    return *c.blocks;
   }
 
   // {"mesh_axes", "mesh_shape", "memory", "device_ids", "spec"[, "device_processes"]}, every
@@ -9935,6 +9975,16 @@ inline void append_leaf_json(std::string& out, const LeafRecord& l, const DataFi
       out += ",\"nbytes\":";
       append_json_int(out, c.nbytes);
     }
+    if (c.blocks) {
+      out += ",\"block_bytes\":";
+      append_json_int(out, c.blocks->block_bytes);
+      out += ",\"block_crc32c\":[";
+      for (std::size_t k = 0; k < c.blocks->crc32c.size(); ++k) {
+        if (k) out += ',';
+        append_json_int(out, c.blocks->crc32c[k]);
+      }
+      out += ']';
+    }
     out += '}';
   }
   out += ']';
@@ -10187,6 +10237,15 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
           if (c.nbytes != byte_count(c.shape, dtype_size(l.dtype)))
             fail("chunk " + std::to_string(i) + " says " + std::to_string(c.nbytes) + " bytes, its box holds " +
                  std::to_string(byte_count(c.shape, dtype_size(l.dtype))), key);
+          if (c.blocks) {
+            const std::uint64_t block = c.blocks->block_bytes;
+            if (block == 0) fail("chunk " + std::to_string(i) + " has blocks of 0 bytes", key);
+            const std::uint64_t want = c.nbytes / block + (c.nbytes % block != 0);
+            if (c.blocks->crc32c.size() != want)
+              fail("chunk " + std::to_string(i) + " lists " + std::to_string(c.blocks->crc32c.size()) +
+                   " block checksums; its " + std::to_string(c.nbytes) + " bytes in blocks of " + std::to_string(block) +
+                   " make " + std::to_string(want), key);
+          }
           // Consecutive chunks usually name the same file: look it up once per run.
           if (!last_ranges || c.file != *last_file) {
             if (!files.count(c.file)) fail("chunk " + std::to_string(i) + " names unknown data file '" + c.file + "'", key);
@@ -10730,7 +10789,8 @@ CAIRN_END_NAMESPACE
 // ----- begin cairn/io/crc_worker.hpp -----
 // A helper thread that computes the CRC32C of a stream of buffers while the calling thread
 // reads or writes them, so checksumming large leaves costs no extra time on a machine with a
-// spare core. Buffers are processed in submission order; finish() waits and returns the CRC.
+// spare core. Buffers are processed in submission order; finish() waits and returns the CRC,
+// and blocks() the CRC32Cs of the stream's blocks (io/block_crc32c.hpp).
 
 #include <condition_variable>
 #include <cstdint>
@@ -10738,7 +10798,92 @@ CAIRN_END_NAMESPACE
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
 
+// ----- begin cairn/io/block_crc32c.hpp -----
+// The CRC32C of each fixed-size block of a stream, and the whole stream's CRC32C derived from
+// them. A chunk larger than one block stores its blocks' checksums (docs/format.md, "Block
+// checksums"), so that a load that reads part of the chunk verifies the blocks it reads; the
+// chunk's own CRC32C is joined from the blocks' (one table shift per block), not computed again.
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// The shift by one block's length, made once per block size a program meets (building one
+// costs 32 shifts of about 16 matrix squarings each).
+inline const Crc32cShift& block_shift(std::uint64_t block_bytes) {
+  thread_local std::uint64_t last_bytes = 0;
+  thread_local std::unique_ptr<Crc32cShift> last;
+  if (!last || last_bytes != block_bytes) {
+    last = std::make_unique<Crc32cShift>(static_cast<std::size_t>(block_bytes));
+    last_bytes = block_bytes;
+  }
+  return *last;
+}
+
+// The CRC32C of `total` bytes from the CRC32Cs of their consecutive blocks of `block_bytes`
+// (the last one shorter where `total` is not a multiple).
+inline std::uint32_t join_block_crcs(const std::vector<std::uint32_t>& blocks, std::uint64_t block_bytes,
+                                     std::uint64_t total) {
+  if (blocks.empty()) return 0;
+  const Crc32cShift& shift = block_shift(block_bytes);
+  std::uint32_t crc = blocks[0];
+  for (std::size_t k = 1; k < blocks.size(); ++k) {
+    const std::uint64_t len = std::min<std::uint64_t>(block_bytes, total - k * block_bytes);
+    crc = (len == block_bytes ? shift(crc) : crc32c_combine(crc, 0, len)) ^ blocks[k];
+  }
+  return crc;
+}
+
+// Accumulates the blocks' CRC32Cs of a stream fed in pieces of any length.
+class BlockCrc32c {
+ public:
+  explicit BlockCrc32c(std::uint64_t block_bytes) : block_(block_bytes) {}
+
+  void extend(const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    total_ += n;
+    while (n > 0) {
+      const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(n, block_ - filled_));
+      crc_ = crc32c_extend(crc_, p, take);
+      filled_ += take;
+      p += take;
+      n -= take;
+      if (filled_ == block_) {
+        blocks_.push_back(crc_);
+        crc_ = 0;
+        filled_ = 0;
+      }
+    }
+  }
+
+  std::uint64_t block_bytes() const { return block_; }
+  std::uint64_t total() const { return total_; }
+  // The blocks so far, the last (partial) one included.
+  std::vector<std::uint32_t> blocks() const {
+    std::vector<std::uint32_t> b = blocks_;
+    if (filled_ > 0) b.push_back(crc_);
+    return b;
+  }
+  // The CRC32C of everything fed.
+  std::uint32_t whole() const { return join_block_crcs(blocks(), block_, total_); }
+
+ private:
+  std::uint64_t block_;
+  std::uint64_t filled_ = 0, total_ = 0;
+  std::uint32_t crc_ = 0;
+  std::vector<std::uint32_t> blocks_;
+};
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/io/block_crc32c.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -10759,10 +10904,10 @@ class CrcWorker {
     thread_.join();
   }
 
-  // Starts a new stream (the previous one must be finished).
-  void begin() {
+  // Starts a new stream of blocks of `block_bytes` (the previous one must be finished).
+  void begin(std::uint64_t block_bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    crc_ = 0;
+    crc_ = BlockCrc32c(block_bytes);
   }
   // The buffer must stay alive and unchanged until finish() returns.
   void submit(const void* data, std::size_t n) {
@@ -10776,8 +10921,10 @@ class CrcWorker {
   std::uint32_t finish() {
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [this] { return queue_.empty() && !busy_; });
-    return crc_;
+    return crc_.whole();
   }
+  // After finish(): the CRC32C of each block of the stream.
+  std::vector<std::uint32_t> blocks() const { return crc_.blocks(); }
 
  private:
   void run() {
@@ -10788,11 +10935,9 @@ class CrcWorker {
       auto [data, n] = queue_.front();
       queue_.pop_front();
       busy_ = true;
-      std::uint32_t crc = crc_;
       lock.unlock();
-      crc = crc32c_extend(crc, data, n);
+      crc_.extend(data, n);  // only this thread touches it while busy_
       lock.lock();
-      crc_ = crc;
       busy_ = false;
       if (queue_.empty()) done_.notify_all();
     }
@@ -10801,7 +10946,7 @@ class CrcWorker {
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::deque<std::pair<const void*, std::size_t>> queue_;
-  std::uint32_t crc_ = 0;
+  BlockCrc32c crc_{1};
   bool busy_ = false;
   bool stop_ = false;
   std::thread thread_;
@@ -10835,7 +10980,13 @@ class DataFileWriter {
     c.offset = offset;
     c.nbytes = n;
     if (n < small_leaf_bytes) {
-      c.crc32c = crc32c(data, static_cast<std::size_t>(n));
+      if (n > crc_block_bytes) {
+        BlockCrc32c blocks(crc_block_bytes);
+        blocks.extend(data, static_cast<std::size_t>(n));
+        set_crcs(c, blocks);
+      } else {
+        c.crc32c = crc32c(data, static_cast<std::size_t>(n));
+      }
       if (staging_.empty()) staging_.reserve(staging_bytes);
       if (!staging_.empty() && offset + n - staging_base_ > staging_bytes) flush();
       if (staging_.empty()) staging_base_ = offset;
@@ -10844,10 +10995,11 @@ class DataFileWriter {
       staging_.insert(staging_.end(), p, p + n);
     } else {
       flush();
-      crc_.begin();
+      crc_.begin(crc_block_bytes);
       crc_.submit(data, static_cast<std::size_t>(n));  // checksummed while it is written
       file_->write_at(data, n, offset);
       c.crc32c = crc_.finish();
+      if (n > crc_block_bytes) c.blocks = BlockChecksums{crc_block_bytes, crc_.blocks()};
     }
     end_ = offset + n;
     return c;
@@ -10868,7 +11020,7 @@ class DataFileWriter {
     const std::uint64_t offset = (end_ + align - 1) / align * align;
     piece = std::min(piece, n);
     PinnedBytes bufs[2] = {PinnedBytes(static_cast<std::size_t>(piece)), PinnedBytes(static_cast<std::size_t>(piece))};
-    std::uint32_t crc = 0;
+    BlockCrc32c crc(crc_block_bytes);
     fill(std::uint64_t{0}, piece, bufs[0].data());
     for (std::uint64_t done = 0, k = 0; done < n; ++k) {
       const std::uint64_t len = std::min(piece, n - done), next = done + len;
@@ -10878,7 +11030,7 @@ class DataFileWriter {
           fill(next, std::min(piece, n - next), bufs[(k + 1) % 2].data());
         });
       file_->write_at(bufs[k % 2].data(), len, offset + done);
-      crc = crc32c_extend(crc, bufs[k % 2].data(), static_cast<std::size_t>(len));
+      crc.extend(bufs[k % 2].data(), static_cast<std::size_t>(len));
       if (producing.valid()) producing.get();
       done = next;
     }
@@ -10887,7 +11039,7 @@ class DataFileWriter {
     c.file = name_;
     c.offset = offset;
     c.nbytes = n;
-    c.crc32c = crc;
+    set_crcs(c, crc);
     return c;
   }
 
@@ -10898,6 +11050,12 @@ class DataFileWriter {
   }
 
  private:
+  // The chunk's CRC32C, and its blocks' where it has more than one.
+  static void set_crcs(ChunkRecord& c, const BlockCrc32c& crc) {
+    c.crc32c = crc.whole();
+    if (crc.total() > crc.block_bytes()) c.blocks = BlockChecksums{crc.block_bytes(), crc.blocks()};
+  }
+
   void flush() {
     if (staging_.empty()) return;
     file_->write_at(staging_.data(), staging_.size(), staging_base_);
@@ -11148,6 +11306,12 @@ class WireWriter {
     for (auto v : s) u64(static_cast<std::uint64_t>(v));
     return *this;
   }
+  WireWriter& u32s(const std::vector<std::uint32_t>& v) {
+    u64(v.size());
+    for (std::uint32_t x : v)
+      for (int i = 0; i < 4; ++i) out_ += static_cast<char>((x >> (8 * i)) & 0xff);
+    return *this;
+  }
   std::string take() { return std::move(out_); }
 
  private:
@@ -11177,6 +11341,16 @@ class WireReader {
     Shape s;
     for (std::uint64_t i = 0; i < n; ++i) s.push_back(static_cast<std::int64_t>(u64()));
     return s;
+  }
+  std::vector<std::uint32_t> u32s() {
+    const std::uint64_t n = u64();
+    if (n > (in_.size() - pos_) / 4) need(in_.size() - pos_ + 1);  // cut short (and n * 4 could overflow)
+    std::vector<std::uint32_t> v(static_cast<std::size_t>(n));
+    for (auto& x : v) {
+      for (int i = 0; i < 4; ++i) x |= std::uint32_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
+      pos_ += 4;
+    }
+    return v;
   }
 
  private:
@@ -11561,7 +11735,11 @@ class SaveSession {
         const LeafRecord& l = metadata_.items[i].leaves[j];
         if (l.chunks.empty()) continue;
         w.u64(i).u64(j).str(l.key()).u64(l.chunks.size());
-        for (const auto& c : l.chunks) w.str(c.file).u64(c.offset).u64(c.nbytes).u64(c.crc32c).shape(c.start).shape(c.shape);
+        for (const auto& c : l.chunks) {
+          w.str(c.file).u64(c.offset).u64(c.nbytes).u64(c.crc32c).shape(c.start).shape(c.shape);
+          w.u64(c.blocks ? c.blocks->block_bytes : 0);
+          if (c.blocks) w.u32s(c.blocks->crc32c);
+        }
       }
   }
 
@@ -11617,6 +11795,7 @@ class SaveSession {
           chunk.crc32c = static_cast<std::uint32_t>(in.u64());
           chunk.start = in.shape();
           chunk.shape = in.shape();
+          if (const std::uint64_t block = in.u64(); block != 0) chunk.blocks = BlockChecksums{block, in.u32s()};
           l.chunks.push_back(std::move(chunk));
         }
       }
@@ -12404,8 +12583,11 @@ CAIRN_END_NAMESPACE
 // A chunk that this process's targets need whole is read once, sequentially, in pieces,
 // each piece scattered to every target it overlaps, and its CRC32C is checked. A chunk that
 // is needed only in part (the targets hold part of the array: another process holds the
-// rest) is read in sub-boxes whose byte spans are at most 1.1x the bytes they hold; its
-// checksum, which covers the whole chunk, cannot be checked (LoadReport::unverified_bytes).
+// rest; a slice) is read in whole blocks of its block checksums (docs/format.md), each block
+// verified: runs of sub-boxes whose byte spans are at most 1.1x the bytes they hold, widened
+// to the blocks around them. A small chunk without block checksums is one block; a large one
+// (written before them) is read in part, unverified (LoadReport::unverified_bytes), or whole
+// where LoadOptions::require_verified asks.
 
 #include <algorithm>
 #include <atomic>
@@ -12690,8 +12872,15 @@ class BoxLeafReader {
     }
     if (overlaps.empty()) return;  // no target here needs this chunk: not read
     // (execute_plan checked the chunk lies inside its file.)
+    // A chunk without usable block checksums is verified only by reading all of it: done for
+    // small ones and where the caller requires it. (Blocks beyond a read piece are not used:
+    // the block read would hold one in memory.)
+    const bool verify = options_.verify_checksums;
+    const bool blocked = c.blocks && c.blocks->block_bytes <= read_piece_bytes;
+    const bool read_whole = covered >= cb.elements() ||
+                            (verify && !blocked && (c.nbytes <= verify_whole_chunk_bytes || options_.require_verified));
     try {
-      if (covered >= cb.elements()) {
+      if (read_whole) {
         // Needed whole: read sequentially, checksum every byte.
         std::uint32_t crc = 0;
         const bool direct = overlaps.size() == 1 && overlaps[0].box == cb && to_ == s_.dtype &&
@@ -12775,7 +12964,10 @@ class BoxLeafReader {
           }
         }
         if (!f.memory) report_.bytes_read += c.nbytes;
-        if (options_.verify_checksums) check_crc(crc, s_, c, files_);
+        if (verify) check_crc(crc, s_, c, files_);
+        else report_.unverified_bytes += c.nbytes;
+      } else if (verify && blocked) {
+        read_part_in_blocks(c, cb, overlaps, f);
       } else {
         const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
         for (const auto& o : overlaps) {
@@ -12796,6 +12988,72 @@ class BoxLeafReader {
   }
 
   bool same_layout(const BoxTarget& t) const { return t.column_major == chunk_column_major_; }
+
+  // Consecutive blocks [first, end) of a chunk read together, and the pieces of one overlap
+  // they hold (each piece's elements from element `first` of the chunk on).
+  struct BlockRun {
+    std::uint64_t first = 0, end = 0;
+    struct Piece {
+      Box box;
+      std::uint64_t first;
+    };
+    std::vector<Piece> pieces;
+  };
+
+  // A chunk needed in part, with block checksums: the sub-boxes of each overlap, in file
+  // order, joined into runs of whole blocks of at most one read piece (a run may re-read the
+  // block where the one before it ended). Run k+1 is read and verified on a helper thread
+  // while run k is delivered, as the whole-chunk path does with its pieces.
+  void read_part_in_blocks(const ChunkRecord& c, const Box& cb, const std::vector<Overlap>& overlaps, const ChunkSource& f) {
+    const std::uint64_t block = c.blocks->block_bytes;
+    const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
+    const std::uint64_t run_bytes = std::max(read_piece_bytes, 2 * block);
+    for (const auto& o : overlaps) {
+      std::vector<BlockRun> runs;
+      split_for_reading(cb, chunk_column_major_, o.box, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
+        const std::uint64_t b0 = first * in_size_ / block, b1 = ((first + span) * in_size_ + block - 1) / block;
+        if (runs.empty() || b0 > runs.back().end || (std::max(b1, runs.back().end) - runs.back().first) * block > run_bytes)
+          runs.push_back({b0, b1, {}});
+        BlockRun& run = runs.back();
+        run.end = std::max(run.end, b1);
+        run.pieces.push_back({piece, first});
+      });
+      auto bytes_of = [&](const BlockRun& r) {
+        return std::make_pair(r.first * block, std::min(r.end * block, c.nbytes));
+      };
+      // A run is read a block at a time, each block checksummed as it arrives, while it is
+      // still in the core's cache (tuning.hpp, crc_piece_bytes: the same reason).
+      auto read_run = [&](std::size_t k) {
+        const auto [from, to] = bytes_of(runs[k]);
+        auto& buf = pieces_buf_[k % 2];
+        buf.resize(static_cast<std::size_t>(to - from));
+        for (std::uint64_t b = runs[k].first; b < runs[k].end; ++b) {
+          const std::uint64_t at = b * block, n = std::min(block, c.nbytes - at);
+          unsigned char* dst = buf.data() + (at - from);
+          f.read(dst, n, c.offset + at);
+          const std::uint32_t got = crc32c(dst, static_cast<std::size_t>(n));
+          const std::uint32_t want = c.blocks->crc32c[static_cast<std::size_t>(b)];
+          if (got != want)
+            throw Error(ErrorKind::corrupt, "checksum mismatch in bytes " + std::to_string(c.offset + at) + ".." +
+                        std::to_string(c.offset + at + n) + " (block " + std::to_string(b) + " of the chunk at bytes " +
+                        std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) + "; CRC32C " +
+                        std::to_string(got) + ", expected " + std::to_string(want) + ")");
+        }
+      };
+      if (runs.empty()) continue;
+      read_run(0);
+      for (std::size_t k = 0; k < runs.size(); ++k) {
+        std::future<void> next;  // joined before this scope ends, also on error
+        if (k + 1 < runs.size()) next = std::async(std::launch::async, read_run, k + 1);
+        const auto [from, to] = bytes_of(runs[k]);
+        unsigned char* buf = pieces_buf_[k % 2].data();
+        if (!f.memory) report_.bytes_read += to - from;
+        if (s_.dtype == DType::bool_) normalize_bools(buf, to - from);
+        for (const auto& p : runs[k].pieces) deliver(p.box, cb, p.first, o.group, buf + (p.first * in_size_ - from));
+        if (next.valid()) next.get();
+      }
+    }
+  }
 
   // The chunk equals the target's box in the same layout and dtype: `bytes` bytes from byte
   // `first` of the chunk go straight into the first host target (or through the scratch
@@ -13002,6 +13260,7 @@ inline void read_small_run(ReadTask* run, std::size_t count, const ReadBuffers& 
     }
     report.bytes_needed += t.nbytes;
     if (t.nbytes == 0) continue;
+    if (!options.verify_checksums) report.unverified_bytes += t.nbytes;
     if (options.verify_checksums) {
       const std::uint32_t got = crc32c(t.data, static_cast<std::size_t>(t.nbytes));
       try {
@@ -13063,6 +13322,9 @@ inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const Read
 
 inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
   const std::string dir = files.describe();
+  if (options.require_verified && !options.verify_checksums)
+    throw Error(ErrorKind::invalid_argument, "LoadOptions::require_verified asks for every byte to be verified, and "
+                "verify_checksums is off", dir);
   std::vector<ReadTask> tasks;
   ReadBuffers buffers;
   std::vector<CastRecord> lossy;  // casts that could lose information, not allowed
@@ -13837,6 +14099,9 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
 CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::string& key, const LoadOptions& options,
                                               const SafetensorsOptions& names,
                                               FunctionRef<LoadPlan(const StoredIndex&)> plan_fn) {
+  if (options.require_verified)
+    throw Error(ErrorKind::invalid_argument, "safetensors stores no checksums, and LoadOptions::require_verified asks "
+                "for every byte to be verified", store.describe(key));
   LoadOptions opts = options;
   opts.verify_checksums = false;  // safetensors stores none
   opts.item = default_item_name;
@@ -15079,19 +15344,44 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
                                        c.offset, c.offset + c.nbytes});
             continue;
           }
-          std::uint32_t crc = 0;
+          // With block checksums, each block's too: a damaged chunk is reported by the blocks
+          // that differ (each a byte range a load of part of the chunk would refuse).
+          BlockCrc32c crc(c.blocks ? c.blocks->block_bytes : std::max<std::uint64_t>(c.nbytes, 1));
           for (std::uint64_t at = 0; at < c.nbytes;) {
             const std::uint64_t n = std::min<std::uint64_t>(buf.size(), c.nbytes - at);
             r->read_at(buf.data(), n, c.offset + at);
-            if (check_crc) crc = crc32c_extend(crc, buf.data(), static_cast<std::size_t>(n));
+            if (check_crc) crc.extend(buf.data(), static_cast<std::size_t>(n));
             at += n;
             if (progress) progress(done + at, total);
           }
           report.bytes += c.nbytes;
           done += c.nbytes;
-          if (check_crc && crc != c.crc32c)
-            report.problems.push_back({file, l.key(), "checksum mismatch (CRC32C " + std::to_string(crc) + ", expected " +
+          if (!check_crc) continue;
+          const std::uint32_t whole = crc.whole();
+          std::vector<std::uint64_t> bad;  // blocks whose checksum differs
+          if (c.blocks) {
+            const std::vector<std::uint32_t> got = crc.blocks();
+            for (std::size_t k = 0; k < got.size(); ++k)
+              if (got[k] != c.blocks->crc32c[k]) bad.push_back(k);
+          }
+          if (whole != c.crc32c && bad.empty()) {
+            report.problems.push_back({file, l.key(), "checksum mismatch (CRC32C " + std::to_string(whole) + ", expected " +
                                        std::to_string(c.crc32c) + ")", c.offset, c.offset + c.nbytes});
+          } else if (!bad.empty()) {
+            const std::uint64_t block = c.blocks->block_bytes;
+            const std::string which = whole == c.crc32c
+                ? "the bytes match the chunk's CRC32C: the metadata's block checksum is wrong"
+                : "the chunk's CRC32C differs too";
+            for (std::size_t i = 0; i < bad.size() && i < 8; ++i) {
+              const std::uint64_t at = bad[i] * block, end = std::min(at + block, c.nbytes);
+              report.problems.push_back({file, l.key(), "checksum mismatch in block " + std::to_string(bad[i]) + " of " +
+                                         std::to_string(c.blocks->crc32c.size()) + " (" + which + ")",
+                                         c.offset + at, c.offset + end});
+            }
+            if (bad.size() > 8)
+              report.problems.push_back({file, l.key(), std::to_string(bad.size() - 8) + " more blocks of this chunk "
+                                         "differ", c.offset, c.offset + c.nbytes});
+          }
         } catch (const Error& e) {
           report.problems.push_back({file, l.key(), e.message(), c.offset, c.offset + c.nbytes});
         }

@@ -9,8 +9,11 @@
 // A chunk that this process's targets need whole is read once, sequentially, in pieces,
 // each piece scattered to every target it overlaps, and its CRC32C is checked. A chunk that
 // is needed only in part (the targets hold part of the array: another process holds the
-// rest) is read in sub-boxes whose byte spans are at most 1.1x the bytes they hold; its
-// checksum, which covers the whole chunk, cannot be checked (LoadReport::unverified_bytes).
+// rest; a slice) is read in whole blocks of its block checksums (docs/format.md), each block
+// verified: runs of sub-boxes whose byte spans are at most 1.1x the bytes they hold, widened
+// to the blocks around them. A small chunk without block checksums is one block; a large one
+// (written before them) is read in part, unverified (LoadReport::unverified_bytes), or whole
+// where LoadOptions::require_verified asks.
 #pragma once
 
 #include <algorithm>
@@ -178,8 +181,15 @@ class BoxLeafReader {
     }
     if (overlaps.empty()) return;  // no target here needs this chunk: not read
     // (execute_plan checked the chunk lies inside its file.)
+    // A chunk without usable block checksums is verified only by reading all of it: done for
+    // small ones and where the caller requires it. (Blocks beyond a read piece are not used:
+    // the block read would hold one in memory.)
+    const bool verify = options_.verify_checksums;
+    const bool blocked = c.blocks && c.blocks->block_bytes <= read_piece_bytes;
+    const bool read_whole = covered >= cb.elements() ||
+                            (verify && !blocked && (c.nbytes <= verify_whole_chunk_bytes || options_.require_verified));
     try {
-      if (covered >= cb.elements()) {
+      if (read_whole) {
         // Needed whole: read sequentially, checksum every byte.
         std::uint32_t crc = 0;
         const bool direct = overlaps.size() == 1 && overlaps[0].box == cb && to_ == s_.dtype &&
@@ -263,7 +273,10 @@ class BoxLeafReader {
           }
         }
         if (!f.memory) report_.bytes_read += c.nbytes;
-        if (options_.verify_checksums) check_crc(crc, s_, c, files_);
+        if (verify) check_crc(crc, s_, c, files_);
+        else report_.unverified_bytes += c.nbytes;
+      } else if (verify && blocked) {
+        read_part_in_blocks(c, cb, overlaps, f);
       } else {
         const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
         for (const auto& o : overlaps) {
@@ -284,6 +297,72 @@ class BoxLeafReader {
   }
 
   bool same_layout(const BoxTarget& t) const { return t.column_major == chunk_column_major_; }
+
+  // Consecutive blocks [first, end) of a chunk read together, and the pieces of one overlap
+  // they hold (each piece's elements from element `first` of the chunk on).
+  struct BlockRun {
+    std::uint64_t first = 0, end = 0;
+    struct Piece {
+      Box box;
+      std::uint64_t first;
+    };
+    std::vector<Piece> pieces;
+  };
+
+  // A chunk needed in part, with block checksums: the sub-boxes of each overlap, in file
+  // order, joined into runs of whole blocks of at most one read piece (a run may re-read the
+  // block where the one before it ended). Run k+1 is read and verified on a helper thread
+  // while run k is delivered, as the whole-chunk path does with its pieces.
+  void read_part_in_blocks(const ChunkRecord& c, const Box& cb, const std::vector<Overlap>& overlaps, const ChunkSource& f) {
+    const std::uint64_t block = c.blocks->block_bytes;
+    const std::uint64_t limit = std::max<std::uint64_t>(read_piece_bytes / in_size_, 1);
+    const std::uint64_t run_bytes = std::max(read_piece_bytes, 2 * block);
+    for (const auto& o : overlaps) {
+      std::vector<BlockRun> runs;
+      split_for_reading(cb, chunk_column_major_, o.box, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
+        const std::uint64_t b0 = first * in_size_ / block, b1 = ((first + span) * in_size_ + block - 1) / block;
+        if (runs.empty() || b0 > runs.back().end || (std::max(b1, runs.back().end) - runs.back().first) * block > run_bytes)
+          runs.push_back({b0, b1, {}});
+        BlockRun& run = runs.back();
+        run.end = std::max(run.end, b1);
+        run.pieces.push_back({piece, first});
+      });
+      auto bytes_of = [&](const BlockRun& r) {
+        return std::make_pair(r.first * block, std::min(r.end * block, c.nbytes));
+      };
+      // A run is read a block at a time, each block checksummed as it arrives, while it is
+      // still in the core's cache (tuning.hpp, crc_piece_bytes: the same reason).
+      auto read_run = [&](std::size_t k) {
+        const auto [from, to] = bytes_of(runs[k]);
+        auto& buf = pieces_buf_[k % 2];
+        buf.resize(static_cast<std::size_t>(to - from));
+        for (std::uint64_t b = runs[k].first; b < runs[k].end; ++b) {
+          const std::uint64_t at = b * block, n = std::min(block, c.nbytes - at);
+          unsigned char* dst = buf.data() + (at - from);
+          f.read(dst, n, c.offset + at);
+          const std::uint32_t got = crc32c(dst, static_cast<std::size_t>(n));
+          const std::uint32_t want = c.blocks->crc32c[static_cast<std::size_t>(b)];
+          if (got != want)
+            throw Error(ErrorKind::corrupt, "checksum mismatch in bytes " + std::to_string(c.offset + at) + ".." +
+                        std::to_string(c.offset + at + n) + " (block " + std::to_string(b) + " of the chunk at bytes " +
+                        std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) + "; CRC32C " +
+                        std::to_string(got) + ", expected " + std::to_string(want) + ")");
+        }
+      };
+      if (runs.empty()) continue;
+      read_run(0);
+      for (std::size_t k = 0; k < runs.size(); ++k) {
+        std::future<void> next;  // joined before this scope ends, also on error
+        if (k + 1 < runs.size()) next = std::async(std::launch::async, read_run, k + 1);
+        const auto [from, to] = bytes_of(runs[k]);
+        unsigned char* buf = pieces_buf_[k % 2].data();
+        if (!f.memory) report_.bytes_read += to - from;
+        if (s_.dtype == DType::bool_) normalize_bools(buf, to - from);
+        for (const auto& p : runs[k].pieces) deliver(p.box, cb, p.first, o.group, buf + (p.first * in_size_ - from));
+        if (next.valid()) next.get();
+      }
+    }
+  }
 
   // The chunk equals the target's box in the same layout and dtype: `bytes` bytes from byte
   // `first` of the chunk go straight into the first host target (or through the scratch

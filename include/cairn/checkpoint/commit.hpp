@@ -322,7 +322,11 @@ class SaveSession {
         const LeafRecord& l = metadata_.items[i].leaves[j];
         if (l.chunks.empty()) continue;
         w.u64(i).u64(j).str(l.key()).u64(l.chunks.size());
-        for (const auto& c : l.chunks) w.str(c.file).u64(c.offset).u64(c.nbytes).u64(c.crc32c).shape(c.start).shape(c.shape);
+        for (const auto& c : l.chunks) {
+          w.str(c.file).u64(c.offset).u64(c.nbytes).u64(c.crc32c).shape(c.start).shape(c.shape);
+          w.u64(c.blocks ? c.blocks->block_bytes : 0);
+          if (c.blocks) w.u32s(c.blocks->crc32c);
+        }
       }
   }
 
@@ -378,6 +382,7 @@ class SaveSession {
           chunk.crc32c = static_cast<std::uint32_t>(in.u64());
           chunk.start = in.shape();
           chunk.shape = in.shape();
+          if (const std::uint64_t block = in.u64(); block != 0) chunk.blocks = BlockChecksums{block, in.u32s()};
           l.chunks.push_back(std::move(chunk));
         }
       }

@@ -46,7 +46,13 @@ class DataFileWriter {
     c.offset = offset;
     c.nbytes = n;
     if (n < small_leaf_bytes) {
-      c.crc32c = crc32c(data, static_cast<std::size_t>(n));
+      if (n > crc_block_bytes) {
+        BlockCrc32c blocks(crc_block_bytes);
+        blocks.extend(data, static_cast<std::size_t>(n));
+        set_crcs(c, blocks);
+      } else {
+        c.crc32c = crc32c(data, static_cast<std::size_t>(n));
+      }
       if (staging_.empty()) staging_.reserve(staging_bytes);
       if (!staging_.empty() && offset + n - staging_base_ > staging_bytes) flush();
       if (staging_.empty()) staging_base_ = offset;
@@ -55,10 +61,11 @@ class DataFileWriter {
       staging_.insert(staging_.end(), p, p + n);
     } else {
       flush();
-      crc_.begin();
+      crc_.begin(crc_block_bytes);
       crc_.submit(data, static_cast<std::size_t>(n));  // checksummed while it is written
       file_->write_at(data, n, offset);
       c.crc32c = crc_.finish();
+      if (n > crc_block_bytes) c.blocks = BlockChecksums{crc_block_bytes, crc_.blocks()};
     }
     end_ = offset + n;
     return c;
@@ -79,7 +86,7 @@ class DataFileWriter {
     const std::uint64_t offset = (end_ + align - 1) / align * align;
     piece = std::min(piece, n);
     PinnedBytes bufs[2] = {PinnedBytes(static_cast<std::size_t>(piece)), PinnedBytes(static_cast<std::size_t>(piece))};
-    std::uint32_t crc = 0;
+    BlockCrc32c crc(crc_block_bytes);
     fill(std::uint64_t{0}, piece, bufs[0].data());
     for (std::uint64_t done = 0, k = 0; done < n; ++k) {
       const std::uint64_t len = std::min(piece, n - done), next = done + len;
@@ -89,7 +96,7 @@ class DataFileWriter {
           fill(next, std::min(piece, n - next), bufs[(k + 1) % 2].data());
         });
       file_->write_at(bufs[k % 2].data(), len, offset + done);
-      crc = crc32c_extend(crc, bufs[k % 2].data(), static_cast<std::size_t>(len));
+      crc.extend(bufs[k % 2].data(), static_cast<std::size_t>(len));
       if (producing.valid()) producing.get();
       done = next;
     }
@@ -98,7 +105,7 @@ class DataFileWriter {
     c.file = name_;
     c.offset = offset;
     c.nbytes = n;
-    c.crc32c = crc;
+    set_crcs(c, crc);
     return c;
   }
 
@@ -109,6 +116,12 @@ class DataFileWriter {
   }
 
  private:
+  // The chunk's CRC32C, and its blocks' where it has more than one.
+  static void set_crcs(ChunkRecord& c, const BlockCrc32c& crc) {
+    c.crc32c = crc.whole();
+    if (crc.total() > crc.block_bytes()) c.blocks = BlockChecksums{crc.block_bytes(), crc.blocks()};
+  }
+
   void flush() {
     if (staging_.empty()) return;
     file_->write_at(staging_.data(), staging_.size(), staging_base_);

@@ -80,6 +80,12 @@ struct LoadOptions {
   // Check every chunk's CRC32C (the metadata's are always checked). Turning it off saves the
   // checksum's CPU time (about 65 ms per GiB here); sizes, offsets and shapes are still checked.
   bool verify_checksums = true;
+  // Fail rather than return a byte that no checksum verified (LoadReport::unverified_bytes):
+  // a safetensors file or an Orbax checkpoint (cairn checks no checksum of theirs) or
+  // verify_checksums off is then an invalid_argument error before anything is read. A cairn
+  // checkpoint can always be verified: a chunk written before block checksums (cairn before
+  // 2026-11-26; docs/format.md) that the load needs only part of is then read whole.
+  bool require_verified = false;
   // The ranks taking part: every rank calls load; the primary reads the metadata and shares
   // it, each rank reads its own target's data, and every rank returns the same outcome.
   Coordinator* coordinator = nullptr;
@@ -118,10 +124,11 @@ struct LoadReport {
   std::vector<std::string> missing;     // in the target, not in the checkpoint: left untouched
   std::vector<std::string> unexpected;  // in the checkpoint, not in the target: ignored
   std::vector<CastRecord> cast;         // leaves converted between dtypes
-  std::uint64_t bytes_read = 0;         // array bytes read from data files
+  std::uint64_t bytes_read = 0;         // array bytes read from data files (whole checksum blocks)
   std::uint64_t bytes_needed = 0;       // stored bytes of the elements the target asked for
-  // Bytes read from chunks that were needed only in part (a target holding part of a
-  // sharded array): a chunk's checksum covers all of it, so these bytes are not verified.
+  // Bytes read that no checksum verified: every byte of a safetensors or Orbax load and of a
+  // load with verify_checksums off, and parts read of large chunks written before block
+  // checksums (docs/format.md). 0 for every load of a checkpoint cairn writes now.
   std::uint64_t unverified_bytes = 0;
   std::vector<ShardRead> shard_reads;   // per target shard of sharded or chunked leaves
 
@@ -129,7 +136,8 @@ struct LoadReport {
     std::string s = std::to_string(loaded.size()) + " loaded, " + std::to_string(skipped.size()) + " skipped, " +
                     std::to_string(missing.size()) + " missing, " + std::to_string(unexpected.size()) +
                     " unexpected, " + std::to_string(cast.size()) + " cast; " + std::to_string(bytes_read) +
-                    " bytes read\n";
+                    " bytes read" + (unverified_bytes ? ", " + std::to_string(unverified_bytes) + " of them not checksum-verified" : "") +
+                    "\n";
     auto list = [&](const char* what, const std::vector<std::string>& keys) {
       for (const auto& k : keys) s += std::string("  ") + what + " " + k + "\n";
     };

@@ -99,6 +99,7 @@ inline void read_small_run(ReadTask* run, std::size_t count, const ReadBuffers& 
     }
     report.bytes_needed += t.nbytes;
     if (t.nbytes == 0) continue;
+    if (!options.verify_checksums) report.unverified_bytes += t.nbytes;
     if (options.verify_checksums) {
       const std::uint32_t got = crc32c(t.data, static_cast<std::size_t>(t.nbytes));
       try {
@@ -160,6 +161,9 @@ inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const Read
 
 inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
   const std::string dir = files.describe();
+  if (options.require_verified && !options.verify_checksums)
+    throw Error(ErrorKind::invalid_argument, "LoadOptions::require_verified asks for every byte to be verified, and "
+                "verify_checksums is off", dir);
   std::vector<ReadTask> tasks;
   ReadBuffers buffers;
   std::vector<CastRecord> lossy;  // casts that could lose information, not allowed

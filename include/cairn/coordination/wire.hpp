@@ -34,6 +34,12 @@ class WireWriter {
     for (auto v : s) u64(static_cast<std::uint64_t>(v));
     return *this;
   }
+  WireWriter& u32s(const std::vector<std::uint32_t>& v) {
+    u64(v.size());
+    for (std::uint32_t x : v)
+      for (int i = 0; i < 4; ++i) out_ += static_cast<char>((x >> (8 * i)) & 0xff);
+    return *this;
+  }
   std::string take() { return std::move(out_); }
 
  private:
@@ -63,6 +69,16 @@ class WireReader {
     Shape s;
     for (std::uint64_t i = 0; i < n; ++i) s.push_back(static_cast<std::int64_t>(u64()));
     return s;
+  }
+  std::vector<std::uint32_t> u32s() {
+    const std::uint64_t n = u64();
+    if (n > (in_.size() - pos_) / 4) need(in_.size() - pos_ + 1);  // cut short (and n * 4 could overflow)
+    std::vector<std::uint32_t> v(static_cast<std::size_t>(n));
+    for (auto& x : v) {
+      for (int i = 0; i < 4; ++i) x |= std::uint32_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
+      pos_ += 4;
+    }
+    return v;
   }
 
  private:

@@ -80,7 +80,20 @@ inline constexpr std::uint64_t read_ahead_max_bytes = 256ull << 20;
 // Pieces in which device shards cross to the host (and casts run) while being written.
 inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
 
-// ---- CRC32C (io/crc32c.hpp) ----
+// ---- CRC32C (io/crc32c.hpp, io/block_crc32c.hpp) ----
+
+// A chunk larger than this stores the CRC32C of each block of this many bytes (docs/format.md,
+// "Block checksums"), so that a load reading part of it reads at most one block more at each
+// end of each run it needs, and verifies all of it. Readers take the size from each chunk's
+// record: changing it changes new checkpoints, not what any checkpoint means. Chosen by
+// measurement among 64 KiB, 256 KiB and 1 MiB (docs/benchmarks.md, "Verified partial reads").
+inline constexpr std::uint64_t crc_block_bytes = std::uint64_t{256} << 10;
+
+// A chunk without block checksums (written before them) that a load needs only part of is
+// read whole, and so verified, when it is at most this large; a larger one is read in part
+// and its bytes are counted unverified (unless LoadOptions::require_verified). One MiB: the
+// whole read then costs at most what a resharded load's blocks cost per run.
+inline constexpr std::uint64_t verify_whole_chunk_bytes = std::uint64_t{1} << 20;
 
 // The hardware CRC32C runs three independent streams over blocks of this many bytes each and
 // combines them with a shift table (the instruction has latency 3 and throughput 1): large

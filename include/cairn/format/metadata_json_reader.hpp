@@ -263,7 +263,8 @@ class MetadataReader {
 
   void chunk(ChunkRecord& c) {
     // In the order format 2 writes them: the members every chunk has, then the optional ones.
-    static constexpr std::string_view names[] = {"file", "offset", "crc32c", "start", "shape", "nbytes"};
+    static constexpr std::string_view names[] = {"file", "offset", "crc32c", "start", "shape", "nbytes", "block_bytes",
+                                                 "block_crc32c"};
     RecordReader rec(r_, "a chunk record", names);
     ChunkMembers& seen = chunk_members_.emplace_back();
     rec.read(0x7, [&](int member) {  // file, offset, crc32c
@@ -280,9 +281,18 @@ class MetadataReader {
         case 3: ints(c.start); break;
         case 4: ints(c.shape); break;
         case 5: c.nbytes = r_.uint64(); break;
+        case 6: blocks(c).block_bytes = r_.uint64(); break;
+        case 7: r_.array([&] { blocks(c).crc32c.push_back(r_.integer<std::uint32_t>()); }); break;
       }
     });
     seen.mask = rec.seen_mask();
+    // Both block members or neither (their agreement with the chunk's size is validation's).
+    if (rec.seen(6) != rec.seen(7)) r_.fail("a chunk record has one of 'block_bytes' and 'block_crc32c' without the other");
+  }
+
+  static BlockChecksums& blocks(ChunkRecord& c) {
+    if (!c.blocks) c.blocks.emplace();
+    return *c.blocks;
   }
 
   // {"mesh_axes", "mesh_shape", "memory", "device_ids", "spec"[, "device_processes"]}, every

@@ -158,6 +158,16 @@ inline void append_leaf_json(std::string& out, const LeafRecord& l, const DataFi
       out += ",\"nbytes\":";
       append_json_int(out, c.nbytes);
     }
+    if (c.blocks) {
+      out += ",\"block_bytes\":";
+      append_json_int(out, c.blocks->block_bytes);
+      out += ",\"block_crc32c\":[";
+      for (std::size_t k = 0; k < c.blocks->crc32c.size(); ++k) {
+        if (k) out += ',';
+        append_json_int(out, c.blocks->crc32c[k]);
+      }
+      out += ']';
+    }
     out += '}';
   }
   out += ']';

@@ -27,6 +27,14 @@ CAIRN_BEGIN_NAMESPACE
 // Version 2 writes leaves in a short form (docs/format.md); this version reads 1 and 2.
 inline constexpr int format_version = 2;
 
+// The CRC32Cs of a chunk's consecutive blocks of `block_bytes` bytes (the last may be shorter),
+// kept for chunks larger than one block, so that a load reading part of the chunk verifies
+// the blocks it reads (docs/format.md, "Block checksums"). A chunk without them is one block.
+struct BlockChecksums {
+  std::uint64_t block_bytes = 0;
+  std::vector<std::uint32_t> crc32c;
+};
+
 // One stored piece of a leaf: an index box of the global array, and where its bytes are.
 // An unsharded leaf has one chunk covering the whole array; sharded arrays have several.
 struct ChunkRecord {
@@ -36,6 +44,7 @@ struct ChunkRecord {
   std::uint64_t offset = 0;    // byte offset in the file
   std::uint64_t nbytes = 0;    // stored bytes (box elements * dtype size)
   std::uint32_t crc32c = 0;    // CRC32C of those bytes
+  HeapOptional<BlockChecksums> blocks;  // per-block CRC32Cs (chunks of more than one block)
 };
 
 struct LeafRecord {

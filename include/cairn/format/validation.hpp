@@ -178,6 +178,15 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
           if (c.nbytes != byte_count(c.shape, dtype_size(l.dtype)))
             fail("chunk " + std::to_string(i) + " says " + std::to_string(c.nbytes) + " bytes, its box holds " +
                  std::to_string(byte_count(c.shape, dtype_size(l.dtype))), key);
+          if (c.blocks) {
+            const std::uint64_t block = c.blocks->block_bytes;
+            if (block == 0) fail("chunk " + std::to_string(i) + " has blocks of 0 bytes", key);
+            const std::uint64_t want = c.nbytes / block + (c.nbytes % block != 0);
+            if (c.blocks->crc32c.size() != want)
+              fail("chunk " + std::to_string(i) + " lists " + std::to_string(c.blocks->crc32c.size()) +
+                   " block checksums; its " + std::to_string(c.nbytes) + " bytes in blocks of " + std::to_string(block) +
+                   " make " + std::to_string(want), key);
+          }
           // Consecutive chunks usually name the same file: look it up once per run.
           if (!last_ranges || c.file != *last_file) {
             if (!files.count(c.file)) fail("chunk " + std::to_string(i) + " names unknown data file '" + c.file + "'", key);

@@ -20,7 +20,7 @@ struct VerifyProblem {
   std::string file;               // the data file (or the checkpoint, when its metadata is bad)
   std::string key;                // the leaf whose bytes are bad ("" for a whole checkpoint)
   std::string why;
-  std::uint64_t offset = 0, end = 0;  // the byte range of the chunk in `file`
+  std::uint64_t offset = 0, end = 0;  // the byte range in `file`: the chunk's, or a bad block's
 };
 
 struct VerifyReport {

@@ -8,7 +8,7 @@
 #include "cairn/format/files.hpp"
 #include "cairn/inspect/formats.hpp"
 #include "cairn/inspect/verify.hpp"
-#include "cairn/io/crc32c.hpp"
+#include "cairn/io/block_crc32c.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -36,19 +36,44 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
                                        c.offset, c.offset + c.nbytes});
             continue;
           }
-          std::uint32_t crc = 0;
+          // With block checksums, each block's too: a damaged chunk is reported by the blocks
+          // that differ (each a byte range a load of part of the chunk would refuse).
+          BlockCrc32c crc(c.blocks ? c.blocks->block_bytes : std::max<std::uint64_t>(c.nbytes, 1));
           for (std::uint64_t at = 0; at < c.nbytes;) {
             const std::uint64_t n = std::min<std::uint64_t>(buf.size(), c.nbytes - at);
             r->read_at(buf.data(), n, c.offset + at);
-            if (check_crc) crc = crc32c_extend(crc, buf.data(), static_cast<std::size_t>(n));
+            if (check_crc) crc.extend(buf.data(), static_cast<std::size_t>(n));
             at += n;
             if (progress) progress(done + at, total);
           }
           report.bytes += c.nbytes;
           done += c.nbytes;
-          if (check_crc && crc != c.crc32c)
-            report.problems.push_back({file, l.key(), "checksum mismatch (CRC32C " + std::to_string(crc) + ", expected " +
+          if (!check_crc) continue;
+          const std::uint32_t whole = crc.whole();
+          std::vector<std::uint64_t> bad;  // blocks whose checksum differs
+          if (c.blocks) {
+            const std::vector<std::uint32_t> got = crc.blocks();
+            for (std::size_t k = 0; k < got.size(); ++k)
+              if (got[k] != c.blocks->crc32c[k]) bad.push_back(k);
+          }
+          if (whole != c.crc32c && bad.empty()) {
+            report.problems.push_back({file, l.key(), "checksum mismatch (CRC32C " + std::to_string(whole) + ", expected " +
                                        std::to_string(c.crc32c) + ")", c.offset, c.offset + c.nbytes});
+          } else if (!bad.empty()) {
+            const std::uint64_t block = c.blocks->block_bytes;
+            const std::string which = whole == c.crc32c
+                ? "the bytes match the chunk's CRC32C: the metadata's block checksum is wrong"
+                : "the chunk's CRC32C differs too";
+            for (std::size_t i = 0; i < bad.size() && i < 8; ++i) {
+              const std::uint64_t at = bad[i] * block, end = std::min(at + block, c.nbytes);
+              report.problems.push_back({file, l.key(), "checksum mismatch in block " + std::to_string(bad[i]) + " of " +
+                                         std::to_string(c.blocks->crc32c.size()) + " (" + which + ")",
+                                         c.offset + at, c.offset + end});
+            }
+            if (bad.size() > 8)
+              report.problems.push_back({file, l.key(), std::to_string(bad.size() - 8) + " more blocks of this chunk "
+                                         "differ", c.offset, c.offset + c.nbytes});
+          }
         } catch (const Error& e) {
           report.problems.push_back({file, l.key(), e.message(), c.offset, c.offset + c.nbytes});
         }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // A helper thread that computes the CRC32C of a stream of buffers while the calling thread
 // reads or writes them, so checksumming large leaves costs no extra time on a machine with a
-// spare core. Buffers are processed in submission order; finish() waits and returns the CRC.
+// spare core. Buffers are processed in submission order; finish() waits and returns the CRC,
+// and blocks() the CRC32Cs of the stream's blocks (io/block_crc32c.hpp).
 #pragma once
 
 #include <condition_variable>
@@ -10,8 +11,9 @@
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
 
-#include "cairn/io/crc32c.hpp"
+#include "cairn/io/block_crc32c.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -32,10 +34,10 @@ class CrcWorker {
     thread_.join();
   }
 
-  // Starts a new stream (the previous one must be finished).
-  void begin() {
+  // Starts a new stream of blocks of `block_bytes` (the previous one must be finished).
+  void begin(std::uint64_t block_bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    crc_ = 0;
+    crc_ = BlockCrc32c(block_bytes);
   }
   // The buffer must stay alive and unchanged until finish() returns.
   void submit(const void* data, std::size_t n) {
@@ -49,8 +51,10 @@ class CrcWorker {
   std::uint32_t finish() {
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [this] { return queue_.empty() && !busy_; });
-    return crc_;
+    return crc_.whole();
   }
+  // After finish(): the CRC32C of each block of the stream.
+  std::vector<std::uint32_t> blocks() const { return crc_.blocks(); }
 
  private:
   void run() {
@@ -61,11 +65,9 @@ class CrcWorker {
       auto [data, n] = queue_.front();
       queue_.pop_front();
       busy_ = true;
-      std::uint32_t crc = crc_;
       lock.unlock();
-      crc = crc32c_extend(crc, data, n);
+      crc_.extend(data, n);  // only this thread touches it while busy_
       lock.lock();
-      crc_ = crc;
       busy_ = false;
       if (queue_.empty()) done_.notify_all();
     }
@@ -74,7 +76,7 @@ class CrcWorker {
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::deque<std::pair<const void*, std::size_t>> queue_;
-  std::uint32_t crc_ = 0;
+  BlockCrc32c crc_{1};
   bool busy_ = false;
   bool stop_ = false;
   std::thread thread_;

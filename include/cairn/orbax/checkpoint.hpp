@@ -943,6 +943,10 @@ inline OrbaxCheckpoint open_orbax(OrbaxView& view) {
 // A load of an Orbax checkpoint through the checkpoint's own protocol (steps 5-9).
 inline LoadReport load_orbax_planned(const Store& store, const std::string& key, const LoadOptions& options,
                                      FunctionRef<LoadPlan(const StoredIndex&)> plan_fn) {
+  if (options.require_verified)
+    throw Error(ErrorKind::invalid_argument, "cairn checks no checksum of an Orbax checkpoint's data (its codecs' own "
+                "checks run where it has them), and LoadOptions::require_verified asks for every byte to be verified",
+                store.describe(key));
   OrbaxView view(store, key);
   LoadOptions opts = options;
   opts.verify_checksums = false;  // the chunks' own checks (CRC32C codecs, zstd frames) run as they decode

@@ -144,6 +144,9 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
 CAIRN_API LoadReport load_safetensors_planned(const Store& store, const std::string& key, const LoadOptions& options,
                                               const SafetensorsOptions& names,
                                               FunctionRef<LoadPlan(const StoredIndex&)> plan_fn) {
+  if (options.require_verified)
+    throw Error(ErrorKind::invalid_argument, "safetensors stores no checksums, and LoadOptions::require_verified asks "
+                "for every byte to be verified", store.describe(key));
   LoadOptions opts = options;
   opts.verify_checksums = false;  // safetensors stores none
   opts.item = default_item_name;
