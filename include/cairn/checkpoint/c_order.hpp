@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A leaf's values in C order in host memory, whatever its view holds: a column-major leaf
 // reordered, the boxes of a sharded one placed, device shards copied over, a piece of rows at
-// a time where the values are on the host. What the exports to other formats (safetensors,
+// a time. What the exports to other formats (safetensors,
 // Orbax), which store arrays whole and in C order, read leaves through.
 #pragma once
 
@@ -34,24 +34,18 @@ inline std::uint64_t held_elements(const LeafView& v) {
   return covered;
 }
 
-// Whether a view's elements are in this process's host memory (a plain leaf, or every shard
-// it holds). The export then makes each piece of a tensor on its own (c_order_slab); a view
-// with device shards is gathered whole first (c_order_host_bytes).
-inline bool held_on_host(const LeafView& v) {
-  if (v.shards.empty()) return true;
-  bool host = true;
-  for_each_held_box(v, [&](const ShardView& s) { host = host && s.memory == MemoryKind::host; });
-  return host;
-}
-
-// The rows [first, first + count) along dimension 0 of a host view, in C order and the view's
-// own dtype, into `dst`: a plain C-order view's bytes are copied, a column-major one and the
-// boxes of a sharded one are box-copied into place (each distinct box once, from any copy this
-// process holds; the export checked first that they cover the array).
-inline void c_order_slab(const LeafView& v, std::int64_t first, std::int64_t count, unsigned char* dst) {
+// The rows [first, first + count) along dimension 0 of a view, in C order and the view's own
+// dtype, into host memory at `dst`: a plain C-order view's bytes are copied, a column-major one
+// and the boxes of a sharded one are box-copied into place (each distinct box once, from any
+// copy this process holds; the export checked first that they cover the array). A shard in
+// device memory sends only its rows within the slab, which are contiguous in its C-order
+// memory, through `staged`: so a device leaf crosses to the host a slab at a time, never whole.
+inline void c_order_slab(const LeafView& v, std::int64_t first, std::int64_t count, unsigned char* dst,
+                         std::vector<unsigned char>& staged) {
   const std::size_t item = dtype_size(v.dtype);
   if (v.shape.empty()) {  // a scalar: one element
-    std::memcpy(dst, v.shards.empty() ? v.data : v.shards.front().data, item);
+    if (v.shards.empty()) std::memcpy(dst, v.data, item);
+    else copy_bytes(dst, MemoryKind::host, v.shards.front().data, v.shards.front().memory, item);
     return;
   }
   Box slab = whole_box(v.shape);
@@ -69,36 +63,31 @@ inline void c_order_slab(const LeafView& v, std::int64_t first, std::int64_t cou
   }
   for_each_held_box(v, [&](const ShardView& s) {
     Box part;
-    if (intersect(s.box, slab, part)) box_copy_host(item, s.data, dst, plan_box_copy(part, s.box, false, slab, false));
-  });
-}
-
-// A view with device shards, whole in C order in host memory: gathered into `scratch`.
-inline const void* c_order_host_bytes(const LeafView& v, std::vector<unsigned char>& scratch,
-                                      std::vector<unsigned char>& piece) {
-  const std::size_t item = dtype_size(v.dtype);
-  const Box whole = whole_box(v.shape);
-  scratch.resize(static_cast<std::size_t>(byte_count(v.shape, item)));
-  for_each_held_box(v, [&](const ShardView& s) {
-    const void* src = s.data;
-    if (s.memory != MemoryKind::host) {
-      piece.resize(static_cast<std::size_t>(s.box.elements() * item));
-      copy_bytes(piece.data(), MemoryKind::host, s.data, s.memory, piece.size());
-      src = piece.data();
+    if (!intersect(s.box, slab, part)) return;
+    if (s.memory == MemoryKind::host) {
+      box_copy_host(item, s.data, dst, plan_box_copy(part, s.box, false, slab, false));
+      return;
     }
-    box_copy_host(item, src, scratch.data(), plan_box_copy(s.box, s.box, false, whole, false));
+    // The shard's rows part.start[0] .. + part.shape[0], whole, from the device.
+    Box rows = s.box;
+    rows.start[0] = part.start[0];
+    rows.shape[0] = part.shape[0];
+    const std::uint64_t row_bytes = byte_count(s.box.shape, item) / static_cast<std::uint64_t>(s.box.shape[0]);
+    const std::uint64_t skip = static_cast<std::uint64_t>(part.start[0] - s.box.start[0]) * row_bytes;
+    staged.resize(static_cast<std::size_t>(row_bytes * static_cast<std::uint64_t>(part.shape[0])));
+    copy_bytes(staged.data(), MemoryKind::host, static_cast<const unsigned char*>(s.data) + skip, s.memory, staged.size());
+    box_copy_host(item, staged.data(), dst, plan_box_copy(part, rows, false, slab, false));
   });
-  return scratch.data();
 }
 
 // Calls put(bytes, n) with a leaf's values in C order as dtype `to`, in order, a piece of about
 // write_piece_bytes at a time (rows along dimension 0, one row at least): reordered, gathered
-// and cast a piece at a time, never the whole leaf, where its values are on the host; a leaf
-// with device shards is gathered whole first. A cast that does not fit names `key`.
+// from its shards (host or device) and cast a piece at a time, never the whole leaf. A cast
+// that does not fit names `key`.
 template <class Put>
 void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow, const std::string& key, Put&& put) {
   const std::size_t in_size = dtype_size(v.dtype), out_size = dtype_size(to);
-  std::vector<unsigned char> scratch, piece, cast;
+  std::vector<unsigned char> piece, staged, cast;
   auto convert = [&](const void* src, std::uint64_t elements) -> const void* {
     if (to == v.dtype) return src;
     cast.resize(static_cast<std::size_t>(elements * out_size));
@@ -109,11 +98,6 @@ void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow,
     }
     return cast.data();
   };
-  if (!held_on_host(v)) {
-    const std::uint64_t n = element_count(v.shape);
-    put(convert(c_order_host_bytes(v, scratch, piece), n), n * out_size);
-    return;
-  }
   if (v.shards.empty() && (v.order == Order::C || v.shape.size() < 2) && to == v.dtype) {
     // Already C order, as stored: straight from the leaf's memory, no copy.
     const std::uint64_t total = element_count(v.shape) * in_size;
@@ -131,7 +115,7 @@ void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow,
     const std::uint64_t elements = row_elements * static_cast<std::uint64_t>(count);
     if (elements == 0) continue;
     piece.resize(static_cast<std::size_t>(elements * in_size));
-    c_order_slab(v, first, count, piece.data());
+    c_order_slab(v, first, count, piece.data(), staged);
     put(convert(piece.data(), elements), elements * out_size);
   }
 }
