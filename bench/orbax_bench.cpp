@@ -38,6 +38,7 @@ struct Args {
   bool warm = false;
   bool keep = false;  // leave the checkpoints in --dir (for a profiler)
   bool export_only = false;  // --export: the export figures alone
+  std::string only;          // --only CASE: that case alone ("ocdbt-small-raw", ...: for a profiler)
 };
 
 void put_le(std::string& s, std::uint64_t v, int n) {
@@ -190,6 +191,7 @@ double cairn_load(const std::string& dir, std::uint64_t& bytes) {
 }
 
 void run(const Args& a, const std::string& what, int leaves, std::uint64_t elements, bool zstd, bool ocdbt) {
+  if (!a.only.empty() && a.only != what) return;
   const std::string dir = a.dir + "/" + what;
   const std::vector<ArrayFiles> arrays = write_checkpoint(dir, leaves, elements, zstd, ocdbt);
   std::vector<double> plain, load;
@@ -218,6 +220,7 @@ void run(const Args& a, const std::string& what, int leaves, std::uint64_t eleme
 // same run: the same bytes (compressed by ZSTD_compress at the same level on one thread, for
 // zstd) written plainly into one new file and fsynced.
 void run_export(const Args& a, const std::string& what, int leaves, std::uint64_t elements, int zstd_level) {
+  if (!a.only.empty() && a.only != what) return;
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::map<std::string, std::map<std::string, cairn::Array<float>>> state;
@@ -282,8 +285,9 @@ int main(int argc, char** argv) {
     else if (s == "--warm") a.warm = true;
     else if (s == "--keep") a.keep = true;
     else if (s == "--export") a.export_only = true;
+    else if (s == "--only") a.only = next();
     else {
-      std::fprintf(stderr, "usage: cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep] [--export]\n");
+      std::fprintf(stderr, "usage: cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep] [--export] [--only CASE]\n");
       return 2;
     }
   }
