@@ -10746,8 +10746,9 @@ CAIRN_END_NAMESPACE
 // ----- begin cairn/checkpoint/leaf_writer.hpp -----
 // Writing leaves into a checkpoint's data file: the bytes of each leaf appended to this
 // rank's data file through the store (small leaves gathered into large writes, large ones
-// straight from the caller's memory), casts on save, sharded leaves written box by box by
-// their primary holder, device memory crossing to the host through two pinned buffers.
+// straight from the caller's memory), sharded leaves written box by box by their primary
+// holder (a plain leaf is one whole box), casts and device memory a piece at a time through
+// the leaf encoder (leaf_encoder.hpp) into two pinned buffers.
 
 #include <algorithm>
 #include <future>
@@ -10786,6 +10787,62 @@ inline const char* save_without_coordinator_remedy =
 }  // namespace detail
 CAIRN_END_NAMESPACE
 // ----- end cairn/checkpoint/coverage.hpp -----
+// ----- begin cairn/checkpoint/leaf_encoder.hpp -----
+// The one encoder of leaf values on save: a run of consecutive elements of a leaf's or a
+// shard's memory, as the dtype it is stored in, into host memory, a piece at a time. Host
+// memory is cast on the host; device memory is cast on the device first (so the stored bytes
+// cross to the host: half of a float32 -> bfloat16 save's) and copied over. Every writer reads
+// leaves through it: the checkpoint's data files box by box (leaf_writer.hpp), and the exports
+// (safetensors, Orbax) in C-order slabs gathered from the boxes (c_order.hpp).
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+class LeafEncoder {
+ public:
+  LeafEncoder(DType from, DType to, OnOverflow on_overflow)
+      : from_(from), to_(to), on_overflow_(on_overflow), in_size_(dtype_size(from)), out_size_(dtype_size(to)) {}
+
+  DType from() const { return from_; }
+  DType to() const { return to_; }
+  bool casts() const { return from_ != to_; }
+
+  // Elements [first, first + count) of `data` (host or device memory of `device`), as `to`,
+  // into `dst` in host memory. A cast that does not fit throws value_out_of_range.
+  void encode(const void* data, MemoryKind memory, int device, std::uint64_t first, std::uint64_t count,
+              unsigned char* dst) {
+    const auto* src = static_cast<const unsigned char*>(data) + first * in_size_;
+    const auto n = static_cast<std::size_t>(count);
+    if (memory == MemoryKind::host) {
+      if (casts()) cast_host(from_, src, to_, dst, n, on_overflow_);
+      else std::memcpy(dst, src, n * in_size_);
+      return;
+    }
+    DeviceGuard guard(device);
+    if (casts()) {
+      DeviceBytes& scratch = scratch_[device];
+      if (scratch.size() < n * out_size_) scratch = DeviceBytes(n * out_size_, device);
+      cast_device(from_, src, to_, scratch.data(), n, on_overflow_);
+      src = static_cast<const unsigned char*>(scratch.data());
+    }
+    copy_bytes(dst, MemoryKind::host, src, MemoryKind::device, n * out_size_);
+  }
+
+ private:
+  DType from_, to_;
+  OnOverflow on_overflow_;
+  std::size_t in_size_, out_size_;
+  std::map<int, DeviceBytes> scratch_;  // per device: the cast values of one piece
+};
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/checkpoint/leaf_encoder.hpp -----
 // ----- begin cairn/io/crc_worker.hpp -----
 // A helper thread that computes the CRC32C of a stream of buffers while the calling thread
 // reads or writes them, so checksumming large leaves costs no extra time on a machine with a
@@ -11175,38 +11232,22 @@ class LeafWriter {
     return rec;
   }
 
-  // Writes `box`, which starts `skip` elements into `shard`'s memory, as one chunk.
+  // Writes `box`, which starts `skip` elements into `shard`'s memory, as one chunk: straight
+  // from host memory as it is, or a piece at a time through the encoder (a cast, device
+  // memory), each piece made on a helper thread while the one before it is written.
   void write_box(LeafRecord& rec, const LeafView& view, const ShardView& shard, const Box& box, std::uint64_t skip,
                  const SaveOptions& options, SaveReport& report) {
     const std::size_t in_size = dtype_size(view.dtype), out_size = dtype_size(rec.dtype);
-    const std::uint64_t piece_elements = write_piece_bytes / std::max(in_size, out_size);
     const std::uint64_t n = box.elements();
-    const auto* src = static_cast<const unsigned char*>(shard.data) + skip * in_size;
-    const bool cast = rec.dtype != view.dtype;
     ChunkRecord chunk;
-    if (shard.memory == MemoryKind::host && !cast) {
-      chunk = data_file().append(src, n * in_size);
-    } else if (shard.memory == MemoryKind::host) {
+    if (shard.memory == MemoryKind::host && rec.dtype == view.dtype) {
+      chunk = data_file().append(static_cast<const unsigned char*>(shard.data) + skip * in_size, n * in_size);
+    } else {
+      const std::uint64_t piece_elements = write_piece_bytes / std::max(in_size, out_size);
+      LeafEncoder encoder(view.dtype, rec.dtype, options.on_overflow);
       chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
                                           [&](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
-        cast_host(view.dtype, src + off / out_size * in_size, rec.dtype, dst, static_cast<std::size_t>(len / out_size),
-                  options.on_overflow);
-      });
-    } else {
-      // A device scratch piece holds the cast values before they cross to the host.
-      DeviceBytes scratch;
-      if (cast) scratch = DeviceBytes(static_cast<std::size_t>(std::min(n, piece_elements) * out_size), shard.device);
-      const int device = shard.device;
-      chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
-                                          [&, device](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
-        DeviceGuard guard(device);
-        const unsigned char* from = src + off / out_size * in_size;
-        if (cast) {
-          cast_device(view.dtype, from, rec.dtype, scratch.data(), static_cast<std::size_t>(len / out_size),
-                      options.on_overflow);
-          from = static_cast<const unsigned char*>(scratch.data());
-        }
-        copy_bytes(dst, MemoryKind::host, from, MemoryKind::device, static_cast<std::size_t>(len));
+        encoder.encode(shard.data, shard.memory, shard.device, skip + off / out_size, len / out_size, dst);
       });
     }
     chunk.start = box.start;
@@ -14129,8 +14170,8 @@ CAIRN_END_NAMESPACE
 
 // ----- begin cairn/checkpoint/c_order.hpp -----
 // A leaf's values in C order in host memory, whatever its view holds: a column-major leaf
-// reordered, the boxes of a sharded one placed, device shards copied over, a piece of rows at
-// a time. What the exports to other formats (safetensors,
+// reordered, the boxes of a sharded one placed, device shards copied over, cast by the leaf
+// encoder (leaf_encoder.hpp), a piece of rows at a time. What the exports to other formats (safetensors,
 // Orbax), which store arrays whole and in C order, read leaves through.
 
 #include <cstring>
@@ -14157,70 +14198,62 @@ inline std::uint64_t held_elements(const LeafView& v) {
   return covered;
 }
 
-// The rows [first, first + count) along dimension 0 of a view, in C order and the view's own
-// dtype, into host memory at `dst`: a plain C-order view's bytes are copied, a column-major one
-// and the boxes of a sharded one are box-copied into place (each distinct box once, from any
-// copy this process holds; the export checked first that they cover the array). A shard in
-// device memory sends only its rows within the slab, which are contiguous in its C-order
-// memory, through `staged`: so a device leaf crosses to the host a slab at a time, never whole.
-inline void c_order_slab(const LeafView& v, std::int64_t first, std::int64_t count, unsigned char* dst,
-                         std::vector<unsigned char>& staged) {
-  const std::size_t item = dtype_size(v.dtype);
+// The rows [first, first + count) along dimension 0 of a view, in C order and the encoder's
+// dtype, into host memory at `dst`. Each distinct box this process holds a copy of (the export
+// checked first that they cover the array) gives its rows within the slab, which are one run
+// of its C-order memory: encoded (cast, or copied over from the device) into `staged` and
+// box-copied into place, or box-copied straight from host memory where nothing is cast. A
+// plain C-order view's rows are one run; a column-major one is reordered into `staged` first.
+inline void c_order_slab(const LeafView& v, LeafEncoder& encoder, std::int64_t first, std::int64_t count,
+                         unsigned char* dst, std::vector<unsigned char>& staged) {
+  const std::size_t in_size = dtype_size(v.dtype), out_size = dtype_size(encoder.to());
   if (v.shape.empty()) {  // a scalar: one element
-    if (v.shards.empty()) std::memcpy(dst, v.data, item);
-    else copy_bytes(dst, MemoryKind::host, v.shards.front().data, v.shards.front().memory, item);
+    const bool plain = v.shards.empty();
+    encoder.encode(plain ? v.data : v.shards.front().data, plain ? MemoryKind::host : v.shards.front().memory,
+                   plain ? 0 : v.shards.front().device, 0, 1, dst);
     return;
   }
   Box slab = whole_box(v.shape);
   slab.start[0] = first;
   slab.shape[0] = count;
   if (v.shards.empty()) {
+    const std::uint64_t elements = slab.elements();
     if (v.order == Order::C || v.shape.size() < 2) {
-      const std::uint64_t row = byte_count(slab.shape, item) / static_cast<std::uint64_t>(std::max<std::int64_t>(count, 1));
-      std::memcpy(dst, static_cast<const unsigned char*>(v.data) + static_cast<std::uint64_t>(first) * row,
-                  static_cast<std::size_t>(row * static_cast<std::uint64_t>(count)));
+      encoder.encode(v.data, MemoryKind::host, 0, static_cast<std::uint64_t>(first) * (elements / static_cast<std::uint64_t>(count)),
+                     elements, dst);
       return;
     }
-    box_copy_host(item, v.data, dst, plan_box_copy(slab, whole_box(v.shape), true, slab, false));
+    staged.resize(static_cast<std::size_t>(elements * in_size));
+    box_copy_host(in_size, v.data, staged.data(), plan_box_copy(slab, whole_box(v.shape), true, slab, false));
+    encoder.encode(staged.data(), MemoryKind::host, 0, 0, elements, dst);
     return;
   }
   for_each_held_box(v, [&](const ShardView& s) {
     Box part;
     if (!intersect(s.box, slab, part)) return;
-    if (s.memory == MemoryKind::host) {
-      box_copy_host(item, s.data, dst, plan_box_copy(part, s.box, false, slab, false));
+    if (s.memory == MemoryKind::host && !encoder.casts()) {
+      box_copy_host(in_size, s.data, dst, plan_box_copy(part, s.box, false, slab, false));
       return;
     }
-    // The shard's rows part.start[0] .. + part.shape[0], whole, from the device.
+    // The shard's rows part.start[0] .. + part.shape[0], whole: one run of its memory.
     Box rows = s.box;
     rows.start[0] = part.start[0];
     rows.shape[0] = part.shape[0];
-    const std::uint64_t row_bytes = byte_count(s.box.shape, item) / static_cast<std::uint64_t>(s.box.shape[0]);
-    const std::uint64_t skip = static_cast<std::uint64_t>(part.start[0] - s.box.start[0]) * row_bytes;
-    staged.resize(static_cast<std::size_t>(row_bytes * static_cast<std::uint64_t>(part.shape[0])));
-    copy_bytes(staged.data(), MemoryKind::host, static_cast<const unsigned char*>(s.data) + skip, s.memory, staged.size());
-    box_copy_host(item, staged.data(), dst, plan_box_copy(part, rows, false, slab, false));
+    const std::uint64_t row_elements = static_cast<std::uint64_t>(s.box.elements() / s.box.shape[0]);
+    const std::uint64_t skip = static_cast<std::uint64_t>(part.start[0] - s.box.start[0]) * row_elements;
+    staged.resize(static_cast<std::size_t>(rows.elements() * out_size));
+    encoder.encode(s.data, s.memory, s.device, skip, static_cast<std::uint64_t>(rows.elements()), staged.data());
+    box_copy_host(out_size, staged.data(), dst, plan_box_copy(part, rows, false, slab, false));
   });
 }
 
 // Calls put(bytes, n) with a leaf's values in C order as dtype `to`, in order, a piece of about
 // write_piece_bytes at a time (rows along dimension 0, one row at least): reordered, gathered
-// from its shards (host or device) and cast a piece at a time, never the whole leaf. A cast
-// that does not fit names `key`.
+// from its shards (host or device) and cast a piece at a time by the leaf encoder, never the
+// whole leaf. A cast that does not fit names `key`.
 template <class Put>
 void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow, const std::string& key, Put&& put) {
   const std::size_t in_size = dtype_size(v.dtype), out_size = dtype_size(to);
-  std::vector<unsigned char> piece, staged, cast;
-  auto convert = [&](const void* src, std::uint64_t elements) -> const void* {
-    if (to == v.dtype) return src;
-    cast.resize(static_cast<std::size_t>(elements * out_size));
-    try {
-      cast_host(v.dtype, src, to, cast.data(), static_cast<std::size_t>(elements), on_overflow);
-    } catch (const Error& e) {
-      throw e.with_key(key);
-    }
-    return cast.data();
-  };
   if (v.shards.empty() && (v.order == Order::C || v.shape.size() < 2) && to == v.dtype) {
     // Already C order, as stored: straight from the leaf's memory, no copy.
     const std::uint64_t total = element_count(v.shape) * in_size;
@@ -14229,6 +14262,8 @@ void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow,
       put(bytes + at, std::min<std::uint64_t>(write_piece_bytes, total - at));
     return;
   }
+  LeafEncoder encoder(v.dtype, to, on_overflow);
+  std::vector<unsigned char> piece, staged;
   const std::int64_t rows = v.shape.empty() ? 1 : v.shape[0];
   const std::uint64_t row_elements = element_count(v.shape) / static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
   const std::int64_t per_piece = static_cast<std::int64_t>(
@@ -14237,9 +14272,13 @@ void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow,
     const std::int64_t count = std::min(per_piece, rows - first);
     const std::uint64_t elements = row_elements * static_cast<std::uint64_t>(count);
     if (elements == 0) continue;
-    piece.resize(static_cast<std::size_t>(elements * in_size));
-    c_order_slab(v, first, count, piece.data(), staged);
-    put(convert(piece.data(), elements), elements * out_size);
+    piece.resize(static_cast<std::size_t>(elements * out_size));
+    try {
+      c_order_slab(v, encoder, first, count, piece.data(), staged);
+    } catch (const Error& e) {
+      throw e.key_path().empty() ? e.with_key(key) : e;
+    }
+    put(piece.data(), elements * out_size);
   }
 }
 

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Writing leaves into a checkpoint's data file: the bytes of each leaf appended to this
 // rank's data file through the store (small leaves gathered into large writes, large ones
-// straight from the caller's memory), casts on save, sharded leaves written box by box by
-// their primary holder, device memory crossing to the host through two pinned buffers.
+// straight from the caller's memory), sharded leaves written box by box by their primary
+// holder (a plain leaf is one whole box), casts and device memory a piece at a time through
+// the leaf encoder (leaf_encoder.hpp) into two pinned buffers.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "cairn/core/tuning.hpp"
 #include "cairn/checkpoint/coverage.hpp"
+#include "cairn/checkpoint/leaf_encoder.hpp"
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/device/memory.hpp"
 #include "cairn/format/files.hpp"
@@ -241,38 +243,22 @@ class LeafWriter {
     return rec;
   }
 
-  // Writes `box`, which starts `skip` elements into `shard`'s memory, as one chunk.
+  // Writes `box`, which starts `skip` elements into `shard`'s memory, as one chunk: straight
+  // from host memory as it is, or a piece at a time through the encoder (a cast, device
+  // memory), each piece made on a helper thread while the one before it is written.
   void write_box(LeafRecord& rec, const LeafView& view, const ShardView& shard, const Box& box, std::uint64_t skip,
                  const SaveOptions& options, SaveReport& report) {
     const std::size_t in_size = dtype_size(view.dtype), out_size = dtype_size(rec.dtype);
-    const std::uint64_t piece_elements = write_piece_bytes / std::max(in_size, out_size);
     const std::uint64_t n = box.elements();
-    const auto* src = static_cast<const unsigned char*>(shard.data) + skip * in_size;
-    const bool cast = rec.dtype != view.dtype;
     ChunkRecord chunk;
-    if (shard.memory == MemoryKind::host && !cast) {
-      chunk = data_file().append(src, n * in_size);
-    } else if (shard.memory == MemoryKind::host) {
+    if (shard.memory == MemoryKind::host && rec.dtype == view.dtype) {
+      chunk = data_file().append(static_cast<const unsigned char*>(shard.data) + skip * in_size, n * in_size);
+    } else {
+      const std::uint64_t piece_elements = write_piece_bytes / std::max(in_size, out_size);
+      LeafEncoder encoder(view.dtype, rec.dtype, options.on_overflow);
       chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
                                           [&](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
-        cast_host(view.dtype, src + off / out_size * in_size, rec.dtype, dst, static_cast<std::size_t>(len / out_size),
-                  options.on_overflow);
-      });
-    } else {
-      // A device scratch piece holds the cast values before they cross to the host.
-      DeviceBytes scratch;
-      if (cast) scratch = DeviceBytes(static_cast<std::size_t>(std::min(n, piece_elements) * out_size), shard.device);
-      const int device = shard.device;
-      chunk = data_file().append_produced(n * out_size, piece_elements * out_size,
-                                          [&, device](std::uint64_t off, std::uint64_t len, unsigned char* dst) {
-        DeviceGuard guard(device);
-        const unsigned char* from = src + off / out_size * in_size;
-        if (cast) {
-          cast_device(view.dtype, from, rec.dtype, scratch.data(), static_cast<std::size_t>(len / out_size),
-                      options.on_overflow);
-          from = static_cast<const unsigned char*>(scratch.data());
-        }
-        copy_bytes(dst, MemoryKind::host, from, MemoryKind::device, static_cast<std::size_t>(len));
+        encoder.encode(shard.data, shard.memory, shard.device, skip + off / out_size, len / out_size, dst);
       });
     }
     chunk.start = box.start;
