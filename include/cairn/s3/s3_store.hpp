@@ -112,6 +112,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     if (client_.head(key)) keys.push_back(key);
     for (const auto& o : client_.list(key + "/", false).objects) keys.push_back(o.key);
     client_.remove(keys);
+    forget_sizes(key);
   }
 
   std::unique_ptr<CheckpointStaging> stage(const std::string& key_in, bool overwrite) override {
@@ -271,6 +272,12 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::lock_guard<std::mutex> lock(known_mutex_);
     if (known_sizes_.size() + sizes.size() > 65536) known_sizes_.clear();
     for (auto& [k, n] : sizes) known_sizes_[k] = n;
+  }
+  // Objects at or under `key` were removed: their sizes are no longer known.
+  void forget_sizes(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(known_mutex_);
+    for (auto it = known_sizes_.begin(); it != known_sizes_.end();)
+      it = it->first == key || it->first.rfind(key + "/", 0) == 0 ? known_sizes_.erase(it) : std::next(it);
   }
   std::optional<std::uint64_t> known_size(const std::string& key) const {
     std::lock_guard<std::mutex> lock(known_mutex_);
