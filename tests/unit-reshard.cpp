@@ -473,3 +473,41 @@ TEST_CASE("block checksums of every rank's chunks reach the metadata in a multi-
   CHECK(report.unverified_bytes == 0);
   CHECK(report.bytes_read == chunks[1].blocks->block_bytes);
 }
+
+TEST_CASE("a part of a large chunk in the page cache is read by two threads taking every other run, verified") {
+  test::TempDir dir;
+  const std::string path = dir / "c";
+  // One chunk of 40 MiB: each of 2 processes needs 20 MiB of it, two runs of up to 16 MiB,
+  // which two threads share where the bytes are in memory already (just written).
+  const std::int64_t rows = 10240, cols = 1024;
+  std::vector<float> truth(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < truth.size(); ++i) truth[i] = static_cast<float>(i % 1000003) * 0.5f;
+  cairn::save(path, ShardedArray<float>::from_host(truth, Shape{rows, cols},
+                                                   NamedSharding(Mesh::host({{"x", 1}}), PartitionSpec{"x"})));
+  for (int p = 0; p < 2; ++p) {
+    CAPTURE(p);
+    Mesh mesh = Mesh::host({{"x", 2}});
+    mesh.assign_processes({0, 1}, p);
+    ShardedArray<float> target(NamedSharding(mesh, PartitionSpec{"x"}));
+    const auto report = cairn::load(path, target);
+    check_shards(target, truth, cols);
+    CHECK(report.unverified_bytes == 0);
+    CHECK(report.bytes_read >= report.bytes_needed);
+    CHECK(report.bytes_read <= report.bytes_needed + 4 * cairn::detail::crc_block_bytes);
+  }
+  // A flipped byte in the second run of process 1's part: the thread that reads it fails the
+  // load, naming the range; the other stops.
+  const auto meta = cairn::metadata(path);
+  const auto& chunk = meta.leaves()[0].chunks[0];
+  const std::string file = path + "/" + chunk.file;
+  std::string data = test::read_file(file);
+  const std::uint64_t at = chunk.offset + static_cast<std::uint64_t>(rows / 2) * cols * 4 + (std::uint64_t{18} << 20);
+  data[at] ^= 4;
+  test::write_file(file, data);
+  (void)test::read_file(file);  // in the page cache again
+  Mesh mesh = Mesh::host({{"x", 2}});
+  mesh.assign_processes({0, 1}, 1);
+  ShardedArray<float> target(NamedSharding(mesh, PartitionSpec{"x"}));
+  const std::uint64_t block = chunk.blocks->block_bytes, first = (at - chunk.offset) / block * block + chunk.offset;
+  CHECK_CAIRN_ERROR(cairn::load(path, target), cairn::ErrorKind::corrupt, "checksum mismatch in bytes " + std::to_string(first));
+}

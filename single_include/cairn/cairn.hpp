@@ -13068,20 +13068,41 @@ class BoxLeafReader {
         const auto [from, to] = bytes_of(runs[k]);
         auto& buf = pieces_buf_[k % 2];
         buf.resize(static_cast<std::size_t>(to - from));
-        for (std::uint64_t b = runs[k].first; b < runs[k].end; ++b) {
-          const std::uint64_t at = b * block, n = std::min(block, c.nbytes - at);
-          unsigned char* dst = buf.data() + (at - from);
-          f.read(dst, n, c.offset + at);
-          const std::uint32_t got = crc32c(dst, static_cast<std::size_t>(n));
-          const std::uint32_t want = c.blocks->crc32c[static_cast<std::size_t>(b)];
-          if (got != want)
-            throw Error(ErrorKind::corrupt, "checksum mismatch in bytes " + std::to_string(c.offset + at) + ".." +
-                        std::to_string(c.offset + at + n) + " (block " + std::to_string(b) + " of the chunk at bytes " +
-                        std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) + "; CRC32C " +
-                        std::to_string(got) + ", expected " + std::to_string(want) + ")");
-        }
+        read_verified(c, f, runs[k], buf.data(), from);
       };
       if (runs.empty()) continue;
+      if (parallel_runs(o.group, runs.size(), c, f, bytes_of(runs.front()).first, bytes_of(runs.back()).second)) {
+        // Two threads, each taking every other run whole (read, verify, deliver): the
+        // deliveries of different runs fill disjoint parts of host targets, with no cast and
+        // so no shared scratch buffer. Only where the bytes are in memory already, as for a
+        // whole chunk (parallel_direct_read).
+        std::atomic<bool> failed{false};  // the other thread stops at its next run
+        std::uint64_t read_bytes[2] = {0, 0};
+        auto every_other = [&](std::size_t first) {
+          std::vector<unsigned char> buf;
+          try {
+            for (std::size_t k = first; k < runs.size() && !failed.load(std::memory_order_relaxed); k += 2) {
+              const auto [from, to] = bytes_of(runs[k]);
+              buf.resize(static_cast<std::size_t>(to - from));
+              read_verified(c, f, runs[k], buf.data(), from);
+              read_bytes[first] += to - from;
+              if (s_.dtype == DType::bool_) normalize_bools(buf.data(), to - from);
+              for (const auto& p : runs[k].pieces) deliver(p.box, cb, p.first, o.group, buf.data() + (p.first * in_size_ - from));
+            }
+          } catch (...) {
+            failed = true;
+            throw;
+          }
+        };
+        {
+          // The future's destructor joins the helper, also when this thread throws.
+          std::future<void> odd = std::async(std::launch::async, every_other, 1);
+          every_other(0);
+          odd.get();
+        }
+        if (!f.memory) report_.bytes_read += read_bytes[0] + read_bytes[1];
+        continue;
+      }
       read_run(0);
       for (std::size_t k = 0; k < runs.size(); ++k) {
         std::future<void> next;  // joined before this scope ends, also on error
@@ -13094,6 +13115,38 @@ class BoxLeafReader {
         if (next.valid()) next.get();
       }
     }
+  }
+
+  // Reads the blocks of `run` into `buf` (which holds the chunk's bytes from byte `from` on), a
+  // block at a time, each checksummed as it arrives, while it is still in the core's cache
+  // (tuning.hpp, crc_piece_bytes: the same reason).
+  void read_verified(const ChunkRecord& c, const ChunkSource& f, const BlockRun& run, unsigned char* buf,
+                     std::uint64_t from) const {
+    const std::uint64_t block = c.blocks->block_bytes;
+    for (std::uint64_t b = run.first; b < run.end; ++b) {
+      const std::uint64_t at = b * block, n = std::min(block, c.nbytes - at);
+      unsigned char* dst = buf + (at - from);
+      f.read(dst, n, c.offset + at);
+      const std::uint32_t got = crc32c(dst, static_cast<std::size_t>(n));
+      const std::uint32_t want = c.blocks->crc32c[static_cast<std::size_t>(b)];
+      if (got != want)
+        throw Error(ErrorKind::corrupt, "checksum mismatch in bytes " + std::to_string(c.offset + at) + ".." +
+                    std::to_string(c.offset + at + n) + " (block " + std::to_string(b) + " of the chunk at bytes " +
+                    std::to_string(c.offset) + ".." + std::to_string(c.offset + c.nbytes) + "; CRC32C " +
+                    std::to_string(got) + ", expected " + std::to_string(want) + ")");
+    }
+  }
+
+  // Whether the runs of a chunk read in part go to two threads: at least two runs, a second
+  // core, every target of the group in host memory and no cast (deliver then shares no
+  // scratch), and at least three quarters of the bytes in memory already.
+  bool parallel_runs(std::size_t group, std::size_t runs, const ChunkRecord& c, const ChunkSource& f, std::uint64_t from,
+                     std::uint64_t to) const {
+    static const bool cores = std::thread::hardware_concurrency() > 1;
+    if (runs < 2 || !cores || !f.file || to_ != s_.dtype) return false;
+    for (std::size_t t : groups_[group])
+      if (targets_[t].memory != MemoryKind::host) return false;
+    return f.file->cached_bytes(c.offset + from, to - from) >= (to - from) / 4 * 3;
   }
 
   // The chunk equals the target's box in the same layout and dtype: `bytes` bytes from byte
