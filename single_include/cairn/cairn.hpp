@@ -12765,6 +12765,28 @@ CAIRN_END_NAMESPACE
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
+// Calls work(k, thread) for every k in [0, count): the even k in order on this thread
+// (thread 0), the odd ones on a helper thread (thread 1). A failure on either stops the other
+// at its next k and is thrown here, after the helper has ended. The loader's way of putting
+// both cores on bytes that are in memory already (a large chunk's pieces, a part's runs, runs
+// of small leaves).
+template <class Work>
+void on_two_threads(std::size_t count, Work&& work) {
+  std::atomic<bool> failed{false};
+  auto every_other = [&](std::size_t thread) {
+    try {
+      for (std::size_t k = thread; k < count && !failed.load(std::memory_order_relaxed); k += 2) work(k, thread);
+    } catch (...) {
+      failed = true;
+      throw;
+    }
+  };
+  // The future's destructor joins the helper, also when this thread throws.
+  std::future<void> odd = std::async(std::launch::async, every_other, std::size_t{1});
+  every_other(0);
+  odd.get();
+}
+
 // A buffer holding `box` of the global array, in C or F order, in host or device memory.
 struct BoxTarget {
   Box box;
@@ -12940,33 +12962,11 @@ class BoxLeafReader {
           if (parallel_direct_read(group, c, f)) {
             const std::uint64_t count = (c.nbytes + crc_piece_bytes - 1) / crc_piece_bytes;
             std::vector<std::uint32_t> crcs(static_cast<std::size_t>(count), 0);
-            std::atomic<bool> failed{false};  // the other thread stops at its next piece
-            auto every_other = [&](std::uint64_t first) {
-              try {
-                for (std::uint64_t k = first; k < count && !failed.load(std::memory_order_relaxed); k += 2) {
-                  const std::uint64_t at = k * crc_piece_bytes;
-                  read_direct(f, c, at, std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - at), group,
-                              crcs[static_cast<std::size_t>(k)]);
-                }
-              } catch (...) {
-                failed = true;
-                throw;
-              }
-            };
-            {
-              // The future's destructor joins the helper, also when this thread throws.
-              std::future<void> odd = std::async(std::launch::async, every_other, 1);
-              every_other(0);
-              odd.get();
-            }
-            if (options_.verify_checksums) {
-              static const Crc32cShift piece_shift(static_cast<std::size_t>(crc_piece_bytes));
-              crc = crcs[0];
-              for (std::uint64_t k = 1; k < count; ++k) {
-                const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - k * crc_piece_bytes);
-                crc = (n == crc_piece_bytes ? piece_shift(crc) : crc32c_combine(crc, 0, n)) ^ crcs[static_cast<std::size_t>(k)];
-              }
-            }
+            on_two_threads(static_cast<std::size_t>(count), [&](std::size_t k, std::size_t) {
+              const std::uint64_t at = k * crc_piece_bytes;
+              read_direct(f, c, at, std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - at), group, crcs[k]);
+            });
+            if (options_.verify_checksums) crc = join_block_crcs(crcs, crc_piece_bytes, c.nbytes);
           } else {
             for (std::uint64_t done = 0; done < c.nbytes;) {
               const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
@@ -13076,30 +13076,17 @@ class BoxLeafReader {
         // deliveries of different runs fill disjoint parts of host targets, with no cast and
         // so no shared scratch buffer. Only where the bytes are in memory already, as for a
         // whole chunk (parallel_direct_read).
-        std::atomic<bool> failed{false};  // the other thread stops at its next run
+        std::vector<unsigned char> bufs[2];
         std::uint64_t read_bytes[2] = {0, 0};
-        auto every_other = [&](std::size_t first) {
-          std::vector<unsigned char> buf;
-          try {
-            for (std::size_t k = first; k < runs.size() && !failed.load(std::memory_order_relaxed); k += 2) {
-              const auto [from, to] = bytes_of(runs[k]);
-              buf.resize(static_cast<std::size_t>(to - from));
-              read_verified(c, f, runs[k], buf.data(), from);
-              read_bytes[first] += to - from;
-              if (s_.dtype == DType::bool_) normalize_bools(buf.data(), to - from);
-              for (const auto& p : runs[k].pieces) deliver(p.box, cb, p.first, o.group, buf.data() + (p.first * in_size_ - from));
-            }
-          } catch (...) {
-            failed = true;
-            throw;
-          }
-        };
-        {
-          // The future's destructor joins the helper, also when this thread throws.
-          std::future<void> odd = std::async(std::launch::async, every_other, 1);
-          every_other(0);
-          odd.get();
-        }
+        on_two_threads(runs.size(), [&](std::size_t k, std::size_t thread) {
+          const auto [from, to] = bytes_of(runs[k]);
+          std::vector<unsigned char>& buf = bufs[thread];
+          buf.resize(static_cast<std::size_t>(to - from));
+          read_verified(c, f, runs[k], buf.data(), from);
+          read_bytes[thread] += to - from;
+          if (s_.dtype == DType::bool_) normalize_bools(buf.data(), to - from);
+          for (const auto& p : runs[k].pieces) deliver(p.box, cb, p.first, o.group, buf.data() + (p.first * in_size_ - from));
+        });
         if (!f.memory) report_.bytes_read += read_bytes[0] + read_bytes[1];
         continue;
       }
@@ -13392,22 +13379,10 @@ inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const Read
                                         const std::vector<std::pair<std::size_t, std::size_t>>& runs, DataFiles& files,
                                         const LoadOptions& options, LoadReport& report) {
   LoadReport helper;
-  std::atomic<bool> failed{false};  // the other thread stops at its next run
-  auto every_other = [&](std::size_t first, LoadReport& into) {
-    try {
-      for (std::size_t k = first; k < runs.size() && !failed.load(std::memory_order_relaxed); k += 2)
-        read_small_run(tasks.data() + runs[k].first, runs[k].second - runs[k].first, buffers, files, options, into);
-    } catch (...) {
-      failed = true;
-      throw;
-    }
-  };
-  {
-    // The future's destructor joins the helper, also when this thread throws.
-    std::future<void> odd = std::async(std::launch::async, every_other, 1, std::ref(helper));
-    every_other(0, report);
-    odd.get();
-  }
+  on_two_threads(runs.size(), [&](std::size_t k, std::size_t thread) {
+    read_small_run(tasks.data() + runs[k].first, runs[k].second - runs[k].first, buffers, files, options,
+                   thread == 0 ? report : helper);
+  });
   report.bytes_read += helper.bytes_read;
   report.bytes_needed += helper.bytes_needed;
   report.unverified_bytes += helper.unverified_bytes;

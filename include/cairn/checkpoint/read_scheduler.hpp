@@ -137,22 +137,10 @@ inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const Read
                                         const std::vector<std::pair<std::size_t, std::size_t>>& runs, DataFiles& files,
                                         const LoadOptions& options, LoadReport& report) {
   LoadReport helper;
-  std::atomic<bool> failed{false};  // the other thread stops at its next run
-  auto every_other = [&](std::size_t first, LoadReport& into) {
-    try {
-      for (std::size_t k = first; k < runs.size() && !failed.load(std::memory_order_relaxed); k += 2)
-        read_small_run(tasks.data() + runs[k].first, runs[k].second - runs[k].first, buffers, files, options, into);
-    } catch (...) {
-      failed = true;
-      throw;
-    }
-  };
-  {
-    // The future's destructor joins the helper, also when this thread throws.
-    std::future<void> odd = std::async(std::launch::async, every_other, 1, std::ref(helper));
-    every_other(0, report);
-    odd.get();
-  }
+  on_two_threads(runs.size(), [&](std::size_t k, std::size_t thread) {
+    read_small_run(tasks.data() + runs[k].first, runs[k].second - runs[k].first, buffers, files, options,
+                   thread == 0 ? report : helper);
+  });
   report.bytes_read += helper.bytes_read;
   report.bytes_needed += helper.bytes_needed;
   report.unverified_bytes += helper.unverified_bytes;
