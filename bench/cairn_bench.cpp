@@ -42,6 +42,7 @@ struct Options {
   int saves = 1000;    // async saves for the memory-growth measurement
   double step_ms = 50; // compute per training step in the loop benchmark
   bool sharded = false;  // the sharding benchmarks instead
+  bool gpu = false;      // the GPU figures of --sharded alone
   bool containers = false;  // the same leaves in each container kind
   bool safetensors = false;  // safetensors export and import
   bool growth = false;  // warm loads of N and 10N leaves, alternately
@@ -71,7 +72,8 @@ void usage() {
       "                      beside a plain write+fsync and read of the same bytes\n"
       "  --sharded           sharding benchmarks: box-copy and cast kernels vs memcpy, restoring a\n"
       "                      2x4-sharded --bytes array onto other shardings vs the same sharding\n"
-      "                      (and, built with nvcc on a GPU, staging and device casts vs cudaMemcpy)");
+      "                      (and, built with nvcc on a GPU, staging and device casts vs cudaMemcpy)\n"
+      "  --gpu               the GPU figures of --sharded alone (a build with nvcc)");
 }
 
 
@@ -651,6 +653,181 @@ double time_median(int repeat, F&& f) {
   return median(t);
 }
 
+// ---- GPU figures (cairn-bench --sharded or --gpu, built with nvcc) ----
+int gpu_bench(const Options& o) {
+#if CAIRN_CUDA
+  using cairn::Mesh;
+  using cairn::NamedSharding;
+  using cairn::PartitionSpec;
+  const std::int64_t cols = 4096;
+  const std::int64_t rows = std::max<std::int64_t>(8, static_cast<std::int64_t>(o.bytes / (cols * 4)) / 8 * 8);
+  const cairn::Shape shape{rows, cols};
+  const std::size_t n = static_cast<std::size_t>(rows * cols), bytes = n * 4;
+  const cairn::Box whole = cairn::whole_box(shape);
+  // 3. GPU: staging device shards to pinned host memory, and device casts.
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+    cairn::detail::DeviceBytes d(bytes, 0), d2(bytes, 0);
+    cairn::detail::PinnedBytes pinned(bytes);
+    CAIRN_CUDA_CHECK(cudaMemset(d.data(), 1, bytes));
+    const double t_pinned = time_median(o.repeat, [&] {
+      CAIRN_CUDA_CHECK(cudaMemcpy(pinned.data(), d.data(), bytes, cudaMemcpyDeviceToHost));
+    });
+    std::printf("  GPU: cudaMemcpy device -> pinned host     %8.1f ms  %6.2f GB/s\n", t_pinned * 1e3, bytes / t_pinned / 1e9);
+    // cairn's staging: write-sized pieces through two pinned buffers (no file: the copy alone).
+    const std::size_t piece = cairn::detail::write_piece_bytes;
+    cairn::detail::PinnedBytes bufs[2] = {cairn::detail::PinnedBytes(piece), cairn::detail::PinnedBytes(piece)};
+    const double t_stage = time_median(o.repeat, [&] {
+      for (std::size_t off = 0, k = 0; off < bytes; off += piece, ++k)
+        cairn::detail::copy_bytes(bufs[k % 2].data(), cairn::MemoryKind::host, static_cast<char*>(d.data()) + off,
+                                  cairn::MemoryKind::device, std::min(piece, bytes - off));
+    });
+    std::printf("  GPU: cairn staging in %zu MiB pieces        %8.1f ms  %6.2f GB/s  %.2fx of cudaMemcpy\n", piece >> 20,
+                t_stage * 1e3, bytes / t_stage / 1e9, t_pinned / t_stage);
+    const double t_d2d = time_median(o.repeat, [&] {
+      CAIRN_CUDA_CHECK(cudaMemcpy(d2.data(), d.data(), bytes, cudaMemcpyDeviceToDevice));
+      CAIRN_CUDA_CHECK(cudaDeviceSynchronize());  // a device-to-device copy returns before it is done
+    });
+    const double bw_d2d = 2.0 * bytes / t_d2d;
+    std::printf("  GPU: cudaMemcpy device -> device           %8.1f ms  %6.2f GB/s (read + write)\n", t_d2d * 1e3, bw_d2d / 1e9);
+    const double t_cast = time_median(o.repeat, [&] {
+      cairn::detail::cast_device(cairn::DType::float32, d.data(), cairn::DType::bfloat16, d2.data(), n,
+                                 cairn::OnOverflow::error);
+      CAIRN_CUDA_CHECK(cudaDeviceSynchronize());
+    });
+    std::printf("  GPU: cast float32 -> bfloat16 on device    %8.1f ms  %6.2f GB/s  %.2fx of device copy\n",
+                t_cast * 1e3, 6.0 * n / t_cast / 1e9, 6.0 * n / t_cast / bw_d2d);
+    // Box copies on the device: the row kernel (what box_copy_device runs for contiguous rows),
+    // the copy engine's 2-D copies it replaced, and the element kernel (strided rows), each
+    // beside a device-to-device copy of the same bytes.
+    auto box_figures = [&](const char* what, const cairn::detail::BoxCopyPlan& plan, std::size_t moved, bool with_2d) {
+      const double t_rows = time_median(o.repeat, [&] {
+        cairn::detail::box_copy_device(4, d.data(), d2.data(), plan, 0);
+        CAIRN_CUDA_CHECK(cudaDeviceSynchronize());
+      });
+      std::printf("  GPU: box copy, %-27s %8.2f ms  %6.2f GB/s  %.2fx of device copy (box_copy_device)\n", what,
+                  t_rows * 1e3, 2.0 * moved / t_rows / 1e9, 2.0 * moved / t_rows / bw_d2d);
+      if (with_2d) {
+        const double t_2d = time_median(o.repeat, [&] {
+          cairn::detail::box_copy_device_2d(4, d.data(), d2.data(), plan);
+          CAIRN_CUDA_CHECK(cudaDeviceSynchronize());
+        });
+        std::printf("  GPU:   the same by 2-D copies              %8.2f ms  %6.2f GB/s  %.2fx\n", t_2d * 1e3,
+                    2.0 * moved / t_2d / 1e9, 2.0 * moved / t_2d / bw_d2d);
+      }
+      const double t_elem = time_median(o.repeat, [&] {
+        cairn::detail::box_copy(thrust::device, 4, d.data(), d2.data(), plan, 1);  // one thread per element
+        CAIRN_CUDA_CHECK(cudaDeviceSynchronize());
+      });
+      std::printf("  GPU:   the same by the element kernel      %8.2f ms  %6.2f GB/s  %.2fx\n", t_elem * 1e3,
+                  2.0 * moved / t_elem / 1e9, 2.0 * moved / t_elem / bw_d2d);
+    };
+    const cairn::Box column_block{{0, cols / 4}, {rows, cols / 4}};
+    box_figures("column block (4 KiB rows)", cairn::detail::plan_box_copy(column_block, whole, false, column_block, false),
+                bytes / 4, true);
+    // A 3-D array [rows/16, 16, cols] split on its last axis 64 ways: rows of 256 bytes, more
+    // outer indices than the 2-D copies took (4,096).
+    const cairn::Shape cube{rows / 16, 16, cols};
+    const cairn::Box narrow{{0, 0, cols / 2}, {rows / 16, 16, cols / 64}};
+    box_figures("[., 16, 64] of a 3-D array",
+                cairn::detail::plan_box_copy(narrow, cairn::whole_box(cube), false, narrow, false), bytes / 64, false);
+    const cairn::Box half{{0, 0}, {rows, cols / 2}};
+    box_figures("C -> F order (a transpose)", cairn::detail::plan_box_copy(half, whole, false, half, true), bytes / 2,
+                false);
+    // What a page-locked buffer costs to make (the reason kept buffers are reused).
+    {
+      const std::size_t pin = cairn::detail::device_read_piece_bytes;
+      void* p = nullptr;
+      const double t0 = now_s();
+      CAIRN_CUDA_CHECK(cudaMallocHost(&p, pin));
+      const double t_pin = now_s() - t0;
+      CAIRN_CUDA_CHECK(cudaFreeHost(p));
+      const double t1 = now_s();
+      { cairn::detail::PinnedBytes kept(pin); }
+      { cairn::detail::PinnedBytes again(pin); }
+      const double t_kept = now_s() - t1;
+      std::printf("  GPU: cudaMallocHost of %zu MiB              %8.2f ms (PinnedBytes made twice, kept: %.2f ms)\n",
+                  pin >> 20, t_pin * 1e3, t_kept * 1e3);
+    }
+
+    // End to end: a device array saved to and loaded from disk, beside the limit measured in
+    // this run: the whole array copied to pinned memory, written and fsynced (save), and read
+    // into pinned memory and copied to the device (load), as one file.
+    std::filesystem::create_directories(o.dir);
+    const std::string raw = o.dir + "/gpu-raw.bin", ckpt = o.dir + "/gpu";
+    std::vector<float> values(n);  // (src was freed after the host figures)
+    for (std::size_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 100003) * 0.25f;
+    auto dev = cairn::ShardedArray<float>::from_host(values, shape, NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{"x"}));
+    const double t_raw_save = time_median(o.repeat, [&] {
+      CAIRN_CUDA_CHECK(cudaMemcpy(pinned.data(), dev.shards()[0].data(), bytes, cudaMemcpyDeviceToHost));
+      const int fd = ::open(raw.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      for (std::size_t off = 0; off < bytes;) {
+        const ssize_t w = ::write(fd, pinned.data() + off, std::min<std::size_t>(bytes - off, 1u << 30));
+        if (w <= 0) { std::perror("write"); std::exit(1); }
+        off += static_cast<std::size_t>(w);
+      }
+      ::fsync(fd);
+      ::close(fd);
+    });
+    const double t_save = time_median(o.repeat, [&] {
+      std::filesystem::remove_all(ckpt);
+      cairn::save(ckpt, dev);
+    });
+    std::printf("  GPU: raw save (D2H pinned + write + fsync) %8.1f ms  %6.2f GB/s\n", t_raw_save * 1e3,
+                bytes / t_raw_save / 1e9);
+    std::printf("  GPU: cairn::save of a device array          %8.1f ms  %6.2f GB/s  %.2fx of raw\n", t_save * 1e3,
+                bytes / t_save / 1e9, t_raw_save / t_save);
+    const double t_raw_load = time_median(o.repeat, [&] {
+      if (!o.warm) evict(raw);
+      const int fd = ::open(raw.c_str(), O_RDONLY);
+      for (std::size_t off = 0; off < bytes;) {
+        const ssize_t r = ::read(fd, pinned.data() + off, std::min<std::size_t>(bytes - off, 1u << 30));
+        if (r <= 0) { std::perror("read"); std::exit(1); }
+        off += static_cast<std::size_t>(r);
+      }
+      ::close(fd);
+      CAIRN_CUDA_CHECK(cudaMemcpy(d2.data(), pinned.data(), bytes, cudaMemcpyHostToDevice));
+    });
+    cairn::ShardedArray<float> back(NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{"x"}));
+    const double t_load = time_median(o.repeat, [&] {
+      if (!o.warm) evict_tree(ckpt);
+      cairn::load(ckpt, back);
+    });
+    const double t_load_cast = time_median(o.repeat, [&] {
+      if (!o.warm) evict_tree(ckpt);
+      cairn::ShardedArray<double> wide(NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{"x"}));
+      cairn::load(ckpt, wide);
+    });
+    std::printf("  GPU: raw load (read pinned + H2D)          %8.1f ms  %6.2f GB/s\n", t_raw_load * 1e3,
+                bytes / t_raw_load / 1e9);
+    std::printf("  GPU: cairn::load into a device array        %8.1f ms  %6.2f GB/s  %.2fx of raw\n", t_load * 1e3,
+                bytes / t_load / 1e9, t_raw_load / t_load);
+    std::printf("  GPU: cairn::load, cast to float64 on load   %8.1f ms  %6.2f GB/s  %.2fx of raw\n", t_load_cast * 1e3,
+                bytes / t_load_cast / 1e9, t_raw_load / t_load_cast);
+    if (back.gather() != values) { std::fprintf(stderr, "GPU load differs from the saved array\n"); return 1; }
+    // Resharding onto the GPU: a checkpoint of 2x4 host shards loaded into one device shard,
+    // each stored chunk placed by the device box copy (beside the same raw load).
+    const std::string ckpt8 = o.dir + "/gpu-2x4";
+    cairn::save(ckpt8, cairn::ShardedArray<float>::from_host(values, shape, NamedSharding(Mesh::host({{"data", 2}, {"model", 4}}),
+                                                                                          PartitionSpec{"data", "model"})));
+    const double t_reshard = time_median(o.repeat, [&] {
+      if (!o.warm) evict_tree(ckpt8);
+      cairn::load(ckpt8, back);
+    });
+    std::printf("  GPU: cairn::load of 2x4 host shards onto it %8.1f ms  %6.2f GB/s  %.2fx of raw\n", t_reshard * 1e3,
+                bytes / t_reshard / 1e9, t_raw_load / t_reshard);
+    if (back.gather() != values) { std::fprintf(stderr, "GPU resharded load differs from the saved array\n"); return 1; }
+    std::filesystem::remove_all(o.dir);
+  } else {
+    std::printf("  GPU: none visible, GPU figures skipped\n");
+  }
+#else
+  (void)o;
+  std::printf("  GPU: this build has no CUDA (build the bench with nvcc for the GPU figures)\n");
+#endif
+  return 0;
+}
+
 int sharded_bench(const Options& o) {
   using cairn::Mesh;
   using cairn::NamedSharding;
@@ -854,130 +1031,7 @@ int sharded_bench(const Options& o) {
           slice(cairn::Box{{rows / 2 + 5, cols / 3}, {std::min<std::int64_t>(64, rows - rows / 2 - 5), 64}}));
   std::filesystem::remove_all(o.dir);
 
-#if CAIRN_CUDA
-  // 3. GPU: staging device shards to pinned host memory, and device casts.
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
-    cairn::detail::DeviceBytes d(bytes, 0), d2(bytes, 0);
-    cairn::detail::PinnedBytes pinned(bytes);
-    CAIRN_CUDA_CHECK(cudaMemset(d.data(), 1, bytes));
-    const double t_pinned = time_median(o.repeat, [&] {
-      CAIRN_CUDA_CHECK(cudaMemcpy(pinned.data(), d.data(), bytes, cudaMemcpyDeviceToHost));
-    });
-    std::printf("  GPU: cudaMemcpy device -> pinned host     %8.1f ms  %6.2f GB/s\n", t_pinned * 1e3, bytes / t_pinned / 1e9);
-    // cairn's staging: write-sized pieces through two pinned buffers (no file: the copy alone).
-    const std::size_t piece = cairn::detail::write_piece_bytes;
-    cairn::detail::PinnedBytes bufs[2] = {cairn::detail::PinnedBytes(piece), cairn::detail::PinnedBytes(piece)};
-    const double t_stage = time_median(o.repeat, [&] {
-      for (std::size_t off = 0, k = 0; off < bytes; off += piece, ++k)
-        cairn::detail::copy_bytes(bufs[k % 2].data(), cairn::MemoryKind::host, static_cast<char*>(d.data()) + off,
-                                  cairn::MemoryKind::device, std::min(piece, bytes - off));
-    });
-    std::printf("  GPU: cairn staging in %zu MiB pieces        %8.1f ms  %6.2f GB/s  %.2fx of cudaMemcpy\n", piece >> 20,
-                t_stage * 1e3, bytes / t_stage / 1e9, t_pinned / t_stage);
-    const double t_d2d = time_median(o.repeat, [&] {
-      CAIRN_CUDA_CHECK(cudaMemcpy(d2.data(), d.data(), bytes, cudaMemcpyDeviceToDevice));
-      CAIRN_CUDA_CHECK(cudaDeviceSynchronize());  // a device-to-device copy returns before it is done
-    });
-    const double bw_d2d = 2.0 * bytes / t_d2d;
-    std::printf("  GPU: cudaMemcpy device -> device           %8.1f ms  %6.2f GB/s (read + write)\n", t_d2d * 1e3, bw_d2d / 1e9);
-    const double t_cast = time_median(o.repeat, [&] {
-      cairn::detail::cast_device(cairn::DType::float32, d.data(), cairn::DType::bfloat16, d2.data(), n,
-                                 cairn::OnOverflow::error);
-      CAIRN_CUDA_CHECK(cudaDeviceSynchronize());
-    });
-    std::printf("  GPU: cast float32 -> bfloat16 on device    %8.1f ms  %6.2f GB/s  %.2fx of device copy\n",
-                t_cast * 1e3, 6.0 * n / t_cast / 1e9, 6.0 * n / t_cast / bw_d2d);
-    const auto plan = cairn::detail::plan_box_copy(cairn::Box{{0, cols / 4}, {rows, cols / 4}}, whole, false,
-                                                   cairn::Box{{0, cols / 4}, {rows, cols / 4}}, false);
-    const double t_box = time_median(o.repeat, [&] {
-      cairn::detail::box_copy_device(4, d.data(), d2.data(), plan, 0);
-      CAIRN_CUDA_CHECK(cudaDeviceSynchronize());
-    });
-    std::printf("  GPU: box copy, column block, on device     %8.1f ms  %6.2f GB/s  %.2fx of device copy\n",
-                t_box * 1e3, 2.0 * bytes / 4 / t_box / 1e9, 2.0 * bytes / 4 / t_box / bw_d2d);
-    const double t_box_kernel = time_median(o.repeat, [&] {
-      cairn::detail::box_copy(thrust::device, 4, d.data(), d2.data(), plan, 1);  // one thread per element
-      CAIRN_CUDA_CHECK(cudaDeviceSynchronize());
-    });
-    std::printf("  GPU: the same by the element kernel        %8.1f ms  %6.2f GB/s  %.2fx of device copy\n",
-                t_box_kernel * 1e3, 2.0 * bytes / 4 / t_box_kernel / 1e9, 2.0 * bytes / 4 / t_box_kernel / bw_d2d);
-
-    // End to end: a device array saved to and loaded from disk, beside the limit measured in
-    // this run: the whole array copied to pinned memory, written and fsynced (save), and read
-    // into pinned memory and copied to the device (load), as one file.
-    std::filesystem::create_directories(o.dir);
-    const std::string raw = o.dir + "/gpu-raw.bin", ckpt = o.dir + "/gpu";
-    std::vector<float> values(n);  // (src was freed after the host figures)
-    for (std::size_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 100003) * 0.25f;
-    auto dev = cairn::ShardedArray<float>::from_host(values, shape, NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{"x"}));
-    const double t_raw_save = time_median(o.repeat, [&] {
-      CAIRN_CUDA_CHECK(cudaMemcpy(pinned.data(), dev.shards()[0].data(), bytes, cudaMemcpyDeviceToHost));
-      const int fd = ::open(raw.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      for (std::size_t off = 0; off < bytes;) {
-        const ssize_t w = ::write(fd, pinned.data() + off, std::min<std::size_t>(bytes - off, 1u << 30));
-        if (w <= 0) { std::perror("write"); std::exit(1); }
-        off += static_cast<std::size_t>(w);
-      }
-      ::fsync(fd);
-      ::close(fd);
-    });
-    const double t_save = time_median(o.repeat, [&] {
-      std::filesystem::remove_all(ckpt);
-      cairn::save(ckpt, dev);
-    });
-    std::printf("  GPU: raw save (D2H pinned + write + fsync) %8.1f ms  %6.2f GB/s\n", t_raw_save * 1e3,
-                bytes / t_raw_save / 1e9);
-    std::printf("  GPU: cairn::save of a device array          %8.1f ms  %6.2f GB/s  %.2fx of raw\n", t_save * 1e3,
-                bytes / t_save / 1e9, t_raw_save / t_save);
-    const double t_raw_load = time_median(o.repeat, [&] {
-      if (!o.warm) evict(raw);
-      const int fd = ::open(raw.c_str(), O_RDONLY);
-      for (std::size_t off = 0; off < bytes;) {
-        const ssize_t r = ::read(fd, pinned.data() + off, std::min<std::size_t>(bytes - off, 1u << 30));
-        if (r <= 0) { std::perror("read"); std::exit(1); }
-        off += static_cast<std::size_t>(r);
-      }
-      ::close(fd);
-      CAIRN_CUDA_CHECK(cudaMemcpy(d2.data(), pinned.data(), bytes, cudaMemcpyHostToDevice));
-    });
-    cairn::ShardedArray<float> back(NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{"x"}));
-    const double t_load = time_median(o.repeat, [&] {
-      if (!o.warm) evict_tree(ckpt);
-      cairn::load(ckpt, back);
-    });
-    const double t_load_cast = time_median(o.repeat, [&] {
-      if (!o.warm) evict_tree(ckpt);
-      cairn::ShardedArray<double> wide(NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{"x"}));
-      cairn::load(ckpt, wide);
-    });
-    std::printf("  GPU: raw load (read pinned + H2D)          %8.1f ms  %6.2f GB/s\n", t_raw_load * 1e3,
-                bytes / t_raw_load / 1e9);
-    std::printf("  GPU: cairn::load into a device array        %8.1f ms  %6.2f GB/s  %.2fx of raw\n", t_load * 1e3,
-                bytes / t_load / 1e9, t_raw_load / t_load);
-    std::printf("  GPU: cairn::load, cast to float64 on load   %8.1f ms  %6.2f GB/s  %.2fx of raw\n", t_load_cast * 1e3,
-                bytes / t_load_cast / 1e9, t_raw_load / t_load_cast);
-    if (back.gather() != values) { std::fprintf(stderr, "GPU load differs from the saved array\n"); return 1; }
-    // Resharding onto the GPU: a checkpoint of 2x4 host shards loaded into one device shard,
-    // each stored chunk placed by the device box copy (beside the same raw load).
-    const std::string ckpt8 = o.dir + "/gpu-2x4";
-    cairn::save(ckpt8, cairn::ShardedArray<float>::from_host(values, shape, NamedSharding(Mesh::host({{"data", 2}, {"model", 4}}),
-                                                                                          PartitionSpec{"data", "model"})));
-    const double t_reshard = time_median(o.repeat, [&] {
-      if (!o.warm) evict_tree(ckpt8);
-      cairn::load(ckpt8, back);
-    });
-    std::printf("  GPU: cairn::load of 2x4 host shards onto it %8.1f ms  %6.2f GB/s  %.2fx of raw\n", t_reshard * 1e3,
-                bytes / t_reshard / 1e9, t_raw_load / t_reshard);
-    if (back.gather() != values) { std::fprintf(stderr, "GPU resharded load differs from the saved array\n"); return 1; }
-    std::filesystem::remove_all(o.dir);
-  } else {
-    std::printf("  GPU: none visible, GPU figures skipped\n");
-  }
-#else
-  std::printf("  GPU: this build has no CUDA (build the bench with nvcc for the GPU figures)\n");
-#endif
-  return 0;
+  return gpu_bench(o);
 }
 
 // ---- Growth with the number of leaves ----
@@ -1068,6 +1122,7 @@ int main(int argc, char** argv) {
     else if (a == "--saves") o.saves = std::stoi(next());
     else if (a == "--step-ms") o.step_ms = std::stod(next());
     else if (a == "--sharded") o.sharded = true;
+    else if (a == "--gpu") o.gpu = true;
     else if (a == "--containers") o.containers = true;
     else if (a == "--safetensors") o.safetensors = true;
     else if (a == "--growth") o.growth = true;
@@ -1075,6 +1130,7 @@ int main(int argc, char** argv) {
   }
   if (o.leaves == 0) { usage(); return 2; }
   if (o.async) return async_bench(o);
+  if (o.gpu) return gpu_bench(o);
   if (o.sharded) return sharded_bench(o);
   if (o.containers) return containers_bench(o);
   if (o.safetensors) return safetensors_bench(o);

@@ -2728,15 +2728,19 @@ void load(Archive& ar, ::cairn::Shape& s) {
 
 // ----- begin cairn/device/memory.hpp -----
 // Device memory for sharded arrays: allocation, copies to and from the host, pinned host
-// buffers and the device count. Under nvcc (CAIRN_CUDA) these are CUDA runtime calls, each
-// checked: a failure becomes a cairn::Error naming the call. Otherwise the "device" is
+// buffers (kept for reuse), the staging buffers bytes cross to a device in, and the device
+// count. Under nvcc (CAIRN_CUDA) these are CUDA runtime calls, each checked: a failure
+// becomes a cairn::Error naming the call. Otherwise the "device" is
 // Thrust's host-side device system (CPP or OMP) and these are plain host operations, which
 // is how the device code paths run in CI without a GPU.
 
 #include <climits>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 
 #if defined(__CUDACC__) && !defined(CAIRN_NO_CUDA)
@@ -2823,10 +2827,57 @@ inline void device_free(void* p) noexcept {
 #endif
 }
 
-// Page-locked host memory where CUDA has it (faster, asynchronous copies).
-inline void* pinned_alloc(std::size_t n) {
+#if CAIRN_CUDA
+// Page-locked buffers given back, kept for the next user: cudaMallocHost pins every page and
+// takes milliseconds for a few MiB (cairn-bench --sharded prints it), and a save or load of
+// device leaves takes two piece buffers per large leaf. Buffers of at most 64 MiB are kept, up
+// to 256 MiB in all, as PyTorch's caching host allocator keeps its own. Never destroyed: the
+// CUDA runtime may be gone when static destructors run, and the process's end frees them.
+class PinnedCache {
+ public:
+  static PinnedCache& get() {
+    static PinnedCache* cache = new PinnedCache;
+    return *cache;
+  }
+  // A kept buffer of at least n bytes and at most twice that (its size in `size`), or null.
+  void* take(std::size_t n, std::size_t& size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = kept_.lower_bound(n);
+    if (it == kept_.end() || it->first > 2 * n) return nullptr;
+    size = it->first;
+    void* p = it->second;
+    kept_.erase(it);
+    held_ -= size;
+    return p;
+  }
+  // Keeps p, or frees it where the cache is full.
+  void give(void* p, std::size_t size) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (size <= max_kept && held_ + size <= max_held) {
+        kept_.emplace(size, p);
+        held_ += size;
+        return;
+      }
+    }
+    cudaFreeHost(p);
+  }
+
+ private:
+  static constexpr std::size_t max_kept = std::size_t{64} << 20, max_held = std::size_t{256} << 20;
+  std::mutex mutex_;
+  std::multimap<std::size_t, void*> kept_;
+  std::size_t held_ = 0;
+};
+#endif
+
+// Page-locked host memory where CUDA has it (faster, asynchronous copies), of at least n bytes
+// (the size in `size`: a kept buffer may be larger).
+inline void* pinned_alloc(std::size_t n, std::size_t& size) {
+  size = n;
   if (n == 0) return nullptr;
 #if CAIRN_CUDA
+  if (void* kept = PinnedCache::get().take(n, size)) return kept;
   void* p = nullptr;
   CAIRN_CUDA_CHECK(cudaMallocHost(&p, n));
   return p;
@@ -2835,11 +2886,12 @@ inline void* pinned_alloc(std::size_t n) {
 #endif
 }
 
-inline void pinned_free(void* p) noexcept {
+inline void pinned_free(void* p, std::size_t size) noexcept {
   if (!p) return;
 #if CAIRN_CUDA
-  cudaFreeHost(p);
+  PinnedCache::get().give(p, size);
 #else
+  (void)size;
   ::operator delete(p, std::align_val_t{64});
 #endif
 }
@@ -2884,22 +2936,51 @@ class DeviceBytes {
   int device_ = 0;
 };
 
+// Owned page-locked host memory (plain host memory without CUDA), moved not copied.
 class PinnedBytes {
  public:
   PinnedBytes() = default;
-  explicit PinnedBytes(std::size_t n) : p_(pinned_alloc(n)), n_(n) {}
-  PinnedBytes(PinnedBytes&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
+  // (Allocated in the body: capacity_ is initialized after p_, and would reset what
+  // pinned_alloc wrote to it.)
+  explicit PinnedBytes(std::size_t n) : n_(n) { p_ = pinned_alloc(n, capacity_); }
+  PinnedBytes(PinnedBytes&& o) noexcept : p_(o.p_), n_(o.n_), capacity_(o.capacity_) {
+    o.p_ = nullptr;
+    o.n_ = o.capacity_ = 0;
+  }
   PinnedBytes& operator=(PinnedBytes&& o) noexcept {
-    if (this != &o) { pinned_free(p_); p_ = o.p_; n_ = o.n_; o.p_ = nullptr; o.n_ = 0; }
+    if (this != &o) {
+      pinned_free(p_, capacity_);
+      p_ = o.p_; n_ = o.n_; capacity_ = o.capacity_;
+      o.p_ = nullptr; o.n_ = o.capacity_ = 0;
+    }
     return *this;
   }
-  ~PinnedBytes() { pinned_free(p_); }
+  ~PinnedBytes() { pinned_free(p_, capacity_); }
   unsigned char* data() const { return static_cast<unsigned char*>(p_); }
   std::size_t size() const { return n_; }
 
  private:
   void* p_ = nullptr;
-  std::size_t n_ = 0;
+  std::size_t n_ = 0, capacity_ = 0;
+};
+
+// A reusable host buffer for bytes on their way to device memory: page-locked once a device
+// target needs it (a copy from pageable memory goes through the driver's own staging, at about
+// half the speed, and cannot overlap), plain memory otherwise.
+class StagingBuffer {
+ public:
+  unsigned char* get(std::size_t n, bool pinned) {
+    if (pinned) {
+      if (pinned_.size() < n) pinned_ = PinnedBytes(n);
+      return pinned_.data();
+    }
+    if (plain_.size() < n) plain_.resize(n);
+    return plain_.data();
+  }
+
+ private:
+  PinnedBytes pinned_;
+  std::vector<unsigned char> plain_;
 };
 
 }  // namespace detail
@@ -7062,6 +7143,12 @@ inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
 // with 256 KiB, 0.86-0.90x (docs/benchmarks.md).
 inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{256} << 10;
 
+// A chunk read straight into device memory is read in pieces of this size into two pinned
+// buffers, one piece crossing to the device while the next is read (box_reader.hpp,
+// read_direct_to_device): large enough that each copy runs at the link's speed, small enough
+// that the last piece's copy, which nothing overlaps, is short. Not measured against other sizes.
+inline constexpr std::uint64_t device_read_piece_bytes = std::uint64_t{8} << 20;
+
 // A chunk of at least this many bytes read straight into host memory is read by two threads,
 // each reading and checksumming half of it (box_reader.hpp).
 inline constexpr std::uint64_t parallel_read_bytes = std::uint64_t{4} << 20;
@@ -7652,12 +7739,91 @@ void box_copy(Policy&& policy, std::size_t item_size, const void* src, void* dst
 }
 
 #if CAIRN_CUDA
-// Regions whose rows are contiguous on both sides (the common case: C-order chunks into
-// C-order shards) as 2-D copies of the copy engine, one per outer index, where there are not
-// too many: the kernel below computes each element's offsets with 64-bit divisions and ran at
-// 0.07x of a device-to-device copy on an H200 (docs/benchmarks.md, GPU). Returns false where
-// the region is not such.
+// Regions whose rows are contiguous on both sides (the loader's every placement into device
+// shards: C order on both sides). The element kernel above computes each element's offsets
+// with 64-bit divisions and ran at 0.07x of a device-to-device copy on an H200
+// (docs/benchmarks.md, GPU). Here a team of up to 32 threads copies a segment of one row in
+// units of up to 16 bytes, so a row's offsets are computed once per segment and a warp's loads
+// and stores are coalesced; short rows get small teams (several rows per warp), long rows
+// several segments (enough teams to fill the GPU).
+template <class U>
+__global__ void box_copy_rows_kernel(const unsigned char* src, unsigned char* dst, StridedRegion r, std::uint64_t rows,
+                                     std::uint64_t units, std::uint64_t seg_units, std::uint64_t segs_per_row,
+                                     unsigned team) {
+  const unsigned lane = threadIdx.x % team;
+  const std::uint64_t teams = static_cast<std::uint64_t>(gridDim.x) * (blockDim.x / team);
+  const std::uint64_t items = rows * segs_per_row;
+  for (std::uint64_t item = static_cast<std::uint64_t>(blockIdx.x) * (blockDim.x / team) + threadIdx.x / team;
+       item < items; item += teams) {
+    std::uint64_t row = item / segs_per_row;
+    const std::uint64_t first = (item % segs_per_row) * seg_units;
+    std::int64_t so = 0, dof = 0;  // bytes
+    for (int d = r.rank - 2; d >= 0; --d) {
+      const std::uint64_t i = row % r.extent[d];
+      row /= r.extent[d];
+      so += static_cast<std::int64_t>(i) * r.src_stride[d];
+      dof += static_cast<std::int64_t>(i) * r.dst_stride[d];
+    }
+    const U* __restrict__ s = reinterpret_cast<const U*>(src + so) + first;
+    U* __restrict__ t = reinterpret_cast<U*>(dst + dof) + first;
+    const std::uint64_t n = units - first < seg_units ? units - first : seg_units;
+    std::uint64_t i = lane;
+    for (; i + 3 * team < n; i += 4 * team) {  // four loads in flight before the first store
+      const U a = s[i], b = s[i + team], c = s[i + 2 * team], e = s[i + 3 * team];
+      t[i] = a;
+      t[i + team] = b;
+      t[i + 2 * team] = c;
+      t[i + 3 * team] = e;
+    }
+    for (; i < n; i += team) t[i] = s[i];
+  }
+}
+
+// Runs the row kernel where the region's rows are contiguous on both sides; false otherwise.
 inline bool box_copy_device_rows(std::size_t item_size, const void* src, void* dst, const BoxCopyPlan& p) {
+  StridedRegion r = p.region;
+  const int inner = r.rank - 1;
+  if (r.src_stride[inner] != 1 || r.dst_stride[inner] != 1) return false;
+  const auto* s = static_cast<const unsigned char*>(src) + p.src_offset * item_size;
+  auto* d = static_cast<unsigned char*>(dst) + p.dst_offset * item_size;
+  const std::uint64_t width = r.extent[inner] * item_size;
+  // The widest unit (16, 8, 4, 2 or 1 bytes) that divides the width, both start addresses and
+  // every outer stride in bytes.
+  std::uint64_t bits = width | reinterpret_cast<std::uintptr_t>(s) | reinterpret_cast<std::uintptr_t>(d) | 16;
+  for (int k = 0; k < inner; ++k) {
+    r.src_stride[k] *= static_cast<std::int64_t>(item_size);  // bytes from here on
+    r.dst_stride[k] *= static_cast<std::int64_t>(item_size);
+    bits |= static_cast<std::uint64_t>(r.src_stride[k]) | static_cast<std::uint64_t>(r.dst_stride[k]);
+  }
+  const std::uint64_t unit = bits & (~bits + 1);  // the lowest set bit
+  std::uint64_t rows = 1;
+  for (int k = 0; k < inner; ++k) rows *= r.extent[k];
+  const std::uint64_t units = width / unit;
+  unsigned team = 1;
+  while (team < 32 && team < units) team *= 2;
+  const std::uint64_t seg_units = std::uint64_t{team} * 64;  // 32 KiB per segment of 16-byte units
+  const std::uint64_t segs_per_row = (units + seg_units - 1) / seg_units;
+  const unsigned threads = 256;
+  int device = 0, sms = 0;
+  CAIRN_CUDA_CHECK(cudaGetDevice(&device));
+  CAIRN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const std::uint64_t wanted = (rows * segs_per_row + threads / team - 1) / (threads / team);
+  const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>(wanted, std::uint64_t(sms) * 16));
+  switch (unit) {
+    case 16: box_copy_rows_kernel<uint4><<<blocks, threads>>>(s, d, r, rows, units, seg_units, segs_per_row, team); break;
+    case 8: box_copy_rows_kernel<std::uint64_t><<<blocks, threads>>>(s, d, r, rows, units, seg_units, segs_per_row, team); break;
+    case 4: box_copy_rows_kernel<std::uint32_t><<<blocks, threads>>>(s, d, r, rows, units, seg_units, segs_per_row, team); break;
+    case 2: box_copy_rows_kernel<std::uint16_t><<<blocks, threads>>>(s, d, r, rows, units, seg_units, segs_per_row, team); break;
+    default: box_copy_rows_kernel<std::uint8_t><<<blocks, threads>>>(s, d, r, rows, units, seg_units, segs_per_row, team); break;
+  }
+  CAIRN_CUDA_CHECK(cudaGetLastError());
+  return true;
+}
+
+// The copy engine's 2-D copies for the same regions, one per outer index (the way before the
+// row kernel; kept for cairn-bench's comparison). False where the region is not such, or has
+// more than 4096 outer indices.
+inline bool box_copy_device_2d(std::size_t item_size, const void* src, void* dst, const BoxCopyPlan& p) {
   const StridedRegion& r = p.region;
   const int inner = r.rank - 1;
   if (r.src_stride[inner] != 1 || r.dst_stride[inner] != 1) return false;
@@ -7690,8 +7856,8 @@ inline bool box_copy_device_rows(std::size_t item_size, const void* src, void* d
 }
 #endif
 
-// The same copy between buffers in the memory of one device (a GPU under nvcc: the copy
-// engine for contiguous rows, else one thread per element; without CUDA the host kernel).
+// The same copy between buffers in the memory of one device (a GPU under nvcc: the row kernel
+// for contiguous rows, else one thread per element; without CUDA the host kernel).
 inline void box_copy_device(std::size_t item_size, const void* src, void* dst, const BoxCopyPlan& p, int device) {
 #if CAIRN_CUDA
   DeviceGuard guard(device);
@@ -12891,6 +13057,7 @@ class BoxLeafReader {
       groups_[g].push_back(i);
     }
     for (const auto& g : groups_) report_.bytes_needed += targets_[g.front()].box.elements() * in_size_;
+    for (const auto& t : targets_) pinned_pieces_ = pinned_pieces_ || (CAIRN_CUDA && t.memory == MemoryKind::device);
     // LoadReport::shard_reads lists the targets of sharded or chunked leaves only.
     record_reads_ = !buffer.shards.empty() || s_.chunks.size() != 1;
     first_read_ = report_.shard_reads.size();
@@ -12967,6 +13134,8 @@ class BoxLeafReader {
               read_direct(f, c, at, std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - at), group, crcs[k]);
             });
             if (options_.verify_checksums) crc = join_block_crcs(crcs, crc_piece_bytes, c.nbytes);
+          } else if (targets_[group.front()].memory != MemoryKind::host) {
+            read_direct_to_device(f, c, group, crc);
           } else {
             for (std::uint64_t done = 0; done < c.nbytes;) {
               const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
@@ -12985,16 +13154,17 @@ class BoxLeafReader {
             pieces.push_back({piece, first, span});
           });
           // Piece k+1 is read on a helper thread while piece k is checksummed and scattered.
+          unsigned char* piece_data[2] = {nullptr, nullptr};
           auto read_piece = [&](std::size_t k) {
-            auto& buf = pieces_buf_[k % 2];
-            buf.resize(static_cast<std::size_t>(pieces[k].span * in_size_));
-            f.read(buf.data(), buf.size(), c.offset + pieces[k].first * in_size_);
+            const std::size_t n = static_cast<std::size_t>(pieces[k].span * in_size_);
+            piece_data[k % 2] = pieces_buf_[k % 2].get(n, pinned_pieces_);
+            f.read(piece_data[k % 2], n, c.offset + pieces[k].first * in_size_);
           };
           read_piece(0);
           for (std::size_t k = 0; k < pieces.size(); ++k) {
             std::future<void> next;  // joined before this scope ends, also on error
             if (k + 1 < pieces.size()) next = std::async(std::launch::async, read_piece, k + 1);
-            unsigned char* buf = pieces_buf_[k % 2].data();
+            unsigned char* buf = piece_data[k % 2];
             if (options_.verify_checksums) crc = crc32c_extend(crc, buf, static_cast<std::size_t>(pieces[k].span * in_size_));
             if (s_.dtype == DType::bool_) normalize_bools(buf, pieces[k].span);
             for (const auto& o : overlaps) {
@@ -13014,12 +13184,12 @@ class BoxLeafReader {
         for (const auto& o : overlaps) {
           split_for_reading(cb, chunk_column_major_, o.box, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
             const std::uint64_t bytes = span * in_size_;
-            scratch_.resize(static_cast<std::size_t>(bytes));
-            f.read(scratch_.data(), bytes, c.offset + first * in_size_);
+            unsigned char* buf = pieces_buf_[0].get(static_cast<std::size_t>(bytes), pinned_pieces_);
+            f.read(buf, bytes, c.offset + first * in_size_);
             report_.bytes_read += bytes;
             report_.unverified_bytes += bytes;
-            if (s_.dtype == DType::bool_) normalize_bools(scratch_.data(), span);
-            deliver(piece, cb, first, o.group, scratch_.data());
+            if (s_.dtype == DType::bool_) normalize_bools(buf, span);
+            deliver(piece, cb, first, o.group, buf);
           });
         }
       }
@@ -13064,11 +13234,11 @@ class BoxLeafReader {
       };
       // A run is read a block at a time, each block checksummed as it arrives, while it is
       // still in the core's cache (tuning.hpp, crc_piece_bytes: the same reason).
+      unsigned char* run_data[2] = {nullptr, nullptr};
       auto read_run = [&](std::size_t k) {
         const auto [from, to] = bytes_of(runs[k]);
-        auto& buf = pieces_buf_[k % 2];
-        buf.resize(static_cast<std::size_t>(to - from));
-        read_verified(c, f, runs[k], buf.data(), from);
+        run_data[k % 2] = pieces_buf_[k % 2].get(static_cast<std::size_t>(to - from), pinned_pieces_);
+        read_verified(c, f, runs[k], run_data[k % 2], from);
       };
       if (runs.empty()) continue;
       if (parallel_runs(o.group, runs.size(), c, f, bytes_of(runs.front()).first, bytes_of(runs.back()).second)) {
@@ -13095,7 +13265,7 @@ class BoxLeafReader {
         std::future<void> next;  // joined before this scope ends, also on error
         if (k + 1 < runs.size()) next = std::async(std::launch::async, read_run, k + 1);
         const auto [from, to] = bytes_of(runs[k]);
-        unsigned char* buf = pieces_buf_[k % 2].data();
+        unsigned char* buf = run_data[k % 2];
         if (!f.memory) report_.bytes_read += to - from;
         if (s_.dtype == DType::bool_) normalize_bools(buf, to - from);
         for (const auto& p : runs[k].pieces) deliver(p.box, cb, p.first, o.group, buf + (p.first * in_size_ - from));
@@ -13151,16 +13321,11 @@ class BoxLeafReader {
     return f.file->cached_bytes(c.offset, c.nbytes) >= c.nbytes / 4 * 3;
   }
 
+  // Reads bytes [first, first + bytes) of the chunk into the group's first target (in host
+  // memory), then copies them to the others.
   void read_direct(const ChunkSource& f, const ChunkRecord& c, std::uint64_t first, std::uint64_t bytes,
                    const std::vector<std::size_t>& group, std::uint32_t& crc) {
-    const BoxTarget& lead = targets_[group.front()];
-    unsigned char* buf;
-    if (lead.memory == MemoryKind::host) {
-      buf = static_cast<unsigned char*>(lead.data) + first;
-    } else {
-      scratch_.resize(static_cast<std::size_t>(bytes));
-      buf = scratch_.data();
-    }
+    unsigned char* buf = static_cast<unsigned char*>(targets_[group.front()].data) + first;
     f.read(buf, bytes, c.offset + first);
     if (options_.verify_checksums) crc = crc32c_extend(crc, buf, static_cast<std::size_t>(bytes));
     if (s_.dtype == DType::bool_) normalize_bools(buf, bytes);
@@ -13169,6 +13334,38 @@ class BoxLeafReader {
       unsigned char* dst = static_cast<unsigned char*>(target.data) + first;
       if (dst != buf) copy_bytes(dst, target.memory, buf, MemoryKind::host, static_cast<std::size_t>(bytes));
     }
+  }
+
+  // A chunk read straight into a group whose first target is in device memory: a piece at a
+  // time into two page-locked buffers, each piece checksummed as it arrives; a helper thread
+  // copies piece k to every target while piece k+1 is read. (Reading 256 KiB pieces into
+  // pageable memory, each copied before the next read, loaded a 1 GiB device array at 0.89x of
+  // a read into pinned memory plus one copy: docs/benchmarks.md, GPU.)
+  void read_direct_to_device(const ChunkSource& f, const ChunkRecord& c, const std::vector<std::size_t>& group,
+                             std::uint32_t& crc) {
+    const std::uint64_t piece = std::min(device_read_piece_bytes, c.nbytes);
+    std::future<void> copying;  // joined before the buffers are reused or this scope ends, also on error
+    for (std::uint64_t done = 0, k = 0; done < c.nbytes; ++k) {
+      const std::uint64_t n = std::min(piece, c.nbytes - done);
+      unsigned char* buf = pieces_buf_[k % 2].get(static_cast<std::size_t>(piece), CAIRN_CUDA != 0);
+      // The buffer's last copy (piece k-2) was joined before piece k-1's began.
+      for (std::uint64_t at = 0; at < n; at += crc_piece_bytes) {
+        const std::uint64_t len = std::min(crc_piece_bytes, n - at);
+        f.read(buf + at, len, c.offset + done + at);
+        if (options_.verify_checksums) crc = crc32c_extend(crc, buf + at, static_cast<std::size_t>(len));
+      }
+      if (s_.dtype == DType::bool_) normalize_bools(buf, n);
+      if (copying.valid()) copying.get();
+      copying = std::async(std::launch::async, [this, &group, buf, n, done] {
+        for (std::size_t t : group) {
+          const BoxTarget& target = targets_[t];
+          copy_bytes(static_cast<unsigned char*>(target.data) + done, target.memory, buf, MemoryKind::host,
+                     static_cast<std::size_t>(n));
+        }
+      });
+      done += n;
+    }
+    if (copying.valid()) copying.get();
   }
 
   // Copies region `j` (held in `src`, which starts at element `first` of the chunk) into
@@ -13197,9 +13394,9 @@ class BoxLeafReader {
     if (plan.region.rank == 1 && plan.region.src_stride[0] == 1) {
       compact = src + plan.src_offset * in_size_;  // already one C-order run (whole rows of a C chunk): no copy
     } else {
-      compact_.resize(static_cast<std::size_t>(n * in_size_));
-      box_copy_host(in_size_, src, compact_.data(), plan);
-      compact = compact_.data();
+      unsigned char* gathered = compact_.get(static_cast<std::size_t>(n * in_size_), pinned_pieces_);
+      box_copy_host(in_size_, src, gathered, plan);
+      compact = gathered;
     }
     const unsigned char* converted = cast ? nullptr : compact;
     auto host_values = [&] {
@@ -13255,8 +13452,9 @@ class BoxLeafReader {
   std::vector<std::vector<std::size_t>> groups_;
   std::size_t first_read_ = 0;
   bool record_reads_ = false;
-  std::vector<unsigned char> scratch_, compact_, converted_;
-  std::vector<unsigned char> pieces_buf_[2];
+  std::vector<unsigned char> converted_;
+  StagingBuffer pieces_buf_[2], compact_;
+  bool pinned_pieces_ = false;  // a target is in device memory: pieces are read into pinned memory
   std::map<int, DeviceBytes> device_scratch_, device_cast_scratch_;  // per device: stored bytes, cast values
 };
 
@@ -14233,7 +14431,7 @@ inline std::uint64_t held_elements(const LeafView& v) {
 // box-copied into place, or box-copied straight from host memory where nothing is cast. A
 // plain C-order view's rows are one run; a column-major one is reordered into `staged` first.
 inline void c_order_slab(const LeafView& v, LeafEncoder& encoder, std::int64_t first, std::int64_t count,
-                         unsigned char* dst, std::vector<unsigned char>& staged) {
+                         unsigned char* dst, StagingBuffer& staged) {
   const std::size_t in_size = dtype_size(v.dtype), out_size = dtype_size(encoder.to());
   if (v.shape.empty()) {  // a scalar: one element
     const bool plain = v.shards.empty();
@@ -14251,9 +14449,9 @@ inline void c_order_slab(const LeafView& v, LeafEncoder& encoder, std::int64_t f
                      elements, dst);
       return;
     }
-    staged.resize(static_cast<std::size_t>(elements * in_size));
-    box_copy_host(in_size, v.data, staged.data(), plan_box_copy(slab, whole_box(v.shape), true, slab, false));
-    encoder.encode(staged.data(), MemoryKind::host, 0, 0, elements, dst);
+    unsigned char* reordered = staged.get(static_cast<std::size_t>(elements * in_size), false);
+    box_copy_host(in_size, v.data, reordered, plan_box_copy(slab, whole_box(v.shape), true, slab, false));
+    encoder.encode(reordered, MemoryKind::host, 0, 0, elements, dst);
     return;
   }
   for_each_held_box(v, [&](const ShardView& s) {
@@ -14269,9 +14467,12 @@ inline void c_order_slab(const LeafView& v, LeafEncoder& encoder, std::int64_t f
     rows.shape[0] = part.shape[0];
     const std::uint64_t row_elements = static_cast<std::uint64_t>(s.box.elements() / s.box.shape[0]);
     const std::uint64_t skip = static_cast<std::uint64_t>(part.start[0] - s.box.start[0]) * row_elements;
-    staged.resize(static_cast<std::size_t>(rows.elements() * out_size));
-    encoder.encode(s.data, s.memory, s.device, skip, static_cast<std::uint64_t>(rows.elements()), staged.data());
-    box_copy_host(out_size, staged.data(), dst, plan_box_copy(part, rows, false, slab, false));
+    // Device rows cross into page-locked memory (a copy from pageable memory goes through the
+    // driver's own staging, at about half the speed).
+    unsigned char* encoded = staged.get(static_cast<std::size_t>(rows.elements() * out_size),
+                                        CAIRN_CUDA && s.memory == MemoryKind::device);
+    encoder.encode(s.data, s.memory, s.device, skip, static_cast<std::uint64_t>(rows.elements()), encoded);
+    box_copy_host(out_size, encoded, dst, plan_box_copy(part, rows, false, slab, false));
   });
 }
 
@@ -14291,7 +14492,8 @@ void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow,
     return;
   }
   LeafEncoder encoder(v.dtype, to, on_overflow);
-  std::vector<unsigned char> piece, staged;
+  std::vector<unsigned char> piece;
+  StagingBuffer staged;
   const std::int64_t rows = v.shape.empty() ? 1 : v.shape[0];
   const std::uint64_t row_elements = element_count(v.shape) / static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
   const std::int64_t per_piece = static_cast<std::int64_t>(

@@ -5,10 +5,13 @@
 // the same code paths run on the host-side device system in the other tests. On a GPU (run it
 // there: docs/gpu.md), each case compares the device against the host bit for bit:
 //   - the cast kernels for every pair of numeric dtypes, overflow errors included;
-//   - the box-copy kernel for random boxes, orders and element sizes;
+//   - the box-copy kernels for random boxes, orders and element sizes, and the row kernel for
+//     many short rows, long rows and every unit width;
+//   - pinned buffers kept and reused;
 //   - every device leaf (thrust::device_vector, DeviceArrayView, ShardedArray on device
 //     meshes) saved and loaded, with casts on save and on load, larger than a write piece;
 //   - resharding between host meshes and device shards, from C- and F-order chunks;
+//   - device shards exported to safetensors with and without a cast;
 //   - async saves, whose snapshot must hold the values of the moment it returned;
 //   - CUDA failures as cairn::Error naming the call.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
@@ -25,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -172,6 +176,55 @@ TEST_CASE("the device box copy equals the host box copy for random boxes, orders
   }
 }
 
+TEST_CASE("the device row kernel equals the host box copy: many short rows, long rows, every unit width, unaligned starts") {
+  if (!gpu_count()) return;
+  struct Case {
+    cairn::Shape src, start, extent;
+    std::size_t item;
+  };
+  const Case cases[] = {
+      {{64, 96, 40}, {0, 0, 8}, {64, 96, 16}, 4},     // 6,144 rows of 64 bytes (the 2-D copies' limit was 4,096)
+      {{64, 96, 40}, {1, 3, 5}, {61, 90, 33}, 2},     // odd width and start: 2-byte units
+      {{50, 70, 9}, {2, 1, 1}, {47, 66, 7}, 1},       // 1-byte elements, rows of 7
+      {{40, 30, 20}, {1, 1, 2}, {38, 28, 16}, 16},    // 16-byte elements
+      {{24, 3, 262144}, {0, 1, 0}, {24, 2, 262144}, 4}, // few long rows of 1 MiB: several segments each
+      {{5, 7, 11, 13}, {1, 2, 3, 4}, {3, 4, 5, 6}, 8},  // rank 4
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.item);
+    const cairn::Box src_box{cairn::Shape(k.src.size(), 0), k.src};
+    const cairn::Box region{k.start, k.extent};
+    // The destination: the region with a margin, so rows land at other offsets.
+    cairn::Box dst_box = region;
+    for (std::size_t d = 0; d < dst_box.rank(); ++d) { dst_box.start[d] -= 1; dst_box.shape[d] += 3; }
+    const auto src = test::random_bits<unsigned char>(src_box.elements() * k.item);
+    const auto dst0 = test::random_bits<unsigned char>(dst_box.elements() * k.item);
+    const auto plan = cairn::detail::plan_box_copy(region, src_box, false, dst_box, false);
+    std::vector<unsigned char> want = dst0;
+    cairn::detail::box_copy_host(k.item, src.data(), want.data(), plan);
+    const auto dsrc = to_device(src);
+    auto ddst = to_device(dst0);
+    cairn::detail::box_copy_device(k.item, dsrc.data(), ddst.data(), plan, 0);
+    CHECK(to_host(ddst, dst0.size()) == want);
+  }
+}
+
+TEST_CASE("pinned buffers given back are reused, within twice the size asked for") {
+  if (!gpu_count()) return;
+  void* first = nullptr;
+  {
+    cairn::detail::PinnedBytes a(std::size_t{6} << 20);
+    first = a.data();
+    CHECK(a.size() == (std::size_t{6} << 20));
+  }
+  cairn::detail::PinnedBytes b(std::size_t{5} << 20);  // the kept 6 MiB buffer
+  CHECK(static_cast<void*>(b.data()) == first);
+  CHECK(b.size() == (std::size_t{5} << 20));
+  cairn::detail::PinnedBytes c(std::size_t{2} << 20);  // none kept small enough: a new one
+  CHECK(static_cast<void*>(c.data()) != first);
+  std::memset(c.data(), 1, c.size());  // page-locked host memory, writable
+}
+
 struct DeviceState {
   thrust::device_vector<float> w;
   cairn::DeviceArrayView<cairn::bfloat16> view;
@@ -286,6 +339,61 @@ TEST_CASE("host-sharded and column-major checkpoints reshard onto device shards,
   } else {
     std::printf("unit-cuda: one GPU here; the multi-GPU reshard is skipped\n");
   }
+}
+
+TEST_CASE("large chunks load onto a device shard in pinned pieces: whole, gathered from two chunks, and refused when damaged") {
+  if (!gpu_count()) return;
+  test::TempDir dir;
+  const std::size_t piece = cairn::detail::device_read_piece_bytes;
+  const std::int64_t cols = 1024, rows = static_cast<std::int64_t>(2 * piece / (4 * cols) + 5);
+  const auto truth = test::random_bits<float>(static_cast<std::size_t>(rows * cols));
+  const NamedSharding one(Mesh::device({{"x", 1}}), PartitionSpec{"x"});
+  cairn::save(dir / "one", ShardedArray<float>::from_host(truth, {rows, cols}, one));
+  ShardedArray<float> back(one);
+  CHECK(cairn::load(dir / "one", back).unverified_bytes == 0);
+  CHECK(test::same_bits(back.gather(), truth));
+  // Two row chunks and 2x2 chunks onto the one device shard: read in pieces into pinned
+  // memory, each chunk's rows copied over, then placed by the row kernel.
+  for (const auto& spec : {PartitionSpec{"r"}, PartitionSpec{"r", "c"}}) {
+    const Mesh mesh = Mesh::host({{"r", 2}, {"c", 2}});
+    cairn::save(dir / "split", ShardedArray<float>::from_host(truth, {rows, cols}, NamedSharding(mesh, spec)));
+    ShardedArray<float> gathered(one);
+    cairn::load(dir / "split", gathered);
+    CHECK(test::same_bits(gathered.gather(), truth));
+    std::filesystem::remove_all(dir / "split");
+  }
+  // A byte flipped in the last piece: corrupt, naming the file.
+  const std::string file = dir / "one" + "/data-0-0.bin";
+  std::string bytes = test::read_file(file);
+  bytes[bytes.size() - 100] ^= 0x20;
+  test::write_file(file, bytes);
+  ShardedArray<float> damaged(one);
+  CHECK_CAIRN_ERROR(cairn::load(dir / "one", damaged), cairn::ErrorKind::corrupt, "data-0-0.bin");
+}
+
+TEST_CASE("device shards export to safetensors a piece at a time, cast on the GPU, bit-exactly") {
+  if (!gpu_count()) return;
+  test::TempDir dir;
+  // Over two write pieces: the export stages the device rows in pieces (leaf_encoder.hpp).
+  const std::int64_t cols = 512, rows = static_cast<std::int64_t>(2 * cairn::detail::write_piece_bytes / (4 * cols) + 7);
+  std::vector<float> truth(static_cast<std::size_t>(rows * cols));
+  for (auto& x : truth) x = static_cast<float>(test::rng()() % 200001) * 0.01f - 1000.0f;
+  std::map<std::string, ShardedArray<float>> tree;
+  tree["w"] = ShardedArray<float>::from_host(truth, {rows, cols}, NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{"x"}));
+  auto values = [](const auto& a) {
+    using T = std::remove_cvref_t<decltype(*a.data())>;
+    return std::vector<T>(a.data(), a.data() + a.size());
+  };
+  cairn::save_safetensors(dir / "plain.safetensors", tree);
+  auto plain = cairn::load_safetensors<std::map<std::string, cairn::Array<float>>>(dir / "plain.safetensors");
+  CHECK(test::same_bits(values(plain.at("w")), truth));
+  cairn::SafetensorsSaveOptions cast;
+  cast.cast = {{"*", DType::bfloat16}};
+  cairn::save_safetensors(dir / "half.safetensors", tree, cast);
+  std::vector<cairn::bfloat16> want(truth.size());
+  cairn::cast_host(DType::float32, truth.data(), DType::bfloat16, want.data(), truth.size(), OnOverflow::error);
+  auto half = cairn::load_safetensors<std::map<std::string, cairn::Array<cairn::bfloat16>>>(dir / "half.safetensors");
+  CHECK(test::same_bits(values(half.at("w")), want));
 }
 
 struct AsyncState {

@@ -160,6 +160,7 @@ class BoxLeafReader {
       groups_[g].push_back(i);
     }
     for (const auto& g : groups_) report_.bytes_needed += targets_[g.front()].box.elements() * in_size_;
+    for (const auto& t : targets_) pinned_pieces_ = pinned_pieces_ || (CAIRN_CUDA && t.memory == MemoryKind::device);
     // LoadReport::shard_reads lists the targets of sharded or chunked leaves only.
     record_reads_ = !buffer.shards.empty() || s_.chunks.size() != 1;
     first_read_ = report_.shard_reads.size();
@@ -236,6 +237,8 @@ class BoxLeafReader {
               read_direct(f, c, at, std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - at), group, crcs[k]);
             });
             if (options_.verify_checksums) crc = join_block_crcs(crcs, crc_piece_bytes, c.nbytes);
+          } else if (targets_[group.front()].memory != MemoryKind::host) {
+            read_direct_to_device(f, c, group, crc);
           } else {
             for (std::uint64_t done = 0; done < c.nbytes;) {
               const std::uint64_t n = std::min<std::uint64_t>(crc_piece_bytes, c.nbytes - done);
@@ -254,16 +257,17 @@ class BoxLeafReader {
             pieces.push_back({piece, first, span});
           });
           // Piece k+1 is read on a helper thread while piece k is checksummed and scattered.
+          unsigned char* piece_data[2] = {nullptr, nullptr};
           auto read_piece = [&](std::size_t k) {
-            auto& buf = pieces_buf_[k % 2];
-            buf.resize(static_cast<std::size_t>(pieces[k].span * in_size_));
-            f.read(buf.data(), buf.size(), c.offset + pieces[k].first * in_size_);
+            const std::size_t n = static_cast<std::size_t>(pieces[k].span * in_size_);
+            piece_data[k % 2] = pieces_buf_[k % 2].get(n, pinned_pieces_);
+            f.read(piece_data[k % 2], n, c.offset + pieces[k].first * in_size_);
           };
           read_piece(0);
           for (std::size_t k = 0; k < pieces.size(); ++k) {
             std::future<void> next;  // joined before this scope ends, also on error
             if (k + 1 < pieces.size()) next = std::async(std::launch::async, read_piece, k + 1);
-            unsigned char* buf = pieces_buf_[k % 2].data();
+            unsigned char* buf = piece_data[k % 2];
             if (options_.verify_checksums) crc = crc32c_extend(crc, buf, static_cast<std::size_t>(pieces[k].span * in_size_));
             if (s_.dtype == DType::bool_) normalize_bools(buf, pieces[k].span);
             for (const auto& o : overlaps) {
@@ -283,12 +287,12 @@ class BoxLeafReader {
         for (const auto& o : overlaps) {
           split_for_reading(cb, chunk_column_major_, o.box, limit, [&](const Box& piece, std::uint64_t first, std::uint64_t span) {
             const std::uint64_t bytes = span * in_size_;
-            scratch_.resize(static_cast<std::size_t>(bytes));
-            f.read(scratch_.data(), bytes, c.offset + first * in_size_);
+            unsigned char* buf = pieces_buf_[0].get(static_cast<std::size_t>(bytes), pinned_pieces_);
+            f.read(buf, bytes, c.offset + first * in_size_);
             report_.bytes_read += bytes;
             report_.unverified_bytes += bytes;
-            if (s_.dtype == DType::bool_) normalize_bools(scratch_.data(), span);
-            deliver(piece, cb, first, o.group, scratch_.data());
+            if (s_.dtype == DType::bool_) normalize_bools(buf, span);
+            deliver(piece, cb, first, o.group, buf);
           });
         }
       }
@@ -333,11 +337,11 @@ class BoxLeafReader {
       };
       // A run is read a block at a time, each block checksummed as it arrives, while it is
       // still in the core's cache (tuning.hpp, crc_piece_bytes: the same reason).
+      unsigned char* run_data[2] = {nullptr, nullptr};
       auto read_run = [&](std::size_t k) {
         const auto [from, to] = bytes_of(runs[k]);
-        auto& buf = pieces_buf_[k % 2];
-        buf.resize(static_cast<std::size_t>(to - from));
-        read_verified(c, f, runs[k], buf.data(), from);
+        run_data[k % 2] = pieces_buf_[k % 2].get(static_cast<std::size_t>(to - from), pinned_pieces_);
+        read_verified(c, f, runs[k], run_data[k % 2], from);
       };
       if (runs.empty()) continue;
       if (parallel_runs(o.group, runs.size(), c, f, bytes_of(runs.front()).first, bytes_of(runs.back()).second)) {
@@ -364,7 +368,7 @@ class BoxLeafReader {
         std::future<void> next;  // joined before this scope ends, also on error
         if (k + 1 < runs.size()) next = std::async(std::launch::async, read_run, k + 1);
         const auto [from, to] = bytes_of(runs[k]);
-        unsigned char* buf = pieces_buf_[k % 2].data();
+        unsigned char* buf = run_data[k % 2];
         if (!f.memory) report_.bytes_read += to - from;
         if (s_.dtype == DType::bool_) normalize_bools(buf, to - from);
         for (const auto& p : runs[k].pieces) deliver(p.box, cb, p.first, o.group, buf + (p.first * in_size_ - from));
@@ -420,16 +424,11 @@ class BoxLeafReader {
     return f.file->cached_bytes(c.offset, c.nbytes) >= c.nbytes / 4 * 3;
   }
 
+  // Reads bytes [first, first + bytes) of the chunk into the group's first target (in host
+  // memory), then copies them to the others.
   void read_direct(const ChunkSource& f, const ChunkRecord& c, std::uint64_t first, std::uint64_t bytes,
                    const std::vector<std::size_t>& group, std::uint32_t& crc) {
-    const BoxTarget& lead = targets_[group.front()];
-    unsigned char* buf;
-    if (lead.memory == MemoryKind::host) {
-      buf = static_cast<unsigned char*>(lead.data) + first;
-    } else {
-      scratch_.resize(static_cast<std::size_t>(bytes));
-      buf = scratch_.data();
-    }
+    unsigned char* buf = static_cast<unsigned char*>(targets_[group.front()].data) + first;
     f.read(buf, bytes, c.offset + first);
     if (options_.verify_checksums) crc = crc32c_extend(crc, buf, static_cast<std::size_t>(bytes));
     if (s_.dtype == DType::bool_) normalize_bools(buf, bytes);
@@ -438,6 +437,38 @@ class BoxLeafReader {
       unsigned char* dst = static_cast<unsigned char*>(target.data) + first;
       if (dst != buf) copy_bytes(dst, target.memory, buf, MemoryKind::host, static_cast<std::size_t>(bytes));
     }
+  }
+
+  // A chunk read straight into a group whose first target is in device memory: a piece at a
+  // time into two page-locked buffers, each piece checksummed as it arrives; a helper thread
+  // copies piece k to every target while piece k+1 is read. (Reading 256 KiB pieces into
+  // pageable memory, each copied before the next read, loaded a 1 GiB device array at 0.89x of
+  // a read into pinned memory plus one copy: docs/benchmarks.md, GPU.)
+  void read_direct_to_device(const ChunkSource& f, const ChunkRecord& c, const std::vector<std::size_t>& group,
+                             std::uint32_t& crc) {
+    const std::uint64_t piece = std::min(device_read_piece_bytes, c.nbytes);
+    std::future<void> copying;  // joined before the buffers are reused or this scope ends, also on error
+    for (std::uint64_t done = 0, k = 0; done < c.nbytes; ++k) {
+      const std::uint64_t n = std::min(piece, c.nbytes - done);
+      unsigned char* buf = pieces_buf_[k % 2].get(static_cast<std::size_t>(piece), CAIRN_CUDA != 0);
+      // The buffer's last copy (piece k-2) was joined before piece k-1's began.
+      for (std::uint64_t at = 0; at < n; at += crc_piece_bytes) {
+        const std::uint64_t len = std::min(crc_piece_bytes, n - at);
+        f.read(buf + at, len, c.offset + done + at);
+        if (options_.verify_checksums) crc = crc32c_extend(crc, buf + at, static_cast<std::size_t>(len));
+      }
+      if (s_.dtype == DType::bool_) normalize_bools(buf, n);
+      if (copying.valid()) copying.get();
+      copying = std::async(std::launch::async, [this, &group, buf, n, done] {
+        for (std::size_t t : group) {
+          const BoxTarget& target = targets_[t];
+          copy_bytes(static_cast<unsigned char*>(target.data) + done, target.memory, buf, MemoryKind::host,
+                     static_cast<std::size_t>(n));
+        }
+      });
+      done += n;
+    }
+    if (copying.valid()) copying.get();
   }
 
   // Copies region `j` (held in `src`, which starts at element `first` of the chunk) into
@@ -466,9 +497,9 @@ class BoxLeafReader {
     if (plan.region.rank == 1 && plan.region.src_stride[0] == 1) {
       compact = src + plan.src_offset * in_size_;  // already one C-order run (whole rows of a C chunk): no copy
     } else {
-      compact_.resize(static_cast<std::size_t>(n * in_size_));
-      box_copy_host(in_size_, src, compact_.data(), plan);
-      compact = compact_.data();
+      unsigned char* gathered = compact_.get(static_cast<std::size_t>(n * in_size_), pinned_pieces_);
+      box_copy_host(in_size_, src, gathered, plan);
+      compact = gathered;
     }
     const unsigned char* converted = cast ? nullptr : compact;
     auto host_values = [&] {
@@ -524,8 +555,9 @@ class BoxLeafReader {
   std::vector<std::vector<std::size_t>> groups_;
   std::size_t first_read_ = 0;
   bool record_reads_ = false;
-  std::vector<unsigned char> scratch_, compact_, converted_;
-  std::vector<unsigned char> pieces_buf_[2];
+  std::vector<unsigned char> converted_;
+  StagingBuffer pieces_buf_[2], compact_;
+  bool pinned_pieces_ = false;  // a target is in device memory: pieces are read into pinned memory
   std::map<int, DeviceBytes> device_scratch_, device_cast_scratch_;  // per device: stored bytes, cast values
 };
 

@@ -61,6 +61,12 @@ inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
 // with 256 KiB, 0.86-0.90x (docs/benchmarks.md).
 inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{256} << 10;
 
+// A chunk read straight into device memory is read in pieces of this size into two pinned
+// buffers, one piece crossing to the device while the next is read (box_reader.hpp,
+// read_direct_to_device): large enough that each copy runs at the link's speed, small enough
+// that the last piece's copy, which nothing overlaps, is short. Not measured against other sizes.
+inline constexpr std::uint64_t device_read_piece_bytes = std::uint64_t{8} << 20;
+
 // A chunk of at least this many bytes read straight into host memory is read by two threads,
 // each reading and checksumming half of it (box_reader.hpp).
 inline constexpr std::uint64_t parallel_read_bytes = std::uint64_t{4} << 20;

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // Device memory for sharded arrays: allocation, copies to and from the host, pinned host
-// buffers and the device count. Under nvcc (CAIRN_CUDA) these are CUDA runtime calls, each
-// checked: a failure becomes a cairn::Error naming the call. Otherwise the "device" is
+// buffers (kept for reuse), the staging buffers bytes cross to a device in, and the device
+// count. Under nvcc (CAIRN_CUDA) these are CUDA runtime calls, each checked: a failure
+// becomes a cairn::Error naming the call. Otherwise the "device" is
 // Thrust's host-side device system (CPP or OMP) and these are plain host operations, which
 // is how the device code paths run in CI without a GPU.
 #pragma once
 
 #include <climits>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "cairn/core/error.hpp"
 #include "cairn/core/memory_kind.hpp"
@@ -98,10 +102,57 @@ inline void device_free(void* p) noexcept {
 #endif
 }
 
-// Page-locked host memory where CUDA has it (faster, asynchronous copies).
-inline void* pinned_alloc(std::size_t n) {
+#if CAIRN_CUDA
+// Page-locked buffers given back, kept for the next user: cudaMallocHost pins every page and
+// takes milliseconds for a few MiB (cairn-bench --sharded prints it), and a save or load of
+// device leaves takes two piece buffers per large leaf. Buffers of at most 64 MiB are kept, up
+// to 256 MiB in all, as PyTorch's caching host allocator keeps its own. Never destroyed: the
+// CUDA runtime may be gone when static destructors run, and the process's end frees them.
+class PinnedCache {
+ public:
+  static PinnedCache& get() {
+    static PinnedCache* cache = new PinnedCache;
+    return *cache;
+  }
+  // A kept buffer of at least n bytes and at most twice that (its size in `size`), or null.
+  void* take(std::size_t n, std::size_t& size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = kept_.lower_bound(n);
+    if (it == kept_.end() || it->first > 2 * n) return nullptr;
+    size = it->first;
+    void* p = it->second;
+    kept_.erase(it);
+    held_ -= size;
+    return p;
+  }
+  // Keeps p, or frees it where the cache is full.
+  void give(void* p, std::size_t size) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (size <= max_kept && held_ + size <= max_held) {
+        kept_.emplace(size, p);
+        held_ += size;
+        return;
+      }
+    }
+    cudaFreeHost(p);
+  }
+
+ private:
+  static constexpr std::size_t max_kept = std::size_t{64} << 20, max_held = std::size_t{256} << 20;
+  std::mutex mutex_;
+  std::multimap<std::size_t, void*> kept_;
+  std::size_t held_ = 0;
+};
+#endif
+
+// Page-locked host memory where CUDA has it (faster, asynchronous copies), of at least n bytes
+// (the size in `size`: a kept buffer may be larger).
+inline void* pinned_alloc(std::size_t n, std::size_t& size) {
+  size = n;
   if (n == 0) return nullptr;
 #if CAIRN_CUDA
+  if (void* kept = PinnedCache::get().take(n, size)) return kept;
   void* p = nullptr;
   CAIRN_CUDA_CHECK(cudaMallocHost(&p, n));
   return p;
@@ -110,11 +161,12 @@ inline void* pinned_alloc(std::size_t n) {
 #endif
 }
 
-inline void pinned_free(void* p) noexcept {
+inline void pinned_free(void* p, std::size_t size) noexcept {
   if (!p) return;
 #if CAIRN_CUDA
-  cudaFreeHost(p);
+  PinnedCache::get().give(p, size);
 #else
+  (void)size;
   ::operator delete(p, std::align_val_t{64});
 #endif
 }
@@ -159,22 +211,51 @@ class DeviceBytes {
   int device_ = 0;
 };
 
+// Owned page-locked host memory (plain host memory without CUDA), moved not copied.
 class PinnedBytes {
  public:
   PinnedBytes() = default;
-  explicit PinnedBytes(std::size_t n) : p_(pinned_alloc(n)), n_(n) {}
-  PinnedBytes(PinnedBytes&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
+  // (Allocated in the body: capacity_ is initialized after p_, and would reset what
+  // pinned_alloc wrote to it.)
+  explicit PinnedBytes(std::size_t n) : n_(n) { p_ = pinned_alloc(n, capacity_); }
+  PinnedBytes(PinnedBytes&& o) noexcept : p_(o.p_), n_(o.n_), capacity_(o.capacity_) {
+    o.p_ = nullptr;
+    o.n_ = o.capacity_ = 0;
+  }
   PinnedBytes& operator=(PinnedBytes&& o) noexcept {
-    if (this != &o) { pinned_free(p_); p_ = o.p_; n_ = o.n_; o.p_ = nullptr; o.n_ = 0; }
+    if (this != &o) {
+      pinned_free(p_, capacity_);
+      p_ = o.p_; n_ = o.n_; capacity_ = o.capacity_;
+      o.p_ = nullptr; o.n_ = o.capacity_ = 0;
+    }
     return *this;
   }
-  ~PinnedBytes() { pinned_free(p_); }
+  ~PinnedBytes() { pinned_free(p_, capacity_); }
   unsigned char* data() const { return static_cast<unsigned char*>(p_); }
   std::size_t size() const { return n_; }
 
  private:
   void* p_ = nullptr;
-  std::size_t n_ = 0;
+  std::size_t n_ = 0, capacity_ = 0;
+};
+
+// A reusable host buffer for bytes on their way to device memory: page-locked once a device
+// target needs it (a copy from pageable memory goes through the driver's own staging, at about
+// half the speed, and cannot overlap), plain memory otherwise.
+class StagingBuffer {
+ public:
+  unsigned char* get(std::size_t n, bool pinned) {
+    if (pinned) {
+      if (pinned_.size() < n) pinned_ = PinnedBytes(n);
+      return pinned_.data();
+    }
+    if (plain_.size() < n) plain_.resize(n);
+    return plain_.data();
+  }
+
+ private:
+  PinnedBytes pinned_;
+  std::vector<unsigned char> plain_;
 };
 
 }  // namespace detail

@@ -89,12 +89,91 @@ void box_copy(Policy&& policy, std::size_t item_size, const void* src, void* dst
 }
 
 #if CAIRN_CUDA
-// Regions whose rows are contiguous on both sides (the common case: C-order chunks into
-// C-order shards) as 2-D copies of the copy engine, one per outer index, where there are not
-// too many: the kernel below computes each element's offsets with 64-bit divisions and ran at
-// 0.07x of a device-to-device copy on an H200 (docs/benchmarks.md, GPU). Returns false where
-// the region is not such.
+// Regions whose rows are contiguous on both sides (the loader's every placement into device
+// shards: C order on both sides). The element kernel above computes each element's offsets
+// with 64-bit divisions and ran at 0.07x of a device-to-device copy on an H200
+// (docs/benchmarks.md, GPU). Here a team of up to 32 threads copies a segment of one row in
+// units of up to 16 bytes, so a row's offsets are computed once per segment and a warp's loads
+// and stores are coalesced; short rows get small teams (several rows per warp), long rows
+// several segments (enough teams to fill the GPU).
+template <class U>
+__global__ void box_copy_rows_kernel(const unsigned char* src, unsigned char* dst, StridedRegion r, std::uint64_t rows,
+                                     std::uint64_t units, std::uint64_t seg_units, std::uint64_t segs_per_row,
+                                     unsigned team) {
+  const unsigned lane = threadIdx.x % team;
+  const std::uint64_t teams = static_cast<std::uint64_t>(gridDim.x) * (blockDim.x / team);
+  const std::uint64_t items = rows * segs_per_row;
+  for (std::uint64_t item = static_cast<std::uint64_t>(blockIdx.x) * (blockDim.x / team) + threadIdx.x / team;
+       item < items; item += teams) {
+    std::uint64_t row = item / segs_per_row;
+    const std::uint64_t first = (item % segs_per_row) * seg_units;
+    std::int64_t so = 0, dof = 0;  // bytes
+    for (int d = r.rank - 2; d >= 0; --d) {
+      const std::uint64_t i = row % r.extent[d];
+      row /= r.extent[d];
+      so += static_cast<std::int64_t>(i) * r.src_stride[d];
+      dof += static_cast<std::int64_t>(i) * r.dst_stride[d];
+    }
+    const U* __restrict__ s = reinterpret_cast<const U*>(src + so) + first;
+    U* __restrict__ t = reinterpret_cast<U*>(dst + dof) + first;
+    const std::uint64_t n = units - first < seg_units ? units - first : seg_units;
+    std::uint64_t i = lane;
+    for (; i + 3 * team < n; i += 4 * team) {  // four loads in flight before the first store
+      const U a = s[i], b = s[i + team], c = s[i + 2 * team], e = s[i + 3 * team];
+      t[i] = a;
+      t[i + team] = b;
+      t[i + 2 * team] = c;
+      t[i + 3 * team] = e;
+    }
+    for (; i < n; i += team) t[i] = s[i];
+  }
+}
+
+// Runs the row kernel where the region's rows are contiguous on both sides; false otherwise.
 inline bool box_copy_device_rows(std::size_t item_size, const void* src, void* dst, const BoxCopyPlan& p) {
+  StridedRegion r = p.region;
+  const int inner = r.rank - 1;
+  if (r.src_stride[inner] != 1 || r.dst_stride[inner] != 1) return false;
+  const auto* s = static_cast<const unsigned char*>(src) + p.src_offset * item_size;
+  auto* d = static_cast<unsigned char*>(dst) + p.dst_offset * item_size;
+  const std::uint64_t width = r.extent[inner] * item_size;
+  // The widest unit (16, 8, 4, 2 or 1 bytes) that divides the width, both start addresses and
+  // every outer stride in bytes.
+  std::uint64_t bits = width | reinterpret_cast<std::uintptr_t>(s) | reinterpret_cast<std::uintptr_t>(d) | 16;
+  for (int k = 0; k < inner; ++k) {
+    r.src_stride[k] *= static_cast<std::int64_t>(item_size);  // bytes from here on
+    r.dst_stride[k] *= static_cast<std::int64_t>(item_size);
+    bits |= static_cast<std::uint64_t>(r.src_stride[k]) | static_cast<std::uint64_t>(r.dst_stride[k]);
+  }
+  const std::uint64_t unit = bits & (~bits + 1);  // the lowest set bit
+  std::uint64_t rows = 1;
+  for (int k = 0; k < inner; ++k) rows *= r.extent[k];
+  const std::uint64_t units = width / unit;
+  unsigned team = 1;
+  while (team < 32 && team < units) team *= 2;
+  const std::uint64_t seg_units = std::uint64_t{team} * 64;  // 32 KiB per segment of 16-byte units
+  const std::uint64_t segs_per_row = (units + seg_units - 1) / seg_units;
+  const unsigned threads = 256;
+  int device = 0, sms = 0;
+  CAIRN_CUDA_CHECK(cudaGetDevice(&device));
+  CAIRN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const std::uint64_t wanted = (rows * segs_per_row + threads / team - 1) / (threads / team);
+  const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>(wanted, std::uint64_t(sms) * 16));
+  switch (unit) {
+    case 16: box_copy_rows_kernel<uint4><<<blocks, threads>>>(s, d, r, rows, units, seg_units, segs_per_row, team); break;
+    case 8: box_copy_rows_kernel<std::uint64_t><<<blocks, threads>>>(s, d, r, rows, units, seg_units, segs_per_row, team); break;
+    case 4: box_copy_rows_kernel<std::uint32_t><<<blocks, threads>>>(s, d, r, rows, units, seg_units, segs_per_row, team); break;
+    case 2: box_copy_rows_kernel<std::uint16_t><<<blocks, threads>>>(s, d, r, rows, units, seg_units, segs_per_row, team); break;
+    default: box_copy_rows_kernel<std::uint8_t><<<blocks, threads>>>(s, d, r, rows, units, seg_units, segs_per_row, team); break;
+  }
+  CAIRN_CUDA_CHECK(cudaGetLastError());
+  return true;
+}
+
+// The copy engine's 2-D copies for the same regions, one per outer index (the way before the
+// row kernel; kept for cairn-bench's comparison). False where the region is not such, or has
+// more than 4096 outer indices.
+inline bool box_copy_device_2d(std::size_t item_size, const void* src, void* dst, const BoxCopyPlan& p) {
   const StridedRegion& r = p.region;
   const int inner = r.rank - 1;
   if (r.src_stride[inner] != 1 || r.dst_stride[inner] != 1) return false;
@@ -127,8 +206,8 @@ inline bool box_copy_device_rows(std::size_t item_size, const void* src, void* d
 }
 #endif
 
-// The same copy between buffers in the memory of one device (a GPU under nvcc: the copy
-// engine for contiguous rows, else one thread per element; without CUDA the host kernel).
+// The same copy between buffers in the memory of one device (a GPU under nvcc: the row kernel
+// for contiguous rows, else one thread per element; without CUDA the host kernel).
 inline void box_copy_device(std::size_t item_size, const void* src, void* dst, const BoxCopyPlan& p, int device) {
 #if CAIRN_CUDA
   DeviceGuard guard(device);
