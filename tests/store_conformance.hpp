@@ -227,6 +227,28 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     CHECK(read_checkpoint_blob(*store, "c/race", "f") == "first");
     CHECK(store->list("c").size() == 3);  // "1", "plain" and "race": no staging left behind
   }
+  SUBCASE("a safetensors set published through staging is replaced whole with overwrite, refused without") {
+    auto store = make();
+    const std::string shard = "model-00001-of-00001.safetensors", index = cairn::detail::set_index_name;
+    {
+      auto staging = store->stage("sets/m", false);
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), shard), "old!");
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), index), "{}");
+      staging->publish({{shard, 4}, {index, 2}});
+    }
+    CHECK(read_checkpoint_blob(*store, "sets/m", shard) == "old!");
+    CHECK_CAIRN_ERROR(store->stage("sets/m", false), ErrorKind::already_exists, "already exists");
+    {
+      auto staging = store->stage("sets/m", true);
+      const std::string other = "model-00001-of-00002.safetensors";
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), other), "new");
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), index), "{ }");
+      staging->publish({{other, 3}, {index, 3}});
+    }
+    CHECK(!store->exists(cairn::detail::join_key(store->readable_checkpoint("sets/m"), shard)));
+    CHECK(read_checkpoint_blob(*store, "sets/m", index) == "{ }");
+    CHECK(visible_names(*store, "sets") == std::vector<std::string>{"m"});
+  }
   SUBCASE("atomic small blobs and deleting checkpoints") {
     auto store = make();
     store->write_atomically("root/latest", "1\n");

@@ -438,11 +438,18 @@ TEST_CASE("convert: checkpoint to safetensors and back, with casts and a selecti
   r = cli({"show", dir / "set", "big[0:2]"});
   CHECK(r.status == 0);
   CHECK(has(r.out, "[0, 0.25]"));
-  // It is never replaced, --overwrite or not: the error says to remove it first.
-  r = cli({"convert", dir / "c", dir / "set", "--max-file-bytes", "4096", "--select", "big", "--overwrite"});
+  // Replaced only with --overwrite, whole: the new set (bfloat16 now) and nothing of the old.
+  r = cli({"convert", dir / "c", dir / "set", "--max-file-bytes", "4096", "--select", "big", "--cast", "*=bfloat16"});
   CHECK(r.status == 2);
-  CHECK(has(r.err, "a sharded safetensors set is already here; cairn never replaces a set's directory, even with "
-                   "overwrite: remove it first"));
+  CHECK_MESSAGE(has(r.err, "a sharded safetensors set already exists here (pass overwrite to replace it)"), r.err);
+  r = cli({"convert", dir / "c", dir / "set", "--max-file-bytes", "4096", "--select", "big", "--cast", "*=bfloat16",
+           "--overwrite"});
+  CHECK_MESSAGE(r.status == 0, r.err);
+  r = cli({"ls", dir / "set"});
+  CHECK(has(r.out, "bfloat16"));
+  CHECK_FALSE(has(r.out, "float32"));
+  CHECK(cli({"verify", dir / "set"}).status == 0);
+  CHECK(test::leftovers(dir.path).empty());
   r = cli({"convert", dir / "c", st, "--select", "w"});
   CHECK(r.status == 2);
   CHECK(has(r.err, "already exists"));

@@ -19,6 +19,8 @@
 #include <random>
 #include <map>
 
+#include <sys/wait.h>
+
 namespace {
 
 struct Layer {
@@ -729,4 +731,126 @@ TEST_CASE("device-sharded leaves export a slab at a time: the same file as from 
   const auto values = back.at("s").values<double>();
   REQUIRE(values.size() == 1);
   CHECK(values[0] == 2.5);
+}
+
+TEST_CASE("export: overwrite replaces a sharded set whole; a failure at any I/O call leaves the old set or the new one") {
+  test::TempDir dir;
+  const std::string set = dir / "set";
+  const std::map<std::string, std::vector<float>> old_weights = {{"a", test::random_bits<float>(100)},
+                                                                 {"b", test::random_bits<float>(300)}};
+  const std::map<std::string, std::vector<float>> new_weights = {{"a", test::random_bits<float>(120)},
+                                                                 {"c", test::random_bits<float>(50)}};
+  cairn::SafetensorsSaveOptions split;
+  split.max_file_bytes = 500;
+  cairn::save_safetensors(set, old_weights, split);
+  const std::string index = set + "/model.safetensors.index.json";
+  auto loaded = [&] { return cairn::load_safetensors<std::map<std::string, std::vector<float>>>(index); };
+  // Without overwrite: refused, naming what is there.
+  CHECK_CAIRN_ERROR(cairn::save_safetensors(set, new_weights, split), cairn::ErrorKind::already_exists,
+                    "a sharded safetensors set already exists here (pass overwrite to replace it)");
+  cairn::SafetensorsSaveOptions replace = split;
+  replace.overwrite = true;
+  // Both ways of publishing: an atomic exchange, and two renames where the filesystem has none.
+  for (const bool exchange : {true, false}) {
+    CAPTURE(exchange);
+    cairn::save_safetensors(set, old_weights, replace);
+    int n = 1, failed = 0;
+    std::string survived;  // the calls whose failure the export survives
+    for (;; ++n) {
+      int calls = 0;
+      bool injected = false, threw = false;
+      std::string failing;
+      {
+        test::FaultInjection faults([&](const std::string& call, const std::string& p) {
+          if (call == "renameat2" && !exchange) return EINVAL;
+          if (++calls != n) return 0;
+          injected = true;
+          failing = call + " " + p.substr(p.rfind('/') + 1);
+          return call == "pwrite" ? ENOSPC : EIO;
+        });
+        try {
+          cairn::save_safetensors(set, new_weights, replace);
+        } catch (const cairn::Error& e) {
+          threw = e.kind() != cairn::ErrorKind::after_commit;
+        }
+      }
+      if (!injected) break;
+      CAPTURE(n);
+      failed += threw;
+      if (!threw) {
+        survived += failing + "; ";
+        // Only a lock attempt (no locks: go on), the directory's sync after the publish
+        // (after_commit: the new set is there) and removing the replaced set (best effort).
+        const bool benign = failing.starts_with("fcntl ") || failing.starts_with("remove ") ||
+                            ((failing.starts_with("fsync ") || failing.starts_with("close ")) &&
+                             failing.find("safetensors") == std::string::npos);
+        CHECK_MESSAGE(benign, failing);
+      }
+      // The whole old set, or the whole new one: never a mix, never nothing.
+      CHECK(same_bits_map(loaded(), threw ? old_weights : new_weights));
+      cairn::detail::clean_leftovers(dir.path);
+      CHECK(test::leftovers(dir.path).empty());
+      cairn::save_safetensors(set, old_weights, replace);
+    }
+    const std::string summary = std::to_string(n - 1) + " calls, " + std::to_string(failed) + " failed exports; survived: " + survived;
+    MESSAGE(summary);
+    CHECK(n > 15);  // every call of the protocol was reached
+    CHECK(failed >= n - 7);
+  }
+  cairn::save_safetensors(set, new_weights, replace);
+  CHECK(same_bits_map(loaded(), new_weights));
+  // A file of the old set that the new one lacks is gone: the directory is the new set only.
+  std::size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(set)) files += e.is_regular_file();
+  CHECK(files == 1 + cairn::safetensors_metadata(index).data_files.size());
+
+  // A checkpoint saved with overwrite replaces the set, as it replaces a checkpoint.
+  cairn::SaveOptions save_over;
+  save_over.overwrite = true;
+  cairn::save(set, old_weights, save_over);
+  CHECK(same_bits_map(cairn::load<std::map<std::string, std::vector<float>>>(set), old_weights));
+  CHECK_FALSE(std::filesystem::exists(index));
+
+  // A directory holding anything else is never replaced, even with overwrite.
+  std::filesystem::create_directories(dir / "other");
+  test::write_file(dir / "other/notes.txt", "mine");
+  CHECK_CAIRN_ERROR(cairn::save_safetensors(dir / "other", new_weights, replace), cairn::ErrorKind::already_exists,
+                    "holds no cairn checkpoint");
+  CHECK(test::read_file(dir / "other/notes.txt") == "mine");
+}
+
+TEST_CASE("export: a set's overwrite killed between its two renames loses nothing, and reads meanwhile") {
+  test::TempDir dir;
+  const std::string set = dir / "set";
+  const std::map<std::string, std::vector<float>> old_weights = {{"a", test::random_bits<float>(100)},
+                                                                 {"b", test::random_bits<float>(300)}};
+  cairn::SafetensorsSaveOptions split;
+  split.max_file_bytes = 500;
+  cairn::save_safetensors(set, old_weights, split);
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    test::FaultInjection faults([&](const std::string& call, const std::string& p) {
+      if (call == "renameat2") return EINVAL;  // as on NFS, CIFS and most FUSE filesystems
+      if (call == "rename" && p.find(".cairn-tmp-") != std::string::npos && p.find(".old") == std::string::npos) ::_exit(7);
+      return 0;
+    });
+    cairn::SafetensorsSaveOptions replace = split;
+    replace.overwrite = true;
+    cairn::save_safetensors(set, std::map<std::string, std::vector<float>>{{"z", std::vector<float>(400, 1.0f)}}, replace);
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 7);
+  CHECK_FALSE(std::filesystem::exists(set));  // the moment the fallback leaves the path empty
+  // The set's directory reads as the set it had (set aside under .old) meanwhile.
+  CHECK(cairn::verify(set).ok());
+  CHECK(cairn::inspect(set).metadata.leaves().size() == 2);
+  // The next export to the path puts it back first, so the overwrite rule holds.
+  CHECK_CAIRN_ERROR(cairn::save_safetensors(set, old_weights, split), cairn::ErrorKind::already_exists, "already exists");
+  CHECK(same_bits_map(cairn::load_safetensors<std::map<std::string, std::vector<float>>>(set + "/model.safetensors.index.json"),
+                      old_weights));
+  CHECK(test::leftovers(dir.path).empty());
 }

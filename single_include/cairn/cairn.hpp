@@ -3558,7 +3558,7 @@ class Store {
 
   // Commit mechanics (see the top of this file).
   // Checks the overwrite rule for `key` (nothing there, an empty prefix, or a committed
-  // checkpoint with `overwrite`; anything else is already_exists), removes the leftovers of
+  // checkpoint or a safetensors set with `overwrite`; anything else is already_exists), removes the leftovers of
   // earlier saves of `key` that died, and claims a staging place.
   virtual std::unique_ptr<CheckpointStaging> stage(const std::string& key, bool overwrite) = 0;
   // The key to read the checkpoint at `key` from: `key` itself, or where an interrupted
@@ -3589,6 +3589,12 @@ namespace detail {
 // The blob whose presence makes the blobs under a key a committed checkpoint. Stores need its
 // name for the overwrite rule; what it holds is the format's business (format/files.hpp).
 inline constexpr const char* commit_marker_name = "_CHECKPOINT";
+
+// The index of a sharded safetensors set (model.safetensors.index.json). A prefix holding it
+// is a set, which cairn publishes whole as it publishes a checkpoint (and which Hugging Face's
+// writers finish with the index): overwrite replaces a set as it replaces a committed
+// checkpoint, and nothing else that is not empty (docs/safetensors.md, "Sharded sets").
+inline constexpr const char* set_index_name = "model.safetensors.index.json";
 
 // An error raised after the new checkpoint was already published: it is at its key and
 // loads, but a step after the publish failed (the parent directory's fsync, so durability
@@ -4964,7 +4970,7 @@ CAIRN_END_NAMESPACE
 CAIRN_BEGIN_NAMESPACE
 
 struct SafetensorsSaveOptions {
-  bool overwrite = false;               // replace an existing file (a sharded set's directory: never)
+  bool overwrite = false;               // replace an existing file, or a sharded set's directory whole
   std::string separator = ".";          // key path -> name: layers/0/w -> "layers.0.w"
   std::string subtree = {};             // export only this subtree, names relative to it
   std::vector<std::string> select = {}; // key-path globs (relative to the subtree); empty: every leaf
@@ -8460,6 +8466,12 @@ inline constexpr const char* legacy_old_infix = ".cairn-old-";
 // A directory that holds a commit marker (a regular file; its contents are checked on read).
 inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_key(dir, commit_marker_name)); }
 
+// A directory that overwrite may replace whole: a committed checkpoint, or a safetensors set
+// (store.hpp, set_index_name).
+inline bool is_replaceable(const std::string& dir) {
+  return is_committed_checkpoint(dir) || is_regular_file(join_key(dir, set_index_name));
+}
+
 inline bool is_empty_dir(const std::string& dir) {
   std::error_code ec;
   return std::filesystem::is_directory(std::filesystem::symlink_status(dir, ec)) && std::filesystem::is_empty(dir, ec);
@@ -8569,10 +8581,10 @@ struct LeftoverGroup {
   std::vector<std::string> paths;  // everything of the group except the lock file
 };
 
-// The committed checkpoint that a set-aside `.old` holds, or the old one put back at F.
+// The committed checkpoint (or set) that a set-aside `.old` holds, or the old one put back at F.
 inline void restore_or_drop_old(const std::string& final_path, const std::string& old) {
   std::error_code ec;
-  if (is_committed_checkpoint(final_path) || !is_committed_checkpoint(old)) {
+  if (is_replaceable(final_path) || !is_replaceable(old)) {
     std::filesystem::remove_all(old, ec);
     return;
   }
@@ -8647,7 +8659,7 @@ inline void clean_leftovers(const std::string& dir, const std::string* only_name
 // The directory to read the checkpoint at `path` from: the path itself, or, while an
 // interrupted overwrite has left nothing committed there, the previous checkpoint it set aside.
 inline std::string readable_checkpoint_dir(const std::string& path) {
-  if (is_committed_checkpoint(path) || path.find(temp_infix) != std::string::npos) return path;
+  if (is_replaceable(path) || path.find(temp_infix) != std::string::npos) return path;
   const std::string name = base_name(path);
   if (name.empty()) return path;
   const std::string parent = parent_dir(path);
@@ -8662,7 +8674,7 @@ inline std::string readable_checkpoint_dir(const std::string& path) {
     const bool ours = rest.starts_with(temp_infix) && rest.ends_with(old_suffix);
     const bool legacy = rest.starts_with(legacy_old_infix);
     const std::string full = join_key(parent, entry);
-    if ((ours || legacy) && is_committed_checkpoint(full)) return full;
+    if ((ours || legacy) && is_replaceable(full)) return full;
   }
   return path;
 }
@@ -8678,6 +8690,11 @@ inline void check_target(const std::string& path, bool overwrite) {
                     : "a file (not a directory) is at this path; cairn will not replace it", path);
   if (is_committed_checkpoint(path)) {
     if (!overwrite) throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", path);
+    return;
+  }
+  if (is_replaceable(path)) {
+    if (!overwrite)
+      throw Error(ErrorKind::already_exists, "a sharded safetensors set already exists here (pass overwrite to replace it)", path);
     return;
   }
   if (is_empty_dir(path)) return;
@@ -9314,6 +9331,12 @@ CAIRN_API void MemoryStore::check_target(const std::string& key, bool overwrite)
   if (!has_prefix(key)) return;
   if (blobs_.count(key + "/" + detail::commit_marker_name)) {
     if (!overwrite) throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", describe(key));
+    return;
+  }
+  if (blobs_.count(key + "/" + detail::set_index_name)) {
+    if (!overwrite)
+      throw Error(ErrorKind::already_exists, "a sharded safetensors set already exists here (pass overwrite to replace it)",
+                  describe(key));
     return;
   }
   throw Error(ErrorKind::already_exists, "this key holds blobs but no cairn checkpoint; cairn will not write into it or "
@@ -14723,12 +14746,9 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
     files.back().push_back(&t);
     in_file += t.nbytes;
   }
-  // A set's directory is never replaced (the store's overwrite rule replaces only committed
-  // checkpoints), with overwrite or without: said plainly where a set is already there.
-  if (store.is_blob(join_key(key, std::string("model.safetensors") + safetensors_index_suffix)))
-    throw Error(ErrorKind::already_exists, "a sharded safetensors set is already here; cairn never replaces a set's "
-                "directory, even with overwrite: remove it first, or export to another path", store.describe(key));
-  auto staging = store.stage(key, false);
+  // A set (or a checkpoint) already there is replaced whole with overwrite, as a checkpoint is:
+  // the new set is staged beside it and published in its place at once (store.hpp).
+  auto staging = store.stage(key, options.overwrite);
   std::map<std::string, std::uint64_t> expected;
   Json weight_map = Json::object();
   for (std::size_t i = 0; i < files.size(); ++i) {
@@ -15326,13 +15346,21 @@ inline Location safetensors_set_or(const Location& location) {
   if (names_safetensors(location.key())) return location;
   const Store& store = location.store();
   if (is_committed_checkpoint(store, location.key())) return location;
+  // A set whose overwrite was interrupted between its two renames (a filesystem without an
+  // atomic exchange) is read where it was set aside, until the next export there puts it back.
+  std::string dir = location.key();
+  try {
+    dir = store.readable_checkpoint(dir);
+  } catch (const Error&) {
+    return location;  // a save's staging: the load says so
+  }
   std::string index;
-  for (const auto& e : store.list(location.key())) {
+  for (const auto& e : store.list(dir)) {
     if (e.is_prefix || !e.name.ends_with(std::string(".safetensors") + safetensors_index_suffix)) continue;
     if (!index.empty()) return location;  // two sets: the caller names one
     index = e.name;
   }
-  return index.empty() ? location : location / index;
+  return index.empty() ? location : Location(location.shared_store(), join_key(dir, index));
 }
 
 // Registered formats: a deque, so that the pointers foreign_format_at returns stay valid.

@@ -28,13 +28,21 @@ inline Location safetensors_set_or(const Location& location) {
   if (names_safetensors(location.key())) return location;
   const Store& store = location.store();
   if (is_committed_checkpoint(store, location.key())) return location;
+  // A set whose overwrite was interrupted between its two renames (a filesystem without an
+  // atomic exchange) is read where it was set aside, until the next export there puts it back.
+  std::string dir = location.key();
+  try {
+    dir = store.readable_checkpoint(dir);
+  } catch (const Error&) {
+    return location;  // a save's staging: the load says so
+  }
   std::string index;
-  for (const auto& e : store.list(location.key())) {
+  for (const auto& e : store.list(dir)) {
     if (e.is_prefix || !e.name.ends_with(std::string(".safetensors") + safetensors_index_suffix)) continue;
     if (!index.empty()) return location;  // two sets: the caller names one
     index = e.name;
   }
-  return index.empty() ? location : location / index;
+  return index.empty() ? location : Location(location.shared_store(), join_key(dir, index));
 }
 
 // Registered formats: a deque, so that the pointers foreign_format_at returns stay valid.

@@ -18,7 +18,7 @@
 CAIRN_BEGIN_NAMESPACE
 
 struct SafetensorsSaveOptions {
-  bool overwrite = false;               // replace an existing file (a sharded set's directory: never)
+  bool overwrite = false;               // replace an existing file, or a sharded set's directory whole
   std::string separator = ".";          // key path -> name: layers/0/w -> "layers.0.w"
   std::string subtree = {};             // export only this subtree, names relative to it
   std::vector<std::string> select = {}; // key-path globs (relative to the subtree); empty: every leaf

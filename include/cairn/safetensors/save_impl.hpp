@@ -174,12 +174,9 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
     files.back().push_back(&t);
     in_file += t.nbytes;
   }
-  // A set's directory is never replaced (the store's overwrite rule replaces only committed
-  // checkpoints), with overwrite or without: said plainly where a set is already there.
-  if (store.is_blob(join_key(key, std::string("model.safetensors") + safetensors_index_suffix)))
-    throw Error(ErrorKind::already_exists, "a sharded safetensors set is already here; cairn never replaces a set's "
-                "directory, even with overwrite: remove it first, or export to another path", store.describe(key));
-  auto staging = store.stage(key, false);
+  // A set (or a checkpoint) already there is replaced whole with overwrite, as a checkpoint is:
+  // the new set is staged beside it and published in its place at once (store.hpp).
+  auto staging = store.stage(key, options.overwrite);
   std::map<std::string, std::uint64_t> expected;
   Json weight_map = Json::object();
   for (std::size_t i = 0; i < files.size(); ++i) {

@@ -276,6 +276,12 @@ CAIRN_API void MemoryStore::check_target(const std::string& key, bool overwrite)
     if (!overwrite) throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", describe(key));
     return;
   }
+  if (blobs_.count(key + "/" + detail::set_index_name)) {
+    if (!overwrite)
+      throw Error(ErrorKind::already_exists, "a sharded safetensors set already exists here (pass overwrite to replace it)",
+                  describe(key));
+    return;
+  }
   throw Error(ErrorKind::already_exists, "this key holds blobs but no cairn checkpoint; cairn will not write into it or "
               "replace it, even with overwrite", describe(key));
 }

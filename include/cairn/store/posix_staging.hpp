@@ -54,6 +54,12 @@ inline constexpr const char* legacy_old_infix = ".cairn-old-";
 // A directory that holds a commit marker (a regular file; its contents are checked on read).
 inline bool is_committed_checkpoint(const std::string& dir) { return is_regular_file(join_key(dir, commit_marker_name)); }
 
+// A directory that overwrite may replace whole: a committed checkpoint, or a safetensors set
+// (store.hpp, set_index_name).
+inline bool is_replaceable(const std::string& dir) {
+  return is_committed_checkpoint(dir) || is_regular_file(join_key(dir, set_index_name));
+}
+
 inline bool is_empty_dir(const std::string& dir) {
   std::error_code ec;
   return std::filesystem::is_directory(std::filesystem::symlink_status(dir, ec)) && std::filesystem::is_empty(dir, ec);
@@ -163,10 +169,10 @@ struct LeftoverGroup {
   std::vector<std::string> paths;  // everything of the group except the lock file
 };
 
-// The committed checkpoint that a set-aside `.old` holds, or the old one put back at F.
+// The committed checkpoint (or set) that a set-aside `.old` holds, or the old one put back at F.
 inline void restore_or_drop_old(const std::string& final_path, const std::string& old) {
   std::error_code ec;
-  if (is_committed_checkpoint(final_path) || !is_committed_checkpoint(old)) {
+  if (is_replaceable(final_path) || !is_replaceable(old)) {
     std::filesystem::remove_all(old, ec);
     return;
   }
@@ -241,7 +247,7 @@ inline void clean_leftovers(const std::string& dir, const std::string* only_name
 // The directory to read the checkpoint at `path` from: the path itself, or, while an
 // interrupted overwrite has left nothing committed there, the previous checkpoint it set aside.
 inline std::string readable_checkpoint_dir(const std::string& path) {
-  if (is_committed_checkpoint(path) || path.find(temp_infix) != std::string::npos) return path;
+  if (is_replaceable(path) || path.find(temp_infix) != std::string::npos) return path;
   const std::string name = base_name(path);
   if (name.empty()) return path;
   const std::string parent = parent_dir(path);
@@ -256,7 +262,7 @@ inline std::string readable_checkpoint_dir(const std::string& path) {
     const bool ours = rest.starts_with(temp_infix) && rest.ends_with(old_suffix);
     const bool legacy = rest.starts_with(legacy_old_infix);
     const std::string full = join_key(parent, entry);
-    if ((ours || legacy) && is_committed_checkpoint(full)) return full;
+    if ((ours || legacy) && is_replaceable(full)) return full;
   }
   return path;
 }
@@ -272,6 +278,11 @@ inline void check_target(const std::string& path, bool overwrite) {
                     : "a file (not a directory) is at this path; cairn will not replace it", path);
   if (is_committed_checkpoint(path)) {
     if (!overwrite) throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", path);
+    return;
+  }
+  if (is_replaceable(path)) {
+    if (!overwrite)
+      throw Error(ErrorKind::already_exists, "a sharded safetensors set already exists here (pass overwrite to replace it)", path);
     return;
   }
   if (is_empty_dir(path)) return;

@@ -153,7 +153,7 @@ class Store {
 
   // Commit mechanics (see the top of this file).
   // Checks the overwrite rule for `key` (nothing there, an empty prefix, or a committed
-  // checkpoint with `overwrite`; anything else is already_exists), removes the leftovers of
+  // checkpoint or a safetensors set with `overwrite`; anything else is already_exists), removes the leftovers of
   // earlier saves of `key` that died, and claims a staging place.
   virtual std::unique_ptr<CheckpointStaging> stage(const std::string& key, bool overwrite) = 0;
   // The key to read the checkpoint at `key` from: `key` itself, or where an interrupted
@@ -184,6 +184,12 @@ namespace detail {
 // The blob whose presence makes the blobs under a key a committed checkpoint. Stores need its
 // name for the overwrite rule; what it holds is the format's business (format/files.hpp).
 inline constexpr const char* commit_marker_name = "_CHECKPOINT";
+
+// The index of a sharded safetensors set (model.safetensors.index.json). A prefix holding it
+// is a set, which cairn publishes whole as it publishes a checkpoint (and which Hugging Face's
+// writers finish with the index): overwrite replaces a set as it replaces a committed
+// checkpoint, and nothing else that is not empty (docs/safetensors.md, "Sharded sets").
+inline constexpr const char* set_index_name = "model.safetensors.index.json";
 
 // An error raised after the new checkpoint was already published: it is at its key and
 // loads, but a step after the publish failed (the parent directory's fsync, so durability
