@@ -61,6 +61,11 @@ inline constexpr std::uint64_t coalesce_gap_bytes = 4096;
 // with 256 KiB, 0.86-0.90x (docs/benchmarks.md).
 inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{256} << 10;
 
+// A zarr shard (Orbax's sharding_indexed chunk) of at most this many bytes is read whole, its
+// index and its one chunk together (orbax/checkpoint.hpp): one read of a small array instead of
+// two, where reading the rest of a larger shard would cost more than the second read.
+inline constexpr std::uint64_t small_shard_bytes = std::uint64_t{64} << 10;
+
 // A chunk read straight into device memory is read in pieces of this size into two pinned
 // buffers, one piece crossing to the device while the next is read (box_reader.hpp,
 // read_direct_to_device): large enough that each copy runs at the link's speed, small enough

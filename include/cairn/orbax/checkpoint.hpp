@@ -20,6 +20,7 @@
 
 #include "cairn/checkpoint/commit.hpp"
 #include "cairn/checkpoint/load_protocol.hpp"
+#include "cairn/core/tuning.hpp"
 #include "cairn/kernels/box_plan.hpp"
 #include "cairn/orbax/msgpack.hpp"
 #include "cairn/orbax/ocdbt.hpp"
@@ -138,7 +139,11 @@ class BlobReader final : public StoreReader {
     std::lock_guard<std::mutex> lock(mutex_);
     locate();
     if (raw_inner_) {
-      read_source(dst, n, inner_offset_ + offset);
+      if (shard_.empty()) return read_source(dst, n, inner_offset_ + offset);
+      // A small shard read whole with its index (locate): served from memory, once.
+      std::memcpy(dst, shard_.data() + inner_offset_ + offset, static_cast<std::size_t>(n));
+      consumed_ += n;
+      if (consumed_ >= b_.size) std::string().swap(shard_), consumed_ = 0, located_ = raw_inner_ = false;
       return;
     }
     if (missing_) {
@@ -201,19 +206,30 @@ class BlobReader final : public StoreReader {
         located_ = missing_ = true;
         return;
       }
-      // The shard's index, then this inner chunk's place.
+      // The shard's index, then this inner chunk's place. A small shard is read whole, its
+      // index and its chunk in one read (two reads of a few hundred bytes per array were a
+      // fifth of a load of 10,000 small arrays: docs/benchmarks.md, "Orbax import").
       const std::uint64_t total = source_size();
       const std::uint64_t index_size = zarr_index_bytes(a.shard, b_.inner_count);
       if (total < index_size)
         zarr_fail("shard is " + std::to_string(total) + " bytes, shorter than its index (" + std::to_string(index_size) + ")",
                   b_.name, b_.key);
-      std::string index(static_cast<std::size_t>(index_size), '\0');
-      read_source(index.data(), index_size, a.shard.index_at_start ? 0 : total - index_size);
+      const std::uint64_t index_at = a.shard.index_at_start ? 0 : total - index_size;
+      std::string index;
+      if (total <= small_shard_bytes && b_.inner_count == 1) {
+        shard_.resize(static_cast<std::size_t>(total));
+        read_source(shard_.data(), total, 0);
+        index = shard_.substr(static_cast<std::size_t>(index_at), static_cast<std::size_t>(index_size));
+      } else {
+        index.resize(static_cast<std::size_t>(index_size));
+        read_source(index.data(), index_size, index_at);
+      }
       const auto entries = zarr_parse_shard_index(a.shard, index, b_.inner_count, total, b_.name, b_.key);
       const ZarrShardEntry e = entries[static_cast<std::size_t>(b_.inner_index)];
       located_ = true;
       if (e.missing()) {
         missing_ = true;
+        std::string().swap(shard_);
         return;
       }
       if (!c.zstd && !c.crc32c && b_.stored == b_.box_shape) {
@@ -225,6 +241,13 @@ class BlobReader final : public StoreReader {
       }
       offset = e.offset;
       size = e.nbytes;
+      if (!shard_.empty()) {
+        // (zarr_parse_shard_index checked that the entry lies inside the shard.)
+        stored_ = shard_.substr(static_cast<std::size_t>(offset), static_cast<std::size_t>(size));
+        std::string().swap(shard_);
+        if (c.crc32c) stored_.resize(zarr_strip_crc(stored_, b_.name, b_.key).size());
+        return;
+      }
     } else {
       if (b_.file_may_be_missing && !present()) {
         located_ = missing_ = true;
@@ -305,6 +328,7 @@ class BlobReader final : public StoreReader {
   mutable std::mutex mutex_, open_mutex_;
   mutable std::unique_ptr<StoreReader> file_;
   mutable std::string stored_, decoded_;
+  mutable std::string shard_;  // a small shard read whole: its index and chunk
   mutable std::unique_ptr<ZSTD_DCtx, ZstdDCtxFree> stream_;
   mutable bool located_ = false, decoded_done_ = false, raw_inner_ = false, missing_ = false, frame_ended_ = false;
   mutable std::uint64_t inner_offset_ = 0, consumed_ = 0, streamed_ = 0, in_pos_ = 0;
