@@ -653,14 +653,19 @@ double time_median(int repeat, F&& f) {
   return median(t);
 }
 
+// The array of the sharding and GPU figures: [rows, 4096] float32 of about --bytes.
+std::pair<std::int64_t, std::int64_t> sharded_rows_cols(const Options& o) {
+  const std::int64_t cols = 4096;
+  return {std::max<std::int64_t>(8, static_cast<std::int64_t>(o.bytes / (cols * 4)) / 8 * 8), cols};
+}
+
 // ---- GPU figures (cairn-bench --sharded or --gpu, built with nvcc) ----
 int gpu_bench(const Options& o) {
 #if CAIRN_CUDA
   using cairn::Mesh;
   using cairn::NamedSharding;
   using cairn::PartitionSpec;
-  const std::int64_t cols = 4096;
-  const std::int64_t rows = std::max<std::int64_t>(8, static_cast<std::int64_t>(o.bytes / (cols * 4)) / 8 * 8);
+  const std::int64_t rows = sharded_rows_cols(o).first, cols = sharded_rows_cols(o).second;
   const cairn::Shape shape{rows, cols};
   const std::size_t n = static_cast<std::size_t>(rows * cols), bytes = n * 4;
   const cairn::Box whole = cairn::whole_box(shape);
@@ -832,9 +837,7 @@ int sharded_bench(const Options& o) {
   using cairn::Mesh;
   using cairn::NamedSharding;
   using cairn::PartitionSpec;
-  // A [rows, 4096] float32 array of about --bytes.
-  const std::int64_t cols = 4096;
-  const std::int64_t rows = std::max<std::int64_t>(8, static_cast<std::int64_t>(o.bytes / (cols * 4)) / 8 * 8);
+  const std::int64_t rows = sharded_rows_cols(o).first, cols = sharded_rows_cols(o).second;
   const cairn::Shape shape{rows, cols};
   const std::size_t n = static_cast<std::size_t>(rows * cols), bytes = n * 4;
   const double gib = static_cast<double>(bytes) / (1u << 30);

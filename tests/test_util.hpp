@@ -12,8 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -107,6 +109,26 @@ inline void resign(const std::string& ckpt) {
   auto marker = cairn::detail::marker_json({meta.size(), cairn::crc32c(meta.data(), meta.size())},
                                            {user.size(), cairn::crc32c(user.data(), user.size())});
   write_file(ckpt + "/_CHECKPOINT", marker.dump());
+}
+
+// Runs f(rank, coordinator) on `n` ranks that are threads of this process (cairn's ThreadGroup
+// coordinator); returns each rank's cairn::Error, if it threw one. No doctest assertion may run
+// in f: a failed REQUIRE would throw past the thread.
+template <class F>
+std::vector<std::optional<cairn::Error>> on_thread_ranks(int n, F&& f) {
+  cairn::ThreadGroup group(n);
+  std::vector<std::optional<cairn::Error>> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        f(r, group.rank(r));
+      } catch (const cairn::Error& e) {
+        errors[static_cast<std::size_t>(r)] = e;
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
 }
 
 // Entries of a directory whose names contain ".cairn-": staging directories, lock files and

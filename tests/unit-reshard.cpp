@@ -292,23 +292,6 @@ struct Verified {
 };
 CAIRN_TREE(Verified, a, b)
 
-// Runs f(rank, coordinator) on `n` thread ranks; each rank's cairn::Error, if it threw one.
-template <class F>
-std::vector<std::optional<cairn::Error>> on_thread_ranks(int n, F&& f) {
-  cairn::ThreadGroup group(n);
-  std::vector<std::optional<cairn::Error>> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        f(r, group.rank(r));
-      } catch (const cairn::Error& e) {
-        errors[static_cast<std::size_t>(r)] = e;
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
-}
 }  // namespace
 
 // Issue 37's test: every byte of a sharded checkpoint's data file flipped in turn, and the
@@ -366,7 +349,7 @@ TEST_CASE("every byte of a sharded checkpoint flipped: resharded, partial and sl
   // A multi-rank load: every rank throws or none does; each rank returns its own bits.
   auto ranks_load = [&](int n, const PartitionSpec& spec, std::size_t at, const char* load) {
     std::vector<Verified> targets(static_cast<std::size_t>(n));
-    const auto errors = on_thread_ranks(n, [&](int r, cairn::Coordinator& c) {
+    const auto errors = test::on_thread_ranks(n, [&](int r, cairn::Coordinator& c) {
       Mesh mesh = Mesh::host({{"p", n}});
       std::vector<int> procs(static_cast<std::size_t>(n));
       for (int k = 0; k < n; ++k) procs[static_cast<std::size_t>(k)] = k;
@@ -448,7 +431,7 @@ TEST_CASE("block checksums of every rank's chunks reach the metadata in a multi-
   const std::string path = dir / "c";
   const Shape shape{1024, 256};  // two row chunks of 512 KiB: two blocks each
   const auto truth = test::random_bits<float>(1024 * 256);
-  const auto errors = on_thread_ranks(2, [&](int r, cairn::Coordinator& c) {
+  const auto errors = test::on_thread_ranks(2, [&](int r, cairn::Coordinator& c) {
     Mesh mesh = Mesh::host({{"p", 2}});
     mesh.assign_processes({0, 1}, r);
     cairn::save(path, ShardedArray<float>::from_host(truth, shape, NamedSharding(mesh, PartitionSpec{"p"})),

@@ -398,31 +398,14 @@ TEST_CASE("device shards export to safetensors a piece at a time, cast on the GP
   CHECK(test::same_bits(values(half.at("w")), want));
 }
 
-// Ranks in threads of one process (cairn's ThreadGroup coordinator), as tests/unit-reshard.cpp
-// runs them: each rank's mesh says its device is its GPU 0, so here every rank uses this GPU.
-template <class F>
-std::vector<std::string> on_thread_ranks(int n, F&& f) {
-  cairn::ThreadGroup group(n);
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        f(r, group.rank(r));
-      } catch (const cairn::Error& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
 TEST_CASE("ranks holding device shards save together and load resharded onto three ranks, each reading its blocks") {
   if (!gpu_count()) return;
   test::TempDir dir;
   const std::int64_t cols = 1024, rows = 4099;  // 16 MiB of float32: chunks of several pieces and blocks
   const auto truth = test::random_bits<float>(static_cast<std::size_t>(rows * cols));
-  auto saved = on_thread_ranks(2, [&](int r, cairn::Coordinator& c) {
+  // Ranks as threads of this process (test::on_thread_ranks): every rank's mesh says its device
+  // is its GPU 0, so here every rank uses this GPU.
+  auto saved = test::on_thread_ranks(2, [&](int r, cairn::Coordinator& c) {
     const Mesh mesh = Mesh::device_per_process({{"p", 2}}, 1, r);
     auto a = ShardedArray<float>::from_host(truth, {rows, cols}, NamedSharding(mesh, PartitionSpec{"p"}));
     // (No doctest assertion in a rank's thread: a failed REQUIRE would throw past it.)
@@ -430,20 +413,21 @@ TEST_CASE("ranks holding device shards save together and load resharded onto thr
       throw cairn::Error(cairn::ErrorKind::invalid_argument, "rank " + std::to_string(r) + " holds no one device shard");
     cairn::save(dir / "c", a, {.coordinator = &c});
   });
-  for (const auto& e : saved) CHECK_MESSAGE(e.empty(), e);
+  for (const auto& e : saved) CHECK_MESSAGE(!e, (e ? e->what() : ""));
   REQUIRE(cairn::verify(dir / "c").ok());
   for (const int n : {3, 1}) {
     CAPTURE(n);
     std::vector<ShardedArray<float>> got(static_cast<std::size_t>(n));
     std::vector<cairn::LoadReport> reports(static_cast<std::size_t>(n));
-    auto loaded = on_thread_ranks(n, [&](int r, cairn::Coordinator& c) {
+    auto loaded = test::on_thread_ranks(n, [&](int r, cairn::Coordinator& c) {
       const Mesh mesh = Mesh::device_per_process({{"q", n}}, 1, r);
       got[static_cast<std::size_t>(r)] = ShardedArray<float>(NamedSharding(mesh, PartitionSpec{"q"}));
       reports[static_cast<std::size_t>(r)] = cairn::load(dir / "c", got[static_cast<std::size_t>(r)], {.coordinator = &c});
     });
     for (int r = 0; r < n; ++r) {
       CAPTURE(r);
-      CHECK_MESSAGE(loaded[static_cast<std::size_t>(r)].empty(), loaded[static_cast<std::size_t>(r)]);
+      const auto& e = loaded[static_cast<std::size_t>(r)];
+      CHECK_MESSAGE(!e, (e ? e->what() : ""));
       const auto& shards = got[static_cast<std::size_t>(r)].shards();
       REQUIRE(shards.size() == 1);
       CHECK(shards[0].on_device());
