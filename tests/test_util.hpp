@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -129,6 +130,54 @@ std::vector<std::optional<cairn::Error>> on_thread_ranks(int n, F&& f) {
     });
   for (auto& t : threads) t.join();
   return errors;
+}
+
+// Ranks holding device shards (each rank's mesh says its shard is on its device 0, as every
+// process of an MPI job has its GPU 0), as threads of this process: two ranks save a
+// [rows, cols] float32 array together, then each count in `load_ranks` loads it resharded by
+// rows. Every shard must be on the device, hold its rows' bits and be verified; rank 0 of more
+// than two reads part of the first chunk only (its blocks). unit-sharding runs it on the host
+// backend, unit-cuda on a GPU.
+inline void device_ranks_round_trip(const std::string& dir, std::int64_t rows, std::int64_t cols,
+                                    const std::vector<int>& load_ranks) {
+  using cairn::Mesh;
+  using cairn::NamedSharding;
+  using cairn::PartitionSpec;
+  using cairn::ShardedArray;
+  const auto truth = random_bits<float>(static_cast<std::size_t>(rows * cols));
+  const std::string path = dir + "/device-ranks";
+  for (const auto& e : on_thread_ranks(2, [&](int r, cairn::Coordinator& c) {
+         auto a = ShardedArray<float>::from_host(truth, {rows, cols},
+                                                 NamedSharding(Mesh::device_per_process({{"p", 2}}, 1, r), PartitionSpec{"p"}));
+         // (No doctest assertion in a rank's thread: a failed REQUIRE would throw past it.)
+         if (a.shards().size() != 1 || !a.shards()[0].on_device())
+           throw cairn::Error(cairn::ErrorKind::invalid_argument, "rank " + std::to_string(r) + " holds no one device shard");
+         cairn::save(path, a, {.coordinator = &c});
+       }))
+    CHECK_MESSAGE(!e, (e ? e->what() : ""));
+  REQUIRE(cairn::verify(path).ok());
+  for (const int n : load_ranks) {
+    CAPTURE(n);
+    std::vector<ShardedArray<float>> got(static_cast<std::size_t>(n));
+    std::vector<cairn::LoadReport> reports(static_cast<std::size_t>(n));
+    const auto errors = on_thread_ranks(n, [&](int r, cairn::Coordinator& c) {
+      got[static_cast<std::size_t>(r)] =
+          ShardedArray<float>(NamedSharding(Mesh::device_per_process({{"q", n}}, 1, r), PartitionSpec{"q"}));
+      reports[static_cast<std::size_t>(r)] = cairn::load(path, got[static_cast<std::size_t>(r)], {.coordinator = &c});
+    });
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(r);
+      const auto& e = errors[static_cast<std::size_t>(r)];
+      CHECK_MESSAGE(!e, (e ? e->what() : ""));
+      const auto& shards = got[static_cast<std::size_t>(r)].shards();
+      REQUIRE(shards.size() == 1);
+      CHECK(shards[0].on_device());
+      const auto values = shards[0].to_host();
+      CHECK(std::memcmp(values.data(), truth.data() + shards[0].box().start[0] * cols, values.size() * sizeof(float)) == 0);
+      CHECK(reports[static_cast<std::size_t>(r)].unverified_bytes == 0);
+      if (n > 2 && r == 0) CHECK(reports[0].bytes_read < static_cast<std::uint64_t>(rows * cols * 4 / 2));
+    }
+  }
 }
 
 // Entries of a directory whose names contain ".cairn-": staging directories, lock files and

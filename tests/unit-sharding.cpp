@@ -176,42 +176,9 @@ TEST_CASE("large device leaves load in pieces through the staging buffers, verif
 }
 
 TEST_CASE("ranks holding device shards (each its device 0) save together and load resharded onto other rank counts") {
-  // Thread ranks of one process (test::on_thread_ranks): every rank's mesh says its shard is on
-  // its device 0, as every process of an MPI job has its GPU 0 (tests/cuda/unit-cuda.cu runs
-  // the same on a GPU).
+  // On the host backend; tests/cuda/unit-cuda.cu runs the same on a GPU.
   test::TempDir dir;
-  const std::int64_t rows = 301, cols = 1024;  // chunks of several 256 KiB blocks
-  const auto truth = test::random_bits<float>(static_cast<std::size_t>(rows * cols));
-  for (const auto& e : test::on_thread_ranks(2, [&](int r, cairn::Coordinator& c) {
-         const Mesh mesh = Mesh::device_per_process({{"p", 2}}, 1, r);
-         cairn::save(dir / "c", ShardedArray<float>::from_host(truth, {rows, cols}, NamedSharding(mesh, PartitionSpec{"p"})),
-                     {.coordinator = &c});
-       }))
-    CHECK_MESSAGE(!e, (e ? e->what() : ""));
-  REQUIRE(cairn::verify(dir / "c").ok());
-  for (const int n : {3, 4, 1}) {
-    CAPTURE(n);
-    std::vector<ShardedArray<float>> got(static_cast<std::size_t>(n));
-    std::vector<cairn::LoadReport> reports(static_cast<std::size_t>(n));
-    const auto errors = test::on_thread_ranks(n, [&](int r, cairn::Coordinator& c) {
-      const Mesh mesh = Mesh::device_per_process({{"q", n}}, 1, r);
-      got[static_cast<std::size_t>(r)] = ShardedArray<float>(NamedSharding(mesh, PartitionSpec{"q"}));
-      reports[static_cast<std::size_t>(r)] = cairn::load(dir / "c", got[static_cast<std::size_t>(r)], {.coordinator = &c});
-    });
-    for (int r = 0; r < n; ++r) {
-      CAPTURE(r);
-      const auto& e = errors[static_cast<std::size_t>(r)];
-      CHECK_MESSAGE(!e, (e ? e->what() : ""));
-      const auto& shards = got[static_cast<std::size_t>(r)].shards();
-      REQUIRE(shards.size() == 1);
-      CHECK(shards[0].on_device());
-      const auto values = shards[0].to_host();
-      CHECK(std::memcmp(values.data(), truth.data() + shards[0].box().start[0] * cols, values.size() * sizeof(float)) == 0);
-      CHECK(reports[static_cast<std::size_t>(r)].unverified_bytes == 0);
-      // Rank 0's rows are a part of the first chunk: read in its blocks, not whole.
-      if (n > 2 && r == 0) CHECK(reports[static_cast<std::size_t>(r)].bytes_read < static_cast<std::uint64_t>(rows * cols * 4 / 2));
-    }
-  }
+  test::device_ranks_round_trip(dir.path, 301, 1024, {3, 4, 1});  // chunks of several 256 KiB blocks
 }
 
 TEST_CASE("async saves snapshot sharded leaves") {

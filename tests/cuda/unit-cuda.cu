@@ -400,43 +400,9 @@ TEST_CASE("device shards export to safetensors a piece at a time, cast on the GP
 
 TEST_CASE("ranks holding device shards save together and load resharded onto three ranks, each reading its blocks") {
   if (!gpu_count()) return;
+  // Ranks as threads of this process: every rank's device is its GPU 0, so here this GPU.
   test::TempDir dir;
-  const std::int64_t cols = 1024, rows = 4099;  // 16 MiB of float32: chunks of several pieces and blocks
-  const auto truth = test::random_bits<float>(static_cast<std::size_t>(rows * cols));
-  // Ranks as threads of this process (test::on_thread_ranks): every rank's mesh says its device
-  // is its GPU 0, so here every rank uses this GPU.
-  auto saved = test::on_thread_ranks(2, [&](int r, cairn::Coordinator& c) {
-    const Mesh mesh = Mesh::device_per_process({{"p", 2}}, 1, r);
-    auto a = ShardedArray<float>::from_host(truth, {rows, cols}, NamedSharding(mesh, PartitionSpec{"p"}));
-    // (No doctest assertion in a rank's thread: a failed REQUIRE would throw past it.)
-    if (a.shards().size() != 1 || !a.shards()[0].on_device())
-      throw cairn::Error(cairn::ErrorKind::invalid_argument, "rank " + std::to_string(r) + " holds no one device shard");
-    cairn::save(dir / "c", a, {.coordinator = &c});
-  });
-  for (const auto& e : saved) CHECK_MESSAGE(!e, (e ? e->what() : ""));
-  REQUIRE(cairn::verify(dir / "c").ok());
-  for (const int n : {3, 1}) {
-    CAPTURE(n);
-    std::vector<ShardedArray<float>> got(static_cast<std::size_t>(n));
-    std::vector<cairn::LoadReport> reports(static_cast<std::size_t>(n));
-    auto loaded = test::on_thread_ranks(n, [&](int r, cairn::Coordinator& c) {
-      const Mesh mesh = Mesh::device_per_process({{"q", n}}, 1, r);
-      got[static_cast<std::size_t>(r)] = ShardedArray<float>(NamedSharding(mesh, PartitionSpec{"q"}));
-      reports[static_cast<std::size_t>(r)] = cairn::load(dir / "c", got[static_cast<std::size_t>(r)], {.coordinator = &c});
-    });
-    for (int r = 0; r < n; ++r) {
-      CAPTURE(r);
-      const auto& e = loaded[static_cast<std::size_t>(r)];
-      CHECK_MESSAGE(!e, (e ? e->what() : ""));
-      const auto& shards = got[static_cast<std::size_t>(r)].shards();
-      REQUIRE(shards.size() == 1);
-      CHECK(shards[0].on_device());
-      const cairn::Box box = shards[0].box();
-      const auto values = shards[0].to_host();
-      CHECK(std::memcmp(values.data(), truth.data() + box.start[0] * cols, values.size() * sizeof(float)) == 0);
-      CHECK(reports[static_cast<std::size_t>(r)].unverified_bytes == 0);
-    }
-  }
+  test::device_ranks_round_trip(dir.path, 4099, 1024, {3, 1});  // 16 MiB: chunks of several pieces and blocks
 }
 
 struct AsyncState {
