@@ -62,8 +62,9 @@ T load_orbax(const Location& location, const LoadOptions& options = {}) {
 // laid out as Orbax v1's ocp.save writes it unless options.layout says v0_standard. Orbax
 // restores it (ocp.load_pytree / StandardCheckpointer().restore), and so does load_orbax.
 // Staged and published whole: nothing is at the path until it is complete. Sharded arrays are
-// written whole by this process (it must hold all of each), with their mesh and partition spec
-// in _sharding. See docs/orbax.md.
+// written one chunk per device block, with their mesh and partition spec in _sharding; with
+// options.coordinator every rank calls this with its own shards and writes its blocks into its
+// own database, as Orbax's processes do. See docs/orbax.md.
 template <class T>
 OrbaxSaveReport save_orbax(const Location& location, const T& tree, const OrbaxSaveOptions& options = {}) {
   require_tree_type<T>();

@@ -11586,6 +11586,22 @@ inline Error as_error(std::exception_ptr p) {
   }
 }
 
+// What ranks compare to learn they hold the same thing (a tree, a checkpoint's layout): a
+// 64-bit FNV-1a over what each feeds it, strings with their lengths. The same on every process
+// of every build, unlike std::hash.
+struct WireDigest {
+  std::uint64_t value = 0xcbf29ce484222325ull;
+  void bytes(const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) value = (value ^ b[i]) * 0x100000001b3ull;
+  }
+  void str(const std::string& s) {
+    const std::uint64_t n = s.size();
+    bytes(&n, sizeof n);
+    bytes(s.data(), s.size());
+  }
+};
+
 // The primary runs `work` (which returns the bytes every rank needs) and broadcasts them, or
 // its error; every rank returns the bytes or throws that error (the primary its own).
 template <class Work>
@@ -11815,43 +11831,34 @@ class SaveSession {
   // digest differs from the primary's fails the save on every rank, and only then do the ranks
   // spend a round naming the difference (tree_difference). Without it, a rank whose plain
   // leaf or sharded array had another shape committed silently with rank 0's.
-  static void mix(std::uint64_t& h, const void* p, std::size_t n) {  // FNV-1a, 64-bit
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  }
-  static void mix_string(std::uint64_t& h, const std::string& s) {
-    const std::uint64_t n = s.size();
-    mix(h, &n, sizeof n);
-    mix(h, s.data(), s.size());
-  }
   std::uint64_t tree_digest() const {
-    std::uint64_t h = 0xcbf29ce484222325ull;
+    WireDigest h;
     for (const auto& item : metadata_.items) {
-      mix_string(h, item.name);
+      h.str(item.name);
       const std::uint64_t leaves = item.leaves.size();
-      mix(h, &leaves, sizeof leaves);
+      h.bytes(&leaves, sizeof leaves);
       for (const auto& l : item.leaves) {
         for (const auto& e : l.path.entries()) {
-          mix(h, &e.kind, sizeof e.kind);
-          mix_string(h, e.name);
-          mix(h, &e.number, sizeof e.number);
+          h.bytes(&e.kind, sizeof e.kind);
+          h.str(e.name);
+          h.bytes(&e.number, sizeof e.number);
         }
         const unsigned char kinds[3] = {static_cast<unsigned char>(l.dtype), static_cast<unsigned char>(l.order),
                                         static_cast<unsigned char>(l.sharding ? 1 : 0)};
-        mix(h, kinds, sizeof kinds);
+        h.bytes(kinds, sizeof kinds);
         const std::uint64_t rank = l.shape.size();
-        mix(h, &rank, sizeof rank);
-        mix(h, l.shape.data(), l.shape.size() * sizeof(std::int64_t));
+        h.bytes(&rank, sizeof rank);
+        h.bytes(l.shape.data(), l.shape.size() * sizeof(std::int64_t));
         if (l.sharding) {
-          mix_string(h, l.sharding->spec.str());
+          h.str(l.sharding->spec.str());
           for (const auto& a : l.sharding->mesh.axes()) {
-            mix_string(h, a.name);
-            mix(h, &a.size, sizeof a.size);
+            h.str(a.name);
+            h.bytes(&a.size, sizeof a.size);
           }
         }
       }
     }
-    return h;
+    return h.value;
   }
   // One line per leaf of the tree as a rank describes it, for naming the first difference.
   std::vector<std::pair<std::string, std::string>> tree_lines() const {
@@ -14396,6 +14403,7 @@ CAIRN_END_NAMESPACE
 // encoder (leaf_encoder.hpp), a piece of rows at a time. What the exports to other formats (safetensors,
 // Orbax), which store arrays whole and in C order, read leaves through.
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -14475,7 +14483,8 @@ inline void c_order_slab(const LeafView& v, LeafEncoder& encoder, std::int64_t f
 // Calls put(bytes, n) with a leaf's values in C order as dtype `to`, in order, a piece of about
 // write_piece_bytes at a time (rows along dimension 0, one row at least): reordered, gathered
 // from its shards (host or device) and cast a piece at a time by the leaf encoder, never the
-// whole leaf. A cast that does not fit names `key`.
+// whole leaf. A cast that does not fit names `key`. Elements no shard of a sharded view covers
+// are zero (the Orbax export's padding of an edge chunk to its full shape, as zarr stores it).
 template <class Put>
 void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow, const std::string& key, Put&& put) {
   const std::size_t in_size = dtype_size(v.dtype), out_size = dtype_size(to);
@@ -14490,6 +14499,7 @@ void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow,
   LeafEncoder encoder(v.dtype, to, on_overflow);
   std::vector<unsigned char> piece;
   StagingBuffer staged;
+  const bool holes = !v.shards.empty() && held_elements(v) < element_count(v.shape);
   const std::int64_t rows = v.shape.empty() ? 1 : v.shape[0];
   const std::uint64_t row_elements = element_count(v.shape) / static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
   const std::int64_t per_piece = static_cast<std::int64_t>(
@@ -14499,6 +14509,7 @@ void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow,
     const std::uint64_t elements = row_elements * static_cast<std::uint64_t>(count);
     if (elements == 0) continue;
     piece.resize(static_cast<std::size_t>(elements * out_size));
+    if (holes) std::fill(piece.begin(), piece.end(), static_cast<unsigned char>(0));
     try {
       c_order_slab(v, encoder, first, count, piece.data(), staged);
     } catch (const Error& e) {

@@ -637,6 +637,42 @@ TEST_CASE("OCDBT databases cairn writes read back key by key: inline and indirec
   }
 }
 
+TEST_CASE("a root OCDBT database points into other databases' data files, as Orbax's merge does") {
+  // Twelve process databases (base paths ocdbt.process_1/ and ocdbt.process_10/ share a
+  // prefix), values of each read through the root, in one leaf node and in several.
+  for (std::size_t per : {3, 200}) {
+    CAPTURE(per);
+    cairn::MemoryStore store;
+    std::map<std::string, std::string> truth;
+    std::mt19937_64& rng = test::rng();
+    namespace o = cairn::detail::orbax;
+    o::OcdbtWriter root(store, "ckpt");
+    for (int p = 0; p < 12; ++p) {
+      const std::string base = "ocdbt.process_" + std::to_string(p) + "/";
+      o::OcdbtWriter w(store, "ckpt/" + base);
+      for (std::size_t i = 0; i < per; ++i) {
+        std::string value(rng() % 2 ? 101 + rng() % 3000 : rng() % 100, '\0');
+        for (auto& ch : value) ch = static_cast<char>(rng());
+        const std::string key = "w/c/" + std::to_string(p) + "/" + std::to_string(i);
+        w.put(key, value);
+        truth[key] = value;
+      }
+      w.finish();
+      w.for_each_value([&](const std::string& key, const o::OcdbtWriter::StoredValue& v) {
+        if (v.indirect) root.put_reference(key, {base, w.data_name()}, v.offset, v.length);
+        else root.put(key, v.inline_value);
+      });
+    }
+    root.put("w/zarr.json", std::string(300, 'j'));
+    truth["w/zarr.json"] = std::string(300, 'j');
+    root.finish();
+    o::OcdbtDatabase db(store, "ckpt");
+    std::map<std::string, std::string> got;
+    for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);
+    CHECK(got == truth);
+  }
+}
+
 TEST_CASE("zarr metadata from a hostile file: every mistake a cairn::Error naming the file, never another exception") {
   namespace o = cairn::detail::orbax;
   const std::string head = R"({"zarr_format":3,"node_type":"array","shape":[4],"data_type":"float32",)"
@@ -960,6 +996,165 @@ TEST_CASE("a tree saved as an Orbax checkpoint reads back bit-exactly: both layo
     cairn::Json written = cairn::Json::array();
     for (const Way& way : ways) written.push_back(cairn::Json(way.name));
     test::write_file(out + "/exports.json", cairn::Json::object({{"written", written}}).dump());
+  }
+}
+
+namespace {
+// What every rank of a multi-process export saves: a 2-D array split both ways (uneven: edge
+// blocks padded), a 1-D one replicated over one mesh axis (each block written once, by its
+// primary holder), and a plain vector (written by rank 0).
+struct RankState {
+  cairn::ShardedArray<float> w;
+  cairn::ShardedArray<std::int16_t> e;
+  std::vector<double> bias;
+};
+CAIRN_TREE(RankState, w, e, bias)
+
+template <class T>
+std::vector<unsigned char> bytes_of_values(const std::vector<T>& v) {
+  std::vector<unsigned char> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+}  // namespace
+
+TEST_CASE("ranks export one Orbax checkpoint together, each its own blocks into its own database") {
+  // With CAIRN_ORBAX_EXPORT_DIR set, the exports stay there beside the single-process ones (for
+  // zarrita, and for Orbax itself: tools/orbax_restore_check.py).
+  const char* keep = std::getenv("CAIRN_ORBAX_EXPORT_DIR");
+  test::TempDir dir;
+  const std::string out = keep ? std::string(keep) : dir.path;
+  const std::vector<float> w_truth = test::random_bits<float>(10 * 7);
+  const std::vector<std::int16_t> e_truth = test::random_bits<std::int16_t>(6);
+  const std::vector<double> bias = {0.5, -1.25, 3.0};
+  // Rank r's part: 2 devices per process, the mesh over `ranks` processes (the last `missing`
+  // of them taking no part in the export).
+  auto state_of = [&](int r, int processes) {
+    const cairn::Mesh mesh = cairn::Mesh::host_per_process({{"x", processes}, {"y", 2}}, 2, r);
+    RankState s;
+    s.w = cairn::ShardedArray<float>::from_host(w_truth, {10, 7}, cairn::NamedSharding(mesh, cairn::PartitionSpec{"x", "y"}));
+    s.e = cairn::ShardedArray<std::int16_t>::from_host(e_truth, {6}, cairn::NamedSharding(mesh, cairn::PartitionSpec{"y"}));
+    s.bias = bias;
+    return s;
+  };
+  struct Way {
+    int ranks;
+    bool ocdbt;
+    int zstd;
+  };
+  for (const Way way : {Way{2, true, 0}, Way{3, true, 3}, Way{2, false, 0}, Way{3, false, 1}}) {
+    CAPTURE(way.ranks);
+    CAPTURE(way.ocdbt);
+    CAPTURE(way.zstd);
+    const std::string name = "ranks" + std::to_string(way.ranks) + (way.ocdbt ? "_db" : "_dirs") + (way.zstd ? "_zstd" : "");
+    const std::string ckpt = out + "/" + name;
+    fs::remove_all(ckpt);
+    std::vector<cairn::OrbaxSaveReport> reports(static_cast<std::size_t>(way.ranks));
+    const auto errors = test::on_thread_ranks(way.ranks, [&](int r, cairn::Coordinator& c) {
+      cairn::OrbaxSaveOptions o;
+      o.coordinator = &c;
+      o.ocdbt = way.ocdbt;
+      o.zstd_level = way.zstd;
+      reports[static_cast<std::size_t>(r)] = cairn::save_orbax(ckpt, state_of(r, way.ranks), o);
+    });
+    for (const auto& e : errors) CHECK_MESSAGE(!e, (e ? e->what() : ""));
+    // The layout Orbax writes on several hosts: each process's database, and the root one.
+    const std::string pytree = ckpt + "/state";
+    const std::int64_t rows = (10 + way.ranks - 1) / way.ranks;  // the chunk: one device's block
+    for (int r = 0; r < way.ranks; ++r) {
+      CAPTURE(r);
+      CHECK(fs::is_regular_file(pytree + "/array_metadatas/process_" + std::to_string(r)));
+      CHECK(fs::is_regular_file(pytree + "/ocdbt.process_" + std::to_string(r) + "/manifest.ocdbt") == way.ocdbt);
+      CHECK(reports[static_cast<std::size_t>(r)].leaves == 3);
+    }
+    CHECK(fs::is_regular_file(pytree + "/manifest.ocdbt") == way.ocdbt);
+    if (!way.ocdbt) {
+      // One file per block, the edge ones padded to the block's shape.
+      for (std::int64_t i = 0; i * rows < 10; ++i)
+        for (int j = 0; j < 2; ++j)
+          CHECK(fs::is_regular_file(pytree + "/w/c/" + std::to_string(i) + "/" + std::to_string(j)));
+      CHECK(fs::is_regular_file(pytree + "/e/c/0"));
+      CHECK(fs::is_regular_file(pytree + "/e/c/1"));
+      CHECK_FALSE(fs::exists(pytree + "/e/c/2"));
+    }
+    // Each block was written once: the ranks' bytes add up to the blocks' (padding included).
+    std::uint64_t written = 0;
+    for (const auto& rep : reports) written += rep.bytes;
+    const std::uint64_t blocks = static_cast<std::uint64_t>((10 + rows - 1) / rows) * 2;
+    CHECK(written == blocks * static_cast<std::uint64_t>(rows * 4) * 4 + 2 * 3 * 2 + 3 * 8);
+    CHECK(test::leftovers(out).empty());
+
+    // Read back whole, and resharded onto another layout.
+    const auto values = cairn::read_arrays(ckpt, {});
+    CHECK(values.at("w").bytes == bytes_of_values(w_truth));
+    CHECK(values.at("e").bytes == bytes_of_values(e_truth));
+    RankState back;
+    back.w = cairn::ShardedArray<float>(cairn::NamedSharding(cairn::Mesh::host({{"q", 3}}), cairn::PartitionSpec{cairn::replicated, "q"}));
+    back.e = cairn::ShardedArray<std::int16_t>(cairn::NamedSharding(cairn::Mesh::host({{"q", 4}}), cairn::PartitionSpec{"q"}));
+    cairn::load_orbax(ckpt, back);
+    CHECK(test::same_bits(back.w.gather(), w_truth));
+    CHECK(test::same_bits(back.e.gather(), e_truth));
+    CHECK(back.bias == bias);
+    const cairn::OrbaxCheckpoint info = cairn::orbax_metadata(ckpt);
+    const auto* w = info.metadata.find_item("state")->find_leaf("w");
+    REQUIRE(w);
+    REQUIRE(w->sharding);
+    CHECK(w->sharding->spec == cairn::PartitionSpec{"x", "y"});
+    CHECK(w->sharding->mesh.axes() == std::vector<cairn::MeshAxis>{{"x", way.ranks}, {"y", 2}});
+    CHECK(cairn::verify(ckpt).ok());
+    if (keep) {
+      write_expected(out + "/expected/" + name, ckpt);
+      const std::string list = out + "/exports.json";
+      cairn::Json exports = fs::exists(list) ? cairn::Json::parse(test::read_file(list)) : cairn::Json::object({{"written", cairn::Json::array()}});
+      bool listed = false;
+      for (const auto& n : exports["written"].as_array()) listed = listed || n.as_string() == name;
+      if (!listed) exports["written"].push_back(cairn::Json(name));
+      test::write_file(list, exports.dump());
+    }
+  }
+
+  SUBCASE("one rank's failure, another tree, or a block nobody holds: every rank throws, nothing is written") {
+    const std::string ckpt = dir / "refused";
+    auto export_all = [&](int ranks, int processes, auto&& change) {
+      return test::on_thread_ranks(ranks, [&](int r, cairn::Coordinator& c) {
+        RankState s = state_of(r, processes);
+        cairn::OrbaxSaveOptions o;
+        o.coordinator = &c;
+        change(r, s, o);
+        cairn::save_orbax(ckpt, s, o);
+      });
+    };
+    auto all_failed = [&](const std::vector<std::optional<cairn::Error>>& errors, const std::string& needle) {
+      for (std::size_t r = 0; r < errors.size(); ++r) {
+        CAPTURE(r);
+        REQUIRE(errors[r]);
+        const std::string what = errors[r]->what();
+        CHECK_MESSAGE(what.find(needle) != std::string::npos, what);
+      }
+      CHECK_FALSE(fs::exists(ckpt));
+      CHECK(test::leftovers(dir.path).empty());
+      return errors;
+    };
+    // Rank 1's block does not fit the cast (the others' do).
+    const auto cast_errors = all_failed(export_all(2, 2, [&](int r, RankState& s, cairn::OrbaxSaveOptions& o) {
+                 o.cast = {{"w", cairn::DType::int8}};
+                 std::vector<float> small(w_truth.size(), 1.0f);
+                 if (r == 1) small.back() = 1000.0f;
+                 s.w = cairn::ShardedArray<float>::from_host(small, {10, 7}, s.w.sharding());
+               }),
+               "does not fit in int8");
+    // Rank 0 names the rank that failed; rank 1 its own error; both the path and the key.
+    CHECK(std::string(cast_errors[0]->what()).find("rank 1 failed") != std::string::npos);
+    for (const auto& e : cast_errors) {
+      CHECK(e->key_path() == "w");
+      CHECK(e->file().find("refused") != std::string::npos);
+    }
+    all_failed(export_all(2, 2, [&](int r, RankState& s, cairn::OrbaxSaveOptions&) {
+                 if (r == 1) s.bias.push_back(1.0);
+               }),
+               "another tree");
+    // The mesh spans three processes; two take part.
+    all_failed(export_all(2, 3, [](int, RankState&, cairn::OrbaxSaveOptions&) {}), "blocks");
   }
 }
 

@@ -5,6 +5,7 @@
 // Orbax), which store arrays whole and in C order, read leaves through.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -90,7 +91,8 @@ inline void c_order_slab(const LeafView& v, LeafEncoder& encoder, std::int64_t f
 // Calls put(bytes, n) with a leaf's values in C order as dtype `to`, in order, a piece of about
 // write_piece_bytes at a time (rows along dimension 0, one row at least): reordered, gathered
 // from its shards (host or device) and cast a piece at a time by the leaf encoder, never the
-// whole leaf. A cast that does not fit names `key`.
+// whole leaf. A cast that does not fit names `key`. Elements no shard of a sharded view covers
+// are zero (the Orbax export's padding of an edge chunk to its full shape, as zarr stores it).
 template <class Put>
 void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow, const std::string& key, Put&& put) {
   const std::size_t in_size = dtype_size(v.dtype), out_size = dtype_size(to);
@@ -105,6 +107,7 @@ void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow,
   LeafEncoder encoder(v.dtype, to, on_overflow);
   std::vector<unsigned char> piece;
   StagingBuffer staged;
+  const bool holes = !v.shards.empty() && held_elements(v) < element_count(v.shape);
   const std::int64_t rows = v.shape.empty() ? 1 : v.shape[0];
   const std::uint64_t row_elements = element_count(v.shape) / static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1));
   const std::int64_t per_piece = static_cast<std::int64_t>(
@@ -114,6 +117,7 @@ void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow,
     const std::uint64_t elements = row_elements * static_cast<std::uint64_t>(count);
     if (elements == 0) continue;
     piece.resize(static_cast<std::size_t>(elements * out_size));
+    if (holes) std::fill(piece.begin(), piece.end(), static_cast<unsigned char>(0));
     try {
       c_order_slab(v, encoder, first, count, piece.data(), staged);
     } catch (const Error& e) {

@@ -199,43 +199,34 @@ class SaveSession {
   // digest differs from the primary's fails the save on every rank, and only then do the ranks
   // spend a round naming the difference (tree_difference). Without it, a rank whose plain
   // leaf or sharded array had another shape committed silently with rank 0's.
-  static void mix(std::uint64_t& h, const void* p, std::size_t n) {  // FNV-1a, 64-bit
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  }
-  static void mix_string(std::uint64_t& h, const std::string& s) {
-    const std::uint64_t n = s.size();
-    mix(h, &n, sizeof n);
-    mix(h, s.data(), s.size());
-  }
   std::uint64_t tree_digest() const {
-    std::uint64_t h = 0xcbf29ce484222325ull;
+    WireDigest h;
     for (const auto& item : metadata_.items) {
-      mix_string(h, item.name);
+      h.str(item.name);
       const std::uint64_t leaves = item.leaves.size();
-      mix(h, &leaves, sizeof leaves);
+      h.bytes(&leaves, sizeof leaves);
       for (const auto& l : item.leaves) {
         for (const auto& e : l.path.entries()) {
-          mix(h, &e.kind, sizeof e.kind);
-          mix_string(h, e.name);
-          mix(h, &e.number, sizeof e.number);
+          h.bytes(&e.kind, sizeof e.kind);
+          h.str(e.name);
+          h.bytes(&e.number, sizeof e.number);
         }
         const unsigned char kinds[3] = {static_cast<unsigned char>(l.dtype), static_cast<unsigned char>(l.order),
                                         static_cast<unsigned char>(l.sharding ? 1 : 0)};
-        mix(h, kinds, sizeof kinds);
+        h.bytes(kinds, sizeof kinds);
         const std::uint64_t rank = l.shape.size();
-        mix(h, &rank, sizeof rank);
-        mix(h, l.shape.data(), l.shape.size() * sizeof(std::int64_t));
+        h.bytes(&rank, sizeof rank);
+        h.bytes(l.shape.data(), l.shape.size() * sizeof(std::int64_t));
         if (l.sharding) {
-          mix_string(h, l.sharding->spec.str());
+          h.str(l.sharding->spec.str());
           for (const auto& a : l.sharding->mesh.axes()) {
-            mix_string(h, a.name);
-            mix(h, &a.size, sizeof a.size);
+            h.str(a.name);
+            h.bytes(&a.size, sizeof a.size);
           }
         }
       }
     }
-    return h;
+    return h.value;
   }
   // One line per leaf of the tree as a rank describes it, for naming the first difference.
   std::vector<std::pair<std::string, std::string>> tree_lines() const {

@@ -111,6 +111,22 @@ inline Error as_error(std::exception_ptr p) {
   }
 }
 
+// What ranks compare to learn they hold the same thing (a tree, a checkpoint's layout): a
+// 64-bit FNV-1a over what each feeds it, strings with their lengths. The same on every process
+// of every build, unlike std::hash.
+struct WireDigest {
+  std::uint64_t value = 0xcbf29ce484222325ull;
+  void bytes(const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) value = (value ^ b[i]) * 0x100000001b3ull;
+  }
+  void str(const std::string& s) {
+    const std::uint64_t n = s.size();
+    bytes(&n, sizeof n);
+    bytes(s.data(), s.size());
+  }
+};
+
 // The primary runs `work` (which returns the bytes every rank needs) and broadcasts them, or
 // its error; every rank returns the bytes or throws that error (the primary its own).
 template <class Work>

@@ -2,11 +2,14 @@
 // Writing a tree as an Orbax checkpoint: OCDBT (or a directory per parameter) + zarr v3, laid out as Orbax v1's ocp.save
 // writes it (the pytree under <dir>/state/) or as Orbax v0's StandardCheckpointer does (the
 // pytree at <dir>/), with _METADATA, _sharding for sharded leaves, _strings.json for string
-// leaves, array_metadatas/process_0, _CHECKPOINT_METADATA and the indicator files. Each array
-// is one zarr chunk holding one `sharding_indexed` shard (inner codecs bytes [+ zstd], index
-// bytes + crc32c, at the end), as Orbax writes an unsharded array; its values are made a piece
-// at a time (c_order.hpp) and streamed (through zstd where asked) into the database's data
-// file, never held whole. The checkpoint is staged and published whole, as every cairn save is.
+// leaves, array_metadatas/process_<i>, _CHECKPOINT_METADATA and the indicator files. Each
+// array is a regular grid of zarr chunks, each holding one `sharding_indexed` shard (inner
+// codecs bytes [+ zstd], index bytes + crc32c, at the end), as Orbax writes arrays: one chunk
+// for an array held whole, one per device block for a sharded one. Values are made a piece at
+// a time (c_order.hpp) and streamed (through zstd where asked) into the database's data file,
+// never held whole. Several processes export together as Orbax's do: each into its own
+// database, which a root database written last points into. The checkpoint is staged and
+// published whole, as every cairn save is.
 #pragma once
 
 #include <zstd.h>
@@ -22,6 +25,7 @@
 #include "cairn/checkpoint/coverage.hpp"
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/checkpoint/snapshot.hpp"
+#include "cairn/coordination/wire.hpp"
 #include "cairn/format/root_layout.hpp"
 #include "cairn/orbax/ocdbt_writer.hpp"
 
@@ -46,11 +50,17 @@ struct OrbaxSaveOptions {
   OnOverflow on_overflow = OnOverflow::error;
   Json custom_metadata = Json::object();  // _CHECKPOINT_METADATA's "custom_metadata"
   Json metrics = Json::object();          // _CHECKPOINT_METADATA's "metrics"
+  // Several processes exporting one tree together (cairn/mpi.hpp's MpiCoordinator, or a
+  // ThreadGroup's ranks): every rank calls save_orbax with the same tree, and each writes the
+  // blocks of sharded arrays it holds into its own database (ocdbt.process_<rank>/), as Orbax
+  // does on several hosts. nullptr: this process alone.
+  Coordinator* coordinator = nullptr;
 };
 
+// With several ranks, bytes and stored_bytes are what this rank wrote.
 struct OrbaxSaveReport {
   std::uint64_t leaves = 0;
-  std::uint64_t bytes = 0;         // array bytes as stored, before compression
+  std::uint64_t bytes = 0;         // array bytes as stored (edge blocks padded), before compression
   std::uint64_t stored_bytes = 0;  // the chunks as written (compressed where zstd is on)
   std::vector<std::string> cast;   // key paths stored as another dtype
 };
@@ -118,9 +128,9 @@ inline Shape orbax_chunk_shape(const Shape& shape) {
   return chunk;
 }
 
-// zarr v3's metadata of one array stored as a single chunk holding one sharding_indexed shard.
-inline std::string orbax_zarr_json(DType dtype, const Shape& shape, int zstd_level) {
-  const Shape chunk = orbax_chunk_shape(shape);
+// zarr v3's metadata of an array whose chunks (a regular grid) each hold one sharding_indexed
+// shard of one inner chunk, as Orbax stores every array.
+inline std::string orbax_zarr_json(DType dtype, const Shape& shape, const Shape& chunk, int zstd_level) {
   Json inner = Json::array();
   if (dtype_size(dtype) == 1) inner.push_back(Json::object({{"name", "bytes"}}));
   else inner.push_back(Json::object({{"name", "bytes"}, {"configuration", Json::object({{"endian", "little"}})}}));
@@ -228,152 +238,372 @@ std::uint64_t write_orbax_shard(const LeafView& v, DType to, const OrbaxSaveOpti
   return n;
 }
 
-// The export itself: `item`'s leaves as an Orbax checkpoint at `key`.
+// One array of the export: its parameter name and key path, its view, the dtype it is stored
+// as, and its chunk. A sharded array (a view with a sharding and shards) is stored as Orbax
+// stores it: a regular grid whose chunk is one device's block (JAX's ceil(n / parts)), each
+// chunk written by the process that is its primary holder. Any other array is one chunk.
+struct OrbaxParam {
+  std::string name, key;
+  const LeafView* view = nullptr;
+  DType dtype = DType::float32;
+  Shape chunk;
+  bool by_shards = false;
+};
+
+inline Shape orbax_shard_chunk(const LeafView& v) {
+  Shape chunk = orbax_chunk_shape(v.shape);
+  for (std::size_t d = 0; d < chunk.size(); ++d) {
+    const std::int64_t parts = v.sharding->parts(d);
+    chunk[d] = std::max<std::int64_t>(1, (v.shape[d] + parts - 1) / parts);
+  }
+  return chunk;
+}
+
+// A chunk's key in the array: <name>/c/<i>/<j>..., <name>/c for a scalar.
+inline std::string orbax_chunk_key(const std::string& name, const Shape& index) {
+  std::string key = name + "/c";
+  for (std::int64_t i : index) key += "/" + std::to_string(i);
+  return key;
+}
+
+// How many chunks of an array hold data (zarr writes none of a zero-size array).
+inline std::uint64_t orbax_chunk_count(const Shape& shape, const Shape& chunk) {
+  std::uint64_t n = 1;
+  for (std::size_t d = 0; d < shape.size(); ++d) n *= static_cast<std::uint64_t>((shape[d] + chunk[d] - 1) / chunk[d]);
+  return n;
+}
+
+// The view of one chunk made of one shard: the shard's box in C order, padded to the chunk's
+// full shape (an edge block of an uneven split) with zeros, zarr's fill value here. A host
+// shard that fills its chunk is read in place.
+inline LeafView orbax_chunk_view(const LeafView& v, const ShardView& s, const Shape& chunk) {
+  LeafView c;
+  c.dtype = v.dtype;
+  c.shape = chunk;
+  if (s.box.shape == chunk && s.memory == MemoryKind::host) {
+    c.data = s.data;
+    c.nbytes = element_count(chunk) * dtype_size(v.dtype);
+    return c;
+  }
+  ShardView at = s;
+  at.box.start.assign(chunk.size(), 0);
+  c.shards.push_back(at);
+  return c;
+}
+
+// The export itself: `item`'s leaves as an Orbax checkpoint at `key`. With several ranks
+// (options.coordinator), every rank calls it with the same tree, as Orbax's processes all save:
+//   1. rank 0 checks the path and stages it; every rank learns the staging key (or the error);
+//   2. every rank writes the chunks it is the primary holder of into its own OCDBT database,
+//      <pytree>/ocdbt.process_<rank>/, and its array_metadatas/process_<rank>; rank 0 also the
+//      unsharded arrays and every array's zarr.json;
+//   3. one gather: each rank's files, chunks and database values, or its error;
+//   4. rank 0 checks that the ranks saved one tree and that every chunk was written once, then
+//      writes the root database, whose values point into the processes' data files (as Orbax's
+//      merge of its per-process databases does), the metadata files, and publishes;
+//   5. one broadcast: every rank returns, or throws the same error.
+// With one rank the database is the pytree directory's own (as Orbax on one host reads it).
 inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_in, const ItemSnapshot& item,
                                            const OrbaxSaveOptions& options) {
+  LocalCoordinator alone;
+  Coordinator& coordinator = options.coordinator ? *options.coordinator : alone;
+  const int rank = coordinator.rank(), ranks = coordinator.size();
+  const bool primary = coordinator.is_primary();
   const std::string key = normalize_key(key_in);
   const std::string where = store.describe(key);
-  refuse_inside_checkpoint(store, key);
-  if (options.zstd_level < 0 || options.zstd_level > ZSTD_maxCLevel())
-    throw Error(ErrorKind::invalid_argument, "OrbaxSaveOptions::zstd_level is " + std::to_string(options.zstd_level) +
-                "; it is 0 (no compression) or 1 to " + std::to_string(ZSTD_maxCLevel()), where);
-  if (store.exists(key))
-    throw Error(ErrorKind::already_exists, "something is already here; an Orbax export never replaces it (remove it "
-                "first, or export to another path)", where);
-  struct Param {
-    std::string name, key;
-    const LeafView* view;
-    DType dtype;
-  };
-  std::vector<Param> params;
-  std::map<std::string, std::string> names;  // parameter name -> key path
-  OrbaxSaveReport report;
-  std::uint64_t string_leaves = 0;
-  // The objects keyed by parameter are spelled as text, member by member: a Json object looks
-  // its keys up on insertion, which 10,000 leaves made quadratic (a third of a second).
-  std::string tree, strings, shardings;
-  Json array_metadatas = Json::array();
-  auto add_member = [](std::string& object, const std::string& key, const std::string& value_json) {
-    object += (object.empty() ? "" : ",") + Json(key).dump() + ":" + value_json;
-  };
-  for (const auto& leaf : item.leaves) {
-    const std::string full = leaf.path.str();
-    if (leaf.path.size() == 0)
-      throw Error(ErrorKind::invalid_argument, "an Orbax checkpoint holds a tree (a dict at the top); this tree is one "
-                  "array: put it in a struct or a map", where);
-    std::string name, tuple = "(";
-    Json keys = Json::array();
-    for (std::size_t i = 0; i < leaf.path.size(); ++i) {
-      const KeyEntry& e = leaf.path[i];
-      const std::string text = e.text();
-      if (text.empty() || text.find('/') != std::string::npos || text.find('.') != std::string::npos)
-        throw Error(ErrorKind::invalid_argument, "the key '" + text + "' cannot be part of an Orbax parameter name ('.' "
-                    "joins the keys and '/' separates the arrays in the database; an empty key has no name)", where, full);
-      name += (i ? "." : "") + text;
-      tuple += (i ? ", " : "") + python_repr(text);
-      keys.push_back(Json::object({{"key", text}, {"key_type", Json(std::int64_t{e.kind == KeyEntry::Kind::index ? 1 : 2})}}));
-    }
-    tuple += leaf.path.size() == 1 ? ",)" : ")";
-    if (auto [it, fresh] = names.emplace(name, full); !fresh)
-      throw Error(ErrorKind::invalid_argument, "key paths '" + it->second + "' and '" + full +
-                  "' both become the Orbax parameter name '" + name + "'", where);
-    const LeafView& v = leaf.view;
-    Json value = Json::object();
-    if (v.dtype == DType::string) {
-      value["value_type"] = "string";
-      ++string_leaves;
-      add_member(strings, name, Json(std::string(static_cast<const char*>(v.data), static_cast<std::size_t>(v.nbytes))).dump());
-    } else {
-      if (!v.shards.empty())
-        if (const std::uint64_t held = held_elements(v); held != element_count(v.shape))
-          throw uncovered_leaf_error(held, v, "an Orbax export is written by one process, which needs all of it: "
-                                     "gather the array onto this process (ShardedArray::gather)")
-              .with_file(where)
-              .with_key(full);
-      const DType to = cast_rule_target(options.cast, full, v.dtype);
-      if (to == DType::string)
-        throw Error(ErrorKind::invalid_argument, "a cast rule makes an array a string", where, full);
-      if (to != v.dtype) report.cast.push_back(full);
-      params.push_back({name, full, &v, to});
-      if (v.sharding) {
-        value["value_type"] = "jax.Array";
-        add_member(shardings, base64url(name), Json(orbax_sharding_json(*v.sharding)).dump());
-      } else {
-        value["value_type"] = "np.ndarray";
-      }
-      const Shape chunk = orbax_chunk_shape(v.shape);
-      if (v.sharding) value["write_shape"] = json_shape(chunk);
-      array_metadatas.push_back(Json::object({{"array_metadata", Json::object({{"param_name", name},
-                                                                                {"write_shape", json_shape(chunk)},
-                                                                                {"chunk_shape", json_shape(chunk)},
-                                                                                {"ext_metadata", Json()}})}}));
-    }
-    value["skip_deserialize"] = false;
-    add_member(tree, tuple, Json::object({{"key_metadata", keys}, {"value_metadata", value}}).dump());
-  }
 
-  auto staging = store.stage(key, false);
-  const std::string top = staging->key();
+  // Step 1.
+  coordinator.set_phase("staging");
+  std::unique_ptr<CheckpointStaging> staging;  // rank 0's
+  const std::string top = run_on_primary(coordinator, [&] {
+    refuse_inside_checkpoint(store, key);
+    if (options.zstd_level < 0 || options.zstd_level > ZSTD_maxCLevel())
+      throw Error(ErrorKind::invalid_argument, "OrbaxSaveOptions::zstd_level is " + std::to_string(options.zstd_level) +
+                  "; it is 0 (no compression) or 1 to " + std::to_string(ZSTD_maxCLevel()), where);
+    if (store.exists(key))
+      throw Error(ErrorKind::already_exists, "something is already here; an Orbax export never replaces it (remove it "
+                  "first, or export to another path)", where);
+    staging = store.stage(key, false);
+    return staging->key();
+  });
   const std::string pytree_dir = options.layout == OrbaxLayout::v1 ? "state" : "";
   const std::string dir = pytree_dir.empty() ? top : join_key(top, pytree_dir);
   const std::string rel = pytree_dir.empty() ? "" : pytree_dir + "/";
-  std::map<std::string, std::uint64_t> expected;
-  auto put_file = [&](const std::string& name, const std::string& text) {
-    write_blob(store, join_key(top, name), text);
-    expected[name] = text.size();
-  };
-  // The arrays: keys of one OCDBT database, or files of one directory per parameter.
+  const std::string process_db = "ocdbt.process_" + std::to_string(rank) + "/";
+
+  // Step 2. Any error from here on reaches every rank through the gather.
+  OrbaxSaveReport report;
+  std::vector<OrbaxParam> params;
+  std::string tree, strings, shardings;  // rank 0's metadata files, spelled as text
+  std::string array_metadatas;
+  WireDigest digest;                     // what every rank must agree on
+  std::map<std::string, std::uint64_t> mine;  // files this rank wrote, relative to the checkpoint
+  std::vector<std::string> chunks_written;    // by shards: the chunk keys this rank wrote
   std::optional<OcdbtWriter> db;
-  if (options.ocdbt) db.emplace(store, dir);
-  for (const Param& p : params) {
-    const std::string zarr_json = orbax_zarr_json(p.dtype, p.view->shape, options.zstd_level);
-    if (db) db->put(p.name + "/zarr.json", zarr_json);
-    else put_file(rel + p.name + "/zarr.json", zarr_json);
-    const std::uint64_t elements = element_count(p.view->shape);
-    if (elements == 0) continue;  // no chunk: a zero-size array is all fill value
-    std::string chunk_key = p.name + "/c";
-    for (std::size_t d = 0; d < p.view->shape.size(); ++d) chunk_key += "/0";
-    std::uint64_t data = 0;
-    if (db) {
-      db->put_stream(chunk_key, [&](auto&& sink) { data = write_orbax_shard(*p.view, p.dtype, options, p.key, sink); });
-    } else {
-      auto w = store.create(join_key(top, rel + chunk_key));
-      std::uint64_t at = 0;
-      data = write_orbax_shard(*p.view, p.dtype, options, p.key, [&](const void* bytes, std::uint64_t n) {
-        if (n == 0) return;
-        w->write_at(bytes, n, at);
-        at += n;
-      });
-      w->finish(at);
-      expected[rel + chunk_key] = at;
+  std::exception_ptr failure;
+  try {
+    std::map<std::string, std::string> names;  // parameter name -> key path
+    std::uint64_t string_leaves = 0;
+    // The objects keyed by parameter are spelled as text, member by member: a Json object looks
+    // its keys up on insertion, which 10,000 leaves made quadratic (a third of a second).
+    auto add_member = [](std::string& object, const std::string& name, const std::string& value_json) {
+      object += (object.empty() ? "" : ",") + Json(name).dump() + ":" + value_json;
+    };
+    for (const auto& leaf : item.leaves) {
+      const std::string full = leaf.path.str();
+      if (leaf.path.size() == 0)
+        throw Error(ErrorKind::invalid_argument, "an Orbax checkpoint holds a tree (a dict at the top); this tree is one "
+                    "array: put it in a struct or a map", where);
+      std::string name, tuple = "(";
+      Json keys = Json::array();
+      for (std::size_t i = 0; i < leaf.path.size(); ++i) {
+        const KeyEntry& e = leaf.path[i];
+        const std::string text = e.text();
+        if (text.empty() || text.find('/') != std::string::npos || text.find('.') != std::string::npos)
+          throw Error(ErrorKind::invalid_argument, "the key '" + text + "' cannot be part of an Orbax parameter name ('.' "
+                      "joins the keys and '/' separates the arrays in the database; an empty key has no name)", where, full);
+        name += (i ? "." : "") + text;
+        tuple += (i ? ", " : "") + python_repr(text);
+        keys.push_back(Json::object({{"key", text}, {"key_type", Json(std::int64_t{e.kind == KeyEntry::Kind::index ? 1 : 2})}}));
+      }
+      tuple += leaf.path.size() == 1 ? ",)" : ")";
+      if (auto [it, fresh] = names.emplace(name, full); !fresh)
+        throw Error(ErrorKind::invalid_argument, "key paths '" + it->second + "' and '" + full +
+                    "' both become the Orbax parameter name '" + name + "'", where);
+      const LeafView& v = leaf.view;
+      Json value = Json::object();
+      if (v.dtype == DType::string) {
+        value["value_type"] = "string";
+        ++string_leaves;
+        add_member(strings, name, Json(std::string(static_cast<const char*>(v.data), static_cast<std::size_t>(v.nbytes))).dump());
+      } else {
+        const bool by_shards = v.sharding && !v.shards.empty();
+        // Written whole by rank 0, which must hold all of it.
+        if (!by_shards && !v.shards.empty() && primary)
+          if (const std::uint64_t held = held_elements(v); held != element_count(v.shape))
+            throw uncovered_leaf_error(held, v, "an array without a sharding is written by rank 0, which needs all of "
+                                       "it: gather it onto this process first")
+                .with_file(where)
+                .with_key(full);
+        const DType to = cast_rule_target(options.cast, full, v.dtype);
+        if (to == DType::string)
+          throw Error(ErrorKind::invalid_argument, "a cast rule makes an array a string", where, full);
+        if (to != v.dtype) report.cast.push_back(full);
+        const Shape chunk = by_shards ? orbax_shard_chunk(v) : orbax_chunk_shape(v.shape);
+        params.push_back({name, full, &v, to, chunk, by_shards});
+        if (v.sharding) {
+          value["value_type"] = "jax.Array";
+          add_member(shardings, base64url(name), Json(orbax_sharding_json(*v.sharding)).dump());
+          value["write_shape"] = json_shape(chunk);
+        } else {
+          value["value_type"] = "np.ndarray";
+        }
+        array_metadatas += std::string(array_metadatas.empty() ? "" : ",") +
+                           Json::object({{"array_metadata", Json::object({{"param_name", name},
+                                                                          {"write_shape", json_shape(chunk)},
+                                                                          {"chunk_shape", json_shape(chunk)},
+                                                                          {"ext_metadata", Json()}})}})
+                               .dump();
+      }
+      value["skip_deserialize"] = false;
+      add_member(tree, tuple, Json::object({{"key_metadata", keys}, {"value_metadata", value}}).dump());
     }
-    report.bytes += elements * dtype_size(p.dtype);
-    report.stored_bytes += data;
-    ++report.leaves;
+    report.leaves = params.size() + string_leaves;
+    digest.str(tree);
+    digest.str(shardings);
+
+    auto put_mine = [&](const std::string& name, const std::string& text) {
+      write_blob(store, join_key(top, name), text);
+      mine[name] = text.size();
+    };
+    // The arrays: keys of one OCDBT database per rank, or files of one directory per parameter.
+    if (options.ocdbt) db.emplace(store, ranks > 1 ? join_key(dir, process_db) : dir);
+    auto write_chunk = [&](const OrbaxParam& p, const LeafView& v, const std::string& chunk_key) {
+      std::uint64_t data = 0;
+      if (db) {
+        db->put_stream(chunk_key, [&](auto&& sink) { data = write_orbax_shard(v, p.dtype, options, p.key, sink); });
+      } else {
+        auto w = store.create(join_key(top, rel + chunk_key));
+        std::uint64_t at = 0;
+        data = write_orbax_shard(v, p.dtype, options, p.key, [&](const void* bytes, std::uint64_t n) {
+          if (n == 0) return;
+          w->write_at(bytes, n, at);
+          at += n;
+        });
+        w->finish(at);
+        mine[rel + chunk_key] = at;
+      }
+      report.bytes += element_count(v.shape) * dtype_size(p.dtype);
+      report.stored_bytes += data;
+    };
+    for (const OrbaxParam& p : params) {
+      const std::string zarr_json = orbax_zarr_json(p.dtype, p.view->shape, p.chunk, options.zstd_level);
+      digest.str(zarr_json);
+      if (primary) {
+        if (db) db->put(p.name + "/zarr.json", zarr_json);
+        else put_mine(rel + p.name + "/zarr.json", zarr_json);
+      }
+      if (element_count(p.view->shape) == 0) continue;  // no chunk: a zero-size array is all fill value
+      if (!p.by_shards) {
+        if (primary) write_chunk(p, *p.view, orbax_chunk_key(p.name, Shape(p.view->shape.size(), 0)));
+        continue;
+      }
+      for (const ShardView& s : p.view->shards) {
+        if (!s.primary || !s.data || s.box.elements() == 0) continue;
+        Shape index(s.box.start.size());
+        for (std::size_t d = 0; d < index.size(); ++d) {
+          const std::int64_t edge = std::min(p.chunk[d], p.view->shape[d] - s.box.start[d]);
+          if (s.box.start[d] % p.chunk[d] != 0 || s.box.shape[d] != edge)
+            throw Error(ErrorKind::invalid_argument, "the shard at " + to_string(s.box.start) + " of shape " +
+                        to_string(s.box.shape) + " is not a block of the regular grid of " + to_string(p.chunk) +
+                        " an Orbax array's chunks form", where, p.key);
+          index[d] = s.box.start[d] / p.chunk[d];
+        }
+        const std::string chunk_key = orbax_chunk_key(p.name, index);
+        write_chunk(p, orbax_chunk_view(*p.view, s, p.chunk), chunk_key);
+        chunks_written.push_back(chunk_key);
+      }
+    }
+    if (db)
+      for (const auto& [name, size] : db->finish()) mine[rel + (ranks > 1 ? process_db : "") + name] = size;
+    put_mine(rel + "array_metadatas/process_" + std::to_string(rank), "{\"array_metadatas\":[" + array_metadatas + "]}");
+    if (primary && string_leaves) put_mine(rel + "_strings.json", "{" + strings + "}");
+  } catch (const Error& e) {
+    failure = std::make_exception_ptr(e.file().empty() ? e.with_file(where) : e);
+  } catch (...) {
+    failure = std::current_exception();
   }
-  if (db)
-    for (const auto& [name, size] : db->finish()) expected[rel + name] = size;
-  report.leaves += string_leaves;
-  put_file(rel + "_METADATA", "{\"tree_metadata\":{" + tree + "},\"use_ocdbt\":" + (options.ocdbt ? "true" : "false") +
-                                  ",\"use_zarr3\":true,\"store_array_data_equal_to_fill_value\":true,"
-                                  "\"custom_metadata\":null}");
-  if (!shardings.empty()) put_file(rel + "_sharding", "{" + shardings + "}");
-  if (string_leaves) put_file(rel + "_strings.json", "{" + strings + "}");
-  put_file(rel + "array_metadatas/process_0", Json::object({{"array_metadatas", array_metadatas}}).dump());
-  const std::int64_t now = unix_nanoseconds();
-  Json handlers = options.layout == OrbaxLayout::v1
-                      ? Json::object({{"state", "orbax.checkpoint.experimental.v1._src.handlers.pytree_handler.PyTreeHandler"}})
-                      : Json("orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler");
-  put_file("_CHECKPOINT_METADATA", Json::object({{"item_handlers", handlers},
-                                                 {"metrics", options.metrics},
-                                                 {"performance_metrics", Json::object()},
-                                                 {"init_timestamp_nsecs", Json(now)},
-                                                 {"commit_timestamp_nsecs", Json(now)},
-                                                 {"custom_metadata", options.custom_metadata}})
-                                       .dump());
-  if (options.layout == OrbaxLayout::v1) put_file("orbax.checkpoint", "");
-  put_file("commit_success.txt", "Checkpoint commit was successful to " + where);
-  staging->publish(expected);
+
+  // Step 3.
+  coordinator.set_phase("gathering the ranks' arrays");
+  WireWriter out;
+  if (!failure) {
+    out.u64(1).u64(digest.value);
+    out.u64(mine.size());
+    for (const auto& [name, size] : mine) out.str(name).u64(size);
+    out.u64(chunks_written.size());
+    for (const auto& c : chunks_written) out.str(c);
+    if (db && ranks > 1) {
+      out.str(db->data_name());
+      std::uint64_t n = 0;
+      db->for_each_value([&](const std::string&, const OcdbtWriter::StoredValue&) { ++n; });
+      out.u64(n);
+      db->for_each_value([&](const std::string& k, const OcdbtWriter::StoredValue& v) {
+        out.str(k).u64(v.indirect ? 1 : 0);
+        if (v.indirect) out.u64(v.offset).u64(v.length);
+        else out.str(v.inline_value);
+      });
+    }
+  } else {
+    out.u64(0);
+    encode_error(out, as_error(failure));
+  }
+  db.reset();
+  const std::vector<std::string> reports = coordinator.gather(out.take());
+
+  // Step 4.
+  WireWriter outcome;
+  std::exception_ptr publish_failure;
+  if (primary) {
+    try {
+      if (failure) std::rethrow_exception(failure);
+      for (std::size_t r = 0; r < reports.size(); ++r) {
+        WireReader in(reports[r]);
+        if (in.u64() == 1) continue;
+        const Error e = decode_error(in);
+        throw Error(e.kind(), "rank " + std::to_string(r) + " failed: " + e.message(), e.file(), e.key_path());
+      }
+      std::map<std::string, std::uint64_t> expected;
+      std::map<std::string, int> writer_of;  // chunk key -> the rank that wrote it
+      std::optional<OcdbtWriter> root;
+      if (options.ocdbt && ranks > 1) root.emplace(store, dir);
+      for (std::size_t r = 0; r < reports.size(); ++r) {
+        WireReader in(reports[r]);
+        in.u64();
+        if (in.u64() != digest.value)
+          throw Error(ErrorKind::invalid_argument, "rank " + std::to_string(r) + " saved another tree than rank 0 (other "
+                      "keys, dtypes, shapes or shardings): every rank saves the same tree", where);
+        for (std::uint64_t n = in.u64(); n > 0; --n) {
+          std::string name = in.str();
+          expected[name] = in.u64();
+        }
+        for (std::uint64_t n = in.u64(); n > 0; --n) {
+          std::string c = in.str();
+          if (auto [it, fresh] = writer_of.emplace(c, static_cast<int>(r)); !fresh)
+            throw Error(ErrorKind::invalid_argument, "ranks " + std::to_string(it->second) + " and " + std::to_string(r) +
+                        " both wrote chunk '" + c + "' (each block has one primary holder)", where);
+        }
+        if (root) {
+          const OcdbtFileName file{"ocdbt.process_" + std::to_string(r) + "/", in.str()};
+          for (std::uint64_t n = in.u64(); n > 0; --n) {
+            const std::string k = in.str();
+            if (in.u64() == 1) {
+              const std::uint64_t offset = in.u64();
+              root->put_reference(k, file, offset, in.u64());
+            } else {
+              root->put(k, in.str());
+            }
+          }
+        }
+      }
+      // Every chunk of every array stored by shards is written: a block no rank held is not
+      // silently left as fill values.
+      for (const OrbaxParam& p : params) {
+        if (!p.by_shards || element_count(p.view->shape) == 0) continue;
+        const std::uint64_t want = orbax_chunk_count(p.view->shape, p.chunk);
+        std::uint64_t got = 0;
+        for (auto it = writer_of.lower_bound(p.name + "/c"); it != writer_of.end() && it->first.rfind(p.name + "/c", 0) == 0; ++it)
+          if (it->first.size() == p.name.size() + 2 || it->first[p.name.size() + 2] == '/') ++got;
+        if (got != want)
+          throw Error(ErrorKind::invalid_argument, "the ranks hold " + std::to_string(got) + " of the array's " +
+                      std::to_string(want) + " blocks: every block needs a process that holds it (" +
+                      (ranks > 1 ? "every rank that holds a part takes part in the export" : save_without_coordinator_remedy) +
+                      ")", where, p.key);
+      }
+      if (root)
+        for (const auto& [name, size] : root->finish()) expected[rel + name] = size;
+      root.reset();
+      auto put_file = [&](const std::string& name, const std::string& text) {
+        write_blob(store, join_key(top, name), text);
+        expected[name] = text.size();
+      };
+      put_file(rel + "_METADATA", "{\"tree_metadata\":{" + tree + "},\"use_ocdbt\":" + (options.ocdbt ? "true" : "false") +
+                                      ",\"use_zarr3\":true,\"store_array_data_equal_to_fill_value\":true,"
+                                      "\"custom_metadata\":null}");
+      if (!shardings.empty()) put_file(rel + "_sharding", "{" + shardings + "}");
+      const std::int64_t now = unix_nanoseconds();
+      Json handlers = options.layout == OrbaxLayout::v1
+                          ? Json::object({{"state", "orbax.checkpoint.experimental.v1._src.handlers.pytree_handler.PyTreeHandler"}})
+                          : Json("orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler");
+      put_file("_CHECKPOINT_METADATA", Json::object({{"item_handlers", handlers},
+                                                     {"metrics", options.metrics},
+                                                     {"performance_metrics", Json::object()},
+                                                     {"init_timestamp_nsecs", Json(now)},
+                                                     {"commit_timestamp_nsecs", Json(now)},
+                                                     {"custom_metadata", options.custom_metadata}})
+                                           .dump());
+      if (options.layout == OrbaxLayout::v1) put_file("orbax.checkpoint", "");
+      put_file("commit_success.txt", "Checkpoint commit was successful to " + where);
+      staging->publish(expected);
+      outcome.u64(1);
+    } catch (...) {
+      publish_failure = std::current_exception();
+      outcome.u64(0);
+      encode_error(outcome, as_error(publish_failure));
+    }
+    staging.reset();  // unpublished, removed: every rank closed its files before the gather
+  }
+
+  // Step 5.
+  coordinator.set_phase("agreeing on the outcome");
+  const std::string agreed = coordinator.broadcast(outcome.take());
+  if (failure) std::rethrow_exception(failure);
+  if (publish_failure) std::rethrow_exception(publish_failure);
+  WireReader in(agreed);
+  if (in.u64() != 1) {
+    const Error e = decode_error(in);
+    throw Error(e.kind(), "rank 0 failed: " + e.message(), e.file(), e.key_path());
+  }
   return report;
 }
 

@@ -4,8 +4,11 @@
 // values too large to keep inline. Values are appended to the data file as they are put (a
 // value of gigabytes is never held), and finish() writes the leaf nodes (at most 1,024 entries
 // each), an interior node above them where there is more than one, and last the manifest.
-// Uncompressed: compression is a later option. What the Orbax export and the benchmarks build
-// on; the reader is checked against it and against TensorStore's own files.
+// Uncompressed: compression is a later option. A value may also point into another database's
+// data file below this one (put_reference): how the root database of a multi-process Orbax
+// export reaches the values each process wrote into its own database, as Orbax's merge of its
+// per-process databases does, without copying them. What the Orbax export and the benchmarks
+// build on; the reader is checked against it and against TensorStore's own files.
 #pragma once
 
 #include <algorithm>
@@ -50,13 +53,37 @@ inline std::string ocdbt_frame(std::uint32_t magic, const std::string& body) {
   return out;
 }
 
-// A data file table of one file.
-inline void ocdbt_put_one_file(std::string& s, const std::string& path) {
-  ocdbt_put_varint(s, 1);
-  ocdbt_put_varint(s, path.size());  // suffix length (no prefix: the first path)
-  ocdbt_put_varint(s, 0);            // base path length
-  s += path;
+// A data file as a node names it: a base path (another database's directory, relative to this
+// one; empty for the database's own files) and the path below it.
+struct OcdbtFileName {
+  std::string base, relative;
+  std::string full() const { return base + relative; }
+  friend bool operator<(const OcdbtFileName& a, const OcdbtFileName& b) {
+    return a.base != b.base ? a.base < b.base : a.relative < b.relative;
+  }
+  friend bool operator==(const OcdbtFileName&, const OcdbtFileName&) = default;
+};
+
+// A data file table: the count, the prefix each full path shares with the one before it, the
+// suffix lengths, the base path lengths, then the suffixes.
+inline void ocdbt_put_files(std::string& s, const std::vector<OcdbtFileName>& files) {
+  ocdbt_put_varint(s, files.size());
+  std::vector<std::size_t> prefix(files.size(), 0);
+  for (std::size_t i = 1; i < files.size(); ++i) {
+    const std::string a = files[i - 1].full(), b = files[i].full();
+    std::size_t p = 0;
+    while (p < a.size() && p < b.size() && a[p] == b[p]) ++p;
+    // The format's rule: a shared prefix ends within both base paths unless they are equal.
+    if (files[i - 1].base != files[i].base) p = std::min({p, files[i - 1].base.size(), files[i].base.size()});
+    prefix[i] = p;
+    ocdbt_put_varint(s, p);
+  }
+  for (std::size_t i = 0; i < files.size(); ++i) ocdbt_put_varint(s, files[i].full().size() - prefix[i]);
+  for (const auto& f : files) ocdbt_put_varint(s, f.base.size());
+  for (std::size_t i = 0; i < files.size(); ++i) s += files[i].full().substr(prefix[i]);
 }
+// A data file table of one of the database's own files.
+inline void ocdbt_put_one_file(std::string& s, const std::string& path) { ocdbt_put_files(s, {{std::string(), path}}); }
 
 class OcdbtWriter {
  public:
@@ -93,6 +120,36 @@ class OcdbtWriter {
       throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", key);
   }
   void put(const std::string& key, const std::string& value) { put(key, value.data(), value.size()); }
+
+  // A value that is already in a data file of another database below this one: `length` bytes
+  // at `offset` of `file` (its base path is that database's directory relative to this one,
+  // ending in '/'). Nothing is copied.
+  void put_reference(const std::string& key, const OcdbtFileName& file, std::uint64_t offset, std::uint64_t length) {
+    if (key.size() > ocdbt_max_path) throw Error(ErrorKind::invalid_argument, "an OCDBT key is longer than 65535 bytes", "", key);
+    auto [at, fresh] = files_.emplace(file, files_.size() + 1);  // 0 is the database's own file
+    if (fresh) file_names_.push_back(file);
+    Entry e;
+    e.indirect = true;
+    e.file = at->second;
+    e.offset = offset;
+    e.length = length;
+    if (!entries_.emplace(key, std::move(e)).second)
+      throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", key);
+  }
+
+  // A value as finish() stored it: inline bytes, or a byte range of the database's own data file.
+  struct StoredValue {
+    bool indirect = false;
+    std::string inline_value;
+    std::uint64_t offset = 0, length = 0;
+  };
+  // Every key put, and its value; the data file's name (relative to the database). For the
+  // root of a multi-process export, after finish().
+  template <class F>
+  void for_each_value(F&& f) const {
+    for (const auto& [key, e] : entries_) f(key, StoredValue{e.indirect, e.inline_value, e.offset, e.length});
+  }
+  const std::string& data_name() const { return data_name_; }
 
   // A value made in pieces and never held whole (an array of gigabytes): produce(sink) calls
   // sink(bytes, n) with the value's bytes in order. Stored indirect, in the data file.
@@ -179,6 +236,7 @@ class OcdbtWriter {
   struct Entry {
     bool indirect = false;
     std::string inline_value;
+    std::size_t file = 0;  // indirect: 0 the database's own data file, else files_'s number
     std::uint64_t offset = 0, length = 0;
   };
 
@@ -208,13 +266,28 @@ class OcdbtWriter {
 
   std::string leaf_body(const std::vector<const std::pair<const std::string, Entry>*>& all, std::size_t at, std::size_t end) const {
     std::string body(1, '\0');  // height 0
-    ocdbt_put_one_file(body, data_name_);
+    // The node's file table: the database's own data file, then the other databases' files its
+    // values point into, sorted (as TensorStore writes tables), each entry's index remapped.
+    std::map<std::size_t, std::size_t> index_of{{0, 0}};
+    std::vector<OcdbtFileName> table{{std::string(), data_name_}};
+    if (!files_.empty()) {
+      std::vector<std::pair<OcdbtFileName, std::size_t>> used;
+      for (std::size_t i = at; i < end; ++i)
+        if (const std::size_t f = all[i]->second.file; f != 0 && index_of.emplace(f, 0).second)
+          used.emplace_back(file_names_[f - 1], f);
+      std::sort(used.begin(), used.end());
+      for (const auto& [name, f] : used) {
+        index_of[f] = table.size();
+        table.push_back(name);
+      }
+    }
+    ocdbt_put_files(body, table);
     ocdbt_put_varint(body, end - at);
     put_keys(body, end - at, [&](std::size_t i) -> const std::string& { return all[at + i]->first; }, false);
     for (std::size_t i = at; i < end; ++i) ocdbt_put_varint(body, all[i]->second.length);
     for (std::size_t i = at; i < end; ++i) body += all[i]->second.indirect ? '\x01' : '\0';
     for (std::size_t i = at; i < end; ++i)
-      if (all[i]->second.indirect) ocdbt_put_varint(body, 0);
+      if (all[i]->second.indirect) ocdbt_put_varint(body, index_of.at(all[i]->second.file));
     for (std::size_t i = at; i < end; ++i)
       if (all[i]->second.indirect) ocdbt_put_varint(body, all[i]->second.offset);
     for (std::size_t i = at; i < end; ++i)
@@ -229,6 +302,8 @@ class OcdbtWriter {
   std::optional<GatheredWriter> out_;  // appends to data_ (small values gathered into 8 MiB writes)
   std::uint64_t indirect_bytes_ = 0;
   std::map<std::string, Entry> entries_;
+  std::map<OcdbtFileName, std::size_t> files_;  // other databases' data files, numbered from 1
+  std::vector<OcdbtFileName> file_names_;       // by number - 1
 };
 
 }  // namespace detail::orbax
