@@ -37,11 +37,13 @@ inline constexpr const char* usage_text =
     "                                    of each leaf\n"
     "                                    (exit 0 same, 1 different)\n"
     "  convert SRC DST [--cast GLOB=DTYPE]... [--select GLOB]... [--exclude GLOB]... [--max-file-bytes N]\n"
-    "                  [--item NAME] [--overwrite] [--to cairn|safetensors|orbax]\n"
+    "                  [--item NAME] [--overwrite] [--to cairn|safetensors|orbax] [--link]\n"
     "                                    every item, or the one named (safetensors and Orbax hold one)\n"
     "                                    between cairn checkpoints, safetensors and Orbax (DST ending in\n"
     "                                    .safetensors, or a directory with --max-file-bytes, is safetensors;\n"
-    "                                    --to orbax writes an Orbax checkpoint where built with Orbax)\n"
+    "                                    --to orbax writes an Orbax checkpoint where built with Orbax;\n"
+    "                                    --link makes it read a cairn checkpoint's data files where they\n"
+    "                                    are, hard-linked, instead of copying them)\n"
     "PATH is a checkpoint directory, a Checkpointer root, a .safetensors file or a *.index.json,\n"
     "as a path or a URI (file:///data/ckpt; s3:// and gs:// where built with them; any scheme a\n"
     "store registered).\n"
@@ -126,6 +128,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
         max_report = static_cast<std::uint64_t>(n);
       }
       else if (a == "--overwrite") convert_options.overwrite = true;
+      else if (a == "--link") convert_options.link = true;
       else if (a == "--to") {
         const std::string v = value();
         if (v == "cairn") convert_options.to = ConvertTo::checkpoint;
@@ -154,7 +157,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
         {"verify", {"--step", "--quiet", "--progress"}},
         {"show", {"--verify", "--item", "--step", "--quiet", "--progress"}},
         {"diff", {"--atol", "--rtol", "--max-report", "--step", "--quiet", "--progress"}},
-        {"convert", {"--cast", "--select", "--exclude", "--item", "--max-file-bytes", "--overwrite", "--to", "--step",
+        {"convert", {"--cast", "--select", "--exclude", "--item", "--max-file-bytes", "--overwrite", "--link", "--to", "--step",
                      "--quiet", "--progress"}}};
     if (const auto it = takes.find(cmd); it != takes.end())
       for (const auto& o : given)

@@ -172,6 +172,28 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     CHECK(visible_names(*store, "r") == std::vector<std::string>{"y"});
     CHECK(store->exists("other/4"));
   }
+  SUBCASE("share_blob: a second name for a blob's bytes, or nothing done and false") {
+    auto store = make();
+    const auto bytes = random_bits<unsigned char>(5000);
+    cairn::detail::write_blob(*store, "src/data", std::string(bytes.begin(), bytes.end()));
+    const bool shared = store->share_blob(*store, "src/data", "dst/d/data");
+    CHECK(store->exists("dst/d/data") == shared);
+    if (shared) {
+      // The same bytes under the new name, kept when the first name goes.
+      store->remove("src");
+      auto r = store->open("dst/d/data");
+      std::vector<unsigned char> back(bytes.size());
+      r->read_at(back.data(), back.size(), 0);
+      CHECK(back == bytes);
+    }
+    // Nothing to share: false, or a not_found error; never a blob from nothing.
+    try {
+      CHECK_FALSE(store->share_blob(*store, "no/such/blob", "dst/other"));
+    } catch (const cairn::Error& e) {
+      CHECK(e.kind() == ErrorKind::not_found);
+    }
+    CHECK_FALSE(store->exists("dst/other"));
+  }
   SUBCASE("staging: nothing at the final key until publish, then all of it at once") {
     auto store = make();
     {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // cairn convert SRC DST [--cast GLOB=DTYPE]... [--select GLOB]... [--max-file-bytes N]
-// [--overwrite] [--to cairn|safetensors|orbax]: between cairn checkpoints, safetensors files
-// and Orbax checkpoints (cairn::convert).
+// [--overwrite] [--to cairn|safetensors|orbax] [--link]: between cairn checkpoints, safetensors
+// files and Orbax checkpoints (cairn::convert; --link: cairn::link_as_orbax).
 #pragma once
 
 #include <ostream>
@@ -23,6 +23,7 @@ inline int convert(const std::string& src, const std::string& dst, ConvertOption
         << (r.files.size() == 1 ? "" : "s");
   } else if (r.to == ConvertTo::orbax) {
     out << "wrote " << dst << ": Orbax checkpoint (OCDBT, zarr v3), " << r.leaves << " leaves, " << human_bytes(r.bytes);
+    if (options.link) out << (r.linked ? ", reading " + src + "'s data files (hard links)" : ", its data files copied (they could not be linked)");
   } else {
     out << "wrote " << dst << ": cairn checkpoint, " << r.leaves << " leaves, " << human_bytes(r.bytes);
   }

@@ -15,6 +15,7 @@
 #include "cairn/inspect/formats.hpp"
 #include "cairn/orbax/checkpoint.hpp"
 #include "cairn/orbax/export.hpp"
+#include "cairn/orbax/link.hpp"
 
 #include <algorithm>
 #include <string>
@@ -72,6 +73,17 @@ OrbaxSaveReport save_orbax(const Location& location, const T& tree, const OrbaxS
                                             options);
 }
 
+// Shows the cairn checkpoint at `checkpoint` to Orbax without copying its data: an Orbax
+// checkpoint at `orbax_dir` (which must not exist) whose OCDBT values are byte ranges of the
+// checkpoint's data files, hard-linked under its d/ (copied where the filesystem or store cannot
+// share them: report.files_shared says which). The tree item only; bytes as stored (no cast,
+// no zstd); a leaf whose chunks zarr cannot take as they are (an uneven split) is written anew.
+// user metadata becomes the custom metadata unless options.custom_metadata is set. Deleting the
+// cairn checkpoint afterwards leaves the Orbax one whole (hard links). See docs/orbax.md.
+inline OrbaxLinkReport link_as_orbax(const Location& checkpoint, const Location& orbax_dir, const OrbaxSaveOptions& options = {}) {
+  return detail::orbax::link_as_orbax(checkpoint, orbax_dir.store(), orbax_dir.key(), options);
+}
+
 // What the Orbax checkpoint at `location` holds: its records (as cairn::metadata gives a
 // checkpoint's), the JSON checkpointables' values, and what is there but not read.
 inline OrbaxCheckpoint orbax_metadata(const Location& location) {
@@ -101,8 +113,14 @@ inline ForeignExport export_item(Store& store, const std::string& key, const Ite
   return {r.leaves, r.bytes, r.cast};
 }
 
+// convert's link: the cairn checkpoint's data files shared (bytes: linked and rewritten).
+inline ForeignExport link_item(const Location& checkpoint, const Location& dst) {
+  const OrbaxLinkReport r = link_as_orbax(checkpoint, dst.store(), dst.key(), OrbaxSaveOptions{});
+  return {r.leaves, r.linked_bytes + r.rewritten_bytes, {}, r.files_shared};
+}
+
 inline const bool format_registered = [] {
-  register_foreign_format({LocationKind::orbax, &looks_like_orbax, &open_view, &load_orbax_planned, &export_item});
+  register_foreign_format({LocationKind::orbax, &looks_like_orbax, &open_view, &load_orbax_planned, &export_item, &link_item});
   return true;
 }();
 

@@ -3556,6 +3556,18 @@ class Store {
   // the shards an index names) ask for this. The default: `key`.
   virtual std::string follow_link(const std::string& key) const { return key; }
 
+  // Makes `to` (nothing there yet) a second name of the blob `from` of the store `from_store`,
+  // sharing its bytes (a hard link), durable when this returns: true where the medium can (the
+  // POSIX store, both paths on one filesystem); false where it cannot, having done nothing, and
+  // the caller copies instead. What an export that references a checkpoint's data files rather
+  // than copying them (link_as_orbax) stands on. The default: false.
+  virtual bool share_blob(const Store& from_store, const std::string& from, const std::string& to) {
+    (void)from_store;
+    (void)from;
+    (void)to;
+    return false;
+  }
+
   // Commit mechanics (see the top of this file).
   // Checks the overwrite rule for `key` (nothing there, an empty prefix, or a committed
   // checkpoint or a safetensors set with `overwrite`; anything else is already_exists), removes the leftovers of
@@ -3765,6 +3777,7 @@ class PosixStore final : public Store {
   // A link at `key` resolved to the file it leads to (through any chain of links); with a
   // root, a file outside the root is refused.
   std::string follow_link(const std::string& key) const override;
+  bool share_blob(const Store& from_store, const std::string& from, const std::string& to) override;
   // Missing directories on the way are created, as an object store needs none.
   std::unique_ptr<StoreWriter> create(const std::string& key) override;
   bool exists(const std::string& key) const override;
@@ -5565,6 +5578,11 @@ struct ConvertOptions {
   std::vector<std::string> exclude = {};    // key-path globs of leaves to leave out (applied after select)
   std::uint64_t max_file_bytes = 0;         // safetensors: above this many bytes, a sharded set
   bool overwrite = false;
+  // With ConvertTo::orbax and a cairn checkpoint as the source: the Orbax checkpoint reads the
+  // source's data files where they are (hard links under its d/; copies where they cannot be
+  // linked) instead of a copy of every byte (cairn::link_as_orbax). The tree item, as stored:
+  // no cast, select or exclude.
+  bool link = false;
   Progress progress = {};                   // the source's reading: bytes read so far, and in all
 };
 
@@ -5578,6 +5596,7 @@ struct ConvertReport {
   // Leaves a cast rule matched but left as they were, each "key (dtype)": integers under a rule
   // that changes floating-point leaves only (CastRule::floats_only), strings under any.
   std::vector<std::string> not_cast;
+  bool linked = false;                      // ConvertOptions::link: the source's data files shared, not copied
 };
 
 // Reads the selected leaves of src's items (as stored) and writes them with src's structure,
@@ -9003,6 +9022,22 @@ CAIRN_API void PosixStore::write_atomically(const std::string& key, const std::s
   detail::write_whole_file(claim.staging_path(), content);
   detail::rename_path(claim.staging_path(), p);
   detail::fsync_dir(detail::parent_dir(p));
+}
+
+CAIRN_API bool PosixStore::share_blob(const Store& from_store, const std::string& from, const std::string& to) {
+  const auto* posix = dynamic_cast<const PosixStore*>(&from_store);
+  if (!posix) return false;
+  const std::string src = posix->path(from), dst = path(to);
+  if (!detail::is_regular_file(src)) return false;  // never a link to a directory or a device
+  std::error_code ec;
+  std::filesystem::create_directories(detail::parent_dir(dst), ec);
+  if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), detail::parent_dir(dst));
+  int err = detail::injected_fault("link", dst);
+  if (!err && ::link(src.c_str(), dst.c_str()) != 0) err = errno;
+  if (err == EXDEV || err == EPERM || err == ENOTSUP || err == EOPNOTSUPP || err == EMLINK) return false;  // copy instead
+  if (err) detail::throw_errno("link", dst, err);
+  detail::fsync_dir(detail::parent_dir(dst));
+  return true;
 }
 
 CAIRN_API std::string PosixStore::follow_link(const std::string& key) const {
@@ -15293,6 +15328,7 @@ struct ForeignView {
 struct ForeignExport {
   std::uint64_t leaves = 0, bytes = 0;
   std::vector<std::string> cast;  // key paths stored as another dtype
+  bool shared = false;            // a link: the source's data files shared, not copied
 };
 
 struct ForeignFormat {
@@ -15305,6 +15341,9 @@ struct ForeignFormat {
   // reads the format. `user_metadata` is the source's.
   ForeignExport (*save)(Store& store, const std::string& key, const ItemSnapshot& item,
                         const std::vector<CastRule>& cast, const Json& user_metadata) = nullptr;
+  // Shows the cairn checkpoint at `checkpoint` as a checkpoint of this format that reads the
+  // checkpoint's data files where they are (convert's link); null where the format cannot.
+  ForeignExport (*link)(const Location& checkpoint, const Location& dst) = nullptr;
 };
 
 CAIRN_API void register_foreign_format(const ForeignFormat& format);
@@ -15738,6 +15777,26 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   if (to_orbax && (!orbax || !orbax->save))
     throw Error(ErrorKind::invalid_argument, "converting to an Orbax checkpoint needs cairn/orbax.hpp (CMake: cairn::orbax, "
                 "which links libzstd); this program was built without it", dst.describe());
+  if (options.link) {
+    if (!to_orbax)
+      throw Error(ErrorKind::invalid_argument, "link makes an Orbax checkpoint that reads a cairn checkpoint's data files: "
+                  "it goes with ConvertTo::orbax (cairn convert --to orbax --link)", dst.describe());
+    if (source.kind != LocationKind::checkpoint || !orbax->link)
+      throw Error(ErrorKind::invalid_argument, "link shares a cairn checkpoint's data files; the source is not a cairn "
+                  "checkpoint", source.path);
+    if (!options.cast.empty() || !options.select.empty() || !options.exclude.empty() || options.max_file_bytes ||
+        options.overwrite || !(options.item.empty() || options.item == default_item_name))
+      throw Error(ErrorKind::invalid_argument, "link shares the tree item's bytes as stored: no cast, select, exclude, "
+                  "max_file_bytes, overwrite or other item", dst.describe());
+    const detail::ForeignExport r = orbax->link(src, dst);
+    ConvertReport report;
+    report.to = ConvertTo::orbax;
+    report.items = {default_item_name};
+    report.leaves = r.leaves;
+    report.bytes = r.bytes;
+    report.linked = r.shared;
+    return report;
+  }
   if ((to_safetensors || to_orbax) && items.size() > 1) {
     std::string names;
     for (const ItemRecord* i : items) names += (names.empty() ? "'" : ", '") + i->name + "'";

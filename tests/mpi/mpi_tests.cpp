@@ -244,6 +244,26 @@ struct Truth {
   }
 };
 
+// What S ranks saved, loaded on every rank count L up to the world size, each rank checking
+// its shards bit-exactly. load(target, options) is the load (a checkpoint's, an Orbax one's).
+template <class Load>
+void load_on_every_rank_count(const Truth& truth, int saving, Load&& load) {
+  for (int loading = 1; loading <= world_size(); ++loading) {
+    std::vector<State> targets = truth.targets(loading);
+    if (auto c = group(loading)) {
+      CAPTURE(saving);
+      CAPTURE(loading);
+      State& target = targets[static_cast<std::size_t>(c->rank())];
+      cairn::LoadOptions options;
+      options.coordinator = c.get();
+      const cairn::LoadReport report = load(target, options);
+      CHECK(report.loaded.size() == 5);
+      truth.check(target);
+    }
+    world_barrier();
+  }
+}
+
 }  // namespace mpitest
 
 using namespace mpitest;
@@ -266,20 +286,7 @@ TEST_CASE("save on S ranks, load on L ranks, for every S and L up to the world s
       world_barrier();
       const auto meta = cairn::metadata(path);
       CHECK(meta.data_files.size() <= static_cast<std::size_t>(saving));
-      for (int loading = 1; loading <= world; ++loading) {
-        std::vector<State> targets = truth.targets(loading);
-        if (auto c = group(loading)) {
-          CAPTURE(saving);
-          CAPTURE(loading);
-          State& target = targets[static_cast<std::size_t>(c->rank())];
-          cairn::LoadOptions options;
-          options.coordinator = c.get();
-          const cairn::LoadReport report = cairn::load(path, target, options);
-          CHECK(report.loaded.size() == 5);
-          truth.check(target);
-        }
-        world_barrier();
-      }
+      load_on_every_rank_count(truth, saving, [&](State& target, const cairn::LoadOptions& o) { return cairn::load(path, target, o); });
       // One process, no coordinator: plain leaves take the whole arrays.
       if (world_rank() == 0) {
         cairn::LoadOptions o;
@@ -317,20 +324,7 @@ TEST_CASE("Orbax: S ranks export their blocks, L ranks load them resharded, for 
     if (saving > 1)
       for (int r = 0; r < saving; ++r)
         CHECK(std::filesystem::is_regular_file(path + "/state/ocdbt.process_" + std::to_string(r) + "/manifest.ocdbt"));
-    for (int loading = 1; loading <= world; ++loading) {
-      std::vector<State> targets = truth.targets(loading);
-      if (auto c = group(loading)) {
-        CAPTURE(saving);
-        CAPTURE(loading);
-        State& target = targets[static_cast<std::size_t>(c->rank())];
-        cairn::LoadOptions options;
-        options.coordinator = c.get();
-        const cairn::LoadReport report = cairn::load_orbax(path, target, options);
-        CHECK(report.loaded.size() == 5);
-        truth.check(target);
-      }
-      world_barrier();
-    }
+    load_on_every_rank_count(truth, saving, [&](State& target, const cairn::LoadOptions& o) { return cairn::load_orbax(path, target, o); });
     if (world_rank() == 0) CHECK(cairn::verify(path).ok());
     world_barrier();
   }

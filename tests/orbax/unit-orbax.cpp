@@ -1158,6 +1158,156 @@ TEST_CASE("ranks export one Orbax checkpoint together, each its own blocks into 
   }
 }
 
+namespace {
+// A checkpoint to show Orbax: leaves whose chunks zarr takes as they are (plain, column-major,
+// evenly sharded, a scalar, bool, bfloat16, empty) and one it does not (an uneven split).
+struct LinkState {
+  std::vector<float> plain;
+  Eigen::MatrixXd eigen;                   // column-major: one chunk, a transpose codec
+  cairn::ShardedArray<float> even;         // 2x4 blocks of 8x6
+  cairn::ShardedArray<std::int32_t> uneven;  // 10 rows over 4: edge blocks of 3 and 1
+  std::vector<bool> flags;
+  std::vector<cairn::bfloat16> half;
+  std::vector<double> empty;
+  std::int64_t step = 0;
+  std::string name;
+};
+CAIRN_TREE(LinkState, plain, eigen, even, uneven, flags, half, empty, step, name)
+
+LinkState link_state() {
+  LinkState s;
+  s.plain = test::random_bits<float>(1000);
+  s.eigen = Eigen::MatrixXd::Random(9, 4);
+  s.even = cairn::ShardedArray<float>::from_host(
+      test::random_bits<float>(16 * 24), {16, 24},
+      cairn::NamedSharding(cairn::Mesh::host({{"data", 2}, {"model", 4}}), cairn::PartitionSpec{"data", "model"}));
+  s.uneven = cairn::ShardedArray<std::int32_t>::from_host(
+      test::random_bits<std::int32_t>(10 * 3), {10, 3}, cairn::NamedSharding(cairn::Mesh::host({{"x", 4}}), cairn::PartitionSpec{"x"}));
+  s.flags = {true, false, true, true};
+  for (int i = 0; i < 7; ++i) s.half.push_back(cairn::bfloat16(0.5f * static_cast<float>(i) - 1.0f));
+  s.step = 77;
+  s.name = "linked";
+  return s;
+}
+
+void check_link_state(const LinkState& got, const LinkState& want) {
+  CHECK(test::same_bits(got.plain, want.plain));
+  CHECK(got.eigen == want.eigen);
+  CHECK(test::same_bits(got.even.gather(), want.even.gather()));
+  CHECK(got.uneven.gather() == want.uneven.gather());
+  CHECK(got.flags == want.flags);
+  REQUIRE(got.half.size() == want.half.size());
+  for (std::size_t i = 0; i < got.half.size(); ++i) CHECK(static_cast<float>(got.half[i]) == static_cast<float>(want.half[i]));
+  CHECK(got.empty.empty());
+  CHECK(got.step == want.step);
+  CHECK(got.name == want.name);
+}
+}  // namespace
+
+TEST_CASE("a cairn checkpoint shown to Orbax without copying its data: its data files linked, its chunks as values") {
+  test::TempDir dir;
+  const LinkState s = link_state();
+  const std::string ckpt = dir / "ckpt";
+  cairn::save(ckpt, s, {.user_metadata = cairn::Json::object({{"run", "9"}})});
+  for (const auto layout : {cairn::OrbaxLayout::v1, cairn::OrbaxLayout::v0_standard}) {
+    const bool v1 = layout == cairn::OrbaxLayout::v1;
+    CAPTURE(v1);
+    const std::string orbax = dir / (v1 ? "orbax-v1" : "orbax-v0");
+    cairn::OrbaxSaveOptions o;
+    o.layout = layout;
+    const cairn::OrbaxLinkReport r = cairn::link_as_orbax(ckpt, orbax, o);
+    CHECK(r.leaves == 9);
+    CHECK(r.files_shared);
+    CHECK(r.rewritten == std::vector<std::string>{"uneven"});
+    CHECK(r.rewritten_bytes == 10 * 3 * 4);
+    CHECK(r.linked_bytes == 1000 * 4 + 9 * 4 * 8 + 16 * 24 * 4 + 4 + 7 * 2 + 8);
+    CHECK(r.items_left.empty());
+    CHECK(test::leftovers(dir.path).empty());
+    // The data file is the checkpoint's own, under a second name.
+    const cairn::CheckpointMetadata meta = cairn::metadata(ckpt);
+    REQUIRE(meta.data_files.size() == 1);
+    const std::string linked = orbax + (v1 ? "/state" : "") + "/d/" + meta.data_files[0];
+    REQUIRE(fs::is_regular_file(linked));
+    CHECK(fs::equivalent(linked, ckpt + "/" + meta.data_files[0]));
+    LinkState back;
+    back.even = cairn::ShardedArray<float>(cairn::NamedSharding(cairn::Mesh::host({{"q", 3}}), cairn::PartitionSpec{"q"}));
+    back.uneven = cairn::ShardedArray<std::int32_t>(cairn::NamedSharding(cairn::Mesh::host({{"q", 2}}), cairn::PartitionSpec{"q"}));
+    cairn::load_orbax(orbax, back);
+    check_link_state(back, s);
+    const cairn::OrbaxCheckpoint info = cairn::orbax_metadata(orbax);
+    const auto* even = info.metadata.find_item("state")->find_leaf("even");
+    REQUIRE(even);
+    REQUIRE(even->sharding);
+    CHECK(even->sharding->spec == cairn::PartitionSpec{"data", "model"});
+    CHECK(info.metadata.user_metadata.at("custom").at("run").as_string() == "9");
+    CHECK(cairn::verify(orbax).ok());
+  }
+  // With CAIRN_ORBAX_EXPORT_DIR set, every key of the linked database is also written out as a
+  // file (linked_dirs/state/<key>): the zarr metadata and chunks Orbax reads, for zarrita to
+  // read as a directory of zarr arrays (the transpose codec of the column-major leaf included).
+  if (const char* keep = std::getenv("CAIRN_ORBAX_EXPORT_DIR")) {
+    const std::string mirror = std::string(keep) + "/linked_dirs";
+    fs::remove_all(mirror);
+    cairn::PosixStore posix(dir / "orbax-v1");
+    cairn::detail::orbax::OcdbtDatabase db(posix, "state");
+    for (const auto& [k, v] : db.entries()) {
+      fs::create_directories(fs::path(mirror + "/state/" + k).parent_path());
+      test::write_file(mirror + "/state/" + k, db.read(v, k));
+    }
+    write_expected(std::string(keep) + "/expected/linked_dirs", dir / "orbax-v1");
+  }
+  // The cairn checkpoint removed: the Orbax one keeps its bytes (hard links).
+  fs::remove_all(ckpt);
+  LinkState back;
+  cairn::load_orbax(dir / "orbax-v1", back);
+  check_link_state(back, s);
+
+  SUBCASE("where the data files cannot be shared, they are copied: another store, or another filesystem") {
+    cairn::MemoryStore store;
+    cairn::save(cairn::Location(store, "ck"), s);
+    const cairn::OrbaxLinkReport r = cairn::link_as_orbax(cairn::Location(store, "ck"), cairn::Location(store, "ox"));
+    CHECK_FALSE(r.files_shared);
+    LinkState in_memory;
+    cairn::load_orbax(cairn::Location(store, "ox"), in_memory);
+    check_link_state(in_memory, s);
+    const std::string again = dir / "ck2";
+    cairn::save(again, s);
+    test::FaultInjection exdev([](const std::string& call, const std::string&) { return call == "link" ? EXDEV : 0; });
+    const cairn::OrbaxLinkReport copied = cairn::link_as_orbax(again, dir / "ox2");
+    CHECK_FALSE(copied.files_shared);
+    LinkState from_copy;
+    cairn::load_orbax(dir / "ox2", from_copy);
+    check_link_state(from_copy, s);
+  }
+  SUBCASE("refused whole: options it cannot keep, a path taken, a failing link") {
+    const std::string again = dir / "ck3";
+    cairn::save(again, s);
+    cairn::OrbaxSaveOptions zstd;
+    zstd.zstd_level = 3;
+    CHECK_CAIRN_ERROR(cairn::link_as_orbax(again, dir / "ox3", zstd), cairn::ErrorKind::invalid_argument, "as stored");
+    fs::create_directories(dir / "taken");
+    CHECK_CAIRN_ERROR(cairn::link_as_orbax(again, dir / "taken"), cairn::ErrorKind::already_exists, "never replaces");
+    CHECK_THROWS_AS(cairn::link_as_orbax(dir / "nothing", dir / "ox3"), cairn::Error);
+    {
+      test::FaultInjection eio([](const std::string& call, const std::string&) { return call == "link" ? EIO : 0; });
+      CHECK_CAIRN_ERROR(cairn::link_as_orbax(again, dir / "ox3"), cairn::ErrorKind::io, "link");
+    }
+    CHECK_FALSE(fs::exists(dir / "ox3"));
+    CHECK(test::leftovers(dir.path).empty());
+    // A data file cut short: its chunks would point past its end.
+    const std::string cut = dir / "ck4";
+    cairn::save(cut, s);
+    const std::string data = cut + "/" + cairn::metadata(cut).data_files.at(0);
+    fs::resize_file(data, fs::file_size(data) / 2);
+    CHECK_CAIRN_ERROR(cairn::link_as_orbax(cut, dir / "ox4"), cairn::ErrorKind::corrupt, "past the end");
+    CHECK_FALSE(fs::exists(dir / "ox4"));
+    cairn::link_as_orbax(again, dir / "ox3");  // and then it works
+    LinkState ok;
+    cairn::load_orbax(dir / "ox3", ok);
+    check_link_state(ok, s);
+  }
+}
+
 TEST_CASE("an Orbax export that cannot be written is refused whole, naming the path and the key, and leaves nothing") {
   test::TempDir dir;
   const std::string path = dir / "o";
@@ -1224,4 +1374,22 @@ TEST_CASE("convert and the cairn tool go between cairn, Orbax and safetensors in
   CHECK(cairn::cli::run({"verify", dir / "orbax3"}, out, err) == 0);
   CHECK(cairn::cli::run({"convert", dir / "ck", dir / "x", "--to", "zarr"}, out, err) != 0);
   CHECK(err.str().find("--to takes cairn, safetensors or orbax") != std::string::npos);
+  // --link: an Orbax checkpoint reading the cairn checkpoint's data files, every value kept.
+  std::ostringstream lout, lerr;
+  CHECK(cairn::cli::run({"convert", dir / "ck", dir / "linked", "--to", "orbax", "--link"}, lout, lerr) == 0);
+  CHECK_MESSAGE(lout.str().find("data files (hard links)") != std::string::npos, lout.str());
+  CHECK(cairn::cli::run({"verify", dir / "linked"}, lout, lerr) == 0);
+  ExportState linked = cairn::load_orbax<ExportState>(dir / "linked");
+  CHECK(linked.dtypes.at("float8_e5m2").bytes == s.dtypes.at("float8_e5m2").bytes);
+  CHECK(test::same_bits(linked.kernel.gather(), s.kernel.gather()));
+  CHECK(linked.eigen == s.eigen);
+  CHECK(linked.name == s.name);
+  // Only to Orbax, only from a cairn checkpoint, only as stored.
+  CHECK(cairn::cli::run({"convert", dir / "ck", dir / "l2", "--link"}, lout, lerr) != 0);
+  CHECK(lerr.str().find("--to orbax --link") != std::string::npos);
+  CHECK(cairn::cli::run({"convert", dir / "orbax", dir / "l2", "--to", "orbax", "--link"}, lout, lerr) != 0);
+  CHECK(lerr.str().find("not a cairn checkpoint") != std::string::npos);
+  CHECK(cairn::cli::run({"convert", dir / "ck", dir / "l2", "--to", "orbax", "--link", "--cast", "cast_me=bfloat16"}, lout, lerr) != 0);
+  CHECK(lerr.str().find("as stored") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "l2"));
 }

@@ -31,6 +31,11 @@ struct ConvertOptions {
   std::vector<std::string> exclude = {};    // key-path globs of leaves to leave out (applied after select)
   std::uint64_t max_file_bytes = 0;         // safetensors: above this many bytes, a sharded set
   bool overwrite = false;
+  // With ConvertTo::orbax and a cairn checkpoint as the source: the Orbax checkpoint reads the
+  // source's data files where they are (hard links under its d/; copies where they cannot be
+  // linked) instead of a copy of every byte (cairn::link_as_orbax). The tree item, as stored:
+  // no cast, select or exclude.
+  bool link = false;
   Progress progress = {};                   // the source's reading: bytes read so far, and in all
 };
 
@@ -44,6 +49,7 @@ struct ConvertReport {
   // Leaves a cast rule matched but left as they were, each "key (dtype)": integers under a rule
   // that changes floating-point leaves only (CastRule::floats_only), strings under any.
   std::vector<std::string> not_cast;
+  bool linked = false;                      // ConvertOptions::link: the source's data files shared, not copied
 };
 
 // Reads the selected leaves of src's items (as stored) and writes them with src's structure,

@@ -32,6 +32,26 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   if (to_orbax && (!orbax || !orbax->save))
     throw Error(ErrorKind::invalid_argument, "converting to an Orbax checkpoint needs cairn/orbax.hpp (CMake: cairn::orbax, "
                 "which links libzstd); this program was built without it", dst.describe());
+  if (options.link) {
+    if (!to_orbax)
+      throw Error(ErrorKind::invalid_argument, "link makes an Orbax checkpoint that reads a cairn checkpoint's data files: "
+                  "it goes with ConvertTo::orbax (cairn convert --to orbax --link)", dst.describe());
+    if (source.kind != LocationKind::checkpoint || !orbax->link)
+      throw Error(ErrorKind::invalid_argument, "link shares a cairn checkpoint's data files; the source is not a cairn "
+                  "checkpoint", source.path);
+    if (!options.cast.empty() || !options.select.empty() || !options.exclude.empty() || options.max_file_bytes ||
+        options.overwrite || !(options.item.empty() || options.item == default_item_name))
+      throw Error(ErrorKind::invalid_argument, "link shares the tree item's bytes as stored: no cast, select, exclude, "
+                  "max_file_bytes, overwrite or other item", dst.describe());
+    const detail::ForeignExport r = orbax->link(src, dst);
+    ConvertReport report;
+    report.to = ConvertTo::orbax;
+    report.items = {default_item_name};
+    report.leaves = r.leaves;
+    report.bytes = r.bytes;
+    report.linked = r.shared;
+    return report;
+  }
   if ((to_safetensors || to_orbax) && items.size() > 1) {
     std::string names;
     for (const ItemRecord* i : items) names += (names.empty() ? "'" : ", '") + i->name + "'";

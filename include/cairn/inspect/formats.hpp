@@ -27,6 +27,7 @@ struct ForeignView {
 struct ForeignExport {
   std::uint64_t leaves = 0, bytes = 0;
   std::vector<std::string> cast;  // key paths stored as another dtype
+  bool shared = false;            // a link: the source's data files shared, not copied
 };
 
 struct ForeignFormat {
@@ -39,6 +40,9 @@ struct ForeignFormat {
   // reads the format. `user_metadata` is the source's.
   ForeignExport (*save)(Store& store, const std::string& key, const ItemSnapshot& item,
                         const std::vector<CastRule>& cast, const Json& user_metadata) = nullptr;
+  // Shows the cairn checkpoint at `checkpoint` as a checkpoint of this format that reads the
+  // checkpoint's data files where they are (convert's link); null where the format cannot.
+  ForeignExport (*link)(const Location& checkpoint, const Location& dst) = nullptr;
 };
 
 CAIRN_API void register_foreign_format(const ForeignFormat& format);

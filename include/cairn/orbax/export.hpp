@@ -238,6 +238,114 @@ std::uint64_t write_orbax_shard(const LeafView& v, DType to, const OrbaxSaveOpti
   return n;
 }
 
+// The text of a pytree's metadata files (_METADATA's tree, _sharding, _strings.json,
+// array_metadatas/process_<i>), leaf by leaf, and then the files themselves. The objects keyed
+// by parameter are spelled as text, member by member: a Json object looks its keys up on
+// insertion, which 10,000 leaves made quadratic (a third of a second).
+class OrbaxMetadataText {
+ public:
+  explicit OrbaxMetadataText(std::string where) : where_(std::move(where)) {}
+
+  // A leaf's parameter name: its keys joined with '.'. Refuses keys no name can hold and two
+  // leaves of one name. Then add_string or add_array, once.
+  std::string begin_leaf(const KeyPath& path) {
+    const std::string full = path.str();
+    if (path.size() == 0)
+      throw Error(ErrorKind::invalid_argument, "an Orbax checkpoint holds a tree (a dict at the top); this tree is one "
+                  "array: put it in a struct or a map", where_);
+    std::string name;
+    tuple_ = "(";
+    keys_ = Json::array();
+    for (std::size_t i = 0; i < path.size(); ++i) {
+      const KeyEntry& e = path[i];
+      const std::string text = e.text();
+      if (text.empty() || text.find('/') != std::string::npos || text.find('.') != std::string::npos)
+        throw Error(ErrorKind::invalid_argument, "the key '" + text + "' cannot be part of an Orbax parameter name ('.' "
+                    "joins the keys and '/' separates the arrays in the database; an empty key has no name)", where_, full);
+      name += (i ? "." : "") + text;
+      tuple_ += (i ? ", " : "") + python_repr(text);
+      keys_.push_back(Json::object({{"key", text}, {"key_type", Json(std::int64_t{e.kind == KeyEntry::Kind::index ? 1 : 2})}}));
+    }
+    tuple_ += path.size() == 1 ? ",)" : ")";
+    if (auto [it, fresh] = names_.emplace(name, full); !fresh)
+      throw Error(ErrorKind::invalid_argument, "key paths '" + it->second + "' and '" + full +
+                  "' both become the Orbax parameter name '" + name + "'", where_);
+    return name;
+  }
+  void add_string(const std::string& name, const std::string& value) {
+    ++string_leaves_;
+    add_member(strings_, name, Json(value).dump());
+    end_leaf(Json::object({{"value_type", "string"}}));
+  }
+  // An array stored in chunks of `chunk`; `sharding` where it has one (a jax.Array).
+  void add_array(const std::string& name, const NamedSharding* sharding, const Shape& chunk) {
+    ++arrays_;
+    Json value = Json::object();
+    if (sharding) {
+      value["value_type"] = "jax.Array";
+      add_member(shardings_, base64url(name), Json(orbax_sharding_json(*sharding)).dump());
+      value["write_shape"] = json_shape(chunk);
+    } else {
+      value["value_type"] = "np.ndarray";
+    }
+    array_metadatas_ += std::string(array_metadatas_.empty() ? "" : ",") +
+                        Json::object({{"array_metadata", Json::object({{"param_name", name},
+                                                                       {"write_shape", json_shape(chunk)},
+                                                                       {"chunk_shape", json_shape(chunk)},
+                                                                       {"ext_metadata", Json()}})}})
+                            .dump();
+    end_leaf(std::move(value));
+  }
+
+  std::uint64_t leaves() const { return arrays_ + string_leaves_; }
+  // What every rank of a multi-process export must spell alike.
+  void digest(WireDigest& d) const {
+    d.str(tree_);
+    d.str(shardings_);
+  }
+  std::string array_metadatas() const { return "{\"array_metadatas\":[" + array_metadatas_ + "]}"; }
+  std::string strings() const { return string_leaves_ ? "{" + strings_ + "}" : std::string(); }
+
+  // The pytree's _METADATA and _sharding under `rel`, and the checkpoint's _CHECKPOINT_METADATA
+  // and indicator files: put(name, text) writes each.
+  template <class Put>
+  void put_files(Put&& put, const std::string& rel, const OrbaxSaveOptions& options) const {
+    put(rel + "_METADATA", "{\"tree_metadata\":{" + tree_ + "},\"use_ocdbt\":" + (options.ocdbt ? "true" : "false") +
+                               ",\"use_zarr3\":true,\"store_array_data_equal_to_fill_value\":true,"
+                               "\"custom_metadata\":null}");
+    if (!shardings_.empty()) put(rel + "_sharding", "{" + shardings_ + "}");
+    const std::int64_t now = unix_nanoseconds();
+    Json handlers = options.layout == OrbaxLayout::v1
+                        ? Json::object({{"state", "orbax.checkpoint.experimental.v1._src.handlers.pytree_handler.PyTreeHandler"}})
+                        : Json("orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler");
+    put("_CHECKPOINT_METADATA", Json::object({{"item_handlers", handlers},
+                                              {"metrics", options.metrics},
+                                              {"performance_metrics", Json::object()},
+                                              {"init_timestamp_nsecs", Json(now)},
+                                              {"commit_timestamp_nsecs", Json(now)},
+                                              {"custom_metadata", options.custom_metadata}})
+                                    .dump());
+    if (options.layout == OrbaxLayout::v1) put("orbax.checkpoint", "");
+    put("commit_success.txt", "Checkpoint commit was successful to " + where_);
+  }
+
+ private:
+  static void add_member(std::string& object, const std::string& name, const std::string& value_json) {
+    object += (object.empty() ? "" : ",") + Json(name).dump() + ":" + value_json;
+  }
+  void end_leaf(Json value) {
+    value["skip_deserialize"] = false;
+    add_member(tree_, tuple_, Json::object({{"key_metadata", keys_}, {"value_metadata", std::move(value)}}).dump());
+  }
+
+  std::string where_;
+  std::map<std::string, std::string> names_;  // parameter name -> key path
+  std::string tuple_;
+  Json keys_;
+  std::string tree_, strings_, shardings_, array_metadatas_;
+  std::uint64_t arrays_ = 0, string_leaves_ = 0;
+};
+
 // One array of the export: its parameter name and key path, its view, the dtype it is stored
 // as, and its chunk. A sharded array (a view with a sharding and shards) is stored as Orbax
 // stores it: a regular grid whose chunk is one device's block (JAX's ceil(n / parts)), each
@@ -334,87 +442,42 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
   // Step 2. Any error from here on reaches every rank through the gather.
   OrbaxSaveReport report;
   std::vector<OrbaxParam> params;
-  std::string tree, strings, shardings;  // rank 0's metadata files, spelled as text
-  std::string array_metadatas;
+  OrbaxMetadataText text(where);
   WireDigest digest;                     // what every rank must agree on
   std::map<std::string, std::uint64_t> mine;  // files this rank wrote, relative to the checkpoint
   std::vector<std::string> chunks_written;    // by shards: the chunk keys this rank wrote
   std::optional<OcdbtWriter> db;
   std::exception_ptr failure;
   try {
-    std::map<std::string, std::string> names;  // parameter name -> key path
-    std::uint64_t string_leaves = 0;
-    // The objects keyed by parameter are spelled as text, member by member: a Json object looks
-    // its keys up on insertion, which 10,000 leaves made quadratic (a third of a second).
-    auto add_member = [](std::string& object, const std::string& name, const std::string& value_json) {
-      object += (object.empty() ? "" : ",") + Json(name).dump() + ":" + value_json;
-    };
     for (const auto& leaf : item.leaves) {
       const std::string full = leaf.path.str();
-      if (leaf.path.size() == 0)
-        throw Error(ErrorKind::invalid_argument, "an Orbax checkpoint holds a tree (a dict at the top); this tree is one "
-                    "array: put it in a struct or a map", where);
-      std::string name, tuple = "(";
-      Json keys = Json::array();
-      for (std::size_t i = 0; i < leaf.path.size(); ++i) {
-        const KeyEntry& e = leaf.path[i];
-        const std::string text = e.text();
-        if (text.empty() || text.find('/') != std::string::npos || text.find('.') != std::string::npos)
-          throw Error(ErrorKind::invalid_argument, "the key '" + text + "' cannot be part of an Orbax parameter name ('.' "
-                      "joins the keys and '/' separates the arrays in the database; an empty key has no name)", where, full);
-        name += (i ? "." : "") + text;
-        tuple += (i ? ", " : "") + python_repr(text);
-        keys.push_back(Json::object({{"key", text}, {"key_type", Json(std::int64_t{e.kind == KeyEntry::Kind::index ? 1 : 2})}}));
-      }
-      tuple += leaf.path.size() == 1 ? ",)" : ")";
-      if (auto [it, fresh] = names.emplace(name, full); !fresh)
-        throw Error(ErrorKind::invalid_argument, "key paths '" + it->second + "' and '" + full +
-                    "' both become the Orbax parameter name '" + name + "'", where);
+      const std::string name = text.begin_leaf(leaf.path);
       const LeafView& v = leaf.view;
-      Json value = Json::object();
       if (v.dtype == DType::string) {
-        value["value_type"] = "string";
-        ++string_leaves;
-        add_member(strings, name, Json(std::string(static_cast<const char*>(v.data), static_cast<std::size_t>(v.nbytes))).dump());
-      } else {
-        const bool by_shards = v.sharding && !v.shards.empty();
-        // Written whole by rank 0, which must hold all of it.
-        if (!by_shards && !v.shards.empty() && primary)
-          if (const std::uint64_t held = held_elements(v); held != element_count(v.shape))
-            throw uncovered_leaf_error(held, v, "an array without a sharding is written by rank 0, which needs all of "
-                                       "it: gather it onto this process first")
-                .with_file(where)
-                .with_key(full);
-        const DType to = cast_rule_target(options.cast, full, v.dtype);
-        if (to == DType::string)
-          throw Error(ErrorKind::invalid_argument, "a cast rule makes an array a string", where, full);
-        if (to != v.dtype) report.cast.push_back(full);
-        const Shape chunk = by_shards ? orbax_shard_chunk(v) : orbax_chunk_shape(v.shape);
-        params.push_back({name, full, &v, to, chunk, by_shards});
-        if (v.sharding) {
-          value["value_type"] = "jax.Array";
-          add_member(shardings, base64url(name), Json(orbax_sharding_json(*v.sharding)).dump());
-          value["write_shape"] = json_shape(chunk);
-        } else {
-          value["value_type"] = "np.ndarray";
-        }
-        array_metadatas += std::string(array_metadatas.empty() ? "" : ",") +
-                           Json::object({{"array_metadata", Json::object({{"param_name", name},
-                                                                          {"write_shape", json_shape(chunk)},
-                                                                          {"chunk_shape", json_shape(chunk)},
-                                                                          {"ext_metadata", Json()}})}})
-                               .dump();
+        text.add_string(name, std::string(static_cast<const char*>(v.data), static_cast<std::size_t>(v.nbytes)));
+        continue;
       }
-      value["skip_deserialize"] = false;
-      add_member(tree, tuple, Json::object({{"key_metadata", keys}, {"value_metadata", value}}).dump());
+      const bool by_shards = v.sharding && !v.shards.empty();
+      // Written whole by rank 0, which must hold all of it.
+      if (!by_shards && !v.shards.empty() && primary)
+        if (const std::uint64_t held = held_elements(v); held != element_count(v.shape))
+          throw uncovered_leaf_error(held, v, "an array without a sharding is written by rank 0, which needs all of "
+                                     "it: gather it onto this process first")
+              .with_file(where)
+              .with_key(full);
+      const DType to = cast_rule_target(options.cast, full, v.dtype);
+      if (to == DType::string) throw Error(ErrorKind::invalid_argument, "a cast rule makes an array a string", where, full);
+      if (to != v.dtype) report.cast.push_back(full);
+      const Shape chunk = by_shards ? orbax_shard_chunk(v) : orbax_chunk_shape(v.shape);
+      params.push_back({name, full, &v, to, chunk, by_shards});
+      text.add_array(name, v.sharding ? &*v.sharding : nullptr, chunk);
     }
-    report.leaves = params.size() + string_leaves;
-    digest.str(tree);
-    digest.str(shardings);
+    report.leaves = text.leaves();
+    text.digest(digest);
 
-    auto put_mine = [&](const std::string& name, const std::string& text) {
-      write_blob(store, join_key(top, name), text);
-      mine[name] = text.size();
+    auto put_mine = [&](const std::string& name, const std::string& content) {
+      write_blob(store, join_key(top, name), content);
+      mine[name] = content.size();
     };
     // The arrays: keys of one OCDBT database per rank, or files of one directory per parameter.
     if (options.ocdbt) db.emplace(store, ranks > 1 ? join_key(dir, process_db) : dir);
@@ -466,8 +529,8 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
     }
     if (db)
       for (const auto& [name, size] : db->finish()) mine[rel + (ranks > 1 ? process_db : "") + name] = size;
-    put_mine(rel + "array_metadatas/process_" + std::to_string(rank), "{\"array_metadatas\":[" + array_metadatas + "]}");
-    if (primary && string_leaves) put_mine(rel + "_strings.json", "{" + strings + "}");
+    put_mine(rel + "array_metadatas/process_" + std::to_string(rank), text.array_metadatas());
+    if (const std::string strings = text.strings(); primary && !strings.empty()) put_mine(rel + "_strings.json", strings);
   } catch (const Error& e) {
     failure = std::make_exception_ptr(e.file().empty() ? e.with_file(where) : e);
   } catch (...) {
@@ -563,27 +626,11 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       if (root)
         for (const auto& [name, size] : root->finish()) expected[rel + name] = size;
       root.reset();
-      auto put_file = [&](const std::string& name, const std::string& text) {
-        write_blob(store, join_key(top, name), text);
-        expected[name] = text.size();
+      auto put_file = [&](const std::string& name, const std::string& content) {
+        write_blob(store, join_key(top, name), content);
+        expected[name] = content.size();
       };
-      put_file(rel + "_METADATA", "{\"tree_metadata\":{" + tree + "},\"use_ocdbt\":" + (options.ocdbt ? "true" : "false") +
-                                      ",\"use_zarr3\":true,\"store_array_data_equal_to_fill_value\":true,"
-                                      "\"custom_metadata\":null}");
-      if (!shardings.empty()) put_file(rel + "_sharding", "{" + shardings + "}");
-      const std::int64_t now = unix_nanoseconds();
-      Json handlers = options.layout == OrbaxLayout::v1
-                          ? Json::object({{"state", "orbax.checkpoint.experimental.v1._src.handlers.pytree_handler.PyTreeHandler"}})
-                          : Json("orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler");
-      put_file("_CHECKPOINT_METADATA", Json::object({{"item_handlers", handlers},
-                                                     {"metrics", options.metrics},
-                                                     {"performance_metrics", Json::object()},
-                                                     {"init_timestamp_nsecs", Json(now)},
-                                                     {"commit_timestamp_nsecs", Json(now)},
-                                                     {"custom_metadata", options.custom_metadata}})
-                                           .dump());
-      if (options.layout == OrbaxLayout::v1) put_file("orbax.checkpoint", "");
-      put_file("commit_success.txt", "Checkpoint commit was successful to " + where);
+      text.put_files(put_file, rel, options);
       staging->publish(expected);
       outcome.u64(1);
     } catch (...) {

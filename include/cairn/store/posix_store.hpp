@@ -36,6 +36,7 @@ class PosixStore final : public Store {
   // A link at `key` resolved to the file it leads to (through any chain of links); with a
   // root, a file outside the root is refused.
   std::string follow_link(const std::string& key) const override;
+  bool share_blob(const Store& from_store, const std::string& from, const std::string& to) override;
   // Missing directories on the way are created, as an object store needs none.
   std::unique_ptr<StoreWriter> create(const std::string& key) override;
   bool exists(const std::string& key) const override;

@@ -281,6 +281,22 @@ CAIRN_API void PosixStore::write_atomically(const std::string& key, const std::s
   detail::fsync_dir(detail::parent_dir(p));
 }
 
+CAIRN_API bool PosixStore::share_blob(const Store& from_store, const std::string& from, const std::string& to) {
+  const auto* posix = dynamic_cast<const PosixStore*>(&from_store);
+  if (!posix) return false;
+  const std::string src = posix->path(from), dst = path(to);
+  if (!detail::is_regular_file(src)) return false;  // never a link to a directory or a device
+  std::error_code ec;
+  std::filesystem::create_directories(detail::parent_dir(dst), ec);
+  if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), detail::parent_dir(dst));
+  int err = detail::injected_fault("link", dst);
+  if (!err && ::link(src.c_str(), dst.c_str()) != 0) err = errno;
+  if (err == EXDEV || err == EPERM || err == ENOTSUP || err == EOPNOTSUPP || err == EMLINK) return false;  // copy instead
+  if (err) detail::throw_errno("link", dst, err);
+  detail::fsync_dir(detail::parent_dir(dst));
+  return true;
+}
+
 CAIRN_API std::string PosixStore::follow_link(const std::string& key) const {
   const std::string p = path(key);
   std::error_code ec;

@@ -151,6 +151,18 @@ class Store {
   // the shards an index names) ask for this. The default: `key`.
   virtual std::string follow_link(const std::string& key) const { return key; }
 
+  // Makes `to` (nothing there yet) a second name of the blob `from` of the store `from_store`,
+  // sharing its bytes (a hard link), durable when this returns: true where the medium can (the
+  // POSIX store, both paths on one filesystem); false where it cannot, having done nothing, and
+  // the caller copies instead. What an export that references a checkpoint's data files rather
+  // than copying them (link_as_orbax) stands on. The default: false.
+  virtual bool share_blob(const Store& from_store, const std::string& from, const std::string& to) {
+    (void)from_store;
+    (void)from;
+    (void)to;
+    return false;
+  }
+
   // Commit mechanics (see the top of this file).
   // Checks the overwrite rule for `key` (nothing there, an empty prefix, or a committed
   // checkpoint or a safetensors set with `overwrite`; anything else is already_exists), removes the leftovers of
