@@ -1007,8 +1007,9 @@ struct RankState {
   cairn::ShardedArray<float> w;
   cairn::ShardedArray<std::int16_t> e;
   std::vector<double> bias;
+  cairn::ShardedArray<std::uint8_t> two;  // on processes 0 and 1 only: the others hold none of it
 };
-CAIRN_TREE(RankState, w, e, bias)
+CAIRN_TREE(RankState, w, e, bias, two)
 
 template <class T>
 std::vector<unsigned char> bytes_of_values(const std::vector<T>& v) {
@@ -1027,6 +1028,7 @@ TEST_CASE("ranks export one Orbax checkpoint together, each its own blocks into 
   const std::vector<float> w_truth = test::random_bits<float>(10 * 7);
   const std::vector<std::int16_t> e_truth = test::random_bits<std::int16_t>(6);
   const std::vector<double> bias = {0.5, -1.25, 3.0};
+  const std::vector<std::uint8_t> two_truth = test::random_bits<std::uint8_t>(9);
   // Rank r's part: 2 devices per process, the mesh over `ranks` processes (the last `missing`
   // of them taking no part in the export).
   auto state_of = [&](int r, int processes) {
@@ -1035,6 +1037,8 @@ TEST_CASE("ranks export one Orbax checkpoint together, each its own blocks into 
     s.w = cairn::ShardedArray<float>::from_host(w_truth, {10, 7}, cairn::NamedSharding(mesh, cairn::PartitionSpec{"x", "y"}));
     s.e = cairn::ShardedArray<std::int16_t>::from_host(e_truth, {6}, cairn::NamedSharding(mesh, cairn::PartitionSpec{"y"}));
     s.bias = bias;
+    s.two = cairn::ShardedArray<std::uint8_t>::from_host(two_truth, {9},
+                                                         cairn::NamedSharding(cairn::Mesh::host_per_process({{"z", 2}}, 1, r), cairn::PartitionSpec{"z"}));
     return s;
   };
   struct Way {
@@ -1065,7 +1069,7 @@ TEST_CASE("ranks export one Orbax checkpoint together, each its own blocks into 
       CAPTURE(r);
       CHECK(fs::is_regular_file(pytree + "/array_metadatas/process_" + std::to_string(r)));
       CHECK(fs::is_regular_file(pytree + "/ocdbt.process_" + std::to_string(r) + "/manifest.ocdbt") == way.ocdbt);
-      CHECK(reports[static_cast<std::size_t>(r)].leaves == 3);
+      CHECK(reports[static_cast<std::size_t>(r)].leaves == 4);
     }
     CHECK(fs::is_regular_file(pytree + "/manifest.ocdbt") == way.ocdbt);
     if (!way.ocdbt) {
@@ -1081,13 +1085,14 @@ TEST_CASE("ranks export one Orbax checkpoint together, each its own blocks into 
     std::uint64_t written = 0;
     for (const auto& rep : reports) written += rep.bytes;
     const std::uint64_t blocks = static_cast<std::uint64_t>((10 + rows - 1) / rows) * 2;
-    CHECK(written == blocks * static_cast<std::uint64_t>(rows * 4) * 4 + 2 * 3 * 2 + 3 * 8);
+    CHECK(written == blocks * static_cast<std::uint64_t>(rows * 4) * 4 + 2 * 3 * 2 + 3 * 8 + 2 * 5);
     CHECK(test::leftovers(out).empty());
 
     // Read back whole, and resharded onto another layout.
     const auto values = cairn::read_arrays(ckpt, {});
     CHECK(values.at("w").bytes == bytes_of_values(w_truth));
     CHECK(values.at("e").bytes == bytes_of_values(e_truth));
+    CHECK(values.at("two").bytes == two_truth);
     RankState back;
     back.w = cairn::ShardedArray<float>(cairn::NamedSharding(cairn::Mesh::host({{"q", 3}}), cairn::PartitionSpec{cairn::replicated, "q"}));
     back.e = cairn::ShardedArray<std::int16_t>(cairn::NamedSharding(cairn::Mesh::host({{"q", 4}}), cairn::PartitionSpec{"q"}));

@@ -457,7 +457,9 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
         text.add_string(name, std::string(static_cast<const char*>(v.data), static_cast<std::size_t>(v.nbytes)));
         continue;
       }
-      const bool by_shards = v.sharding && !v.shards.empty();
+      // By its blocks: every rank alike, also one that holds none of them (its mesh puts no
+      // device on this process), so that every rank spells the same layout.
+      const bool by_shards = v.sharding && !v.data;
       // Written whole by rank 0, which must hold all of it.
       if (!by_shards && !v.shards.empty() && primary)
         if (const std::uint64_t held = held_elements(v); held != element_count(v.shape))
