@@ -19,6 +19,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 namespace fs = std::filesystem;
 
@@ -925,13 +926,18 @@ TEST_CASE("a tree saved as an Orbax checkpoint reads back bit-exactly: both layo
     cairn::OrbaxLayout layout;
     int zstd;
     bool ocdbt = true;
+    bool zarr3 = true;
   };
   const std::vector<Way> ways = {{"v1", cairn::OrbaxLayout::v1, 0},
                                  {"v1_zstd", cairn::OrbaxLayout::v1, 3},
                                  {"v0", cairn::OrbaxLayout::v0_standard, 0},
                                  {"v0_zstd", cairn::OrbaxLayout::v0_standard, 1},
                                  {"v1_dirs", cairn::OrbaxLayout::v1, 0, false},
-                                 {"v0_dirs_zstd", cairn::OrbaxLayout::v0_standard, 3, false}};
+                                 {"v0_dirs_zstd", cairn::OrbaxLayout::v0_standard, 3, false},
+                                 // zarr v2, as Orbax v0 writes by default (and zarr-python 2 reads)
+                                 {"v0_zarr2_zstd", cairn::OrbaxLayout::v0_standard, 1, true, false},
+                                 {"v1_dirs_zarr2", cairn::OrbaxLayout::v1, 0, false, false},
+                                 {"v0_dirs_zarr2_zstd", cairn::OrbaxLayout::v0_standard, 3, false, false}};
   for (const Way& way : ways) {
     const std::string way_name = way.name;
     CAPTURE(way_name);
@@ -941,6 +947,7 @@ TEST_CASE("a tree saved as an Orbax checkpoint reads back bit-exactly: both layo
     o.layout = way.layout;
     o.zstd_level = way.zstd;
     o.ocdbt = way.ocdbt;
+    o.zarr3 = way.zarr3;
     o.cast = {{"cast_me", cairn::DType::bfloat16}};
     o.custom_metadata = cairn::Json::object({{"run", "7"}});
     const cairn::OrbaxSaveReport r = cairn::save_orbax(ckpt, s, o);
@@ -977,10 +984,13 @@ TEST_CASE("a tree saved as an Orbax checkpoint reads back bit-exactly: both layo
 
     // What Orbax reads beside the arrays: the sharding, the metadata, the checksums.
     const cairn::OrbaxCheckpoint info = cairn::orbax_metadata(ckpt);
-    CHECK(info.layout == (way.ocdbt ? "orbax (OCDBT, zarr v3)" : "orbax (zarr v3 directories)"));
+    const std::string v = way.zarr3 ? "3" : "2";
+    CHECK(info.layout == (way.ocdbt ? "orbax (OCDBT, zarr v" + v + ")" : "orbax (zarr v" + v + " directories)"));
     const std::string pytree = ckpt + (way.layout == cairn::OrbaxLayout::v1 ? "/state" : "");
     CHECK(fs::exists(pytree + "/manifest.ocdbt") == way.ocdbt);
-    CHECK(fs::is_regular_file(pytree + "/layers.1.w/c/0") == !way.ocdbt);  // a file per chunk, as zarr readers expect
+    // A file per chunk, as zarr readers expect.
+    CHECK(fs::is_regular_file(pytree + (way.zarr3 ? "/layers.1.w/c/0" : "/layers.1.w/0")) == !way.ocdbt);
+    CHECK(fs::is_regular_file(pytree + (way.zarr3 ? "/kernel/c/1/3" : "/kernel/1.3")) == !way.ocdbt);  // a 2x4 grid of blocks
     const auto* kernel = info.metadata.find_item("state")->find_leaf("kernel");
     REQUIRE(kernel);
     REQUIRE(kernel->sharding);
@@ -1045,12 +1055,16 @@ TEST_CASE("ranks export one Orbax checkpoint together, each its own blocks into 
     int ranks;
     bool ocdbt;
     int zstd;
+    bool zarr3 = true;
   };
-  for (const Way way : {Way{2, true, 0}, Way{3, true, 3}, Way{2, false, 0}, Way{3, false, 1}}) {
+  for (const Way way : {Way{2, true, 0}, Way{3, true, 3}, Way{2, false, 0}, Way{3, false, 1}, Way{3, true, 1, false},
+                        Way{3, false, 0, false}}) {
     CAPTURE(way.ranks);
     CAPTURE(way.ocdbt);
     CAPTURE(way.zstd);
-    const std::string name = "ranks" + std::to_string(way.ranks) + (way.ocdbt ? "_db" : "_dirs") + (way.zstd ? "_zstd" : "");
+    CAPTURE(way.zarr3);
+    const std::string name = "ranks" + std::to_string(way.ranks) + (way.ocdbt ? "_db" : "_dirs") + (way.zstd ? "_zstd" : "") +
+                             (way.zarr3 ? "" : "_zarr2");
     const std::string ckpt = out + "/" + name;
     fs::remove_all(ckpt);
     std::vector<cairn::OrbaxSaveReport> reports(static_cast<std::size_t>(way.ranks));
@@ -1059,6 +1073,7 @@ TEST_CASE("ranks export one Orbax checkpoint together, each its own blocks into 
       o.coordinator = &c;
       o.ocdbt = way.ocdbt;
       o.zstd_level = way.zstd;
+      o.zarr3 = way.zarr3;
       reports[static_cast<std::size_t>(r)] = cairn::save_orbax(ckpt, state_of(r, way.ranks), o);
     });
     for (const auto& e : errors) CHECK_MESSAGE(!e, (e ? e->what() : ""));
@@ -1074,12 +1089,12 @@ TEST_CASE("ranks export one Orbax checkpoint together, each its own blocks into 
     CHECK(fs::is_regular_file(pytree + "/manifest.ocdbt") == way.ocdbt);
     if (!way.ocdbt) {
       // One file per block, the edge ones padded to the block's shape.
+      const std::string c = way.zarr3 ? "/c/" : "/", sep = way.zarr3 ? "/" : ".";
       for (std::int64_t i = 0; i * rows < 10; ++i)
-        for (int j = 0; j < 2; ++j)
-          CHECK(fs::is_regular_file(pytree + "/w/c/" + std::to_string(i) + "/" + std::to_string(j)));
-      CHECK(fs::is_regular_file(pytree + "/e/c/0"));
-      CHECK(fs::is_regular_file(pytree + "/e/c/1"));
-      CHECK_FALSE(fs::exists(pytree + "/e/c/2"));
+        for (int j = 0; j < 2; ++j) CHECK(fs::is_regular_file(pytree + "/w" + c + std::to_string(i) + sep + std::to_string(j)));
+      CHECK(fs::is_regular_file(pytree + "/e" + c + "0"));
+      CHECK(fs::is_regular_file(pytree + "/e" + c + "1"));
+      CHECK_FALSE(fs::exists(pytree + "/e" + c + "2"));
     }
     // Each block was written once: the ranks' bytes add up to the blocks' (padding included).
     std::uint64_t written = 0;
@@ -1214,12 +1229,20 @@ TEST_CASE("a cairn checkpoint shown to Orbax without copying its data: its data 
   const LinkState s = link_state();
   const std::string ckpt = dir / "ckpt";
   cairn::save(ckpt, s, {.user_metadata = cairn::Json::object({{"run", "9"}})});
-  for (const auto layout : {cairn::OrbaxLayout::v1, cairn::OrbaxLayout::v0_standard}) {
-    const bool v1 = layout == cairn::OrbaxLayout::v1;
-    CAPTURE(v1);
-    const std::string orbax = dir / (v1 ? "orbax-v1" : "orbax-v0");
+  struct Way {
+    const char* name;
+    cairn::OrbaxLayout layout;
+    bool zarr3;
+  };
+  for (const Way way : {Way{"orbax-v1", cairn::OrbaxLayout::v1, true}, Way{"orbax-v0", cairn::OrbaxLayout::v0_standard, true},
+                        Way{"orbax-v0-zarr2", cairn::OrbaxLayout::v0_standard, false}}) {
+    const bool v1 = way.layout == cairn::OrbaxLayout::v1;
+    const std::string way_name = way.name;
+    CAPTURE(way_name);
+    const std::string orbax = dir / way.name;
     cairn::OrbaxSaveOptions o;
-    o.layout = layout;
+    o.layout = way.layout;
+    o.zarr3 = way.zarr3;
     const cairn::OrbaxLinkReport r = cairn::link_as_orbax(ckpt, orbax, o);
     CHECK(r.leaves == 9);
     CHECK(r.files_shared);
@@ -1250,16 +1273,21 @@ TEST_CASE("a cairn checkpoint shown to Orbax without copying its data: its data 
   // With CAIRN_ORBAX_EXPORT_DIR set, every key of the linked database is also written out as a
   // file (linked_dirs/state/<key>): the zarr metadata and chunks Orbax reads, for zarrita to
   // read as a directory of zarr arrays (the transpose codec of the column-major leaf included).
+  // zarr-python reads the zarr v2 one's (order F for the column-major leaf).
   if (const char* keep = std::getenv("CAIRN_ORBAX_EXPORT_DIR")) {
-    const std::string mirror = std::string(keep) + "/linked_dirs";
-    fs::remove_all(mirror);
-    cairn::PosixStore posix(dir / "orbax-v1");
-    cairn::detail::orbax::OcdbtDatabase db(posix, "state");
-    for (const auto& [k, v] : db.entries()) {
-      fs::create_directories(fs::path(mirror + "/state/" + k).parent_path());
-      test::write_file(mirror + "/state/" + k, db.read(v, k));
+    for (const auto& [from, pytree, mirror_name] : {std::tuple<std::string, std::string, std::string>{"orbax-v1", "state", "linked_dirs"},
+                                                    {"orbax-v0-zarr2", "", "linked_dirs_zarr2"}}) {
+      const std::string mirror = std::string(keep) + "/" + mirror_name;
+      fs::remove_all(mirror);
+      cairn::PosixStore posix(dir / from);
+      cairn::detail::orbax::OcdbtDatabase db(posix, pytree);
+      for (const auto& [k, v] : db.entries()) {
+        const std::string file = mirror + (pytree.empty() ? "" : "/" + pytree) + "/" + k;
+        fs::create_directories(fs::path(file).parent_path());
+        test::write_file(file, db.read(v, k));
+      }
+      write_expected(std::string(keep) + "/expected/" + mirror_name, dir / from);
     }
-    write_expected(std::string(keep) + "/expected/linked_dirs", dir / "orbax-v1");
   }
   // The cairn checkpoint removed: the Orbax one keeps its bytes (hard links).
   fs::remove_all(ckpt);

@@ -46,6 +46,10 @@ struct OrbaxSaveOptions {
   // parameter (<name>/zarr.json, <name>/c/0/0), as Orbax writes with use_ocdbt=False, which
   // any zarr v3 reader opens as plain files.
   bool ocdbt = true;
+  // true: zarr v3 arrays (Orbax v1's default, and cairn's). false: zarr v2 arrays (.zarray, chunk
+  // keys <name>/<i>.<j>, zstd as the compressor), as Orbax v0's StandardCheckpointer writes by
+  // default (use_zarr3=False), which zarr-python 2 also reads.
+  bool zarr3 = true;
   std::vector<CastRule> cast = {};  // as SaveOptions::cast: {{"**", DType::bfloat16}}
   OnOverflow on_overflow = OnOverflow::error;
   Json custom_metadata = Json::object();  // _CHECKPOINT_METADATA's "custom_metadata"
@@ -159,6 +163,37 @@ inline std::string orbax_zarr_json(DType dtype, const Shape& shape, const Shape&
   return m.dump();
 }
 
+// numpy's type string of a dtype as zarr v2 writes it ("<f4", "|b1"), or TensorStore's bare
+// name for the ones numpy has not got ("bfloat16", "float8_e4m3fn").
+inline std::string zarr2_dtype(DType d) {
+  switch (d) {
+    case DType::bool_: return "|b1";
+    case DType::int8: return "|i1";
+    case DType::uint8: return "|u1";
+    case DType::int16: return "<i2";
+    case DType::uint16: return "<u2";
+    case DType::int32: return "<i4";
+    case DType::uint32: return "<u4";
+    case DType::int64: return "<i8";
+    case DType::uint64: return "<u8";
+    case DType::float16: return "<f2";
+    case DType::float32: return "<f4";
+    case DType::float64: return "<f8";
+    default: return dtype_name(d);
+  }
+}
+
+// zarr v2's .zarray of an array of chunks `chunk`, C order (or F: a column-major chunk as it is
+// stored), zstd where a level is given, members in the sorted order zarr-python and TensorStore
+// write them. The fill value is null, as Orbax writes it: every chunk is written.
+inline std::string orbax_zarray(DType dtype, const Shape& shape, const Shape& chunk, int zstd_level, Order order = Order::C) {
+  Json compressor = zstd_level > 0 ? Json::object({{"id", "zstd"}, {"level", Json(std::int64_t{zstd_level})}}) : Json();
+  return "{\"chunks\":" + json_shape(chunk).dump() + ",\"compressor\":" + compressor.dump() +
+         ",\"dimension_separator\":\".\",\"dtype\":" + Json(zarr2_dtype(dtype)).dump() +
+         ",\"fill_value\":null,\"filters\":null,\"order\":\"" + (order == Order::F && shape.size() >= 2 ? "F" : "C") +
+         "\",\"shape\":" + json_shape(shape).dump() + ",\"zarr_format\":2}";
+}
+
 // The JSON string _sharding holds for a NamedSharding (devices numbered in mesh order).
 inline std::string orbax_sharding_json(const NamedSharding& s) {
   Json shape = Json::array(), names = Json::array(), types = Json::array(), spec = Json::array();
@@ -198,7 +233,8 @@ inline std::int64_t unix_nanoseconds() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Streams one array's shard (its values, then the index and the index's CRC32C) into `sink`.
+// Streams one array's chunk into `sink`: zarr v3, a shard (its values, then the index and the
+// index's CRC32C); zarr v2, the values alone.
 // Returns the bytes of the chunk data (compressed where zstd is on).
 template <class Sink>
 std::uint64_t write_orbax_shard(const LeafView& v, DType to, const OrbaxSaveOptions& o, const std::string& key, Sink&& sink) {
@@ -230,6 +266,7 @@ std::uint64_t write_orbax_shard(const LeafView& v, DType to, const OrbaxSaveOpti
     for_each_c_order_piece(v, to, o.on_overflow, key, [&](const void* p, std::uint64_t len) { feed(p, len, ZSTD_e_continue); });
     feed(nullptr, 0, ZSTD_e_end);
   }
+  if (!o.zarr3) return n;  // zarr v2: the chunk is its bytes (or one zstd frame), no shard index
   std::string index;
   ocdbt_put_le(index, 0, 8);
   ocdbt_put_le(index, n, 8);
@@ -311,7 +348,7 @@ class OrbaxMetadataText {
   template <class Put>
   void put_files(Put&& put, const std::string& rel, const OrbaxSaveOptions& options) const {
     put(rel + "_METADATA", "{\"tree_metadata\":{" + tree_ + "},\"use_ocdbt\":" + (options.ocdbt ? "true" : "false") +
-                               ",\"use_zarr3\":true,\"store_array_data_equal_to_fill_value\":true,"
+                               ",\"use_zarr3\":" + (options.zarr3 ? "true" : "false") + ",\"store_array_data_equal_to_fill_value\":true,"
                                "\"custom_metadata\":null}");
     if (!shardings_.empty()) put(rel + "_sharding", "{" + shardings_ + "}");
     const std::int64_t now = unix_nanoseconds();
@@ -367,12 +404,20 @@ inline Shape orbax_shard_chunk(const LeafView& v) {
   return chunk;
 }
 
-// A chunk's key in the array: <name>/c/<i>/<j>..., <name>/c for a scalar.
-inline std::string orbax_chunk_key(const std::string& name, const Shape& index) {
+// A chunk's key in the array: zarr v3's <name>/c/<i>/<j> (<name>/c for a scalar), zarr v2's
+// <name>/<i>.<j> (<name>/0 for a scalar).
+inline std::string orbax_chunk_key(const std::string& name, const Shape& index, bool zarr3 = true) {
+  if (!zarr3) {
+    std::string key = name + "/";
+    for (std::size_t d = 0; d < index.size(); ++d) key += (d ? "." : "") + std::to_string(index[d]);
+    return index.empty() ? key + "0" : key;
+  }
   std::string key = name + "/c";
   for (std::int64_t i : index) key += "/" + std::to_string(i);
   return key;
 }
+// An array's metadata key: zarr.json, or zarr v2's .zarray.
+inline std::string orbax_metadata_key(const std::string& name, bool zarr3) { return name + (zarr3 ? "/zarr.json" : "/.zarray"); }
 
 // How many chunks of an array hold data (zarr writes none of a zero-size array).
 inline std::uint64_t orbax_chunk_count(const Shape& shape, const Shape& chunk) {
@@ -475,7 +520,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       text.add_array(name, v.sharding ? &*v.sharding : nullptr, chunk);
     }
     report.leaves = text.leaves();
-    text.digest(digest);
+    if (ranks > 1) text.digest(digest);  // (a byte at a time: 10,000 leaves' text took 9 ms)
 
     auto put_mine = [&](const std::string& name, const std::string& content) {
       write_blob(store, join_key(top, name), content);
@@ -502,15 +547,16 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       report.stored_bytes += data;
     };
     for (const OrbaxParam& p : params) {
-      const std::string zarr_json = orbax_zarr_json(p.dtype, p.view->shape, p.chunk, options.zstd_level);
-      digest.str(zarr_json);
+      const std::string zarr_json = options.zarr3 ? orbax_zarr_json(p.dtype, p.view->shape, p.chunk, options.zstd_level)
+                                                  : orbax_zarray(p.dtype, p.view->shape, p.chunk, options.zstd_level);
+      if (ranks > 1) digest.str(zarr_json);
       if (primary) {
-        if (db) db->put(p.name + "/zarr.json", zarr_json);
-        else put_mine(rel + p.name + "/zarr.json", zarr_json);
+        if (db) db->put(orbax_metadata_key(p.name, options.zarr3), zarr_json);
+        else put_mine(rel + orbax_metadata_key(p.name, options.zarr3), zarr_json);
       }
       if (element_count(p.view->shape) == 0) continue;  // no chunk: a zero-size array is all fill value
       if (!p.by_shards) {
-        if (primary) write_chunk(p, *p.view, orbax_chunk_key(p.name, Shape(p.view->shape.size(), 0)));
+        if (primary) write_chunk(p, *p.view, orbax_chunk_key(p.name, Shape(p.view->shape.size(), 0), options.zarr3));
         continue;
       }
       for (const ShardView& s : p.view->shards) {
@@ -524,7 +570,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
                         " an Orbax array's chunks form", where, p.key);
           index[d] = s.box.start[d] / p.chunk[d];
         }
-        const std::string chunk_key = orbax_chunk_key(p.name, index);
+        const std::string chunk_key = orbax_chunk_key(p.name, index, options.zarr3);
         write_chunk(p, orbax_chunk_view(*p.view, s, p.chunk), chunk_key);
         chunks_written.push_back(chunk_key);
       }
@@ -617,8 +663,9 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
         if (!p.by_shards || element_count(p.view->shape) == 0) continue;
         const std::uint64_t want = orbax_chunk_count(p.view->shape, p.chunk);
         std::uint64_t got = 0;
-        for (auto it = writer_of.lower_bound(p.name + "/c"); it != writer_of.end() && it->first.rfind(p.name + "/c", 0) == 0; ++it)
-          if (it->first.size() == p.name.size() + 2 || it->first[p.name.size() + 2] == '/') ++got;
+        // Its chunks' keys are those under "<name>/" (no name holds '/', so no other array's are).
+        const std::string under = p.name + "/";
+        for (auto it = writer_of.lower_bound(under); it != writer_of.end() && it->first.rfind(under, 0) == 0; ++it) ++got;
         if (got != want)
           throw Error(ErrorKind::invalid_argument, "the ranks hold " + std::to_string(got) + " of the array's " +
                       std::to_string(want) + " blocks: every block needs a process that holds it (" +

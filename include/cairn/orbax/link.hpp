@@ -2,7 +2,7 @@
 // A cairn checkpoint as an Orbax checkpoint without copying its data: an OCDBT database whose
 // values are byte ranges of the checkpoint's own data files (OCDBT lets a value point into any
 // data file below the database), and zarr v3 arrays whose chunks are cairn's chunks as stored
-// (codec `bytes`, with `transpose` for a column-major leaf). The data files get a second name
+// (codec `bytes`, with `transpose` for a column-major leaf; zarr v2: no compressor, order C or F). The data files get a second name
 // under the database's d/ (a hard link, Store::share_blob), or are copied where the store or
 // the filesystem cannot share them. A leaf whose chunks are not the regular grid zarr needs
 // (an uneven split: zarr pads edge chunks to the full chunk, cairn stores them as they are;
@@ -191,15 +191,17 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
   OcdbtWriter db(store, dir);
   for (const Linked& a : linked) {
     const LeafRecord& l = *a.leaf;
-    db.put(a.name + "/zarr.json", orbax_plain_zarr_json(l.dtype, l.shape, a.grid, l.order));
+    db.put(orbax_metadata_key(a.name, options.zarr3), options.zarr3 ? orbax_plain_zarr_json(l.dtype, l.shape, a.grid, l.order)
+                                                                    : orbax_zarray(l.dtype, l.shape, a.grid, 0, l.order));
     for (const ChunkRecord& c : l.chunks) {
       Shape index(c.start.size());
       for (std::size_t d = 0; d < index.size(); ++d) index[d] = c.start[d] / a.grid[d];
-      db.put_reference(orbax_chunk_key(a.name, index), {std::string(), "d/" + c.file}, c.offset, c.nbytes);
+      db.put_reference(orbax_chunk_key(a.name, index, options.zarr3), {std::string(), "d/" + c.file}, c.offset, c.nbytes);
       report.linked_bytes += c.nbytes;
     }
   }
-  const OrbaxSaveOptions plain;
+  OrbaxSaveOptions plain;
+  plain.zarr3 = options.zarr3;
   for (const auto& [l, name] : rewrite) {
     const ArrayValue& v = values.at(l->key());
     LeafView view;
@@ -207,8 +209,10 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
     view.shape = v.shape;
     view.data = v.bytes.data();
     view.nbytes = v.bytes.size();
-    db.put(name + "/zarr.json", orbax_zarr_json(v.dtype, v.shape, orbax_chunk_shape(v.shape), 0));
-    db.put_stream(orbax_chunk_key(name, Shape(v.shape.size(), 0)),
+    const Shape whole = orbax_chunk_shape(v.shape);
+    db.put(orbax_metadata_key(name, options.zarr3), options.zarr3 ? orbax_zarr_json(v.dtype, v.shape, whole, 0)
+                                                                  : orbax_zarray(v.dtype, v.shape, whole, 0));
+    db.put_stream(orbax_chunk_key(name, Shape(v.shape.size(), 0), options.zarr3),
                   [&](auto&& sink) { write_orbax_shard(view, v.dtype, plain, l->key(), sink); });
     report.rewritten.push_back(l->key());
     report.rewritten_bytes += v.bytes.size();
