@@ -25,6 +25,7 @@
 #include "cairn/checkpoint/coverage.hpp"
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/checkpoint/snapshot.hpp"
+#include "cairn/core/json_reader.hpp"
 #include "cairn/coordination/wire.hpp"
 #include "cairn/format/root_layout.hpp"
 #include "cairn/orbax/ocdbt_writer.hpp"
@@ -123,6 +124,12 @@ inline Json json_shape(const Shape& s) {
   for (std::int64_t d : s) a.push_back(Json(d));
   return a;
 }
+// The same as JSON text: [2,3].
+inline std::string shape_text(const Shape& s) {
+  std::string t = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? "," : "") + std::to_string(s[i]);
+  return t + "]";
+}
 
 // The one chunk an array is stored as: the array, each dimension at least 1 (a zarr chunk is
 // never empty; a zero-size array has no chunk written).
@@ -135,32 +142,16 @@ inline Shape orbax_chunk_shape(const Shape& shape) {
 // zarr v3's metadata of an array whose chunks (a regular grid) each hold one sharding_indexed
 // shard of one inner chunk, as Orbax stores every array.
 inline std::string orbax_zarr_json(DType dtype, const Shape& shape, const Shape& chunk, int zstd_level) {
-  Json inner = Json::array();
-  if (dtype_size(dtype) == 1) inner.push_back(Json::object({{"name", "bytes"}}));
-  else inner.push_back(Json::object({{"name", "bytes"}, {"configuration", Json::object({{"endian", "little"}})}}));
-  if (zstd_level > 0)
-    inner.push_back(Json::object({{"name", "zstd"},
-                                  {"configuration", Json::object({{"level", Json(std::int64_t{zstd_level})}, {"checksum", false}})}}));
-  Json index = Json::array();
-  index.push_back(Json::object({{"name", "bytes"}, {"configuration", Json::object({{"endian", "little"}})}}));
-  index.push_back(Json::object({{"name", "crc32c"}}));
-  Json fill = dtype == DType::bool_ ? Json(false) : is_float_dtype(dtype) ? Json(0.0) : Json(std::int64_t{0});
-  Json m = Json::object({
-      {"zarr_format", Json(std::int64_t{3})},
-      {"node_type", "array"},
-      {"shape", json_shape(shape)},
-      {"data_type", dtype_name(dtype)},
-      {"chunk_grid", Json::object({{"name", "regular"}, {"configuration", Json::object({{"chunk_shape", json_shape(chunk)}})}})},
-      {"chunk_key_encoding", Json::object({{"name", "default"}})},
-      {"fill_value", fill},
-      {"codecs", Json::array()},
-  });
-  m["codecs"].push_back(Json::object({{"name", "sharding_indexed"},
-                                      {"configuration", Json::object({{"chunk_shape", json_shape(chunk)},
-                                                                      {"codecs", inner},
-                                                                      {"index_codecs", index},
-                                                                      {"index_location", "end"}})}}));
-  return m.dump();
+  // Spelled as text: building it as a Json tree was most of an export of small arrays.
+  std::string inner = dtype_size(dtype) == 1 ? R"({"name":"bytes"})" : R"({"name":"bytes","configuration":{"endian":"little"}})";
+  if (zstd_level > 0) inner += R"(,{"name":"zstd","configuration":{"level":)" + std::to_string(zstd_level) + R"(,"checksum":false}})";
+  const char* fill = dtype == DType::bool_ ? "false" : is_float_dtype(dtype) ? "0.0" : "0";
+  const std::string chunk_text = shape_text(chunk);
+  return R"({"zarr_format":3,"node_type":"array","shape":)" + shape_text(shape) + R"(,"data_type":")" + dtype_name(dtype) +
+         R"(","chunk_grid":{"name":"regular","configuration":{"chunk_shape":)" + chunk_text +
+         R"(}},"chunk_key_encoding":{"name":"default"},"fill_value":)" + fill +
+         R"(,"codecs":[{"name":"sharding_indexed","configuration":{"chunk_shape":)" + chunk_text + R"(,"codecs":[)" + inner +
+         R"(],"index_codecs":[{"name":"bytes","configuration":{"endian":"little"}},{"name":"crc32c"}],"index_location":"end"}}]})";
 }
 
 // numpy's type string of a dtype as zarr v2 writes it ("<f4", "|b1"), or TensorStore's bare
@@ -188,10 +179,10 @@ inline std::string zarr2_dtype(DType d) {
 // write them. The fill value is null, as Orbax writes it: every chunk is written.
 inline std::string orbax_zarray(DType dtype, const Shape& shape, const Shape& chunk, int zstd_level, Order order = Order::C) {
   Json compressor = zstd_level > 0 ? Json::object({{"id", "zstd"}, {"level", Json(std::int64_t{zstd_level})}}) : Json();
-  return "{\"chunks\":" + json_shape(chunk).dump() + ",\"compressor\":" + compressor.dump() +
+  return "{\"chunks\":" + shape_text(chunk) + ",\"compressor\":" + compressor.dump() +
          ",\"dimension_separator\":\".\",\"dtype\":" + Json(zarr2_dtype(dtype)).dump() +
          ",\"fill_value\":null,\"filters\":null,\"order\":\"" + (order == Order::F && shape.size() >= 2 ? "F" : "C") +
-         "\",\"shape\":" + json_shape(shape).dump() + ",\"zarr_format\":2}";
+         "\",\"shape\":" + shape_text(shape) + ",\"zarr_format\":2}";
 }
 
 // The JSON string _sharding holds for a NamedSharding (devices numbered in mesh order).
@@ -292,7 +283,7 @@ class OrbaxMetadataText {
                   "array: put it in a struct or a map", where_);
     std::string name;
     tuple_ = "(";
-    keys_ = Json::array();
+    keys_ = "[";
     for (std::size_t i = 0; i < path.size(); ++i) {
       const KeyEntry& e = path[i];
       const std::string text = e.text();
@@ -301,8 +292,11 @@ class OrbaxMetadataText {
                     "joins the keys and '/' separates the arrays in the database; an empty key has no name)", where_, full);
       name += (i ? "." : "") + text;
       tuple_ += (i ? ", " : "") + python_repr(text);
-      keys_.push_back(Json::object({{"key", text}, {"key_type", Json(std::int64_t{e.kind == KeyEntry::Kind::index ? 1 : 2})}}));
+      keys_ += i ? ",{\"key\":" : "{\"key\":";
+      append_json_string(keys_, text);
+      keys_ += e.kind == KeyEntry::Kind::index ? ",\"key_type\":1}" : ",\"key_type\":2}";
     }
+    keys_ += ']';
     tuple_ += path.size() == 1 ? ",)" : ")";
     if (auto [it, fresh] = names_.emplace(name, full); !fresh)
       throw Error(ErrorKind::invalid_argument, "key paths '" + it->second + "' and '" + full +
@@ -312,26 +306,18 @@ class OrbaxMetadataText {
   void add_string(const std::string& name, const std::string& value) {
     ++string_leaves_;
     add_member(strings_, name, Json(value).dump());
-    end_leaf(Json::object({{"value_type", "string"}}));
+    end_leaf(R"({"value_type":"string","skip_deserialize":false})");
   }
   // An array stored in chunks of `chunk`; `sharding` where it has one (a jax.Array).
   void add_array(const std::string& name, const NamedSharding* sharding, const Shape& chunk) {
     ++arrays_;
-    Json value = Json::object();
-    if (sharding) {
-      value["value_type"] = "jax.Array";
-      add_member(shardings_, base64url(name), Json(orbax_sharding_json(*sharding)).dump());
-      value["write_shape"] = json_shape(chunk);
-    } else {
-      value["value_type"] = "np.ndarray";
-    }
-    array_metadatas_ += std::string(array_metadatas_.empty() ? "" : ",") +
-                        Json::object({{"array_metadata", Json::object({{"param_name", name},
-                                                                       {"write_shape", json_shape(chunk)},
-                                                                       {"chunk_shape", json_shape(chunk)},
-                                                                       {"ext_metadata", Json()}})}})
-                            .dump();
-    end_leaf(std::move(value));
+    const std::string chunk_text = shape_text(chunk);
+    if (sharding) add_member(shardings_, base64url(name), Json(orbax_sharding_json(*sharding)).dump());
+    array_metadatas_ += array_metadatas_.empty() ? R"({"array_metadata":{"param_name":)" : R"(,{"array_metadata":{"param_name":)";
+    append_json_string(array_metadatas_, name);
+    array_metadatas_ += R"(,"write_shape":)" + chunk_text + R"(,"chunk_shape":)" + chunk_text + R"(,"ext_metadata":null}})";
+    end_leaf(sharding ? R"({"value_type":"jax.Array","write_shape":)" + chunk_text + R"(,"skip_deserialize":false})"
+                      : std::string(R"({"value_type":"np.ndarray","skip_deserialize":false})"));
   }
 
   std::uint64_t leaves() const { return arrays_ + string_leaves_; }
@@ -368,17 +354,21 @@ class OrbaxMetadataText {
 
  private:
   static void add_member(std::string& object, const std::string& name, const std::string& value_json) {
-    object += (object.empty() ? "" : ",") + Json(name).dump() + ":" + value_json;
+    if (!object.empty()) object += ',';
+    append_json_string(object, name);
+    object += ':';
+    object += value_json;
   }
-  void end_leaf(Json value) {
-    value["skip_deserialize"] = false;
-    add_member(tree_, tuple_, Json::object({{"key_metadata", keys_}, {"value_metadata", std::move(value)}}).dump());
+  // The leaf's _METADATA entry: its keys (begin_leaf) and `value`, the value metadata's text.
+  void end_leaf(const std::string& value) {
+    if (!tree_.empty()) tree_ += ',';
+    append_json_string(tree_, tuple_);
+    tree_ += R"(:{"key_metadata":)" + keys_ + R"(,"value_metadata":)" + value + "}";
   }
 
   std::string where_;
   std::map<std::string, std::string> names_;  // parameter name -> key path
-  std::string tuple_;
-  Json keys_;
+  std::string tuple_, keys_;  // the leaf begun: its tuple's repr, its key_metadata list
   std::string tree_, strings_, shardings_, array_metadatas_;
   std::uint64_t arrays_ = 0, string_leaves_ = 0;
 };
