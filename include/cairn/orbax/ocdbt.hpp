@@ -12,6 +12,7 @@
 // database ("..", an absolute path) is refused. Errors are ErrorKind::corrupt naming the file.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -206,6 +207,7 @@ class OcdbtDatabase {
  public:
   OcdbtDatabase(const Store& store, std::string key) : store_(store), key_(normalize_key(std::move(key))) {
     read_manifest();
+    find_small_runs();
   }
   // In key order (the B+tree's).
   const std::deque<std::pair<std::string, OcdbtValue>>& entries() const { return entries_; }
@@ -225,6 +227,7 @@ class OcdbtDatabase {
       if (n) std::memcpy(dst, v.bytes.data() + offset, static_cast<std::size_t>(n));
       return;
     }
+    if (v.length <= small_value_bytes && read_from_run(*v.file, dst, n, v.offset + offset)) return;
     value_reader(*v.file).read_at(dst, n, v.offset + offset);
   }
   std::string read(const OcdbtValue& v, const std::string& key) const {
@@ -232,6 +235,14 @@ class OcdbtDatabase {
     read(v, s.data(), s.size(), 0, key);
     return s;
   }
+  // Small indirect values lying close together in a data file (at most 4 KiB apart) form runs
+  // of at most 1 MiB, and a value of a run is served from the run, read whole once: a
+  // checkpoint of 10,000 small arrays keeps 20,000 small values (each array's zarr.json and
+  // its chunk) back to back, and a read of each was a fifth of its load. A value alone (the
+  // zarr.json between two large chunks) is its own run: read as it was. Runs read are kept, up
+  // to 64 MiB (held_run_bytes).
+  static constexpr std::uint64_t small_value_bytes = 64 << 10, run_gap_bytes = 4 << 10, max_run_bytes = 1 << 20;
+
   // The reader of a data file values point into (opened once).
   const StoreReader& value_reader(const OcdbtDataFile& f) const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -263,6 +274,63 @@ class OcdbtDatabase {
     std::string s(static_cast<std::size_t>(ref.length), '\0');
     r.read_at(s.data(), s.size(), ref.offset);
     return s;
+  }
+
+  // Groups the small indirect values of each data file into runs (see small_value_bytes).
+  void find_small_runs() {
+    std::map<const OcdbtDataFile*, std::vector<std::pair<std::uint64_t, std::uint64_t>>> ranges;
+    for (const auto& [k, v] : entries_)
+      if (!v.is_inline && v.length > 0 && v.length <= small_value_bytes && v.offset + v.length > v.offset)
+        ranges[v.file].emplace_back(v.offset, v.offset + v.length);
+    for (auto& [file, r] : ranges) {
+      std::sort(r.begin(), r.end());
+      std::vector<SmallRun>& runs = small_runs_[file];
+      for (const auto& [begin, end] : r) {
+        if (!runs.empty() && begin <= runs.back().end + run_gap_bytes && std::max(end, runs.back().end) - runs.back().begin <= max_run_bytes) {
+          runs.back().end = std::max(runs.back().end, end);
+          ++runs.back().values;
+        } else {
+          runs.push_back({begin, end, 1});
+        }
+      }
+    }
+  }
+  // Copies [at, at + n) of `file` from the run holding it, read once; false where no run of
+  // several values holds it (the caller reads it itself, and reports what is wrong with it).
+  bool read_from_run(const OcdbtDataFile& file, void* dst, std::uint64_t n, std::uint64_t at) const {
+    auto f = small_runs_.find(&file);
+    if (f == small_runs_.end()) return false;
+    const std::vector<SmallRun>& runs = f->second;
+    auto it = std::upper_bound(runs.begin(), runs.end(), at, [](std::uint64_t a, const SmallRun& r) { return a < r.begin; });
+    if (it == runs.begin()) return false;
+    const SmallRun& run = *--it;
+    if (run.values < 2 || at + n > run.end) return false;
+    const StoreReader& reader = value_reader(file);
+    std::lock_guard<std::mutex> lock(run_mutex_);
+    const std::pair<const OcdbtDataFile*, std::uint64_t> id{&file, run.begin};
+    auto held = held_runs_.find(id);
+    if (held == held_runs_.end()) {
+      // A run past the end of its (damaged) file is cut at the end: what lies beyond is read,
+      // and refused, by the caller.
+      const std::uint64_t size = reader.size();
+      if (run.begin >= size) return false;
+      std::string bytes(static_cast<std::size_t>(std::min(run.end, size) - run.begin), '\0');
+      reader.read_at(bytes.data(), bytes.size(), run.begin);
+      // Runs are kept (values are not read in file order: keys sort otherwise), up to
+      // held_run_bytes, the oldest dropped first.
+      while (held_bytes_ + bytes.size() > held_run_bytes && !held_order_.empty()) {
+        auto oldest = held_runs_.find(held_order_.front());
+        held_bytes_ -= oldest->second.size();
+        held_runs_.erase(oldest);
+        held_order_.pop_front();
+      }
+      held_bytes_ += bytes.size();
+      held_order_.push_back(id);
+      held = held_runs_.emplace(id, std::move(bytes)).first;
+    }
+    if (at + n > run.begin + held->second.size()) return false;
+    if (n) std::memcpy(dst, held->second.data() + (at - run.begin), static_cast<std::size_t>(n));
+    return true;
   }
 
   void read_manifest() {
@@ -434,6 +502,15 @@ class OcdbtDatabase {
   std::map<std::string, const OcdbtDataFile*, std::less<>> data_file_of_;
   mutable std::mutex mutex_;
   mutable std::map<std::string, std::unique_ptr<StoreReader>> readers_;
+  struct SmallRun {
+    std::uint64_t begin = 0, end = 0, values = 0;
+  };
+  std::map<const OcdbtDataFile*, std::vector<SmallRun>> small_runs_;  // by file, sorted by begin
+  static constexpr std::uint64_t held_run_bytes = 64 << 20;
+  mutable std::mutex run_mutex_;
+  mutable std::map<std::pair<const OcdbtDataFile*, std::uint64_t>, std::string> held_runs_;  // (file, begin) -> bytes
+  mutable std::deque<std::pair<const OcdbtDataFile*, std::uint64_t>> held_order_;          // oldest first
+  mutable std::uint64_t held_bytes_ = 0;
 };
 
 }  // namespace detail::orbax
