@@ -605,6 +605,13 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
   // Step 4.
   WireWriter outcome;
   std::exception_ptr publish_failure;
+  // The other ranks learn whose error it is: another rank's, or one about the ranks together
+  // (their trees, their blocks), as it is; rank 0's own, prefixed "rank 0 failed: ".
+  bool says_whose = false;
+  auto about_ranks = [&](Error e) {
+    says_whose = true;
+    return e;
+  };
   if (primary) {
     try {
       if (failure) std::rethrow_exception(failure);
@@ -612,7 +619,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
         WireReader in(reports[r]);
         if (in.u64() == 1) continue;
         const Error e = decode_error(in);
-        throw Error(e.kind(), "rank " + std::to_string(r) + " failed: " + e.message(), e.file(), e.key_path());
+        throw about_ranks(Error(e.kind(), "rank " + std::to_string(r) + " failed: " + e.message(), e.file(), e.key_path()));
       }
       std::map<std::string, std::uint64_t> expected;
       std::map<std::string, int> writer_of;  // chunk key -> the rank that wrote it
@@ -622,8 +629,8 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
         WireReader in(reports[r]);
         in.u64();
         if (in.u64() != digest.value)
-          throw Error(ErrorKind::invalid_argument, "rank " + std::to_string(r) + " saved another tree than rank 0 (other "
-                      "keys, dtypes, shapes or shardings): every rank saves the same tree", where);
+          throw about_ranks(Error(ErrorKind::invalid_argument, "rank " + std::to_string(r) + " saved another tree than rank 0 "
+                                  "(other keys, dtypes, shapes or shardings): every rank saves the same tree", where));
         for (std::uint64_t n = in.u64(); n > 0; --n) {
           std::string name = in.str();
           expected[name] = in.u64();
@@ -631,8 +638,8 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
         for (std::uint64_t n = in.u64(); n > 0; --n) {
           std::string c = in.str();
           if (auto [it, fresh] = writer_of.emplace(c, static_cast<int>(r)); !fresh)
-            throw Error(ErrorKind::invalid_argument, "ranks " + std::to_string(it->second) + " and " + std::to_string(r) +
-                        " both wrote chunk '" + c + "' (each block has one primary holder)", where);
+            throw about_ranks(Error(ErrorKind::invalid_argument, "ranks " + std::to_string(it->second) + " and " +
+                                    std::to_string(r) + " both wrote chunk '" + c + "' (each block has one primary holder)", where));
         }
         if (root) {
           const OcdbtFileName file{"ocdbt.process_" + std::to_string(r) + "/", in.str()};
@@ -657,10 +664,10 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
         const std::string under = p.name + "/";
         for (auto it = writer_of.lower_bound(under); it != writer_of.end() && it->first.rfind(under, 0) == 0; ++it) ++got;
         if (got != want)
-          throw Error(ErrorKind::invalid_argument, "the ranks hold " + std::to_string(got) + " of the array's " +
+          throw about_ranks(Error(ErrorKind::invalid_argument, "the ranks hold " + std::to_string(got) + " of the array's " +
                       std::to_string(want) + " blocks: every block needs a process that holds it (" +
                       (ranks > 1 ? "every rank that holds a part takes part in the export" : save_without_coordinator_remedy) +
-                      ")", where, p.key);
+                      ")", where, p.key));
       }
       if (root)
         for (const auto& [name, size] : root->finish()) expected[rel + name] = size;
@@ -674,8 +681,10 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       outcome.u64(1);
     } catch (...) {
       publish_failure = std::current_exception();
+      const Error e = as_error(publish_failure);
+      outcome = WireWriter();
       outcome.u64(0);
-      encode_error(outcome, as_error(publish_failure));
+      encode_error(outcome, says_whose || ranks == 1 ? e : Error(e.kind(), "rank 0 failed: " + e.message(), e.file(), e.key_path()));
     }
     staging.reset();  // unpublished, removed: every rank closed its files before the gather
   }
@@ -686,10 +695,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
   if (failure) std::rethrow_exception(failure);
   if (publish_failure) std::rethrow_exception(publish_failure);
   WireReader in(agreed);
-  if (in.u64() != 1) {
-    const Error e = decode_error(in);
-    throw Error(e.kind(), "rank 0 failed: " + e.message(), e.file(), e.key_path());
-  }
+  if (in.u64() != 1) throw decode_error(in);
   return report;
 }
 
