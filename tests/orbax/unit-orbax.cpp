@@ -966,7 +966,8 @@ TEST_CASE("a tree saved as an Orbax checkpoint reads back bit-exactly: both layo
     lo.allow_lossy_cast = {"cast_me"};  // stored bfloat16, loaded into double: exact, but asked anyway
     cairn::load_orbax(ckpt, back, lo);
     for (const auto& [name, v] : s.dtypes) {
-      CAPTURE(name);
+      const std::string& dtype_key = name;  // (clang 14 cannot capture a structured binding)
+      CAPTURE(dtype_key);
       CHECK(back.dtypes.at(name).dtype == v.dtype);
       CHECK(back.dtypes.at(name).bytes == v.bytes);
     }

@@ -202,7 +202,8 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
   }
   OrbaxSaveOptions plain;
   plain.zarr3 = options.zarr3;
-  for (const auto& [l, name] : rewrite) {
+  for (const auto& [rewritten, name] : rewrite) {
+    const LeafRecord* l = rewritten;  // (a structured binding: clang 14 cannot capture one below)
     const ArrayValue& v = values.at(l->key());
     LeafView view;
     view.dtype = v.dtype;
