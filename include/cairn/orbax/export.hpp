@@ -386,7 +386,7 @@ struct OrbaxParam {
 };
 
 inline Shape orbax_shard_chunk(const LeafView& v) {
-  Shape chunk = orbax_chunk_shape(v.shape);
+  Shape chunk(v.shape.size());
   for (std::size_t d = 0; d < chunk.size(); ++d) {
     const std::int64_t parts = v.sharding->parts(d);
     chunk[d] = std::max<std::int64_t>(1, (v.shape[d] + parts - 1) / parts);
@@ -585,10 +585,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
     out.u64(chunks_written.size());
     for (const auto& c : chunks_written) out.str(c);
     if (db && ranks > 1) {
-      out.str(db->data_name());
-      std::uint64_t n = 0;
-      db->for_each_value([&](const std::string&, const OcdbtWriter::StoredValue&) { ++n; });
-      out.u64(n);
+      out.str(db->data_name()).u64(db->value_count());
       db->for_each_value([&](const std::string& k, const OcdbtWriter::StoredValue& v) {
         out.str(k).u64(v.indirect ? 1 : 0);
         if (v.indirect) out.u64(v.offset).u64(v.length);
@@ -666,7 +663,9 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
         if (got != want)
           throw about_ranks(Error(ErrorKind::invalid_argument, "the ranks hold " + std::to_string(got) + " of the array's " +
                       std::to_string(want) + " blocks: every block needs a process that holds it (" +
-                      (ranks > 1 ? "every rank that holds a part takes part in the export" : save_without_coordinator_remedy) +
+                      (ranks > 1 ? "every rank that holds a part takes part in the export"
+                                 : "pass OrbaxSaveOptions::coordinator on every rank, or gather the array onto this "
+                                   "process (ShardedArray::gather) first") +
                       ")", where, p.key));
       }
       if (root)

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -108,15 +109,15 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
                 "first, or export to another path)", where);
 
   // Every chunk within its data file (the records are untrusted, and Orbax would read what is
-  // there): checked before anything is read or staged.
-  std::map<std::string, std::uint64_t> file_sizes;
+  // there): checked before anything is read or staged. Each file opened once, here.
+  std::map<std::string, std::unique_ptr<StoreReader>> readers;
   for (const LeafRecord& l : item->leaves)
     for (const ChunkRecord& c : l.chunks) {
-      auto it = file_sizes.find(c.file);
-      if (it == file_sizes.end()) it = file_sizes.emplace(c.file, src_store.open(join_key(src, c.file))->size()).first;
-      if (c.offset > it->second || c.nbytes > it->second - c.offset)
+      auto& r = readers[c.file];
+      if (!r) r = src_store.open(join_key(src, c.file));
+      if (c.offset > r->size() || c.nbytes > r->size() - c.offset)
         throw Error(ErrorKind::corrupt, "a chunk's bytes end at " + std::to_string(c.offset + c.nbytes) + ", past the end of its " +
-                    std::to_string(it->second) + "-byte data file", src_store.describe(join_key(src, c.file)), l.key());
+                    std::to_string(r->size()) + "-byte data file", src_store.describe(join_key(src, c.file)), l.key());
     }
 
   OrbaxMetadataText text(where);
@@ -136,7 +137,7 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
       if (!l.chunks.empty()) {
         const ChunkRecord& c = l.chunks.front();
         value.resize(static_cast<std::size_t>(c.nbytes));
-        if (c.nbytes) src_store.open(join_key(src, c.file))->read_at(value.data(), c.nbytes, c.offset);
+        if (c.nbytes) readers.at(c.file)->read_at(value.data(), c.nbytes, c.offset);
         if (crc32c(value.data(), value.size()) != c.crc32c)
           throw Error(ErrorKind::corrupt, "a string leaf's bytes do not match their CRC32C", src_store.describe(join_key(src, c.file)),
                       l.key());
@@ -173,15 +174,15 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
   report.files_shared = !files.empty();
   for (const std::string& f : files) {
     const std::string from = join_key(src, f), to = join_key(dir, "d/" + f);
-    const std::uint64_t size = file_sizes.at(f);
+    const StoreReader& reader = *readers.at(f);
+    const std::uint64_t size = reader.size();
     if (!store.share_blob(src_store, from, to)) {
       report.files_shared = false;
-      auto reader = src_store.open(from);
       auto w = store.create(to);
       std::vector<unsigned char> piece(static_cast<std::size_t>(std::min<std::uint64_t>(size, write_piece_bytes)));
       for (std::uint64_t at = 0; at < size; at += piece.size()) {
         const std::uint64_t n = std::min<std::uint64_t>(piece.size(), size - at);
-        reader->read_at(piece.data(), n, at);
+        reader.read_at(piece.data(), n, at);
         w->write_at(piece.data(), n, at);
       }
       w->finish(size);
@@ -200,8 +201,6 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
       report.linked_bytes += c.nbytes;
     }
   }
-  OrbaxSaveOptions plain;
-  plain.zarr3 = options.zarr3;
   for (const auto& [rewritten, name] : rewrite) {
     const LeafRecord* l = rewritten;  // (a structured binding: clang 14 cannot capture one below)
     const ArrayValue& v = values.at(l->key());
@@ -214,7 +213,7 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
     db.put(orbax_metadata_key(name, options.zarr3), options.zarr3 ? orbax_zarr_json(v.dtype, v.shape, whole, 0)
                                                                   : orbax_zarray(v.dtype, v.shape, whole, 0));
     db.put_stream(orbax_chunk_key(name, Shape(v.shape.size(), 0), options.zarr3),
-                  [&](auto&& sink) { write_orbax_shard(view, v.dtype, plain, l->key(), sink); });
+                  [&](auto&& sink) { write_orbax_shard(view, v.dtype, options, l->key(), sink); });  // (no zstd, no cast: checked)
     report.rewritten.push_back(l->key());
     report.rewritten_bytes += v.bytes.size();
   }

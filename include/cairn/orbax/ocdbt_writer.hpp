@@ -105,7 +105,7 @@ class OcdbtWriter {
 
   // Each key once; any order.
   void put(const std::string& key, const void* value, std::uint64_t n) {
-    if (key.size() > ocdbt_max_path) throw Error(ErrorKind::invalid_argument, "an OCDBT key is longer than 65535 bytes", "", key);
+    check_new_key(key);
     Entry e;
     e.length = n;
     if (n <= max_inline_) {
@@ -116,8 +116,7 @@ class OcdbtWriter {
       out_->append(value, n);
       indirect_bytes_ += n;
     }
-    if (!entries_.emplace(key, std::move(e)).second)
-      throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", key);
+    entries_.emplace(key, std::move(e));
   }
   void put(const std::string& key, const std::string& value) { put(key, value.data(), value.size()); }
 
@@ -125,7 +124,7 @@ class OcdbtWriter {
   // at `offset` of `file` (its base path is that database's directory relative to this one,
   // ending in '/'). Nothing is copied.
   void put_reference(const std::string& key, const OcdbtFileName& file, std::uint64_t offset, std::uint64_t length) {
-    if (key.size() > ocdbt_max_path) throw Error(ErrorKind::invalid_argument, "an OCDBT key is longer than 65535 bytes", "", key);
+    check_new_key(key);
     auto [at, fresh] = files_.emplace(file, files_.size() + 1);  // 0 is the database's own file
     if (fresh) file_names_.push_back(file);
     Entry e;
@@ -133,8 +132,7 @@ class OcdbtWriter {
     e.file = at->second;
     e.offset = offset;
     e.length = length;
-    if (!entries_.emplace(key, std::move(e)).second)
-      throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", key);
+    entries_.emplace(key, std::move(e));
   }
 
   // A value as finish() stored it: inline bytes, or a byte range of the database's own data file.
@@ -149,14 +147,14 @@ class OcdbtWriter {
   void for_each_value(F&& f) const {
     for (const auto& [key, e] : entries_) f(key, StoredValue{e.indirect, e.inline_value, e.offset, e.length});
   }
+  std::size_t value_count() const { return entries_.size(); }
   const std::string& data_name() const { return data_name_; }
 
   // A value made in pieces and never held whole (an array of gigabytes): produce(sink) calls
   // sink(bytes, n) with the value's bytes in order. Stored indirect, in the data file.
   template <class Produce>
   void put_stream(const std::string& key, Produce&& produce) {
-    if (key.size() > ocdbt_max_path) throw Error(ErrorKind::invalid_argument, "an OCDBT key is longer than 65535 bytes", "", key);
-    if (entries_.count(key)) throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", key);
+    check_new_key(key);
     Entry e;
     e.indirect = true;
     e.offset = out_->size();
@@ -239,6 +237,12 @@ class OcdbtWriter {
     std::size_t file = 0;  // indirect: 0 the database's own data file, else files_'s number
     std::uint64_t offset = 0, length = 0;
   };
+
+  // Every put's check, before anything is written: a key OCDBT can hold, put once.
+  void check_new_key(const std::string& key) const {
+    if (key.size() > ocdbt_max_path) throw Error(ErrorKind::invalid_argument, "an OCDBT key is longer than 65535 bytes", "", key);
+    if (entries_.count(key)) throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", key);
+  }
 
   std::uint64_t append(const std::string& bytes) {
     const std::uint64_t at = out_->size();
