@@ -39,7 +39,7 @@ def v1():
 
 def ways(name):
     path = os.path.join(root, name)
-    if name.startswith("v1"):
+    if os.path.isdir(os.path.join(path, "state")):  # Orbax v1's layout (also the ranks' exports)
         m = v1()
         yield "v1.load_pytree", lambda: m.load_pytree(path)
         yield "StandardCheckpointer(state/)", lambda: ocp.StandardCheckpointer().restore(os.path.join(path, "state"))

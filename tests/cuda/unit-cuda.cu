@@ -12,6 +12,8 @@
 //     meshes) saved and loaded, with casts on save and on load, larger than a write piece;
 //   - resharding between host meshes and device shards, from C- and F-order chunks;
 //   - device shards exported to safetensors with and without a cast;
+//   - device leaves exported to Orbax (every layout, zstd, casts) and loaded back onto the
+//     device, host-sharded Orbax blocks loaded onto device shards, a linked export;
 //   - ranks (threads of this process) holding device shards, saved together and resharded;
 //   - async saves, whose snapshot must hold the values of the moment it returned;
 //   - CUDA failures as cairn::Error naming the call.
@@ -22,6 +24,7 @@
 #include <cairn/leaves/thrust_leaves.hpp>
 
 #include "../test_util.hpp"
+#include "../orbax/device_round_trip.hpp"
 
 #include <Eigen/Core>
 #include <thrust/device_vector.h>
@@ -396,6 +399,14 @@ TEST_CASE("device shards export to safetensors a piece at a time, cast on the GP
   cairn::cast_host(DType::float32, truth.data(), DType::bfloat16, want.data(), truth.size(), OnOverflow::error);
   auto half = cairn::load_safetensors<std::map<std::string, cairn::Array<cairn::bfloat16>>>(dir / "half.safetensors");
   CHECK(test::same_bits(values(half.at("w")), want));
+}
+
+TEST_CASE("device leaves export to Orbax and load back onto the GPU: every layout, zstd, casts, shards, linked") {
+  if (!gpu_count()) return;
+  test::TempDir dir;
+  // Over two write pieces of float32: the export's staging from the device runs in pieces.
+  test::orbax_device_round_trip(dir.path, 2 * cairn::detail::write_piece_bytes / 4 + 4099);
+  std::printf("unit-cuda: device leaves exported to Orbax and loaded back onto the GPU bit-exactly\n");
 }
 
 TEST_CASE("ranks holding device shards save together and load resharded onto three ranks, each reading its blocks") {

@@ -185,16 +185,25 @@ inline std::string orbax_zarray(DType dtype, const Shape& shape, const Shape& ch
          "\",\"shape\":" + shape_text(shape) + ",\"zarr_format\":2}";
 }
 
-// The JSON string _sharding holds for a NamedSharding (devices numbered in mesh order).
-inline std::string orbax_sharding_json(const NamedSharding& s) {
+// The JSON string _sharding holds for a NamedSharding of an array of `array_shape` (devices
+// numbered in mesh order). JAX refuses a sharding whose mesh axes do not divide the dimension
+// they split (IndivisibleError, and Orbax restores through JAX), so such a dimension is written
+// unsplit: Orbax restores the array with the nearest sharding JAX allows. The chunks stay one
+// per device block (zarr reads them whatever the restoring sharding).
+inline std::string orbax_sharding_json(const NamedSharding& s, const Shape& array_shape) {
   Json shape = Json::array(), names = Json::array(), types = Json::array(), spec = Json::array();
   for (const MeshAxis& a : s.mesh.axes()) {
     shape.push_back(Json(a.size));
     names.push_back(Json(a.name));
     types.push_back(Json("AxisType.Auto"));
   }
-  for (const auto& d : s.spec.dims()) {
-    if (d.axes.empty()) spec.push_back(Json());
+  const auto& dims = s.spec.dims();
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    const auto& d = dims[i];
+    std::int64_t parts = 1;
+    for (const auto& a : d.axes)
+      if (const int k = s.mesh.axis_index(a); k >= 0) parts *= s.mesh.axes()[static_cast<std::size_t>(k)].size;
+    if (d.axes.empty() || (i < array_shape.size() && array_shape[i] % parts != 0)) spec.push_back(Json());
     else if (d.axes.size() == 1) spec.push_back(Json(d.axes.front()));
     else {
       Json list = Json::array();
@@ -308,11 +317,11 @@ class OrbaxMetadataText {
     add_member(strings_, name, Json(value).dump());
     end_leaf(R"({"value_type":"string","skip_deserialize":false})");
   }
-  // An array stored in chunks of `chunk`; `sharding` where it has one (a jax.Array).
-  void add_array(const std::string& name, const NamedSharding* sharding, const Shape& chunk) {
+  // An array of `shape` stored in chunks of `chunk`; `sharding` where it has one (a jax.Array).
+  void add_array(const std::string& name, const NamedSharding* sharding, const Shape& shape, const Shape& chunk) {
     ++arrays_;
     const std::string chunk_text = shape_text(chunk);
-    if (sharding) add_member(shardings_, base64url(name), Json(orbax_sharding_json(*sharding)).dump());
+    if (sharding) add_member(shardings_, base64url(name), Json(orbax_sharding_json(*sharding, shape)).dump());
     array_metadatas_ += array_metadatas_.empty() ? R"({"array_metadata":{"param_name":)" : R"(,{"array_metadata":{"param_name":)";
     append_json_string(array_metadatas_, name);
     array_metadatas_ += R"(,"write_shape":)" + chunk_text + R"(,"chunk_shape":)" + chunk_text + R"(,"ext_metadata":null}})";
@@ -507,7 +516,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       if (to != v.dtype) report.cast.push_back(full);
       const Shape chunk = by_shards ? orbax_shard_chunk(v) : orbax_chunk_shape(v.shape);
       params.push_back({name, full, &v, to, chunk, by_shards});
-      text.add_array(name, v.sharding ? &*v.sharding : nullptr, chunk);
+      text.add_array(name, v.sharding ? &*v.sharding : nullptr, v.shape, chunk);
     }
     report.leaves = text.leaves();
     if (ranks > 1) text.digest(digest);  // (a byte at a time: 10,000 leaves' text took 9 ms)
