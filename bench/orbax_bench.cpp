@@ -6,7 +6,7 @@
 // one inner chunk, its index CRC32C-checked), in both of Orbax's layouts: an OCDBT database
 // (the default; cairn's OcdbtWriter) and one directory per parameter (use_ocdbt=False). Then the
 // export, cairn::save_orbax, beside a plain write + fsync of the same bytes.
-//   cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep] [--export]
+//   cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep] [--export] [--samples]
 #include <cairn/orbax.hpp>
 #include <cairn/orbax/ocdbt_writer.hpp>
 #include <zstd.h>
@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -37,6 +39,7 @@ struct Args {
   int repeat = 3;
   bool warm = false;
   bool keep = false;  // leave the checkpoints in --dir (for a profiler)
+  bool samples = false;  // --samples: every run's figures of the export, not only the medians
   bool export_only = false;  // --export: the export figures alone
   std::string only;          // --only CASE: that case alone ("ocdbt-small-raw", ...: for a profiler)
 };
@@ -235,9 +238,17 @@ void run_export(const Args& a, const std::string& what, int leaves, std::uint64_
   fs::create_directories(a.dir);
   std::vector<double> plain, save;
   std::vector<char> packed;
-  for (int r = 0; r < a.repeat; ++r) {
+  // Each side in turn goes first: the disk here (a VM's) is still taking in the last gigabyte
+  // when fsync returns, and the side that follows a large write was measured up to 2x slower.
+  // Before each side: the other's files removed, and sync() with a pause, outside the timing.
+  auto settle = [] {
+    ::sync();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  };
+  auto run_plain = [&] {
     fs::remove(raw);
-    double t0 = bench::now_s();
+    settle();
+    const double t0 = bench::now_s();
     const int fd = ::open(raw.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     std::uint64_t off = 0;
     for (const auto& [name, v] : state.at("params")) {
@@ -254,14 +265,23 @@ void run_export(const Args& a, const std::string& what, int leaves, std::uint64_
     ::fsync(fd);
     ::close(fd);
     plain.push_back(bench::now_s() - t0);
+    fs::remove(raw);
+  };
+  auto run_save = [&] {
     fs::remove_all(dir);
+    settle();
     cairn::OrbaxSaveOptions o;
     o.zstd_level = zstd_level;
-    t0 = bench::now_s();
+    const double t0 = bench::now_s();
     cairn::save_orbax(dir, state, o);
     save.push_back(bench::now_s() - t0);
+    if (!a.keep) fs::remove_all(dir);
+  };
+  for (int r = 0; r < a.repeat; ++r) {
+    if (r % 2 == 0) run_plain(), run_save();
+    else run_save(), run_plain();
+    if (a.samples) std::printf("  run %d: limit %.1f ms, cairn %.1f ms\n", r, plain.back() * 1e3, save.back() * 1e3);
   }
-  fs::remove(raw);
   const double gib = double(bytes) / (1u << 30);
   std::printf("%s: %d leaves, %.3f GiB, export\n", what.c_str(), leaves, gib);
   std::printf("  %-36s %9.1f ms  %7.2f GiB/s\n", zstd_level ? "ZSTD_compress + write + fsync" : "plain write + fsync",
@@ -284,10 +304,11 @@ int main(int argc, char** argv) {
     else if (s == "--repeat") a.repeat = std::stoi(next());
     else if (s == "--warm") a.warm = true;
     else if (s == "--keep") a.keep = true;
+    else if (s == "--samples") a.samples = true;
     else if (s == "--export") a.export_only = true;
     else if (s == "--only") a.only = next();
     else {
-      std::fprintf(stderr, "usage: cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep] [--export] [--only CASE]\n");
+      std::fprintf(stderr, "usage: cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep] [--export] [--samples] [--only CASE]\n");
       return 2;
     }
   }
