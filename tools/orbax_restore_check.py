@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Restores cairn's Orbax exports with Orbax itself and compares every leaf with what cairn wrote.
 
-    CAIRN_ORBAX_EXPORT_DIR=DIR build/tests/unit-orbax -tc='*saved as an Orbax checkpoint*'
+    CAIRN_ORBAX_EXPORT_DIR=DIR build/tests/unit-orbax -tc='*saved as an Orbax*,ranks export*,*shown to Orbax*'
     python3 tools/orbax_restore_check.py DIR      # where orbax-checkpoint and JAX are installed
 
 DIR/exports.json names the exports; DIR/expected/<name>/manifest.json lists each leaf's key
