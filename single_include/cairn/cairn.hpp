@@ -3443,9 +3443,10 @@ struct ReadPiece {
 };
 
 // Reads one blob: exact byte ranges into caller memory.
-// Reads may come from two threads at once (a large chunk already in memory is read by two
-// threads, checkpoint/box_reader.hpp, and so are runs of small leaves, read_scheduler.hpp), so
-// read_at and read_scattered must be safe to call concurrently, as pread and preadv are.
+// Reads may come from several threads at once (a large chunk already in memory is read by two
+// threads, checkpoint/box_reader.hpp, and so are runs of small leaves; large leaves are read
+// on as many threads as there are cores, read_scheduler.hpp), so read_at and read_scattered
+// must be safe to call concurrently, as pread and preadv are.
 class StoreReader {
  public:
   virtual ~StoreReader() = default;
@@ -3459,6 +3460,10 @@ class StoreReader {
     (void)n;
     return 0;
   }
+  // Whether reading this blob decodes it (decompresses, as an Orbax checkpoint's zstd chunks):
+  // such reads are bound by the CPU, whatever the medium, and the loader reads several such
+  // blobs at once on several threads. false (the default) is always safe.
+  virtual bool decodes() const { return false; }
   // Exactly n bytes at `offset`, or throws: a blob shorter than that is corrupt (truncated).
   virtual void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const = 0;
   // Consecutive ranges from `offset` on, each into its own buffer, as one request: how many
@@ -12836,6 +12841,7 @@ CAIRN_END_NAMESPACE
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <cstring>
 #include <future>
 #include <map>
@@ -12891,6 +12897,7 @@ class CountingReader final : public StoreReader {
   CountingReader(std::unique_ptr<StoreReader> r, ProgressMeter& m) : r_(std::move(r)), m_(m) {}
   std::uint64_t size() const override { return r_->size(); }
   std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override { return r_->cached_bytes(offset, n); }
+  bool decodes() const override { return r_->decodes(); }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
     r_->read_at(dst, n, offset);
     m_.add(n);
@@ -12989,6 +12996,42 @@ void on_two_threads(std::size_t count, Work&& work) {
   std::future<void> odd = std::async(std::launch::async, every_other, std::size_t{1});
   every_other(0);
   odd.get();
+}
+
+// Whether this thread is one of those reading large leaves side by side (read_scheduler.hpp's
+// read_leaves_in_parallel): every core has a leaf then, and a chunk is not split further onto
+// a second thread.
+inline thread_local bool reading_leaves_in_parallel = false;
+
+// Calls work(k) for every k in [0, count) on `threads` threads (this one and threads - 1
+// helpers), each taking the next k as it is done with the last, so that leaves of different
+// sizes spread evenly. A failure stops every thread at its next k; the failure of the lowest k
+// among those that ran is thrown here, after the helpers have ended.
+template <class Work>
+void on_threads(std::size_t count, std::size_t threads, Work&& work) {
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::exception_ptr> errors(count);
+  auto take = [&] {
+    const bool was = reading_leaves_in_parallel;
+    reading_leaves_in_parallel = true;
+    for (std::size_t k; !failed.load(std::memory_order_relaxed) && (k = next.fetch_add(1)) < count;) {
+      try {
+        work(k);
+      } catch (...) {
+        errors[k] = std::current_exception();
+        failed = true;
+      }
+    }
+    reading_leaves_in_parallel = was;
+  };
+  {
+    std::vector<std::future<void>> helpers;  // their destructors join, also if this thread throws
+    for (std::size_t t = 1; t < threads; ++t) helpers.push_back(std::async(std::launch::async, take));
+    take();
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 // A buffer holding `box` of the global array, in C or F order, in host or device memory.
@@ -13338,7 +13381,7 @@ class BoxLeafReader {
   bool parallel_runs(std::size_t group, std::size_t runs, const ChunkRecord& c, const ChunkSource& f, std::uint64_t from,
                      std::uint64_t to) const {
     static const bool cores = std::thread::hardware_concurrency() > 1;
-    if (runs < 2 || !cores || !f.file || to_ != s_.dtype) return false;
+    if (runs < 2 || !cores || reading_leaves_in_parallel || !f.file || to_ != s_.dtype) return false;
     for (std::size_t t : groups_[group])
       if (targets_[t].memory != MemoryKind::host) return false;
     return f.file->cached_bytes(c.offset + from, to - from) >= (to - from) / 4 * 3;
@@ -13353,7 +13396,7 @@ class BoxLeafReader {
   // page cache of a file just written or read can lack a few pages).
   bool parallel_direct_read(const std::vector<std::size_t>& group, const ChunkRecord& c, const ChunkSource& f) const {
     static const bool cores = std::thread::hardware_concurrency() > 1;
-    if (c.nbytes < parallel_read_bytes || !cores || !f.file) return false;
+    if (c.nbytes < parallel_read_bytes || !cores || reading_leaves_in_parallel || !f.file) return false;
     for (std::size_t t : group)
       if (targets_[t].memory != MemoryKind::host) return false;
     return f.file->cached_bytes(c.offset, c.nbytes) >= c.nbytes / 4 * 3;
@@ -13625,6 +13668,69 @@ inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const Read
   report.shard_reads.insert(report.shard_reads.end(), helper.shard_reads.begin(), helper.shard_reads.end());
 }
 
+// Reads one planned leaf that is not part of a run of small ones, through the box reader.
+inline void read_leaf(const ReadTask& t, const ReadBuffers& buffers, DataFiles& files, const LoadOptions& options,
+                      LoadReport& report) {
+  const LeafRecord& s = *t.leaf->stored;
+  if (t.buffer) {
+    BoxLeafReader(s, buffers[t.buffer - 1], t.leaf->key, files, options, report).read();
+  } else {  // read in place: the target's dtype and order are the stored ones
+    const LeafBuffer in_place{s.dtype, s.order, t.data, t.nbytes};
+    BoxLeafReader(s, in_place, t.leaf->key, files, options, report).read();
+  }
+}
+
+// The stored bytes of a leaf's chunks.
+inline std::uint64_t stored_bytes(const ReadTask& t) {
+  if (t.file) return t.nbytes;
+  std::uint64_t n = 0;
+  for (const ChunkRecord& c : t.leaf->stored->chunks) n += c.nbytes;
+  return n;
+}
+
+// How many threads read the large leaves `leaves` (indices into tasks, of at least
+// small_leaf_bytes, none of a run) side by side: one per core (at most 16), when there are at
+// least two and their reads are bound by the CPU rather than the medium: bytes mostly in memory
+// already (sampled on the first leaf's first chunk, as parallel_small_runs does) or blobs that
+// decode (StoreReader::decodes: Orbax's zstd chunks). Device targets stay on one thread (their
+// copies use the CUDA stream and pinned buffers of this one). From a disk that is the limit,
+// one thread reads in file order.
+inline std::size_t leaf_threads(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves,
+                                const ReadBuffers& buffers, DataFiles& files) {
+  static const std::size_t cores = std::min<std::size_t>(std::thread::hardware_concurrency(), 16);
+  if (cores < 2 || leaves.size() < 2) return 1;
+  for (std::size_t i : leaves) {
+    const ReadTask& t = tasks[i];
+    if (t.buffer)
+      for (const auto& sh : buffers[t.buffer - 1].shards)
+        if (sh.memory != MemoryKind::host) return 1;
+  }
+  const LeafRecord& first = *tasks[leaves.front()].leaf->stored;
+  if (first.chunks.empty()) return 1;
+  const ChunkRecord& c = first.chunks.front();
+  const StoreReader& r = files.get(c.file);
+  if (!r.decodes() && r.cached_bytes(c.offset, c.nbytes) < c.nbytes / 4 * 3) return 1;
+  return std::min(cores, leaves.size());
+}
+
+// Reads the leaves on `threads` threads, each into a report of its own (reports[k] for
+// leaves[k]), for execute_plan_reads to add up in the leaves' order (the order a one-thread
+// read gives LoadReport::shard_reads).
+inline void read_leaves_in_parallel(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves,
+                                    std::size_t threads, const ReadBuffers& buffers, DataFiles& files,
+                                    const LoadOptions& options, std::vector<LoadReport>& reports) {
+  reports.resize(leaves.size());
+  on_threads(leaves.size(), threads, [&](std::size_t k) { read_leaf(tasks[leaves[k]], buffers, files, options, reports[k]); });
+}
+
+inline void add_report(LoadReport& to, LoadReport& from) {
+  to.bytes_read += from.bytes_read;
+  to.bytes_needed += from.bytes_needed;
+  to.unverified_bytes += from.unverified_bytes;
+  to.shard_reads.insert(to.shard_reads.end(), std::make_move_iterator(from.shard_reads.begin()),
+                        std::make_move_iterator(from.shard_reads.end()));
+}
+
 inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
   const std::string dir = files.describe();
   if (options.require_verified && !options.verify_checksums)
@@ -13746,22 +13852,29 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
   }
   // In memory, the runs first, on two threads; then the other leaves (and from the disk the
   // runs too, on this thread), in file order.
+  // The large leaves (each read on its own), side by side on one thread per core where that
+  // helps; then the rest in file order, the large leaves' reports added up in their place.
   const bool runs_read = parallel_small_runs(tasks, runs);
   if (runs_read) read_small_runs_in_parallel(tasks, buffers, runs, files, options, plan.report);
-  std::size_t next_run = 0;
+  std::vector<std::size_t> large;
+  for (std::size_t i = 0, next = 0; i < tasks.size();) {
+    if (next < runs.size() && runs[next].first == i) i = runs[next++].second;
+    else if (stored_bytes(tasks[i]) >= small_leaf_bytes) large.push_back(i++);
+    else ++i;
+  }
+  std::vector<LoadReport> large_reports;
+  if (const std::size_t threads = leaf_threads(tasks, large, buffers, files); threads > 1)
+    read_leaves_in_parallel(tasks, large, threads, buffers, files, options, large_reports);
+  std::size_t next_run = 0, next_large = 0;
   for (std::size_t i = 0; i < tasks.size();) {
     if (next_run < runs.size() && runs[next_run].first == i) {
       if (!runs_read) read_small_run(tasks.data() + i, runs[next_run].second - i, buffers, files, options, plan.report);
       i = runs[next_run++].second;
+    } else if (!large_reports.empty() && next_large < large.size() && large[next_large] == i) {
+      add_report(plan.report, large_reports[next_large++]);
+      ++i;
     } else {
-      const ReadTask& t = tasks[i++];
-      const LeafRecord& s = *t.leaf->stored;
-      if (t.buffer) {
-        BoxLeafReader(s, buffers[t.buffer - 1], t.leaf->key, files, options, plan.report).read();
-      } else {  // read in place: the target's dtype and order are the stored ones
-        const LeafBuffer in_place{s.dtype, s.order, t.data, t.nbytes};
-        BoxLeafReader(s, in_place, t.leaf->key, files, options, plan.report).read();
-      }
+      read_leaf(tasks[i++], buffers, files, options, plan.report);
     }
   }
   // Leaves read into a buffer of their own copy it into the target now. Most leaves have none,

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <cstring>
 #include <future>
 #include <map>
@@ -54,6 +55,42 @@ void on_two_threads(std::size_t count, Work&& work) {
   std::future<void> odd = std::async(std::launch::async, every_other, std::size_t{1});
   every_other(0);
   odd.get();
+}
+
+// Whether this thread is one of those reading large leaves side by side (read_scheduler.hpp's
+// read_leaves_in_parallel): every core has a leaf then, and a chunk is not split further onto
+// a second thread.
+inline thread_local bool reading_leaves_in_parallel = false;
+
+// Calls work(k) for every k in [0, count) on `threads` threads (this one and threads - 1
+// helpers), each taking the next k as it is done with the last, so that leaves of different
+// sizes spread evenly. A failure stops every thread at its next k; the failure of the lowest k
+// among those that ran is thrown here, after the helpers have ended.
+template <class Work>
+void on_threads(std::size_t count, std::size_t threads, Work&& work) {
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::exception_ptr> errors(count);
+  auto take = [&] {
+    const bool was = reading_leaves_in_parallel;
+    reading_leaves_in_parallel = true;
+    for (std::size_t k; !failed.load(std::memory_order_relaxed) && (k = next.fetch_add(1)) < count;) {
+      try {
+        work(k);
+      } catch (...) {
+        errors[k] = std::current_exception();
+        failed = true;
+      }
+    }
+    reading_leaves_in_parallel = was;
+  };
+  {
+    std::vector<std::future<void>> helpers;  // their destructors join, also if this thread throws
+    for (std::size_t t = 1; t < threads; ++t) helpers.push_back(std::async(std::launch::async, take));
+    take();
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 // A buffer holding `box` of the global array, in C or F order, in host or device memory.
@@ -403,7 +440,7 @@ class BoxLeafReader {
   bool parallel_runs(std::size_t group, std::size_t runs, const ChunkRecord& c, const ChunkSource& f, std::uint64_t from,
                      std::uint64_t to) const {
     static const bool cores = std::thread::hardware_concurrency() > 1;
-    if (runs < 2 || !cores || !f.file || to_ != s_.dtype) return false;
+    if (runs < 2 || !cores || reading_leaves_in_parallel || !f.file || to_ != s_.dtype) return false;
     for (std::size_t t : groups_[group])
       if (targets_[t].memory != MemoryKind::host) return false;
     return f.file->cached_bytes(c.offset + from, to - from) >= (to - from) / 4 * 3;
@@ -418,7 +455,7 @@ class BoxLeafReader {
   // page cache of a file just written or read can lack a few pages).
   bool parallel_direct_read(const std::vector<std::size_t>& group, const ChunkRecord& c, const ChunkSource& f) const {
     static const bool cores = std::thread::hardware_concurrency() > 1;
-    if (c.nbytes < parallel_read_bytes || !cores || !f.file) return false;
+    if (c.nbytes < parallel_read_bytes || !cores || reading_leaves_in_parallel || !f.file) return false;
     for (std::size_t t : group)
       if (targets_[t].memory != MemoryKind::host) return false;
     return f.file->cached_bytes(c.offset, c.nbytes) >= c.nbytes / 4 * 3;

@@ -147,6 +147,69 @@ inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const Read
   report.shard_reads.insert(report.shard_reads.end(), helper.shard_reads.begin(), helper.shard_reads.end());
 }
 
+// Reads one planned leaf that is not part of a run of small ones, through the box reader.
+inline void read_leaf(const ReadTask& t, const ReadBuffers& buffers, DataFiles& files, const LoadOptions& options,
+                      LoadReport& report) {
+  const LeafRecord& s = *t.leaf->stored;
+  if (t.buffer) {
+    BoxLeafReader(s, buffers[t.buffer - 1], t.leaf->key, files, options, report).read();
+  } else {  // read in place: the target's dtype and order are the stored ones
+    const LeafBuffer in_place{s.dtype, s.order, t.data, t.nbytes};
+    BoxLeafReader(s, in_place, t.leaf->key, files, options, report).read();
+  }
+}
+
+// The stored bytes of a leaf's chunks.
+inline std::uint64_t stored_bytes(const ReadTask& t) {
+  if (t.file) return t.nbytes;
+  std::uint64_t n = 0;
+  for (const ChunkRecord& c : t.leaf->stored->chunks) n += c.nbytes;
+  return n;
+}
+
+// How many threads read the large leaves `leaves` (indices into tasks, of at least
+// small_leaf_bytes, none of a run) side by side: one per core (at most 16), when there are at
+// least two and their reads are bound by the CPU rather than the medium: bytes mostly in memory
+// already (sampled on the first leaf's first chunk, as parallel_small_runs does) or blobs that
+// decode (StoreReader::decodes: Orbax's zstd chunks). Device targets stay on one thread (their
+// copies use the CUDA stream and pinned buffers of this one). From a disk that is the limit,
+// one thread reads in file order.
+inline std::size_t leaf_threads(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves,
+                                const ReadBuffers& buffers, DataFiles& files) {
+  static const std::size_t cores = std::min<std::size_t>(std::thread::hardware_concurrency(), 16);
+  if (cores < 2 || leaves.size() < 2) return 1;
+  for (std::size_t i : leaves) {
+    const ReadTask& t = tasks[i];
+    if (t.buffer)
+      for (const auto& sh : buffers[t.buffer - 1].shards)
+        if (sh.memory != MemoryKind::host) return 1;
+  }
+  const LeafRecord& first = *tasks[leaves.front()].leaf->stored;
+  if (first.chunks.empty()) return 1;
+  const ChunkRecord& c = first.chunks.front();
+  const StoreReader& r = files.get(c.file);
+  if (!r.decodes() && r.cached_bytes(c.offset, c.nbytes) < c.nbytes / 4 * 3) return 1;
+  return std::min(cores, leaves.size());
+}
+
+// Reads the leaves on `threads` threads, each into a report of its own (reports[k] for
+// leaves[k]), for execute_plan_reads to add up in the leaves' order (the order a one-thread
+// read gives LoadReport::shard_reads).
+inline void read_leaves_in_parallel(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves,
+                                    std::size_t threads, const ReadBuffers& buffers, DataFiles& files,
+                                    const LoadOptions& options, std::vector<LoadReport>& reports) {
+  reports.resize(leaves.size());
+  on_threads(leaves.size(), threads, [&](std::size_t k) { read_leaf(tasks[leaves[k]], buffers, files, options, reports[k]); });
+}
+
+inline void add_report(LoadReport& to, LoadReport& from) {
+  to.bytes_read += from.bytes_read;
+  to.bytes_needed += from.bytes_needed;
+  to.unverified_bytes += from.unverified_bytes;
+  to.shard_reads.insert(to.shard_reads.end(), std::make_move_iterator(from.shard_reads.begin()),
+                        std::make_move_iterator(from.shard_reads.end()));
+}
+
 inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
   const std::string dir = files.describe();
   if (options.require_verified && !options.verify_checksums)
@@ -268,22 +331,29 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
   }
   // In memory, the runs first, on two threads; then the other leaves (and from the disk the
   // runs too, on this thread), in file order.
+  // The large leaves (each read on its own), side by side on one thread per core where that
+  // helps; then the rest in file order, the large leaves' reports added up in their place.
   const bool runs_read = parallel_small_runs(tasks, runs);
   if (runs_read) read_small_runs_in_parallel(tasks, buffers, runs, files, options, plan.report);
-  std::size_t next_run = 0;
+  std::vector<std::size_t> large;
+  for (std::size_t i = 0, next = 0; i < tasks.size();) {
+    if (next < runs.size() && runs[next].first == i) i = runs[next++].second;
+    else if (stored_bytes(tasks[i]) >= small_leaf_bytes) large.push_back(i++);
+    else ++i;
+  }
+  std::vector<LoadReport> large_reports;
+  if (const std::size_t threads = leaf_threads(tasks, large, buffers, files); threads > 1)
+    read_leaves_in_parallel(tasks, large, threads, buffers, files, options, large_reports);
+  std::size_t next_run = 0, next_large = 0;
   for (std::size_t i = 0; i < tasks.size();) {
     if (next_run < runs.size() && runs[next_run].first == i) {
       if (!runs_read) read_small_run(tasks.data() + i, runs[next_run].second - i, buffers, files, options, plan.report);
       i = runs[next_run++].second;
+    } else if (!large_reports.empty() && next_large < large.size() && large[next_large] == i) {
+      add_report(plan.report, large_reports[next_large++]);
+      ++i;
     } else {
-      const ReadTask& t = tasks[i++];
-      const LeafRecord& s = *t.leaf->stored;
-      if (t.buffer) {
-        BoxLeafReader(s, buffers[t.buffer - 1], t.leaf->key, files, options, plan.report).read();
-      } else {  // read in place: the target's dtype and order are the stored ones
-        const LeafBuffer in_place{s.dtype, s.order, t.data, t.nbytes};
-        BoxLeafReader(s, in_place, t.leaf->key, files, options, plan.report).read();
-      }
+      read_leaf(tasks[i++], buffers, files, options, plan.report);
     }
   }
   // Leaves read into a buffer of their own copy it into the target now. Most leaves have none,

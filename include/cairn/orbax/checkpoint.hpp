@@ -123,6 +123,21 @@ class BlobReader final : public StoreReader {
  public:
   BlobReader(const OrbaxView& view, const Blob& b) : view_(view), b_(b) {}
   std::uint64_t size() const override { return b_.size; }
+  // A value read in place is in memory as much as its bytes in the data file are, and so is an
+  // inner chunk stored plainly (estimated over its whole shard: where it lies in the shard is
+  // known once the index is read); a chunk that decodes says 0 (its pieces must be read in
+  // order: box_reader.hpp's two-thread reads of one chunk stay off it) and decodes() instead.
+  std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override {
+    if (b_.kind == Blob::Kind::bytes || b_.kind == Blob::Kind::fill) return n;
+    if (b_.file_may_be_missing && !present()) return n;  // read as the fill value
+    if (b_.kind == Blob::Kind::range) return b_.db ? b_.db->cached_bytes(b_.value, offset, n) : file().cached_bytes(offset, n);
+    if (codecs().zstd) return 0;
+    const std::uint64_t whole = source_size();
+    if (whole == 0) return n;
+    const std::uint64_t in = b_.db ? b_.db->cached_bytes(b_.value, 0, whole) : file().cached_bytes(0, whole);
+    return in >= whole / 4 * 3 ? n : 0;
+  }
+  bool decodes() const override { return b_.kind == Blob::Kind::chunk && codecs().zstd; }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
     if (offset > b_.size || n > b_.size - offset)
       throw Error(ErrorKind::corrupt, "read past the end of a chunk", b_.name, b_.key);

@@ -230,6 +230,10 @@ class OcdbtDatabase {
     if (v.length <= small_value_bytes && read_from_run(*v.file, dst, n, v.offset + offset)) return;
     value_reader(*v.file).read_at(dst, n, v.offset + offset);
   }
+  // How many of a value's n bytes from `offset` are in memory already (StoreReader::cached_bytes).
+  std::uint64_t cached_bytes(const OcdbtValue& v, std::uint64_t offset, std::uint64_t n) const {
+    return v.is_inline ? n : value_reader(*v.file).cached_bytes(v.offset + offset, n);
+  }
   std::string read(const OcdbtValue& v, const std::string& key) const {
     std::string s(static_cast<std::size_t>(v.size()), '\0');
     read(v, s.data(), s.size(), 0, key);

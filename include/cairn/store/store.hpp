@@ -38,9 +38,10 @@ struct ReadPiece {
 };
 
 // Reads one blob: exact byte ranges into caller memory.
-// Reads may come from two threads at once (a large chunk already in memory is read by two
-// threads, checkpoint/box_reader.hpp, and so are runs of small leaves, read_scheduler.hpp), so
-// read_at and read_scattered must be safe to call concurrently, as pread and preadv are.
+// Reads may come from several threads at once (a large chunk already in memory is read by two
+// threads, checkpoint/box_reader.hpp, and so are runs of small leaves; large leaves are read
+// on as many threads as there are cores, read_scheduler.hpp), so read_at and read_scattered
+// must be safe to call concurrently, as pread and preadv are.
 class StoreReader {
  public:
   virtual ~StoreReader() = default;
@@ -54,6 +55,10 @@ class StoreReader {
     (void)n;
     return 0;
   }
+  // Whether reading this blob decodes it (decompresses, as an Orbax checkpoint's zstd chunks):
+  // such reads are bound by the CPU, whatever the medium, and the loader reads several such
+  // blobs at once on several threads. false (the default) is always safe.
+  virtual bool decodes() const { return false; }
   // Exactly n bytes at `offset`, or throws: a blob shorter than that is corrupt (truncated).
   virtual void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const = 0;
   // Consecutive ranges from `offset` on, each into its own buffer, as one request: how many
