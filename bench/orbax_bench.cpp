@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Import of Orbax-layout checkpoints (cairn/orbax.hpp) beside the limit measured in the same
 // run: a plain read of the same bytes into new buffers, plus, for zstd, ZSTD_decompress of the
-// same frames on the same one thread the load decodes on. The checkpoints are written here as
+// same frames, on as many threads as the load reads large leaves on (one per core, at most 16).
+// The checkpoints are written here as
 // Orbax v1 writes a pytree on one device (zarr v3, one sharding_indexed shard per array holding
 // one inner chunk, its index CRC32C-checked), in both of Orbax's layouts: an OCDBT database
 // (the default; cairn's OcdbtWriter) and one directory per parameter (use_ocdbt=False). Then the
@@ -16,6 +17,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -43,6 +46,9 @@ struct Args {
   bool export_only = false;  // --export: the export figures alone
   std::string only;          // --only CASE: that case alone ("ocdbt-small-raw", ...: for a profiler)
 };
+
+// The threads the limit of a load reads on: as many as cairn's load reads large leaves on.
+std::size_t bench_threads() { return std::max<std::size_t>(1, std::min<std::size_t>(std::thread::hardware_concurrency(), 16)); }
 
 void put_le(std::string& s, std::uint64_t v, int n) {
   for (int i = 0; i < n; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
@@ -131,56 +137,67 @@ std::vector<ArrayFiles> write_checkpoint(const std::string& dir, int leaves, std
   return files;
 }
 
-// The limit: the same bytes read plainly, one array after another on one thread: _METADATA
-// (and an OCDBT database's manifest), then per array its zarr.json and its chunk into a new
-// buffer (decompressed into another, for zstd), each file opened once. The buffers the values
+// The limit: the same bytes read plainly: _METADATA (and an OCDBT database's manifest), then
+// per array its zarr.json and its chunk into a new buffer (decompressed into another, for
+// zstd), the arrays on bench_threads() threads, each file opened once per thread. The buffers the values
 // end in are kept to the end and zero-initialised, as load<T> allocates its state (the same
 // page faults).
 double plain_read(const std::string& dir, const std::vector<ArrayFiles>& arrays, bool zstd, std::uint64_t& bytes) {
-  std::vector<std::vector<char>> kept;
-  std::string open_file;  // one file open at a time: an OCDBT database's data file, or each array's in turn
-  int fd = -1;
+  std::vector<std::vector<char>> kept(arrays.size());
   const double t0 = bench::now_s();
-  bytes = 0;
   auto slurp = [](const std::string& f) {
     std::ifstream in(f, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
-  auto pread_all = [&](const Range& r, char* dst) {
-    if (r.file != open_file) {
-      if (fd >= 0) ::close(fd);
-      fd = ::open(r.file.c_str(), O_RDONLY);
-      if (fd < 0) std::abort();
-      open_file = r.file;
-    }
-    for (std::uint64_t done = 0; done < r.size;) {
-      const ssize_t n = ::pread(fd, dst + done, r.size - done, static_cast<off_t>(r.offset + done));
-      if (n <= 0) std::abort();
-      done += static_cast<std::uint64_t>(n);
-    }
-  };
   std::uint64_t meta = slurp(dir + "/_METADATA").size();
   if (fs::exists(dir + "/manifest.ocdbt")) meta += slurp(dir + "/manifest.ocdbt").size();
-  for (const auto& a : arrays) {
-    std::string json(a.json.size, '\0');
-    pread_all(a.json, json.data());
-    meta += json.size();
-    std::vector<char> buf(a.chunk.size);
-    pread_all(a.chunk, buf.data());
-    if (zstd) {
-      const unsigned long long n = ZSTD_getFrameContentSize(buf.data(), buf.size());
-      std::vector<char> out(n);
-      if (ZSTD_isError(ZSTD_decompress(out.data(), out.size(), buf.data(), buf.size()))) std::abort();
-      bytes += out.size();
-      kept.push_back(std::move(out));
-    } else {
-      bytes += buf.size();
-      kept.push_back(std::move(buf));
+  // The arrays on as many threads as cairn's load reads large leaves on (one per core, at most
+  // 16), each taking the next array as it is done.
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::uint64_t> total{0}, meta_bytes{meta};
+  auto work = [&] {
+    std::string open_file;  // one file open at a time: an OCDBT database's data file, or each array's in turn
+    int fd = -1;
+    auto pread_all = [&](const Range& r, char* dst) {
+      if (r.file != open_file) {
+        if (fd >= 0) ::close(fd);
+        fd = ::open(r.file.c_str(), O_RDONLY);
+        if (fd < 0) std::abort();
+        open_file = r.file;
+      }
+      for (std::uint64_t done = 0; done < r.size;) {
+        const ssize_t n = ::pread(fd, dst + done, r.size - done, static_cast<off_t>(r.offset + done));
+        if (n <= 0) std::abort();
+        done += static_cast<std::uint64_t>(n);
+      }
+    };
+    for (std::size_t i; (i = next.fetch_add(1)) < arrays.size();) {
+      const ArrayFiles& a = arrays[i];
+      std::string json(a.json.size, '\0');
+      pread_all(a.json, json.data());
+      meta_bytes += json.size();
+      std::vector<char> buf(a.chunk.size);
+      pread_all(a.chunk, buf.data());
+      if (zstd) {
+        const unsigned long long n = ZSTD_getFrameContentSize(buf.data(), buf.size());
+        std::vector<char> out(n);
+        if (ZSTD_isError(ZSTD_decompress(out.data(), out.size(), buf.data(), buf.size()))) std::abort();
+        total += out.size();
+        kept[i] = std::move(out);
+      } else {
+        total += buf.size();
+        kept[i] = std::move(buf);
+      }
     }
-  }
+    if (fd >= 0) ::close(fd);
+  };
+  std::vector<std::thread> helpers;
+  for (std::size_t t = 1; t < bench_threads(); ++t) helpers.emplace_back(work);
+  work();
+  for (auto& h : helpers) h.join();
   const double t = bench::now_s() - t0;
-  if (fd >= 0) ::close(fd);
-  if (meta == 0) std::abort();
+  bytes = total;
+  if (meta_bytes == 0) std::abort();
   return t;
 }
 
