@@ -48,7 +48,7 @@ struct Args {
 };
 
 // The threads the limit of a load reads on: as many as cairn's load reads large leaves on.
-std::size_t bench_threads() { return std::max<std::size_t>(1, std::min<std::size_t>(std::thread::hardware_concurrency(), 16)); }
+std::size_t bench_threads() { return std::min<std::size_t>(cairn::detail::usable_cores(), 16); }
 
 void put_le(std::string& s, std::uint64_t v, int n) {
   for (int i = 0; i < n; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);

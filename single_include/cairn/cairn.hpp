@@ -12840,6 +12840,10 @@ CAIRN_END_NAMESPACE
 // where LoadOptions::require_verified asks.
 
 #include <algorithm>
+#ifdef __linux__
+#include <sched.h>
+#endif
+
 #include <atomic>
 #include <exception>
 #include <cstring>
@@ -12996,6 +13000,17 @@ void on_two_threads(std::size_t count, Work&& work) {
   std::future<void> odd = std::async(std::launch::async, every_other, std::size_t{1});
   every_other(0);
   odd.get();
+}
+
+// The cores this process may run on: its CPU affinity where the system has one (an MPI rank
+// bound to 4 cores, a container limited by cpuset, taskset), else every core.
+inline std::size_t usable_cores() {
+#ifdef __linux__
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
+#endif
+  return std::max<std::size_t>(1, std::thread::hardware_concurrency());
 }
 
 // Whether this thread is one of those reading large leaves side by side (read_scheduler.hpp's
@@ -13689,15 +13704,15 @@ inline std::uint64_t stored_bytes(const ReadTask& t) {
 }
 
 // How many threads read the large leaves `leaves` (indices into tasks, of at least
-// small_leaf_bytes, none of a run) side by side: one per core (at most 16), when there are at
-// least two and their reads are bound by the CPU rather than the medium: bytes mostly in memory
-// already (sampled on the first leaf's first chunk, as parallel_small_runs does) or blobs that
-// decode (StoreReader::decodes: Orbax's zstd chunks). Device targets stay on one thread (their
+// small_leaf_bytes, none of a run) side by side: one per core this process may use (at most
+// 16: usable_cores), when there are at least two and their reads are bound by the CPU rather
+// than the medium: bytes mostly in memory already (sampled on the first leaf's first chunk, as
+// parallel_small_runs does) or blobs that decode (StoreReader::decodes: Orbax's zstd chunks). Device targets stay on one thread (their
 // copies use the CUDA stream and pinned buffers of this one). From a disk that is the limit,
 // one thread reads in file order.
 inline std::size_t leaf_threads(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves,
                                 const ReadBuffers& buffers, DataFiles& files) {
-  static const std::size_t cores = std::min<std::size_t>(std::thread::hardware_concurrency(), 16);
+  static const std::size_t cores = std::min<std::size_t>(usable_cores(), 16);
   if (cores < 2 || leaves.size() < 2) return 1;
   for (std::size_t i : leaves) {
     const ReadTask& t = tasks[i];

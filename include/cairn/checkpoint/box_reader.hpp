@@ -17,6 +17,10 @@
 #pragma once
 
 #include <algorithm>
+#ifdef __linux__
+#include <sched.h>
+#endif
+
 #include <atomic>
 #include <exception>
 #include <cstring>
@@ -55,6 +59,17 @@ void on_two_threads(std::size_t count, Work&& work) {
   std::future<void> odd = std::async(std::launch::async, every_other, std::size_t{1});
   every_other(0);
   odd.get();
+}
+
+// The cores this process may run on: its CPU affinity where the system has one (an MPI rank
+// bound to 4 cores, a container limited by cpuset, taskset), else every core.
+inline std::size_t usable_cores() {
+#ifdef __linux__
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
+#endif
+  return std::max<std::size_t>(1, std::thread::hardware_concurrency());
 }
 
 // Whether this thread is one of those reading large leaves side by side (read_scheduler.hpp's

@@ -168,15 +168,15 @@ inline std::uint64_t stored_bytes(const ReadTask& t) {
 }
 
 // How many threads read the large leaves `leaves` (indices into tasks, of at least
-// small_leaf_bytes, none of a run) side by side: one per core (at most 16), when there are at
-// least two and their reads are bound by the CPU rather than the medium: bytes mostly in memory
-// already (sampled on the first leaf's first chunk, as parallel_small_runs does) or blobs that
-// decode (StoreReader::decodes: Orbax's zstd chunks). Device targets stay on one thread (their
+// small_leaf_bytes, none of a run) side by side: one per core this process may use (at most
+// 16: usable_cores), when there are at least two and their reads are bound by the CPU rather
+// than the medium: bytes mostly in memory already (sampled on the first leaf's first chunk, as
+// parallel_small_runs does) or blobs that decode (StoreReader::decodes: Orbax's zstd chunks). Device targets stay on one thread (their
 // copies use the CUDA stream and pinned buffers of this one). From a disk that is the limit,
 // one thread reads in file order.
 inline std::size_t leaf_threads(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves,
                                 const ReadBuffers& buffers, DataFiles& files) {
-  static const std::size_t cores = std::min<std::size_t>(std::thread::hardware_concurrency(), 16);
+  static const std::size_t cores = std::min<std::size_t>(usable_cores(), 16);
   if (cores < 2 || leaves.size() < 2) return 1;
   for (std::size_t i : leaves) {
     const ReadTask& t = tasks[i];
