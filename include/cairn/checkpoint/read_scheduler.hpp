@@ -171,9 +171,9 @@ inline std::uint64_t stored_bytes(const ReadTask& t) {
 // small_leaf_bytes, none of a run) side by side: one per core this process may use (at most
 // 16: usable_cores), when there are at least two and their reads are bound by the CPU rather
 // than the medium: bytes mostly in memory already (sampled on the first leaf's first chunk, as
-// parallel_small_runs does) or blobs that decode (StoreReader::decodes: Orbax's zstd chunks). Device targets stay on one thread (their
-// copies use the CUDA stream and pinned buffers of this one). From a disk that is the limit,
-// one thread reads in file order.
+// parallel_small_runs does) or blobs that decode (StoreReader::decodes: Orbax's zstd chunks).
+// Device targets stay on one thread (their copies use the CUDA stream and pinned buffers of
+// this one). From a disk that is the limit, one thread reads in file order.
 inline std::size_t leaf_threads(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves,
                                 const ReadBuffers& buffers, DataFiles& files) {
   static const std::size_t cores = std::min<std::size_t>(usable_cores(), 16);
@@ -329,10 +329,10 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
     }
     i = j;
   }
-  // In memory, the runs first, on two threads; then the other leaves (and from the disk the
-  // runs too, on this thread), in file order.
-  // The large leaves (each read on its own), side by side on one thread per core where that
-  // helps; then the rest in file order, the large leaves' reports added up in their place.
+  // In memory, the runs first, on two threads, and the large leaves (each read on its own) side
+  // by side on one thread per core where that helps; then the other leaves (and from the disk
+  // the runs too, on this thread) in file order, the large leaves' reports added up in their
+  // place.
   const bool runs_read = parallel_small_runs(tasks, runs);
   if (runs_read) read_small_runs_in_parallel(tasks, buffers, runs, files, options, plan.report);
   std::vector<std::size_t> large;
