@@ -130,6 +130,15 @@ inline bool parallel_small_runs(const std::vector<ReadTask>& tasks, const std::v
   return first.file->second->cached_bytes(first.offset, span) >= span / 4 * 3;
 }
 
+// Adds what one thread read (its own report) to the load's report.
+inline void add_report(LoadReport& to, LoadReport& from) {
+  to.bytes_read += from.bytes_read;
+  to.bytes_needed += from.bytes_needed;
+  to.unverified_bytes += from.unverified_bytes;
+  to.shard_reads.insert(to.shard_reads.end(), std::make_move_iterator(from.shard_reads.begin()),
+                        std::make_move_iterator(from.shard_reads.end()));
+}
+
 // Reads the runs of small leaves on two threads taking every other run, each into a report of
 // its own (added up here). Every data file is open already (execute_plan asked each chunk's
 // file for its size), so the threads only look them up.
@@ -141,10 +150,7 @@ inline void read_small_runs_in_parallel(std::vector<ReadTask>& tasks, const Read
     read_small_run(tasks.data() + runs[k].first, runs[k].second - runs[k].first, buffers, files, options,
                    thread == 0 ? report : helper);
   });
-  report.bytes_read += helper.bytes_read;
-  report.bytes_needed += helper.bytes_needed;
-  report.unverified_bytes += helper.unverified_bytes;
-  report.shard_reads.insert(report.shard_reads.end(), helper.shard_reads.begin(), helper.shard_reads.end());
+  add_report(report, helper);
 }
 
 // Reads one planned leaf that is not part of a run of small ones, through the box reader.
@@ -200,14 +206,6 @@ inline void read_leaves_in_parallel(const std::vector<ReadTask>& tasks, const st
                                     const LoadOptions& options, std::vector<LoadReport>& reports) {
   reports.resize(leaves.size());
   on_threads(leaves.size(), threads, [&](std::size_t k) { read_leaf(tasks[leaves[k]], buffers, files, options, reports[k]); });
-}
-
-inline void add_report(LoadReport& to, LoadReport& from) {
-  to.bytes_read += from.bytes_read;
-  to.bytes_needed += from.bytes_needed;
-  to.unverified_bytes += from.unverified_bytes;
-  to.shard_reads.insert(to.shard_reads.end(), std::make_move_iterator(from.shard_reads.begin()),
-                        std::make_move_iterator(from.shard_reads.end()));
 }
 
 inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptions& options) {
