@@ -7,6 +7,7 @@
 
 #include "../../cli/cairn_cli.hpp"
 
+#include <set>
 #include <sstream>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -39,7 +40,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     int positional = 0;
     for (std::size_t i = 1; i < args.size(); ++i) {
       const std::string& a = args[i];
-      if (a == "--atol" || a == "--rtol" || a == "--cast" || a == "--select" || a == "--max-file-bytes") { ++i; continue; }
+      // Every option that takes its value as the next argument (cli/cairn_cli.hpp's value()).
+      static const std::set<std::string> takes_value = {"--atol", "--rtol", "--cast", "--select", "--exclude",
+                                                        "--max-file-bytes", "--max-report", "--item", "--step", "--to",
+                                                        "--orbax-layout", "--zarr", "--zstd"};
+      if (takes_value.count(a)) { ++i; continue; }
       if (a.size() > 1 && a[0] == '-' && a[1] == '-') continue;
       if (++positional == 2) args[i] = fuzz::scratch_dir() + "/cli-out.safetensors";
     }
