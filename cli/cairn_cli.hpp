@@ -38,12 +38,15 @@ inline constexpr const char* usage_text =
     "                                    (exit 0 same, 1 different)\n"
     "  convert SRC DST [--cast GLOB=DTYPE]... [--select GLOB]... [--exclude GLOB]... [--max-file-bytes N]\n"
     "                  [--item NAME] [--overwrite] [--to cairn|safetensors|orbax] [--link]\n"
+    "                  [--orbax-layout v1|v0] [--zarr 3|2] [--no-ocdbt] [--zstd LEVEL]\n"
     "                                    every item, or the one named (safetensors and Orbax hold one)\n"
     "                                    between cairn checkpoints, safetensors and Orbax (DST ending in\n"
     "                                    .safetensors, or a directory with --max-file-bytes, is safetensors;\n"
     "                                    --to orbax writes an Orbax checkpoint where built with Orbax;\n"
     "                                    --link makes it read a cairn checkpoint's data files where they\n"
-    "                                    are, hard-linked, instead of copying them)\n"
+    "                                    are, hard-linked, instead of copying them; --orbax-layout v0 writes\n"
+    "                                    StandardCheckpointer's layout, --zarr 2 zarr v2 arrays, --no-ocdbt\n"
+    "                                    a directory per parameter, --zstd 1-22 compresses the chunks)\n"
     "PATH is a checkpoint directory, a Checkpointer root, a .safetensors file or a *.index.json,\n"
     "as a path or a URI (file:///data/ckpt; s3:// and gs:// where built with them; any scheme a\n"
     "store registered).\n"
@@ -136,6 +139,24 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
         else if (v == "orbax") convert_options.to = ConvertTo::orbax;
         else throw Error(ErrorKind::invalid_argument, "--to takes cairn, safetensors or orbax, not '" + v + "'");
       }
+      else if (a == "--orbax-layout") {
+        const std::string v = value();
+        if (v == "v1" || v == "v0") convert_options.orbax.v0_standard = v == "v0";
+        else throw Error(ErrorKind::invalid_argument, "--orbax-layout takes v1 (ocp.save's) or v0 (StandardCheckpointer's), not '" + v + "'");
+      }
+      else if (a == "--zarr") {
+        const std::string v = value();
+        if (v == "3" || v == "2") convert_options.orbax.zarr3 = v == "3";
+        else throw Error(ErrorKind::invalid_argument, "--zarr takes 3 or 2, not '" + v + "'");
+      }
+      else if (a == "--no-ocdbt") convert_options.orbax.ocdbt = false;
+      else if (a == "--zstd") {
+        const std::string v = value();
+        std::int64_t n = 0;
+        if (!parse_integer(v, n) || n < 1 || n > 22)
+          throw Error(ErrorKind::invalid_argument, "--zstd takes a compression level from 1 to 22, not '" + v + "'");
+        convert_options.orbax.zstd_level = static_cast<int>(n);
+      }
       else if (a == "--atol") atol = parse_double(a, value());
       else if (a == "--rtol") rtol = parse_double(a, value());
       else if (a == "--cast") convert_options.cast.push_back(parse_cast(value()));
@@ -158,6 +179,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
         {"show", {"--verify", "--item", "--step", "--quiet", "--progress"}},
         {"diff", {"--atol", "--rtol", "--max-report", "--step", "--quiet", "--progress"}},
         {"convert", {"--cast", "--select", "--exclude", "--item", "--max-file-bytes", "--overwrite", "--link", "--to", "--step",
+                     "--orbax-layout", "--zarr", "--no-ocdbt", "--zstd",
                      "--quiet", "--progress"}}};
     if (const auto it = takes.find(cmd); it != takes.end())
       for (const auto& o : given)

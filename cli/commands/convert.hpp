@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // cairn convert SRC DST [--cast GLOB=DTYPE]... [--select GLOB]... [--max-file-bytes N]
-// [--overwrite] [--to cairn|safetensors|orbax] [--link]: between cairn checkpoints, safetensors
-// files and Orbax checkpoints (cairn::convert; --link: cairn::link_as_orbax).
+// [--overwrite] [--to cairn|safetensors|orbax] [--link] [--orbax-layout v1|v0] [--zarr 3|2]
+// [--no-ocdbt] [--zstd LEVEL]: between cairn checkpoints, safetensors files and Orbax
+// checkpoints (cairn::convert; --link: cairn::link_as_orbax).
 #pragma once
 
 #include <ostream>
@@ -22,7 +23,11 @@ inline int convert(const std::string& src, const std::string& dst, ConvertOption
     out << "wrote " << dst << ": " << r.leaves << " tensors, " << human_bytes(r.bytes) << " in " << r.files.size() << " file"
         << (r.files.size() == 1 ? "" : "s");
   } else if (r.to == ConvertTo::orbax) {
-    out << "wrote " << dst << ": Orbax checkpoint (OCDBT, zarr v3), " << r.leaves << " leaves, " << human_bytes(r.bytes);
+    const ConvertToOrbax& o = options.orbax;
+    out << "wrote " << dst << ": Orbax checkpoint (" << (o.v0_standard ? "StandardCheckpointer's layout, " : "")
+        << (o.ocdbt ? "OCDBT" : "a directory per parameter") << ", zarr v" << (o.zarr3 ? 3 : 2)
+        << (o.zstd_level ? ", zstd level " + std::to_string(o.zstd_level) : std::string()) << "), " << r.leaves << " leaves, "
+        << human_bytes(r.bytes);
     if (options.link) out << (r.linked ? ", reading " + src + "'s data files (hard links)" : ", its data files copied (they could not be linked)");
   } else {
     out << "wrote " << dst << ": cairn checkpoint, " << r.leaves << " leaves, " << human_bytes(r.bytes);

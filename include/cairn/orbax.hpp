@@ -103,19 +103,29 @@ inline ForeignView open_view(const Store& store, const std::string& key) {
   return v;
 }
 
+// convert's choice of layout, as OrbaxSaveOptions spells it.
+inline OrbaxSaveOptions save_options_of(const ConvertOptions& options) {
+  OrbaxSaveOptions o;
+  o.layout = options.orbax.v0_standard ? OrbaxLayout::v0_standard : OrbaxLayout::v1;
+  o.zarr3 = options.orbax.zarr3;
+  o.ocdbt = options.orbax.ocdbt;
+  o.zstd_level = options.orbax.zstd_level;
+  return o;
+}
+
 // convert's export: the source's user metadata becomes _CHECKPOINT_METADATA's custom metadata.
 inline ForeignExport export_item(Store& store, const std::string& key, const ItemSnapshot& item,
-                                 const std::vector<CastRule>& cast, const Json& user_metadata) {
-  OrbaxSaveOptions o;
-  o.cast = cast;
+                                 const ConvertOptions& options, const Json& user_metadata) {
+  OrbaxSaveOptions o = save_options_of(options);
+  o.cast = options.cast;
   o.custom_metadata = user_metadata;
   const OrbaxSaveReport r = save_orbax_snapshot(store, key, item, o);
   return {r.leaves, r.bytes, r.cast};
 }
 
 // convert's link: the cairn checkpoint's data files shared (bytes: linked and rewritten).
-inline ForeignExport link_item(const Location& checkpoint, const Location& dst) {
-  const OrbaxLinkReport r = link_as_orbax(checkpoint, dst.store(), dst.key(), OrbaxSaveOptions{});
+inline ForeignExport link_item(const Location& checkpoint, const Location& dst, const ConvertOptions& options) {
+  const OrbaxLinkReport r = link_as_orbax(checkpoint, dst.store(), dst.key(), save_options_of(options));
   return {r.leaves, r.linked_bytes + r.rewritten_bytes, {}, r.files_shared};
 }
 

@@ -5572,8 +5572,20 @@ enum class ConvertTo {
   orbax,        // an Orbax checkpoint (OCDBT + zarr v3, Orbax v1's layout): needs cairn/orbax.hpp
 };
 
+// ConvertTo::orbax: the layout of the Orbax checkpoint written, as cairn::OrbaxSaveOptions
+// spells it (docs/orbax.md). The defaults are what Orbax v1's ocp.save writes; Orbax restores
+// every combination.
+struct ConvertToOrbax {
+  bool v0_standard = false;  // StandardCheckpointer's layout: the pytree at DST/ (v1: under DST/state/)
+  bool zarr3 = true;         // false: zarr v2 arrays (.zarray), as StandardCheckpointer writes by default
+  bool ocdbt = true;         // false: one directory per parameter (Orbax's use_ocdbt=False)
+  int zstd_level = 0;        // 1-22: chunks compressed by zstd at this level (Orbax writes 3; v0: 1)
+  bool operator==(const ConvertToOrbax&) const = default;
+};
+
 struct ConvertOptions {
   ConvertTo to = ConvertTo::automatic;
+  ConvertToOrbax orbax = {};  // with ConvertTo::orbax only
   // The item to convert; empty: every item of the source (a checkpoint's RNG and data-loader
   // items with its tree). A safetensors file holds one item: with several in the source, name
   // it here, or the conversion fails (it never drops an item silently).
@@ -15443,6 +15455,8 @@ CAIRN_END_NAMESPACE
 
 
 CAIRN_BEGIN_NAMESPACE
+struct ConvertOptions;  // inspect/convert.hpp, which includes this header's users
+
 namespace detail {
 
 struct ForeignView {
@@ -15464,12 +15478,13 @@ struct ForeignFormat {
   LoadReport (*load)(const Store& store, const std::string& key, const LoadOptions& options,
                      FunctionRef<LoadPlan(const StoredIndex&)> plan);
   // Writes one item as a checkpoint of this format (convert's target); null where cairn only
-  // reads the format. `user_metadata` is the source's.
-  ForeignExport (*save)(Store& store, const std::string& key, const ItemSnapshot& item,
-                        const std::vector<CastRule>& cast, const Json& user_metadata) = nullptr;
+  // reads the format. `user_metadata` is the source's; `options` convert's (its casts, and the
+  // format's own choices, such as ConvertOptions::orbax).
+  ForeignExport (*save)(Store& store, const std::string& key, const ItemSnapshot& item, const ConvertOptions& options,
+                        const Json& user_metadata) = nullptr;
   // Shows the cairn checkpoint at `checkpoint` as a checkpoint of this format that reads the
   // checkpoint's data files where they are (convert's link); null where the format cannot.
-  ForeignExport (*link)(const Location& checkpoint, const Location& dst) = nullptr;
+  ForeignExport (*link)(const Location& checkpoint, const Location& dst, const ConvertOptions& options) = nullptr;
 };
 
 CAIRN_API void register_foreign_format(const ForeignFormat& format);
@@ -15903,6 +15918,9 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   if (to_orbax && (!orbax || !orbax->save))
     throw Error(ErrorKind::invalid_argument, "converting to an Orbax checkpoint needs cairn/orbax.hpp (CMake: cairn::orbax, "
                 "which links libzstd); this program was built without it", dst.describe());
+  if (!to_orbax && options.orbax != ConvertToOrbax{})
+    throw Error(ErrorKind::invalid_argument, "ConvertOptions::orbax chooses an Orbax checkpoint's layout: it goes with "
+                "ConvertTo::orbax (cairn convert --to orbax)", dst.describe());
   if (options.link) {
     if (!to_orbax)
       throw Error(ErrorKind::invalid_argument, "link makes an Orbax checkpoint that reads a cairn checkpoint's data files: "
@@ -15914,7 +15932,7 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
         options.overwrite || !(options.item.empty() || options.item == default_item_name))
       throw Error(ErrorKind::invalid_argument, "link shares the tree item's bytes as stored: no cast, select, exclude, "
                   "max_file_bytes, overwrite or other item", dst.describe());
-    const detail::ForeignExport r = orbax->link(src, dst);
+    const detail::ForeignExport r = orbax->link(src, dst, options);
     ConvertReport report;
     report.to = ConvertTo::orbax;
     report.items = {default_item_name};
@@ -15992,7 +16010,7 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
     if (options.overwrite)
       throw Error(ErrorKind::invalid_argument, "an Orbax export never replaces what is at its path: remove it first",
                   dst.describe());
-    const detail::ForeignExport r = orbax->save(dst.store(), dst.key(), snaps.front(), options.cast,
+    const detail::ForeignExport r = orbax->save(dst.store(), dst.key(), snaps.front(), options,
                                                 m.user_metadata.is_object() ? m.user_metadata : Json::object());
     report.to = ConvertTo::orbax;
     report.leaves = r.leaves;

@@ -1467,3 +1467,95 @@ TEST_CASE("convert and the cairn tool go between cairn, Orbax and safetensors in
   CHECK(lerr.str().find("as stored") != std::string::npos);
   CHECK_FALSE(fs::exists(dir / "l2"));
 }
+
+TEST_CASE("cairn convert --to orbax writes each layout Orbax restores: v0, zarr v2, a directory per parameter, zstd") {
+  test::TempDir dir;
+  const ExportState s = export_state();
+  cairn::save(dir / "ck", s);
+  struct Way {
+    std::vector<std::string> flags;
+    bool v0, zarr3, ocdbt;
+    int zstd;
+    const char* says;  // in the tool's line
+  };
+  const std::vector<Way> ways = {
+      {{"--orbax-layout", "v0", "--zarr", "2", "--zstd", "1"}, true, false, true, 1,
+       "(StandardCheckpointer's layout, OCDBT, zarr v2, zstd level 1)"},
+      {{"--no-ocdbt", "--zstd=3"}, false, true, false, 3, "(a directory per parameter, zarr v3, zstd level 3)"},
+      {{"--orbax-layout=v0", "--no-ocdbt", "--zarr", "2"}, true, false, false, 0,
+       "(StandardCheckpointer's layout, a directory per parameter, zarr v2)"},
+      {{"--zarr", "3", "--orbax-layout", "v1"}, false, true, true, 0, "(OCDBT, zarr v3)"}};
+  int n = 0;
+  for (const Way& way : ways) {
+    const std::string to = dir / ("o" + std::to_string(n++));
+    std::vector<std::string> args = {"convert", dir / "ck", to, "--to", "orbax"};
+    args.insert(args.end(), way.flags.begin(), way.flags.end());
+    std::ostringstream out, err;
+    CAPTURE(to);
+    REQUIRE_MESSAGE(cairn::cli::run(args, out, err) == 0, err.str());
+    CHECK_MESSAGE(out.str().find(way.says) != std::string::npos, out.str());
+    // What is on disk is the layout asked for.
+    const std::string pytree = to + (way.v0 ? "" : "/state");
+    CHECK(fs::is_regular_file(pytree + "/_METADATA"));
+    CHECK(fs::exists(to + "/state") == !way.v0);
+    CHECK(fs::exists(pytree + "/manifest.ocdbt") == way.ocdbt);
+    const cairn::OrbaxCheckpoint info = cairn::orbax_metadata(to);
+    const std::string v = way.zarr3 ? "3" : "2";
+    CHECK(info.layout == (way.ocdbt ? "orbax (OCDBT, zarr v" + v + ")" : "orbax (zarr v" + v + " directories)"));
+    if (!way.ocdbt) {
+      const std::string meta = test::read_file(pytree + (way.zarr3 ? "/layers.1.w/zarr.json" : "/layers.1.w/.zarray"));
+      CHECK((meta.find("zstd") != std::string::npos) == (way.zstd > 0));
+      if (way.zstd) CHECK_MESSAGE(meta.find("\"level\":" + std::to_string(way.zstd)) != std::string::npos, meta);
+    }
+    // Every value kept.
+    ExportState back = cairn::load_orbax<ExportState>(to);
+    CHECK(back.dtypes.at("bfloat16").bytes == s.dtypes.at("bfloat16").bytes);
+    CHECK(back.dtypes.at("float8_e4m3fn").bytes == s.dtypes.at("float8_e4m3fn").bytes);
+    CHECK(test::same_bits(back.kernel.gather(), s.kernel.gather()));
+    CHECK(back.eigen == s.eigen);
+    CHECK(back.name == s.name);
+    CHECK(cairn::cli::run({"verify", to}, out, err) == 0);
+  }
+  // A link in StandardCheckpointer's layout with zarr v2 arrays: the data files still shared.
+  std::ostringstream out, err;
+  REQUIRE(cairn::cli::run({"convert", dir / "ck", dir / "linked", "--to", "orbax", "--link", "--orbax-layout", "v0", "--zarr", "2"},
+                          out, err) == 0);
+  CHECK(out.str().find("data files (hard links)") != std::string::npos);
+  CHECK(fs::is_regular_file(dir / "linked/_METADATA"));
+  CHECK(cairn::orbax_metadata(dir / "linked").layout == "orbax (OCDBT, zarr v2)");
+  CHECK(test::same_bits(cairn::load_orbax<ExportState>(dir / "linked").kernel.gather(), s.kernel.gather()));
+  // Refused, naming why, and nothing written: a link cannot compress or split its data file;
+  // the layout flags go with --to orbax; levels and spellings out of range.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--to", "orbax", "--link", "--zstd", "3"}, "as stored"},
+      {{"--to", "orbax", "--link", "--no-ocdbt"}, "as stored"},
+      {{"--zstd", "3"}, "--to orbax"},
+      {{"--to", "safetensors", "--orbax-layout", "v0"}, "--to orbax"},
+      {{"--to", "orbax", "--zstd", "23"}, "--zstd takes a compression level from 1 to 22"},
+      {{"--to", "orbax", "--zstd", "0"}, "--zstd takes a compression level from 1 to 22"},
+      {{"--to", "orbax", "--zarr", "4"}, "--zarr takes 3 or 2"},
+      {{"--to", "orbax", "--orbax-layout", "v2"}, "--orbax-layout takes v1"},
+      {{"--to", "orbax", "--no-ocdbt=1"}, "takes no value"}};
+  for (const auto& [flags, says] : refused) {
+    std::vector<std::string> args = {"convert", dir / "ck", dir / "refused"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const std::string why = says;  // (clang 14 cannot capture a structured binding)
+    CAPTURE(why);
+    std::ostringstream o, e;
+    CHECK(cairn::cli::run(args, o, e) != 0);
+    CHECK_MESSAGE(e.str().find(why) != std::string::npos, e.str());
+    CHECK_FALSE(fs::exists(dir / "refused"));
+  }
+  // Other commands do not take them.
+  CHECK(cairn::cli::run({"ls", dir / "ck", "--zstd", "3"}, out, err) != 0);
+  CHECK(err.str().find("cairn ls does not take --zstd") != std::string::npos);
+  // The library's spelling: ConvertOptions::orbax, refused without ConvertTo::orbax.
+  cairn::ConvertOptions o;
+  o.orbax.zstd_level = 3;
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "ck", dir / "refused", o), cairn::ErrorKind::invalid_argument, "ConvertTo::orbax");
+  o.to = cairn::ConvertTo::orbax;
+  o.orbax.zarr3 = false;
+  cairn::convert(dir / "ck", dir / "lib", o);
+  CHECK(cairn::orbax_metadata(dir / "lib").layout == "orbax (OCDBT, zarr v2)");
+  CHECK(cairn::load_orbax<ExportState>(dir / "lib").eigen == s.eigen);
+}

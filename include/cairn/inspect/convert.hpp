@@ -20,8 +20,20 @@ enum class ConvertTo {
   orbax,        // an Orbax checkpoint (OCDBT + zarr v3, Orbax v1's layout): needs cairn/orbax.hpp
 };
 
+// ConvertTo::orbax: the layout of the Orbax checkpoint written, as cairn::OrbaxSaveOptions
+// spells it (docs/orbax.md). The defaults are what Orbax v1's ocp.save writes; Orbax restores
+// every combination.
+struct ConvertToOrbax {
+  bool v0_standard = false;  // StandardCheckpointer's layout: the pytree at DST/ (v1: under DST/state/)
+  bool zarr3 = true;         // false: zarr v2 arrays (.zarray), as StandardCheckpointer writes by default
+  bool ocdbt = true;         // false: one directory per parameter (Orbax's use_ocdbt=False)
+  int zstd_level = 0;        // 1-22: chunks compressed by zstd at this level (Orbax writes 3; v0: 1)
+  bool operator==(const ConvertToOrbax&) const = default;
+};
+
 struct ConvertOptions {
   ConvertTo to = ConvertTo::automatic;
+  ConvertToOrbax orbax = {};  // with ConvertTo::orbax only
   // The item to convert; empty: every item of the source (a checkpoint's RNG and data-loader
   // items with its tree). A safetensors file holds one item: with several in the source, name
   // it here, or the conversion fails (it never drops an item silently).

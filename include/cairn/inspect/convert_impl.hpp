@@ -32,6 +32,9 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   if (to_orbax && (!orbax || !orbax->save))
     throw Error(ErrorKind::invalid_argument, "converting to an Orbax checkpoint needs cairn/orbax.hpp (CMake: cairn::orbax, "
                 "which links libzstd); this program was built without it", dst.describe());
+  if (!to_orbax && options.orbax != ConvertToOrbax{})
+    throw Error(ErrorKind::invalid_argument, "ConvertOptions::orbax chooses an Orbax checkpoint's layout: it goes with "
+                "ConvertTo::orbax (cairn convert --to orbax)", dst.describe());
   if (options.link) {
     if (!to_orbax)
       throw Error(ErrorKind::invalid_argument, "link makes an Orbax checkpoint that reads a cairn checkpoint's data files: "
@@ -43,7 +46,7 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
         options.overwrite || !(options.item.empty() || options.item == default_item_name))
       throw Error(ErrorKind::invalid_argument, "link shares the tree item's bytes as stored: no cast, select, exclude, "
                   "max_file_bytes, overwrite or other item", dst.describe());
-    const detail::ForeignExport r = orbax->link(src, dst);
+    const detail::ForeignExport r = orbax->link(src, dst, options);
     ConvertReport report;
     report.to = ConvertTo::orbax;
     report.items = {default_item_name};
@@ -121,7 +124,7 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
     if (options.overwrite)
       throw Error(ErrorKind::invalid_argument, "an Orbax export never replaces what is at its path: remove it first",
                   dst.describe());
-    const detail::ForeignExport r = orbax->save(dst.store(), dst.key(), snaps.front(), options.cast,
+    const detail::ForeignExport r = orbax->save(dst.store(), dst.key(), snaps.front(), options,
                                                 m.user_metadata.is_object() ? m.user_metadata : Json::object());
     report.to = ConvertTo::orbax;
     report.leaves = r.leaves;

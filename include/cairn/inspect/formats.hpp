@@ -16,6 +16,8 @@
 #include "cairn/inspect/inspect.hpp"
 
 CAIRN_BEGIN_NAMESPACE
+struct ConvertOptions;  // inspect/convert.hpp, which includes this header's users
+
 namespace detail {
 
 struct ForeignView {
@@ -37,12 +39,13 @@ struct ForeignFormat {
   LoadReport (*load)(const Store& store, const std::string& key, const LoadOptions& options,
                      FunctionRef<LoadPlan(const StoredIndex&)> plan);
   // Writes one item as a checkpoint of this format (convert's target); null where cairn only
-  // reads the format. `user_metadata` is the source's.
-  ForeignExport (*save)(Store& store, const std::string& key, const ItemSnapshot& item,
-                        const std::vector<CastRule>& cast, const Json& user_metadata) = nullptr;
+  // reads the format. `user_metadata` is the source's; `options` convert's (its casts, and the
+  // format's own choices, such as ConvertOptions::orbax).
+  ForeignExport (*save)(Store& store, const std::string& key, const ItemSnapshot& item, const ConvertOptions& options,
+                        const Json& user_metadata) = nullptr;
   // Shows the cairn checkpoint at `checkpoint` as a checkpoint of this format that reads the
   // checkpoint's data files where they are (convert's link); null where the format cannot.
-  ForeignExport (*link)(const Location& checkpoint, const Location& dst) = nullptr;
+  ForeignExport (*link)(const Location& checkpoint, const Location& dst, const ConvertOptions& options) = nullptr;
 };
 
 CAIRN_API void register_foreign_format(const ForeignFormat& format);
