@@ -280,7 +280,7 @@ class BlobReader final : public StoreReader {
   // The next n bytes of the chunk, decoded from where the last read stopped.
   void stream(unsigned char* dst, std::uint64_t n) const {
     if (!stream_) {
-      stream_.reset(ZSTD_createDCtx());
+      stream_ = take_decoder();
       if (!stream_) throw Error(ErrorKind::io, "out of memory for a zstd decoder", b_.name, b_.key);
       in_pos_ = 0;
     }
@@ -311,7 +311,7 @@ class BlobReader final : public StoreReader {
       frame_ended_ = r == 0;
     }
     // Done: a second read of the chunk decodes it again.
-    stream_.reset();
+    give_back_decoder(std::move(stream_));
     std::string().swap(stored_);
     streamed_ = 0;
     located_ = false;
@@ -344,7 +344,7 @@ class BlobReader final : public StoreReader {
   mutable std::unique_ptr<StoreReader> file_;
   mutable std::string stored_, decoded_;
   mutable std::string shard_;  // a small shard read whole: its index and chunk
-  mutable std::unique_ptr<ZSTD_DCtx, ZstdDCtxFree> stream_;
+  mutable ZstdDecoder stream_;  // while the chunk streams (take_decoder)
   mutable bool located_ = false, decoded_done_ = false, raw_inner_ = false, missing_ = false, frame_ended_ = false;
   mutable std::uint64_t inner_offset_ = 0, consumed_ = 0, streamed_ = 0, in_pos_ = 0;
 };

@@ -23,13 +23,33 @@ namespace detail::orbax {
 struct ZstdDCtxFree {
   void operator()(ZSTD_DCtx* c) const { ZSTD_freeDCtx(c); }
 };
+using ZstdDecoder = std::unique_ptr<ZSTD_DCtx, ZstdDCtxFree>;
+
+// A decoder kept by each thread between chunks: making one (ZSTD_createDCtx, its tables and
+// buffers) was a quarter of a load of 10,000 small zstd arrays, one per chunk
+// (docs/benchmarks.md, "Orbax import"). take_decoder() hands out this thread's, or a new one,
+// reset to begin a frame; give_back_decoder() keeps it for the thread's next chunk (any
+// thread may give back a decoder another took: each keeps at most one).
+inline ZstdDecoder& kept_decoder() {
+  thread_local ZstdDecoder kept;
+  return kept;
+}
+inline ZstdDecoder take_decoder() {
+  ZstdDecoder d = std::move(kept_decoder());
+  if (!d) d.reset(ZSTD_createDCtx());
+  else ZSTD_DCtx_reset(d.get(), ZSTD_reset_session_only);
+  return d;
+}
+inline void give_back_decoder(ZstdDecoder d) {
+  if (d && !kept_decoder()) kept_decoder() = std::move(d);
+}
 
 // Decompresses every frame in src[0, n) into dst, which must come out exactly `expected`
 // bytes; `what` (a key, a node) and `file` name the bytes in errors.
 inline void zstd_decompress_exact(void* dst, std::uint64_t expected, const void* src, std::uint64_t n,
                                   const std::string& file, const std::string& key,
                                   const std::string& what = "zstd data") {
-  std::unique_ptr<ZSTD_DCtx, ZstdDCtxFree> ctx(ZSTD_createDCtx());
+  ZstdDecoder ctx = take_decoder();
   if (!ctx) throw Error(ErrorKind::io, "out of memory for a zstd decoder", file, key);
   ZSTD_inBuffer in{src, static_cast<std::size_t>(n), 0};
   ZSTD_outBuffer out{dst, static_cast<std::size_t>(expected), 0};
@@ -56,12 +76,13 @@ inline void zstd_decompress_exact(void* dst, std::uint64_t expected, const void*
   if (out.pos != expected)
     throw Error(ErrorKind::corrupt, what + " decodes to " + std::to_string(out.pos) + " bytes, expected " +
                 std::to_string(expected), file, key);
+  give_back_decoder(std::move(ctx));
 }
 
 // Decompresses every frame in src[0, n) into a new string of at most `limit` bytes.
 inline std::string zstd_decompress(const void* src, std::uint64_t n, std::uint64_t limit, const std::string& file,
                                    const std::string& key, const std::string& what = "zstd data") {
-  std::unique_ptr<ZSTD_DCtx, ZstdDCtxFree> ctx(ZSTD_createDCtx());
+  ZstdDecoder ctx = take_decoder();
   if (!ctx) throw Error(ErrorKind::io, "out of memory for a zstd decoder", file, key);
   std::string out;
   // Start from the frame's own claim where it makes one (never trusted beyond the limit).
@@ -90,6 +111,7 @@ inline std::string zstd_decompress(const void* src, std::uint64_t n, std::uint64
     if (!progressed && in.pos == in.size) break;
   }
   if (last != 0) throw Error(ErrorKind::corrupt, what + " is truncated (its last frame does not end)", file, key);
+  give_back_decoder(std::move(ctx));
   out.resize(produced);
   return out;
 }
