@@ -6,7 +6,8 @@
 //   2: zarr metadata, v2 or v3 (by the next byte's low bit);
 //   3: a zarr v3 shard of 2 inner chunks (zstd, CRC32C-checked index), each read as a load does;
 //   4: a zstd stream decoded within a limit;
-//   5: the msgpack aggregate file of Orbax's older layout, and each flax ndarray in it.
+//   5: the msgpack aggregate file of Orbax's older layout, and each flax ndarray in it;
+//   6: a pytree's _METADATA, read into its entries.
 // Every outcome is a result or a cairn::Error, never a crash or an unbounded allocation.
 #include <cairn/orbax.hpp>
 
@@ -62,11 +63,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string rest(reinterpret_cast<const char*>(data) + 2, size - 2);
   namespace o = cairn::detail::orbax;
   try {
-    switch (data[0] % 6) {
+    switch (data[0] % 7) {
       case 0:
       case 1: {
         cairn::MemoryStore store;
-        const std::string manifest = data[0] % 6 == 0 ? rest : manifest_for(rest.size(), data[1] % 4);
+        const std::string manifest = data[0] % 7 == 0 ? rest : manifest_for(rest.size(), data[1] % 4);
         cairn::detail::write_blob(store, "db/manifest.ocdbt", manifest);
         cairn::detail::write_blob(store, "db/d/a", rest);
         o::OcdbtDatabase db(store, "db");
@@ -106,6 +107,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (const auto& x : v.items)
           if (x.kind == o::MsgValue::Kind::ext) seen += o::MsgReader(x.s, "f").read_all().items.size();
         if (seen > rest.size()) __builtin_trap();
+        break;
+      }
+      case 6: {
+        const o::TreeMetadata m = o::read_tree_metadata(rest, "f");
+        std::size_t keys = 0;
+        for (const auto& e : m.entries) keys += e.path.size();
+        if (keys > rest.size()) __builtin_trap();  // every key is spelled in the text
         break;
       }
       case 4: {

@@ -83,6 +83,13 @@ def main():
     agg += b"\xa1c" + b"\x81" + b"\xa1d" + b"\xb1PLACEHOLDER://c.d"
     with open(os.path.join(out, "msgpack"), "wb") as f:
         f.write(b"\x05\x00" + agg)
+    # A pytree's _METADATA: a dict key, a sequence index, a scalar and a string leaf.
+    with open(os.path.join(out, "tree_metadata"), "wb") as f:
+        f.write(b"\x06\x00" + b'{"tree_metadata":{"(\'params\', \'w\')":{"key_metadata":[{"key":"params","key_type":2},'
+                b'{"key":"w","key_type":2}],"value_metadata":{"value_type":"jax.Array","skip_deserialize":false}},'
+                b'"(\'layers\', \'0\')":{"key_metadata":[{"key":"layers","key_type":2},{"key":"0","key_type":1}],'
+                b'"value_metadata":{"value_type":"scalar"}},"(\'name\',)":{"key_metadata":[{"key":"name","key_type":2}],'
+                b'"value_metadata":{"value_type":"string","skip_deserialize":false}}},"use_ocdbt":true,"use_zarr3":false}')
 
 
 if __name__ == "__main__":

@@ -704,6 +704,68 @@ TEST_CASE("zarr metadata from a hostile file: every mistake a cairn::Error namin
   }
 }
 
+TEST_CASE("a pytree's _METADATA read into its entries; every mistake a cairn::Error naming the file and the entry") {
+  namespace o = cairn::detail::orbax;
+  // Dict keys, sequence indices (key_type 1), a key that is a number, unknown members skipped.
+  const o::TreeMetadata m = o::read_tree_metadata(
+      R"J({"version":1,"tree_metadata":{"('params', 'w')":{"key_metadata":[{"key":"params","key_type":2},{"key":"w","key_type":2}],)J"
+      R"J("value_metadata":{"value_type":"jax.Array","skip_deserialize":false,"write_shape":[2]}},)J"
+      R"J("('layers', '1', 'b')":{"key_metadata":[{"key":"layers","key_type":2},{"key":"1","key_type":1},{"key":"b","key_type":2}],)J"
+      R"J("value_metadata":{"value_type":"np.ndarray"}},)J"
+      R"J("(3,)":{"key_metadata":[{"key":3,"key_type":1}],"value_metadata":{"value_type":null,"skip_deserialize":true}},)J"
+      R"J("('x1',)":{"value_metadata":{"value_type":"scalar"},"key_metadata":[{"key_type":1,"key":"x1"}]}},)J"
+      R"J("use_zarr3":false,"use_ocdbt":"maybe"} )J",
+      "the-file");
+  REQUIRE(m.entries.size() == 4);
+  CHECK(m.entries[0].tuple == "('params', 'w')");
+  CHECK(m.entries[0].path.str() == "params/w");
+  CHECK(m.entries[0].param == "params.w");
+  CHECK(m.entries[0].value_type == "jax.Array");
+  CHECK_FALSE(m.entries[0].skip_deserialize);
+  CHECK(m.entries[1].path.entries()[1].kind == cairn::KeyEntry::Kind::index);
+  CHECK(m.entries[1].param == "layers.1.b");
+  CHECK(m.entries[1].value_type == "np.ndarray");
+  CHECK(m.entries[2].path.entries()[0].kind == cairn::KeyEntry::Kind::index);
+  CHECK(m.entries[2].param == "3");
+  CHECK(m.entries[2].value_type.empty());
+  CHECK(m.entries[2].skip_deserialize);
+  CHECK(m.entries[3].path.entries()[0].kind == cairn::KeyEntry::Kind::key);  // "x1" is no index
+  CHECK(m.use_zarr3 == std::optional<bool>(false));
+  CHECK_FALSE(m.use_ocdbt.has_value());  // not a boolean: unsaid
+  const std::string entry = R"J({"tree_metadata":{"('w',)":)J";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"", "invalid Orbax _METADATA at byte 0"},
+      {"[]", "no tree_metadata object"},
+      {"{}", "no tree_metadata object"},
+      {R"J({"tree_metadata":[]})J", "no tree_metadata object"},
+      {entry + "1}}", "entry is not an object"},
+      {entry + R"J({"key_metadata":[{"key":"w"}],"value_metadata":{}}}})J", "without key or key_type"},
+      {entry + R"J({"key_metadata":[{"key":"w","key_type":1.5}],"value_metadata":{}}}})J", "without key or key_type"},
+      {entry + R"J({"key_metadata":[{"key":"w","key_type":"2"}],"value_metadata":{}}}})J", "without key or key_type"},
+      {entry + R"J({"key_metadata":["w"],"value_metadata":{}}}})J", "without key or key_type"},
+      {entry + R"J({"key_metadata":[{"key":"w","key_type":2}]}}})J", "no key_metadata list or value_metadata"},
+      {entry + R"J({"key_metadata":{},"value_metadata":{}}}})J", "no key_metadata list or value_metadata"},
+      {entry + R"J({"key_metadata":[],"value_metadata":[]}}})J", "no key_metadata list or value_metadata"},
+      {entry + R"J({"key_metadata":[{"key":"w","key_type":2}],"value_metadata":{}})J", "invalid Orbax _METADATA at byte"},
+      {entry + R"J({"key_metadata":[{"key":"w","key_type":2}],"value_metadata":{}}}} x)J", "unexpected text"},
+      {entry + R"J({"key_metadata":[{"key":"w","key_type":99999999999999999999}],"value_metadata":{}}}})J", "without key or key_type"},
+      {R"J({"other":)J" + std::string(100000, '['), "invalid Orbax _METADATA"},  // nesting bounded where skipped too
+      {entry + R"J({"key_metadata":[{"key":)J" + std::string(100000, '[') + R"J(,"key_type":2}],"value_metadata":{}}}})J",
+       "invalid Orbax _METADATA"}};
+  for (const auto& [text, says] : bad) {
+    const std::string why = says;  // (clang 14 cannot capture a structured binding)
+    CAPTURE(why);
+    CHECK_CAIRN_ERROR(o::read_tree_metadata(text, "the-file"), cairn::ErrorKind::corrupt, why);
+    try {
+      o::read_tree_metadata(text, "the-file");
+    } catch (const cairn::Error& e) {
+      CHECK(e.file() == "the-file");
+      if (text.rfind(entry, 0) == 0 && why.find("invalid") == std::string::npos && why.find("unexpected") == std::string::npos)
+        CHECK(e.key_path() == "('w',)");
+    }
+  }
+}
+
 TEST_CASE("a small hostile OCDBT node that spells out gigabytes of keys or paths is refused") {
   namespace o = cairn::detail::orbax;
   // A manifest whose one version's root is the node at offset 0 of d/a.

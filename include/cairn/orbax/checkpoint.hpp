@@ -24,6 +24,7 @@
 #include "cairn/kernels/box_plan.hpp"
 #include "cairn/orbax/msgpack.hpp"
 #include "cairn/orbax/ocdbt.hpp"
+#include "cairn/orbax/tree_metadata.hpp"
 #include "cairn/orbax/zarr.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -380,31 +381,26 @@ class PytreeReader {
 
   void read() {
     const std::string meta_key = join_key(dir_, "_METADATA");
-    Json meta;
+    TreeMetadata meta;
     const bool has_meta = store_.is_blob(meta_key);
-    if (has_meta) {
-      meta = read_json_file(store_, meta_key);
-      if (!meta.is_object() || !meta.contains("tree_metadata") || !meta.at("tree_metadata").is_object())
-        throw Error(ErrorKind::corrupt, "Orbax _METADATA has no tree_metadata object", store_.describe(meta_key));
-    }
+    if (has_meta) meta = read_tree_metadata(read_blob(store_, meta_key, 64u << 20), store_.describe(meta_key));
     // OCDBT unless _METADATA says otherwise, or nothing of a database is there (the older layout).
     bool ocdbt = store_.exists(join_key(dir_, "manifest.ocdbt")) || store_.exists(join_key(dir_, "d"));
-    if (const Json* u = has_meta ? meta.find("use_ocdbt") : nullptr; u && u->is_bool()) ocdbt = u->as_bool();
+    if (meta.use_ocdbt) ocdbt = *meta.use_ocdbt;
     if (ocdbt) {
       if (!store_.is_blob(join_key(dir_, "manifest.ocdbt")))
         throw Error(ErrorKind::not_found, "the OCDBT database's manifest.ocdbt is missing", store_.describe(join_key(dir_, "manifest.ocdbt")));
       view_.databases().push_back(std::make_unique<OcdbtDatabase>(store_, dir_));
       db_ = view_.databases().back().get();
     }
-    if (const Json* s = has_meta ? meta.find("use_zarr3") : nullptr; s && s->is_bool()) zarr3_ = s->as_bool();
-    else zarr3_ = -1;
+    zarr3_ = meta.use_zarr3 ? int(*meta.use_zarr3) : -1;
     sharding_ = read_sharding();
     if (store_.is_blob(join_key(dir_, "_strings.json"))) strings_ = read_json_file(store_, join_key(dir_, "_strings.json"));
 
     ItemRecord item;
     item.name = item_name_;
     if (has_meta) {
-      for (const auto& [tuple, entry] : meta.at("tree_metadata").items()) add_from_metadata(item, tuple, entry);
+      for (const TreeMetadataEntry& entry : meta.entries) add_from_metadata(item, entry);
     } else {
       for (const std::string& param : params_without_metadata()) add_array(item, param, key_path_of(param));
     }
@@ -500,30 +496,11 @@ class PytreeReader {
     return p;
   }
 
-  void add_from_metadata(ItemRecord& item, const std::string& tuple, const Json& entry) {
-    const std::string file = meta_file();
-    if (!entry.is_object()) throw Error(ErrorKind::corrupt, "tree_metadata entry is not an object", file, tuple);
-    const Json* keys = entry.find("key_metadata");
-    const Json* value = entry.find("value_metadata");
-    if (!keys || !keys->is_array() || !value || !value->is_object())
-      throw Error(ErrorKind::corrupt, "tree_metadata entry has no key_metadata list or value_metadata", file, tuple);
-    KeyPath path;
-    std::string param;
-    for (const Json& k : keys->as_array()) {
-      const Json* key = k.find("key");
-      const Json* type = k.find("key_type");
-      if (!key || !type || !type->is_int()) throw Error(ErrorKind::corrupt, "key_metadata entry without key or key_type", file, tuple);
-      const std::string text = key->is_string() ? key->as_string() : key->dump();
-      if (!param.empty() || !path.empty()) param += '.';
-      param += text;
-      std::int64_t index;
-      if (type->as_int() == 1 && parse_int64(text, index) && index >= 0) path.push_back(KeyEntry::index(index));
-      else path.push_back(KeyEntry::key(text));
-    }
-    const Json* vt = value->find("value_type");
-    const std::string type = vt && vt->is_string() ? vt->as_string() : "";
-    const Json* skip = value->find("skip_deserialize");
-    if (skip && skip->is_bool() && skip->as_bool()) {
+  void add_from_metadata(ItemRecord& item, const TreeMetadataEntry& entry) {
+    const KeyPath& path = entry.path;
+    const std::string& param = entry.param;
+    const std::string& type = entry.value_type;
+    if (entry.skip_deserialize) {
       add_aggregated(item, path);
       return;
     }
