@@ -613,14 +613,14 @@ class PytreeReader {
   const ZarrArray& array_metadata(const std::string& param, const std::string& key) {
     std::string text;
     int format = 3;
-    std::string file;
+    std::string file_key;  // (named in the errors of a first parse only: described then)
     auto try_key = [&](const std::string& name, int f) {
       const std::string k = param + "/" + name;
       if (db_) {
         if (const OcdbtValue* v = db_->find(k)) {
           text = db_->read(*v, key);
           format = f;
-          file = store_.describe(join_key(dir_, k));
+          file_key = join_key(dir_, k);
           return true;
         }
         return false;
@@ -633,7 +633,7 @@ class PytreeReader {
         throw;
       }
       format = f;
-      file = store_.describe(sk);
+      file_key = sk;
       return true;
     };
     const bool want3 = zarr3_ != 0, want2 = zarr3_ != 1;
@@ -644,10 +644,10 @@ class PytreeReader {
                   store_.describe(dir_), key);
     zarr3_found_ = zarr3_found_ || format == 3;
     // Arrays of one shape and dtype have the same metadata text (a model's layers): parsed once.
-    const std::string cache_key = std::to_string(format) + text;
-    if (auto it = parsed_.find(cache_key); it != parsed_.end()) return *it->second;
-    view_.arrays().push_back(std::make_unique<ZarrArray>(parse_zarr_metadata(text, format, file, key)));
-    parsed_.emplace(cache_key, view_.arrays().back().get());
+    auto& parsed = parsed_[format == 3];
+    if (auto it = parsed.find(text); it != parsed.end()) return *it->second;
+    view_.arrays().push_back(std::make_unique<ZarrArray>(parse_zarr_metadata(text, format, store_.describe(file_key), key)));
+    parsed.emplace(std::move(text), view_.arrays().back().get());
     return *view_.arrays().back();
   }
 
@@ -836,7 +836,7 @@ class PytreeReader {
   std::uint64_t total_chunks_ = 0;
   std::map<std::string, Json> sharding_;
   Json strings_;
-  std::unordered_map<std::string, const ZarrArray*> parsed_;  // by metadata text
+  std::unordered_map<std::string, const ZarrArray*> parsed_[2];  // by metadata text, zarr v2 and v3
   bool aggregate_loaded_ = false;
   std::string aggregate_text_;
   MsgValue aggregate_;
