@@ -431,3 +431,69 @@ TEST_CASE("S3: a load opens the objects its commit marker lists without a HEAD: 
   const std::uint64_t part = options().read_part_size;
   CHECK(used == 4 + (static_cast<std::uint64_t>(data.as_int()) + part - 1) / part);
 }
+
+TEST_CASE("S3: a load's read-ahead fetches the data objects the marker lists whole, once; a failed fetch is read again") {
+  if (server().endpoint().empty()) return;
+  cairn::S3Options o = options();
+  o.read_part_size = 1 << 20;  // the data object (320 KB) is fetched whole
+  auto s = store(o);
+  const State a = random_state();
+  cairn::save({s, "ck"}, a);
+  const std::string gen = s->readable_checkpoint("ck");  // reads the marker: the sizes are known
+  const std::string data = gen + "/data-0-0.bin";
+  const std::string want = cairn::detail::read_blob(*s, data, 1 << 30);  // no read-ahead yet
+  REQUIRE(want.size() > 300000);
+  auto read_whole = [&] {
+    auto r = s->open(data);
+    std::string got(static_cast<std::size_t>(r->size()), '\0');
+    r->read_at(got.data(), got.size(), 0);
+    return got;
+  };
+  {
+    const std::uint64_t before = s->requests();
+    auto ahead = s->read_ahead({data, gen + "/_METADATA"}, 1 << 30);
+    REQUIRE(ahead);
+    CHECK(read_whole() == want);
+    CHECK(read_whole() == want);  // from memory again, while the handle lives
+    CHECK(s->requests() - before == 2);  // one GET each, whole
+    // An object no marker lists (its size unknown), or more bytes than asked: no read-ahead.
+    CHECK_FALSE(s->read_ahead({"elsewhere/blob"}, 1 << 30));
+    CHECK_FALSE(s->read_ahead({gen + "/data-0-0.bin.other"}, 1 << 30));
+  }
+  CHECK_FALSE(s->read_ahead({data}, 1000));  // more than the bytes asked for
+  {
+    // The handle gone, reads go to the server again.
+    const std::uint64_t before = s->requests();
+    CHECK(read_whole() == want);
+    CHECK(s->requests() - before == 1);
+  }
+  {
+    // A read-ahead whose GET fails for good (403 is not retried): the reader reads as if there
+    // had been none.
+    server().fault_matching("GET /bucket/t", "403", 1);
+    auto ahead = s->read_ahead({data}, 1 << 30);
+    REQUIRE(ahead);
+    CHECK(read_whole() == want);
+    server().reset();
+  }
+  // And a whole load of a checkpoint of many leaves (its _METADATA asks for the read-ahead),
+  // bit-exact, with a fetch that fails on the way.
+  std::map<std::string, std::vector<float>> many;
+  for (int i = 0; i < 2000; ++i) many["leaf" + std::to_string(i)] = test::random_bits<float>(1 + i % 7);
+  cairn::save({s, "many"}, many);
+  auto same_many = [&](const std::map<std::string, std::vector<float>>& got) {
+    if (got.size() != many.size()) return false;
+    for (const auto& [k, v] : many)
+      if (!got.count(k) || !test::same_bits(got.at(k), v)) return false;
+    return true;
+  };
+  // The data object's first GET refused for good: had the load not read ahead, this load
+  // would fail; it reads the object again instead.
+  server().fault_matching("data-0-0.bin", "403", 1);
+  CHECK(same_many(cairn::load<std::map<std::string, std::vector<float>>>({s, "many"})));
+  CHECK(server().stats().at("faults_hit").as_int() == 1);
+  server().reset();
+  const std::uint64_t before = s->requests();
+  CHECK(same_many(cairn::load<std::map<std::string, std::vector<float>>>({s, "many"})));
+  CHECK(s->requests() - before == 5);  // the marker, _CHECKPOINT, _METADATA, _USER_METADATA, the data
+}

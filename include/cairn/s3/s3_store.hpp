@@ -60,6 +60,14 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   std::string describe(const std::string& key) const override { return client_.uri(key); }
 
   std::unique_ptr<StoreReader> open(const std::string& key) const override {
+    // An object a load's read-ahead fetched (or is fetching): read from memory; where the
+    // fetch failed, read as if there had been none.
+    if (auto held = fetched(key)) {
+      try {
+        return std::make_unique<HeldReader>(held->get(), describe(key));
+      } catch (const std::exception&) {
+      }
+    }
     // An object of a committed generation: its size is the marker's, and it never changes
     // (a generation's objects are written once), so no HEAD and no ETag to pin reads to.
     if (const auto size = known_size(key)) return std::make_unique<Reader>(const_cast<S3Store&>(*this), key, s3::ObjectInfo{*size, {}});
@@ -75,6 +83,39 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     if (!has_internal_segment(key) && client_.head(key))
       throw Error(ErrorKind::already_exists, "an object already exists here", describe(key));
     return std::make_unique<Writer>(*this, key, s3::WriteCondition{true, {}}, false);
+  }
+
+  // Store::read_ahead: while a load parses the metadata of a checkpoint of many leaves, its
+  // data objects are fetched whole into memory, each with one GET, `concurrency` at once, and
+  // its reads then come from there (a load of 10,000 small leaves waited for its data object
+  // only after parsing and planning: docs/object-store.md). Only objects whose size the
+  // marker gives (no HEAD is added) and of at most read_part_size each (a larger one is read
+  // in parallel ranges by its reader), up to `bytes` and read_part_size * concurrency in all.
+  // The handle keeps them: destroyed (the load is done, or reads only some leaves), it waits
+  // for its fetches and lets the bytes go. Requests: none added (each object is read once).
+  std::unique_ptr<StoreReadAhead> read_ahead(const std::vector<std::string>& keys, std::uint64_t bytes) const override {
+    const std::uint64_t part = options_.read_part_size;
+    const std::uint64_t budget = std::min(bytes, part * static_cast<std::uint64_t>(options_.concurrency));
+    auto ahead = std::make_unique<ReadAhead>(*this);
+    std::uint64_t total = 0;
+    for (const std::string& key : keys) {
+      const auto size = known_size(key);
+      if (!size || *size > part || total + *size > budget || ahead->fetches.size() >= static_cast<std::size_t>(options_.concurrency))
+        continue;
+      const std::uint64_t n = *size;
+      std::lock_guard<std::mutex> lock(fetched_mutex_);
+      if (fetched_.count(key)) continue;  // another load's read-ahead has it
+      total += n;
+      std::shared_future<Bytes> f = std::async(std::launch::async, [this, key, n] {
+                                      auto b = std::make_shared<std::vector<unsigned char>>(static_cast<std::size_t>(n));
+                                      if (n) client().get_range(key, b->data(), n, 0, {});
+                                      return Bytes(std::move(b));
+                                    }).share();
+      fetched_.emplace(key, f);
+      ahead->fetches.emplace_back(key, std::move(f));
+    }
+    if (ahead->fetches.empty()) return nullptr;
+    return ahead;
   }
 
   bool exists(const std::string& key) const override {
@@ -342,6 +383,47 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::vector<std::future<void>> running_;
   };
 
+  using Bytes = std::shared_ptr<const std::vector<unsigned char>>;
+
+  // read_ahead's handle: its fetches stay readable (open) until it goes.
+  class ReadAhead : public StoreReadAhead {
+   public:
+    explicit ReadAhead(const S3Store& store) : store_(store) {}
+    ~ReadAhead() override {
+      for (auto& [key, f] : fetches) {
+        f.wait();
+        std::lock_guard<std::mutex> lock(store_.fetched_mutex_);
+        store_.fetched_.erase(key);
+      }
+    }
+    std::vector<std::pair<std::string, std::shared_future<Bytes>>> fetches;
+   private:
+    const S3Store& store_;
+  };
+  std::optional<std::shared_future<Bytes>> fetched(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(fetched_mutex_);
+    const auto it = fetched_.find(key);
+    if (it == fetched_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // An object read whole by a read-ahead: its reads are copies from memory.
+  class HeldReader : public StoreReader {
+   public:
+    HeldReader(Bytes bytes, std::string name) : bytes_(std::move(bytes)), name_(std::move(name)) {}
+    std::uint64_t size() const override { return bytes_->size(); }
+    std::uint64_t cached_bytes(std::uint64_t, std::uint64_t n) const override { return n; }
+    void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
+      if (offset > bytes_->size() || n > bytes_->size() - offset)
+        throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(bytes_->size()) +
+                    ", before the data its metadata describes (truncated?)", name_);
+      if (n) std::memcpy(dst, bytes_->data() + offset, static_cast<std::size_t>(n));
+    }
+   private:
+    Bytes bytes_;
+    std::string name_;
+  };
+
   // Reads of an object. A large read is split into ranges fetched in parallel straight into
   // the caller's memory. Small reads that follow one another (a load reads a
   // large leaf in 256 KiB pieces, checksumming each) switch to read-ahead: blocks of
@@ -409,7 +491,6 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     }
 
    private:
-    using Bytes = std::shared_ptr<const std::vector<unsigned char>>;
     // Block `index`, fetched or being fetched, with the `concurrency` blocks after it started.
     std::shared_future<Bytes> block(std::uint64_t index) const {
       const std::uint64_t part = store_.options_.read_part_size;
@@ -632,6 +713,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   s3::Client client_;
   mutable std::mutex known_mutex_;
   mutable std::unordered_map<std::string, std::uint64_t> known_sizes_;  // remember_sizes
+  mutable std::mutex fetched_mutex_;
+  mutable std::map<std::string, std::shared_future<Bytes>> fetched_;  // by read_ahead handles alive
 };
 
 // The Location of an s3:// or gs:// URI, in a store of its own with these options (where the
