@@ -194,6 +194,68 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     }
     CHECK_FALSE(store->exists("dst/other"));
   }
+  SUBCASE("copy_blob: a copy the store makes itself, or nothing done and false") {
+    auto store = make();
+    const auto bytes = random_bits<unsigned char>(70000);
+    cairn::detail::write_blob(*store, "src/data", std::string(bytes.begin(), bytes.end()));
+    auto read_all = [&](const std::string& key) {
+      auto r = store->open(key);
+      std::vector<unsigned char> back(static_cast<std::size_t>(r->size()));
+      r->read_at(back.data(), back.size(), 0);
+      return back;
+    };
+    const bool copied = store->copy_blob(*store, "src/data", "dst/d/data");
+    CHECK(store->exists("dst/d/data") == copied);
+    if (copied) {
+      CHECK(read_all("dst/d/data") == bytes);
+      CHECK(read_all("src/data") == bytes);  // the source as it was
+      store->remove("src");
+      CHECK(read_all("dst/d/data") == bytes);  // a copy, not a second name of the same bytes
+      // Never over a blob that is there: an error or false, and its bytes unchanged.
+      cairn::detail::write_blob(*store, "src/data", "other");
+      bool over = false;
+      try {
+        over = store->copy_blob(*store, "src/data", "dst/d/data");
+      } catch (const cairn::Error& e) {
+        CHECK(e.kind() == ErrorKind::already_exists);
+      }
+      CHECK_FALSE(over);
+      CHECK(read_all("dst/d/data") == bytes);
+    }
+    // Nothing to copy: false, or a not_found error; never a blob from nothing.
+    bool from_nothing = false;
+    try {
+      from_nothing = store->copy_blob(*store, "no/such/blob", "dst/other");
+    } catch (const cairn::Error& e) {
+      CHECK(e.kind() == ErrorKind::not_found);
+    }
+    CHECK_FALSE(from_nothing);
+    CHECK_FALSE(store->exists("dst/other"));
+  }
+  SUBCASE("stage_foreign: published, every blob at key/<name> as written; abandoned or refused, nothing") {
+    auto store = make();
+    {
+      auto staging = store->stage_foreign("f/1");
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), "a/x"), "xx");
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), "commit_success.txt"), "done");
+      staging->publish({{"a/x", 2}, {"commit_success.txt", 4}});
+    }
+    CHECK(cairn::detail::read_blob(*store, "f/1/a/x", 100) == "xx");
+    CHECK(cairn::detail::read_blob(*store, "f/1/commit_success.txt", 100) == "done");
+    CHECK(visible_names(*store, "f/1") == std::vector<std::string>{"a", "commit_success.txt"});  // nothing added
+    CHECK_THROWS_AS(store->stage_foreign("f/1"), cairn::Error);  // never over what is there
+    {
+      auto staging = store->stage_foreign("f/2");
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), "c"), "c");
+    }
+    CHECK_FALSE(store->exists("f/2"));
+    {
+      auto staging = store->stage_foreign("f/3");
+      cairn::detail::write_blob(*store, cairn::detail::join_key(staging->key(), "c"), "c");
+      CHECK_THROWS_AS(staging->publish({{"c", 1}, {"missing", 1}}), cairn::Error);
+    }
+    CHECK_FALSE(store->exists("f/3"));
+  }
   SUBCASE("staging: nothing at the final key until publish, then all of it at once") {
     auto store = make();
     {

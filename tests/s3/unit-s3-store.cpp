@@ -8,6 +8,9 @@
 #include "../store_conformance.hpp"
 
 #include <cairn/s3.hpp>
+#ifdef CAIRN_TEST_ORBAX
+#include <cairn/orbax.hpp>
+#endif
 
 #include "cairn_cli.hpp"
 
@@ -229,4 +232,72 @@ TEST_CASE("S3 store: wrong credentials, a missing bucket and bad URIs are clear 
   closed.endpoint = "http://127.0.0.1:9";
   auto nowhere = std::make_shared<cairn::S3Store>("s3", bucket, closed);
   CHECK_CAIRN_ERROR(nowhere->open("k"), ErrorKind::io, "after 3 attempts");
+}
+
+TEST_CASE("S3 store: copy_blob copies inside the server, whole or in parts, and link_as_orbax uses it") {
+  if (!have_server()) return;
+  auto a = fresh_store();
+  const auto bytes = test::random_bits<unsigned char>(1000003);
+  cairn::detail::write_blob(*a, "src/blob", std::string(bytes.begin(), bytes.end()));
+  auto read_all = [](const cairn::Store& s, const std::string& key) {
+    auto r = s.open(key);
+    std::vector<unsigned char> back(static_cast<std::size_t>(r->size()));
+    r->read_at(back.data(), back.size(), 0);
+    return back;
+  };
+  // One CopyObject (after a HEAD of the source for its size and ETag, and one of the target).
+  std::uint64_t before = a->requests();
+  REQUIRE(a->copy_blob(*a, "src/blob", "whole/blob"));
+  CHECK(a->requests() - before == 3);
+  CHECK(read_all(*a, "whole/blob") == bytes);
+  CHECK_CAIRN_ERROR(a->copy_blob(*a, "src/blob", "whole/blob"), ErrorKind::already_exists, "already exists");
+  CHECK_CAIRN_ERROR(a->copy_blob(*a, "src/none", "whole/none"), ErrorKind::not_found, "src/none");
+  // In parts (UploadPartCopy of 64 KiB ranges), into a store with another root of the bucket.
+  cairn::S3Options o = server_options();
+  o.copy_part_size = 64 << 10;
+  auto b = fresh_store(o);
+  before = b->requests();
+  REQUIRE(b->copy_blob(*a, "src/blob", "parts/blob"));
+  const std::uint64_t parts = (bytes.size() + (64 << 10) - 1) / (64 << 10);
+  CHECK(b->requests() - before == 1 + 1 + 1 + parts + 1);  // HEADs of source and target, create, parts, complete
+  CHECK(read_all(*b, "parts/blob") == bytes);
+  CHECK(read_all(*a, "src/blob") == bytes);
+  // Another bucket or another kind of store: false, nothing done (the caller copies).
+  auto other_bucket = std::make_shared<cairn::S3Store>("s3", "cairn-test-other", server_options(), fresh_root());
+  CHECK_FALSE(other_bucket->copy_blob(*a, "src/blob", "x/blob"));
+  cairn::MemoryStore memory;
+  CHECK_FALSE(b->copy_blob(memory, "src/blob", "x/blob"));
+  CHECK_FALSE(b->exists("x/blob"));
+
+#ifdef CAIRN_TEST_ORBAX
+  // An Orbax checkpoint that reads a cairn checkpoint's data on the same bucket: its data
+  // files copied by the server, every value read back.
+  std::map<std::string, std::vector<float>> state = {{"w", test::random_bits<float>(100000)}, {"b", test::random_bits<float>(7)}};
+  cairn::save(cairn::Location(a, "ck"), state);
+  const cairn::OrbaxLinkReport r = cairn::link_as_orbax(cairn::Location(a, "ck"), cairn::Location(a, "ck-orbax"));
+  CHECK_FALSE(r.files_shared);
+  CHECK(r.files_copied_by_store);
+  const auto back = cairn::load_orbax<std::map<std::string, std::vector<float>>>(cairn::Location(a, "ck-orbax"));
+  CHECK(test::same_bits(back.at("w"), state.at("w")));
+  CHECK(test::same_bits(back.at("b"), state.at("b")));
+  // An Orbax export on a bucket is laid out as Orbax lays one out there: every object at its
+  // own key (no generation, no cairn marker), commit_success.txt among them, written last.
+  for (const bool ocdbt : {true, false}) {
+    const std::string key = ocdbt ? "orbax-ocdbt" : "orbax-dirs";
+    cairn::OrbaxSaveOptions so;
+    so.ocdbt = ocdbt;
+    so.zstd_level = ocdbt ? 0 : 3;
+    cairn::save_orbax(cairn::Location(a, key), state, so);
+    std::vector<std::string> names;
+    for (const auto& e : a->list(key)) names.push_back(e.name);
+    std::sort(names.begin(), names.end());
+    CHECK(names == std::vector<std::string>{"_CHECKPOINT_METADATA", "commit_success.txt", "orbax.checkpoint", "state"});
+    CHECK(a->is_blob(key + "/state/_METADATA"));
+    CHECK(a->is_blob(key + (ocdbt ? "/state/manifest.ocdbt" : "/state/w/zarr.json")));
+    const auto got = cairn::load_orbax<std::map<std::string, std::vector<float>>>(cairn::Location(a, key));
+    CHECK(test::same_bits(got.at("w"), state.at("w")));
+    CHECK(cairn::verify(cairn::Location(a, key)).ok());
+    CHECK_CAIRN_ERROR(cairn::save_orbax(cairn::Location(a, key), state), ErrorKind::already_exists, "never replaces");
+  }
+#endif
 }

@@ -62,6 +62,8 @@ struct ConvertReport {
   // that changes floating-point leaves only (CastRule::floats_only), strings under any.
   std::vector<std::string> not_cast;
   bool linked = false;                      // ConvertOptions::link: the source's data files shared, not copied
+  bool copied_by_store = false;             // ConvertOptions::link where they could not be shared: copied by
+                                            // the store itself (an object store's server-side copy)
 };
 
 // Reads the selected leaves of src's items (as stored) and writes them with src's structure,

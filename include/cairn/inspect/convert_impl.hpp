@@ -53,6 +53,7 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
     report.leaves = r.leaves;
     report.bytes = r.bytes;
     report.linked = r.shared;
+    report.copied_by_store = r.copied_by_store;
     return report;
   }
   if ((to_safetensors || to_orbax) && items.size() > 1) {

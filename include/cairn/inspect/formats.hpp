@@ -30,6 +30,7 @@ struct ForeignExport {
   std::uint64_t leaves = 0, bytes = 0;
   std::vector<std::string> cast;  // key paths stored as another dtype
   bool shared = false;            // a link: the source's data files shared, not copied
+  bool copied_by_store = false;   // a link: the data files copied by the store itself (Store::copy_blob)
 };
 
 struct ForeignFormat {

@@ -475,7 +475,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
     if (store.exists(key))
       throw Error(ErrorKind::already_exists, "something is already here; an Orbax export never replaces it (remove it "
                   "first, or export to another path)", where);
-    staging = store.stage(key, false);
+    staging = store.stage_foreign(key);
     return staging->key();
   });
   const std::string pytree_dir = options.layout == OrbaxLayout::v1 ? "state" : "";

@@ -34,6 +34,9 @@ struct OrbaxLinkReport {
   std::vector<std::string> rewritten;  // their key paths (chunks zarr cannot take as they are)
   // The data files: hard-linked (true), or copied (false: another filesystem or store).
   bool files_shared = false;
+  // Where they could not be linked: copied by the store itself (an object store's server-side
+  // copy, Store::copy_blob), no byte through this process; false: read and written here.
+  bool files_copied_by_store = false;
   std::vector<std::string> items_left;  // the checkpoint's other items (an Orbax pytree is one tree)
 };
 
@@ -165,19 +168,26 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
     values = read_arrays(source, keys, {});
   }
 
-  auto staging = store.stage(key, false);
+  auto staging = store.stage_foreign(key);
   const std::string top = staging->key();
   const std::string rel = options.layout == OrbaxLayout::v1 ? "state/" : "";
   const std::string dir = rel.empty() ? top : join_key(top, "state");
   std::map<std::string, std::uint64_t> expected;
   // The data files, under the database's d/: shared, or copied a piece at a time.
   report.files_shared = !files.empty();
+  bool copied_by_store = false, copied_here = false;
   for (const std::string& f : files) {
     const std::string from = join_key(src, f), to = join_key(dir, "d/" + f);
     const StoreReader& reader = *readers.at(f);
     const std::uint64_t size = reader.size();
     if (!store.share_blob(src_store, from, to)) {
       report.files_shared = false;
+      if (store.copy_blob(src_store, from, to)) {
+        copied_by_store = true;
+        expected[rel + "d/" + f] = size;
+        continue;
+      }
+      copied_here = true;
       auto w = store.create(to);
       std::vector<unsigned char> piece(static_cast<std::size_t>(std::min<std::uint64_t>(size, write_piece_bytes)));
       for (std::uint64_t at = 0; at < size; at += piece.size()) {
@@ -189,6 +199,7 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
     }
     expected[rel + "d/" + f] = size;
   }
+  report.files_copied_by_store = copied_by_store && !copied_here;
   OcdbtWriter db(store, dir);
   for (const Linked& a : linked) {
     const LeafRecord& l = *a.leaf;

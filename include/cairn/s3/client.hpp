@@ -204,6 +204,55 @@ class Client {
     return r.status == 200;
   }
 
+  // The whole key in the bucket of a key relative to this client's root.
+  std::string bucket_key(const std::string& key) const { return full(key); }
+
+  // A copy of the object whose whole key in this bucket is `from_bucket_key` (`size` bytes)
+  // at `to`, made by the server
+  // (CopyObject; above copy_part_size, a multipart upload of UploadPartCopy parts): no byte
+  // passes through this process. Pinned to the source's ETag where one is given. A 200 that
+  // carries an <Error> (S3 answers a long copy before it is done) is an error.
+  void copy(const std::string& from_bucket_key, const std::string& to, std::uint64_t size, const std::string& source_etag = {}) {
+    const std::string source = "/" + bucket_ + "/" + uri_encode(from_bucket_key, true);
+    auto source_headers = [&](Call& c) {
+      c.headers.push_back({"x-amz-copy-source", source});
+      if (!source_etag.empty()) c.headers.push_back({"x-amz-copy-source-if-match", source_etag});
+    };
+    const std::uint64_t part = std::max<std::uint64_t>(options_.copy_part_size, (size + 9999) / 10000);
+    if (size <= part) {
+      Call c;
+      c.method = "PUT";
+      c.key = to;
+      source_headers(c);
+      c.error_in_200 = true;
+      const HttpResponse r = send(c);
+      if (parse_checked(r, to).name != "CopyObjectResult")
+        throw Error(ErrorKind::io, "CopyObject answered without a CopyObjectResult", uri(to));
+      return;
+    }
+    const std::string id = create_multipart(to);
+    try {
+      std::vector<std::string> etags;
+      for (std::uint64_t at = 0, n = 1; at < size; at += part, ++n) {
+        Call c;
+        c.method = "PUT";
+        c.key = to;
+        c.query = {{"partNumber", std::to_string(n)}, {"uploadId", id}};
+        source_headers(c);
+        c.headers.push_back({"x-amz-copy-source-range", "bytes=" + std::to_string(at) + "-" + std::to_string(std::min(size, at + part) - 1)});
+        c.error_in_200 = true;
+        const HttpResponse r = send(c);
+        const std::string etag = parse_checked(r, to).child_text("ETag");
+        if (etag.empty()) throw Error(ErrorKind::io, "UploadPartCopy " + std::to_string(n) + " answered without an ETag", uri(to));
+        etags.push_back(etag);
+      }
+      if (!complete_multipart(to, id, etags)) throw Error(ErrorKind::io, "the copy's CompleteMultipartUpload was refused", uri(to));
+    } catch (...) {
+      abort_multipart(to, id);
+      throw;
+    }
+  }
+
   // Best effort: an upload left open costs storage until a lifecycle rule or the next
   // cleanup removes it; a store that does not support the call (405) is not an error.
   void abort_multipart(const std::string& key, const std::string& upload_id) noexcept {

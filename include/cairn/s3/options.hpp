@@ -55,6 +55,10 @@ struct S3Options {
   bool delimiter_listing = true;
   // Reads larger than this are split into ranged GETs of this size, `concurrency` at once.
   std::uint64_t read_part_size = std::uint64_t{16} << 20;
+  // Copies inside the store (S3Store::copy_blob): an object up to this size is one
+  // CopyObject; a larger one is copied in parts of this size (UploadPartCopy). S3 allows up
+  // to 5 GiB for both.
+  std::uint64_t copy_part_size = std::uint64_t{5} << 30;
 
   // Retries of throttling, server errors and broken connections, with full-jitter exponential
   // backoff: attempt n sleeps a random time up to min(backoff_cap, backoff_base * 2^n).

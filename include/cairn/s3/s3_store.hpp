@@ -118,6 +118,29 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     return ahead;
   }
 
+  // Store::copy_blob: CopyObject (UploadPartCopy in parts above copy_part_size), where both
+  // keys are in one bucket of one endpoint; any other source: false, and the caller copies.
+  // The source's size comes from its marker (or a HEAD, which also pins the copy to its ETag).
+  bool copy_blob(const Store& from_store, const std::string& from, const std::string& to) override {
+    const auto* src = dynamic_cast<const S3Store*>(&from_store);
+    if (!src || src->client_.bucket() != client_.bucket() || src->client_.config().endpoint != client_.config().endpoint ||
+        src->client_.config().scheme != client_.config().scheme)
+      return false;
+    s3::ObjectInfo info;
+    if (const auto size = src->known_size(from)) {
+      info.size = *size;
+    } else {
+      const auto head = src->client().head(from);
+      if (!head) throw Error(ErrorKind::not_found, "no such object", src->describe(from));
+      info = *head;
+    }
+    if (!has_internal_segment(to) && client_.head(to))
+      throw Error(ErrorKind::already_exists, "an object already exists here", describe(to));
+    // Keys are relative to each store's root: the copy names the source by its whole key.
+    client_.copy(src->client_.bucket_key(from), to, info.size, info.etag);
+    return true;
+  }
+
   bool exists(const std::string& key) const override {
     if (key.empty()) return true;  // the bucket
     if (known_size(key) || client().head(key)) return true;
@@ -178,6 +201,19 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     remove_dead_generations(key, under, current);
     return std::make_unique<Staging>(*this, key, new_generation_name(), current, committed ? committed->etag : std::string(),
                                      committed.has_value());
+  }
+
+  // Store::stage_foreign: written in place (a foreign format's readers know no generation
+  // or marker), refused where anything is at or under the key; published, nothing is added
+  // (the format's last file, written last, is its commit); abandoned, what it wrote is removed.
+  std::unique_ptr<CheckpointStaging> stage_foreign(const std::string& key_in) override {
+    const std::string key = detail::normalize_key(key_in);
+    if (key.empty()) throw Error(ErrorKind::invalid_argument, "a checkpoint needs a key under the bucket", describe(key));
+    if (has_internal_segment(key))
+      throw Error(ErrorKind::invalid_argument, "checkpoint keys may not contain a segment starting with '.cairn-'", describe(key));
+    if (client_.head(key) || !client_.list(key + "/", false, 1).objects.empty())
+      throw Error(ErrorKind::already_exists, "something is already here; cairn will not write into it", describe(key));
+    return std::make_unique<InPlaceStaging>(*this, key);
   }
 
   std::string readable_checkpoint(const std::string& key) const override {
@@ -648,6 +684,34 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::map<std::uint64_t, std::string> etags_;
     bool finished_ = false;
     TaskGroup uploads_;  // last: destroyed (and drained) first
+  };
+
+  class InPlaceStaging : public CheckpointStaging {
+   public:
+    InPlaceStaging(S3Store& store, std::string key) : store_(store), key_(std::move(key)) {}
+    ~InPlaceStaging() override {
+      if (published_) return;
+      try {
+        store_.remove(key_);
+      } catch (...) {
+      }
+    }
+    const std::string& key() const override { return key_; }
+    void publish(const std::map<std::string, std::uint64_t>& expected) override {
+      std::map<std::string, std::uint64_t> found;
+      for (const auto& o : store_.client_.list(key_ + "/", false).objects) found[o.key.substr(key_.size() + 1)] = o.size;
+      for (const auto& [name, size] : expected) {
+        auto it = found.find(name);
+        if (it == found.end() || it->second != size)
+          throw Error(ErrorKind::io, "not complete: " + name + (it == found.end() ? " is missing" : " is " +
+                      std::to_string(it->second) + " bytes, not " + std::to_string(size)), store_.describe(key_));
+      }
+      published_ = true;
+    }
+   private:
+    S3Store& store_;
+    std::string key_;
+    bool published_ = false;
   };
 
   class Staging : public CheckpointStaging {

@@ -168,11 +168,32 @@ class Store {
     return false;
   }
 
+  // Writes a copy of the blob `from` of the store `from_store` at `to` (nothing there yet)
+  // without its bytes passing through this process (an object store's server-side copy),
+  // durable when this returns: true where the medium can; false where it cannot, having done
+  // nothing, and the caller copies the bytes itself. For exports that would otherwise read
+  // and write every byte of a data file where share_blob cannot link it (link_as_orbax on an
+  // object store). The default: false.
+  virtual bool copy_blob(const Store& from_store, const std::string& from, const std::string& to) {
+    (void)from_store;
+    (void)from;
+    (void)to;
+    return false;
+  }
+
   // Commit mechanics (see the top of this file).
   // Checks the overwrite rule for `key` (nothing there, an empty prefix, or a committed
   // checkpoint or a safetensors set with `overwrite`; anything else is already_exists), removes the leftovers of
   // earlier saves of `key` that died, and claims a staging place.
   virtual std::unique_ptr<CheckpointStaging> stage(const std::string& key, bool overwrite) = 0;
+  // Staging for a checkpoint of another system's format (an Orbax export), whose readers open
+  // its blobs by their own names under `key` and know nothing of this store's commit: once
+  // published, every blob is at key/<name> as written. Never replaces anything. The default:
+  // stage(key, false), whose publish leaves exactly that on a filesystem (its staging
+  // directory renamed). An object store, which has no rename and commits its own checkpoints
+  // by a marker naming a generation, writes them in place instead, and the format's own last
+  // file is the commit (Orbax's commit_success.txt, as Orbax commits on GCS).
+  virtual std::unique_ptr<CheckpointStaging> stage_foreign(const std::string& key) { return stage(key, false); }
   // The key to read the checkpoint at `key` from: `key` itself, or where an interrupted
   // overwrite left the previous checkpoint. Throws (incomplete) for a staging key.
   virtual std::string readable_checkpoint(const std::string& key) const { return key; }
