@@ -15,6 +15,7 @@
 #include "cairn_cli.hpp"
 
 #include <fstream>
+#include <functional>
 
 using cairn::ErrorKind;
 
@@ -288,6 +289,24 @@ TEST_CASE("S3 store: copy_blob copies inside the server, whole or in parts, and 
     so.ocdbt = ocdbt;
     so.zstd_level = ocdbt ? 0 : 3;
     cairn::save_orbax(cairn::Location(a, key), state, so);
+    {
+      // One PUT per object (each under the multipart threshold here), and a few requests
+      // whatever their number: the store's first (the bucket's region), the export's and the
+      // staging's checks that nothing is there (a HEAD and a listing each, and one of the
+      // parent's marker), and the listing that finds them all at the end. No HEAD per object.
+      cairn::S3Options whole = server_options();
+      whole.part_size = whole.multipart_threshold = 16 << 20;
+      auto c = fresh_store(whole);
+      cairn::save_orbax(cairn::Location(c, "x"), state, so);
+      const std::uint64_t used = c->requests();
+      std::uint64_t objects = 0;
+      std::function<void(const std::string&)> count = [&](const std::string& k) {
+        for (const auto& e : c->list(k)) e.is_prefix ? count(k + "/" + e.name) : void(++objects);
+      };
+      count("x");
+      CHECK(objects > 6);
+      CHECK(used <= objects + 7);
+    }
     std::vector<std::string> names;
     for (const auto& e : a->list(key)) names.push_back(e.name);
     std::sort(names.begin(), names.end());

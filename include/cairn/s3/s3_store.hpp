@@ -80,7 +80,10 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     // Inside a generation (a save's own, named with 64 random bits) nothing can be there yet:
     // no HEAD (4 requests of a save's 15). Elsewhere, blobs are written once: asked first, and
     // the PUT is create-only besides.
-    if (!has_internal_segment(key) && client_.head(key))
+    // Under an export written in place (stage_foreign), which found nothing under its key
+    // and writes each key once, the same holds: no HEAD either (half the requests of an
+    // export of a directory per parameter).
+    if (!has_internal_segment(key) && !under_in_place_export(key) && client_.head(key))
       throw Error(ErrorKind::already_exists, "an object already exists here", describe(key));
     return std::make_unique<Writer>(*this, key, s3::WriteCondition{true, {}}, false);
   }
@@ -686,10 +689,24 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     TaskGroup uploads_;  // last: destroyed (and drained) first
   };
 
+  bool under_in_place_export(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(in_place_mutex_);
+    for (const std::string& k : in_place_)
+      if (key.size() > k.size() && key[k.size()] == '/' && key.compare(0, k.size(), k) == 0) return true;
+    return false;
+  }
+
   class InPlaceStaging : public CheckpointStaging {
    public:
-    InPlaceStaging(S3Store& store, std::string key) : store_(store), key_(std::move(key)) {}
+    InPlaceStaging(S3Store& store, std::string key) : store_(store), key_(std::move(key)) {
+      std::lock_guard<std::mutex> lock(store_.in_place_mutex_);
+      store_.in_place_.insert(key_);
+    }
     ~InPlaceStaging() override {
+      {
+        std::lock_guard<std::mutex> lock(store_.in_place_mutex_);
+        store_.in_place_.erase(key_);
+      }
       if (published_) return;
       try {
         store_.remove(key_);
@@ -777,6 +794,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   s3::Client client_;
   mutable std::mutex known_mutex_;
   mutable std::unordered_map<std::string, std::uint64_t> known_sizes_;  // remember_sizes
+  mutable std::mutex in_place_mutex_;
+  std::multiset<std::string> in_place_;  // keys of exports being written in place (stage_foreign)
   mutable std::mutex fetched_mutex_;
   mutable std::map<std::string, std::shared_future<Bytes>> fetched_;  // by read_ahead handles alive
 };
