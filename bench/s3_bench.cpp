@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
     std::snprintf(what, sizeof what, "%.2f GiB in %d leaves", static_cast<double>(big_bytes) / (1 << 30), leaves);
     report(what, big_bytes, save, load, put, get);
   }
-  {
+  if (small > 0) {  // (--small 0: the large leaves alone)
     std::vector<Figures> save, load;
     std::vector<double> put, get;
     for (int r = 0; r < repeat; ++r) {
