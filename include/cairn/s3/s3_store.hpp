@@ -689,6 +689,22 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     TaskGroup uploads_;  // last: destroyed (and drained) first
   };
 
+  // Every object `expected` names is under `prefix` with that size (one listing), before a
+  // save or an export is published; else an io error that begins with `refusal`.
+  void check_all_there(const std::string& prefix, const std::map<std::string, std::uint64_t>& expected,
+                       const char* refusal) const {
+    std::map<std::string, std::uint64_t> found;
+    for (const auto& o : client().list(prefix + "/", false).objects) found[o.key.substr(prefix.size() + 1)] = o.size;
+    for (const auto& [name, size] : expected) {
+      auto it = found.find(name);
+      if (it == found.end())
+        throw Error(ErrorKind::io, std::string(refusal) + ": " + name + " is missing from the save", describe(prefix));
+      if (it->second != size)
+        throw Error(ErrorKind::io, std::string(refusal) + ": " + name + " is " + std::to_string(it->second) + " bytes, not " +
+                    std::to_string(size), describe(prefix));
+    }
+  }
+
   bool under_in_place_export(const std::string& key) const {
     std::lock_guard<std::mutex> lock(in_place_mutex_);
     for (const std::string& k : in_place_)
@@ -715,14 +731,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     }
     const std::string& key() const override { return key_; }
     void publish(const std::map<std::string, std::uint64_t>& expected) override {
-      std::map<std::string, std::uint64_t> found;
-      for (const auto& o : store_.client_.list(key_ + "/", false).objects) found[o.key.substr(key_.size() + 1)] = o.size;
-      for (const auto& [name, size] : expected) {
-        auto it = found.find(name);
-        if (it == found.end() || it->second != size)
-          throw Error(ErrorKind::io, "not complete: " + name + (it == found.end() ? " is missing" : " is " +
-                      std::to_string(it->second) + " bytes, not " + std::to_string(size)), store_.describe(key_));
-      }
+      store_.check_all_there(key_, expected, "not complete");
       published_ = true;
     }
    private:
@@ -746,16 +755,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     }
     const std::string& key() const override { return staged_; }
     void publish(const std::map<std::string, std::uint64_t>& expected) override {
-      std::map<std::string, std::uint64_t> found;
-      for (const auto& o : store_.client_.list(staged_ + "/", false).objects) found[o.key.substr(staged_.size() + 1)] = o.size;
-      for (const auto& [name, size] : expected) {
-        auto it = found.find(name);
-        if (it == found.end())
-          throw Error(ErrorKind::io, "not published: " + name + " is missing from the save", store_.describe(staged_));
-        if (it->second != size)
-          throw Error(ErrorKind::io, "not published: " + name + " is " + std::to_string(it->second) + " bytes, not " +
-                      std::to_string(size), store_.describe(staged_));
-      }
+      store_.check_all_there(staged_, expected, "not published");
       Json files = Json::object({});
       for (const auto& [name, size] : expected) files[name] = static_cast<std::int64_t>(size);
       const std::string marker = Json::object({{"format", "cairn"}, {"store", "object"}, {"generation", gen_},
