@@ -721,7 +721,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     ~InPlaceStaging() override {
       {
         std::lock_guard<std::mutex> lock(store_.in_place_mutex_);
-        store_.in_place_.erase(key_);
+        store_.in_place_.erase(store_.in_place_.find(key_));  // this export's entry only (a multiset)
       }
       if (published_) return;
       try {
