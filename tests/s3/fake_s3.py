@@ -5,7 +5,8 @@ conditional writes (If-None-Match: * and If-Match answer 412), and it fails requ
 command: 503 SlowDown, 500, 403, a reset connection, a stalled response, a 200 that carries an
 <Error>, a body cut short, hostile listings (deep, malformed, a DOCTYPE, a pagination loop),
 501 to conditional writes (a store without them), 501 to DeleteObjects (GCS has none). It
-honours GCS's create-only header too (x-goog-if-generation-match: 0). Signatures are not checked (s3rver checks them in the other tests).
+honours GCS's create-only header too (x-goog-if-generation-match: 0), and copies
+(x-amz-copy-source, whole or a part's range). Signatures are not checked (s3rver checks them in the other tests).
 
   fake_s3.py DIR       listens on 127.0.0.1 and a free port; writes DIR/endpoint
 
@@ -181,21 +182,57 @@ class Handler(BaseHTTPRequestHandler):
         """A store without conditional writes (how=noconditional): 501 for a write that has one."""
         return how == "noconditional" and (self.headers.get("If-None-Match") or self.headers.get("If-Match"))
 
+    def copy_source(self):
+        """The bytes a CopyObject or UploadPartCopy names (x-amz-copy-source, with
+        x-amz-copy-source-range for a part), or an error already sent (None)."""
+        src = urllib.parse.unquote(self.headers.get("x-amz-copy-source").split("?")[0]).lstrip("/")
+        sb, _, sk = src.partition("/")
+        with lock:
+            cur = objects.get((sb, sk))
+        if cur is None:
+            self.error(404, "NoSuchKey", "The specified key does not exist.")
+            return None
+        data = cur[0]
+        rng = self.headers.get("x-amz-copy-source-range")
+        if rng:
+            a, b = (int(x) for x in rng.split("=", 1)[1].split("-"))
+            if a > b or b >= len(data):
+                self.error(400, "InvalidArgument", "The x-amz-copy-source-range value must be within the source object")
+                return None
+            data = data[a:b + 1]
+        return data
+
     def op_put(self, bucket, key, q, how):
         body = self.read_body()
         if self.refuses_condition(how):
             return self.error(501, "NotImplemented", "A header you provided implies functionality that is not implemented")
+        copy = self.headers.get("x-amz-copy-source") is not None
+        if copy:
+            if how == "error200":  # S3 answers a long copy 200 at once, and an <Error> after
+                return self.reply(200, b"<?xml version=\"1.0\"?><Error><Code>InternalError</Code><Message>"
+                                       b"We encountered an internal error. Please try again.</Message></Error>")
+            body = self.copy_source()
+            if body is None:
+                return
+            # A copy answers with an XML result (S3 and s3rver do), whose ETag is the new one.
+            tag = "CopyPartResult" if "uploadId" in q else "CopyObjectResult"
+            result = ("<%s><LastModified>%s</LastModified><ETag>%s</ETag></%s>" % (
+                tag, iso(time.time()), esc(etag_of(body)), tag)).encode()
         if "uploadId" in q:
             with lock:
                 up = uploads.get(q["uploadId"])
                 if up is None:
                     return self.error(404, "NoSuchUpload", "The specified upload does not exist.")
                 up["parts"][int(q["partNumber"])] = body
+            if copy:
+                return self.reply(200, result, {"Content-Type": "application/xml"})
             return self.reply(200, headers={"ETag": etag_of(body)})
         if self.precondition_fails(bucket, key):
             return self.error(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")
         with lock:
             objects[(bucket, key)] = (body, etag_of(body), time.time())
+        if copy:
+            return self.reply(200, result, {"Content-Type": "application/xml"})
         self.reply(200, headers={"ETag": etag_of(body)})
 
     def op_get(self, bucket, key, q, how):
