@@ -106,10 +106,15 @@ std::vector<ArrayFiles> write_checkpoint(const std::string& dir, int leaves, std
   std::unique_ptr<cairn::detail::orbax::OcdbtWriter> db;
   if (ocdbt) db = std::make_unique<cairn::detail::orbax::OcdbtWriter>(store, dir);
   std::uint64_t at = 0;  // every value is larger than the inline limit: in the data file, in order
+  // In the order Orbax writes a dict's entries into _METADATA: JAX flattens a dict by its sorted
+  // keys ("p0", "p1", "p10", "p100", ...), not in the order the numbers count.
+  std::vector<std::string> names;
+  for (int i = 0; i < leaves; ++i) names.push_back("p" + std::to_string(i));
+  std::sort(names.begin(), names.end());
   for (int i = 0; i < leaves; ++i) {
     std::vector<float> v(elements);
     for (auto& x : v) x = normal(rng);
-    const std::string name = "p" + std::to_string(i);
+    const std::string& name = names[static_cast<std::size_t>(i)];
     const std::string param = "params." + name;  // the parameter name: the keys joined with "."
     const Encoded e = encode_array(v, zstd);
     if (ocdbt) {
