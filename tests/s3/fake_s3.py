@@ -9,6 +9,7 @@ honours GCS's create-only header too (x-goog-if-generation-match: 0), and copies
 (x-amz-copy-source, whole or a part's range). Signatures are not checked (s3rver checks them in the other tests).
 
   fake_s3.py DIR       listens on 127.0.0.1 and a free port; writes DIR/endpoint
+                       (with FAKE_S3_LOG=FILE, appends "METHOD path?query" per request to FILE)
 
 Control, on the same port (never a bucket name S3 allows, as it starts with '_'):
   POST /_fault?at=N&how=H[&count=C]   requests N..N+C-1 from now fail as H (N=1: the next one)
@@ -30,6 +31,7 @@ from xml.etree import ElementTree
 lock = threading.Lock()
 objects = {}      # (bucket, key) -> (bytes, etag, last_modified)
 uploads = {}      # upload id -> {"bucket", "key", "parts": {n: bytes}, "initiated"}
+LOG = os.environ.get("FAKE_S3_LOG")
 state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0}
 
 
@@ -152,6 +154,9 @@ class Handler(BaseHTTPRequestHandler):
                                    "open_uploads": len(uploads)}).encode()
             return self.reply(200, body, {"Content-Type": "application/json"})
         head = method == "HEAD"
+        if LOG:  # FAKE_S3_LOG=FILE: one line per request, to count and name what a call sends
+            with lock, open(LOG, "a") as f:
+                f.write("%s %s\n" % (method, self.path))
         how = self.take_fault("%s %s" % (method, self.path))
         if how and self.apply_fault(how, head):
             return
