@@ -8,8 +8,12 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <limits>
+#include <map>
 #include <random>
+#include <set>
+#include <stdexcept>
 
 using namespace cairn;
 
@@ -520,6 +524,74 @@ TEST_CASE("the data files named at the head of a metadata text: found without pa
       CHECK(std::sscanf(name.c_str(), "data-%d-%d.bin%n", &process, &index, &used) == 2);
       CHECK(used == static_cast<int>(name.size()));
       CHECK(name.find('/') == std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("inner_nodes: every proper prefix of every leaf once, its kind from its children, conflicts found in any order") {
+  {
+    // A parent's key child, then its index child, side by side: the parent is a sequence.
+    std::vector<LeafRecord> leaves(2);
+    leaves[0].path = KeyPath().child(KeyEntry::key("p")).child(KeyEntry::key("a"));
+    leaves[1].path = KeyPath().child(KeyEntry::key("p")).child(KeyEntry::index(0));
+    const auto nodes = detail::inner_nodes(
+        leaves, NodeKind::map, true, [](const std::string&) { return false; },
+        [](const std::string&, const LeafRecord&) { throw std::runtime_error("conflict"); });
+    REQUIRE(nodes.size() == 2);
+    CHECK(nodes[1].path.str() == "p");
+    CHECK(nodes[1].kind == NodeKind::sequence);
+  }
+  std::mt19937 rng(1234);  // fixed: 200 rounds of random trees, the same each run
+  for (int round = 0; round < 200; ++round) {
+    CAPTURE(round);
+    // Random leaves of depth 1 to 4 over a small alphabet, so that parents are shared often.
+    std::vector<LeafRecord> leaves;
+    std::set<std::string> printed_leaves;
+    const int n = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < n; ++i) {
+      LeafRecord l;
+      const int depth = 1 + static_cast<int>(rng() % 4);
+      for (int d = 0; d < depth; ++d)
+        l.path.push_back(rng() % 3 == 0 ? KeyEntry::index(static_cast<std::int64_t>(rng() % 3))
+                                        : KeyEntry::key(std::string(1, static_cast<char>('a' + rng() % 3))));
+      if (printed_leaves.insert(l.path.str()).second) leaves.push_back(std::move(l));
+    }
+    // In key order (siblings side by side, as imports list them), in reverse (a parent's keys
+    // before its indices), or as generated.
+    if (round % 3 == 0)
+      std::sort(leaves.begin(), leaves.end(), [](const LeafRecord& a, const LeafRecord& b) { return a.key() < b.key(); });
+    if (round % 3 == 1)
+      std::sort(leaves.begin(), leaves.end(), [](const LeafRecord& a, const LeafRecord& b) { return a.key() > b.key(); });
+    // What the nodes must be, worked out the plain way: every proper prefix, a sequence where
+    // some leaf below it continues with an index; a conflict where a prefix is a leaf.
+    std::map<std::string, NodeKind> want{{"", NodeKind::map}};
+    bool want_conflict = false;
+    for (const auto& l : leaves) {
+      KeyPath p;
+      for (std::size_t d = 0; d < l.path.size(); ++d) {
+        auto [it, fresh] = want.try_emplace(p.str(), NodeKind::map);
+        (void)fresh;
+        if (l.path.entries()[d].kind == KeyEntry::Kind::index) it->second = NodeKind::sequence;
+        if (printed_leaves.count(p.str())) want_conflict = true;
+        p.push_back(l.path.entries()[d]);
+      }
+    }
+    bool conflict = false;
+    std::vector<NodeRecord> got;
+    try {
+      got = detail::inner_nodes(
+          leaves, NodeKind::map, true, [&](const std::string& s) { return printed_leaves.count(s) != 0; },
+          [&](const std::string&, const LeafRecord&) { throw std::runtime_error("conflict"); });
+    } catch (const std::runtime_error&) {
+      conflict = true;
+    }
+    CHECK(conflict == want_conflict);
+    if (conflict) continue;
+    REQUIRE(got.size() == want.size());
+    for (const auto& node : got) {
+      CAPTURE(node.path.str());
+      REQUIRE(want.count(node.path.str()) == 1);
+      CHECK(node.kind == want.at(node.path.str()));
     }
   }
 }

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -813,7 +814,8 @@ class PytreeReader {
 
   // Inner nodes: every proper prefix of a leaf's path; a map for keys, a sequence for indices.
   void add_nodes(ItemRecord& item) {
-    std::set<std::string> leaves;
+    std::unordered_set<std::string> leaves;
+    leaves.reserve(item.leaves.size());
     for (const auto& l : item.leaves) leaves.insert(l.key());
     if (leaves.size() != item.leaves.size())
       throw Error(ErrorKind::corrupt, "two parameters map to one key path", meta_file());
