@@ -194,6 +194,18 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     }
     CHECK_FALSE(store->exists("dst/other"));
   }
+  SUBCASE("read_whole: a small blob's bytes; over the limit corrupt; missing not_found") {
+    auto store = make();
+    const auto bytes = random_bits<unsigned char>(3000);
+    const std::string text(bytes.begin(), bytes.end());
+    cairn::detail::write_blob(*store, "w/meta", text);
+    CHECK(store->read_whole("w/meta", 3000) == text);
+    CHECK(store->read_whole("w/meta", 1 << 20) == text);
+    CHECK_CAIRN_ERROR(store->read_whole("w/meta", 2999), ErrorKind::corrupt, "over the limit");
+    CHECK_CAIRN_ERROR(store->read_whole("w/none", 100), ErrorKind::not_found, "");
+    cairn::detail::write_blob(*store, "w/empty", "");
+    CHECK(store->read_whole("w/empty", 0).empty());
+  }
   SUBCASE("copy_blob: a copy the store makes itself, or nothing done and false") {
     auto store = make();
     const auto bytes = random_bits<unsigned char>(70000);

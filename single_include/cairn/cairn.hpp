@@ -3427,6 +3427,7 @@ CAIRN_END_NAMESPACE
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -3539,6 +3540,10 @@ class Store {
   virtual std::vector<StoreEntry> list(const std::string& prefix) const = 0;
   // The blob at `key` and everything under it, if anything is there.
   virtual void remove(const std::string& key) = 0;
+  // A whole small blob (a metadata file), refused above `limit` bytes before more than that
+  // is held; not_found where nothing is. The default opens it, asks its size and reads it; an
+  // object store reads it with one request (where opening asks for the size first).
+  virtual std::string read_whole(const std::string& key, std::uint64_t limit) const;
 
   // A hint that a load is about to read the blobs at `keys`, each from its start: starts
   // bringing up to `bytes` of them in all, in that order, closer to memory in the background
@@ -3661,17 +3666,37 @@ inline std::string key_parent(const std::string& key) {
   return slash == 0 ? std::string("/") : key.substr(0, slash);
 }
 
-// A whole small blob, refused above `limit` bytes before anything is allocated.
+// A whole small blob, refused above `limit` bytes before anything is allocated
+// (Store::read_whole).
 inline std::string read_blob(const Store& store, const std::string& key, std::uint64_t limit) {
-  auto r = store.open(key);
+  return store.read_whole(key, limit);
+}
+
+// The same, or nullopt where nothing is there: one request on an object store, where asking
+// whether it is there and then reading it were two.
+inline std::optional<std::string> read_blob_if_there(const Store& store, const std::string& key, std::uint64_t limit) {
+  try {
+    return store.read_whole(key, limit);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::not_found) return std::nullopt;
+    throw;
+  }
+}
+
+}  // namespace detail
+
+inline std::string Store::read_whole(const std::string& key, std::uint64_t limit) const {
+  auto r = open(key);
   const std::uint64_t size = r->size();
   if (size > limit)
     throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit),
-                store.describe(key));
+                describe(key));
   std::string s(static_cast<std::size_t>(size), '\0');
   r->read_at(s.data(), size, 0);
   return s;
 }
+
+namespace detail {
 
 inline void write_blob(Store& store, const std::string& key, const std::string& content) {
   auto w = store.create(key);
@@ -15548,10 +15573,16 @@ inline bool names_safetensors(const std::string& key) {
 
 // A directory holding a sharded safetensors set (what convert --max-file-bytes writes) read
 // as the set: the location of its one *.safetensors.index.json. Anything else as it is.
-inline Location safetensors_set_or(const Location& location) {
+// `committed` (where given) learns whether the location returned is a committed cairn
+// checkpoint, when that was looked up on the way: the steps after it need not ask the store
+// again (each look is a request on an object store: `cairn show` on a bucket made three HEADs
+// of one marker before it read anything).
+inline Location safetensors_set_or(const Location& location, std::optional<bool>* committed = nullptr) {
   if (names_safetensors(location.key())) return location;
   const Store& store = location.store();
-  if (is_committed_checkpoint(store, location.key())) return location;
+  const bool is_checkpoint = is_committed_checkpoint(store, location.key());
+  if (committed) *committed = is_checkpoint;
+  if (is_checkpoint) return location;
   // A set whose overwrite was interrupted between its two renames (a filesystem without an
   // atomic exchange) is read where it was set aside, until the next export there puts it back.
   std::string dir = location.key();
@@ -15566,7 +15597,9 @@ inline Location safetensors_set_or(const Location& location) {
     if (!index.empty()) return location;  // two sets: the caller names one
     index = e.name;
   }
-  return index.empty() ? location : Location(location.shared_store(), join_key(dir, index));
+  if (index.empty()) return location;
+  if (committed) committed->reset();  // another location: not looked at
+  return Location(location.shared_store(), join_key(dir, index));
 }
 
 // Registered formats: a deque, so that the pointers foreign_format_at returns stay valid.
@@ -15581,11 +15614,17 @@ inline std::mutex& foreign_formats_mutex() {
 
 // What is at `location`; for a Checkpointer root, `steps` receives its committed steps (the
 // listing that decided it, so that nobody lists the root again).
-inline LocationKind location_kind(const Location& location, std::vector<std::string>* steps = nullptr) {
+// `committed`: whether it is a committed cairn checkpoint, where the caller knows already;
+// `format` (where given) receives the other system's format found there, if any.
+inline LocationKind location_kind(const Location& location, std::vector<std::string>* steps = nullptr,
+                                  std::optional<bool> committed = std::nullopt, const ForeignFormat** format = nullptr) {
   if (names_safetensors(location.key())) return LocationKind::safetensors;
   const Store& store = location.store();
-  if (is_committed_checkpoint(store, location.key())) return LocationKind::checkpoint;
-  if (const ForeignFormat* f = foreign_format_at(store, location.key())) return f->kind;
+  if (committed ? *committed : is_committed_checkpoint(store, location.key())) return LocationKind::checkpoint;
+  if (const ForeignFormat* f = foreign_format_at(store, location.key())) {
+    if (format) *format = f;
+    return f->kind;
+  }
   std::vector<std::string> names = committed_children(store, location.key());
   if (names.empty()) {
     // Another system's manager root (Orbax's CheckpointManager): step directories that are
@@ -15607,7 +15646,11 @@ inline LocationKind location_kind(const Location& location, std::vector<std::str
 }
 
 // The records of a checkpoint, or of another system's checkpoint read through its format.
-inline CheckpointMetadata metadata_of(const Location& location) {
+// `committed`: a committed cairn checkpoint is there (no other format is looked for);
+// `format`: the other system's format location_kind found there.
+inline CheckpointMetadata metadata_of(const Location& location, bool committed = false, const ForeignFormat* format = nullptr) {
+  if (committed) return metadata(location);
+  if (format) return format->open(location.store(), location.key()).metadata;
   if (const ForeignFormat* f = foreign_format_at(location.store(), location.key()))
     return f->open(location.store(), location.key()).metadata;
   return metadata(location);
@@ -15731,9 +15774,11 @@ CAIRN_API const char* location_kind_name(LocationKind kind) {
 }
 
 CAIRN_API Inspection inspect(const Location& given) {
-  const Location location = detail::safetensors_set_or(given);
+  std::optional<bool> committed;
+  const Location location = detail::safetensors_set_or(given, &committed);
   std::vector<std::string> names;
-  const LocationKind kind = detail::location_kind(location, &names);
+  const detail::ForeignFormat* format = nullptr;
+  const LocationKind kind = detail::location_kind(location, &names, committed, &format);
   if (kind == LocationKind::checkpointer_root) {
     Inspection out = detail::inspect_root(location, std::move(names));
     // Another system's manager root (Orbax's CheckpointManager) keeps no `latest` marker: its
@@ -15756,13 +15801,15 @@ CAIRN_API Inspection inspect(const Location& given) {
   Inspection out;
   out.kind = kind;
   out.path = location.describe();
-  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location) : detail::metadata_of(location);
+  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location)
+                                                   : detail::metadata_of(location, committed.value_or(false), format);
   return out;
 }
 
 CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, const std::vector<std::string>& keys_in,
                                                        const ReadArraysOptions& options, LoadReport* report) {
-  const Location location = detail::safetensors_set_or(given);
+  std::optional<bool> committed;
+  const Location location = detail::safetensors_set_or(given, &committed);
   std::vector<std::string> keys;
   for (const auto& k : keys_in) keys.push_back(detail::canonical_key(k));
   std::map<std::string, ArrayValue> out;
@@ -15785,7 +15832,7 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   load_options.allow_lossy_cast = {"*"};  // the caller chose `as`
   load_options.on_overflow = OnOverflow::saturate;
   load_options.progress = options.progress;
-  const detail::ForeignFormat* foreign = detail::names_safetensors(location.key())
+  const detail::ForeignFormat* foreign = detail::names_safetensors(location.key()) || committed.value_or(false)
                                               ? nullptr
                                               : detail::foreign_format_at(location.store(), location.key());
   const LoadReport r = detail::names_safetensors(location.key())
@@ -15878,11 +15925,13 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
 }  // namespace detail
 
 CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& options) {
-  const Location location = detail::safetensors_set_or(given);
+  std::optional<bool> committed;
+  const Location location = detail::safetensors_set_or(given, &committed);
   VerifyReport report;
   const Store& store = location.store();
   std::vector<std::string> steps;
-  report.kind = detail::location_kind(location, &steps);
+  const detail::ForeignFormat* format = nullptr;
+  report.kind = detail::location_kind(location, &steps, committed, &format);
   report.path = location.describe();
   if (report.kind == LocationKind::checkpointer_root) {
     // The steps and the marker only: each step's metadata is read once, by its own check below.
@@ -15912,8 +15961,7 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
     // indexes' CRC32Cs and any CRC32C codec are checked as they decode; the chunks' bytes
     // themselves carry no checksum in Orbax's default codecs (docs/orbax.md).
     report.checksummed = false;
-    const detail::ForeignFormat* f = detail::foreign_format_at(store, location.key());
-    const detail::ForeignView view = f->open(store, location.key());
+    const detail::ForeignView view = format->open(store, location.key());
     detail::verify_chunks(*view.store, "", view.metadata, false, report, options.progress);
     return report;
   }

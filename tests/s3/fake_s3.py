@@ -293,6 +293,19 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body[:len(body) // 2])
             self.close_connection = True
             return
+        if how == "hugesize" and not head:
+            # A GET that announces 2^62 bytes and sends 2 MiB of them, then closes: the client
+            # must stop at what it may take, and say so.
+            self.send_response(status)
+            self.send_header("Content-Length", str(1 << 62))
+            self.end_headers()
+            try:
+                for _ in range(32):
+                    self.wfile.write(b"\0" * 65536)
+            except (BrokenPipeError, ConnectionError):
+                pass
+            self.close_connection = True
+            return
         if head:
             # how=hugesize: a hostile size (2^62 bytes) for the object.
             extra["Content-Length"] = str(1 << 62) if how == "hugesize" else str(len(data))

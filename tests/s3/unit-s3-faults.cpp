@@ -308,17 +308,26 @@ TEST_CASE("S3 faults: hostile listings are clear errors, never a crash or an unb
   CHECK(s->list("x").size() == 1);
   // An object that says it is 2^62 bytes: refused before anything is allocated, or a short
   // read, each a clear error naming the object. Sizes come from a HEAD for an object no marker
-  // lists ...
-  server().fault_matching("HEAD ", "hugesize", 1000000);
-  try {
-    (void)cairn::detail::read_blob(*s, "x/y", 1 << 20);
-    FAIL("a hostile size was accepted");
-  } catch (const cairn::Error& e) {
-    CHECK(e.file().find("s3://bucket/") == 0);
-    CHECK(e.file().find("/x/y") != std::string::npos);
-    MESSAGE(std::string(e.what()));
+  // lists (opened, then read: Store's own read_whole) or from the GET's Content-Length (a small
+  // file read whole in one request: S3Store::read_whole) ...
+  for (const char* request : {"HEAD ", "GET "}) {
+    CAPTURE(request);
+    server().fault_matching(request, "hugesize", 1000000);
+    try {
+      if (std::string(request) == "HEAD ") (void)s->cairn::Store::read_whole("x/y", 1 << 20);
+      else (void)cairn::detail::read_blob(*s, "x/y", 1 << 20);
+      FAIL("a hostile size was accepted");
+    } catch (const cairn::Error& e) {
+      CHECK(e.kind() == ErrorKind::corrupt);
+      CHECK(e.file().find("s3://bucket/") == 0);
+      CHECK(e.file().find("/x/y") != std::string::npos);
+      MESSAGE(std::string(e.what()));
+    }
+    // One request: the GET is cut off past the limit and not sent again (it read the whole
+    // announced body, retried, before 2026-11-27).
+    CHECK(server().stats().at("faults_hit").as_int() == 1);
+    server().reset();
   }
-  server().reset();
   // ... and from the commit marker for the objects of a checkpoint, which a load opens without
   // a HEAD: a marker listing 2^62 bytes, or 1 byte, for any of them makes the load fail naming
   // the object, or (a data file's size, which only bounds the chunks' ranges) load the saved
@@ -415,6 +424,27 @@ TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every co
     for (const auto& e : store->list(key))
       if (e.is_prefix) CHECK_MESSAGE(key + "/" + e.name == gen, std::string(key + "/" + e.name + " is left over"));
   }
+}
+
+TEST_CASE("S3: inspect, read_arrays and verify look at a checkpoint's marker once each") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  const State a = random_state();
+  cairn::save({s, "ck"}, a);
+  auto count = [&](auto&& f) {
+    const std::uint64_t before = s->requests();
+    f();
+    return s->requests() - before;
+  };
+  // inspect: the marker's HEAD, then the metadata as a load reads it (the marker, the
+  // generation's _CHECKPOINT, _METADATA, _USER_METADATA). It made three HEADs of the marker.
+  CHECK(count([&] { CHECK(cairn::inspect({s, "ck"}).kind == cairn::LocationKind::checkpoint); }) == 5);
+  // read_arrays: the same, and the data object (one block: the leaf is small).
+  CHECK(count([&] { CHECK(cairn::read_arrays({s, "ck"}, {"name"}).size() == 1); }) == 6);
+  // verify (of a checkpoint whose data is one block): the marker's HEAD, the metadata, the
+  // marker again for the generation to read, and the data object.
+  cairn::save({s, "small"}, std::map<std::string, std::vector<float>>{{"w", test::random_bits<float>(100)}});
+  CHECK(count([&] { CHECK(cairn::verify({s, "small"}).ok()); }) == 7);
 }
 
 TEST_CASE("S3: a load opens the objects its commit marker lists without a HEAD: four requests and the data") {

@@ -24,10 +24,16 @@ inline bool names_safetensors(const std::string& key) {
 
 // A directory holding a sharded safetensors set (what convert --max-file-bytes writes) read
 // as the set: the location of its one *.safetensors.index.json. Anything else as it is.
-inline Location safetensors_set_or(const Location& location) {
+// `committed` (where given) learns whether the location returned is a committed cairn
+// checkpoint, when that was looked up on the way: the steps after it need not ask the store
+// again (each look is a request on an object store: `cairn show` on a bucket made three HEADs
+// of one marker before it read anything).
+inline Location safetensors_set_or(const Location& location, std::optional<bool>* committed = nullptr) {
   if (names_safetensors(location.key())) return location;
   const Store& store = location.store();
-  if (is_committed_checkpoint(store, location.key())) return location;
+  const bool is_checkpoint = is_committed_checkpoint(store, location.key());
+  if (committed) *committed = is_checkpoint;
+  if (is_checkpoint) return location;
   // A set whose overwrite was interrupted between its two renames (a filesystem without an
   // atomic exchange) is read where it was set aside, until the next export there puts it back.
   std::string dir = location.key();
@@ -42,7 +48,9 @@ inline Location safetensors_set_or(const Location& location) {
     if (!index.empty()) return location;  // two sets: the caller names one
     index = e.name;
   }
-  return index.empty() ? location : Location(location.shared_store(), join_key(dir, index));
+  if (index.empty()) return location;
+  if (committed) committed->reset();  // another location: not looked at
+  return Location(location.shared_store(), join_key(dir, index));
 }
 
 // Registered formats: a deque, so that the pointers foreign_format_at returns stay valid.
@@ -57,11 +65,17 @@ inline std::mutex& foreign_formats_mutex() {
 
 // What is at `location`; for a Checkpointer root, `steps` receives its committed steps (the
 // listing that decided it, so that nobody lists the root again).
-inline LocationKind location_kind(const Location& location, std::vector<std::string>* steps = nullptr) {
+// `committed`: whether it is a committed cairn checkpoint, where the caller knows already;
+// `format` (where given) receives the other system's format found there, if any.
+inline LocationKind location_kind(const Location& location, std::vector<std::string>* steps = nullptr,
+                                  std::optional<bool> committed = std::nullopt, const ForeignFormat** format = nullptr) {
   if (names_safetensors(location.key())) return LocationKind::safetensors;
   const Store& store = location.store();
-  if (is_committed_checkpoint(store, location.key())) return LocationKind::checkpoint;
-  if (const ForeignFormat* f = foreign_format_at(store, location.key())) return f->kind;
+  if (committed ? *committed : is_committed_checkpoint(store, location.key())) return LocationKind::checkpoint;
+  if (const ForeignFormat* f = foreign_format_at(store, location.key())) {
+    if (format) *format = f;
+    return f->kind;
+  }
   std::vector<std::string> names = committed_children(store, location.key());
   if (names.empty()) {
     // Another system's manager root (Orbax's CheckpointManager): step directories that are
@@ -83,7 +97,11 @@ inline LocationKind location_kind(const Location& location, std::vector<std::str
 }
 
 // The records of a checkpoint, or of another system's checkpoint read through its format.
-inline CheckpointMetadata metadata_of(const Location& location) {
+// `committed`: a committed cairn checkpoint is there (no other format is looked for);
+// `format`: the other system's format location_kind found there.
+inline CheckpointMetadata metadata_of(const Location& location, bool committed = false, const ForeignFormat* format = nullptr) {
+  if (committed) return metadata(location);
+  if (format) return format->open(location.store(), location.key()).metadata;
   if (const ForeignFormat* f = foreign_format_at(location.store(), location.key()))
     return f->open(location.store(), location.key()).metadata;
   return metadata(location);
@@ -207,9 +225,11 @@ CAIRN_API const char* location_kind_name(LocationKind kind) {
 }
 
 CAIRN_API Inspection inspect(const Location& given) {
-  const Location location = detail::safetensors_set_or(given);
+  std::optional<bool> committed;
+  const Location location = detail::safetensors_set_or(given, &committed);
   std::vector<std::string> names;
-  const LocationKind kind = detail::location_kind(location, &names);
+  const detail::ForeignFormat* format = nullptr;
+  const LocationKind kind = detail::location_kind(location, &names, committed, &format);
   if (kind == LocationKind::checkpointer_root) {
     Inspection out = detail::inspect_root(location, std::move(names));
     // Another system's manager root (Orbax's CheckpointManager) keeps no `latest` marker: its
@@ -232,13 +252,15 @@ CAIRN_API Inspection inspect(const Location& given) {
   Inspection out;
   out.kind = kind;
   out.path = location.describe();
-  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location) : detail::metadata_of(location);
+  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location)
+                                                   : detail::metadata_of(location, committed.value_or(false), format);
   return out;
 }
 
 CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, const std::vector<std::string>& keys_in,
                                                        const ReadArraysOptions& options, LoadReport* report) {
-  const Location location = detail::safetensors_set_or(given);
+  std::optional<bool> committed;
+  const Location location = detail::safetensors_set_or(given, &committed);
   std::vector<std::string> keys;
   for (const auto& k : keys_in) keys.push_back(detail::canonical_key(k));
   std::map<std::string, ArrayValue> out;
@@ -261,7 +283,7 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   load_options.allow_lossy_cast = {"*"};  // the caller chose `as`
   load_options.on_overflow = OnOverflow::saturate;
   load_options.progress = options.progress;
-  const detail::ForeignFormat* foreign = detail::names_safetensors(location.key())
+  const detail::ForeignFormat* foreign = detail::names_safetensors(location.key()) || committed.value_or(false)
                                               ? nullptr
                                               : detail::foreign_format_at(location.store(), location.key());
   const LoadReport r = detail::names_safetensors(location.key())

@@ -83,11 +83,13 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
 }  // namespace detail
 
 CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& options) {
-  const Location location = detail::safetensors_set_or(given);
+  std::optional<bool> committed;
+  const Location location = detail::safetensors_set_or(given, &committed);
   VerifyReport report;
   const Store& store = location.store();
   std::vector<std::string> steps;
-  report.kind = detail::location_kind(location, &steps);
+  const detail::ForeignFormat* format = nullptr;
+  report.kind = detail::location_kind(location, &steps, committed, &format);
   report.path = location.describe();
   if (report.kind == LocationKind::checkpointer_root) {
     // The steps and the marker only: each step's metadata is read once, by its own check below.
@@ -117,8 +119,7 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
     // indexes' CRC32Cs and any CRC32C codec are checked as they decode; the chunks' bytes
     // themselves carry no checksum in Orbax's default codecs (docs/orbax.md).
     report.checksummed = false;
-    const detail::ForeignFormat* f = detail::foreign_format_at(store, location.key());
-    const detail::ForeignView view = f->open(store, location.key());
+    const detail::ForeignView view = format->open(store, location.key());
     detail::verify_chunks(*view.store, "", view.metadata, false, report, options.progress);
     return report;
   }

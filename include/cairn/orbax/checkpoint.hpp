@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -365,13 +366,21 @@ inline bool is_json_handler(const std::string& h) {
   return h.find("Json") != std::string::npos;
 }
 
-inline Json read_json_file(const Store& store, const std::string& key, std::uint64_t limit = 64u << 20) {
-  const std::string text = read_blob(store, key, limit);
+inline Json parse_json_file(const Store& store, const std::string& key, const std::string& text) {
   try {
     return Json::parse(text, store.describe(key));
   } catch (const Error& e) {
     throw Error(ErrorKind::corrupt, e.message(), store.describe(key));
   }
+}
+inline Json read_json_file(const Store& store, const std::string& key, std::uint64_t limit = 64u << 20) {
+  return parse_json_file(store, key, read_blob(store, key, limit));
+}
+// The file's JSON, or nullopt where there is no such file.
+inline std::optional<Json> read_json_file_if_there(const Store& store, const std::string& key, std::uint64_t limit = 64u << 20) {
+  std::optional<std::string> text = read_blob_if_there(store, key, limit);
+  if (!text) return std::nullopt;
+  return parse_json_file(store, key, *text);
 }
 
 // A pytree checkpointable's directory read into an item of the view.
@@ -383,8 +392,9 @@ class PytreeReader {
   void read() {
     const std::string meta_key = join_key(dir_, "_METADATA");
     TreeMetadata meta;
-    const bool has_meta = store_.is_blob(meta_key);
-    if (has_meta) meta = read_tree_metadata(read_blob(store_, meta_key, 64u << 20), store_.describe(meta_key));
+    const std::optional<std::string> meta_text = read_blob_if_there(store_, meta_key, 64u << 20);
+    const bool has_meta = meta_text.has_value();
+    if (has_meta) meta = read_tree_metadata(*meta_text, store_.describe(meta_key));
     // OCDBT unless _METADATA says otherwise, or nothing of a database is there (the older layout).
     bool ocdbt = store_.exists(join_key(dir_, "manifest.ocdbt")) || store_.exists(join_key(dir_, "d"));
     if (meta.use_ocdbt) ocdbt = *meta.use_ocdbt;
@@ -396,7 +406,7 @@ class PytreeReader {
     }
     zarr3_ = meta.use_zarr3 ? int(*meta.use_zarr3) : -1;
     sharding_ = read_sharding();
-    if (store_.is_blob(join_key(dir_, "_strings.json"))) strings_ = read_json_file(store_, join_key(dir_, "_strings.json"));
+    if (auto j = read_json_file_if_there(store_, join_key(dir_, "_strings.json"))) strings_ = std::move(*j);
 
     ItemRecord item;
     item.name = item_name_;
@@ -418,10 +428,11 @@ class PytreeReader {
   std::map<std::string, Json> read_sharding() {
     std::map<std::string, Json> m;
     const std::string key = join_key(dir_, "_sharding");
-    if (!store_.is_blob(key)) return m;
     Json j;
     try {
-      j = read_json_file(store_, key);
+      std::optional<Json> there = read_json_file_if_there(store_, key);
+      if (!there) return m;
+      j = std::move(*there);
     } catch (const Error&) {
       return m;  // Orbax treats a damaged _sharding as absent when a target gives the shardings
     }
@@ -869,8 +880,8 @@ inline OrbaxCheckpoint open_orbax(OrbaxView& view) {
   // _CHECKPOINT_METADATA: the handlers of the checkpointables, the metrics, custom metadata and times.
   Json handlers;
   const std::string cm_key = join_key(key, "_CHECKPOINT_METADATA");
-  if (store.is_blob(cm_key)) {
-    const Json cm = read_json_file(store, cm_key);
+  if (const std::optional<Json> read = read_json_file_if_there(store, cm_key)) {
+    const Json& cm = *read;
     if (cm.is_object()) {
       if (const Json* h = cm.find("item_handlers")) handlers = *h;
       if (const Json* v = cm.find("metrics"); v && v->is_object()) m.user_metadata["metrics"] = *v;

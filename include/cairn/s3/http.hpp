@@ -89,7 +89,12 @@ inline std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user)
     const std::uint64_t room = x.request->max_body > r.body.size() ? x.request->max_body - r.body.size() : 0;
     const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(room, len));
     r.body.append(p, take);
-    if (take < len) r.body_overflow = true;
+    if (take < len) {
+      r.body_overflow = true;
+      // A successful answer larger than the caller takes (a hostile size): the transfer ends
+      // here rather than reading gigabytes to drop them (HttpClient::perform says so).
+      if (x.ok_status()) return 0;
+    }
   }
   return len;  // the rest of an oversized body is read and dropped, so the connection stays usable
 }
@@ -197,8 +202,10 @@ class HttpClient {
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     response.status = status;
-    response.transport = rc;
-    if (rc != CURLE_OK) response.transport_error = curl_easy_strerror(rc);
+    // Ended by on_body: the answer is what was kept, marked body_overflow (no transport error,
+    // and nothing to retry: the same request would get the same body).
+    response.transport = rc == CURLE_WRITE_ERROR && response.body_overflow ? CURLE_OK : rc;
+    if (response.transport != CURLE_OK) response.transport_error = curl_easy_strerror(rc);
     return response;
   }
 

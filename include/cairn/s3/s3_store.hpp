@@ -76,6 +76,14 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     return std::make_unique<Reader>(const_cast<S3Store&>(*this), key, *info);
   }
 
+  // Store::read_whole: one GET, refused past `limit` (an Orbax checkpoint's small JSON files
+  // were each a HEAD for the size, then a GET). An object whose size the marker gives, or
+  // that a read-ahead holds, is opened as before: that costs no HEAD either.
+  std::string read_whole(const std::string& key, std::uint64_t limit) const override {
+    if (fetched(key) || known_size(key)) return Store::read_whole(key, limit);
+    return client().get(key, limit);
+  }
+
   std::unique_ptr<StoreWriter> create(const std::string& key) override {
     // Inside a generation (a save's own, named with 64 random bits) nothing can be there yet:
     // no HEAD (4 requests of a save's 15). Elsewhere, blobs are written once: asked first, and

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -134,6 +135,10 @@ class Store {
   virtual std::vector<StoreEntry> list(const std::string& prefix) const = 0;
   // The blob at `key` and everything under it, if anything is there.
   virtual void remove(const std::string& key) = 0;
+  // A whole small blob (a metadata file), refused above `limit` bytes before more than that
+  // is held; not_found where nothing is. The default opens it, asks its size and reads it; an
+  // object store reads it with one request (where opening asks for the size first).
+  virtual std::string read_whole(const std::string& key, std::uint64_t limit) const;
 
   // A hint that a load is about to read the blobs at `keys`, each from its start: starts
   // bringing up to `bytes` of them in all, in that order, closer to memory in the background
@@ -256,17 +261,37 @@ inline std::string key_parent(const std::string& key) {
   return slash == 0 ? std::string("/") : key.substr(0, slash);
 }
 
-// A whole small blob, refused above `limit` bytes before anything is allocated.
+// A whole small blob, refused above `limit` bytes before anything is allocated
+// (Store::read_whole).
 inline std::string read_blob(const Store& store, const std::string& key, std::uint64_t limit) {
-  auto r = store.open(key);
+  return store.read_whole(key, limit);
+}
+
+// The same, or nullopt where nothing is there: one request on an object store, where asking
+// whether it is there and then reading it were two.
+inline std::optional<std::string> read_blob_if_there(const Store& store, const std::string& key, std::uint64_t limit) {
+  try {
+    return store.read_whole(key, limit);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::not_found) return std::nullopt;
+    throw;
+  }
+}
+
+}  // namespace detail
+
+inline std::string Store::read_whole(const std::string& key, std::uint64_t limit) const {
+  auto r = open(key);
   const std::uint64_t size = r->size();
   if (size > limit)
     throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit),
-                store.describe(key));
+                describe(key));
   std::string s(static_cast<std::size_t>(size), '\0');
   r->read_at(s.data(), size, 0);
   return s;
 }
+
+namespace detail {
 
 inline void write_blob(Store& store, const std::string& key, const std::string& content) {
   auto w = store.create(key);
