@@ -426,7 +426,7 @@ TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every co
   }
 }
 
-TEST_CASE("S3: inspect, read_arrays and verify look at a checkpoint's marker once each") {
+TEST_CASE("S3: inspect, read_arrays and verify look at a checkpoint's marker once each; an Orbax export is found in 19 requests") {
   if (server().endpoint().empty()) return;
   auto s = store();
   const State a = random_state();
@@ -445,6 +445,17 @@ TEST_CASE("S3: inspect, read_arrays and verify look at a checkpoint's marker onc
   // marker again for the generation to read, and the data object.
   cairn::save({s, "small"}, std::map<std::string, std::vector<float>>{{"w", test::random_bits<float>(100)}});
   CHECK(count([&] { CHECK(cairn::verify({s, "small"}).ok()); }) == 7);
+#ifdef CAIRN_TEST_ORBAX
+  // An Orbax export (OCDBT) on the bucket: found file by file, as Orbax has no marker that
+  // lists its files: no cairn marker (HEAD, then the GET of the safetensors-set check), a
+  // listing, the marker and _CHECKPOINT_METADATA looked for (HEADs) and read (GET), the root
+  // looked at as a pytree (2 HEADs) and listed, state/_METADATA (HEAD, GET), manifest.ocdbt
+  // (HEAD, GET), the data file opened once (HEAD) and read for its tree node and two runs of
+  // values (3 GETs), _sharding and _strings.json (a GET each): 19.
+  cairn::save_orbax({s, "ox"}, a);
+  const std::uint64_t orbax_requests = count([&] { CHECK(cairn::inspect({s, "ox"}).kind == cairn::LocationKind::orbax); });
+  CHECK(orbax_requests == 19);
+#endif
 }
 
 TEST_CASE("S3: a load opens the objects its commit marker lists without a HEAD: four requests and the data") {

@@ -396,10 +396,11 @@ class PytreeReader {
     const bool has_meta = meta_text.has_value();
     if (has_meta) meta = read_tree_metadata(*meta_text, store_.describe(meta_key));
     // OCDBT unless _METADATA says otherwise, or nothing of a database is there (the older layout).
-    bool ocdbt = store_.exists(join_key(dir_, "manifest.ocdbt")) || store_.exists(join_key(dir_, "d"));
+    const bool manifest_there = store_.is_blob(join_key(dir_, "manifest.ocdbt"));
+    bool ocdbt = manifest_there || store_.exists(join_key(dir_, "d"));
     if (meta.use_ocdbt) ocdbt = *meta.use_ocdbt;
     if (ocdbt) {
-      if (!store_.is_blob(join_key(dir_, "manifest.ocdbt")))
+      if (!manifest_there)
         throw Error(ErrorKind::not_found, "the OCDBT database's manifest.ocdbt is missing", store_.describe(join_key(dir_, "manifest.ocdbt")));
       view_.databases().push_back(std::make_unique<OcdbtDatabase>(store_, dir_));
       db_ = view_.databases().back().get();

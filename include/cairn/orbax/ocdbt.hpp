@@ -182,7 +182,7 @@ inline std::vector<OcdbtFile> ocdbt_read_file_table(OcdbtCursor& c, const std::s
 // allocations, and finding its reader by path a string comparison per read).
 struct OcdbtDataFile {
   std::string path;
-  mutable std::unique_ptr<StoreReader> reader;
+  mutable const StoreReader* reader = nullptr;  // the database's reader of it, once asked for
 };
 
 // A value of the database: inline bytes, or a byte range of a data file.
@@ -247,11 +247,17 @@ class OcdbtDatabase {
   // to 64 MiB (held_run_bytes).
   static constexpr std::uint64_t small_value_bytes = 64 << 10, run_gap_bytes = 4 << 10, max_run_bytes = 1 << 20;
 
-  // The reader of a data file values point into (opened once).
+  // The reader of a data file values point into: the one its tree nodes are read with (a
+  // file holds both; opened twice, it was two HEADs on an object store).
   const StoreReader& value_reader(const OcdbtDataFile& f) const {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (f.reader) return *f.reader;
+    }
+    const StoreReader& r = reader(f.path);
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!f.reader) f.reader = store_.open(join_key(key_, f.path));
-    return *f.reader;
+    f.reader = &r;
+    return r;
   }
   // The reader of a data file (opened once, checked to hold every value that points into it).
   const StoreReader& reader(const std::string& path) const {
