@@ -3627,6 +3627,17 @@ class Store {
   virtual std::unique_ptr<StoreWriter> create_atomically(const std::string& key, bool overwrite) = 0;
 };
 
+inline std::string Store::read_whole(const std::string& key, std::uint64_t limit) const {
+  auto r = open(key);
+  const std::uint64_t size = r->size();
+  if (size > limit)
+    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit),
+                describe(key));
+  std::string s(static_cast<std::size_t>(size), '\0');
+  r->read_at(s.data(), size, 0);
+  return s;
+}
+
 namespace detail {
 
 // The blob whose presence makes the blobs under a key a committed checkpoint. Stores need its
@@ -3683,20 +3694,6 @@ inline std::optional<std::string> read_blob_if_there(const Store& store, const s
   }
 }
 
-}  // namespace detail
-
-inline std::string Store::read_whole(const std::string& key, std::uint64_t limit) const {
-  auto r = open(key);
-  const std::uint64_t size = r->size();
-  if (size > limit)
-    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit),
-                describe(key));
-  std::string s(static_cast<std::size_t>(size), '\0');
-  r->read_at(s.data(), size, 0);
-  return s;
-}
-
-namespace detail {
 
 inline void write_blob(Store& store, const std::string& key, const std::string& content) {
   auto w = store.create(key);
@@ -4465,13 +4462,13 @@ std::vector<NodeRecord> inner_nodes(const std::vector<LeafRecord>& leaves, NodeK
   NodeRecord* before_parent = nullptr;
   for (const auto& l : leaves) {
     const auto& e = l.path.entries();
-    if (before_parent && !e.empty() && before->path.size() == e.size() &&
-        std::equal(e.begin(), e.end() - 1, before->path.entries().begin())) {
+    const bool same_parent = before_parent && !e.empty() && before->path.size() == e.size() &&
+                             std::equal(e.begin(), e.end() - 1, before->path.entries().begin());
+    before = &l;
+    if (same_parent) {
       if (e.back().kind == KeyEntry::Kind::index) before_parent->kind = NodeKind::sequence;
-      before = &l;
       continue;
     }
-    before = &l;
     before_parent = nullptr;
     KeyPath p = l.path;
     bool first = true;

@@ -143,13 +143,13 @@ std::vector<NodeRecord> inner_nodes(const std::vector<LeafRecord>& leaves, NodeK
   NodeRecord* before_parent = nullptr;
   for (const auto& l : leaves) {
     const auto& e = l.path.entries();
-    if (before_parent && !e.empty() && before->path.size() == e.size() &&
-        std::equal(e.begin(), e.end() - 1, before->path.entries().begin())) {
+    const bool same_parent = before_parent && !e.empty() && before->path.size() == e.size() &&
+                             std::equal(e.begin(), e.end() - 1, before->path.entries().begin());
+    before = &l;
+    if (same_parent) {
       if (e.back().kind == KeyEntry::Kind::index) before_parent->kind = NodeKind::sequence;
-      before = &l;
       continue;
     }
-    before = &l;
     before_parent = nullptr;
     KeyPath p = l.path;
     bool first = true;

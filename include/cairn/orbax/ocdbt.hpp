@@ -182,7 +182,6 @@ inline std::vector<OcdbtFile> ocdbt_read_file_table(OcdbtCursor& c, const std::s
 // allocations, and finding its reader by path a string comparison per read).
 struct OcdbtDataFile {
   std::string path;
-  mutable const StoreReader* reader = nullptr;  // the database's reader of it, once asked for
 };
 
 // A value of the database: inline bytes, or a byte range of a data file.
@@ -249,16 +248,7 @@ class OcdbtDatabase {
 
   // The reader of a data file values point into: the one its tree nodes are read with (a
   // file holds both; opened twice, it was two HEADs on an object store).
-  const StoreReader& value_reader(const OcdbtDataFile& f) const {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (f.reader) return *f.reader;
-    }
-    const StoreReader& r = reader(f.path);
-    std::lock_guard<std::mutex> lock(mutex_);
-    f.reader = &r;
-    return r;
-  }
+  const StoreReader& value_reader(const OcdbtDataFile& f) const { return reader(f.path); }
   // The reader of a data file (opened once, checked to hold every value that points into it).
   const StoreReader& reader(const std::string& path) const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -412,7 +402,7 @@ class OcdbtDatabase {
   const OcdbtDataFile* data_file(const std::string& path) {
     auto it = data_file_of_.find(path);
     if (it != data_file_of_.end()) return it->second;
-    data_files_.push_back(OcdbtDataFile{path, nullptr});
+    data_files_.push_back(OcdbtDataFile{path});
     return data_file_of_.emplace(path, &data_files_.back()).first->second;
   }
 

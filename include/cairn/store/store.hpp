@@ -222,6 +222,17 @@ class Store {
   virtual std::unique_ptr<StoreWriter> create_atomically(const std::string& key, bool overwrite) = 0;
 };
 
+inline std::string Store::read_whole(const std::string& key, std::uint64_t limit) const {
+  auto r = open(key);
+  const std::uint64_t size = r->size();
+  if (size > limit)
+    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit),
+                describe(key));
+  std::string s(static_cast<std::size_t>(size), '\0');
+  r->read_at(s.data(), size, 0);
+  return s;
+}
+
 namespace detail {
 
 // The blob whose presence makes the blobs under a key a committed checkpoint. Stores need its
@@ -278,20 +289,6 @@ inline std::optional<std::string> read_blob_if_there(const Store& store, const s
   }
 }
 
-}  // namespace detail
-
-inline std::string Store::read_whole(const std::string& key, std::uint64_t limit) const {
-  auto r = open(key);
-  const std::uint64_t size = r->size();
-  if (size > limit)
-    throw Error(ErrorKind::corrupt, "file is " + std::to_string(size) + " bytes, over the limit of " + std::to_string(limit),
-                describe(key));
-  std::string s(static_cast<std::size_t>(size), '\0');
-  r->read_at(s.data(), size, 0);
-  return s;
-}
-
-namespace detail {
 
 inline void write_blob(Store& store, const std::string& key, const std::string& content) {
   auto w = store.create(key);
