@@ -2,7 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """A small S3 server in memory, for what no available test server does: it honours
 conditional writes (If-None-Match: * and If-Match answer 412), and it fails requests on
-command: 503 SlowDown, 500, 403, a reset connection, a stalled response, a 200 that carries an
+command: 503 SlowDown, 500, 403, a reset connection, a stalled response, a request answered
+late (delay: FAKE_S3_DELAY seconds, 1 by default, then handled), a request applied whose
+answer is lost (lost: the connection closes instead), an upload gone at its completion
+(nosuchupload), a 200 that carries an
 <Error>, a body cut short, hostile listings (deep, malformed, a DOCTYPE, a pagination loop),
 501 to conditional writes (a store without them), 501 to DeleteObjects (GCS has none). It
 honours GCS's create-only header too (x-goog-if-generation-match: 0), and copies
@@ -15,7 +18,8 @@ Control, on the same port (never a bucket name S3 allows, as it starts with '_')
   POST /_fault?at=N&how=H[&count=C]   requests N..N+C-1 from now fail as H (N=1: the next one)
   POST /_fault?match=S&how=H[&count=C]  requests whose "METHOD path?query" contains S fail (C of them)
   POST /_reset                        no faults; counters to zero (objects stay)
-  GET  /_stats                        {"requests": n, "open_uploads": n, "faults_hit": n}
+  GET  /_stats                        {"requests": n, "open_uploads": n, "faults_hit": n, "in_flight": n}
+                                      (in_flight: requests being handled now, control ones aside)
 """
 import json
 import os
@@ -32,7 +36,7 @@ lock = threading.Lock()
 objects = {}      # (bucket, key) -> (bytes, etag, last_modified)
 uploads = {}      # upload id -> {"bucket", "key", "parts": {n: bytes}, "initiated"}
 LOG = os.environ.get("FAKE_S3_LOG")
-state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0}
+state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0}
 
 
 def iso(t):
@@ -61,6 +65,15 @@ class Handler(BaseHTTPRequestHandler):
 
     # Replies ---------------------------------------------------------------
     def reply(self, status, body=b"", headers=None, head=False):
+        if getattr(self, "lose_reply", False):
+            # The "lost" fault: the request was applied; its answer never reaches the client.
+            self.lose_reply = False
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
         self.send_response(status)
         headers = dict(headers or {})
         headers.setdefault("Content-Length", str(len(body)))
@@ -119,6 +132,14 @@ class Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        elif how == "lost":
+            self.lose_reply = True
+            return False
+        elif how == "delay":
+            # Answered late, then as if no fault: a request its sender no longer waits for
+            # (killed) still lands, after whatever others did meanwhile.
+            time.sleep(float(os.environ.get("FAKE_S3_DELAY", "1")))
+            return False
         elif how == "stall":
             self.read_body()
             time.sleep(float(os.environ.get("FAKE_S3_STALL", "4")))
@@ -151,19 +172,25 @@ class Handler(BaseHTTPRequestHandler):
         if bucket == "_stats":
             with lock:
                 body = json.dumps({"requests": state["requests"], "faults_hit": state["faults_hit"],
-                                   "open_uploads": len(uploads)}).encode()
+                                   "open_uploads": len(uploads), "in_flight": state["in_flight"]}).encode()
             return self.reply(200, body, {"Content-Type": "application/json"})
         head = method == "HEAD"
         if LOG:  # FAKE_S3_LOG=FILE: one line per request, to count and name what a call sends
             with lock, open(LOG, "a") as f:
                 f.write("%s %s\n" % (method, self.path))
-        how = self.take_fault("%s %s" % (method, self.path))
-        if how and self.apply_fault(how, head):
-            return
+        with lock:
+            state["in_flight"] += 1
         try:
-            getattr(self, "op_" + method.lower())(bucket, key, q, how)
-        except (BrokenPipeError, ConnectionError):
-            self.close_connection = True
+            how = self.take_fault("%s %s" % (method, self.path))
+            if how and self.apply_fault(how, head):
+                return
+            try:
+                getattr(self, "op_" + method.lower())(bucket, key, q, how)
+            except (BrokenPipeError, ConnectionError):
+                self.close_connection = True
+        finally:
+            with lock:
+                state["in_flight"] -= 1
 
     def do_GET(self): self.handle_any("GET")
     def do_HEAD(self): self.handle_any("HEAD")
@@ -343,6 +370,10 @@ class Handler(BaseHTTPRequestHandler):
             if how == "error200":
                 return self.reply(200, b"<?xml version=\"1.0\"?><Error><Code>InternalError</Code><Message>"
                                        b"We encountered an internal error. Please try again.</Message></Error>")
+            if how == "nosuchupload":  # as if aborted by someone else
+                with lock:
+                    uploads.pop(q["uploadId"], None)
+                return self.error(404, "NoSuchUpload", "The specified upload does not exist.")
             if self.precondition_fails(bucket, key):
                 return self.error(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")
             root = ElementTree.fromstring(body)

@@ -58,6 +58,7 @@ class FakeS3 {
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     ::setenv("FAKE_S3_STALL", "3", 1);
+    ::setenv("FAKE_S3_DELAY", "0.5", 1);  // under the 1 s low_speed_time of options(): answered, not retried
     if (posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) pid_ = 0;
     for (int i = 0; i < 200 && endpoint_.empty(); ++i) {
       std::ifstream in(dir_ + "/endpoint");
@@ -115,6 +116,19 @@ cairn::S3Options options() {
   o.backoff_cap = std::chrono::milliseconds(50);
   o.low_speed_time = std::chrono::seconds(1);
   return o;
+}
+
+// Until the server handles no request and has received none for 50 ms (one the dead sent
+// before its kill may still be in the server's socket buffer, unread).
+void wait_until_quiet() {
+  std::int64_t seen = -1;
+  for (int i = 0; i < 400; ++i) {
+    const cairn::Json st = server().stats();
+    if (st.at("in_flight").as_int() == 0 && st.at("requests").as_int() == seen) return;
+    seen = st.at("in_flight").as_int() == 0 ? st.at("requests").as_int() : -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  FAIL("the server never went quiet");
 }
 
 std::shared_ptr<cairn::S3Store> store(const cairn::S3Options& o = options()) {
@@ -359,6 +373,96 @@ TEST_CASE("S3 faults: hostile listings are clear errors, never a crash or an unb
   CHECK(same(cairn::load<State>({s, "ck"}), a));
 }
 
+TEST_CASE("S3 faults: a commit marker applied whose answer is lost commits the save: its retry's 412 is its own marker") {
+  if (server().endpoint().empty()) return;
+  server().reset();
+  auto s = store();
+  const std::string path = s->describe("ck").substr(std::string("s3://").size());  // bucket/root/ck
+  const State a = random_state(), b = random_state();
+  // A new key (If-None-Match: *): the server applies the marker's PUT and the answer never
+  // arrives; the retry finds a marker there (412). It is this save's own (its generation):
+  // the save succeeded. Taking it for a rival's, the save failed and removed its generation,
+  // leaving a committed marker that named removed objects.
+  server().fault_matching("PUT /" + path + "/_CHECKPOINT", "lost");
+  cairn::save({s, "ck"}, a);
+  CHECK(server().stats().at("faults_hit").as_int() == 1);
+  CHECK(same(cairn::load<State>({s, "ck"}), a));
+  // An overwrite (If-Match on the old marker's ETag): the same.
+  server().fault_matching("PUT /" + path + "/_CHECKPOINT", "lost");
+  cairn::SaveOptions over;
+  over.overwrite = true;
+  cairn::save({s, "ck"}, b, over);
+  CHECK(server().stats().at("faults_hit").as_int() == 2);
+  CHECK(same(cairn::load<State>({s, "ck"}), b));
+  // (A rival's marker stays a rival's: "conditional writes" above.)
+  // The same for the generation's own objects, each written create-only: a small one's PUT
+  // (its retry meets a 412), a large one's parts (a part sent again replaces itself) and its
+  // completion (the retry: 412 here; a 404 NoSuchUpload on MinIO).
+  State last = b;
+  for (const char* lost : {"_METADATA", "partNumber=2&", "?uploadId="}) {
+    CAPTURE(lost);
+    last = random_state();
+    const std::int64_t hits = server().stats().at("faults_hit").as_int();
+    server().fault_matching(lost, "lost");
+    cairn::save({s, "ck"}, last, over);
+    CHECK(server().stats().at("faults_hit").as_int() == hits + 1);
+    CHECK(same(cairn::load<State>({s, "ck"}), last));
+  }
+  // A completion answered 404 NoSuchUpload with no object there is an upload someone
+  // aborted: the save fails, and the last checkpoint loads.
+  server().fault_matching("?uploadId=", "nosuchupload");
+  CHECK_CAIRN_ERROR(cairn::save({s, "ck"}, a, over), ErrorKind::not_found, "NoSuchUpload");
+  CHECK(same(cairn::load<State>({s, "ck"}), last));
+}
+
+TEST_CASE("S3 faults: a cleanup while a save's marker is on its way, or while a long save still writes, removes none of its objects") {
+  if (server().endpoint().empty()) return;
+  server().reset();
+  const std::string root = "inflight" + std::to_string(::getpid());
+  auto saver = std::make_shared<cairn::S3Store>("s3", "bucket", options(), root);
+  // Another process on the same root, with the default leftover_age: a restarted job's
+  // Checkpointer, or a save of the same key.
+  auto other = std::make_shared<cairn::S3Store>("s3", "bucket", options(), root);
+  const State a = random_state();
+  // The marker's PUT reaches the server, which answers it a second later (as a PUT its killed
+  // sender sent last would land): meanwhile the generation has objects and no marker.
+  server().fault_matching("PUT /bucket/" + root + "/ck/_CHECKPOINT", "delay");
+  std::string failed;
+  std::thread save([&] {
+    try {
+      cairn::save({saver, "ck"}, a);
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+  });
+  for (int i = 0; i < 2000 && server().stats().at("faults_hit").as_int() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(server().stats().at("faults_hit").as_int() == 1);
+  other->clean_leftovers("");
+  save.join();
+  CHECK(failed == "");
+  CHECK(same(cairn::load<State>({other, "ck"}), a));
+
+  // A save that started long ago (its generation's name says an hour) but wrote a moment ago
+  // is alive: a cleanup with leftover_age 10 minutes keeps it (the name's time alone would
+  // have removed it); one with leftover_age 0 takes it for dead.
+  const auto hour_ago = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            (std::chrono::system_clock::now() - std::chrono::hours(1)).time_since_epoch()).count();
+  char gen[64];
+  std::snprintf(gen, sizeof gen, ".cairn-gen-%013lld-0123456789abcdef", static_cast<long long>(hour_ago));
+  const std::string part = std::string("long/") + gen + "/data-0.bin";
+  cairn::detail::write_blob(*saver, part, "bytes of a save still running");
+  cairn::S3Options ten_minutes = options();
+  ten_minutes.leftover_age = std::chrono::minutes(10);
+  cairn::S3Store("s3", "bucket", ten_minutes, root).clean_leftovers("");
+  CHECK(saver->is_blob(part));
+  cairn::S3Options zero = options();
+  zero.leftover_age = std::chrono::seconds(0);
+  cairn::S3Store("s3", "bucket", zero, root).clean_leftovers("");
+  CHECK_FALSE(saver->is_blob(part));
+  CHECK(same(cairn::load<State>({other, "ck"}), a));  // a committed checkpoint is never a leftover
+}
+
 TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every committed checkpoint loads bit-exactly") {
   if (server().endpoint().empty()) return;
   server().reset();
@@ -381,6 +485,11 @@ TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every co
     int status = 0;
     ::waitpid(pid, &status, 0);
     REQUIRE_MESSAGE(WIFSIGNALED(status), "the saving process ended by itself: it failed");
+    // The dead process's last requests may still be at the server (a marker's PUT, sent
+    // before the kill, lands after it). leftover_age 0 (kill_test::options) says no other
+    // save is running or on its way, so wait until none is: with it, the restart's cleanup
+    // removed a generation whose marker landed a moment later (1 run in about 30).
+    wait_until_quiet();
     // What a restarting job sees: the Checkpointer (which cleans the dead save's leftovers),
     // its latest step and every step it keeps, each whole.
     cairn::Checkpointer ckpt({store, "run"}, kill_test::checkpointer_options());

@@ -77,8 +77,10 @@ struct S3Options {
   // just before, which alone leaves a window of one request (docs/object-store.md).
   bool conditional_writes = true;
   // Leftovers of saves that died (data under a generation no marker names, unfinished
-  // multipart uploads) older than this are removed by the next save of the key and by a
-  // Checkpointer's cleanup; younger ones may be a save in progress in another process.
+  // multipart uploads) idle this long (the generation's start and its newest object both
+  // older) are removed by the next save of the key and by a Checkpointer's cleanup; younger
+  // ones may be a save in progress in another process. 0 is for one writer whose every
+  // request is known to have ended (tests): a dead process's marker PUT can land after it died.
   std::chrono::seconds leftover_age{std::chrono::hours(6)};
 };
 

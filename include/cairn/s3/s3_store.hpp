@@ -374,18 +374,27 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     return it->second;
   }
 
-  // Removes the generations under `key` that `current` is not, once older than leftover_age.
+  // Removes the generations under `key` that `current` is not, once idle for leftover_age:
+  // both the time in the generation's name (its save's start) and its newest object's
+  // LastModified are that old. A save still writing is never taken for dead however long it
+  // runs (a 10 TB save takes hours): its objects are recent; only the time between its last
+  // object and its marker's arrival, seconds, must stay under leftover_age.
   void remove_dead_generations(const std::string& key, const s3::Listing& under, const std::string& current) {
     const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                     std::chrono::system_clock::now().time_since_epoch()).count();
     const std::int64_t age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(options_.leftover_age).count();
-    std::vector<std::string> dead;
+    std::map<std::string, std::pair<std::int64_t, std::vector<std::string>>> gens;  // newest write (ms), keys
     for (const auto& o : under.objects) {
       const std::string rest = o.key.substr(key.size() + 1);
       const std::string gen = rest.substr(0, rest.find('/'));
       if (!is_internal_name(gen) || gen == current) continue;
-      if (now_ms - generation_time_ms(gen) >= age_ms) dead.push_back(o.key);
+      auto& [newest, keys] = gens.try_emplace(gen, generation_time_ms(gen), std::vector<std::string>{}).first->second;
+      newest = std::max(newest, s3::parse_iso8601(o.last_modified) * 1000);
+      keys.push_back(o.key);
     }
+    std::vector<std::string> dead;
+    for (auto& [gen, g] : gens)
+      if (now_ms - g.first >= age_ms) dead.insert(dead.end(), g.second.begin(), g.second.end());
     if (!dead.empty()) client_.remove(dead);
   }
 
@@ -630,7 +639,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
           std::memcpy(whole.data() + start, part.bytes.data(), static_cast<std::size_t>(std::min(part_, size - start)));
         }
         check_absent();
-        if (!store_.client_.put(key_, whole.data(), whole.size(), cond_)) race();
+        if (!store_.client_.put(key_, whole.data(), whole.size(), cond_) && !landed(size)) race();
         finished_ = true;
         return;
       }
@@ -644,7 +653,16 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       std::vector<std::string> etags;
       for (std::uint64_t index = 0; index <= last; ++index) etags.push_back(etags_.at(index));
       check_absent();
-      if (!store_.client_.complete_multipart(key_, upload_id_, etags, cond_)) race();
+      bool completed = false;
+      try {
+        completed = store_.client_.complete_multipart(key_, upload_id_, etags, cond_);
+      } catch (const Error& e) {
+        // NoSuchUpload: completed by an attempt whose answer was lost (AWS answers a repeated
+        // completion 200; MinIO and others, 404), or aborted by someone else.
+        if (e.kind() != ErrorKind::not_found || !landed(size)) throw;
+        completed = true;
+      }
+      if (!completed && !landed(size)) race();
       finished_ = true;
     }
 
@@ -654,6 +672,16 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       std::uint64_t filled = 0, end = 0;
       bool sent = false;
     };
+    // Whether a write whose condition failed (or whose upload was gone) had in fact landed:
+    // an attempt the server applied but whose answer was lost is sent again, and finds the
+    // object the first one wrote. Known only inside a save's generation (64 random bits in its
+    // name: no other writer's), where an object of the size written is this writer's own;
+    // elsewhere a create-only write that meets an object reports the race.
+    bool landed(std::uint64_t size) {
+      if (!store_.has_internal_segment(key_)) return false;
+      const auto info = store_.client_.head(key_);
+      return info && info->size == size;
+    }
     [[noreturn]] void race() {
       throw Error(ErrorKind::already_exists, "another writer created this object first (a race); it was not replaced",
                   store_.describe(key_));
@@ -776,7 +804,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       s3::WriteCondition cond;
       if (replacing_) cond.if_match = replaced_etag_;
       else cond.create_only = true;
-      if (moved || !store_.client_.put(marker_key, marker.data(), marker.size(), cond))
+      if (moved || (!store_.client_.put(marker_key, marker.data(), marker.size(), cond) && !own_marker_there()))
         throw Error(ErrorKind::already_exists, "another save committed this checkpoint first (a race); this save was not "
                     "published", store_.describe(key_));
       published_ = true;
@@ -792,6 +820,19 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       }
     }
    private:
+    // Whether the marker there names this save's generation. A PUT the server applied but
+    // whose answer was lost (a reset, a timeout, a 500 after the write) is sent again, and the
+    // condition then fails on the marker the first attempt wrote: the save did commit. Taken
+    // for a rival's, the save failed and removed its generation, which the committed marker
+    // named. The generation's name has 64 random bits: no other save writes it.
+    bool own_marker_there() const {
+      try {
+        return store_.read_generation(key_) == gen_;
+      } catch (const Error&) {
+        return false;
+      }
+    }
+
     S3Store& store_;
     std::string key_, gen_, staged_, replaced_gen_, replaced_etag_;
     bool replacing_;
