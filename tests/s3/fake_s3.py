@@ -17,6 +17,8 @@ honours GCS's create-only header too (x-goog-if-generation-match: 0), and copies
 Control, on the same port (never a bucket name S3 allows, as it starts with '_'):
   POST /_fault?at=N&how=H[&count=C]   requests N..N+C-1 from now fail as H (N=1: the next one)
   POST /_fault?match=S&how=H[&count=C]  requests whose "METHOD path?query" contains S fail (C of them)
+                                      (faults are taken in the order given: how=pass lets the
+                                      first C of such requests through before later faults)
   POST /_reset                        no faults; counters to zero (objects stay)
   GET  /_stats                        {"requests": n, "open_uploads": n, "faults_hit": n, "in_flight": n}
                                       (in_flight: requests being handled now, control ones aside)

@@ -413,6 +413,41 @@ TEST_CASE("S3 faults: a commit marker applied whose answer is lost commits the s
   server().fault_matching("?uploadId=", "nosuchupload");
   CHECK_CAIRN_ERROR(cairn::save({s, "ck"}, a, over), ErrorKind::not_found, "NoSuchUpload");
   CHECK(same(cairn::load<State>({s, "ck"}), last));
+
+  // The marker's PUT applied, its answer lost, and every retry answered 503: the PUT failed,
+  // yet the marker there names this save's generation: committed.
+  const std::string marker_put = "PUT /" + path + "/_CHECKPOINT";
+  auto gens_under_ck = [&] {
+    int n = 0;
+    for (const auto& e : s->list("ck")) n += e.is_prefix;
+    return n;
+  };
+  server().reset();
+  server().fault_matching(marker_put, "lost");
+  server().fault_matching(marker_put, "503", 10);
+  last = random_state();
+  cairn::save({s, "ck"}, last, over);
+  CHECK(same(cairn::load<State>({s, "ck"}), last));
+  CHECK(gens_under_ck() == 1);
+  // The same, and the marker cannot be read back (403): the outcome is unknown, the save says
+  // so, and keeps its generation, which the marker that did land names.
+  server().reset();
+  server().fault_matching(marker_put, "lost");
+  server().fault_matching(marker_put, "503", 10);
+  server().fault_matching("GET /" + path + "/_CHECKPOINT", "pass");  // stage() reads the marker it replaces
+  server().fault_matching("GET /" + path + "/_CHECKPOINT", "403", 10);
+  last = random_state();
+  CHECK_CAIRN_ERROR(cairn::save({s, "ck"}, last, over), ErrorKind::io, "whether the commit marker was written is unknown");
+  server().reset();
+  CHECK(same(cairn::load<State>({s, "ck"}), last));
+  // Every attempt refused (never applied): the save fails, its generation goes, and the last
+  // checkpoint loads.
+  server().fault_matching(marker_put, "503", 10);
+  CHECK_CAIRN_ERROR(cairn::save({s, "ck"}, a, over), ErrorKind::io, "503");
+  server().reset();
+  CHECK(same(cairn::load<State>({s, "ck"}), last));
+  s->clean_leftovers("");  // (the replaced generation of the unknown outcome: 6 h from dead)
+  CHECK(gens_under_ck() <= 2);
 }
 
 TEST_CASE("S3 faults: a cleanup while a save's marker is on its way, or while a long save still writes, removes none of its objects") {

@@ -156,7 +156,8 @@ TEST_CASE("S3 store: save, load, metadata, the Checkpointer, safetensors and ins
 
 TEST_CASE("S3 store: a checkpoint is a marker naming one generation; an overwrite switches it at once") {
   if (!have_server()) return;
-  auto store = fresh_store();
+  const std::string prefix = fresh_root();
+  auto store = std::make_shared<cairn::S3Store>("s3", bucket, server_options(), prefix);
   const test::ConformanceState a = test::random_conformance_state(), b = test::random_conformance_state();
   cairn::save({store, "ck"}, a);
   auto names = test::visible_names(*store, "ck");
@@ -179,12 +180,17 @@ TEST_CASE("S3 store: a checkpoint is a marker naming one generation; an overwrit
   CHECK(second != first);
   CHECK(!store->exists(first));
   test::check_same(b, cairn::load<test::ConformanceState>({store, "ck"}));
-  // A save that died before its marker: a generation nobody names. Young, it may be a save in
-  // progress elsewhere and is kept; with leftover_age 0 the next cleanup removes it.
+  // A save that died before its marker: a generation nobody names. Begun long ago (its name)
+  // but written a moment ago, it may be a save in progress elsewhere and is kept; with
+  // leftover_age 0 the next cleanup removes it.
   cairn::detail::write_blob(*store, "ck/.cairn-gen-0000000000001-dead/data-0-0.bin", "x");
   cairn::detail::write_blob(*store, "new/.cairn-gen-9999999999999-live/data-0-0.bin", "x");
   store->clean_leftovers("");
-  CHECK(!store->exists("ck/.cairn-gen-0000000000001-dead"));  // older than any leftover_age
+  CHECK(store->exists("ck/.cairn-gen-0000000000001-dead"));  // idle less than 6 hours
+  cairn::S3Options zero = server_options();
+  zero.leftover_age = std::chrono::seconds(0);
+  cairn::S3Store("s3", bucket, zero, prefix).clean_leftovers("");
+  CHECK(!store->exists("ck/.cairn-gen-0000000000001-dead"));  // dead at once with leftover_age 0
   CHECK(store->exists("new/.cairn-gen-9999999999999-live"));  // "in the future": a live save
   CHECK_CAIRN_ERROR(cairn::load<test::ConformanceState>({store, "new"}), ErrorKind::incomplete, "");
   // In a Checkpointer root, such a prefix is an incomplete step: listed as one, never a step.

@@ -783,7 +783,10 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         : store_(store), key_(std::move(key)), gen_(std::move(gen)), staged_(detail::join_key(key_, gen_)),
           replaced_gen_(std::move(replaced_gen)), replaced_etag_(std::move(replaced_etag)), replacing_(replacing) {}
     ~Staging() override {
-      if (published_) return;
+      // Not published, and the marker surely does not name this generation: removed. Where a
+      // marker PUT failed in a way that leaves its outcome unknown, the generation stays: if
+      // the marker landed it is the checkpoint's; if not, a leftover that cleanup removes.
+      if (published_ || outcome_unknown_) return;
       try {
         store_.remove(staged_);
       } catch (...) {
@@ -804,9 +807,30 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       s3::WriteCondition cond;
       if (replacing_) cond.if_match = replaced_etag_;
       else cond.create_only = true;
-      if (moved || (!store_.client_.put(marker_key, marker.data(), marker.size(), cond) && !own_marker_there()))
-        throw Error(ErrorKind::already_exists, "another save committed this checkpoint first (a race); this save was not "
-                    "published", store_.describe(key_));
+      auto race = [&] {
+        return Error(ErrorKind::already_exists, "another save committed this checkpoint first (a race); this save was not "
+                     "published", store_.describe(key_));
+      };
+      if (moved) throw race();
+      bool put = false;
+      try {
+        put = store_.client_.put(marker_key, marker.data(), marker.size(), cond).has_value();
+      } catch (const Error& e) {
+        // Failed after its attempts: one of them may still have been applied (its answer lost).
+        const std::optional<bool> mine = marker_names_this_save();
+        if (!mine) {
+          outcome_unknown_ = true;
+          throw Error(e.kind(), e.message() + "; whether the commit marker was written is unknown (it could not be read back): "
+                      "load the checkpoint to find out", e.file(), e.key_path());
+        }
+        if (!*mine) throw;
+        put = true;
+      }
+      if (!put) {  // the condition failed: a rival's marker, or one of this save's own attempts
+        const std::optional<bool> mine = marker_names_this_save();
+        if (!mine) outcome_unknown_ = true;
+        if (!mine.value_or(false)) throw race();
+      }
       published_ = true;
       // The generation the marker named until now is no one's: removed (a reader still in the
       // middle of it fails and loads again, the load's retry). Only that one: another
@@ -825,11 +849,12 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     // condition then fails on the marker the first attempt wrote: the save did commit. Taken
     // for a rival's, the save failed and removed its generation, which the committed marker
     // named. The generation's name has 64 random bits: no other save writes it.
-    bool own_marker_there() const {
+    // Unknown (nullopt) where the marker cannot be read.
+    std::optional<bool> marker_names_this_save() const {
       try {
         return store_.read_generation(key_) == gen_;
       } catch (const Error&) {
-        return false;
+        return std::nullopt;
       }
     }
 
@@ -837,6 +862,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::string key_, gen_, staged_, replaced_gen_, replaced_etag_;
     bool replacing_;
     bool published_ = false;
+    bool outcome_unknown_ = false;
   };
 
   S3Options options_;
