@@ -184,6 +184,23 @@ TEST_CASE("S3 faults: every request of an overwrite fails in turn; the previous 
     CHECK(server().stats().at("faults_hit").as_int() == 1);
     CHECK(same(cairn::load<State>({s, "ck"}), (k / 3) % 2 ? a : b));
   }
+  // Applied by the server, its answer lost, in turn (a reset after the write): every save
+  // succeeds, its retry finding its own work done.
+  for (std::int64_t k = 1; k <= requests; ++k) {
+    CAPTURE(k);
+    server().reset();
+    const std::int64_t uploads_before = server().stats().at("open_uploads").as_int();
+    server().fault_at(static_cast<int>(k), "lost");
+    const State& want = k % 2 ? a : b;
+    try {
+      cairn::save({s, "ck"}, want, over);
+    } catch (const cairn::Error& e) {
+      FAIL_CHECK(e.what());
+    }
+    CHECK(server().stats().at("faults_hit").as_int() == 1);
+    CHECK(same(cairn::load<State>({s, "ck"}), want));
+    CHECK(server().stats().at("open_uploads").as_int() == uploads_before);
+  }
 }
 
 TEST_CASE("S3 faults: transient failures are retried, each kind") {

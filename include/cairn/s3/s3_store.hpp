@@ -398,6 +398,46 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     if (!dead.empty()) client_.remove(dead);
   }
 
+  // Multipart uploads a save's generation left open. CreateMultipartUpload is not idempotent:
+  // an attempt the server applied whose answer was lost (libcurl itself sends a request again
+  // when a kept-alive connection closes before answering) opens an upload no writer knows.
+  // Inside a generation (no other save's keys) every upload still open once its writers are
+  // done is such a one: at the publish, and where the save failed, they are aborted, so
+  // nothing is left billed. One listing, only for generations that used multipart uploads.
+  void note_multipart(const std::string& key) {
+    const std::string gen = generation_of(key);
+    if (gen.empty()) return;
+    std::lock_guard<std::mutex> lock(multipart_mutex_);
+    multipart_in_.insert(gen);
+  }
+  void forget_multipart(const std::string& gen) {
+    std::lock_guard<std::mutex> lock(multipart_mutex_);
+    multipart_in_.erase(gen);
+  }
+  void abort_orphan_uploads(const std::string& gen) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(multipart_mutex_);
+      if (!multipart_in_.count(gen)) return;
+    }
+    try {
+      for (const auto& u : client_.list_multipart_uploads(gen + "/")) client_.abort_multipart(u.key, u.upload_id);
+    } catch (...) {
+      // Left for cleanup by age (abort_old_uploads).
+    }
+  }
+  // The generation a key lies in ("<checkpoint>/.cairn-gen-..."), or "" if none.
+  std::string generation_of(const std::string& key) const {
+    std::size_t at = 0;
+    while (at < key.size()) {
+      const auto slash = key.find('/', at);
+      const std::size_t end = slash == std::string::npos ? key.size() : slash;
+      if (is_internal_name(key.substr(at, end - at))) return key.substr(0, end);
+      if (slash == std::string::npos) break;
+      at = slash + 1;
+    }
+    return {};
+  }
+
   void abort_old_uploads(const std::string& prefix) {
     const std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                                  std::chrono::system_clock::now().time_since_epoch()).count();
@@ -699,7 +739,10 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       if (index >= 10000)
         throw Error(ErrorKind::invalid_argument, "an object of more than 10,000 parts: raise S3Options::part_size",
                     store_.describe(key_));
-      if (upload_id_.empty()) upload_id_ = store_.client_.create_multipart(key_);
+      if (upload_id_.empty()) {
+        store_.note_multipart(key_);
+        upload_id_ = store_.client_.create_multipart(key_);
+      }
       Part& part = parts_[index];
       part.sent = true;
       auto bytes = std::make_shared<std::vector<unsigned char>>(std::move(part.bytes));
@@ -786,15 +829,21 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       // Not published, and the marker surely does not name this generation: removed. Where a
       // marker PUT failed in a way that leaves its outcome unknown, the generation stays: if
       // the marker landed it is the checkpoint's; if not, a leftover that cleanup removes.
-      if (published_ || outcome_unknown_) return;
+      if (published_ || outcome_unknown_) {
+        store_.forget_multipart(staged_);
+        return;
+      }
       try {
         store_.remove(staged_);
+        store_.abort_orphan_uploads(staged_);  // (its writers, destroyed, aborted their own)
       } catch (...) {
       }
+      store_.forget_multipart(staged_);
     }
     const std::string& key() const override { return staged_; }
     void publish(const std::map<std::string, std::uint64_t>& expected) override {
       store_.check_all_there(staged_, expected, "not published");
+      store_.abort_orphan_uploads(staged_);
       Json files = Json::object({});
       for (const auto& [name, size] : expected) files[name] = static_cast<std::int64_t>(size);
       const std::string marker = Json::object({{"format", "cairn"}, {"store", "object"}, {"generation", gen_},
@@ -873,6 +922,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   std::multiset<std::string> in_place_;  // keys of exports being written in place (stage_foreign)
   mutable std::mutex fetched_mutex_;
   mutable std::map<std::string, std::shared_future<Bytes>> fetched_;  // by read_ahead handles alive
+  std::mutex multipart_mutex_;
+  std::set<std::string> multipart_in_;  // generations with multipart uploads (abort_orphan_uploads)
 };
 
 // The Location of an s3:// or gs:// URI, in a store of its own with these options (where the
