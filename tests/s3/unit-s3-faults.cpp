@@ -203,6 +203,45 @@ TEST_CASE("S3 faults: every request of an overwrite fails in turn; the previous 
   }
 }
 
+TEST_CASE("S3 faults: a Checkpointer's save, async and with retention, with each request's answer lost in turn: every step commits and loads") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  cairn::CheckpointerOptions o;
+  o.retention = cairn::RetentionPolicy::keep_latest(2);
+  cairn::Checkpointer ckpt({s, "run"}, o);
+  std::map<std::int64_t, State> saved;
+  auto save = [&](std::int64_t step) {
+    saved[step] = random_state();
+    ckpt.save_async(step, saved[step]);
+    ckpt.wait();
+  };
+  save(1);
+  save(2);
+  server().reset();
+  save(3);  // its objects, its marker, and the retention that removes step 1
+  const std::int64_t requests = server().stats().at("requests").as_int();
+  CHECK(requests > 10);
+  for (std::int64_t k = 1; k <= requests; ++k) {
+    CAPTURE(k);
+    const std::int64_t step = 3 + k;
+    server().reset();
+    const std::int64_t uploads_before = server().stats().at("open_uploads").as_int();
+    server().fault_at(static_cast<int>(k), "lost");
+    try {
+      save(step);
+    } catch (const cairn::Error& e) {
+      FAIL_CHECK(e.what());
+    }
+    CHECK(server().stats().at("faults_hit").as_int() == 1);
+    CHECK(ckpt.latest() == step);
+    CHECK(ckpt.steps() == std::vector<std::int64_t>{step - 1, step});
+    State back;
+    ckpt.load(step, back);
+    CHECK(same(back, saved[step]));
+    CHECK(server().stats().at("open_uploads").as_int() == uploads_before);
+  }
+}
+
 TEST_CASE("S3 faults: transient failures are retried, each kind") {
   if (server().endpoint().empty()) return;
   auto s = store();
