@@ -405,7 +405,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // done is such a one: at the publish, and where the save failed, they are aborted, so
   // nothing is left billed. One listing, only for generations that used multipart uploads.
   void note_multipart(const std::string& key) {
-    const std::string gen = generation_of(key);
+    std::string gen = generation_of(key);
+    if (gen.empty()) gen = in_place_export_of(key);  // an export in place: its keys are its own too
     if (gen.empty()) return;
     std::lock_guard<std::mutex> lock(multipart_mutex_);
     multipart_in_.insert(gen);
@@ -715,10 +716,11 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     // Whether a write whose condition failed (or whose upload was gone) had in fact landed:
     // an attempt the server applied but whose answer was lost is sent again, and finds the
     // object the first one wrote. Known only inside a save's generation (64 random bits in its
-    // name: no other writer's), where an object of the size written is this writer's own;
-    // elsewhere a create-only write that meets an object reports the race.
+    // name: no other writer's) and under an export written in place (which found nothing at
+    // its key and writes each key once), where an object of the size written is this
+    // writer's own; elsewhere a create-only write that meets an object reports the race.
     bool landed(std::uint64_t size) {
-      if (!store_.has_internal_segment(key_)) return false;
+      if (!store_.has_internal_segment(key_) && !store_.under_in_place_export(key_)) return false;
       const auto info = store_.client_.head(key_);
       return info && info->size == size;
     }
@@ -784,11 +786,13 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     }
   }
 
-  bool under_in_place_export(const std::string& key) const {
+  bool under_in_place_export(const std::string& key) const { return !in_place_export_of(key).empty(); }
+  // The key of the export written in place that `key` lies under, or "".
+  std::string in_place_export_of(const std::string& key) const {
     std::lock_guard<std::mutex> lock(in_place_mutex_);
     for (const std::string& k : in_place_)
-      if (key.size() > k.size() && key[k.size()] == '/' && key.compare(0, k.size(), k) == 0) return true;
-    return false;
+      if (key.size() > k.size() && key[k.size()] == '/' && key.compare(0, k.size(), k) == 0) return k;
+    return {};
   }
 
   class InPlaceStaging : public CheckpointStaging {
@@ -802,11 +806,14 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         std::lock_guard<std::mutex> lock(store_.in_place_mutex_);
         store_.in_place_.erase(store_.in_place_.find(key_));  // this export's entry only (a multiset)
       }
-      if (published_) return;
-      try {
-        store_.remove(key_);
-      } catch (...) {
+      if (!published_) {
+        try {
+          store_.remove(key_);
+        } catch (...) {
+        }
       }
+      store_.abort_orphan_uploads(key_);
+      store_.forget_multipart(key_);
     }
     const std::string& key() const override { return key_; }
     void publish(const std::map<std::string, std::uint64_t>& expected) override {
