@@ -5,7 +5,7 @@ conditional writes (If-None-Match: * and If-Match answer 412), and it fails requ
 command: 503 SlowDown, 500, 403, a reset connection, a stalled response, a request answered
 late (delay: FAKE_S3_DELAY seconds, 1 by default, then handled), a request applied whose
 answer is lost (lost: the connection closes instead), an upload gone at its completion
-(nosuchupload), a 200 that carries an
+(nosuchupload), an object not seen (notfound: 404), a 200 that carries an
 <Error>, a body cut short, hostile listings (deep, malformed, a DOCTYPE, a pagination loop),
 501 to conditional writes (a store without them), 501 to DeleteObjects (GCS has none). It
 honours GCS's create-only header too (x-goog-if-generation-match: 0), and copies
@@ -142,6 +142,9 @@ class Handler(BaseHTTPRequestHandler):
             # (killed) still lands, after whatever others did meanwhile.
             time.sleep(float(os.environ.get("FAKE_S3_DELAY", "1")))
             return False
+        elif how == "notfound":  # as if the object were not there (yet)
+            self.read_body()
+            self.error(404, "NoSuchKey", "The specified key does not exist.", head)
         elif how == "stall":
             self.read_body()
             time.sleep(float(os.environ.get("FAKE_S3_STALL", "4")))
@@ -385,9 +388,12 @@ class Handler(BaseHTTPRequestHandler):
                 if up is None:
                     return self.error(404, "NoSuchUpload", "The specified upload does not exist.")
                 data = b"".join(up["parts"][n] for n in numbers)
-                objects[(bucket, key)] = (data, etag_of(data), time.time())
+                # S3's ETag of a multipart object: the MD5 of its parts' MD5s, "-", their number.
+                etag = '"%s-%d"' % (hashlib.md5(b"".join(hashlib.md5(up["parts"][n]).digest() for n in numbers)).hexdigest(),
+                                    len(numbers))
+                objects[(bucket, key)] = (data, etag, time.time())
             return self.reply(200, ("<CompleteMultipartUploadResult><Key>%s</Key><ETag>%s</ETag>"
-                                    "</CompleteMultipartUploadResult>" % (esc(key), etag_of(data))).encode())
+                                    "</CompleteMultipartUploadResult>" % (esc(key), etag)).encode())
         self.error(400, "InvalidRequest", "unsupported POST")
 
     def list_objects(self, bucket, q):

@@ -506,6 +506,43 @@ TEST_CASE("S3 faults: a commit marker applied whose answer is lost commits the s
   CHECK(gens_under_ck() <= 2);
 }
 
+TEST_CASE("S3 faults: a file created on a bucket (safetensors) whose answer is lost is written; another writer's is a race") {
+  if (server().endpoint().empty()) return;
+  server().reset();
+  auto s = store();
+  const std::map<std::string, std::vector<float>> small = {{"w", test::random_bits<float>(1000)}};    // one PUT
+  const std::map<std::string, std::vector<float>> large = {{"w", test::random_bits<float>(100000)}};  // 7 parts
+  // Its PUT, or its multipart completion, applied and unanswered: the retry meets the object
+  // the first attempt made (412, create-only): an ETag that is the MD5 of these very bytes (of
+  // the parts' MD5s) says it is this file.
+  int n = 0;
+  for (const auto* tensors : {&small, &large}) {
+    const std::string key = "f" + std::to_string(++n) + ".safetensors";
+    CAPTURE(key);
+    const std::string path = s->describe(key).substr(4);  // "/bucket/<root>/<key>"
+    server().reset();
+    server().fault_matching(tensors == &small ? "PUT " + path : "POST " + path + "?uploadId=", "lost");
+    cairn::save_safetensors(cairn::Location(s, key), *tensors);
+    CHECK(server().stats().at("faults_hit").as_int() == 1);
+    const auto back = cairn::load_safetensors<std::map<std::string, std::vector<float>>>(cairn::Location(s, key));
+    CHECK(test::same_bits(back.at("w"), tensors->at("w")));
+  }
+  // Other bytes of the same size there (another writer's, between this one's HEAD, which
+  // saw nothing, and its PUT): the race, not this file.
+  server().reset();
+  cairn::s3::Client client("bucket", "", options(), cairn::s3::resolve_config("s3", "bucket", options()));
+  const std::string key = "other.safetensors";
+  const std::string bytes = "this writer's", rival = "another's ...";
+  REQUIRE(bytes.size() == rival.size());
+  auto w = s->create_atomically(key, false);
+  w->write_at(bytes.data(), bytes.size(), 0);
+  REQUIRE(client.put(s->describe(key).substr(std::string("s3://bucket/").size()), rival.data(), rival.size(), {true, {}}).has_value());
+  server().fault_matching("HEAD " + s->describe(key).substr(4), "notfound");
+  CHECK_CAIRN_ERROR(w->finish(bytes.size()), ErrorKind::already_exists, "race");
+  CHECK(server().stats().at("faults_hit").as_int() == 1);
+  server().reset();
+}
+
 TEST_CASE("S3 faults: a cleanup while a save's marker is on its way, or while a long save still writes, removes none of its objects") {
   if (server().endpoint().empty()) return;
   server().reset();

@@ -67,6 +67,27 @@ inline std::int64_t parse_iso8601(const std::string& s) {
   return static_cast<std::int64_t>(timegm(&tm));
 }
 
+// The ETag S3 gives an object written by one PUT (`bytes`), or completed from parts whose
+// ETags are `parts`: the MD5 in hex, or the MD5 of the parts' MD5s with "-<parts>". Quoted, as
+// S3 answers. "" where a part's ETag is no MD5 (encrypted with SSE-KMS or SSE-C, or a store
+// that makes ETags its own way): nothing can be told from it then.
+inline std::string expected_etag(const void* bytes, std::uint64_t n) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(bytes, static_cast<std::size_t>(n), md, &len, EVP_md5(), nullptr);
+  return "\"" + hex(md, len) + "\"";
+}
+inline std::string expected_etag(const std::vector<std::string>& parts) {
+  std::string md5s;
+  for (std::string e : parts) {
+    if (e.size() == 34 && e.front() == '"' && e.back() == '"') e = e.substr(1, 32);
+    if (e.size() != 32 || e.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) return {};
+    for (std::size_t i = 0; i < 32; i += 2) md5s += static_cast<char>(std::stoi(e.substr(i, 2), nullptr, 16));
+  }
+  const std::string whole = expected_etag(md5s.data(), md5s.size());
+  return whole.substr(0, whole.size() - 1) + "-" + std::to_string(parts.size()) + "\"";
+}
+
 class Client {
  public:
   // Keys are relative to `root` in the bucket ("" for the bucket's top).

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -680,7 +681,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
           std::memcpy(whole.data() + start, part.bytes.data(), static_cast<std::size_t>(std::min(part_, size - start)));
         }
         check_absent();
-        if (!store_.client_.put(key_, whole.data(), whole.size(), cond_) && !landed(size)) race();
+        if (!store_.client_.put(key_, whole.data(), whole.size(), cond_) && !landed(size, s3::expected_etag(whole.data(), size)))
+          race();
         finished_ = true;
         return;
       }
@@ -700,10 +702,10 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       } catch (const Error& e) {
         // NoSuchUpload: completed by an attempt whose answer was lost (AWS answers a repeated
         // completion 200; MinIO and others, 404), or aborted by someone else.
-        if (e.kind() != ErrorKind::not_found || !landed(size)) throw;
+        if (e.kind() != ErrorKind::not_found || !landed(size, s3::expected_etag(etags))) throw;
         completed = true;
       }
-      if (!completed && !landed(size)) race();
+      if (!completed && !landed(size, s3::expected_etag(etags))) race();
       finished_ = true;
     }
 
@@ -715,14 +717,22 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     };
     // Whether a write whose condition failed (or whose upload was gone) had in fact landed:
     // an attempt the server applied but whose answer was lost is sent again, and finds the
-    // object the first one wrote. Known only inside a save's generation (64 random bits in its
-    // name: no other writer's) and under an export written in place (which found nothing at
-    // its key and writes each key once), where an object of the size written is this
-    // writer's own; elsewhere a create-only write that meets an object reports the race.
-    bool landed(std::uint64_t size) {
-      if (!store_.has_internal_segment(key_) && !store_.under_in_place_export(key_)) return false;
+    // object the first one wrote. Inside a save's generation (64 random bits in its name: no
+    // other writer's) and under an export written in place (which found nothing at its key
+    // and writes each key once), an object of the size written is this writer's own.
+    // Elsewhere (a safetensors file created on a bucket) only one whose ETag is the MD5 of
+    // these bytes (`etag`, as S3 makes it) is: the same bytes, whoever wrote them. Otherwise
+    // the create-only write met another writer's object: the race is reported.
+    bool landed(std::uint64_t size, const std::string& etag) {
+      const bool own_keys = store_.has_internal_segment(key_) || store_.under_in_place_export(key_);
+      if (!own_keys && etag.empty()) return false;
       const auto info = store_.client_.head(key_);
-      return info && info->size == size;
+      if (!info || info->size != size) return false;
+      auto lower = [](std::string t) {
+        for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        return t;
+      };
+      return own_keys || lower(info->etag) == lower(etag);
     }
     [[noreturn]] void race() {
       throw Error(ErrorKind::already_exists, "another writer created this object first (a race); it was not replaced",
