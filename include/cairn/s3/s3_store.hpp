@@ -878,18 +878,17 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
                      "published", store_.describe(key_));
       };
       if (moved) throw race();
-      auto unknown = [&](const Error& e) {
-        outcome_unknown_ = true;
-        return Error(e.kind(), e.message() + "; whether the commit marker was written is unknown (it could not be read back): "
-                     "load the checkpoint to find out", e.file(), e.key_path());
-      };
       bool put = false;
       try {
         put = store_.client_.put(marker_key, marker.data(), marker.size(), cond).has_value();
       } catch (const Error& e) {
         // Failed after its attempts: one of them may still have been applied (its answer lost).
         const std::optional<bool> mine = marker_names_this_save();
-        if (!mine) throw unknown(e);
+        if (!mine) {
+          outcome_unknown_ = true;
+          throw Error(e.kind(), e.message() + "; whether the commit marker was written is unknown (it could not be read "
+                      "back): load the checkpoint to find out", e.file(), e.key_path());
+        }
         if (!*mine) throw;
         put = true;
       }
