@@ -800,6 +800,92 @@ TEST_CASE("S3: a load's read-ahead fetches the data objects the marker lists who
   CHECK(s->requests() - before == 5);  // the marker, _CHECKPOINT, _METADATA, _USER_METADATA, the data
 }
 
+TEST_CASE("S3: a save's requests do not grow with its leaves: 8 for a new checkpoint, 11 for an overwrite") {
+  if (server().endpoint().empty()) return;
+  cairn::S3Options o = options();
+  o.part_size = o.multipart_threshold = 16 << 20;  // the defaults: every object one PUT here
+  for (const int n : {10, 10000}) {
+    CAPTURE(n);
+    auto s = store(o);
+    std::map<std::string, std::vector<float>> state;
+    state["big"] = test::random_bits<float>(1 << 20);  // 4 MiB
+    state["mid"] = test::random_bits<float>(1000);
+    for (int i = 0; i < n; ++i) state["small/" + std::to_string(i)] = test::random_bits<float>(1 + i % 5);
+    (void)s->is_blob("warm-up");  // a store asks the bucket its region before its first request
+    std::uint64_t before = s->requests();
+    cairn::save({s, "ck"}, state);
+    // The HEAD of the key (no object there) and the listing under it (no marker, nothing
+    // foreign), the data object, _METADATA, _USER_METADATA and _CHECKPOINT of the generation
+    // (one PUT each), the HEAD of the marker just before the switch, the marker. Before
+    // 2026-11-27 also a HEAD of the marker at the start, and a listing of the generation
+    // before the switch (what this process wrote itself is known to be there): 10.
+    CHECK(s->requests() - before == 8);
+    state["mid"][0] += 1;
+    before = s->requests();
+    cairn::SaveOptions over;
+    over.overwrite = true;
+    cairn::save({s, "ck"}, state, over);
+    // The same, the old marker read (its generation and ETag), and the old generation listed
+    // and removed (one DeleteObjects). Before 2026-11-27: 14 (the two above, and a HEAD of the
+    // old generation's key, which is never an object).
+    CHECK(s->requests() - before == 11);
+    const auto got = cairn::load<std::map<std::string, std::vector<float>>>({s, "ck"});
+    CHECK(got.size() == state.size());
+    CHECK(test::same_bits(got.at("mid"), state.at("mid")));
+    CHECK(test::same_bits(got.at("small/" + std::to_string(n - 1)), state.at("small/" + std::to_string(n - 1))));
+  }
+}
+
+TEST_CASE("S3: a publish lists its generation only for objects another process wrote, and refuses one missing or of another size") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  // Another process (rank) of the same save: its own store on the same root.
+  std::string root = s->describe("x").substr(std::string("s3://bucket/").size());  // "t<n>/x"
+  root.resize(root.size() - 2);
+  auto other = std::make_shared<cairn::S3Store>("s3", "bucket", options(), root);
+  auto write = [](cairn::Store& st, const std::string& key, const std::string& bytes) {
+    auto w = st.create(key);
+    w->write_at(bytes.data(), bytes.size(), 0);
+    w->finish(bytes.size());
+  };
+  auto marker_of = [&](const std::string& key) { return cairn::detail::read_blob(*s, key + "/_CHECKPOINT", 1 << 20); };
+  {
+    // All its own: published without a listing (the HEAD of the marker and its PUT only).
+    auto staging = s->stage("mine", false);
+    write(*s, staging->key() + "/a", "aaaa");
+    write(*s, staging->key() + "/b", "bbbbbbbb");
+    const std::uint64_t before = s->requests();
+    staging->publish({{"a", 4}, {"b", 8}});
+    CHECK(s->requests() - before == 2);
+    CHECK(marker_of("mine").find("\"b\":8") != std::string::npos);
+  }
+  {
+    // One object written by the other process: listed, found, published.
+    auto staging = s->stage("shared", false);
+    write(*s, staging->key() + "/a", "aaaa");
+    write(*other, staging->key() + "/b", "bbbbbbbb");
+    const std::uint64_t before = s->requests();
+    staging->publish({{"a", 4}, {"b", 8}});
+    CHECK(s->requests() - before == 3);
+    CHECK(cairn::detail::read_blob(*s, s->readable_checkpoint("shared") + "/b", 100) == "bbbbbbbb");
+  }
+  {
+    // Missing, or of another size than the coordinator was told: not published, and the
+    // generation removed.
+    auto staging = s->stage("missing", false);
+    write(*s, staging->key() + "/a", "aaaa");
+    CHECK_CAIRN_ERROR(staging->publish({{"a", 4}, {"b", 8}}), ErrorKind::io, "b is missing from the save");
+    staging.reset();
+    CHECK(s->list("missing").empty());
+    staging = s->stage("resized", false);
+    write(*s, staging->key() + "/a", "aaaa");
+    write(*other, staging->key() + "/b", "bbb");
+    CHECK_CAIRN_ERROR(staging->publish({{"a", 4}, {"b", 8}}), ErrorKind::io, "b is 3 bytes, not 8");
+    // Its own object of another size than it wrote is no proof either: listed.
+    CHECK_CAIRN_ERROR(staging->publish({{"a", 5}}), ErrorKind::io, "a is 4 bytes, not 5");
+  }
+}
+
 #ifdef CAIRN_TEST_ORBAX
 TEST_CASE("S3: an Orbax export that fails on the way leaves nothing at its key; the next one is whole") {
   if (server().endpoint().empty()) return;

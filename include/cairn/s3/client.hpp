@@ -147,8 +147,8 @@ class Client {
       throw Error(ErrorKind::io, "the server ignored the Range header (HTTP 200 for bytes " + std::to_string(offset) + "-)", uri(key));
   }
 
-  // A whole small object, refused above `limit` bytes.
-  std::string get(const std::string& key, std::uint64_t limit) {
+  // A whole small object, refused above `limit` bytes; its ETag into `etag` where given.
+  std::string get(const std::string& key, std::uint64_t limit, std::string* etag = nullptr) {
     Call c;
     c.method = "GET";
     c.key = key;
@@ -156,6 +156,7 @@ class Client {
     const HttpResponse r = send(c);
     if (r.body.size() > limit || r.body_overflow)
       throw Error(ErrorKind::corrupt, "object is over the limit of " + std::to_string(limit) + " bytes", uri(key));
+    if (etag) *etag = r.header("etag");
     return r.body;
   }
 

@@ -185,7 +185,9 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
 
   void remove(const std::string& key) override {
     std::vector<std::string> keys;
-    if (client_.head(key)) keys.push_back(key);
+    // A save's generation is a prefix, never an object: no HEAD for it (one request fewer per
+    // overwrite, whose old generation goes).
+    if (generation_of(key) != key && client_.head(key)) keys.push_back(key);
     for (const auto& o : client_.list(key + "/", false).objects) keys.push_back(o.key);
     client_.remove(keys);
     forget_sizes(key);
@@ -197,22 +199,31 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     if (has_internal_segment(key))
       throw Error(ErrorKind::invalid_argument, "checkpoint keys may not contain a segment starting with '.cairn-'", describe(key));
     if (client_.head(key)) throw Error(ErrorKind::already_exists, "an object (not a checkpoint) is at this key; cairn will not replace it", describe(key));
-    const std::string marker = detail::join_key(key, detail::commit_marker_name);
-    const auto committed = client_.head(marker);
-    if (committed && !overwrite)
-      throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", describe(key));
-    // Everything under the key must be cairn's: a marker and generations.
+    // Everything under the key must be cairn's: a marker and generations. The listing also
+    // says whether a marker is there (a HEAD of it asked that too, before 2026-11-27).
     const s3::Listing under = client_.list(key + "/", false);
+    bool listed_marker = false;
     for (const auto& o : under.objects) {
       const std::string rest = o.key.substr(key.size() + 1);
+      listed_marker |= rest == detail::commit_marker_name;
       if (rest != detail::commit_marker_name && !is_internal_name(rest.substr(0, rest.find('/'))))
         throw Error(ErrorKind::already_exists, "this key holds objects but no cairn checkpoint (" + rest +
                     "); cairn will not write into it or replace it, even with overwrite", describe(key));
     }
-    const std::string current = committed ? read_generation(key) : std::string();
+    if (listed_marker && !overwrite)
+      throw Error(ErrorKind::already_exists, "a checkpoint already exists here (pass overwrite to replace it)", describe(key));
+    // The generation it names and its ETag come from one GET, so the overwrite's If-Match is
+    // on the very version whose generation is kept. Gone since the listing: a new checkpoint
+    // (a rival's marker written meanwhile then fails the create-only write).
+    std::string etag;
+    const std::string current = listed_marker ? read_generation(key, &etag) : std::string();
+    const bool committed = !current.empty();
+    if (committed && etag.empty()) {  // a server whose GET sent no ETag: its HEAD's
+      const auto info = client_.head(detail::join_key(key, detail::commit_marker_name));
+      if (info) etag = info->etag;
+    }
     remove_dead_generations(key, under, current);
-    return std::make_unique<Staging>(*this, key, new_generation_name(), current, committed ? committed->etag : std::string(),
-                                     committed.has_value());
+    return std::make_unique<Staging>(*this, key, new_generation_name(), current, committed ? etag : std::string(), committed);
   }
 
   // Store::stage_foreign: written in place (a foreign format's readers know no generation
@@ -319,12 +330,13 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   }
 
   // The generation the marker at `key` names; "" where there is no marker. A marker that is
-  // not cairn's object-store marker is corrupt (never guessed at).
-  std::string read_generation(const std::string& key) const {
+  // not cairn's object-store marker is corrupt (never guessed at). The marker's ETag, of the
+  // version read, into `etag` where given.
+  std::string read_generation(const std::string& key, std::string* etag = nullptr) const {
     const std::string marker = detail::join_key(key, detail::commit_marker_name);
     std::string text;
     try {
-      text = client().get(marker, 1 << 20);
+      text = client().get(marker, 1 << 20, etag);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::not_found) return {};
       throw;
@@ -412,9 +424,21 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::lock_guard<std::mutex> lock(multipart_mutex_);
     multipart_in_.insert(gen);
   }
-  void forget_multipart(const std::string& gen) {
+  // A save (or an export in place) ended: what was noted of it goes.
+  void forget_save(const std::string& gen) {
     std::lock_guard<std::mutex> lock(multipart_mutex_);
     multipart_in_.erase(gen);
+    written_.erase(gen);
+  }
+  // An object of a save's generation (or of an export in place) this process wrote, its
+  // write answered (or found landed): the publish then need not list the generation to know
+  // it is there (check_all_there). One listing fewer per save of one process.
+  void note_written(const std::string& key, std::uint64_t size) {
+    std::string gen = generation_of(key);
+    if (gen.empty()) gen = in_place_export_of(key);
+    if (gen.empty()) return;
+    std::lock_guard<std::mutex> lock(multipart_mutex_);
+    written_[gen][key.substr(gen.size() + 1)] = size;
   }
   void abort_orphan_uploads(const std::string& gen) noexcept {
     {
@@ -684,6 +708,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         if (!store_.client_.put(key_, whole.data(), whole.size(), cond_) && !landed(size, s3::expected_etag(whole.data(), size)))
           race();
         finished_ = true;
+        store_.note_written(key_, size);
         return;
       }
       for (std::uint64_t index = 0; index <= last; ++index) {
@@ -707,6 +732,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       }
       if (!completed && !landed(size, s3::expected_etag(etags))) race();
       finished_ = true;
+      store_.note_written(key_, size);
     }
 
    private:
@@ -782,8 +808,20 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
 
   // Every object `expected` names is under `prefix` with that size (one listing), before a
   // save or an export is published; else an io error that begins with `refusal`.
+  // Where this process wrote every one of them itself (note_written), it knows without asking:
+  // the listing is for the objects other processes (ranks) wrote.
   void check_all_there(const std::string& prefix, const std::map<std::string, std::uint64_t>& expected,
-                       const char* refusal) const {
+                       const char* refusal) {
+    {
+      std::lock_guard<std::mutex> lock(multipart_mutex_);
+      const auto mine = written_.find(prefix);
+      bool all_mine = mine != written_.end();
+      for (auto e = expected.begin(); all_mine && e != expected.end(); ++e) {
+        const auto w = mine->second.find(e->first);
+        all_mine = w != mine->second.end() && w->second == e->second;
+      }
+      if (all_mine) return;
+    }
     std::map<std::string, std::uint64_t> found;
     for (const auto& o : client().list(prefix + "/", false).objects) found[o.key.substr(prefix.size() + 1)] = o.size;
     for (const auto& [name, size] : expected) {
@@ -823,7 +861,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         }
       }
       store_.abort_orphan_uploads(key_);
-      store_.forget_multipart(key_);
+      store_.forget_save(key_);
     }
     const std::string& key() const override { return key_; }
     void publish(const std::map<std::string, std::uint64_t>& expected) override {
@@ -847,7 +885,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       // marker PUT failed in a way that leaves its outcome unknown, the generation stays: if
       // the marker landed it is the checkpoint's; if not, a leftover that cleanup removes.
       if (published_ || outcome_unknown_) {
-        store_.forget_multipart(staged_);
+        store_.forget_save(staged_);
         return;
       }
       try {
@@ -855,7 +893,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         store_.abort_orphan_uploads(staged_);  // (its writers, destroyed, aborted their own)
       } catch (...) {
       }
-      store_.forget_multipart(staged_);
+      store_.forget_save(staged_);
     }
     const std::string& key() const override { return staged_; }
     void publish(const std::map<std::string, std::uint64_t>& expected) override {
@@ -946,6 +984,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   mutable std::map<std::string, std::shared_future<Bytes>> fetched_;  // by read_ahead handles alive
   std::mutex multipart_mutex_;
   std::set<std::string> multipart_in_;  // generations with multipart uploads (abort_orphan_uploads)
+  std::map<std::string, std::map<std::string, std::uint64_t>> written_;  // note_written: by generation, name -> size
 };
 
 // The Location of an s3:// or gs:// URI, in a store of its own with these options (where the
