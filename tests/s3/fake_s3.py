@@ -6,7 +6,8 @@ command: 503 SlowDown, 500, 403, a reset connection, a stalled response, a reque
 late (delay: FAKE_S3_DELAY seconds, 1 by default, then handled), a request applied whose
 answer is lost (lost: the connection closes instead), an upload gone at its completion
 (nosuchupload), an object not seen (notfound: 404), a 200 that carries an
-<Error>, a body cut short, hostile listings (deep, malformed, a DOCTYPE, a pagination loop),
+<Error>, a body cut short, a DeleteObjects that removes every other key and reports the rest
+(halfdelete), hostile listings (deep, malformed, a DOCTYPE, a pagination loop),
 501 to conditional writes (a store without them), 501 to DeleteObjects (GCS has none). It
 honours GCS's create-only header too (x-goog-if-generation-match: 0), and copies
 (x-amz-copy-source, whole or a part's range). Signatures are not checked (s3rver checks them in the other tests).
@@ -357,11 +358,16 @@ class Handler(BaseHTTPRequestHandler):
             if how == "nobatchdelete":  # GCS has no DeleteObjects
                 return self.error(501, "NotImplemented", "A header you provided implies functionality that is not implemented")
             root = ElementTree.fromstring(body)
+            keys = [obj.text or "" for obj in root.iter() if obj.tag.endswith("Key")]
+            errors = b""
             with lock:
-                for obj in root.iter():
-                    if obj.tag.endswith("Key"):
-                        objects.pop((bucket, obj.text or ""), None)
-            return self.reply(200, b"<DeleteResult></DeleteResult>")
+                for i, k in enumerate(keys):
+                    if how == "halfdelete" and i % 2 == 1:  # per-key errors, as S3 reports them
+                        errors += ("<Error><Key>%s</Key><Code>AccessDenied</Code><Message>Access Denied</Message>"
+                                   "</Error>" % esc(k)).encode()
+                    else:
+                        objects.pop((bucket, k), None)
+            return self.reply(200, b"<DeleteResult>" + errors + b"</DeleteResult>")
         if "uploads" in q:
             with lock:
                 state["next_upload"] += 1

@@ -92,8 +92,13 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     // Under an export written in place (stage_foreign), which found nothing under its key
     // and writes each key once, the same holds: no HEAD either (half the requests of an
     // export of a directory per parameter).
-    if (!has_internal_segment(key) && !under_in_place_export(key) && client_.head(key))
+    const std::string export_key = in_place_export_of(key);
+    if (!has_internal_segment(key) && export_key.empty() && client_.head(key))
       throw Error(ErrorKind::already_exists, "an object already exists here", describe(key));
+    if (!export_key.empty()) {
+      std::lock_guard<std::mutex> lock(in_place_mutex_);
+      in_place_last_[export_key] = key;  // the format's commit is its last (InPlaceStaging)
+    }
     return std::make_unique<Writer>(*this, key, s3::WriteCondition{true, {}}, false);
   }
 
@@ -850,12 +855,21 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       store_.in_place_.insert(key_);
     }
     ~InPlaceStaging() override {
+      std::string last;  // the object created last: the format's commit (Orbax's commit_success.txt)
       {
         std::lock_guard<std::mutex> lock(store_.in_place_mutex_);
         store_.in_place_.erase(store_.in_place_.find(key_));  // this export's entry only (a multiset)
+        if (auto it = store_.in_place_last_.find(key_); it != store_.in_place_last_.end()) {
+          last = it->second;
+          if (!store_.in_place_.count(key_)) store_.in_place_last_.erase(it);
+        }
       }
       if (!published_) {
+        // Its commit first, alone: a failed export may have written it (its answer lost, or a
+        // check after it failed), and a reader must never find it beside half the data while
+        // the rest goes. Where that delete fails, the rest stays (as whole as it was).
         try {
+          if (!last.empty()) store_.client_.remove({last});
           store_.remove(key_);
         } catch (...) {
         }
@@ -980,6 +994,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   mutable std::unordered_map<std::string, std::uint64_t> known_sizes_;  // remember_sizes
   mutable std::mutex in_place_mutex_;
   std::multiset<std::string> in_place_;  // keys of exports being written in place (stage_foreign)
+  std::map<std::string, std::string> in_place_last_;  // each one's object created last (its commit)
   mutable std::mutex fetched_mutex_;
   mutable std::map<std::string, std::shared_future<Bytes>> fetched_;  // by read_ahead handles alive
   std::mutex multipart_mutex_;
