@@ -196,7 +196,9 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     if (cmd == "verify") { need(1, "PATH"); return verify(at(pos[0], false), out, progress); }
     if (cmd == "show") {
       need(2, "PATH KEY[SLICE]");
-      return show(at(pos[0], true), pos[1], out, err, verify_first, convert_options.item, progress);
+      std::optional<Inspection> seen;
+      const std::string where = checkpoint_of(pos[0], step, true, err, &seen);
+      return show(where, pos[1], out, err, verify_first, convert_options.item, progress, seen ? &*seen : nullptr);
     }
     if (cmd == "diff") {
       need(2, "A B");

@@ -126,13 +126,16 @@ inline bool parse_integer(const std::string& text, std::int64_t& out) {
 // --step) is pointed at a Checkpointer root: its step `step` (--step N), or else its latest
 // committed step, said on `err` so that the output is not mistaken for the root's. Any other
 // location is returned as it is (and --step there is an error: it names a step of a root).
+// Where `path` itself is returned, what was found there goes to `inspected` (where given), so
+// that the command need not look again (on a bucket, each look is requests).
 inline std::string checkpoint_of(const std::string& path, const std::optional<std::string>& step, bool latest_if_root,
-                                 std::ostream& err) {
+                                 std::ostream& err, std::optional<Inspection>* inspected = nullptr) {
   if (!step && !latest_if_root) return path;
-  const Inspection found = inspect(path);
+  Inspection found = inspect(path);
   if (found.kind != LocationKind::checkpointer_root) {
     if (step) throw Error(ErrorKind::invalid_argument, "--step picks a step of a Checkpointer root, and this is a " +
                           std::string(location_kind_name(found.kind)), found.path);
+    if (inspected) *inspected = std::move(found);
     return path;
   }
   if (found.steps.empty()) throw Error(ErrorKind::not_found, "this Checkpointer root has no committed step", found.path);

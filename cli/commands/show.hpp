@@ -93,13 +93,16 @@ inline constexpr std::int64_t show_threshold = 1000, show_edge = 3;
 // is checked against its checksum (memory: the whole leaf); needed only for checkpoints
 // written before block checksums, whose large chunks a slice reads in part, unverified.
 // `item`: the checkpoint's item to show a leaf of ("" is "state"). `progress`: where progress
-// of the reads goes (stderr on a terminal), or null.
+// of the reads goes (stderr on a terminal), or null. `inspected`: what inspect(path) found, where
+// the caller already looked (else it looks).
 inline int show(const std::string& path, const std::string& what, std::ostream& out, std::ostream& err,
-                bool verify_first = false, std::string item = {}, std::ostream* progress = nullptr) {
+                bool verify_first = false, std::string item = {}, std::ostream* progress = nullptr,
+                const Inspection* inspected = nullptr) {
   if (item.empty()) item = default_item_name;
   const Slice s = parse_slice(what);
   std::string key = canonical_key(s.key);
-  const Inspection found = inspect(path);
+  std::optional<Inspection> looked;
+  const Inspection& found = inspected ? *inspected : looked.emplace(inspect(path));
   if (found.kind == LocationKind::checkpointer_root)
     throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: show a leaf of one of its steps", path);
   const ItemRecord* stored_item = found.metadata.find_item(item);

@@ -141,7 +141,17 @@ TEST_CASE("S3 store: save, load, metadata, the Checkpointer, safetensors and ins
   CHECK(cli({"ls", base + "/run"}, &text) == 0);
   CHECK(text.find("3") != std::string::npos);
   CHECK(cli({"verify", base + "/one"}, &text) == 0);
-  CHECK(cli({"show", base + "/one", "name"}, &text) == 0);
+  {
+    // show looks at the checkpoint once (5 requests: the marker's HEAD and GET, the
+    // generation's three metadata files), then reads the leaf (the same five and the data
+    // object): 11. It looked twice before 2026-11-27 (once to find out it is no Checkpointer
+    // root): 16.
+    auto shared = std::dynamic_pointer_cast<cairn::S3Store>(cairn::Location(base + "/one").shared_store());
+    REQUIRE(shared);
+    const std::uint64_t before = shared->requests();
+    CHECK(cli({"show", base + "/one", "name"}, &text) == 0);
+    CHECK(shared->requests() - before == 11);
+  }
   CHECK(text.find(s.name) != std::string::npos);
   CHECK(cli({"diff", base + "/one", base + "/run/3"}, &text) == 0);
   CHECK(cli({"convert", base + "/one", base + "/one.safetensors", "--exclude", "name"}, &text) == 0);
