@@ -860,14 +860,26 @@ TEST_CASE("S3: a publish lists its generation only for objects another process w
     CHECK(marker_of("mine").find("\"b\":8") != std::string::npos);
   }
   {
-    // One object written by the other process: listed, found, published.
+    // One object written by the other process: listed, found, published. Where the other
+    // process's CreateMultipartUpload answer was lost (an upload it never knew of, left open),
+    // the publish finds and aborts it too: it looks for open uploads wherever other processes
+    // wrote (before 2026-11-27 only where this one had used multipart uploads itself).
     auto staging = s->stage("shared", false);
     write(*s, staging->key() + "/a", "aaaa");
     write(*other, staging->key() + "/b", "bbbbbbbb");
+    const std::int64_t uploads_before = server().stats().at("open_uploads").as_int();
+    server().fault_matching("?uploads", "lost", 1);
+    const std::string big(200000, 'c');  // over the 64 KiB threshold: multipart
+    write(*other, staging->key() + "/c", big);
+    CHECK(server().stats().at("faults_hit").as_int() == 1);
+    server().reset();
+    CHECK(server().stats().at("open_uploads").as_int() == uploads_before + 1);  // the orphan
     const std::uint64_t before = s->requests();
-    staging->publish({{"a", 4}, {"b", 8}});
-    CHECK(s->requests() - before == 3);
+    staging->publish({{"a", 4}, {"b", 8}, {"c", big.size()}});
+    CHECK(s->requests() - before == 5);  // the listing, the uploads' listing and abort, the marker's HEAD and PUT
+    CHECK(server().stats().at("open_uploads").as_int() == uploads_before);
     CHECK(cairn::detail::read_blob(*s, s->readable_checkpoint("shared") + "/b", 100) == "bbbbbbbb");
+    CHECK(cairn::detail::read_blob(*s, s->readable_checkpoint("shared") + "/c", 1 << 20) == big);
   }
   {
     // Missing, or of another size than the coordinator was told: not published, and the

@@ -445,8 +445,10 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::lock_guard<std::mutex> lock(multipart_mutex_);
     written_[gen][key.substr(gen.size() + 1)] = size;
   }
-  void abort_orphan_uploads(const std::string& gen) noexcept {
-    {
+  // `always`: also where this process used none (other processes wrote into it, or the save
+  // failed: one listing, paid only there).
+  void abort_orphan_uploads(const std::string& gen, bool always = false) noexcept {
+    if (!always) {
       std::lock_guard<std::mutex> lock(multipart_mutex_);
       if (!multipart_in_.count(gen)) return;
     }
@@ -815,7 +817,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // save or an export is published; else an io error that begins with `refusal`.
   // Where this process wrote every one of them itself (note_written), it knows without asking:
   // the listing is for the objects other processes (ranks) wrote.
-  void check_all_there(const std::string& prefix, const std::map<std::string, std::uint64_t>& expected,
+  // Returns whether it listed (some objects are other processes').
+  bool check_all_there(const std::string& prefix, const std::map<std::string, std::uint64_t>& expected,
                        const char* refusal) {
     {
       std::lock_guard<std::mutex> lock(multipart_mutex_);
@@ -825,7 +828,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         const auto w = mine->second.find(e->first);
         all_mine = w != mine->second.end() && w->second == e->second;
       }
-      if (all_mine) return;
+      if (all_mine) return false;
     }
     std::map<std::string, std::uint64_t> found;
     for (const auto& o : client().list(prefix + "/", false).objects) found[o.key.substr(prefix.size() + 1)] = o.size;
@@ -837,6 +840,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         throw Error(ErrorKind::io, std::string(refusal) + ": " + name + " is " + std::to_string(it->second) + " bytes, not " +
                     std::to_string(size), describe(prefix));
     }
+    return true;
   }
 
   bool under_in_place_export(const std::string& key) const { return !in_place_export_of(key).empty(); }
@@ -874,18 +878,19 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         } catch (...) {
         }
       }
-      store_.abort_orphan_uploads(key_);
+      store_.abort_orphan_uploads(key_, !published_ || others_);
       store_.forget_save(key_);
     }
     const std::string& key() const override { return key_; }
     void publish(const std::map<std::string, std::uint64_t>& expected) override {
-      store_.check_all_there(key_, expected, "not complete");
+      others_ = store_.check_all_there(key_, expected, "not complete");
       published_ = true;
     }
    private:
     S3Store& store_;
     std::string key_;
     bool published_ = false;
+    bool others_ = false;  // other processes wrote some of it (their orphan uploads are looked for)
   };
 
   class Staging : public CheckpointStaging {
@@ -904,15 +909,17 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       }
       try {
         store_.remove(staged_);
-        store_.abort_orphan_uploads(staged_);  // (its writers, destroyed, aborted their own)
+        store_.abort_orphan_uploads(staged_, true);  // (its writers, destroyed, aborted their own)
       } catch (...) {
       }
       store_.forget_save(staged_);
     }
     const std::string& key() const override { return staged_; }
     void publish(const std::map<std::string, std::uint64_t>& expected) override {
-      store_.check_all_there(staged_, expected, "not published");
-      store_.abort_orphan_uploads(staged_);
+      // Where other ranks wrote into the generation, an upload one of them left open (its
+      // CreateMultipartUpload's answer lost) is found here too: they are all done by now.
+      const bool others = store_.check_all_there(staged_, expected, "not published");
+      store_.abort_orphan_uploads(staged_, others);
       Json files = Json::object({});
       for (const auto& [name, size] : expected) files[name] = static_cast<std::int64_t>(size);
       const std::string marker = Json::object({{"format", "cairn"}, {"store", "object"}, {"generation", gen_},
