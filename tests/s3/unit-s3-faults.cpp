@@ -136,6 +136,30 @@ std::shared_ptr<cairn::S3Store> store(const cairn::S3Options& o = options()) {
   return std::make_shared<cairn::S3Store>("s3", "bucket", o, "t" + std::to_string(++n));
 }
 
+// Requests 1..`requests` of `save(k)` answered "lost" in turn (applied by the server, the
+// answer never arriving): every save must succeed (its retries finding their own work done)
+// and leave no multipart upload open; `check(k)` then looks at what it saved. Returns how
+// many faults were hit (a save whose parts go up side by side may send one request fewer).
+template <class Save, class Check>
+std::int64_t sweep_lost_answers(std::int64_t requests, Save&& save, Check&& check) {
+  std::int64_t hit = 0;
+  for (std::int64_t k = 1; k <= requests; ++k) {
+    CAPTURE(k);
+    server().reset();
+    const std::int64_t uploads_before = server().stats().at("open_uploads").as_int();
+    server().fault_at(static_cast<int>(k), "lost");
+    try {
+      save(k);
+    } catch (const cairn::Error& e) {
+      FAIL_CHECK(e.what());
+    }
+    hit += server().stats().at("faults_hit").as_int();
+    check(k);
+    CHECK(server().stats().at("open_uploads").as_int() == uploads_before);
+  }
+  return hit;
+}
+
 }  // namespace
 
 TEST_CASE("S3 faults: the fake server is up") {
@@ -186,21 +210,10 @@ TEST_CASE("S3 faults: every request of an overwrite fails in turn; the previous 
   }
   // Applied by the server, its answer lost, in turn (a reset after the write): every save
   // succeeds, its retry finding its own work done.
-  for (std::int64_t k = 1; k <= requests; ++k) {
-    CAPTURE(k);
-    server().reset();
-    const std::int64_t uploads_before = server().stats().at("open_uploads").as_int();
-    server().fault_at(static_cast<int>(k), "lost");
-    const State& want = k % 2 ? a : b;
-    try {
-      cairn::save({s, "ck"}, want, over);
-    } catch (const cairn::Error& e) {
-      FAIL_CHECK(e.what());
-    }
-    CHECK(server().stats().at("faults_hit").as_int() == 1);
-    CHECK(same(cairn::load<State>({s, "ck"}), want));
-    CHECK(server().stats().at("open_uploads").as_int() == uploads_before);
-  }
+  auto want = [&](std::int64_t k) -> const State& { return k % 2 ? a : b; };
+  CHECK(sweep_lost_answers(
+            requests, [&](std::int64_t k) { cairn::save({s, "ck"}, want(k), over); },
+            [&](std::int64_t k) { CHECK(same(cairn::load<State>({s, "ck"}), want(k))); }) == requests);
 }
 
 TEST_CASE("S3 faults: a Checkpointer's save, async and with retention, with each request's answer lost in turn: every step commits and loads") {
@@ -221,25 +234,16 @@ TEST_CASE("S3 faults: a Checkpointer's save, async and with retention, with each
   save(3);  // its objects, its marker, and the retention that removes step 1
   const std::int64_t requests = server().stats().at("requests").as_int();
   CHECK(requests > 10);
-  for (std::int64_t k = 1; k <= requests; ++k) {
-    CAPTURE(k);
-    const std::int64_t step = 3 + k;
-    server().reset();
-    const std::int64_t uploads_before = server().stats().at("open_uploads").as_int();
-    server().fault_at(static_cast<int>(k), "lost");
-    try {
-      save(step);
-    } catch (const cairn::Error& e) {
-      FAIL_CHECK(e.what());
-    }
-    CHECK(server().stats().at("faults_hit").as_int() == 1);
-    CHECK(ckpt.latest() == step);
-    CHECK(ckpt.steps() == std::vector<std::int64_t>{step - 1, step});
-    State back;
-    ckpt.load(step, back);
-    CHECK(same(back, saved[step]));
-    CHECK(server().stats().at("open_uploads").as_int() == uploads_before);
-  }
+  CHECK(sweep_lost_answers(
+            requests, [&](std::int64_t k) { save(3 + k); },
+            [&](std::int64_t k) {
+              const std::int64_t step = 3 + k;
+              CHECK(ckpt.latest() == step);
+              CHECK(ckpt.steps() == std::vector<std::int64_t>{step - 1, step});
+              State back;
+              ckpt.load(step, back);
+              CHECK(same(back, saved[step]));
+            }) == requests);
 }
 
 TEST_CASE("S3 faults: transient failures are retried, each kind") {
@@ -940,23 +944,11 @@ TEST_CASE("S3: an Orbax export with each request's answer lost in turn: every ex
   cairn::save_orbax(cairn::Location(s, "ox0"), a);
   const std::int64_t requests = server().stats().at("requests").as_int();
   CHECK(requests > 10);
-  std::int64_t hit = 0;  // (an export's parts go up side by side: the count may vary by one)
-  for (std::int64_t k = 1; k <= requests; ++k) {
-    CAPTURE(k);
-    const std::string key = "ox" + std::to_string(k);
-    server().reset();
-    const std::int64_t uploads_before = server().stats().at("open_uploads").as_int();
-    server().fault_at(static_cast<int>(k), "lost");
-    try {
-      cairn::save_orbax(cairn::Location(s, key), a);
-    } catch (const cairn::Error& e) {
-      FAIL_CHECK(e.what());
-    }
-    hit += server().stats().at("faults_hit").as_int();
-    CHECK(same(cairn::load_orbax<State>(cairn::Location(s, key)), a));
-    CHECK(server().stats().at("open_uploads").as_int() == uploads_before);
-  }
-  CHECK(hit >= requests - 1);
+  auto key = [](std::int64_t k) { return "ox" + std::to_string(k); };
+  // (an export's parts go up side by side: the count may vary by one)
+  CHECK(sweep_lost_answers(
+            requests, [&](std::int64_t k) { cairn::save_orbax(cairn::Location(s, key(k)), a); },
+            [&](std::int64_t k) { CHECK(same(cairn::load_orbax<State>(cairn::Location(s, key(k))), a)); }) >= requests - 1);
 }
 
 TEST_CASE("S3: a linked Orbax export whose server-side copies fail: retried as any request, else nothing left") {
