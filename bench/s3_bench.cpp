@@ -3,7 +3,9 @@
 // in the same run: the same bytes PUT (as multipart parts) and ranged-GET by plain parallel
 // requests of the same part size and concurrency, to the same server, with no cairn in
 // between. Prints GB/s, the ratio to the limit, requests per save and per load, and the growth
-// of peak memory during each (docs/benchmarks.md, "Object stores").
+// of peak memory during each, and the CPU time and minor page faults of this process (the
+// server's aside) beside the limit's, which on a machine the server shares show where the
+// difference goes (docs/benchmarks.md, "Object stores").
 //
 //   cairn-bench-s3 --endpoint http://127.0.0.1:PORT [--bucket B] [--bytes 1G] [--leaves 64]
 //                  [--small 10000] [--part 16M] [--concurrency 8] [--repeat 3]
@@ -13,6 +15,7 @@
 #include "bench_util.hpp"
 
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <fstream>
@@ -41,6 +44,19 @@ std::uint64_t current_rss() {
 }
 void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
+// CPU seconds (user + system, every thread) and minor page faults of this process so far.
+struct Usage {
+  double cpu = 0;
+  long faults = 0;
+};
+Usage usage() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return {sec(u.ru_utime) + sec(u.ru_stime), u.ru_minflt};
+}
+Usage operator-(const Usage& a, const Usage& b) { return {a.cpu - b.cpu, a.faults - b.faults}; }
+
 struct Big {
   std::vector<std::vector<float>> leaves;
 };
@@ -54,6 +70,7 @@ CAIRN_TREE(Small, leaves)
 struct Figures {
   double seconds;
   std::uint64_t requests, peak_growth;
+  Usage used;
 };
 
 template <class F>
@@ -62,18 +79,25 @@ Figures measure(cairn::S3Store& store, F&& f) {
   malloc_trim(0);  // memory freed by the last run goes back, so that it counts again if used
   reset_peak();
   const std::uint64_t base = current_rss();
+  const Usage u0 = usage();
   const double t0 = bench::now_s();
   f();
   const double t = bench::now_s() - t0;
+  const Usage used = usage() - u0;
   const std::uint64_t peak = peak_rss();
-  return {t, store.requests() - r0, peak > base ? peak - base : 0};
+  return {t, store.requests() - r0, peak > base ? peak - base : 0, used};
 }
 
+struct Limit {
+  double put, get;
+  Usage put_used, get_used;
+};
 // The limit: `bytes` PUT as multipart parts and GET as ranges, `concurrency` at once.
-std::pair<double, double> raw_limit(cairn::s3::Client& client, const std::string& key, const std::vector<unsigned char>& src,
+Limit raw_limit(cairn::s3::Client& client, const std::string& key, const std::vector<unsigned char>& src,
                                     std::uint64_t part, int concurrency) {
   const std::uint64_t n = src.size();
   const std::size_t parts = static_cast<std::size_t>((n + part - 1) / part);
+  Usage u0 = usage();
   double t0 = bench::now_s();
   const std::string id = client.create_multipart(key);
   std::vector<std::string> etags(parts);
@@ -94,20 +118,23 @@ std::pair<double, double> raw_limit(cairn::s3::Client& client, const std::string
   });
   client.complete_multipart(key, id, etags);
   const double put = bench::now_s() - t0;
+  const Usage put_used = usage() - u0;
   std::vector<unsigned char> back(n);
   const auto info = client.head(key);
+  u0 = usage();
   t0 = bench::now_s();
   run([&](std::size_t i) {
     const std::uint64_t at = i * part, len = std::min(part, n - at);
     client.get_range(key, back.data() + at, len, at, info->etag);
   });
   const double get = bench::now_s() - t0;
+  const Usage get_used = usage() - u0;
   if (back != src) {
     std::fprintf(stderr, "raw limit: the bytes read back differ\n");
     std::exit(1);
   }
   client.remove({key});
-  return {put, get};
+  return {put, get, put_used, get_used};
 }
 
 }  // namespace
@@ -164,7 +191,9 @@ int main(int argc, char** argv) {
   std::printf("S3 benchmark: %s, part %llu MiB, concurrency %d, median of %d\n", endpoint.c_str(),
               static_cast<unsigned long long>(part >> 20), concurrency, repeat);
   auto report = [&](const char* what, std::uint64_t n, std::vector<Figures>& save, std::vector<Figures>& load,
-                    std::vector<double>& put, std::vector<double>& get) {
+                    std::vector<Limit>& limits) {
+    std::vector<double> put, get;
+    for (const auto& l : limits) put.push_back(l.put), get.push_back(l.get);
     std::vector<double> ts, tl;
     for (auto& f : save) ts.push_back(f.seconds);
     for (auto& f : load) tl.push_back(f.seconds);
@@ -176,14 +205,17 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(save.back().requests), static_cast<unsigned long long>(load.back().requests),
                 static_cast<unsigned long long>(save.back().peak_growth >> 20),
                 static_cast<unsigned long long>(load.back().peak_growth >> 20));
+    // CPU and faults: the run whose time was the median's nearest (the last, for simplicity).
+    std::printf("%-26s this process: save %.2f cpu-s, %ld faults (limit PUT %.2f, %ld); load %.2f cpu-s, %ld faults "
+                "(limit GET %.2f, %ld)\n", "", save.back().used.cpu, save.back().used.faults, limits.back().put_used.cpu,
+                limits.back().put_used.faults, load.back().used.cpu, load.back().used.faults, limits.back().get_used.cpu,
+                limits.back().get_used.faults);
   };
   {
     std::vector<Figures> save, load;
-    std::vector<double> put, get;
+    std::vector<Limit> limits;
     for (int r = 0; r < repeat; ++r) {
-      const auto [p, gt] = raw_limit(raw, "raw/big", flat, part, concurrency);
-      put.push_back(p);
-      get.push_back(gt);
+      limits.push_back(raw_limit(raw, "raw/big", flat, part, concurrency));
       const std::string key = "big/" + std::to_string(r);
       save.push_back(measure(*store, [&] { cairn::save({store, key}, big); }));
       Big back;
@@ -197,15 +229,13 @@ int main(int argc, char** argv) {
     }
     char what[64];
     std::snprintf(what, sizeof what, "%.2f GiB in %d leaves", static_cast<double>(big_bytes) / (1 << 30), leaves);
-    report(what, big_bytes, save, load, put, get);
+    report(what, big_bytes, save, load, limits);
   }
   if (small > 0) {  // (--small 0: the large leaves alone)
     std::vector<Figures> save, load;
-    std::vector<double> put, get;
+    std::vector<Limit> limits;
     for (int r = 0; r < repeat; ++r) {
-      const auto [p, gt] = raw_limit(raw, "raw/small", small_flat, part, concurrency);
-      put.push_back(p);
-      get.push_back(gt);
+      limits.push_back(raw_limit(raw, "raw/small", small_flat, part, concurrency));
       const std::string key = "small/" + std::to_string(r);
       save.push_back(measure(*store, [&] { cairn::save({store, key}, sm); }));
       Small back;
@@ -218,7 +248,7 @@ int main(int argc, char** argv) {
     }
     char what[64];
     std::snprintf(what, sizeof what, "%d small leaves (%.1f MB)", small, static_cast<double>(small_bytes) / 1e6);
-    report(what, small_bytes, save, load, put, get);
+    report(what, small_bytes, save, load, limits);
   }
   return 0;
 }
