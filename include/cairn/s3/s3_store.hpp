@@ -97,7 +97,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       throw Error(ErrorKind::already_exists, "an object already exists here", describe(key));
     if (!export_key.empty()) {
       std::lock_guard<std::mutex> lock(in_place_mutex_);
-      in_place_last_[export_key] = key;  // the format's commit is its last (InPlaceStaging)
+      if (auto it = in_place_.find(export_key); it != in_place_.end())
+        it->second.last = key;  // the format's commit is its last (InPlaceStaging)
     }
     return std::make_unique<Writer>(*this, key, s3::WriteCondition{true, {}}, false);
   }
@@ -422,9 +423,14 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // Inside a generation (no other save's keys) every upload still open once its writers are
   // done is such a one: at the publish, and where the save failed, they are aborted, so
   // nothing is left billed. One listing, only for generations that used multipart uploads.
-  void note_multipart(const std::string& key) {
+  // The save a key is written by: its generation, or the export in place it lies under (whose
+  // keys are its own too); "" for neither.
+  std::string save_of(const std::string& key) const {
     std::string gen = generation_of(key);
-    if (gen.empty()) gen = in_place_export_of(key);  // an export in place: its keys are its own too
+    return gen.empty() ? in_place_export_of(key) : gen;
+  }
+  void note_multipart(const std::string& key) {
+    const std::string gen = save_of(key);
     if (gen.empty()) return;
     std::lock_guard<std::mutex> lock(multipart_mutex_);
     if (multipart_in_.size() >= 256 && !multipart_in_.count(gen)) multipart_in_.clear();  // (as written_)
@@ -440,8 +446,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // write answered (or found landed): the publish then need not list the generation to know
   // it is there (check_all_there). One listing fewer per save of one process.
   void note_written(const std::string& key, std::uint64_t size) {
-    std::string gen = generation_of(key);
-    if (gen.empty()) gen = in_place_export_of(key);
+    const std::string gen = save_of(key);
     if (gen.empty()) return;
     std::lock_guard<std::mutex> lock(multipart_mutex_);
     // A rank that is not the primary has no staging to forget what it noted: bounded (what is
@@ -862,7 +867,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // The key of the export written in place that `key` lies under, or "".
   std::string in_place_export_of(const std::string& key) const {
     std::lock_guard<std::mutex> lock(in_place_mutex_);
-    for (const std::string& k : in_place_)
+    for (const auto& [k, e] : in_place_)
       if (key.size() > k.size() && key[k.size()] == '/' && key.compare(0, k.size(), k) == 0) return k;
     return {};
   }
@@ -871,17 +876,15 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
    public:
     InPlaceStaging(S3Store& store, std::string key) : store_(store), key_(std::move(key)) {
       std::lock_guard<std::mutex> lock(store_.in_place_mutex_);
-      store_.in_place_.insert(key_);
+      ++store_.in_place_[key_].stagings;
     }
     ~InPlaceStaging() override {
       std::string last;  // the object created last: the format's commit (Orbax's commit_success.txt)
       {
         std::lock_guard<std::mutex> lock(store_.in_place_mutex_);
-        store_.in_place_.erase(store_.in_place_.find(key_));  // this export's entry only (a multiset)
-        if (auto it = store_.in_place_last_.find(key_); it != store_.in_place_last_.end()) {
-          last = it->second;
-          if (!store_.in_place_.count(key_)) store_.in_place_last_.erase(it);
-        }
+        const auto it = store_.in_place_.find(key_);
+        last = it->second.last;
+        if (--it->second.stagings == 0) store_.in_place_.erase(it);
       }
       if (!published_) {
         // Its commit first, alone: a failed export may have written it (its answer lost, or a
@@ -1015,8 +1018,13 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   mutable std::mutex known_mutex_;
   mutable std::unordered_map<std::string, std::uint64_t> known_sizes_;  // remember_sizes
   mutable std::mutex in_place_mutex_;
-  std::multiset<std::string> in_place_;  // keys of exports being written in place (stage_foreign)
-  std::map<std::string, std::string> in_place_last_;  // each one's object created last (its commit)
+  // Exports being written in place (stage_foreign), by key: how many stagings, and the object
+  // created last (the format's commit).
+  struct InPlaceExport {
+    int stagings = 0;
+    std::string last;
+  };
+  std::map<std::string, InPlaceExport> in_place_;
   mutable std::mutex fetched_mutex_;
   mutable std::map<std::string, std::shared_future<Bytes>> fetched_;  // by read_ahead handles alive
   std::mutex multipart_mutex_;
