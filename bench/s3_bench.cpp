@@ -71,11 +71,15 @@ struct Figures {
   double seconds;
   std::uint64_t requests, peak_growth;
   Usage used;
+  std::uint64_t kept;  // transfer buffers the store kept from earlier operations, in use again
 };
 
 template <class F>
 Figures measure(cairn::S3Store& store, F&& f) {
   const std::uint64_t r0 = store.requests();
+  // Buffers the store kept from its last operation (S3Options::keep_buffers_for) are resident
+  // before the clock starts: the operation's peak is its growth plus them.
+  const std::uint64_t kept = store.kept_buffers() * store.options().part_size;
   malloc_trim(0);  // memory freed by the last run goes back, so that it counts again if used
   reset_peak();
   const std::uint64_t base = current_rss();
@@ -85,7 +89,7 @@ Figures measure(cairn::S3Store& store, F&& f) {
   const double t = bench::now_s() - t0;
   const Usage used = usage() - u0;
   const std::uint64_t peak = peak_rss();
-  return {t, store.requests() - r0, peak > base ? peak - base : 0, used};
+  return {t, store.requests() - r0, peak > base ? peak - base : 0, used, kept};
 }
 
 struct Limit {
@@ -201,10 +205,13 @@ int main(int argc, char** argv) {
     const double gb = static_cast<double>(n) / 1e9;
     std::printf("%-26s save %6.3f GB/s (limit PUT %6.3f: %.2fx)  load %6.3f GB/s (limit GET %6.3f: %.2fx)\n", what,
                 gb / s, gb / p, p / s, gb / l, gb / gt, gt / l);
-    std::printf("%-26s requests: save %llu, load %llu; peak memory growth: save %llu MiB, load %llu MiB\n", "",
+    std::printf("%-26s requests: save %llu, load %llu; peak memory (growth + buffers kept from before): "
+                "save %llu + %llu MiB, load %llu + %llu MiB\n", "",
                 static_cast<unsigned long long>(save.back().requests), static_cast<unsigned long long>(load.back().requests),
                 static_cast<unsigned long long>(save.back().peak_growth >> 20),
-                static_cast<unsigned long long>(load.back().peak_growth >> 20));
+                static_cast<unsigned long long>(save.back().kept >> 20),
+                static_cast<unsigned long long>(load.back().peak_growth >> 20),
+                static_cast<unsigned long long>(load.back().kept >> 20));
     // CPU and faults: the run whose time was the median's nearest (the last, for simplicity).
     std::printf("%-26s this process: save %.2f cpu-s, %ld faults (limit PUT %.2f, %ld); load %.2f cpu-s, %ld faults "
                 "(limit GET %.2f, %ld)\n", "", save.back().used.cpu, save.back().used.faults, limits.back().put_used.cpu,

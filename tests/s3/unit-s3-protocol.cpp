@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // The S3 protocol pieces that need no server: the XML reader of responses, the configuration
-// (options, environment, profile files, addressing), and the SigV4 signer against published vectors: the AWS Signature Version 4 test suite (as
+// (options, environment, profile files, addressing), the store's pool of transfer buffers, and the SigV4 signer against published vectors: the AWS Signature Version 4 test suite (as
 // kept in awslabs/aws-c-auth, tests/aws-signing-test-suite/v4/<case>/) and the S3 examples of
 // the AWS documentation ("Signature Calculations for the Authorization Header"). The expected
 // signatures are that published data; the signer that reproduces them is cairn's own.
 #include <doctest/doctest.h>
 
+#include <cairn/s3/buffer_pool.hpp>
 #include <cairn/s3/options.hpp>
 #include <cairn/s3/sigv4.hpp>
 #include <cairn/s3/xml.hpp>
 
 #include <cstdlib>
+#include <cstring>
+#include <set>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
@@ -240,4 +244,57 @@ TEST_CASE("S3 URIs: bucket and key, and what is refused") {
     CAPTURE(bad);
     CHECK_THROWS_AS(cairn::s3::parse_bucket_uri("s3", bad), cairn::Error);
   }
+}
+
+TEST_CASE("S3 buffer pool: blocks come back and are handed out again, at most `keep`, freed when idle") {
+  using namespace std::chrono_literals;
+  const std::size_t block = 1 << 16;
+  cairn::s3::BufferPool pool(block, 2, 200ms);
+  std::set<const unsigned char*> kept_blocks;
+  {
+    auto a = pool.take(block);
+    REQUIRE(a->size() == block);
+    std::memset(a->data(), 7, block);  // every byte writable
+    auto b = pool.take(block / 2);     // half a block or more: a block
+    CHECK(b->size() == block / 2);
+    CHECK(b->capacity == block);
+    auto c = pool.take(block);
+    CHECK(pool.kept() == 0);
+    kept_blocks = {b->data(), c->data()};  // given back first (reverse order): the two kept
+  }  // three back, two kept, the third freed
+  CHECK(pool.kept() == 2);
+  {
+    // The kept blocks are handed out again.
+    std::vector<std::shared_ptr<cairn::s3::Buffer>> out{pool.take(block), pool.take(block)};
+    CHECK(pool.kept() == 0);
+    CHECK(std::set<const unsigned char*>{out[0]->data(), out[1]->data()} == kept_blocks);
+  }
+  // Sizes a block would waste or not hold are the caller's alone: never kept.
+  CHECK(pool.kept() == 2);
+  { auto small = pool.take(100), large = pool.take(block + 1); CHECK(small->capacity == 100); CHECK(large->size() == block + 1); }
+  CHECK(pool.kept() == 2);
+  // Idle for 200 ms: the trimmer frees them (waited for up to 10 s on a loaded machine).
+  const auto start = std::chrono::steady_clock::now();
+  while (pool.kept() > 0 && std::chrono::steady_clock::now() - start < 10s) std::this_thread::sleep_for(20ms);
+  CHECK(pool.kept() == 0);
+  CHECK(std::chrono::steady_clock::now() - start >= 150ms);  // not before the idle time
+  // Still a pool after a trim.
+  { auto again = pool.take(block); }
+  CHECK(pool.kept() == 1);
+}
+
+TEST_CASE("S3 buffer pool: an idle time of zero keeps nothing; buffers outlive their pool") {
+  using namespace std::chrono_literals;
+  cairn::s3::BufferPool none(4096, 8, 0ms);
+  { auto a = none.take(4096); }
+  CHECK(none.kept() == 0);
+  std::shared_ptr<cairn::s3::Buffer> survivor;
+  {
+    cairn::s3::BufferPool pool(4096, 8, 10s);
+    survivor = pool.take(4096);
+    { auto kept = pool.take(4096); }
+    CHECK(pool.kept() == 1);
+  }  // the pool goes first (its trimmer stopped): the buffer still out is freed by its user
+  std::memset(survivor->data(), 1, survivor->size());
+  survivor.reset();
 }

@@ -59,6 +59,12 @@ struct S3Options {
   // CopyObject; a larger one is copied in parts of this size (UploadPartCopy). S3 allows up
   // to 5 GiB for both.
   std::uint64_t copy_part_size = std::uint64_t{5} << 30;
+  // Transfer buffers of part_size (upload parts, read-ahead blocks) are kept by the store
+  // between operations, up to concurrency + 2 of them (160 MiB at the defaults), and freed
+  // once none has been used for this long: a load after a save, or the next step's save,
+  // reuses memory already touched instead of faulting in fresh pages. Zero frees each buffer
+  // as soon as it is done with.
+  std::chrono::milliseconds keep_buffers_for{10000};
 
   // Retries of throttling, server errors and broken connections, with full-jitter exponential
   // backoff: attempt n sleeps a random time up to min(backoff_cap, backoff_base * 2^n).

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "cairn/core/json.hpp"
+#include "cairn/s3/buffer_pool.hpp"
 #include "cairn/s3/client.hpp"
 #include "cairn/store/location.hpp"
 #include "cairn/store/store.hpp"
@@ -52,11 +53,16 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   S3Store(const std::string& scheme, const std::string& bucket, S3Options options = {}, const std::string& root = {})
       : options_(checked(std::move(options))),
         client_(bucket, detail::normalize_key(root == "/" ? std::string() : root), options_,
-                s3::resolve_config(scheme, bucket, options_)) {}
+                s3::resolve_config(scheme, bucket, options_)),
+        buffers_(static_cast<std::size_t>(options_.part_size), static_cast<std::size_t>(options_.concurrency) + 2,
+                 options_.keep_buffers_for) {}
 
   const std::string& bucket() const { return client_.bucket(); }
+  const S3Options& options() const { return options_; }
   // Requests sent so far, retries included.
   std::uint64_t requests() const { return client_.requests(); }
+  // Transfer buffers the store keeps for its next operation (S3Options::keep_buffers_for).
+  std::size_t kept_buffers() const { return buffers_.kept(); }
 
   std::string describe(const std::string& key) const override { return client_.uri(key); }
 
@@ -125,7 +131,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       if (fetched_.count(key)) continue;  // another load's read-ahead has it
       total += n;
       std::shared_future<Bytes> f = std::async(std::launch::async, [this, key, n] {
-                                      auto b = std::make_shared<Buffer>(static_cast<std::size_t>(n));
+                                      auto b = buffers_.take(static_cast<std::size_t>(n));
                                       if (n) client().get_range(key, b->data(), n, 0, {});
                                       return Bytes(std::move(b));
                                     }).share();
@@ -521,17 +527,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::vector<std::future<void>> running_;
   };
 
-  // Bytes a GET fills whole (or throws): not zeroed first, as a std::vector would (a memset
-  // of every byte a load reads ahead, on pages not touched yet: a tenth of a large load's
-  // client CPU).
-  struct Buffer {
-    std::unique_ptr<unsigned char[]> bytes;
-    std::size_t n = 0;
-    explicit Buffer(std::size_t size) : bytes(std::make_unique_for_overwrite<unsigned char[]>(size)), n(size) {}
-    unsigned char* data() { return bytes.get(); }
-    const unsigned char* data() const { return bytes.get(); }
-    std::size_t size() const { return n; }
-  };
+  using Buffer = s3::Buffer;
   using Bytes = std::shared_ptr<const Buffer>;
 
   // read_ahead's handle: its fetches stay readable (open) until it goes.
@@ -650,7 +646,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         if (blocks_.count(b)) continue;
         const std::uint64_t start = b * part, len = std::min(part, info_.size - start);
         blocks_[b] = std::async(std::launch::async, [this, start, len] {
-                       auto bytes = std::make_shared<Buffer>(static_cast<std::size_t>(len));
+                       auto bytes = store_.buffers_.take(static_cast<std::size_t>(len));
                        store_.client_.get_range(key_, bytes->data(), len, start, info_.etag);
                        return Bytes(std::move(bytes));
                      }).share();
@@ -708,8 +704,10 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         const std::uint64_t take = std::min(n, part_ - in);
         Part& part = parts_[index];
         if (part.sent) throw Error(ErrorKind::io, "a range was written twice into an object being uploaded", store_.describe(key_));
-        if (part.bytes.empty()) part.bytes.resize(static_cast<std::size_t>(part_));
-        std::memcpy(part.bytes.data() + in, p, static_cast<std::size_t>(take));
+        if (!part.bytes) part.bytes = store_.buffers_.take(static_cast<std::size_t>(part_));
+        part.define(in);
+        std::memcpy(part.bytes->data() + in, p, static_cast<std::size_t>(take));
+        part.defined = std::max(part.defined, in + take);
         part.filled += take;
         part.end = std::max(part.end, in + take);
         end_ = std::max(end_, offset + take);
@@ -726,10 +724,12 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
           throw Error(ErrorKind::io, "cannot shorten an object below a part already uploaded", store_.describe(key_));
       if (upload_id_.empty() && size <= store_.options_.multipart_threshold) {
         std::vector<unsigned char> whole(static_cast<std::size_t>(size));
-        for (const auto& [index, part] : parts_) {
+          for (auto& [index, part] : parts_) {
           const std::uint64_t start = index * part_;
           if (start >= size) continue;
-          std::memcpy(whole.data() + start, part.bytes.data(), static_cast<std::size_t>(std::min(part_, size - start)));
+          const std::uint64_t n = std::min(part_, size - start);
+          part.define(n);
+          std::memcpy(whole.data() + start, part.bytes->data(), static_cast<std::size_t>(n));
         }
         check_absent();
         if (!store_.client_.put(key_, whole.data(), whole.size(), cond_) && !landed(size, s3::expected_etag(whole.data(), size)))
@@ -741,7 +741,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       for (std::uint64_t index = 0; index <= last; ++index) {
         Part& part = parts_[index];
         if (part.sent) continue;
-        if (part.bytes.empty()) part.bytes.resize(static_cast<std::size_t>(part_));  // never written: zeros, as a file's hole
+        if (!part.bytes) part.bytes = store_.buffers_.take(static_cast<std::size_t>(part_));  // never written: zeros, as a file's hole
         send(index, std::min(part_, size - index * part_));
       }
       uploads_.wait();
@@ -763,10 +763,18 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     }
 
    private:
+    // A part's buffer comes from the store's pool, not zeroed: the bytes below `defined` are
+    // written or zeroed, and define() zeroes the gap up to where the next write starts (or up
+    // to the part's end before it is sent), so a range never written reads as zeros, as a
+    // file's hole does, while a part written from its start (every save) is never memset.
     struct Part {
-      std::vector<unsigned char> bytes;
-      std::uint64_t filled = 0, end = 0;
+      std::shared_ptr<s3::Buffer> bytes;
+      std::uint64_t filled = 0, end = 0, defined = 0;
       bool sent = false;
+      void define(std::uint64_t upto) {
+        if (upto > defined) std::memset(bytes->data() + defined, 0, static_cast<std::size_t>(upto - defined));
+        defined = std::max(defined, upto);
+      }
     };
     // Whether a write whose condition failed (or whose upload was gone) had in fact landed:
     // an attempt the server applied but whose answer was lost is sent again, and finds the
@@ -810,7 +818,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       }
       Part& part = parts_[index];
       part.sent = true;
-      auto bytes = std::make_shared<std::vector<unsigned char>>(std::move(part.bytes));
+      part.define(n);
+      std::shared_ptr<const s3::Buffer> bytes = std::move(part.bytes);
       part.bytes = {};
       uploads_.run([this, index, n, bytes] {
         const std::string etag = store_.client_.upload_part(key_, upload_id_, static_cast<int>(index + 1), bytes->data(), n);
@@ -1015,6 +1024,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
 
   S3Options options_;
   s3::Client client_;
+  mutable s3::BufferPool buffers_;  // after client_: built from options_ (declared before both)
   mutable std::mutex known_mutex_;
   mutable std::unordered_map<std::string, std::uint64_t> known_sizes_;  // remember_sizes
   mutable std::mutex in_place_mutex_;
