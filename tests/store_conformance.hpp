@@ -237,6 +237,20 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     cairn::detail::write_blob(*store, "w/empty", "");
     CHECK(store->read_whole("w/empty", 0).empty());
   }
+  SUBCASE("read_whole_each: each blob as read_whole reads it, errors kept per blob, in the order asked") {
+    auto store = make();
+    const auto a = random_bits<unsigned char>(3000), b = random_bits<unsigned char>(10);
+    cairn::detail::write_blob(*store, "e/a", std::string(a.begin(), a.end()));
+    cairn::detail::write_blob(*store, "e/b", std::string(b.begin(), b.end()));
+    auto got = store->read_whole_each({{"e/b", 100}, {"e/none", 100}, {"e/a", 2999}, {"e/a", 3000}, {"e/empty", 0}});
+    REQUIRE(got.size() == 5);
+    CHECK(got[0].take() == std::string(b.begin(), b.end()));
+    CHECK_CAIRN_ERROR(got[1].take(), ErrorKind::not_found, "");
+    CHECK_CAIRN_ERROR(got[2].take(), ErrorKind::corrupt, "over the limit");
+    CHECK(got[3].take() == std::string(a.begin(), a.end()));
+    CHECK_CAIRN_ERROR(got[4].take(), ErrorKind::not_found, "");
+    CHECK(store->read_whole_each({}).empty());
+  }
   SUBCASE("copy_blob: a copy the store makes itself, or nothing done and false") {
     auto store = make();
     const auto bytes = random_bits<unsigned char>(70000);

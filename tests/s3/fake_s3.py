@@ -21,8 +21,10 @@ Control, on the same port (never a bucket name S3 allows, as it starts with '_')
                                       (faults are taken in the order given: how=pass lets the
                                       first C of such requests through before later faults)
   POST /_reset                        no faults; counters to zero (objects stay)
-  GET  /_stats                        {"requests": n, "open_uploads": n, "faults_hit": n, "in_flight": n}
-                                      (in_flight: requests being handled now, control ones aside)
+  GET  /_stats                        {"requests": n, "open_uploads": n, "faults_hit": n, "in_flight": n,
+                                       "max_in_flight": n}
+                                      (in_flight: requests being handled now, control ones aside;
+                                      max_in_flight: the most at once since the last reset)
 """
 import json
 import os
@@ -39,7 +41,7 @@ lock = threading.Lock()
 objects = {}      # (bucket, key) -> (bytes, etag, last_modified)
 uploads = {}      # upload id -> {"bucket", "key", "parts": {n: bytes}, "initiated"}
 LOG = os.environ.get("FAKE_S3_LOG")
-state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0}
+state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0, "max_in_flight": 0}
 
 
 def iso(t):
@@ -173,12 +175,13 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200)
         if bucket == "_reset":
             with lock:
-                state.update(requests=0, faults_hit=0, faults=[])
+                state.update(requests=0, faults_hit=0, faults=[], max_in_flight=0)
             return self.reply(200)
         if bucket == "_stats":
             with lock:
                 body = json.dumps({"requests": state["requests"], "faults_hit": state["faults_hit"],
-                                   "open_uploads": len(uploads), "in_flight": state["in_flight"]}).encode()
+                                   "open_uploads": len(uploads), "in_flight": state["in_flight"],
+                                   "max_in_flight": state["max_in_flight"]}).encode()
             return self.reply(200, body, {"Content-Type": "application/json"})
         head = method == "HEAD"
         if LOG:  # FAKE_S3_LOG=FILE: one line per request, to count and name what a call sends
@@ -186,6 +189,7 @@ class Handler(BaseHTTPRequestHandler):
                 f.write("%s %s\n" % (method, self.path))
         with lock:
             state["in_flight"] += 1
+            state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
         try:
             how = self.take_fault("%s %s" % (method, self.path))
             if how and self.apply_fault(how, head):

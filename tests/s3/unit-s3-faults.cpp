@@ -804,6 +804,29 @@ TEST_CASE("S3: a load's read-ahead fetches the data objects the marker lists who
   CHECK(s->requests() - before == 5);  // the marker, _CHECKPOINT, _METADATA, _USER_METADATA, the data
 }
 
+TEST_CASE("S3: a load reads the marker, _METADATA and _USER_METADATA of its generation at once, one round trip") {
+  if (server().endpoint().empty()) return;
+  cairn::S3Options o = options();
+  o.read_part_size = 1 << 20;  // the data object (320 KB) is one GET
+  auto s = store(o);
+  const State a = random_state();
+  cairn::save({s, "ck"}, a);
+  const std::string gen = s->readable_checkpoint("ck");
+  server().reset();
+  // Each of the three GETs answered 0.5 s late: read one after another, never two in flight.
+  for (const char* name : {"/_CHECKPOINT", "/_METADATA", "/_USER_METADATA"}) server().fault_matching(gen + name, "delay", 1);
+  const std::uint64_t before = s->requests();
+  CHECK(same(cairn::load<State>({s, "ck"}), a));
+  CHECK(server().stats().at("faults_hit").as_int() == 3);
+  CHECK(server().stats().at("max_in_flight").as_int() >= 3);
+  CHECK(s->requests() - before == 5);  // as many requests as before: the marker, the three, the data
+  server().reset();
+  // An error still names the file it is about, in the order a reader meets them: the
+  // generation's _METADATA gone (its marker intact) is that file's not_found.
+  s->remove(gen + "/_METADATA");
+  CHECK_CAIRN_ERROR(cairn::load<State>({s, "ck"}), ErrorKind::not_found, "_METADATA");
+}
+
 TEST_CASE("S3: a save's requests do not grow with its leaves: 8 for a new checkpoint, 11 for an overwrite") {
   if (server().endpoint().empty()) return;
   cairn::S3Options o = options();

@@ -18,19 +18,21 @@
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// Checks a checkpoint's commit marker and returns the digests it records.
-inline std::map<std::string, FileDigest> read_marker(const Store& store, const std::string& key) {
+// Throws, saying what is there instead, where `key` holds no commit marker.
+inline void require_marker(const Store& store, const std::string& key) {
+  if (store.exists(join_key(key, marker_file))) return;
   const std::string dir = store.describe(key);
-  const std::string marker_key = join_key(key, marker_file);
-  const std::string path = store.describe(marker_key);
-  if (!store.exists(marker_key)) {
-    if (!store.exists(key)) throw Error(ErrorKind::not_found, "no checkpoint at this path (nothing is there)", dir);
-    if (store.is_blob(key)) throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
-    if (std::string root = describe_checkpointer_root(store, key); !root.empty()) throw Error(ErrorKind::not_found, root, dir);
-    throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
-                " file: not a cairn checkpoint, or a save that did not commit", dir);
-  }
-  Json marker = Json::parse(read_blob(store, marker_key, max_marker_bytes), path);
+  if (!store.exists(key)) throw Error(ErrorKind::not_found, "no checkpoint at this path (nothing is there)", dir);
+  if (store.is_blob(key)) throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
+  if (std::string root = describe_checkpointer_root(store, key); !root.empty()) throw Error(ErrorKind::not_found, root, dir);
+  throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
+              " file: not a cairn checkpoint, or a save that did not commit", dir);
+}
+
+// The digests a commit marker's text records (`key`: the checkpoint, named in errors).
+inline std::map<std::string, FileDigest> parse_marker(const Store& store, const std::string& key, const std::string& text) {
+  const std::string path = store.describe(join_key(key, marker_file));
+  Json marker = Json::parse(text, path);
   try {
     if (!marker.is_object() || !marker.contains("format") || marker.at("format").as_string() != "cairn")
       throw Error(ErrorKind::corrupt, "not a cairn commit marker", path);
@@ -51,14 +53,20 @@ inline std::map<std::string, FileDigest> read_marker(const Store& store, const s
   }
 }
 
-// Reads a file named in the marker and checks its size and CRC32C.
-inline std::string read_verified(const Store& store, const std::string& key,
-                                 const std::map<std::string, FileDigest>& digests, const char* name, std::uint64_t limit) {
-  const std::string blob = join_key(key, name);
-  const std::string path = store.describe(blob);
+// Checks a checkpoint's commit marker and returns the digests it records.
+inline std::map<std::string, FileDigest> read_marker(const Store& store, const std::string& key) {
+  require_marker(store, key);
+  return parse_marker(store, key, read_blob(store, join_key(key, marker_file), max_marker_bytes));
+}
+
+// A file named in the marker, read (`read`: its bytes, or what reading it threw), checked
+// against its size and CRC32C.
+inline std::string verified(const Store& store, const std::string& key, const std::map<std::string, FileDigest>& digests,
+                            const char* name, Store::WholeBlob read) {
+  const std::string path = store.describe(join_key(key, name));
   auto it = digests.find(name);
   if (it == digests.end()) throw Error(ErrorKind::corrupt, std::string("commit marker does not list ") + name, store.describe(key));
-  std::string content = read_blob(store, blob, limit);
+  std::string content = read.take();
   if (content.size() != it->second.bytes)
     throw Error(ErrorKind::corrupt, "file is " + std::to_string(content.size()) + " bytes, the commit marker says " +
                 std::to_string(it->second.bytes), path);
@@ -67,6 +75,19 @@ inline std::string read_verified(const Store& store, const std::string& key,
     throw Error(ErrorKind::corrupt, "checksum mismatch (CRC32C " + std::to_string(crc) + ", the commit marker says " +
                 std::to_string(it->second.crc32c) + ")", path);
   return content;
+}
+
+// Reads a file named in the marker and checks its size and CRC32C.
+inline std::string read_verified(const Store& store, const std::string& key,
+                                 const std::map<std::string, FileDigest>& digests, const char* name, std::uint64_t limit) {
+  if (!digests.count(name)) throw Error(ErrorKind::corrupt, std::string("commit marker does not list ") + name, store.describe(key));
+  Store::WholeBlob read;
+  try {
+    read.bytes = read_blob(store, join_key(key, name), limit);
+  } catch (...) {
+    read.error = std::current_exception();
+  }
+  return verified(store, key, digests, name, std::move(read));
 }
 
 // A committed checkpoint's _METADATA and _USER_METADATA, verified against the commit marker
@@ -80,13 +101,20 @@ struct MetadataText {
 // `commit_seen`, when given, is set as soon as the marker is read (before the files it names),
 // so that a caller whose read of those files fails knows which commit it had opened.
 inline MetadataText read_metadata_text(const Store& store, const std::string& key, std::uint64_t* commit_seen = nullptr) {
-  auto digests = read_marker(store, key);
+  require_marker(store, key);
+  // The marker and the two files it names, read at once where the store can (Store::
+  // read_whole_each: one round trip on an object store, whose generations never change under
+  // a reader), else one after another as before; checked in that order.
+  auto read = store.read_whole_each({{join_key(key, marker_file), max_marker_bytes},
+                                     {join_key(key, metadata_file), max_metadata_bytes},
+                                     {join_key(key, user_metadata_file), max_metadata_bytes}});
+  auto digests = parse_marker(store, key, read[0].take());
   MetadataText t;
   for (const auto& [name, d] : digests)
     t.commit = (t.commit * 0x100000001b3ull) ^ (d.bytes * 0x9e3779b97f4a7c15ull) ^ d.crc32c;
   if (commit_seen) *commit_seen = t.commit;
-  t.metadata = read_verified(store, key, digests, metadata_file, max_metadata_bytes);
-  t.user = read_verified(store, key, digests, user_metadata_file, max_metadata_bytes);
+  t.metadata = verified(store, key, digests, metadata_file, std::move(read[1]));
+  t.user = verified(store, key, digests, user_metadata_file, std::move(read[2]));
   return t;
 }
 

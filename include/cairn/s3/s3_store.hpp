@@ -91,6 +91,25 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     return client().get(key, limit);
   }
 
+  // Store::read_whole_each: the reads sent at once (the first on this thread), each as
+  // read_whole: a load's marker, _METADATA and _USER_METADATA in one round trip where they
+  // took three, one after another (docs/object-store.md, "Requests and cost").
+  std::vector<WholeBlob> read_whole_each(const std::vector<std::pair<std::string, std::uint64_t>>& reads) const override {
+    std::vector<WholeBlob> out(reads.size());
+    auto one = [&](std::size_t i) {
+      try {
+        out[i].bytes = read_whole(reads[i].first, reads[i].second);
+      } catch (...) {
+        out[i].error = std::current_exception();
+      }
+    };
+    std::vector<std::future<void>> others;
+    for (std::size_t i = 1; i < reads.size(); ++i) others.push_back(std::async(std::launch::async, one, i));
+    if (!reads.empty()) one(0);
+    for (auto& f : others) f.get();
+    return out;
+  }
+
   std::unique_ptr<StoreWriter> create(const std::string& key) override {
     // Inside a generation (a save's own, named with 64 random bits) nothing can be there yet:
     // no HEAD (4 requests of a save's 15). Elsewhere, blobs are written once: asked first, and
