@@ -251,6 +251,18 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     CHECK_CAIRN_ERROR(got[4].take(), ErrorKind::not_found, "");
     CHECK(store->read_whole_each({}).empty());
   }
+  SUBCASE("write_whole_each: each new blob written whole; one already there is refused") {
+    auto store = make();
+    const auto a = random_bits<unsigned char>(3000);
+    const std::string sa(a.begin(), a.end()), sb = "{}";
+    store->write_whole_each({{"w/a", sa}, {"w/b", sb}, {"w/empty", ""}});
+    CHECK(store->read_whole("w/a", 1 << 20) == sa);
+    CHECK(store->read_whole("w/b", 1 << 20) == sb);
+    CHECK(store->read_whole("w/empty", 1 << 20).empty());
+    CHECK_THROWS_AS(store->write_whole_each({{"w/a", sb}}), cairn::Error);
+    CHECK(store->read_whole("w/a", 1 << 20) == sa);  // not replaced
+    store->write_whole_each({});
+  }
   SUBCASE("copy_blob: a copy the store makes itself, or nothing done and false") {
     auto store = make();
     const auto bytes = random_bits<unsigned char>(70000);

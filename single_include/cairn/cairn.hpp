@@ -3433,6 +3433,7 @@ CAIRN_END_NAMESPACE
 #include <memory>
 #include <utility>
 #include <string>
+#include <string_view>
 #include <vector>
 
 
@@ -3534,6 +3535,18 @@ class Store {
   // Blobs. open() throws not_found where nothing is; create() fails where a blob exists.
   virtual std::unique_ptr<StoreReader> open(const std::string& key) const = 0;
   virtual std::unique_ptr<StoreWriter> create(const std::string& key) = 0;
+  // Several small new blobs, each written as create, write_at and finish write it: the
+  // default writes them one after another in the order given (a checkpoint's commit marker,
+  // given last, is written last); a store whose every request waits on a network (S3Store)
+  // sends them at once, where nothing reads them before the whole is published. Every write
+  // has ended when it returns or throws; it throws the first error in the order given.
+  virtual void write_whole_each(const std::vector<std::pair<std::string, std::string_view>>& blobs) {
+    for (const auto& [key, content] : blobs) {
+      auto w = create(key);
+      w->write_at(content.data(), content.size(), 0);
+      w->finish(content.size());
+    }
+  }
   // A blob, or a prefix holding anything.
   virtual bool exists(const std::string& key) const = 0;
   // A blob (a regular file), as opposed to a prefix.
@@ -12205,9 +12218,11 @@ class SaveSession {
     const std::string marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
                                            {user.size(), crc32c(user.data(), user.size())}).dump();
     const std::string& staged = staging_->key();
-    write_blob(store_, join_key(staged, metadata_file), meta);
-    write_blob(store_, join_key(staged, user_metadata_file), user);
-    write_blob(store_, join_key(staged, marker_file), marker);  // last
+    // One after another, the marker last, on a filesystem; at once on an object store, whose
+    // commit is the marker it writes at the publish (Store::write_whole_each).
+    store_.write_whole_each({{join_key(staged, metadata_file), meta},
+                             {join_key(staged, user_metadata_file), user},
+                             {join_key(staged, marker_file), marker}});
     expected[metadata_file] = meta.size();
     expected[user_metadata_file] = user.size();
     expected[marker_file] = marker.size();

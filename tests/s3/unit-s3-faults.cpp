@@ -827,6 +827,33 @@ TEST_CASE("S3: a load reads the marker, _METADATA and _USER_METADATA of its gene
   CHECK_CAIRN_ERROR(cairn::load<State>({s, "ck"}), ErrorKind::not_found, "_METADATA");
 }
 
+TEST_CASE("S3: a save writes its generation's _METADATA, _USER_METADATA and _CHECKPOINT at once, one round trip") {
+  if (server().endpoint().empty()) return;
+  cairn::S3Options o = options();
+  o.part_size = o.multipart_threshold = 16 << 20;  // every object one PUT
+  auto s = store(o);
+  const State a = random_state(), b = random_state();
+  cairn::save({s, "ck"}, a);
+  server().reset();
+  // The PUTs into the new generation: the data object's, then the three, each answered 0.5 s
+  // late (one after another, never two would be in flight).
+  const std::string into_generation = "PUT /" + s->describe("ck").substr(5) + "/.cairn-gen-";
+  server().fault_matching(into_generation, "pass", 1);
+  server().fault_matching(into_generation, "delay", 3);
+  cairn::SaveOptions over;
+  over.overwrite = true;
+  cairn::save({s, "ck"}, b, over);
+  CHECK(server().stats().at("faults_hit").as_int() == 4);
+  CHECK(server().stats().at("max_in_flight").as_int() >= 3);
+  CHECK(same(cairn::load<State>({s, "ck"}), b));
+  server().reset();
+  // One of them refused for good: the save fails, the checkpoint before it loads.
+  server().fault_matching("_USER_METADATA", "403", 1);
+  CHECK_THROWS_AS(cairn::save({s, "ck"}, a, over), cairn::Error);
+  server().reset();
+  CHECK(same(cairn::load<State>({s, "ck"}), b));
+}
+
 TEST_CASE("S3: a save's requests do not grow with its leaves: 8 for a new checkpoint, 11 for an overwrite") {
   if (server().endpoint().empty()) return;
   cairn::S3Options o = options();

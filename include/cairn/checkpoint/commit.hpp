@@ -402,9 +402,11 @@ class SaveSession {
     const std::string marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
                                            {user.size(), crc32c(user.data(), user.size())}).dump();
     const std::string& staged = staging_->key();
-    write_blob(store_, join_key(staged, metadata_file), meta);
-    write_blob(store_, join_key(staged, user_metadata_file), user);
-    write_blob(store_, join_key(staged, marker_file), marker);  // last
+    // One after another, the marker last, on a filesystem; at once on an object store, whose
+    // commit is the marker it writes at the publish (Store::write_whole_each).
+    store_.write_whole_each({{join_key(staged, metadata_file), meta},
+                             {join_key(staged, user_metadata_file), user},
+                             {join_key(staged, marker_file), marker}});
     expected[metadata_file] = meta.size();
     expected[user_metadata_file] = user.size();
     expected[marker_file] = marker.size();
