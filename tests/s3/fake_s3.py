@@ -13,7 +13,9 @@ honours GCS's create-only header too (x-goog-if-generation-match: 0), and copies
 (x-amz-copy-source, whole or a part's range). Signatures are not checked (s3rver checks them in the other tests).
 
   fake_s3.py DIR       listens on 127.0.0.1 and a free port; writes DIR/endpoint
-                       (with FAKE_S3_LOG=FILE, appends "METHOD path?query" per request to FILE)
+                       (with FAKE_S3_LOG=FILE, appends "METHOD path?query" per request to FILE;
+                       with FAKE_S3_LATENCY=SECONDS, answers every request that much later, as a
+                       distant store would: what a benchmark of round trips measures against)
 
 Control, on the same port (never a bucket name S3 allows, as it starts with '_'):
   POST /_fault?at=N&how=H[&count=C]   requests N..N+C-1 from now fail as H (N=1: the next one)
@@ -41,6 +43,7 @@ lock = threading.Lock()
 objects = {}      # (bucket, key) -> (bytes, etag, last_modified)
 uploads = {}      # upload id -> {"bucket", "key", "parts": {n: bytes}, "initiated"}
 LOG = os.environ.get("FAKE_S3_LOG")
+LATENCY = float(os.environ.get("FAKE_S3_LATENCY", "0"))
 state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0, "max_in_flight": 0}
 
 
@@ -184,6 +187,8 @@ class Handler(BaseHTTPRequestHandler):
                                    "max_in_flight": state["max_in_flight"]}).encode()
             return self.reply(200, body, {"Content-Type": "application/json"})
         head = method == "HEAD"
+        if LATENCY > 0:
+            time.sleep(LATENCY)
         if LOG:  # FAKE_S3_LOG=FILE: one line per request, to count and name what a call sends
             with lock, open(LOG, "a") as f:
                 f.write("%s %s\n" % (method, self.path))

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
@@ -751,7 +752,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         const std::uint64_t take = std::min(n, part_ - in);
         Part& part = parts_[index];
         if (part.sent) throw Error(ErrorKind::io, "a range was written twice into an object being uploaded", store_.describe(key_));
-        if (!part.bytes) part.bytes = store_.buffers_.take(static_cast<std::size_t>(part_));
+        part.reserve(in + take, part_, store_.buffers_);
         part.define(in);
         std::memcpy(part.bytes->data() + in, p, static_cast<std::size_t>(take));
         part.defined = std::max(part.defined, in + take);
@@ -770,16 +771,29 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         if (part.sent && index >= last && size < (index + 1) * part_)
           throw Error(ErrorKind::io, "cannot shorten an object below a part already uploaded", store_.describe(key_));
       if (upload_id_.empty() && size <= store_.options_.multipart_threshold) {
-        std::vector<unsigned char> whole(static_cast<std::size_t>(size));
+        // One PUT: of the part itself where the object fits in one (every metadata file),
+        // else of the parts gathered (a threshold set above the part size).
+        const unsigned char* body;
+        std::vector<unsigned char> whole;
+        if (size <= part_) {
+          Part& part = parts_[0];
+          part.reserve(size, part_, store_.buffers_);
+          part.define(size);
+          body = part.bytes->data();
+        } else {
+          whole.resize(static_cast<std::size_t>(size));
           for (auto& [index, part] : parts_) {
-          const std::uint64_t start = index * part_;
-          if (start >= size) continue;
-          const std::uint64_t n = std::min(part_, size - start);
-          part.define(n);
-          std::memcpy(whole.data() + start, part.bytes->data(), static_cast<std::size_t>(n));
+            const std::uint64_t start = index * part_;
+            if (start >= size) continue;
+            const std::uint64_t n = std::min(part_, size - start);
+            part.reserve(n, part_, store_.buffers_);
+            part.define(n);
+            std::memcpy(whole.data() + start, part.bytes->data(), static_cast<std::size_t>(n));
+          }
+          body = whole.data();
         }
         check_absent();
-        if (!store_.client_.put(key_, whole.data(), whole.size(), cond_) && !landed(size, s3::expected_etag(whole.data(), size)))
+        if (!store_.client_.put(key_, body, size, cond_) && !landed(size, s3::expected_etag(body, size)))
           race();
         finished_ = true;
         store_.note_written(key_, size);
@@ -788,7 +802,6 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       for (std::uint64_t index = 0; index <= last; ++index) {
         Part& part = parts_[index];
         if (part.sent) continue;
-        if (!part.bytes) part.bytes = store_.buffers_.take(static_cast<std::size_t>(part_));  // never written: zeros, as a file's hole
         send(index, std::min(part_, size - index * part_));
       }
       uploads_.wait();
@@ -810,14 +823,27 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     }
 
    private:
-    // A part's buffer comes from the store's pool, not zeroed: the bytes below `defined` are
-    // written or zeroed, and define() zeroes the gap up to where the next write starts (or up
-    // to the part's end before it is sent), so a range never written reads as zeros, as a
-    // file's hole does, while a part written from its start (every save) is never memset.
+    // A part's buffer is not zeroed: the bytes below `defined` are written or zeroed, and
+    // define() zeroes the gap up to where the next write starts (or up to the part's end
+    // before it is sent), so a range never written reads as zeros, as a file's hole does,
+    // while a part written from its start (every save) is never memset. A part of at least
+    // half the part size is a block of the store's pool; a smaller one (the first part of a
+    // small object: metadata of a few kilobytes) is a buffer of its own that grows as it is
+    // written, so that three small objects written side by side do not take three blocks.
     struct Part {
       std::shared_ptr<s3::Buffer> bytes;
       std::uint64_t filled = 0, end = 0, defined = 0;
       bool sent = false;
+      // Room for `need` bytes in a buffer of at most `full` (a part), the bytes defined kept.
+      void reserve(std::uint64_t need, std::uint64_t full, s3::BufferPool& pool) {
+        if (bytes && bytes->capacity >= need) return;
+        const std::uint64_t small = std::max<std::uint64_t>(std::uint64_t{64} << 10, std::bit_ceil(need));
+        std::shared_ptr<s3::Buffer> grown = need >= full / 2 || small >= full / 2
+                                                ? pool.take(static_cast<std::size_t>(full))
+                                                : std::make_shared<s3::Buffer>(static_cast<std::size_t>(small));
+        if (bytes && defined) std::memcpy(grown->data(), bytes->data(), static_cast<std::size_t>(defined));
+        bytes = std::move(grown);
+      }
       void define(std::uint64_t upto) {
         if (upto > defined) std::memset(bytes->data() + defined, 0, static_cast<std::size_t>(upto - defined));
         defined = std::max(defined, upto);
@@ -865,7 +891,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       }
       Part& part = parts_[index];
       part.sent = true;
-      part.define(n);
+      part.reserve(n, part_, store_.buffers_);
+      part.define(n);  // never written, or not to its end: zeros, as a file's hole
       std::shared_ptr<const s3::Buffer> bytes = std::move(part.bytes);
       part.bytes = {};
       uploads_.run([this, index, n, bytes] {
