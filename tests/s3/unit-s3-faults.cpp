@@ -847,6 +847,18 @@ TEST_CASE("S3: a save writes its generation's _METADATA, _USER_METADATA and _CHE
   CHECK(server().stats().at("max_in_flight").as_int() >= 3);
   CHECK(same(cairn::load<State>({s, "ck"}), b));
   server().reset();
+  // The looks before a save writes (the HEAD of its key, the listing under it) go out
+  // together too, as do an export's (stage_foreign).
+  for (const bool foreign : {false, true}) {
+    CAPTURE(foreign);
+    server().reset();
+    server().fault_matching("HEAD ", "delay", 1);
+    server().fault_matching("list-type=2", "delay", 1);
+    auto staging = foreign ? s->stage_foreign("fresh") : s->stage("fresh", false);
+    CHECK(server().stats().at("faults_hit").as_int() == 2);
+    CHECK(server().stats().at("max_in_flight").as_int() >= 2);
+  }
+  server().reset();
   // One of them refused for good: the save fails, the checkpoint before it loads.
   server().fault_matching("_USER_METADATA", "403", 1);
   CHECK_THROWS_AS(cairn::save({s, "ck"}, a, over), cairn::Error);

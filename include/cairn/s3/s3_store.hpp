@@ -258,10 +258,13 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     if (key.empty()) throw Error(ErrorKind::invalid_argument, "a checkpoint needs a key under the bucket", describe(key));
     if (has_internal_segment(key))
       throw Error(ErrorKind::invalid_argument, "checkpoint keys may not contain a segment starting with '.cairn-'", describe(key));
+    // The HEAD of the key and the listing under it go out together: one round trip (the
+    // listing's answer is not looked at where the HEAD finds an object).
+    auto listing = std::async(std::launch::async, [this, &key] { return client_.list(key + "/", false); });
     if (client_.head(key)) throw Error(ErrorKind::already_exists, "an object (not a checkpoint) is at this key; cairn will not replace it", describe(key));
     // Everything under the key must be cairn's: a marker and generations. The listing also
     // says whether a marker is there (a HEAD of it asked that too, before 2026-11-27).
-    const s3::Listing under = client_.list(key + "/", false);
+    const s3::Listing under = listing.get();
     bool listed_marker = false;
     for (const auto& o : under.objects) {
       const std::string rest = o.key.substr(key.size() + 1);
@@ -294,7 +297,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     if (key.empty()) throw Error(ErrorKind::invalid_argument, "a checkpoint needs a key under the bucket", describe(key));
     if (has_internal_segment(key))
       throw Error(ErrorKind::invalid_argument, "checkpoint keys may not contain a segment starting with '.cairn-'", describe(key));
-    if (client_.head(key) || !client_.list(key + "/", false, 1).objects.empty())
+    auto listing = std::async(std::launch::async, [this, &key] { return client_.list(key + "/", false, 1); });  // with the HEAD
+    if (client_.head(key) || !listing.get().objects.empty())
       throw Error(ErrorKind::already_exists, "something is already here; cairn will not write into it", describe(key));
     return std::make_unique<InPlaceStaging>(*this, key);
   }
