@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -228,5 +229,26 @@ class FaultInjection {
     }                                                                                      \
     CHECK_MESSAGE(thrown_, "expected a cairn::Error from " #expr);                         \
   } while (0)
+
+// Sets environment variables for a scope, and puts back what was there.
+struct ScopedEnv {
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  void set(const std::string& k, const std::string& v) {
+    const char* old = std::getenv(k.c_str());
+    saved.push_back({k, old ? std::optional<std::string>(old) : std::nullopt});
+    ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  void unset(const std::string& k) {
+    const char* old = std::getenv(k.c_str());
+    saved.push_back({k, old ? std::optional<std::string>(old) : std::nullopt});
+    ::unsetenv(k.c_str());
+  }
+  ~ScopedEnv() {
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
+      if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
+      else ::unsetenv(it->first.c_str());
+    }
+  }
+};
 
 }  // namespace test

@@ -22,9 +22,11 @@ Control, on the same port (never a bucket name S3 allows, as it starts with '_')
   POST /_fault?match=S&how=H[&count=C]  requests whose "METHOD path?query" contains S fail (C of them)
                                       (faults are taken in the order given: how=pass lets the
                                       first C of such requests through before later faults)
-  POST /_reset                        no faults; counters to zero (objects stay)
+  POST /_expire?key=AKID              every request signed with access key AKID is answered
+                                      400 ExpiredToken (as S3 answers a session token past its end)
+  POST /_reset                        no faults, nothing expired; counters to zero (objects stay)
   GET  /_stats                        {"requests": n, "open_uploads": n, "faults_hit": n, "in_flight": n,
-                                       "max_in_flight": n}
+                                       "max_in_flight": n, "signed_by": {access key: requests}}
                                       (in_flight: requests being handled now, control ones aside;
                                       max_in_flight: the most at once since the last reset)
 """
@@ -44,7 +46,8 @@ objects = {}      # (bucket, key) -> (bytes, etag, last_modified)
 uploads = {}      # upload id -> {"bucket", "key", "parts": {n: bytes}, "initiated"}
 LOG = os.environ.get("FAKE_S3_LOG")
 LATENCY = float(os.environ.get("FAKE_S3_LATENCY", "0"))
-state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0, "max_in_flight": 0}
+state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0, "max_in_flight": 0,
+         "expired": set(), "signed_by": {}}
 
 
 def iso(t):
@@ -176,15 +179,20 @@ class Handler(BaseHTTPRequestHandler):
                                         "count": int(q.get("count", "1" if "at" in q else "1000000")),
                                         "match": q.get("match"), "how": q["how"]})
             return self.reply(200)
+        if bucket == "_expire" and method == "POST":
+            with lock:
+                state["expired"].add(q["key"])
+            return self.reply(200)
         if bucket == "_reset":
             with lock:
-                state.update(requests=0, faults_hit=0, faults=[], max_in_flight=0)
+                state.update(requests=0, faults_hit=0, faults=[], max_in_flight=0, expired=set(), signed_by={})
             return self.reply(200)
         if bucket == "_stats":
             with lock:
                 body = json.dumps({"requests": state["requests"], "faults_hit": state["faults_hit"],
                                    "open_uploads": len(uploads), "in_flight": state["in_flight"],
-                                   "max_in_flight": state["max_in_flight"]}).encode()
+                                   "max_in_flight": state["max_in_flight"],
+                                   "signed_by": state["signed_by"]}).encode()
             return self.reply(200, body, {"Content-Type": "application/json"})
         head = method == "HEAD"
         if LATENCY > 0:
@@ -192,10 +200,17 @@ class Handler(BaseHTTPRequestHandler):
         if LOG:  # FAKE_S3_LOG=FILE: one line per request, to count and name what a call sends
             with lock, open(LOG, "a") as f:
                 f.write("%s %s\n" % (method, self.path))
+        auth = self.headers.get("Authorization") or ""
+        signer = auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else ""
         with lock:
             state["in_flight"] += 1
             state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
+            state["signed_by"][signer] = state["signed_by"].get(signer, 0) + 1
+            expired = signer in state["expired"]
         try:
+            if expired:  # as S3 answers a request signed with a session token past its end
+                self.read_body()
+                return self.error(400, "ExpiredToken", "The provided token has expired.", method == "HEAD")
             how = self.take_fault("%s %s" % (method, self.path))
             if how and self.apply_fault(how, head):
                 return

@@ -866,6 +866,66 @@ TEST_CASE("S3: a save writes its generation's _METADATA, _USER_METADATA and _CHE
   CHECK(same(cairn::load<State>({s, "ck"}), b));
 }
 
+TEST_CASE("S3: credentials that expire are asked for again, from the environment or the provider; none newer is a clear error") {
+  if (server().endpoint().empty()) return;
+  test::ScopedEnv env;
+  for (const char* k : {"AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"}) env.unset(k);
+  env.set("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials");
+  env.set("AWS_CONFIG_FILE", "/nonexistent/config");
+  env.set("AWS_ACCESS_KEY_ID", "OLDKEY");
+  env.set("AWS_SECRET_ACCESS_KEY", "secret");
+  env.set("AWS_SESSION_TOKEN", "token-1");
+  auto s = store();  // credentials from the environment: none in options()
+  const State a = random_state(), b = random_state(), c = random_state();
+  cairn::save({s, "ck"}, a);
+  server().reset();
+  // The session token ends; a credential helper has put the next one in the environment.
+  server().control("_expire?key=OLDKEY");
+  env.set("AWS_ACCESS_KEY_ID", "NEWKEY");
+  env.set("AWS_SESSION_TOKEN", "token-2");
+  cairn::SaveOptions over;
+  over.overwrite = true;
+  cairn::save({s, "ck"}, b, over);
+  CHECK(same(cairn::load<State>({s, "ck"}), b));
+  cairn::Json signers = server().stats().at("signed_by");
+  // Refused for the first requests only (a HEAD, the GET that explains its 400, the listing
+  // sent with it); every request after them signed anew.
+  CHECK(signers.at("OLDKEY").as_int() >= 1);
+  CHECK(signers.at("OLDKEY").as_int() <= 3);
+  CHECK(signers.at("NEWKEY").as_int() >= 8);
+  // Expired, and nothing newer anywhere: the error says so; the checkpoint stays as it was.
+  server().control("_expire?key=NEWKEY");
+  CHECK_CAIRN_ERROR(cairn::save({s, "ck"}, c, over), ErrorKind::io, "ExpiredToken");
+  CHECK_CAIRN_ERROR(cairn::save({s, "ck"}, c, over), ErrorKind::io, "none newer were found");
+  server().reset();
+  CHECK(same(cairn::load<State>({s, "ck"}), b));
+
+  // A provider: asked at the start and whenever S3 says its credentials expired.
+  int asked = 0;
+  cairn::S3Options o = options();
+  o.credentials_provider = [&asked] {
+    ++asked;
+    return cairn::s3::Credentials{"PROVIDED" + std::to_string(asked), "secret", "token"};
+  };
+  auto p = store(o);
+  cairn::save({p, "ck"}, a);
+  CHECK(asked == 1);
+  server().control("_expire?key=PROVIDED1");
+  cairn::save({p, "ck"}, c, over);
+  CHECK(asked == 2);
+  CHECK(same(cairn::load<State>({p, "ck"}), c));
+  server().reset();
+  // Credentials given as options are not asked again: the error names the way to renew them.
+  cairn::S3Options fixed = options();
+  fixed.access_key_id = "FIXEDKEY";
+  fixed.secret_access_key = "secret";
+  auto f = store(fixed);
+  cairn::save({f, "ck"}, a);
+  server().control("_expire?key=FIXEDKEY");
+  CHECK_CAIRN_ERROR(cairn::load<State>({f, "ck"}), ErrorKind::io, "credentials_provider");
+  server().reset();
+}
+
 TEST_CASE("S3: a save's requests do not grow with its leaves: 8 for a new checkpoint, 11 for an overwrite") {
   if (server().endpoint().empty()) return;
   cairn::S3Options o = options();

@@ -11,6 +11,8 @@
 #include <cairn/s3/sigv4.hpp>
 #include <cairn/s3/xml.hpp>
 
+#include "../test_util.hpp"  // test::ScopedEnv
+
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -155,26 +157,8 @@ TEST_CASE("S3 XML: what S3 servers write is read; anything malformed or hostile 
   CHECK_THROWS_WITH_AS(cairn::s3::parse_xml(deep), doctest::Contains("deeper than 32"), cairn::Error);
 }
 
-namespace {
-// Sets environment variables for a scope, and puts back what was there.
-struct Env {
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
-  void set(const std::string& k, const std::string& v) {
-    const char* old = std::getenv(k.c_str());
-    saved.push_back({k, old ? std::optional<std::string>(old) : std::nullopt});
-    ::setenv(k.c_str(), v.c_str(), 1);
-  }
-  ~Env() {
-    for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
-      if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
-      else ::unsetenv(it->first.c_str());
-    }
-  }
-};
-}  // namespace
-
 TEST_CASE("S3 configuration: options first, then the environment, then the profile; addressing by endpoint and bucket") {
-  Env env;
+  test::ScopedEnv env;
   const auto dir = std::filesystem::temp_directory_path() / ("cairn-s3-config-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "credentials") << "[default]\naws_access_key_id = DEFAULTKEY\naws_secret_access_key = s1\n"

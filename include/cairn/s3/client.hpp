@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -96,6 +97,7 @@ class Client {
         root_(std::move(root)),
         options_(options),
         config_(std::move(config)),
+        credentials_(std::make_shared<const Credentials>(config_.credentials)),
         http_(HttpTimeouts{static_cast<long>(options.connect_timeout.count()), static_cast<long>(options.low_speed_bytes),
                            static_cast<long>(options.low_speed_time.count())},
               HttpClient::Tls{options.verify_tls, options.ca_bundle}) {}
@@ -519,8 +521,38 @@ class Client {
                 uri(c.key));
   }
 
-  // One signed request, no retry.
-  HttpResponse attempt(const Call& c) {
+  // The credentials requests are signed with now (replaced where they expire).
+  std::shared_ptr<const Credentials> credentials() const {
+    std::lock_guard<std::mutex> lock(credentials_mutex_);
+    return credentials_;
+  }
+  // Credentials asked for again after S3 said those that signed a request (`used`) expired:
+  // from S3Options::credentials_provider, else from the environment and the profile as at the
+  // start, unless they were options. True where the store now has others than `used` (this
+  // call's, or another thread's that met the same answer first).
+  bool refresh_credentials(const Credentials& used) {
+    if (!options_.credentials_provider && !options_.access_key_id.empty()) return false;
+    // One refresh at a time: the requests that met the end together ask once, not each.
+    std::lock_guard<std::mutex> refreshing(refresh_mutex_);
+    if (!(*credentials() == used)) return true;  // renewed meanwhile by another request
+    Credentials fresh;
+    try {
+      fresh = options_.credentials_provider ? options_.credentials_provider()
+                                            : resolve_config(config_.scheme, bucket_, options_).credentials;
+    } catch (...) {
+      return false;  // the provider failed: the expired request's error says what happened
+    }
+    if (fresh == used) return false;
+    std::lock_guard<std::mutex> lock(credentials_mutex_);
+    credentials_ = std::make_shared<const Credentials>(std::move(fresh));
+    return true;
+  }
+  static bool expired_credentials(const std::string& code) {
+    return code == "ExpiredToken" || code == "TokenRefreshRequired" || code == "ExpiredTokenException";
+  }
+
+  // One signed request, no retry, signed with `creds`.
+  HttpResponse attempt(const Call& c, const Credentials& creds) {
     SignedRequest s;
     s.method = c.method;
     s.path = object_path(c);
@@ -534,14 +566,14 @@ class Client {
     const std::string amz_date = amz_date_now();
     s.headers.push_back({"x-amz-date", amz_date});
     s.headers.push_back({"x-amz-content-sha256", s.payload_hash});
-    if (!config_.credentials.session_token.empty()) s.headers.push_back({"x-amz-security-token", config_.credentials.session_token});
+    if (!creds.session_token.empty()) s.headers.push_back({"x-amz-security-token", creds.session_token});
     HttpRequest h;
     h.method = c.method;
     h.head = c.method == "HEAD";
     h.url = scheme_prefix() + host() + s.request_target();
     for (const auto& [k, v] : s.headers) h.headers.push_back(k + ": " + v);
-    if (!config_.credentials.anonymous())
-      h.headers.push_back("authorization: " + sign(s, config_.credentials, config_.region, "s3", amz_date).authorization);
+    if (!creds.anonymous())
+      h.headers.push_back("authorization: " + sign(s, creds, config_.region, "s3", amz_date).authorization);
     h.body = c.body;
     h.body_size = c.body_size;
     h.sink = c.sink;
@@ -553,11 +585,12 @@ class Client {
 
   // The error code and message of a failed HEAD, which has no body to carry them: the same
   // object asked for its first byte (and the answer used only if it fails the same way).
-  void explain_head(const Call& c, long status, std::string& code, std::string& message, std::string& request_id) {
+  void explain_head(const Call& c, const Credentials& creds, long status, std::string& code, std::string& message,
+                    std::string& request_id) {
     Call g = c;
     g.method = "GET";
     g.headers.push_back({"range", "bytes=0-0"});
-    const HttpResponse r = attempt(g);
+    const HttpResponse r = attempt(g, creds);
     if (r.transport == CURLE_OK && r.status == status) read_error(r.body, code, message, request_id);
   }
 
@@ -596,9 +629,11 @@ class Client {
     const std::string what = uri(c.bucket_level ? c.what_key : c.key);
     const int attempts = c.attempts > 0 ? c.attempts : std::max(1, options_.max_attempts);
     std::string last;
-    for (int attempt_no = 0; attempt_no < attempts; ++attempt_no) {
+    bool refreshed = false;  // credentials asked for again once (they had expired)
+    for (int attempt_no = 0; attempt_no < attempts + (refreshed ? 1 : 0); ++attempt_no) {
       if (attempt_no > 0) backoff(attempt_no);
-      HttpResponse r = attempt(c);
+      const std::shared_ptr<const Credentials> creds = credentials();
+      HttpResponse r = attempt(c, *creds);
       if (r.transport != CURLE_OK) {
         last = "the request failed: " + r.transport_error;
         if (retryable_transport(r.transport)) continue;
@@ -622,17 +657,31 @@ class Client {
       }
       if (std::find(c.accept.begin(), c.accept.end(), r.status) != c.accept.end()) return r;
       if (!ok) read_error(r.body, code, message, request_id);
-      if (!ok && c.method == "HEAD" && code.empty() && !retryable_status(r.status)) explain_head(c, r.status, code, message, request_id);
+      if (!ok && c.method == "HEAD" && code.empty() && !retryable_status(r.status))
+        explain_head(c, *creds, r.status, code, message, request_id);
       last = "HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code) + (message.empty() ? "" : ": " + message) +
              (request_id.empty() ? "" : " (request id " + request_id + ")");
       if (retryable_status(r.status) || retryable_code(code)) continue;
       ErrorKind kind = ErrorKind::io;
       std::string hint;
+      if (expired_credentials(code)) {
+        // Sent again, once, with the credentials asked for anew (they are replaced for every
+        // request after it), where there are others.
+        if (!refreshed && refresh_credentials(*creds)) {
+          refreshed = true;
+          continue;
+        }
+        hint = options_.credentials_provider || options_.access_key_id.empty()
+                   ? "; the credentials expired and none newer were found (S3Options::credentials_provider, the "
+                     "environment's AWS_SESSION_TOKEN or the profile's aws_session_token): refresh them"
+                   : "; the credentials given in S3Options expired: set credentials_provider to renew them";
+      }
       if (r.status == 404) {
         kind = ErrorKind::not_found;
         if (code == "NoSuchBucket") hint = "; the bucket '" + bucket_ + "' does not exist";
+      } else if (!hint.empty()) {
       } else if (r.status == 403 || r.status == 401) {
-        hint = config_.credentials.anonymous()
+        hint = creds->anonymous()
                    ? "; no credentials were found (AWS_ACCESS_KEY_ID, AWS_PROFILE or S3Options), so the request was unsigned"
                    : "; check the credentials and the bucket's policy";
       } else if (r.status == 412 || r.status == 409) {
@@ -655,7 +704,10 @@ class Client {
   std::string bucket_;
   std::string root_;
   S3Options options_;
-  ResolvedConfig config_;
+  ResolvedConfig config_;  // (its credentials: those of the start; credentials_ is what signs)
+  mutable std::mutex credentials_mutex_;
+  std::shared_ptr<const Credentials> credentials_;
+  std::mutex refresh_mutex_;
   HttpClient http_;
   std::atomic<std::uint64_t> requests_{0};
   std::once_flag region_once_;

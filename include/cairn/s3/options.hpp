@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -34,6 +35,14 @@ struct S3Options {
   std::string secret_access_key = {};
   std::string session_token = {};
   std::string profile = {};
+  // Temporary credentials end (an STS session token lives 1 to 12 hours; a training run saves
+  // for days). Where S3 answers ExpiredToken, the store asks for credentials again and sends
+  // the request once more: from this function where it is set (called at the start too, and
+  // first of all the sources), else from where they came from (the environment, then the
+  // profile's files, which `aws sso login` or a credential helper rewrite). Credentials given
+  // in the three fields above are not asked again: a request they no longer sign fails,
+  // saying why.
+  std::function<s3::Credentials()> credentials_provider = {};
   // Path-style URLs (endpoint/bucket/key) instead of virtual-host ones (bucket.endpoint/key).
   // Unset: path style for a custom endpoint and for a bucket name with dots (virtual hosts
   // with dots fail TLS verification), virtual-host style on AWS.
@@ -190,7 +199,9 @@ inline ResolvedConfig resolve_config(const std::string& scheme, const std::strin
     it = config_file.find(k);
     return it == config_file.end() ? std::string() : it->second;
   };
-  if (!o.access_key_id.empty()) {
+  if (o.credentials_provider) {
+    c.credentials = o.credentials_provider();
+  } else if (!o.access_key_id.empty()) {
     c.credentials = {o.access_key_id, o.secret_access_key, o.session_token};
   } else if (!env("AWS_ACCESS_KEY_ID").empty()) {
     c.credentials = {env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")};

@@ -84,6 +84,7 @@ struct Credentials {
   std::string secret_access_key;
   std::string session_token;  // temporary credentials (STS, instance roles); signed where set
   bool anonymous() const { return access_key_id.empty(); }
+  friend bool operator==(const Credentials&, const Credentials&) = default;
 };
 
 // One request to sign. `path` and `query` are raw (unencoded): sign() encodes them exactly as
