@@ -821,6 +821,18 @@ TEST_CASE("S3: a load reads the marker, _METADATA and _USER_METADATA of its gene
   CHECK(server().stats().at("max_in_flight").as_int() >= 3);
   CHECK(s->requests() - before == 5);  // as many requests as before: the marker, the three, the data
   server().reset();
+  // However many are asked for, `concurrency` (3 here) at once.
+  std::vector<std::pair<std::string, std::uint64_t>> many;
+  for (int i = 0; i < 7; ++i) {
+    cairn::detail::write_blob(*s, "blobs/" + std::to_string(i), std::string(100, static_cast<char>('a' + i)));
+    many.push_back({"blobs/" + std::to_string(i), 1000});
+  }
+  server().reset();
+  server().fault_matching("/blobs/", "delay", 7);
+  const auto got = s->read_whole_each(many);
+  for (int i = 0; i < 7; ++i) CHECK(got[static_cast<std::size_t>(i)].bytes == std::string(100, static_cast<char>('a' + i)));
+  CHECK(server().stats().at("max_in_flight").as_int() == 3);
+  server().reset();
   // An error still names the file it is about, in the order a reader meets them: the
   // generation's _METADATA gone (its marker intact) is that file's not_found.
   s->remove(gen + "/_METADATA");

@@ -92,7 +92,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     return client().get(key, limit);
   }
 
-  // Store::read_whole_each: the reads sent at once (the first on this thread), each as
+  // Store::read_whole_each: the reads sent at once (`concurrency` at most), each as
   // read_whole: a load's marker, _METADATA and _USER_METADATA in one round trip where they
   // took three, one after another (docs/object-store.md, "Requests and cost").
   std::vector<WholeBlob> read_whole_each(const std::vector<std::pair<std::string, std::uint64_t>>& reads) const override {
@@ -104,10 +104,11 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         out[i].error = std::current_exception();
       }
     };
-    std::vector<std::future<void>> others;
-    for (std::size_t i = 1; i < reads.size(); ++i) others.push_back(std::async(std::launch::async, one, i));
-    if (!reads.empty()) one(0);
-    for (auto& f : others) f.get();
+    {
+      TaskGroup group(options_.concurrency);  // `concurrency` at once, however many are asked for
+      for (std::size_t i = 0; i < reads.size(); ++i) group.run([&one, i] { one(i); });
+      group.wait();
+    }
     return out;
   }
 
@@ -129,7 +130,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     return std::make_unique<Writer>(*this, key, s3::WriteCondition{true, {}}, false);
   }
 
-  // Store::write_whole_each: the PUTs sent at once (the first on this thread), inside a
+  // Store::write_whole_each: the PUTs sent at once (`concurrency` at most), inside a
   // save's generation, which nothing reads before its marker names it: a save's _METADATA,
   // _USER_METADATA and the generation's _CHECKPOINT in one round trip where they took three.
   // Elsewhere (under an export written in place, whose last object created is its commit)
@@ -149,10 +150,10 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       }
     };
     {
-      std::vector<std::future<void>> others;
-      for (std::size_t i = 1; i < blobs.size(); ++i) others.push_back(std::async(std::launch::async, one, i));
-      one(0);
-    }  // (each future waits for its write as it goes)
+      TaskGroup group(options_.concurrency);  // `concurrency` at once, however many are asked for
+      for (std::size_t i = 0; i < blobs.size(); ++i) group.run([&one, i] { one(i); });
+      group.wait();
+    }
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
   }
