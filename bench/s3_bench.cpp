@@ -8,7 +8,9 @@
 // difference goes (docs/benchmarks.md, "Object stores").
 //
 //   cairn-bench-s3 --endpoint http://127.0.0.1:PORT [--bucket B] [--bytes 1G] [--leaves 64]
-//                  [--small 10000] [--part 16M] [--concurrency 8] [--repeat 3]
+//                  [--small 10000] [--part 16M] [--concurrency 8] [--repeat 3] [--steps 0]
+// --steps N: also a Checkpointer root of N small steps, timed as a restarted job opens it
+// (the constructor and latest()) and as `cairn ls` reads it (inspect), with its requests.
 // Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (s3rver: S3RVER / S3RVER).
 #include <cairn/s3.hpp>
 
@@ -146,7 +148,7 @@ Limit raw_limit(cairn::s3::Client& client, const std::string& key, const std::ve
 int main(int argc, char** argv) {
   std::string endpoint, bucket = "cairn-test";
   std::uint64_t bytes = std::uint64_t{1} << 30, part = std::uint64_t{16} << 20;
-  int leaves = 64, small = 10000, concurrency = 8, repeat = 3;
+  int leaves = 64, small = 10000, concurrency = 8, repeat = 3, steps = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--endpoint") endpoint = v;
@@ -157,6 +159,7 @@ int main(int argc, char** argv) {
     else if (a == "--part") part = bench::parse_bytes(v);
     else if (a == "--concurrency") concurrency = std::stoi(v);
     else if (a == "--repeat") repeat = std::stoi(v);
+    else if (a == "--steps") steps = std::stoi(v);
   }
   if (endpoint.empty()) {
     std::fprintf(stderr, "usage: cairn-bench-s3 --endpoint URL [--bucket B] [--bytes 1G] ...\n");
@@ -256,6 +259,41 @@ int main(int argc, char** argv) {
     char what[64];
     std::snprintf(what, sizeof what, "%d small leaves (%.1f MB)", small, static_cast<double>(small_bytes) / 1e6);
     report(what, small_bytes, save, load, limits);
+  }
+  if (steps > 0) {
+    std::map<std::string, std::vector<float>> st{{"w", std::vector<float>(1000, 1.0f)}};
+    {
+      cairn::Checkpointer c(cairn::Location(store, "root"));
+      for (int step = 1; step <= steps; ++step) c.save(step, st);
+      c.wait();
+    }
+    std::vector<double> open_s, ls_s;
+    std::uint64_t open_r = 0, ls_r = 0;
+    for (int r = 0; r < repeat; ++r) {
+      std::uint64_t r0 = store->requests();
+      double t0 = bench::now_s();
+      {
+        cairn::Checkpointer c(cairn::Location(store, "root"));
+        if (c.latest() != steps) {
+          std::fprintf(stderr, "root: the latest step is not the last saved\n");
+          return 1;
+        }
+      }
+      open_s.push_back(bench::now_s() - t0);
+      open_r = store->requests() - r0;
+      r0 = store->requests();
+      t0 = bench::now_s();
+      if (cairn::inspect(cairn::Location(store, "root")).steps.size() != static_cast<std::size_t>(steps)) {
+        std::fprintf(stderr, "root: inspect lists another number of steps\n");
+        return 1;
+      }
+      ls_s.push_back(bench::now_s() - t0);
+      ls_r = store->requests() - r0;
+    }
+    std::printf("%-26s opened (Checkpointer, latest) %7.1f ms, %llu requests; inspected (cairn ls) %7.1f ms, %llu requests\n",
+                ("root of " + std::to_string(steps) + " steps").c_str(), bench::median(open_s) * 1e3,
+                static_cast<unsigned long long>(open_r), bench::median(ls_s) * 1e3, static_cast<unsigned long long>(ls_r));
+    store->remove_checkpoints({"root"});
   }
   return 0;
 }

@@ -6,7 +6,11 @@
 // across ranks (the multi-rank protocol without MPI, so that it runs under the sanitizers).
 #include "store_conformance.hpp"
 
+#include <cairn/core/parallel.hpp>
+
+#include <atomic>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include <fcntl.h>
@@ -562,4 +566,26 @@ TEST_CASE("a Checkpointer across 3 ranks on threads: same decisions and steps, a
   for (const auto& o : outcome) CHECK(o.find("fsync failed (injected)") != std::string::npos);
   CHECK(!cairn::detail::is_committed_checkpoint(*store, "run/12"));
   CHECK(cairn::detail::is_committed_checkpoint(*store, "run/9"));
+}
+
+TEST_CASE("for_each_index: every index once, on up to N threads; the lowest index's exception after all ended") {
+  for (const int threads : {1, 3, 16}) {
+    CAPTURE(threads);
+    std::vector<std::atomic<int>> hits(50);
+    cairn::detail::for_each_index(hits.size(), threads, [&](std::size_t i) { ++hits[i]; });
+    for (auto& h : hits) CHECK(h.load() == 1);
+    std::atomic<int> ran{0};
+    try {
+      cairn::detail::for_each_index(20, threads, [&](std::size_t i) {
+        ++ran;
+        if (i == 7 || i == 12) throw std::runtime_error("failed at " + std::to_string(i));
+      });
+      FAIL("no exception");
+    } catch (const std::runtime_error& e) {
+      CHECK(std::string(e.what()) == "failed at 7");
+    }
+    // In order on one thread, a plain loop: stopped at the first; else every index ran.
+    CHECK(ran.load() == (threads == 1 ? 8 : 20));
+  }
+  cairn::detail::for_each_index(0, 8, [](std::size_t) { FAIL("called for nothing"); });
 }

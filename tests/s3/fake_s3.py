@@ -460,6 +460,9 @@ class Handler(BaseHTTPRequestHandler):
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog is 5: more connections opened at once (a client with 8
+    # requests in flight) wait for a SYN retransmitted a second later.
+    request_queue_size = 128
 
     def handle_error(self, request, client_address):
         # A client killed mid-request (the tests SIGKILL saving processes) resets its

@@ -938,6 +938,47 @@ TEST_CASE("S3: credentials that expire are asked for again, from the environment
   server().reset();
 }
 
+TEST_CASE("S3: a Checkpointer opens a root by looking at its steps side by side, four requests each") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  std::map<std::string, std::vector<float>> st{{"w", test::random_bits<float>(100)}};
+  {
+    cairn::Checkpointer c({s, "run"});
+    for (int step = 1; step <= 6; ++step) c.save(step, st);
+    c.wait();
+  }
+  // The steps' markers answered late: looked at one after another, never two in flight.
+  server().reset();
+  server().fault_matching("/_CHECKPOINT", "delay", 6);
+  {
+    cairn::Checkpointer c({s, "run"});
+    CHECK(c.latest() == 6);
+  }
+  CHECK(server().stats().at("max_in_flight").as_int() >= 3);  // options(): concurrency 3
+  // `cairn ls` of the root (inspect): the steps' metadata side by side too.
+  server().reset();
+  server().fault_matching("/_METADATA", "delay", 6);
+  CHECK(cairn::inspect({s, "run"}).steps.size() == 6);
+  CHECK(server().stats().at("max_in_flight").as_int() >= 3);
+  server().reset();
+  // What each step costs to open: whether it is committed (a HEAD of its marker), its
+  // generation (the marker), the generation's _CHECKPOINT and _USER_METADATA. Cleaning the
+  // root's leftovers reads no marker where a step holds one generation (it read each: 5).
+  auto opening = [&](const std::string& root, int steps) {
+    {
+      cairn::Checkpointer c({s, root});
+      for (int step = 1; step <= steps; ++step) c.save(step, st);
+      c.wait();
+    }
+    const std::uint64_t before = s->requests();
+    cairn::Checkpointer c({s, root});
+    CHECK(c.latest() == steps);
+    return s->requests() - before;
+  };
+  const std::uint64_t three = opening("three", 3), six = opening("six", 6);
+  CHECK(six - three == 3 * 4);
+}
+
 TEST_CASE("S3: a save's requests do not grow with its leaves: 8 for a new checkpoint, 11 for an overwrite") {
   if (server().endpoint().empty()) return;
   cairn::S3Options o = options();

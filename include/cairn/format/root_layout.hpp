@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cairn/core/parallel.hpp"
 #include "cairn/format/layout.hpp"
 #include "cairn/core/key_path.hpp"
 
@@ -70,10 +71,16 @@ inline void sort_in_step_order(std::vector<std::string>& names) {
 // The names of the committed checkpoints directly under `key`, in step order (numeric for
 // plain step numbers): what a directory of checkpoints holds.
 inline std::vector<std::string> committed_children(const Store& store, const std::string& key) {
-  std::vector<std::string> names;
+  std::vector<std::string> candidates;
   for (const auto& e : store.list(key))
-    if (e.is_prefix && !store.is_internal_name(e.name) && is_committed_checkpoint(store, join_key(key, e.name)))
-      names.push_back(e.name);
+    if (e.is_prefix && !store.is_internal_name(e.name)) candidates.push_back(e.name);
+  // Looked at Store::parallel_reads() at a time (on a bucket, a round trip or two each).
+  std::vector<char> committed(candidates.size(), 0);
+  for_each_index(candidates.size(), store.parallel_reads(),
+                 [&](std::size_t i) { committed[i] = is_committed_checkpoint(store, join_key(key, candidates[i])); });
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    if (committed[i]) names.push_back(std::move(candidates[i]));
   sort_in_step_order(names);
   return names;
 }

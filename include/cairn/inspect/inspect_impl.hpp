@@ -8,6 +8,7 @@
 
 #include "cairn/checkpoint/load.hpp"
 #include "cairn/checkpoint/stored_index.hpp"
+#include "cairn/core/parallel.hpp"
 #include "cairn/core/utf8.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/inspect/formats.hpp"
@@ -237,7 +238,9 @@ CAIRN_API Inspection inspect(const Location& given) {
     if (!out.latest_marker && !out.steps.empty() &&
         detail::foreign_format_at(location.store(), detail::join_key(location.key(), out.steps.front().name)))
       out.latest_problem.clear();
-    for (InspectedStep& step : out.steps) {
+    // Each step's metadata, Store::parallel_reads() at a time (a bucket's round trips).
+    detail::for_each_index(out.steps.size(), location.store().parallel_reads(), [&](std::size_t i) {
+      InspectedStep& step = out.steps[i];
       try {
         const CheckpointMetadata m = detail::metadata_of(location / step.name);
         step.created = m.created;
@@ -246,7 +249,7 @@ CAIRN_API Inspection inspect(const Location& given) {
       } catch (const Error& e) {
         step.error = e.what();
       }
-    }
+    });
     return out;
   }
   Inspection out;

@@ -6,13 +6,18 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <exception>
+#include <future>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "cairn/checkpoint/commit.hpp"
 #include "cairn/checkpoint/save_job.hpp"
+#include "cairn/core/parallel.hpp"
 #include "cairn/coordination/wire.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/manager/checkpointer.hpp"
@@ -280,22 +285,53 @@ CAIRN_API void Checkpointer::scan() {
   std::map<std::int64_t, StepInfo> found;
   std::map<std::int64_t, Error> damaged;
   std::vector<std::string> foreign;
-  for (const auto& e : store_->list(root_)) {
-    if (!e.is_prefix || store_->is_internal_name(e.name)) continue;
-    const bool committed = detail::is_committed_checkpoint(*store_, detail::join_key(root_, e.name));
-    auto step = parse_step(e.name);
-    if (!step) {
-      if (committed && looks_like_step(e.name)) foreign.push_back(e.name);
+  // What each directory under the root is, looked at Store::parallel_reads() at a time (on a
+  // bucket each look is a few round trips: 20 steps took 2.4 s one after another against a
+  // store 20 ms away), then folded in the listing's order, as one by one.
+  struct Look {
+    std::string name;
+    std::optional<std::int64_t> step;
+    bool committed = false;
+    std::optional<StepInfo> info;
+    std::optional<Error> damage;
+    std::exception_ptr failure;  // the look itself failed (the store unreachable): rethrown
+  };
+  std::vector<Look> looks;
+  for (const auto& e : store_->list(root_))
+    if (e.is_prefix && !store_->is_internal_name(e.name)) {
+      Look l;
+      l.name = e.name;
+      l.step = parse_step(e.name);
+      looks.push_back(std::move(l));
+    }
+  auto look = [&](Look& l) {
+    try {
+      l.committed = detail::is_committed_checkpoint(*store_, detail::join_key(root_, l.name));
+      // A step directory without its commit marker is incomplete (or was copied without it):
+      // ignored, never deleted.
+      if (!l.step || !l.committed) return;
+      try {
+        l.info = read_step_info(*l.step);
+      } catch (const Error& err) {
+        l.damage = err;
+      }
+    } catch (...) {
+      l.failure = std::current_exception();
+    }
+  };
+  detail::for_each_index(looks.size(), store_->parallel_reads(), [&](std::size_t i) { look(looks[i]); });
+  for (Look& l : looks) {
+    if (l.failure) std::rethrow_exception(l.failure);
+    if (!l.step) {
+      if (l.committed && looks_like_step(l.name)) foreign.push_back(l.name);
       continue;
     }
-    // A step directory without its commit marker is incomplete (or was copied without it):
-    // ignored, never deleted.
-    if (!committed) continue;
-    try {
-      found[*step] = read_step_info(*step);
-    } catch (const Error& err) {
-      found[*step] = StepInfo{*step, 0, Json::object()};
-      damaged.emplace(*step, err);
+    if (!l.committed) continue;
+    if (l.damage) {
+      found[*l.step] = StepInfo{*l.step, 0, Json::object()};
+      damaged.emplace(*l.step, std::move(*l.damage));
+    } else {
+      found[*l.step] = std::move(*l.info);
     }
   }
   if (!foreign.empty()) throw foreign_scheme_error(foreign);

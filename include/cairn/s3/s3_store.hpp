@@ -66,6 +66,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   std::size_t kept_buffers() const { return buffers_.kept(); }
 
   std::string describe(const std::string& key) const override { return client_.uri(key); }
+  int parallel_reads() const override { return options_.concurrency; }
 
   std::unique_ptr<StoreReader> open(const std::string& key) const override {
     // An object a load's read-ahead fetched (or is fetching): read from memory; where the
@@ -326,8 +327,21 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       for (const auto& [child, listing] : by_child) {
         const std::string key = p + child;
         bool has_marker = false;
-        for (const auto& o : listing.objects) has_marker |= o.key == key + "/" + detail::commit_marker_name;
-        remove_dead_generations(key, listing, has_marker ? read_generation(key) : std::string());
+        std::set<std::string> generations;
+        for (const auto& o : listing.objects) {
+          has_marker |= o.key == key + "/" + detail::commit_marker_name;
+          const std::string first = o.key.substr(key.size() + 1, o.key.find('/', key.size() + 1) - key.size() - 1);
+          if (is_internal_name(first)) generations.insert(first);
+        }
+        // A checkpoint with one generation beside its marker (every step of a Checkpointer's
+        // root, retention having removed the rest) has nothing dead: its marker is not read
+        // (a GET per step, one after another, was most of opening a root on a bucket). Where
+        // the marker names some other generation, that checkpoint is damaged and the lone
+        // generation stays for whoever repairs it.
+        std::string current;
+        if (has_marker && generations.size() == 1) current = *generations.begin();
+        else if (has_marker && generations.size() > 1) current = read_generation(key);
+        remove_dead_generations(key, listing, current);
       }
       abort_old_uploads(p);
     } catch (const Error&) {

@@ -142,6 +142,10 @@ class Store {
       w->finish(content.size());
     }
   }
+  // How many small requests a caller gains from having in flight at once: 1 where each is a
+  // local call (a filesystem, memory: the default), more where each waits on a network round
+  // trip (S3Store: its concurrency). A Checkpointer looks at its steps this many at a time.
+  virtual int parallel_reads() const { return 1; }
   // A blob, or a prefix holding anything.
   virtual bool exists(const std::string& key) const = 0;
   // A blob (a regular file), as opposed to a prefix.
