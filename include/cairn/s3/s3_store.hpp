@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "cairn/core/json.hpp"
+#include "cairn/core/parallel.hpp"
 #include "cairn/s3/buffer_pool.hpp"
 #include "cairn/s3/client.hpp"
 #include "cairn/store/location.hpp"
@@ -98,18 +99,13 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // took three, one after another (docs/object-store.md, "Requests and cost").
   std::vector<WholeBlob> read_whole_each(const std::vector<std::pair<std::string, std::uint64_t>>& reads) const override {
     std::vector<WholeBlob> out(reads.size());
-    auto one = [&](std::size_t i) {
+    detail::for_each_index(reads.size(), options_.concurrency, [&](std::size_t i) {
       try {
         out[i].bytes = read_whole(reads[i].first, reads[i].second);
       } catch (...) {
         out[i].error = std::current_exception();
       }
-    };
-    {
-      TaskGroup group(options_.concurrency);  // `concurrency` at once, however many are asked for
-      for (std::size_t i = 0; i < reads.size(); ++i) group.run([&one, i] { one(i); });
-      group.wait();
-    }
+    });
     return out;
   }
 
@@ -140,23 +136,12 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     bool together = blobs.size() > 1;
     for (const auto& b : blobs) together = together && has_internal_segment(b.first);
     if (!together) return Store::write_whole_each(blobs);
-    std::vector<std::exception_ptr> errors(blobs.size());
-    auto one = [&](std::size_t i) {
-      try {
-        auto w = create(blobs[i].first);
-        w->write_at(blobs[i].second.data(), blobs[i].second.size(), 0);
-        w->finish(blobs[i].second.size());
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    };
-    {
-      TaskGroup group(options_.concurrency);  // `concurrency` at once, however many are asked for
-      for (std::size_t i = 0; i < blobs.size(); ++i) group.run([&one, i] { one(i); });
-      group.wait();
-    }
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
+    // Every write ends before the first error in order is thrown (for_each_index).
+    detail::for_each_index(blobs.size(), options_.concurrency, [&](std::size_t i) {
+      auto w = create(blobs[i].first);
+      w->write_at(blobs[i].second.data(), blobs[i].second.size(), 0);
+      w->finish(blobs[i].second.size());
+    });
   }
 
   // Store::read_ahead: while a load parses the metadata of a checkpoint of many leaves, its
