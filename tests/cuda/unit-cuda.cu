@@ -3,7 +3,7 @@
 // the whole library compiles in a CUDA translation unit and the cast and box-copy kernels
 // instantiate for device memory; where no GPU is present every case says so and passes, since
 // the same code paths run on the host-side device system in the other tests. On a GPU (run it
-// there: docs/gpu.md), each case compares the device against the host bit for bit:
+// there: docs/sharding.md, "CUDA builds"), each case compares the device against the host bit for bit:
 //   - the cast kernels for every pair of numeric dtypes, overflow errors included;
 //   - the box-copy kernels for random boxes, orders and element sizes, and the row kernel for
 //     many short rows, long rows and every unit width;
@@ -15,7 +15,8 @@
 //   - device leaves exported to Orbax (every layout, zstd, casts) and loaded back onto the
 //     device, host-sharded Orbax blocks loaded onto device shards, a linked export;
 //   - ranks (threads of this process) holding device shards, saved together and resharded;
-//   - async saves, whose snapshot must hold the values of the moment it returned;
+//   - async saves, whose snapshot must hold the values of the moment it returned, also
+//     through a Checkpointer on a MemoryStore, with a failed step and a resume;
 //   - CUDA failures as cairn::Error naming the call.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
@@ -438,6 +439,62 @@ TEST_CASE("an async save of device arrays keeps the values of the moment it retu
   pending.wait();
   CHECK(test::same_bits(cairn::load_subtree<std::vector<float>>(dir / "a", "v"), values));
   CHECK(test::same_bits(cairn::load_subtree<std::vector<float>>(dir / "a", "s"), values));
+}
+
+TEST_CASE("a Checkpointer of device state on a store in memory: async steps snapshot the GPU, a failed step loses nothing, the latest resumes onto the GPU") {
+  if (!gpu_count()) return;
+  // A store that is not a filesystem (the path an object store takes: blobs written whole or
+  // streamed, published under a key), under both snapshot regimes: the default budget copies
+  // the device leaves and returns, a budget below one leaf streams them from the GPU.
+  const std::size_t n = 3 * cairn::detail::write_piece_bytes / 4 + 77;
+  for (const std::uint64_t budget : {std::uint64_t{1} << 30, std::uint64_t{4} << 20}) {
+    CAPTURE(budget);
+    auto store = std::make_shared<cairn::MemoryStore>();
+    cairn::CheckpointerOptions options;
+    options.retention = cairn::RetentionPolicy::keep_latest(2);
+    options.async_memory_budget = budget;
+    std::map<std::int64_t, std::vector<float>> truth;
+    {
+      cairn::Checkpointer ckptr({store, "run"}, options);
+      AsyncState state;
+      for (std::int64_t step = 1; step <= 4; ++step) {
+        truth[step] = test::random_bits<float>(n);
+        state.v = thrust::device_vector<float>(truth[step].begin(), truth[step].end());
+        state.s = ShardedArray<float>::from_host(truth[step], {static_cast<std::int64_t>(n)},
+                                                 NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{"x"}));
+        CHECK(ckptr.save_async(step, state));
+        // The training step goes on at once: the save must hold the values of its moment.
+        thrust::fill(state.v.begin(), state.v.end(), -1.0f);
+        CAIRN_CUDA_CHECK(cudaMemset(state.s.shards()[0].data(), 0xFF, n * sizeof(float)));
+      }
+      ckptr.wait();
+      CHECK(ckptr.steps() == std::vector<std::int64_t>{3, 4});
+      // Step 5's first fsync fails (in the background, or in the call when it streams).
+      store->fail(cairn::MemoryStore::Op::finish, 1);
+      std::string failure;
+      try {
+        ckptr.save_async(5, state);
+        ckptr.wait();
+      } catch (const cairn::Error& e) {
+        failure = e.what();
+      }
+      store->clear_failures();
+      CHECK(failure.find("(injected)") != std::string::npos);
+      CHECK(ckptr.steps() == std::vector<std::int64_t>{3, 4});
+    }
+    // A restart: the latest step resumes onto fresh device memory, bit for bit.
+    cairn::Checkpointer resumed({store, "run"}, options);
+    REQUIRE(resumed.latest() == std::optional<std::int64_t>{4});
+    for (const std::int64_t step : {std::int64_t{4}, std::int64_t{3}}) {
+      AsyncState back;
+      back.s = ShardedArray<float>(NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{}));
+      resumed.load(step, back);
+      CHECK(back.s.shards().at(0).on_device());
+      CHECK(test::same_bits(device_to_host(back.v), truth[step]));
+      CHECK(test::same_bits(back.s.gather(), truth[step]));
+    }
+  }
+  std::printf("unit-cuda: a Checkpointer of device state on a MemoryStore: async steps, a failed step, resumed bit-exactly\n");
 }
 
 TEST_CASE("a CUDA failure is a cairn::Error naming the call") {
