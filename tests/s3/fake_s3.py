@@ -26,9 +26,23 @@ Control, on the same port (never a bucket name S3 allows, as it starts with '_')
                                       400 ExpiredToken (as S3 answers a session token past its end)
   POST /_reset                        no faults, nothing expired; counters to zero (objects stay)
   GET  /_stats                        {"requests": n, "open_uploads": n, "faults_hit": n, "in_flight": n,
-                                       "max_in_flight": n, "signed_by": {access key: requests}}
+                                       "max_in_flight": n, "signed_by": {access key: requests},
+                                       "issued": {source: credentials handed out}}
                                       (in_flight: requests being handled now, control ones aside;
                                       max_in_flight: the most at once since the last reset)
+
+Credential sources, as AWS's answer on the machines training runs on (s3/credentials.hpp); each
+hands out temporary credentials under a new access key (IMDS1, IMDS2, ..., CONTAINER1, ...,
+STS1, ...) with the lifetime set by the control below:
+  PUT  /latest/api/token              EC2's instance metadata service (IMDSv2): a session token
+  GET  /latest/meta-data/iam/security-credentials/[ROLE]   the role's name, then its credentials
+                                      (401 without the session token, as where IMDSv2 is required)
+  GET  /_container/credentials        the container endpoint (ECS, EKS Pod Identity): 401 unless
+                                      Authorization carries the token set below
+  POST /_sts                          STS AssumeRoleWithWebIdentity (a form body; 400
+                                      InvalidIdentityToken unless RoleArn and WebIdentityToken match)
+  POST /_credentials?lifetime=S[&auth=T][&role_arn=A][&web_token=W]   credentials handed out from
+                                      now live S seconds (3600 by default); T, A, W are checked
 """
 import json
 import os
@@ -47,7 +61,8 @@ uploads = {}      # upload id -> {"bucket", "key", "parts": {n: bytes}, "initiat
 LOG = os.environ.get("FAKE_S3_LOG")
 LATENCY = float(os.environ.get("FAKE_S3_LATENCY", "0"))
 state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0, "max_in_flight": 0,
-         "expired": set(), "signed_by": {}}
+         "expired": set(), "signed_by": {}, "issued": {}}
+creds_config = {"lifetime": 3600, "auth": "", "role_arn": "", "web_token": ""}
 
 
 def iso(t):
@@ -185,14 +200,23 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200)
         if bucket == "_reset":
             with lock:
-                state.update(requests=0, faults_hit=0, faults=[], max_in_flight=0, expired=set(), signed_by={})
+                state.update(requests=0, faults_hit=0, faults=[], max_in_flight=0, expired=set(), signed_by={},
+                             issued={})
             return self.reply(200)
+        if bucket == "_credentials" and method == "POST":
+            with lock:
+                creds_config["lifetime"] = int(q.get("lifetime", "3600"))
+                for k in ("auth", "role_arn", "web_token"):
+                    creds_config[k] = q.get(k, "")
+            return self.reply(200)
+        if bucket in ("latest", "_container", "_sts"):
+            return self.credential_source(method, bucket, key)
         if bucket == "_stats":
             with lock:
                 body = json.dumps({"requests": state["requests"], "faults_hit": state["faults_hit"],
                                    "open_uploads": len(uploads), "in_flight": state["in_flight"],
                                    "max_in_flight": state["max_in_flight"],
-                                   "signed_by": state["signed_by"]}).encode()
+                                   "signed_by": state["signed_by"], "issued": state["issued"]}).encode()
             return self.reply(200, body, {"Content-Type": "application/json"})
         head = method == "HEAD"
         if LATENCY > 0:
@@ -221,6 +245,54 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             with lock:
                 state["in_flight"] -= 1
+
+    def issue(self, source):
+        with lock:
+            n = state["issued"].get(source, 0) + 1
+            state["issued"][source] = n
+            lifetime = creds_config["lifetime"]
+        return {"AccessKeyId": source.upper() + str(n), "SecretAccessKey": "secret-%s-%d" % (source, n),
+                "Token": "token-%s-%d" % (source, n), "Expiration": iso(time.time() + lifetime)[:19] + "Z"}
+
+    def credential_source(self, method, bucket, key):
+        body = self.read_body()
+        if bucket == "latest":  # IMDS
+            if method == "PUT" and key == "api/token":
+                if not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+                    return self.reply(400)
+                with lock:
+                    state["issued"]["imds_token"] = state["issued"].get("imds_token", 0) + 1
+                return self.reply(200, b"imds-session-token")
+            if self.headers.get("X-aws-ec2-metadata-token") != "imds-session-token":
+                return self.reply(401)
+            prefix = "meta-data/iam/security-credentials/"
+            if method != "GET" or not key.startswith(prefix):
+                return self.reply(404)
+            role = key[len(prefix):]
+            if role == "":
+                return self.reply(200, b"training-role")
+            if role != "training-role":
+                return self.reply(404)
+            c = self.issue("imds")
+            c.update(Code="Success", Type="AWS-HMAC", LastUpdated=iso(time.time()))
+            return self.reply(200, json.dumps(c).encode(), {"Content-Type": "text/plain"})
+        if bucket == "_container":
+            if self.headers.get("Authorization", "") != creds_config["auth"]:
+                return self.reply(401, b'{"message": "no"}')
+            return self.reply(200, json.dumps(self.issue("container")).encode(), {"Content-Type": "application/json"})
+        form = dict(urllib.parse.parse_qsl(body.decode()))
+        if (form.get("Action") != "AssumeRoleWithWebIdentity" or form.get("RoleArn") != creds_config["role_arn"]
+                or form.get("WebIdentityToken") != creds_config["web_token"] or not form.get("RoleSessionName")):
+            return self.reply(400, b"<ErrorResponse><Error><Type>Sender</Type><Code>InvalidIdentityToken</Code>"
+                              b"<Message>The web identity token is not valid</Message></Error>"
+                              b"<RequestId>sts-1</RequestId></ErrorResponse>")
+        c = self.issue("sts")
+        xml = ("<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"
+               "<AccessKeyId>%s</AccessKeyId><SecretAccessKey>%s</SecretAccessKey><SessionToken>%s</SessionToken>"
+               "<Expiration>%s</Expiration></Credentials></AssumeRoleWithWebIdentityResult>"
+               "</AssumeRoleWithWebIdentityResponse>") % (c["AccessKeyId"], c["SecretAccessKey"], c["Token"],
+                                                           c["Expiration"])
+        return self.reply(200, xml.encode(), {"Content-Type": "text/xml"})
 
     def do_GET(self): self.handle_any("GET")
     def do_HEAD(self): self.handle_any("HEAD")

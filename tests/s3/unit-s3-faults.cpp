@@ -878,6 +878,130 @@ TEST_CASE("S3: a save writes its generation's _METADATA, _USER_METADATA and _CHE
   CHECK(same(cairn::load<State>({s, "ck"}), b));
 }
 
+namespace {
+// No credentials anywhere a store would look before the source a case sets up.
+void no_credentials(test::ScopedEnv& env) {
+  for (const char* k : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                        "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME", "AWS_ENDPOINT_URL_STS",
+                        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                        "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+                        "AWS_EC2_METADATA_SERVICE_ENDPOINT"})
+    env.unset(k);
+  env.set("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials");
+  env.set("AWS_CONFIG_FILE", "/nonexistent/config");
+  env.set("AWS_EC2_METADATA_DISABLED", "true");
+}
+std::int64_t signed_by(const std::string& key) {
+  const cairn::Json* n = server().stats().at("signed_by").find(key);
+  return n ? n->as_int() : 0;
+}
+std::int64_t issued(const std::string& source) {
+  const cairn::Json* n = server().stats().at("issued").find(source);
+  return n ? n->as_int() : 0;
+}
+}  // namespace
+
+TEST_CASE("S3: credentials from EC2's instance metadata (IMDSv2), renewed before they end and when S3 says they ended") {
+  if (server().endpoint().empty()) return;
+  test::ScopedEnv env;
+  no_credentials(env);
+  env.unset("AWS_EC2_METADATA_DISABLED");
+  env.set("AWS_EC2_METADATA_SERVICE_ENDPOINT", server().endpoint());
+  server().reset();
+  server().control("_credentials?lifetime=3600");
+  const State a = random_state(), b = random_state();
+  {
+    auto s = store();
+    cairn::save({s, "imds"}, a);
+    CHECK(same(cairn::load<State>({s, "imds"}), a));
+  }
+  // One session token, one set of credentials, and every request signed with them.
+  CHECK(issued("imds_token") == 1);
+  CHECK(issued("imds") == 1);
+  CHECK(signed_by("IMDS1") >= 8);
+  CHECK(signed_by("") == 0);
+  // Credentials that end in two minutes are renewed before the first request they would sign.
+  server().reset();
+  server().control("_credentials?lifetime=120");
+  auto s = store();
+  cairn::SaveOptions over;
+  over.overwrite = true;
+  cairn::save({s, "imds"}, b, over);
+  CHECK(same(cairn::load<State>({s, "imds"}), b));
+  CHECK(issued("imds") == 2);
+  CHECK(signed_by("IMDS1") == 0);
+  CHECK(signed_by("IMDS2") >= 8);
+  // S3 says they ended before their time: renewed at once, the save goes through.
+  server().control("_credentials?lifetime=3600");
+  server().control("_expire?key=IMDS2");
+  cairn::save({s, "imds"}, a, over);
+  CHECK(same(cairn::load<State>({s, "imds"}), a));
+  CHECK(issued("imds") == 3);
+  CHECK(signed_by("IMDS3") >= 8);
+  server().reset();
+}
+
+TEST_CASE("S3: credentials from the container endpoint (ECS, EKS Pod Identity), with its token; a refusal is a clear error") {
+  if (server().endpoint().empty()) return;
+  test::ScopedEnv env;
+  no_credentials(env);
+  test::TempDir dir;
+  test::write_file(dir / "token", "pod-token-1\n");
+  env.set("AWS_CONTAINER_CREDENTIALS_FULL_URI", server().endpoint() + "/_container/credentials");
+  env.set("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", dir / "token");
+  server().reset();
+  server().control("_credentials?lifetime=3600&auth=pod-token-1");
+  const State a = random_state();
+  {
+    auto s = store();
+    cairn::save({s, "container"}, a);
+    CHECK(same(cairn::load<State>({s, "container"}), a));
+  }
+  CHECK(issued("container") == 1);
+  CHECK(signed_by("CONTAINER1") >= 8);
+  CHECK(signed_by("") == 0);
+  // The endpoint refuses the token: the save fails naming it, and nothing is committed.
+  test::write_file(dir / "token", "pod-token-2\n");
+  auto refused = store();
+  CHECK_CAIRN_ERROR(cairn::save({refused, "container2"}, a), ErrorKind::io, "container credentials endpoint answered HTTP 401");
+  test::write_file(dir / "token", "pod-token-1\n");
+  CHECK(!store()->exists("container2"));
+  server().reset();
+}
+
+TEST_CASE("S3: credentials for a web identity from STS (EKS's roles for service accounts); a refused token names STS's code, never the token") {
+  if (server().endpoint().empty()) return;
+  test::ScopedEnv env;
+  no_credentials(env);
+  test::TempDir dir;
+  const std::string role = "arn:aws:iam::123456789012:role/trainer";
+  test::write_file(dir / "jwt", "eyJ.web-identity.sig\n");
+  env.set("AWS_WEB_IDENTITY_TOKEN_FILE", dir / "jwt");
+  env.set("AWS_ROLE_ARN", role);
+  env.set("AWS_ENDPOINT_URL_STS", server().endpoint() + "/_sts");
+  server().reset();
+  server().control("_credentials?lifetime=3600&role_arn=" + cairn::s3::uri_encode(role, false) + "&web_token=eyJ.web-identity.sig");
+  const State a = random_state();
+  {
+    auto s = store();
+    cairn::save({s, "sts"}, a);
+    CHECK(same(cairn::load<State>({s, "sts"}), a));
+  }
+  CHECK(issued("sts") == 1);
+  CHECK(signed_by("STS1") >= 8);
+  test::write_file(dir / "jwt", "eyJ.stolen-token.sig\n");
+  try {
+    cairn::save({store(), "sts2"}, a);
+    FAIL("a refused web identity saved");
+  } catch (const cairn::Error& e) {
+    const std::string m = e.what();
+    CHECK(m.find("AssumeRoleWithWebIdentity") != std::string::npos);
+    CHECK(m.find("InvalidIdentityToken") != std::string::npos);
+    CHECK(m.find("stolen-token") == std::string::npos);
+  }
+  server().reset();
+}
+
 TEST_CASE("S3: credentials that expire are asked for again, from the environment or the provider; none newer is a clear error") {
   if (server().endpoint().empty()) return;
   test::ScopedEnv env;

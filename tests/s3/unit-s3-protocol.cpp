@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cairn/s3/buffer_pool.hpp>
+#include <cairn/s3/credentials.hpp>
 #include <cairn/s3/options.hpp>
 #include <cairn/s3/sigv4.hpp>
 #include <cairn/s3/xml.hpp>
@@ -216,6 +217,109 @@ TEST_CASE("S3 configuration: options first, then the environment, then the profi
   env.set("AWS_PROFILE", "");  // the default profile, which names no endpoint
   c = resolve_config("gs", "bucket", {});
   CHECK(c.endpoint == "https://storage.googleapis.com");
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+// Every variable of the credential chain, cleared, and no instance metadata probe: each case
+// sets what it needs.
+void clear_credential_chain(test::ScopedEnv& env, const std::filesystem::path& dir) {
+  for (const char* k : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                        "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME",
+                        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                        "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+                        "AWS_EC2_METADATA_SERVICE_ENDPOINT"})
+    env.unset(k);
+  env.set("AWS_SHARED_CREDENTIALS_FILE", (dir / "credentials").string());
+  env.set("AWS_CONFIG_FILE", (dir / "config").string());
+  env.set("AWS_EC2_METADATA_DISABLED", "true");
+}
+}  // namespace
+
+TEST_CASE("S3 credentials: expiration times as STS, IMDS and credential helpers write them") {
+  using cairn::s3::detail::parse_iso8601;
+  using std::chrono::system_clock;
+  const auto at = system_clock::from_time_t(1795813200);  // 2026-11-27T21:00:00Z
+  CHECK(parse_iso8601("2026-11-27T21:00:00Z", "t") == at);
+  CHECK(parse_iso8601("2026-11-27T21:00:00.123Z", "t") == at);
+  CHECK(parse_iso8601("2026-11-27T23:00:00+02:00", "t") == at);
+  CHECK(parse_iso8601("2026-11-27T15:30:00-05:30", "t") == at);
+  for (const char* bad : {"", "2026-11-27 21:00:00Z", "2026-11-27T21:00:00", "2026-11-27T21:00Z", "tomorrow",
+                          "2026-11-27T21:00:00+0200"})
+    CHECK_THROWS_WITH_AS(parse_iso8601(bad, "the helper"), doctest::Contains("the helper"), cairn::Error);
+}
+
+TEST_CASE("S3 credentials: a profile's credential_process, after its keys; failures name the profile and keep secrets out") {
+  test::ScopedEnv env;
+  const auto dir = std::filesystem::temp_directory_path() / ("cairn-s3-process-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  clear_credential_chain(env, dir);
+  auto helper = [&](const std::string& name, const std::string& script) {
+    std::ofstream(dir / name) << script;
+    return "/bin/sh " + (dir / name).string();
+  };
+  const std::string good = helper("good.sh",
+                                  "echo '{\"Version\": 1, \"AccessKeyId\": \"PROCKEY\", \"SecretAccessKey\": \"procsecret\", "
+                                  "\"SessionToken\": \"proctoken\", \"Expiration\": \"2026-11-27T21:00:00Z\"}'\n");
+  const std::string fails = helper("fails.sh", "echo 'not logged in' >&2; exit 3\n");
+  const std::string v2 = helper("v2.sh", "echo '{\"Version\": 2, \"AccessKeyId\": \"K\", \"SecretAccessKey\": \"S\"}'\n");
+  const std::string leaky = helper("leaky.sh", "echo '{\"Version\": 1, \"SecretAccessKey\": \"TOPSECRET\"}'\n");
+  std::ofstream(dir / "credentials") << "[keys]\naws_access_key_id = STATICKEY\naws_secret_access_key = s\n";
+  std::ofstream(dir / "config") << "[profile helper]\ncredential_process = " << good << "\n[profile keys]\ncredential_process = "
+                                << good << "\n[profile fails]\ncredential_process = " << fails
+                                << "\n[profile v2]\ncredential_process = " << v2 << "\n[profile leaky]\ncredential_process = "
+                                << leaky << "\n";
+  cairn::S3Options o;
+  o.profile = "helper";
+  const auto f = cairn::s3::find_credentials("s3", "bucket", o, "us-east-1");
+  CHECK(f.credentials.access_key_id == "PROCKEY");
+  CHECK(f.credentials.secret_access_key == "procsecret");
+  CHECK(f.credentials.session_token == "proctoken");
+  CHECK(f.credentials.expiration == std::chrono::system_clock::from_time_t(1795813200));
+  CHECK(f.source == "credential_process of profile helper");
+  o.profile = "keys";  // the profile's own keys come first
+  CHECK(cairn::s3::find_credentials("s3", "bucket", o, "us-east-1").credentials.access_key_id == "STATICKEY");
+  o.profile = "fails";
+  CHECK_THROWS_WITH_AS(cairn::s3::find_credentials("s3", "bucket", o, "us-east-1"),
+                       doctest::Contains("credential_process of profile 'fails': the command exited with status 3"),
+                       cairn::Error);
+  o.profile = "v2";
+  CHECK_THROWS_WITH_AS(cairn::s3::find_credentials("s3", "bucket", o, "us-east-1"), doctest::Contains("\"Version\": 1"),
+                       cairn::Error);
+  o.profile = "leaky";
+  try {
+    cairn::s3::find_credentials("s3", "bucket", o, "us-east-1");
+    FAIL("credentials without an access key were taken");
+  } catch (const cairn::Error& e) {
+    CHECK(std::string(e.what()).find("without AccessKeyId") != std::string::npos);
+    CHECK(std::string(e.what()).find("TOPSECRET") == std::string::npos);
+  }
+  // gs:// takes HMAC keys only: no helper is run for it.
+  o.profile = "fails";
+  CHECK(cairn::s3::find_credentials("gs", "bucket", o, "auto").credentials.anonymous());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("S3 credentials: no source configured, the metadata probe disabled or unreachable, and a container URL refused") {
+  test::ScopedEnv env;
+  const auto dir = std::filesystem::temp_directory_path() / ("cairn-s3-chain-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  clear_credential_chain(env, dir);
+  auto f = cairn::s3::find_credentials("s3", "bucket", {}, "us-east-1");
+  CHECK(f.credentials.anonymous());
+  CHECK(f.tried.find("AWS_EC2_METADATA_DISABLED") != std::string::npos);
+  // Nothing listens there: unsigned, at once (connection refused), and the probe says so.
+  env.unset("AWS_EC2_METADATA_DISABLED");
+  env.set("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:1");
+  const auto start = std::chrono::steady_clock::now();
+  f = cairn::s3::find_credentials("s3", "bucket", {}, "us-east-1");
+  CHECK(f.credentials.anonymous());
+  CHECK(f.tried.find("did not answer") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  // The container token goes only to https, loopback or the ECS/EKS addresses.
+  env.set("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://example.com/creds");
+  CHECK_THROWS_WITH_AS(cairn::s3::find_credentials("s3", "bucket", {}, "us-east-1"),
+                       doctest::Contains("AWS_CONTAINER_CREDENTIALS_FULL_URI must be https://"), cairn::Error);
   std::filesystem::remove_all(dir);
 }
 

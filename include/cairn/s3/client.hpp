@@ -22,6 +22,7 @@
 
 #include "cairn/core/config.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/s3/credentials.hpp"
 #include "cairn/s3/http.hpp"
 #include "cairn/s3/options.hpp"
 #include "cairn/s3/sigv4.hpp"
@@ -526,22 +527,49 @@ class Client {
     std::lock_guard<std::mutex> lock(credentials_mutex_);
     return credentials_;
   }
-  // Credentials asked for again after S3 said those that signed a request (`used`) expired:
-  // from S3Options::credentials_provider, else from the environment and the profile as at the
-  // start, unless they were options. True where the store now has others than `used` (this
-  // call's, or another thread's that met the same answer first).
-  bool refresh_credentials(const Credentials& used) {
+  // Where neither the options, the environment's keys nor the profile's keys had credentials,
+  // the rest of the chain (credentials.hpp) is asked once, before the first request is
+  // signed; a source that is configured and fails throws here, and is asked again by the
+  // next request.
+  void ensure_credentials() {
+    std::call_once(credentials_once_, [this] {
+      if (!config_.credentials.anonymous() || options_.credentials_provider || !options_.access_key_id.empty()) return;
+      FoundCredentials f = find_credentials(config_.scheme, bucket_, options_, config_.region);
+      std::lock_guard<std::mutex> lock(credentials_mutex_);
+      credentials_ = std::make_shared<const Credentials>(std::move(f.credentials));
+      credentials_tried_ = std::move(f.tried);
+    });
+  }
+  // Temporary credentials are renewed this long before their end, as the AWS SDKs do, so no
+  // request is signed with credentials that end while it is on its way.
+  static constexpr std::chrono::minutes renew_before{5};
+  static bool ending_soon(const Credentials& c) {
+    return c.expiration != std::chrono::system_clock::time_point{} &&
+           std::chrono::system_clock::now() + renew_before >= c.expiration;
+  }
+  // Credentials asked for again, after S3 said those that signed a request (`used`) expired or
+  // before they end (`ahead`): from S3Options::credentials_provider, else from the chain
+  // (credentials.hpp) as at the start, unless they were options. True where the store now has
+  // others than `used` (this call's, or another thread's that met the same answer first).
+  // A renewal ahead of the end is not tried again for 30 s: the requests meanwhile go out
+  // with the credentials they have.
+  bool refresh_credentials(const Credentials& used, bool ahead = false) {
     if (!options_.credentials_provider && !options_.access_key_id.empty()) return false;
     // One refresh at a time: the requests that met the end together ask once, not each.
     std::lock_guard<std::mutex> refreshing(refresh_mutex_);
     if (!(*credentials() == used)) return true;  // renewed meanwhile by another request
+    const auto now = std::chrono::steady_clock::now();
+    if (ahead && now < no_renewal_before_) return false;
     Credentials fresh;
     try {
       fresh = options_.credentials_provider ? options_.credentials_provider()
-                                            : resolve_config(config_.scheme, bucket_, options_).credentials;
+                                            : find_credentials(config_.scheme, bucket_, options_, config_.region).credentials;
     } catch (...) {
-      return false;  // the provider failed: the expired request's error says what happened
+      fresh = used;  // the source failed: an expired request's error says what happened
     }
+    // Ahead of the end, once in 30 s at most, whatever came: a source whose credentials all
+    // live less than renew_before would otherwise be asked before every request.
+    if (ahead) no_renewal_before_ = now + std::chrono::seconds(30);
     if (fresh == used) return false;
     std::lock_guard<std::mutex> lock(credentials_mutex_);
     credentials_ = std::make_shared<const Credentials>(std::move(fresh));
@@ -630,9 +658,11 @@ class Client {
     const int attempts = c.attempts > 0 ? c.attempts : std::max(1, options_.max_attempts);
     std::string last;
     bool refreshed = false;  // credentials asked for again once (they had expired)
+    ensure_credentials();
     for (int attempt_no = 0; attempt_no < attempts + (refreshed ? 1 : 0); ++attempt_no) {
       if (attempt_no > 0) backoff(attempt_no);
-      const std::shared_ptr<const Credentials> creds = credentials();
+      std::shared_ptr<const Credentials> creds = credentials();
+      if (ending_soon(*creds) && refresh_credentials(*creds, true)) creds = credentials();
       HttpResponse r = attempt(c, *creds);
       if (r.transport != CURLE_OK) {
         last = "the request failed: " + r.transport_error;
@@ -682,7 +712,9 @@ class Client {
       } else if (!hint.empty()) {
       } else if (r.status == 403 || r.status == 401) {
         hint = creds->anonymous()
-                   ? "; no credentials were found (AWS_ACCESS_KEY_ID, AWS_PROFILE or S3Options), so the request was unsigned"
+                   ? "; no credentials were found (S3Options, AWS_ACCESS_KEY_ID, AWS_PROFILE, a web identity, the container "
+                     "endpoint" + (credentials_tried_.empty() ? std::string() : "; " + credentials_tried_) +
+                         "), so the request was unsigned"
                    : "; check the credentials and the bucket's policy";
       } else if (r.status == 412 || r.status == 409) {
         kind = ErrorKind::already_exists;
@@ -707,7 +739,10 @@ class Client {
   ResolvedConfig config_;  // (its credentials: those of the start; credentials_ is what signs)
   mutable std::mutex credentials_mutex_;
   std::shared_ptr<const Credentials> credentials_;
+  std::string credentials_tried_;  // where the chain found none: what the instance metadata probe met
+  std::once_flag credentials_once_;
   std::mutex refresh_mutex_;
+  std::chrono::steady_clock::time_point no_renewal_before_ = {};  // (under refresh_mutex_)
   HttpClient http_;
   std::atomic<std::uint64_t> requests_{0};
   std::once_flag region_once_;

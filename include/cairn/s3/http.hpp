@@ -30,6 +30,9 @@ struct HttpTimeouts {
   // retried): a stalled upload ends instead of hanging (marin-community/marin#9209).
   long low_speed_bytes = 1024;
   long low_speed_seconds = 30;
+  // The whole exchange, connection included; 0: no limit (data transfers rely on the
+  // low-speed rule instead). The credential sources' small requests have one.
+  long total_seconds = 0;
 };
 
 struct HttpRequest {
@@ -169,6 +172,7 @@ class HttpClient {
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, timeouts_.connect_seconds);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, timeouts_.low_speed_bytes);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, timeouts_.low_speed_seconds);
+    if (timeouts_.total_seconds > 0) curl_easy_setopt(h, CURLOPT_TIMEOUT, timeouts_.total_seconds);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, tls_.verify ? 1L : 0L);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, tls_.verify ? 2L : 0L);
     if (!tls_.ca_bundle.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, tls_.ca_bundle.c_str());

@@ -30,7 +30,11 @@ struct S3Options {
   std::string region = {};
   // Credentials: these, else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,
   // else the profile (`profile`, else AWS_PROFILE, else "default") in AWS_SHARED_CREDENTIALS_FILE
-  // (~/.aws/credentials) and AWS_CONFIG_FILE (~/.aws/config). None anywhere: unsigned requests.
+  // (~/.aws/credentials) and AWS_CONFIG_FILE (~/.aws/config): its keys, else its
+  // credential_process; else a web identity token exchanged with STS (AWS_WEB_IDENTITY_TOKEN_FILE
+  // and AWS_ROLE_ARN, or the profile's); else the container endpoint (ECS, EKS Pod Identity);
+  // else EC2's instance metadata service (s3/credentials.hpp). None anywhere: unsigned
+  // requests. gs:// stops after the profile (GCS takes HMAC keys).
   std::string access_key_id = {};
   std::string secret_access_key = {};
   std::string session_token = {};
@@ -173,11 +177,36 @@ inline std::string home_file(const char* env_name, const char* relative) {
   return home.empty() ? std::string() : home + "/" + relative;
 }
 
+// The profile a store reads (`S3Options::profile`, else AWS_PROFILE, else "default"): its
+// section of the credentials file, then of the config file.
+struct Profile {
+  std::string name;
+  std::map<std::string, std::string> credentials_file, config_file;
+  std::string get(const std::string& k) const {
+    auto it = credentials_file.find(k);
+    if (it != credentials_file.end()) return it->second;
+    it = config_file.find(k);
+    return it == config_file.end() ? std::string() : it->second;
+  }
+};
+
+inline Profile read_profile(const std::string& option) {
+  Profile p;
+  p.name = !option.empty() ? option : env("AWS_PROFILE");
+  if (p.name.empty()) p.name = "default";
+  p.credentials_file = ini_section(home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"), p.name);
+  p.config_file = ini_section(home_file("AWS_CONFIG_FILE", ".aws/config"), p.name == "default" ? p.name : "profile " + p.name);
+  return p;
+}
+
 }  // namespace detail
 
 // The settings of a store, every one resolved (options.hpp's order), and where they came from.
 struct ResolvedConfig {
   std::string scheme, endpoint, host, region;  // endpoint: "http(s)://host[:port]" without a path
+  // From the options, the environment's keys or the profile's keys (no request made); where
+  // none of them has any, the rest of the chain is asked when the first request is signed
+  // (s3/credentials.hpp, find_credentials).
   Credentials credentials;
   bool path_style = true;
   bool custom_endpoint = false;
@@ -188,17 +217,8 @@ inline ResolvedConfig resolve_config(const std::string& scheme, const std::strin
   using detail::env;
   ResolvedConfig c;
   c.scheme = scheme;
-  std::string profile = !o.profile.empty() ? o.profile : env("AWS_PROFILE");
-  if (profile.empty()) profile = "default";
-  const auto creds_file = detail::ini_section(detail::home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"), profile);
-  const auto config_file = detail::ini_section(detail::home_file("AWS_CONFIG_FILE", ".aws/config"),
-                                               profile == "default" ? profile : "profile " + profile);
-  auto from_profile = [&](const char* k) {
-    auto it = creds_file.find(k);
-    if (it != creds_file.end()) return it->second;
-    it = config_file.find(k);
-    return it == config_file.end() ? std::string() : it->second;
-  };
+  const detail::Profile profile = detail::read_profile(o.profile);
+  auto from_profile = [&](const char* k) { return profile.get(k); };
   if (o.credentials_provider) {
     c.credentials = o.credentials_provider();
   } else if (!o.access_key_id.empty()) {

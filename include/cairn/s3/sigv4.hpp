@@ -14,6 +14,7 @@
 #include <openssl/hmac.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -83,6 +84,9 @@ struct Credentials {
   std::string access_key_id;
   std::string secret_access_key;
   std::string session_token;  // temporary credentials (STS, instance roles); signed where set
+  // When temporary credentials end (the store renews them a few minutes before); the epoch
+  // (the default): they do not end, or nobody said when.
+  std::chrono::system_clock::time_point expiration = {};
   bool anonymous() const { return access_key_id.empty(); }
   friend bool operator==(const Credentials&, const Credentials&) = default;
 };

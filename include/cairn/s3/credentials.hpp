@@ -1,0 +1,369 @@
+// SPDX-License-Identifier: Apache-2.0
+// Where an S3 store's credentials come from, the chain the AWS SDKs follow, for the machines
+// training runs on: after the options, the environment's keys and the profile's keys
+// (options.hpp, no request made), a profile's `credential_process` (aws sso, vault and other
+// helpers), a web identity token exchanged with STS (EKS's IAM roles for service accounts), the
+// container credentials endpoint (ECS tasks, EKS Pod Identity), then EC2's instance metadata
+// service (IMDSv2). These hand out temporary credentials with an end, which the client renews
+// a few minutes before it (client.hpp).
+//
+// What they answer is untrusted: bodies are capped, fields checked, and no secret is ever
+// part of an error. A source that is configured and fails (a credential_process that exits
+// non-zero, an STS refusal, a container endpoint that says no) is an error naming it; the
+// instance metadata service is only a probe (most machines are no EC2 instance), so where it
+// does not answer the requests go unsigned and the 403 that follows says what was tried.
+#pragma once
+
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cairn/core/config.hpp"
+#include "cairn/core/error.hpp"
+#include "cairn/core/json.hpp"
+#include "cairn/s3/http.hpp"
+#include "cairn/s3/options.hpp"
+#include "cairn/s3/sigv4.hpp"
+#include "cairn/s3/xml.hpp"
+
+#include <sys/wait.h>
+
+CAIRN_BEGIN_NAMESPACE
+namespace s3 {
+
+// Credentials, and where they came from (for errors and tests: never the secret).
+struct FoundCredentials {
+  Credentials credentials;
+  std::string source;  // "S3Options", "environment", "profile dev", "credential_process of profile dev", ...
+  std::string tried;   // where none were found: what the instance metadata probe met
+};
+
+namespace detail {
+
+// "2026-11-27T21:00:00Z", with fractional seconds or a "+00:00" offset, as STS, IMDS and the
+// credential helpers write it. Anything else is an error (a credential without a readable end
+// would be trusted forever).
+inline std::chrono::system_clock::time_point parse_iso8601(const std::string& s, const std::string& where) {
+  std::tm t{};
+  int consumed = 0;
+  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &t.tm_year, &t.tm_mon, &t.tm_mday, &t.tm_hour, &t.tm_min,
+                  &t.tm_sec, &consumed) != 6 ||
+      consumed != 19)
+    throw Error(ErrorKind::io, where + ": the credentials' Expiration is not an ISO 8601 time: '" + s.substr(0, 40) + "'");
+  std::size_t i = 19;
+  if (i < s.size() && s[i] == '.')
+    for (++i; i < s.size() && s[i] >= '0' && s[i] <= '9';) ++i;
+  long offset = 0;
+  const std::string zone = s.substr(i);
+  if (zone.size() == 6 && (zone[0] == '+' || zone[0] == '-') && zone[3] == ':') {
+    offset = (std::stol(zone.substr(1, 2)) * 60 + std::stol(zone.substr(4, 2))) * 60 * (zone[0] == '-' ? -1 : 1);
+  } else if (zone != "Z") {
+    throw Error(ErrorKind::io, where + ": the credentials' Expiration is not an ISO 8601 time in UTC: '" + s.substr(0, 40) + "'");
+  }
+  t.tm_year -= 1900;
+  t.tm_mon -= 1;
+  const std::time_t secs = timegm(&t);
+  return std::chrono::system_clock::from_time_t(secs - offset);
+}
+
+inline std::string read_small_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::io, "cannot read " + what, path);
+  std::string text(16 << 10, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return trim(text);
+}
+
+// The JSON that the container endpoint, IMDS and credential helpers answer.
+inline Credentials credentials_from_json(const std::string& text, const std::string& where, const char* token_field) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Error&) {
+    throw Error(ErrorKind::io, where + " answered something that is not JSON credentials");
+  }
+  auto field = [&](const char* k) {
+    const Json* v = j.is_object() ? j.find(k) : nullptr;
+    return v && v->is_string() ? v->as_string() : std::string();
+  };
+  Credentials c{field("AccessKeyId"), field("SecretAccessKey"), field(token_field)};
+  if (c.access_key_id.empty() || c.secret_access_key.empty())
+    throw Error(ErrorKind::io, where + " answered credentials without AccessKeyId or SecretAccessKey");
+  if (const std::string end = field("Expiration"); !end.empty()) c.expiration = parse_iso8601(end, where);
+  return c;
+}
+
+// A profile's credential_process: a command whose standard output is {"Version": 1,
+// "AccessKeyId", "SecretAccessKey", "SessionToken"?, "Expiration"?} (the AWS CLI's contract).
+// Its standard error goes where the program's goes, as the SDKs leave it.
+inline Credentials run_credential_process(const std::string& command, const std::string& where) {
+  FILE* f = ::popen(command.c_str(), "r");
+  if (!f) throw Error(ErrorKind::io, where + ": the command could not be started");
+  std::string out;
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+    if (out.size() < (1 << 20)) out.append(buf, n);
+  const int status = ::pclose(f);
+  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw Error(ErrorKind::io, where + ": the command " +
+                                   (status != -1 && WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                                                                      : std::string("did not exit normally")));
+  Credentials c = credentials_from_json(out, where, "SessionToken");
+  const Json j = Json::parse(out);
+  const Json* version = j.find("Version");
+  if (!version || !version->is_int() || version->as_int() != 1)
+    throw Error(ErrorKind::io, where + ": the command's JSON must say \"Version\": 1");
+  return c;
+}
+
+inline std::string form_encode(const std::string& s) { return uri_encode(s, false); }
+
+// STS AssumeRoleWithWebIdentity: the token file's content for a role's temporary credentials
+// (unsigned: the token is the proof). The endpoint: AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL,
+// else STS of the region.
+inline Credentials assume_role_with_web_identity(const std::string& token_file, const std::string& role_arn,
+                                                 std::string session_name, const std::string& region,
+                                                 const S3Options& o) {
+  const std::string where = "STS AssumeRoleWithWebIdentity for " + role_arn;
+  const std::string token = read_small_file(token_file, "the web identity token file (AWS_WEB_IDENTITY_TOKEN_FILE)");
+  if (session_name.empty())
+    session_name = "cairn-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                                 std::chrono::system_clock::now().time_since_epoch())
+                                                 .count());
+  std::string url = env("AWS_ENDPOINT_URL_STS");
+  if (url.empty()) url = env("AWS_ENDPOINT_URL");
+  if (url.empty()) url = "https://sts." + (region.empty() ? std::string("us-east-1") : region) + ".amazonaws.com";
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  const std::string body = "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + form_encode(role_arn) +
+                           "&RoleSessionName=" + form_encode(session_name) + "&WebIdentityToken=" + form_encode(token);
+  HttpClient http(HttpTimeouts{10, 1024, 30, 60}, HttpClient::Tls{o.verify_tls, o.ca_bundle});
+  HttpRequest rq;
+  rq.method = "POST";
+  rq.url = url + "/";
+  rq.headers = {"Content-Type: application/x-www-form-urlencoded", "Accept: application/xml"};
+  rq.body = body.data();
+  rq.body_size = body.size();
+  rq.max_body = 64 << 10;
+  HttpResponse r;
+  for (int attempt = 0; attempt < 3; ++attempt) {  // transport errors and 5xx: twice more
+    r = http.perform(rq);
+    if (r.transport == CURLE_OK && r.status < 500) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
+  }
+  if (r.transport != CURLE_OK) throw Error(ErrorKind::io, where + " failed: " + r.transport_error, url);
+  XmlElement x;
+  try {
+    x = parse_xml(r.body);
+  } catch (const Error&) {
+    throw Error(ErrorKind::io, where + " answered HTTP " + std::to_string(r.status) + " without readable XML", url);
+  }
+  if (r.status != 200) {
+    const XmlElement* e = x.child("Error");
+    throw Error(ErrorKind::io,
+                where + " failed: HTTP " + std::to_string(r.status) +
+                    (e ? " " + e->child_text("Code") + ": " + e->child_text("Message") : std::string()),
+                url);
+  }
+  const XmlElement* result = x.child("AssumeRoleWithWebIdentityResult");
+  const XmlElement* creds = result ? result->child("Credentials") : nullptr;
+  if (!creds) throw Error(ErrorKind::io, where + " answered no Credentials", url);
+  Credentials c{creds->child_text("AccessKeyId"), creds->child_text("SecretAccessKey"), creds->child_text("SessionToken")};
+  if (c.access_key_id.empty() || c.secret_access_key.empty())
+    throw Error(ErrorKind::io, where + " answered credentials without AccessKeyId or SecretAccessKey", url);
+  if (const std::string end = creds->child_text("Expiration"); !end.empty()) c.expiration = parse_iso8601(end, where);
+  return c;
+}
+
+// The container endpoint: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI (ECS: under 169.254.170.2)
+// or AWS_CONTAINER_CREDENTIALS_FULL_URI (EKS Pod Identity, or any https:// or loopback URL;
+// other plain http hosts are refused, as the SDKs refuse them, since the token goes there).
+// Authorization: the content of AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE, else
+// AWS_CONTAINER_AUTHORIZATION_TOKEN.
+inline Credentials container_credentials(const std::string& relative, const std::string& full) {
+  std::string url = !relative.empty() ? "http://169.254.170.2" + relative : full;
+  if (relative.empty()) {
+    const auto sep = url.find("://");
+    const std::string scheme = sep == std::string::npos ? std::string() : url.substr(0, sep);
+    std::string host = sep == std::string::npos ? std::string() : url.substr(sep + 3);
+    host = host.substr(0, host.find('/'));
+    if (!host.empty() && host.front() == '[') host = host.substr(0, host.find(']') + 1);
+    else host = host.substr(0, host.find(':'));
+    const bool allowed = scheme == "https" ||
+                         (scheme == "http" && (host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]" ||
+                                               host == "169.254.170.2" || host == "169.254.170.23" ||
+                                               host == "[fd00:ec2::23]"));
+    if (!allowed)
+      throw Error(ErrorKind::invalid_argument,
+                  "AWS_CONTAINER_CREDENTIALS_FULL_URI must be https://, a loopback address or the ECS/EKS "
+                  "credential address (169.254.170.2, 169.254.170.23, fd00:ec2::23): " + url.substr(0, 200));
+  }
+  std::string token;
+  if (const std::string file = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"); !file.empty())
+    token = read_small_file(file, "the container credentials token (AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE)");
+  else
+    token = env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+  if (token.find_first_of("\r\n") != std::string::npos)
+    throw Error(ErrorKind::invalid_argument, "the container credentials token holds a line break");
+  HttpClient http(HttpTimeouts{2, 1, 5, 5}, HttpClient::Tls{});
+  HttpRequest rq;
+  rq.method = "GET";
+  rq.url = url;
+  if (!token.empty()) rq.headers.push_back("Authorization: " + token);
+  rq.max_body = 64 << 10;
+  HttpResponse r;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    r = http.perform(rq);
+    if (r.transport == CURLE_OK && r.status < 500) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
+  }
+  const std::string where = "the container credentials endpoint";
+  if (r.transport != CURLE_OK) throw Error(ErrorKind::io, where + " did not answer: " + r.transport_error, url);
+  if (r.status != 200)
+    throw Error(r.status == 401 || r.status == 403 ? ErrorKind::io : ErrorKind::io,
+                where + " answered HTTP " + std::to_string(r.status), url);
+  return credentials_from_json(r.body, where, "Token");
+}
+
+// EC2's instance metadata service, IMDSv2 (a session token first), falling back to IMDSv1
+// where the token is refused. A probe: no answer means no credentials from here, and `tried`
+// says why. Where the service cannot be reached at all (no EC2 instance), the process does
+// not ask again.
+inline std::optional<Credentials> instance_credentials(std::string& tried) {
+  static std::atomic<bool> unreachable{false};
+  std::string disabled = env("AWS_EC2_METADATA_DISABLED");
+  for (char& ch : disabled) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (disabled == "true") {
+    tried = "the EC2 instance metadata service is disabled (AWS_EC2_METADATA_DISABLED)";
+    return std::nullopt;
+  }
+  std::string base = env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+  const bool custom = !base.empty();
+  if (base.empty()) base = "http://169.254.169.254";
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  if (!custom && unreachable.load()) {
+    tried = "the EC2 instance metadata service (" + base + ") did not answer";
+    return std::nullopt;
+  }
+  HttpClient http(HttpTimeouts{1, 1, 2, 2}, HttpClient::Tls{});
+  static const char nothing = 0;
+  HttpRequest put;
+  put.method = "PUT";
+  put.url = base + "/latest/api/token";
+  put.headers = {"X-aws-ec2-metadata-token-ttl-seconds: 21600"};
+  put.body = &nothing;
+  put.max_body = 4096;
+  const HttpResponse t = http.perform(put);
+  if (t.transport != CURLE_OK) {
+    if (!custom) unreachable = true;
+    tried = "the EC2 instance metadata service (" + base + ") did not answer: " + t.transport_error;
+    return std::nullopt;
+  }
+  std::vector<std::string> headers;
+  if (t.status == 200 && !t.body.empty() && t.body.find_first_of("\r\n") == std::string::npos)
+    headers.push_back("X-aws-ec2-metadata-token: " + t.body);
+  auto get = [&](const std::string& path) {
+    HttpRequest rq;
+    rq.method = "GET";
+    rq.url = base + path;
+    rq.headers = headers;
+    rq.max_body = 64 << 10;
+    return http.perform(rq);
+  };
+  const std::string prefix = "/latest/meta-data/iam/security-credentials/";
+  const HttpResponse role = get(prefix);
+  if (role.transport != CURLE_OK || role.status != 200) {
+    tried = "the EC2 instance metadata service (" + base + ") named no role (" +
+            (role.transport != CURLE_OK ? role.transport_error : "HTTP " + std::to_string(role.status)) + ")";
+    return std::nullopt;
+  }
+  const std::string name = trim(role.body.substr(0, role.body.find('\n')));
+  if (name.empty() || name.size() > 128 || name.find_first_of("/?#% ") != std::string::npos) {
+    tried = "the EC2 instance metadata service (" + base + ") named no role";
+    return std::nullopt;
+  }
+  const HttpResponse r = get(prefix + name);
+  if (r.transport != CURLE_OK || r.status != 200) {
+    tried = "the EC2 instance metadata service (" + base + ") gave no credentials for role " + name;
+    return std::nullopt;
+  }
+  try {
+    const Json j = Json::parse(r.body);
+    const Json* code = j.is_object() ? j.find("Code") : nullptr;
+    if (code && code->is_string() && code->as_string() != "Success") {
+      tried = "the EC2 instance metadata service answered " + code->as_string().substr(0, 64) + " for role " + name;
+      return std::nullopt;
+    }
+    return credentials_from_json(r.body, "the EC2 instance metadata service", "Token");
+  } catch (const Error& e) {
+    tried = e.what();
+    return std::nullopt;
+  }
+}
+
+}  // namespace detail
+
+// Every source in turn (the order of the comment at the top, which docs/object-store.md
+// repeats); `region` is where STS is asked. gs:// stops after the profile's keys.
+inline FoundCredentials find_credentials(const std::string& scheme, const std::string& bucket, const S3Options& o,
+                                         const std::string& region) {
+  using detail::env;
+  FoundCredentials f;
+  if (o.credentials_provider) {
+    f.credentials = o.credentials_provider();
+    f.source = "S3Options::credentials_provider";
+    return f;
+  }
+  const ResolvedConfig c = resolve_config(scheme, bucket, o);
+  const detail::Profile profile = detail::read_profile(o.profile);
+  if (!c.credentials.anonymous()) {
+    f.credentials = c.credentials;
+    f.source = !o.access_key_id.empty()               ? "S3Options"
+               : !env("AWS_ACCESS_KEY_ID").empty()    ? "environment"
+                                                      : "profile " + profile.name;
+    return f;
+  }
+  if (scheme != "s3") {
+    f.tried = "no HMAC keys in S3Options, the environment or the profile";
+    return f;
+  }
+  if (const std::string command = profile.get("credential_process"); !command.empty()) {
+    f.credentials = detail::run_credential_process(command, "the credential_process of profile '" + profile.name + "'");
+    f.source = "credential_process of profile " + profile.name;
+    return f;
+  }
+  std::string token_file = env("AWS_WEB_IDENTITY_TOKEN_FILE"), role_arn = env("AWS_ROLE_ARN"),
+              session = env("AWS_ROLE_SESSION_NAME");
+  if (token_file.empty() || role_arn.empty()) {
+    token_file = profile.get("web_identity_token_file");
+    role_arn = profile.get("role_arn");
+    session = profile.get("role_session_name");
+  }
+  if (!token_file.empty() && !role_arn.empty()) {
+    f.credentials = detail::assume_role_with_web_identity(token_file, role_arn, session, region, o);
+    f.source = "web identity (" + role_arn + ")";
+    return f;
+  }
+  const std::string relative = env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"), full = env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+  if (!relative.empty() || !full.empty()) {
+    f.credentials = detail::container_credentials(relative, full);
+    f.source = "container endpoint";
+    return f;
+  }
+  if (auto imds = detail::instance_credentials(f.tried)) {
+    f.credentials = std::move(*imds);
+    f.source = "EC2 instance metadata";
+  }
+  return f;
+}
+
+}  // namespace s3
+CAIRN_END_NAMESPACE
