@@ -11,9 +11,11 @@
 // See docs/object-store.md.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "cairn/cairn.hpp"
 #include "cairn/s3/s3_store.hpp"
@@ -21,17 +23,33 @@
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// One store per scheme and bucket for the URIs of every entry point, so that connections are
-// reused; made on first use, configured from the environment, freed when nothing uses it.
+// The store a URI string opens. Stores are kept between calls, one per bucket and per the
+// environment's configuration (s3::detail::configuration_environment: a changed variable
+// opens another), so that saves and loads by URI reuse a store's connections, its transfer
+// buffers, the bucket's region and credentials that cost requests to find (the instance
+// metadata service, STS). The 8 used last are kept (a store's buffers are freed when it is
+// idle anyway, S3Options::keep_buffers_for); the map is never destroyed, so no store is torn
+// down during the program's static destruction.
 inline Location open_s3_uri(const std::string& scheme, const std::string& rest) {
-  static std::mutex mutex;
-  static std::map<std::string, std::weak_ptr<S3Store>> stores;
+  struct Kept {
+    std::shared_ptr<S3Store> store;
+    std::uint64_t used = 0;
+  };
+  static auto& mutex = *new std::mutex;
+  static auto& stores = *new std::map<std::string, Kept>;
+  static std::uint64_t clock = 0;
   const s3::BucketUri u = s3::parse_bucket_uri(scheme, rest);
+  const std::string key = scheme + "://" + u.bucket + "\n" + s3::detail::configuration_environment();
   std::lock_guard<std::mutex> lock(mutex);
-  std::shared_ptr<S3Store> store = stores[scheme + "://" + u.bucket].lock();
-  if (!store) {
-    store = std::make_shared<S3Store>(scheme, u.bucket);
-    stores[scheme + "://" + u.bucket] = store;
+  auto it = stores.find(key);
+  if (it == stores.end()) it = stores.emplace(key, Kept{std::make_shared<S3Store>(scheme, u.bucket)}).first;
+  it->second.used = ++clock;
+  std::shared_ptr<S3Store> store = it->second.store;
+  while (stores.size() > 8) {
+    auto oldest = stores.begin();
+    for (auto k = stores.begin(); k != stores.end(); ++k)
+      if (k->second.used < oldest->second.used) oldest = k;
+    stores.erase(oldest);  // a Location that still holds it keeps it alive
   }
   return Location(store, u.key);
 }

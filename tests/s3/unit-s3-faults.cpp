@@ -941,6 +941,31 @@ TEST_CASE("S3: credentials from EC2's instance metadata (IMDSv2), renewed before
   server().reset();
 }
 
+TEST_CASE("S3: URI strings reuse one store per bucket and configuration: credentials found once, again where the environment changed") {
+  if (server().endpoint().empty()) return;
+  test::ScopedEnv env;
+  no_credentials(env);
+  env.unset("AWS_EC2_METADATA_DISABLED");
+  env.set("AWS_EC2_METADATA_SERVICE_ENDPOINT", server().endpoint());
+  for (const char* k : {"AWS_ENDPOINT_URL_S3", "S3_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION"}) env.unset(k);
+  env.set("AWS_ENDPOINT_URL", server().endpoint());
+  server().reset();
+  server().control("_credentials?lifetime=3600");
+  const State a = random_state(), b = random_state();
+  cairn::save("s3://bucket/uri/a", a);
+  CHECK(same(cairn::load<State>("s3://bucket/uri/a"), a));
+  cairn::save("s3://bucket/uri/b", b);
+  CHECK(same(cairn::load<State>("s3://bucket/uri/b"), b));
+  // Four calls, one store: its credentials were asked for once (each call made its own before).
+  CHECK(issued("imds") == 1);
+  CHECK(signed_by("IMDS1") >= 16);
+  // Another configuration is another store, which asks again.
+  env.set("AWS_REGION", "eu-west-1");
+  CHECK(same(cairn::load<State>("s3://bucket/uri/a"), a));
+  CHECK(issued("imds") == 2);
+  server().reset();
+}
+
 TEST_CASE("S3: credentials from the container endpoint (ECS, EKS Pod Identity), with its token; a refusal is a clear error") {
   if (server().endpoint().empty()) return;
   test::ScopedEnv env;

@@ -142,6 +142,22 @@ inline std::string env(const char* name) {
   return v ? std::string(v) : std::string();
 }
 
+// Every environment variable a store's configuration comes from (here and in
+// credentials.hpp), as "NAME=value" lines: the stores that URI strings open are kept per
+// bucket and per these (cairn/s3.hpp), so a changed variable opens another store.
+inline std::string configuration_environment() {
+  static const char* const names[] = {
+      "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE",
+      "AWS_CONFIG_FILE", "HOME", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL",
+      "S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_STS", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME",
+      "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+      "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_EC2_METADATA_DISABLED",
+      "AWS_EC2_METADATA_SERVICE_ENDPOINT"};
+  std::string out;
+  for (const char* n : names) out += std::string(n) + "=" + env(n) + "\n";
+  return out;
+}
+
 inline std::string trim(const std::string& s) {
   const auto a = s.find_first_not_of(" \t\r\n");
   if (a == std::string::npos) return {};
