@@ -216,7 +216,10 @@ TEST_CASE("SIGKILL during overwrites with slow renames and no atomic exchange: t
     gaps += !std::filesystem::exists(path);
     // Some complete checkpoint loads, whole: the step and the first value agree.
     const State back = cairn::load<State>(path);
-    CHECK(back.small[0] == (back.step == 0 ? s.small[0] : static_cast<float>(back.step)));
+    // Compared as bits: the state's values are random bits, and where the first is a NaN (one
+    // run in 250) == failed every load that found step 0 (CI met it on 2026-11-27).
+    const float want = back.step == 0 ? s.small[0] : static_cast<float>(back.step);
+    CHECK(std::memcmp(&back.small[0], &want, sizeof want) == 0);
     if (trial % 2) {
       cairn::detail::clean_leftovers(dir.path);  // as the next save or Checkpointer does
       CHECK(std::filesystem::exists(path + "/_CHECKPOINT"));
