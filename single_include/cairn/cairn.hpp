@@ -15542,14 +15542,22 @@ CAIRN_API void Checkpointer::scan() {
     }
   auto look = [&](Look& l) {
     try {
-      l.committed = detail::is_committed_checkpoint(*store_, detail::join_key(root_, l.name));
-      // A step directory without its commit marker is incomplete (or was copied without it):
-      // ignored, never deleted.
-      if (!l.step || !l.committed) return;
+      const std::string key = detail::join_key(root_, l.name);
+      if (!l.step) {
+        l.committed = detail::is_committed_checkpoint(*store_, key);
+        return;
+      }
+      // A step's marker is read straight away (on a bucket, asking first whether it is there
+      // was one more round trip per step); only where that fails is the marker's presence
+      // asked, to tell a step that never committed from a damaged one. A step directory
+      // without its commit marker is incomplete (or was copied without it): ignored, never
+      // deleted.
       try {
         l.info = read_step_info(*l.step);
+        l.committed = true;
       } catch (const Error& err) {
-        l.damage = err;
+        l.committed = detail::is_committed_checkpoint(*store_, key);
+        if (l.committed) l.damage = err;
       }
     } catch (...) {
       l.failure = std::current_exception();
@@ -15596,9 +15604,14 @@ CAIRN_API StepInfo Checkpointer::read_step_info(std::int64_t step) const {
   info.step = step;
   // Where the store keeps the step (an object store: the generation its marker names).
   const std::string key = store_->readable_checkpoint(step_path(step));
-  const auto digests = detail::read_marker(*store_, key);
+  // The marker and _USER_METADATA together (Store::read_whole_each: one round trip on a
+  // bucket); where the marker cannot be read, require_marker says what is there instead.
+  auto read = store_->read_whole_each({{detail::join_key(key, detail::marker_file), detail::max_marker_bytes},
+                                       {detail::join_key(key, detail::user_metadata_file), std::uint64_t{1} << 24}});
+  if (read[0].error) detail::require_marker(*store_, key);
+  const auto digests = detail::parse_marker(*store_, key, read[0].take());
   const std::string path = describe(detail::join_key(key, detail::user_metadata_file));
-  Json user = Json::parse(detail::read_verified(*store_, key, digests, detail::user_metadata_file, std::uint64_t{1} << 24), path);
+  Json user = Json::parse(detail::verified(*store_, key, digests, detail::user_metadata_file, std::move(read[1])), path);
   if (!user.is_object()) throw Error(ErrorKind::corrupt, "user metadata is not a JSON object", path);
   if (const Json* m = user.find("metrics"); m && m->is_object()) info.metrics = *m;
   if (const Json* t = user.find("created_unix_ms"); t && t->is_int()) info.created_unix_ms = t->as_int();
