@@ -24,7 +24,8 @@ Control, on the same port (never a bucket name S3 allows, as it starts with '_')
                                       first C of such requests through before later faults)
   POST /_expire?key=AKID              every request signed with access key AKID is answered
                                       400 ExpiredToken (as S3 answers a session token past its end)
-  POST /_reset                        no faults, nothing expired; counters to zero (objects stay)
+  POST /_reset                        no faults, nothing expired, credential sources as at the start;
+                                      counters to zero (objects stay)
   GET  /_stats                        {"requests": n, "open_uploads": n, "faults_hit": n, "in_flight": n,
                                        "max_in_flight": n, "signed_by": {access key: requests},
                                        "issued": {source: credentials handed out}}
@@ -41,8 +42,11 @@ STS1, ...) with the lifetime set by the control below:
                                       Authorization carries the token set below
   POST /_sts                          STS AssumeRoleWithWebIdentity (a form body; 400
                                       InvalidIdentityToken unless RoleArn and WebIdentityToken match)
-  POST /_credentials?lifetime=S[&auth=T][&role_arn=A][&web_token=W]   credentials handed out from
-                                      now live S seconds (3600 by default); T, A, W are checked
+  POST /_credentials?lifetime=S[&auth=T][&role_arn=A][&web_token=W][&imds_fail=N][&require_signed=1]
+                                      credentials handed out from now live S seconds (3600 by
+                                      default); T, A, W are checked; the next N requests to the
+                                      metadata service answer 500; unsigned S3 requests are
+                                      answered 403 AccessDenied (as a private bucket answers them)
 """
 import json
 import os
@@ -62,7 +66,8 @@ LOG = os.environ.get("FAKE_S3_LOG")
 LATENCY = float(os.environ.get("FAKE_S3_LATENCY", "0"))
 state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0, "max_in_flight": 0,
          "expired": set(), "signed_by": {}, "issued": {}}
-creds_config = {"lifetime": 3600, "auth": "", "role_arn": "", "web_token": ""}
+creds_config = {"lifetime": 3600, "auth": "", "role_arn": "", "web_token": "", "imds_fail": 0,
+                "require_signed": False}
 
 
 def iso(t):
@@ -202,12 +207,16 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 state.update(requests=0, faults_hit=0, faults=[], max_in_flight=0, expired=set(), signed_by={},
                              issued={})
+                creds_config.update(lifetime=3600, auth="", role_arn="", web_token="", imds_fail=0,
+                                    require_signed=False)
             return self.reply(200)
         if bucket == "_credentials" and method == "POST":
             with lock:
                 creds_config["lifetime"] = int(q.get("lifetime", "3600"))
                 for k in ("auth", "role_arn", "web_token"):
                     creds_config[k] = q.get(k, "")
+                creds_config["imds_fail"] = int(q.get("imds_fail", "0"))
+                creds_config["require_signed"] = q.get("require_signed") == "1"
             return self.reply(200)
         if bucket in ("latest", "_container", "_sts"):
             return self.credential_source(method, bucket, key)
@@ -231,7 +240,11 @@ class Handler(BaseHTTPRequestHandler):
             state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
             state["signed_by"][signer] = state["signed_by"].get(signer, 0) + 1
             expired = signer in state["expired"]
+            refused = signer == "" and creds_config["require_signed"]
         try:
+            if refused:  # as a private bucket answers an unsigned request
+                self.read_body()
+                return self.error(403, "AccessDenied", "Access Denied", method == "HEAD")
             if expired:  # as S3 answers a request signed with a session token past its end
                 self.read_body()
                 return self.error(400, "ExpiredToken", "The provided token has expired.", method == "HEAD")
@@ -257,6 +270,12 @@ class Handler(BaseHTTPRequestHandler):
     def credential_source(self, method, bucket, key):
         body = self.read_body()
         if bucket == "latest":  # IMDS
+            with lock:
+                failing = creds_config["imds_fail"] > 0
+                if failing:
+                    creds_config["imds_fail"] -= 1
+            if failing:
+                return self.reply(500)
             if method == "PUT" and key == "api/token":
                 if not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
                     return self.reply(400)

@@ -941,6 +941,30 @@ TEST_CASE("S3: credentials from EC2's instance metadata (IMDSv2), renewed before
   server().reset();
 }
 
+TEST_CASE("S3: a store whose first look found no credentials asks again where a request is refused unsigned") {
+  if (server().endpoint().empty()) return;
+  test::ScopedEnv env;
+  no_credentials(env);
+  env.unset("AWS_EC2_METADATA_DISABLED");
+  env.set("AWS_EC2_METADATA_SERVICE_ENDPOINT", server().endpoint());
+  server().reset();
+  // The metadata service fails the store's first look (its token, then IMDSv1), and the
+  // bucket refuses unsigned requests.
+  server().control("_credentials?lifetime=3600&imds_fail=2&require_signed=1");
+  const State a = random_state();
+  auto s = store();
+  cairn::save({s, "late"}, a);
+  CHECK(same(cairn::load<State>({s, "late"}), a));
+  CHECK(issued("imds") == 1);
+  CHECK(signed_by("IMDS1") >= 8);
+  // No credentials anywhere: the refusal says so, and what the probe met.
+  server().reset();
+  server().control("_credentials?require_signed=1");
+  env.set("AWS_EC2_METADATA_DISABLED", "true");
+  CHECK_CAIRN_ERROR(cairn::save({store(), "anon"}, a), ErrorKind::io, "AWS_EC2_METADATA_DISABLED");
+  server().reset();
+}
+
 TEST_CASE("S3: URI strings reuse one store per bucket and configuration: credentials found once, again where the environment changed") {
   if (server().endpoint().empty()) return;
   test::ScopedEnv env;

@@ -547,8 +547,8 @@ class Client {
     return c.expiration != std::chrono::system_clock::time_point{} &&
            std::chrono::system_clock::now() + renew_before >= c.expiration;
   }
-  // Credentials asked for again, after S3 said those that signed a request (`used`) expired or
-  // before they end (`ahead`): from S3Options::credentials_provider, else from the chain
+  // Credentials asked for again, after S3 said those that signed a request (`used`) expired,
+  // or refused a request sent unsigned, or before they end (`ahead`): from S3Options::credentials_provider, else from the chain
   // (credentials.hpp) as at the start, unless they were options. True where the store now has
   // others than `used` (this call's, or another thread's that met the same answer first).
   // A renewal ahead of the end is not tried again for 30 s: the requests meanwhile go out
@@ -705,6 +705,13 @@ class Client {
                    ? "; the credentials expired and none newer were found (S3Options::credentials_provider, the "
                      "environment's AWS_SESSION_TOKEN or the profile's aws_session_token): refresh them"
                    : "; the credentials given in S3Options expired: set credentials_provider to renew them";
+      }
+      if ((r.status == 403 || r.status == 401) && creds->anonymous() && !refreshed && refresh_credentials(*creds)) {
+        // Refused unsigned, and the chain has credentials now where it found none before (the
+        // instance metadata service did not answer the store's first request in time, say):
+        // sent again, signed, and every request after it.
+        refreshed = true;
+        continue;
       }
       if (r.status == 404) {
         kind = ErrorKind::not_found;

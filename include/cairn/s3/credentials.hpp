@@ -235,10 +235,12 @@ inline Credentials container_credentials(const std::string& relative, const std:
 
 // EC2's instance metadata service, IMDSv2 (a session token first), falling back to IMDSv1
 // where the token is refused. A probe: no answer means no credentials from here, and `tried`
-// says why. Where the service cannot be reached at all (no EC2 instance), the process does
-// not ask again.
+// says why. Where the service cannot be reached at all (no EC2 instance, whose address may
+// swallow packets for the whole second of the connect timeout), the process does not ask it
+// again for a minute.
 inline std::optional<Credentials> instance_credentials(std::string& tried) {
-  static std::atomic<bool> unreachable{false};
+  using clock = std::chrono::steady_clock;
+  static std::atomic<clock::rep> unreachable_until{0};
   std::string disabled = env("AWS_EC2_METADATA_DISABLED");
   for (char& ch : disabled) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (disabled == "true") {
@@ -249,7 +251,7 @@ inline std::optional<Credentials> instance_credentials(std::string& tried) {
   const bool custom = !base.empty();
   if (base.empty()) base = "http://169.254.169.254";
   while (!base.empty() && base.back() == '/') base.pop_back();
-  if (!custom && unreachable.load()) {
+  if (!custom && clock::now().time_since_epoch().count() < unreachable_until.load()) {
     tried = "the EC2 instance metadata service (" + base + ") did not answer";
     return std::nullopt;
   }
@@ -263,7 +265,7 @@ inline std::optional<Credentials> instance_credentials(std::string& tried) {
   put.max_body = 4096;
   const HttpResponse t = http.perform(put);
   if (t.transport != CURLE_OK) {
-    if (!custom) unreachable = true;
+    if (!custom) unreachable_until = (clock::now() + std::chrono::minutes(1)).time_since_epoch().count();
     tried = "the EC2 instance metadata service (" + base + ") did not answer: " + t.transport_error;
     return std::nullopt;
   }
