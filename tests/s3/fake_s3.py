@@ -45,7 +45,8 @@ STS1, ...) with the lifetime set by the control below:
   POST /_credentials?lifetime=S[&auth=T][&role_arn=A][&web_token=W][&imds_fail=N][&require_signed=1]
                                       credentials handed out from now live S seconds (3600 by
                                       default); T, A, W are checked; the next N requests to the
-                                      metadata service answer 500; unsigned S3 requests are
+                                      metadata service answer 500 (counted in "issued" as
+                                      "imds_failed"); unsigned S3 requests are
                                       answered 403 AccessDenied (as a private bucket answers them)
 """
 import json
@@ -274,6 +275,7 @@ class Handler(BaseHTTPRequestHandler):
                 failing = creds_config["imds_fail"] > 0
                 if failing:
                     creds_config["imds_fail"] -= 1
+                    state["issued"]["imds_failed"] = state["issued"].get("imds_failed", 0) + 1
             if failing:
                 return self.reply(500)
             if method == "PUT" and key == "api/token":

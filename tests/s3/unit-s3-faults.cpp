@@ -957,6 +957,14 @@ TEST_CASE("S3: a store whose first look found no credentials asks again where a 
   CHECK(same(cairn::load<State>({s, "late"}), a));
   CHECK(issued("imds") == 1);
   CHECK(signed_by("IMDS1") >= 8);
+  // The metadata service down for good: the store asks it at its first look and at the first
+  // refusal, then not again within 30 s, however many requests are refused (a public bucket
+  // read anonymously answers 403 to a HEAD of a missing key).
+  server().reset();
+  server().control("_credentials?imds_fail=1000&require_signed=1");
+  auto anonymous = store();
+  for (int i = 0; i < 3; ++i) CHECK_THROWS_AS(cairn::load<State>({anonymous, "late"}), cairn::Error);
+  CHECK(issued("imds_failed") == 4);  // two looks, each a token and an IMDSv1 request
   // No credentials anywhere: the refusal says so, and what the probe met.
   server().reset();
   server().control("_credentials?require_signed=1");

@@ -548,18 +548,24 @@ class Client {
            std::chrono::system_clock::now() + renew_before >= c.expiration;
   }
   // Credentials asked for again, after S3 said those that signed a request (`used`) expired,
-  // or refused a request sent unsigned, or before they end (`ahead`): from S3Options::credentials_provider, else from the chain
-  // (credentials.hpp) as at the start, unless they were options. True where the store now has
+  // or refused a request sent unsigned, or before they end (`ahead`): from
+  // S3Options::credentials_provider, else from the chain (credentials.hpp) as at the start,
+  // unless they were options. True where the store now has
   // others than `used` (this call's, or another thread's that met the same answer first).
-  // A renewal ahead of the end is not tried again for 30 s: the requests meanwhile go out
-  // with the credentials they have.
+  // A renewal ahead of the end, or for a store without credentials, is not tried again for
+  // 30 s: the requests meanwhile go out with the credentials they have.
   bool refresh_credentials(const Credentials& used, bool ahead = false) {
     if (!options_.credentials_provider && !options_.access_key_id.empty()) return false;
     // One refresh at a time: the requests that met the end together ask once, not each.
     std::lock_guard<std::mutex> refreshing(refresh_mutex_);
     if (!(*credentials() == used)) return true;  // renewed meanwhile by another request
+    // Ahead of the end, and for a store that found none (S3 answers 403 to every request a
+    // public bucket does not allow, a HEAD of a missing key among them): the chain once in
+    // 30 s at most, whatever it gave. Otherwise a source whose credentials all live less than
+    // renew_before, or every refusal of an anonymous store, would ask it before each request.
+    const bool throttled = ahead || used.anonymous();
     const auto now = std::chrono::steady_clock::now();
-    if (ahead && now < no_renewal_before_) return false;
+    if (throttled && now < no_renewal_before_) return false;
     Credentials fresh;
     try {
       fresh = options_.credentials_provider ? options_.credentials_provider()
@@ -567,9 +573,7 @@ class Client {
     } catch (...) {
       fresh = used;  // the source failed: an expired request's error says what happened
     }
-    // Ahead of the end, once in 30 s at most, whatever came: a source whose credentials all
-    // live less than renew_before would otherwise be asked before every request.
-    if (ahead) no_renewal_before_ = now + std::chrono::seconds(30);
+    if (throttled) no_renewal_before_ = now + std::chrono::seconds(30);
     if (fresh == used) return false;
     std::lock_guard<std::mutex> lock(credentials_mutex_);
     credentials_ = std::make_shared<const Credentials>(std::move(fresh));
