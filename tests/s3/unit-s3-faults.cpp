@@ -891,12 +891,15 @@ void no_credentials(test::ScopedEnv& env) {
   env.set("AWS_CONFIG_FILE", "/nonexistent/config");
   env.set("AWS_EC2_METADATA_DISABLED", "true");
 }
+// (The stats held in a local: a pointer into the temporary that stats() returns dangles.)
 std::int64_t signed_by(const std::string& key) {
-  const cairn::Json* n = server().stats().at("signed_by").find(key);
+  const cairn::Json stats = server().stats();
+  const cairn::Json* n = stats.at("signed_by").find(key);
   return n ? n->as_int() : 0;
 }
 std::int64_t issued(const std::string& source) {
-  const cairn::Json* n = server().stats().at("issued").find(source);
+  const cairn::Json stats = server().stats();
+  const cairn::Json* n = stats.at("issued").find(source);
   return n ? n->as_int() : 0;
 }
 }  // namespace
