@@ -897,6 +897,13 @@ std::int64_t signed_by(const std::string& key) {
   const cairn::Json* n = stats.at("signed_by").find(key);
   return n ? n->as_int() : 0;
 }
+// The instance metadata service played by the fake server, and nothing before it.
+void credentials_from_fake_imds(test::ScopedEnv& env) {
+  no_credentials(env);
+  env.unset("AWS_EC2_METADATA_DISABLED");
+  env.set("AWS_EC2_METADATA_SERVICE_ENDPOINT", server().endpoint());
+  server().reset();
+}
 std::int64_t issued(const std::string& source) {
   const cairn::Json stats = server().stats();
   const cairn::Json* n = stats.at("issued").find(source);
@@ -907,10 +914,7 @@ std::int64_t issued(const std::string& source) {
 TEST_CASE("S3: credentials from EC2's instance metadata (IMDSv2), renewed before they end and when S3 says they ended") {
   if (server().endpoint().empty()) return;
   test::ScopedEnv env;
-  no_credentials(env);
-  env.unset("AWS_EC2_METADATA_DISABLED");
-  env.set("AWS_EC2_METADATA_SERVICE_ENDPOINT", server().endpoint());
-  server().reset();
+  credentials_from_fake_imds(env);
   server().control("_credentials?lifetime=3600");
   const State a = random_state(), b = random_state();
   {
@@ -947,10 +951,7 @@ TEST_CASE("S3: credentials from EC2's instance metadata (IMDSv2), renewed before
 TEST_CASE("S3: a store whose first look found no credentials asks again where a request is refused unsigned") {
   if (server().endpoint().empty()) return;
   test::ScopedEnv env;
-  no_credentials(env);
-  env.unset("AWS_EC2_METADATA_DISABLED");
-  env.set("AWS_EC2_METADATA_SERVICE_ENDPOINT", server().endpoint());
-  server().reset();
+  credentials_from_fake_imds(env);
   // The metadata service fails the store's first look (its token, then IMDSv1), and the
   // bucket refuses unsigned requests.
   server().control("_credentials?lifetime=3600&imds_fail=2&require_signed=1");
@@ -979,9 +980,7 @@ TEST_CASE("S3: a store whose first look found no credentials asks again where a 
 TEST_CASE("S3: URI strings reuse one store per bucket and configuration: credentials found once, again where the environment changed") {
   if (server().endpoint().empty()) return;
   test::ScopedEnv env;
-  no_credentials(env);
-  env.unset("AWS_EC2_METADATA_DISABLED");
-  env.set("AWS_EC2_METADATA_SERVICE_ENDPOINT", server().endpoint());
+  credentials_from_fake_imds(env);
   for (const char* k : {"AWS_ENDPOINT_URL_S3", "S3_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION"}) env.unset(k);
   env.set("AWS_ENDPOINT_URL", server().endpoint());
   server().reset();

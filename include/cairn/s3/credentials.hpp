@@ -83,15 +83,17 @@ inline std::string read_small_file(const std::string& path, const std::string& w
 }
 
 // The JSON that the container endpoint, IMDS and credential helpers answer.
-inline Credentials credentials_from_json(const std::string& text, const std::string& where, const char* token_field) {
-  Json j;
+inline Json parse_credentials_json(const std::string& text, const std::string& where) {
   try {
-    j = Json::parse(text);
+    Json j = Json::parse(text);
+    if (j.is_object()) return j;
   } catch (const Error&) {
-    throw Error(ErrorKind::io, where + " answered something that is not JSON credentials");
   }
+  throw Error(ErrorKind::io, where + " answered something that is not JSON credentials");
+}
+inline Credentials credentials_from_json(const Json& j, const std::string& where, const char* token_field) {
   auto field = [&](const char* k) {
-    const Json* v = j.is_object() ? j.find(k) : nullptr;
+    const Json* v = j.find(k);
     return v && v->is_string() ? v->as_string() : std::string();
   };
   Credentials c{field("AccessKeyId"), field("SecretAccessKey"), field(token_field)};
@@ -99,6 +101,20 @@ inline Credentials credentials_from_json(const std::string& text, const std::str
     throw Error(ErrorKind::io, where + " answered credentials without AccessKeyId or SecretAccessKey");
   if (const std::string end = field("Expiration"); !end.empty()) c.expiration = parse_iso8601(end, where);
   return c;
+}
+inline Credentials credentials_from_json(const std::string& text, const std::string& where, const char* token_field) {
+  return credentials_from_json(parse_credentials_json(text, where), where, token_field);
+}
+
+// A request of a credential source, sent again twice after a transport error or a 5xx.
+inline HttpResponse perform_with_retries(HttpClient& http, const HttpRequest& rq) {
+  HttpResponse r;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100 << (attempt - 1)));
+    r = http.perform(rq);
+    if (r.transport == CURLE_OK && r.status < 500) break;
+  }
+  return r;
 }
 
 // A profile's credential_process: a command whose standard output is {"Version": 1,
@@ -117,12 +133,11 @@ inline Credentials run_credential_process(const std::string& command, const std:
     throw Error(ErrorKind::io, where + ": the command " +
                                    (status != -1 && WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
                                                                       : std::string("did not exit normally")));
-  Credentials c = credentials_from_json(out, where, "SessionToken");
-  const Json j = Json::parse(out);
+  const Json j = parse_credentials_json(out, where);
   const Json* version = j.find("Version");
   if (!version || !version->is_int() || version->as_int() != 1)
     throw Error(ErrorKind::io, where + ": the command's JSON must say \"Version\": 1");
-  return c;
+  return credentials_from_json(j, where, "SessionToken");
 }
 
 inline std::string form_encode(const std::string& s) { return uri_encode(s, false); }
@@ -153,12 +168,7 @@ inline Credentials assume_role_with_web_identity(const std::string& token_file, 
   rq.body = body.data();
   rq.body_size = body.size();
   rq.max_body = 64 << 10;
-  HttpResponse r;
-  for (int attempt = 0; attempt < 3; ++attempt) {  // transport errors and 5xx: twice more
-    r = http.perform(rq);
-    if (r.transport == CURLE_OK && r.status < 500) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
-  }
+  const HttpResponse r = perform_with_retries(http, rq);
   if (r.transport != CURLE_OK) throw Error(ErrorKind::io, where + " failed: " + r.transport_error, url);
   XmlElement x;
   try {
@@ -219,12 +229,7 @@ inline Credentials container_credentials(const std::string& relative, const std:
   rq.url = url;
   if (!token.empty()) rq.headers.push_back("Authorization: " + token);
   rq.max_body = 64 << 10;
-  HttpResponse r;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    r = http.perform(rq);
-    if (r.transport == CURLE_OK && r.status < 500) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
-  }
+  const HttpResponse r = perform_with_retries(http, rq);
   const std::string where = "the container credentials endpoint";
   if (r.transport != CURLE_OK) throw Error(ErrorKind::io, where + " did not answer: " + r.transport_error, url);
   if (r.status != 200)
@@ -298,13 +303,14 @@ inline std::optional<Credentials> instance_credentials(std::string& tried) {
     return std::nullopt;
   }
   try {
-    const Json j = Json::parse(r.body);
-    const Json* code = j.is_object() ? j.find("Code") : nullptr;
+    const std::string where = "the EC2 instance metadata service";
+    const Json j = parse_credentials_json(r.body, where);
+    const Json* code = j.find("Code");
     if (code && code->is_string() && code->as_string() != "Success") {
-      tried = "the EC2 instance metadata service answered " + code->as_string().substr(0, 64) + " for role " + name;
+      tried = where + " answered " + code->as_string().substr(0, 64) + " for role " + name;
       return std::nullopt;
     }
-    return credentials_from_json(r.body, "the EC2 instance metadata service", "Token");
+    return credentials_from_json(j, where, "Token");
   } catch (const Error& e) {
     tried = e.what();
     return std::nullopt;
