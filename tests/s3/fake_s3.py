@@ -16,6 +16,8 @@ honours GCS's create-only header too (x-goog-if-generation-match: 0), and copies
                        (with FAKE_S3_LOG=FILE, appends "METHOD path?query" per request to FILE;
                        with FAKE_S3_LATENCY=SECONDS, answers every request that much later, as a
                        distant store would: what a benchmark of round trips measures against)
+  fake_s3.py DIR --exit-with-parent
+                       the same, and exits when the process that started it is gone (the tests)
 
 Control, on the same port (never a bucket name S3 allows, as it starts with '_'):
   POST /_fault?at=N&how=H[&count=C]   requests N..N+C-1 from now fail as H (N=1: the next one)
@@ -565,8 +567,25 @@ class Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+def exit_with_parent():
+    # A test program that dies (an abort, a sanitizer's report, a SIGKILL at its time limit)
+    # cannot stop its server: the server would live on, holding the output pipe that ctest
+    # or CI waits on to close. Once the parent is gone (this process is given to another),
+    # the server goes too.
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main():
     d = sys.argv[1]
+    if "--exit-with-parent" in sys.argv[2:]:
+        exit_with_parent()
     server = Server(("127.0.0.1", 0), Handler)
     with open(os.path.join(d, "endpoint.tmp"), "w") as f:
         f.write("http://127.0.0.1:%d" % server.server_address[1])

@@ -53,7 +53,7 @@ class FakeS3 {
     dir_ = (std::filesystem::temp_directory_path() / ("cairn-fake-s3-" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(dir_);
     const std::string script = std::string(CAIRN_S3_TEST_DIR) + "/fake_s3.py";
-    std::vector<std::string> args = {CAIRN_PYTHON3, script, dir_};
+    std::vector<std::string> args = {CAIRN_PYTHON3, script, dir_, "--exit-with-parent"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

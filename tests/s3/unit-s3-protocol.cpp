@@ -6,6 +6,7 @@
 // signatures are that published data; the signer that reproduces them is cairn's own.
 #include <doctest/doctest.h>
 
+#include <cairn/core/once.hpp>
 #include <cairn/s3/buffer_pool.hpp>
 #include <cairn/s3/credentials.hpp>
 #include <cairn/s3/options.hpp>
@@ -14,13 +15,16 @@
 
 #include "../test_util.hpp"  // test::ScopedEnv
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
+#include <vector>
 
 namespace {
 
@@ -385,4 +389,33 @@ TEST_CASE("S3 buffer pool: an idle time of zero keeps nothing; buffers outlive t
   }  // the pool goes first (its trimmer stopped): the buffer still out is freed by its user
   std::memset(survivor->data(), 1, survivor->size());
   survivor.reset();
+}
+
+// The client asks for credentials and the bucket's region once, with detail::Once: a source
+// that throws (a refused container endpoint, IMDS unreachable) must be asked again by the next
+// request. std::call_once did that, except under ThreadSanitizer, where every later caller
+// waited forever (CI's TSan step hung in unit-s3-faults).
+TEST_CASE("detail::Once: a throw leaves the work for the next caller; callers at the same time run it once") {
+  cairn::detail::Once once;
+  int runs = 0;
+  for (int i = 0; i < 3; ++i) {
+    CHECK_THROWS_AS(once([&] { ++runs; throw std::runtime_error("refused"); }), std::runtime_error);
+    CHECK_FALSE(once.done());
+  }
+  CHECK(runs == 3);
+  std::atomic<int> done_runs{0}, returned_before_done{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 8; ++t)
+    callers.emplace_back([&] {
+      once([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the others arrive meanwhile
+        done_runs.fetch_add(1);
+      });
+      if (!once.done() || done_runs.load() != 1) returned_before_done.fetch_add(1);  // none may
+    });
+  for (auto& c : callers) c.join();
+  CHECK(done_runs.load() == 1);
+  CHECK(returned_before_done.load() == 0);
+  once([&] { done_runs.fetch_add(1); });  // done: never again
+  CHECK(done_runs.load() == 1);
 }

@@ -22,6 +22,7 @@
 
 #include "cairn/core/config.hpp"
 #include "cairn/core/error.hpp"
+#include "cairn/core/once.hpp"
 #include "cairn/s3/credentials.hpp"
 #include "cairn/s3/http.hpp"
 #include "cairn/s3/options.hpp"
@@ -532,7 +533,7 @@ class Client {
   // signed; a source that is configured and fails throws here, and is asked again by the
   // next request.
   void ensure_credentials() {
-    std::call_once(credentials_once_, [this] {
+    credentials_once_([this] {
       if (!config_.credentials.anonymous() || options_.credentials_provider || !options_.access_key_id.empty()) return;
       FoundCredentials f = find_credentials(config_.scheme, bucket_, options_, config_.region);
       std::lock_guard<std::mutex> lock(credentials_mutex_);
@@ -627,7 +628,7 @@ class Client {
   }
 
   void ensure_region() {
-    std::call_once(region_once_, [this] {
+    region_once_([this] {
       if (config_.region_known) return;
       Call c;
       c.method = "HEAD";
@@ -751,12 +752,12 @@ class Client {
   mutable std::mutex credentials_mutex_;
   std::shared_ptr<const Credentials> credentials_;
   std::string credentials_tried_;  // where the chain found none: what the instance metadata probe met
-  std::once_flag credentials_once_;
+  cairn::detail::Once credentials_once_;  // (not std::once_flag: a source that fails is asked again, core/once.hpp)
   std::mutex refresh_mutex_;
   std::chrono::steady_clock::time_point no_renewal_before_ = {};  // (under refresh_mutex_)
   HttpClient http_;
   std::atomic<std::uint64_t> requests_{0};
-  std::once_flag region_once_;
+  cairn::detail::Once region_once_;
   std::atomic<bool> conditional_ok_{true};
   std::atomic<bool> batch_delete_{true};
 };
