@@ -167,6 +167,22 @@ TEST_CASE("inspect says what is there: a checkpoint, a safetensors file, a Check
   i = cairn::inspect(root);
   CHECK(i.steps.size() == 3);
   CHECK(i.incomplete == std::vector<std::string>{"200"});
+  // A committed step whose metadata does not read is listed with its error, never dropped or
+  // taken for an incomplete one; the others read as before.
+  test::write_file(root + "/10/_METADATA", "{\"damaged\": true}");
+  i = cairn::inspect(root);
+  REQUIRE(i.steps.size() == 3);
+  CHECK(i.steps[0].error.empty());
+  CHECK(i.steps[1].name == "10");
+  CHECK(i.steps[1].error.find("_METADATA") != std::string::npos);
+  CHECK(i.steps[2].error.empty());
+  CHECK(i.steps[2].metrics.at("loss").as_double() == 0.01);
+  CHECK(i.incomplete == std::vector<std::string>{"200"});
+  std::filesystem::remove(root + "/latest");
+  i = cairn::inspect(root);
+  CHECK(!i.latest_marker);
+  CHECK(i.latest_problem.find("missing") != std::string::npos);
+  CHECK(i.steps.size() == 3);
 
   // A plain directory of checkpoints has no marker, and that is no problem for verify.
   cairn::save(dir / "plain/a", m);

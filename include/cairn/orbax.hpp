@@ -130,7 +130,7 @@ inline ForeignExport link_item(const Location& checkpoint, const Location& dst, 
 }
 
 inline const bool format_registered = [] {
-  register_foreign_format({LocationKind::orbax, &looks_like_orbax, &open_view, &load_orbax_planned, &export_item, &link_item});
+  register_foreign_format({LocationKind::orbax, static_cast<bool (*)(const Store&, const std::string&, const std::vector<StoreEntry>*)>(&looks_like_orbax), &open_view, &load_orbax_planned, &export_item, &link_item});
   return true;
 }();
 

@@ -15682,7 +15682,9 @@ CAIRN_END_NAMESPACE
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <mutex>
+#include <optional>
 
 // ----- begin cairn/inspect/formats.hpp -----
 // Checkpoint formats of other systems, read through opt-in headers that register here
@@ -15716,7 +15718,10 @@ struct ForeignExport {
 
 struct ForeignFormat {
   LocationKind kind;
-  bool (*recognizes)(const Store& store, const std::string& key);
+  // Whether `key` is one of its checkpoints; `listing` (may be null): the store's listing of
+  // `key`, where the caller has it, to look in instead of asking the store (on a bucket, each
+  // question is a round trip: Orbax's were six HEADs for every location inspect looked at).
+  bool (*recognizes)(const Store& store, const std::string& key, const std::vector<StoreEntry>* listing);
   ForeignView (*open)(const Store& store, const std::string& key);
   LoadReport (*load)(const Store& store, const std::string& key, const LoadOptions& options,
                      FunctionRef<LoadPlan(const StoredIndex&)> plan);
@@ -15731,8 +15736,10 @@ struct ForeignFormat {
 };
 
 CAIRN_API void register_foreign_format(const ForeignFormat& format);
-// The format whose checkpoint is at `key`, or null.
-CAIRN_API const ForeignFormat* foreign_format_at(const Store& store, const std::string& key);
+// The format whose checkpoint is at `key`, or null; `listing`: the listing of `key`, where the
+// caller has it (ForeignFormat::recognizes).
+CAIRN_API const ForeignFormat* foreign_format_at(const Store& store, const std::string& key,
+                                                 const std::vector<StoreEntry>* listing = nullptr);
 // The registered format of this kind, or null.
 CAIRN_API const ForeignFormat* foreign_format_of(LocationKind kind);
 
@@ -15753,7 +15760,10 @@ inline bool names_safetensors(const std::string& key) {
 // checkpoint, when that was looked up on the way: the steps after it need not ask the store
 // again (each look is a request on an object store: `cairn show` on a bucket made three HEADs
 // of one marker before it read anything).
-inline Location safetensors_set_or(const Location& location, std::optional<bool>* committed = nullptr) {
+// `listing` (where given) receives the listing of the location's own key, where one was read
+// and the location is returned unchanged.
+inline Location safetensors_set_or(const Location& location, std::optional<bool>* committed = nullptr,
+                                   std::optional<std::vector<StoreEntry>>* listing = nullptr) {
   if (names_safetensors(location.key())) return location;
   const Store& store = location.store();
   const bool is_checkpoint = is_committed_checkpoint(store, location.key());
@@ -15768,12 +15778,16 @@ inline Location safetensors_set_or(const Location& location, std::optional<bool>
     return location;  // a save's staging: the load says so
   }
   std::string index;
-  for (const auto& e : store.list(dir)) {
+  std::vector<StoreEntry> entries = store.list(dir);
+  for (const auto& e : entries) {
     if (e.is_prefix || !e.name.ends_with(std::string(".safetensors") + safetensors_index_suffix)) continue;
     if (!index.empty()) return location;  // two sets: the caller names one
     index = e.name;
   }
-  if (index.empty()) return location;
+  if (index.empty()) {
+    if (listing && dir == location.key()) *listing = std::move(entries);
+    return location;
+  }
   if (committed) committed->reset();  // another location: not looked at
   return Location(location.shared_store(), join_key(dir, index));
 }
@@ -15788,20 +15802,78 @@ inline std::mutex& foreign_formats_mutex() {
   return m;
 }
 
+// inspect's look at a Checkpointer root: the root's listing, read once (its steps, its
+// `latest` marker and its incomplete steps all come from it), and what reading each step's
+// metadata found where that read was also the look at whether the step committed.
+struct RootReading {
+  struct Step {
+    std::optional<CheckpointMetadata> metadata;
+    std::string error;  // a committed step whose metadata does not read
+  };
+  std::optional<std::vector<StoreEntry>> listing;
+  std::map<std::string, Step> steps;  // the steps read that way
+  bool foreign = false;               // the steps are another system's (Orbax's CheckpointManager)
+};
+
+// The committed checkpoints directly under `location`, as committed_children finds them, for
+// inspect: in a Checkpointer's root (its listing holds the `latest` marker) a step's metadata
+// is read straight away, and only where that fails is its marker asked for, to tell a step
+// that never committed from a damaged one: on a bucket, a HEAD and two round trips fewer per
+// step than asking first and reading after (`cairn ls` of a root of 6 steps: 49 requests,
+// 31 of them per step). Other directories are asked first, as their names may be anything.
+inline std::vector<std::string> read_children(const Location& location, RootReading& root) {
+  const Store& store = location.store();
+  if (!root.listing) root.listing = store.list(location.key());
+  const bool checkpointer_root = std::any_of(root.listing->begin(), root.listing->end(),
+                                             [](const StoreEntry& e) { return !e.is_prefix && e.name == "latest"; });
+  std::vector<std::string> candidates;
+  for (const auto& e : *root.listing)
+    if (e.is_prefix && !store.is_internal_name(e.name)) candidates.push_back(e.name);
+  std::vector<char> committed(candidates.size(), 0);
+  std::vector<std::optional<RootReading::Step>> read(candidates.size());
+  for_each_index(candidates.size(), store.parallel_reads(), [&](std::size_t i) {
+    const Location step = location / candidates[i];
+    if (!checkpointer_root || !looks_like_step_name(candidates[i])) {
+      committed[i] = is_committed_checkpoint(store, step.key());
+      return;
+    }
+    try {
+      read[i] = RootReading::Step{metadata(step), {}};
+      committed[i] = 1;
+    } catch (const Error& e) {
+      committed[i] = is_committed_checkpoint(store, step.key());
+      if (committed[i]) read[i] = RootReading::Step{std::nullopt, e.what()};
+    }
+  });
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (!committed[i]) continue;
+    if (read[i]) root.steps.emplace(candidates[i], std::move(*read[i]));
+    names.push_back(std::move(candidates[i]));
+  }
+  sort_in_step_order(names);
+  return names;
+}
+
 // What is at `location`; for a Checkpointer root, `steps` receives its committed steps (the
 // listing that decided it, so that nobody lists the root again).
 // `committed`: whether it is a committed cairn checkpoint, where the caller knows already;
-// `format` (where given) receives the other system's format found there, if any.
+// `format` (where given) receives the other system's format found there, if any; `root`
+// (inspect's), where given, receives the root's listing and the steps' metadata read on the way.
 inline LocationKind location_kind(const Location& location, std::vector<std::string>* steps = nullptr,
-                                  std::optional<bool> committed = std::nullopt, const ForeignFormat** format = nullptr) {
+                                  std::optional<bool> committed = std::nullopt, const ForeignFormat** format = nullptr,
+                                  RootReading* root = nullptr) {
   if (names_safetensors(location.key())) return LocationKind::safetensors;
   const Store& store = location.store();
   if (committed ? *committed : is_committed_checkpoint(store, location.key())) return LocationKind::checkpoint;
-  if (const ForeignFormat* f = foreign_format_at(store, location.key())) {
+  // inspect lists the location here, once: the other formats look for their files in the
+  // listing, and the steps of a root come from it.
+  if (root && !root->listing) root->listing = store.list(location.key());
+  if (const ForeignFormat* f = foreign_format_at(store, location.key(), root ? &*root->listing : nullptr)) {
     if (format) *format = f;
     return f->kind;
   }
-  std::vector<std::string> names = committed_children(store, location.key());
+  std::vector<std::string> names = root ? read_children(location, *root) : committed_children(store, location.key());
   if (names.empty()) {
     // Another system's manager root (Orbax's CheckpointManager): step directories that are
     // checkpoints of a registered format.
@@ -15811,11 +15883,12 @@ inline LocationKind location_kind(const Location& location, std::vector<std::str
       any = !foreign_formats().empty();
     }
     if (any)
-      for (const auto& e : store.list(location.key()))
+      for (const auto& e : root ? *root->listing : store.list(location.key()))
         if (e.is_prefix && looks_like_step_name(e.name) && foreign_format_at(store, join_key(location.key(), e.name)))
           names.push_back(e.name);
     if (names.empty()) return LocationKind::checkpoint;  // read as one, for the load's own error
     sort_in_step_order(names);
+    if (root) root->foreign = true;
   }
   if (steps) *steps = std::move(names);
   return LocationKind::checkpointer_root;
@@ -15832,14 +15905,18 @@ inline CheckpointMetadata metadata_of(const Location& location, bool committed =
   return metadata(location);
 }
 
-// A Checkpointer root's steps and its `latest` marker, without reading the steps' metadata.
-inline Inspection inspect_root(const Location& location, std::vector<std::string> names) {
+// A Checkpointer root's steps and its `latest` marker, without reading the steps' metadata;
+// `listing`: the root's, where the caller has it (else the root is listed here).
+inline Inspection inspect_root(const Location& location, std::vector<std::string> names,
+                               const std::vector<StoreEntry>* listing = nullptr) {
   Inspection out;
   out.kind = LocationKind::checkpointer_root;
   out.path = location.describe();
   const Store& store = location.store();
+  std::optional<std::vector<StoreEntry>> listed;
+  if (!listing) listing = &listed.emplace(store.list(location.key()));
   const std::string marker = join_key(location.key(), "latest");
-  if (!store.is_blob(marker)) {
+  if (std::none_of(listing->begin(), listing->end(), [](const StoreEntry& e) { return !e.is_prefix && e.name == "latest"; })) {
     out.latest_problem = "the latest marker (" + store.describe(marker) + ") is missing";
   } else {
     out.latest_marker = true;
@@ -15855,7 +15932,7 @@ inline Inspection inspect_root(const Location& location, std::vector<std::string
       out.latest.clear();
     }
   }
-  for (const auto& e : store.list(location.key()))
+  for (const auto& e : *listing)
     if (e.is_prefix && !store.is_internal_name(e.name) && looks_like_step_name(e.name) &&
         std::find(names.begin(), names.end(), e.name) == names.end())
       out.incomplete.push_back(e.name);
@@ -15921,14 +15998,15 @@ CAIRN_API void detail::register_foreign_format(const ForeignFormat& format) {
   foreign_formats().push_back(format);
 }
 
-CAIRN_API const detail::ForeignFormat* detail::foreign_format_at(const Store& store, const std::string& key) {
+CAIRN_API const detail::ForeignFormat* detail::foreign_format_at(const Store& store, const std::string& key,
+                                                                 const std::vector<StoreEntry>* listing) {
   std::vector<const ForeignFormat*> formats;
   {
     std::lock_guard<std::mutex> lock(foreign_formats_mutex());
     for (const auto& f : foreign_formats()) formats.push_back(&f);
   }
   for (const ForeignFormat* f : formats)
-    if (f->recognizes(store, key)) return f;
+    if (f->recognizes(store, key, listing)) return f;
   return nullptr;
 }
 
@@ -15951,12 +16029,13 @@ CAIRN_API const char* location_kind_name(LocationKind kind) {
 
 CAIRN_API Inspection inspect(const Location& given) {
   std::optional<bool> committed;
-  const Location location = detail::safetensors_set_or(given, &committed);
+  detail::RootReading root;
+  const Location location = detail::safetensors_set_or(given, &committed, &root.listing);
   std::vector<std::string> names;
   const detail::ForeignFormat* format = nullptr;
-  const LocationKind kind = detail::location_kind(location, &names, committed, &format);
+  const LocationKind kind = detail::location_kind(location, &names, committed, &format, &root);
   if (kind == LocationKind::checkpointer_root) {
-    Inspection out = detail::inspect_root(location, std::move(names));
+    Inspection out = detail::inspect_root(location, std::move(names), root.listing ? &*root.listing : nullptr);
     // Another system's manager root (Orbax's CheckpointManager) keeps no `latest` marker: its
     // latest step is the highest, and nothing is missing.
     if (!out.latest_marker && !out.steps.empty() &&
@@ -15965,8 +16044,17 @@ CAIRN_API Inspection inspect(const Location& given) {
     // Each step's metadata, Store::parallel_reads() at a time (a bucket's round trips).
     detail::for_each_index(out.steps.size(), location.store().parallel_reads(), [&](std::size_t i) {
       InspectedStep& step = out.steps[i];
+      std::optional<CheckpointMetadata> read;
+      if (auto it = root.steps.find(step.name); it != root.steps.end()) {
+        if (!it->second.metadata) {
+          step.error = it->second.error;
+          return;
+        }
+        read = std::move(it->second.metadata);
+      }
       try {
-        const CheckpointMetadata m = detail::metadata_of(location / step.name);
+        // A step the listing found committed is a cairn checkpoint: no other format is asked.
+        const CheckpointMetadata m = read ? std::move(*read) : detail::metadata_of(location / step.name, !root.foreign);
         step.created = m.created;
         step.bytes = m.total_bytes();
         if (const Json* metrics = m.user_metadata.find("metrics")) step.metrics = *metrics;

@@ -35,7 +35,10 @@ struct ForeignExport {
 
 struct ForeignFormat {
   LocationKind kind;
-  bool (*recognizes)(const Store& store, const std::string& key);
+  // Whether `key` is one of its checkpoints; `listing` (may be null): the store's listing of
+  // `key`, where the caller has it, to look in instead of asking the store (on a bucket, each
+  // question is a round trip: Orbax's were six HEADs for every location inspect looked at).
+  bool (*recognizes)(const Store& store, const std::string& key, const std::vector<StoreEntry>* listing);
   ForeignView (*open)(const Store& store, const std::string& key);
   LoadReport (*load)(const Store& store, const std::string& key, const LoadOptions& options,
                      FunctionRef<LoadPlan(const StoredIndex&)> plan);
@@ -50,8 +53,10 @@ struct ForeignFormat {
 };
 
 CAIRN_API void register_foreign_format(const ForeignFormat& format);
-// The format whose checkpoint is at `key`, or null.
-CAIRN_API const ForeignFormat* foreign_format_at(const Store& store, const std::string& key);
+// The format whose checkpoint is at `key`, or null; `listing`: the listing of `key`, where the
+// caller has it (ForeignFormat::recognizes).
+CAIRN_API const ForeignFormat* foreign_format_at(const Store& store, const std::string& key,
+                                                 const std::vector<StoreEntry>* listing = nullptr);
 // The registered format of this kind, or null.
 CAIRN_API const ForeignFormat* foreign_format_of(LocationKind kind);
 

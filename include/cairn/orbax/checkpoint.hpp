@@ -861,13 +861,20 @@ inline bool is_pytree_dir(const Store& store, const std::string& key) {
   return store.is_blob(join_key(key, "_METADATA")) || store.is_blob(join_key(key, "manifest.ocdbt"));
 }
 
-// Whether `key` looks like an Orbax checkpoint at all (what inspect asks first).
-inline bool looks_like_orbax(const Store& store, const std::string& key) {
+// Whether `key` looks like an Orbax checkpoint at all (what inspect asks first); `listing`:
+// the store's listing of `key`, where the caller has it: the files are looked for in it, not
+// asked for one by one.
+inline bool looks_like_orbax(const Store& store, const std::string& key, const std::vector<StoreEntry>* listing) {
   const std::string k = normalize_key(key);
-  if (store.is_blob(join_key(k, "_CHECKPOINT")) ) return false;
-  return store.is_blob(join_key(k, "_CHECKPOINT_METADATA")) || store.is_blob(join_key(k, "orbax.checkpoint")) ||
-         store.is_blob(join_key(k, "commit_success.txt")) || is_pytree_dir(store, k);
+  auto has = [&](const char* name) {
+    if (!listing) return store.is_blob(join_key(k, name));
+    return std::any_of(listing->begin(), listing->end(), [&](const StoreEntry& e) { return !e.is_prefix && e.name == name; });
+  };
+  if (has("_CHECKPOINT")) return false;  // cairn's commit marker
+  return has("_CHECKPOINT_METADATA") || has("orbax.checkpoint") || has("commit_success.txt") || has("_METADATA") ||
+         has("manifest.ocdbt");  // the last two: a pytree's directory (is_pytree_dir)
 }
+inline bool looks_like_orbax(const Store& store, const std::string& key) { return looks_like_orbax(store, key, nullptr); }
 
 // Reads the layout and every checkpointable's records into `view` and the returned description.
 inline OrbaxCheckpoint open_orbax(OrbaxView& view) {
