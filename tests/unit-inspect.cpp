@@ -234,10 +234,36 @@ TEST_CASE("verify reads every byte and names the chunk a flipped byte is in") {
   r = cairn::verify(root);
   CHECK(r.ok());
   CHECK(r.checkpoints.size() == 2);
+  // Each step's own report, and the root's fields their sums.
+  REQUIRE(r.steps.size() == 2);
+  CHECK(r.steps[0].path == root + "/1");
+  CHECK(r.steps[1].path == root + "/2");
+  CHECK(r.steps[0].chunks > 0);
+  CHECK(r.steps[0].chunks + r.steps[1].chunks == r.chunks);
+  CHECK(r.steps[0].bytes + r.steps[1].bytes == r.bytes);
+  CHECK(r.steps[0].ok());
+  // A flipped byte in step 2's data: its report alone names it; a step whose metadata does
+  // not read has that one problem and no chunks.
+  const cairn::CheckpointMetadata meta2 = cairn::metadata(root + "/2");
+  const cairn::LeafRecord* g2 = meta2.find_item("state")->find_leaf("grid");
+  REQUIRE(g2);
+  const std::string data2 = root + "/2/" + g2->chunks[0].file;
+  std::string bytes2 = test::read_file(data2);
+  bytes2[g2->chunks[0].offset] ^= 1;
+  test::write_file(data2, bytes2);
+  test::write_file(root + "/1/_METADATA", "{}");
+  r = cairn::verify(root);
+  REQUIRE(r.steps.size() == 2);
+  REQUIRE(r.steps[0].problems.size() == 1);
+  CHECK(r.steps[0].chunks == 0);
+  CHECK(r.steps[0].problems[0].why.find("_METADATA") != std::string::npos);
+  REQUIRE(r.steps[1].problems.size() == 1);
+  CHECK(r.steps[1].problems[0].key == "grid");
+  CHECK(r.problems.size() == 2);
   test::write_file(root + "/latest", "9\n");
   r = cairn::verify(root);
-  REQUIRE(r.problems.size() == 1);
-  CHECK(r.problems[0].why.find("latest marker") != std::string::npos);
+  REQUIRE(r.problems.size() == 3);
+  CHECK(r.problems[0].why.find("latest marker") != std::string::npos);  // the root's own, first
 }
 
 TEST_CASE("convert: checkpoint to safetensors and back keeps every selected leaf bit-exact") {

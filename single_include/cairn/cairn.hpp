@@ -5642,6 +5642,11 @@ struct VerifyReport {
   std::uint64_t bytes = 0;               // their bytes
   bool checksummed = true;               // false for safetensors, which has no checksums
   std::vector<VerifyProblem> problems;
+  // A Checkpointer root's steps, each one's own report (its `path`, its chunks, its problems; a
+  // step whose metadata does not read has that one problem and no chunks), in step order. The
+  // root's own fields add them up, and its problems also hold the `latest` marker's. Empty
+  // for anything else.
+  std::vector<VerifyReport> steps;
   bool ok() const { return problems.empty(); }
 };
 
@@ -15802,18 +15807,24 @@ inline std::mutex& foreign_formats_mutex() {
   return m;
 }
 
-// inspect's look at a Checkpointer root: the root's listing, read once (its steps, its
-// `latest` marker and its incomplete steps all come from it), and what reading each step's
-// metadata found where that read was also the look at whether the step committed.
+// inspect's and verify's look at a Checkpointer root: the root's listing, read once (its
+// steps, its `latest` marker and its incomplete steps all come from it), and, for inspect,
+// what reading each step's metadata found where that read was also the look at whether the
+// step committed (only what `cairn ls` shows of it is kept: a root of many large steps is
+// never all in memory).
 struct RootReading {
-  struct Step {
-    std::optional<CheckpointMetadata> metadata;
-    std::string error;  // a committed step whose metadata does not read
-  };
+  bool read_steps = true;  // false (verify): the steps' metadata is read later, one at a time
   std::optional<std::vector<StoreEntry>> listing;
-  std::map<std::string, Step> steps;  // the steps read that way
-  bool foreign = false;               // the steps are another system's (Orbax's CheckpointManager)
+  std::map<std::string, InspectedStep> steps;  // the steps read that way (`error` where it failed)
+  bool foreign = false;                        // the steps are another system's (Orbax's CheckpointManager)
 };
+
+// What `cairn ls` shows of a step.
+inline void summarize_step(const CheckpointMetadata& m, InspectedStep& step) {
+  step.created = m.created;
+  step.bytes = m.total_bytes();
+  if (const Json* metrics = m.user_metadata.find("metrics")) step.metrics = *metrics;
+}
 
 // The committed checkpoints directly under `location`, as committed_children finds them, for
 // inspect: in a Checkpointer's root (its listing holds the `latest` marker) a step's metadata
@@ -15830,19 +15841,24 @@ inline std::vector<std::string> read_children(const Location& location, RootRead
   for (const auto& e : *root.listing)
     if (e.is_prefix && !store.is_internal_name(e.name)) candidates.push_back(e.name);
   std::vector<char> committed(candidates.size(), 0);
-  std::vector<std::optional<RootReading::Step>> read(candidates.size());
+  std::vector<std::optional<InspectedStep>> read(candidates.size());
   for_each_index(candidates.size(), store.parallel_reads(), [&](std::size_t i) {
     const Location step = location / candidates[i];
-    if (!checkpointer_root || !looks_like_step_name(candidates[i])) {
+    if (!root.read_steps || !checkpointer_root || !looks_like_step_name(candidates[i])) {
       committed[i] = is_committed_checkpoint(store, step.key());
       return;
     }
     try {
-      read[i] = RootReading::Step{metadata(step), {}};
+      InspectedStep s;
+      summarize_step(metadata(step), s);
+      read[i] = std::move(s);
       committed[i] = 1;
     } catch (const Error& e) {
       committed[i] = is_committed_checkpoint(store, step.key());
-      if (committed[i]) read[i] = RootReading::Step{std::nullopt, e.what()};
+      if (committed[i]) {
+        read[i].emplace();
+        read[i]->error = e.what();
+      }
     }
   });
   std::vector<std::string> names;
@@ -16044,20 +16060,15 @@ CAIRN_API Inspection inspect(const Location& given) {
     // Each step's metadata, Store::parallel_reads() at a time (a bucket's round trips).
     detail::for_each_index(out.steps.size(), location.store().parallel_reads(), [&](std::size_t i) {
       InspectedStep& step = out.steps[i];
-      std::optional<CheckpointMetadata> read;
-      if (auto it = root.steps.find(step.name); it != root.steps.end()) {
-        if (!it->second.metadata) {
-          step.error = it->second.error;
-          return;
-        }
-        read = std::move(it->second.metadata);
+      if (auto it = root.steps.find(step.name); it != root.steps.end()) {  // read as it was found
+        it->second.name = std::move(step.name);
+        it->second.latest = step.latest;
+        step = std::move(it->second);
+        return;
       }
       try {
         // A step the listing found committed is a cairn checkpoint: no other format is asked.
-        const CheckpointMetadata m = read ? std::move(*read) : detail::metadata_of(location / step.name, !root.foreign);
-        step.created = m.created;
-        step.bytes = m.total_bytes();
-        if (const Json* metrics = m.user_metadata.find("metrics")) step.metrics = *metrics;
+        detail::summarize_step(detail::metadata_of(location / step.name, !root.foreign), step);
       } catch (const Error& e) {
         step.error = e.what();
       }
@@ -16192,32 +16203,46 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
 
 CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& options) {
   std::optional<bool> committed;
-  const Location location = detail::safetensors_set_or(given, &committed);
   VerifyReport report;
-  const Store& store = location.store();
   std::vector<std::string> steps;
   const detail::ForeignFormat* format = nullptr;
-  report.kind = detail::location_kind(location, &steps, committed, &format);
+  detail::RootReading reading;  // a root's listing, read once
+  reading.read_steps = false;   // each step's metadata is read by its own check below
+  const Location location = detail::safetensors_set_or(given, &committed, &reading.listing);
+  const Store& store = location.store();
+  report.kind = detail::location_kind(location, &steps, committed, &format, &reading);
   report.path = location.describe();
   if (report.kind == LocationKind::checkpointer_root) {
-    // The steps and the marker only: each step's metadata is read once, by its own check below.
-    const Inspection root = detail::inspect_root(location, std::move(steps));
+    const Inspection root = detail::inspect_root(location, std::move(steps), reading.listing ? &*reading.listing : nullptr);
     if (root.latest_marker && !root.latest_problem.empty()) report.problems.push_back({root.path, "", root.latest_problem, 0, 0});
     for (const InspectedStep& step : root.steps) {
       const Location at = location / step.name;
-      report.checkpoints.push_back(at.describe());
+      VerifyReport& one = report.steps.emplace_back();
+      one.path = at.describe();
+      one.checkpoints.push_back(one.path);
       try {
-        if (const detail::ForeignFormat* f = detail::foreign_format_at(store, at.key())) {
-          report.checksummed = false;
+        // The steps of a cairn root are cairn checkpoints: no other format is asked about them.
+        if (const detail::ForeignFormat* f = reading.foreign ? detail::foreign_format_at(store, at.key()) : nullptr) {
+          one.kind = f->kind;
+          one.checksummed = false;
           const detail::ForeignView view = f->open(store, at.key());
-          detail::verify_chunks(*view.store, "", view.metadata, false, report, options.progress);
-          continue;
+          detail::verify_chunks(*view.store, "", view.metadata, false, one, options.progress);
+        } else {
+          // Where its files are asked once (on a bucket, the marker's read), for the metadata
+          // (checked against the marker) and the chunks both.
+          const std::string readable = store.readable_checkpoint(at.key());
+          detail::PrintedKeys printed;
+          const CheckpointMetadata m = detail::read_metadata(store, readable, &printed);
+          detail::verify_chunks(store, readable, m, true, one, options.progress);
         }
-        const CheckpointMetadata m = metadata(at);  // checks the marker and both metadata files
-        detail::verify_chunks(store, store.readable_checkpoint(at.key()), m, true, report, options.progress);
       } catch (const Error& e) {
-        report.problems.push_back({at.describe(), "", e.what(), 0, 0});
+        one.problems.push_back({one.path, "", e.what(), 0, 0});
       }
+      report.checkpoints.push_back(one.path);
+      report.chunks += one.chunks;
+      report.bytes += one.bytes;
+      report.checksummed = report.checksummed && one.checksummed;
+      report.problems.insert(report.problems.end(), one.problems.begin(), one.problems.end());
     }
     return report;
   }
@@ -16236,8 +16261,11 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
     detail::verify_chunks(store, detail::key_parent(location.key()), safetensors_metadata(location), false, report,
                           options.progress);
   } else {
-    // metadata() checks the marker and both metadata files against it.
-    detail::verify_chunks(store, store.readable_checkpoint(location.key()), metadata(location), true, report,
+    // As metadata() reads it (the marker and both metadata files checked against it), with
+    // where the files are asked once for both (on a bucket, a read of the marker).
+    const std::string readable = store.readable_checkpoint(location.key());
+    detail::PrintedKeys printed;
+    detail::verify_chunks(store, readable, detail::read_metadata(store, readable, &printed), true, report,
                           options.progress);
   }
   return report;

@@ -73,18 +73,24 @@ inline std::mutex& foreign_formats_mutex() {
   return m;
 }
 
-// inspect's look at a Checkpointer root: the root's listing, read once (its steps, its
-// `latest` marker and its incomplete steps all come from it), and what reading each step's
-// metadata found where that read was also the look at whether the step committed.
+// inspect's and verify's look at a Checkpointer root: the root's listing, read once (its
+// steps, its `latest` marker and its incomplete steps all come from it), and, for inspect,
+// what reading each step's metadata found where that read was also the look at whether the
+// step committed (only what `cairn ls` shows of it is kept: a root of many large steps is
+// never all in memory).
 struct RootReading {
-  struct Step {
-    std::optional<CheckpointMetadata> metadata;
-    std::string error;  // a committed step whose metadata does not read
-  };
+  bool read_steps = true;  // false (verify): the steps' metadata is read later, one at a time
   std::optional<std::vector<StoreEntry>> listing;
-  std::map<std::string, Step> steps;  // the steps read that way
-  bool foreign = false;               // the steps are another system's (Orbax's CheckpointManager)
+  std::map<std::string, InspectedStep> steps;  // the steps read that way (`error` where it failed)
+  bool foreign = false;                        // the steps are another system's (Orbax's CheckpointManager)
 };
+
+// What `cairn ls` shows of a step.
+inline void summarize_step(const CheckpointMetadata& m, InspectedStep& step) {
+  step.created = m.created;
+  step.bytes = m.total_bytes();
+  if (const Json* metrics = m.user_metadata.find("metrics")) step.metrics = *metrics;
+}
 
 // The committed checkpoints directly under `location`, as committed_children finds them, for
 // inspect: in a Checkpointer's root (its listing holds the `latest` marker) a step's metadata
@@ -101,19 +107,24 @@ inline std::vector<std::string> read_children(const Location& location, RootRead
   for (const auto& e : *root.listing)
     if (e.is_prefix && !store.is_internal_name(e.name)) candidates.push_back(e.name);
   std::vector<char> committed(candidates.size(), 0);
-  std::vector<std::optional<RootReading::Step>> read(candidates.size());
+  std::vector<std::optional<InspectedStep>> read(candidates.size());
   for_each_index(candidates.size(), store.parallel_reads(), [&](std::size_t i) {
     const Location step = location / candidates[i];
-    if (!checkpointer_root || !looks_like_step_name(candidates[i])) {
+    if (!root.read_steps || !checkpointer_root || !looks_like_step_name(candidates[i])) {
       committed[i] = is_committed_checkpoint(store, step.key());
       return;
     }
     try {
-      read[i] = RootReading::Step{metadata(step), {}};
+      InspectedStep s;
+      summarize_step(metadata(step), s);
+      read[i] = std::move(s);
       committed[i] = 1;
     } catch (const Error& e) {
       committed[i] = is_committed_checkpoint(store, step.key());
-      if (committed[i]) read[i] = RootReading::Step{std::nullopt, e.what()};
+      if (committed[i]) {
+        read[i].emplace();
+        read[i]->error = e.what();
+      }
     }
   });
   std::vector<std::string> names;
@@ -315,20 +326,15 @@ CAIRN_API Inspection inspect(const Location& given) {
     // Each step's metadata, Store::parallel_reads() at a time (a bucket's round trips).
     detail::for_each_index(out.steps.size(), location.store().parallel_reads(), [&](std::size_t i) {
       InspectedStep& step = out.steps[i];
-      std::optional<CheckpointMetadata> read;
-      if (auto it = root.steps.find(step.name); it != root.steps.end()) {
-        if (!it->second.metadata) {
-          step.error = it->second.error;
-          return;
-        }
-        read = std::move(it->second.metadata);
+      if (auto it = root.steps.find(step.name); it != root.steps.end()) {  // read as it was found
+        it->second.name = std::move(step.name);
+        it->second.latest = step.latest;
+        step = std::move(it->second);
+        return;
       }
       try {
         // A step the listing found committed is a cairn checkpoint: no other format is asked.
-        const CheckpointMetadata m = read ? std::move(*read) : detail::metadata_of(location / step.name, !root.foreign);
-        step.created = m.created;
-        step.bytes = m.total_bytes();
-        if (const Json* metrics = m.user_metadata.find("metrics")) step.metrics = *metrics;
+        detail::summarize_step(detail::metadata_of(location / step.name, !root.foreign), step);
       } catch (const Error& e) {
         step.error = e.what();
       }

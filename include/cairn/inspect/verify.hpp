@@ -31,6 +31,11 @@ struct VerifyReport {
   std::uint64_t bytes = 0;               // their bytes
   bool checksummed = true;               // false for safetensors, which has no checksums
   std::vector<VerifyProblem> problems;
+  // A Checkpointer root's steps, each one's own report (its `path`, its chunks, its problems; a
+  // step whose metadata does not read has that one problem and no chunks), in step order. The
+  // root's own fields add them up, and its problems also hold the `latest` marker's. Empty
+  // for anything else.
+  std::vector<VerifyReport> steps;
   bool ok() const { return problems.empty(); }
 };
 

@@ -84,32 +84,46 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
 
 CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& options) {
   std::optional<bool> committed;
-  const Location location = detail::safetensors_set_or(given, &committed);
   VerifyReport report;
-  const Store& store = location.store();
   std::vector<std::string> steps;
   const detail::ForeignFormat* format = nullptr;
-  report.kind = detail::location_kind(location, &steps, committed, &format);
+  detail::RootReading reading;  // a root's listing, read once
+  reading.read_steps = false;   // each step's metadata is read by its own check below
+  const Location location = detail::safetensors_set_or(given, &committed, &reading.listing);
+  const Store& store = location.store();
+  report.kind = detail::location_kind(location, &steps, committed, &format, &reading);
   report.path = location.describe();
   if (report.kind == LocationKind::checkpointer_root) {
-    // The steps and the marker only: each step's metadata is read once, by its own check below.
-    const Inspection root = detail::inspect_root(location, std::move(steps));
+    const Inspection root = detail::inspect_root(location, std::move(steps), reading.listing ? &*reading.listing : nullptr);
     if (root.latest_marker && !root.latest_problem.empty()) report.problems.push_back({root.path, "", root.latest_problem, 0, 0});
     for (const InspectedStep& step : root.steps) {
       const Location at = location / step.name;
-      report.checkpoints.push_back(at.describe());
+      VerifyReport& one = report.steps.emplace_back();
+      one.path = at.describe();
+      one.checkpoints.push_back(one.path);
       try {
-        if (const detail::ForeignFormat* f = detail::foreign_format_at(store, at.key())) {
-          report.checksummed = false;
+        // The steps of a cairn root are cairn checkpoints: no other format is asked about them.
+        if (const detail::ForeignFormat* f = reading.foreign ? detail::foreign_format_at(store, at.key()) : nullptr) {
+          one.kind = f->kind;
+          one.checksummed = false;
           const detail::ForeignView view = f->open(store, at.key());
-          detail::verify_chunks(*view.store, "", view.metadata, false, report, options.progress);
-          continue;
+          detail::verify_chunks(*view.store, "", view.metadata, false, one, options.progress);
+        } else {
+          // Where its files are asked once (on a bucket, the marker's read), for the metadata
+          // (checked against the marker) and the chunks both.
+          const std::string readable = store.readable_checkpoint(at.key());
+          detail::PrintedKeys printed;
+          const CheckpointMetadata m = detail::read_metadata(store, readable, &printed);
+          detail::verify_chunks(store, readable, m, true, one, options.progress);
         }
-        const CheckpointMetadata m = metadata(at);  // checks the marker and both metadata files
-        detail::verify_chunks(store, store.readable_checkpoint(at.key()), m, true, report, options.progress);
       } catch (const Error& e) {
-        report.problems.push_back({at.describe(), "", e.what(), 0, 0});
+        one.problems.push_back({one.path, "", e.what(), 0, 0});
       }
+      report.checkpoints.push_back(one.path);
+      report.chunks += one.chunks;
+      report.bytes += one.bytes;
+      report.checksummed = report.checksummed && one.checksummed;
+      report.problems.insert(report.problems.end(), one.problems.begin(), one.problems.end());
     }
     return report;
   }
@@ -128,8 +142,11 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
     detail::verify_chunks(store, detail::key_parent(location.key()), safetensors_metadata(location), false, report,
                           options.progress);
   } else {
-    // metadata() checks the marker and both metadata files against it.
-    detail::verify_chunks(store, store.readable_checkpoint(location.key()), metadata(location), true, report,
+    // As metadata() reads it (the marker and both metadata files checked against it), with
+    // where the files are asked once for both (on a bucket, a read of the marker).
+    const std::string readable = store.readable_checkpoint(location.key());
+    detail::PrintedKeys printed;
+    detail::verify_chunks(store, readable, detail::read_metadata(store, readable, &printed), true, report,
                           options.progress);
   }
   return report;
