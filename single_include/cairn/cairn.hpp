@@ -16054,9 +16054,7 @@ CAIRN_API Inspection inspect(const Location& given) {
     Inspection out = detail::inspect_root(location, std::move(names), root.listing ? &*root.listing : nullptr);
     // Another system's manager root (Orbax's CheckpointManager) keeps no `latest` marker: its
     // latest step is the highest, and nothing is missing.
-    if (!out.latest_marker && !out.steps.empty() &&
-        detail::foreign_format_at(location.store(), detail::join_key(location.key(), out.steps.front().name)))
-      out.latest_problem.clear();
+    if (!out.latest_marker && root.foreign) out.latest_problem.clear();
     // Each step's metadata, Store::parallel_reads() at a time (a bucket's round trips).
     detail::for_each_index(out.steps.size(), location.store().parallel_reads(), [&](std::size_t i) {
       InspectedStep& step = out.steps[i];
