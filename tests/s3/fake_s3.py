@@ -43,8 +43,12 @@ STS1, ...) with the lifetime set by the control below:
   GET  /_container/credentials        the container endpoint (ECS, EKS Pod Identity): 401 unless
                                       Authorization carries the token set below
   POST /_sts                          STS AssumeRoleWithWebIdentity (a form body; 400
-                                      InvalidIdentityToken unless RoleArn and WebIdentityToken match)
+                                      InvalidIdentityToken unless RoleArn and WebIdentityToken match),
+                                      and STS AssumeRole (403 unless RoleArn matches and the request
+                                      is SigV4-signed for "sts" with the source keys set below: the
+                                      signature is checked; "issued" counts it as "assume_role")
   POST /_credentials?lifetime=S[&auth=T][&role_arn=A][&web_token=W][&imds_fail=N][&require_signed=1]
+                     [&source_key=K[,K2...]&source_secret=S[,S2...]][&external_id=E]
                                       credentials handed out from now live S seconds (3600 by
                                       default); T, A, W are checked; the next N requests to the
                                       metadata service answer 500 (counted in "issued" as
@@ -59,6 +63,8 @@ import threading
 import time
 import urllib.parse
 import hashlib
+import hmac
+import re
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from xml.etree import ElementTree
 
@@ -70,7 +76,7 @@ LATENCY = float(os.environ.get("FAKE_S3_LATENCY", "0"))
 state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0, "max_in_flight": 0,
          "expired": set(), "signed_by": {}, "issued": {}}
 creds_config = {"lifetime": 3600, "auth": "", "role_arn": "", "web_token": "", "imds_fail": 0,
-                "require_signed": False}
+                "require_signed": False, "source_key": "", "source_secret": "", "external_id": ""}
 
 
 def iso(t):
@@ -211,12 +217,12 @@ class Handler(BaseHTTPRequestHandler):
                 state.update(requests=0, faults_hit=0, faults=[], max_in_flight=0, expired=set(), signed_by={},
                              issued={})
                 creds_config.update(lifetime=3600, auth="", role_arn="", web_token="", imds_fail=0,
-                                    require_signed=False)
+                                    require_signed=False, source_key="", source_secret="", external_id="")
             return self.reply(200)
         if bucket == "_credentials" and method == "POST":
             with lock:
                 creds_config["lifetime"] = int(q.get("lifetime", "3600"))
-                for k in ("auth", "role_arn", "web_token"):
+                for k in ("auth", "role_arn", "web_token", "source_key", "source_secret", "external_id"):
                     creds_config[k] = q.get(k, "")
                 creds_config["imds_fail"] = int(q.get("imds_fail", "0"))
                 creds_config["require_signed"] = q.get("require_signed") == "1"
@@ -304,6 +310,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(401, b'{"message": "no"}')
             return self.reply(200, json.dumps(self.issue("container")).encode(), {"Content-Type": "application/json"})
         form = dict(urllib.parse.parse_qsl(body.decode()))
+        if form.get("Action") == "AssumeRole":
+            return self.assume_role(form, body)
         if (form.get("Action") != "AssumeRoleWithWebIdentity" or form.get("RoleArn") != creds_config["role_arn"]
                 or form.get("WebIdentityToken") != creds_config["web_token"] or not form.get("RoleSessionName")):
             return self.reply(400, b"<ErrorResponse><Error><Type>Sender</Type><Code>InvalidIdentityToken</Code>"
@@ -315,6 +323,50 @@ class Handler(BaseHTTPRequestHandler):
                "<Expiration>%s</Expiration></Credentials></AssumeRoleWithWebIdentityResult>"
                "</AssumeRoleWithWebIdentityResponse>") % (c["AccessKeyId"], c["SecretAccessKey"], c["Token"],
                                                            c["Expiration"])
+        return self.reply(200, xml.encode(), {"Content-Type": "text/xml"})
+
+    def sigv4_signer(self, body, secret):
+        """The access key that signed this request for STS, where its SigV4 signature is right
+        for `secret` (computed here as AWS does: canonical request, string to sign, key chain)."""
+        m = re.match(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
+                     r"SignedHeaders=([^,]+), Signature=([0-9a-f]{64})$", self.headers.get("Authorization", ""))
+        if not m:
+            return None
+        key, date, region, service, signed, signature = m.groups()
+        u = urllib.parse.urlsplit(self.path)
+        enc = lambda s: urllib.parse.quote(s, safe="-_.~")
+        query = "&".join("%s=%s" % kv for kv in sorted((enc(k), enc(v)) for k, v in
+                                                        urllib.parse.parse_qsl(u.query, keep_blank_values=True)))
+        headers = "".join("%s:%s\n" % (h, " ".join(self.headers.get(h, "").split())) for h in signed.split(";"))
+        canonical = "\n".join([self.command, urllib.parse.quote(u.path, safe="/-_.~"), query, headers, signed,
+                               hashlib.sha256(body).hexdigest()])
+        to_sign = "\n".join(["AWS4-HMAC-SHA256", self.headers.get("x-amz-date", ""),
+                             "%s/%s/%s/aws4_request" % (date, region, service),
+                             hashlib.sha256(canonical.encode()).hexdigest()])
+        k = ("AWS4" + secret).encode()
+        for part in (date, region, service, "aws4_request"):
+            k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+        good = hmac.compare_digest(hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest(), signature)
+        return key if good and service == "sts" and "host" in signed.split(";") else None
+
+    def assume_role(self, form, body):
+        with lock:
+            cfg = dict(creds_config)
+        # Any of the source key pairs set (comma-separated: a chain of roles signs with each).
+        pairs = dict(zip(cfg["source_key"].split(","), cfg["source_secret"].split(",")))
+        key = re.search(r"Credential=([^/]+)/", self.headers.get("Authorization", ""))
+        signer = self.sigv4_signer(body, pairs[key.group(1)]) if key and key.group(1) in pairs else None
+        if (signer is None or form.get("RoleArn") != cfg["role_arn"]
+                or not form.get("RoleSessionName") or form.get("ExternalId", "") != cfg["external_id"]):
+            return self.reply(403, b"<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code>"
+                              b"<Message>not authorized to perform sts:AssumeRole</Message></Error>"
+                              b"<RequestId>sts-2</RequestId></ErrorResponse>")
+        c = self.issue("assume_role")
+        xml = ("<AssumeRoleResponse><AssumeRoleResult><Credentials>"
+               "<AccessKeyId>%s</AccessKeyId><SecretAccessKey>%s</SecretAccessKey><SessionToken>%s</SessionToken>"
+               "<Expiration>%s</Expiration></Credentials><AssumedRoleUser><Arn>%s</Arn></AssumedRoleUser>"
+               "</AssumeRoleResult></AssumeRoleResponse>") % (c["AccessKeyId"], c["SecretAccessKey"], c["Token"],
+                                                                c["Expiration"], cfg["role_arn"])
         return self.reply(200, xml.encode(), {"Content-Type": "text/xml"})
 
     def do_GET(self): self.handle_any("GET")

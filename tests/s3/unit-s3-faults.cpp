@@ -1063,6 +1063,71 @@ TEST_CASE("S3: credentials for a web identity from STS (EKS's roles for service 
   server().reset();
 }
 
+TEST_CASE("S3: a profile's role_arn with source_profile is assumed with STS AssumeRole, signed with the source's keys") {
+  if (server().endpoint().empty()) return;
+  test::ScopedEnv env;
+  no_credentials(env);
+  test::TempDir dir;
+  const std::string role = "arn:aws:iam::123456789012:role/cross-account-trainer";
+  // The source's keys in the credentials file; the role profile in the config file, with
+  // keys of its own that must not be used as they are (the role is what the profile means).
+  test::write_file(dir / "credentials", "[base]\naws_access_key_id = BASEKEY\naws_secret_access_key = base-secret\n");
+  test::write_file(dir / "config", "[profile trainer]\nrole_arn = " + role +
+                                       "\nsource_profile = base\nexternal_id = ext-42\nrole_session_name = run-7\n"
+                                       "aws_access_key_id = NOTUSED\naws_secret_access_key = not-used\n");
+  env.set("AWS_SHARED_CREDENTIALS_FILE", dir / "credentials");
+  env.set("AWS_CONFIG_FILE", dir / "config");
+  env.set("AWS_PROFILE", "trainer");
+  env.set("AWS_ENDPOINT_URL_STS", server().endpoint() + "/_sts");
+  server().reset();
+  // The fake STS checks the request's SigV4 signature against the source's secret.
+  server().control("_credentials?lifetime=3600&role_arn=" + cairn::s3::uri_encode(role, false) +
+                   "&source_key=BASEKEY&source_secret=base-secret&external_id=ext-42");
+  const State a = random_state();
+  {
+    auto s = store();
+    cairn::save({s, "role"}, a);
+    CHECK(same(cairn::load<State>({s, "role"}), a));
+  }
+  CHECK(issued("assume_role") == 1);
+  CHECK(signed_by("ASSUME_ROLE1") >= 8);
+  CHECK(signed_by("NOTUSED") == 0);
+  // A chain: the role profile's source is itself a role profile (each assumed in turn).
+  test::write_file(dir / "config", "[profile trainer]\nrole_arn = " + role + "\nsource_profile = middle\nexternal_id = ext-42\n"
+                                   "[profile middle]\nrole_arn = " + role + "\nsource_profile = base\nexternal_id = ext-42\n");
+  // The middle role is assumed with the base keys (issued ASSUME_ROLE2, whose secret the fake
+  // makes "secret-assume_role-2"), then the trainer role with the middle's (ASSUME_ROLE3).
+  server().control("_credentials?lifetime=3600&role_arn=" + cairn::s3::uri_encode(role, false) +
+                   "&source_key=BASEKEY,ASSUME_ROLE2&source_secret=base-secret,secret-assume_role-2&external_id=ext-42");
+  {
+    auto s = store();
+    cairn::save({s, "role2"}, a);
+    CHECK(same(cairn::load<State>({s, "role2"}), a));
+  }
+  CHECK(issued("assume_role") == 3);
+  CHECK(signed_by("ASSUME_ROLE3") >= 8);
+  CHECK(signed_by("ASSUME_ROLE2") == 0);  // the middle role's keys signed only the last AssumeRole
+  // A chain that comes back to itself is refused before any request.
+  test::write_file(dir / "config", "[profile trainer]\nrole_arn = " + role + "\nsource_profile = middle\n"
+                                   "[profile middle]\nrole_arn = " + role + "\nsource_profile = trainer\n");
+  CHECK_CAIRN_ERROR(cairn::save({store(), "role4"}, a), ErrorKind::invalid_argument, "source_profile chain");
+  // A wrong secret: the signature does not match, STS refuses, and the error says so.
+  test::write_file(dir / "config", "[profile trainer]\nrole_arn = " + role + "\nsource_profile = base\nexternal_id = ext-42\n");
+  test::write_file(dir / "credentials", "[base]\naws_access_key_id = BASEKEY\naws_secret_access_key = wrong-secret\n");
+  server().control("_credentials?lifetime=3600&role_arn=" + cairn::s3::uri_encode(role, false) +
+                   "&source_key=BASEKEY&source_secret=base-secret&external_id=ext-42");
+  try {
+    cairn::save({store(), "role3"}, a);
+    FAIL("a badly signed AssumeRole saved");
+  } catch (const cairn::Error& e) {
+    const std::string m = e.what();
+    CHECK(m.find("STS AssumeRole for " + role + " (profile 'trainer')") != std::string::npos);
+    CHECK(m.find("AccessDenied") != std::string::npos);
+    CHECK(m.find("wrong-secret") == std::string::npos);
+  }
+  server().reset();
+}
+
 TEST_CASE("S3: credentials that expire are asked for again, from the environment or the provider; none newer is a clear error") {
   if (server().endpoint().empty()) return;
   test::ScopedEnv env;

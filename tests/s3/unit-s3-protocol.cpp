@@ -327,6 +327,44 @@ TEST_CASE("S3 credentials: no source configured, the metadata probe disabled or 
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("S3 credentials: a role profile's own keys are not used as they are; what it cannot assume is a clear error") {
+  test::ScopedEnv env;
+  const auto dir = std::filesystem::temp_directory_path() / ("cairn-s3-role-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  clear_credential_chain(env, dir);
+  env.set("AWS_PROFILE", "trainer");
+  auto config = [&](const std::string& text) { test::write_file((dir / "config").string(), text); };
+  auto refused = [&](const std::string& why) {
+    CAPTURE(why);
+    CHECK_THROWS_WITH_AS(cairn::s3::find_credentials("s3", "bucket", {}, "us-east-1"), doctest::Contains(why.c_str()), cairn::Error);
+  };
+  test::write_file((dir / "credentials").string(), "[empty]\nregion = eu-west-1\n");
+  config("[profile trainer]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = base\naws_access_key_id = OWN\n"
+         "aws_secret_access_key = own-secret\n");
+  CHECK(cairn::s3::resolve_config("s3", "bucket", {}).credentials.anonymous());  // the role, not these keys
+  refused("profile 'trainer': its source_profile 'base' is in neither the credentials nor the config file");
+  config("[profile trainer]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = empty\n");
+  refused("its source_profile 'empty' has neither keys nor a credential_process");
+  config("[profile trainer]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = trainer\n");
+  refused("profile 'trainer' is its own source_profile but has no keys");
+  config("[profile trainer]\nrole_arn = arn:aws:iam::1:role/r\ncredential_source = Vault\n");
+  refused("credential_source 'Vault' is none of Environment, Ec2InstanceMetadata and EcsContainer");
+  config("[profile trainer]\nrole_arn = arn:aws:iam::1:role/r\ncredential_source = Environment\n");
+  refused("its credential_source (Environment) has no keys");
+  config("[profile trainer]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = a\n[profile a]\nrole_arn = x\n"
+         "source_profile = trainer\n");
+  refused("source_profile chain is more than 8 profiles long (or a cycle)");
+  config("[profile trainer]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = trainer\nmfa_serial = arn:aws:iam::1:mfa/me\n");
+  refused("asks for an MFA code (mfa_serial)");
+  config("[profile trainer]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = trainer\naws_access_key_id = K\n"
+         "aws_secret_access_key = S\nduration_seconds = 1h\n");
+  refused("duration_seconds is not a number of seconds");
+  // A role_arn alone (no source_profile, no credential_source) is no role profile: its keys stand.
+  config("[profile trainer]\nrole_arn = arn:aws:iam::1:role/r\naws_access_key_id = OWN\naws_secret_access_key = own-secret\n");
+  CHECK(cairn::s3::find_credentials("s3", "bucket", {}, "us-east-1").credentials.access_key_id == "OWN");
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("S3 URIs: bucket and key, and what is refused") {
   const auto u = cairn::s3::parse_bucket_uri("s3", "my-bucket/run7/100/");
   CHECK(u.bucket == "my-bucket");

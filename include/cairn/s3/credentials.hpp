@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Where an S3 store's credentials come from, the chain the AWS SDKs follow, for the machines
 // training runs on: after the options, the environment's keys and the profile's keys
-// (options.hpp, no request made), a profile's `credential_process` (aws sso, vault and other
-// helpers), a web identity token exchanged with STS (EKS's IAM roles for service accounts), the
+// (options.hpp, no request made), a profile's role (role_arn with source_profile: STS
+// AssumeRole, signed with the source's credentials), a profile's `credential_process` (aws
+// sso, vault and other helpers), a web identity token exchanged with STS (EKS's IAM roles for service accounts), the
 // container credentials endpoint (ECS tasks, EKS Pod Identity), then EC2's instance metadata
 // service (IMDSv2). These hand out temporary credentials with an end, which the client renews
 // a few minutes before it (client.hpp).
@@ -14,6 +15,7 @@
 // does not answer the requests go unsigned and the 403 that follows says what was tried.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -142,29 +144,57 @@ inline Credentials run_credential_process(const std::string& command, const std:
 
 inline std::string form_encode(const std::string& s) { return uri_encode(s, false); }
 
-// STS AssumeRoleWithWebIdentity: the token file's content for a role's temporary credentials
-// (unsigned: the token is the proof). The endpoint: AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL,
-// else STS of the region.
-inline Credentials assume_role_with_web_identity(const std::string& token_file, const std::string& role_arn,
-                                                 std::string session_name, const std::string& region,
-                                                 const S3Options& o) {
-  const std::string where = "STS AssumeRoleWithWebIdentity for " + role_arn;
-  const std::string token = read_small_file(token_file, "the web identity token file (AWS_WEB_IDENTITY_TOKEN_FILE)");
-  if (session_name.empty())
-    session_name = "cairn-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                                 std::chrono::system_clock::now().time_since_epoch())
-                                                 .count());
+// STS's endpoint: AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL, else STS of the region.
+inline std::string sts_url(const std::string& region) {
   std::string url = env("AWS_ENDPOINT_URL_STS");
   if (url.empty()) url = env("AWS_ENDPOINT_URL");
   if (url.empty()) url = "https://sts." + (region.empty() ? std::string("us-east-1") : region) + ".amazonaws.com";
   while (!url.empty() && url.back() == '/') url.pop_back();
-  const std::string body = "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + form_encode(role_arn) +
-                           "&RoleSessionName=" + form_encode(session_name) + "&WebIdentityToken=" + form_encode(token);
+  return url;
+}
+
+inline std::string default_session_name() {
+  return "cairn-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count());
+}
+
+// One STS action (a form body POSTed to sts_url), its answer's Credentials. `signer`, where
+// given, signs it (AssumeRole: with the source's credentials); AssumeRoleWithWebIdentity goes
+// unsigned, the token being the proof. `where` names the call in errors.
+inline Credentials sts_credentials(const std::string& action, const std::string& form, const std::string& region,
+                                   const Credentials* signer, const std::string& where, const S3Options& o) {
+  const std::string url = sts_url(region);
+  const std::string body = "Action=" + action + "&Version=2011-06-15&" + form;
   HttpClient http(HttpTimeouts{10, 1024, 30, 60}, HttpClient::Tls{o.verify_tls, o.ca_bundle});
   HttpRequest rq;
   rq.method = "POST";
   rq.url = url + "/";
   rq.headers = {"Content-Type: application/x-www-form-urlencoded", "Accept: application/xml"};
+  if (signer) {
+    // SigV4 for the service "sts" in the region (us-east-1 for the global endpoint).
+    // The URL's host[:port] and its path (an endpoint may have one: a proxy's, a test's).
+    const auto scheme_end = url.find("://");
+    const std::string rest = scheme_end == std::string::npos ? url : url.substr(scheme_end + 3);
+    const auto slash = rest.find('/');
+    const std::string host = rest.substr(0, slash);
+    const std::string path = (slash == std::string::npos ? std::string() : rest.substr(slash)) + "/";
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char amz_date[20];
+    std::strftime(amz_date, sizeof amz_date, "%Y%m%dT%H%M%SZ", &tm);
+    SignedRequest s;
+    s.method = "POST";
+    s.path = path;
+    s.headers = {{"host", host}, {"content-type", "application/x-www-form-urlencoded"}, {"x-amz-date", amz_date}};
+    if (!signer->session_token.empty()) s.headers.push_back({"x-amz-security-token", signer->session_token});
+    s.payload_hash = sha256_hex(body);
+    const std::string sts_region = region.empty() ? std::string("us-east-1") : region;
+    rq.headers.push_back(std::string("x-amz-date: ") + amz_date);
+    if (!signer->session_token.empty()) rq.headers.push_back("x-amz-security-token: " + signer->session_token);
+    rq.headers.push_back("Authorization: " + sign(s, *signer, sts_region, "sts", amz_date).authorization);
+  }
   rq.body = body.data();
   rq.body_size = body.size();
   rq.max_body = 64 << 10;
@@ -183,7 +213,7 @@ inline Credentials assume_role_with_web_identity(const std::string& token_file, 
                     (e ? " " + e->child_text("Code") + ": " + e->child_text("Message") : std::string()),
                 url);
   }
-  const XmlElement* result = x.child("AssumeRoleWithWebIdentityResult");
+  const XmlElement* result = x.child(action + "Result");
   const XmlElement* creds = result ? result->child("Credentials") : nullptr;
   if (!creds) throw Error(ErrorKind::io, where + " answered no Credentials", url);
   Credentials c{creds->child_text("AccessKeyId"), creds->child_text("SecretAccessKey"), creds->child_text("SessionToken")};
@@ -191,6 +221,89 @@ inline Credentials assume_role_with_web_identity(const std::string& token_file, 
     throw Error(ErrorKind::io, where + " answered credentials without AccessKeyId or SecretAccessKey", url);
   if (const std::string end = creds->child_text("Expiration"); !end.empty()) c.expiration = parse_iso8601(end, where);
   return c;
+}
+
+// STS AssumeRoleWithWebIdentity: the token file's content for a role's temporary credentials
+// (unsigned: the token is the proof).
+inline Credentials assume_role_with_web_identity(const std::string& token_file, const std::string& role_arn,
+                                                 std::string session_name, const std::string& region,
+                                                 const S3Options& o) {
+  const std::string token = read_small_file(token_file, "the web identity token file (AWS_WEB_IDENTITY_TOKEN_FILE)");
+  if (session_name.empty()) session_name = default_session_name();
+  return sts_credentials("AssumeRoleWithWebIdentity",
+                         "RoleArn=" + form_encode(role_arn) + "&RoleSessionName=" + form_encode(session_name) +
+                             "&WebIdentityToken=" + form_encode(token),
+                         region, nullptr, "STS AssumeRoleWithWebIdentity for " + role_arn, o);
+}
+
+inline Credentials container_credentials(const std::string& relative, const std::string& full);
+inline std::optional<Credentials> instance_credentials(std::string& tried);
+inline Credentials assume_role_of_profile(const Profile& p, const std::string& region, const S3Options& o, int depth = 0);
+
+// The credentials a role profile assumes its role with: its credential_source (Environment,
+// Ec2InstanceMetadata, EcsContainer), else its source_profile's keys, credential_process, or
+// role (a chain; a profile that names itself lends its own keys).
+inline Credentials role_source_credentials(const Profile& role, const std::string& region, const S3Options& o, int depth) {
+  const std::string where = "profile '" + role.name + "'";
+  if (const std::string cs = role.get("credential_source"); !cs.empty()) {
+    Credentials c;
+    if (cs == "Environment") {
+      c = {env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")};
+    } else if (cs == "Ec2InstanceMetadata") {
+      std::string tried;
+      if (auto imds = instance_credentials(tried)) c = std::move(*imds);
+      else throw Error(ErrorKind::io, where + ": its credential_source, EC2's instance metadata, gave none: " + tried);
+    } else if (cs == "EcsContainer") {
+      c = container_credentials(env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"), env("AWS_CONTAINER_CREDENTIALS_FULL_URI"));
+    } else {
+      throw Error(ErrorKind::invalid_argument,
+                  where + ": credential_source '" + cs + "' is none of Environment, Ec2InstanceMetadata and EcsContainer");
+    }
+    if (c.anonymous()) throw Error(ErrorKind::invalid_argument, where + ": its credential_source (" + cs + ") has no keys");
+    return c;
+  }
+  const std::string name = role.get("source_profile");
+  if (name == role.name) {
+    Credentials c{role.get("aws_access_key_id"), role.get("aws_secret_access_key"), role.get("aws_session_token")};
+    if (c.anonymous()) throw Error(ErrorKind::invalid_argument, where + " is its own source_profile but has no keys");
+    return c;
+  }
+  if (depth >= 8)
+    throw Error(ErrorKind::invalid_argument, where + ": its source_profile chain is more than 8 profiles long (or a cycle)");
+  const Profile source = read_profile(name);
+  if (source.credentials_file.empty() && source.config_file.empty())
+    throw Error(ErrorKind::invalid_argument, where + ": its source_profile '" + name + "' is in neither the credentials nor the config file");
+  if (is_role_profile(source)) return assume_role_of_profile(source, region, o, depth + 1);
+  Credentials c{source.get("aws_access_key_id"), source.get("aws_secret_access_key"), source.get("aws_session_token")};
+  if (!c.anonymous()) return c;
+  if (const std::string command = source.get("credential_process"); !command.empty())
+    return run_credential_process(command, "the credential_process of profile '" + source.name + "'");
+  throw Error(ErrorKind::invalid_argument,
+              where + ": its source_profile '" + name + "' has neither keys nor a credential_process");
+}
+
+// A profile's role_arn, assumed with STS AssumeRole signed with the source's credentials, as
+// the AWS CLI does (role_session_name, external_id and duration_seconds are sent where set).
+// A role that asks for an MFA code (mfa_serial) cannot be assumed without a person: refused.
+inline Credentials assume_role_of_profile(const Profile& p, const std::string& region, const S3Options& o, int depth) {
+  const std::string role_arn = p.get("role_arn");
+  const std::string where = "STS AssumeRole for " + role_arn + " (profile '" + p.name + "')";
+  if (!p.get("mfa_serial").empty())
+    throw Error(ErrorKind::invalid_argument,
+                where + ": the role asks for an MFA code (mfa_serial), which cairn cannot prompt for; give the profile a "
+                        "credential_process such as `aws configure export-credentials --profile " + p.name +
+                        " --format process` after `aws sts get-session-token`");
+  const Credentials source = role_source_credentials(p, region, o, depth);
+  std::string session = p.get("role_session_name");
+  if (session.empty()) session = default_session_name();
+  std::string form = "RoleArn=" + form_encode(role_arn) + "&RoleSessionName=" + form_encode(session);
+  if (const std::string id = p.get("external_id"); !id.empty()) form += "&ExternalId=" + form_encode(id);
+  if (const std::string d = p.get("duration_seconds"); !d.empty()) {
+    if (d.size() > 6 || !std::all_of(d.begin(), d.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      throw Error(ErrorKind::invalid_argument, "profile '" + p.name + "': duration_seconds is not a number of seconds");
+    form += "&DurationSeconds=" + d;
+  }
+  return sts_credentials("AssumeRole", form, region, &source, where, o);
 }
 
 // The container endpoint: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI (ECS: under 169.254.170.2)
@@ -341,6 +454,11 @@ inline FoundCredentials find_credentials(const std::string& scheme, const std::s
   }
   if (scheme != "s3") {
     f.tried = "no HMAC keys in S3Options, the environment or the profile";
+    return f;
+  }
+  if (detail::is_role_profile(profile)) {
+    f.credentials = detail::assume_role_of_profile(profile, region, o);
+    f.source = "role " + profile.get("role_arn") + " of profile " + profile.name;
     return f;
   }
   if (const std::string command = profile.get("credential_process"); !command.empty()) {

@@ -206,6 +206,12 @@ struct Profile {
   }
 };
 
+// A profile whose credentials are a role assumed with another's (role_arn with source_profile
+// or credential_source; s3/credentials.hpp): its own keys, if any, are not used as they are.
+inline bool is_role_profile(const Profile& p) {
+  return !p.get("role_arn").empty() && (!p.get("source_profile").empty() || !p.get("credential_source").empty());
+}
+
 inline Profile read_profile(const std::string& option) {
   Profile p;
   p.name = !option.empty() ? option : env("AWS_PROFILE");
@@ -241,7 +247,7 @@ inline ResolvedConfig resolve_config(const std::string& scheme, const std::strin
     c.credentials = {o.access_key_id, o.secret_access_key, o.session_token};
   } else if (!env("AWS_ACCESS_KEY_ID").empty()) {
     c.credentials = {env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")};
-  } else {
+  } else if (!detail::is_role_profile(profile)) {
     c.credentials = {from_profile("aws_access_key_id"), from_profile("aws_secret_access_key"),
                      from_profile("aws_session_token")};
   }
