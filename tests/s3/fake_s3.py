@@ -317,12 +317,14 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(400, b"<ErrorResponse><Error><Type>Sender</Type><Code>InvalidIdentityToken</Code>"
                               b"<Message>The web identity token is not valid</Message></Error>"
                               b"<RequestId>sts-1</RequestId></ErrorResponse>")
-        c = self.issue("sts")
-        xml = ("<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>"
+        return self.sts_answer("AssumeRoleWithWebIdentity", self.issue("sts"))
+
+    def sts_answer(self, action, c, extra=""):
+        xml = ("<%sResponse><%sResult><Credentials>"
                "<AccessKeyId>%s</AccessKeyId><SecretAccessKey>%s</SecretAccessKey><SessionToken>%s</SessionToken>"
-               "<Expiration>%s</Expiration></Credentials></AssumeRoleWithWebIdentityResult>"
-               "</AssumeRoleWithWebIdentityResponse>") % (c["AccessKeyId"], c["SecretAccessKey"], c["Token"],
-                                                           c["Expiration"])
+               "<Expiration>%s</Expiration></Credentials>%s</%sResult></%sResponse>") % (
+                   action, action, c["AccessKeyId"], c["SecretAccessKey"], c["Token"], c["Expiration"], extra,
+                   action, action)
         return self.reply(200, xml.encode(), {"Content-Type": "text/xml"})
 
     def sigv4_signer(self, body, secret):
@@ -361,13 +363,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(403, b"<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code>"
                               b"<Message>not authorized to perform sts:AssumeRole</Message></Error>"
                               b"<RequestId>sts-2</RequestId></ErrorResponse>")
-        c = self.issue("assume_role")
-        xml = ("<AssumeRoleResponse><AssumeRoleResult><Credentials>"
-               "<AccessKeyId>%s</AccessKeyId><SecretAccessKey>%s</SecretAccessKey><SessionToken>%s</SessionToken>"
-               "<Expiration>%s</Expiration></Credentials><AssumedRoleUser><Arn>%s</Arn></AssumedRoleUser>"
-               "</AssumeRoleResult></AssumeRoleResponse>") % (c["AccessKeyId"], c["SecretAccessKey"], c["Token"],
-                                                                c["Expiration"], cfg["role_arn"])
-        return self.reply(200, xml.encode(), {"Content-Type": "text/xml"})
+        return self.sts_answer("AssumeRole", self.issue("assume_role"),
+                               "<AssumedRoleUser><Arn>%s</Arn></AssumedRoleUser>" % cfg["role_arn"])
 
     def do_GET(self): self.handle_any("GET")
     def do_HEAD(self): self.handle_any("HEAD")

@@ -80,6 +80,15 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
       }
 }
 
+// A committed cairn checkpoint: its metadata as metadata() reads it (the marker and both
+// metadata files checked against it), then every chunk, with where its files are asked once
+// for both (on a bucket, a read of the marker).
+inline void verify_checkpoint(const Store& store, const std::string& key, VerifyReport& report, const Progress& progress) {
+  const std::string readable = store.readable_checkpoint(key);
+  PrintedKeys printed;
+  verify_chunks(store, readable, read_metadata(store, readable, &printed), true, report, progress);
+}
+
 }  // namespace detail
 
 CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& options) {
@@ -109,12 +118,7 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
           const detail::ForeignView view = f->open(store, at.key());
           detail::verify_chunks(*view.store, "", view.metadata, false, one, options.progress);
         } else {
-          // Where its files are asked once (on a bucket, the marker's read), for the metadata
-          // (checked against the marker) and the chunks both.
-          const std::string readable = store.readable_checkpoint(at.key());
-          detail::PrintedKeys printed;
-          const CheckpointMetadata m = detail::read_metadata(store, readable, &printed);
-          detail::verify_chunks(store, readable, m, true, one, options.progress);
+          detail::verify_checkpoint(store, at.key(), one, options.progress);
         }
       } catch (const Error& e) {
         one.problems.push_back({one.path, "", e.what(), 0, 0});
@@ -142,12 +146,7 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
     detail::verify_chunks(store, detail::key_parent(location.key()), safetensors_metadata(location), false, report,
                           options.progress);
   } else {
-    // As metadata() reads it (the marker and both metadata files checked against it), with
-    // where the files are asked once for both (on a bucket, a read of the marker).
-    const std::string readable = store.readable_checkpoint(location.key());
-    detail::PrintedKeys printed;
-    detail::verify_chunks(store, readable, detail::read_metadata(store, readable, &printed), true, report,
-                          options.progress);
+    detail::verify_checkpoint(store, location.key(), report, options.progress);
   }
   return report;
 }

@@ -449,15 +449,6 @@ class Client {
   std::string host() const { return config_.path_style ? config_.host : bucket_ + "." + config_.host; }
   std::string scheme_prefix() const { return config_.endpoint.substr(0, config_.endpoint.find("://") + 3); }
 
-  static std::string amz_date_now() {
-    const std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[20];
-    std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
-    return buf;
-  }
-
   static bool retryable_status(long s) { return s == 408 || s == 429 || s == 500 || s == 502 || s == 503 || s == 504; }
   static bool retryable_code(const std::string& code) {
     return code == "SlowDown" || code == "Throttling" || code == "ThrottlingException" || code == "RequestTimeout" ||

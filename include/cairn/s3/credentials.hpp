@@ -170,29 +170,26 @@ inline Credentials sts_credentials(const std::string& action, const std::string&
   HttpRequest rq;
   rq.method = "POST";
   rq.url = url + "/";
-  rq.headers = {"Content-Type: application/x-www-form-urlencoded", "Accept: application/xml"};
+  rq.headers = {"Accept: application/xml"};
+  SignedRequest s;  // its headers are the ones sent (curl sends the host itself)
+  s.headers = {{"content-type", "application/x-www-form-urlencoded"}};
+  const std::string amz_date = amz_date_now();
   if (signer) {
-    // SigV4 for the service "sts" in the region (us-east-1 for the global endpoint).
-    // The URL's host[:port] and its path (an endpoint may have one: a proxy's, a test's).
+    s.headers.push_back({"x-amz-date", amz_date});
+    if (!signer->session_token.empty()) s.headers.push_back({"x-amz-security-token", signer->session_token});
+  }
+  for (const auto& [k, v] : s.headers) rq.headers.push_back(k + ": " + v);
+  if (signer) {
+    // SigV4 for the service "sts" in the region (us-east-1 for the global endpoint), over the
+    // URL's host[:port] and its path (an endpoint may have one: a proxy's, a test's).
     const auto scheme_end = url.find("://");
     const std::string rest = scheme_end == std::string::npos ? url : url.substr(scheme_end + 3);
     const auto slash = rest.find('/');
-    const std::string host = rest.substr(0, slash);
-    const std::string path = (slash == std::string::npos ? std::string() : rest.substr(slash)) + "/";
-    const std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char amz_date[20];
-    std::strftime(amz_date, sizeof amz_date, "%Y%m%dT%H%M%SZ", &tm);
-    SignedRequest s;
     s.method = "POST";
-    s.path = path;
-    s.headers = {{"host", host}, {"content-type", "application/x-www-form-urlencoded"}, {"x-amz-date", amz_date}};
-    if (!signer->session_token.empty()) s.headers.push_back({"x-amz-security-token", signer->session_token});
+    s.path = (slash == std::string::npos ? std::string() : rest.substr(slash)) + "/";
+    s.headers.push_back({"host", rest.substr(0, slash)});
     s.payload_hash = sha256_hex(body);
     const std::string sts_region = region.empty() ? std::string("us-east-1") : region;
-    rq.headers.push_back(std::string("x-amz-date: ") + amz_date);
-    if (!signer->session_token.empty()) rq.headers.push_back("x-amz-security-token: " + signer->session_token);
     rq.headers.push_back("Authorization: " + sign(s, *signer, sts_region, "sts", amz_date).authorization);
   }
   rq.body = body.data();

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <string>
 #include <utility>
 #include <vector>
@@ -151,6 +152,16 @@ inline std::string lowercase(std::string s) {
   return s;
 }
 }  // namespace detail
+
+// Now as SigV4 writes it ("20150830T123600Z", UTC): the x-amz-date of a request signed now.
+inline std::string amz_date_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[20];
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
 
 // Signs `request` for `service` in `region` at `amz_date` ("20150830T123600Z", UTC).
 inline Signature sign(const SignedRequest& request, const Credentials& credentials, const std::string& region,
