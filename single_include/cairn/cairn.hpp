@@ -3652,6 +3652,11 @@ class Store {
   // The key to read the checkpoint at `key` from: `key` itself, or where an interrupted
   // overwrite left the previous checkpoint. Throws (incomplete) for a staging key.
   virtual std::string readable_checkpoint(const std::string& key) const { return key; }
+  // The same, for a caller about to read the checkpoint's data as well as its metadata (a
+  // load, a verify): a store may bring more of it at once (S3Store reads a small checkpoint
+  // written inline in its commit marker whole, with the marker). The default:
+  // readable_checkpoint.
+  virtual std::string readable_checkpoint_to_load(const std::string& key) const { return readable_checkpoint(key); }
   // Names the store gives its own staging, claims and set-aside data: never a checkpoint or
   // a step, whatever they hold.
   virtual bool is_internal_name(const std::string& name) const { (void)name; return false; }
@@ -14181,7 +14186,7 @@ struct OpenedCheckpoint {
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator,
                                         std::uint64_t* commit_seen = nullptr) {
   if (!coordinator || coordinator->size() == 1) {
-    const std::string ckpt = store.readable_checkpoint(normalize_key(key));
+    const std::string ckpt = store.readable_checkpoint_to_load(normalize_key(key));
     OpenedCheckpoint c;
     c.key = ckpt;
     const MetadataText t = read_metadata_text(store, ckpt, commit_seen);
@@ -14192,7 +14197,7 @@ inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& k
   }
   coordinator->set_phase("reading the metadata");
   const std::string got = run_on_primary(*coordinator, [&] {
-    const std::string ckpt = store.readable_checkpoint(normalize_key(key));
+    const std::string ckpt = store.readable_checkpoint_to_load(normalize_key(key));
     MetadataText t = read_metadata_text(store, ckpt);
     return WireWriter().str(ckpt).str(t.metadata).str(t.user).take();
   });
@@ -16201,7 +16206,7 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
 // metadata files checked against it), then every chunk, with where its files are asked once
 // for both (on a bucket, a read of the marker).
 inline void verify_checkpoint(const Store& store, const std::string& key, VerifyReport& report, const Progress& progress) {
-  const std::string readable = store.readable_checkpoint(key);
+  const std::string readable = store.readable_checkpoint_to_load(key);
   PrintedKeys printed;
   verify_chunks(store, readable, read_metadata(store, readable, &printed), true, report, progress);
 }

@@ -168,7 +168,13 @@ TEST_CASE("S3 faults: the fake server is up") {
 
 TEST_CASE("S3 faults: every request of an overwrite fails in turn; the previous checkpoint always loads") {
   if (server().endpoint().empty()) return;
-  auto s = store();
+  // Checkpoints as generations of objects (multipart at these parts), then inline in their
+  // markers (every object one PUT, so that they are held).
+  for (const bool inlined : {false, true}) {
+  CAPTURE(inlined);
+  cairn::S3Options o = options();
+  if (inlined) o.part_size = o.multipart_threshold = 16 << 20;
+  auto s = store(o);
   const State a = random_state(), b = random_state();
   cairn::SaveOptions over;
   over.overwrite = true;
@@ -177,7 +183,9 @@ TEST_CASE("S3 faults: every request of an overwrite fails in turn; the previous 
   server().reset();
   cairn::save({s, "ck"}, b, over);
   const std::int64_t requests = server().stats().at("requests").as_int();
-  CHECK(requests > 10);
+  // Inline: the HEAD and the listing, the old marker's GET, the HEAD before the switch, the PUT.
+  if (inlined) CHECK(requests == 5);
+  else CHECK(requests > 10);
   cairn::save({s, "ck"}, a, over);
   int failed = 0;
   for (std::int64_t k = 1; k <= requests; ++k) {
@@ -214,6 +222,116 @@ TEST_CASE("S3 faults: every request of an overwrite fails in turn; the previous 
   CHECK(sweep_lost_answers(
             requests, [&](std::int64_t k) { cairn::save({s, "ck"}, want(k), over); },
             [&](std::int64_t k) { CHECK(same(cairn::load<State>({s, "ck"}), want(k))); }) == requests);
+  }
+}
+
+TEST_CASE("S3: a small checkpoint is written inline in its commit marker: a save of four requests, a load of one") {
+  if (server().endpoint().empty()) return;
+  cairn::S3Options o = options();
+  o.part_size = o.multipart_threshold = 16 << 20;  // the defaults: every object one PUT
+  auto s = store(o);
+  (void)s->is_blob("warm-up");  // a store asks the bucket its region before its first request
+  auto count = [&](auto&& f) {
+    const std::uint64_t before = s->requests();
+    f();
+    return s->requests() - before;
+  };
+  cairn::SaveOptions over;
+  over.overwrite = true;
+  for (const int n : {10, 10000}) {
+    CAPTURE(n);
+    std::map<std::string, std::vector<float>> state, other;
+    for (int i = 0; i < n; ++i) state["small/" + std::to_string(i)] = test::random_bits<float>(1 + i % 5);
+    other = state;
+    other["small/0"][0] += 1;
+    const std::string key = "ck" + std::to_string(n);
+    // A new checkpoint: the HEAD of its key and the listing under it, the HEAD of the marker
+    // just before the switch, the marker (8 as a generation of objects).
+    CHECK(count([&] { cairn::save({s, key}, state); }) == 4);
+    // Nothing but the marker under the key: no generation, no objects.
+    CHECK(s->list(key) == std::vector<cairn::StoreEntry>{{"_CHECKPOINT", false}});
+    CHECK(s->list(key).size() == 1);
+    // A load: the marker's GET, which brings the whole checkpoint (5 requests, three round
+    // trips, as a generation).
+    std::map<std::string, std::vector<float>> got;
+    CHECK(count([&] { got = cairn::load<std::map<std::string, std::vector<float>>>({s, key}); }) == 1);
+    REQUIRE(got.size() == state.size());
+    for (const auto& [k, v] : state) CHECK(test::same_bits(got.at(k), v));
+    CHECK(count([&] { CHECK(cairn::metadata({s, key}).leaves().size() == state.size()); }) == 1);
+    // verify: the marker's HEAD (is this a Checkpointer root?) and its GET.
+    CHECK(count([&] { CHECK(cairn::verify({s, key}).ok()); }) == 2);
+    // An overwrite: the old marker's GET added (its generation and ETag); nothing to delete.
+    CHECK(count([&] { cairn::save({s, key}, other, over); }) == 5);
+    got = cairn::load<std::map<std::string, std::vector<float>>>({s, key});
+    CHECK(test::same_bits(got.at("small/0"), other.at("small/0")));
+  }
+  // Past inline_limit, a checkpoint is a generation of objects; back under it, inline again,
+  // and the generation it replaced is removed.
+  std::map<std::string, std::vector<float>> big{{"w", test::random_bits<float>(1 << 20)}}, small{{"w", test::random_bits<float>(10)}};
+  cairn::save({s, "mixed"}, small);
+  cairn::save({s, "mixed"}, big, over);
+  CHECK(s->list("mixed").size() == 2);  // the marker and the generation
+  CHECK(test::same_bits(cairn::load<decltype(big)>({s, "mixed"}).at("w"), big.at("w")));
+  cairn::save({s, "mixed"}, small, over);
+  CHECK(s->list("mixed").size() == 1);
+  CHECK(test::same_bits(cairn::load<decltype(small)>({s, "mixed"}).at("w"), small.at("w")));
+  // Another store (another process) reads it too, and a rank told the generation by another
+  // (a load of several processes) finds its files from the marker.
+  auto reader = std::make_shared<cairn::S3Store>("s3", "bucket", o, s->describe("x").substr(12, s->describe("x").size() - 14));
+  const std::string gen = s->readable_checkpoint("mixed");
+  CHECK(cairn::detail::read_blob(*reader, gen + "/_CHECKPOINT", 1 << 20).size() > 0);
+  CHECK(reader->is_blob(gen + "/_METADATA"));
+  CHECK(!reader->is_blob(gen + "/nothing"));
+  CHECK_CAIRN_ERROR(reader->open(gen + "/nothing"), ErrorKind::not_found, "nothing");
+  // A checkpoint of 3 MB: a look at its metadata reads the marker's first megabyte, where the
+  // metadata files are (one request); a leaf past it is a ranged GET of the marker.
+  std::map<std::string, std::vector<float>> mid;
+  for (int i = 0; i < 3; ++i) mid["m" + std::to_string(i)] = test::random_bits<float>(250000);
+  cairn::save({s, "mid"}, mid);
+  CHECK(s->list("mid").size() == 1);
+  auto fresh = store(o);  // (a store of its own: nothing of the marker held)
+  auto fresh_reader = std::make_shared<cairn::S3Store>("s3", "bucket", o, s->describe("x").substr(12, s->describe("x").size() - 14));
+  const std::uint64_t before = fresh_reader->requests();
+  CHECK(cairn::metadata({fresh_reader, "mid"}).leaves().size() == 3);
+  CHECK(fresh_reader->requests() - before <= 2);  // (the bucket's region, the marker)
+  const auto arrays = cairn::read_arrays({fresh_reader, "mid"}, {"m2"});
+  REQUIRE(arrays.size() == 1);
+  CHECK(test::same_bits(cairn::load<decltype(mid)>({fresh_reader, "mid"}).at("m2"), mid.at("m2")));
+  (void)fresh;
+  // The limit is checked.
+  cairn::S3Options too_big = o;
+  too_big.inline_limit = (16 << 20) + 1;
+  CHECK_CAIRN_ERROR(store(too_big), ErrorKind::invalid_argument, "inline_limit");
+  // With inline_limit 0 the same small checkpoint is a generation of objects.
+  cairn::S3Options never = o;
+  never.inline_limit = 0;
+  auto objects = store(never);
+  (void)objects->is_blob("warm-up");
+  const std::uint64_t b2 = objects->requests();
+  cairn::save({objects, "ck"}, small);
+  CHECK(objects->requests() - b2 == 8);
+  CHECK(objects->list("ck").size() == 2);
+}
+
+TEST_CASE("S3: a damaged marker with its checkpoint inline is a clear error naming the marker") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  auto put = [&](const std::string& key, const std::string& text) { cairn::detail::write_blob(*s, key + "/_CHECKPOINT", text); };
+  const std::string head = R"({"format":"cairn","store":"object","generation":".cairn-gen-0000000000001-0000000000000001",)";
+  put("outside", head + R"("files":{"_CHECKPOINT":10},"inline":{"_CHECKPOINT":5}})" + "\nabcdefgh");
+  CHECK_CAIRN_ERROR(cairn::load<State>({s, "outside"}), ErrorKind::corrupt, "outside the marker");
+  put("negative", head + R"("files":{"_CHECKPOINT":1},"inline":{"_CHECKPOINT":-1}})" + "\nabc");
+  CHECK_CAIRN_ERROR(cairn::metadata({s, "negative"}), ErrorKind::corrupt, "outside the marker");
+  put("unsized", head + R"("files":{},"inline":{"_CHECKPOINT":0}})" + "\nabc");
+  CHECK_CAIRN_ERROR(cairn::metadata({s, "unsized"}), ErrorKind::corrupt, "_CHECKPOINT");
+  put("huge", head + R"("files":{"_CHECKPOINT":4611686018427387904},"inline":{"_CHECKPOINT":0}})" + "\nabc");
+  CHECK_CAIRN_ERROR(cairn::metadata({s, "huge"}), ErrorKind::corrupt, "outside the marker");
+  // Its first line must end within the first megabyte.
+  put("long", std::string(2 << 20, ' '));
+  CHECK_CAIRN_ERROR(cairn::metadata({s, "long"}), ErrorKind::corrupt, "first line");
+  // Inline bytes that are not a checkpoint: the format's own checks say so.
+  put("garbage", head + R"("files":{"_CHECKPOINT":3,"_METADATA":3},"inline":{"_CHECKPOINT":0,"_METADATA":3}})" + "\nabcdef");
+  CHECK_THROWS_AS(cairn::load<State>({s, "garbage"}), cairn::Error);
 }
 
 TEST_CASE("S3 faults: a Checkpointer's save, async and with retention, with each request's answer lost in turn: every step commits and loads") {
@@ -680,7 +798,9 @@ TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every co
 
 TEST_CASE("S3: inspect, read_arrays and verify look at a checkpoint's marker once each; an Orbax export is found in 17 requests") {
   if (server().endpoint().empty()) return;
-  auto s = store();
+  cairn::S3Options o = options();
+  o.inline_limit = 0;  // checkpoints as generations of objects (small ones go inline: counted below)
+  auto s = store(o);
   const State a = random_state();
   cairn::save({s, "ck"}, a);
   auto count = [&](auto&& f) {
@@ -845,6 +965,7 @@ TEST_CASE("S3: a save writes its generation's _METADATA, _USER_METADATA and _CHE
   if (server().endpoint().empty()) return;
   cairn::S3Options o = options();
   o.part_size = o.multipart_threshold = 16 << 20;  // every object one PUT
+  o.inline_limit = 0;                               // and none of them inline in the marker
   auto s = store(o);
   const State a = random_state(), b = random_state();
   cairn::save({s, "ck"}, a);
@@ -993,8 +1114,10 @@ TEST_CASE("S3: URI strings reuse one store per bucket and configuration: credent
   cairn::save("s3://bucket/uri/b", b);
   CHECK(same(cairn::load<State>("s3://bucket/uri/b"), b));
   // Four calls, one store: its credentials were asked for once (each call made its own before).
+  // Every request signed with them: four per save (the checkpoints are small: inline in their
+  // markers), one per load, the bucket's region.
   CHECK(issued("imds") == 1);
-  CHECK(signed_by("IMDS1") >= 16);
+  CHECK(signed_by("IMDS1") >= 11);
   // Another configuration is another store, which asks again.
   env.set("AWS_REGION", "eu-west-1");
   CHECK(same(cairn::load<State>("s3://bucket/uri/a"), a));
@@ -1188,9 +1311,13 @@ TEST_CASE("S3: credentials that expire are asked for again, from the environment
   server().reset();
 }
 
-TEST_CASE("S3: a Checkpointer opens a root by looking at its steps side by side, three requests each") {
+TEST_CASE("S3: a Checkpointer opens a root by looking at its steps side by side, three requests each (one inline)") {
   if (server().endpoint().empty()) return;
-  auto s = store();
+  for (const bool inlined : {false, true}) {
+  CAPTURE(inlined);
+  cairn::S3Options o = options();
+  if (!inlined) o.inline_limit = 0;
+  auto s = store(o);
   std::map<std::string, std::vector<float>> st{{"w", test::random_bits<float>(100)}};
   {
     cairn::Checkpointer c({s, "run"});
@@ -1207,7 +1334,7 @@ TEST_CASE("S3: a Checkpointer opens a root by looking at its steps side by side,
   CHECK(server().stats().at("max_in_flight").as_int() >= 3);  // options(): concurrency 3
   // `cairn ls` of the root (inspect): the steps' metadata side by side too.
   server().reset();
-  server().fault_matching("/_METADATA", "delay", 6);
+  server().fault_matching(inlined ? "/_CHECKPOINT" : "/_METADATA", "delay", 6);
   CHECK(cairn::inspect({s, "run"}).steps.size() == 6);
   CHECK(server().stats().at("max_in_flight").as_int() >= 3);
   server().reset();
@@ -1227,12 +1354,19 @@ TEST_CASE("S3: a Checkpointer opens a root by looking at its steps side by side,
     return s->requests() - before;
   };
   const std::uint64_t three = opening("three", 3), six = opening("six", 6);
-  CHECK(six - three == 3 * 3);
+  // Written inline, a step is its marker: its first megabyte brings the step's _CHECKPOINT
+  // and _USER_METADATA with it, one request.
+  CHECK(six - three == 3 * (inlined ? 1 : 3));
+  }
 }
 
-TEST_CASE("S3: cairn ls of a root (inspect) reads each step's metadata as it finds the step: four requests a step, in two round trips") {
+TEST_CASE("S3: cairn ls of a root (inspect) reads each step's metadata as it finds the step: four requests a step, in two round trips (one inline)") {
   if (server().endpoint().empty()) return;
-  auto s = store();
+  for (const bool inlined : {false, true}) {
+  CAPTURE(inlined);
+  cairn::S3Options o = options();
+  if (!inlined) o.inline_limit = 0;
+  auto s = store(o);
   std::map<std::string, std::vector<float>> st{{"w", test::random_bits<float>(100)}};
   auto inspecting = [&](const std::string& root, int steps) {
     {
@@ -1251,15 +1385,18 @@ TEST_CASE("S3: cairn ls of a root (inspect) reads each step's metadata as it fin
     CHECK(in.latest_problem.empty());
     return s->requests() - before;
   };
-  const std::uint64_t three = inspecting("ls3", 3), six = inspecting("ls6", 6);
-  MESSAGE("cairn ls of a root: ", three, " requests for 3 steps, ", six, " for 6");
+  const std::uint64_t three = inspecting(inlined ? "ls3i" : "ls3", 3), six = inspecting(inlined ? "ls6i" : "ls6", 6);
+  MESSAGE("cairn ls of a root: ", three, " requests for 3 steps, ", six, " for 6", std::string(inlined ? " (inline)" : ""));
   // Each step: its marker (which generation), then the generation's _CHECKPOINT, _METADATA
   // and _USER_METADATA at once; 6 before (a HEAD asking whether it committed, another asking
   // whether it was another system's checkpoint). Once: whether the root itself is a
   // checkpoint (a HEAD and a read of its marker), one listing (it was three: Orbax's files
   // were looked for in six HEADs), and the `latest` marker (read without a HEAD first).
-  CHECK(six - three == 3 * 4);
-  CHECK(three == 4 + 3 * 4);
+  // Written inline, a step's marker holds its metadata: one request a step.
+  const std::uint64_t per_step = inlined ? 1 : 4;
+  CHECK(six - three == 3 * per_step);
+  CHECK(three == 4 + 3 * per_step);
+  }
 }
 
 TEST_CASE("S3: a save's requests do not grow with its leaves: 8 for a new checkpoint, 11 for an overwrite") {
@@ -1338,7 +1475,9 @@ TEST_CASE("S3: a publish lists its generation only for objects another process w
     CHECK(server().stats().at("open_uploads").as_int() == uploads_before + 1);  // the orphan
     const std::uint64_t before = s->requests();
     staging->publish({{"a", 4}, {"b", 8}, {"c", big.size()}});
-    CHECK(s->requests() - before == 5);  // the listing, the uploads' listing and abort, the marker's HEAD and PUT
+    // The listing, the uploads' listing and abort, the marker's HEAD and PUT, and the PUT of
+    // `a`, which this process held in case the whole save went inline in its marker.
+    CHECK(s->requests() - before == 6);
     CHECK(server().stats().at("open_uploads").as_int() == uploads_before);
     CHECK(cairn::detail::read_blob(*s, s->readable_checkpoint("shared") + "/b", 100) == "bbbbbbbb");
     CHECK(cairn::detail::read_blob(*s, s->readable_checkpoint("shared") + "/c", 1 << 20) == big);

@@ -81,7 +81,7 @@ struct OpenedCheckpoint {
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator,
                                         std::uint64_t* commit_seen = nullptr) {
   if (!coordinator || coordinator->size() == 1) {
-    const std::string ckpt = store.readable_checkpoint(normalize_key(key));
+    const std::string ckpt = store.readable_checkpoint_to_load(normalize_key(key));
     OpenedCheckpoint c;
     c.key = ckpt;
     const MetadataText t = read_metadata_text(store, ckpt, commit_seen);
@@ -92,7 +92,7 @@ inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& k
   }
   coordinator->set_phase("reading the metadata");
   const std::string got = run_on_primary(*coordinator, [&] {
-    const std::string ckpt = store.readable_checkpoint(normalize_key(key));
+    const std::string ckpt = store.readable_checkpoint_to_load(normalize_key(key));
     MetadataText t = read_metadata_text(store, ckpt);
     return WireWriter().str(ckpt).str(t.metadata).str(t.user).take();
   });

@@ -84,7 +84,7 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
 // metadata files checked against it), then every chunk, with where its files are asked once
 // for both (on a bucket, a read of the marker).
 inline void verify_checkpoint(const Store& store, const std::string& key, VerifyReport& report, const Progress& progress) {
-  const std::string readable = store.readable_checkpoint(key);
+  const std::string readable = store.readable_checkpoint_to_load(key);
   PrintedKeys printed;
   verify_chunks(store, readable, read_metadata(store, readable, &printed), true, report, progress);
 }

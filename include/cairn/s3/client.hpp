@@ -164,6 +164,39 @@ class Client {
     return r.body;
   }
 
+  // The first `n` bytes of an object, or all of it where it is shorter (a ranged GET), its
+  // whole size into `total` and its ETag into `etag` where given: how a commit marker that may
+  // carry a small checkpoint inline is read (S3Store::read_generation). A server that ignores
+  // the Range header answers 200 with the whole object: cut off at n (not sent again), its
+  // size from Content-Length.
+  std::string get_first(const std::string& key, std::uint64_t n, std::uint64_t& total, std::string* etag = nullptr) {
+    Call c;
+    c.method = "GET";
+    c.key = key;
+    c.headers.push_back({"range", "bytes=0-" + std::to_string(n == 0 ? 0 : n - 1)});
+    c.max_body = n;
+    c.accept = {200, 206, 416};
+    HttpResponse r = send(c);
+    if (r.status == 416) {  // an empty object: no byte 0
+      total = 0;
+      r.body.clear();
+    } else if (r.status == 206) {
+      const std::string range = r.header("content-range");  // "bytes 0-N/TOTAL"
+      const auto slash = range.rfind('/');
+      char* end = nullptr;
+      total = slash == std::string::npos ? 0 : std::strtoull(range.c_str() + slash + 1, &end, 10);
+      if (slash == std::string::npos || end == range.c_str() + slash + 1 || total < r.body.size())
+        throw Error(ErrorKind::io, "a ranged GET answered without a usable Content-Range (" + range + ")", uri(key));
+    } else {
+      const std::string length = r.header("content-length");
+      total = length.empty() ? r.body.size() : std::strtoull(length.c_str(), nullptr, 10);
+      if (total < r.body.size()) total = r.body.size();
+    }
+    if (r.body.size() > n) r.body.resize(static_cast<std::size_t>(n));
+    if (etag) *etag = r.header("etag");
+    return std::move(r.body);
+  }
+
   // A PUT of a whole object; returns its ETag, or nullopt where the condition failed (412, or
   // 409 from a store with a concurrent conditional write).
   std::optional<std::string> put(const std::string& key, const void* data, std::uint64_t n, const WriteCondition& cond = {}) {

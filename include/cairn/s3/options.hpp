@@ -78,6 +78,11 @@ struct S3Options {
   // reuses memory already touched instead of faulting in fresh pages. Zero frees each buffer
   // as soon as it is done with.
   std::chrono::milliseconds keep_buffers_for{10000};
+  // A checkpoint that one process writes and whose objects come to at most this many bytes
+  // is written inline in its commit marker: one PUT where it took four, and a load reads it
+  // with the marker's one GET where it waited for three round trips (docs/object-store.md,
+  // "Small checkpoints in one object"). At most 16 MiB; 0: never.
+  std::uint64_t inline_limit = std::uint64_t{4} << 20;
 
   // Retries of throttling, server errors and broken connections, with full-jitter exponential
   // backoff: attempt n sleeps a random time up to min(backoff_cap, backoff_base * 2^n).

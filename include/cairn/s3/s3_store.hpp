@@ -78,6 +78,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       } catch (const std::exception&) {
       }
     }
+    // A file of a checkpoint written inline in its marker: read from there.
+    if (auto in = open_inline(key)) return in;
     // An object of a committed generation: its size is the marker's, and it never changes
     // (a generation's objects are written once), so no HEAD and no ETag to pin reads to.
     if (const auto size = known_size(key)) return std::make_unique<Reader>(const_cast<S3Store&>(*this), key, s3::ObjectInfo{*size, {}});
@@ -90,7 +92,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // were each a HEAD for the size, then a GET). An object whose size the marker gives, or
   // that a read-ahead holds, is opened as before: that costs no HEAD either.
   std::string read_whole(const std::string& key, std::uint64_t limit) const override {
-    if (fetched(key) || known_size(key)) return Store::read_whole(key, limit);
+    if (const std::string gen = generation_of(key); !gen.empty()) learn_generation(gen);
+    if (fetched(key) || known_size(key) || is_inline(key)) return Store::read_whole(key, limit);
     return client().get(key, limit);
   }
 
@@ -159,7 +162,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::uint64_t total = 0;
     for (const std::string& key : keys) {
       const auto size = known_size(key);
-      if (!size || *size > part || total + *size > budget || ahead->fetches.size() >= static_cast<std::size_t>(options_.concurrency))
+      if (!size || is_inline(key) || *size > part || total + *size > budget || ahead->fetches.size() >= static_cast<std::size_t>(options_.concurrency))
         continue;
       const std::uint64_t n = *size;
       std::lock_guard<std::mutex> lock(fetched_mutex_);
@@ -185,6 +188,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     if (!src || src->client_.bucket() != client_.bucket() || src->client_.config().endpoint != client_.config().endpoint ||
         src->client_.config().scheme != client_.config().scheme)
       return false;
+    if (src->is_inline(from)) return false;  // a range of a marker: copied by the caller
     s3::ObjectInfo info;
     if (const auto size = src->known_size(from)) {
       info.size = *size;
@@ -202,14 +206,33 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
 
   bool exists(const std::string& key) const override {
     if (key.empty()) return true;  // the bucket
+    if (const std::string gen = generation_of(key); !gen.empty()) {
+      learn_generation(gen);
+      if (const auto c = inline_checkpoint(gen))
+        return key == gen || c->files.count(key.substr(std::min(key.size(), gen.size() + 1)));
+    }
     if (known_size(key) || client().head(key)) return true;
     return !client().list(key + "/", false, 1).objects.empty();
   }
   bool is_blob(const std::string& key) const override {
+    if (const std::string gen = generation_of(key); !gen.empty()) {
+      learn_generation(gen);
+      if (const auto c = inline_checkpoint(gen)) return key != gen && c->files.count(key.substr(std::min(key.size(), gen.size() + 1)));
+    }
     return !key.empty() && (known_size(key).has_value() || client().head(key).has_value());
   }
 
   std::vector<StoreEntry> list(const std::string& prefix) const override {
+    // A checkpoint written inline: its files are in its marker, not objects.
+    if (const std::string gen = generation_of(prefix); !gen.empty()) {
+      learn_generation(gen);
+      if (const auto c = inline_checkpoint(gen)) {
+        std::vector<StoreEntry> out;
+        if (prefix == gen)
+          for (const auto& [name, f] : c->files) out.push_back({name, false});
+        return out;
+      }
+    }
     const std::string p = prefix.empty() ? std::string() : prefix + "/";
     const s3::Listing l = client().list(p, options_.delimiter_listing);
     std::vector<StoreEntry> out;
@@ -266,14 +289,17 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     // on the very version whose generation is kept. Gone since the listing: a new checkpoint
     // (a rival's marker written meanwhile then fails the create-only write).
     std::string etag;
-    const std::string current = listed_marker ? read_generation(key, &etag) : std::string();
+    bool was_inline = false;
+    const std::string current = listed_marker ? read_generation(key, &etag, &was_inline) : std::string();
     const bool committed = !current.empty();
     if (committed && etag.empty()) {  // a server whose GET sent no ETag: its HEAD's
       const auto info = client_.head(detail::join_key(key, detail::commit_marker_name));
       if (info) etag = info->etag;
     }
     remove_dead_generations(key, under, current);
-    return std::make_unique<Staging>(*this, key, new_generation_name(), current, committed ? etag : std::string(), committed);
+    auto staging = std::make_unique<Staging>(*this, key, new_generation_name(), current, committed ? etag : std::string(), committed);
+    staging->replaced_inline_ = was_inline;
+    return staging;
   }
 
   // Store::stage_foreign: written in place (a foreign format's readers know no generation
@@ -294,6 +320,14 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     if (has_internal_segment(key))
       throw Error(ErrorKind::incomplete, "this is a save's generation, read through the checkpoint's key", describe(key));
     const std::string gen = read_generation(key);
+    return gen.empty() ? key : detail::join_key(key, gen);
+  }
+  // Store::readable_checkpoint_to_load: the marker's GET brings a checkpoint written inline
+  // whole (16 MiB at most), so that a load of a small checkpoint is one request.
+  std::string readable_checkpoint_to_load(const std::string& key) const override {
+    if (has_internal_segment(key))
+      throw Error(ErrorKind::incomplete, "this is a save's generation, read through the checkpoint's key", describe(key));
+    const std::string gen = read_generation(key, nullptr, nullptr, max_inline_read());
     return gen.empty() ? key : detail::join_key(key, gen);
   }
 
@@ -363,6 +397,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       throw Error(ErrorKind::invalid_argument, "S3Options::part_size is 1 KiB to 5 GiB (AWS wants at least 5 MiB)");
     if (o.concurrency < 1 || o.concurrency > 256) throw Error(ErrorKind::invalid_argument, "S3Options::concurrency is 1 to 256");
     if (o.read_part_size < 1024) throw Error(ErrorKind::invalid_argument, "S3Options::read_part_size is at least 1 KiB");
+    if (o.inline_limit > max_inline_bytes) throw Error(ErrorKind::invalid_argument, "S3Options::inline_limit is at most 16 MiB");
     return o;
   }
 
@@ -395,28 +430,148 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
 
   // The generation the marker at `key` names; "" where there is no marker. A marker that is
   // not cairn's object-store marker is corrupt (never guessed at). The marker's ETag, of the
-  // version read, into `etag` where given.
-  std::string read_generation(const std::string& key, std::string* etag = nullptr) const {
+  // version read, into `etag` where given; whether it holds its checkpoint inline into
+  // `inlined`. Its first `first` bytes are read (a ranged GET): the marker itself, at most
+  // max_marker_bytes, and as much of a checkpoint written inline after it as that leaves room
+  // for; the rest of such a checkpoint is read from the marker when it is asked for.
+  std::string read_generation(const std::string& key, std::string* etag = nullptr, bool* inlined = nullptr,
+                              std::uint64_t first = max_marker_line) const {
     const std::string marker = detail::join_key(key, detail::commit_marker_name);
-    std::string text;
+    std::string text, version;
+    std::uint64_t total = 0;
     try {
-      text = client().get(marker, 1 << 20, etag);
+      text = client().get_first(marker, std::max(first, max_marker_line), total, &version);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::not_found) return {};
       throw;
     }
+    if (etag) *etag = version;
+    // The marker is the first line; a checkpoint written inline follows it (format.md).
+    const auto newline = text.find('\n');
+    if (newline == std::string::npos && total > text.size())
+      throw Error(ErrorKind::corrupt, "not a cairn object-store commit marker: no end of its first line in its first " +
+                  std::to_string(text.size()) + " bytes", describe(marker));
+    const std::string line = newline == std::string::npos ? text : text.substr(0, newline);
     std::string gen;
+    Json j;
     try {
-      const Json j = Json::parse(text, describe(marker));
+      j = Json::parse(line, describe(marker));
       gen = j.at("generation").as_string();
     } catch (const Error& e) {
       throw Error(ErrorKind::corrupt, "not a cairn object-store commit marker: " + e.message(), describe(marker));
     }
     if (!is_internal_name(gen) || gen.find('/') != std::string::npos)
       throw Error(ErrorKind::corrupt, "the commit marker names no generation of this checkpoint", describe(marker));
-    remember_sizes(detail::join_key(key, gen), text);
+    const std::string gen_key = detail::join_key(key, gen);
+    remember_sizes(gen_key, line);
+    const Json* in = j.find("inline");
+    if (inlined) *inlined = in != nullptr;
+    if (in) remember_inline(gen_key, marker, j, *in, std::move(text), newline + 1, total, version);
     return gen;
   }
+
+  // A checkpoint written inline (Staging::publish): its files are byte ranges of the commit
+  // marker, after its first line, and a reader reads them from there: from the bytes the
+  // marker's GET brought, or with ranged GETs of the marker pinned to the ETag it had.
+  struct InlineFile {
+    std::uint64_t offset = 0, size = 0;  // in the marker object
+  };
+  struct InlineCheckpoint {
+    std::string marker_key, etag;
+    std::map<std::string, InlineFile> files;
+    std::shared_ptr<const std::string> head;  // the marker's first bytes, as read (null: let go)
+  };
+  void remember_inline(const std::string& gen_key, const std::string& marker, const Json& j, const Json& in, std::string text,
+                       std::uint64_t base, std::uint64_t total, const std::string& etag) const {
+    auto c = std::make_shared<InlineCheckpoint>();
+    c->marker_key = marker;
+    c->etag = etag;
+    try {
+      const Json& sizes = j.at("files");
+      for (const auto& [name, off] : in.items()) {
+        const std::int64_t o = off.as_int(), n = sizes.at(name).as_int();
+        if (name.empty() || name.find('/') != std::string::npos || o < 0 || n < 0 ||
+            static_cast<std::uint64_t>(o) > total - base || static_cast<std::uint64_t>(n) > total - base - static_cast<std::uint64_t>(o))
+          throw Error(ErrorKind::corrupt, "'" + name + "' lies outside the marker's " + std::to_string(total) + " bytes");
+        c->files[name] = InlineFile{base + static_cast<std::uint64_t>(o), static_cast<std::uint64_t>(n)};
+      }
+      if (c->files.size() != sizes.items().size())
+        throw Error(ErrorKind::corrupt, "it names files that are not in it");
+    } catch (const Error& e) {
+      throw Error(ErrorKind::corrupt, "a commit marker with its checkpoint inline, damaged: " + e.message(), describe(marker));
+    }
+    c->head = std::make_shared<const std::string>(std::move(text));
+    std::lock_guard<std::mutex> lock(known_mutex_);
+    auto& slot = inline_[gen_key];
+    // The same version read again (a check that the checkpoint did not change): the longer
+    // read of its bytes is kept.
+    if (slot && slot->etag == c->etag && slot->head && slot->head->size() >= c->head->size()) return;
+    if (inline_.size() > 4096) {  // names of old checkpoints: let go (read again from their markers)
+      inline_.clear();
+      inline_bytes_ = 0;
+    }
+    auto& s2 = inline_[gen_key];
+    if (s2 && s2->head) inline_bytes_ -= s2->head->size();
+    s2 = c;
+    inline_bytes_ += c->head->size();
+    // The bytes of at most 64 MiB of markers (and of the one just read) are kept; older ones
+    // are read again, in ranges of the marker, where they are still asked for.
+    const std::uint64_t keep = std::uint64_t{64} << 20;
+    for (auto it = inline_.begin(); inline_bytes_ > keep && it != inline_.end(); ++it) {
+      if (it->first == gen_key || !it->second->head) continue;
+      inline_bytes_ -= it->second->head->size();
+      auto copy = std::make_shared<InlineCheckpoint>(*it->second);
+      copy->head = nullptr;
+      it->second = copy;
+    }
+  }
+  std::shared_ptr<const InlineCheckpoint> inline_checkpoint(const std::string& gen_key) const {
+    std::lock_guard<std::mutex> lock(known_mutex_);
+    const auto it = inline_.find(gen_key);
+    return it == inline_.end() ? nullptr : it->second;
+  }
+  // A reader of `key` where it lies in a checkpoint written inline; null where it does not.
+  std::unique_ptr<StoreReader> open_inline(const std::string& key) const {
+    const std::string gen = generation_of(key);
+    if (gen.empty()) return nullptr;
+    learn_generation(gen);
+    const auto c = inline_checkpoint(gen);
+    if (!c) return nullptr;
+    const auto f = c->files.find(key.substr(std::min(key.size(), gen.size() + 1)));
+    if (key.size() <= gen.size() + 1 || f == c->files.end())
+      throw Error(ErrorKind::not_found, "no such file in this checkpoint (written inline in its commit marker)", describe(key));
+    const InlineFile& file = f->second;
+    if (c->head && file.offset + file.size <= c->head->size())
+      return std::make_unique<HeldReader>(c->head, file.offset, file.size, describe(key));
+    return std::make_unique<Reader>(const_cast<S3Store&>(*this), c->marker_key, s3::ObjectInfo{file.size, c->etag}, file.offset,
+                                    describe(key));
+  }
+  bool is_inline(const std::string& key) const {
+    const std::string gen = generation_of(key);
+    return !gen.empty() && inline_checkpoint(gen) != nullptr;
+  }
+  // Where nothing is known of the generation `gen_key` (a rank that did not read the marker
+  // itself: the primary read it and told the others its generation), its checkpoint's marker
+  // is read once, for the sizes of its objects and for a checkpoint written inline.
+  void learn_generation(const std::string& gen_key) const {
+    {
+      std::lock_guard<std::mutex> lock(known_mutex_);
+      if (inline_.count(gen_key) || known_generations_.count(gen_key)) return;
+      if (known_generations_.size() > 65536) known_generations_.clear();
+      known_generations_.insert(gen_key);  // asked once, whatever the answer
+    }
+    try {
+      read_generation(detail::key_parent(gen_key), nullptr, nullptr, max_inline_read());
+    } catch (const Error&) {
+      // Nothing learnt: the object is read as any other (a HEAD, then its bytes).
+    }
+  }
+  // How much of a marker a load reads with it: the marker, and the most a checkpoint written
+  // inline holds (S3Options::inline_limit is at most that).
+  static constexpr std::uint64_t max_inline_bytes = std::uint64_t{16} << 20;
+  // The marker's first line (what it was, whole, before checkpoints went inline): 1 MiB.
+  static constexpr std::uint64_t max_marker_line = std::uint64_t{1} << 20;
+  static std::uint64_t max_inline_read() { return max_marker_line + max_inline_bytes; }
 
   // The sizes of a committed generation's objects, from the marker that names it: a load then
   // opens each object without a HEAD (a load of a small checkpoint took 10 requests, 4 of them
@@ -437,12 +592,22 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::lock_guard<std::mutex> lock(known_mutex_);
     if (known_sizes_.size() + sizes.size() > 65536) known_sizes_.clear();
     for (auto& [k, n] : sizes) known_sizes_[k] = n;
+    if (known_generations_.size() > 65536) known_generations_.clear();
+    known_generations_.insert(generation_key);
   }
   // Objects at or under `key` were removed: their sizes are no longer known.
   void forget_sizes(const std::string& key) const {
     std::lock_guard<std::mutex> lock(known_mutex_);
     for (auto it = known_sizes_.begin(); it != known_sizes_.end();)
       it = it->first == key || it->first.rfind(key + "/", 0) == 0 ? known_sizes_.erase(it) : std::next(it);
+    for (auto it = inline_.begin(); it != inline_.end();) {
+      if (it->first != key && it->first.rfind(key + "/", 0) != 0) {
+        ++it;
+        continue;
+      }
+      if (it->second->head) inline_bytes_ -= it->second->head->size();
+      it = inline_.erase(it);
+    }
   }
   std::optional<std::uint64_t> known_size(const std::string& key) const {
     std::lock_guard<std::mutex> lock(known_mutex_);
@@ -512,6 +677,61 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     if (written_.size() >= 256 && !written_.count(gen)) written_.clear();
     written_[gen][key.substr(gen.size() + 1)] = size;
   }
+  // A save that may be written inline in its marker (S3Options::inline_limit): the objects
+  // this process writes into its generation with one PUT each are held, not sent, while they
+  // come to at most inline_limit in all. Past that, the ones held are sent then (at once) and
+  // nothing more is held; at the publish, where the generation holds objects not held here
+  // (another rank's, a multipart one), the same.
+  struct InlineSave {
+    std::uint64_t bytes = 0;
+    bool spilled = false;
+    std::map<std::string, std::pair<std::shared_ptr<const s3::Buffer>, std::uint64_t>> held;  // by name
+  };
+  using HeldObjects = std::map<std::string, std::pair<std::shared_ptr<const s3::Buffer>, std::uint64_t>>;
+  bool hold_inline(const std::string& key, std::shared_ptr<const s3::Buffer> bytes, std::uint64_t size) {
+    const std::string gen = generation_of(key);
+    if (gen.empty() || key.size() <= gen.size() + 1) return false;
+    HeldObjects spill;
+    {
+      std::lock_guard<std::mutex> lock(multipart_mutex_);
+      const auto it = inline_saves_.find(gen);
+      if (it == inline_saves_.end() || it->second.spilled) return false;
+      const std::string name = key.substr(gen.size() + 1);
+      if (name.find('/') == std::string::npos && !it->second.held.count(name) && it->second.bytes + size <= options_.inline_limit) {
+        it->second.held[name] = {std::move(bytes), size};
+        it->second.bytes += size;
+        return true;
+      }
+      it->second.spilled = true;
+      spill.swap(it->second.held);
+      it->second.bytes = 0;
+    }
+    send_held(gen, spill);
+    return false;
+  }
+  // What a save held, for its publish; nothing more is held after it. nullopt where it held
+  // nothing or sent what it held.
+  std::optional<HeldObjects> take_held(const std::string& gen) {
+    std::lock_guard<std::mutex> lock(multipart_mutex_);
+    const auto it = inline_saves_.find(gen);
+    if (it == inline_saves_.end() || it->second.spilled) return std::nullopt;
+    it->second.spilled = true;
+    HeldObjects out;
+    out.swap(it->second.held);
+    return out;
+  }
+  // The objects held, each written as create() writes it (create-only), at once.
+  void send_held(const std::string& gen, const HeldObjects& held) {
+    std::vector<const HeldObjects::value_type*> all;
+    for (const auto& h : held) all.push_back(&h);
+    detail::for_each_index(all.size(), options_.concurrency, [&](std::size_t i) {
+      const auto& [name, bytes] = *all[i];
+      Writer w(*this, detail::join_key(gen, name), s3::WriteCondition{true, {}}, false);
+      w.write_at(bytes.first->data(), bytes.second, 0);
+      w.finish(bytes.second);
+    });
+  }
+
   // `always`: also where this process used none (other processes wrote into it, or the save
   // failed: one listing, paid only there).
   void abort_orphan_uploads(const std::string& gen, bool always = false) noexcept {
@@ -604,20 +824,26 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     return it->second;
   }
 
-  // An object read whole by a read-ahead: its reads are copies from memory.
+  // An object read whole by a read-ahead, or a file of a checkpoint written inline that came
+  // with its marker: its reads are copies from memory.
   class HeldReader : public StoreReader {
    public:
-    HeldReader(Bytes bytes, std::string name) : bytes_(std::move(bytes)), name_(std::move(name)) {}
-    std::uint64_t size() const override { return bytes_->size(); }
+    HeldReader(Bytes bytes, std::string name)
+        : owner_(bytes), data_(bytes->data()), size_(bytes->size()), name_(std::move(name)) {}
+    HeldReader(std::shared_ptr<const std::string> text, std::uint64_t offset, std::uint64_t size, std::string name)
+        : owner_(text), data_(reinterpret_cast<const unsigned char*>(text->data()) + offset), size_(size), name_(std::move(name)) {}
+    std::uint64_t size() const override { return size_; }
     std::uint64_t cached_bytes(std::uint64_t, std::uint64_t n) const override { return n; }
     void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
-      if (offset > bytes_->size() || n > bytes_->size() - offset)
-        throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(bytes_->size()) +
+      if (offset > size_ || n > size_ - offset)
+        throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(size_) +
                     ", before the data its metadata describes (truncated?)", name_);
-      if (n) std::memcpy(dst, bytes_->data() + offset, static_cast<std::size_t>(n));
+      if (n) std::memcpy(dst, data_ + offset, static_cast<std::size_t>(n));
     }
    private:
-    Bytes bytes_;
+    std::shared_ptr<const void> owner_;
+    const unsigned char* data_;
+    std::uint64_t size_;
     std::string name_;
   };
 
@@ -629,7 +855,11 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // partial load reads only what it needs). Every GET is pinned to the ETag seen at open().
   class Reader : public StoreReader {
    public:
-    Reader(S3Store& store, std::string key, s3::ObjectInfo info) : store_(store), key_(std::move(key)), info_(std::move(info)) {}
+    // `base`: the object's bytes start there in the object at `key` (a file of a checkpoint
+    // written inline, in its marker; `name` is then how errors name it).
+    Reader(S3Store& store, std::string key, s3::ObjectInfo info, std::uint64_t base = 0, std::string name = {})
+        : store_(store), key_(std::move(key)), info_(std::move(info)), base_(base),
+          name_(name.empty() ? store.describe(key_) : std::move(name)) {}
     ~Reader() override {
       std::lock_guard<std::mutex> lock(mutex_);
       for (auto& [index, block] : blocks_) block.wait();  // no fetch outlives the reader
@@ -651,7 +881,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
       if (offset > info_.size || n > info_.size - offset)
         throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(info_.size) +
-                    ", before the data its metadata describes (truncated?)", store_.describe(key_));
+                    ", before the data its metadata describes (truncated?)", name_);
       if (n == 0) return;
       const std::uint64_t part = store_.options_.read_part_size;
       if (n >= part) {
@@ -662,7 +892,9 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         TaskGroup group(store_.options_.concurrency);
         for (std::uint64_t at = 0; at < n; at += range) {
           const std::uint64_t len = std::min(range, n - at);
-          group.run([this, dst, at, len, offset] { store_.client_.get_range(key_, static_cast<char*>(dst) + at, len, offset + at, info_.etag); });
+          group.run([this, dst, at, len, offset] {
+            store_.client_.get_range(key_, static_cast<char*>(dst) + at, len, base_ + offset + at, info_.etag);
+          });
         }
         group.wait();
         return;
@@ -674,7 +906,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         next_offset_ = offset + n;
       }
       if (!sequential) {
-        store_.client_.get_range(key_, dst, n, offset, info_.etag);
+        store_.client_.get_range(key_, dst, n, base_ + offset, info_.etag);
         return;
       }
       auto* out = static_cast<unsigned char*>(dst);
@@ -699,7 +931,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         const std::uint64_t start = b * part, len = std::min(part, info_.size - start);
         blocks_[b] = std::async(std::launch::async, [this, start, len] {
                        auto bytes = store_.buffers_.take(static_cast<std::size_t>(len));
-                       store_.client_.get_range(key_, bytes->data(), len, start, info_.etag);
+                       store_.client_.get_range(key_, bytes->data(), len, base_ + start, info_.etag);
                        return Bytes(std::move(bytes));
                      }).share();
       }
@@ -731,6 +963,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     S3Store& store_;
     std::string key_;
     s3::ObjectInfo info_;
+    std::uint64_t base_;
+    std::string name_;
     mutable std::mutex mutex_;
     mutable std::map<std::uint64_t, std::shared_future<Bytes>> blocks_;
     mutable std::uint64_t next_offset_ = 0;
@@ -784,6 +1018,13 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
           part.reserve(size, part_, store_.buffers_);
           part.define(size);
           body = part.bytes->data();
+          // A save that may go inline in its marker keeps it until its publish.
+          if (store_.hold_inline(key_, part.bytes, size)) {
+            part.bytes = {};
+            finished_ = true;
+            store_.note_written(key_, size);
+            return;
+          }
         } else {
           whole.resize(static_cast<std::size_t>(size));
           for (auto& [index, part] : parts_) {
@@ -1003,8 +1244,17 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     Staging(S3Store& store, std::string key, std::string gen, std::string replaced_gen, std::string replaced_etag,
             bool replacing)
         : store_(store), key_(std::move(key)), gen_(std::move(gen)), staged_(detail::join_key(key_, gen_)),
-          replaced_gen_(std::move(replaced_gen)), replaced_etag_(std::move(replaced_etag)), replacing_(replacing) {}
+          replaced_gen_(std::move(replaced_gen)), replaced_etag_(std::move(replaced_etag)), replacing_(replacing) {
+      if (store_.options_.inline_limit > 0) {
+        std::lock_guard<std::mutex> lock(store_.multipart_mutex_);
+        store_.inline_saves_[staged_];
+      }
+    }
     ~Staging() override {
+      {
+        std::lock_guard<std::mutex> lock(store_.multipart_mutex_);
+        store_.inline_saves_.erase(staged_);
+      }
       // Not published, and the marker surely does not name this generation: removed. Where a
       // marker PUT failed in a way that leaves its outcome unknown, the generation stays: if
       // the marker landed it is the checkpoint's; if not, a leftover that cleanup removes.
@@ -1021,14 +1271,48 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     }
     const std::string& key() const override { return staged_; }
     void publish(const std::map<std::string, std::uint64_t>& expected) override {
-      // Where other ranks wrote into the generation, an upload one of them left open (its
-      // CreateMultipartUpload's answer lost) is found here too: they are all done by now.
-      const bool others = store_.check_all_there(staged_, expected, "not published");
-      store_.abort_orphan_uploads(staged_, others);
+      // Written inline: every object of the checkpoint held here (one process wrote it all, in
+      // one PUT each, inline_limit bytes at most), the marker carries them after its line.
+      std::optional<HeldObjects> held = store_.take_held(staged_);
+      bool whole = held && held->size() == expected.size();
+      for (auto e = expected.begin(); whole && e != expected.end(); ++e) {
+        const auto h = held->find(e->first);
+        whole = h != held->end() && h->second.second == e->second;
+      }
+      if (held && !whole) store_.send_held(staged_, *held);
       Json files = Json::object({});
       for (const auto& [name, size] : expected) files[name] = static_cast<std::int64_t>(size);
-      const std::string marker = Json::object({{"format", "cairn"}, {"store", "object"}, {"generation", gen_},
-                                               {"files", files}}).dump() + "\n";
+      std::string marker;
+      if (whole) {
+        // The format's own files (_CHECKPOINT, _METADATA, _USER_METADATA) first, so that a
+        // reader of the metadata alone finds them in the marker's first megabyte.
+        std::vector<std::string> order;
+        for (const auto& [name, size] : expected)
+          if (name.rfind('_', 0) == 0) order.push_back(name);
+        for (const auto& [name, size] : expected)
+          if (name.rfind('_', 0) != 0) order.push_back(name);
+        Json at = Json::object({});
+        std::uint64_t end = 0;
+        for (const auto& name : order) {
+          at[name] = static_cast<std::int64_t>(end);
+          end += expected.at(name);
+        }
+        marker = Json::object({{"format", "cairn"}, {"store", "object"}, {"generation", gen_}, {"files", files},
+                               {"inline", at}}).dump() + "\n";
+        const std::size_t base = marker.size();
+        marker.resize(base + static_cast<std::size_t>(end));
+        for (const auto& name : order) {
+          const auto& h = held->at(name);
+          if (h.second) std::memcpy(marker.data() + base + at.at(name).as_int(), h.first->data(), static_cast<std::size_t>(h.second));
+        }
+        held.reset();  // the buffers go: the marker has the bytes
+      } else {
+        // Where other ranks wrote into the generation, an upload one of them left open (its
+        // CreateMultipartUpload's answer lost) is found here too: they are all done by now.
+        const bool others = store_.check_all_there(staged_, expected, "not published");
+        store_.abort_orphan_uploads(staged_, others);
+        marker = Json::object({{"format", "cairn"}, {"store", "object"}, {"generation", gen_}, {"files", files}}).dump() + "\n";
+      }
       const std::string marker_key = detail::join_key(key_, detail::commit_marker_name);
       // The overwrite rule once more, just before the switch: where the store ignores the
       // condition, this HEAD is what catches a race (within one request's time).
@@ -1070,7 +1354,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       // The generation the marker named until now is no one's: removed (a reader still in the
       // middle of it fails and loads again, the load's retry). Only that one: another
       // generation may be a save in progress elsewhere; dead ones go by age.
-      if (!replaced_gen_.empty()) {
+      if (replaced_inline_) store_.forget_sizes(detail::join_key(key_, replaced_gen_));  // it was all in the marker
+      if (!replaced_gen_.empty() && !replaced_inline_) {
         try {
           store_.remove(detail::join_key(key_, replaced_gen_));
         } catch (const Error&) {
@@ -1096,6 +1381,9 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     S3Store& store_;
     std::string key_, gen_, staged_, replaced_gen_, replaced_etag_;
     bool replacing_;
+  public:
+    bool replaced_inline_ = false;  // the marker replaced held its checkpoint inline
+  private:
     bool published_ = false;
     bool outcome_unknown_ = false;
   };
@@ -1105,6 +1393,9 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   mutable s3::BufferPool buffers_;  // after client_: built from options_ (declared before both)
   mutable std::mutex known_mutex_;
   mutable std::unordered_map<std::string, std::uint64_t> known_sizes_;  // remember_sizes
+  mutable std::set<std::string> known_generations_;  // whose marker was read (learn_generation)
+  mutable std::map<std::string, std::shared_ptr<const InlineCheckpoint>> inline_;  // by generation key
+  mutable std::uint64_t inline_bytes_ = 0;  // of the heads inline_ holds
   mutable std::mutex in_place_mutex_;
   // Exports being written in place (stage_foreign), by key: how many stagings, and the object
   // created last (the format's commit).
@@ -1118,6 +1409,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   std::mutex multipart_mutex_;
   std::set<std::string> multipart_in_;  // generations with multipart uploads (abort_orphan_uploads)
   std::map<std::string, std::map<std::string, std::uint64_t>> written_;  // note_written: by generation, name -> size
+  std::map<std::string, InlineSave> inline_saves_;  // by generation key: saves that may go inline (hold_inline)
 };
 
 // The Location of an s3:// or gs:// URI, in a store of its own with these options (where the

@@ -247,6 +247,11 @@ class Store {
   // The key to read the checkpoint at `key` from: `key` itself, or where an interrupted
   // overwrite left the previous checkpoint. Throws (incomplete) for a staging key.
   virtual std::string readable_checkpoint(const std::string& key) const { return key; }
+  // The same, for a caller about to read the checkpoint's data as well as its metadata (a
+  // load, a verify): a store may bring more of it at once (S3Store reads a small checkpoint
+  // written inline in its commit marker whole, with the marker). The default:
+  // readable_checkpoint.
+  virtual std::string readable_checkpoint_to_load(const std::string& key) const { return readable_checkpoint(key); }
   // Names the store gives its own staging, claims and set-aside data: never a checkpoint or
   // a step, whatever they hold.
   virtual bool is_internal_name(const std::string& name) const { (void)name; return false; }
