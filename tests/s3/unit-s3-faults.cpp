@@ -267,7 +267,7 @@ TEST_CASE("S3: a small checkpoint is written inline in its commit marker: a save
   }
   // Past inline_limit, a checkpoint is a generation of objects; back under it, inline again,
   // and the generation it replaced is removed.
-  std::map<std::string, std::vector<float>> big{{"w", test::random_bits<float>(1 << 20)}}, small{{"w", test::random_bits<float>(10)}};
+  std::map<std::string, std::vector<float>> big{{"w", test::random_bits<float>(3 << 20)}}, small{{"w", test::random_bits<float>(10)}};
   cairn::save({s, "mixed"}, small);
   cairn::save({s, "mixed"}, big, over);
   CHECK(s->list("mixed").size() == 2);  // the marker and the generation
@@ -1403,6 +1403,7 @@ TEST_CASE("S3: a save's requests do not grow with its leaves: 8 for a new checkp
   if (server().endpoint().empty()) return;
   cairn::S3Options o = options();
   o.part_size = o.multipart_threshold = 16 << 20;  // the defaults: every object one PUT here
+  o.inline_limit = 0;  // a generation of objects (inline: the test of small checkpoints inline)
   for (const int n : {10, 10000}) {
     CAPTURE(n);
     auto s = store(o);

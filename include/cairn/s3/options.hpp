@@ -81,8 +81,10 @@ struct S3Options {
   // A checkpoint that one process writes and whose objects come to at most this many bytes
   // is written inline in its commit marker: one PUT where it took four, and a load reads it
   // with the marker's one GET where it waited for three round trips (docs/object-store.md,
-  // "Small checkpoints in one object"). At most 16 MiB; 0: never.
-  std::uint64_t inline_limit = std::uint64_t{4} << 20;
+  // "Small checkpoints in one object"). 8 MiB: half the size below which an object is one
+  // PUT (multipart_threshold), a few round trips' worth of bytes on one connection, and room
+  // for the metadata of some 10,000 small leaves beside their data. At most 16 MiB; 0: never.
+  std::uint64_t inline_limit = std::uint64_t{8} << 20;
 
   // Retries of throttling, server errors and broken connections, with full-jitter exponential
   // backoff: attempt n sleeps a random time up to min(backoff_cap, backoff_base * 2^n).
