@@ -9709,11 +9709,21 @@ inline bool is_committed_checkpoint(const Store& store, const std::string& key) 
 // The nearest key above `key` that is a committed checkpoint, or "" when none is. Nothing may
 // be saved inside a checkpoint: its directory is its own, and replacing or deleting it (an
 // overwrite, a Checkpointer's retention) takes everything under it along.
+// Where each look waits on a network (Store::parallel_reads), every key above is looked at at
+// once, not one after another.
 inline std::string enclosing_checkpoint(const Store& store, const std::string& key) {
-  for (std::size_t end = key.rfind('/'); end != std::string::npos && end > 0; end = key.rfind('/', end - 1)) {
-    const std::string above = key.substr(0, end);
-    if (is_committed_checkpoint(store, above)) return above;
+  std::vector<std::string> above;  // nearest first
+  for (std::size_t end = key.rfind('/'); end != std::string::npos && end > 0; end = key.rfind('/', end - 1))
+    above.push_back(key.substr(0, end));
+  if (store.parallel_reads() <= 1) {
+    for (const auto& a : above)
+      if (is_committed_checkpoint(store, a)) return a;
+    return {};
   }
+  std::vector<char> committed(above.size(), 0);
+  for_each_index(above.size(), store.parallel_reads(), [&](std::size_t i) { committed[i] = is_committed_checkpoint(store, above[i]); });
+  for (std::size_t i = 0; i < above.size(); ++i)
+    if (committed[i]) return above[i];
   return {};
 }
 
@@ -11154,6 +11164,7 @@ CAIRN_END_NAMESPACE
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -11955,8 +11966,26 @@ class SaveSession {
     // Step 1.
     coordinator_.set_phase("staging");
     const std::string staged = run_on_primary(coordinator_, [&] {
-      refuse_inside_checkpoint(store_, key_);
-      staging_ = store_.stage(key_, overwrite);
+      if (store_.parallel_reads() <= 1) {
+        refuse_inside_checkpoint(store_, key_);
+        staging_ = store_.stage(key_, overwrite);
+        return staging_->key();
+      }
+      // On a store whose every look waits on a network (a bucket), whether the key lies
+      // inside a checkpoint is asked while the store looks at the key itself: one round trip
+      // of a save's few. Where it does, the staging (which has written nothing) is abandoned,
+      // and that error comes first, as when it was asked first.
+      auto inside = std::async(std::launch::async, [&] { refuse_inside_checkpoint(store_, key_); });
+      std::unique_ptr<CheckpointStaging> staging;
+      std::exception_ptr stage_error;
+      try {
+        staging = store_.stage(key_, overwrite);
+      } catch (...) {
+        stage_error = std::current_exception();
+      }
+      inside.get();
+      if (stage_error) std::rethrow_exception(stage_error);
+      staging_ = std::move(staging);
       return staging_->key();
     });
     writer_ = std::make_unique<LeafWriter>(store_, staged, coordinator_.rank(), coordinator_.size());

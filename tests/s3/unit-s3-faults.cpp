@@ -265,6 +265,20 @@ TEST_CASE("S3: a small checkpoint is written inline in its commit marker: a save
     got = cairn::load<std::map<std::string, std::vector<float>>>({s, key});
     CHECK(test::same_bits(got.at("small/0"), other.at("small/0")));
   }
+  // The keys above a save's key are asked whether they are checkpoints while the store looks
+  // at the key itself: all at once (one after another before 2026-11-28, and before the look).
+  server().reset();
+  server().fault_matching("HEAD ", "delay", 3);  // deep/a/b, deep/a/_CHECKPOINT, deep/_CHECKPOINT
+  std::map<std::string, std::vector<float>> tiny{{"w", test::random_bits<float>(10)}};
+  cairn::save({s, "deep/a/b"}, tiny);
+  CHECK(server().stats().at("faults_hit").as_int() == 3);
+  CHECK(server().stats().at("max_in_flight").as_int() >= 3);
+  server().reset();
+  // Inside a checkpoint: refused with that error first, and nothing is written there.
+  CHECK_CAIRN_ERROR(cairn::save({s, "deep/a/b/c"}, tiny), ErrorKind::invalid_argument, "inside the checkpoint");
+  over.overwrite = true;
+  CHECK_CAIRN_ERROR(cairn::save({s, "deep/a/b/_CHECKPOINT"}, tiny, over), ErrorKind::invalid_argument, "inside the checkpoint");
+  CHECK(s->list("deep/a/b") == std::vector<cairn::StoreEntry>{{"_CHECKPOINT", false}});
   // Past inline_limit, a checkpoint is a generation of objects; back under it, inline again,
   // and the generation it replaced is removed.
   std::map<std::string, std::vector<float>> big{{"w", test::random_bits<float>(3 << 20)}}, small{{"w", test::random_bits<float>(10)}};
@@ -326,6 +340,8 @@ TEST_CASE("S3: a damaged marker with its checkpoint inline is a clear error nami
   CHECK_CAIRN_ERROR(cairn::metadata({s, "unsized"}), ErrorKind::corrupt, "_CHECKPOINT");
   put("huge", head + R"("files":{"_CHECKPOINT":4611686018427387904},"inline":{"_CHECKPOINT":0}})" + "\nabc");
   CHECK_CAIRN_ERROR(cairn::metadata({s, "huge"}), ErrorKind::corrupt, "outside the marker");
+  put("noline", head + R"("files":{},"inline":{}})");
+  CHECK_CAIRN_ERROR(cairn::metadata({s, "noline"}), ErrorKind::corrupt, "no end to its first line");
   // Its first line must end within the first megabyte.
   put("long", std::string(2 << 20, ' '));
   CHECK_CAIRN_ERROR(cairn::metadata({s, "long"}), ErrorKind::corrupt, "first line");

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -69,8 +70,26 @@ class SaveSession {
     // Step 1.
     coordinator_.set_phase("staging");
     const std::string staged = run_on_primary(coordinator_, [&] {
-      refuse_inside_checkpoint(store_, key_);
-      staging_ = store_.stage(key_, overwrite);
+      if (store_.parallel_reads() <= 1) {
+        refuse_inside_checkpoint(store_, key_);
+        staging_ = store_.stage(key_, overwrite);
+        return staging_->key();
+      }
+      // On a store whose every look waits on a network (a bucket), whether the key lies
+      // inside a checkpoint is asked while the store looks at the key itself: one round trip
+      // of a save's few. Where it does, the staging (which has written nothing) is abandoned,
+      // and that error comes first, as when it was asked first.
+      auto inside = std::async(std::launch::async, [&] { refuse_inside_checkpoint(store_, key_); });
+      std::unique_ptr<CheckpointStaging> staging;
+      std::exception_ptr stage_error;
+      try {
+        staging = store_.stage(key_, overwrite);
+      } catch (...) {
+        stage_error = std::current_exception();
+      }
+      inside.get();
+      if (stage_error) std::rethrow_exception(stage_error);
+      staging_ = std::move(staging);
       return staging_->key();
     });
     writer_ = std::make_unique<LeafWriter>(store_, staged, coordinator_.rank(), coordinator_.size());

@@ -26,11 +26,21 @@ inline bool is_committed_checkpoint(const Store& store, const std::string& key) 
 // The nearest key above `key` that is a committed checkpoint, or "" when none is. Nothing may
 // be saved inside a checkpoint: its directory is its own, and replacing or deleting it (an
 // overwrite, a Checkpointer's retention) takes everything under it along.
+// Where each look waits on a network (Store::parallel_reads), every key above is looked at at
+// once, not one after another.
 inline std::string enclosing_checkpoint(const Store& store, const std::string& key) {
-  for (std::size_t end = key.rfind('/'); end != std::string::npos && end > 0; end = key.rfind('/', end - 1)) {
-    const std::string above = key.substr(0, end);
-    if (is_committed_checkpoint(store, above)) return above;
+  std::vector<std::string> above;  // nearest first
+  for (std::size_t end = key.rfind('/'); end != std::string::npos && end > 0; end = key.rfind('/', end - 1))
+    above.push_back(key.substr(0, end));
+  if (store.parallel_reads() <= 1) {
+    for (const auto& a : above)
+      if (is_committed_checkpoint(store, a)) return a;
+    return {};
   }
+  std::vector<char> committed(above.size(), 0);
+  for_each_index(above.size(), store.parallel_reads(), [&](std::size_t i) { committed[i] = is_committed_checkpoint(store, above[i]); });
+  for (std::size_t i = 0; i < above.size(); ++i)
+    if (committed[i]) return above[i];
   return {};
 }
 

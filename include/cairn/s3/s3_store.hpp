@@ -466,6 +466,9 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     remember_sizes(gen_key, line);
     const Json* in = j.find("inline");
     if (inlined) *inlined = in != nullptr;
+    if (in && newline == std::string::npos)
+      throw Error(ErrorKind::corrupt, "a commit marker with its checkpoint inline, damaged: no end to its first line",
+                  describe(marker));
     if (in) remember_inline(gen_key, marker, j, *in, std::move(text), newline + 1, total, version);
     return gen;
   }
@@ -514,8 +517,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     if (s2 && s2->head) inline_bytes_ -= s2->head->size();
     s2 = c;
     inline_bytes_ += c->head->size();
-    // The bytes of at most 64 MiB of markers (and of the one just read) are kept; older ones
-    // are read again, in ranges of the marker, where they are still asked for.
+    // The bytes of at most 64 MiB of markers (and of the one just read) are kept; the others'
+    // are let go, and read again, in ranges of their markers, where they are still asked for.
     const std::uint64_t keep = std::uint64_t{64} << 20;
     for (auto it = inline_.begin(); inline_bytes_ > keep && it != inline_.end(); ++it) {
       if (it->first == gen_key || !it->second->head) continue;
@@ -682,12 +685,12 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // come to at most inline_limit in all. Past that, the ones held are sent then (at once) and
   // nothing more is held; at the publish, where the generation holds objects not held here
   // (another rank's, a multipart one), the same.
+  using HeldObjects = std::map<std::string, std::pair<std::shared_ptr<const s3::Buffer>, std::uint64_t>>;  // name -> bytes, size
   struct InlineSave {
     std::uint64_t bytes = 0;
-    bool spilled = false;
-    std::map<std::string, std::pair<std::shared_ptr<const s3::Buffer>, std::uint64_t>> held;  // by name
+    bool spilled = false;  // sent (or taken by the publish): nothing more is held
+    HeldObjects held;
   };
-  using HeldObjects = std::map<std::string, std::pair<std::shared_ptr<const s3::Buffer>, std::uint64_t>>;
   bool hold_inline(const std::string& key, std::shared_ptr<const s3::Buffer> bytes, std::uint64_t size) {
     const std::string gen = generation_of(key);
     if (gen.empty() || key.size() <= gen.size() + 1) return false;
