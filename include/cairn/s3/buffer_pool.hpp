@@ -68,8 +68,14 @@ class BufferPool {
   // sizes are allocated for the caller alone (a small object would pin a whole block; a
   // larger one is rare: parts raised past 10,000).
   std::shared_ptr<Buffer> take(std::size_t n) {
+    if (n < state_->block / 2) return std::make_shared<Buffer>(n);
+    return take_block(n);
+  }
+  // The same for a buffer used briefly (a request's body, given back when it is sent), which
+  // takes a block whatever its size up to one: it pins none for long.
+  std::shared_ptr<Buffer> take_block(std::size_t n) {
     State& s = *state_;
-    if (s.keep == 0 || n > s.block || n < s.block / 2) return std::make_shared<Buffer>(n);
+    if (s.keep == 0 || n > s.block) return std::make_shared<Buffer>(n);
     std::unique_ptr<unsigned char[]> bytes;
     {
       std::lock_guard<std::mutex> lock(s.mutex);

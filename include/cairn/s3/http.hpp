@@ -89,6 +89,14 @@ inline std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user)
     r.sink_received += take;
     if (take < len) r.body_overflow = true;
   } else {
+    if (r.body.empty() && x.ok_status()) {
+      // Room for the announced size (up to what is kept) at once: a body of megabytes (a
+      // commit marker with its checkpoint inline) was grown by doubling, each step a new
+      // allocation, its pages faulted in, and a copy.
+      const std::string announced = r.header("content-length");
+      if (!announced.empty())
+        r.body.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(std::strtoull(announced.c_str(), nullptr, 10), x.request->max_body)));
+    }
     const std::uint64_t room = x.request->max_body > r.body.size() ? x.request->max_body - r.body.size() : 0;
     const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(room, len));
     r.body.append(p, take);

@@ -843,6 +843,18 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
                     ", before the data its metadata describes (truncated?)", name_);
       if (n) std::memcpy(dst, data_ + offset, static_cast<std::size_t>(n));
     }
+    // Straight from memory into each piece (the default reads the span into a buffer first).
+    void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const override {
+      std::uint64_t total = 0;
+      for (std::size_t i = 0; i < count; ++i) total += pieces[i].n;
+      if (offset > size_ || total > size_ - offset)
+        throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(size_) +
+                    ", before the data its metadata describes (truncated?)", name_);
+      for (std::size_t i = 0; i < count; ++i) {
+        if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, data_ + offset, static_cast<std::size_t>(pieces[i].n));
+        offset += pieces[i].n;
+      }
+    }
    private:
     std::shared_ptr<const void> owner_;
     const unsigned char* data_;
@@ -1286,6 +1298,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       Json files = Json::object({});
       for (const auto& [name, size] : expected) files[name] = static_cast<std::int64_t>(size);
       std::string marker;
+      std::shared_ptr<s3::Buffer> body;  // inline: the marker's line and the files after it
       if (whole) {
         // The format's own files (_CHECKPOINT, _METADATA, _USER_METADATA) first, so that a
         // reader of the metadata alone finds them in the marker's first megabyte.
@@ -1302,11 +1315,14 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         }
         marker = Json::object({{"format", "cairn"}, {"store", "object"}, {"generation", gen_}, {"files", files},
                                {"inline", at}}).dump() + "\n";
-        const std::size_t base = marker.size();
-        marker.resize(base + static_cast<std::size_t>(end));
+        // Built in one of the store's transfer buffers where it fits one (touched before: no
+        // page faults for megabytes of fresh memory).
+        const std::size_t base = marker.size(), total = base + static_cast<std::size_t>(end);
+        body = store_.buffers_.take_block(total);
+        std::memcpy(body->data(), marker.data(), base);
         for (const auto& name : order) {
           const auto& h = held->at(name);
-          if (h.second) std::memcpy(marker.data() + base + at.at(name).as_int(), h.first->data(), static_cast<std::size_t>(h.second));
+          if (h.second) std::memcpy(body->data() + base + at.at(name).as_int(), h.first->data(), static_cast<std::size_t>(h.second));
         }
         held.reset();  // the buffers go: the marker has the bytes
       } else {
@@ -1331,7 +1347,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       if (moved) throw race();
       bool put = false;
       try {
-        put = store_.client_.put(marker_key, marker.data(), marker.size(), cond).has_value();
+        put = (body ? store_.client_.put(marker_key, body->data(), body->size(), cond)
+                    : store_.client_.put(marker_key, marker.data(), marker.size(), cond)).has_value();
       } catch (const Error& e) {
         // Failed after its attempts: one of them may still have been applied (its answer lost).
         const std::optional<bool> mine = marker_names_this_save();
