@@ -29,7 +29,8 @@ Control, on the same port (never a bucket name S3 allows, as it starts with '_')
   POST /_reset                        no faults, nothing expired, credential sources as at the start;
                                       counters to zero (objects stay)
   GET  /_stats                        {"requests": n, "open_uploads": n, "faults_hit": n, "in_flight": n,
-                                       "max_in_flight": n, "signed_by": {access key: requests},
+                                       "max_in_flight": n, "bytes_read": n (object bytes GET sent),
+                                       "signed_by": {access key: requests},
                                        "issued": {source: credentials handed out}}
                                       (in_flight: requests being handled now, control ones aside;
                                       max_in_flight: the most at once since the last reset)
@@ -73,7 +74,7 @@ objects = {}      # (bucket, key) -> (bytes, etag, last_modified)
 uploads = {}      # upload id -> {"bucket", "key", "parts": {n: bytes}, "initiated"}
 LOG = os.environ.get("FAKE_S3_LOG")
 LATENCY = float(os.environ.get("FAKE_S3_LATENCY", "0"))
-state = {"requests": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0, "max_in_flight": 0,
+state = {"requests": 0, "bytes_read": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0, "max_in_flight": 0,
          "expired": set(), "signed_by": {}, "issued": {}}
 creds_config = {"lifetime": 3600, "auth": "", "role_arn": "", "web_token": "", "imds_fail": 0,
                 "require_signed": False, "source_key": "", "source_secret": "", "external_id": ""}
@@ -214,7 +215,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200)
         if bucket == "_reset":
             with lock:
-                state.update(requests=0, faults_hit=0, faults=[], max_in_flight=0, expired=set(), signed_by={},
+                state.update(requests=0, bytes_read=0, faults_hit=0, faults=[], max_in_flight=0, expired=set(), signed_by={},
                              issued={})
                 creds_config.update(lifetime=3600, auth="", role_arn="", web_token="", imds_fail=0,
                                     require_signed=False, source_key="", source_secret="", external_id="")
@@ -233,7 +234,7 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 body = json.dumps({"requests": state["requests"], "faults_hit": state["faults_hit"],
                                    "open_uploads": len(uploads), "in_flight": state["in_flight"],
-                                   "max_in_flight": state["max_in_flight"],
+                                   "max_in_flight": state["max_in_flight"], "bytes_read": state["bytes_read"],
                                    "signed_by": state["signed_by"], "issued": state["issued"]}).encode()
             return self.reply(200, body, {"Content-Type": "application/json"})
         head = method == "HEAD"
@@ -510,6 +511,9 @@ class Handler(BaseHTTPRequestHandler):
         if head:
             # how=hugesize: a hostile size (2^62 bytes) for the object.
             extra["Content-Length"] = str(1 << 62) if how == "hugesize" else str(len(data))
+        else:
+            with lock:
+                state["bytes_read"] += len(body)
         self.reply(status, body, extra, head)
 
     def op_delete(self, bucket, key, q, how):

@@ -229,6 +229,7 @@ TEST_CASE("S3: a small checkpoint is written inline in its commit marker: a save
   if (server().endpoint().empty()) return;
   cairn::S3Options o = options();
   o.part_size = o.multipart_threshold = 16 << 20;  // the defaults: every object one PUT
+  o.read_part_size = 16 << 20;                     // and one GET
   auto s = store(o);
   (void)s->is_blob("warm-up");  // a store asks the bucket its region before its first request
   auto count = [&](auto&& f) {
@@ -258,6 +259,36 @@ TEST_CASE("S3: a small checkpoint is written inline in its commit marker: a save
     REQUIRE(got.size() == state.size());
     for (const auto& [k, v] : state) CHECK(test::same_bits(got.at(k), v));
     CHECK(count([&] { CHECK(cairn::metadata({s, key}).leaves().size() == state.size()); }) == 1);
+    {
+      // Another store looks at the metadata alone: the marker's first 64 KiB, which hold the
+      // _METADATA of 10 leaves; that of 10,000 (about 1.5 MB) is one ranged GET of the marker
+      // more, not the whole checkpoint.
+      auto looker = store(o);
+      const std::string root = s->describe("x").substr(12, s->describe("x").size() - 14);
+      auto other_root = std::make_shared<cairn::S3Store>("s3", "bucket", o, root);
+      (void)other_root->is_blob("warm-up");
+      server().reset();
+      const std::uint64_t before = other_root->requests();
+      CHECK(cairn::metadata({other_root, key}).leaves().size() == state.size());
+      CHECK(other_root->requests() - before == (n == 10 ? 1u : 2u));
+      (void)looker;
+    }
+    {
+      // A Checkpointer's look at a step of 4 MB (its _CHECKPOINT and _USER_METADATA): the
+      // first 64 KiB of its marker, not the 4 MB.
+      std::map<std::string, std::vector<float>> step{{"w", test::random_bits<float>(1 << 20)}};
+      cairn::save({s, key + "-root/1"}, step);
+      cairn::detail::write_blob(*s, key + "-root/latest", "1");
+      const std::string root = s->describe("x").substr(12, s->describe("x").size() - 14);
+      auto opener = std::make_shared<cairn::S3Store>("s3", "bucket", o, root);
+      server().reset();
+      CHECK(cairn::Checkpointer({opener, key + "-root"}).latest() == 1);
+      CHECK(server().stats().at("bytes_read").as_int() <= 70000);
+      server().reset();
+      CHECK(cairn::inspect({opener, key + "-root"}).steps.size() == 1);
+      CHECK(server().stats().at("bytes_read").as_int() <= 140000);
+      CHECK(test::same_bits(cairn::load<decltype(step)>({opener, key + "-root/1"}).at("w"), step.at("w")));
+    }
     // verify: the marker's HEAD (is this a Checkpointer root?) and its GET.
     CHECK(count([&] { CHECK(cairn::verify({s, key}).ok()); }) == 2);
     // An overwrite: the old marker's GET added (its generation and ETag); nothing to delete.
