@@ -558,7 +558,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   }
   // Where nothing is known of the generation `gen_key` (a rank that did not read the marker
   // itself: the primary read it and told the others its generation), its checkpoint's marker
-  // is read once, for the sizes of its objects and for a checkpoint written inline.
+  // is read once, for the sizes of its objects and for a checkpoint written inline: its first
+  // 64 KiB, as a look at the metadata reads it (each rank then reads its own leaves' ranges).
   void learn_generation(const std::string& gen_key) const {
     {
       std::lock_guard<std::mutex> lock(known_mutex_);
@@ -567,7 +568,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       known_generations_.insert(gen_key);  // asked once, whatever the answer
     }
     try {
-      read_generation(detail::key_parent(gen_key), nullptr, nullptr, max_inline_read());
+      read_generation(detail::key_parent(gen_key));
     } catch (const Error&) {
       // Nothing learnt: the object is read as any other (a HEAD, then its bytes).
     }
