@@ -301,6 +301,30 @@ TEST_CASE("S3 credentials: a profile's credential_process, after its keys; failu
   // gs:// takes HMAC keys only: no helper is run for it.
   o.profile = "fails";
   CHECK(cairn::s3::find_credentials("gs", "bucket", o, "auto").credentials.anonymous());
+  // A helper that never finishes (waiting for a login nobody gives), or that prints its
+  // credentials and goes on running, is stopped after credential_process_timeout, with what
+  // it started: an error that says so, not a hang. The one that finishes in time is taken.
+  const std::string marker = (dir / "child-alive").string();
+  const std::string hangs = helper("hangs.sh", "(sleep 2; touch " + marker + ") &\nsleep 30\n");
+  const std::string lingers =
+      helper("lingers.sh", "echo '{\"Version\": 1, \"AccessKeyId\": \"K\", \"SecretAccessKey\": \"S\"}'\nexec >&-\nsleep 30\n");
+  const std::string slow = helper("slow.sh", "sleep 0.3\necho '{\"Version\": 1, \"AccessKeyId\": \"SLOW\", \"SecretAccessKey\": \"S\"}'\n");
+  std::ofstream(dir / "config", std::ios::app) << "[profile hangs]\ncredential_process = " << hangs
+                                               << "\n[profile lingers]\ncredential_process = " << lingers
+                                               << "\n[profile slow]\ncredential_process = " << slow << "\n";
+  o.credential_process_timeout = std::chrono::milliseconds(1000);
+  for (const char* name : {"hangs", "lingers"}) {
+    CAPTURE(name);
+    o.profile = name;
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH_AS(cairn::s3::find_credentials("s3", "bucket", o, "us-east-1"),
+                         doctest::Contains("did not finish within 1 s"), cairn::Error);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  CHECK_MESSAGE(!std::filesystem::exists(marker), "what the helper started outlived it");
+  o.profile = "slow";
+  CHECK(cairn::s3::find_credentials("s3", "bucket", o, "us-east-1").credentials.access_key_id == "SLOW");
   std::filesystem::remove_all(dir);
 }
 

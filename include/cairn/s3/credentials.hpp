@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -35,7 +36,14 @@
 #include "cairn/s3/sigv4.hpp"
 #include "cairn/s3/xml.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
 
 CAIRN_BEGIN_NAMESPACE
 namespace s3 {
@@ -121,17 +129,74 @@ inline HttpResponse perform_with_retries(HttpClient& http, const HttpRequest& rq
 
 // A profile's credential_process: a command whose standard output is {"Version": 1,
 // "AccessKeyId", "SecretAccessKey", "SessionToken"?, "Expiration"?} (the AWS CLI's contract).
-// Its standard error goes where the program's goes, as the SDKs leave it.
-inline Credentials run_credential_process(const std::string& command, const std::string& where) {
-  FILE* f = ::popen(command.c_str(), "r");
-  if (!f) throw Error(ErrorKind::io, where + ": the command could not be started");
+// Its standard error goes where the program's goes, as the SDKs leave it. It runs under
+// /bin/sh in a process group of its own, and one that has not exited within `timeout` is
+// killed with everything it started (S3Options::credential_process_timeout): a helper that
+// waits for a login nobody gives would otherwise hang every save (until 2026-11-28 it did).
+inline Credentials run_credential_process(const std::string& command, const std::string& where,
+                                          std::chrono::milliseconds timeout) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(ErrorKind::io, where + ": no pipe for the command's output");
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attributes;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  ::posix_spawnattr_init(&attributes);
+  ::posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+  ::posix_spawnattr_setpgroup(&attributes, 0);
+  std::string shell = "/bin/sh", dash_c = "-c", text = command;
+  char* argv[] = {shell.data(), dash_c.data(), text.data(), nullptr};
+  pid_t pid = 0;
+  const int spawned = ::posix_spawn(&pid, "/bin/sh", &actions, &attributes, argv, environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::posix_spawnattr_destroy(&attributes);
+  ::close(fds[1]);
+  if (spawned != 0) {
+    ::close(fds[0]);
+    throw Error(ErrorKind::io, where + ": the command could not be started");
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left_ms = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+  };
   std::string out;
+  bool late = false;
   char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
-    if (out.size() < (1 << 20)) out.append(buf, n);
-  const int status = ::pclose(f);
-  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+  while (true) {  // its output, until it closes it
+    const auto left = left_ms();
+    if (left <= 0) {
+      late = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      late = ready == 0;
+      break;
+    }
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (out.size() < (1 << 20)) out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = -1;  // (not reaped: SIGCHLD ignored by the program) "did not exit normally"
+  while (!late) {  // then its exit
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid || (done < 0 && errno != EINTR)) break;
+    if (left_ms() <= 0) late = true;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (late) {
+    ::kill(-pid, SIGKILL);
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    throw Error(ErrorKind::timeout, where + ": the command did not finish within " +
+                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) +
+                " s (S3Options::credential_process_timeout); it was stopped");
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw Error(ErrorKind::io, where + ": the command " +
                                    (status != -1 && WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
                                                                       : std::string("did not exit normally")));
@@ -274,7 +339,8 @@ inline Credentials role_source_credentials(const Profile& role, const std::strin
   Credentials c{source.get("aws_access_key_id"), source.get("aws_secret_access_key"), source.get("aws_session_token")};
   if (!c.anonymous()) return c;
   if (const std::string command = source.get("credential_process"); !command.empty())
-    return run_credential_process(command, "the credential_process of profile '" + source.name + "'");
+    return run_credential_process(command, "the credential_process of profile '" + source.name + "'",
+                                  o.credential_process_timeout);
   throw Error(ErrorKind::invalid_argument,
               where + ": its source_profile '" + name + "' has neither keys nor a credential_process");
 }
@@ -459,7 +525,8 @@ inline FoundCredentials find_credentials(const std::string& scheme, const std::s
     return f;
   }
   if (const std::string command = profile.get("credential_process"); !command.empty()) {
-    f.credentials = detail::run_credential_process(command, "the credential_process of profile '" + profile.name + "'");
+    f.credentials = detail::run_credential_process(command, "the credential_process of profile '" + profile.name + "'",
+                                                   o.credential_process_timeout);
     f.source = "credential_process of profile " + profile.name;
     return f;
   }

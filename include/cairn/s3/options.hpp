@@ -47,6 +47,10 @@ struct S3Options {
   // in the three fields above are not asked again: a request they no longer sign fails,
   // saying why.
   std::function<s3::Credentials()> credentials_provider = {};
+  // A profile's credential_process that has not exited within this time is stopped (with
+  // everything it started) and the store says so, rather than waiting for it for ever (a
+  // helper waiting for a login in a browser nobody opens). AWS's Python SDK waits 30 s.
+  std::chrono::milliseconds credential_process_timeout{30000};
   // Path-style URLs (endpoint/bucket/key) instead of virtual-host ones (bucket.endpoint/key).
   // Unset: path style for a custom endpoint and for a bucket name with dots (virtual hosts
   // with dots fail TLS verification), virtual-host style on AWS.
