@@ -13,7 +13,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$root/test
 export ASAN_OPTIONS="detect_leaks=1"
 exe="$build/tests/cairn-fuzz"
 [ -x "$exe" ] || { echo "fuzz.sh: $exe not built (configure with -DCAIRN_FUZZ=ON and clang)"; exit 1; }
-for target in metadata user_metadata marker checkpointer_root safetensors cli s3_response orbax; do
+for target in metadata user_metadata marker checkpointer_root safetensors cli s3_response s3_marker orbax; do
   work=$(mktemp -d)
   cp -r "$root/tests/fuzz/corpus/$target" "$work/corpus"
   mkdir -p "$build/fuzz-crashes/$target"

@@ -37,6 +37,9 @@
 #define LLVMFuzzerTestOneInput fuzz_s3_response_one
 #include "fuzz_s3_response.cpp"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_s3_marker_one
+#include "fuzz_s3_marker.cpp"
+#undef LLVMFuzzerTestOneInput
 #ifdef CAIRN_FUZZ_ORBAX  // where libzstd is found (cairn::orbax)
 #define LLVMFuzzerTestOneInput fuzz_orbax_one
 #include "fuzz_orbax.cpp"
@@ -55,6 +58,7 @@ const Target targets[] = {{"metadata", fuzz_metadata_one},
                           {"safetensors", fuzz_safetensors_one},
                           {"cli", fuzz_cli_one},
                           {"s3_response", fuzz_s3_response_one},
+                          {"s3_marker", fuzz_s3_marker_one},
 #ifdef CAIRN_FUZZ_ORBAX
                           {"orbax", fuzz_orbax_one},
 #endif
@@ -71,7 +75,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   for (const auto& t : targets)
     if (name && std::strcmp(name, t.name) == 0) chosen = &t;
   if (!chosen) {
-    std::fprintf(stderr, "cairn-fuzz: set CAIRN_FUZZ_TARGET to metadata, user_metadata, marker, checkpointer_root, safetensors, cli, s3_response or orbax\n");
+    std::fprintf(stderr, "cairn-fuzz: set CAIRN_FUZZ_TARGET to metadata, user_metadata, marker, checkpointer_root, safetensors, cli, s3_response, s3_marker or orbax\n");
     std::exit(2);
   }
   return 0;

@@ -42,6 +42,7 @@
 #include "cairn/core/parallel.hpp"
 #include "cairn/s3/buffer_pool.hpp"
 #include "cairn/s3/client.hpp"
+#include "cairn/s3/commit_marker.hpp"
 #include "cairn/store/location.hpp"
 #include "cairn/store/store.hpp"
 
@@ -390,7 +391,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   }
 
  private:
-  static constexpr const char* generation_prefix = ".cairn-gen-";
+  static constexpr const char* generation_prefix = s3::generation_prefix;
 
   static S3Options checked(S3Options o) {
     if (o.part_size < 1024 || o.part_size > (std::uint64_t{5} << 30))
@@ -450,62 +451,33 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     }
     if (etag) *etag = version;
     // The marker is the first line; a checkpoint written inline follows it (format.md).
-    const auto newline = text.find('\n');
-    if (newline == std::string::npos && total > text.size())
-      throw Error(ErrorKind::corrupt, "not a cairn object-store commit marker: no end of its first line in its first " +
-                  std::to_string(text.size()) + " bytes", describe(marker));
-    const std::string line = newline == std::string::npos ? text : text.substr(0, newline);
-    std::string gen;
-    Json j;
+    s3::CommitMarker m;
     try {
-      j = Json::parse(line, describe(marker));
-      gen = j.at("generation").as_string();
+      m = s3::parse_commit_marker(text, total);
     } catch (const Error& e) {
-      throw Error(ErrorKind::corrupt, "not a cairn object-store commit marker: " + e.message(), describe(marker));
+      throw Error(e.kind(), e.message(), describe(marker));
     }
-    if (!is_internal_name(gen) || gen.find('/') != std::string::npos)
-      throw Error(ErrorKind::corrupt, "the commit marker names no generation of this checkpoint", describe(marker));
-    const std::string gen_key = detail::join_key(key, gen);
-    remember_sizes(gen_key, line);
-    const Json* in = j.find("inline");
-    if (inlined) *inlined = in != nullptr;
-    if (in && newline == std::string::npos)
-      throw Error(ErrorKind::corrupt, "a commit marker with its checkpoint inline, damaged: no end to its first line",
-                  describe(marker));
-    if (in) remember_inline(gen_key, marker, j, *in, std::move(text), newline + 1, total, version);
-    return gen;
+    const std::string gen_key = detail::join_key(key, m.generation);
+    remember_sizes(gen_key, m.sizes);
+    if (inlined) *inlined = m.inlined;
+    if (m.inlined) remember_inline(gen_key, marker, std::move(m.files), std::move(text), version);
+    return m.generation;
   }
 
   // A checkpoint written inline (Staging::publish): its files are byte ranges of the commit
   // marker, after its first line, and a reader reads them from there: from the bytes the
   // marker's GET brought, or with ranged GETs of the marker pinned to the ETag it had.
-  struct InlineFile {
-    std::uint64_t offset = 0, size = 0;  // in the marker object
-  };
   struct InlineCheckpoint {
     std::string marker_key, etag;
-    std::map<std::string, InlineFile> files;
+    std::map<std::string, s3::InlineFile> files;  // (parse_commit_marker checked each is in the marker)
     std::shared_ptr<const std::string> head;  // the marker's first bytes, as read (null: let go)
   };
-  void remember_inline(const std::string& gen_key, const std::string& marker, const Json& j, const Json& in, std::string text,
-                       std::uint64_t base, std::uint64_t total, const std::string& etag) const {
+  void remember_inline(const std::string& gen_key, const std::string& marker, std::map<std::string, s3::InlineFile> files,
+                       std::string text, const std::string& etag) const {
     auto c = std::make_shared<InlineCheckpoint>();
     c->marker_key = marker;
     c->etag = etag;
-    try {
-      const Json& sizes = j.at("files");
-      for (const auto& [name, off] : in.items()) {
-        const std::int64_t o = off.as_int(), n = sizes.at(name).as_int();
-        if (name.empty() || name.find('/') != std::string::npos || o < 0 || n < 0 ||
-            static_cast<std::uint64_t>(o) > total - base || static_cast<std::uint64_t>(n) > total - base - static_cast<std::uint64_t>(o))
-          throw Error(ErrorKind::corrupt, "'" + name + "' lies outside the marker's " + std::to_string(total) + " bytes");
-        c->files[name] = InlineFile{base + static_cast<std::uint64_t>(o), static_cast<std::uint64_t>(n)};
-      }
-      if (c->files.size() != sizes.items().size())
-        throw Error(ErrorKind::corrupt, "it names files that are not in it");
-    } catch (const Error& e) {
-      throw Error(ErrorKind::corrupt, "a commit marker with its checkpoint inline, damaged: " + e.message(), describe(marker));
-    }
+    c->files = std::move(files);
     c->head = std::make_shared<const std::string>(std::move(text));
     std::lock_guard<std::mutex> lock(known_mutex_);
     auto& slot = inline_[gen_key];
@@ -546,7 +518,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     const auto f = c->files.find(key.substr(std::min(key.size(), gen.size() + 1)));
     if (key.size() <= gen.size() + 1 || f == c->files.end())
       throw Error(ErrorKind::not_found, "no such file in this checkpoint (written inline in its commit marker)", describe(key));
-    const InlineFile& file = f->second;
+    const s3::InlineFile& file = f->second;
     if (c->head && file.offset + file.size <= c->head->size())
       return std::make_unique<HeldReader>(c->head, file.offset, file.size, describe(key));
     return std::make_unique<Reader>(const_cast<S3Store&>(*this), c->marker_key, s3::ObjectInfo{file.size, c->etag}, file.offset,
@@ -589,17 +561,9 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // HEADs of objects the marker lists). A size that is wrong (a damaged marker) makes the read
   // fail (the range is refused, or the file seems to end early), never read other bytes. Kept
   // for the last 65,536 objects.
-  void remember_sizes(const std::string& generation_key, const std::string& marker_text) const {
-    std::vector<std::pair<std::string, std::uint64_t>> sizes;
-    try {
-      const Json files = Json::parse(marker_text).at("files");
-      for (const auto& [name, size] : files.items()) {
-        if (name.empty() || name.find('/') != std::string::npos || size.as_int() < 0) return;
-        sizes.emplace_back(detail::join_key(generation_key, name), static_cast<std::uint64_t>(size.as_int()));
-      }
-    } catch (const Error&) {
-      return;  // no usable list: every object is asked for its size, as before
-    }
+  void remember_sizes(const std::string& generation_key, const std::map<std::string, std::uint64_t>& listed) const {
+    std::vector<std::pair<std::string, std::uint64_t>> sizes;  // (none usable: every object is asked for its size)
+    for (const auto& [name, size] : listed) sizes.emplace_back(detail::join_key(generation_key, name), size);
     std::lock_guard<std::mutex> lock(known_mutex_);
     if (known_sizes_.size() + sizes.size() > 65536) known_sizes_.clear();
     for (auto& [k, n] : sizes) known_sizes_[k] = n;
