@@ -66,21 +66,20 @@ inline CommitMarker parse_commit_marker(std::string_view first, std::uint64_t to
   if (!in) return m;
   const std::string damaged = "a commit marker with its checkpoint inline, damaged: ";
   if (newline == std::string_view::npos) throw Error(ErrorKind::corrupt, damaged + "no end to its first line");
+  if (!in->is_object()) throw Error(ErrorKind::corrupt, damaged + "its \"inline\" is not an object");
   m.line_end = newline + 1;
   const std::uint64_t room = total - m.line_end;  // total >= first.size() > newline
-  try {
-    const Json& sizes = j.at("files");
-    for (const auto& [name, off] : in->items()) {
-      const std::int64_t o = off.as_int(), n = sizes.at(name).as_int();
-      if (name.empty() || name.find('/') != std::string::npos || o < 0 || n < 0 || static_cast<std::uint64_t>(o) > room ||
-          static_cast<std::uint64_t>(n) > room - static_cast<std::uint64_t>(o))
-        throw Error(ErrorKind::corrupt, "'" + name + "' lies outside the marker's " + std::to_string(total) + " bytes");
-      m.files[name] = InlineFile{m.line_end + static_cast<std::uint64_t>(o), static_cast<std::uint64_t>(n)};
-    }
-    if (m.files.size() != sizes.items().size()) throw Error(ErrorKind::corrupt, "it names files that are not in it");
-  } catch (const Error& e) {
-    throw Error(ErrorKind::corrupt, damaged + e.message());
+  // Each file inline has its size in `files` (m.sizes: every entry usable), and lies in the
+  // object; `files` names no other.
+  for (const auto& [name, off] : in->items()) {
+    const auto size = m.sizes.find(name);
+    if (size == m.sizes.end()) throw Error(ErrorKind::corrupt, damaged + "'" + name + "' has no size in its files");
+    const std::int64_t o = off.is_int() ? off.as_int() : -1;
+    if (o < 0 || static_cast<std::uint64_t>(o) > room || size->second > room - static_cast<std::uint64_t>(o))
+      throw Error(ErrorKind::corrupt, damaged + "'" + name + "' lies outside the marker's " + std::to_string(total) + " bytes");
+    m.files[name] = InlineFile{m.line_end + static_cast<std::uint64_t>(o), size->second};
   }
+  if (m.files.size() != m.sizes.size()) throw Error(ErrorKind::corrupt, damaged + "it names files that are not in it");
   return m;
 }
 

@@ -93,8 +93,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // were each a HEAD for the size, then a GET). An object whose size the marker gives, or
   // that a read-ahead holds, is opened as before: that costs no HEAD either.
   std::string read_whole(const std::string& key, std::uint64_t limit) const override {
-    if (const std::string gen = generation_of(key); !gen.empty()) learn_generation(gen);
-    if (fetched(key) || known_size(key) || is_inline(key)) return Store::read_whole(key, limit);
+    if (fetched(key) || looked_up(key).in || known_size(key)) return Store::read_whole(key, limit);
     return client().get(key, limit);
   }
 
@@ -207,32 +206,22 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
 
   bool exists(const std::string& key) const override {
     if (key.empty()) return true;  // the bucket
-    if (const std::string gen = generation_of(key); !gen.empty()) {
-      learn_generation(gen);
-      if (const auto c = inline_checkpoint(gen))
-        return key == gen || c->files.count(key.substr(std::min(key.size(), gen.size() + 1)));
-    }
+    if (const auto l = looked_up(key); l.in) return key == l.gen || l.in->files.count(l.name);
     if (known_size(key) || client().head(key)) return true;
     return !client().list(key + "/", false, 1).objects.empty();
   }
   bool is_blob(const std::string& key) const override {
-    if (const std::string gen = generation_of(key); !gen.empty()) {
-      learn_generation(gen);
-      if (const auto c = inline_checkpoint(gen)) return key != gen && c->files.count(key.substr(std::min(key.size(), gen.size() + 1)));
-    }
+    if (const auto l = looked_up(key); l.in) return key != l.gen && l.in->files.count(l.name);
     return !key.empty() && (known_size(key).has_value() || client().head(key).has_value());
   }
 
   std::vector<StoreEntry> list(const std::string& prefix) const override {
     // A checkpoint written inline: its files are in its marker, not objects.
-    if (const std::string gen = generation_of(prefix); !gen.empty()) {
-      learn_generation(gen);
-      if (const auto c = inline_checkpoint(gen)) {
-        std::vector<StoreEntry> out;
-        if (prefix == gen)
-          for (const auto& [name, f] : c->files) out.push_back({name, false});
-        return out;
-      }
+    if (const auto l = looked_up(prefix); l.in) {
+      std::vector<StoreEntry> out;
+      if (prefix == l.gen)
+        for (const auto& [name, f] : l.in->files) out.push_back({name, false});
+      return out;
     }
     const std::string p = prefix.empty() ? std::string() : prefix + "/";
     const s3::Listing l = client().list(p, options_.delimiter_listing);
@@ -480,17 +469,18 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     c->files = std::move(files);
     c->head = std::make_shared<const std::string>(std::move(text));
     std::lock_guard<std::mutex> lock(known_mutex_);
-    auto& slot = inline_[gen_key];
     // The same version read again (a check that the checkpoint did not change): the longer
     // read of its bytes is kept.
-    if (slot && slot->etag == c->etag && slot->head && slot->head->size() >= c->head->size()) return;
+    if (const auto it = inline_.find(gen_key); it != inline_.end() && it->second->etag == c->etag && it->second->head &&
+                                               it->second->head->size() >= c->head->size())
+      return;
     if (inline_.size() > 4096) {  // names of old checkpoints: let go (read again from their markers)
       inline_.clear();
       inline_bytes_ = 0;
     }
-    auto& s2 = inline_[gen_key];
-    if (s2 && s2->head) inline_bytes_ -= s2->head->size();
-    s2 = c;
+    auto& slot = inline_[gen_key];
+    if (slot && slot->head) inline_bytes_ -= slot->head->size();
+    slot = c;
     inline_bytes_ += c->head->size();
     // The bytes of at most 64 MiB of markers (and of the one just read) are kept; the others'
     // are let go, and read again, in ranges of their markers, where they are still asked for.
@@ -508,16 +498,30 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     const auto it = inline_.find(gen_key);
     return it == inline_.end() ? nullptr : it->second;
   }
+  // What is known of the generation `key` lies in (its marker read first where nothing is:
+  // learn_generation): the checkpoint written inline there, if it is one, and the name of
+  // `key` in it ("" for the generation itself).
+  struct LookedUp {
+    std::string gen, name;
+    std::shared_ptr<const InlineCheckpoint> in;  // null: not in a checkpoint written inline
+  };
+  LookedUp looked_up(const std::string& key) const {
+    LookedUp l;
+    l.gen = generation_of(key);
+    if (l.gen.empty()) return l;
+    learn_generation(l.gen);
+    l.in = inline_checkpoint(l.gen);
+    if (key.size() > l.gen.size() + 1) l.name = key.substr(l.gen.size() + 1);
+    return l;
+  }
   // A reader of `key` where it lies in a checkpoint written inline; null where it does not.
   std::unique_ptr<StoreReader> open_inline(const std::string& key) const {
-    const std::string gen = generation_of(key);
-    if (gen.empty()) return nullptr;
-    learn_generation(gen);
-    const auto c = inline_checkpoint(gen);
-    if (!c) return nullptr;
-    const auto f = c->files.find(key.substr(std::min(key.size(), gen.size() + 1)));
-    if (key.size() <= gen.size() + 1 || f == c->files.end())
+    const LookedUp l = looked_up(key);
+    if (!l.in) return nullptr;
+    const auto f = l.in->files.find(l.name);
+    if (f == l.in->files.end())
       throw Error(ErrorKind::not_found, "no such file in this checkpoint (written inline in its commit marker)", describe(key));
+    const auto& c = l.in;
     const s3::InlineFile& file = f->second;
     if (c->head && file.offset + file.size <= c->head->size())
       return std::make_unique<HeldReader>(c->head, file.offset, file.size, describe(key));
