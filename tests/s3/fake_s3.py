@@ -48,8 +48,18 @@ STS1, ...) with the lifetime set by the control below:
                                       and STS AssumeRole (403 unless RoleArn matches and the request
                                       is SigV4-signed for "sts" with the source keys set below: the
                                       signature is checked; "issued" counts it as "assume_role")
+  GET  /_sso/federation/credentials?account_id=A&role_name=R   IAM Identity Center's GetRoleCredentials:
+                                      401 UnauthorizedException unless x-amz-sso_bearer_token is the
+                                      token set below or one /_oidc handed out; 403 ForbiddenException
+                                      unless A and R are the ones set below
+  POST /_oidc/token                   SSO OIDC CreateToken (grantType refresh_token, JSON): a new
+                                      access token (sso-token-N) and refresh token (refresh-N) where
+                                      clientId, clientSecret and refreshToken are the ones set below
+                                      (the first refresh token) or the last one handed out, else 400
+                                      invalid_grant ("issued" counts them as "sso_refresh")
   POST /_credentials?lifetime=S[&auth=T][&role_arn=A][&web_token=W][&imds_fail=N][&require_signed=1]
                      [&source_key=K[,K2...]&source_secret=S[,S2...]][&external_id=E]
+                     [&sso_token=T&sso_account=A&sso_role=R][&oidc_client=C&oidc_secret=S&oidc_refresh=F]
                                       credentials handed out from now live S seconds (3600 by
                                       default); T, A, W are checked; the next N requests to the
                                       metadata service answer 500 (counted in "issued" as
@@ -77,7 +87,9 @@ LATENCY = float(os.environ.get("FAKE_S3_LATENCY", "0"))
 state = {"requests": 0, "bytes_read": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0, "max_in_flight": 0,
          "expired": set(), "signed_by": {}, "issued": {}}
 creds_config = {"lifetime": 3600, "auth": "", "role_arn": "", "web_token": "", "imds_fail": 0,
-                "require_signed": False, "source_key": "", "source_secret": "", "external_id": ""}
+                "require_signed": False, "source_key": "", "source_secret": "", "external_id": "",
+                "sso_token": "", "sso_account": "", "sso_role": "", "oidc_client": "", "oidc_secret": "",
+                "oidc_refresh": "", "sso_tokens": set()}
 
 
 def iso(t):
@@ -218,18 +230,24 @@ class Handler(BaseHTTPRequestHandler):
                 state.update(requests=0, bytes_read=0, faults_hit=0, faults=[], max_in_flight=0, expired=set(), signed_by={},
                              issued={})
                 creds_config.update(lifetime=3600, auth="", role_arn="", web_token="", imds_fail=0,
-                                    require_signed=False, source_key="", source_secret="", external_id="")
+                                    require_signed=False, source_key="", source_secret="", external_id="",
+                                    sso_token="", sso_account="", sso_role="", oidc_client="", oidc_secret="",
+                                    oidc_refresh="", sso_tokens=set())
             return self.reply(200)
         if bucket == "_credentials" and method == "POST":
             with lock:
                 creds_config["lifetime"] = int(q.get("lifetime", "3600"))
-                for k in ("auth", "role_arn", "web_token", "source_key", "source_secret", "external_id"):
+                for k in ("auth", "role_arn", "web_token", "source_key", "source_secret", "external_id", "sso_token",
+                          "sso_account", "sso_role", "oidc_client", "oidc_secret", "oidc_refresh"):
                     creds_config[k] = q.get(k, "")
+                creds_config["sso_tokens"] = {creds_config["sso_token"]} if creds_config["sso_token"] else set()
                 creds_config["imds_fail"] = int(q.get("imds_fail", "0"))
                 creds_config["require_signed"] = q.get("require_signed") == "1"
             return self.reply(200)
         if bucket in ("latest", "_container", "_sts"):
             return self.credential_source(method, bucket, key)
+        if bucket in ("_sso", "_oidc"):
+            return self.sso(method, bucket, key, q)
         if bucket == "_stats":
             with lock:
                 body = json.dumps({"requests": state["requests"], "faults_hit": state["faults_hit"],
@@ -319,6 +337,44 @@ class Handler(BaseHTTPRequestHandler):
                               b"<Message>The web identity token is not valid</Message></Error>"
                               b"<RequestId>sts-1</RequestId></ErrorResponse>")
         return self.sts_answer("AssumeRoleWithWebIdentity", self.issue("sts"))
+
+    def sso(self, method, bucket, key, q):
+        body = self.read_body()
+        json_type = {"Content-Type": "application/json"}
+        if bucket == "_oidc":
+            try:
+                form = json.loads(body.decode())
+            except ValueError:
+                form = {}
+            with lock:
+                cfg = dict(creds_config)
+                good = (method == "POST" and key == "token" and form.get("grantType") == "refresh_token"
+                        and cfg["oidc_client"] and form.get("clientId") == cfg["oidc_client"]
+                        and form.get("clientSecret") == cfg["oidc_secret"] and form.get("refreshToken") == cfg["oidc_refresh"])
+                if good:
+                    n = state["issued"].get("sso_refresh", 0) + 1
+                    state["issued"]["sso_refresh"] = n
+                    creds_config["oidc_refresh"] = "refresh-%d" % n  # refresh tokens turn over, as AWS's do
+                    creds_config["sso_tokens"].add("sso-token-%d" % n)
+            if not good:
+                return self.reply(400, json.dumps({"error": "invalid_grant", "error_description": "Invalid refresh token"}).encode(),
+                                  json_type)
+            return self.reply(200, json.dumps({"accessToken": "sso-token-%d" % n, "expiresIn": 28800,
+                                               "refreshToken": "refresh-%d" % n, "tokenType": "Bearer"}).encode(), json_type)
+        with lock:
+            cfg = dict(creds_config)
+        if method != "GET" or key != "federation/credentials":
+            return self.reply(404)
+        if self.headers.get("x-amz-sso_bearer_token", "") not in cfg["sso_tokens"]:
+            return self.reply(401, json.dumps({"message": "Session token not found or invalid"}).encode(),
+                              dict(json_type, **{"x-amzn-ErrorType": "UnauthorizedException"}))
+        if q.get("account_id") != cfg["sso_account"] or q.get("role_name") != cfg["sso_role"]:
+            return self.reply(403, json.dumps({"message": "No access"}).encode(),
+                              dict(json_type, **{"x-amzn-ErrorType": "ForbiddenException"}))
+        c = self.issue("sso")
+        return self.reply(200, json.dumps({"roleCredentials": {
+            "accessKeyId": c["AccessKeyId"], "secretAccessKey": c["SecretAccessKey"], "sessionToken": c["Token"],
+            "expiration": int((time.time() + cfg["lifetime"]) * 1000)}}).encode(), json_type)
 
     def sts_answer(self, action, c, extra=""):
         xml = ("<%sResponse><%sResult><Credentials>"

@@ -14,6 +14,7 @@
 #include "s3_kill_state.hpp"
 
 #include <chrono>
+#include <ctime>
 #include <csignal>
 #include <fstream>
 #include <thread>
@@ -1295,6 +1296,154 @@ TEST_CASE("S3: a profile's role_arn with source_profile is assumed with STS Assu
     CHECK(m.find("AccessDenied") != std::string::npos);
     CHECK(m.find("wrong-secret") == std::string::npos);
   }
+  server().reset();
+}
+
+namespace {
+// "2026-11-28T09:00:00Z", `seconds` from now.
+std::string iso_in(long seconds) {
+  const std::time_t t = std::time(nullptr) + seconds;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char out[32];
+  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("S3: IAM Identity Center (SSO) logins: the cached token traded for the role's credentials, renewed with its refresh token, or a clear error") {
+  if (server().endpoint().empty()) return;
+  test::ScopedEnv env;
+  no_credentials(env);
+  test::TempDir home;
+  std::filesystem::create_directories(home / ".aws/sso/cache");
+  env.set("HOME", home.path);
+  env.set("AWS_CONFIG_FILE", home / ".aws/config");
+  env.set("AWS_ENDPOINT_URL_SSO", server().endpoint() + "/_sso");
+  env.set("AWS_ENDPOINT_URL_SSO_OIDC", server().endpoint() + "/_oidc");
+  env.set("AWS_PROFILE", "dev");
+  // What `aws configure sso` writes, and the file names the AWS CLI gives its cached logins:
+  // the SHA-1 of the session's name, or (older profiles) of the start URL.
+  test::write_file(home / ".aws/config",
+                   "[profile dev]\nsso_session = corp\nsso_account_id = 123456789012\nsso_role_name = Trainer\n"
+                   "region = us-east-1\n"
+                   "[sso-session corp]\nsso_region = eu-west-1\nsso_start_url = https://corp.awsapps.com/start\n"
+                   "sso_registration_scopes = sso:account:access\n"
+                   "[profile old]\nsso_start_url = https://corp.awsapps.com/start\nsso_region = eu-west-1\n"
+                   "sso_account_id = 123456789012\nsso_role_name = Trainer\n");
+  const std::string session_cache = home / ".aws/sso/cache/ee0bfd2552fbd840c02cc48b6e823320543c450f.json";
+  const std::string old_cache = home / ".aws/sso/cache/a51746d4aa793ae07b25e90c3a5db96fc7832bd7.json";
+  auto login = [&](const std::string& path, const std::string& token, long seconds, const std::string& refresh) {
+    test::write_file(path, "{\"startUrl\": \"https://corp.awsapps.com/start\", \"region\": \"eu-west-1\", \"accessToken\": \"" +
+                               token + "\", \"expiresAt\": \"" + iso_in(seconds) + "\"" +
+                               (refresh.empty() ? std::string()
+                                                : ", \"clientId\": \"client-1\", \"clientSecret\": \"client-secret\", "
+                                                  "\"registrationExpiresAt\": \"" + iso_in(86400 * 90) +
+                                                      "\", \"refreshToken\": \"" + refresh + "\"") +
+                               "}");
+  };
+  server().reset();
+  server().control("_credentials?lifetime=3600&sso_token=login-token&sso_account=123456789012&sso_role=Trainer"
+                   "&oidc_client=client-1&oidc_secret=client-secret&oidc_refresh=refresh-0");
+  const State a = random_state();
+  // A login of an hour: the portal is asked once, and every request is signed with its keys.
+  // (Each check opens a store of its own on the same root: each looks for credentials anew.)
+  login(session_cache, "login-token", 3600, "refresh-0");
+  const std::string root = "sso-" + std::to_string(test::rng()());
+  auto fresh = [&] { return std::make_shared<cairn::S3Store>("s3", "bucket", options(), root); };
+  {
+    auto s = fresh();
+    cairn::save({s, "sso"}, a);
+    CHECK(same(cairn::load<State>({s, "sso"}), a));
+  }
+  CHECK(issued("sso") == 1);
+  CHECK(issued("sso_refresh") == 0);
+  CHECK(signed_by("SSO1") >= 5);
+  CHECK(signed_by("") == 0);
+
+  // A login that ends in two minutes is renewed first, and the cache file holds the new token
+  // and refresh token, with the rest of what the CLI wrote (the CLI goes on with it).
+  login(session_cache, "login-token", 120, "refresh-0");
+  CHECK(same(cairn::load<State>({fresh(), "sso"}), a));
+  CHECK(issued("sso_refresh") == 1);
+  CHECK(issued("sso") == 2);
+  {
+    const cairn::Json cached = cairn::Json::parse(test::read_file(session_cache));
+    CHECK(cached.at("accessToken").as_string() == "sso-token-1");
+    CHECK(cached.at("refreshToken").as_string() == "refresh-1");
+    CHECK(cached.at("clientId").as_string() == "client-1");
+    CHECK(cached.at("startUrl").as_string() == "https://corp.awsapps.com/start");
+    CHECK(cached.at("expiresAt").as_string() > iso_in(7 * 3600));
+  }
+  // The renewed file is used as it is: no second renewal.
+  CHECK(same(cairn::load<State>({fresh(), "sso"}), a));
+  CHECK(issued("sso_refresh") == 1);
+  CHECK(issued("sso") == 3);
+
+  // Ended, and its refresh token refused: the error says which login to run, never a token.
+  login(session_cache, "login-token", -60, "refresh-stolen");
+  try {
+    (void)cairn::load<State>({fresh(), "sso"});
+    FAIL("an ended SSO login loaded");
+  } catch (const cairn::Error& e) {
+    const std::string m = e.what();
+    CHECK(m.find("aws sso login --sso-session corp") != std::string::npos);
+    CHECK(m.find("invalid_grant") != std::string::npos);
+    CHECK(m.find("profile 'dev'") != std::string::npos);
+    CHECK(m.find("refresh-stolen") == std::string::npos);
+    CHECK(m.find("client-secret") == std::string::npos);
+    CHECK(m.find("login-token") == std::string::npos);
+  }
+  // Ended within five minutes but a refusal: the token still good is used.
+  login(session_cache, "login-token", 200, "refresh-stolen");
+  CHECK(same(cairn::load<State>({fresh(), "sso"}), a));
+
+  // The portal refuses the token (a login revoked): 401 and its type, and the login to run.
+  login(session_cache, "revoked-token", 3600, "");
+  CHECK_CAIRN_ERROR(cairn::load<State>({fresh(), "sso"}), ErrorKind::io, "HTTP 401 UnauthorizedException");
+  CHECK_CAIRN_ERROR(cairn::load<State>({fresh(), "sso"}), ErrorKind::io, "run `aws sso login --sso-session corp`");
+  // A role the user may not take: 403, naming the role and the account.
+  login(session_cache, "login-token", 3600, "");
+  test::write_file(home / ".aws/config",
+                   "[profile dev]\nsso_session = corp\nsso_account_id = 210987654321\nsso_role_name = Admin\n"
+                   "[sso-session corp]\nsso_region = eu-west-1\nsso_start_url = https://corp.awsapps.com/start\n");
+  CHECK_CAIRN_ERROR(cairn::load<State>({fresh(), "sso"}), ErrorKind::io,
+                    "GetRoleCredentials for role Admin in account 210987654321 failed: HTTP 403 ForbiddenException");
+  // A session named but not in the config file, and a profile without its role.
+  test::write_file(home / ".aws/config", "[profile dev]\nsso_session = other\nsso_account_id = 1\nsso_role_name = R\n");
+  CHECK_CAIRN_ERROR(cairn::load<State>({fresh(), "sso"}), ErrorKind::invalid_argument, "[sso-session other]");
+  test::write_file(home / ".aws/config", "[profile dev]\nsso_session = corp\n[sso-session corp]\nsso_region = eu-west-1\n"
+                                         "sso_start_url = https://corp.awsapps.com/start\n");
+  CHECK_CAIRN_ERROR(cairn::load<State>({fresh(), "sso"}), ErrorKind::invalid_argument, "sso_account_id and sso_role_name");
+
+  // The older form (the start URL in the profile): its cache file, and no renewal.
+  env.set("AWS_PROFILE", "old");
+  test::write_file(home / ".aws/config",
+                   "[profile old]\nsso_start_url = https://corp.awsapps.com/start\nsso_region = eu-west-1\n"
+                   "sso_account_id = 123456789012\nsso_role_name = Trainer\n");
+  CHECK_CAIRN_ERROR(cairn::load<State>({fresh(), "sso"}), ErrorKind::io, "no SSO login found");
+  login(old_cache, "login-token", 3600, "");
+  CHECK(same(cairn::load<State>({fresh(), "sso"}), a));
+  login(old_cache, "login-token", -1, "");
+  CHECK_CAIRN_ERROR(cairn::load<State>({fresh(), "sso"}), ErrorKind::io, "run `aws sso login --profile old`");
+
+  // A role profile whose source_profile is an SSO login: AssumeRole signed with the SSO keys.
+  const std::string role = "arn:aws:iam::123456789012:role/cross-account-trainer";
+  env.set("AWS_PROFILE", "trainer");
+  env.set("AWS_ENDPOINT_URL_STS", server().endpoint() + "/_sts");
+  test::write_file(home / ".aws/config",
+                   "[profile trainer]\nrole_arn = " + role + "\nsource_profile = dev\n"
+                   "[profile dev]\nsso_session = corp\nsso_account_id = 123456789012\nsso_role_name = Trainer\n"
+                   "[sso-session corp]\nsso_region = eu-west-1\nsso_start_url = https://corp.awsapps.com/start\n");
+  server().reset();
+  // The fake names the portal's n-th credentials SSOn, with the secret "secret-sso-n".
+  server().control("_credentials?lifetime=3600&sso_token=login-token&sso_account=123456789012&sso_role=Trainer&role_arn=" +
+                   cairn::s3::uri_encode(role, false) + "&source_key=SSO1&source_secret=secret-sso-1");
+  CHECK(same(cairn::load<State>({fresh(), "sso"}), a));
+  CHECK(issued("sso") == 1);
+  CHECK(issued("assume_role") == 1);
+  CHECK(signed_by("ASSUME_ROLE1") >= 1);
+  CHECK(signed_by("SSO1") == 0);  // the SSO keys signed only the AssumeRole
   server().reset();
 }
 

@@ -249,7 +249,9 @@ TEST_CASE("S3 credentials: expiration times as STS, IMDS and credential helpers 
   CHECK(parse_iso8601("2026-11-27T23:00:00+02:00", "t") == at);
   CHECK(parse_iso8601("2026-11-27T15:30:00-05:30", "t") == at);
   for (const char* bad : {"", "2026-11-27 21:00:00Z", "2026-11-27T21:00:00", "2026-11-27T21:00Z", "tomorrow",
-                          "2026-11-27T21:00:00+0200"})
+                          "2026-11-27T21:00:00+0200",
+                          // past what system_clock holds (its nanoseconds overflow after 2262), or no date
+                          "9999-12-31T23:59:59Z", "1900-01-01T00:00:00Z", "2026-13-01T00:00:00Z", "2026-00-10T00:00:00Z"})
     CHECK_THROWS_WITH_AS(parse_iso8601(bad, "the helper"), doctest::Contains("the helper"), cairn::Error);
 }
 
@@ -368,7 +370,7 @@ TEST_CASE("S3 credentials: a role profile's own keys are not used as they are; w
   CHECK(cairn::s3::resolve_config("s3", "bucket", {}).credentials.anonymous());  // the role, not these keys
   refused("profile 'trainer': its source_profile 'base' is in neither the credentials nor the config file");
   config("[profile trainer]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = empty\n");
-  refused("its source_profile 'empty' has neither keys nor a credential_process");
+  refused("its source_profile 'empty' has neither keys, an SSO login nor a credential_process");
   config("[profile trainer]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = trainer\n");
   refused("profile 'trainer' is its own source_profile but has no keys");
   config("[profile trainer]\nrole_arn = arn:aws:iam::1:role/r\ncredential_source = Vault\n");

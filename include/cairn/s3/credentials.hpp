@@ -2,10 +2,11 @@
 // Where an S3 store's credentials come from, the chain the AWS SDKs follow, for the machines
 // training runs on: after the options, the environment's keys and the profile's keys
 // (options.hpp, no request made), a profile's role (role_arn with source_profile: STS
-// AssumeRole, signed with the source's credentials), a profile's `credential_process` (aws
-// sso, vault and other helpers), a web identity token exchanged with STS (EKS's IAM roles for service accounts), the
-// container credentials endpoint (ECS tasks, EKS Pod Identity), then EC2's instance metadata
-// service (IMDSv2). These hand out temporary credentials with an end, which the client renews
+// AssumeRole, signed with the source's credentials), a profile's IAM Identity Center (SSO)
+// login (the token `aws sso login` cached, traded with SSO for the role's credentials), a
+// profile's `credential_process` (vault and other helpers), a web identity token exchanged
+// with STS (EKS's IAM roles for service accounts), the container credentials endpoint (ECS
+// tasks, EKS Pod Identity), then EC2's instance metadata service (IMDSv2). These hand out temporary credentials with an end, which the client renews
 // a few minutes before it (client.hpp).
 //
 // What they answer is untrusted: bodies are capped, fields checked, and no secret is ever
@@ -77,6 +78,9 @@ inline std::chrono::system_clock::time_point parse_iso8601(const std::string& s,
   } else if (zone != "Z") {
     throw Error(ErrorKind::io, where + ": the credentials' Expiration is not an ISO 8601 time in UTC: '" + s.substr(0, 40) + "'");
   }
+  // (Years past 2200 would overflow system_clock's nanoseconds: no credential lasts that long.)
+  if (t.tm_year < 1970 || t.tm_year > 2200 || t.tm_mon < 1 || t.tm_mon > 12 || t.tm_mday < 1 || t.tm_mday > 31)
+    throw Error(ErrorKind::io, where + ": the credentials' Expiration is not a time of this era: '" + s.substr(0, 40) + "'");
   t.tm_year -= 1900;
   t.tm_mon -= 1;
   const std::time_t secs = timegm(&t);
@@ -298,6 +302,252 @@ inline Credentials assume_role_with_web_identity(const std::string& token_file, 
                          region, nullptr, "STS AssumeRoleWithWebIdentity for " + role_arn, o);
 }
 
+// IAM Identity Center (AWS SSO): a profile with `sso_session` (whose [sso-session NAME] section
+// of the config file holds sso_region and sso_start_url) or, in the older form, with
+// sso_start_url and sso_region of its own; both with sso_account_id and sso_role_name. The
+// access token is the one `aws sso login` left in ~/.aws/sso/cache/<SHA-1 of the session's name
+// (older form: of the start URL)>.json; SSO's GetRoleCredentials trades it for the role's
+// temporary credentials. cairn never logs anyone in: a token that has ended is renewed with its
+// refresh token where the login left one (SSO OIDC CreateToken, written back to the cache as
+// the AWS CLI does, so the CLI and other SDKs go on with it), else the error says which
+// `aws sso login` to run.
+inline bool is_sso_profile(const Profile& p) { return !p.get("sso_session").empty() || !p.get("sso_start_url").empty(); }
+
+// "2026-11-28T09:00:00Z"
+inline std::string format_iso8601(std::chrono::system_clock::time_point t) {
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char out[32];
+  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return out;
+}
+
+inline std::string sha1_hex(const std::string& s) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(s.data(), s.size(), md, &len, EVP_sha1(), nullptr) != 1) throw Error(ErrorKind::io, "SHA-1 failed (OpenSSL)");
+  return hex(md, len);
+}
+
+// An endpoint of an AWS service: its own variable (AWS_ENDPOINT_URL_SSO, ..._SSO_OIDC), else
+// AWS_ENDPOINT_URL, else AWS's.
+inline std::string service_url(const char* variable, const std::string& aws) {
+  std::string url = env(variable);
+  if (url.empty()) url = env("AWS_ENDPOINT_URL");
+  if (url.empty()) url = aws;
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  return url;
+}
+
+// What a JSON error body of SSO or SSO OIDC says: "UnauthorizedException: Session token not
+// found or invalid", "invalid_grant", ... (short, and never a token: they carry none).
+inline std::string aws_json_error(const std::string& body) {
+  try {
+    const Json j = Json::parse(body);
+    if (!j.is_object()) return {};
+    std::string out;
+    for (const char* k : {"__type", "error", "message", "Message", "error_description"})
+      if (const Json* v = j.find(k); v && v->is_string() && !v->as_string().empty())
+        out += (out.empty() ? "" : ": ") + v->as_string().substr(0, 200);
+    return out;
+  } catch (const Error&) {
+    return {};
+  }
+}
+
+// SSO OIDC CreateToken with the login's refresh token. Returns false (and says why in `why`)
+// where it cannot be renewed; on success updates `cache` (accessToken, expiresAt, refreshToken).
+inline bool refresh_sso_token(Json& cache, const std::string& region, const S3Options& o, std::string& why) {
+  auto field = [&](const char* k) {
+    const Json* v = cache.find(k);
+    return v && v->is_string() ? v->as_string() : std::string();
+  };
+  const std::string client_id = field("clientId"), client_secret = field("clientSecret"), refresh = field("refreshToken");
+  if (client_id.empty() || client_secret.empty() || refresh.empty()) {
+    why = "the cached login has no refresh token";
+    return false;
+  }
+  if (const std::string ends = field("registrationExpiresAt"); !ends.empty()) {
+    try {
+      if (parse_iso8601(ends, "the SSO token cache") <= std::chrono::system_clock::now()) {
+        why = "the login's client registration has ended";
+        return false;
+      }
+    } catch (const Error&) {
+    }
+  }
+  Json body = Json::object();
+  body["clientId"] = Json(client_id);
+  body["clientSecret"] = Json(client_secret);
+  body["grantType"] = Json(std::string("refresh_token"));
+  body["refreshToken"] = Json(refresh);
+  const std::string text = body.dump();
+  const std::string url = service_url("AWS_ENDPOINT_URL_SSO_OIDC", "https://oidc." + region + ".amazonaws.com") + "/token";
+  HttpClient http(HttpTimeouts{10, 1024, 30, 60}, HttpClient::Tls{o.verify_tls, o.ca_bundle});
+  HttpRequest rq;
+  rq.method = "POST";
+  rq.url = url;
+  rq.headers = {"Content-Type: application/json", "Accept: application/json"};
+  rq.body = text.data();
+  rq.body_size = text.size();
+  rq.max_body = 64 << 10;
+  const HttpResponse r = perform_with_retries(http, rq);
+  if (r.transport != CURLE_OK) {
+    why = "SSO OIDC (" + url + ") did not answer: " + r.transport_error;
+    return false;
+  }
+  if (r.status != 200) {
+    const std::string e = aws_json_error(r.body);
+    why = "SSO OIDC refused to renew it (HTTP " + std::to_string(r.status) + (e.empty() ? "" : " " + e) + ")";
+    return false;
+  }
+  try {
+    const Json answer = Json::parse(r.body);
+    const Json* token = answer.find("accessToken");
+    const Json* seconds = answer.find("expiresIn");
+    if (!token || !token->is_string() || token->as_string().empty() || !seconds || !seconds->is_int() ||
+        seconds->as_int() <= 0 || seconds->as_int() > 366 * 24 * 3600)
+      throw Error(ErrorKind::io, "no accessToken and expiresIn");
+    cache["accessToken"] = Json(token->as_string());
+    cache["expiresAt"] = Json(format_iso8601(std::chrono::system_clock::now() + std::chrono::seconds(seconds->as_int())));
+    if (const Json* next = answer.find("refreshToken"); next && next->is_string() && !next->as_string().empty())
+      cache["refreshToken"] = Json(next->as_string());
+    return true;
+  } catch (const Error&) {
+    why = "SSO OIDC answered something that is not a token";
+    return false;
+  }
+}
+
+// The cache file replaced whole (a temporary file beside it, renamed over it, readable by its
+// owner alone, as the CLI keeps it); where it cannot be written the renewed token is still used.
+inline void write_sso_cache(const std::string& path, const Json& cache) {
+  const std::string tmp = path + ".cairn-" + std::to_string(::getpid()) + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  const std::string text = cache.dump();
+  bool ok = true;
+  for (std::size_t at = 0; ok && at < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + at, text.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) at += static_cast<std::size_t>(n);
+  }
+  ok = ::fsync(fd) == 0 && ok;
+  ok = ::close(fd) == 0 && ok;
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) ::unlink(tmp.c_str());
+}
+
+inline Credentials sso_credentials(const Profile& p, const S3Options& o) {
+  const std::string where = "IAM Identity Center (SSO) for profile '" + p.name + "'";
+  const std::string account = p.get("sso_account_id"), role = p.get("sso_role_name");
+  if (account.empty() || role.empty())
+    throw Error(ErrorKind::invalid_argument, where + ": the profile needs sso_account_id and sso_role_name");
+  const std::string session = p.get("sso_session");
+  std::string region, start_url, login;
+  if (!session.empty()) {
+    const auto section = ini_section(home_file("AWS_CONFIG_FILE", ".aws/config"), "sso-session " + session);
+    auto get = [&](const char* k) {
+      const auto it = section.find(k);
+      return it == section.end() ? std::string() : it->second;
+    };
+    region = get("sso_region");
+    start_url = get("sso_start_url");
+    if (region.empty() || start_url.empty())
+      throw Error(ErrorKind::invalid_argument, where + ": its sso_session '" + session +
+                                                   "' needs a [sso-session " + session +
+                                                   "] section with sso_region and sso_start_url in the config file");
+    login = "aws sso login --sso-session " + session;
+  } else {
+    region = p.get("sso_region");
+    start_url = p.get("sso_start_url");
+    if (region.empty())
+      throw Error(ErrorKind::invalid_argument, where + ": the profile has sso_start_url but no sso_region");
+    login = "aws sso login --profile " + p.name;
+  }
+  if (region.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos)
+    throw Error(ErrorKind::invalid_argument, where + ": sso_region '" + region.substr(0, 40) + "' is not a region");
+  const std::string home = env("HOME");
+  if (home.empty()) throw Error(ErrorKind::invalid_argument, where + ": HOME is not set, so no SSO login can be found");
+  const std::string path = home + "/.aws/sso/cache/" + sha1_hex(session.empty() ? start_url : session) + ".json";
+  std::string text;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(ErrorKind::io, where + ": no SSO login found (no cached token); run `" + login + "`", path);
+    text.resize(64 << 10);
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<std::size_t>(in.gcount()));
+  }
+  Json cache;
+  try {
+    cache = Json::parse(text);
+  } catch (const Error&) {
+  }
+  const Json* token = cache.is_object() ? cache.find("accessToken") : nullptr;
+  const Json* ends = cache.is_object() ? cache.find("expiresAt") : nullptr;
+  if (!token || !token->is_string() || token->as_string().empty() || !ends || !ends->is_string())
+    throw Error(ErrorKind::io, where + ": the cached SSO token has no accessToken and expiresAt; run `" + login + "`", path);
+  std::string access_token = token->as_string();
+  const auto end = parse_iso8601(ends->as_string(), where + " (the cached token's expiresAt)");
+  const auto now = std::chrono::system_clock::now();
+  // Renewed within 5 minutes of its end, as the SDKs do (older-form logins have no refresh token).
+  if (end - now < std::chrono::minutes(5)) {
+    std::string why = "the login is of the older form (sso_start_url in the profile), which cannot be renewed";
+    if (!session.empty() && refresh_sso_token(cache, region, o, why)) {
+      access_token = cache.find("accessToken")->as_string();
+      write_sso_cache(path, cache);
+    } else if (end <= now) {
+      throw Error(ErrorKind::io, where + ": the SSO login has ended and " + why + "; run `" + login + "`", path);
+    }
+  }
+  if (access_token.find_first_of("\r\n") != std::string::npos)
+    throw Error(ErrorKind::io, where + ": the cached SSO token holds a line break", path);
+  const std::string url = service_url("AWS_ENDPOINT_URL_SSO", "https://portal.sso." + region + ".amazonaws.com") +
+                          "/federation/credentials?account_id=" + uri_encode(account, false) +
+                          "&role_name=" + uri_encode(role, false);
+  HttpClient http(HttpTimeouts{10, 1024, 30, 60}, HttpClient::Tls{o.verify_tls, o.ca_bundle});
+  HttpRequest rq;
+  rq.method = "GET";
+  rq.url = url;
+  rq.headers = {"x-amz-sso_bearer_token: " + access_token, "Accept: application/json"};
+  rq.max_body = 64 << 10;
+  const HttpResponse r = perform_with_retries(http, rq);
+  const std::string call = where + ": SSO GetRoleCredentials for role " + role + " in account " + account;
+  if (r.transport != CURLE_OK) throw Error(ErrorKind::io, call + " failed: " + r.transport_error, url);
+  if (r.status != 200) {
+    // The error's type comes in a header ("UnauthorizedException:..."), its message in the body.
+    std::string e = r.header("x-amzn-errortype").substr(0, 64);
+    e = e.substr(0, e.find(':'));
+    if (const std::string m = aws_json_error(r.body); !m.empty()) e += (e.empty() ? "" : ": ") + m;
+    throw Error(ErrorKind::io,
+                call + " failed: HTTP " + std::to_string(r.status) + (e.empty() ? "" : " " + e) +
+                    (r.status == 401 ? "; run `" + login + "`" : std::string()),
+                url);
+  }
+  Json answer;
+  try {
+    answer = Json::parse(r.body);
+  } catch (const Error&) {
+  }
+  const Json* rc = answer.is_object() ? answer.find("roleCredentials") : nullptr;
+  if (!rc || !rc->is_object()) throw Error(ErrorKind::io, call + " answered no roleCredentials", url);
+  auto field = [&](const char* k) {
+    const Json* v = rc->find(k);
+    return v && v->is_string() ? v->as_string() : std::string();
+  };
+  Credentials c{field("accessKeyId"), field("secretAccessKey"), field("sessionToken")};
+  if (c.access_key_id.empty() || c.secret_access_key.empty())
+    throw Error(ErrorKind::io, call + " answered credentials without accessKeyId or secretAccessKey", url);
+  // Milliseconds since 1970; past 2200 (system_clock's nanoseconds would overflow) is refused.
+  if (const Json* ms = rc->find("expiration"); ms && ms->is_int() && ms->as_int() > 0) {
+    if (ms->as_int() > std::int64_t{7258118400} * 1000)
+      throw Error(ErrorKind::io, call + " answered an expiration past the year 2200", url);
+    c.expiration = std::chrono::system_clock::time_point(std::chrono::milliseconds(ms->as_int()));
+  }
+  return c;
+}
+
 inline Credentials container_credentials(const std::string& relative, const std::string& full);
 inline std::optional<Credentials> instance_credentials(std::string& tried);
 inline Credentials assume_role_of_profile(const Profile& p, const std::string& region, const S3Options& o, int depth = 0);
@@ -338,11 +588,12 @@ inline Credentials role_source_credentials(const Profile& role, const std::strin
   if (is_role_profile(source)) return assume_role_of_profile(source, region, o, depth + 1);
   Credentials c{source.get("aws_access_key_id"), source.get("aws_secret_access_key"), source.get("aws_session_token")};
   if (!c.anonymous()) return c;
+  if (is_sso_profile(source)) return sso_credentials(source, o);
   if (const std::string command = source.get("credential_process"); !command.empty())
     return run_credential_process(command, "the credential_process of profile '" + source.name + "'",
                                   o.credential_process_timeout);
   throw Error(ErrorKind::invalid_argument,
-              where + ": its source_profile '" + name + "' has neither keys nor a credential_process");
+              where + ": its source_profile '" + name + "' has neither keys, an SSO login nor a credential_process");
 }
 
 // A profile's role_arn, assumed with STS AssumeRole signed with the source's credentials, as
@@ -522,6 +773,11 @@ inline FoundCredentials find_credentials(const std::string& scheme, const std::s
   if (detail::is_role_profile(profile)) {
     f.credentials = detail::assume_role_of_profile(profile, region, o);
     f.source = "role " + profile.get("role_arn") + " of profile " + profile.name;
+    return f;
+  }
+  if (detail::is_sso_profile(profile)) {
+    f.credentials = detail::sso_credentials(profile, o);
+    f.source = "IAM Identity Center (SSO) of profile " + profile.name;
     return f;
   }
   if (const std::string command = profile.get("credential_process"); !command.empty()) {
