@@ -772,6 +772,55 @@ TEST_CASE("S3 faults: a cleanup while a save's marker is on its way, or while a 
   CHECK(same(cairn::load<State>({other, "ck"}), a));  // a committed checkpoint is never a leftover
 }
 
+TEST_CASE("S3 faults: a cleanup removes a dead save's generation beside an inline checkpoint's marker, and keeps a live one") {
+  if (server().endpoint().empty()) return;
+  server().reset();
+  const std::string root = "inline-left" + std::to_string(::getpid());
+  cairn::S3Options zero = options();
+  zero.leftover_age = std::chrono::seconds(0);
+  zero.part_size = zero.multipart_threshold = 8 << 20;  // each file one PUT: inline
+  auto s = std::make_shared<cairn::S3Store>("s3", "bucket", zero, root);
+  const State a = random_state();
+  cairn::save({s, "ck"}, a);
+  // Inline: the marker is the checkpoint's one object.
+  cairn::s3::Client raw("bucket", root, zero, cairn::s3::resolve_config("s3", "bucket", zero));
+  REQUIRE(raw.list("ck/", false).objects.size() == 1);
+  // An overwrite that died after writing its generation (a second later: the fake server's
+  // times are in whole seconds, as S3's listings are).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  char gen[64];
+  std::snprintf(gen, sizeof gen, ".cairn-gen-%013lld-00000000000dead0", static_cast<long long>(now_ms));
+  const std::string dead = std::string("ck/") + gen + "/data-0-0.bin";
+  cairn::detail::write_blob(*s, dead, "bytes of a save that died");
+  // A cleanup with the default leftover_age keeps it (it may be a save still running) ...
+  cairn::S3Options six_hours = zero;
+  six_hours.leftover_age = cairn::S3Options{}.leftover_age;
+  cairn::S3Store("s3", "bucket", six_hours, root).clean_leftovers("");
+  CHECK(s->is_blob(dead));
+  // ... one that takes it for dead reads the marker, which names another generation, and
+  // removes it; the checkpoint loads as it was.
+  server().reset();
+  cairn::S3Store("s3", "bucket", zero, root).clean_leftovers("");
+  CHECK(server().stats().at("bytes_read").as_int() > 0);  // the marker, read
+  CHECK_FALSE(s->is_blob(dead));
+  CHECK(same(cairn::load<State>({s, "ck"}), a));
+  // A checkpoint of generations: its lone generation is older than its marker, which is not
+  // read (no GET), and it stays.
+  cairn::S3Options generations = zero;
+  generations.inline_limit = 0;
+  auto g = std::make_shared<cairn::S3Store>("s3", "bucket", generations, root);
+  cairn::save({g, "gens"}, a);
+  REQUIRE(raw.list("gens/", false).objects.size() > 1);
+  server().reset();
+  cairn::S3Store("s3", "bucket", generations, root).clean_leftovers("");
+  CHECK(server().stats().at("bytes_read").as_int() == 0);  // no object read: listings alone
+  CHECK(raw.list("gens/", false).objects.size() > 1);
+  CHECK(same(cairn::load<State>({g, "gens"}), a));
+  server().reset();
+}
+
 TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every committed checkpoint loads bit-exactly") {
   if (server().endpoint().empty()) return;
   server().reset();

@@ -336,20 +336,37 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       for (const auto& [child, listing] : by_child) {
         const std::string key = p + child;
         bool has_marker = false;
+        std::int64_t marker_written = 0;  // the marker's LastModified (s)
         std::set<std::string> generations;
         for (const auto& o : listing.objects) {
-          has_marker |= o.key == key + "/" + detail::commit_marker_name;
+          if (o.key == key + "/" + detail::commit_marker_name) {
+            has_marker = true;
+            marker_written = s3::parse_iso8601(o.last_modified);
+          }
           const std::string first = o.key.substr(key.size() + 1, o.key.find('/', key.size() + 1) - key.size() - 1);
           if (is_internal_name(first)) generations.insert(first);
         }
         // A checkpoint with one generation beside its marker (every step of a Checkpointer's
         // root, retention having removed the rest) has nothing dead: its marker is not read
-        // (a GET per step, one after another, was most of opening a root on a bucket). Where
-        // the marker names some other generation, that checkpoint is damaged and the lone
-        // generation stays for whoever repairs it.
+        // (a GET per step, one after another, was most of opening a root on a bucket). Unless
+        // an object of that generation was written after the marker: a generation is whole
+        // before its marker is written, so that one is another save's, beside the marker of
+        // an inline checkpoint (whose generation has no objects of its own). Then the marker
+        // is read, and the generation is dead where it is not the one named (and old enough).
+        // Where the marker names some other generation otherwise, that checkpoint is damaged
+        // and the lone generation stays for whoever repairs it.
         std::string current;
-        if (has_marker && generations.size() == 1) current = *generations.begin();
-        else if (has_marker && generations.size() > 1) current = read_generation(key);
+        if (has_marker && generations.size() == 1) {
+          current = *generations.begin();
+          const std::string gen_prefix = key + "/" + current + "/";
+          for (const auto& o : listing.objects)
+            if (o.key.compare(0, gen_prefix.size(), gen_prefix) == 0 && s3::parse_iso8601(o.last_modified) > marker_written) {
+              current = read_generation(key);
+              break;
+            }
+        } else if (has_marker && generations.size() > 1) {
+          current = read_generation(key);
+        }
         remove_dead_generations(key, listing, current);
       }
       abort_old_uploads(p);
