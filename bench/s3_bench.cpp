@@ -9,6 +9,9 @@
 //
 //   cairn-bench-s3 --endpoint http://127.0.0.1:PORT [--bucket B] [--bytes 1G] [--leaves 64]
 //                  [--small 10000] [--part 16M] [--concurrency 8] [--repeat 3] [--steps 0]
+//                  [--enforced 1]
+// --enforced 1: tell the store the server enforces conditional writes (as AWS does; the fake
+// server does, s3rver does not): a save sends no HEAD of the marker before its PUT.
 // --steps N: also a Checkpointer root of N small steps, timed as a restarted job opens it
 // (the constructor and latest()) and as `cairn ls` reads it (inspect), with its requests.
 // Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (s3rver: S3RVER / S3RVER).
@@ -149,6 +152,7 @@ int main(int argc, char** argv) {
   std::string endpoint, bucket = "cairn-test";
   std::uint64_t bytes = std::uint64_t{1} << 30, part = std::uint64_t{16} << 20;
   int leaves = 64, small = 10000, concurrency = 8, repeat = 3, steps = 0;
+  bool enforced = false;  // --enforced 1: the server enforces conditional writes (as AWS does)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--endpoint") endpoint = v;
@@ -160,6 +164,7 @@ int main(int argc, char** argv) {
     else if (a == "--concurrency") concurrency = std::stoi(v);
     else if (a == "--repeat") repeat = std::stoi(v);
     else if (a == "--steps") steps = std::stoi(v);
+    else if (a == "--enforced") enforced = v == "1";
   }
   if (endpoint.empty()) {
     std::fprintf(stderr, "usage: cairn-bench-s3 --endpoint URL [--bucket B] [--bytes 1G] ...\n");
@@ -172,6 +177,7 @@ int main(int argc, char** argv) {
   o.read_part_size = part;
   o.concurrency = concurrency;
   o.delimiter_listing = false;
+  if (enforced) o.conditional_writes_enforced = true;
   const std::string root = "bench-" + std::to_string(std::random_device{}());
   auto store = std::make_shared<cairn::S3Store>("s3", bucket, o, root);
   cairn::s3::Client raw(bucket, root, o, cairn::s3::resolve_config("s3", bucket, o));

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """A small S3 server in memory, for what no available test server does: it honours
-conditional writes (If-None-Match: * and If-Match answer 412), and it fails requests on
-command: 503 SlowDown, 500, 403, a reset connection, a stalled response, a request answered
+conditional writes (If-None-Match: * and If-Match answer 412; If-Match on a missing key 404,
+as AWS), and it fails requests on command: 503 SlowDown, 500, 403, a reset connection, a stalled response, a request answered
 late (delay: FAKE_S3_DELAY seconds, 1 by default, then handled), a request applied whose
 answer is lost (lost: the connection closes instead), an upload gone at its completion
 (nosuchupload), an object not seen (notfound: 404), a 200 that carries an
@@ -430,6 +430,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self): self.handle_any("DELETE")
 
     # Operations ----------------------------------------------------------------
+    def if_match_missing(self, bucket, key):
+        """A write with If-Match to a key that holds nothing: AWS answers 404 NoSuchKey."""
+        with lock:
+            cur = objects.get((bucket, key))
+        return self.headers.get("If-Match") is not None and cur is None
+
     def precondition_fails(self, bucket, key):
         with lock:
             cur = objects.get((bucket, key))
@@ -439,7 +445,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("x-goog-if-generation-match") == "0" and cur is not None:
             return True
         m = self.headers.get("If-Match")
-        return m is not None and (cur is None or cur[1] != m)
+        return m is not None and cur is not None and cur[1] != m
 
     def refuses_condition(self, how):
         """A store without conditional writes (how=noconditional): 501 for a write that has one."""
@@ -490,6 +496,8 @@ class Handler(BaseHTTPRequestHandler):
             if copy:
                 return self.reply(200, result, {"Content-Type": "application/xml"})
             return self.reply(200, headers={"ETag": etag_of(body)})
+        if self.if_match_missing(bucket, key):
+            return self.error(404, "NoSuchKey", "The specified key does not exist.")
         if self.precondition_fails(bucket, key):
             return self.error(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")
         with lock:
@@ -613,6 +621,8 @@ class Handler(BaseHTTPRequestHandler):
                 with lock:
                     uploads.pop(q["uploadId"], None)
                 return self.error(404, "NoSuchUpload", "The specified upload does not exist.")
+            if self.if_match_missing(bucket, key):
+                return self.error(404, "NoSuchKey", "The specified key does not exist.")
             if self.precondition_fails(bucket, key):
                 return self.error(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")
             root = ElementTree.fromstring(body)

@@ -466,6 +466,64 @@ TEST_CASE("S3 faults: conditional writes: If-None-Match and If-Match answer 412,
   (void)c;
 }
 
+TEST_CASE("S3 faults: on a store known to enforce conditional writes a save sends no HEAD before its marker, and races are still refused") {
+  if (server().endpoint().empty()) return;
+  const std::string root = "enforced" + std::to_string(::getpid());
+  cairn::S3Options checked = options(), enforced = options();
+  checked.part_size = checked.multipart_threshold = 8 << 20;  // small checkpoints inline
+  enforced.part_size = enforced.multipart_threshold = 8 << 20;
+  enforced.conditional_writes_enforced = true;
+  auto c = std::make_shared<cairn::S3Store>("s3", "bucket", checked, root);
+  auto e = std::make_shared<cairn::S3Store>("s3", "bucket", enforced, root);
+  const State a = random_state(), b = random_state(), d = random_state();
+  cairn::SaveOptions over;
+  over.overwrite = true;
+  // A new key and an overwrite, each one request fewer: the HEAD of the marker just before
+  // its PUT.
+  auto requests = [&](auto&& f) {
+    server().reset();
+    f();
+    return server().stats().at("requests").as_int();
+  };
+  const auto new_checked = requests([&] { cairn::save({c, "ck1"}, a); });
+  const auto new_enforced = requests([&] { cairn::save({e, "ck2"}, a); });
+  const auto over_checked = requests([&] { cairn::save({c, "ck1"}, b, over); });
+  const auto over_enforced = requests([&] { cairn::save({e, "ck2"}, b, over); });
+  CHECK(new_enforced == new_checked - 1);
+  CHECK(over_enforced == over_checked - 1);
+  CHECK(same(cairn::load<State>({e, "ck2"}), b));
+  // Two saves of one new key, staged before either publishes: the second's create-only PUT is
+  // refused (412), and it fails as a race; the first stays whole.
+  {
+    auto first = e->stage("race", false);
+    auto second = e->stage("race", false);
+    for (auto* s : {first.get(), second.get()}) {
+      cairn::detail::write_blob(*e, cairn::detail::join_key(s->key(), "f"), "x");
+      cairn::detail::write_blob(*e, cairn::detail::join_key(s->key(), "_CHECKPOINT"), "{}");
+    }
+    first->publish({{"f", 1}, {"_CHECKPOINT", 2}});
+    CHECK_CAIRN_ERROR(second->publish({{"f", 1}, {"_CHECKPOINT", 2}}), ErrorKind::already_exists, "race");
+  }
+  // An overwrite staged from a marker that another save replaced since: its If-Match fails.
+  auto staging = e->stage("ck2", true);
+  cairn::save({e, "ck2"}, d, over);
+  cairn::detail::write_blob(*e, cairn::detail::join_key(staging->key(), "f"), "x");
+  CHECK_CAIRN_ERROR(staging->publish({{"f", 1}}), ErrorKind::already_exists, "race");
+  CHECK(same(cairn::load<State>({e, "ck2"}), d));
+  // An overwrite whose checkpoint was removed since it began (retention, a user): AWS
+  // answers its If-Match 404, and it is the same race, on both kinds of store; nothing is
+  // published at the key.
+  for (const auto& s : {c, e}) {
+    cairn::save({s, "gone"}, a, over);
+    auto replacing = s->stage("gone", true);
+    s->remove_checkpoints({"gone"});
+    cairn::detail::write_blob(*s, cairn::detail::join_key(replacing->key(), "f"), "x");
+    CHECK_CAIRN_ERROR(replacing->publish({{"f", 1}}), ErrorKind::already_exists, "replaced or removed since the save began");
+    CHECK_THROWS_AS(cairn::load<State>({s, "gone"}), cairn::Error);
+  }
+  server().reset();
+}
+
 TEST_CASE("S3 faults: a store that refuses conditional writes (501) is noticed; the HEAD check still guards") {
   if (server().endpoint().empty()) return;
   auto s = store();

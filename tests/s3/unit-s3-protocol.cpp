@@ -182,6 +182,7 @@ TEST_CASE("S3 configuration: options first, then the environment, then the profi
   CHECK(c.region == "eu-west-1");
   CHECK(c.endpoint == "https://s3.eu-west-1.amazonaws.com");
   CHECK(!c.path_style);
+  CHECK(c.conditions_enforced);  // AWS enforces If-None-Match and If-Match on PUT
   CHECK(resolve_config("s3", "my.dotted.bucket", {}).path_style);  // TLS names cannot hold the dots
   // A named profile with an endpoint: path style, its token.
   env.set("AWS_PROFILE", "team");
@@ -192,6 +193,12 @@ TEST_CASE("S3 configuration: options first, then the environment, then the profi
   CHECK(c.endpoint == "https://minio.example.com:9000");
   CHECK(c.host == "minio.example.com:9000");
   CHECK(c.path_style);
+  CHECK(!c.conditions_enforced);  // another server: not assumed
+  {
+    cairn::S3Options enforced;
+    enforced.conditional_writes_enforced = true;
+    CHECK(resolve_config("s3", "bucket", enforced).conditions_enforced);
+  }
   // The environment over the profile; Composer's S3_ENDPOINT_URL last of the endpoints.
   env.set("AWS_ACCESS_KEY_ID", "ENVKEY");
   env.set("AWS_SECRET_ACCESS_KEY", "s3");
@@ -221,6 +228,12 @@ TEST_CASE("S3 configuration: options first, then the environment, then the profi
   env.set("AWS_PROFILE", "");  // the default profile, which names no endpoint
   c = resolve_config("gs", "bucket", {});
   CHECK(c.endpoint == "https://storage.googleapis.com");
+  CHECK(!c.conditions_enforced);  // GCS's XML API: its own header for create-only; If-Match not relied on
+  {
+    cairn::S3Options not_enforced;
+    not_enforced.conditional_writes_enforced = false;
+    CHECK(!resolve_config("s3", "bucket", not_enforced).conditions_enforced);
+  }
   std::filesystem::remove_all(dir);
 }
 

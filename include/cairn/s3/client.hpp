@@ -215,6 +215,9 @@ class Client {
   // Whether write conditions are sent: S3Options::conditional_writes, until a store refuses
   // them (501 NotImplemented), after which the HEAD check alone guards (docs/object-store.md).
   bool conditional_writes() const { return options_.conditional_writes && conditional_ok_.load(); }
+  // Whether a failed condition is sure to be refused (S3Options::conditional_writes_enforced):
+  // then a commit needs no look at the marker before its conditional PUT.
+  bool conditions_enforced() const { return config_.conditions_enforced && conditional_writes(); }
 
   std::string create_multipart(const std::string& key) {
     Call c;

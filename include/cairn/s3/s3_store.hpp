@@ -1330,16 +1330,25 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         marker = Json::object({{"format", "cairn"}, {"store", "object"}, {"generation", gen_}, {"files", files}}).dump() + "\n";
       }
       const std::string marker_key = detail::join_key(key_, detail::commit_marker_name);
-      // The overwrite rule once more, just before the switch: where the store ignores the
-      // condition, this HEAD is what catches a race (within one request's time).
-      const auto now = store_.client_.head(marker_key);
-      const bool moved = replacing_ ? (!now || now->etag != replaced_etag_) : now.has_value();
+      // The overwrite rule once more, just before the switch: where the store may ignore the
+      // condition, this HEAD is what catches a race (within one request's time). Where it is
+      // known to enforce it (AWS; S3Options::conditional_writes_enforced), the PUT's own
+      // condition refuses a moved marker (412, below), and this round trip is not made.
+      bool moved = false;
+      if (!store_.client_.conditions_enforced()) {
+        const auto now = store_.client_.head(marker_key);
+        moved = replacing_ ? (!now || now->etag != replaced_etag_) : now.has_value();
+      }
       s3::WriteCondition cond;
       if (replacing_) cond.if_match = replaced_etag_;
       else cond.create_only = true;
       auto race = [&] {
-        return Error(ErrorKind::already_exists, "another save committed this checkpoint first (a race); this save was not "
-                     "published", store_.describe(key_));
+        return Error(ErrorKind::already_exists,
+                     std::string(replacing_ ? "the checkpoint this save replaces was replaced or removed since the save "
+                                              "began (a race); this save was not published"
+                                            : "another save committed this checkpoint first (a race); this save was "
+                                              "not published"),
+                     store_.describe(key_));
       };
       if (moved) throw race();
       bool put = false;
@@ -1347,6 +1356,9 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         put = (body ? store_.client_.put(marker_key, body->data(), body->size(), cond)
                     : store_.client_.put(marker_key, marker.data(), marker.size(), cond)).has_value();
       } catch (const Error& e) {
+        // The marker this overwrite replaces is gone (removed since the save began): AWS
+        // answers a write with If-Match on a missing key 404. Nothing was written.
+        if (replacing_ && cond.if_match.size() && e.kind() == ErrorKind::not_found) throw race();
         // Failed after its attempts: one of them may still have been applied (its answer lost).
         const std::optional<bool> mine = marker_names_this_save();
         if (!mine) {
