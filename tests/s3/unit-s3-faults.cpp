@@ -942,13 +942,18 @@ TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every co
   // and the generation the marker names.
   store->clean_leftovers("run");
   CHECK(server().stats().at("open_uploads").as_int() == 0);
+  const cairn::S3Options o = kill_test::options(server().endpoint());
+  cairn::s3::Client raw("bucket", root, o, cairn::s3::resolve_config("s3", "bucket", o));
+  int inline_steps = 0;
   for (const auto& step : store->list("run")) {
     if (!step.is_prefix) continue;
     const std::string key = "run/" + step.name;
     const std::string gen = store->readable_checkpoint(key);
     for (const auto& e : store->list(key))
       if (e.is_prefix) CHECK_MESSAGE(key + "/" + e.name == gen, std::string(key + "/" + e.name + " is left over"));
+    inline_steps += raw.list(key + "/", false).objects.size() == 1;  // its marker alone: written inline
   }
+  CHECK(inline_steps >= 1);  // of three steps in a row, one is small (s3_kill_state.hpp)
 }
 
 TEST_CASE("S3: inspect, read_arrays and verify look at a checkpoint's marker once each; an Orbax export is found in 17 requests") {
