@@ -1536,6 +1536,12 @@ TEST_CASE("S3: IAM Identity Center (SSO) logins: the cached token traded for the
   CHECK_CAIRN_ERROR(cairn::load<State>({fresh(), "sso"}), ErrorKind::io, "no SSO login found");
   login(old_cache, "login-token", 3600, "");
   CHECK(same(cairn::load<State>({fresh(), "sso"}), a));
+  // As AWS CLI 2.0 wrote its cache: "expiresAt": "2026-11-28T10:02:08UTC".
+  std::string cached = test::read_file(old_cache);
+  const auto z = cached.find("Z\"");
+  REQUIRE(z != std::string::npos);
+  test::write_file(old_cache, cached.replace(z, 1, "UTC"));
+  CHECK(same(cairn::load<State>({fresh(), "sso"}), a));
   login(old_cache, "login-token", -1, "");
   CHECK_CAIRN_ERROR(cairn::load<State>({fresh(), "sso"}), ErrorKind::io, "run `aws sso login --profile old`");
 

@@ -489,7 +489,10 @@ inline Credentials sso_credentials(const Profile& p, const S3Options& o) {
   if (!token || !token->is_string() || token->as_string().empty() || !ends || !ends->is_string())
     throw Error(ErrorKind::io, where + ": the cached SSO token has no accessToken and expiresAt; run `" + login + "`", path);
   std::string access_token = token->as_string();
-  const auto end = parse_iso8601(ends->as_string(), where + " (the cached token's expiresAt)");
+  // AWS CLI 2.0 wrote "2020-06-17T10:02:08UTC"; later ones write RFC 3339 ("...Z").
+  std::string end_text = ends->as_string();
+  if (end_text.size() > 3 && end_text.compare(end_text.size() - 3, 3, "UTC") == 0) end_text.replace(end_text.size() - 3, 3, "Z");
+  const auto end = parse_iso8601(end_text, where + " (the cached token's expiresAt)");
   const auto now = std::chrono::system_clock::now();
   // Renewed within 5 minutes of its end, as the SDKs do (older-form logins have no refresh token).
   if (end - now < std::chrono::minutes(5)) {
