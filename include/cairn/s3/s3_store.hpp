@@ -1358,7 +1358,9 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       } catch (const Error& e) {
         // The marker this overwrite replaces is gone (removed since the save began): AWS
         // answers a write with If-Match on a missing key 404. Nothing was written.
-        if (replacing_ && cond.if_match.size() && e.kind() == ErrorKind::not_found) throw race();
+        if (replacing_ && !cond.if_match.empty() && e.kind() == ErrorKind::not_found &&
+            e.message().find("NoSuchBucket") == std::string::npos)
+          throw race();
         // Failed after its attempts: one of them may still have been applied (its answer lost).
         const std::optional<bool> mine = marker_names_this_save();
         if (!mine) {
