@@ -6,8 +6,9 @@
 // login (the token `aws sso login` cached, traded with SSO for the role's credentials), a
 // profile's `credential_process` (vault and other helpers), a web identity token exchanged
 // with STS (EKS's IAM roles for service accounts), the container credentials endpoint (ECS
-// tasks, EKS Pod Identity), then EC2's instance metadata service (IMDSv2). These hand out temporary credentials with an end, which the client renews
-// a few minutes before it (client.hpp).
+// tasks, EKS Pod Identity), then EC2's instance metadata service (IMDSv2). These hand out
+// temporary credentials with an end, which the client renews a few minutes before it
+// (client.hpp).
 //
 // What they answer is untrusted: bodies are capped, fields checked, and no secret is ever
 // part of an error. A source that is configured and fails (a credential_process that exits
