@@ -11933,14 +11933,19 @@ inline void agree_on_outcome(Coordinator& coordinator, std::exception_ptr failur
 }  // namespace detail
 CAIRN_END_NAMESPACE
 // ----- end cairn/coordination/wire.hpp -----
+// ----- begin cairn/core/utc_time.hpp -----
+// Wall-clock time as cairn writes it: milliseconds since the epoch (a checkpoint's
+// created_unix_ms), and ISO 8601 in UTC to the second ("2026-11-28T09:00:00Z": its "created",
+// an Orbax export's metadata, an SSO token cache's expiresAt).
+
+#include <chrono>
+#include <cstdint>
+#include <ctime>
+#include <string>
+
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
-
-inline std::string library_version_string() {
-  return std::to_string(CAIRN_VERSION_MAJOR) + "." + std::to_string(CAIRN_VERSION_MINOR) + "." +
-         std::to_string(CAIRN_VERSION_PATCH);
-}
 
 inline std::int64_t now_unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -11955,6 +11960,18 @@ inline std::string iso8601_utc(std::int64_t unix_ms) {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/utc_time.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline std::string library_version_string() {
+  return std::to_string(CAIRN_VERSION_MAJOR) + "." + std::to_string(CAIRN_VERSION_MINOR) + "." +
+         std::to_string(CAIRN_VERSION_PATCH);
 }
 
 // One save of one checkpoint, on one rank. Every rank constructs it (step 1), adds the same

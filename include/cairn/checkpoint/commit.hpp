@@ -35,6 +35,7 @@
 #include "cairn/checkpoint/snapshot.hpp"
 #include "cairn/coordination/coordinator.hpp"
 #include "cairn/coordination/wire.hpp"
+#include "cairn/core/utc_time.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/store/store.hpp"
 
@@ -44,21 +45,6 @@ namespace detail {
 inline std::string library_version_string() {
   return std::to_string(CAIRN_VERSION_MAJOR) + "." + std::to_string(CAIRN_VERSION_MINOR) + "." +
          std::to_string(CAIRN_VERSION_PATCH);
-}
-
-inline std::int64_t now_unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// ISO 8601 in UTC, to the second, of a time in milliseconds since the epoch.
-inline std::string iso8601_utc(std::int64_t unix_ms) {
-  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // One save of one checkpoint, on one rank. Every rank constructs it (step 1), adds the same

@@ -33,6 +33,7 @@
 #include "cairn/core/config.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/core/json.hpp"
+#include "cairn/core/utc_time.hpp"
 #include "cairn/s3/http.hpp"
 #include "cairn/s3/options.hpp"
 #include "cairn/s3/sigv4.hpp"
@@ -106,15 +107,16 @@ inline Json parse_credentials_json(const std::string& text, const std::string& w
   }
   throw Error(ErrorKind::io, where + " answered something that is not JSON credentials");
 }
+// A member of an untrusted JSON object that should be a string: "" where it is absent or not one.
+inline std::string string_member(const Json& j, const char* key) {
+  const Json* v = j.find(key);
+  return v && v->is_string() ? v->as_string() : std::string();
+}
 inline Credentials credentials_from_json(const Json& j, const std::string& where, const char* token_field) {
-  auto field = [&](const char* k) {
-    const Json* v = j.find(k);
-    return v && v->is_string() ? v->as_string() : std::string();
-  };
-  Credentials c{field("AccessKeyId"), field("SecretAccessKey"), field(token_field)};
+  Credentials c{string_member(j, "AccessKeyId"), string_member(j, "SecretAccessKey"), string_member(j, token_field)};
   if (c.access_key_id.empty() || c.secret_access_key.empty())
     throw Error(ErrorKind::io, where + " answered credentials without AccessKeyId or SecretAccessKey");
-  if (const std::string end = field("Expiration"); !end.empty()) c.expiration = parse_iso8601(end, where);
+  if (const std::string end = string_member(j, "Expiration"); !end.empty()) c.expiration = parse_iso8601(end, where);
   return c;
 }
 inline Credentials credentials_from_json(const std::string& text, const std::string& where, const char* token_field) {
@@ -214,13 +216,19 @@ inline Credentials run_credential_process(const std::string& command, const std:
 
 inline std::string form_encode(const std::string& s) { return uri_encode(s, false); }
 
-// STS's endpoint: AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL, else STS of the region.
-inline std::string sts_url(const std::string& region) {
-  std::string url = env("AWS_ENDPOINT_URL_STS");
+// An endpoint of an AWS service: its own variable (AWS_ENDPOINT_URL_STS, ..._SSO,
+// ..._SSO_OIDC), else AWS_ENDPOINT_URL, else AWS's.
+inline std::string service_url(const char* variable, const std::string& aws) {
+  std::string url = env(variable);
   if (url.empty()) url = env("AWS_ENDPOINT_URL");
-  if (url.empty()) url = "https://sts." + (region.empty() ? std::string("us-east-1") : region) + ".amazonaws.com";
+  if (url.empty()) url = aws;
   while (!url.empty() && url.back() == '/') url.pop_back();
   return url;
+}
+
+// STS's endpoint: AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL, else STS of the region.
+inline std::string sts_url(const std::string& region) {
+  return service_url("AWS_ENDPOINT_URL_STS", "https://sts." + (region.empty() ? std::string("us-east-1") : region) + ".amazonaws.com");
 }
 
 inline std::string default_session_name() {
@@ -314,33 +322,6 @@ inline Credentials assume_role_with_web_identity(const std::string& token_file, 
 // `aws sso login` to run.
 inline bool is_sso_profile(const Profile& p) { return !p.get("sso_session").empty() || !p.get("sso_start_url").empty(); }
 
-// "2026-11-28T09:00:00Z"
-inline std::string format_iso8601(std::chrono::system_clock::time_point t) {
-  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char out[32];
-  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return out;
-}
-
-inline std::string sha1_hex(const std::string& s) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_Digest(s.data(), s.size(), md, &len, EVP_sha1(), nullptr) != 1) throw Error(ErrorKind::io, "SHA-1 failed (OpenSSL)");
-  return hex(md, len);
-}
-
-// An endpoint of an AWS service: its own variable (AWS_ENDPOINT_URL_SSO, ..._SSO_OIDC), else
-// AWS_ENDPOINT_URL, else AWS's.
-inline std::string service_url(const char* variable, const std::string& aws) {
-  std::string url = env(variable);
-  if (url.empty()) url = env("AWS_ENDPOINT_URL");
-  if (url.empty()) url = aws;
-  while (!url.empty() && url.back() == '/') url.pop_back();
-  return url;
-}
-
 // What a JSON error body of SSO or SSO OIDC says: "UnauthorizedException: Session token not
 // found or invalid", "invalid_grant", ... (short, and never a token: they carry none).
 inline std::string aws_json_error(const std::string& body) {
@@ -360,16 +341,13 @@ inline std::string aws_json_error(const std::string& body) {
 // SSO OIDC CreateToken with the login's refresh token. Returns false (and says why in `why`)
 // where it cannot be renewed; on success updates `cache` (accessToken, expiresAt, refreshToken).
 inline bool refresh_sso_token(Json& cache, const std::string& region, const S3Options& o, std::string& why) {
-  auto field = [&](const char* k) {
-    const Json* v = cache.find(k);
-    return v && v->is_string() ? v->as_string() : std::string();
-  };
-  const std::string client_id = field("clientId"), client_secret = field("clientSecret"), refresh = field("refreshToken");
+  const std::string client_id = string_member(cache, "clientId"), client_secret = string_member(cache, "clientSecret"),
+                    refresh = string_member(cache, "refreshToken");
   if (client_id.empty() || client_secret.empty() || refresh.empty()) {
     why = "the cached login has no refresh token";
     return false;
   }
-  if (const std::string ends = field("registrationExpiresAt"); !ends.empty()) {
+  if (const std::string ends = string_member(cache, "registrationExpiresAt"); !ends.empty()) {
     try {
       if (parse_iso8601(ends, "the SSO token cache") <= std::chrono::system_clock::now()) {
         why = "the login's client registration has ended";
@@ -411,7 +389,7 @@ inline bool refresh_sso_token(Json& cache, const std::string& region, const S3Op
         seconds->as_int() <= 0 || seconds->as_int() > 366 * 24 * 3600)
       throw Error(ErrorKind::io, "no accessToken and expiresIn");
     cache["accessToken"] = Json(token->as_string());
-    cache["expiresAt"] = Json(format_iso8601(std::chrono::system_clock::now() + std::chrono::seconds(seconds->as_int())));
+    cache["expiresAt"] = Json(cairn::detail::iso8601_utc(cairn::detail::now_unix_ms() + seconds->as_int() * 1000));
     if (const Json* next = answer.find("refreshToken"); next && next->is_string() && !next->as_string().empty())
       cache["refreshToken"] = Json(next->as_string());
     return true;
@@ -422,7 +400,9 @@ inline bool refresh_sso_token(Json& cache, const std::string& region, const S3Op
 }
 
 // The cache file replaced whole (a temporary file beside it, renamed over it, readable by its
-// owner alone, as the CLI keeps it); where it cannot be written the renewed token is still used.
+// owner alone, as the CLI keeps it: it holds a refresh token and a client secret, which
+// detail::write_whole_file's 0644 would show to every user); where it cannot be written the
+// renewed token is still used.
 inline void write_sso_cache(const std::string& path, const Json& cache) {
   const std::string tmp = path + ".cairn-" + std::to_string(::getpid()) + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -471,14 +451,14 @@ inline Credentials sso_credentials(const Profile& p, const S3Options& o) {
     throw Error(ErrorKind::invalid_argument, where + ": sso_region '" + region.substr(0, 40) + "' is not a region");
   const std::string home = env("HOME");
   if (home.empty()) throw Error(ErrorKind::invalid_argument, where + ": HOME is not set, so no SSO login can be found");
-  const std::string path = home + "/.aws/sso/cache/" + sha1_hex(session.empty() ? start_url : session) + ".json";
+  const std::string& cache_key = session.empty() ? start_url : session;
+  const std::string path =
+      home + "/.aws/sso/cache/" + digest_hex(EVP_sha1(), "SHA-1", cache_key.data(), cache_key.size()) + ".json";
   std::string text;
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(ErrorKind::io, where + ": no SSO login found (no cached token); run `" + login + "`", path);
-    text.resize(64 << 10);
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    text.resize(static_cast<std::size_t>(in.gcount()));
+  try {
+    text = read_small_file(path, "the cached SSO token");
+  } catch (const Error&) {
+    throw Error(ErrorKind::io, where + ": no SSO login found (no cached token); run `" + login + "`", path);
   }
   Json cache;
   try {
@@ -536,11 +516,7 @@ inline Credentials sso_credentials(const Profile& p, const S3Options& o) {
   }
   const Json* rc = answer.is_object() ? answer.find("roleCredentials") : nullptr;
   if (!rc || !rc->is_object()) throw Error(ErrorKind::io, call + " answered no roleCredentials", url);
-  auto field = [&](const char* k) {
-    const Json* v = rc->find(k);
-    return v && v->is_string() ? v->as_string() : std::string();
-  };
-  Credentials c{field("accessKeyId"), field("secretAccessKey"), field("sessionToken")};
+  Credentials c{string_member(*rc, "accessKeyId"), string_member(*rc, "secretAccessKey"), string_member(*rc, "sessionToken")};
   if (c.access_key_id.empty() || c.secret_access_key.empty())
     throw Error(ErrorKind::io, call + " answered credentials without accessKeyId or secretAccessKey", url);
   // Milliseconds since 1970; past 2200 (system_clock's nanoseconds would overflow) is refused.

@@ -103,8 +103,9 @@ struct S3Options {
 
   // Conditional writes: the commit marker is created with If-None-Match: * (create-only), so
   // two saves of one new key cannot both commit. AWS, MinIO, Ceph, R2 and CoreWeave honour it;
-  // set false for a store that rejects the header. Either way cairn also checks with a HEAD
-  // just before, which alone leaves a window of one request (docs/object-store.md).
+  // set false for a store that rejects the header. Unless the store is known to enforce them
+  // (below), cairn also checks with a HEAD just before, which alone leaves a window of one
+  // request where a store ignores them (docs/object-store.md).
   bool conditional_writes = true;
   // Whether the store is known to enforce those conditions (a failed one answers 412), so that
   // the marker's conditional PUT alone guards the commit: a save then sends no HEAD of the

@@ -37,13 +37,15 @@ inline std::string hex(const unsigned char* p, std::size_t n) {
   return out;
 }
 
-// SHA-256 of a buffer, as lowercase hex (the x-amz-content-sha256 of a body).
-inline std::string sha256_hex(const void* data, std::size_t n) {
+// A digest of a buffer (OpenSSL's `md_type`, called `name` in errors), as lowercase hex.
+inline std::string digest_hex(const EVP_MD* md_type, const char* name, const void* data, std::size_t n) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  if (EVP_Digest(data, n, md, &len, EVP_sha256(), nullptr) != 1) throw Error(ErrorKind::io, "SHA-256 failed (OpenSSL)");
+  if (EVP_Digest(data, n, md, &len, md_type, nullptr) != 1) throw Error(ErrorKind::io, std::string(name) + " failed (OpenSSL)");
   return hex(md, len);
 }
+// SHA-256 of a buffer, as lowercase hex (the x-amz-content-sha256 of a body).
+inline std::string sha256_hex(const void* data, std::size_t n) { return digest_hex(EVP_sha256(), "SHA-256", data, n); }
 inline std::string sha256_hex(const std::string& s) { return sha256_hex(s.data(), s.size()); }
 
 // The hash of an empty body, sent with every GET, HEAD and DELETE.
