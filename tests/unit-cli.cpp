@@ -161,6 +161,25 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   CHECK(r.status == 0);
   CHECK(has(r.out, "safetensors, 1 file"));
   CHECK(has(r.out, "1  float32[1]"));
+
+  // A tensor of a dtype cairn does not have: listed as not read (text and JSON); convert
+  // refuses until it is excluded by name.
+  const std::string mx = dir / "mx.safetensors";
+  const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w_scales":{"dtype":"F8_E8M0","shape":[2],"data_offsets":[4,6]}})";
+  std::string file(8, '\0');
+  file[0] = static_cast<char>(header.size());
+  test::write_file(mx, file + header + std::string(6, '\1'));
+  r = cli({"ls", mx});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "(tree, 1 leaves, 1 that cairn cannot read)"));
+  CHECK(has(r.out, "  w_scales  not read: dtype F8_E8M0[2], which cairn does not read\n"));
+  r = cli({"ls", mx, "--json"});
+  CHECK(cairn::Json::parse(r.out).at("items").as_array().at(0).at("unread").as_array().at(0).at("key").as_string() == "w_scales");
+  r = cli({"convert", mx, dir / "mx-out.safetensors"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "--exclude 'w_scales'"));
+  r = cli({"convert", mx, dir / "mx-out.safetensors", "--exclude", "w_scales"});
+  CHECK(r.status == 0);
 }
 
 TEST_CASE("verify: exit 0 only when every chunk is intact, and a report naming file, bytes and key") {

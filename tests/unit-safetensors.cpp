@@ -7,6 +7,7 @@
 #include <cairn/checkpoint/read_ahead.hpp>  // read_ahead_min_metadata_bytes
 #include <cairn/core/utf8.hpp>
 #include <cairn/kernels/cast.hpp>  // cast_value
+#include <cairn/safetensors/header.hpp>  // safetensors_dtype_name
 #include <cairn/safetensors/load.hpp>
 
 #include "test_util.hpp"
@@ -212,7 +213,16 @@ TEST_CASE("every violation of the specification is a corrupt error naming the fi
       {ok, 7, "data_offsets [0, 8) run past the end of the buffer after the header, which is 7 bytes"},
       // The tensor that runs past the end is named, not the hole it leaves before it.
       {R"({"w":{"dtype":"U8","shape":[16],"data_offsets":[16,32]}})", 16, "data_offsets [16, 32) run past the end"},
-      {R"({"w":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", 8, "unknown dtype 'F33'"},
+      // (A name of capitals, digits and '_' is a dtype cairn does not have: see the case below.)
+      {R"({"w":{"dtype":"f32","shape":[2],"data_offsets":[0,8]}})", 8, "unknown dtype 'f32'"},
+      {R"({"w":{"dtype":"","shape":[2],"data_offsets":[0,8]}})", 8, "unknown dtype ''"},
+      {R"({"w":{"dtype":"F8 E8M0","shape":[2],"data_offsets":[0,8]}})", 8, "unknown dtype 'F8 E8M0'"},
+      // A tensor of a dtype cairn does not have still takes part in the offsets' checks.
+      {R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"v":{"dtype":"F8_E8M0","shape":[2],"data_offsets":[1,3]}})", 3, "data_offsets [1, 3) overlap those of 'w' [0, 2)"},
+      {R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"v":{"dtype":"C64","shape":[1],"data_offsets":[3,11]}})", 11, "belong to no tensor"},
+      {R"({"v":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}})", 9, "buffer after the header is 9"},
+      {R"({"v":{"dtype":"C64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8, "overflow"},
+      {R"({"v":{"dtype":"C64","shape":[2],"data_offsets":[8,0]}})", 8, "end before they begin"},
       {R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, "needs 12"},
       {R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, "negative dimension"},
       {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8, "end before they begin"},
@@ -853,4 +863,143 @@ TEST_CASE("export: a set's overwrite killed between its two renames loses nothin
   CHECK(same_bits_map(cairn::load_safetensors<std::map<std::string, std::vector<float>>>(set + "/model.safetensors.index.json"),
                       old_weights));
   CHECK(test::leftovers(dir.path).empty());
+}
+
+// The specification adds dtypes (F8_E8M0 in 2025, F4, F6_E2M3, C64, ...). A file holding one
+// that cairn does not have is not corrupt: its other tensors read, and the one cairn cannot read
+// is listed, refused wherever a load or a conversion would take it, and left out where asked.
+TEST_CASE("a tensor of a dtype cairn does not have is listed, refused by name, and left out where asked") {
+  test::TempDir dir;
+  const std::string f = dir / "mx.safetensors";
+  test::write_file(f, make_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                R"("w_scales":{"dtype":"F8_E8M0","shape":[4],"data_offsets":[8,12]},)"
+                                R"("extra.z":{"dtype":"C64","shape":[1],"data_offsets":[12,20]}})", 20));
+  // Listed with the reason; the readable tensor is a leaf as before.
+  const cairn::CheckpointMetadata m = cairn::safetensors_metadata(f);
+  REQUIRE(m.items.size() == 1);
+  REQUIRE(m.items[0].leaves.size() == 1);
+  CHECK(m.items[0].leaves[0].key() == "w");
+  REQUIRE(m.items[0].unread.size() == 2);
+  CHECK(m.items[0].unread[0].path.str() == "w_scales");
+  CHECK(m.items[0].unread[0].reason == "dtype F8_E8M0[4], which cairn does not read");
+  CHECK(m.items[0].unread[1].path.str() == "extra/z");
+  CHECK(cairn::inspect(f).metadata.items[0].unread.size() == 2);
+
+  using Flat = std::map<std::string, std::vector<float>>;
+  // A strict load refuses them, naming each and the way to leave them out.
+  CHECK_CAIRN_ERROR(cairn::load_safetensors<Flat>(f), cairn::ErrorKind::dtype_mismatch,
+                    "2 stored leaves cannot be read: w_scales (dtype F8_E8M0[4], which cairn does not read), extra/z (dtype C64[1]");
+  CHECK_CAIRN_ERROR(cairn::load_safetensors<Flat>(f), cairn::ErrorKind::dtype_mismatch, "mx.safetensors");
+  CHECK_CAIRN_ERROR(cairn::load_safetensors<Flat>(f), cairn::ErrorKind::dtype_mismatch, "LoadOptions::skip");
+  // Skipped by glob, or outside the subtree: the rest loads strictly.
+  cairn::LoadOptions skip;
+  skip.skip = {"w_scales", "extra"};
+  Flat flat;
+  const cairn::LoadReport r = cairn::load_safetensors(f, flat, skip);
+  REQUIRE(flat.count("w"));
+  CHECK(flat.size() == 1);
+  CHECK(r.unexpected.empty());
+  const unsigned char bytes[8] = {0, 1, 2, 3, 4, 5, 6, 7};  // make_file's buffer: i % 251
+  CHECK(std::memcmp(flat["w"].data(), bytes, 8) == 0);
+  cairn::LoadOptions under;
+  under.subtree = "extra";
+  std::map<std::string, std::vector<float>> none;
+  CHECK_CAIRN_ERROR(cairn::load_safetensors(f, none, under), cairn::ErrorKind::not_found, "no subtree 'extra'");
+  // A partial load takes the rest and reports them unexpected.
+  Flat partial;
+  const cairn::LoadReport p = cairn::load_safetensors(f, partial, cairn::LoadOptions::partial());
+  CHECK(partial.size() == 1);
+  CHECK(p.unexpected == std::vector<std::string>{"w_scales", "extra/z"});
+  // A target leaf for one is refused even by a partial load: its value is there, unreadable.
+  std::map<std::string, std::vector<std::uint8_t>> asks = {{"w_scales", {}}};
+  CHECK_CAIRN_ERROR(cairn::load_safetensors(f, asks, cairn::LoadOptions::partial()), cairn::ErrorKind::dtype_mismatch,
+                    "the target has a leaf here, and the stored one is of dtype F8_E8M0[4]");
+  // The tools' reader: every leaf refuses; named leaves read; an unreadable one named refuses.
+  CHECK_CAIRN_ERROR(cairn::read_arrays(f, {}), cairn::ErrorKind::dtype_mismatch, "w_scales");
+  CHECK(cairn::read_arrays(f, {"w"}).at("w").bytes.size() == 8);
+  CHECK_CAIRN_ERROR(cairn::read_arrays(f, {"extra/z"}), cairn::ErrorKind::dtype_mismatch, "dtype C64[1]");
+  // A conversion leaves nothing out silently: refused until excluded by name.
+  const std::string out = dir / "out.safetensors";
+  CHECK_CAIRN_ERROR(cairn::convert(f, out), cairn::ErrorKind::dtype_mismatch, "--exclude 'w_scales'");
+  CHECK_FALSE(std::filesystem::exists(out));
+  cairn::ConvertOptions exclude;
+  exclude.exclude = {"w_scales", "extra/*"};
+  cairn::convert(f, out, exclude);
+  CHECK(cairn::read_arrays(out, {}).size() == 1);
+}
+
+// Files written by Hugging Face's own library (tools/safetensors_library_check.py write, run
+// where safetensors and PyTorch are installed: every dtype cairn has, a 0-d and an empty
+// tensor, save_model's tied weights, a sharded set, and one file per dtype that library writes
+// and cairn does not have). They live outside the repository: CAIRN_SAFETENSORS_LIBRARY names
+// their directory; the case says it skipped where it is unset.
+TEST_CASE("files written by the safetensors library itself read bit-exactly; its other dtypes are refused by name") {
+  const char* env = std::getenv("CAIRN_SAFETENSORS_LIBRARY");
+  if (!env || !std::filesystem::is_regular_file(std::string(env) + "/versions.json")) {
+    MESSAGE("skipped: CAIRN_SAFETENSORS_LIBRARY names no files written by tools/safetensors_library_check.py");
+    return;
+  }
+  const std::string dir = env;
+  const cairn::Json versions = cairn::Json::parse(test::read_file(dir + "/versions.json"));
+  MESSAGE("written by safetensors " << versions.at("safetensors").as_string() << ", torch "
+                                    << versions.at("torch").as_string());
+  int checked = 0;
+  for (const cairn::Json& w : versions.at("written").as_array()) {
+    const std::string name = w.as_string();
+    CAPTURE(name);
+    const std::string sub = dir + "/" + name;
+    if (name.rfind("unknown-", 0) == 0) {
+      // A dtype cairn lacks: listed with its name, refused by a load of every leaf (naming the
+      // file, the tensor and the dtype), and the tensor beside it reads.
+      const std::string code = name.substr(8);
+      const std::string file = sub + "/model.safetensors";
+      const cairn::Inspection info = cairn::inspect(file);
+      REQUIRE(info.metadata.items.at(0).unread.size() == 1);
+      CHECK(info.metadata.items[0].unread[0].path.str() == "odd/one");
+      CHECK(info.metadata.items[0].unread[0].reason.find("dtype " + code + "[") == 0);
+      try {
+        (void)cairn::read_arrays(file, {});
+        FAIL_CHECK("read a file holding a " << code << " tensor");
+      } catch (const cairn::Error& e) {
+        const std::string what = e.what();
+        CHECK(e.kind() == cairn::ErrorKind::dtype_mismatch);
+        CHECK(what.find(file) != std::string::npos);
+        CHECK(what.find("odd/one") != std::string::npos);
+        CHECK(what.find(code) != std::string::npos);
+      }
+      CHECK(cairn::read_arrays(file, {"ok"}).at("ok").bytes.size() == 8);
+      ++checked;
+      continue;
+    }
+    const cairn::Json index = cairn::Json::parse(test::read_file(sub + "/expected.json"));
+    const std::string bin = test::read_file(sub + "/expected.bin");
+    const std::string path = std::filesystem::exists(sub + "/model.safetensors.index.json")
+                                 ? sub + "/model.safetensors.index.json"
+                                 : sub + "/" + name + ".safetensors";
+    const std::map<std::string, cairn::ArrayValue> values = cairn::read_arrays(path, {});
+    CHECK(values.size() == index.items().size());
+    for (const auto& [tensor, e] : index.items()) {
+      std::string key = tensor;
+      std::replace(key.begin(), key.end(), '.', '/');
+      CAPTURE(key);
+      const auto it = values.find(key);
+      if (it == values.end()) {
+        FAIL_CHECK("no leaf " << key);
+        continue;
+      }
+      CHECK(std::string(cairn::safetensors_dtype_name(it->second.dtype)) == e.at("dtype").as_string());
+      cairn::Shape shape;
+      for (const auto& d : e.at("shape").as_array()) shape.push_back(d.as_int());
+      CHECK(it->second.shape == shape);
+      const std::string want = bin.substr(static_cast<std::size_t>(e.at("offset").as_int()), static_cast<std::size_t>(e.at("nbytes").as_int()));
+      CHECK((it->second.bytes.size() == want.size() && std::memcmp(it->second.bytes.data(), want.data(), want.size()) == 0));
+      ++checked;
+    }
+    if (name == "all") {  // __metadata__ as the user metadata
+      const cairn::Inspection info = cairn::inspect(path);
+      CHECK(info.metadata.user_metadata.at("run").as_string() == "7");
+    }
+  }
+  MESSAGE(checked << " tensors and refusals checked");
+  CHECK(checked > 0);
 }

@@ -68,7 +68,13 @@ inline int ls(const std::string& path, bool json, std::ostream& out) {
     for (const auto& item : m.items) {
       Json leaves = Json::array();
       for (const auto& l : item.leaves) leaves.push_back(leaf_json(l));
-      items.push_back(Json::object({{"name", item.name}, {"kind", item_kind_name(item.kind)}, {"leaves", leaves}}));
+      Json entry = Json::object({{"name", item.name}, {"kind", item_kind_name(item.kind)}, {"leaves", leaves}});
+      if (!item.unread.empty()) {  // an import's leaves that cairn cannot read
+        Json unread = Json::array();
+        for (const auto& u : item.unread) unread.push_back(Json::object({{"key", u.path.str()}, {"reason", u.reason}}));
+        entry["unread"] = unread;
+      }
+      items.push_back(std::move(entry));
     }
     Json j = Json::object({{"path", path}, {"kind", location_kind_name(found.kind)}});
     if (!safetensors) {
@@ -93,7 +99,8 @@ inline int ls(const std::string& path, bool json, std::ostream& out) {
         << m.created;
   out << ", " << human_bytes(m.total_bytes()) << "\n";
   for (const auto& item : m.items) {
-    out << "item '" << item.name << "' (" << item_kind_name(item.kind) << ", " << item.leaves.size() << " leaves)\n";
+    out << "item '" << item.name << "' (" << item_kind_name(item.kind) << ", " << item.leaves.size() << " leaves"
+        << (item.unread.empty() ? "" : ", " + std::to_string(item.unread.size()) + " that cairn cannot read") << ")\n";
     auto shown = [](const LeafRecord& l) { return l.path.empty() ? std::string("(root)") : l.key(); };
     std::size_t width = 0;
     for (const auto& l : item.leaves) width = std::max(width, shown(l).size());
@@ -106,6 +113,7 @@ inline int ls(const std::string& path, bool json, std::ostream& out) {
       if (l.chunks.size() > 1) line += ", " + std::to_string(l.chunks.size()) + " chunks";
       out << line << "\n";
     }
+    for (const auto& u : item.unread) out << "  " << u.path.str() << "  not read: " << u.reason << "\n";
   }
   if (m.user_metadata.size()) out << "user metadata: " << m.user_metadata.dump() << "\n";
   return exit_ok;

@@ -108,7 +108,7 @@ enum class ErrorKind {
   unsupported_version, // written by a newer format version
   structure_mismatch,  // keys missing from or unexpected in the target
   shape_mismatch,      // a fixed-size target with another shape
-  dtype_mismatch,      // a cast that cairn will not do (string <-> number, or casting disabled)
+  dtype_mismatch,      // a cast that cairn will not do (string <-> number, or casting disabled), or a stored dtype it does not read
   value_out_of_range,  // a cast whose value does not fit the target type
   invalid_argument,    // a bad option, pattern or key path from the caller
   // The save committed: the new checkpoint is at its path and loads. A step after the commit
@@ -4452,11 +4452,20 @@ inline const char* item_kind_name(ItemKind k) {
 }
 
 // A named item of a checkpoint.
+// A leaf of another system's file that cairn cannot read (a safetensors tensor of a dtype
+// cairn does not have): listed with the reason, so that no load or conversion drops it
+// silently (docs/safetensors.md). Never part of a cairn checkpoint.
+struct UnreadLeaf {
+  KeyPath path;
+  std::string reason;  // "dtype F8_E8M0, which cairn does not read"
+};
+
 struct ItemRecord {
   std::string name;
   ItemKind kind = ItemKind::tree;
   std::vector<NodeRecord> nodes;  // inner nodes, pre-order (the root has the empty path)
   std::vector<LeafRecord> leaves; // leaves in tree order
+  std::vector<UnreadLeaf> unread; // an import's leaves that cairn cannot read (empty for cairn's own)
 
   const LeafRecord* find_leaf(std::string_view key) const {
     for (const auto& l : leaves)
@@ -12980,6 +12989,7 @@ CAIRN_END_NAMESPACE
 // (an overwrite racing the load); the safetensors import runs it with its own open
 // (safetensors/load_impl.hpp), so steps 5-9 are the same code.
 
+#include <algorithm>
 #include <exception>
 #include <map>
 #include <memory>
@@ -14213,6 +14223,36 @@ inline void check_strict(const LoadReport& r, const LoadOptions& options, const 
   throw Error(ErrorKind::structure_mismatch, msg, dir);
 }
 
+// An import's leaves that cairn cannot read (ItemRecord::unread: a safetensors tensor of a
+// dtype cairn does not have) are in no index, so the planner saw a target leaf for one as
+// missing and never saw the stored one. A target leaf for one is refused with the reason; one
+// the target does not take is reported unexpected, so that a strict load refuses it (saying
+// why) and a partial one says it left it. The subtree and skip globs leave them out as they
+// leave out any stored leaf.
+inline void account_unread(const ItemRecord& item, const LoadOptions& options, LoadReport& report, const std::string& dir) {
+  if (item.unread.empty()) return;
+  const std::string prefix = canonical_key(options.subtree);
+  std::string refused;
+  std::string first;
+  std::size_t count = 0;
+  for (const UnreadLeaf& u : item.unread) {
+    const std::string key = u.path.str();
+    if (!key_path_has_prefix(key, prefix)) continue;
+    std::string rel = prefix.empty() ? key : key.substr(std::min(key.size(), prefix.size() + 1));
+    if (std::any_of(options.skip.begin(), options.skip.end(), [&](const std::string& g) { return glob_matches(g, rel); }))
+      continue;
+    if (const auto m = std::find(report.missing.begin(), report.missing.end(), rel); m != report.missing.end())
+      throw Error(ErrorKind::dtype_mismatch, "the target has a leaf here, and the stored one is of " + u.reason, dir, key);
+    refused += (count ? ", " : " ") + rel + " (" + u.reason + ")";
+    if (!count++) first = key;
+    report.unexpected.push_back(std::move(rel));
+  }
+  if (count && !options.allow_unexpected)
+    throw Error(ErrorKind::dtype_mismatch, std::to_string(count) + " stored " + (count == 1 ? "leaf" : "leaves") +
+                " cannot be read:" + refused + ". Leave " + (count == 1 ? "it" : "them") +
+                " out with LoadOptions::skip globs, or load with allow_unexpected or LoadOptions::partial()", dir, first);
+}
+
 // The checkpoint a load reads and its metadata. With several ranks the primary resolves the
 // key and reads the metadata files, and broadcasts their bytes; every rank parses them. (A
 // shared filesystem then sees one reader, not one per rank, and only the primary may repair
@@ -14312,6 +14352,7 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
           throw e.with_file(e.kind() == ErrorKind::corrupt ? ck.records : dir);
         }
       }();
+      account_unread(*item, options, plan.report, dir);
       check_strict(plan.report, options, dir);
       // The read-ahead goes on ahead of the reads of a load of every stored leaf (from the
       // start of the files, as it reads); one that reads only some would compete with it.
@@ -14492,8 +14533,19 @@ struct SafetensorsTensor {
   std::uint64_t begin = 0, end = 0;  // in the byte buffer, which starts after the header
 };
 
+// A tensor of a dtype cairn does not have (F8_E8M0, F4, C64, ...: the specification grows):
+// not read, but listed, and its bytes still take part in the check that the offsets tile the
+// buffer. Its byte count is not checked against its shape (cairn does not know the width).
+struct SafetensorsOtherTensor {
+  std::string name;
+  std::string dtype;  // as the header spells it (at most 40 characters, printable)
+  Shape shape;
+  std::uint64_t begin = 0, end = 0;
+};
+
 struct SafetensorsHeader {
   std::vector<SafetensorsTensor> tensors;       // in the order of their bytes
+  std::vector<SafetensorsOtherTensor> others;   // of dtypes cairn does not read, in header order
   std::map<std::string, std::string> metadata;  // "__metadata__"
   std::uint64_t data_offset = 0;                // where the byte buffer starts in the file: 8 + N
 };
@@ -14561,6 +14613,7 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
     }
     SafetensorsTensor t;
     t.name = std::string(key);
+    std::string other;  // a dtype name cairn does not have
     bool has_dtype = false, has_shape = false, has_offsets = false;
     try {
       r.object([&](std::string_view member) {
@@ -14571,7 +14624,15 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
           r.fail("tensor has '" + std::string(member) + "' twice");
         if (member == "dtype") {
           const std::string_view d = r.string();
-          if (!safetensors_dtype(d, t.dtype)) r.fail("unknown dtype '" + std::string(d.substr(0, 40)) + "'");
+          if (!safetensors_dtype(d, t.dtype)) {
+            // The specification adds dtypes (F8_E8M0, F4, F6_E2M3, C64, ...): a name of capital
+            // letters, digits and '_' is one cairn does not have; anything else is no dtype.
+            const bool name_like = !d.empty() && d.size() <= 40 && std::all_of(d.begin(), d.end(), [](char c) {
+              return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+            });
+            if (!name_like) r.fail("unknown dtype '" + printable_prefix(d) + "'");
+            other = std::string(d);
+          }
           has_dtype = true;
         } else if (member == "shape") {
           r.array([&] {
@@ -14593,6 +14654,11 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
       if (!has_dtype || !has_shape || !has_offsets)
         r.fail(std::string("tensor lacks '") + (!has_dtype ? "dtype" : !has_shape ? "shape" : "data_offsets") + "'");
       if (t.end < t.begin) r.fail("data_offsets end before they begin");
+      if (!other.empty()) {
+        (void)byte_count(t.shape, 1);  // the shape's element count must not overflow either
+        h.others.push_back({t.name, std::move(other), std::move(t.shape), t.begin, t.end});
+        return;
+      }
       const std::uint64_t want = byte_count(t.shape, dtype_size(t.dtype));  // throws on overflow
       if (t.end - t.begin != want)
         r.fail("data_offsets hold " + std::to_string(t.end - t.begin) + " bytes, " + dtype_name(t.dtype) +
@@ -14603,29 +14669,40 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
     h.tensors.push_back(std::move(t));
   });
   r.finish();
-  // The byte ranges, in order, tile the buffer exactly.
-  std::sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  // The byte ranges, in order, tile the buffer exactly (those of tensors cairn does not read
+  // too).
+  struct Range {
+    const std::string* name;
+    std::uint64_t begin, end;
+  };
+  std::vector<Range> ranges;
+  ranges.reserve(h.tensors.size() + h.others.size());
+  for (const auto& t : h.tensors) ranges.push_back({&t.name, t.begin, t.end});
+  for (const auto& t : h.others) ranges.push_back({&t.name, t.begin, t.end});
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   // A tensor past the end is named first: the hole it leaves before it is its doing.
-  for (const auto& t : h.tensors)
+  for (const auto& t : ranges)
     if (t.end > data_bytes)
       throw Error(ErrorKind::corrupt, "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
                   ") run past the end of the buffer after the header, which is " + std::to_string(data_bytes) + " bytes",
-                  file, t.name);
+                  file, *t.name);
   std::uint64_t at = 0;
-  const SafetensorsTensor* before = nullptr;
-  for (const auto& t : h.tensors) {
+  const Range* before = nullptr;
+  for (const auto& t : ranges) {
     if (t.begin < at)
       throw Error(ErrorKind::corrupt, "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                  ") overlap those of '" + before->name + "' [" + std::to_string(before->begin) + ", " +
-                  std::to_string(before->end) + ")", file, t.name);
+                  ") overlap those of '" + *before->name + "' [" + std::to_string(before->begin) + ", " +
+                  std::to_string(before->end) + ")", file, *t.name);
     if (t.begin != at)
       throw Error(ErrorKind::corrupt, t.begin > at ? "bytes " + std::to_string(at) + ".." + std::to_string(t.begin) +
-                  " of the buffer belong to no tensor" : "data_offsets overlap the tensor before", file, t.name);
+                  " of the buffer belong to no tensor" : "data_offsets overlap the tensor before", file, *t.name);
     at = t.end;
     before = &t;
   }
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   if (at != data_bytes)
     throw Error(ErrorKind::corrupt, "the tensors hold " + std::to_string(at) + " bytes, the buffer after the header is " +
                 std::to_string(data_bytes), file);
@@ -14750,6 +14827,19 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
     if (!is_index)
       for (const auto& [k, v] : h.metadata) m.user_metadata[k] = v;
     std::size_t found = 0;
+    for (const auto& t : h.others) {
+      if (is_index && !tensors.count(t.name))
+        throw Error(ErrorKind::corrupt, "tensor is in this file but the index puts it elsewhere or nowhere",
+                    store.describe(file_key), t.name);
+      found += is_index;
+      UnreadLeaf u;
+      u.path = safetensors_key_path(t.name, names);
+      u.reason = "dtype " + t.dtype + to_string(t.shape) + ", which cairn does not read";
+      if (auto [it, fresh] = owner.emplace(u.path.str(), t.name); !fresh)
+        throw Error(ErrorKind::invalid_argument, "tensors '" + it->second + "' and '" + t.name + "' both map to the key path '" +
+                    u.path.str() + "'", store.describe(file_key));
+      item.unread.push_back(std::move(u));
+    }
     for (const auto& t : h.tensors) {
       if (is_index && !tensors.count(t.name))
         throw Error(ErrorKind::corrupt, "tensor is in this file but the index puts it elsewhere or nowhere",
@@ -14774,7 +14864,8 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
     }
     if (found != tensors.size())
       for (const auto& name : tensors)
-        if (std::none_of(h.tensors.begin(), h.tensors.end(), [&](const SafetensorsTensor& t) { return t.name == name; }))
+        if (std::none_of(h.tensors.begin(), h.tensors.end(), [&](const SafetensorsTensor& t) { return t.name == name; }) &&
+            std::none_of(h.others.begin(), h.others.end(), [&](const SafetensorsOtherTensor& t) { return t.name == name; }))
           throw Error(ErrorKind::corrupt, "the index puts this tensor in " + file + ", which does not hold it", c.records, name);
   }
   // The inner nodes: every proper prefix of a tensor's key path. A tensor whose path is
@@ -16143,7 +16234,11 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   auto plan_fn = [&](const detail::StoredIndex& index) {
     detail::LoadPlan plan;
     for (const auto& k : keys)
-      if (!index.leaf(k)) throw Error(ErrorKind::not_found, "no leaf '" + k + "' (cairn ls lists them)", location.describe(), k);
+      if (!index.leaf(k)) {
+        for (const auto& u : index.item().unread)
+          if (u.path.str() == k) throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u.reason, location.describe(), k);
+        throw Error(ErrorKind::not_found, "no leaf '" + k + "' (cairn ls lists them)", location.describe(), k);
+      }
     for (const auto& l : index.item().leaves) {
       const std::string key = l.key();
       if (!keys.empty() && std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
@@ -16158,6 +16253,9 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   load_options.allow_lossy_cast = {"*"};  // the caller chose `as`
   load_options.on_overflow = OnOverflow::saturate;
   load_options.progress = options.progress;
+  // Leaves named: the others, readable or not (ItemRecord::unread), are not asked for. Every
+  // leaf: one cairn cannot read is refused (account_unread), not left out silently.
+  load_options.allow_unexpected = !keys.empty();
   const detail::ForeignFormat* foreign = detail::names_safetensors(location.key()) || committed.value_or(false)
                                               ? nullptr
                                               : detail::foreign_format_at(location.store(), location.key());
@@ -16390,6 +16488,15 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   std::vector<detail::ItemSnapshot> snaps;
   std::vector<std::map<std::string, ArrayValue>> values;
   std::uint64_t all_bytes = 0, read_before = 0;
+  // A leaf cairn cannot read (a safetensors tensor of a dtype it does not have) is never left
+  // out of a conversion silently: it must be excluded by name.
+  for (const ItemRecord* item : items)
+    for (const auto& u : item->unread) {
+      const std::string k = u.path.str();
+      if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k))
+        throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u.reason + ": leave it out (ConvertOptions::exclude, "
+                    "cairn convert --exclude '" + k + "') to convert the rest", source.path, k);
+    }
   for (const ItemRecord* item : items)
     for (const auto& l : item->leaves) {
       const std::string k = l.key();

@@ -26,6 +26,7 @@
 // (safetensors/load_impl.hpp), so steps 5-9 are the same code.
 #pragma once
 
+#include <algorithm>
 #include <exception>
 #include <map>
 #include <memory>
@@ -60,6 +61,36 @@ inline void check_strict(const LoadReport& r, const LoadOptions& options, const 
            list(r.unexpected) + ".";
   msg += " Pass LoadOptions::partial(), allow_missing / allow_unexpected, or skip globs to load anyway.";
   throw Error(ErrorKind::structure_mismatch, msg, dir);
+}
+
+// An import's leaves that cairn cannot read (ItemRecord::unread: a safetensors tensor of a
+// dtype cairn does not have) are in no index, so the planner saw a target leaf for one as
+// missing and never saw the stored one. A target leaf for one is refused with the reason; one
+// the target does not take is reported unexpected, so that a strict load refuses it (saying
+// why) and a partial one says it left it. The subtree and skip globs leave them out as they
+// leave out any stored leaf.
+inline void account_unread(const ItemRecord& item, const LoadOptions& options, LoadReport& report, const std::string& dir) {
+  if (item.unread.empty()) return;
+  const std::string prefix = canonical_key(options.subtree);
+  std::string refused;
+  std::string first;
+  std::size_t count = 0;
+  for (const UnreadLeaf& u : item.unread) {
+    const std::string key = u.path.str();
+    if (!key_path_has_prefix(key, prefix)) continue;
+    std::string rel = prefix.empty() ? key : key.substr(std::min(key.size(), prefix.size() + 1));
+    if (std::any_of(options.skip.begin(), options.skip.end(), [&](const std::string& g) { return glob_matches(g, rel); }))
+      continue;
+    if (const auto m = std::find(report.missing.begin(), report.missing.end(), rel); m != report.missing.end())
+      throw Error(ErrorKind::dtype_mismatch, "the target has a leaf here, and the stored one is of " + u.reason, dir, key);
+    refused += (count ? ", " : " ") + rel + " (" + u.reason + ")";
+    if (!count++) first = key;
+    report.unexpected.push_back(std::move(rel));
+  }
+  if (count && !options.allow_unexpected)
+    throw Error(ErrorKind::dtype_mismatch, std::to_string(count) + " stored " + (count == 1 ? "leaf" : "leaves") +
+                " cannot be read:" + refused + ". Leave " + (count == 1 ? "it" : "them") +
+                " out with LoadOptions::skip globs, or load with allow_unexpected or LoadOptions::partial()", dir, first);
 }
 
 // The checkpoint a load reads and its metadata. With several ranks the primary resolves the
@@ -161,6 +192,7 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
           throw e.with_file(e.kind() == ErrorKind::corrupt ? ck.records : dir);
         }
       }();
+      account_unread(*item, options, plan.report, dir);
       check_strict(plan.report, options, dir);
       // The read-ahead goes on ahead of the reads of a load of every stored leaf (from the
       // start of the files, as it reads); one that reads only some would compete with it.

@@ -20,7 +20,7 @@ enum class ErrorKind {
   unsupported_version, // written by a newer format version
   structure_mismatch,  // keys missing from or unexpected in the target
   shape_mismatch,      // a fixed-size target with another shape
-  dtype_mismatch,      // a cast that cairn will not do (string <-> number, or casting disabled)
+  dtype_mismatch,      // a cast that cairn will not do (string <-> number, or casting disabled), or a stored dtype it does not read
   value_out_of_range,  // a cast whose value does not fit the target type
   invalid_argument,    // a bad option, pattern or key path from the caller
   // The save committed: the new checkpoint is at its path and loads. A step after the commit

@@ -83,11 +83,20 @@ inline const char* item_kind_name(ItemKind k) {
 }
 
 // A named item of a checkpoint.
+// A leaf of another system's file that cairn cannot read (a safetensors tensor of a dtype
+// cairn does not have): listed with the reason, so that no load or conversion drops it
+// silently (docs/safetensors.md). Never part of a cairn checkpoint.
+struct UnreadLeaf {
+  KeyPath path;
+  std::string reason;  // "dtype F8_E8M0, which cairn does not read"
+};
+
 struct ItemRecord {
   std::string name;
   ItemKind kind = ItemKind::tree;
   std::vector<NodeRecord> nodes;  // inner nodes, pre-order (the root has the empty path)
   std::vector<LeafRecord> leaves; // leaves in tree order
+  std::vector<UnreadLeaf> unread; // an import's leaves that cairn cannot read (empty for cairn's own)
 
   const LeafRecord* find_leaf(std::string_view key) const {
     for (const auto& l : leaves)

@@ -72,6 +72,15 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   std::vector<detail::ItemSnapshot> snaps;
   std::vector<std::map<std::string, ArrayValue>> values;
   std::uint64_t all_bytes = 0, read_before = 0;
+  // A leaf cairn cannot read (a safetensors tensor of a dtype it does not have) is never left
+  // out of a conversion silently: it must be excluded by name.
+  for (const ItemRecord* item : items)
+    for (const auto& u : item->unread) {
+      const std::string k = u.path.str();
+      if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k))
+        throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u.reason + ": leave it out (ConvertOptions::exclude, "
+                    "cairn convert --exclude '" + k + "') to convert the rest", source.path, k);
+    }
   for (const ItemRecord* item : items)
     for (const auto& l : item->leaves) {
       const std::string k = l.key();

@@ -358,7 +358,11 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   auto plan_fn = [&](const detail::StoredIndex& index) {
     detail::LoadPlan plan;
     for (const auto& k : keys)
-      if (!index.leaf(k)) throw Error(ErrorKind::not_found, "no leaf '" + k + "' (cairn ls lists them)", location.describe(), k);
+      if (!index.leaf(k)) {
+        for (const auto& u : index.item().unread)
+          if (u.path.str() == k) throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u.reason, location.describe(), k);
+        throw Error(ErrorKind::not_found, "no leaf '" + k + "' (cairn ls lists them)", location.describe(), k);
+      }
     for (const auto& l : index.item().leaves) {
       const std::string key = l.key();
       if (!keys.empty() && std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
@@ -373,6 +377,9 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   load_options.allow_lossy_cast = {"*"};  // the caller chose `as`
   load_options.on_overflow = OnOverflow::saturate;
   load_options.progress = options.progress;
+  // Leaves named: the others, readable or not (ItemRecord::unread), are not asked for. Every
+  // leaf: one cairn cannot read is refused (account_unread), not left out silently.
+  load_options.allow_unexpected = !keys.empty();
   const detail::ForeignFormat* foreign = detail::names_safetensors(location.key()) || committed.value_or(false)
                                               ? nullptr
                                               : detail::foreign_format_at(location.store(), location.key());

@@ -32,8 +32,19 @@ struct SafetensorsTensor {
   std::uint64_t begin = 0, end = 0;  // in the byte buffer, which starts after the header
 };
 
+// A tensor of a dtype cairn does not have (F8_E8M0, F4, C64, ...: the specification grows):
+// not read, but listed, and its bytes still take part in the check that the offsets tile the
+// buffer. Its byte count is not checked against its shape (cairn does not know the width).
+struct SafetensorsOtherTensor {
+  std::string name;
+  std::string dtype;  // as the header spells it (at most 40 characters, printable)
+  Shape shape;
+  std::uint64_t begin = 0, end = 0;
+};
+
 struct SafetensorsHeader {
   std::vector<SafetensorsTensor> tensors;       // in the order of their bytes
+  std::vector<SafetensorsOtherTensor> others;   // of dtypes cairn does not read, in header order
   std::map<std::string, std::string> metadata;  // "__metadata__"
   std::uint64_t data_offset = 0;                // where the byte buffer starts in the file: 8 + N
 };
@@ -101,6 +112,7 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
     }
     SafetensorsTensor t;
     t.name = std::string(key);
+    std::string other;  // a dtype name cairn does not have
     bool has_dtype = false, has_shape = false, has_offsets = false;
     try {
       r.object([&](std::string_view member) {
@@ -111,7 +123,15 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
           r.fail("tensor has '" + std::string(member) + "' twice");
         if (member == "dtype") {
           const std::string_view d = r.string();
-          if (!safetensors_dtype(d, t.dtype)) r.fail("unknown dtype '" + std::string(d.substr(0, 40)) + "'");
+          if (!safetensors_dtype(d, t.dtype)) {
+            // The specification adds dtypes (F8_E8M0, F4, F6_E2M3, C64, ...): a name of capital
+            // letters, digits and '_' is one cairn does not have; anything else is no dtype.
+            const bool name_like = !d.empty() && d.size() <= 40 && std::all_of(d.begin(), d.end(), [](char c) {
+              return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+            });
+            if (!name_like) r.fail("unknown dtype '" + printable_prefix(d) + "'");
+            other = std::string(d);
+          }
           has_dtype = true;
         } else if (member == "shape") {
           r.array([&] {
@@ -133,6 +153,11 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
       if (!has_dtype || !has_shape || !has_offsets)
         r.fail(std::string("tensor lacks '") + (!has_dtype ? "dtype" : !has_shape ? "shape" : "data_offsets") + "'");
       if (t.end < t.begin) r.fail("data_offsets end before they begin");
+      if (!other.empty()) {
+        (void)byte_count(t.shape, 1);  // the shape's element count must not overflow either
+        h.others.push_back({t.name, std::move(other), std::move(t.shape), t.begin, t.end});
+        return;
+      }
       const std::uint64_t want = byte_count(t.shape, dtype_size(t.dtype));  // throws on overflow
       if (t.end - t.begin != want)
         r.fail("data_offsets hold " + std::to_string(t.end - t.begin) + " bytes, " + dtype_name(t.dtype) +
@@ -143,29 +168,40 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
     h.tensors.push_back(std::move(t));
   });
   r.finish();
-  // The byte ranges, in order, tile the buffer exactly.
-  std::sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  // The byte ranges, in order, tile the buffer exactly (those of tensors cairn does not read
+  // too).
+  struct Range {
+    const std::string* name;
+    std::uint64_t begin, end;
+  };
+  std::vector<Range> ranges;
+  ranges.reserve(h.tensors.size() + h.others.size());
+  for (const auto& t : h.tensors) ranges.push_back({&t.name, t.begin, t.end});
+  for (const auto& t : h.others) ranges.push_back({&t.name, t.begin, t.end});
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   // A tensor past the end is named first: the hole it leaves before it is its doing.
-  for (const auto& t : h.tensors)
+  for (const auto& t : ranges)
     if (t.end > data_bytes)
       throw Error(ErrorKind::corrupt, "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
                   ") run past the end of the buffer after the header, which is " + std::to_string(data_bytes) + " bytes",
-                  file, t.name);
+                  file, *t.name);
   std::uint64_t at = 0;
-  const SafetensorsTensor* before = nullptr;
-  for (const auto& t : h.tensors) {
+  const Range* before = nullptr;
+  for (const auto& t : ranges) {
     if (t.begin < at)
       throw Error(ErrorKind::corrupt, "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                  ") overlap those of '" + before->name + "' [" + std::to_string(before->begin) + ", " +
-                  std::to_string(before->end) + ")", file, t.name);
+                  ") overlap those of '" + *before->name + "' [" + std::to_string(before->begin) + ", " +
+                  std::to_string(before->end) + ")", file, *t.name);
     if (t.begin != at)
       throw Error(ErrorKind::corrupt, t.begin > at ? "bytes " + std::to_string(at) + ".." + std::to_string(t.begin) +
-                  " of the buffer belong to no tensor" : "data_offsets overlap the tensor before", file, t.name);
+                  " of the buffer belong to no tensor" : "data_offsets overlap the tensor before", file, *t.name);
     at = t.end;
     before = &t;
   }
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   if (at != data_bytes)
     throw Error(ErrorKind::corrupt, "the tensors hold " + std::to_string(at) + " bytes, the buffer after the header is " +
                 std::to_string(data_bytes), file);

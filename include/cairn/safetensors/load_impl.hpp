@@ -102,6 +102,19 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
     if (!is_index)
       for (const auto& [k, v] : h.metadata) m.user_metadata[k] = v;
     std::size_t found = 0;
+    for (const auto& t : h.others) {
+      if (is_index && !tensors.count(t.name))
+        throw Error(ErrorKind::corrupt, "tensor is in this file but the index puts it elsewhere or nowhere",
+                    store.describe(file_key), t.name);
+      found += is_index;
+      UnreadLeaf u;
+      u.path = safetensors_key_path(t.name, names);
+      u.reason = "dtype " + t.dtype + to_string(t.shape) + ", which cairn does not read";
+      if (auto [it, fresh] = owner.emplace(u.path.str(), t.name); !fresh)
+        throw Error(ErrorKind::invalid_argument, "tensors '" + it->second + "' and '" + t.name + "' both map to the key path '" +
+                    u.path.str() + "'", store.describe(file_key));
+      item.unread.push_back(std::move(u));
+    }
     for (const auto& t : h.tensors) {
       if (is_index && !tensors.count(t.name))
         throw Error(ErrorKind::corrupt, "tensor is in this file but the index puts it elsewhere or nowhere",
@@ -126,7 +139,8 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
     }
     if (found != tensors.size())
       for (const auto& name : tensors)
-        if (std::none_of(h.tensors.begin(), h.tensors.end(), [&](const SafetensorsTensor& t) { return t.name == name; }))
+        if (std::none_of(h.tensors.begin(), h.tensors.end(), [&](const SafetensorsTensor& t) { return t.name == name; }) &&
+            std::none_of(h.others.begin(), h.others.end(), [&](const SafetensorsOtherTensor& t) { return t.name == name; }))
           throw Error(ErrorKind::corrupt, "the index puts this tensor in " + file + ", which does not hold it", c.records, name);
   }
   // The inner nodes: every proper prefix of a tensor's key path. A tensor whose path is
