@@ -118,7 +118,14 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
       key = l->key();
     }
   }
-  if (!leaf) throw Error(ErrorKind::not_found, "no leaf '" + key + "' (cairn ls lists them)", path, key);
+  if (!leaf) {
+    std::string as_path = key;  // (a safetensors name, as above)
+    if (found.kind == LocationKind::safetensors) std::replace(as_path.begin(), as_path.end(), '.', '/');
+    for (const auto& u : stored_item->unread)  // a leaf of a dtype cairn does not have
+      if (u.path.str() == key || u.path.str() == canonical_key(as_path))
+        throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u.reason, path, u.path.str());
+    throw Error(ErrorKind::not_found, "no leaf '" + key + "' (cairn ls lists them)", path, key);
+  }
   ProgressLine line(progress, "reading " + key);
   const ReadArraysOptions from_item{.item = item, .progress = line.callback()};
   if (verify_first && leaf->dtype != DType::string) (void)read_arrays(path, {key}, from_item);  // every chunk read whole and checked

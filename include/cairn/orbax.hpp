@@ -24,20 +24,23 @@ CAIRN_BEGIN_NAMESPACE
 
 namespace detail::orbax {
 // An Orbax CheckpointManager root (step directories named by number, no checkpoint of its own)
-// stands for its latest step, the highest number, as CheckpointManager.latest_step() picks it.
+// stands for its latest finished step, the highest number, as CheckpointManager.latest_step()
+// picks it (a save in progress or one that died is passed over: orbax_unfinished).
 // Anything else is returned as it is, for the load's own error.
 inline Location latest_if_manager_root(const Location& location) {
   const Store& store = location.store();
   if (looks_like_orbax(store, location.key())) return location;
-  std::string best;
-  for (const auto& e : store.list(location.key())) {
-    if (!e.is_prefix || e.name.empty() || e.name.size() > 19 ||
-        !std::all_of(e.name.begin(), e.name.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      continue;
-    const bool higher = best.empty() || std::stoull(e.name) > std::stoull(best);
-    if (higher && looks_like_orbax(store, join_key(location.key(), e.name))) best = e.name;
+  std::vector<std::string> steps;
+  for (const auto& e : store.list(location.key()))
+    if (e.is_prefix && !e.name.empty() && e.name.size() <= 19 &&
+        std::all_of(e.name.begin(), e.name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      steps.push_back(e.name);
+  std::sort(steps.begin(), steps.end(), [](const std::string& a, const std::string& b) { return std::stoull(a) > std::stoull(b); });
+  for (const std::string& name : steps) {
+    const std::string key = join_key(location.key(), name);
+    if (looks_like_orbax(store, key) && orbax_unfinished(store, key, nullptr).empty()) return location / name;
   }
-  return best.empty() ? location : location / best;
+  return location;
 }
 }  // namespace detail::orbax
 
@@ -130,7 +133,8 @@ inline ForeignExport link_item(const Location& checkpoint, const Location& dst, 
 }
 
 inline const bool format_registered = [] {
-  register_foreign_format({LocationKind::orbax, static_cast<bool (*)(const Store&, const std::string&, const std::vector<StoreEntry>*)>(&looks_like_orbax), &open_view, &load_orbax_planned, &export_item, &link_item});
+  register_foreign_format({LocationKind::orbax, static_cast<bool (*)(const Store&, const std::string&, const std::vector<StoreEntry>*)>(&looks_like_orbax), &open_view, &load_orbax_planned, &export_item, &link_item,
+                           [](const Store& store, const std::string& key) { return orbax_unfinished(store, key, nullptr).empty(); }});
   return true;
 }();
 

@@ -15880,6 +15880,10 @@ struct ForeignFormat {
   // Shows the cairn checkpoint at `checkpoint` as a checkpoint of this format that reads the
   // checkpoint's data files where they are (convert's link); null where the format cannot.
   ForeignExport (*link)(const Location& checkpoint, const Location& dst, const ConvertOptions& options) = nullptr;
+  // Whether the checkpoint `recognizes` found at `key` is finished: a manager root's step that
+  // is not (a save in progress, or one that died) is listed as incomplete, never as a step.
+  // Null: every one is.
+  bool (*finished)(const Store& store, const std::string& key) = nullptr;
 };
 
 CAIRN_API void register_foreign_format(const ForeignFormat& format);
@@ -16042,8 +16046,10 @@ inline LocationKind location_kind(const Location& location, std::vector<std::str
     }
     if (any)
       for (const auto& e : root ? *root->listing : store.list(location.key()))
-        if (e.is_prefix && looks_like_step_name(e.name) && foreign_format_at(store, join_key(location.key(), e.name)))
-          names.push_back(e.name);
+        if (e.is_prefix && looks_like_step_name(e.name))
+          if (const ForeignFormat* f = foreign_format_at(store, join_key(location.key(), e.name));
+              f && (!f->finished || f->finished(store, join_key(location.key(), e.name))))
+            names.push_back(e.name);  // (an unfinished one is listed as incomplete by inspect_root)
     if (names.empty()) return LocationKind::checkpoint;  // read as one, for the load's own error
     sort_in_step_order(names);
     if (root) root->foreign = true;

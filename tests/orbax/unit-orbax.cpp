@@ -695,13 +695,165 @@ TEST_CASE("zarr metadata from a hostile file: every mistake a cairn::Error namin
   }
   for (const char* bad : {"", "{", "[]", R"({"zarr_format":3})", R"({"zarr_format":2,"dtype":">f4","shape":[2],"chunks":[2]})",
                           R"({"zarr_format":2,"dtype":"<f4","shape":[2],"chunks":[0]})",
-                          R"({"zarr_format":2,"dtype":"<c8","shape":[2],"chunks":[2]})",
+                          R"({"zarr_format":2,"dtype":"|O","shape":[2],"chunks":[2]})",
+                          R"({"zarr_format":2,"dtype":"<U8","shape":[2],"chunks":[2]})",
+                          R"({"zarr_format":3,"node_type":"array","data_type":"Float 32","shape":[2]})",
+                          R"({"zarr_format":2,"dtype":"int4","shape":[-2],"chunks":[2]})",
                           R"({"zarr_format":2,"dtype":"<f4","shape":[-2],"chunks":[2]})",
                           R"({"zarr_format":2,"dtype":"<f4","shape":[2],"chunks":[2],"compressor":{"id":"blosc"}})"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(o::parse_zarr_metadata(bad, std::string(bad).find("\"zarr_format\":2") != std::string::npos ? 2 : 3, "f", "k"),
                     cairn::Error);
   }
+  // A dtype cairn does not have, as TensorStore spells it: the shape, for the listing.
+  CHECK(o::parse_zarr_metadata(R"({"zarr_format":2,"dtype":"<c8","shape":[2,3],"chunks":[2,3]})", 2, "f", "k").unread_dtype == "<c8");
+  CHECK(o::parse_zarr_metadata(R"({"zarr_format":2,"dtype":"int4","shape":[2],"chunks":[2]})", 2, "f", "k").shape == cairn::Shape{2});
+  CHECK(o::parse_zarr_metadata(R"({"zarr_format":3,"node_type":"array","data_type":"float8_e4m3fnuz","shape":[7]})", 3, "f", "k")
+            .unread_dtype == "float8_e4m3fnuz");
+}
+
+// Orbax writes dtypes cairn does not have (int4, float8_e4m3fnuz, complex64, ...). A checkpoint
+// holding one is not refused whole: its other arrays read, and the one cairn cannot read is
+// listed, refused wherever a load or a conversion would take it, and left out where asked, as a
+// safetensors tensor of such a dtype is (the export's .zarray and zarr.json edited to say so).
+TEST_CASE("an Orbax array of a dtype cairn does not have is listed, refused by name, and left out where asked") {
+  test::TempDir dir;
+  const std::map<std::string, std::vector<float>> src = {{"w", {1, 2, 3}}, {"q", {4, 5}}};
+  for (const bool zarr3 : {false, true}) {
+    CAPTURE(zarr3);
+    const std::string ckpt = dir / (zarr3 ? "v3" : "v2");
+    cairn::OrbaxSaveOptions o;
+    o.layout = cairn::OrbaxLayout::v0_standard;
+    o.ocdbt = false;
+    o.zarr3 = zarr3;
+    cairn::save_orbax(ckpt, src, o);
+    const std::string meta = ckpt + (zarr3 ? "/q/zarr.json" : "/q/.zarray");
+    std::string text = test::read_file(meta);
+    const std::string from = zarr3 ? "\"float32\"" : "\"<f4\"";
+    const std::string to = zarr3 ? "\"complex64\"" : "\"int4\"";
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), to);
+    test::write_file(meta, text);
+    const std::string dtype = zarr3 ? "complex64" : "int4";
+
+    const cairn::OrbaxCheckpoint info = cairn::orbax_metadata(ckpt);
+    const cairn::ItemRecord* item = info.metadata.find_item("state");
+    REQUIRE(item);
+    CHECK(item->leaves.size() == 1);
+    REQUIRE(item->unread.size() == 1);
+    CHECK(item->unread[0].path.str() == "q");
+    CHECK(item->unread[0].reason == "dtype " + dtype + "[2], which cairn does not read");
+    CHECK(info.not_read == std::vector<std::string>{"q: dtype " + dtype + "[2], which cairn does not read"});
+    using Flat = std::map<std::string, std::vector<float>>;
+    CHECK_CAIRN_ERROR(cairn::load_orbax<Flat>(ckpt), cairn::ErrorKind::dtype_mismatch, "1 stored leaf cannot be read: q (dtype " + dtype);
+    cairn::LoadOptions skip;
+    skip.skip = {"q"};
+    const Flat back = cairn::load_orbax<Flat>(ckpt, skip);
+    CHECK(back == Flat{{"w", {1, 2, 3}}});
+    Flat partial;
+    CHECK(cairn::load_orbax(ckpt, partial, cairn::LoadOptions::partial()).unexpected == std::vector<std::string>{"q"});
+    CHECK(partial == Flat{{"w", {1, 2, 3}}});
+    CHECK_CAIRN_ERROR(cairn::read_arrays(ckpt, {}), cairn::ErrorKind::dtype_mismatch, "q (dtype " + dtype);
+    CHECK(cairn::read_arrays(ckpt, {"w"}).at("w").bytes.size() == 12);
+    CHECK_CAIRN_ERROR(cairn::convert(ckpt, dir / "c"), cairn::ErrorKind::dtype_mismatch, "--exclude 'q'");
+    cairn::ConvertOptions exclude;
+    exclude.exclude = {"q"};
+    cairn::convert(ckpt, dir / (zarr3 ? "c3" : "c2"), exclude);
+    CHECK(cairn::load<Flat>(dir / (zarr3 ? "c3" : "c2")) == Flat{{"w", {1, 2, 3}}});
+  }
+}
+
+// A save Orbax has not finished is not loaded, as a cairn checkpoint without its marker is not:
+// its temporary directory (Orbax 0.12.4 left "NAME.orbax-checkpoint-tmp" where a save failed),
+// or a checkpoint written in place whose _CHECKPOINT_METADATA has no commit time beside no
+// commit_success.txt. In a manager root such a step is incomplete, and the latest finished
+// step is the one loaded.
+TEST_CASE("an Orbax save that has not finished is incomplete, and a manager root's latest is its last finished step") {
+  test::TempDir dir;
+  auto state = [](std::int64_t step) { return std::map<std::string, std::int64_t>{{"step", step}}; };
+  const std::string root = dir / "root";
+  for (int step : {1, 2}) cairn::save_orbax(root + "/" + std::to_string(step), state(step));
+  // Step 2 as it is while Orbax writes it in place: no commit time yet, no commit_success.txt.
+  const std::string cm = root + "/2/_CHECKPOINT_METADATA";
+  std::string text = test::read_file(cm);
+  const std::size_t at = text.find("\"commit_timestamp_nsecs\":");
+  REQUIRE(at != std::string::npos);
+  const std::size_t end = text.find_first_of(",}", at);
+  text.replace(at, end - at, "\"commit_timestamp_nsecs\":null");
+  test::write_file(cm, text);
+  fs::remove(root + "/2/commit_success.txt");
+  CHECK_CAIRN_ERROR(cairn::orbax_metadata(root + "/2"), cairn::ErrorKind::incomplete, "no commit time");
+  CHECK_CAIRN_ERROR(cairn::load_orbax<StepOnly>(root + "/2"), cairn::ErrorKind::incomplete, "/2");
+  const cairn::Inspection r = cairn::inspect(root);
+  CHECK(r.kind == cairn::LocationKind::checkpointer_root);
+  REQUIRE(r.steps.size() == 1);
+  CHECK(r.steps[0].name == "1");
+  CHECK(r.incomplete == std::vector<std::string>{"2"});
+  CHECK(cairn::load_orbax<StepOnly>(root).step == 1);
+  // Finished (commit_success.txt written): a step again, and the latest.
+  test::write_file(root + "/2/commit_success.txt", "Checkpoint commit was successful");
+  CHECK(cairn::load_orbax<StepOnly>(root).step == 2);
+  // Orbax's temporary directory, whatever it holds.
+  fs::copy(root + "/1", dir / "3.orbax-checkpoint-tmp-1795845694", fs::copy_options::recursive);
+  CHECK_CAIRN_ERROR(cairn::load_orbax<StepOnly>(dir / "3.orbax-checkpoint-tmp-1795845694"), cairn::ErrorKind::incomplete,
+                    "temporary directory");
+  fs::copy(root + "/1", root + "/3.orbax-checkpoint-tmp", fs::copy_options::recursive);
+  CHECK(cairn::inspect(root).steps.size() == 2);
+  CHECK(cairn::load_orbax<StepOnly>(root).step == 2);
+}
+
+// Checkpoints of what tools/orbax_write.py leaves out, written by Orbax itself
+// (tools/orbax_write_edges.py: dtypes cairn does not have, Python values, typed PRNG keys, many
+// leaves, many data files, casts on save, a manager step of two items, custom metadata). The
+// arrays cairn has must read bit-exactly; one of a dtype it lacks must be listed and refused by
+// name. CAIRN_ORBAX_EDGES names their directory; the case says it skipped where it is unset.
+TEST_CASE("checkpoints Orbax wrote of dtypes cairn lacks, Python values, many leaves and files read as they should") {
+  const char* env = std::getenv("CAIRN_ORBAX_EDGES");
+  if (!env || !fs::is_regular_file(std::string(env) + "/versions.json")) {
+    MESSAGE("skipped: CAIRN_ORBAX_EDGES names no checkpoints written by tools/orbax_write_edges.py");
+    return;
+  }
+  const std::string dir = env;
+  const cairn::Json versions = cairn::Json::parse(test::read_file(dir + "/versions.json"));
+  int leaves = 0, refused = 0;
+  for (const cairn::Json& w : versions.at("written").as_array()) {
+    const std::string name = w.as_string();
+    CAPTURE(name);
+    const std::string ckpt = dir + "/" + name + (name == "composite" ? "/1" : "");
+    const cairn::Json manifest = cairn::Json::parse(test::read_file(dir + "/expected/" + name + "/manifest.json"));
+    std::vector<std::string> keys;
+    for (const cairn::Json& leaf : manifest.as_array()) {
+      std::string key;
+      for (const cairn::Json& k : leaf.at("path").as_array())
+        key += (key.empty() ? "" : "/") + (k.is_string() ? k.as_string() : std::to_string(k.as_int()));
+      keys.push_back(key);
+    }
+    cairn::ReadArraysOptions ro;
+    ro.item = "state";
+    const std::map<std::string, cairn::ArrayValue> values = cairn::read_arrays(ckpt, keys, ro);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const cairn::Json& leaf = manifest.as_array()[i];
+      CAPTURE(keys[i]);
+      const cairn::ArrayValue& v = values.at(keys[i]);
+      CHECK(std::string(cairn::dtype_name(v.dtype)) == leaf.at("dtype").as_string());
+      const std::string want = test::read_file(dir + "/expected/" + name + "/" + leaf.at("file").as_string());
+      CHECK((v.bytes.size() == want.size() && std::memcmp(v.bytes.data(), want.data(), want.size()) == 0));
+      ++leaves;
+    }
+    if (name.rfind("dtype_", 0) == 0) {
+      const cairn::OrbaxCheckpoint info = cairn::orbax_metadata(ckpt);
+      const cairn::ItemRecord* item = info.metadata.find_item("state");
+      REQUIRE(item);
+      REQUIRE(item->unread.size() == 1);
+      CHECK(item->unread[0].path.str() == "odd");
+      CHECK_CAIRN_ERROR(cairn::read_arrays(ckpt, {}), cairn::ErrorKind::dtype_mismatch, "odd (dtype ");
+      ++refused;
+    }
+    if (name != "composite") CHECK(cairn::verify(ckpt).ok());
+  }
+  MESSAGE(leaves << " leaves read bit-exactly, " << refused << " arrays of other dtypes listed and refused, Orbax "
+                 << versions.at("orbax").as_string());
+  CHECK(leaves > 0);
 }
 
 TEST_CASE("a pytree's _METADATA read into its entries; every mistake a cairn::Error naming the file and the entry") {

@@ -50,6 +50,10 @@ struct ForeignFormat {
   // Shows the cairn checkpoint at `checkpoint` as a checkpoint of this format that reads the
   // checkpoint's data files where they are (convert's link); null where the format cannot.
   ForeignExport (*link)(const Location& checkpoint, const Location& dst, const ConvertOptions& options) = nullptr;
+  // Whether the checkpoint `recognizes` found at `key` is finished: a manager root's step that
+  // is not (a save in progress, or one that died) is listed as incomplete, never as a step.
+  // Null: every one is.
+  bool (*finished)(const Store& store, const std::string& key) = nullptr;
 };
 
 CAIRN_API void register_foreign_format(const ForeignFormat& format);

@@ -166,8 +166,10 @@ inline LocationKind location_kind(const Location& location, std::vector<std::str
     }
     if (any)
       for (const auto& e : root ? *root->listing : store.list(location.key()))
-        if (e.is_prefix && looks_like_step_name(e.name) && foreign_format_at(store, join_key(location.key(), e.name)))
-          names.push_back(e.name);
+        if (e.is_prefix && looks_like_step_name(e.name))
+          if (const ForeignFormat* f = foreign_format_at(store, join_key(location.key(), e.name));
+              f && (!f->finished || f->finished(store, join_key(location.key(), e.name))))
+            names.push_back(e.name);  // (an unfinished one is listed as incomplete by inspect_root)
     if (names.empty()) return LocationKind::checkpoint;  // read as one, for the load's own error
     sort_in_step_order(names);
     if (root) root->foreign = true;

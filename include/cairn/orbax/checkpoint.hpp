@@ -669,6 +669,16 @@ class PytreeReader {
   void add_array(ItemRecord& item, const std::string& param, const KeyPath& path) {
     const std::string key = path.str();
     const ZarrArray& a = array_metadata(param, key);
+    if (!a.unread_dtype.empty()) {
+      // Listed, never read, and refused by any load that would take it (load_protocol.hpp's
+      // account_unread), as a safetensors tensor of such a dtype is.
+      UnreadLeaf u;
+      u.path = path;
+      u.reason = "dtype " + a.unread_dtype + to_string(a.shape) + ", which cairn does not read";
+      out_.not_read.push_back(key + ": " + u.reason);
+      item.unread.push_back(std::move(u));
+      return;
+    }
     LeafRecord l;
     l.path = path;
     l.dtype = l.saved_from = a.dtype;
@@ -876,6 +886,33 @@ inline bool looks_like_orbax(const Store& store, const std::string& key, const s
 }
 inline bool looks_like_orbax(const Store& store, const std::string& key) { return looks_like_orbax(store, key, nullptr); }
 
+// Why the Orbax checkpoint at `key` is a save Orbax has not finished, or "" where it is
+// finished. Such a save is not loaded, as a cairn checkpoint without its marker is not: its
+// temporary directory (Orbax renames it to its name when the save is done, on a filesystem;
+// its name holds ".orbax-checkpoint-tmp"), or, written in place (on an object store), a
+// _CHECKPOINT_METADATA whose commit time is null beside no commit_success.txt. (Orbax writes
+// the commit time and commit_success.txt when it finishes; checkpoints of Orbax versions that
+// wrote neither, without the member, are finished.) `cm`: _CHECKPOINT_METADATA where the
+// caller read it (null: read here where needed).
+inline std::string orbax_unfinished(const Store& store, const std::string& key, const Json* cm) {
+  const std::string name = key.substr(key.rfind('/') == std::string::npos ? 0 : key.rfind('/') + 1);
+  if (name.find(".orbax-checkpoint-tmp") != std::string::npos)
+    return "Orbax's temporary directory of a save in progress, or of one that died (Orbax renames it when the save "
+           "is done): not a checkpoint to load";
+  std::optional<Json> read;
+  if (!cm) {
+    if (store.is_blob(join_key(key, "commit_success.txt"))) return {};
+    read = read_json_file_if_there(store, join_key(key, "_CHECKPOINT_METADATA"));
+    if (!read) return {};
+    cm = &*read;
+  }
+  const Json* t = cm->is_object() ? cm->find("commit_timestamp_nsecs") : nullptr;
+  if (t && t->is_null() && (read || !store.is_blob(join_key(key, "commit_success.txt"))))
+    return "an Orbax save in progress, or one that died: _CHECKPOINT_METADATA has no commit time and there is no "
+           "commit_success.txt";
+  return {};
+}
+
 // Reads the layout and every checkpointable's records into `view` and the returned description.
 inline OrbaxCheckpoint open_orbax(OrbaxView& view) {
   const Store& store = view.base();
@@ -888,7 +925,10 @@ inline OrbaxCheckpoint open_orbax(OrbaxView& view) {
   // _CHECKPOINT_METADATA: the handlers of the checkpointables, the metrics, custom metadata and times.
   Json handlers;
   const std::string cm_key = join_key(key, "_CHECKPOINT_METADATA");
-  if (const std::optional<Json> read = read_json_file_if_there(store, cm_key)) {
+  const std::optional<Json> read = read_json_file_if_there(store, cm_key);
+  if (const std::string why = orbax_unfinished(store, key, read ? &*read : nullptr); !why.empty())
+    throw Error(ErrorKind::incomplete, why, store.describe(key));
+  if (read) {
     const Json& cm = *read;
     if (cm.is_object()) {
       if (const Json* h = cm.find("item_handlers")) handlers = *h;

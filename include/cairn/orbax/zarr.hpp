@@ -11,14 +11,17 @@
 // entry must lie inside its shard, a chunk must decode to exactly its size.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cairn/core/json.hpp"
 #include "cairn/core/shape.hpp"
+#include "cairn/core/utf8.hpp"  // printable_prefix
 #include "cairn/dtype/dtype.hpp"
 #include "cairn/dtype/float_types.hpp"
 #include "cairn/io/crc32c.hpp"
@@ -45,6 +48,9 @@ struct ZarrShardIndex {
 struct ZarrArray {
   int zarr_format = 3;
   DType dtype = DType::float32;
+  // A dtype cairn does not have ("int4", "float8_e4m3fnuz", "<c8"), as the metadata spells it:
+  // the array is listed, not read (ItemRecord::unread), and nothing past its shape is parsed.
+  std::string unread_dtype;
   Shape shape;
   Shape chunk_shape;             // the stored chunk (for sharding_indexed: the shard)
   ZarrCodecs codecs;             // unsharded chunks' codecs
@@ -65,14 +71,15 @@ struct ZarrArray {
 }
 
 // numpy's type strings ("<f4", "|b1") and the bare names TensorStore uses for the types numpy
-// has not got ("bfloat16", "float8_e4m3fn"); zarr v3's data_type names.
-inline DType zarr_dtype(const std::string& s, int format, const std::string& file, const std::string& key) {
+// has not got ("bfloat16", "float8_e4m3fn"); zarr v3's data_type names. Empty for any other
+// (a dtype cairn does not have, or no dtype at all).
+inline std::optional<DType> zarr_known_dtype(const std::string& s, int format) {
   DType d;
   if (format == 3 || s.find_first_of("<>|") != 0) {
     if (parse_dtype(s, d) && d != DType::string) return d;
-    zarr_unsupported("data type '" + s + "'", file, key);
+    return std::nullopt;
   }
-  if (s[0] == '>' && s.size() == 3 && s[2] != '1') zarr_unsupported("big-endian data type '" + s + "'", file, key);
+  if (s[0] == '>' && s.size() == 3 && s[2] != '1') return std::nullopt;  // big-endian
   static const struct { const char* code; DType d; } codes[] = {
       {"b1", DType::bool_},    {"i1", DType::int8},     {"i2", DType::int16},   {"i4", DType::int32},
       {"i8", DType::int64},    {"u1", DType::uint8},    {"u2", DType::uint16},  {"u4", DType::uint32},
@@ -80,7 +87,29 @@ inline DType zarr_dtype(const std::string& s, int format, const std::string& fil
   const std::string code = s.substr(1);
   for (const auto& c : codes)
     if (code == c.code) return c.d;
-  zarr_unsupported("data type '" + s + "'", file, key);
+  return std::nullopt;
+}
+
+// Whether `s` names a dtype cairn does not have, as Orbax (TensorStore, numpy) spells one:
+// "int4", "float8_e4m3fnuz", "complex64" (zarr v3; v2's bare names), "<c8", "<c16" (v2's numpy
+// codes, little-endian or of one byte). Such an array is listed, not read; anything else that
+// is no known dtype (big-endian, text) is refused as before.
+inline bool zarr_other_dtype(const std::string& s, int format) {
+  if (s.empty() || s.size() > 40) return false;
+  if (format == 2 && (s[0] == '<' || s[0] == '|')) {
+    return s.size() >= 3 && std::all_of(s.begin() + 1, s.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    });
+  }
+  return s[0] >= 'a' && s[0] <= 'z' && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+inline DType zarr_dtype(const std::string& s, int format, const std::string& file, const std::string& key) {
+  if (const auto d = zarr_known_dtype(s, format)) return *d;
+  if (format == 2 && s.size() == 3 && s[0] == '>') zarr_unsupported("big-endian data type '" + s + "'", file, key);
+  zarr_unsupported("data type '" + printable_prefix(s.substr(0, 40)) + "'", file, key);
 }
 
 inline Shape zarr_shape(const Json& j, const char* what, const std::string& file, const std::string& key) {
@@ -220,6 +249,13 @@ inline ZarrArray parse_zarr_metadata(const std::string& text, int format, const 
     const Json* zf = j.find("zarr_format");
     if (!zf || !zf->is_int() || zf->as_int() != format)
       zarr_fail("zarr metadata does not say zarr_format " + std::to_string(format), file, key);
+    // A dtype cairn does not have: the shape (for the listing), nothing else.
+    const std::string& dtype_text = j.at(format == 2 ? "dtype" : "data_type").as_string();
+    if (!zarr_known_dtype(dtype_text, format) && zarr_other_dtype(dtype_text, format)) {
+      a.unread_dtype = dtype_text;
+      a.shape = zarr_shape(j.at("shape"), "shape", file, key);
+      return a;
+    }
     if (format == 2) {
       a.dtype = zarr_dtype(j.at("dtype").as_string(), 2, file, key);
       a.shape = zarr_shape(j.at("shape"), "shape", file, key);
