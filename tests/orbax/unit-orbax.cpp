@@ -763,6 +763,31 @@ TEST_CASE("an Orbax array of a dtype cairn does not have is listed, refused by n
   }
 }
 
+// None and empty containers are in _METADATA marked skip_deserialize, with nothing stored for
+// them (Orbax 0.12.4's PyTreeCheckpointer wrote the three below): nothing to read, and nothing
+// listed as not read (they were listed as "in the msgpack file `checkpoint`, which is not
+// there").
+TEST_CASE("None and empty containers in _METADATA are nothing to read, not leaves missing from a msgpack file") {
+  test::TempDir dir;
+  const std::string ckpt = dir / "c";
+  cairn::save_orbax(ckpt, std::map<std::string, std::vector<float>>{{"w", {1, 2}}});
+  const std::string meta = ckpt + "/state/_METADATA";
+  std::string text = test::read_file(meta);
+  const std::string anchor = "\"tree_metadata\":{";
+  REQUIRE(text.find(anchor) != std::string::npos);
+  std::string extra;
+  for (const char* type : {"Dict", "List", "Tuple", "None"})
+    extra += std::string("\"('e") + type + "',)\":{\"key_metadata\":[{\"key\":\"e" + type +
+             "\",\"key_type\":2}],\"value_metadata\":{\"value_type\":\"" + type + "\",\"skip_deserialize\":true}},";
+  text.insert(text.find(anchor) + anchor.size(), extra);
+  test::write_file(meta, text);
+  const cairn::OrbaxCheckpoint info = cairn::orbax_metadata(ckpt);
+  CHECK(info.not_read.empty());
+  CHECK(info.metadata.leaves().size() == 1);
+  using Flat = std::map<std::string, std::vector<float>>;
+  CHECK(cairn::load_orbax<Flat>(ckpt) == Flat{{"w", {1, 2}}});
+}
+
 // A save Orbax has not finished is not loaded, as a cairn checkpoint without its marker is not:
 // its temporary directory (Orbax 0.12.4 left "NAME.orbax-checkpoint-tmp" where a save failed),
 // or a checkpoint written in place whose _CHECKPOINT_METADATA has no commit time beside no

@@ -513,6 +513,9 @@ class PytreeReader {
     const KeyPath& path = entry.path;
     const std::string& param = entry.param;
     const std::string& type = entry.value_type;
+    // None and empty containers hold no value: Orbax marks them skip_deserialize and stores
+    // nothing (not in the msgpack file either, which they were said to be missing from).
+    if (type == "None" || (entry.skip_deserialize && (type == "Dict" || type == "List" || type == "Tuple"))) return;
     if (entry.skip_deserialize) {
       add_aggregated(item, path);
       return;
@@ -540,9 +543,9 @@ class PytreeReader {
       add_array(item, param, path);
       return;
     }
-    // None, empty containers and types cairn has no leaf for: listed, not read.
-    if (type != "None")
-      out_.not_read.push_back(path.str() + ": value type '" + type + "', which cairn does not read");
+    // Types cairn has no leaf for (empty containers not marked skip_deserialize too): listed,
+    // not read.
+    out_.not_read.push_back(path.str() + ": value type '" + type + "', which cairn does not read");
   }
 
   // A value Orbax's older layout kept in the msgpack file `checkpoint` (saved with `aggregate`):
