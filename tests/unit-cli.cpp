@@ -175,6 +175,9 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   CHECK(has(r.out, "  w_scales  not read: dtype F8_E8M0[2], which cairn does not read\n"));
   r = cli({"ls", mx, "--json"});
   CHECK(cairn::Json::parse(r.out).at("items").as_array().at(0).at("unread").as_array().at(0).at("key").as_string() == "w_scales");
+  r = cli({"verify", mx});  // what cannot be read is not verified, and says so
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "  not verified: w_scales: dtype F8_E8M0[2], which cairn does not read\n"));
   r = cli({"convert", mx, dir / "mx-out.safetensors"});
   CHECK(r.status == 2);
   CHECK(has(r.err, "--exclude 'w_scales'"));

@@ -884,6 +884,11 @@ TEST_CASE("a tensor of a dtype cairn does not have is listed, refused by name, a
   CHECK(m.items[0].unread[0].reason == "dtype F8_E8M0[4], which cairn does not read");
   CHECK(m.items[0].unread[1].path.str() == "extra/z");
   CHECK(cairn::inspect(f).metadata.items[0].unread.size() == 2);
+  const cairn::VerifyReport v = cairn::verify(f);
+  CHECK(v.ok());
+  CHECK(v.chunks == 1);
+  CHECK(v.not_verified == std::vector<std::string>{"w_scales: dtype F8_E8M0[4], which cairn does not read",
+                                                   "extra/z: dtype C64[1], which cairn does not read"});
 
   using Flat = std::map<std::string, std::vector<float>>;
   // A strict load refuses them, naming each and the way to leave them out.

@@ -31,6 +31,7 @@ inline int print_one(const VerifyReport& r, const std::string& path, std::ostrea
   else
     out << "OK " << path << ": " << r.chunks << (r.checksummed ? " chunks, " : " tensors, ") << human_bytes(r.bytes)
         << (r.checksummed ? ", every checksum matches\n" : " read; the header is valid (safetensors has no checksums)\n");
+  for (const auto& n : r.not_verified) out << "  not verified: " << n << "\n";
   return exit_ok;
 }
 

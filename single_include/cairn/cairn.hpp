@@ -5656,6 +5656,9 @@ struct VerifyReport {
   std::uint64_t bytes = 0;               // their bytes
   bool checksummed = true;               // false for safetensors, which has no checksums
   std::vector<VerifyProblem> problems;
+  // Leaves of another system's file that cairn cannot read (ItemRecord::unread: a dtype it
+  // does not have), "key: reason": not verified, and not a problem of the file.
+  std::vector<std::string> not_verified;
   // A Checkpointer root's steps, each one's own report (its `path`, its chunks, its problems; a
   // step whose metadata does not read has that one problem and no chunks), in step order. The
   // root's own fields add them up, and its problems also hold the `latest` marker's. Empty
@@ -16293,6 +16296,8 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
   std::vector<unsigned char> buf(std::size_t{4} << 20);
   const std::uint64_t total = m.total_bytes();
   std::uint64_t done = 0;
+  for (const auto& item : m.items)
+    for (const auto& u : item.unread) report.not_verified.push_back(u.path.str() + ": " + u.reason);
   for (const auto& item : m.items)
     for (const auto& l : item.leaves)
       for (const auto& c : l.chunks) {

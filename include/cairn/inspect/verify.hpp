@@ -31,6 +31,9 @@ struct VerifyReport {
   std::uint64_t bytes = 0;               // their bytes
   bool checksummed = true;               // false for safetensors, which has no checksums
   std::vector<VerifyProblem> problems;
+  // Leaves of another system's file that cairn cannot read (ItemRecord::unread: a dtype it
+  // does not have), "key: reason": not verified, and not a problem of the file.
+  std::vector<std::string> not_verified;
   // A Checkpointer root's steps, each one's own report (its `path`, its chunks, its problems; a
   // step whose metadata does not read has that one problem and no chunks), in step order. The
   // root's own fields add them up, and its problems also hold the `latest` marker's. Empty

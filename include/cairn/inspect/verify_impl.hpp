@@ -22,6 +22,8 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
   const std::uint64_t total = m.total_bytes();
   std::uint64_t done = 0;
   for (const auto& item : m.items)
+    for (const auto& u : item.unread) report.not_verified.push_back(u.path.str() + ": " + u.reason);
+  for (const auto& item : m.items)
     for (const auto& l : item.leaves)
       for (const auto& c : l.chunks) {
         ++report.chunks;
