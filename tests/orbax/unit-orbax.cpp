@@ -786,6 +786,18 @@ TEST_CASE("None and empty containers in _METADATA are nothing to read, not leave
   CHECK(info.metadata.leaves().size() == 1);
   using Flat = std::map<std::string, std::vector<float>>;
   CHECK(cairn::load_orbax<Flat>(ckpt) == Flat{{"w", {1, 2}}});
+  // A value type cairn has no leaf for is listed and refused by name, as an array of a dtype
+  // cairn does not have is (it was listed, and a strict load went on without it).
+  text.insert(text.find(anchor) + anchor.size(), R"x("('custom',)":{"key_metadata":[{"key":"custom","key_type":2}],)x"
+                                                 R"x("value_metadata":{"value_type":"my.Custom","skip_deserialize":false}},)x");
+  test::write_file(meta, text);
+  const cairn::OrbaxCheckpoint custom = cairn::orbax_metadata(ckpt);
+  CHECK(custom.not_read == std::vector<std::string>{"custom: value type 'my.Custom', which cairn does not read"});
+  REQUIRE(custom.metadata.items.at(0).unread.size() == 1);
+  CHECK_CAIRN_ERROR(cairn::load_orbax<Flat>(ckpt), cairn::ErrorKind::dtype_mismatch, "custom (value type 'my.Custom'");
+  cairn::LoadOptions skip;
+  skip.skip = {"custom"};
+  CHECK(cairn::load_orbax<Flat>(ckpt, skip) == Flat{{"w", {1, 2}}});
 }
 
 // A save Orbax has not finished is not loaded, as a cairn checkpoint without its marker is not:

@@ -543,9 +543,14 @@ class PytreeReader {
       add_array(item, param, path);
       return;
     }
-    // Types cairn has no leaf for (empty containers not marked skip_deserialize too): listed,
-    // not read.
-    out_.not_read.push_back(path.str() + ": value type '" + type + "', which cairn does not read");
+    if (type == "Dict" || type == "List" || type == "Tuple") return;  // empty containers: no value
+    // A value type cairn has no leaf for: listed, never read, and refused by any load that
+    // would take it (ItemRecord::unread), as an array of a dtype cairn does not have is.
+    UnreadLeaf u;
+    u.path = path;
+    u.reason = "value type '" + printable_prefix(std::string_view(type).substr(0, 60)) + "', which cairn does not read";
+    out_.not_read.push_back(path.str() + ": " + u.reason);
+    item.unread.push_back(std::move(u));
   }
 
   // A value Orbax's older layout kept in the msgpack file `checkpoint` (saved with `aggregate`):
