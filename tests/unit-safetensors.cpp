@@ -933,6 +933,45 @@ TEST_CASE("a tensor of a dtype cairn does not have is listed, refused by name, a
   CHECK(cairn::read_arrays(out, {}).size() == 1);
 }
 
+// Tied weights as safetensors' save_model writes them (what its 0.8.0 wrote on the machine lent
+// with a GPU: one name kept, the other recorded in __metadata__ as {"1.weight": "0.weight"}):
+// with SafetensorsOptions::aliases the recorded name reads the kept tensor's bytes.
+TEST_CASE("tied weights recorded in __metadata__ load into both names with SafetensorsOptions::aliases") {
+  test::TempDir dir;
+  const std::string f = dir / "tied.safetensors";
+  test::write_file(f, make_file(R"({"__metadata__":{"1.weight":"0.weight","format":"pt","0.bias":"0.weight"},)"
+                                R"("0.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                R"("0.bias":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", 12));
+  using Flat = std::map<std::string, std::map<std::string, std::vector<float>>>;
+  Flat want = {{"0", {{"weight", {}}, {"bias", {}}}}, {"1", {{"weight", {}}}}};
+  // Without: the recorded name is no tensor of the file, and gets no value.
+  Flat plain = want;
+  cairn::load_safetensors(f, plain);
+  CHECK((plain.count("1") == 0 || plain["1"]["weight"].empty()));
+  CHECK(plain["0"]["weight"].size() == 2);
+  cairn::SafetensorsOptions tied;
+  tied.aliases = true;
+  Flat both = want;
+  const cairn::LoadReport r = cairn::load_safetensors(f, both, {}, tied);
+  CHECK(r.loaded.size() == 3);
+  REQUIRE(both["1"]["weight"].size() == 2);
+  CHECK(std::memcmp(both["1"]["weight"].data(), both["0"]["weight"].data(), 8) == 0);
+  const unsigned char bytes[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  CHECK(std::memcmp(both["0"]["weight"].data(), bytes, 8) == 0);
+  // An entry whose key is a tensor ("0.bias") or whose value is none ("format") is no alias.
+  REQUIRE(both["0"]["bias"].size() == 1);
+  const unsigned char bias[4] = {8, 9, 10, 11};
+  CHECK(std::memcmp(both["0"]["bias"].data(), bias, 4) == 0);
+  const cairn::CheckpointMetadata m = cairn::safetensors_metadata(f, tied);
+  CHECK(m.items[0].leaves.size() == 3);
+  CHECK(m.user_metadata.at("format").as_string() == "pt");
+  CHECK(cairn::safetensors_metadata(f).items[0].leaves.size() == 2);
+  // An alias under a tensor's own name ("0.weight.x" beneath the leaf "0.weight") is refused.
+  const std::string under = dir / "under.safetensors";
+  test::write_file(under, make_file(R"({"__metadata__":{"w.x":"w"},"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1));
+  CHECK_CAIRN_ERROR(cairn::safetensors_metadata(under, tied), cairn::ErrorKind::invalid_argument, "also the parent of");
+}
+
 // Files written by Hugging Face's own library (tools/safetensors_library_check.py write, run
 // where safetensors and PyTorch are installed: every dtype cairn has, a 0-d and an empty
 // tensor, save_model's tied weights, a sharded set, and one file per dtype that library writes
@@ -999,6 +1038,17 @@ TEST_CASE("files written by the safetensors library itself read bit-exactly; its
       const std::string want = bin.substr(static_cast<std::size_t>(e.at("offset").as_int()), static_cast<std::size_t>(e.at("nbytes").as_int()));
       CHECK((it->second.bytes.size() == want.size() && std::memcmp(it->second.bytes.data(), want.data(), want.size()) == 0));
       ++checked;
+    }
+    if (name == "tied") {  // save_model's record of the tied name, read with aliases
+      cairn::SafetensorsOptions tied;
+      tied.aliases = true;
+      std::map<std::string, std::map<std::string, cairn::Array<float>>> net;
+      cairn::load_safetensors(path, net, {}, tied);
+      REQUIRE(net["1"]["weight"].size() == 256);
+      CHECK(net["1"]["weight"].shape() == cairn::Shape{16, 16});
+      CHECK(std::memcmp(net["1"]["weight"].data(), net["0"]["weight"].data(), 256 * 4) == 0);
+      REQUIRE(net["1"]["bias"].size() == 16);
+      CHECK(std::memcmp(net["1"]["bias"].data(), net["0"]["bias"].data(), 16 * 4) != 0);
     }
     if (name == "all") {  // __metadata__ as the user metadata
       const cairn::Inspection info = cairn::inspect(path);

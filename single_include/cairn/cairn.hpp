@@ -5058,6 +5058,12 @@ CAIRN_BEGIN_NAMESPACE
 // key of a flat map (std::map<std::string, Tensor>).
 struct SafetensorsOptions {
   std::string separator = ".";
+  // Tied weights: safetensors' save_model keeps one name of tensors that share memory and
+  // records each other name in the file's __metadata__ ({"lm_head.weight": "embed.weight"}).
+  // true: each such name is a leaf of its own that reads the kept tensor's bytes, for a target
+  // that holds both. An entry counts only where its key is no tensor of the file and its value
+  // is one (single files; a sharded set's index records none).
+  bool aliases = false;
 };
 
 namespace detail {
@@ -14830,6 +14836,7 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
     if (!is_index)
       for (const auto& [k, v] : h.metadata) m.user_metadata[k] = v;
     std::size_t found = 0;
+    std::map<std::string, std::size_t> leaf_of;  // tensor name -> its leaf in item.leaves (aliases)
     for (const auto& t : h.others) {
       if (is_index && !tensors.count(t.name))
         throw Error(ErrorKind::corrupt, "tensor is in this file but the index puts it elsewhere or nowhere",
@@ -14863,8 +14870,24 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
       if (auto [it, fresh] = owner.emplace(printed, t.name); !fresh)
         throw Error(ErrorKind::invalid_argument, "tensors '" + it->second + "' and '" + t.name + "' both map to the key path '" +
                     printed + "'", store.describe(file_key));
+      leaf_of[t.name] = item.leaves.size();
       item.leaves.push_back(std::move(l));
     }
+    // Tied weights that save_model recorded as names of a kept tensor (SafetensorsOptions::aliases).
+    if (names.aliases && !is_index)
+      for (const auto& [alias, kept] : h.metadata) {
+        const auto k = leaf_of.find(kept);
+        if (k == leaf_of.end() || leaf_of.count(alias) ||
+            std::any_of(h.others.begin(), h.others.end(), [&](const SafetensorsOtherTensor& t) { return t.name == alias; }))
+          continue;
+        LeafRecord l = item.leaves[k->second];
+        l.path = safetensors_key_path(alias, names);
+        const std::string printed = l.key();
+        if (auto [it, fresh] = owner.emplace(printed, alias); !fresh)
+          throw Error(ErrorKind::invalid_argument, "the alias '" + alias + "' of '" + kept + "' and the tensor '" + it->second +
+                      "' both map to the key path '" + printed + "'", store.describe(file_key));
+        item.leaves.push_back(std::move(l));
+      }
     if (found != tensors.size())
       for (const auto& name : tensors)
         if (std::none_of(h.tensors.begin(), h.tensors.end(), [&](const SafetensorsTensor& t) { return t.name == name; }) &&

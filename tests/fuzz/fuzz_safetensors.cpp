@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the bytes of a .safetensors file (header length, header and buffer), read
-// by safetensors_metadata and loaded whole into a flat map of float arrays (every dtype cast,
+// by safetensors_metadata (also with tied-weight aliases) and loaded whole into a flat map of float arrays (every dtype cast,
 // names kept whole) from a MemoryStore.
 #include "fuzz_util.hpp"
 
@@ -11,6 +11,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   whole.separator = "";
   try {
     (void)cairn::safetensors_metadata({store, "m/x.safetensors"}).summary();
+  } catch (const cairn::Error&) {
+  }
+  try {  // tied weights recorded in __metadata__, as leaves of their own
+    cairn::SafetensorsOptions tied;
+    tied.aliases = true;
+    (void)cairn::safetensors_metadata({store, "m/x.safetensors"}, tied).summary();
   } catch (const cairn::Error&) {
   }
   try {

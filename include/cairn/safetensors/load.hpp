@@ -18,6 +18,12 @@ CAIRN_BEGIN_NAMESPACE
 // key of a flat map (std::map<std::string, Tensor>).
 struct SafetensorsOptions {
   std::string separator = ".";
+  // Tied weights: safetensors' save_model keeps one name of tensors that share memory and
+  // records each other name in the file's __metadata__ ({"lm_head.weight": "embed.weight"}).
+  // true: each such name is a leaf of its own that reads the kept tensor's bytes, for a target
+  // that holds both. An entry counts only where its key is no tensor of the file and its value
+  // is one (single files; a sharded set's index records none).
+  bool aliases = false;
 };
 
 namespace detail {

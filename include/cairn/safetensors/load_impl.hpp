@@ -102,6 +102,7 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
     if (!is_index)
       for (const auto& [k, v] : h.metadata) m.user_metadata[k] = v;
     std::size_t found = 0;
+    std::map<std::string, std::size_t> leaf_of;  // tensor name -> its leaf in item.leaves (aliases)
     for (const auto& t : h.others) {
       if (is_index && !tensors.count(t.name))
         throw Error(ErrorKind::corrupt, "tensor is in this file but the index puts it elsewhere or nowhere",
@@ -135,8 +136,24 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
       if (auto [it, fresh] = owner.emplace(printed, t.name); !fresh)
         throw Error(ErrorKind::invalid_argument, "tensors '" + it->second + "' and '" + t.name + "' both map to the key path '" +
                     printed + "'", store.describe(file_key));
+      leaf_of[t.name] = item.leaves.size();
       item.leaves.push_back(std::move(l));
     }
+    // Tied weights that save_model recorded as names of a kept tensor (SafetensorsOptions::aliases).
+    if (names.aliases && !is_index)
+      for (const auto& [alias, kept] : h.metadata) {
+        const auto k = leaf_of.find(kept);
+        if (k == leaf_of.end() || leaf_of.count(alias) ||
+            std::any_of(h.others.begin(), h.others.end(), [&](const SafetensorsOtherTensor& t) { return t.name == alias; }))
+          continue;
+        LeafRecord l = item.leaves[k->second];
+        l.path = safetensors_key_path(alias, names);
+        const std::string printed = l.key();
+        if (auto [it, fresh] = owner.emplace(printed, alias); !fresh)
+          throw Error(ErrorKind::invalid_argument, "the alias '" + alias + "' of '" + kept + "' and the tensor '" + it->second +
+                      "' both map to the key path '" + printed + "'", store.describe(file_key));
+        item.leaves.push_back(std::move(l));
+      }
     if (found != tensors.size())
       for (const auto& name : tensors)
         if (std::none_of(h.tensors.begin(), h.tensors.end(), [&](const SafetensorsTensor& t) { return t.name == name; }) &&
