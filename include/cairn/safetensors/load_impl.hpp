@@ -141,7 +141,9 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
     }
     // Tied weights that save_model recorded as names of a kept tensor (SafetensorsOptions::aliases).
     if (names.aliases && !is_index)
-      for (const auto& [alias, kept] : h.metadata) {
+      for (const auto& entry : h.metadata) {
+        const std::string& alias = entry.first;  // (clang 14 cannot capture a structured binding)
+        const std::string& kept = entry.second;
         const auto k = leaf_of.find(kept);
         if (k == leaf_of.end() || leaf_of.count(alias) ||
             std::any_of(h.others.begin(), h.others.end(), [&](const SafetensorsOtherTensor& t) { return t.name == alias; }))
