@@ -121,9 +121,9 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
   if (!leaf) {
     std::string as_path = key;  // (a safetensors name, as above)
     if (found.kind == LocationKind::safetensors) std::replace(as_path.begin(), as_path.end(), '.', '/');
-    for (const auto& u : stored_item->unread)  // a leaf of a dtype cairn does not have
-      if (u.path.str() == key || u.path.str() == canonical_key(as_path))
-        throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u.reason, path, u.path.str());
+    const UnreadLeaf* u = stored_item->find_unread(key);  // a leaf of a dtype cairn does not have
+    if (!u) u = stored_item->find_unread(canonical_key(as_path));
+    if (u) throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u->reason, path, u->path.str());
     throw Error(ErrorKind::not_found, "no leaf '" + key + "' (cairn ls lists them)", path, key);
   }
   ProgressLine line(progress, "reading " + key);

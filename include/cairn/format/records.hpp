@@ -103,6 +103,11 @@ struct ItemRecord {
       if (l.key() == key) return &l;
     return nullptr;
   }
+  const UnreadLeaf* find_unread(std::string_view key) const {
+    for (const auto& u : unread)
+      if (u.path.str() == key) return &u;
+    return nullptr;
+  }
 };
 
 struct CheckpointMetadata {

@@ -361,8 +361,8 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
     detail::LoadPlan plan;
     for (const auto& k : keys)
       if (!index.leaf(k)) {
-        for (const auto& u : index.item().unread)
-          if (u.path.str() == k) throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u.reason, location.describe(), k);
+        if (const UnreadLeaf* u = index.item().find_unread(k))
+          throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u->reason, location.describe(), k);
         throw Error(ErrorKind::not_found, "no leaf '" + k + "' (cairn ls lists them)", location.describe(), k);
       }
     for (const auto& l : index.item().leaves) {

@@ -544,13 +544,16 @@ class PytreeReader {
       return;
     }
     if (type == "Dict" || type == "List" || type == "Tuple") return;  // empty containers: no value
-    // A value type cairn has no leaf for: listed, never read, and refused by any load that
-    // would take it (ItemRecord::unread), as an array of a dtype cairn does not have is.
-    UnreadLeaf u;
-    u.path = path;
-    u.reason = "value type '" + printable_prefix(std::string_view(type).substr(0, 60)) + "', which cairn does not read";
-    out_.not_read.push_back(path.str() + ": " + u.reason);
-    item.unread.push_back(std::move(u));
+    add_unread(item, path, "value type '" + printable_prefix(std::string_view(type).substr(0, 60)) + "', which cairn does not read");
+  }
+
+  // A leaf cairn cannot read (a value type it has no leaf for, an array of a dtype it does not
+  // have): listed in not_read, never read, and refused by any load that would take it
+  // (ItemRecord::unread; load_protocol.hpp's account_unread), as a safetensors tensor of such a
+  // dtype is.
+  void add_unread(ItemRecord& item, const KeyPath& path, std::string reason) {
+    out_.not_read.push_back(path.str() + ": " + reason);
+    item.unread.push_back({path, std::move(reason)});
   }
 
   // A value Orbax's older layout kept in the msgpack file `checkpoint` (saved with `aggregate`):
@@ -678,13 +681,7 @@ class PytreeReader {
     const std::string key = path.str();
     const ZarrArray& a = array_metadata(param, key);
     if (!a.unread_dtype.empty()) {
-      // Listed, never read, and refused by any load that would take it (load_protocol.hpp's
-      // account_unread), as a safetensors tensor of such a dtype is.
-      UnreadLeaf u;
-      u.path = path;
-      u.reason = "dtype " + a.unread_dtype + to_string(a.shape) + ", which cairn does not read";
-      out_.not_read.push_back(key + ": " + u.reason);
-      item.unread.push_back(std::move(u));
+      add_unread(item, path, "dtype " + a.unread_dtype + to_string(a.shape) + ", which cairn does not read");
       return;
     }
     LeafRecord l;

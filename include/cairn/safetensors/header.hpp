@@ -174,12 +174,17 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
     const std::string* name;
     std::uint64_t begin, end;
   };
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   std::vector<Range> ranges;
   ranges.reserve(h.tensors.size() + h.others.size());
   for (const auto& t : h.tensors) ranges.push_back({&t.name, t.begin, t.end});
-  for (const auto& t : h.others) ranges.push_back({&t.name, t.begin, t.end});
-  std::sort(ranges.begin(), ranges.end(),
-            [](const Range& a, const Range& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  if (!h.others.empty()) {  // (else the tensors' order is the ranges')
+    for (const auto& t : h.others) ranges.push_back({&t.name, t.begin, t.end});
+    std::sort(ranges.begin(), ranges.end(),
+              [](const Range& a, const Range& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  }
   // A tensor past the end is named first: the hole it leaves before it is its doing.
   for (const auto& t : ranges)
     if (t.end > data_bytes)
@@ -199,9 +204,6 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view json, std::ui
     at = t.end;
     before = &t;
   }
-  std::sort(h.tensors.begin(), h.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
   if (at != data_bytes)
     throw Error(ErrorKind::corrupt, "the tensors hold " + std::to_string(at) + " bytes, the buffer after the header is " +
                 std::to_string(data_bytes), file);

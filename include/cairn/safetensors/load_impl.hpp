@@ -102,27 +102,30 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
     if (!is_index)
       for (const auto& [k, v] : h.metadata) m.user_metadata[k] = v;
     std::size_t found = 0;
-    std::map<std::string, std::size_t> leaf_of;  // tensor name -> its leaf in item.leaves (aliases)
-    for (const auto& t : h.others) {
-      if (is_index && !tensors.count(t.name))
+    // A tensor's key path, checked against the index and against every other tensor's.
+    const std::set<std::string>& in_index = tensors;  // (clang 14 cannot capture a structured binding)
+    auto claim = [&](const std::string& name) {
+      if (is_index && !in_index.count(name))
         throw Error(ErrorKind::corrupt, "tensor is in this file but the index puts it elsewhere or nowhere",
-                    store.describe(file_key), t.name);
+                    store.describe(file_key), name);
       found += is_index;
-      UnreadLeaf u;
-      u.path = safetensors_key_path(t.name, names);
-      u.reason = "dtype " + t.dtype + to_string(t.shape) + ", which cairn does not read";
-      if (auto [it, fresh] = owner.emplace(u.path.str(), t.name); !fresh)
-        throw Error(ErrorKind::invalid_argument, "tensors '" + it->second + "' and '" + t.name + "' both map to the key path '" +
-                    u.path.str() + "'", store.describe(file_key));
-      item.unread.push_back(std::move(u));
+      KeyPath p = safetensors_key_path(name, names);
+      if (auto [it, fresh] = owner.emplace(p.str(), name); !fresh)
+        throw Error(ErrorKind::invalid_argument, "tensors '" + it->second + "' and '" + name + "' both map to the key path '" +
+                    it->first + "'", store.describe(file_key));
+      return p;
+    };
+    // Tensor name -> its leaf in item.leaves (npos: a tensor cairn does not read), built only
+    // where aliases are looked up: opening a file of many tensors pays nothing for it otherwise.
+    const bool aliases = names.aliases && !is_index;
+    std::map<std::string_view, std::size_t> leaf_of;
+    for (const auto& t : h.others) {
+      item.unread.push_back({claim(t.name), "dtype " + t.dtype + to_string(t.shape) + ", which cairn does not read"});
+      if (aliases) leaf_of[t.name] = std::string::npos;
     }
     for (const auto& t : h.tensors) {
-      if (is_index && !tensors.count(t.name))
-        throw Error(ErrorKind::corrupt, "tensor is in this file but the index puts it elsewhere or nowhere",
-                    store.describe(file_key), t.name);
-      found += is_index;
       LeafRecord l;
-      l.path = safetensors_key_path(t.name, names);
+      l.path = claim(t.name);
       l.dtype = l.saved_from = t.dtype;
       l.shape = t.shape;
       ChunkRecord chunk;
@@ -132,22 +135,14 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
       chunk.offset = h.data_offset + t.begin;
       chunk.nbytes = t.end - t.begin;
       l.chunks.push_back(std::move(chunk));
-      const std::string printed = l.key();
-      if (auto [it, fresh] = owner.emplace(printed, t.name); !fresh)
-        throw Error(ErrorKind::invalid_argument, "tensors '" + it->second + "' and '" + t.name + "' both map to the key path '" +
-                    printed + "'", store.describe(file_key));
-      leaf_of[t.name] = item.leaves.size();
+      if (aliases) leaf_of[t.name] = item.leaves.size();
       item.leaves.push_back(std::move(l));
     }
     // Tied weights that save_model recorded as names of a kept tensor (SafetensorsOptions::aliases).
-    if (names.aliases && !is_index)
-      for (const auto& entry : h.metadata) {
-        const std::string& alias = entry.first;  // (clang 14 cannot capture a structured binding)
-        const std::string& kept = entry.second;
+    if (aliases)
+      for (const auto& [alias, kept] : h.metadata) {
         const auto k = leaf_of.find(kept);
-        if (k == leaf_of.end() || leaf_of.count(alias) ||
-            std::any_of(h.others.begin(), h.others.end(), [&](const SafetensorsOtherTensor& t) { return t.name == alias; }))
-          continue;
+        if (k == leaf_of.end() || k->second == std::string::npos || leaf_of.count(alias)) continue;
         LeafRecord l = item.leaves[k->second];
         l.path = safetensors_key_path(alias, names);
         const std::string printed = l.key();
@@ -156,11 +151,14 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
                       "' both map to the key path '" + printed + "'", store.describe(file_key));
         item.leaves.push_back(std::move(l));
       }
-    if (found != tensors.size())
+    if (found != tensors.size()) {
+      std::set<std::string_view> here;
+      for (const auto& t : h.tensors) here.insert(t.name);
+      for (const auto& t : h.others) here.insert(t.name);
       for (const auto& name : tensors)
-        if (std::none_of(h.tensors.begin(), h.tensors.end(), [&](const SafetensorsTensor& t) { return t.name == name; }) &&
-            std::none_of(h.others.begin(), h.others.end(), [&](const SafetensorsOtherTensor& t) { return t.name == name; }))
+        if (!here.count(name))
           throw Error(ErrorKind::corrupt, "the index puts this tensor in " + file + ", which does not hold it", c.records, name);
+    }
   }
   // The inner nodes: every proper prefix of a tensor's key path. A tensor whose path is
   // another's prefix ("a.b" beside "a.b.c") cannot be both a leaf and a node.
