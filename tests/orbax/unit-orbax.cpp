@@ -798,6 +798,18 @@ TEST_CASE("None and empty containers in _METADATA are nothing to read, not leave
   cairn::LoadOptions skip;
   skip.skip = {"custom"};
   CHECK(cairn::load_orbax<Flat>(ckpt, skip) == Flat{{"w", {1, 2}}});
+  // A value _METADATA says Orbax aggregated into the msgpack file `checkpoint`, which is not
+  // there: listed, and refused by a strict load by name (a strict load went on without it).
+  text.insert(text.find(anchor) + anchor.size(), R"x("('agg',)":{"key_metadata":[{"key":"agg","key_type":2}],)x"
+                                                 R"x("value_metadata":{"value_type":"scalar","skip_deserialize":true}},)x");
+  test::write_file(meta, text);
+  const cairn::OrbaxCheckpoint agg = cairn::orbax_metadata(ckpt);
+  CHECK(std::count(agg.not_read.begin(), agg.not_read.end(),
+                   "agg: _METADATA says it is in the msgpack file `checkpoint`, which is not there") == 1);
+  CHECK(agg.metadata.items.at(0).unread.size() == 2);
+  CHECK_CAIRN_ERROR(cairn::load_orbax<Flat>(ckpt, skip), cairn::ErrorKind::dtype_mismatch, "agg (_METADATA says");
+  skip.skip = {"custom", "agg"};
+  CHECK(cairn::load_orbax<Flat>(ckpt, skip) == Flat{{"w", {1, 2}}});
 }
 
 // A save Orbax has not finished is not loaded, as a cairn checkpoint without its marker is not:

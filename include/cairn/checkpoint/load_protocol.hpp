@@ -82,7 +82,7 @@ inline void account_unread(const ItemRecord& item, const LoadOptions& options, L
     if (std::any_of(options.skip.begin(), options.skip.end(), [&](const std::string& g) { return glob_matches(g, rel); }))
       continue;
     if (const auto m = std::find(report.missing.begin(), report.missing.end(), rel); m != report.missing.end())
-      throw Error(ErrorKind::dtype_mismatch, "the target has a leaf here, and the stored one is of " + u.reason, dir, key);
+      throw Error(ErrorKind::dtype_mismatch, "the target has a leaf here, and the stored one cannot be read: " + u.reason, dir, key);
     refused += (count ? ", " : " ") + rel + " (" + u.reason + ")";
     if (!count++) first = key;
     report.unexpected.push_back(std::move(rel));

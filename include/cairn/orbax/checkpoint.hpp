@@ -580,9 +580,11 @@ class PytreeReader {
         v = &v->items[static_cast<std::size_t>(e.number)];
       else v = nullptr;
     }
+    // A value _METADATA names but the msgpack file does not hold is refused by a strict load,
+    // as any leaf cairn cannot read is: a load that went on without it lost it silently.
     if (!v || v->kind == MsgValue::Kind::nil) {
-      out_.not_read.push_back(key + ": _METADATA says it is in the msgpack file `checkpoint`, which " +
-                              (aggregate_text_.empty() ? std::string("is not there") : "does not hold it"));
+      add_unread(item, path, std::string("_METADATA says it is in the msgpack file `checkpoint`, which ") +
+                                 (aggregate_text_.empty() ? "is not there" : "does not hold it"));
       return;
     }
     LeafRecord l;
@@ -625,7 +627,7 @@ class PytreeReader {
         l.shape = Shape{static_cast<std::int64_t>(v->s.size())};
         break;
       default:
-        out_.not_read.push_back(key + ": a msgpack value that is no array, number or string");
+        add_unread(item, path, "a msgpack value that is no array, number or string");
         return;
     }
     l.saved_from = l.dtype;
