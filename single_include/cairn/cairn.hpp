@@ -5668,7 +5668,8 @@ struct VerifyReport {
   bool checksummed = true;               // false for safetensors, which has no checksums
   std::vector<VerifyProblem> problems;
   // Leaves of another system's file that cairn cannot read (ItemRecord::unread: a dtype it
-  // does not have), "key: reason": not verified, and not a problem of the file.
+  // does not have), "key: reason": not verified, and not a problem of the file. A root's are
+  // its steps', each "step/key: reason".
   std::vector<std::string> not_verified;
   // A Checkpointer root's steps, each one's own report (its `path`, its chunks, its problems; a
   // step whose metadata does not read has that one problem and no chunks), in step order. The
@@ -16435,6 +16436,7 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
       report.bytes += one.bytes;
       report.checksummed = report.checksummed && one.checksummed;
       report.problems.insert(report.problems.end(), one.problems.begin(), one.problems.end());
+      for (const std::string& n : one.not_verified) report.not_verified.push_back(step.name + "/" + n);
     }
     return report;
   }

@@ -810,6 +810,17 @@ TEST_CASE("None and empty containers in _METADATA are nothing to read, not leave
   CHECK_CAIRN_ERROR(cairn::load_orbax<Flat>(ckpt, skip), cairn::ErrorKind::dtype_mismatch, "agg (_METADATA says");
   skip.skip = {"custom", "agg"};
   CHECK(cairn::load_orbax<Flat>(ckpt, skip) == Flat{{"w", {1, 2}}});
+  // verify lists them as not verified; of a manager root, each under its step's name (a
+  // root's report left its steps' out).
+  CHECK(cairn::verify(cairn::Location(ckpt)).not_verified.size() == 2);
+  const std::string root = dir / "root";
+  fs::create_directories(root);
+  fs::rename(ckpt, root + "/7");
+  const cairn::VerifyReport v = cairn::verify(cairn::Location(root));
+  CHECK(v.kind == cairn::LocationKind::checkpointer_root);
+  CHECK(v.ok());
+  CHECK(std::count(v.not_verified.begin(), v.not_verified.end(), "7/custom: value type 'my.Custom', which cairn does not read") == 1);
+  CHECK(v.not_verified.size() == 2);
 }
 
 // A save Orbax has not finished is not loaded, as a cairn checkpoint without its marker is not:

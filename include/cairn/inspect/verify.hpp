@@ -32,7 +32,8 @@ struct VerifyReport {
   bool checksummed = true;               // false for safetensors, which has no checksums
   std::vector<VerifyProblem> problems;
   // Leaves of another system's file that cairn cannot read (ItemRecord::unread: a dtype it
-  // does not have), "key: reason": not verified, and not a problem of the file.
+  // does not have), "key: reason": not verified, and not a problem of the file. A root's are
+  // its steps', each "step/key: reason".
   std::vector<std::string> not_verified;
   // A Checkpointer root's steps, each one's own report (its `path`, its chunks, its problems; a
   // step whose metadata does not read has that one problem and no chunks), in step order. The

@@ -130,6 +130,7 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
       report.bytes += one.bytes;
       report.checksummed = report.checksummed && one.checksummed;
       report.problems.insert(report.problems.end(), one.problems.begin(), one.problems.end());
+      for (const std::string& n : one.not_verified) report.not_verified.push_back(step.name + "/" + n);
     }
     return report;
   }
