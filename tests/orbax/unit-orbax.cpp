@@ -1019,6 +1019,64 @@ TEST_CASE("a small hostile OCDBT node that spells out gigabytes of keys or paths
   CHECK_THROWS_WITH_AS(o::OcdbtDatabase(*store, "db"), doctest::Contains("spell out more than 64 MiB"), cairn::Error);
 }
 
+TEST_CASE("an OCDBT tree whose two children are one node holds its keys twice, and is refused") {
+  namespace o = cairn::detail::orbax;
+  // A leaf node with the key "x", and a root of height 1 whose children "a" and "b" both point
+  // at it (a DAG: each visit spells the key "x" again).
+  std::string leaf(1, '\0');
+  o::ocdbt_put_one_file(leaf, "d/a");
+  for (std::uint64_t v : {1, 1}) o::ocdbt_put_varint(leaf, v);  // one entry, a key of one byte
+  leaf += 'x';
+  o::ocdbt_put_varint(leaf, 0);  // an empty value
+  leaf += '\0';                  // inline
+  leaf = o::ocdbt_frame(o::ocdbt_btree_node_magic, leaf);
+  std::string root(1, '\1');
+  o::ocdbt_put_one_file(root, "d/a");
+  for (std::uint64_t v : {2, 0, 1, 1, 0, 0}) o::ocdbt_put_varint(root, v);  // 2 entries; prefix, suffix and subtree lengths
+  root += "ab";
+  for (std::uint64_t v : {std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{0},
+                          std::uint64_t{leaf.size()}, std::uint64_t{leaf.size()}})
+    o::ocdbt_put_varint(root, v);  // both children: file 0, offset 0, the leaf's length
+  for (int i = 0; i < 6; ++i) o::ocdbt_put_varint(root, 0);  // statistics
+  root = o::ocdbt_frame(o::ocdbt_btree_node_magic, root);
+  std::string m(16, 'u');
+  m += '\0';
+  o::ocdbt_put_varint(m, 100);
+  o::ocdbt_put_varint(m, 1 << 20);
+  m += '\x04';
+  o::ocdbt_put_varint(m, 0);
+  o::ocdbt_put_one_file(m, "d/a");
+  for (std::uint64_t v : {1, 1}) o::ocdbt_put_varint(m, v);  // one version, generation 1
+  m += '\1';                                                // its root's height
+  for (std::uint64_t v : {std::uint64_t{0}, std::uint64_t{leaf.size()}, std::uint64_t{root.size()}, std::uint64_t{0},
+                          std::uint64_t{0}, std::uint64_t{0}})
+    o::ocdbt_put_varint(m, v);
+  m += std::string(8, '\0');
+  o::ocdbt_put_varint(m, 0);
+  cairn::MemoryStore store;
+  cairn::detail::write_blob(store, "db/manifest.ocdbt", o::ocdbt_frame(o::ocdbt_manifest_magic, m));
+  cairn::detail::write_blob(store, "db/d/a", leaf + root);
+  CHECK_THROWS_WITH_AS(o::OcdbtDatabase(store, "db"), doctest::Contains("holds the key 'x' twice"), cairn::Error);
+  // The same leaf as the root itself reads its one key.
+  // (The version's height, then its six varints of one byte each, the commit time and a 0.)
+  REQUIRE(leaf.size() < 128);
+  REQUIRE(root.size() < 128);
+  std::string m1 = m;
+  cairn::MemoryStore one;
+  cairn::detail::write_blob(one, "db/d/a", leaf);
+  const std::size_t at = m1.size() - 1 - 8 - 3 - 3 - 1;
+  REQUIRE(m1[at] == '\1');
+  m1[at] = '\0';                                // height 0
+  m1[at + 2] = '\0';                            // offset 0
+  m1[at + 3] = static_cast<char>(leaf.size());  // the leaf's length
+  cairn::detail::write_blob(one, "db/manifest.ocdbt", o::ocdbt_frame(o::ocdbt_manifest_magic, m1));
+  const o::OcdbtDatabase db(one, "db");
+  REQUIRE(db.entries().size() == 1);
+  CHECK(db.entries()[0].first == "x");
+  CHECK(db.find("x") != nullptr);
+  CHECK(db.find("a") == nullptr);
+}
+
 TEST_CASE("a small hostile Orbax checkpoint that claims a huge array is refused before a target is allocated") {
   namespace o = cairn::detail::orbax;
   test::TempDir tmp;

@@ -206,13 +206,18 @@ class OcdbtDatabase {
  public:
   OcdbtDatabase(const Store& store, std::string key) : store_(store), key_(normalize_key(std::move(key))) {
     read_manifest();
+    build_index();
     find_small_runs();
   }
   // In key order (the B+tree's).
   const std::deque<std::pair<std::string, OcdbtValue>>& entries() const { return entries_; }
   const OcdbtValue* find(std::string_view key) const {
-    auto it = index_.find(key);
-    return it == index_.end() ? nullptr : &entries_[it->second].second;
+    if (slots_.empty()) return nullptr;
+    for (std::size_t at = std::hash<std::string_view>{}(key) & (slots_.size() - 1);; at = (at + 1) & (slots_.size() - 1)) {
+      const std::uint32_t slot = slots_[at];
+      if (!slot) return nullptr;
+      if (entries_[slot - 1].first == key) return &entries_[slot - 1].second;
+    }
   }
   // Where errors point: the database directory, and a data file of it.
   std::string describe() const { return store_.describe(key_); }
@@ -274,6 +279,24 @@ class OcdbtDatabase {
     std::string s(static_cast<std::size_t>(ref.length), '\0');
     r.read_at(s.data(), s.size(), ref.offset);
     return s;
+  }
+
+  // A hash index beside the ordered entries: a checkpoint looks up every chunk's key, and a
+  // sorted map's comparisons of keys with long common prefixes were a tenth of a load. Open
+  // addressing in one array (entry number + 1; 0 is empty), at most half full: a node per key
+  // (std::unordered_map) made and freed 20,000 allocations for 10,000 small arrays.
+  void build_index() {
+    std::size_t size = 16;
+    while (size < 2 * entries_.size()) size *= 2;
+    slots_.assign(size, 0);
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const std::string& key = entries_[i].first;
+      std::size_t at = std::hash<std::string_view>{}(key) & (size - 1);
+      for (; slots_[at]; at = (at + 1) & (size - 1))
+        if (entries_[slots_[at] - 1].first == key)
+          throw Error(ErrorKind::corrupt, "OCDBT tree holds the key '" + printable_prefix(key) + "' twice", describe());
+      slots_[at] = static_cast<std::uint32_t>(i + 1);
+    }
   }
 
   // Groups the small indirect values of each data file into runs (see small_value_bytes).
@@ -426,16 +449,27 @@ class OcdbtDatabase {
     for (std::uint64_t i = 0; i < n; ++i) suffix_len[i] = c.count(ocdbt_max_path, "key suffix length");
     if (height > 0)
       for (std::uint64_t i = 0; i < n; ++i) subtree[i] = c.count(ocdbt_max_path, "subtree prefix length");
-    std::vector<std::string> keys(n);
+    // The node's keys spelled out back to back in one buffer (a string each was an allocation
+    // per key of a small load).
     std::uint64_t spelled = 0;
     for (std::uint64_t i = 0; i < n; ++i) {
-      if (i && prefix_len[i] > keys[i - 1].size()) c.fail("a key shares more bytes with the previous one than it has");
+      if (i && prefix_len[i] > prefix_len[i - 1] + suffix_len[i - 1]) c.fail("a key shares more bytes with the previous one than it has");
       spelled += prefix_len[i] + suffix_len[i] + prefix.size();
       if (spelled > ocdbt_max_spelled_bytes) c.fail("keys spell out more than 64 MiB");
-      keys[i] = i ? keys[i - 1].substr(0, prefix_len[i]) : std::string();
-      keys[i] += c.bytes(suffix_len[i]);
-      if (i && !(keys[i] > keys[i - 1])) c.fail("keys are not in increasing order");
     }
+    std::string spelled_keys;
+    spelled_keys.reserve(static_cast<std::size_t>(spelled));
+    std::vector<std::size_t> key_at(n + 1, 0);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (i) spelled_keys.append(spelled_keys, key_at[i - 1], static_cast<std::size_t>(prefix_len[i]));
+      spelled_keys += c.bytes(suffix_len[i]);
+      key_at[i + 1] = spelled_keys.size();
+    }
+    auto key_of = [&](std::uint64_t i) {
+      return std::string_view(spelled_keys).substr(key_at[i], key_at[i + 1] - key_at[i]);
+    };
+    for (std::uint64_t i = 1; i < n; ++i)
+      if (!(key_of(i) > key_of(i - 1))) c.fail("keys are not in increasing order");
     auto file_of = [&](std::uint64_t id) -> const OcdbtFile& {
       if (id >= files.size()) c.fail("names data file " + std::to_string(id) + " of " + std::to_string(files.size()));
       return files[id];
@@ -448,9 +482,11 @@ class OcdbtDatabase {
       for (std::uint64_t i = 0; i < 3 * n; ++i) c.varint();  // statistics
       if (!c.done()) c.fail("has bytes after its entries");
       for (std::uint64_t i = 0; i < n; ++i) {
-        if (subtree[i] > keys[i].size()) c.fail("a subtree prefix is longer than its key");
+        if (subtree[i] > key_of(i).size()) c.fail("a subtree prefix is longer than its key");
         if (offset[i] + length[i] < offset[i]) c.fail("a child's byte range overflows");
-        read_node({&file_of(id[i]), offset[i], length[i]}, height - 1, prefix + keys[i].substr(0, subtree[i]));
+        std::string child_prefix = prefix;
+        child_prefix += key_of(i).substr(0, static_cast<std::size_t>(subtree[i]));
+        read_node({&file_of(id[i]), offset[i], length[i]}, height - 1, child_prefix);
       }
       return;
     }
@@ -480,12 +516,14 @@ class OcdbtDatabase {
         if (v.offset + v.length < v.offset) c.fail("a value's byte range overflows");
         ++j;
       }
-      key_bytes_ += prefix.size() + keys[i].size();
+      const std::string_view key = key_of(i);
+      key_bytes_ += prefix.size() + key.size();
       if (key_bytes_ > ocdbt_max_tree_key_bytes) c.fail("tree's keys spell out more than 1 GiB");
-      entries_.emplace_back(prefix + keys[i], std::move(v));
-      // A hash index beside the ordered entries: a checkpoint looks up every chunk's key, and
-      // a sorted map's comparisons of keys with long common prefixes were a tenth of a load.
-      if (!index_.emplace(entries_.back().first, entries_.size() - 1).second) c.fail("a key appears twice in the tree");
+      std::string full;
+      full.reserve(prefix.size() + key.size());
+      full += prefix;
+      full += key;
+      entries_.emplace_back(std::move(full), std::move(v));
     }
     if (!c.done()) c.fail("has bytes after its values");
   }
@@ -496,8 +534,8 @@ class OcdbtDatabase {
   std::uint64_t nodes_read_ = 0;
   std::uint64_t key_bytes_ = 0;
   std::vector<OcdbtFile> manifest_files_;
-  std::deque<std::pair<std::string, OcdbtValue>> entries_;  // a deque: the index's views stay valid
-  std::unordered_map<std::string_view, std::size_t> index_;
+  std::deque<std::pair<std::string, OcdbtValue>> entries_;  // a deque: values stay where they are
+  std::vector<std::uint32_t> slots_;                        // build_index: entry number + 1, or 0
   std::deque<OcdbtDataFile> data_files_;  // a deque: values point at its elements
   std::map<std::string, const OcdbtDataFile*, std::less<>> data_file_of_;
   mutable std::mutex mutex_;
