@@ -13,11 +13,13 @@
 
 #include <doctest/doctest.h>
 #include <zstd.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -828,6 +830,57 @@ TEST_CASE("None and empty containers in _METADATA are nothing to read, not leave
 // or a checkpoint written in place whose _CHECKPOINT_METADATA has no commit time beside no
 // commit_success.txt. In a manager root such a step is incomplete, and the latest finished
 // step is the one loaded.
+// A directory per parameter keeps each chunk in a file of its own: a load held every one of
+// them open to its end, so a checkpoint of more arrays than the descriptor limit (1,024 on
+// most systems) failed with "Too many open files". Each is let go once it is read.
+TEST_CASE("an Orbax checkpoint of a file per chunk saves, loads, verifies and converts under a low limit of open files") {
+  test::TempDir dir;
+  using Flat = std::map<std::string, std::vector<float>>;
+  Flat state;
+  std::mt19937_64& g = test::rng();
+  for (int i = 0; i < 400; ++i) {
+    std::vector<float> v(1 + g() % 300);
+    for (float& x : v) x = static_cast<float>(g() % 10000) / 7.0f;
+    state["w" + std::to_string(i)] = std::move(v);
+  }
+  for (const bool zarr3 : {true, false})
+    for (const int zstd : {0, 3}) {
+      CAPTURE(zarr3);
+      CAPTURE(zstd);
+      const std::string ckpt = dir / ("c" + std::to_string(zarr3) + std::to_string(zstd));
+      cairn::OrbaxSaveOptions o;
+      o.ocdbt = false;
+      o.zarr3 = zarr3;
+      o.zstd_level = zstd;
+      std::size_t open_now = 0;
+      for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++open_now;
+      rlimit was{};
+      REQUIRE(getrlimit(RLIMIT_NOFILE, &was) == 0);
+      rlimit low = was;
+      low.rlim_cur = open_now + 100;  // far fewer than the checkpoint's 400 chunk files
+      REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+      std::optional<Flat> back;
+      std::optional<cairn::VerifyReport> v;
+      std::string failed;
+      try {
+        cairn::save_orbax(ckpt, state, o);
+        back = cairn::load_orbax<Flat>(ckpt);
+        v = cairn::verify(cairn::Location(ckpt));
+        cairn::convert(ckpt, dir / ("x" + std::to_string(zarr3) + std::to_string(zstd)), {.to = cairn::ConvertTo::checkpoint});
+      } catch (const std::exception& e) {
+        failed = e.what();
+      }
+      REQUIRE(setrlimit(RLIMIT_NOFILE, &was) == 0);
+      CHECK(failed == "");
+      REQUIRE(back);
+      CHECK(*back == state);
+      REQUIRE(v);
+      CHECK(v->ok());
+      CHECK(v->chunks == state.size());
+      CHECK(cairn::load<Flat>(dir / ("x" + std::to_string(zarr3) + std::to_string(zstd))) == state);
+    }
+}
+
 TEST_CASE("an Orbax save that has not finished is incomplete, and a manager root's latest is its last finished step") {
   test::TempDir dir;
   auto state = [](std::int64_t step) { return std::map<std::string, std::int64_t>{{"step", step}}; };

@@ -133,11 +133,11 @@ class BlobReader final : public StoreReader {
   std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override {
     if (b_.kind == Blob::Kind::bytes || b_.kind == Blob::Kind::fill) return n;
     if (b_.file_may_be_missing && !present()) return n;  // read as the fill value
-    if (b_.kind == Blob::Kind::range) return b_.db ? b_.db->cached_bytes(b_.value, offset, n) : file().cached_bytes(offset, n);
+    if (b_.kind == Blob::Kind::range) return b_.db ? b_.db->cached_bytes(b_.value, offset, n) : file()->cached_bytes(offset, n);
     if (codecs().zstd) return 0;
     const std::uint64_t whole = source_size();
     if (whole == 0) return n;
-    const std::uint64_t in = b_.db ? b_.db->cached_bytes(b_.value, 0, whole) : file().cached_bytes(0, whole);
+    const std::uint64_t in = b_.db ? b_.db->cached_bytes(b_.value, 0, whole) : file()->cached_bytes(0, whole);
     return in >= whole / 4 * 3 ? n : 0;
   }
   bool decodes() const override { return b_.kind == Blob::Kind::chunk && codecs().zstd; }
@@ -151,13 +151,18 @@ class BlobReader final : public StoreReader {
       case Blob::Kind::range:
         if (b_.file_may_be_missing && !present()) return fill(dst, n, offset);
         read_source(dst, n, offset);
+        if (!b_.db) read_from_file(n);
         return;
       case Blob::Kind::chunk: break;
     }
     std::lock_guard<std::mutex> lock(mutex_);
     locate();
     if (raw_inner_) {
-      if (shard_.empty()) return read_source(dst, n, inner_offset_ + offset);
+      if (shard_.empty()) {
+        read_source(dst, n, inner_offset_ + offset);
+        if (!b_.db) read_from_file(n);
+        return;
+      }
       // A small shard read whole with its index (locate): served from memory, once.
       std::memcpy(dst, shard_.data() + inner_offset_ + offset, static_cast<std::size_t>(n));
       consumed_ += n;
@@ -184,19 +189,37 @@ class BlobReader final : public StoreReader {
  private:
   const ZarrCodecs& codecs() const { return b_.inner ? b_.array->shard.inner : b_.array->codecs; }
   std::uint64_t source_size() const {
-    return b_.db ? b_.value.size() : file().size();
+    return b_.db ? b_.value.size() : file()->size();
   }
-  const StoreReader& file() const {
-    std::lock_guard<std::mutex> lock(open_mutex_);  // the range kind reads from two threads
-    if (!file_) file_ = view_.base().open(b_.path);
-    return *file_;
+  // The chunk's own file (the layout of a directory per parameter): opened when first read,
+  // and let go once every byte this reader takes from it was read. A load of 10,000 such
+  // arrays held 10,000 files open, past the usual limit of 1,024 descriptors ("Too many open
+  // files"). Each read holds its own reference, so letting go never takes a file from under
+  // a read on another thread (the range kind reads from two); a later read opens it again.
+  std::shared_ptr<const StoreReader> file() const {
+    std::lock_guard<std::mutex> lock(open_mutex_);
+    if (!file_) file_ = view_.base().open(b_.path), present_ = true;
+    return file_;
+  }
+  void let_go_of_file() const {
+    std::lock_guard<std::mutex> lock(open_mutex_);
+    file_.reset();
+    taken_ = 0;
+  }
+  // n more bytes read in place from the file (the range kind, a plainly stored inner chunk):
+  // once the whole chunk was, the file goes.
+  void read_from_file(std::uint64_t n) const {
+    std::lock_guard<std::mutex> lock(open_mutex_);
+    taken_ += n;
+    if (taken_ >= b_.size) file_.reset(), taken_ = 0;
   }
   // Whether the chunk's file is there (zarr: a chunk never written reads as the fill value).
   bool present() const {
     std::lock_guard<std::mutex> lock(open_mutex_);
-    if (file_) return true;
+    if (present_) return true;
     try {
       file_ = view_.base().open(b_.path);
+      present_ = true;
       return true;
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::not_found) throw;
@@ -205,7 +228,7 @@ class BlobReader final : public StoreReader {
   }
   void read_source(void* dst, std::uint64_t n, std::uint64_t offset) const {
     if (b_.db) b_.db->read(b_.value, dst, n, offset, b_.key);
-    else file().read_at(dst, n, offset);
+    else file()->read_at(dst, n, offset);
   }
   void fill(void* dst, std::uint64_t n, std::uint64_t offset) const {
     const std::string& f = b_.array->fill;
@@ -237,6 +260,7 @@ class BlobReader final : public StoreReader {
       if (total <= small_shard_bytes && b_.inner_count == 1) {
         shard_.resize(static_cast<std::size_t>(total));
         read_source(shard_.data(), total, 0);
+        if (!b_.db) let_go_of_file();
         index = shard_.substr(static_cast<std::size_t>(index_at), static_cast<std::size_t>(index_size));
       } else {
         index.resize(static_cast<std::size_t>(index_size));
@@ -248,6 +272,7 @@ class BlobReader final : public StoreReader {
       if (e.missing()) {
         missing_ = true;
         std::string().swap(shard_);
+        if (!b_.db) let_go_of_file();
         return;
       }
       if (!c.zstd && !c.crc32c && b_.stored == b_.box_shape) {
@@ -276,6 +301,7 @@ class BlobReader final : public StoreReader {
     }
     stored_.resize(static_cast<std::size_t>(size));
     read_source(stored_.data(), size, offset);
+    if (!b_.db) let_go_of_file();
     if (c.crc32c) stored_.resize(zarr_strip_crc(stored_, b_.name, b_.key).size());
     located_ = true;
   }
@@ -344,7 +370,9 @@ class BlobReader final : public StoreReader {
   const OrbaxView& view_;
   const Blob& b_;
   mutable std::mutex mutex_, open_mutex_;
-  mutable std::unique_ptr<StoreReader> file_;
+  mutable std::shared_ptr<const StoreReader> file_;
+  mutable bool present_ = false;   // the file was found (a later read that cannot open it fails)
+  mutable std::uint64_t taken_ = 0;  // bytes read in place from file_ (read_from_file)
   mutable std::string stored_, decoded_;
   mutable std::string shard_;  // a small shard read whole: its index and chunk
   mutable ZstdDecoder stream_;  // while the chunk streams (take_decoder)
