@@ -8227,7 +8227,9 @@ class File {
   // Opens a file of a checkpoint for reading. Only a regular file is accepted: a symbolic
   // link (which could lead out of the checkpoint) is refused, and a FIFO or device, which
   // could block the load forever, is refused without blocking (O_NONBLOCK until checked).
-  static File open_read(const std::string& path) {
+  // `size`, where given, gets the file's size from the check's fstat (a second fstat per file
+  // was a seventh of the system calls of a load of 10,000 one-chunk files).
+  static File open_read(const std::string& path, std::uint64_t* size = nullptr) {
     if (int e = injected_fault("open", path)) throw_errno("open", path, e);
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
@@ -8238,8 +8240,11 @@ class File {
     struct stat st;
     if (::fstat(fd, &st) != 0) throw_errno("fstat", path);
     if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::corrupt, "is not a regular file (a directory, FIFO or device)", path);
-    const int flags = ::fcntl(fd, F_GETFL);
-    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) throw_errno("fcntl", path);
+    // O_NONBLOCK is the one file status flag it was opened with (O_CLOEXEC and O_NOFOLLOW are
+    // none, and F_SETFL leaves the access mode), so setting none clears it without asking
+    // for the flags first.
+    if (::fcntl(fd, F_SETFL, 0) != 0) throw_errno("fcntl", path);
+    if (size) *size = static_cast<std::uint64_t>(st.st_size);
     return f;
   }
   // A new file; fails if it exists (checkpoint files are written once, into a fresh directory).
@@ -8926,7 +8931,7 @@ CAIRN_BEGIN_NAMESPACE
 
 class PosixStore::Reader final : public StoreReader {
  public:
-  explicit Reader(detail::File f) : file_(std::move(f)), size_(file_.size()) {}
+  Reader(detail::File f, std::uint64_t size) : file_(std::move(f)), size_(size) {}
   std::uint64_t size() const override { return size_; }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { file_.read_at(dst, n, offset); }
   std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override { return file_.cached_bytes(offset, n); }
@@ -9041,7 +9046,9 @@ class PosixStore::Staging final : public CheckpointStaging {
 
 
 CAIRN_API std::unique_ptr<StoreReader> PosixStore::open(const std::string& key) const {
-  return std::make_unique<Reader>(detail::File::open_read(path(key)));
+  std::uint64_t size = 0;
+  detail::File f = detail::File::open_read(path(key), &size);
+  return std::make_unique<Reader>(std::move(f), size);
 }
 
 class PosixStore::ReadAhead final : public StoreReadAhead {

@@ -68,7 +68,9 @@ class File {
   // Opens a file of a checkpoint for reading. Only a regular file is accepted: a symbolic
   // link (which could lead out of the checkpoint) is refused, and a FIFO or device, which
   // could block the load forever, is refused without blocking (O_NONBLOCK until checked).
-  static File open_read(const std::string& path) {
+  // `size`, where given, gets the file's size from the check's fstat (a second fstat per file
+  // was a seventh of the system calls of a load of 10,000 one-chunk files).
+  static File open_read(const std::string& path, std::uint64_t* size = nullptr) {
     if (int e = injected_fault("open", path)) throw_errno("open", path, e);
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
@@ -79,8 +81,11 @@ class File {
     struct stat st;
     if (::fstat(fd, &st) != 0) throw_errno("fstat", path);
     if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::corrupt, "is not a regular file (a directory, FIFO or device)", path);
-    const int flags = ::fcntl(fd, F_GETFL);
-    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) throw_errno("fcntl", path);
+    // O_NONBLOCK is the one file status flag it was opened with (O_CLOEXEC and O_NOFOLLOW are
+    // none, and F_SETFL leaves the access mode), so setting none clears it without asking
+    // for the flags first.
+    if (::fcntl(fd, F_SETFL, 0) != 0) throw_errno("fcntl", path);
+    if (size) *size = static_cast<std::uint64_t>(st.st_size);
     return f;
   }
   // A new file; fails if it exists (checkpoint files are written once, into a fresh directory).

@@ -24,7 +24,7 @@ CAIRN_BEGIN_NAMESPACE
 
 class PosixStore::Reader final : public StoreReader {
  public:
-  explicit Reader(detail::File f) : file_(std::move(f)), size_(file_.size()) {}
+  Reader(detail::File f, std::uint64_t size) : file_(std::move(f)), size_(size) {}
   std::uint64_t size() const override { return size_; }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { file_.read_at(dst, n, offset); }
   std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override { return file_.cached_bytes(offset, n); }
@@ -139,7 +139,9 @@ class PosixStore::Staging final : public CheckpointStaging {
 
 
 CAIRN_API std::unique_ptr<StoreReader> PosixStore::open(const std::string& key) const {
-  return std::make_unique<Reader>(detail::File::open_read(path(key)));
+  std::uint64_t size = 0;
+  detail::File f = detail::File::open_read(path(key), &size);
+  return std::make_unique<Reader>(std::move(f), size);
 }
 
 class PosixStore::ReadAhead final : public StoreReadAhead {
