@@ -6,6 +6,7 @@
 // across ranks (the multi-rank protocol without MPI, so that it runs under the sanitizers).
 #include "store_conformance.hpp"
 
+#include <cairn/checkpoint/data_files.hpp>
 #include <cairn/core/parallel.hpp>
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 #include <linux/magic.h>
 #include <sys/statfs.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 using cairn::ErrorKind;
@@ -588,4 +590,94 @@ TEST_CASE("for_each_index: every index once, on up to N threads; the lowest inde
     CHECK(ran.load() == (threads == 1 ? 8 : 20));
   }
   cairn::detail::for_each_index(0, 8, [](std::size_t) { FAIL("called for nothing"); });
+}
+
+namespace {
+
+// The process's limit on open files lowered to `extra` above the files open now, until the
+// object goes (so that a test can ask for more files than the limit without using thousands).
+struct LowFileLimit {
+  rlimit was{};
+  explicit LowFileLimit(std::size_t extra) {
+    std::size_t open_now = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++open_now;
+    REQUIRE(getrlimit(RLIMIT_NOFILE, &was) == 0);
+    rlimit low = was;
+    low.rlim_cur = open_now + extra;
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  }
+  ~LowFileLimit() { setrlimit(RLIMIT_NOFILE, &was); }
+};
+
+struct ManyRanks {
+  cairn::ShardedArray<float> w;
+};
+CAIRN_TREE(ManyRanks, w)
+struct ManyRanksOnHost {
+  std::vector<float> w;
+};
+CAIRN_TREE(ManyRanksOnHost, w)
+
+}  // namespace
+
+// A checkpoint holds a data file per rank: one saved by more ranks than a process may open
+// files (1,024 is the usual limit, and jobs run on thousands of ranks) failed to load in one
+// process with "Too many open files", as it kept every file open. A load keeps at most a
+// quarter of the limit open, and opens a file again when it reads it again.
+TEST_CASE("a checkpoint of more data files than the open-file limit loads, verifies and converts in one process") {
+  TempDir dir;
+  constexpr int n = 120;
+  const auto w = test::random_bits<float>(static_cast<std::size_t>(n) * 5);
+  std::vector<int> processes(n);
+  for (int r = 0; r < n; ++r) processes[static_cast<std::size_t>(r)] = r;
+  const auto outcome = on_ranks(n, [&](int r, cairn::Coordinator& c) {
+    cairn::Mesh mesh = cairn::Mesh::host({{"x", n}});
+    mesh.assign_processes(processes, r);
+    ManyRanks s;
+    s.w = cairn::ShardedArray<float>::from_host(w, {n * 5}, cairn::NamedSharding(mesh, cairn::PartitionSpec{"x"}));
+    cairn::SaveOptions o;
+    o.coordinator = &c;
+    cairn::save(dir / "ckpt", s, o);
+  });
+  REQUIRE(outcome == std::vector<std::string>(n));
+  REQUIRE(cairn::metadata(dir / "ckpt").data_files.size() == static_cast<std::size_t>(n));
+  std::string failed;
+  ManyRanksOnHost back;
+  cairn::VerifyReport v;
+  {
+    LowFileLimit low(40);  // files kept open: 16 at most (a quarter of the limit, at least 16)
+    try {
+      back = cairn::load<ManyRanksOnHost>(dir / "ckpt");
+      v = cairn::verify(cairn::Location(dir / "ckpt"));
+      cairn::convert(dir / "ckpt", dir / "copy");
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+  }
+  CHECK(failed == "");
+  CHECK(test::same_bits(back.w, w));
+  CHECK(v.ok());
+  CHECK(v.chunks == static_cast<std::uint64_t>(n));
+  CHECK(test::same_bits(cairn::load<ManyRanksOnHost>(dir / "copy").w, w));
+}
+
+// A data file closed to make room and opened again is checked to be the file it was: one of
+// another size (replaced meanwhile) is refused, naming it.
+TEST_CASE("a data file opened again after it was closed to make room must still be the size it was") {
+  TempDir dir;
+  cairn::PosixStore store(dir.path);
+  for (int i = 0; i < 40; ++i) cairn::detail::write_blob(store, "f" + std::to_string(i), std::string(100 + i, 'a'));
+  LowFileLimit low(20);
+  cairn::detail::DataFiles files(store, "");
+  const cairn::StoreReader& first = files.get("f0");
+  CHECK(first.size() == 100);
+  std::string buf(100, '\0');
+  first.read_at(buf.data(), 100, 0);
+  for (int i = 1; i < 40; ++i) CHECK(files.get("f" + std::to_string(i)).size() == 100u + static_cast<unsigned>(i));
+  first.read_at(buf.data(), 100, 0);  // opened again (closed to make room): the same file
+  CHECK(buf == std::string(100, 'a'));
+  for (int i = 1; i < 40; ++i) files.get("f" + std::to_string(i)).read_at(buf.data(), 1, 0);
+  std::filesystem::remove(dir / "f0");
+  cairn::detail::write_blob(store, "f0", std::string(99, 'b'));
+  CHECK_CAIRN_ERROR(first.read_at(buf.data(), 10, 0), ErrorKind::corrupt, "the file changed while it was read");
 }

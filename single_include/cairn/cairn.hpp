@@ -3551,6 +3551,13 @@ class Store {
   // local call (a filesystem, memory: the default), more where each waits on a network round
   // trip (S3Store: its concurrency). A Checkpointer looks at its steps this many at a time.
   virtual int parallel_reads() const { return 1; }
+  // Whether each reader open() returns holds a file of the operating system open until it is
+  // destroyed (a filesystem: the default). A load then keeps at most a quarter of the
+  // process's open-file limit of them at once (checkpoint/data_files.hpp), so that a
+  // checkpoint of more files than the limit loads. Memory, an object store and a view whose
+  // readers open their files only while they read answer false, and their readers are used
+  // as they are.
+  virtual bool readers_hold_files() const { return true; }
   // A blob, or a prefix holding anything.
   virtual bool exists(const std::string& key) const = 0;
   // A blob (a regular file), as opposed to a prefix.
@@ -3966,6 +3973,7 @@ class MemoryStore final : public Store {
   CAIRN_API std::unique_ptr<StoreWriter> create(const std::string& key) override;
   CAIRN_API bool exists(const std::string& key) const override;
   CAIRN_API bool is_blob(const std::string& key) const override;
+  bool readers_hold_files() const override { return false; }
   CAIRN_API std::vector<StoreEntry> list(const std::string& prefix) const override;
   CAIRN_API void remove(const std::string& key) override;
 
@@ -13147,17 +13155,22 @@ CAIRN_END_NAMESPACE
 #include <vector>
 
 // ----- begin cairn/checkpoint/data_files.hpp -----
-// Reading a checkpoint's data files: open them by name through the store (each once), the
-// read sizes, the checksum check and the normalization of stored bools.
+// Reading a checkpoint's data files: open them by name through the store (each once, and at most
+// a quarter of the open-file limit at a time), the read sizes, the checksum check and the
+// normalization of stored bools.
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <string>
 #include <unordered_map>
 #include <utility>
+
+#include <sys/resource.h>
 
 
 CAIRN_BEGIN_NAMESPACE
@@ -13212,6 +13225,14 @@ class CountingReader final : public StoreReader {
   ProgressMeter& m_;
 };
 
+// How many data files a load keeps open at once: a quarter of the process's limit on open
+// files (the rest is the program's own), at least 16. With the usual limit of 1,024: 256.
+inline std::size_t data_files_kept_open() {
+  rlimit l{};
+  if (::getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur == RLIM_INFINITY) return 1 << 16;
+  return static_cast<std::size_t>(std::clamp<rlim_t>(l.rlim_cur / 4, 16, rlim_t{1} << 16));
+}
+
 class DataFiles {
  public:
   // An open file: its name and its reader. Each file has one entry, at a stable address, so
@@ -13220,11 +13241,12 @@ class DataFiles {
 
   // `file_keys`: names read from another key than key/name (OpenedCheckpoint::file_keys).
   DataFiles(const Store& store, std::string key, const std::map<std::string, std::string>* file_keys = nullptr)
-      : store_(store), key_(std::move(key)), file_keys_(file_keys) {}
+      : store_(store), key_(std::move(key)), file_keys_(file_keys), keep_open_(data_files_kept_open()) {}
   const Entry& entry(const std::string& name) {
     auto it = files_.find(name);
     if (it != files_.end()) return *it;
-    std::unique_ptr<StoreReader> r = store_.open(key_of(name));
+    std::unique_ptr<StoreReader> r =
+        store_.readers_hold_files() ? std::make_unique<PooledReader>(*this, key_of(name)) : store_.open(key_of(name));
     if (meter_) r = std::make_unique<CountingReader>(std::move(r), *meter_);
     return *files_.emplace(name, std::move(r)).first;
   }
@@ -13243,11 +13265,80 @@ class DataFiles {
     return join_key(key_, name);
   }
 
+  // A data file's reader that opens the file when first used, and that its DataFiles closes
+  // again once more of its files are open than it keeps (keep_open_): a checkpoint saved by
+  // more ranks than a process may open files (the usual limit is 1,024) holds a file per
+  // rank, and a load that kept each open failed with "Too many open files". A file closed is
+  // opened again by its next read, which checks that it is still the size it was (a file
+  // replaced meanwhile is refused; the chunks' checksums catch one of the same size). Each
+  // read holds its own reference to the store's reader, so a close never takes it from under
+  // a read on another thread. Below the limit nothing is ever closed.
+  class PooledReader final : public StoreReader {
+   public:
+    PooledReader(DataFiles& owner, std::string key) : owner_(owner), key_(std::move(key)) {}
+    std::uint64_t size() const override {
+      if (!sized_.load(std::memory_order_acquire)) acquire();
+      return size_;
+    }
+    std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override { return acquire()->cached_bytes(offset, n); }
+    bool decodes() const override { return acquire()->decodes(); }
+    void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { acquire()->read_at(dst, n, offset); }
+    void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const override {
+      acquire()->read_scattered(pieces, count, offset);
+    }
+    // Called by the owner (under its lock); the reader goes once no read holds it.
+    void close(std::uint64_t generation) const {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (generation == generation_) r_.reset();
+    }
+
+   private:
+    std::shared_ptr<const StoreReader> acquire() const {
+      std::shared_ptr<const StoreReader> r;
+      std::uint64_t generation;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (r_) return r_;
+        r = std::shared_ptr<const StoreReader>(owner_.store_.open(key_));
+        if (!sized_.load(std::memory_order_relaxed)) {
+          size_ = r->size();
+          sized_.store(true, std::memory_order_release);
+        } else if (r->size() != size_) {
+          throw Error(ErrorKind::corrupt, "the file changed while it was read: it was " + std::to_string(size_) +
+                      " bytes, and is " + std::to_string(r->size()) + " now", owner_.store_.describe(key_));
+        }
+        r_ = r;
+        generation = ++generation_;
+      }
+      owner_.opened(*this, generation);  // outside this reader's lock: the owner's lock takes others'
+      return r;
+    }
+    DataFiles& owner_;
+    std::string key_;
+    mutable std::mutex mutex_;
+    mutable std::shared_ptr<const StoreReader> r_;
+    mutable std::uint64_t size_ = 0, generation_ = 0;
+    mutable std::atomic<bool> sized_{false};
+  };
+
+  // A reader opened its file: the oldest opened are closed while more than keep_open_ are.
+  void opened(const PooledReader& r, std::uint64_t generation) {
+    std::lock_guard<std::mutex> lock(open_mutex_);
+    open_.push_back({&r, generation});
+    while (open_.size() > keep_open_) {
+      open_.front().first->close(open_.front().second);
+      open_.pop_front();
+    }
+  }
+
   const Store& store_;
   std::string key_;
   const std::map<std::string, std::string>* file_keys_ = nullptr;
   std::unordered_map<std::string, std::unique_ptr<StoreReader>> files_;
   ProgressMeter* meter_ = nullptr;
+  std::size_t keep_open_;
+  std::mutex open_mutex_;
+  std::deque<std::pair<const PooledReader*, std::uint64_t>> open_;  // (reader, its open), oldest first
 };
 
 // A stored bool is one byte; any value but 0 reads as true (as in numpy). Bytes are made 0 or
@@ -16330,7 +16421,7 @@ namespace detail {
 // problems found go to the report. `dir` is the key the data files are under.
 inline void verify_chunks(const Store& store, const std::string& dir, const CheckpointMetadata& m, bool check_crc,
                           VerifyReport& report, const Progress& progress = {}) {
-  std::map<std::string, std::unique_ptr<StoreReader>> files;
+  DataFiles files(store, dir);  // at most a quarter of the open-file limit open at once
   std::vector<unsigned char> buf(std::size_t{4} << 20);
   const std::uint64_t total = m.total_bytes();
   std::uint64_t done = 0;
@@ -16342,8 +16433,7 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
         ++report.chunks;
         const std::string file = store.describe(join_key(dir, c.file));
         try {
-          auto& r = files[c.file];
-          if (!r) r = store.open(join_key(dir, c.file));
+          const StoreReader* r = &files.get(c.file);
           // A truncated file: its real size, not the offset where one read stopped short.
           if (const std::uint64_t size = r->size(); c.offset + c.nbytes > size) {
             report.problems.push_back({file, l.key(), "the file is truncated: it is " + std::to_string(size) +

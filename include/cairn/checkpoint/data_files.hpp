@@ -1,16 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
-// Reading a checkpoint's data files: open them by name through the store (each once), the
-// read sizes, the checksum check and the normalization of stored bools.
+// Reading a checkpoint's data files: open them by name through the store (each once, and at most
+// a quarter of the open-file limit at a time), the read sizes, the checksum check and the
+// normalization of stored bools.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <string>
 #include <unordered_map>
 #include <utility>
+
+#include <sys/resource.h>
 
 #include "cairn/core/progress.hpp"
 #include "cairn/core/tuning.hpp"
@@ -68,6 +73,14 @@ class CountingReader final : public StoreReader {
   ProgressMeter& m_;
 };
 
+// How many data files a load keeps open at once: a quarter of the process's limit on open
+// files (the rest is the program's own), at least 16. With the usual limit of 1,024: 256.
+inline std::size_t data_files_kept_open() {
+  rlimit l{};
+  if (::getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur == RLIM_INFINITY) return 1 << 16;
+  return static_cast<std::size_t>(std::clamp<rlim_t>(l.rlim_cur / 4, 16, rlim_t{1} << 16));
+}
+
 class DataFiles {
  public:
   // An open file: its name and its reader. Each file has one entry, at a stable address, so
@@ -76,11 +89,12 @@ class DataFiles {
 
   // `file_keys`: names read from another key than key/name (OpenedCheckpoint::file_keys).
   DataFiles(const Store& store, std::string key, const std::map<std::string, std::string>* file_keys = nullptr)
-      : store_(store), key_(std::move(key)), file_keys_(file_keys) {}
+      : store_(store), key_(std::move(key)), file_keys_(file_keys), keep_open_(data_files_kept_open()) {}
   const Entry& entry(const std::string& name) {
     auto it = files_.find(name);
     if (it != files_.end()) return *it;
-    std::unique_ptr<StoreReader> r = store_.open(key_of(name));
+    std::unique_ptr<StoreReader> r =
+        store_.readers_hold_files() ? std::make_unique<PooledReader>(*this, key_of(name)) : store_.open(key_of(name));
     if (meter_) r = std::make_unique<CountingReader>(std::move(r), *meter_);
     return *files_.emplace(name, std::move(r)).first;
   }
@@ -99,11 +113,80 @@ class DataFiles {
     return join_key(key_, name);
   }
 
+  // A data file's reader that opens the file when first used, and that its DataFiles closes
+  // again once more of its files are open than it keeps (keep_open_): a checkpoint saved by
+  // more ranks than a process may open files (the usual limit is 1,024) holds a file per
+  // rank, and a load that kept each open failed with "Too many open files". A file closed is
+  // opened again by its next read, which checks that it is still the size it was (a file
+  // replaced meanwhile is refused; the chunks' checksums catch one of the same size). Each
+  // read holds its own reference to the store's reader, so a close never takes it from under
+  // a read on another thread. Below the limit nothing is ever closed.
+  class PooledReader final : public StoreReader {
+   public:
+    PooledReader(DataFiles& owner, std::string key) : owner_(owner), key_(std::move(key)) {}
+    std::uint64_t size() const override {
+      if (!sized_.load(std::memory_order_acquire)) acquire();
+      return size_;
+    }
+    std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override { return acquire()->cached_bytes(offset, n); }
+    bool decodes() const override { return acquire()->decodes(); }
+    void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { acquire()->read_at(dst, n, offset); }
+    void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const override {
+      acquire()->read_scattered(pieces, count, offset);
+    }
+    // Called by the owner (under its lock); the reader goes once no read holds it.
+    void close(std::uint64_t generation) const {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (generation == generation_) r_.reset();
+    }
+
+   private:
+    std::shared_ptr<const StoreReader> acquire() const {
+      std::shared_ptr<const StoreReader> r;
+      std::uint64_t generation;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (r_) return r_;
+        r = std::shared_ptr<const StoreReader>(owner_.store_.open(key_));
+        if (!sized_.load(std::memory_order_relaxed)) {
+          size_ = r->size();
+          sized_.store(true, std::memory_order_release);
+        } else if (r->size() != size_) {
+          throw Error(ErrorKind::corrupt, "the file changed while it was read: it was " + std::to_string(size_) +
+                      " bytes, and is " + std::to_string(r->size()) + " now", owner_.store_.describe(key_));
+        }
+        r_ = r;
+        generation = ++generation_;
+      }
+      owner_.opened(*this, generation);  // outside this reader's lock: the owner's lock takes others'
+      return r;
+    }
+    DataFiles& owner_;
+    std::string key_;
+    mutable std::mutex mutex_;
+    mutable std::shared_ptr<const StoreReader> r_;
+    mutable std::uint64_t size_ = 0, generation_ = 0;
+    mutable std::atomic<bool> sized_{false};
+  };
+
+  // A reader opened its file: the oldest opened are closed while more than keep_open_ are.
+  void opened(const PooledReader& r, std::uint64_t generation) {
+    std::lock_guard<std::mutex> lock(open_mutex_);
+    open_.push_back({&r, generation});
+    while (open_.size() > keep_open_) {
+      open_.front().first->close(open_.front().second);
+      open_.pop_front();
+    }
+  }
+
   const Store& store_;
   std::string key_;
   const std::map<std::string, std::string>* file_keys_ = nullptr;
   std::unordered_map<std::string, std::unique_ptr<StoreReader>> files_;
   ProgressMeter* meter_ = nullptr;
+  std::size_t keep_open_;
+  std::mutex open_mutex_;
+  std::deque<std::pair<const PooledReader*, std::uint64_t>> open_;  // (reader, its open), oldest first
 };
 
 // A stored bool is one byte; any value but 0 reads as true (as in numpy). Bytes are made 0 or

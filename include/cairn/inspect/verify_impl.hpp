@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 
+#include "cairn/checkpoint/data_files.hpp"
 #include "cairn/format/files.hpp"
 #include "cairn/inspect/formats.hpp"
 #include "cairn/inspect/verify.hpp"
@@ -17,7 +18,7 @@ namespace detail {
 // problems found go to the report. `dir` is the key the data files are under.
 inline void verify_chunks(const Store& store, const std::string& dir, const CheckpointMetadata& m, bool check_crc,
                           VerifyReport& report, const Progress& progress = {}) {
-  std::map<std::string, std::unique_ptr<StoreReader>> files;
+  DataFiles files(store, dir);  // at most a quarter of the open-file limit open at once
   std::vector<unsigned char> buf(std::size_t{4} << 20);
   const std::uint64_t total = m.total_bytes();
   std::uint64_t done = 0;
@@ -29,8 +30,7 @@ inline void verify_chunks(const Store& store, const std::string& dir, const Chec
         ++report.chunks;
         const std::string file = store.describe(join_key(dir, c.file));
         try {
-          auto& r = files[c.file];
-          if (!r) r = store.open(join_key(dir, c.file));
+          const StoreReader* r = &files.get(c.file);
           // A truncated file: its real size, not the offset where one read stopped short.
           if (const std::uint64_t size = r->size(); c.offset + c.nbytes > size) {
             report.problems.push_back({file, l.key(), "the file is truncated: it is " + std::to_string(size) +

@@ -97,6 +97,9 @@ class OrbaxView final : public Store {
   std::unique_ptr<StoreReader> open(const std::string& key) const override;
   bool exists(const std::string& key) const override { return key.empty() || find(key); }
   bool is_blob(const std::string& key) const override { return find(key) != nullptr; }
+  // A chunk's reader opens its file (of a directory per parameter) while it reads, and lets
+  // go of it once read (BlobReader::file); a database's data files are its own few readers.
+  bool readers_hold_files() const override { return false; }
   std::vector<StoreEntry> list(const std::string&) const override { return {}; }
   std::unique_ptr<StoreWriter> create(const std::string& key) override { refuse(key); }
   void remove(const std::string& key) override { refuse(key); }

@@ -69,6 +69,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
 
   std::string describe(const std::string& key) const override { return client_.uri(key); }
   int parallel_reads() const override { return options_.concurrency; }
+  bool readers_hold_files() const override { return false; }  // a reader is a key, a size and an ETag
 
   std::unique_ptr<StoreReader> open(const std::string& key) const override {
     // An object a load's read-ahead fetched (or is fetching): read from memory; where the

@@ -47,6 +47,7 @@ class MemoryStore final : public Store {
   CAIRN_API std::unique_ptr<StoreWriter> create(const std::string& key) override;
   CAIRN_API bool exists(const std::string& key) const override;
   CAIRN_API bool is_blob(const std::string& key) const override;
+  bool readers_hold_files() const override { return false; }
   CAIRN_API std::vector<StoreEntry> list(const std::string& prefix) const override;
   CAIRN_API void remove(const std::string& key) override;
 

@@ -146,6 +146,13 @@ class Store {
   // local call (a filesystem, memory: the default), more where each waits on a network round
   // trip (S3Store: its concurrency). A Checkpointer looks at its steps this many at a time.
   virtual int parallel_reads() const { return 1; }
+  // Whether each reader open() returns holds a file of the operating system open until it is
+  // destroyed (a filesystem: the default). A load then keeps at most a quarter of the
+  // process's open-file limit of them at once (checkpoint/data_files.hpp), so that a
+  // checkpoint of more files than the limit loads. Memory, an object store and a view whose
+  // readers open their files only while they read answer false, and their readers are used
+  // as they are.
+  virtual bool readers_hold_files() const { return true; }
   // A blob, or a prefix holding anything.
   virtual bool exists(const std::string& key) const = 0;
   // A blob (a regular file), as opposed to a prefix.
