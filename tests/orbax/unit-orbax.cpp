@@ -677,6 +677,54 @@ TEST_CASE("a root OCDBT database points into other databases' data files, as Orb
   }
 }
 
+// Orbax writes a database per process and grafts them into the root: a checkpoint of more
+// processes than a process may open files held every data file open and failed ("Too many
+// open files"). Read through DataFiles, at most a quarter of the limit are open at once.
+TEST_CASE("a root OCDBT database over more process databases than the open-file limit reads every value") {
+  test::TempDir dir;
+  cairn::PosixStore store(dir.path);
+  namespace o = cairn::detail::orbax;
+  std::map<std::string, std::string> truth;
+  std::mt19937_64& rng = test::rng();
+  o::OcdbtWriter root(store, "ckpt");
+  for (int p = 0; p < 80; ++p) {
+    const std::string base = "ocdbt.process_" + std::to_string(p) + "/";
+    o::OcdbtWriter w(store, "ckpt/" + base);
+    for (int i = 0; i < 2; ++i) {
+      std::string value(200 + rng() % 3000, '\0');
+      for (auto& ch : value) ch = static_cast<char>(rng());
+      const std::string key = "w/c/" + std::to_string(p) + "/" + std::to_string(i);
+      w.put(key, value);
+      truth[key] = value;
+    }
+    w.finish();
+    w.for_each_value([&](const std::string& key, const o::OcdbtWriter::StoredValue& v) {
+      REQUIRE(v.indirect);
+      root.put_reference(key, {base, w.data_name()}, v.offset, v.length);
+    });
+  }
+  root.finish();
+  std::size_t open_now = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++open_now;
+  rlimit was{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &was) == 0);
+  rlimit low = was;
+  low.rlim_cur = open_now + 40;  // 80 data files; 16 kept open at once
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::map<std::string, std::string> got;
+  std::string failed;
+  try {
+    o::OcdbtDatabase db(store, "ckpt");
+    for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);
+    for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);  // each file a second time
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &was) == 0);
+  CHECK(failed == "");
+  CHECK(got == truth);
+}
+
 TEST_CASE("zarr metadata from a hostile file: every mistake a cairn::Error naming the file, never another exception") {
   namespace o = cairn::detail::orbax;
   const std::string head = R"({"zarr_format":3,"node_type":"array","shape":[4],"data_type":"float32",)"

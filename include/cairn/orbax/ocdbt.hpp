@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cairn/checkpoint/data_files.hpp"
 #include "cairn/io/crc32c.hpp"
 #include "cairn/orbax/zstd.hpp"
 #include "cairn/store/store.hpp"
@@ -255,11 +256,12 @@ class OcdbtDatabase {
   // file holds both; opened twice, it was two HEADs on an object store).
   const StoreReader& value_reader(const OcdbtDataFile& f) const { return reader(f.path); }
   // The reader of a data file (opened once, checked to hold every value that points into it).
+  // Through DataFiles, which keeps at most a quarter of the open-file limit open: Orbax
+  // writes data files per process (ocdbt.process_<i>/d/...), and a checkpoint of more than
+  // about 1,000 processes would otherwise fail to load with "Too many open files".
   const StoreReader& reader(const std::string& path) const {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& r = readers_[path];
-    if (!r) r = store_.open(join_key(key_, path));
-    return *r;
+    return files_.get(path);
   }
 
  private:
@@ -539,7 +541,7 @@ class OcdbtDatabase {
   std::deque<OcdbtDataFile> data_files_;  // a deque: values point at its elements
   std::map<std::string, const OcdbtDataFile*, std::less<>> data_file_of_;
   mutable std::mutex mutex_;
-  mutable std::map<std::string, std::unique_ptr<StoreReader>> readers_;
+  mutable DataFiles files_{store_, key_};  // (after store_ and key_, which it is made from)
   struct SmallRun {
     std::uint64_t begin = 0, end = 0, values = 0;
   };
