@@ -189,6 +189,12 @@ TEST_CASE("metrics of NaN or infinity are saved as null and never rank; metrics 
     CHECK_CAIRN_ERROR(ck.save(4, ck::make(4), {.metrics = cairn::Json(0.25)}), cairn::ErrorKind::invalid_argument,
                       "step 4: metrics must be a JSON object");
     CHECK_FALSE(std::filesystem::exists(dir / "root/4"));
+    // Metrics the step's _USER_METADATA would nest deeper than a load reads: refused too (the
+    // step was saved, and could not be loaded).
+    cairn::Json deep = cairn::Json::object({{"x", 1}});
+    for (int i = 0; i < 127; ++i) deep = cairn::Json::object({{"n", deep}});  // 128 deep; 129 in the step's
+    CHECK_CAIRN_ERROR(ck.save(4, ck::make(4), {.metrics = deep}), cairn::ErrorKind::invalid_argument, "more than 128 deep");
+    CHECK_FALSE(std::filesystem::exists(dir / "root/4"));
     ck.save(5, ck::make(5), {.metrics = {}});  // null: no metrics
     CHECK(ck.metrics(5).size() == 0);
   }

@@ -475,6 +475,37 @@ TEST_CASE("user metadata: NaN and infinity are stored as null, uint64 seeds as t
   CHECK(cairn::metadata(dir / "null").user_metadata.size() == 0);
 }
 
+// A reader takes JSON nested at most Json::max_parse_depth deep (128): user metadata nested
+// deeper was saved, and the checkpoint then could not be loaded at all ("corrupt"). It is
+// refused before a byte is written; as deep as the reader takes saves and loads.
+TEST_CASE("user metadata nested deeper than a load reads is refused by the save, and as deep as it reads round-trips") {
+  test::TempDir dir;
+  std::vector<float> w(10, 2.5f);
+  auto nested = [](int depth, bool arrays) {
+    cairn::Json j = arrays ? cairn::Json::array({1}) : cairn::Json::object({{"x", 1}});
+    for (int i = 1; i < depth; ++i) j = arrays ? cairn::Json::array({j}) : cairn::Json::object({{"n", j}});
+    return arrays ? cairn::Json::object({{"a", j}}) : j;  // (the arrays inside an object: one level more)
+  };
+  CHECK(nested(128, false).depth() == 128);
+  CHECK(nested(127, true).depth() == 128);
+  CHECK(nested(300, false).depth() == 129);  // counted no further than the limit and one
+  CHECK(cairn::Json(1).depth() == 0);
+  CHECK(cairn::Json::object({{"a", cairn::Json::array({})}}).depth() == 2);
+  cairn::SaveOptions o;
+  for (const bool arrays : {false, true}) {
+    CAPTURE(arrays);
+    o.user_metadata = nested(arrays ? 127 : 128, arrays);
+    cairn::save(dir / ("ok" + std::to_string(arrays)), w, o);
+    CHECK(cairn::metadata(dir / ("ok" + std::to_string(arrays))).user_metadata == o.user_metadata);
+    CHECK(cairn::load<std::vector<float>>(dir / ("ok" + std::to_string(arrays))) == w);
+    o.user_metadata = nested(arrays ? 128 : 129, arrays);
+    CHECK_CAIRN_ERROR(cairn::save(dir / "deep", w, o), cairn::ErrorKind::invalid_argument, "more than 128 deep");
+    CHECK_FALSE(std::filesystem::exists(dir / "deep"));
+    CHECK_CAIRN_ERROR(cairn::save_async(dir / "deep", w, o).wait(), cairn::ErrorKind::invalid_argument, "more than 128 deep");
+    CHECK_FALSE(std::filesystem::exists(dir / "deep"));
+  }
+}
+
 TEST_CASE("empty containers and zero-size arrays round-trip") {
   test::TempDir dir;
   std::tuple<std::vector<float>, std::string, Eigen::MatrixXf, std::vector<std::vector<int>>, std::map<std::string, int>> t;

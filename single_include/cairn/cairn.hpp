@@ -2503,7 +2503,14 @@ class Json {
   // Compact JSON text. NaN and infinity have no JSON spelling and are written as null.
   CAIRN_API std::string dump() const;
 
+  // parse() refuses text whose arrays and objects nest deeper than this (untrusted files).
+  static constexpr int max_parse_depth = 128;
   CAIRN_API static Json parse(std::string_view text, const std::string& file = {});
+  // How deeply arrays and objects nest: 0 for a number, string, bool or null, 1 for [] or
+  // {"a": 1}, 2 for {"a": []}. Counted no further than `stop` + 1, which it then returns (so
+  // that a check of a deep value costs no more than the check needs). parse() refuses text
+  // deeper than max_parse_depth, and a save refuses user metadata that its load would refuse.
+  CAIRN_API int depth(int stop = max_parse_depth) const;
 
  private:
   struct int_tag {};
@@ -2520,7 +2527,6 @@ class Json {
   CAIRN_API void dump_to(std::string& out) const;
 
   struct Parser;  // core/json_impl.hpp
-  static constexpr int max_parse_depth = 128;
 
   // std::uint64_t holds only integers above int64's range, so that each number has one form.
   std::variant<std::monostate, bool, std::int64_t, std::uint64_t, double, std::string, List, Members> v_;
@@ -6999,6 +7005,18 @@ CAIRN_API Json Json::parse(std::string_view text, const std::string& file) {
   Json j = Parser{reader}.value();
   reader.finish();
   return j;
+}
+
+CAIRN_API int Json::depth(int stop) const {
+  if (!is_array() && !is_object()) return 0;
+  int deepest = 0;
+  if (stop > 0) {
+    if (is_array())
+      for (const Json& j : std::get<List>(v_)) deepest = std::max(deepest, j.depth(stop - 1));
+    else
+      for (const auto& kv : std::get<Members>(v_)) deepest = std::max(deepest, kv.second.depth(stop - 1));
+  }
+  return 1 + deepest;
 }
 
 CAIRN_API void Json::dump_to(std::string& out) const {
@@ -12460,6 +12478,12 @@ class SaveJob {
   void take_views(FunctionRef<std::vector<ItemSnapshot>()> snapshot) {
     if (!user_metadata_.is_object() && !user_metadata_.is_null())
       throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", describe());
+    // What a load would refuse is refused here, before a byte is written: a checkpoint saved
+    // with metadata nested deeper than the reader takes could not be loaded at all.
+    if (user_metadata_.depth() > Json::max_parse_depth)
+      throw Error(ErrorKind::invalid_argument, "user metadata nests arrays and objects more than " +
+                  std::to_string(Json::max_parse_depth) + " deep (with the Checkpointer's metrics, if any, around " +
+                  "it), more than a load reads", describe());
     items_ = snapshot();
     for (const auto& item : items_) check_distinct_key_paths(item, describe());
     state_.clear();

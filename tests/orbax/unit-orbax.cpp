@@ -1837,6 +1837,19 @@ TEST_CASE("an Orbax export that cannot be written is refused whole, naming the p
   CHECK_CAIRN_ERROR(cairn::save_orbax(path, dotted, too_high), cairn::ErrorKind::invalid_argument,
                     "zstd_level");
   CHECK_FALSE(fs::exists(path));
+  // Custom metadata _CHECKPOINT_METADATA would nest deeper than a load reads (it was written,
+  // and the export could not be read back).
+  cairn::Json deep = cairn::Json::object({{"x", 1}});
+  for (int i = 0; i < 127; ++i) deep = cairn::Json::object({{"n", deep}});
+  cairn::OrbaxSaveOptions deep_custom;
+  deep_custom.custom_metadata = deep;
+  CHECK_CAIRN_ERROR(cairn::save_orbax(path, export_state(), deep_custom), cairn::ErrorKind::invalid_argument,
+                    "custom_metadata nests");
+  CHECK_FALSE(fs::exists(path));
+  deep_custom.custom_metadata = deep.at("n");  // 127 deep: read back as written
+  cairn::save_orbax(path, export_state(), deep_custom);
+  CHECK(cairn::orbax_metadata(path).metadata.user_metadata.at("custom") == deep_custom.custom_metadata);
+  fs::remove_all(path);
   // A write that fails half way (the data file, then the manifest): nothing at the path.
   for (const char* file : {"/d/", "manifest.ocdbt", "_METADATA", "commit_success.txt"}) {
     CAPTURE(file);

@@ -62,6 +62,12 @@ class SaveJob {
   void take_views(FunctionRef<std::vector<ItemSnapshot>()> snapshot) {
     if (!user_metadata_.is_object() && !user_metadata_.is_null())
       throw Error(ErrorKind::invalid_argument, "user metadata must be a JSON object", describe());
+    // What a load would refuse is refused here, before a byte is written: a checkpoint saved
+    // with metadata nested deeper than the reader takes could not be loaded at all.
+    if (user_metadata_.depth() > Json::max_parse_depth)
+      throw Error(ErrorKind::invalid_argument, "user metadata nests arrays and objects more than " +
+                  std::to_string(Json::max_parse_depth) + " deep (with the Checkpointer's metrics, if any, around " +
+                  "it), more than a load reads", describe());
     items_ = snapshot();
     for (const auto& item : items_) check_distinct_key_paths(item, describe());
     state_.clear();

@@ -92,7 +92,14 @@ class Json {
   // Compact JSON text. NaN and infinity have no JSON spelling and are written as null.
   CAIRN_API std::string dump() const;
 
+  // parse() refuses text whose arrays and objects nest deeper than this (untrusted files).
+  static constexpr int max_parse_depth = 128;
   CAIRN_API static Json parse(std::string_view text, const std::string& file = {});
+  // How deeply arrays and objects nest: 0 for a number, string, bool or null, 1 for [] or
+  // {"a": 1}, 2 for {"a": []}. Counted no further than `stop` + 1, which it then returns (so
+  // that a check of a deep value costs no more than the check needs). parse() refuses text
+  // deeper than max_parse_depth, and a save refuses user metadata that its load would refuse.
+  CAIRN_API int depth(int stop = max_parse_depth) const;
 
  private:
   struct int_tag {};
@@ -109,7 +116,6 @@ class Json {
   CAIRN_API void dump_to(std::string& out) const;
 
   struct Parser;  // core/json_impl.hpp
-  static constexpr int max_parse_depth = 128;
 
   // std::uint64_t holds only integers above int64's range, so that each number has one form.
   std::variant<std::monostate, bool, std::int64_t, std::uint64_t, double, std::string, List, Members> v_;

@@ -191,6 +191,18 @@ CAIRN_API Json Json::parse(std::string_view text, const std::string& file) {
   return j;
 }
 
+CAIRN_API int Json::depth(int stop) const {
+  if (!is_array() && !is_object()) return 0;
+  int deepest = 0;
+  if (stop > 0) {
+    if (is_array())
+      for (const Json& j : std::get<List>(v_)) deepest = std::max(deepest, j.depth(stop - 1));
+    else
+      for (const auto& kv : std::get<Members>(v_)) deepest = std::max(deepest, kv.second.depth(stop - 1));
+  }
+  return 1 + deepest;
+}
+
 CAIRN_API void Json::dump_to(std::string& out) const {
   if (is_null()) out += "null";
   else if (is_bool()) out += std::get<bool>(v_) ? "true" : "false";

@@ -469,6 +469,12 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
   std::unique_ptr<CheckpointStaging> staging;  // rank 0's
   const std::string top = run_on_primary(coordinator, [&] {
     refuse_inside_checkpoint(store, key);
+    // _CHECKPOINT_METADATA holds them one level down; a reader takes Json::max_parse_depth.
+    for (const auto& [name, value] : {std::pair<const char*, const Json*>{"metrics", &options.metrics},
+                                      std::pair<const char*, const Json*>{"custom_metadata", &options.custom_metadata}})
+      if (value->depth() > Json::max_parse_depth - 1)
+        throw Error(ErrorKind::invalid_argument, std::string("OrbaxSaveOptions::") + name + " nests arrays and objects " +
+                    "more than " + std::to_string(Json::max_parse_depth - 1) + " deep, more than a load reads", where);
     if (options.zstd_level < 0 || options.zstd_level > ZSTD_maxCLevel())
       throw Error(ErrorKind::invalid_argument, "OrbaxSaveOptions::zstd_level is " + std::to_string(options.zstd_level) +
                   "; it is 0 (no compression) or 1 to " + std::to_string(ZSTD_maxCLevel()), where);
