@@ -47,6 +47,9 @@ inline constexpr const char* usage_text =
     "                                    are, hard-linked, instead of copying them; --orbax-layout v0 writes\n"
     "                                    StandardCheckpointer's layout, --zarr 2 zarr v2 arrays, --no-ocdbt\n"
     "                                    a directory per parameter, --zstd 1-22 compresses the chunks)\n"
+    "A safetensors file's tensor names split at '.' into key paths; --separator SEP splits them at\n"
+    "SEP instead ('' keeps each whole), and --aliases also reads the tied names safetensors'\n"
+    "save_model recorded in __metadata__ (ls, show, diff and convert).\n"
     "PATH is a checkpoint directory, a Checkpointer root, a .safetensors file or a *.index.json,\n"
     "as a path or a URI (file:///data/ckpt; s3:// and gs:// where built with them; any scheme a\n"
     "store registered).\n"
@@ -95,7 +98,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     std::uint64_t max_report = 10;
     std::optional<std::string> step;
     std::vector<std::string> given;  // the options, as named
-    ConvertOptions convert_options;
+    ConvertOptions convert_options;  // (its `safetensors` is every command's: --separator, --aliases)
     for (std::size_t i = 1; i < args.size(); ++i) {
       // "--atol=1e-3" is "--atol 1e-3".
       std::string a = args[i];
@@ -131,6 +134,8 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
         max_report = static_cast<std::uint64_t>(n);
       }
       else if (a == "--overwrite") convert_options.overwrite = true;
+      else if (a == "--separator") convert_options.safetensors.separator = value();
+      else if (a == "--aliases") convert_options.safetensors.aliases = true;
       else if (a == "--link") convert_options.link = true;
       else if (a == "--to") {
         const std::string v = value();
@@ -174,13 +179,13 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     // Every option given must be one the command takes: a flag another command takes is an
     // error, not ignored (diff --exclude was taken and did nothing).
     static const std::map<std::string, std::vector<std::string>> takes = {
-        {"ls", {"--json", "--step"}},
+        {"ls", {"--json", "--step", "--separator", "--aliases"}},
         {"verify", {"--step", "--quiet", "--progress"}},
-        {"show", {"--verify", "--item", "--step", "--quiet", "--progress"}},
-        {"diff", {"--atol", "--rtol", "--max-report", "--step", "--quiet", "--progress"}},
+        {"show", {"--verify", "--item", "--step", "--quiet", "--progress", "--separator", "--aliases"}},
+        {"diff", {"--atol", "--rtol", "--max-report", "--step", "--quiet", "--progress", "--separator", "--aliases"}},
         {"convert", {"--cast", "--select", "--exclude", "--item", "--max-file-bytes", "--overwrite", "--link", "--to", "--step",
                      "--orbax-layout", "--zarr", "--no-ocdbt", "--zstd",
-                     "--quiet", "--progress"}}};
+                     "--quiet", "--progress", "--separator", "--aliases"}}};
     if (const auto it = takes.find(cmd); it != takes.end())
       for (const auto& o : given)
         if (std::find(it->second.begin(), it->second.end(), o) == it->second.end())
@@ -189,20 +194,21 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
       if (pos.size() != n) throw Error(ErrorKind::invalid_argument, "cairn " + cmd + " takes " + what);
     };
     // A Checkpointer root where one checkpoint is read: its --step, or its latest.
-    auto at = [&](const std::string& p, bool latest_if_root) { return checkpoint_of(p, step, latest_if_root, err); };
-    if (cmd == "ls") { need(1, "PATH"); return ls(at(pos[0], false), json, out); }
+    const SafetensorsOptions& names = convert_options.safetensors;
+    auto at = [&](const std::string& p, bool latest_if_root) { return checkpoint_of(p, step, latest_if_root, err, nullptr, names); };
+    if (cmd == "ls") { need(1, "PATH"); return ls(at(pos[0], false), json, out, names); }
     // Progress of long work on stderr: where it is a terminal, or asked for; never with --quiet.
     std::ostream* progress = !quiet && (force_progress || err_is_terminal) ? &err : nullptr;
     if (cmd == "verify") { need(1, "PATH"); return verify(at(pos[0], false), out, progress); }
     if (cmd == "show") {
       need(2, "PATH KEY[SLICE]");
       std::optional<Inspection> seen;
-      const std::string where = checkpoint_of(pos[0], step, true, err, &seen);
-      return show(where, pos[1], out, err, verify_first, convert_options.item, progress, seen ? &*seen : nullptr);
+      const std::string where = checkpoint_of(pos[0], step, true, err, &seen, names);
+      return show(where, pos[1], out, err, verify_first, convert_options.item, progress, seen ? &*seen : nullptr, names);
     }
     if (cmd == "diff") {
       need(2, "A B");
-      return diff(at(pos[0], true), at(pos[1], true), {atol, rtol, max_report, progress}, out);
+      return diff(at(pos[0], true), at(pos[1], true), {atol, rtol, max_report, progress, names}, out);
     }
     if (cmd == "convert") { need(2, "SRC DST"); return convert(at(pos[0], true), pos[1], convert_options, out, progress); }
     throw Error(ErrorKind::invalid_argument, "unknown command '" + cmd + "' (cairn --help lists them)");

@@ -129,9 +129,10 @@ inline bool parse_integer(const std::string& text, std::int64_t& out) {
 // Where `path` itself is returned, what was found there goes to `inspected` (where given), so
 // that the command need not look again (on a bucket, each look is requests).
 inline std::string checkpoint_of(const std::string& path, const std::optional<std::string>& step, bool latest_if_root,
-                                 std::ostream& err, std::optional<Inspection>* inspected = nullptr) {
+                                 std::ostream& err, std::optional<Inspection>* inspected = nullptr,
+                                 const SafetensorsOptions& names = {}) {
   if (!step && !latest_if_root) return path;
-  Inspection found = inspect(path);
+  Inspection found = inspect(path, names);
   if (found.kind != LocationKind::checkpointer_root) {
     if (step) throw Error(ErrorKind::invalid_argument, "--step picks a step of a Checkpointer root, and this is a " +
                           std::string(location_kind_name(found.kind)), found.path);

@@ -657,3 +657,54 @@ TEST_CASE("the library's progress callbacks: a load's reads, verify and convert,
   // Without a callback nothing is counted (and a default Progress is empty).
   CHECK_FALSE(cairn::Progress{});
 }
+
+// safetensors' save_model keeps one name of tied tensors and records the other in
+// __metadata__; --aliases reads it as a leaf of its own (SafetensorsOptions::aliases, which
+// convert's ConvertOptions::safetensors and read_arrays' ReadArraysOptions::safetensors now
+// take too), and --separator splits names at another string. The tool had neither, so a
+// conversion of such a file left the tied name out.
+TEST_CASE("ls, show, diff and convert read a safetensors file's tied names with --aliases and split names with --separator") {
+  test::TempDir dir;
+  const std::string f = dir / "tied.safetensors";
+  const std::string header = R"({"__metadata__":{"lm_head.weight":"embed.weight","format":"pt"},)"
+                             R"("embed.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  std::string file(8, '\0');
+  file[0] = static_cast<char>(header.size());
+  const float w[2] = {1.5f, -2.25f};
+  test::write_file(f, file + header + std::string(reinterpret_cast<const char*>(w), 8));
+  Run r = cli({"ls", f});
+  CHECK(r.status == 0);
+  CHECK_FALSE(has(r.out, "lm_head/weight  float32"));  // (its name is in the user metadata shown)
+  r = cli({"ls", f, "--aliases"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "lm_head/weight  float32[2]"));
+  r = cli({"show", f, "lm_head.weight", "--aliases"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "[1.5, -2.25]"));
+  r = cli({"show", f, "lm_head.weight"});
+  CHECK(r.status == 2);
+  // convert: the tied name is written with the kept tensor's values.
+  const std::string out = dir / "both.safetensors";
+  r = cli({"convert", f, out, "--aliases"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "2 tensors"));
+  using Flat = std::map<std::string, std::vector<float>>;
+  const Flat both = cairn::load_safetensors<Flat>(out, {}, {.separator = ""});
+  CHECK(both == Flat{{"embed.weight", {1.5f, -2.25f}}, {"lm_head.weight", {1.5f, -2.25f}}});
+  cairn::ConvertOptions o;
+  o.safetensors.aliases = true;
+  cairn::convert(f, dir / "api", o);
+  CHECK(cairn::load<Flat>(dir / "api", {.subtree = "lm_head"}) == Flat{{"weight", {1.5f, -2.25f}}});
+  // --separator: '' keeps each name whole (one key of a flat map).
+  r = cli({"ls", f, "--separator="});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "embed.weight  float32[2]"));
+  r = cli({"diff", f, out, "--aliases"});
+  CHECK(r.status == 0);
+  r = cli({"diff", f, out});
+  CHECK(r.status == 1);
+  CHECK(has(r.out, "only in B: lm_head/weight"));
+  r = cli({"verify", f, "--aliases"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "does not take --aliases"));
+}

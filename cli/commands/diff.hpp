@@ -30,6 +30,7 @@ struct DiffOptions {
   double atol = 0, rtol = 0;
   std::uint64_t max_report = 10;  // differing elements listed per leaf (h5diff's -r lists all; 0: none)
   std::ostream* progress = nullptr;  // where progress goes (stderr on a terminal), or null
+  SafetensorsOptions names = {};     // a safetensors file's names (--separator, --aliases)
 };
 
 // Compares one item of A with the item of the same name in B; returns the differences and
@@ -55,8 +56,8 @@ inline int diff_item(const std::string& a, const std::string& b, const ItemRecor
   const std::uint64_t max_report = o.max_report;
   const std::string prefix = item_a.name == default_item_name ? "" : item_a.name + ": ";
   auto shown = [](const std::string& k) { return k.empty() ? std::string("(root)") : k; };  // as ls prints it
-  const ReadArraysOptions from_item{.item = item_a.name};
-  const ReadArraysOptions as_double{.as = DType::float64, .item = item_a.name};
+  const ReadArraysOptions from_item{.item = item_a.name, .safetensors = o.names};
+  const ReadArraysOptions as_double{.as = DType::float64, .item = item_a.name, .safetensors = o.names};
   std::map<std::string, const LeafRecord*> la, lb;
   for (const auto& l : item_a.leaves) la[l.key()] = &l;
   for (const auto& l : item_b.leaves) lb[l.key()] = &l;
@@ -142,7 +143,7 @@ inline int diff_item(const std::string& a, const std::string& b, const ItemRecor
 // Every item of A and B: those in one only are differences, the others are compared leaf by
 // leaf (a checkpoint's RNG and data-loader items as well as its tree).
 inline int diff(const std::string& a, const std::string& b, const DiffOptions& o, std::ostream& out) {
-  const Inspection ia = inspect(a), ib = inspect(b);
+  const Inspection ia = inspect(a, o.names), ib = inspect(b, o.names);
   for (const Inspection* i : {&ia, &ib})
     if (i->kind == LocationKind::checkpointer_root)
       throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: diff one of its steps", i->path);

@@ -58,8 +58,8 @@ inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
   return exit_ok;
 }
 
-inline int ls(const std::string& path, bool json, std::ostream& out) {
-  const Inspection found = inspect(path);
+inline int ls(const std::string& path, bool json, std::ostream& out, const SafetensorsOptions& names = {}) {
+  const Inspection found = inspect(path, names);
   if (found.kind == LocationKind::checkpointer_root) return ls_root(found, json, out);
   const CheckpointMetadata& m = found.metadata;
   const bool safetensors = found.kind == LocationKind::safetensors;

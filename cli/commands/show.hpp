@@ -97,12 +97,12 @@ inline constexpr std::int64_t show_threshold = 1000, show_edge = 3;
 // the caller already looked (else it looks).
 inline int show(const std::string& path, const std::string& what, std::ostream& out, std::ostream& err,
                 bool verify_first = false, std::string item = {}, std::ostream* progress = nullptr,
-                const Inspection* inspected = nullptr) {
+                const Inspection* inspected = nullptr, const SafetensorsOptions& names = {}) {
   if (item.empty()) item = default_item_name;
   const Slice s = parse_slice(what);
   std::string key = canonical_key(s.key);
   std::optional<Inspection> looked;
-  const Inspection& found = inspected ? *inspected : looked.emplace(inspect(path));
+  const Inspection& found = inspected ? *inspected : looked.emplace(inspect(path, names));
   if (found.kind == LocationKind::checkpointer_root)
     throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: show a leaf of one of its steps", path);
   const ItemRecord* stored_item = found.metadata.find_item(item);
@@ -127,7 +127,7 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
     throw Error(ErrorKind::not_found, "no leaf '" + key + "' (cairn ls lists them)", path, key);
   }
   ProgressLine line(progress, "reading " + key);
-  const ReadArraysOptions from_item{.item = item, .progress = line.callback()};
+  const ReadArraysOptions from_item{.item = item, .progress = line.callback(), .safetensors = names};
   if (verify_first && leaf->dtype != DType::string) (void)read_arrays(path, {key}, from_item);  // every chunk read whole and checked
   if (leaf->dtype == DType::string) {
     const auto v = read_arrays(path, {key}, from_item);
@@ -166,7 +166,7 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
   const bool empty = element_count(box.shape) == 0;
   std::map<std::string, ArrayValue> got;
   LoadReport report;
-  if (!empty) got = read_arrays(path, {key}, {.as = as, .boxes = boxes, .item = item, .progress = line.callback()}, &report);
+  if (!empty) got = read_arrays(path, {key}, {.as = as, .boxes = boxes, .item = item, .progress = line.callback(), .safetensors = names}, &report);
   // Parts of chunks are verified by their blocks' checksums; a large chunk written before
   // block checksums has none, and only a read of all of it checks it.
   if (!verify_first && found.kind == LocationKind::checkpoint && report.unverified_bytes > 0)

@@ -5068,6 +5068,12 @@ CAIRN_END_NAMESPACE
 
 #include <string>
 
+// ----- begin cairn/safetensors/options.hpp -----
+// SafetensorsOptions: how a safetensors file's flat tensor names become key paths. Its own
+// header, so that inspect, read_arrays and convert take it without the safetensors loader.
+
+#include <string>
+
 
 CAIRN_BEGIN_NAMESPACE
 
@@ -5084,6 +5090,11 @@ struct SafetensorsOptions {
   // is one (single files; a sharded set's index records none).
   bool aliases = false;
 };
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/safetensors/options.hpp -----
+
+CAIRN_BEGIN_NAMESPACE
 
 namespace detail {
 // The runtime's safetensors load (safetensors/load_impl.hpp).
@@ -5631,13 +5642,16 @@ struct Inspection {
 // committed checkpoints (or Orbax checkpoints in step directories: a CheckpointManager's root)
 // is a Checkpointer root. Anything else is read as a checkpoint, and its errors are the
 // load's (not_found, incomplete, corrupt, ...).
-CAIRN_API Inspection inspect(const Location& location);
+// `safetensors`: how a safetensors file's tensor names become key paths (its separator, and
+// whether save_model's tied names are leaves too); anything else ignores it.
+CAIRN_API Inspection inspect(const Location& location, const SafetensorsOptions& safetensors = {});
 
 struct ReadArraysOptions {
   std::optional<DType> as = {};  // cast every leaf to this dtype (saturating, lossy allowed); unset: as stored
   std::vector<Box> boxes = {};   // read only these boxes of each leaf (one after another in `bytes`); empty: whole
   std::string item = default_item_name;  // the checkpoint's item (safetensors has one, "state")
   Progress progress = {};                // as LoadOptions::progress: bytes read so far, and in all
+  SafetensorsOptions safetensors = {};   // a safetensors file's names (inspect's, which `keys` then use)
 };
 
 // Reads the leaves at `keys` (every leaf of the item when empty) of a checkpoint or a
@@ -5755,6 +5769,9 @@ struct ConvertOptions {
   // no cast, select or exclude.
   bool link = false;
   Progress progress = {};                   // the source's reading: bytes read so far, and in all
+  // A safetensors source's names: its separator, and whether save_model's tied names are
+  // leaves too (SafetensorsOptions::aliases: each then written with the kept tensor's values).
+  SafetensorsOptions safetensors = {};
 };
 
 struct ConvertReport {
@@ -16347,7 +16364,7 @@ CAIRN_API const char* location_kind_name(LocationKind kind) {
   return "?";
 }
 
-CAIRN_API Inspection inspect(const Location& given) {
+CAIRN_API Inspection inspect(const Location& given, const SafetensorsOptions& safetensors) {
   std::optional<bool> committed;
   detail::RootReading root;
   const Location location = detail::safetensors_set_or(given, &committed, &root.listing);
@@ -16380,7 +16397,7 @@ CAIRN_API Inspection inspect(const Location& given) {
   Inspection out;
   out.kind = kind;
   out.path = location.describe();
-  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location)
+  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location, safetensors)
                                                    : detail::metadata_of(location, committed.value_or(false), format);
   return out;
 }
@@ -16422,7 +16439,7 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
                                               ? nullptr
                                               : detail::foreign_format_at(location.store(), location.key());
   const LoadReport r = detail::names_safetensors(location.key())
-                           ? detail::load_safetensors_planned(location.store(), location.key(), load_options, {}, plan_fn)
+                           ? detail::load_safetensors_planned(location.store(), location.key(), load_options, options.safetensors, plan_fn)
                        : foreign ? foreign->load(location.store(), location.key(), load_options, plan_fn)
                                  : detail::load_planned(location.store(), location.key(), load_options, false, plan_fn);
   if (report) *report = r;
@@ -16592,7 +16609,7 @@ CAIRN_END_NAMESPACE
 CAIRN_BEGIN_NAMESPACE
 
 CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const ConvertOptions& options) {
-  const Inspection source = inspect(src);
+  const Inspection source = inspect(src, options.safetensors);
   if (source.kind == LocationKind::checkpointer_root)
     throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: convert one of its steps", source.path);
   const CheckpointMetadata& m = source.metadata;
@@ -16680,6 +16697,7 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
       if (std::find(keys.begin(), keys.end(), l.key()) != keys.end()) item_bytes += l.nbytes();
     ReadArraysOptions ro;
     ro.item = item->name;
+    ro.safetensors = options.safetensors;
     if (options.progress)
       ro.progress = [&, before = read_before](std::uint64_t done, std::uint64_t) { options.progress(before + done, all_bytes); };
     values.push_back(read_arrays(src, keys, ro));

@@ -49,6 +49,9 @@ struct ConvertOptions {
   // no cast, select or exclude.
   bool link = false;
   Progress progress = {};                   // the source's reading: bytes read so far, and in all
+  // A safetensors source's names: its separator, and whether save_model's tied names are
+  // leaves too (SafetensorsOptions::aliases: each then written with the kept tensor's values).
+  SafetensorsOptions safetensors = {};
 };
 
 struct ConvertReport {

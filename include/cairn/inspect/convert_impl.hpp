@@ -12,7 +12,7 @@
 CAIRN_BEGIN_NAMESPACE
 
 CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const ConvertOptions& options) {
-  const Inspection source = inspect(src);
+  const Inspection source = inspect(src, options.safetensors);
   if (source.kind == LocationKind::checkpointer_root)
     throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: convert one of its steps", source.path);
   const CheckpointMetadata& m = source.metadata;
@@ -100,6 +100,7 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
       if (std::find(keys.begin(), keys.end(), l.key()) != keys.end()) item_bytes += l.nbytes();
     ReadArraysOptions ro;
     ro.item = item->name;
+    ro.safetensors = options.safetensors;
     if (options.progress)
       ro.progress = [&, before = read_before](std::uint64_t done, std::uint64_t) { options.progress(before + done, all_bytes); };
     values.push_back(read_arrays(src, keys, ro));

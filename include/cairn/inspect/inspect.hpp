@@ -14,6 +14,7 @@
 #include "cairn/core/json.hpp"
 #include "cairn/format/records.hpp"
 #include "cairn/leaves/array_value.hpp"
+#include "cairn/safetensors/options.hpp"
 #include "cairn/store/location.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -64,13 +65,16 @@ struct Inspection {
 // committed checkpoints (or Orbax checkpoints in step directories: a CheckpointManager's root)
 // is a Checkpointer root. Anything else is read as a checkpoint, and its errors are the
 // load's (not_found, incomplete, corrupt, ...).
-CAIRN_API Inspection inspect(const Location& location);
+// `safetensors`: how a safetensors file's tensor names become key paths (its separator, and
+// whether save_model's tied names are leaves too); anything else ignores it.
+CAIRN_API Inspection inspect(const Location& location, const SafetensorsOptions& safetensors = {});
 
 struct ReadArraysOptions {
   std::optional<DType> as = {};  // cast every leaf to this dtype (saturating, lossy allowed); unset: as stored
   std::vector<Box> boxes = {};   // read only these boxes of each leaf (one after another in `bytes`); empty: whole
   std::string item = default_item_name;  // the checkpoint's item (safetensors has one, "state")
   Progress progress = {};                // as LoadOptions::progress: bytes read so far, and in all
+  SafetensorsOptions safetensors = {};   // a safetensors file's names (inspect's, which `keys` then use)
 };
 
 // Reads the leaves at `keys` (every leaf of the item when empty) of a checkpoint or a

@@ -311,7 +311,7 @@ CAIRN_API const char* location_kind_name(LocationKind kind) {
   return "?";
 }
 
-CAIRN_API Inspection inspect(const Location& given) {
+CAIRN_API Inspection inspect(const Location& given, const SafetensorsOptions& safetensors) {
   std::optional<bool> committed;
   detail::RootReading root;
   const Location location = detail::safetensors_set_or(given, &committed, &root.listing);
@@ -344,7 +344,7 @@ CAIRN_API Inspection inspect(const Location& given) {
   Inspection out;
   out.kind = kind;
   out.path = location.describe();
-  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location)
+  out.metadata = kind == LocationKind::safetensors ? safetensors_metadata(location, safetensors)
                                                    : detail::metadata_of(location, committed.value_or(false), format);
   return out;
 }
@@ -386,7 +386,7 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
                                               ? nullptr
                                               : detail::foreign_format_at(location.store(), location.key());
   const LoadReport r = detail::names_safetensors(location.key())
-                           ? detail::load_safetensors_planned(location.store(), location.key(), load_options, {}, plan_fn)
+                           ? detail::load_safetensors_planned(location.store(), location.key(), load_options, options.safetensors, plan_fn)
                        : foreign ? foreign->load(location.store(), location.key(), load_options, plan_fn)
                                  : detail::load_planned(location.store(), location.key(), load_options, false, plan_fn);
   if (report) *report = r;
