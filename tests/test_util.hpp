@@ -22,6 +22,7 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <sys/resource.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -249,6 +250,23 @@ struct ScopedEnv {
       else ::unsetenv(it->first.c_str());
     }
   }
+};
+
+// The process's limit on open files lowered to `extra` above the files open now, until the
+// object goes (so that a test can ask for more files than the limit without using thousands).
+struct LowFileLimit {
+  rlimit was{};
+  explicit LowFileLimit(std::size_t extra) {
+    std::size_t open_now = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++open_now;
+    REQUIRE(getrlimit(RLIMIT_NOFILE, &was) == 0);
+    rlimit low = was;
+    low.rlim_cur = open_now + extra;
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  }
+  ~LowFileLimit() { setrlimit(RLIMIT_NOFILE, &was); }
+  LowFileLimit(const LowFileLimit&) = delete;
+  LowFileLimit& operator=(const LowFileLimit&) = delete;
 };
 
 }  // namespace test

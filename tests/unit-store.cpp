@@ -18,7 +18,6 @@
 #include <sys/stat.h>
 #include <linux/magic.h>
 #include <sys/statfs.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 using cairn::ErrorKind;
@@ -594,21 +593,6 @@ TEST_CASE("for_each_index: every index once, on up to N threads; the lowest inde
 
 namespace {
 
-// The process's limit on open files lowered to `extra` above the files open now, until the
-// object goes (so that a test can ask for more files than the limit without using thousands).
-struct LowFileLimit {
-  rlimit was{};
-  explicit LowFileLimit(std::size_t extra) {
-    std::size_t open_now = 0;
-    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++open_now;
-    REQUIRE(getrlimit(RLIMIT_NOFILE, &was) == 0);
-    rlimit low = was;
-    low.rlim_cur = open_now + extra;
-    REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
-  }
-  ~LowFileLimit() { setrlimit(RLIMIT_NOFILE, &was); }
-};
-
 struct ManyRanks {
   cairn::ShardedArray<float> w;
 };
@@ -645,7 +629,7 @@ TEST_CASE("a checkpoint of more data files than the open-file limit loads, verif
   ManyRanksOnHost back;
   cairn::VerifyReport v;
   {
-    LowFileLimit low(40);  // files kept open: 16 at most (a quarter of the limit, at least 16)
+    test::LowFileLimit low(40);  // files kept open: 16 at most (a quarter of the limit, at least 16)
     try {
       back = cairn::load<ManyRanksOnHost>(dir / "ckpt");
       v = cairn::verify(cairn::Location(dir / "ckpt"));
@@ -667,7 +651,7 @@ TEST_CASE("a data file opened again after it was closed to make room must still 
   TempDir dir;
   cairn::PosixStore store(dir.path);
   for (int i = 0; i < 40; ++i) cairn::detail::write_blob(store, "f" + std::to_string(i), std::string(100 + i, 'a'));
-  LowFileLimit low(20);
+  test::LowFileLimit low(20);
   cairn::detail::DataFiles files(store, "");
   const cairn::StoreReader& first = files.get("f0");
   CHECK(first.size() == 100);

@@ -13,7 +13,6 @@
 
 #include <doctest/doctest.h>
 #include <zstd.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstring>
@@ -704,23 +703,18 @@ TEST_CASE("a root OCDBT database over more process databases than the open-file 
     });
   }
   root.finish();
-  std::size_t open_now = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++open_now;
-  rlimit was{};
-  REQUIRE(getrlimit(RLIMIT_NOFILE, &was) == 0);
-  rlimit low = was;
-  low.rlim_cur = open_now + 40;  // 80 data files; 16 kept open at once
-  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
   std::map<std::string, std::string> got;
   std::string failed;
-  try {
-    o::OcdbtDatabase db(store, "ckpt");
-    for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);
-    for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);  // each file a second time
-  } catch (const std::exception& e) {
-    failed = e.what();
+  {
+    test::LowFileLimit low(40);  // 80 data files; 16 kept open at once
+    try {
+      o::OcdbtDatabase db(store, "ckpt");
+      for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);
+      for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);  // each file a second time
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
   }
-  REQUIRE(setrlimit(RLIMIT_NOFILE, &was) == 0);
   CHECK(failed == "");
   CHECK(got == truth);
 }
@@ -900,25 +894,20 @@ TEST_CASE("an Orbax checkpoint of a file per chunk saves, loads, verifies and co
       o.ocdbt = false;
       o.zarr3 = zarr3;
       o.zstd_level = zstd;
-      std::size_t open_now = 0;
-      for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++open_now;
-      rlimit was{};
-      REQUIRE(getrlimit(RLIMIT_NOFILE, &was) == 0);
-      rlimit low = was;
-      low.rlim_cur = open_now + 100;  // far fewer than the checkpoint's 400 chunk files
-      REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
       std::optional<Flat> back;
       std::optional<cairn::VerifyReport> v;
       std::string failed;
-      try {
-        cairn::save_orbax(ckpt, state, o);
-        back = cairn::load_orbax<Flat>(ckpt);
-        v = cairn::verify(cairn::Location(ckpt));
-        cairn::convert(ckpt, dir / ("x" + std::to_string(zarr3) + std::to_string(zstd)), {.to = cairn::ConvertTo::checkpoint});
-      } catch (const std::exception& e) {
-        failed = e.what();
+      {
+        test::LowFileLimit low(100);  // far fewer than the checkpoint's 400 chunk files
+        try {
+          cairn::save_orbax(ckpt, state, o);
+          back = cairn::load_orbax<Flat>(ckpt);
+          v = cairn::verify(cairn::Location(ckpt));
+          cairn::convert(ckpt, dir / ("x" + std::to_string(zarr3) + std::to_string(zstd)), {.to = cairn::ConvertTo::checkpoint});
+        } catch (const std::exception& e) {
+          failed = e.what();
+        }
       }
-      REQUIRE(setrlimit(RLIMIT_NOFILE, &was) == 0);
       CHECK(failed == "");
       REQUIRE(back);
       CHECK(*back == state);
@@ -1079,26 +1068,36 @@ TEST_CASE("a pytree's _METADATA read into its entries; every mistake a cairn::Er
   }
 }
 
+namespace {
+
+// An OCDBT manifest (framed) whose one version's root is the node of `height` at bytes
+// [offset, offset + length) of the data file d/a.
+std::string ocdbt_test_manifest(int height, std::uint64_t offset, std::uint64_t length) {
+  namespace o = cairn::detail::orbax;
+  std::string m(16, 'u');
+  m += '\0';
+  o::ocdbt_put_varint(m, 100);
+  o::ocdbt_put_varint(m, 1 << 20);
+  m += '\x04';
+  o::ocdbt_put_varint(m, 0);
+  o::ocdbt_put_one_file(m, "d/a");
+  for (std::uint64_t v : {1, 1}) o::ocdbt_put_varint(m, v);  // one version, generation 1
+  m += static_cast<char>(height);
+  for (std::uint64_t v : {std::uint64_t{0}, offset, length, std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{0}})
+    o::ocdbt_put_varint(m, v);  // file 0, the range, statistics
+  m += std::string(8, '\0');
+  o::ocdbt_put_varint(m, 0);
+  return o::ocdbt_frame(o::ocdbt_manifest_magic, m);
+}
+
+}  // namespace
+
 TEST_CASE("a small hostile OCDBT node that spells out gigabytes of keys or paths is refused") {
   namespace o = cairn::detail::orbax;
   // A manifest whose one version's root is the node at offset 0 of d/a.
   auto database = [](const std::string& node) {
     auto store = std::make_shared<cairn::MemoryStore>();
-    std::string m(16, 'u');
-    m += '\0';
-    o::ocdbt_put_varint(m, 100);
-    o::ocdbt_put_varint(m, 1 << 20);
-    m += '\x04';
-    o::ocdbt_put_varint(m, 0);
-    o::ocdbt_put_one_file(m, "d/a");
-    for (std::uint64_t v : {1, 1}) o::ocdbt_put_varint(m, v);  // one version, generation 1
-    m += '\0';                                                // height 0
-    for (std::uint64_t v : {std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{node.size()}, std::uint64_t{0},
-                            std::uint64_t{0}, std::uint64_t{0}})
-      o::ocdbt_put_varint(m, v);
-    m += std::string(8, '\0');
-    o::ocdbt_put_varint(m, 0);
-    cairn::detail::write_blob(*store, "db/manifest.ocdbt", o::ocdbt_frame(o::ocdbt_manifest_magic, m));
+    cairn::detail::write_blob(*store, "db/manifest.ocdbt", ocdbt_test_manifest(0, 0, node.size()));
     cairn::detail::write_blob(*store, "db/d/a", node);
     return store;
   };
@@ -1140,37 +1139,14 @@ TEST_CASE("an OCDBT tree whose two children are one node holds its keys twice, a
     o::ocdbt_put_varint(root, v);  // both children: file 0, offset 0, the leaf's length
   for (int i = 0; i < 6; ++i) o::ocdbt_put_varint(root, 0);  // statistics
   root = o::ocdbt_frame(o::ocdbt_btree_node_magic, root);
-  std::string m(16, 'u');
-  m += '\0';
-  o::ocdbt_put_varint(m, 100);
-  o::ocdbt_put_varint(m, 1 << 20);
-  m += '\x04';
-  o::ocdbt_put_varint(m, 0);
-  o::ocdbt_put_one_file(m, "d/a");
-  for (std::uint64_t v : {1, 1}) o::ocdbt_put_varint(m, v);  // one version, generation 1
-  m += '\1';                                                // its root's height
-  for (std::uint64_t v : {std::uint64_t{0}, std::uint64_t{leaf.size()}, std::uint64_t{root.size()}, std::uint64_t{0},
-                          std::uint64_t{0}, std::uint64_t{0}})
-    o::ocdbt_put_varint(m, v);
-  m += std::string(8, '\0');
-  o::ocdbt_put_varint(m, 0);
   cairn::MemoryStore store;
-  cairn::detail::write_blob(store, "db/manifest.ocdbt", o::ocdbt_frame(o::ocdbt_manifest_magic, m));
+  cairn::detail::write_blob(store, "db/manifest.ocdbt", ocdbt_test_manifest(1, leaf.size(), root.size()));
   cairn::detail::write_blob(store, "db/d/a", leaf + root);
   CHECK_THROWS_WITH_AS(o::OcdbtDatabase(store, "db"), doctest::Contains("holds the key 'x' twice"), cairn::Error);
   // The same leaf as the root itself reads its one key.
-  // (The version's height, then its six varints of one byte each, the commit time and a 0.)
-  REQUIRE(leaf.size() < 128);
-  REQUIRE(root.size() < 128);
-  std::string m1 = m;
   cairn::MemoryStore one;
   cairn::detail::write_blob(one, "db/d/a", leaf);
-  const std::size_t at = m1.size() - 1 - 8 - 3 - 3 - 1;
-  REQUIRE(m1[at] == '\1');
-  m1[at] = '\0';                                // height 0
-  m1[at + 2] = '\0';                            // offset 0
-  m1[at + 3] = static_cast<char>(leaf.size());  // the leaf's length
-  cairn::detail::write_blob(one, "db/manifest.ocdbt", o::ocdbt_frame(o::ocdbt_manifest_magic, m1));
+  cairn::detail::write_blob(one, "db/manifest.ocdbt", ocdbt_test_manifest(0, 0, leaf.size()));
   const o::OcdbtDatabase db(one, "db");
   REQUIRE(db.entries().size() == 1);
   CHECK(db.entries()[0].first == "x");

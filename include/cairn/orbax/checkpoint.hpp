@@ -154,7 +154,7 @@ class BlobReader final : public StoreReader {
       case Blob::Kind::range:
         if (b_.file_may_be_missing && !present()) return fill(dst, n, offset);
         read_source(dst, n, offset);
-        if (!b_.db) read_from_file(n);
+        read_from_file(n);
         return;
       case Blob::Kind::chunk: break;
     }
@@ -163,7 +163,7 @@ class BlobReader final : public StoreReader {
     if (raw_inner_) {
       if (shard_.empty()) {
         read_source(dst, n, inner_offset_ + offset);
-        if (!b_.db) read_from_file(n);
+        read_from_file(n);
         return;
       }
       // A small shard read whole with its index (locate): served from memory, once.
@@ -205,6 +205,7 @@ class BlobReader final : public StoreReader {
     return file_;
   }
   void let_go_of_file() const {
+    if (b_.db) return;  // a database's values: its data files are the database's
     std::lock_guard<std::mutex> lock(open_mutex_);
     file_.reset();
     taken_ = 0;
@@ -212,6 +213,7 @@ class BlobReader final : public StoreReader {
   // n more bytes read in place from the file (the range kind, a plainly stored inner chunk):
   // once the whole chunk was, the file goes.
   void read_from_file(std::uint64_t n) const {
+    if (b_.db) return;
     std::lock_guard<std::mutex> lock(open_mutex_);
     taken_ += n;
     if (taken_ >= b_.size) file_.reset(), taken_ = 0;
@@ -263,7 +265,7 @@ class BlobReader final : public StoreReader {
       if (total <= small_shard_bytes && b_.inner_count == 1) {
         shard_.resize(static_cast<std::size_t>(total));
         read_source(shard_.data(), total, 0);
-        if (!b_.db) let_go_of_file();
+        let_go_of_file();
         index = shard_.substr(static_cast<std::size_t>(index_at), static_cast<std::size_t>(index_size));
       } else {
         index.resize(static_cast<std::size_t>(index_size));
@@ -275,7 +277,7 @@ class BlobReader final : public StoreReader {
       if (e.missing()) {
         missing_ = true;
         std::string().swap(shard_);
-        if (!b_.db) let_go_of_file();
+        let_go_of_file();
         return;
       }
       if (!c.zstd && !c.crc32c && b_.stored == b_.box_shape) {
@@ -304,7 +306,7 @@ class BlobReader final : public StoreReader {
     }
     stored_.resize(static_cast<std::size_t>(size));
     read_source(stored_.data(), size, offset);
-    if (!b_.db) let_go_of_file();
+    let_go_of_file();
     if (c.crc32c) stored_.resize(zarr_strip_crc(stored_, b_.name, b_.key).size());
     located_ = true;
   }
