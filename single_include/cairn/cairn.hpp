@@ -3474,6 +3474,12 @@ class StoreReader {
   // such reads are bound by the CPU, whatever the medium, and the loader reads several such
   // blobs at once on several threads. false (the default) is always safe.
   virtual bool decodes() const { return false; }
+  // Whether a read of this blob opens a file of its own (Orbax's layout of a file per chunk):
+  // the loader reads many such small blobs side by side on one thread per core, since opening
+  // a file is work the kernel does on the calling thread. Small blobs served from memory (an
+  // OCDBT database's) answer false: their reads are a copy, which the threads' handoff costs
+  // more than. false (the default) is always safe.
+  virtual bool opens_file_to_read() const { return false; }
   // Exactly n bytes at `offset`, or throws: a blob shorter than that is corrupt (truncated).
   virtual void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const = 0;
   // Consecutive ranges from `offset` on, each into its own buffer, as one request: how many
@@ -7334,6 +7340,11 @@ inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
 // A load reads runs of small leaves of at most this span with one scattered request: small
 // enough that each leaf is still in cache when its checksum is verified.
 inline constexpr std::uint64_t small_run_bytes = std::uint64_t{1} << 20;
+
+// Small leaves each in a file of its own (StoreReader::opens_file_to_read) are read on one
+// thread per core once a load holds at least this many: below it the threads cost more than
+// the opens they share. Not measured against other counts.
+inline constexpr std::size_t parallel_small_files_min = 64;
 
 // ---- The cast kernels (kernels/cast.hpp) ----
 
@@ -14160,6 +14171,13 @@ inline std::size_t leaf_threads(const std::vector<ReadTask>& tasks, const std::v
   return std::min(cores, leaves.size());
 }
 
+// Whether reading the leaf opens a file of its own (StoreReader::opens_file_to_read), judged
+// by its first chunk.
+inline bool opens_files_to_read(const ReadTask& t, DataFiles& files) {
+  const LeafRecord& s = *t.leaf->stored;
+  return !s.chunks.empty() && files.get(s.chunks.front().file).opens_file_to_read();
+}
+
 // Reads the leaves on `threads` threads, each into a report of its own (reports[k] for
 // leaves[k]), for execute_plan_reads to add up in the leaves' order (the order a one-thread
 // read gives LoadReport::shard_reads).
@@ -14295,11 +14313,22 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
   // place.
   const bool runs_read = parallel_small_runs(tasks, runs);
   if (runs_read) read_small_runs_in_parallel(tasks, buffers, runs, files, options, plan.report);
-  std::vector<std::size_t> large;
+  std::vector<std::size_t> large, singles;
   for (std::size_t i = 0, next = 0; i < tasks.size();) {
     if (next < runs.size() && runs[next].first == i) i = runs[next++].second;
     else if (stored_bytes(tasks[i]) >= small_leaf_bytes) large.push_back(i++);
-    else ++i;
+    else singles.push_back(i++);
+  }
+  // Small leaves that are neither in a run nor served from memory, each in a file of its own
+  // (Orbax's layout of a file per chunk), are read side by side with the large ones: the load
+  // of 10,000 such arrays opened their files one after another on one core (docs/benchmarks.md,
+  // "Orbax import").
+  if (singles.size() >= parallel_small_files_min && opens_files_to_read(tasks[singles.front()], files) &&
+      leaf_threads(tasks, singles, buffers, files) > 1) {
+    std::vector<std::size_t> all;
+    all.reserve(large.size() + singles.size());
+    std::merge(large.begin(), large.end(), singles.begin(), singles.end(), std::back_inserter(all));
+    large = std::move(all);
   }
   std::vector<LoadReport> large_reports;
   if (const std::size_t threads = leaf_threads(tasks, large, buffers, files); threads > 1)

@@ -918,6 +918,56 @@ TEST_CASE("an Orbax checkpoint of a file per chunk saves, loads, verifies and co
     }
 }
 
+// A load of many arrays of a file per chunk reads their zarr metadata files and their chunks
+// side by side (one thread per core): what is damaged is still named, the first in order where
+// the metadata is, and nothing else changes.
+TEST_CASE("an Orbax checkpoint of a file per chunk read side by side names the array whose files are damaged") {
+  test::TempDir dir;
+  using Flat = std::map<std::string, std::vector<float>>;
+  Flat state;
+  std::mt19937_64& g = test::rng();
+  for (int i = 0; i < 300; ++i) {
+    std::vector<float> v(1 + g() % 200);
+    for (float& x : v) x = static_cast<float>(g() % 10000) / 3.0f;
+    state["w" + std::to_string(1000 + i)] = std::move(v);  // (names of one length: _METADATA's order is the map's)
+  }
+  for (const bool zarr3 : {true, false}) {
+    CAPTURE(zarr3);
+    const std::string ckpt = dir / (zarr3 ? "v3" : "v2");
+    cairn::OrbaxSaveOptions o;
+    o.ocdbt = false;
+    o.zarr3 = zarr3;
+    cairn::save_orbax(ckpt, state, o);
+    REQUIRE(cairn::load_orbax<Flat>(ckpt) == state);
+    const std::string meta = zarr3 ? "zarr.json" : ".zarray";
+    const std::string chunk = zarr3 ? "c/0" : "0";
+    // Two arrays' metadata gone: the load names the first in _METADATA's order, every time.
+    const fs::path a = fs::path(ckpt) / "state" / "w1040" / meta, b = fs::path(ckpt) / "state" / "w1200" / meta;
+    fs::rename(a, a.string() + ".away");
+    fs::rename(b, b.string() + ".away");
+    for (int round = 0; round < 3; ++round) {
+      std::string what;
+      try {
+        (void)cairn::load_orbax<Flat>(ckpt);
+      } catch (const cairn::Error& e) {
+        what = e.what();
+      }
+      CHECK(what.find("'w1040' has no zarr metadata") != std::string::npos);
+      CHECK(what.find("w1200") == std::string::npos);
+    }
+    fs::rename(a.string() + ".away", a);
+    fs::rename(b.string() + ".away", b);
+    // A chunk cut short: the load names its array and its file.
+    const fs::path c = fs::path(ckpt) / "state" / "w1123" / chunk;
+    const std::string bytes = test::read_file(c);
+    fs::resize_file(c, bytes.size() - 3);
+    CHECK_THROWS_WITH_AS(cairn::load_orbax<Flat>(ckpt), doctest::Contains("w1123"), cairn::Error);
+    fs::remove(c);
+    test::write_file(c, bytes);
+    CHECK(cairn::load_orbax<Flat>(ckpt) == state);
+  }
+}
+
 TEST_CASE("an Orbax save that has not finished is incomplete, and a manager root's latest is its last finished step") {
   test::TempDir dir;
   auto state = [](std::int64_t step) { return std::map<std::string, std::int64_t>{{"step", step}}; };

@@ -198,6 +198,13 @@ inline std::size_t leaf_threads(const std::vector<ReadTask>& tasks, const std::v
   return std::min(cores, leaves.size());
 }
 
+// Whether reading the leaf opens a file of its own (StoreReader::opens_file_to_read), judged
+// by its first chunk.
+inline bool opens_files_to_read(const ReadTask& t, DataFiles& files) {
+  const LeafRecord& s = *t.leaf->stored;
+  return !s.chunks.empty() && files.get(s.chunks.front().file).opens_file_to_read();
+}
+
 // Reads the leaves on `threads` threads, each into a report of its own (reports[k] for
 // leaves[k]), for execute_plan_reads to add up in the leaves' order (the order a one-thread
 // read gives LoadReport::shard_reads).
@@ -333,11 +340,22 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
   // place.
   const bool runs_read = parallel_small_runs(tasks, runs);
   if (runs_read) read_small_runs_in_parallel(tasks, buffers, runs, files, options, plan.report);
-  std::vector<std::size_t> large;
+  std::vector<std::size_t> large, singles;
   for (std::size_t i = 0, next = 0; i < tasks.size();) {
     if (next < runs.size() && runs[next].first == i) i = runs[next++].second;
     else if (stored_bytes(tasks[i]) >= small_leaf_bytes) large.push_back(i++);
-    else ++i;
+    else singles.push_back(i++);
+  }
+  // Small leaves that are neither in a run nor served from memory, each in a file of its own
+  // (Orbax's layout of a file per chunk), are read side by side with the large ones: the load
+  // of 10,000 such arrays opened their files one after another on one core (docs/benchmarks.md,
+  // "Orbax import").
+  if (singles.size() >= parallel_small_files_min && opens_files_to_read(tasks[singles.front()], files) &&
+      leaf_threads(tasks, singles, buffers, files) > 1) {
+    std::vector<std::size_t> all;
+    all.reserve(large.size() + singles.size());
+    std::merge(large.begin(), large.end(), singles.begin(), singles.end(), std::back_inserter(all));
+    large = std::move(all);
   }
   std::vector<LoadReport> large_reports;
   if (const std::size_t threads = leaf_threads(tasks, large, buffers, files); threads > 1)

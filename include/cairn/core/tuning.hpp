@@ -26,6 +26,11 @@ inline constexpr std::uint64_t staging_bytes = std::uint64_t{8} << 20;
 // enough that each leaf is still in cache when its checksum is verified.
 inline constexpr std::uint64_t small_run_bytes = std::uint64_t{1} << 20;
 
+// Small leaves each in a file of its own (StoreReader::opens_file_to_read) are read on one
+// thread per core once a load holds at least this many: below it the threads cost more than
+// the opens they share. Not measured against other counts.
+inline constexpr std::size_t parallel_small_files_min = 64;
+
 // ---- The cast kernels (kernels/cast.hpp) ----
 
 // Host memory: the same conversion over blocks of a fixed number of elements, each a

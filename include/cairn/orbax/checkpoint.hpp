@@ -22,6 +22,7 @@
 
 #include "cairn/checkpoint/commit.hpp"
 #include "cairn/checkpoint/load_protocol.hpp"
+#include "cairn/core/parallel.hpp"
 #include "cairn/core/tuning.hpp"
 #include "cairn/kernels/box_plan.hpp"
 #include "cairn/orbax/msgpack.hpp"
@@ -144,6 +145,7 @@ class BlobReader final : public StoreReader {
     return in >= whole / 4 * 3 ? n : 0;
   }
   bool decodes() const override { return b_.kind == Blob::Kind::chunk && codecs().zstd; }
+  bool opens_file_to_read() const override { return !b_.db && (b_.kind == Blob::Kind::chunk || b_.kind == Blob::Kind::range); }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
     if (offset > b_.size || n > b_.size - offset)
       throw Error(ErrorKind::corrupt, "read past the end of a chunk", b_.name, b_.key);
@@ -445,7 +447,12 @@ class PytreeReader {
     ItemRecord item;
     item.name = item_name_;
     if (has_meta) {
-      for (const TreeMetadataEntry& entry : meta.entries) add_from_metadata(item, entry);
+      for (std::size_t from = 0; from < meta.entries.size(); from += prefetch_batch) {
+        const std::size_t to = std::min(meta.entries.size(), from + prefetch_batch);
+        if (!db_) prefetch_array_metadata(meta.entries, from, to);
+        for (std::size_t i = from; i < to; ++i) add_from_metadata(item, meta.entries[i]);
+      }
+      prefetched_.clear();
     } else {
       for (const std::string& param : params_without_metadata()) add_array(item, param, key_path_of(param));
     }
@@ -457,6 +464,40 @@ class PytreeReader {
 
  private:
   std::string meta_file() const { return store_.describe(join_key(dir_, "_METADATA")); }
+
+  // Whether an entry of _METADATA is an array, read from its zarr metadata (add_array).
+  static bool is_array(const TreeMetadataEntry& e) {
+    const std::string& t = e.value_type;
+    return !e.skip_deserialize && (t == "jax.Array" || t == "np.ndarray" || t == "scalar" || t.empty());
+  }
+
+  // The layout of a directory per parameter keeps each array's zarr metadata in a file of its
+  // own. The files of a batch of entries are read side by side (one thread per core, or as
+  // many requests as the store keeps in flight) before its arrays are added: read one after
+  // another, they were half of a load of 10,000 small arrays (docs/benchmarks.md, "Orbax
+  // import"). Batches bound the texts held at once. A file not read here (absent, or an
+  // error) is left to array_metadata, which tries it again in order and reports it there.
+  static constexpr std::size_t prefetch_batch = 1024;
+  void prefetch_array_metadata(const std::vector<TreeMetadataEntry>& entries, std::size_t from, std::size_t to) {
+    prefetched_.clear();
+    std::vector<const std::string*> params;
+    for (std::size_t i = from; i < to; ++i)
+      if (is_array(entries[i])) params.push_back(&entries[i].param);
+    if (params.size() < parallel_small_files_min) return;
+    const std::size_t threads = std::max<std::size_t>(static_cast<std::size_t>(std::max(1, store_.parallel_reads())),
+                                                      std::min<std::size_t>(usable_cores(), 16));
+    if (threads < 2) return;
+    prefetched_name_ = zarr3_ == 0 ? ".zarray" : "zarr.json";
+    std::vector<std::optional<std::string>> texts(params.size());
+    for_each_index(params.size(), static_cast<int>(threads), [&](std::size_t k) {
+      try {
+        texts[k] = read_blob(store_, join_key(dir_, *params[k] + "/" + prefetched_name_), 16u << 20);
+      } catch (const Error&) {
+      }
+    });
+    for (std::size_t k = 0; k < params.size(); ++k)
+      if (texts[k]) prefetched_.emplace(*params[k], std::move(*texts[k]));
+  }
 
   // `_sharding`: base64url(parameter name) -> a JSON string describing the sharding.
   std::map<std::string, Json> read_sharding() {
@@ -572,7 +613,7 @@ class PytreeReader {
       item.leaves.push_back(std::move(l));
       return;
     }
-    if (type == "jax.Array" || type == "np.ndarray" || type == "scalar" || type.empty()) {
+    if (is_array(entry)) {
       add_array(item, param, path);
       return;
     }
@@ -685,6 +726,14 @@ class PytreeReader {
         return false;
       }
       const std::string sk = join_key(dir_, k);
+      if (name == prefetched_name_)
+        if (auto it = prefetched_.find(param); it != prefetched_.end()) {
+          text = std::move(it->second);
+          prefetched_.erase(it);
+          format = f;
+          file_key = sk;
+          return true;
+        }
       try {
         text = read_blob(store_, sk, 16u << 20);  // no stat first: one call fewer per array
       } catch (const Error& e) {
@@ -904,6 +953,9 @@ class PytreeReader {
   bool aggregate_loaded_ = false;
   std::string aggregate_text_;
   MsgValue aggregate_;
+  // The zarr metadata texts of a batch of parameters, read side by side (prefetch_array_metadata).
+  std::unordered_map<std::string, std::string> prefetched_;
+  std::string prefetched_name_;
 };
 
 // Whether the directory at `key` is a pytree's (its _METADATA or its OCDBT database).

@@ -63,6 +63,12 @@ class StoreReader {
   // such reads are bound by the CPU, whatever the medium, and the loader reads several such
   // blobs at once on several threads. false (the default) is always safe.
   virtual bool decodes() const { return false; }
+  // Whether a read of this blob opens a file of its own (Orbax's layout of a file per chunk):
+  // the loader reads many such small blobs side by side on one thread per core, since opening
+  // a file is work the kernel does on the calling thread. Small blobs served from memory (an
+  // OCDBT database's) answer false: their reads are a copy, which the threads' handoff costs
+  // more than. false (the default) is always safe.
+  virtual bool opens_file_to_read() const { return false; }
   // Exactly n bytes at `offset`, or throws: a blob shorter than that is corrupt (truncated).
   virtual void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const = 0;
   // Consecutive ranges from `offset` on, each into its own buffer, as one request: how many
