@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// What both benchmark programs need: a clock, byte sizes with suffixes, evicting written files
-// from the page cache (for cold reads), and the median of repeated runs.
+// What the benchmark programs need: a clock, byte sizes with suffixes, evicting written files
+// from the page cache (for cold reads), the median of repeated runs, and the process's resident
+// memory and its peak.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -47,5 +50,19 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+
+// A field of /proc/self/status in KiB (0 where it is not there).
+inline std::uint64_t proc_status_kib(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field, 0) == 0) return std::strtoull(line.c_str() + std::strlen(field), nullptr, 10);
+  return 0;
+}
+// Resident memory now (VmRSS), and its peak since the last reset_peak_rss (VmHWM), in bytes.
+inline std::uint64_t rss_bytes() { return proc_status_kib("VmRSS:") * 1024; }
+inline std::uint64_t peak_rss_bytes() { return proc_status_kib("VmHWM:") * 1024; }
+// Resets the peak (Linux 4.0+), so that each phase measures its own.
+inline void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 }  // namespace bench

@@ -76,20 +76,9 @@ void usage() {
       "  --gpu               the GPU figures of --sharded alone (a build with nvcc)");
 }
 
-
-std::uint64_t proc_status_kib(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(field, 0) == 0) return std::strtoull(line.c_str() + std::strlen(field), nullptr, 10);
-  return 0;
-}
-std::uint64_t rss_bytes() { return proc_status_kib("VmRSS:") * 1024; }
-std::uint64_t peak_rss_bytes() { return proc_status_kib("VmHWM:") * 1024; }
-// Resets the peak-RSS counter (Linux 4.0+), so each phase measures its own peak.
-void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
-
-
+using bench::peak_rss_bytes;
+using bench::reset_peak_rss;
+using bench::rss_bytes;
 
 template <class T>
 using State = std::map<std::string, std::vector<std::vector<T>>>;

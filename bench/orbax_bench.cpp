@@ -211,12 +211,17 @@ double plain_read(const std::string& dir, const std::vector<ArrayFiles>& arrays,
   return t;
 }
 
-double cairn_load(const std::string& dir, std::uint64_t& bytes) {
+// The load's time; `extra` gets its peak resident memory beyond the state it returns (the
+// growth of the process's peak from before the load, less the state's bytes).
+double cairn_load(const std::string& dir, std::uint64_t& bytes, std::int64_t& extra) {
+  bench::reset_peak_rss();
+  const std::uint64_t base = bench::rss_bytes();
   const double t0 = bench::now_s();
   auto state = cairn::load_orbax<std::map<std::string, std::map<std::string, cairn::Array<float>>>>(dir);
   const double t = bench::now_s() - t0;
   bytes = 0;
   for (const auto& [k, v] : state.at("params")) bytes += v.size() * sizeof(float);
+  extra = static_cast<std::int64_t>(bench::peak_rss_bytes()) - static_cast<std::int64_t>(base) - static_cast<std::int64_t>(bytes);
   return t;
 }
 
@@ -226,12 +231,14 @@ void run(const Args& a, const std::string& what, int leaves, std::uint64_t eleme
   const std::vector<ArrayFiles> arrays = write_checkpoint(dir, leaves, elements, zstd, ocdbt);
   std::vector<double> plain, load;
   std::uint64_t plain_bytes = 0, load_bytes = 0;
+  std::int64_t extra = 0, most = 0;
   for (int r = 0; r < a.repeat; ++r) {
     // Alternated, each from the same cache state.
     if (!a.warm) bench::evict_tree(dir);
     plain.push_back(plain_read(dir, arrays, zstd, plain_bytes));
     if (!a.warm) bench::evict_tree(dir);
-    load.push_back(cairn_load(dir, load_bytes));
+    load.push_back(cairn_load(dir, load_bytes, extra));
+    most = std::max(most, extra);
   }
   if (plain_bytes != load_bytes) {
     std::fprintf(stderr, "the load returned %llu bytes, the plain read %llu\n", (unsigned long long)load_bytes,
@@ -242,8 +249,9 @@ void run(const Args& a, const std::string& what, int leaves, std::uint64_t eleme
   std::printf("%s: %d leaves, %.3f GiB (%s)\n", what.c_str(), leaves, gib, a.warm ? "page cache" : "evicted before each read");
   std::printf("  %-36s %9.1f ms  %7.2f GiB/s\n", zstd ? "plain read + ZSTD_decompressDCtx" : "plain read", bench::median(plain) * 1e3,
               gib / bench::median(plain));
-  std::printf("  %-36s %9.1f ms  %7.2f GiB/s  %.2fx of the limit\n", "cairn::load_orbax<T>", bench::median(load) * 1e3,
-              gib / bench::median(load), bench::median(plain) / bench::median(load));
+  std::printf("  %-36s %9.1f ms  %7.2f GiB/s  %.2fx of the limit; peak memory beside the state %.1f MiB\n",
+              "cairn::load_orbax<T>", bench::median(load) * 1e3, gib / bench::median(load),
+              bench::median(plain) / bench::median(load), static_cast<double>(most) / (1 << 20));
 }
 
 // The export (cairn::save_orbax) of `leaves` float32 arrays beside the limit measured in the
