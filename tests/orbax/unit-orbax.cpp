@@ -968,6 +968,56 @@ TEST_CASE("an Orbax checkpoint of a file per chunk read side by side names the a
   }
 }
 
+// A zstd chunk stored in more bytes than the decoder's input window (zstd_input_window_bytes)
+// is read as it decodes, a window at a time; before, it was read whole beside its target.
+TEST_CASE("a zstd chunk larger than the decoder's input window loads bit-exactly, whole and in shards, and damage is refused") {
+  test::TempDir dir;
+  using Flat = std::map<std::string, std::vector<float>>;
+  using Sharded = std::map<std::string, cairn::ShardedArray<float>>;
+  // Random bits do not compress: the chunk is stored in about its 20 MiB.
+  const Flat state{{"big", test::random_bits<float>(5 << 20)}, {"small", test::random_bits<float>(7)}};
+  const auto same = [&](const Flat& f) {  // (random bits hold NaNs: compared bit by bit)
+    return f.size() == 2 && test::same_bits(f.at("big"), state.at("big")) && test::same_bits(f.at("small"), state.at("small"));
+  };
+  struct Way {
+    const char* name;
+    bool ocdbt, zarr3;
+    const char* chunk;  // the big array's chunk file, in the layouts of a file per chunk
+  };
+  for (const Way way : {Way{"ocdbt", true, true, ""}, Way{"dirs3", false, true, "c/0"}, Way{"dirs2", false, false, "0"}}) {
+    const std::string way_name = way.name;
+    CAPTURE(way_name);
+    const std::string ckpt = dir / way.name;
+    cairn::OrbaxSaveOptions o;
+    o.ocdbt = way.ocdbt;
+    o.zarr3 = way.zarr3;
+    o.zstd_level = 1;
+    const cairn::OrbaxSaveReport r = cairn::save_orbax(ckpt, state, o);
+    REQUIRE(r.stored_bytes > (std::uint64_t{16} << 20));
+    CHECK(same(cairn::load_orbax<Flat>(ckpt)));
+    // In three shards: each reads its third of the chunk.
+    Sharded sh;
+    sh["big"] = cairn::ShardedArray<float>(cairn::NamedSharding(cairn::Mesh::host({{"x", 3}}), cairn::PartitionSpec{"x"}));
+    sh["small"] = cairn::ShardedArray<float>(cairn::NamedSharding(cairn::Mesh::host({{"x", 1}}), cairn::PartitionSpec{"x"}));
+    cairn::load_orbax(ckpt, sh);
+    CHECK(test::same_bits(sh["big"].gather(), state.at("big")));
+    CHECK(cairn::verify(cairn::Location(ckpt)).ok());
+    if (!*way.chunk) continue;
+    const fs::path c = fs::path(ckpt) / "state" / "big" / way.chunk;
+    const std::string bytes = test::read_file(c);
+    // Cut short, in its last window: refused, naming the array.
+    fs::resize_file(c, bytes.size() - 100);
+    CHECK_THROWS_WITH_AS(cairn::load_orbax<Flat>(ckpt), doctest::Contains("big"), cairn::Error);
+    // Bytes after its frame: refused too.
+    fs::remove(c);
+    test::write_file(c, bytes + std::string(64, '\x07'));
+    CHECK_THROWS_WITH_AS(cairn::load_orbax<Flat>(ckpt), doctest::Contains("big"), cairn::Error);
+    fs::remove(c);
+    test::write_file(c, bytes);
+    CHECK(same(cairn::load_orbax<Flat>(ckpt)));
+  }
+}
+
 TEST_CASE("an Orbax save that has not finished is incomplete, and a manager root's latest is its last finished step") {
   test::TempDir dir;
   auto state = [](std::int64_t step) { return std::map<std::string, std::int64_t>{{"step", step}}; };

@@ -70,6 +70,11 @@ inline constexpr std::uint64_t crc_piece_bytes = std::uint64_t{256} << 10;
 // index and its one chunk together (orbax/checkpoint.hpp): one read of a small array instead of
 // two, where reading the rest of a larger shard would cost more than the second read.
 inline constexpr std::uint64_t small_shard_bytes = std::uint64_t{64} << 10;
+// A zstd chunk stored in more bytes than this is read as it decodes, this many bytes at a
+// time (orbax/checkpoint.hpp's BlobReader::stream), not whole before it: the memory a load
+// takes beside its target stays this window, whatever the chunk's size. Not measured against
+// other sizes.
+inline constexpr std::uint64_t zstd_input_window_bytes = std::uint64_t{8} << 20;
 
 // A chunk read straight into device memory is read in pieces of this size into two pinned
 // buffers, one piece crossing to the device while the next is read (box_reader.hpp,

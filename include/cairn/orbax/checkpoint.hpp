@@ -306,6 +306,17 @@ class BlobReader final : public StoreReader {
       size = source_size();
       if (size > (std::uint64_t(1) << 40)) zarr_fail("chunk is too large", b_.name, b_.key);
     }
+    // A large zstd chunk decoded straight into its target is read as it decodes, a window at
+    // a time (stream): read whole first, a chunk of 4 GiB took 4 GiB beside its target.
+    if (c.zstd && !c.crc32c && b_.stored == b_.box_shape && size > zstd_input_window_bytes) {
+      input_at_ = offset;
+      input_size_ = size;
+      input_taken_ = 0;
+      input_streamed_ = true;
+      stored_.clear();
+      located_ = true;
+      return;
+    }
     stored_.resize(static_cast<std::size_t>(size));
     read_source(stored_.data(), size, offset);
     let_go_of_file();
@@ -322,6 +333,7 @@ class BlobReader final : public StoreReader {
     }
     ZSTD_outBuffer out{dst, static_cast<std::size_t>(n), 0};
     while (out.pos < out.size) {
+      next_input();
       ZSTD_inBuffer in{stored_.data(), stored_.size(), in_pos_};
       const std::size_t before = out.pos;
       const std::size_t r = ZSTD_decompressStream(stream_.get(), &out, &in);
@@ -334,7 +346,8 @@ class BlobReader final : public StoreReader {
     streamed_ += n;
     if (streamed_ < b_.size) return;
     // The end: what is left of the input must decode to nothing and end its frame.
-    while (!(frame_ended_ && in_pos_ == stored_.size())) {
+    while (!(frame_ended_ && input_done())) {
+      next_input();
       unsigned char probe;
       ZSTD_outBuffer more{&probe, 1, 0};
       ZSTD_inBuffer in{stored_.data(), stored_.size(), in_pos_};
@@ -351,11 +364,30 @@ class BlobReader final : public StoreReader {
     std::string().swap(stored_);
     streamed_ = 0;
     located_ = false;
+    if (input_streamed_) input_streamed_ = false, let_go_of_file();
+  }
+  // Whether the decoder has every stored byte of the chunk (stream).
+  bool input_done() const { return in_pos_ == stored_.size() && (!input_streamed_ || input_taken_ == input_size_); }
+  // A chunk whose stored bytes are read as it decodes (locate): the next window, once the
+  // decoder has taken the last.
+  void next_input() const {
+    if (!input_streamed_ || in_pos_ < stored_.size() || input_taken_ == input_size_) return;
+    const std::uint64_t k = std::min(zstd_input_window_bytes, input_size_ - input_taken_);
+    stored_.resize(static_cast<std::size_t>(k));
+    read_source(stored_.data(), k, input_at_ + input_taken_);
+    input_taken_ += k;
+    in_pos_ = 0;
   }
   // The chunk's box decoded whole (a read out of order, or a box cut from an edge chunk).
   void decode_all() const {
     stream_.reset();
     streamed_ = 0;
+    if (input_streamed_) {  // (a read out of order: the whole chunk's stored bytes after all)
+      stored_.resize(static_cast<std::size_t>(input_size_));
+      read_source(stored_.data(), input_size_, input_at_);
+      input_streamed_ = false;
+      let_go_of_file();
+    }
     const ZarrCodecs& c = codecs();
     const std::size_t item = dtype_size(b_.array->dtype);
     const std::uint64_t full = element_count(b_.stored) * item;
@@ -385,6 +417,10 @@ class BlobReader final : public StoreReader {
   mutable ZstdDecoder stream_;  // while the chunk streams (take_decoder)
   mutable bool located_ = false, decoded_done_ = false, raw_inner_ = false, missing_ = false, frame_ended_ = false;
   mutable std::uint64_t inner_offset_ = 0, consumed_ = 0, streamed_ = 0, in_pos_ = 0;
+  // A large zstd chunk read as it decodes (locate, next_input): where its stored bytes lie in
+  // the source, how many, and how many were read; stored_ holds the window being decoded.
+  mutable bool input_streamed_ = false;
+  mutable std::uint64_t input_at_ = 0, input_size_ = 0, input_taken_ = 0;
 };
 
 inline std::unique_ptr<StoreReader> OrbaxView::open(const std::string& key) const {
