@@ -58,6 +58,31 @@ inline constexpr const char* usage_text =
     "--name=value. verify, show, diff and convert show their progress on stderr where it is a\n"
     "terminal (--progress: also where it is not; --quiet: never). cairn --version prints the version.\n";
 
+// The help of one command (`cairn CMD --help`): its lines of usage_text, then the notes that
+// hold for every command (the unindented lines after the list). Empty for a command it does
+// not list.
+inline std::string command_usage(const std::string& cmd) {
+  std::vector<std::string> lines;
+  for (std::string_view t = usage_text; !t.empty();) {
+    const std::size_t nl = t.find('\n');
+    lines.emplace_back(t.substr(0, nl));
+    t.remove_prefix(nl == std::string_view::npos ? t.size() : nl + 1);
+  }
+  // A command's first line is indented by two spaces; its continuations by more.
+  const auto starts_command = [](const std::string& l) { return l.size() > 2 && l[0] == ' ' && l[1] == ' ' && l[2] != ' '; };
+  std::string out = "usage: cairn " + cmd + " ...\n";
+  bool in = false, found = false;
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    if (starts_command(l)) in = l.rfind("  " + cmd + " ", 0) == 0;
+    else if (!l.empty() && l[0] != ' ') in = false;
+    if (in) out += l + "\n", found = true;
+  }
+  if (!found) return "";
+  for (std::size_t i = 1; i < lines.size(); ++i)
+    if (!lines[i].empty() && lines[i][0] != ' ') out += lines[i] + "\n";
+  return out;
+}
 
 inline CastRule parse_cast(const std::string& arg) {
   const auto eq = arg.rfind('=');
@@ -92,6 +117,12 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
       return exit_ok;
     }
     const std::string& cmd = args[0];
+    // `cairn CMD --help` (or -h, anywhere after the command): that command's help, on stdout.
+    if (std::any_of(args.begin() + 1, args.end(), [](const std::string& a) { return a == "--help" || a == "-h"; }))
+      if (const std::string help = command_usage(cmd); !help.empty()) {
+        out << help;
+        return exit_ok;
+      }
     std::vector<std::string> pos;
     bool json = false, verify_first = false, quiet = false, force_progress = false;
     double atol = 0, rtol = 0;

@@ -526,6 +526,23 @@ TEST_CASE("bad command lines and paths are one-line errors with exit 2, never a 
                                                                                       cairn::cli::usage_text + std::strlen(cairn::cli::usage_text), '\n') : 1));
   }
   CHECK(cli({"--help"}).status == 0);
+  // `cairn CMD --help` is that command's help on stdout, wherever the flag is, not an error.
+  for (const char* cmd : {"ls", "verify", "show", "diff", "convert"})
+    for (const char* flag : {"--help", "-h"}) {
+      CAPTURE(cmd);
+      CAPTURE(flag);
+      const Run h = cli({cmd, flag});
+      CHECK(h.status == 0);
+      CHECK(h.err.empty());
+      CHECK(h.out.rfind(std::string("usage: cairn ") + cmd, 0) == 0);
+      CHECK(has(h.out, std::string("\n  ") + cmd + " "));
+      CHECK(has(h.out, "--step N"));  // the notes for every command
+      for (const char* other : {"ls PATH", "verify PATH", "show PATH", "diff A B", "convert SRC"})
+        if (std::string(other).rfind(cmd, 0) != 0) CHECK_FALSE(has(h.out, std::string("  ") + other));
+      CHECK(cli({cmd, "some/path", flag}).status == 0);
+    }
+  CHECK(has(cli({"convert", "--help"}).out, "--orbax-layout"));
+  CHECK(cli({"frobnicate", "--help"}).status == 2);  // an unknown command is still an error
   // An option of another command is refused, never taken and ignored.
   const Run r = cli({"diff", "a", "b", "--exclude", "name"});
   CHECK(r.status == 2);
