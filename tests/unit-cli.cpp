@@ -248,6 +248,15 @@ TEST_CASE("show: values, slices, numpy-like abbreviation, reading only what it p
   CHECK(has(r.out, "[20.5, 21.5, 22.5, 23.5]"));
   r = cli({"show", c, "w[1, 2]"});
   CHECK(has(r.out, "\n12.5\n"));
+  // "..." stands for the whole dimensions the rank leaves, as in numpy.
+  r = cli({"show", c, "w[..., 1]"});
+  CHECK(has(r.out, "showing [0:3, 1:2]\n[1.5, 11.5, 21.5]\n"));
+  r = cli({"show", c, "w[2, ...]"});
+  CHECK(has(r.out, "showing [2:3, 0:4]\n[20.5, 21.5, 22.5, 23.5]\n"));
+  r = cli({"show", c, "w[1, ..., 3]"});
+  CHECK(has(r.out, "\n13.5\n"));
+  r = cli({"show", c, "w[...]"});
+  CHECK(has(r.out, "showing [0:3, 0:4]\n[[0.5, 1.5, 2.5, 3.5],"));
   r = cli({"show", c, "sharded[2:4, :]"});  // across shard boundaries
   CHECK(has(r.out, "[[8, 9, 10, 11],\n [12, 13, 14, 15]]"));
   r = cli({"show", c, "counts"});
@@ -269,7 +278,7 @@ TEST_CASE("show: values, slices, numpy-like abbreviation, reading only what it p
   // Errors: one line, exit 2.
   for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
            {"show", c, "nothing"}, {"show", c, "w[5]"}, {"show", c, "w[0:1:2]"}, {"show", c, "w[a]"},
-           {"show", c, "w[0, 0, 0]"}, {"show", c, "w[0"}}) {
+           {"show", c, "w[0, 0, 0]"}, {"show", c, "w[0"}, {"show", c, "w[..., ...]"}, {"show", c, "w[0, ..., 0, 0]"}}) {
     CAPTURE(bad[2]);
     r = cli(bad);
     CHECK(r.status == 2);

@@ -22,6 +22,19 @@ struct Slice {
   std::string key;
   std::vector<Dim> dims;
   bool given = false;
+  // Where "..." stood among the dims (it is none of them): as many whole dimensions as the
+  // array's rank leaves, as in numpy ("w[..., 0]": the first element of the last dimension).
+  std::optional<std::size_t> ellipsis;
+  // The dims, one per dimension of an array of rank `rank`: "..." spelled out, and those not
+  // given at the end whole.
+  std::vector<Dim> spelled(std::size_t rank, const std::string& for_key) const {
+    if (dims.size() > rank)
+      throw Error(ErrorKind::invalid_argument, std::to_string(dims.size()) + " indices for an array of rank " +
+                  std::to_string(rank), {}, for_key);
+    std::vector<Dim> out(dims.begin(), dims.end());
+    out.insert(out.begin() + static_cast<std::ptrdiff_t>(ellipsis.value_or(dims.size())), rank - dims.size(), Dim{});
+    return out;
+  }
 };
 
 inline Slice parse_slice(const std::string& arg) {
@@ -43,6 +56,14 @@ inline Slice parse_slice(const std::string& arg) {
   while (start <= body.size()) {
     const std::size_t comma = std::min(body.find(',', start), body.size());
     const std::string part = body.substr(start, comma - start);
+    std::string bare = part;
+    bare.erase(std::remove(bare.begin(), bare.end(), ' '), bare.end());
+    if (bare == "...") {
+      if (s.ellipsis) throw Error(ErrorKind::invalid_argument, "a slice takes one '...': " + arg);
+      s.ellipsis = s.dims.size();
+      start = comma + 1;
+      continue;
+    }
     Slice::Dim d;
     const auto colon = part.find(':');
     if (colon == std::string::npos) {
@@ -63,14 +84,12 @@ inline Slice parse_slice(const std::string& arg) {
 
 // The box a slice selects of a shape (python's rules: negative from the end, stops clamped).
 inline Box slice_box(const Slice& s, const Shape& shape, const std::string& key) {
-  if (s.dims.size() > shape.size())
-    throw Error(ErrorKind::invalid_argument, std::to_string(s.dims.size()) + " indices for an array of rank " +
-                std::to_string(shape.size()), {}, key);
+  const std::vector<Slice::Dim> dims = s.spelled(shape.size(), key);
   Box b{Shape(shape.size(), 0), shape};
-  for (std::size_t d = 0; d < s.dims.size(); ++d) {
+  for (std::size_t d = 0; d < dims.size(); ++d) {
     const std::int64_t n = shape[d];
     auto clamp = [&](std::int64_t v) { return std::clamp<std::int64_t>(v < 0 ? v + n : v, 0, n); };
-    const auto& dim = s.dims[d];
+    const auto& dim = dims[d];
     if (dim.index) {
       const std::int64_t i = *dim.start < 0 ? *dim.start + n : *dim.start;
       if (i < 0 || i >= n)
@@ -199,9 +218,10 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
   if (s.given) out << ", showing " << shown;
   out << "\n";
   // Dimensions indexed by a single number are dropped, as numpy does.
+  const std::vector<Slice::Dim> dims = s.spelled(rank, key);
   std::vector<std::size_t> shown_dims;
   for (std::size_t d = 0; d < rank; ++d)
-    if (!(d < s.dims.size() && s.dims[d].index)) shown_dims.push_back(d);
+    if (!dims[d].index) shown_dims.push_back(d);
   std::vector<std::int64_t> idx(rank, 0);
   std::string text;
   std::function<void(std::size_t)> print = [&](std::size_t level) {
