@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -957,6 +958,40 @@ TEST_CASE("an Orbax checkpoint of a file per chunk read side by side names the a
     }
     fs::rename(a.string() + ".away", a);
     fs::rename(b.string() + ".away", b);
+    // Each metadata file is opened once, also where _METADATA does not say which zarr version
+    // it is (zarr.json is looked for first: once per array, not again after being missed).
+    if (!zarr3) {
+      const std::string meta_path = ckpt + "/state/_METADATA";
+      std::string m = test::read_file(meta_path);
+      const std::size_t at = m.find(",\"use_zarr3\":false");
+      REQUIRE(at != std::string::npos);
+      m.erase(at, std::strlen(",\"use_zarr3\":false"));
+      fs::remove(meta_path);
+      test::write_file(meta_path, m);
+      std::mutex mu;
+      std::map<std::string, int> opens;
+      {
+        test::FaultInjection count([&](const std::string& call, const std::string& path) {
+          if (call == "open") {
+            std::lock_guard<std::mutex> lock(mu);
+            ++opens[path];
+          }
+          return 0;
+        });
+        REQUIRE(cairn::load_orbax<Flat>(ckpt) == state);
+      }
+      int json = 0, zarray = 0;
+      for (const auto& [path, n] : opens) {
+        const std::string p = path;  // (clang 14 cannot capture a structured binding)
+        CAPTURE(p);
+        if (path.ends_with("/zarr.json") || path.ends_with("/.zarray")) {
+          CHECK(n == 1);
+          ++(path.ends_with("/zarr.json") ? json : zarray);
+        }
+      }
+      CHECK(json == 300);
+      CHECK(zarray == 300);
+    }
     // A chunk cut short: the load names its array and its file.
     const fs::path c = fs::path(ckpt) / "state" / "w1123" / chunk;
     const std::string bytes = test::read_file(c);

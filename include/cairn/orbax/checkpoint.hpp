@@ -511,8 +511,10 @@ class PytreeReader {
   // own. The files of a batch of entries are read side by side (one thread per core, or as
   // many requests as the store keeps in flight) before its arrays are added: read one after
   // another, they were half of a load of 10,000 small arrays (docs/benchmarks.md, "Orbax
-  // import"). Batches bound the texts held at once. A file not read here (absent, or an
-  // error) is left to array_metadata, which tries it again in order and reports it there.
+  // import"). Batches bound the texts held at once. Each parameter's names are tried in
+  // array_metadata's order (zarr.json, then .zarray, as _METADATA allows), the next only where
+  // the last is not there. A parameter none was read of (an error, or neither there) is left
+  // to array_metadata, which tries it again in order and reports it there.
   static constexpr std::size_t prefetch_batch = 1024;
   void prefetch_array_metadata(const std::vector<TreeMetadataEntry>& entries, std::size_t from, std::size_t to) {
     prefetched_.clear();
@@ -523,16 +525,21 @@ class PytreeReader {
     const std::size_t threads = std::max<std::size_t>(static_cast<std::size_t>(std::max(1, store_.parallel_reads())),
                                                       std::min<std::size_t>(usable_cores(), 16));
     if (threads < 2) return;
-    prefetched_name_ = zarr3_ == 0 ? ".zarray" : "zarr.json";
-    std::vector<std::optional<std::string>> texts(params.size());
+    std::vector<Prefetched> found(params.size());
     for_each_index(params.size(), static_cast<int>(threads), [&](std::size_t k) {
-      try {
-        texts[k] = read_blob(store_, join_key(dir_, *params[k] + "/" + prefetched_name_), 16u << 20);
-      } catch (const Error&) {
+      for (const int format : {3, 2}) {
+        if ((format == 3 && zarr3_ == 0) || (format == 2 && zarr3_ == 1)) continue;
+        try {
+          found[k].text = read_blob(store_, join_key(dir_, *params[k] + (format == 3 ? "/zarr.json" : "/.zarray")), 16u << 20);
+          found[k].format = format;
+          return;
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::not_found) return;
+        }
       }
     });
     for (std::size_t k = 0; k < params.size(); ++k)
-      if (texts[k]) prefetched_.emplace(*params[k], std::move(*texts[k]));
+      if (found[k].format) prefetched_.emplace(*params[k], std::move(found[k]));
   }
 
   // `_sharding`: base64url(parameter name) -> a JSON string describing the sharding.
@@ -762,14 +769,16 @@ class PytreeReader {
         return false;
       }
       const std::string sk = join_key(dir_, k);
-      if (name == prefetched_name_)
-        if (auto it = prefetched_.find(param); it != prefetched_.end()) {
-          text = std::move(it->second);
-          prefetched_.erase(it);
-          format = f;
-          file_key = sk;
-          return true;
-        }
+      // Read already (prefetch_array_metadata): as this name, or as a later one, this one
+      // having been found missing.
+      if (auto it = prefetched_.find(param); it != prefetched_.end()) {
+        if (it->second.format != f) return false;
+        text = std::move(it->second.text);
+        prefetched_.erase(it);
+        format = f;
+        file_key = sk;
+        return true;
+      }
       try {
         text = read_blob(store_, sk, 16u << 20);  // no stat first: one call fewer per array
       } catch (const Error& e) {
@@ -989,9 +998,13 @@ class PytreeReader {
   bool aggregate_loaded_ = false;
   std::string aggregate_text_;
   MsgValue aggregate_;
-  // The zarr metadata texts of a batch of parameters, read side by side (prefetch_array_metadata).
-  std::unordered_map<std::string, std::string> prefetched_;
-  std::string prefetched_name_;
+  // The zarr metadata of a batch of parameters, read side by side (prefetch_array_metadata):
+  // its text and its zarr format (3: zarr.json, 2: .zarray; 0: none read).
+  struct Prefetched {
+    std::string text;
+    int format = 0;
+  };
+  std::unordered_map<std::string, Prefetched> prefetched_;
 };
 
 // Whether the directory at `key` is a pytree's (its _METADATA or its OCDBT database).
