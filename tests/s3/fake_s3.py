@@ -33,7 +33,10 @@ Control, on the same port (never a bucket name S3 allows, as it starts with '_')
                                        "signed_by": {access key: requests},
                                        "issued": {source: credentials handed out}}
                                       (in_flight: requests being handled now, control ones aside;
-                                      max_in_flight: the most at once since the last reset)
+                                      max_in_flight: the most at once since the last reset;
+                                      watched_max_in_flight: the same of those /_watch names)
+  POST /_watch?match=S                count in watched_max_in_flight the requests whose
+                                      "METHOD path?query" contains S (until the next reset)
 
 Credential sources, as AWS's answer on the machines training runs on (s3/credentials.hpp); each
 hands out temporary credentials under a new access key (IMDS1, IMDS2, ..., CONTAINER1, ...,
@@ -85,6 +88,7 @@ uploads = {}      # upload id -> {"bucket", "key", "parts": {n: bytes}, "initiat
 LOG = os.environ.get("FAKE_S3_LOG")
 LATENCY = float(os.environ.get("FAKE_S3_LATENCY", "0"))
 state = {"requests": 0, "bytes_read": 0, "faults_hit": 0, "faults": [], "next_upload": 0, "in_flight": 0, "max_in_flight": 0,
+         "watch": None, "watched_in_flight": 0, "watched_max_in_flight": 0,
          "expired": set(), "signed_by": {}, "issued": {}}
 creds_config = {"lifetime": 3600, "auth": "", "role_arn": "", "web_token": "", "imds_fail": 0,
                 "require_signed": False, "source_key": "", "source_secret": "", "external_id": "",
@@ -215,6 +219,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def handle_any(self, method):
         bucket, key, q = self.parse()
+        if bucket == "_watch" and method == "POST":
+            with lock:
+                state.update(watch=q["match"], watched_in_flight=0, watched_max_in_flight=0)
+            return self.reply(200)
         if bucket == "_fault" and method == "POST":
             with lock:
                 state["faults"].append({"at": state["requests"] + int(q["at"]) if "at" in q else None,
@@ -228,6 +236,7 @@ class Handler(BaseHTTPRequestHandler):
         if bucket == "_reset":
             with lock:
                 state.update(requests=0, bytes_read=0, faults_hit=0, faults=[], max_in_flight=0, expired=set(), signed_by={},
+                             watch=None, watched_in_flight=0, watched_max_in_flight=0,
                              issued={})
                 creds_config.update(lifetime=3600, auth="", role_arn="", web_token="", imds_fail=0,
                                     require_signed=False, source_key="", source_secret="", external_id="",
@@ -253,6 +262,7 @@ class Handler(BaseHTTPRequestHandler):
                 body = json.dumps({"requests": state["requests"], "faults_hit": state["faults_hit"],
                                    "open_uploads": len(uploads), "in_flight": state["in_flight"],
                                    "max_in_flight": state["max_in_flight"], "bytes_read": state["bytes_read"],
+                                   "watched_max_in_flight": state["watched_max_in_flight"],
                                    "signed_by": state["signed_by"], "issued": state["issued"]}).encode()
             return self.reply(200, body, {"Content-Type": "application/json"})
         head = method == "HEAD"
@@ -263,9 +273,13 @@ class Handler(BaseHTTPRequestHandler):
                 f.write("%s %s\n" % (method, self.path))
         auth = self.headers.get("Authorization") or ""
         signer = auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else ""
+        watched = state["watch"] is not None and state["watch"] in "%s %s" % (method, self.path)
         with lock:
             state["in_flight"] += 1
             state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
+            if watched:
+                state["watched_in_flight"] += 1
+                state["watched_max_in_flight"] = max(state["watched_max_in_flight"], state["watched_in_flight"])
             state["signed_by"][signer] = state["signed_by"].get(signer, 0) + 1
             expired = signer in state["expired"]
             refused = signer == "" and creds_config["require_signed"]
@@ -286,6 +300,8 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             with lock:
                 state["in_flight"] -= 1
+                if watched:
+                    state["watched_in_flight"] -= 1
 
     def issue(self, source):
         with lock:

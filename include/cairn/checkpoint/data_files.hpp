@@ -105,6 +105,8 @@ class DataFiles {
   // How errors name a data file.
   std::string describe(const std::string& name) const { return store_.describe(key_of(name)); }
   std::string describe() const { return store_.describe(key_); }
+  // How many reads of these files gain from being in flight at once (Store::parallel_reads).
+  int parallel_reads() const { return store_.parallel_reads(); }
 
  private:
   std::string key_of(const std::string& name) const {

@@ -180,16 +180,22 @@ inline std::uint64_t stored_bytes(const ReadTask& t) {
 // parallel_small_runs does) or blobs that decode (StoreReader::decodes: Orbax's zstd chunks).
 // Device targets stay on one thread (their copies use the CUDA stream and pinned buffers of
 // this one). From a disk that is the limit, one thread reads in file order.
-inline std::size_t leaf_threads(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves,
-                                const ReadBuffers& buffers, DataFiles& files) {
-  static const std::size_t cores = std::min<std::size_t>(usable_cores(), 16);
-  if (cores < 2 || leaves.size() < 2) return 1;
+// Whether every one of these leaves' targets is in host memory (a device target's copies use
+// the CUDA stream and pinned buffers of the loading thread).
+inline bool host_targets(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves, const ReadBuffers& buffers) {
   for (std::size_t i : leaves) {
     const ReadTask& t = tasks[i];
     if (t.buffer)
       for (const auto& sh : buffers[t.buffer - 1].shards)
-        if (sh.memory != MemoryKind::host) return 1;
+        if (sh.memory != MemoryKind::host) return false;
   }
+  return true;
+}
+
+inline std::size_t leaf_threads(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves,
+                                const ReadBuffers& buffers, DataFiles& files) {
+  static const std::size_t cores = std::min<std::size_t>(usable_cores(), 16);
+  if (cores < 2 || leaves.size() < 2 || !host_targets(tasks, leaves, buffers)) return 1;
   const LeafRecord& first = *tasks[leaves.front()].leaf->stored;
   if (first.chunks.empty()) return 1;
   const ChunkRecord& c = first.chunks.front();
@@ -335,9 +341,9 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
     i = j;
   }
   // In memory, the runs first, on two threads, and the large leaves (each read on its own) side
-  // by side on one thread per core where that helps; then the other leaves (and from the disk
-  // the runs too, on this thread) in file order, the large leaves' reports added up in their
-  // place.
+  // by side on one thread per core where that helps, and small leaves each in a file of its own
+  // the same way; then the other leaves (and from the disk the runs too, on this thread) in
+  // file order, the reports of those read side by side added up in their place.
   const bool runs_read = parallel_small_runs(tasks, runs);
   if (runs_read) read_small_runs_in_parallel(tasks, buffers, runs, files, options, plan.report);
   std::vector<std::size_t> large, singles;
@@ -346,27 +352,31 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
     else if (stored_bytes(tasks[i]) >= small_leaf_bytes) large.push_back(i++);
     else singles.push_back(i++);
   }
-  // Small leaves that are neither in a run nor served from memory, each in a file of its own
-  // (Orbax's layout of a file per chunk), are read side by side with the large ones: the load
-  // of 10,000 such arrays opened their files one after another on one core (docs/benchmarks.md,
-  // "Orbax import").
-  if (singles.size() >= parallel_small_files_min && opens_files_to_read(tasks[singles.front()], files) &&
-      leaf_threads(tasks, singles, buffers, files) > 1) {
-    std::vector<std::size_t> all;
-    all.reserve(large.size() + singles.size());
-    std::merge(large.begin(), large.end(), singles.begin(), singles.end(), std::back_inserter(all));
-    large = std::move(all);
-  }
-  std::vector<LoadReport> large_reports;
+  std::vector<LoadReport> large_reports, single_reports;
   if (const std::size_t threads = leaf_threads(tasks, large, buffers, files); threads > 1)
     read_leaves_in_parallel(tasks, large, threads, buffers, files, options, large_reports);
-  std::size_t next_run = 0, next_large = 0;
+  // Small leaves that are neither in a run nor served from memory, each in a file of its own
+  // (Orbax's layout of a file per chunk), are read side by side too: the load of 10,000 such
+  // arrays opened their files one after another on one core (docs/benchmarks.md, "Orbax
+  // import"). On a store whose every request waits on a network, as many at once as it keeps
+  // in flight (Store::parallel_reads), whatever the cores: 300 such arrays on a bucket 20 ms
+  // away were 600 requests one after another.
+  if (singles.size() >= parallel_small_files_min && opens_files_to_read(tasks[singles.front()], files) &&
+      host_targets(tasks, singles, buffers))
+    if (const std::size_t threads = std::max<std::size_t>(leaf_threads(tasks, singles, buffers, files),
+                                                          static_cast<std::size_t>(std::clamp(files.parallel_reads(), 1, 64)));
+        threads > 1)
+      read_leaves_in_parallel(tasks, singles, threads, buffers, files, options, single_reports);
+  std::size_t next_run = 0, next_large = 0, next_single = 0;
   for (std::size_t i = 0; i < tasks.size();) {
     if (next_run < runs.size() && runs[next_run].first == i) {
       if (!runs_read) read_small_run(tasks.data() + i, runs[next_run].second - i, buffers, files, options, plan.report);
       i = runs[next_run++].second;
     } else if (!large_reports.empty() && next_large < large.size() && large[next_large] == i) {
       add_report(plan.report, large_reports[next_large++]);
+      ++i;
+    } else if (!single_reports.empty() && next_single < singles.size() && singles[next_single] == i) {
+      add_report(plan.report, single_reports[next_single++]);
       ++i;
     } else {
       read_leaf(tasks[i++], buffers, files, options, plan.report);

@@ -101,6 +101,8 @@ class OrbaxView final : public Store {
   // A chunk's reader opens its file (of a directory per parameter) while it reads, and lets
   // go of it once read (BlobReader::file); a database's data files are its own few readers.
   bool readers_hold_files() const override { return false; }
+  // Its chunks' files are the base store's: as many reads gain from being in flight at once.
+  int parallel_reads() const override { return base_.parallel_reads(); }
   std::vector<StoreEntry> list(const std::string&) const override { return {}; }
   std::unique_ptr<StoreWriter> create(const std::string& key) override { refuse(key); }
   void remove(const std::string& key) override { refuse(key); }
