@@ -1862,16 +1862,18 @@ TEST_CASE("S3: an Orbax checkpoint of a file per chunk loads with its requests i
   o.ocdbt = false;
   cairn::save_orbax(cairn::Location(s, "dirs"), state, o);
   server().reset();
-  // The chunks' requests: one of them answered a second late, while the others go on where
-  // they are sent side by side (one after another, none would be in flight beside it).
+  // The chunks' requests: two of them answered a second late, while the others go on where
+  // they are sent side by side (one after another, none would be in flight beside them). Two:
+  // the first may be the look at whether the first chunk's bytes are in memory, made before
+  // the reads side by side (under TSan the rest are then too slow to overlap by themselves).
   server().watch("/c/0");
-  server().fault_matching("/c/0", "delay", 1);
+  server().fault_matching("/c/0", "delay", 2);
   const auto back = cairn::load_orbax<std::map<std::string, std::vector<float>>>(cairn::Location(s, "dirs"));
   const cairn::Json st = server().stats();
   REQUIRE(back.size() == state.size());
   for (const auto& [k, v] : state) CHECK(test::same_bits(back.at(k), v));
   CHECK(st.at("requests").as_int() >= 200);  // (each array's zarr.json and its chunk)
-  CHECK(st.at("faults_hit").as_int() == 1);
+  CHECK(st.at("faults_hit").as_int() == 2);
   CHECK(st.at("watched_max_in_flight").as_int() > 1);
 }
 
