@@ -873,19 +873,27 @@ TEST_CASE("None and empty containers in _METADATA are nothing to read, not leave
 // or a checkpoint written in place whose _CHECKPOINT_METADATA has no commit time beside no
 // commit_success.txt. In a manager root such a step is incomplete, and the latest finished
 // step is the one loaded.
+namespace {
+// `count` arrays of 1 to `longest` float32 values (random, none a NaN), named w<first + i>.
+std::map<std::string, std::vector<float>> many_arrays(int count, int longest, int first) {
+  std::map<std::string, std::vector<float>> state;
+  std::mt19937_64& g = test::rng();
+  for (int i = 0; i < count; ++i) {
+    std::vector<float> v(1 + g() % static_cast<std::uint64_t>(longest));
+    for (float& x : v) x = static_cast<float>(g() % 10000) / 7.0f;
+    state["w" + std::to_string(first + i)] = std::move(v);
+  }
+  return state;
+}
+}  // namespace
+
 // A directory per parameter keeps each chunk in a file of its own: a load held every one of
 // them open to its end, so a checkpoint of more arrays than the descriptor limit (1,024 on
 // most systems) failed with "Too many open files". Each is let go once it is read.
 TEST_CASE("an Orbax checkpoint of a file per chunk saves, loads, verifies and converts under a low limit of open files") {
   test::TempDir dir;
   using Flat = std::map<std::string, std::vector<float>>;
-  Flat state;
-  std::mt19937_64& g = test::rng();
-  for (int i = 0; i < 400; ++i) {
-    std::vector<float> v(1 + g() % 300);
-    for (float& x : v) x = static_cast<float>(g() % 10000) / 7.0f;
-    state["w" + std::to_string(i)] = std::move(v);
-  }
+  const Flat state = many_arrays(400, 300, 0);
   for (const bool zarr3 : {true, false})
     for (const int zstd : {0, 3}) {
       CAPTURE(zarr3);
@@ -925,13 +933,7 @@ TEST_CASE("an Orbax checkpoint of a file per chunk saves, loads, verifies and co
 TEST_CASE("an Orbax checkpoint of a file per chunk read side by side names the array whose files are damaged") {
   test::TempDir dir;
   using Flat = std::map<std::string, std::vector<float>>;
-  Flat state;
-  std::mt19937_64& g = test::rng();
-  for (int i = 0; i < 300; ++i) {
-    std::vector<float> v(1 + g() % 200);
-    for (float& x : v) x = static_cast<float>(g() % 10000) / 3.0f;
-    state["w" + std::to_string(1000 + i)] = std::move(v);  // (names of one length: _METADATA's order is the map's)
-  }
+  const Flat state = many_arrays(300, 200, 1000);  // (names of one length: _METADATA's order is the map's)
   for (const bool zarr3 : {true, false}) {
     CAPTURE(zarr3);
     const std::string ckpt = dir / (zarr3 ? "v3" : "v2");

@@ -513,10 +513,8 @@ class PytreeReader {
   // own. The files of a batch of entries are read side by side (one thread per core, or as
   // many requests as the store keeps in flight) before its arrays are added: read one after
   // another, they were half of a load of 10,000 small arrays (docs/benchmarks.md, "Orbax
-  // import"). Batches bound the texts held at once. Each parameter's names are tried in
-  // array_metadata's order (zarr.json, then .zarray, as _METADATA allows), the next only where
-  // the last is not there. A parameter none was read of (an error, or neither there) is left
-  // to array_metadata, which tries it again in order and reports it there.
+  // import"). Batches bound the texts held at once. A parameter none was read of (an error, or
+  // neither name there) is left to array_metadata, which tries it again and reports it there.
   static constexpr std::size_t prefetch_batch = 1024;
   void prefetch_array_metadata(const std::vector<TreeMetadataEntry>& entries, std::size_t from, std::size_t to) {
     prefetched_.clear();
@@ -527,17 +525,11 @@ class PytreeReader {
     const std::size_t threads = std::max<std::size_t>(static_cast<std::size_t>(std::max(1, store_.parallel_reads())),
                                                       std::min<std::size_t>(usable_cores(), 16));
     if (threads < 2) return;
-    std::vector<Prefetched> found(params.size());
+    std::vector<MetadataText> found(params.size());
     for_each_index(params.size(), static_cast<int>(threads), [&](std::size_t k) {
-      for (const int format : {3, 2}) {
-        if ((format == 3 && zarr3_ == 0) || (format == 2 && zarr3_ == 1)) continue;
-        try {
-          found[k].text = read_blob(store_, join_key(dir_, *params[k] + (format == 3 ? "/zarr.json" : "/.zarray")), 16u << 20);
-          found[k].format = format;
-          return;
-        } catch (const Error& e) {
-          if (e.kind() != ErrorKind::not_found) return;
-        }
+      try {
+        found[k] = read_metadata_text(*params[k], {});
+      } catch (const Error&) {
       }
     });
     for (std::size_t k = 0; k < params.size(); ++k)
@@ -755,53 +747,57 @@ class PytreeReader {
     item.leaves.push_back(std::move(l));
   }
 
-  const ZarrArray& array_metadata(const std::string& param, const std::string& key) {
+  // A parameter's zarr metadata may be named zarr.json (format 3) or .zarray (2), as
+  // _METADATA's use_zarr3 allows; looked for in that order.
+  bool may_be(int format) const { return format == 3 ? zarr3_ != 0 : zarr3_ != 1; }
+  static const char* metadata_name(int format) { return format == 3 ? "/zarr.json" : "/.zarray"; }
+  struct MetadataText {
     std::string text;
-    int format = 3;
-    std::string file_key;  // (named in the errors of a first parse only: described then)
-    auto try_key = [&](const std::string& name, int f) {
-      const std::string k = param + "/" + name;
+    int format = 0;  // 3: zarr.json, 2: .zarray; 0: neither is there
+  };
+  // A parameter's zarr metadata text, from the database or from its file (no stat first: one
+  // call fewer per array). Errors other than its absence are thrown.
+  MetadataText read_metadata_text(const std::string& param, const std::string& key) const {
+    for (const int format : {3, 2}) {
+      if (!may_be(format)) continue;
+      const std::string k = param + metadata_name(format);
       if (db_) {
-        if (const OcdbtValue* v = db_->find(k)) {
-          text = db_->read(*v, key);
-          format = f;
-          file_key = join_key(dir_, k);
-          return true;
-        }
-        return false;
-      }
-      const std::string sk = join_key(dir_, k);
-      // Read already (prefetch_array_metadata): as this name, or as a later one, this one
-      // having been found missing.
-      if (auto it = prefetched_.find(param); it != prefetched_.end()) {
-        if (it->second.format != f) return false;
-        text = std::move(it->second.text);
-        prefetched_.erase(it);
-        format = f;
-        file_key = sk;
-        return true;
+        if (const OcdbtValue* v = db_->find(k)) return {db_->read(*v, key), format};
+        continue;
       }
       try {
-        text = read_blob(store_, sk, 16u << 20);  // no stat first: one call fewer per array
+        return {read_blob(store_, join_key(dir_, k), 16u << 20), format};
       } catch (const Error& e) {
-        if (e.kind() == ErrorKind::not_found) return false;
-        throw;
+        if (e.kind() != ErrorKind::not_found) throw;
       }
-      format = f;
-      file_key = sk;
-      return true;
-    };
-    const bool want3 = zarr3_ != 0, want2 = zarr3_ != 1;
-    if (!((want3 && try_key("zarr.json", 3)) || (want2 && try_key(".zarray", 2))))
+    }
+    return {};
+  }
+
+  const ZarrArray& array_metadata(const std::string& param, const std::string& key) {
+    MetadataText m;
+    if (auto it = prefetched_.find(param); it != prefetched_.end()) {  // read already (prefetch_array_metadata)
+      m = std::move(it->second);
+      prefetched_.erase(it);
+    } else {
+      m = read_metadata_text(param, key);
+    }
+    if (!m.format) {
+      const std::string name = param + metadata_name(may_be(3) ? 3 : 2);
       throw Error(ErrorKind::not_found,
-                  "array '" + param + "' has no zarr metadata (" + (db_ ? "no key '" + param + "/" + (want3 ? "zarr.json" : ".zarray") + "' in the OCDBT database" :
-                  "no file '" + param + "/" + (want3 ? "zarr.json" : ".zarray") + "'") + ")",
+                  "array '" + param + "' has no zarr metadata (" +
+                      (db_ ? "no key '" + name + "' in the OCDBT database" : "no file '" + name + "'") + ")",
                   store_.describe(dir_), key);
+    }
+    std::string& text = m.text;
+    const int format = m.format;
     zarr3_found_ = zarr3_found_ || format == 3;
-    // Arrays of one shape and dtype have the same metadata text (a model's layers): parsed once.
+    // Arrays of one shape and dtype have the same metadata text (a model's layers): parsed once
+    // (and the file named in the errors of a first parse only: described then).
     auto& parsed = parsed_[format == 3];
     if (auto it = parsed.find(text); it != parsed.end()) return *it->second;
-    view_.arrays().push_back(std::make_unique<ZarrArray>(parse_zarr_metadata(text, format, store_.describe(file_key), key)));
+    const std::string file = store_.describe(join_key(dir_, param + metadata_name(format)));
+    view_.arrays().push_back(std::make_unique<ZarrArray>(parse_zarr_metadata(text, format, file, key)));
     parsed.emplace(std::move(text), view_.arrays().back().get());
     return *view_.arrays().back();
   }
@@ -1000,13 +996,8 @@ class PytreeReader {
   bool aggregate_loaded_ = false;
   std::string aggregate_text_;
   MsgValue aggregate_;
-  // The zarr metadata of a batch of parameters, read side by side (prefetch_array_metadata):
-  // its text and its zarr format (3: zarr.json, 2: .zarray; 0: none read).
-  struct Prefetched {
-    std::string text;
-    int format = 0;
-  };
-  std::unordered_map<std::string, Prefetched> prefetched_;
+  // The zarr metadata of a batch of parameters, read side by side (prefetch_array_metadata).
+  std::unordered_map<std::string, MetadataText> prefetched_;
 };
 
 // Whether the directory at `key` is a pytree's (its _METADATA or its OCDBT database).
