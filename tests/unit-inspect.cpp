@@ -7,7 +7,9 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <filesystem>
+#include <map>
 
 using cairn::ArrayValue;
 using cairn::DType;
@@ -288,6 +290,69 @@ TEST_CASE("convert: checkpoint to safetensors and back keeps every selected leaf
   CHECK(!back.count("bytes"));
   CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "back"), ErrorKind::already_exists, "");
   CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.select = {"zzz"}}), ErrorKind::invalid_argument, "selection");
+}
+
+// Converts `src` to `dst` with batches of `batch` bytes and returns how far the source's reading
+// ran ahead of the writing at most: the bytes read (progress) less `leaf_bytes` for each write
+// into `dst` seen so far (each leaf of the tests is one write of its own, at least).
+std::uint64_t convert_read_ahead(const std::string& src, const std::string& dst, cairn::ConvertOptions o,
+                                 std::uint64_t leaf_bytes) {
+  std::atomic<std::uint64_t> writes{0}, most{0};
+  test::FaultInjection hook([&](const std::string& call, const std::string& path) {
+    if (call == "pwrite" && path.rfind(dst, 0) == 0) ++writes;
+    return 0;
+  });
+  o.progress = [&](std::uint64_t done, std::uint64_t) {
+    const std::uint64_t written = writes.load() * leaf_bytes;
+    if (done > written && done - written > most) most = done - written;
+  };
+  cairn::convert(src, dst, o);
+  return most.load();
+}
+
+TEST_CASE("convert reads its source a batch at a time as it writes, in the writer's order, and keeps every leaf") {
+  test::TempDir dir;
+  // Leaves of 1 MiB (each written with writes of its own), float64 and int16 in turn: a
+  // safetensors file writes the float64 ones first, a checkpoint in the tree's order.
+  constexpr std::uint64_t leaf = 1 << 20;
+  std::map<std::string, ArrayValue> tree;
+  for (int i = 0; i < 8; ++i) {
+    ArrayValue v;
+    v.dtype = i % 2 ? DType::int16 : DType::float64;
+    v.shape = {static_cast<std::int64_t>(leaf / cairn::dtype_size(v.dtype))};
+    v.bytes = test::random_bits<unsigned char>(leaf);
+    tree["w" + std::to_string(i)] = std::move(v);
+  }
+  cairn::save(dir / "c", tree);
+  const std::uint64_t batch = 2 * leaf, total = 8 * leaf;
+  // The old convert read all 8 MiB before its first write; now at most a batch is ahead (plus
+  // the leaf being written).
+  CHECK(convert_read_ahead(dir / "c", dir / "back", {.batch_bytes = batch}, leaf) <= batch + leaf);
+  CHECK(convert_read_ahead(dir / "c", dir / "c.safetensors", {.batch_bytes = batch}, leaf) <= batch + leaf);
+  CHECK(convert_read_ahead(dir / "c.safetensors", dir / "again", {.batch_bytes = batch}, leaf) <= batch + leaf);
+  // One batch of everything (the default of 256 MiB): read whole before the first write.
+  CHECK(convert_read_ahead(dir / "c", dir / "whole", {}, leaf) == total);
+  for (const char* out : {"back", "c.safetensors", "again", "whole"}) {
+    CAPTURE(out);
+    const auto back = cairn::read_arrays(dir / out, {});
+    REQUIRE(back.size() == tree.size());
+    for (const auto& [k, v] : tree) {
+      CHECK(back.at(k).dtype == v.dtype);
+      CHECK(back.at(k).shape == v.shape);
+      CHECK(back.at(k).bytes == v.bytes);
+    }
+  }
+  // A leaf that cannot be read fails the conversion once the writer reaches it: nothing is
+  // published at the destination.
+  const auto meta = cairn::metadata(dir / "c");
+  const cairn::ChunkRecord chunk = meta.leaves().back().chunks[0];
+  std::string data = test::read_file(dir / "c" + "/" + chunk.file);
+  data[chunk.offset + 5] ^= 1;
+  test::write_file(dir / "c" + "/" + chunk.file, data);
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "bad", {.batch_bytes = batch}), ErrorKind::corrupt, "");
+  CHECK(!std::filesystem::exists(dir / "bad"));
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "bad.safetensors", {.batch_bytes = batch}), ErrorKind::corrupt, "");
+  CHECK(!std::filesystem::exists(dir / "bad.safetensors"));
 }
 
 TEST_CASE("metadata().summary() names a root leaf (a JSON or per-rank item's) as (root), as cairn ls does") {

@@ -4607,10 +4607,32 @@ CAIRN_END_NAMESPACE
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
+// Where the bytes of a leaf come from when they are read only as a writer reaches it
+// (convert's leaves of a source checkpoint, read a batch at a time, so that a conversion holds
+// a bounded part of them). A virtual call, not a std::function, which every file that saves
+// would instantiate (docs/compile-time.md).
+struct LeafFetch {
+  virtual ~LeafFetch() = default;
+  // The leaf's view with its data (kept alive by its owner).
+  virtual LeafView fetch() const = 0;
+};
+
 struct SnapshotLeaf {
   KeyPath path;
   LeafView view;
+  // Set for a leaf read when a writer reaches it: `view` then says the dtype, shape, order
+  // and nbytes and has no data; the writer reads the bytes through leaf_data and drops them
+  // once the leaf is written.
+  std::shared_ptr<const LeafFetch> fetch = {};
 };
+
+// The view a writer reads a leaf's bytes through: the leaf's own, or the one its fetch
+// returns, held in `fetched` (the caller's, dropped once the leaf is written).
+inline const LeafView& leaf_data(const SnapshotLeaf& leaf, LeafView& fetched) {
+  if (!leaf.fetch) return leaf.view;
+  fetched = leaf.fetch->fetch();
+  return fetched;
+}
 
 struct ItemSnapshot {
   std::string name;
@@ -5171,6 +5193,11 @@ struct SafetensorsSaveReport {
 };
 
 namespace detail {
+// The order of a safetensors file's tensors: larger elements first, the tree's order within
+// each size (a stable sort by this), as Hugging Face's writer orders them, so that every tensor
+// starts at a multiple of its element size (zero-copy readers can view any of them).
+inline bool safetensors_writes_before(DType a, DType b) { return dtype_size(a) > dtype_size(b); }
+
 CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const std::string& key, const ItemSnapshot& item,
                                                           const SafetensorsSaveOptions& options);
 }  // namespace detail
@@ -5775,6 +5802,10 @@ struct ConvertOptions {
   // no cast, select or exclude.
   bool link = false;
   Progress progress = {};                   // the source's reading: bytes read so far, and in all
+  // The source is read about this many bytes at a time (a larger leaf alone), each batch as the
+  // writer reaches it, and each leaf let go once written: a conversion holds about this much of
+  // the source (or its largest leaf), not all of it. 0: 256 MiB.
+  std::uint64_t batch_bytes = 0;
   // A safetensors source's names: its separator, and whether save_model's tied names are
   // leaves too (SafetensorsOptions::aliases: each then written with the kept tensor's values).
   SafetensorsOptions safetensors = {};
@@ -5796,8 +5827,10 @@ struct ConvertReport {
 };
 
 // Reads the selected leaves of src's items (as stored) and writes them with src's structure,
-// item kinds and user metadata to dst, committed as any save or export is. Memory: the
-// selected leaves, whole. A safetensors target keeps user metadata as strings (its
+// item kinds and user metadata to dst, committed as any save or export is. Memory: about
+// ConvertOptions::batch_bytes of the source's leaves (or its largest leaf), read a batch at a
+// time as the writer reaches them; a leaf that cannot be read fails the conversion, and nothing
+// is written at dst. A safetensors target keeps user metadata as strings (its
 // "__metadata__" holds only strings): a non-string value is written as its JSON text.
 CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const ConvertOptions& options = {});
 
@@ -7415,6 +7448,15 @@ inline constexpr std::uint64_t read_ahead_max_bytes = 256ull << 20;
 
 // Pieces in which device shards cross to the host (and casts run) while being written.
 inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
+
+// ---- Converting (inspect/convert_impl.hpp) ----
+
+// A conversion reads its source's leaves about this many bytes at a time (a larger leaf alone),
+// each batch when the writer reaches the first of its leaves, and lets each leaf go once it is
+// written: it holds about a batch (or the largest leaf), not the whole selection. Large enough
+// that what each read costs beside its bytes (the source's metadata read again, a bucket's
+// round trips) is spread over many of them. ConvertOptions::batch_bytes overrides it.
+inline constexpr std::uint64_t convert_batch_bytes = std::uint64_t{256} << 20;
 
 // ---- CRC32C (io/crc32c.hpp, io/block_crc32c.hpp) ----
 
@@ -12147,7 +12189,8 @@ class SaveSession {
     check_distinct_key_paths(snapshot, describe());
     begin_item(snapshot.name, snapshot.kind, std::move(snapshot.nodes), snapshot.per_rank, snapshot.leaves.size());
     for (auto& leaf : snapshot.leaves) {
-      add_leaf(leaf.path, leaf.view, options, report);
+      LeafView fetched;
+      add_leaf(leaf.path, leaf_data(leaf, fetched), options, report);
       leaf = SnapshotLeaf{};
     }
     return report;
@@ -12536,7 +12579,8 @@ class SaveJob {
         LeafView& view = items_[i].leaves[j].view;
         LeafState& leaf = state_[i][j];
         std::unique_lock<std::mutex> lock(mutex_);
-        if (view.owner || view.nbytes == 0) {  // already owned (JSON, cereal bytes) or empty
+        // Already owned (JSON, cereal bytes), empty, or read when the writer reaches it (fetch).
+        if (view.owner || view.nbytes == 0 || items_[i].leaves[j].fetch) {
           leaf.ready = true;
           changed_.notify_all();
           continue;
@@ -12588,7 +12632,10 @@ class SaveJob {
           if (abandoned_) throw Error(ErrorKind::io, "the snapshot was abandoned", describe());
         }
         SnapshotLeaf& l = item.leaves[j];
-        session_->add_leaf(l.path, l.view, options_, report_);
+        {
+          LeafView fetched;  // a fetched leaf's bytes, dropped once it is written
+          session_->add_leaf(l.path, leaf_data(l, fetched), options_, report_);
+        }
         std::lock_guard<std::mutex> lock(mutex_);
         if (leaf.copied) in_flight_bytes_ -= std::min(in_flight_bytes_, l.view.nbytes);
         l = SnapshotLeaf{};  // frees the view, and the copy of an async save
@@ -15315,7 +15362,8 @@ namespace detail {
 
 struct ExportTensor {
   std::string name, key;  // the safetensors name; the key path, for errors
-  const LeafView* view = nullptr;
+  const SnapshotLeaf* leaf = nullptr;
+  const LeafView* view = nullptr;  // leaf's view (its bytes through leaf_data)
   DType dtype = DType::float32;  // as written
   std::uint64_t nbytes = 0;
 };
@@ -15374,9 +15422,11 @@ inline std::uint64_t write_safetensors_file(StoreWriter& w, const std::vector<co
   // Each tensor in C order as written, a piece at a time (a tensor already so is written from
   // the caller's memory).
   for (const ExportTensor* t : tensors)
-    if (t->nbytes > 0)
-      for_each_c_order_piece(*t->view, t->dtype, on_overflow, t->key,
+    if (t->nbytes > 0) {
+      LeafView fetched;  // a fetched leaf's bytes, dropped once it is written
+      for_each_c_order_piece(leaf_data(*t->leaf, fetched), t->dtype, on_overflow, t->key,
                              [&](const void* bytes, std::uint64_t n) { out.append(bytes, n); });
+    }
   out.finish();
   return out.size();
 }
@@ -15408,6 +15458,7 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
       continue;
     ExportTensor t;
     t.key = full;
+    t.leaf = &leaf;
     t.view = &leaf.view;
     for (std::size_t i = depth; i < leaf.path.size(); ++i) t.name += (i > depth ? options.separator : "") + leaf.path[i].text();
     t.dtype = cast_rule_target(options.cast, rel, leaf.view.dtype);
@@ -15437,12 +15488,9 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
     tensors.push_back(std::move(t));
   }
   if (!prefix_found) throw Error(ErrorKind::not_found, "the tree has no subtree '" + prefix + "'", where, prefix);
-  // Larger elements first (tree order within each size), as Hugging Face's writer orders
-  // them: every tensor then starts at a multiple of its element size (the buffer starts at a
-  // multiple of 8), so zero-copy readers (mmap, typed-array views) can view any of them.
-  std::stable_sort(tensors.begin(), tensors.end(), [](const ExportTensor& a, const ExportTensor& b) {
-    return dtype_size(a.dtype) > dtype_size(b.dtype);
-  });
+  // Larger elements first (the buffer starts at a multiple of 8).
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [](const ExportTensor& a, const ExportTensor& b) { return safetensors_writes_before(a.dtype, b.dtype); });
 
   if (options.max_file_bytes == 0 || report.tensor_bytes <= options.max_file_bytes) {
     std::vector<const ExportTensor*> all;
@@ -16051,6 +16099,7 @@ CAIRN_END_NAMESPACE
 #include <map>
 #include <mutex>
 #include <optional>
+#include <unordered_set>
 
 // ----- begin cairn/inspect/formats.hpp -----
 // Checkpoint formats of other systems, read through opt-in headers that register here
@@ -16464,9 +16513,10 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
           throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u->reason, location.describe(), k);
         throw Error(ErrorKind::not_found, "no leaf '" + k + "' (cairn ls lists them)", location.describe(), k);
       }
+    const std::unordered_set<std::string> wanted(keys.begin(), keys.end());  // (a find per leaf was quadratic)
     for (const auto& l : index.item().leaves) {
       const std::string key = l.key();
-      if (!keys.empty() && std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
+      if (!keys.empty() && !wanted.count(key)) continue;
       targets.push_back({&out[key], &options});
       plan.leaves.push_back({key, &l, &targets.back(), &detail::prepare_array_target});
     }
@@ -16650,9 +16700,90 @@ CAIRN_END_NAMESPACE
 // The runtime of inspect/convert.hpp.
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 
 
 CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Leaves of a conversion's source read together (one read_arrays) when a writer fetches the
+// first of them. Each value is handed to the view that writes it, so that a batch holds only
+// its leaves not yet written.
+struct ConvertBatch {
+  std::string item;
+  std::vector<std::string> keys;
+  std::uint64_t bytes = 0;
+  bool read = false;
+  std::map<std::string, ArrayValue> values;  // read and not yet fetched
+};
+
+// What a conversion's batches share: the source, and the progress over all of them (batches
+// are read in the order the writer takes them, so the bytes count up).
+class ConvertSource {
+ public:
+  ConvertSource(const Location& src, const Progress& progress) : src_(src), progress_(progress) {}
+  ReadArraysOptions options;     // the source's safetensors names
+  std::uint64_t all_bytes = 0;  // of every batch
+
+  // The leaf at `key` of `batch` with its value, which it owns: read with its batch, or alone
+  // where a writer asks for it a second time.
+  LeafView fetch(ConvertBatch& batch, const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!batch.read) {
+      batch.values = read(batch.item, batch.keys, batch.bytes);
+      batch.read = true;
+      read_bytes_ += batch.bytes;
+    }
+    auto value = std::make_shared<ArrayValue>();
+    if (auto it = batch.values.find(key); it != batch.values.end()) {
+      *value = std::move(it->second);
+      batch.values.erase(it);
+    } else {
+      *value = std::move(read(batch.item, {key}, 0).at(key));
+    }
+    LeafView view = leaf_traits<ArrayValue>::view(*value);
+    view.owner = std::move(value);
+    return view;
+  }
+
+ private:
+  // The leaves at `keys`, with progress counted as `bytes` of all (0: not counted). A load's
+  // own count is of the bytes it reads (a run of small leaves with the gaps between them), so
+  // it is scaled to the leaves' bytes: the count goes up across batches and ends at all_bytes.
+  std::map<std::string, ArrayValue> read(const std::string& item, const std::vector<std::string>& keys, std::uint64_t bytes) {
+    ReadArraysOptions ro = options;
+    ro.item = item;
+    if (progress_ && bytes)
+      ro.progress = [this, before = read_bytes_, bytes](std::uint64_t done, std::uint64_t total) {
+        const long double part = total ? static_cast<long double>(std::min(done, total)) / static_cast<long double>(total) : 1;
+        progress_(before + std::min(bytes, static_cast<std::uint64_t>(part * static_cast<long double>(bytes))), all_bytes);
+      };
+    return read_arrays(src_, keys, ro);
+  }
+
+  const Location& src_;
+  const Progress& progress_;
+  std::mutex mutex_;
+  std::uint64_t read_bytes_ = 0;  // by the batches read so far
+};
+
+// A leaf of a conversion: read with its batch when the writer reaches it.
+class ConvertedLeaf final : public LeafFetch {
+ public:
+  ConvertedLeaf(ConvertSource& source, std::shared_ptr<ConvertBatch> batch, std::string key)
+      : source_(source), batch_(std::move(batch)), key_(std::move(key)) {}
+  LeafView fetch() const override { return source_.fetch(*batch_, key_); }
+
+ private:
+  ConvertSource& source_;
+  std::shared_ptr<ConvertBatch> batch_;
+  std::string key_;
+};
+
+}  // namespace detail
 
 CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const ConvertOptions& options) {
   const Inspection source = inspect(src, options.safetensors);
@@ -16710,52 +16841,60 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   auto matches = [](const std::vector<std::string>& globs, const std::string& k) {
     return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return glob_matches(g, k); });
   };
-  // Each item's structure, with its selected leaves viewed in the values read (kept alive in
-  // `values` until the save returns).
-  std::vector<detail::ItemSnapshot> snaps;
-  std::vector<std::map<std::string, ArrayValue>> values;
-  std::uint64_t all_bytes = 0, read_before = 0;
+  auto selected = [&](const std::string& k) {
+    return (options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k);
+  };
   // A leaf cairn cannot read (a safetensors tensor of a dtype it does not have) is never left
   // out of a conversion silently: it must be excluded by name.
   for (const ItemRecord* item : items)
     for (const auto& u : item->unread) {
       const std::string k = u.path.str();
-      if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k))
+      if (selected(k))
         throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u.reason + ": leave it out (ConvertOptions::exclude, "
                     "cairn convert --exclude '" + k + "') to convert the rest", source.path, k);
     }
-  for (const ItemRecord* item : items)
-    for (const auto& l : item->leaves) {
-      const std::string k = l.key();
-      if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k)) all_bytes += l.nbytes();
-    }
-  values.reserve(items.size());
+  // Each item's structure, with a view of each selected leaf that reads its value when the
+  // writer reaches it: in batches of about batch_bytes, in the order the writer takes them.
+  detail::ConvertSource reader(src, options.progress);
+  reader.options.safetensors = options.safetensors;
+  const std::uint64_t batch_limit = options.batch_bytes ? options.batch_bytes : detail::convert_batch_bytes;
+  std::vector<detail::ItemSnapshot> snaps;
   for (const ItemRecord* item : items) {
-    std::vector<std::string> keys;
-    for (const auto& l : item->leaves) {
-      const std::string k = l.key();
-      if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k)) keys.push_back(k);
-    }
-    if (keys.empty()) continue;
-    // Progress over every item's leaves: the items' reads one after another.
-    std::uint64_t item_bytes = 0;
+    std::vector<const LeafRecord*> chosen;
     for (const auto& l : item->leaves)
-      if (std::find(keys.begin(), keys.end(), l.key()) != keys.end()) item_bytes += l.nbytes();
-    ReadArraysOptions ro;
-    ro.item = item->name;
-    ro.safetensors = options.safetensors;
-    if (options.progress)
-      ro.progress = [&, before = read_before](std::uint64_t done, std::uint64_t) { options.progress(before + done, all_bytes); };
-    values.push_back(read_arrays(src, keys, ro));
-    read_before += item_bytes;
+      if (selected(l.key())) chosen.push_back(&l);
+    if (chosen.empty()) continue;
+    // The writer's order: the tree's, but a safetensors file's tensors by element size.
+    std::vector<const LeafRecord*> order = chosen;
+    if (to_safetensors)
+      std::stable_sort(order.begin(), order.end(), [&](const LeafRecord* a, const LeafRecord* b) {
+        return detail::safetensors_writes_before(detail::cast_rule_target(options.cast, a->key(), a->dtype),
+                                                 detail::cast_rule_target(options.cast, b->key(), b->dtype));
+      });
+    // Strings in batches of their own: the Orbax export reads them before any array.
+    std::unordered_map<const LeafRecord*, std::shared_ptr<detail::ConvertBatch>> batch_of;
+    std::shared_ptr<detail::ConvertBatch> strings, arrays;
+    for (const LeafRecord* l : order) {
+      std::shared_ptr<detail::ConvertBatch>& b = l->dtype == DType::string ? strings : arrays;
+      if (!b || (b->bytes > 0 && b->bytes + l->nbytes() > batch_limit)) {
+        b = std::make_shared<detail::ConvertBatch>();
+        b->item = item->name;
+      }
+      b->keys.push_back(l->key());
+      b->bytes += l->nbytes();
+      reader.all_bytes += l->nbytes();
+      batch_of.emplace(l, b);
+    }
     detail::ItemSnapshot snap;
     snap.name = item->name;
     snap.kind = item->kind;
     snap.nodes = item->nodes;
-    for (const auto& l : item->leaves) {
-      auto it = values.back().find(l.key());
-      if (it == values.back().end()) continue;
-      snap.leaves.push_back({l.path, leaf_traits<ArrayValue>::view(it->second)});
+    for (const LeafRecord* l : chosen) {
+      detail::SnapshotLeaf leaf;
+      leaf.path = l->path;
+      leaf.view = LeafView{l->dtype, l->shape, Order::C, nullptr, l->nbytes()};
+      leaf.fetch = std::make_shared<detail::ConvertedLeaf>(reader, batch_of.at(l), l->key());
+      snap.leaves.push_back(std::move(leaf));
     }
     snaps.push_back(std::move(snap));
   }
@@ -16765,7 +16904,7 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   for (const ItemRecord* item : items)
     for (const auto& l : item->leaves) {
       const std::string k = l.key();
-      if (!((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k))) continue;
+      if (!selected(k)) continue;
       const auto rule = std::find_if(options.cast.begin(), options.cast.end(), [&](const CastRule& r) { return glob_matches(r.pattern, k); });
       if (rule != options.cast.end() && rule->dtype != l.dtype && detail::cast_rule_target(options.cast, k, l.dtype) == l.dtype)
         report.not_cast.push_back(k + " (" + dtype_name(l.dtype) + ")");

@@ -130,7 +130,8 @@ class SaveSession {
     check_distinct_key_paths(snapshot, describe());
     begin_item(snapshot.name, snapshot.kind, std::move(snapshot.nodes), snapshot.per_rank, snapshot.leaves.size());
     for (auto& leaf : snapshot.leaves) {
-      add_leaf(leaf.path, leaf.view, options, report);
+      LeafView fetched;
+      add_leaf(leaf.path, leaf_data(leaf, fetched), options, report);
       leaf = SnapshotLeaf{};
     }
     return report;

@@ -87,7 +87,8 @@ class SaveJob {
         LeafView& view = items_[i].leaves[j].view;
         LeafState& leaf = state_[i][j];
         std::unique_lock<std::mutex> lock(mutex_);
-        if (view.owner || view.nbytes == 0) {  // already owned (JSON, cereal bytes) or empty
+        // Already owned (JSON, cereal bytes), empty, or read when the writer reaches it (fetch).
+        if (view.owner || view.nbytes == 0 || items_[i].leaves[j].fetch) {
           leaf.ready = true;
           changed_.notify_all();
           continue;
@@ -139,7 +140,10 @@ class SaveJob {
           if (abandoned_) throw Error(ErrorKind::io, "the snapshot was abandoned", describe());
         }
         SnapshotLeaf& l = item.leaves[j];
-        session_->add_leaf(l.path, l.view, options_, report_);
+        {
+          LeafView fetched;  // a fetched leaf's bytes, dropped once it is written
+          session_->add_leaf(l.path, leaf_data(l, fetched), options_, report_);
+        }
         std::lock_guard<std::mutex> lock(mutex_);
         if (leaf.copied) in_flight_bytes_ -= std::min(in_flight_bytes_, l.view.nbytes);
         l = SnapshotLeaf{};  // frees the view, and the copy of an async save

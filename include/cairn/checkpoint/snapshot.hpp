@@ -15,10 +15,32 @@
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
+// Where the bytes of a leaf come from when they are read only as a writer reaches it
+// (convert's leaves of a source checkpoint, read a batch at a time, so that a conversion holds
+// a bounded part of them). A virtual call, not a std::function, which every file that saves
+// would instantiate (docs/compile-time.md).
+struct LeafFetch {
+  virtual ~LeafFetch() = default;
+  // The leaf's view with its data (kept alive by its owner).
+  virtual LeafView fetch() const = 0;
+};
+
 struct SnapshotLeaf {
   KeyPath path;
   LeafView view;
+  // Set for a leaf read when a writer reaches it: `view` then says the dtype, shape, order
+  // and nbytes and has no data; the writer reads the bytes through leaf_data and drops them
+  // once the leaf is written.
+  std::shared_ptr<const LeafFetch> fetch = {};
 };
+
+// The view a writer reads a leaf's bytes through: the leaf's own, or the one its fetch
+// returns, held in `fetched` (the caller's, dropped once the leaf is written).
+inline const LeafView& leaf_data(const SnapshotLeaf& leaf, LeafView& fetched) {
+  if (!leaf.fetch) return leaf.view;
+  fetched = leaf.fetch->fetch();
+  return fetched;
+}
 
 struct ItemSnapshot {
   std::string name;

@@ -101,6 +101,15 @@ inline constexpr std::uint64_t read_ahead_max_bytes = 256ull << 20;
 // Pieces in which device shards cross to the host (and casts run) while being written.
 inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
 
+// ---- Converting (inspect/convert_impl.hpp) ----
+
+// A conversion reads its source's leaves about this many bytes at a time (a larger leaf alone),
+// each batch when the writer reaches the first of its leaves, and lets each leaf go once it is
+// written: it holds about a batch (or the largest leaf), not the whole selection. Large enough
+// that what each read costs beside its bytes (the source's metadata read again, a bucket's
+// round trips) is spread over many of them. ConvertOptions::batch_bytes overrides it.
+inline constexpr std::uint64_t convert_batch_bytes = std::uint64_t{256} << 20;
+
 // ---- CRC32C (io/crc32c.hpp, io/block_crc32c.hpp) ----
 
 // A chunk larger than this stores the CRC32C of each block of this many bytes (docs/format.md,

@@ -49,6 +49,10 @@ struct ConvertOptions {
   // no cast, select or exclude.
   bool link = false;
   Progress progress = {};                   // the source's reading: bytes read so far, and in all
+  // The source is read about this many bytes at a time (a larger leaf alone), each batch as the
+  // writer reaches it, and each leaf let go once written: a conversion holds about this much of
+  // the source (or its largest leaf), not all of it. 0: 256 MiB.
+  std::uint64_t batch_bytes = 0;
   // A safetensors source's names: its separator, and whether save_model's tied names are
   // leaves too (SafetensorsOptions::aliases: each then written with the kept tensor's values).
   SafetensorsOptions safetensors = {};
@@ -70,8 +74,10 @@ struct ConvertReport {
 };
 
 // Reads the selected leaves of src's items (as stored) and writes them with src's structure,
-// item kinds and user metadata to dst, committed as any save or export is. Memory: the
-// selected leaves, whole. A safetensors target keeps user metadata as strings (its
+// item kinds and user metadata to dst, committed as any save or export is. Memory: about
+// ConvertOptions::batch_bytes of the source's leaves (or its largest leaf), read a batch at a
+// time as the writer reaches them; a leaf that cannot be read fails the conversion, and nothing
+// is written at dst. A safetensors target keeps user metadata as strings (its
 // "__metadata__" holds only strings): a non-string value is written as its JSON text.
 CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const ConvertOptions& options = {});
 

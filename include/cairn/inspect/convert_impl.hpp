@@ -3,6 +3,10 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "cairn/checkpoint/save.hpp"
 #include "cairn/inspect/convert.hpp"
@@ -10,6 +14,83 @@
 #include "cairn/safetensors/save.hpp"
 
 CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Leaves of a conversion's source read together (one read_arrays) when a writer fetches the
+// first of them. Each value is handed to the view that writes it, so that a batch holds only
+// its leaves not yet written.
+struct ConvertBatch {
+  std::string item;
+  std::vector<std::string> keys;
+  std::uint64_t bytes = 0;
+  bool read = false;
+  std::map<std::string, ArrayValue> values;  // read and not yet fetched
+};
+
+// What a conversion's batches share: the source, and the progress over all of them (batches
+// are read in the order the writer takes them, so the bytes count up).
+class ConvertSource {
+ public:
+  ConvertSource(const Location& src, const Progress& progress) : src_(src), progress_(progress) {}
+  ReadArraysOptions options;     // the source's safetensors names
+  std::uint64_t all_bytes = 0;  // of every batch
+
+  // The leaf at `key` of `batch` with its value, which it owns: read with its batch, or alone
+  // where a writer asks for it a second time.
+  LeafView fetch(ConvertBatch& batch, const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!batch.read) {
+      batch.values = read(batch.item, batch.keys, batch.bytes);
+      batch.read = true;
+      read_bytes_ += batch.bytes;
+    }
+    auto value = std::make_shared<ArrayValue>();
+    if (auto it = batch.values.find(key); it != batch.values.end()) {
+      *value = std::move(it->second);
+      batch.values.erase(it);
+    } else {
+      *value = std::move(read(batch.item, {key}, 0).at(key));
+    }
+    LeafView view = leaf_traits<ArrayValue>::view(*value);
+    view.owner = std::move(value);
+    return view;
+  }
+
+ private:
+  // The leaves at `keys`, with progress counted as `bytes` of all (0: not counted). A load's
+  // own count is of the bytes it reads (a run of small leaves with the gaps between them), so
+  // it is scaled to the leaves' bytes: the count goes up across batches and ends at all_bytes.
+  std::map<std::string, ArrayValue> read(const std::string& item, const std::vector<std::string>& keys, std::uint64_t bytes) {
+    ReadArraysOptions ro = options;
+    ro.item = item;
+    if (progress_ && bytes)
+      ro.progress = [this, before = read_bytes_, bytes](std::uint64_t done, std::uint64_t total) {
+        const long double part = total ? static_cast<long double>(std::min(done, total)) / static_cast<long double>(total) : 1;
+        progress_(before + std::min(bytes, static_cast<std::uint64_t>(part * static_cast<long double>(bytes))), all_bytes);
+      };
+    return read_arrays(src_, keys, ro);
+  }
+
+  const Location& src_;
+  const Progress& progress_;
+  std::mutex mutex_;
+  std::uint64_t read_bytes_ = 0;  // by the batches read so far
+};
+
+// A leaf of a conversion: read with its batch when the writer reaches it.
+class ConvertedLeaf final : public LeafFetch {
+ public:
+  ConvertedLeaf(ConvertSource& source, std::shared_ptr<ConvertBatch> batch, std::string key)
+      : source_(source), batch_(std::move(batch)), key_(std::move(key)) {}
+  LeafView fetch() const override { return source_.fetch(*batch_, key_); }
+
+ private:
+  ConvertSource& source_;
+  std::shared_ptr<ConvertBatch> batch_;
+  std::string key_;
+};
+
+}  // namespace detail
 
 CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const ConvertOptions& options) {
   const Inspection source = inspect(src, options.safetensors);
@@ -67,52 +148,60 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   auto matches = [](const std::vector<std::string>& globs, const std::string& k) {
     return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return glob_matches(g, k); });
   };
-  // Each item's structure, with its selected leaves viewed in the values read (kept alive in
-  // `values` until the save returns).
-  std::vector<detail::ItemSnapshot> snaps;
-  std::vector<std::map<std::string, ArrayValue>> values;
-  std::uint64_t all_bytes = 0, read_before = 0;
+  auto selected = [&](const std::string& k) {
+    return (options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k);
+  };
   // A leaf cairn cannot read (a safetensors tensor of a dtype it does not have) is never left
   // out of a conversion silently: it must be excluded by name.
   for (const ItemRecord* item : items)
     for (const auto& u : item->unread) {
       const std::string k = u.path.str();
-      if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k))
+      if (selected(k))
         throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u.reason + ": leave it out (ConvertOptions::exclude, "
                     "cairn convert --exclude '" + k + "') to convert the rest", source.path, k);
     }
-  for (const ItemRecord* item : items)
-    for (const auto& l : item->leaves) {
-      const std::string k = l.key();
-      if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k)) all_bytes += l.nbytes();
-    }
-  values.reserve(items.size());
+  // Each item's structure, with a view of each selected leaf that reads its value when the
+  // writer reaches it: in batches of about batch_bytes, in the order the writer takes them.
+  detail::ConvertSource reader(src, options.progress);
+  reader.options.safetensors = options.safetensors;
+  const std::uint64_t batch_limit = options.batch_bytes ? options.batch_bytes : detail::convert_batch_bytes;
+  std::vector<detail::ItemSnapshot> snaps;
   for (const ItemRecord* item : items) {
-    std::vector<std::string> keys;
-    for (const auto& l : item->leaves) {
-      const std::string k = l.key();
-      if ((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k)) keys.push_back(k);
-    }
-    if (keys.empty()) continue;
-    // Progress over every item's leaves: the items' reads one after another.
-    std::uint64_t item_bytes = 0;
+    std::vector<const LeafRecord*> chosen;
     for (const auto& l : item->leaves)
-      if (std::find(keys.begin(), keys.end(), l.key()) != keys.end()) item_bytes += l.nbytes();
-    ReadArraysOptions ro;
-    ro.item = item->name;
-    ro.safetensors = options.safetensors;
-    if (options.progress)
-      ro.progress = [&, before = read_before](std::uint64_t done, std::uint64_t) { options.progress(before + done, all_bytes); };
-    values.push_back(read_arrays(src, keys, ro));
-    read_before += item_bytes;
+      if (selected(l.key())) chosen.push_back(&l);
+    if (chosen.empty()) continue;
+    // The writer's order: the tree's, but a safetensors file's tensors by element size.
+    std::vector<const LeafRecord*> order = chosen;
+    if (to_safetensors)
+      std::stable_sort(order.begin(), order.end(), [&](const LeafRecord* a, const LeafRecord* b) {
+        return detail::safetensors_writes_before(detail::cast_rule_target(options.cast, a->key(), a->dtype),
+                                                 detail::cast_rule_target(options.cast, b->key(), b->dtype));
+      });
+    // Strings in batches of their own: the Orbax export reads them before any array.
+    std::unordered_map<const LeafRecord*, std::shared_ptr<detail::ConvertBatch>> batch_of;
+    std::shared_ptr<detail::ConvertBatch> strings, arrays;
+    for (const LeafRecord* l : order) {
+      std::shared_ptr<detail::ConvertBatch>& b = l->dtype == DType::string ? strings : arrays;
+      if (!b || (b->bytes > 0 && b->bytes + l->nbytes() > batch_limit)) {
+        b = std::make_shared<detail::ConvertBatch>();
+        b->item = item->name;
+      }
+      b->keys.push_back(l->key());
+      b->bytes += l->nbytes();
+      reader.all_bytes += l->nbytes();
+      batch_of.emplace(l, b);
+    }
     detail::ItemSnapshot snap;
     snap.name = item->name;
     snap.kind = item->kind;
     snap.nodes = item->nodes;
-    for (const auto& l : item->leaves) {
-      auto it = values.back().find(l.key());
-      if (it == values.back().end()) continue;
-      snap.leaves.push_back({l.path, leaf_traits<ArrayValue>::view(it->second)});
+    for (const LeafRecord* l : chosen) {
+      detail::SnapshotLeaf leaf;
+      leaf.path = l->path;
+      leaf.view = LeafView{l->dtype, l->shape, Order::C, nullptr, l->nbytes()};
+      leaf.fetch = std::make_shared<detail::ConvertedLeaf>(reader, batch_of.at(l), l->key());
+      snap.leaves.push_back(std::move(leaf));
     }
     snaps.push_back(std::move(snap));
   }
@@ -122,7 +211,7 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   for (const ItemRecord* item : items)
     for (const auto& l : item->leaves) {
       const std::string k = l.key();
-      if (!((options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k))) continue;
+      if (!selected(k)) continue;
       const auto rule = std::find_if(options.cast.begin(), options.cast.end(), [&](const CastRule& r) { return glob_matches(r.pattern, k); });
       if (rule != options.cast.end() && rule->dtype != l.dtype && detail::cast_rule_target(options.cast, k, l.dtype) == l.dtype)
         report.not_cast.push_back(k + " (" + dtype_name(l.dtype) + ")");

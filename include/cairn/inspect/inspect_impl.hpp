@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <unordered_set>
 
 #include "cairn/checkpoint/load.hpp"
 #include "cairn/checkpoint/stored_index.hpp"
@@ -365,9 +366,10 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
           throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u->reason, location.describe(), k);
         throw Error(ErrorKind::not_found, "no leaf '" + k + "' (cairn ls lists them)", location.describe(), k);
       }
+    const std::unordered_set<std::string> wanted(keys.begin(), keys.end());  // (a find per leaf was quadratic)
     for (const auto& l : index.item().leaves) {
       const std::string key = l.key();
-      if (!keys.empty() && std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
+      if (!keys.empty() && !wanted.count(key)) continue;
       targets.push_back({&out[key], &options});
       plan.leaves.push_back({key, &l, &targets.back(), &detail::prepare_array_target});
     }

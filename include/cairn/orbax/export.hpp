@@ -388,7 +388,8 @@ class OrbaxMetadataText {
 // chunk written by the process that is its primary holder. Any other array is one chunk.
 struct OrbaxParam {
   std::string name, key;
-  const LeafView* view = nullptr;
+  const SnapshotLeaf* leaf = nullptr;
+  const LeafView* view = nullptr;  // leaf's view (its bytes through leaf_data)
   DType dtype = DType::float32;
   Shape chunk;
   bool by_shards = false;
@@ -504,12 +505,14 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       const std::string name = text.begin_leaf(leaf.path);
       const LeafView& v = leaf.view;
       if (v.dtype == DType::string) {
-        text.add_string(name, std::string(static_cast<const char*>(v.data), static_cast<std::size_t>(v.nbytes)));
+        LeafView fetched;
+        const LeafView& bytes = leaf_data(leaf, fetched);
+        text.add_string(name, std::string(static_cast<const char*>(bytes.data), static_cast<std::size_t>(bytes.nbytes)));
         continue;
       }
       // By its blocks: every rank alike, also one that holds none of them (its mesh puts no
       // device on this process), so that every rank spells the same layout.
-      const bool by_shards = v.sharding && !v.data;
+      const bool by_shards = v.sharding && !v.data && !leaf.fetch;  // (a fetched leaf is written whole)
       // Written whole by rank 0, which must hold all of it.
       if (!by_shards && !v.shards.empty() && primary)
         if (const std::uint64_t held = held_elements(v); held != element_count(v.shape))
@@ -521,7 +524,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       if (to == DType::string) throw Error(ErrorKind::invalid_argument, "a cast rule makes an array a string", where, full);
       if (to != v.dtype) report.cast.push_back(full);
       const Shape chunk = by_shards ? orbax_shard_chunk(v) : orbax_chunk_shape(v.shape);
-      params.push_back({name, full, &v, to, chunk, by_shards});
+      params.push_back({name, full, &leaf, &v, to, chunk, by_shards});
       text.add_array(name, v.sharding ? &*v.sharding : nullptr, v.shape, chunk);
     }
     report.leaves = text.leaves();
@@ -561,7 +564,8 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       }
       if (element_count(p.view->shape) == 0) continue;  // no chunk: a zero-size array is all fill value
       if (!p.by_shards) {
-        if (primary) write_chunk(p, *p.view, orbax_chunk_key(p.name, Shape(p.view->shape.size(), 0), options.zarr3));
+        LeafView fetched;  // a fetched leaf's bytes, dropped once it is written
+        if (primary) write_chunk(p, leaf_data(*p.leaf, fetched), orbax_chunk_key(p.name, Shape(p.view->shape.size(), 0), options.zarr3));
         continue;
       }
       for (const ShardView& s : p.view->shards) {

@@ -39,6 +39,11 @@ struct SafetensorsSaveReport {
 };
 
 namespace detail {
+// The order of a safetensors file's tensors: larger elements first, the tree's order within
+// each size (a stable sort by this), as Hugging Face's writer orders them, so that every tensor
+// starts at a multiple of its element size (zero-copy readers can view any of them).
+inline bool safetensors_writes_before(DType a, DType b) { return dtype_size(a) > dtype_size(b); }
+
 CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const std::string& key, const ItemSnapshot& item,
                                                           const SafetensorsSaveOptions& options);
 }  // namespace detail

@@ -26,7 +26,8 @@ namespace detail {
 
 struct ExportTensor {
   std::string name, key;  // the safetensors name; the key path, for errors
-  const LeafView* view = nullptr;
+  const SnapshotLeaf* leaf = nullptr;
+  const LeafView* view = nullptr;  // leaf's view (its bytes through leaf_data)
   DType dtype = DType::float32;  // as written
   std::uint64_t nbytes = 0;
 };
@@ -85,9 +86,11 @@ inline std::uint64_t write_safetensors_file(StoreWriter& w, const std::vector<co
   // Each tensor in C order as written, a piece at a time (a tensor already so is written from
   // the caller's memory).
   for (const ExportTensor* t : tensors)
-    if (t->nbytes > 0)
-      for_each_c_order_piece(*t->view, t->dtype, on_overflow, t->key,
+    if (t->nbytes > 0) {
+      LeafView fetched;  // a fetched leaf's bytes, dropped once it is written
+      for_each_c_order_piece(leaf_data(*t->leaf, fetched), t->dtype, on_overflow, t->key,
                              [&](const void* bytes, std::uint64_t n) { out.append(bytes, n); });
+    }
   out.finish();
   return out.size();
 }
@@ -119,6 +122,7 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
       continue;
     ExportTensor t;
     t.key = full;
+    t.leaf = &leaf;
     t.view = &leaf.view;
     for (std::size_t i = depth; i < leaf.path.size(); ++i) t.name += (i > depth ? options.separator : "") + leaf.path[i].text();
     t.dtype = cast_rule_target(options.cast, rel, leaf.view.dtype);
@@ -148,12 +152,9 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
     tensors.push_back(std::move(t));
   }
   if (!prefix_found) throw Error(ErrorKind::not_found, "the tree has no subtree '" + prefix + "'", where, prefix);
-  // Larger elements first (tree order within each size), as Hugging Face's writer orders
-  // them: every tensor then starts at a multiple of its element size (the buffer starts at a
-  // multiple of 8), so zero-copy readers (mmap, typed-array views) can view any of them.
-  std::stable_sort(tensors.begin(), tensors.end(), [](const ExportTensor& a, const ExportTensor& b) {
-    return dtype_size(a.dtype) > dtype_size(b.dtype);
-  });
+  // Larger elements first (the buffer starts at a multiple of 8).
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [](const ExportTensor& a, const ExportTensor& b) { return safetensors_writes_before(a.dtype, b.dtype); });
 
   if (options.max_file_bytes == 0 || report.tensor_bytes <= options.max_file_bytes) {
     std::vector<const ExportTensor*> all;
