@@ -36,6 +36,8 @@ class ProgressMeter {
     told_ = done;
     fn_(std::min(done, total_), total_);
   }
+  // The bytes counted so far, on every thread.
+  std::uint64_t done() const { return done_.load(std::memory_order_relaxed); }
   // The end: what was read is all there was to read.
   void finish() {
     const std::uint64_t done = done_.load(std::memory_order_relaxed);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // verify(location): reads every byte a checkpoint's records name and checks every checksum,
-// without loading anything into memory beyond a 4 MiB buffer (Orbax and DCP have no such
+// without loading anything into memory beyond a 4 MiB buffer per read in flight (one on a
+// disk; on a bucket, as many as the store keeps in flight) (Orbax and DCP have no such
 // check; `h5check` and `zarr` consolidated-metadata checks are the nearest). Also a
 // safetensors file (no checksums: the header is validated and every tensor byte read) and a
 // Checkpointer root (every committed step, and the `latest` marker where there is one: a
