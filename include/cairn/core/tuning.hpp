@@ -110,6 +110,14 @@ inline constexpr std::uint64_t write_piece_bytes = std::uint64_t{8} << 20;
 // round trips) is spread over many of them. ConvertOptions::batch_bytes overrides it.
 inline constexpr std::uint64_t convert_batch_bytes = std::uint64_t{256} << 20;
 
+// ---- Orbax export (orbax/export.hpp) ----
+
+// A directory per parameter on a bucket writes the files of arrays whose chunk is at most this
+// large side by side (Store::parallel_reads at once); larger chunks, each uploaded in parallel
+// parts already, one after another. The memory of the writes in flight stays at about
+// this times the store's concurrency (16 MiB at the default 16).
+inline constexpr std::uint64_t export_side_by_side_bytes = std::uint64_t{1} << 20;
+
 // ---- CRC32C (io/crc32c.hpp, io/block_crc32c.hpp) ----
 
 // A chunk larger than this stores the CRC32C of each block of this many bytes (docs/format.md,

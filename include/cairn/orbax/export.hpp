@@ -14,9 +14,11 @@
 
 #include <zstd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +28,8 @@
 #include "cairn/checkpoint/options.hpp"
 #include "cairn/checkpoint/snapshot.hpp"
 #include "cairn/core/json_reader.hpp"
+#include "cairn/core/parallel.hpp"
+#include "cairn/core/tuning.hpp"
 #include "cairn/coordination/wire.hpp"
 #include "cairn/format/root_layout.hpp"
 #include "cairn/orbax/ocdbt_writer.hpp"
@@ -530,43 +534,51 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
     report.leaves = text.leaves();
     if (ranks > 1) text.digest(digest);  // (a byte at a time: 10,000 leaves' text took 9 ms)
 
+    std::mutex written;  // guards mine, chunks_written and the report's sums (arrays written side by side)
     auto put_mine = [&](const std::string& name, const std::string& content) {
       write_blob(store, join_key(top, name), content);
+      std::lock_guard<std::mutex> lock(written);
       mine[name] = content.size();
     };
     // The arrays: keys of one OCDBT database per rank, or files of one directory per parameter.
     if (options.ocdbt) db.emplace(store, ranks > 1 ? join_key(dir, process_db) : dir);
     auto write_chunk = [&](const OrbaxParam& p, const LeafView& v, const std::string& chunk_key) {
-      std::uint64_t data = 0;
+      std::uint64_t data = 0, at = 0;
       if (db) {
         db->put_stream(chunk_key, [&](auto&& sink) { data = write_orbax_shard(v, p.dtype, options, p.key, sink); });
       } else {
         auto w = store.create(join_key(top, rel + chunk_key));
-        std::uint64_t at = 0;
         data = write_orbax_shard(v, p.dtype, options, p.key, [&](const void* bytes, std::uint64_t n) {
           if (n == 0) return;
           w->write_at(bytes, n, at);
           at += n;
         });
         w->finish(at);
-        mine[rel + chunk_key] = at;
       }
+      std::lock_guard<std::mutex> lock(written);
+      if (!db) mine[rel + chunk_key] = at;
       report.bytes += element_count(v.shape) * dtype_size(p.dtype);
       report.stored_bytes += data;
     };
-    for (const OrbaxParam& p : params) {
-      const std::string zarr_json = options.zarr3 ? orbax_zarr_json(p.dtype, p.view->shape, p.chunk, options.zstd_level)
-                                                  : orbax_zarray(p.dtype, p.view->shape, p.chunk, options.zstd_level);
-      if (ranks > 1) digest.str(zarr_json);
+    // Each array's zarr metadata, in order: what every rank must agree on.
+    std::vector<std::string> zarr_json(params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const OrbaxParam& p = params[i];
+      zarr_json[i] = options.zarr3 ? orbax_zarr_json(p.dtype, p.view->shape, p.chunk, options.zstd_level)
+                                   : orbax_zarray(p.dtype, p.view->shape, p.chunk, options.zstd_level);
+      if (ranks > 1) digest.str(zarr_json[i]);
+    }
+    auto write_array = [&](std::size_t i) {
+      const OrbaxParam& p = params[i];
       if (primary) {
-        if (db) db->put(orbax_metadata_key(p.name, options.zarr3), zarr_json);
-        else put_mine(rel + orbax_metadata_key(p.name, options.zarr3), zarr_json);
+        if (db) db->put(orbax_metadata_key(p.name, options.zarr3), zarr_json[i]);
+        else put_mine(rel + orbax_metadata_key(p.name, options.zarr3), zarr_json[i]);
       }
-      if (element_count(p.view->shape) == 0) continue;  // no chunk: a zero-size array is all fill value
+      if (element_count(p.view->shape) == 0) return;  // no chunk: a zero-size array is all fill value
       if (!p.by_shards) {
         LeafView fetched;  // a fetched leaf's bytes, dropped once it is written
         if (primary) write_chunk(p, leaf_data(*p.leaf, fetched), orbax_chunk_key(p.name, Shape(p.view->shape.size(), 0), options.zarr3));
-        continue;
+        return;
       }
       for (const ShardView& s : p.view->shards) {
         if (!s.primary || !s.data || s.box.elements() == 0) continue;
@@ -581,8 +593,35 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
         }
         const std::string chunk_key = orbax_chunk_key(p.name, index, options.zarr3);
         write_chunk(p, orbax_chunk_view(*p.view, s, p.chunk), chunk_key);
+        std::lock_guard<std::mutex> lock(written);
         chunks_written.push_back(chunk_key);
       }
+    };
+    // A directory per parameter on a store whose requests each wait on a network (a bucket:
+    // Store::parallel_reads) writes the files of arrays with small chunks side by side, that
+    // many at once: one after another, 300 arrays 20 ms away took 12.5 s. Larger chunks, each
+    // already uploaded in parallel parts, go one after another after them, so that memory
+    // stays at about the store's parts in flight.
+    const int writers = db ? 1 : std::max(1, store.parallel_reads());
+    if (writers <= 1) {
+      for (std::size_t i = 0; i < params.size(); ++i) write_array(i);
+    } else {
+      std::vector<std::size_t> side, alone;
+      for (std::size_t i = 0; i < params.size(); ++i)
+        (params[i].by_shards || element_count(params[i].chunk) * dtype_size(params[i].dtype) > export_side_by_side_bytes ? alone
+                                                                                                                       : side)
+            .push_back(i);
+      std::atomic<bool> failed{false};  // the first error stops the writes not yet begun
+      for_each_index(side.size(), writers, [&](std::size_t k) {
+        if (failed.load()) return;
+        try {
+          write_array(side[k]);
+        } catch (...) {
+          failed = true;
+          throw;
+        }
+      });
+      for (std::size_t i : alone) write_array(i);
     }
     if (db)
       for (const auto& [name, size] : db->finish()) mine[rel + (ranks > 1 ? process_db : "") + name] = size;

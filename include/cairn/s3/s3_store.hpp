@@ -922,15 +922,24 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       for (std::uint64_t at = offset; at < offset + n;) {
         const std::uint64_t index = at / part, in = at % part;
         const std::uint64_t take = std::min(n - (at - offset), part - in);
-        const auto data = block(index).get();  // throws what the fetch threw
-        std::memcpy(out + (at - offset), data->data() + in, static_cast<std::size_t>(take));
+        const Block fetched = block(index).get();
+        if (fetched.error) throw Error(*fetched.error);  // what the fetch threw, a copy of this thread's own
+        std::memcpy(out + (at - offset), fetched.bytes->data() + in, static_cast<std::size_t>(take));
         at += take;
       }
     }
 
    private:
+    // A block's bytes, or the error its fetch threw. Kept as a value, not as the future's
+    // exception: threads reading one block would each rethrow the one exception object, whose
+    // count of references lives in the uninstrumented C++ runtime, so that ThreadSanitizer
+    // saw its deletion race with another thread's reading of its message.
+    struct Block {
+      Bytes bytes;
+      std::optional<Error> error;
+    };
     // Block `index`, fetched or being fetched, with the `concurrency` blocks after it started.
-    std::shared_future<Bytes> block(std::uint64_t index) const {
+    std::shared_future<Block> block(std::uint64_t index) const {
       const std::uint64_t part = store_.options_.read_part_size;
       const std::uint64_t blocks = (info_.size + part - 1) / part;
       const std::uint64_t window = static_cast<std::uint64_t>(store_.options_.concurrency);
@@ -939,12 +948,16 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         if (blocks_.count(b)) continue;
         const std::uint64_t start = b * part, len = std::min(part, info_.size - start);
         blocks_[b] = std::async(std::launch::async, [this, start, len] {
-                       auto bytes = store_.buffers_.take(static_cast<std::size_t>(len));
-                       store_.client_.get_range(key_, bytes->data(), len, base_ + start, info_.etag);
-                       return Bytes(std::move(bytes));
+                       try {
+                         auto bytes = store_.buffers_.take(static_cast<std::size_t>(len));
+                         store_.client_.get_range(key_, bytes->data(), len, base_ + start, info_.etag);
+                         return Block{Bytes(std::move(bytes)), std::nullopt};
+                       } catch (const Error& e) {
+                         return Block{nullptr, e};
+                       }
                      }).share();
       }
-      std::shared_future<Bytes> f = blocks_.at(index);
+      std::shared_future<Block> f = blocks_.at(index);
       // Blocks behind the reader are done with (two threads may read neighbouring blocks, so
       // one behind is kept); a failed fetch is dropped so that the next read tries again.
       for (auto it = blocks_.begin(); it != blocks_.end();) {
@@ -960,12 +973,11 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       }
       return f;
     }
-    static bool has_error(const std::shared_future<Bytes>& f) {
+    static bool has_error(const std::shared_future<Block>& f) {
       try {
-        f.get();
-        return false;
+        return f.get().error.has_value();
       } catch (...) {
-        return true;
+        return true;  // (not an Error: out of memory)
       }
     }
 
@@ -975,7 +987,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::uint64_t base_;
     std::string name_;
     mutable std::mutex mutex_;
-    mutable std::map<std::uint64_t, std::shared_future<Bytes>> blocks_;
+    mutable std::map<std::uint64_t, std::shared_future<Block>> blocks_;
     mutable std::uint64_t next_offset_ = 0;
   };
 
