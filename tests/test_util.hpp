@@ -269,4 +269,23 @@ struct LowFileLimit {
   LowFileLimit& operator=(const LowFileLimit&) = delete;
 };
 
+// Converts `src` to `dst` with options `o` and returns how far the source's reading ran ahead
+// of the writing at most: the bytes read (progress) less `leaf_bytes` for each write into `dst`
+// seen so far (each leaf of the tests is one write of its own, at least). A convert that reads
+// its source a batch at a time stays within a batch and a leaf.
+inline std::uint64_t convert_read_ahead(const std::string& src, const std::string& dst, cairn::ConvertOptions o,
+                                        std::uint64_t leaf_bytes) {
+  std::atomic<std::uint64_t> writes{0}, most{0};
+  FaultInjection hook([&](const std::string& call, const std::string& path) {
+    if (call == "pwrite" && path.rfind(dst, 0) == 0) ++writes;
+    return 0;
+  });
+  o.progress = [&](std::uint64_t done, std::uint64_t) {
+    const std::uint64_t written = writes.load() * leaf_bytes;
+    if (done > written && done - written > most) most = done - written;
+  };
+  cairn::convert(src, dst, o);
+  return most.load();
+}
+
 }  // namespace test

@@ -7,7 +7,6 @@
 
 #include <doctest/doctest.h>
 
-#include <atomic>
 #include <filesystem>
 #include <map>
 
@@ -292,24 +291,6 @@ TEST_CASE("convert: checkpoint to safetensors and back keeps every selected leaf
   CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.select = {"zzz"}}), ErrorKind::invalid_argument, "selection");
 }
 
-// Converts `src` to `dst` with batches of `batch` bytes and returns how far the source's reading
-// ran ahead of the writing at most: the bytes read (progress) less `leaf_bytes` for each write
-// into `dst` seen so far (each leaf of the tests is one write of its own, at least).
-std::uint64_t convert_read_ahead(const std::string& src, const std::string& dst, cairn::ConvertOptions o,
-                                 std::uint64_t leaf_bytes) {
-  std::atomic<std::uint64_t> writes{0}, most{0};
-  test::FaultInjection hook([&](const std::string& call, const std::string& path) {
-    if (call == "pwrite" && path.rfind(dst, 0) == 0) ++writes;
-    return 0;
-  });
-  o.progress = [&](std::uint64_t done, std::uint64_t) {
-    const std::uint64_t written = writes.load() * leaf_bytes;
-    if (done > written && done - written > most) most = done - written;
-  };
-  cairn::convert(src, dst, o);
-  return most.load();
-}
-
 TEST_CASE("convert reads its source a batch at a time as it writes, in the writer's order, and keeps every leaf") {
   test::TempDir dir;
   // Leaves of 1 MiB (each written with writes of its own), float64 and int16 in turn: a
@@ -327,11 +308,11 @@ TEST_CASE("convert reads its source a batch at a time as it writes, in the write
   const std::uint64_t batch = 2 * leaf, total = 8 * leaf;
   // The old convert read all 8 MiB before its first write; now at most a batch is ahead (plus
   // the leaf being written).
-  CHECK(convert_read_ahead(dir / "c", dir / "back", {.batch_bytes = batch}, leaf) <= batch + leaf);
-  CHECK(convert_read_ahead(dir / "c", dir / "c.safetensors", {.batch_bytes = batch}, leaf) <= batch + leaf);
-  CHECK(convert_read_ahead(dir / "c.safetensors", dir / "again", {.batch_bytes = batch}, leaf) <= batch + leaf);
+  CHECK(test::convert_read_ahead(dir / "c", dir / "back", {.batch_bytes = batch}, leaf) <= batch + leaf);
+  CHECK(test::convert_read_ahead(dir / "c", dir / "c.safetensors", {.batch_bytes = batch}, leaf) <= batch + leaf);
+  CHECK(test::convert_read_ahead(dir / "c.safetensors", dir / "again", {.batch_bytes = batch}, leaf) <= batch + leaf);
   // One batch of everything (the default of 256 MiB): read whole before the first write.
-  CHECK(convert_read_ahead(dir / "c", dir / "whole", {}, leaf) == total);
+  CHECK(test::convert_read_ahead(dir / "c", dir / "whole", {}, leaf) == total);
   for (const char* out : {"back", "c.safetensors", "again", "whole"}) {
     CAPTURE(out);
     const auto back = cairn::read_arrays(dir / out, {});

@@ -15,7 +15,6 @@
 #include <zstd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -2028,24 +2027,6 @@ TEST_CASE("convert and the cairn tool go between cairn, Orbax and safetensors in
   CHECK_FALSE(fs::exists(dir / "l2"));
 }
 
-// Converts `src` to `dst` with batches of `batch` bytes and returns how far the source's reading
-// ran ahead of the writing at most: the bytes read (progress) less `leaf_bytes` for each write
-// into `dst` seen so far (each leaf of the test is one write of its own, at least).
-std::uint64_t convert_read_ahead(const std::string& src, const std::string& dst, cairn::ConvertOptions o,
-                                 std::uint64_t leaf_bytes) {
-  std::atomic<std::uint64_t> writes{0}, most{0};
-  test::FaultInjection hook([&](const std::string& call, const std::string& path) {
-    if (call == "pwrite" && path.rfind(dst, 0) == 0) ++writes;
-    return 0;
-  });
-  o.progress = [&](std::uint64_t done, std::uint64_t) {
-    const std::uint64_t written = writes.load() * leaf_bytes;
-    if (done > written && done - written > most) most = done - written;
-  };
-  cairn::convert(src, dst, o);
-  return most.load();
-}
-
 TEST_CASE("convert to and from Orbax reads its source a batch at a time as it writes, strings first") {
   test::TempDir dir;
   constexpr std::uint64_t leaf_bytes = 1 << 20;
@@ -2067,10 +2048,10 @@ TEST_CASE("convert to and from Orbax reads its source a batch at a time as it wr
   cairn::ConvertOptions o;
   o.to = cairn::ConvertTo::orbax;
   o.batch_bytes = batch;
-  CHECK(convert_read_ahead(dir / "c", dir / "ocdbt", o, leaf_bytes) <= batch + leaf_bytes);
+  CHECK(test::convert_read_ahead(dir / "c", dir / "ocdbt", o, leaf_bytes) <= batch + leaf_bytes);
   o.orbax.ocdbt = false;
-  CHECK(convert_read_ahead(dir / "c", dir / "dirs", o, leaf_bytes) <= batch + leaf_bytes);
-  CHECK(convert_read_ahead(dir / "ocdbt", dir / "back", {.batch_bytes = batch}, leaf_bytes) <= batch + leaf_bytes);
+  CHECK(test::convert_read_ahead(dir / "c", dir / "dirs", o, leaf_bytes) <= batch + leaf_bytes);
+  CHECK(test::convert_read_ahead(dir / "ocdbt", dir / "back", {.batch_bytes = batch}, leaf_bytes) <= batch + leaf_bytes);
   for (const char* out : {"ocdbt", "dirs", "back"}) {
     CAPTURE(out);
     const auto back = cairn::read_arrays(dir / out, {});
