@@ -27,7 +27,8 @@ inline int print_one(const VerifyReport& r, const std::string& path, std::ostrea
   }
   if (r.kind == LocationKind::orbax)
     out << "OK " << path << ": " << r.chunks << " chunks, " << human_bytes(r.bytes)
-        << " decoded; every OCDBT node and shard index checksum matches (Orbax's chunks carry none of their own)\n";
+        << " decoded; every checksum the layout stores matches (OCDBT nodes and shard indexes, where it has them;"
+           " Orbax's chunks carry none of their own)\n";
   else
     out << "OK " << path << ": " << r.chunks << (r.checksummed ? " chunks, " : " tensors, ") << human_bytes(r.bytes)
         << (r.checksummed ? ", every checksum matches\n" : " read; the header is valid (safetensors has no checksums)\n");

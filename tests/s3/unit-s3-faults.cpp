@@ -1067,6 +1067,27 @@ TEST_CASE("S3: a load's read-ahead fetches the data objects the marker lists who
     CHECK(read_whole(data) == want);
     server().reset();
   }
+  {
+    // The same with four threads reading the object whose fetch failed at once (under
+    // ThreadSanitizer in CI: each looks at the failed fetch; none may share an exception object).
+    server().fault_matching("GET /bucket/t", "403", 1);
+    auto ahead = s->read_ahead({data}, 1 << 30);
+    REQUIRE(ahead);
+    std::vector<std::string> got(4);
+    std::vector<std::thread> readers;
+    for (auto& g : got)
+      readers.emplace_back([&] {
+        try {
+          g = read_whole(data);
+        } catch (const std::exception& e) {
+          g = std::string("threw: ") + e.what();
+        }
+      });
+    for (auto& t : readers) t.join();
+    for (const auto& g : got) CHECK(g == want);
+    CHECK(server().stats().at("faults_hit").as_int() == 1);
+    server().reset();
+  }
   // And a whole load of a checkpoint of many leaves (its _METADATA asks for the read-ahead),
   // bit-exact, with a fetch that fails on the way.
   std::map<std::string, std::vector<float>> many;

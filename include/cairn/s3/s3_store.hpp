@@ -75,10 +75,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     // An object a load's read-ahead fetched (or is fetching): read from memory; where the
     // fetch failed, read as if there had been none.
     if (auto held = fetched(key)) {
-      try {
-        return std::make_unique<HeldReader>(held->get(), describe(key));
-      } catch (const std::exception&) {
-      }
+      const Fetched& got = held->get();
+      if (!got.error) return std::make_unique<HeldReader>(got.bytes, describe(key));
     }
     // A file of a checkpoint written inline in its marker: read from there.
     if (auto in = open_inline(key)) return in;
@@ -169,11 +167,17 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       std::lock_guard<std::mutex> lock(fetched_mutex_);
       if (fetched_.count(key)) continue;  // another load's read-ahead has it
       total += n;
-      std::shared_future<Bytes> f = std::async(std::launch::async, [this, key, n] {
-                                      auto b = buffers_.take(static_cast<std::size_t>(n));
-                                      if (n) client().get_range(key, b->data(), n, 0, {});
-                                      return Bytes(std::move(b));
-                                    }).share();
+      std::shared_future<Fetched> f = std::async(std::launch::async, [this, key, n] {
+                                        try {
+                                          auto b = buffers_.take(static_cast<std::size_t>(n));
+                                          if (n) client().get_range(key, b->data(), n, 0, {});
+                                          return Fetched{Bytes(std::move(b)), std::nullopt};
+                                        } catch (const Error& e) {
+                                          return Fetched{nullptr, e};
+                                        } catch (const std::exception& e) {  // out of memory: the reader tries again
+                                          return Fetched{nullptr, Error(ErrorKind::io, e.what(), describe(key))};
+                                        }
+                                      }).share();
       fetched_.emplace(key, f);
       ahead->fetches.emplace_back(key, std::move(f));
     }
@@ -798,6 +802,15 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
 
   using Buffer = s3::Buffer;
   using Bytes = std::shared_ptr<const Buffer>;
+  // What a background GET (a reader's block, a read-ahead's object) ends with: its bytes, or
+  // the error it threw. Kept as a value, not as the future's exception: threads waiting on one
+  // fetch would each rethrow the one exception object, whose count of references lives in the
+  // uninstrumented C++ runtime, so that ThreadSanitizer saw its deletion race with another
+  // thread's reading of its message.
+  struct Fetched {
+    Bytes bytes;
+    std::optional<Error> error;
+  };
 
   // read_ahead's handle: its fetches stay readable (open) until it goes.
   class ReadAhead : public StoreReadAhead {
@@ -810,11 +823,11 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         store_.fetched_.erase(key);
       }
     }
-    std::vector<std::pair<std::string, std::shared_future<Bytes>>> fetches;
+    std::vector<std::pair<std::string, std::shared_future<Fetched>>> fetches;
    private:
     const S3Store& store_;
   };
-  std::optional<std::shared_future<Bytes>> fetched(const std::string& key) const {
+  std::optional<std::shared_future<Fetched>> fetched(const std::string& key) const {
     std::lock_guard<std::mutex> lock(fetched_mutex_);
     const auto it = fetched_.find(key);
     if (it == fetched_.end()) return std::nullopt;
@@ -930,14 +943,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     }
 
    private:
-    // A block's bytes, or the error its fetch threw. Kept as a value, not as the future's
-    // exception: threads reading one block would each rethrow the one exception object, whose
-    // count of references lives in the uninstrumented C++ runtime, so that ThreadSanitizer
-    // saw its deletion race with another thread's reading of its message.
-    struct Block {
-      Bytes bytes;
-      std::optional<Error> error;
-    };
+    using Block = Fetched;
     // Block `index`, fetched or being fetched, with the `concurrency` blocks after it started.
     std::shared_future<Block> block(std::uint64_t index) const {
       const std::uint64_t part = store_.options_.read_part_size;
@@ -1449,7 +1455,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   };
   std::map<std::string, InPlaceExport> in_place_;
   mutable std::mutex fetched_mutex_;
-  mutable std::map<std::string, std::shared_future<Bytes>> fetched_;  // by read_ahead handles alive
+  mutable std::map<std::string, std::shared_future<Fetched>> fetched_;  // by read_ahead handles alive
   std::mutex multipart_mutex_;
   std::set<std::string> multipart_in_;  // generations with multipart uploads (abort_orphan_uploads)
   std::map<std::string, std::map<std::string, std::uint64_t>> written_;  // note_written: by generation, name -> size
