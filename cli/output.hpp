@@ -141,14 +141,23 @@ inline std::string checkpoint_of(const std::string& path, const std::optional<st
   }
   if (found.steps.empty()) throw Error(ErrorKind::not_found, "this Checkpointer root has no committed step", found.path);
   std::string name = found.steps.back().name;
+  std::string listed;  // for errors: the first eight
+  for (std::size_t i = 0; i < found.steps.size() && i < 8; ++i) listed += (i ? ", " : "") + found.steps[i].name;
+  if (found.steps.size() > 8) listed += ", ... (" + std::to_string(found.steps.size()) + " in all)";
   if (step) {
     const auto it = std::find_if(found.steps.begin(), found.steps.end(), [&](const InspectedStep& s) { return s.name == *step; });
-    if (it == found.steps.end()) {
-      std::string names;
-      for (const auto& s : found.steps) names += (names.empty() ? "" : ", ") + s.name;
-      throw Error(ErrorKind::not_found, "no committed step " + *step + " (the steps: " + names + ")", found.path);
-    }
+    if (it == found.steps.end())
+      throw Error(ErrorKind::not_found,
+                  (found.plain_directory ? "no checkpoint " + *step + " (the checkpoints: " : "no committed step " + *step + " (the steps: ") +
+                      listed + ")",
+                  found.path);
     name = it->name;
+  } else if (found.plain_directory) {
+    // Checkpoints named "best" and "final" have no order: which to read is the user's call.
+    throw Error(ErrorKind::invalid_argument,
+                "a directory of checkpoints (" + listed + "), not one checkpoint: name one, such as " +
+                    (Location(path) / name).describe() + " (or --step NAME)",
+                found.path);
   } else {
     err << "cairn: " << found.path << " is a Checkpointer root: reading its latest committed step, " << name
         << " (--step N reads another)\n";

@@ -154,6 +154,43 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   CHECK(has(r.out, "  30  incomplete: no commit marker (a save in progress, or one that died)\n"));
   r = cli({"ls", root, "--json"});
   CHECK(cairn::Json::parse(r.out).at("incomplete").as_array().at(0).as_int() == 30);
+  CHECK_FALSE(cairn::Json::parse(r.out).at("plain_directory").as_bool());
+
+  // A directory of checkpoints named as no Checkpointer names its steps ("best", "final"): no
+  // `latest` marker is missing there, and none is read as the latest; show, diff and convert
+  // ask for one by name (--step NAME, or its path).
+  const std::string plain = dir / "plain";
+  cairn::save(plain + "/best", std::map<std::string, std::vector<float>>{{"w", {1, 2}}});
+  cairn::save(plain + "/final", std::map<std::string, std::vector<float>>{{"w", {3, 4}}});
+  r = cli({"ls", plain});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, plain + ": directory of 2 checkpoints\n"));
+  CHECK(has(r.out, "  best  "));
+  CHECK(!has(r.out, "warning"));
+  CHECK(!has(r.out, "latest"));
+  r = cli({"ls", plain, "--json"});
+  {
+    const cairn::Json j = cairn::Json::parse(r.out);
+    CHECK(j.at("plain_directory").as_bool());
+    CHECK(j.at("latest_committed").is_null());
+    CHECK(j.find("latest_problem") == nullptr);
+    CHECK(j.at("steps").as_array().size() == 2);
+  }
+  for (const char* cmd : {"show", "diff", "convert"}) {
+    const std::string cmd_s = cmd;
+    r = cmd_s == "show" ? cli({cmd, plain, "w"}) : cmd_s == "diff" ? cli({cmd, plain, plain + "/best"}) : cli({cmd, plain, dir / "out"});
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(has(r.err, "a directory of checkpoints (best, final), not one checkpoint: name one, such as " + plain + "/final"),
+                  r.err);
+  }
+  r = cli({"show", plain, "w", "--step", "final"});
+  CHECK(r.status == 0);
+  CHECK_MESSAGE(has(r.out, "[3, 4]"), r.out);
+  r = cli({"show", plain, "w", "--step", "worst"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "no checkpoint worst (the checkpoints: best, final)"));
+  r = cli({"verify", plain});
+  CHECK(r.status == 0);
 
   const std::string st = dir / "m.safetensors";
   cairn::save_safetensors(st, std::vector<std::vector<float>>{{1, 2}, {3}});

@@ -184,6 +184,7 @@ TEST_CASE("inspect says what is there: a checkpoint, a safetensors file, a Check
   CHECK(!i.latest_marker);
   CHECK(i.latest_problem.find("missing") != std::string::npos);
   CHECK(i.steps.size() == 3);
+  CHECK(!i.plain_directory);  // its names are steps: a Checkpointer's root that lost its marker
 
   // A plain directory of checkpoints has no marker, and that is no problem for verify.
   cairn::save(dir / "plain/a", m);
@@ -191,6 +192,8 @@ TEST_CASE("inspect says what is there: a checkpoint, a safetensors file, a Check
   i = cairn::inspect(dir / "plain");
   CHECK(i.kind == cairn::LocationKind::checkpointer_root);
   CHECK(!i.latest_marker);
+  CHECK(i.plain_directory);
+  CHECK(i.latest_problem.empty());  // no marker was ever missing there
   CHECK(cairn::verify(dir / "plain").ok());
   CHECK_CAIRN_ERROR(cairn::inspect(dir / "nothing"), ErrorKind::not_found, "nothing is there");
 }

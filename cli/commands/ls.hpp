@@ -25,12 +25,13 @@ inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
     }
     list.push_back(step);
   }
-  const std::string latest_committed = root.steps.empty() ? "" : root.steps.back().name;
+  // A plain directory of checkpoints has no steps in order: none is the latest.
+  const std::string latest_committed = root.steps.empty() || root.plain_directory ? "" : root.steps.back().name;
   if (json) {
     Json j = Json::object({{"path", root.path}, {"kind", location_kind_name(root.kind)},
                            {"latest", root.latest.empty() ? Json() : step_json(root.latest)},
                            {"latest_committed", latest_committed.empty() ? Json() : step_json(latest_committed)},
-                           {"steps", list}});
+                           {"plain_directory", root.plain_directory}, {"steps", list}});
     if (!root.latest_problem.empty()) j["latest_problem"] = root.latest_problem;
     if (!root.incomplete.empty()) {
       Json incomplete = Json::array();
@@ -40,8 +41,11 @@ inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
     out << j.dump() << "\n";
     return exit_ok;
   }
-  out << root.path << ": Checkpointer root, " << root.steps.size() << " steps"
-      << (root.latest.empty() || !root.latest_problem.empty() ? "" : ", latest " + root.latest) << "\n";
+  if (root.plain_directory)
+    out << root.path << ": directory of " << root.steps.size() << " checkpoints\n";
+  else
+    out << root.path << ": Checkpointer root, " << root.steps.size() << " steps"
+        << (root.latest.empty() || !root.latest_problem.empty() ? "" : ", latest " + root.latest) << "\n";
   if (!root.latest_problem.empty())
     out << "warning: " << root.latest_problem << "; the latest committed step is " << latest_committed
         << " (a Checkpointer opening this root repairs the marker)\n";

@@ -5663,6 +5663,11 @@ struct Inspection {
   // Checkpointer opening the root repairs the marker to.
   std::string latest_problem;
   bool latest_marker = false;  // whether the root has a `latest` marker (a plain directory of checkpoints has none)
+  // A directory of checkpoints that is no Checkpointer's: no `latest` marker, and names that
+  // are not all steps ("best", "final"). Its checkpoints are in `steps`; nothing is the latest
+  // (latest_problem stays empty), and the cairn tool's show, diff and convert ask for one by
+  // name rather than take the last in step order.
+  bool plain_directory = false;
   // A Checkpointer root: directories named like steps that hold no commit marker: a save in
   // progress, or one that died (on an object store, a prefix holding only a generation). Never
   // steps, never loaded; in name order.
@@ -8221,10 +8226,14 @@ CAIRN_API Location::Location(const std::string& path_or_uri) {
   if (!opener) {
     std::string known;
     for (const auto& s : store_schemes()) known += (known.empty() ? "" : ", ") + s;
+    // The schemes of cairn's own opt-in stores say which header serves them (and its CMake
+    // target); any other, how to serve it.
+    const std::string serve = scheme == "s3" || scheme == "gs"
+                                  ? "include <cairn/s3.hpp> in a file of the program (CMake: link cairn::s3)"
+                                  : "include the header of the store that serves it, or call cairn::register_store_scheme";
     throw Error(ErrorKind::invalid_argument,
-                "no store is registered for the URI scheme '" + scheme + "' (registered: " + known +
-                    "). Include the header of the store that serves it (cairn/store/s3_store.hpp for s3), or call "
-                    "cairn::register_store_scheme; a relative path that looks like a URI is written ./" + path_or_uri,
+                "no store is registered for the URI scheme '" + scheme + "' (registered: " + known + "). To read and write " +
+                    scheme + ":// URIs, " + serve + "; a relative path that looks like a URI is written ./" + path_or_uri,
                 path_or_uri);
   }
   *this = opener(rest);
@@ -16360,7 +16369,11 @@ inline Inspection inspect_root(const Location& location, std::vector<std::string
   if (!listing) listing = &listed.emplace(store.list(location.key()));
   const std::string marker = join_key(location.key(), "latest");
   if (std::none_of(listing->begin(), listing->end(), [](const StoreEntry& e) { return !e.is_prefix && e.name == "latest"; })) {
-    out.latest_problem = "the latest marker (" + store.describe(marker) + ") is missing";
+    // A Checkpointer would find and repair this root only where every name is a step (as
+    // describe_checkpointer_root tells a load): else it is a plain directory of checkpoints,
+    // where a marker was never missing.
+    out.plain_directory = !std::all_of(names.begin(), names.end(), [](const std::string& n) { return looks_like_step_name(n); });
+    if (!out.plain_directory) out.latest_problem = "the latest marker (" + store.describe(marker) + ") is missing";
   } else {
     out.latest_marker = true;
     try {

@@ -53,6 +53,11 @@ struct Inspection {
   // Checkpointer opening the root repairs the marker to.
   std::string latest_problem;
   bool latest_marker = false;  // whether the root has a `latest` marker (a plain directory of checkpoints has none)
+  // A directory of checkpoints that is no Checkpointer's: no `latest` marker, and names that
+  // are not all steps ("best", "final"). Its checkpoints are in `steps`; nothing is the latest
+  // (latest_problem stays empty), and the cairn tool's show, diff and convert ask for one by
+  // name rather than take the last in step order.
+  bool plain_directory = false;
   // A Checkpointer root: directories named like steps that hold no commit marker: a save in
   // progress, or one that died (on an object store, a prefix holding only a generation). Never
   // steps, never loaded; in name order.

@@ -79,10 +79,14 @@ CAIRN_API Location::Location(const std::string& path_or_uri) {
   if (!opener) {
     std::string known;
     for (const auto& s : store_schemes()) known += (known.empty() ? "" : ", ") + s;
+    // The schemes of cairn's own opt-in stores say which header serves them (and its CMake
+    // target); any other, how to serve it.
+    const std::string serve = scheme == "s3" || scheme == "gs"
+                                  ? "include <cairn/s3.hpp> in a file of the program (CMake: link cairn::s3)"
+                                  : "include the header of the store that serves it, or call cairn::register_store_scheme";
     throw Error(ErrorKind::invalid_argument,
-                "no store is registered for the URI scheme '" + scheme + "' (registered: " + known +
-                    "). Include the header of the store that serves it (cairn/store/s3_store.hpp for s3), or call "
-                    "cairn::register_store_scheme; a relative path that looks like a URI is written ./" + path_or_uri,
+                "no store is registered for the URI scheme '" + scheme + "' (registered: " + known + "). To read and write " +
+                    scheme + ":// URIs, " + serve + "; a relative path that looks like a URI is written ./" + path_or_uri,
                 path_or_uri);
   }
   *this = opener(rest);
