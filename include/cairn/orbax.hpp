@@ -81,7 +81,8 @@ OrbaxSaveReport save_orbax(const Location& location, const T& tree, const OrbaxS
 // checkpoint's data files, hard-linked under its d/ (copied where the filesystem or store cannot
 // share them: report.files_shared says which). The tree item only; bytes as stored (no cast,
 // no zstd); a leaf whose chunks zarr cannot take as they are (an uneven split) is written anew.
-// user metadata becomes the custom metadata unless options.custom_metadata is set. Deleting the
+// user metadata becomes _CHECKPOINT_METADATA's (its metrics and custom metadata: see
+// take_user_metadata) unless options.custom_metadata or options.metrics is set. Deleting the
 // cairn checkpoint afterwards leaves the Orbax one whole (hard links). See docs/orbax.md.
 inline OrbaxLinkReport link_as_orbax(const Location& checkpoint, const Location& orbax_dir, const OrbaxSaveOptions& options = {}) {
   return detail::orbax::link_as_orbax(checkpoint, orbax_dir.store(), orbax_dir.key(), options);
@@ -116,12 +117,12 @@ inline OrbaxSaveOptions save_options_of(const ConvertOptions& options) {
   return o;
 }
 
-// convert's export: the source's user metadata becomes _CHECKPOINT_METADATA's custom metadata.
+// convert's export: the source's user metadata becomes _CHECKPOINT_METADATA's (take_user_metadata).
 inline ForeignExport export_item(Store& store, const std::string& key, const ItemSnapshot& item,
                                  const ConvertOptions& options, const Json& user_metadata) {
   OrbaxSaveOptions o = save_options_of(options);
   o.cast = options.cast;
-  o.custom_metadata = user_metadata;
+  take_user_metadata(user_metadata, o);
   const OrbaxSaveReport r = save_orbax_snapshot(store, key, item, o);
   return {r.leaves, r.bytes, r.cast};
 }

@@ -2027,6 +2027,56 @@ TEST_CASE("convert and the cairn tool go between cairn, Orbax and safetensors in
   CHECK_FALSE(fs::exists(dir / "l2"));
 }
 
+TEST_CASE("convert to Orbax puts metrics and custom metadata where Orbax keeps them, and Orbax -> Orbax nests nothing") {
+  test::TempDir dir;
+  const ExportState s = export_state();
+  cairn::ConvertOptions to_orbax;
+  to_orbax.to = cairn::ConvertTo::orbax;
+  auto user_of = [](const std::string& orbax) { return cairn::orbax_metadata(orbax).metadata.user_metadata; };
+  const cairn::Json metrics = cairn::Json::object({{"loss", 0.25}});
+  const cairn::Json custom = cairn::Json::object({{"run", "7"}, {"seed", 3}});
+  // Orbax -> Orbax -> Orbax: the metrics and the custom metadata stay themselves.
+  cairn::OrbaxSaveOptions o;
+  o.metrics = metrics;
+  o.custom_metadata = custom;
+  cairn::save_orbax(dir / "o1", s, o);
+  REQUIRE(user_of(dir / "o1").at("custom") == custom);
+  cairn::convert(dir / "o1", dir / "o2", to_orbax);
+  cairn::convert(dir / "o2", dir / "o3", to_orbax);
+  for (const std::string& d : {dir / "o2", dir / "o3"}) {
+    const cairn::Json u = user_of(d);
+    CHECK_MESSAGE(u.at("custom") == custom, u.dump());
+    CHECK_MESSAGE(u.at("metrics") == metrics, u.dump());
+  }
+  // A Checkpointer's step: its metrics are Orbax's metrics, its user metadata the custom
+  // metadata; both by convert and by a link.
+  {
+    cairn::Checkpointer ck(dir / "root");
+    cairn::StepSaveOptions a;
+    a.metrics = metrics;
+    a.save.user_metadata = custom;
+    ck.save(5, s, a);
+  }
+  cairn::convert(dir / "root/5", dir / "from_step", to_orbax);
+  cairn::link_as_orbax(dir / "root/5", dir / "linked_step");
+  for (const std::string& d : {dir / "from_step", dir / "linked_step"}) {
+    const cairn::Json u = user_of(d);
+    CHECK_MESSAGE(u.at("custom") == custom, u.dump());
+    CHECK_MESSAGE(u.at("metrics") == metrics, u.dump());
+  }
+  // Any other user metadata is the custom metadata whole, metrics and all where it is not of
+  // that shape (here a "metrics" that is no object).
+  for (const cairn::Json& user : {cairn::Json::object({{"epoch", 3}}),
+                                  cairn::Json::object({{"metrics", 1}, {"custom", cairn::Json::object()}})}) {
+    cairn::save(dir / "plain", s, {.overwrite = true, .user_metadata = user});
+    fs::remove_all(dir / "plain_orbax");
+    cairn::convert(dir / "plain", dir / "plain_orbax", to_orbax);
+    const cairn::Json u = user_of(dir / "plain_orbax");
+    CHECK_MESSAGE(u.at("custom") == user, u.dump());
+    CHECK(u.at("metrics") == cairn::Json::object());
+  }
+}
+
 TEST_CASE("convert to and from Orbax reads its source a batch at a time as it writes, strings first") {
   test::TempDir dir;
   constexpr std::uint64_t leaf_bytes = 1 << 20;

@@ -76,6 +76,36 @@ struct OrbaxSaveReport {
 
 namespace detail::orbax {
 
+// A source's user metadata (convert's, link_as_orbax's) as _CHECKPOINT_METADATA's. Where it
+// has the shape an Orbax import and a Checkpointer's step give it (no keys but "metrics",
+// "custom", "created_unix_ms" and "step", metrics and custom objects where there), its metrics
+// are Orbax's metrics (what a CheckpointManager picks its best step by) and its custom part is
+// the custom metadata, so that Orbax -> Orbax keeps each where it was rather than nest it a
+// level deeper every time; the times and the step number are the source's own save's, which
+// the new checkpoint has of its own (its commit time; its directory). Any other user metadata
+// ({"epoch": 3}) is the custom metadata whole.
+inline void take_user_metadata(const Json& user, OrbaxSaveOptions& o) {
+  const auto shaped = [&] {
+    if (!user.is_object()) return false;
+    bool any = false;
+    for (const auto& [k, v] : user.items()) {
+      if (k == "metrics" || k == "custom") {
+        if (!v.is_object()) return false;
+        any = true;
+      } else if (k != "created_unix_ms" && k != "step") {
+        return false;
+      }
+    }
+    return any;
+  };
+  if (!shaped()) {
+    o.custom_metadata = user;
+    return;
+  }
+  if (const Json* m = user.find("metrics")) o.metrics = *m;
+  if (const Json* c = user.find("custom")) o.custom_metadata = *c;
+}
+
 inline std::string base64url(const std::string& s) {
   static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
   std::string out;

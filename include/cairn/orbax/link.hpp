@@ -236,7 +236,8 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
   put_file(rel + "array_metadatas/process_0", text.array_metadatas());
   if (const std::string strings = text.strings(); !strings.empty()) put_file(rel + "_strings.json", strings);
   OrbaxSaveOptions o = options;
-  if (o.custom_metadata.is_object() && o.custom_metadata.size() == 0) o.custom_metadata = meta.user_metadata;
+  const auto unset = [](const Json& j) { return j.is_object() && j.size() == 0; };
+  if (unset(o.custom_metadata) && unset(o.metrics)) take_user_metadata(meta.user_metadata, o);
   text.put_files(put_file, rel, o);
   staging->publish(expected);
   return report;
