@@ -43,6 +43,11 @@ State random_state() {
   return s;
 }
 
+struct Fewer {  // State without two of its leaves
+  std::vector<double> big;
+};
+CAIRN_TREE(Fewer, big)
+
 bool same(const State& a, const State& b) {
   return test::same_bits(a.big, b.big) && test::same_bits(a.ids, b.ids) && a.name == b.name;
 }
@@ -1011,6 +1016,28 @@ TEST_CASE("S3: a load opens the objects its commit marker lists without a HEAD: 
   const auto data = cairn::Json::parse(cairn::detail::read_blob(*s, "ck/_CHECKPOINT", 1 << 20)).at("files").at("data-0-0.bin");
   const std::uint64_t part = options().read_part_size;
   CHECK(used == 4 + (static_cast<std::uint64_t>(data.as_int()) + part - 1) / part);
+}
+
+TEST_CASE("S3: a load's errors about the checkpoint name the location given, not the generation it is read from") {
+  if (server().endpoint().empty()) return;
+  auto s = store();
+  cairn::save({s, "named/5"}, random_state());
+  const std::string given = s->describe("named/5");  // s3://.../named/5
+  auto names_given = [&](auto&& load, cairn::ErrorKind kind) {
+    try {
+      load();
+      FAIL("the load succeeded");
+    } catch (const cairn::Error& e) {
+      CHECK_MESSAGE(e.kind() == kind, e.what());
+      CHECK_MESSAGE(e.file() == given, e.what());  // no ".cairn-gen-..." in it
+    }
+  };
+  // Keys that differ; a string into a number; an item that is not there.
+  names_given([&] { cairn::load<Fewer>({s, "named/5"}); }, cairn::ErrorKind::structure_mismatch);
+  names_given([&] { cairn::load<std::map<std::string, std::vector<double>>>({s, "named/5"}); }, cairn::ErrorKind::dtype_mismatch);
+  cairn::LoadOptions item;
+  item.item = "nosuch";
+  names_given([&] { cairn::load<State>({s, "named/5"}, item); }, cairn::ErrorKind::not_found);
 }
 
 TEST_CASE("S3: a load's read-ahead fetches the data objects the marker lists whole, once; a failed fetch is read again") {

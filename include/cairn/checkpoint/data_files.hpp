@@ -106,7 +106,10 @@ class DataFiles {
   std::uint64_t size(const std::string& name) { return get(name).size(); }
   // How errors name a data file.
   std::string describe(const std::string& name) const { return store_.describe(key_of(name)); }
-  std::string describe() const { return store_.describe(key_); }
+  // How errors about the checkpoint as a whole name it: where the load was pointed (set by
+  // describe_as: on an object store, not the generation its files are read from).
+  std::string describe() const { return name_.empty() ? store_.describe(key_) : name_; }
+  void describe_as(std::string name) { name_ = std::move(name); }
   // How many reads of these files gain from being in flight at once (Store::parallel_reads).
   int parallel_reads() const { return store_.parallel_reads(); }
 
@@ -185,6 +188,7 @@ class DataFiles {
 
   const Store& store_;
   std::string key_;
+  std::string name_;  // describe()'s, where set
   const std::map<std::string, std::string>* file_keys_ = nullptr;
   std::unordered_map<std::string, std::unique_ptr<StoreReader>> files_;
   ProgressMeter* meter_ = nullptr;

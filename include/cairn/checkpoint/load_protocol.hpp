@@ -108,6 +108,14 @@ struct OpenedCheckpoint {
   // symbolic link (Store::follow_link). Never filled for a checkpoint's own files.
   std::map<std::string, std::string> file_keys;
 };
+// What a load's errors about the checkpoint as a whole (its keys, its items) name: the
+// location the caller gave, not the generation an object store reads it from
+// (`s3://b/run/5`, not `s3://b/run/5/.cairn-gen-...`); errors about a file name the file.
+inline std::string name_of(const Store& store, const std::string& key, const std::string& readable) {
+  const std::string given = normalize_key(key);
+  return readable == given ? std::string() : store.describe(given);
+}
+
 // `commit_seen`: as read_metadata_text's (one process only).
 inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& key, Coordinator* coordinator,
                                         std::uint64_t* commit_seen = nullptr) {
@@ -119,6 +127,7 @@ inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& k
     c.read_ahead = start_read_ahead(store, ckpt, t.metadata);
     c.metadata = parse_metadata(store, ckpt, t, &c.leaf_keys);
     c.records = store.describe(join_key(ckpt, metadata_file));
+    c.name = name_of(store, key, ckpt);
     return c;
   }
   coordinator->set_phase("reading the metadata");
@@ -135,6 +144,7 @@ inline OpenedCheckpoint open_checkpoint(const Store& store, const std::string& k
   t.user = in.str();
   c.metadata = parse_metadata(store, c.key, t, &c.leaf_keys);
   c.records = store.describe(join_key(c.key, metadata_file));
+  c.name = name_of(store, key, c.key);
   return c;
 }
 
@@ -198,6 +208,7 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
       // start of the files, as it reads); one that reads only some would compete with it.
       if (plan.leaves.size() < item->leaves.size()) ck.read_ahead.reset();
       DataFiles files(store, ck.key, &ck.file_keys);
+      files.describe_as(dir);
       execute_plan(plan, files, options);
       ck.read_ahead.reset();  // stopped and joined: the reads are done
       report = std::move(plan.report);
