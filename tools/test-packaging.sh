@@ -10,6 +10,20 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+# Compiles of one file each, two at a time (each is one g++ process; CI has two cores): `both
+# CMD1 -- CMD2` runs them side by side and fails if either does.
+both() {
+  local first=() second=()
+  while [ "$1" != "--" ]; do first+=("$1"); shift; done
+  shift
+  second=("$@")
+  "${first[@]}" & local p1=$!
+  "${second[@]}" & local p2=$!
+  local rc=0
+  wait "$p1" || rc=1
+  wait "$p2" || rc=1
+  return "$rc"
+}
 
 echo "== install, then find_package(cairn)"
 cmake -S "$root" -B "$work/cairn-build" "${gen[@]}" -DCAIRN_BUILD_TESTS=OFF -DCAIRN_BUILD_EXAMPLES=OFF \
@@ -34,13 +48,13 @@ cmake --build "$work/fp" >/dev/null
 # pkg-config: `cairn` links the compiled runtime, `cairn-header-only` needs no library.
 "$root/tools/deps.sh" pkgconf
 export PKG_CONFIG_PATH="$work/prefix/share/pkgconfig"
-g++ $(pkg-config --cflags cairn) "$root/tests/package/consumer.cpp" -o "$work/pc" $(pkg-config --libs cairn)
+both g++ $(pkg-config --cflags cairn) "$root/tests/package/consumer.cpp" -o "$work/pc" $(pkg-config --libs cairn) -- \
+  g++ $(pkg-config --cflags cairn-header-only) -O1 "$root/tests/package/consumer.cpp" -o "$work/pc_ho" $(pkg-config --libs cairn-header-only)
 "$work/pc" "$work"
-g++ $(pkg-config --cflags cairn-header-only) -O1 "$root/tests/package/consumer.cpp" -o "$work/pc_ho" $(pkg-config --libs cairn-header-only)
 "$work/pc_ho" "$work"
-g++ $(pkg-config --cflags cairn cairn-s3) "$root/tests/package/consumer_s3.cpp" -o "$work/pc_s3" $(pkg-config --libs cairn cairn-s3)
+both g++ $(pkg-config --cflags cairn cairn-s3) "$root/tests/package/consumer_s3.cpp" -o "$work/pc_s3" $(pkg-config --libs cairn cairn-s3) -- \
+  g++ $(pkg-config --cflags cairn cairn-orbax) "$root/tests/package/consumer_orbax.cpp" -o "$work/pc_orbax" $(pkg-config --libs cairn cairn-orbax)
 "$work/pc_s3"
-g++ $(pkg-config --cflags cairn cairn-orbax) "$root/tests/package/consumer_orbax.cpp" -o "$work/pc_orbax" $(pkg-config --libs cairn cairn-orbax)
 "$work/pc_orbax" "$work"
 unset PKG_CONFIG_PATH
 
@@ -69,11 +83,11 @@ cmake --build "$work/sd" >/dev/null
 
 echo "== single header only"
 eigen=$(pkg-config --cflags eigen3 2>/dev/null || echo -I/usr/include/eigen3)
-g++ -std=c++20 -O1 -I"$root/single_include" $eigen "$root/tests/package/consumer.cpp" -o "$work/single" -pthread
-"$work/single" "$work"
-# Separate compilation with the single header: one file compiles the runtime.
-g++ -std=c++20 -DCAIRN_SEPARATE_COMPILATION -I"$root/single_include" $eigen "$root/tests/package/consumer.cpp" \
+# Header-only, and separate compilation with the single header (one file compiles the runtime).
+both g++ -std=c++20 -O1 -I"$root/single_include" $eigen "$root/tests/package/consumer.cpp" -o "$work/single" -pthread -- \
+  g++ -std=c++20 -DCAIRN_SEPARATE_COMPILATION -I"$root/single_include" $eigen "$root/tests/package/consumer.cpp" \
   "$root/tests/package/single_runtime.cpp" -o "$work/single_compiled" -pthread
+"$work/single" "$work"
 "$work/single_compiled" "$work"
 
 echo "== a translation unit without C++20 stops at cairn's one #error"
