@@ -141,7 +141,8 @@ inline std::string checkpoint_of(const std::string& path, const std::optional<st
   }
   if (found.steps.empty()) throw Error(ErrorKind::not_found, "this Checkpointer root has no committed step", found.path);
   std::string name = found.steps.back().name;
-  std::string listed;  // for errors: the first eight
+  // For errors: the first eight (as detail::listed_names does; the tool sees only the public API).
+  std::string listed;
   for (std::size_t i = 0; i < found.steps.size() && i < 8; ++i) listed += (i ? ", " : "") + found.steps[i].name;
   if (found.steps.size() > 8) listed += ", ... (" + std::to_string(found.steps.size()) + " in all)";
   if (step) {

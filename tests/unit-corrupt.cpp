@@ -167,6 +167,45 @@ TEST_CASE("commit markers, temporary directories and missing paths") {
   CHECK_CAIRN_ERROR(cairn::metadata(c), cairn::ErrorKind::corrupt, "_CHECKPOINT");
 }
 
+TEST_CASE("a directory without a commit marker: the error says what is there instead") {
+  test::TempDir dir;
+  // Nothing in it.
+  std::filesystem::create_directories(dir / "empty");
+  CHECK_CAIRN_ERROR(cairn::load<State>(dir / "empty"), cairn::ErrorKind::not_found, "an empty directory");
+  // Something else: its entries, sorted, folders marked.
+  std::filesystem::create_directories(dir / "other/sub");
+  test::write_file(dir / "other/notes.txt", "x");
+  CHECK_CAIRN_ERROR(cairn::metadata(dir / "other"), cairn::ErrorKind::not_found, "it holds notes.txt, sub/)");
+  // An Orbax checkpoint, read by another function (this test does not include cairn/orbax.hpp).
+  for (const char* sign : {"_CHECKPOINT_METADATA", "manifest.ocdbt", "_METADATA"}) {
+    const std::string o = dir / (std::string("orbax-") + sign);
+    std::filesystem::create_directories(o);
+    test::write_file(o + "/" + sign, "{}");
+    CHECK_CAIRN_ERROR(cairn::load<State>(o), cairn::ErrorKind::not_found, std::string("an Orbax checkpoint (it has ") + sign);
+    CHECK_CAIRN_ERROR(cairn::load<State>(o), cairn::ErrorKind::not_found, "cairn::load_orbax");
+  }
+  // A safetensors file.
+  cairn::save_safetensors(dir / "m.safetensors", make_state());
+  CHECK_CAIRN_ERROR(cairn::load<State>(dir / "m.safetensors"), cairn::ErrorKind::not_found, "cairn::load_safetensors");
+  // cairn's own files without their marker, from a save or a copy: incomplete, as before,
+  // whichever of them is left (a _METADATA beside a data file is cairn's, not Orbax's).
+  const std::string c = dir / "c";
+  cairn::save(c, make_state());
+  std::filesystem::remove(c + "/_CHECKPOINT");
+  for (const char* gone : {"_USER_METADATA", "_METADATA"}) {
+    CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::incomplete, "a save that did not commit, or a copy");
+    std::filesystem::remove(c + "/" + gone);
+  }
+  CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::incomplete, "_CHECKPOINT");
+  // An empty tree's checkpoint has no data file: its _METADATA is still cairn's.
+  const std::string none = dir / "none";
+  cairn::save(none, std::map<std::string, int>{});
+  std::filesystem::remove(none + "/_CHECKPOINT");
+  CHECK_CAIRN_ERROR((cairn::load<std::map<std::string, int>>(none)), cairn::ErrorKind::incomplete, "did not commit");
+  for (const auto& e : std::filesystem::directory_iterator(c)) std::filesystem::remove(e.path());
+  CHECK_CAIRN_ERROR(cairn::load<State>(c), cairn::ErrorKind::not_found, "an empty directory");
+}
+
 TEST_CASE("keys that look like paths never touch the filesystem: they are data, not file names") {
   test::TempDir dir;
   std::map<std::string, std::vector<int>> hostile = {{"../../escape", {1}}, {"/etc/passwd", {2}}, {"..", {3}}};

@@ -292,6 +292,15 @@ TEST_CASE("convert: checkpoint to safetensors and back keeps every selected leaf
   CHECK(!back.count("bytes"));
   CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "back"), ErrorKind::already_exists, "");
   CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.select = {"zzz"}}), ErrorKind::invalid_argument, "selection");
+  // A selection that matches nothing says what was asked and what leaves there are.
+  std::string leaves;
+  const cairn::CheckpointMetadata meta = cairn::metadata(dir / "c");
+  for (const auto& l : meta.leaves()) leaves += (leaves.empty() ? "" : ", ") + l.key();
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.select = {"zzz", "y*"}, .exclude = {"g*"}}),
+                    ErrorKind::invalid_argument, "(select 'zzz', 'y*'; exclude 'g*'); its leaves: " + leaves);
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.exclude = {"*"}}), ErrorKind::invalid_argument,
+                    "(exclude '*'); its leaves: ");
+  CHECK(!std::filesystem::exists(dir / "none"));
 }
 
 TEST_CASE("convert reads its source a batch at a time as it writes, in the writer's order, and keeps every leaf") {

@@ -68,6 +68,20 @@ inline bool looks_like_step_name(std::string_view name) {
   return parse_step_digits(name.substr(name.rfind("step_", 0) == 0 ? 5 : 0), step);
 }
 
+// Whether every name is one a Checkpointer gives a step: a directory of such names is a
+// Checkpointer's root (marker or not), any other a plain directory of checkpoints.
+inline bool all_step_names(const std::vector<std::string>& names) {
+  return std::all_of(names.begin(), names.end(), [](const std::string& n) { return looks_like_step_name(n); });
+}
+
+// Names for an error message: the first eight, then how many in all.
+inline std::string listed_names(const std::vector<std::string>& names) {
+  std::string list;
+  for (std::size_t i = 0; i < names.size() && i < 8; ++i) list += (i ? ", " : "") + names[i];
+  if (names.size() > 8) list += ", ... (" + std::to_string(names.size()) + " in all)";
+  return list;
+}
+
 // Sorts directory names in step order: shorter first, so that plain step numbers sort
 // numerically ("9" before "10"), then by text.
 inline void sort_in_step_order(std::vector<std::string>& names) {
@@ -98,12 +112,10 @@ inline std::vector<std::string> committed_children(const Store& store, const std
 inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
   const std::vector<std::string> steps = committed_children(store, key);
   if (steps.empty()) return {};
-  std::string list;
-  for (std::size_t i = 0; i < steps.size() && i < 8; ++i) list += (i ? ", " : "") + steps[i];
-  if (steps.size() > 8) list += ", ... (" + std::to_string(steps.size()) + " in all)";
+  const std::string list = listed_names(steps);
   const std::string one = store.describe(join_key(key, steps.back()));
   // The Checkpointer is suggested only where the names are steps: it would find no others.
-  if (!std::all_of(steps.begin(), steps.end(), [](const std::string& s) { return looks_like_step_name(s); }))
+  if (!all_step_names(steps))
     return "this is a directory of checkpoints (" + list + "), not one checkpoint: load one of them, such as " + one;
   return "this is a directory of checkpoints (a Checkpointer root holding " + list +
          "), not one checkpoint: load one of them, such as " + one + ", or the latest with cairn::Checkpointer(\"" +

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "cairn/format/layout.hpp"
 #include "cairn/format/metadata_json.hpp"
@@ -18,15 +20,57 @@
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// Throws, saying what is there instead, where `key` holds no commit marker.
+// A data file's name as layout.hpp's data_file_name gives it.
+inline bool is_data_file_name(std::string_view name) { return name.starts_with("data-") && name.ends_with(".bin"); }
+
+// Where a directory without a commit marker holds an Orbax checkpoint: the file that says so
+// (what orbax/checkpoint.hpp's looks_like_orbax looks for, but for `_METADATA`, which a cairn
+// checkpoint has too: it counts only beside no data file and no _USER_METADATA, which are
+// cairn's; a checkpoint of an empty tree has no data file); "" otherwise.
+inline std::string orbax_sign(const std::vector<StoreEntry>& entries) {
+  bool metadata = false, cairn_data = false;
+  for (const auto& e : entries) {
+    if (e.is_prefix) continue;
+    for (const char* name : {"_CHECKPOINT_METADATA", "orbax.checkpoint", "commit_success.txt", "manifest.ocdbt"})
+      if (e.name == name) return e.name;
+    metadata |= e.name == metadata_file;
+    cairn_data |= is_data_file_name(e.name) || e.name == user_metadata_file;
+  }
+  return metadata && !cairn_data ? metadata_file : "";
+}
+
+// Throws, saying what is there instead, where `key` holds no commit marker: nothing; a file
+// (a safetensors file named as such); a directory of checkpoints; an Orbax checkpoint; cairn's
+// files without their marker (a save that did not commit, or a copy that stopped short:
+// incomplete); or a directory of something else.
 inline void require_marker(const Store& store, const std::string& key) {
   if (store.exists(join_key(key, marker_file))) return;
   const std::string dir = store.describe(key);
   if (!store.exists(key)) throw Error(ErrorKind::not_found, "no checkpoint at this path (nothing is there)", dir);
-  if (store.is_blob(key)) throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
+  if (store.is_blob(key)) {
+    if (std::string_view(key).ends_with(".safetensors") || std::string_view(key).ends_with(".index.json"))
+      throw Error(ErrorKind::not_found, "a safetensors file, not a cairn checkpoint: read it with cairn::load_safetensors", dir);
+    throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
+  }
   if (std::string root = describe_checkpointer_root(store, key); !root.empty()) throw Error(ErrorKind::not_found, root, dir);
-  throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
-              " file: not a cairn checkpoint, or a save that did not commit", dir);
+  const std::vector<StoreEntry> entries = store.list(key);
+  if (entries.empty()) throw Error(ErrorKind::not_found, "an empty directory, not a checkpoint", dir);
+  if (const std::string sign = orbax_sign(entries); !sign.empty())
+    throw Error(ErrorKind::not_found, "an Orbax checkpoint (it has " + sign + "), not a cairn one: read it with "
+                "cairn::load_orbax or cairn::orbax_metadata (include <cairn/orbax.hpp>; CMake: link cairn::orbax)", dir);
+  // What cairn writes into a checkpoint, or a store's staging (a generation on a bucket).
+  const bool cairn_files = std::any_of(entries.begin(), entries.end(), [&](const StoreEntry& e) {
+    return store.is_internal_name(e.name) || (!e.is_prefix && (e.name == metadata_file || e.name == user_metadata_file ||
+                                                              is_data_file_name(e.name)));
+  });
+  if (cairn_files)
+    throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
+                " file beside the checkpoint's other files: a save that did not commit, or a copy that stopped short", dir);
+  std::vector<std::string> names;
+  for (const auto& e : entries) names.push_back(e.name + (e.is_prefix ? "/" : ""));
+  std::sort(names.begin(), names.end());
+  throw Error(ErrorKind::not_found, std::string("not a checkpoint: no ") + marker_file +
+              " file, and nothing else cairn writes (it holds " + listed_names(names) + ")", dir);
 }
 
 // The digests a commit marker's text records (`key`: the checkpoint, named in errors).

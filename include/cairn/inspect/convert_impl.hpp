@@ -205,7 +205,23 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
     }
     snaps.push_back(std::move(snap));
   }
-  if (snaps.empty()) throw Error(ErrorKind::invalid_argument, "no leaf matches the selection", source.path);
+  if (snaps.empty()) {
+    // What was asked and what is there, so that the next try is a glob that matches.
+    auto quoted = [](const std::vector<std::string>& globs) {
+      std::string out;
+      for (const auto& g : globs) out += (out.empty() ? "'" : ", '") + g + "'";
+      return out;
+    };
+    std::vector<std::string> keys;
+    for (const ItemRecord* item : items)
+      for (const auto& l : item->leaves) keys.push_back(l.key());
+    std::string asked = options.select.empty() ? "" : "select " + quoted(options.select);
+    if (!options.exclude.empty()) asked += (asked.empty() ? "" : "; ") + std::string("exclude ") + quoted(options.exclude);
+    throw Error(ErrorKind::invalid_argument,
+                "no leaf matches the selection (" + asked + "); " +
+                    (keys.empty() ? std::string("it has no leaves") : "its leaves: " + detail::listed_names(keys)),
+                source.path);
+  }
   ConvertReport report;
   // Leaves a rule matched and left alone (the first matching rule decides, as on save).
   for (const ItemRecord* item : items)

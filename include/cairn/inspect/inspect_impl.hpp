@@ -205,7 +205,7 @@ inline Inspection inspect_root(const Location& location, std::vector<std::string
     // A Checkpointer would find and repair this root only where every name is a step (as
     // describe_checkpointer_root tells a load): else it is a plain directory of checkpoints,
     // where a marker was never missing.
-    out.plain_directory = !std::all_of(names.begin(), names.end(), [](const std::string& n) { return looks_like_step_name(n); });
+    out.plain_directory = !all_step_names(names);
     if (!out.plain_directory) out.latest_problem = "the latest marker (" + store.describe(marker) + ") is missing";
   } else {
     out.latest_marker = true;
