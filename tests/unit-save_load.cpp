@@ -236,6 +236,71 @@ TEST_CASE("Eigen keeps the logical shape across memory orders and refuses fixed 
   CHECK_CAIRN_ERROR(cairn::load(dir / "v", as_matrix), cairn::ErrorKind::shape_mismatch, "not 2-D");
 }
 
+namespace misfit {
+struct Saved { std::vector<float> w; Eigen::Matrix3d m; std::array<int, 4> a; std::string name; };
+CAIRN_TREE(Saved, w, m, a, name)
+struct Changed { std::vector<std::int32_t> w; Eigen::Matrix<double, 2, 3> m; std::array<int, 5> a; std::string name; };
+CAIRN_TREE(Changed, w, m, a, name)
+struct OneChanged { std::vector<float> w; Eigen::Matrix3d m; std::array<int, 5> a; std::string name; };
+CAIRN_TREE(OneChanged, w, m, a, name)
+struct OneAndLossy { std::vector<std::int32_t> w; Eigen::Matrix3d m; std::array<int, 5> a; std::string name; };
+CAIRN_TREE(OneAndLossy, w, m, a, name)
+struct Named { std::vector<float> w; Eigen::Matrix3d m; std::array<int, 4> a; std::vector<float> name; };
+CAIRN_TREE(Named, w, m, a, name)
+}  // namespace misfit
+
+TEST_CASE("a load names every leaf the target cannot take in one error, before it reads any") {
+  test::TempDir dir;
+  misfit::Saved saved{test::random_bits<float>(7), Eigen::Matrix3d::Random(), {1, 2, 3, 4}, "run7"};
+  cairn::save(dir / "c", saved);
+  // Two shapes and a lossy cast, all in one error (a changed model is seen whole).
+  misfit::Changed changed{};
+  changed.w = {9};
+  try {
+    cairn::load(dir / "c", changed);
+    FAIL("loaded");
+  } catch (const cairn::Error& e) {
+    CHECK(e.kind() == cairn::ErrorKind::shape_mismatch);
+    CHECK(e.key_path().empty());  // several leaves
+    CHECK(e.message() == "2 leaves do not fit the target: m: stored shape [3, 3] does not fit the target's fixed shape "
+                         "[2, 3]; a: stored shape [4] does not fit the target's fixed shape [5]; and casts that can lose "
+                         "information (LoadOptions::allow_lossy_cast): w (float32 -> int32)");
+  }
+  CHECK(changed.w.at(0) == 9);  // nothing read (the vector took the stored length)
+  // One leaf alone: its own error, with its key, as before.
+  misfit::OneChanged one{};
+  try {
+    cairn::load(dir / "c", one);
+    FAIL("loaded");
+  } catch (const cairn::Error& e) {
+    CHECK(e.kind() == cairn::ErrorKind::shape_mismatch);
+    CHECK(e.key_path() == "a");
+    CHECK(e.message() == "stored shape [4] does not fit the target's fixed shape [5]");
+  }
+  // Casts that are never done are misfits too; the first one's kind is the error's.
+  cairn::LoadOptions no_casts;
+  no_casts.allow_cast = false;
+  misfit::Named named{};
+  CHECK_CAIRN_ERROR(cairn::load(dir / "c", named), cairn::ErrorKind::dtype_mismatch, "key 'name': cannot cast string to float32");
+  // One with a lossy cast beside it: both named.
+  misfit::OneAndLossy one_and_lossy{};
+  CHECK_CAIRN_ERROR(cairn::load(dir / "c", one_and_lossy), cairn::ErrorKind::shape_mismatch,
+                    "1 leaf does not fit the target: a: stored shape [4] does not fit the target's fixed shape [5]; and casts "
+                    "that can lose information (LoadOptions::allow_lossy_cast): w (float32 -> int32)");
+  CHECK_CAIRN_ERROR(cairn::load(dir / "c", changed, no_casts), cairn::ErrorKind::dtype_mismatch,
+                    "3 leaves do not fit the target: w: stored as float32, the target is int32 and casting is disabled; m: ");
+  // Many: the first twenty, and how many in all.
+  std::map<std::string, std::array<float, 4>> many;
+  for (int i = 0; i < 25; ++i) many[std::to_string(100 + i)] = {1, 2, 3, 4};
+  cairn::save(dir / "many", many);
+  std::map<std::string, std::array<float, 3>> narrower;
+  for (int i = 0; i < 25; ++i) narrower[std::to_string(100 + i)] = {};
+  CHECK_CAIRN_ERROR(cairn::load(dir / "many", narrower), cairn::ErrorKind::shape_mismatch,
+                    "25 leaves do not fit the target: 100: stored shape [4]");
+  CHECK_CAIRN_ERROR(cairn::load(dir / "many", narrower), cairn::ErrorKind::shape_mismatch,
+                    "; 119: stored shape [4] does not fit the target's fixed shape [3]; ... (25 in all)");
+}
+
 TEST_CASE("save refuses an existing path unless overwrite, and never overwrites a non-checkpoint") {
   test::TempDir dir;
   std::vector<int> a = {1, 2, 3}, b = {4, 5};

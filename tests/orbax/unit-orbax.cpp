@@ -2021,7 +2021,7 @@ TEST_CASE("convert and the cairn tool go between cairn, Orbax and safetensors in
   CHECK(cairn::cli::run({"convert", dir / "ck", dir / "l2", "--link"}, lout, lerr) != 0);
   CHECK(lerr.str().find("--to orbax --link") != std::string::npos);
   CHECK(cairn::cli::run({"convert", dir / "orbax", dir / "l2", "--to", "orbax", "--link"}, lout, lerr) != 0);
-  CHECK_MESSAGE(lerr.str().find("an Orbax checkpoint (it has _CHECKPOINT_METADATA), not a cairn one") != std::string::npos, lerr.str());
+  CHECK(lerr.str().find("not a cairn checkpoint") != std::string::npos);
   CHECK(cairn::cli::run({"convert", dir / "ck", dir / "l2", "--to", "orbax", "--link", "--cast", "cast_me=bfloat16"}, lout, lerr) != 0);
   CHECK(lerr.str().find("as stored") != std::string::npos);
   CHECK_FALSE(fs::exists(dir / "l2"));

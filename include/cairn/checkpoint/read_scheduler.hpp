@@ -244,6 +244,9 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
   StoredLeafInfo info;
   info.process = options.coordinator ? options.coordinator->rank() : 0;
   info.processes = options.coordinator ? options.coordinator->size() : 1;
+  // Leaves the target cannot take (another fixed shape, a cast it may not do): every one is
+  // named in one error, so that a changed model is seen whole and not fixed a leaf per try.
+  std::vector<Error> misfits;
   for (auto& leaf : plan.leaves) {
     const LeafRecord& s = *leaf.stored;
     // Every chunk must lie inside its file before the target allocates anything: shapes in
@@ -266,15 +269,22 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
       info.sharding = s.sharding ? &*s.sharding : nullptr;
       buf = leaf.prepare(info);
     } catch (const Error& e) {
-      throw Error(e.kind(), e.message(), dir, leaf.key);
+      if (e.kind() != ErrorKind::shape_mismatch && e.kind() != ErrorKind::dtype_mismatch)
+        throw Error(e.kind(), e.message(), dir, leaf.key);
+      misfits.emplace_back(e.kind(), e.message(), dir, leaf.key);
+      continue;
     }
+    const auto misfit = [&](ErrorKind kind, std::string message) { misfits.emplace_back(kind, std::move(message), dir, leaf.key); };
     if (buf.dtype != s.dtype) {
-      if (!options.allow_cast)
-        throw Error(ErrorKind::dtype_mismatch, std::string("stored as ") + dtype_name(s.dtype) + ", the target is " +
-                    dtype_name(buf.dtype) + " and casting is disabled", dir, leaf.key);
-      if (buf.dtype == DType::string || s.dtype == DType::string)
-        throw Error(ErrorKind::dtype_mismatch, std::string("cannot cast ") + dtype_name(s.dtype) + " to " +
-                    dtype_name(buf.dtype), dir, leaf.key);
+      if (!options.allow_cast) {
+        misfit(ErrorKind::dtype_mismatch, std::string("stored as ") + dtype_name(s.dtype) + ", the target is " +
+               dtype_name(buf.dtype) + " and casting is disabled");
+        continue;
+      }
+      if (buf.dtype == DType::string || s.dtype == DType::string) {
+        misfit(ErrorKind::dtype_mismatch, std::string("cannot cast ") + dtype_name(s.dtype) + " to " + dtype_name(buf.dtype));
+        continue;
+      }
       if (!cast_is_exact(s.dtype, buf.dtype) &&
           std::none_of(options.allow_lossy_cast.begin(), options.allow_lossy_cast.end(),
                        [&](const std::string& g) { return glob_matches(g, leaf.key); }))
@@ -282,11 +292,15 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
       plan.report.cast.push_back({leaf.key, s.dtype, buf.dtype});
     }
     const std::uint64_t want = element_count(s.shape) * dtype_size(buf.dtype);
-    if (buf.nbytes != want)
-      throw Error(ErrorKind::shape_mismatch, "target buffer holds " + std::to_string(buf.nbytes) + " bytes, " +
-                  std::to_string(want) + " needed for stored shape " + to_string(s.shape), dir, leaf.key);
-    if ((s.chunks.size() != 1 || !buf.shards.empty()) && (s.dtype == DType::string || buf.dtype == DType::string))
-      throw Error(ErrorKind::dtype_mismatch, "a string leaf cannot be stored in chunks or loaded into shards", dir, leaf.key);
+    if (buf.nbytes != want) {
+      misfit(ErrorKind::shape_mismatch, "target buffer holds " + std::to_string(buf.nbytes) + " bytes, " +
+             std::to_string(want) + " needed for stored shape " + to_string(s.shape));
+      continue;
+    }
+    if ((s.chunks.size() != 1 || !buf.shards.empty()) && (s.dtype == DType::string || buf.dtype == DType::string)) {
+      misfit(ErrorKind::dtype_mismatch, "a string leaf cannot be stored in chunks or loaded into shards");
+      continue;
+    }
     ReadTask& t = tasks.emplace_back(ReadTask{&leaf});
     t.to_shards = !buf.shards.empty();
     if (s.chunks.size() == 1) {
@@ -305,6 +319,22 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
       buffers.push_back(std::move(buf));
       t.buffer = static_cast<std::uint32_t>(buffers.size());
     }
+  }
+  if (misfits.size() == 1 && lossy.empty()) throw misfits.front();
+  if (!misfits.empty()) {
+    const auto name = [](const std::string& key) { return key.empty() ? std::string("the root leaf") : key; };
+    std::string list;
+    for (std::size_t i = 0; i < misfits.size() && i < 20; ++i)
+      list += (i ? "; " : "") + name(misfits[i].key_path()) + ": " + misfits[i].message();
+    if (misfits.size() > 20) list += "; ... (" + std::to_string(misfits.size()) + " in all)";
+    if (!lossy.empty()) {
+      list += "; and casts that can lose information (LoadOptions::allow_lossy_cast): ";
+      for (std::size_t i = 0; i < lossy.size() && i < 20; ++i)
+        list += (i ? ", " : "") + name(lossy[i].key) + " (" + dtype_name(lossy[i].from) + " -> " + dtype_name(lossy[i].to) + ")";
+      if (lossy.size() > 20) list += ", ... (" + std::to_string(lossy.size()) + " in all)";
+    }
+    const std::string count = misfits.size() == 1 ? "1 leaf does" : std::to_string(misfits.size()) + " leaves do";
+    throw Error(misfits.front().kind(), count + " not fit the target: " + list, dir);
   }
   if (!lossy.empty()) {
     std::string list;
