@@ -281,6 +281,16 @@ TEST_CASE("show: values, slices, numpy-like abbreviation, reading only what it p
   CHECK(has(r.out, "w: float32[3, 4]\n[[0.5, 1.5, 2.5, 3.5],\n [10.5, 11.5, 12.5, 13.5],\n [20.5, 21.5, 22.5, 23.5]]"));
   r = cli({"show", c, "w[0:2, 1:3]"});
   CHECK(has(r.out, "showing [0:2, 1:3]\n[[1.5, 2.5],\n [11.5, 12.5]]"));
+  // A subtree is not shown: the error names the leaves it holds.
+  std::map<std::string, std::map<std::string, std::vector<float>>> layered;
+  for (int i = 0; i < 10; ++i) layered["layers"]["l" + std::to_string(i)] = {static_cast<float>(i)};
+  cairn::save(dir / "layered", layered);
+  r = cli({"show", dir / "layered", "layers"});
+  CHECK(r.status == 2);
+  CHECK_MESSAGE(has(r.err, "'layers' is a subtree, not a leaf: its leaves are layers/l0, layers/l1, layers/l2, layers/l3, "
+                           "layers/l4, layers/l5, layers/l6, layers/l7, ... (10 in all)"), r.err);
+  r = cli({"show", dir / "layered", "layer"});
+  CHECK(has(r.err, "no leaf 'layer' (cairn ls lists them)"));
   r = cli({"show", c, "w[-1]"});
   CHECK(has(r.out, "[20.5, 21.5, 22.5, 23.5]"));
   r = cli({"show", c, "w[1, 2]"});

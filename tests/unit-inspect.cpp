@@ -91,6 +91,12 @@ TEST_CASE("read_arrays casts to one dtype, reads only boxes, and names a missing
   CHECK(report.bytes_read == 70);
   CHECK(report.unverified_bytes == 0);
   CHECK_CAIRN_ERROR(cairn::read_arrays(c, {"nothing"}), ErrorKind::not_found, "nothing");
+  std::map<std::string, std::map<std::string, std::vector<float>>> layered;
+  layered["layers"]["a"] = {1};
+  layered["layers"]["b"] = {2};
+  cairn::save(dir / "layered", layered);
+  CHECK_CAIRN_ERROR(cairn::read_arrays(dir / "layered", {"layers"}), ErrorKind::not_found,
+                    "key 'layers': 'layers' is a subtree, not a leaf: its leaves are layers/a, layers/b");
   CHECK_CAIRN_ERROR(cairn::read_arrays(c, {"grid"}, {.boxes = {cairn::Box{{6, 0}, {2, 5}}}}), ErrorKind::invalid_argument,
                     "outside");
   CHECK_CAIRN_ERROR(cairn::read_arrays(c, {"grid"}, {.boxes = {cairn::Box{{0}, {1}}}}), ErrorKind::invalid_argument, "rank");

@@ -143,6 +143,16 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
     const UnreadLeaf* u = stored_item->find_unread(key);  // a leaf of a dtype cairn does not have
     if (!u) u = stored_item->find_unread(canonical_key(as_path));
     if (u) throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u->reason, path, u->path.str());
+    // A subtree: what it holds (the first eight), so that the next try names a leaf.
+    std::string under;
+    std::size_t count = 0;
+    for (const auto& l : stored_item->leaves) {
+      const std::string k = l.key();
+      if (key.empty() || k.size() <= key.size() || k.compare(0, key.size(), key) != 0 || k[key.size()] != '/') continue;
+      if (++count <= 8) under += (count > 1 ? ", " : "") + k;
+    }
+    if (count > 8) under += ", ... (" + std::to_string(count) + " in all)";
+    if (count) throw Error(ErrorKind::not_found, "'" + key + "' is a subtree, not a leaf: its leaves are " + under, path, key);
     throw Error(ErrorKind::not_found, "no leaf '" + key + "' (cairn ls lists them)", path, key);
   }
   ProgressLine line(progress, "reading " + key);

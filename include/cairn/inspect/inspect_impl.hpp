@@ -368,6 +368,13 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
       if (!index.leaf(k)) {
         if (const UnreadLeaf* u = index.item().find_unread(k))
           throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u->reason, location.describe(), k);
+        if (!k.empty() && index.has_node(k)) {
+          std::vector<std::string> under;  // a subtree: name what it holds
+          for (const auto& l : index.item().leaves)
+            if (key_path_has_prefix(l.key(), k)) under.push_back(l.key());
+          throw Error(ErrorKind::not_found, "'" + k + "' is a subtree, not a leaf: its leaves are " + detail::listed_names(under),
+                      location.describe(), k);
+        }
         throw Error(ErrorKind::not_found, "no leaf '" + k + "' (cairn ls lists them)", location.describe(), k);
       }
     const std::unordered_set<std::string> wanted(keys.begin(), keys.end());  // (a find per leaf was quadratic)
