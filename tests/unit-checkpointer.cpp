@@ -165,6 +165,12 @@ TEST_CASE("retention policies pick the steps to keep") {
   odd[1].metrics["loss"] = std::nan("");
   CHECK(R::best_n(2, "loss", R::Mode::min).keep(odd) == std::set<std::int64_t>{800, 900});
   CHECK(R::best_n(1, "loss", R::Mode::max).keep(odd) == std::set<std::int64_t>{1000});
+  // A metric no step has (a mistyped name): nothing is ranked, and nothing is let go for it.
+  CHECK(R::best_n(2, "val_loss", R::Mode::min).keep(s).size() == 10);
+  auto unranked = s;
+  for (auto& i : unranked) i.metrics["loss"] = nullptr;  // every loss NaN
+  CHECK(R::best_n(2, "loss", R::Mode::min).keep(unranked).size() == 10);
+  CHECK(R::best_n(2, "loss", R::Mode::min).keep({}).empty());
   CHECK(R::any_of({R::keep_latest(1), R::keep_every_n_steps(500)}).keep(s) == std::set<std::int64_t>{500, 1000});
   CHECK(R::keep_all().keep(s).size() == 10);
 }
@@ -202,6 +208,30 @@ TEST_CASE("metrics of NaN or infinity are saved as null and never rank; metrics 
   CHECK(again.steps() == std::vector<std::int64_t>{1, 5});
   CHECK(again.metrics(1).at("loss").as_double() == 0.5);
   CHECK(again.metrics(5).size() == 0);
+}
+
+TEST_CASE("best_n by a metric no step has deletes nothing; once one step has it, it ranks") {
+  test::TempDir dir;
+  cairn::CheckpointerOptions o;
+  o.retention = cairn::RetentionPolicy::best_n(2, "val_loss", cairn::RetentionPolicy::Mode::min);
+  cairn::Checkpointer ck(dir / "root", o);
+  // The loop records "loss"; the policy asks for "val_loss" (a typo, or evaluations not run yet).
+  for (int s = 1; s <= 5; ++s) ck.save(s, ck::make(static_cast<float>(s)), {.metrics = cairn::Json::object({{"loss", 1.0 / s}})});
+  CHECK(ck.steps() == std::vector<std::int64_t>{1, 2, 3, 4, 5});
+  // The first evaluation: now steps can be ranked, and those without the metric go (the
+  // latest stays, as always).
+  ck.save(6, ck::make(6), {.metrics = cairn::Json::object({{"val_loss", 0.5}})});
+  CHECK(ck.steps() == std::vector<std::int64_t>{6});
+  ck.save(7, ck::make(7), {.metrics = cairn::Json::object({{"loss", 0.1}})});
+  CHECK(ck.steps() == std::vector<std::int64_t>{6, 7});
+  ck.save(8, ck::make(8), {.metrics = cairn::Json::object({{"val_loss", 0.25}})});
+  ck.save(9, ck::make(9), {.metrics = cairn::Json::object({{"val_loss", 0.75}})});
+  CHECK(ck.steps() == std::vector<std::int64_t>{6, 8, 9});
+  for (std::int64_t step : ck.steps()) {
+    ck::State back = ck::make(0);
+    ck.load(step, back);
+    CHECK(back.w[0] == static_cast<float>(step));
+  }
 }
 
 TEST_CASE("retention deletes only after a commit and never the latest") {

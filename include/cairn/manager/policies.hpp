@@ -97,7 +97,8 @@ class RetentionPolicy {
   CAIRN_API static RetentionPolicy keep_every_n_seconds(double seconds);
   enum class Mode { min, max };
   // The n best steps by a numeric metric saved with them. Steps without that metric are never
-  // among the best (combine with keep_latest to keep them for a while).
+  // among the best (combine with keep_latest to keep them for a while); but while no step has
+  // it (a mistyped name, or none saved yet), every step is kept: nothing can be ranked.
   CAIRN_API static RetentionPolicy best_n(std::size_t n, std::string metric, Mode mode);
   // Keeps what any of the policies keeps.
   CAIRN_API static RetentionPolicy any_of(std::vector<RetentionPolicy> policies);

@@ -96,10 +96,16 @@ CAIRN_API RetentionPolicy RetentionPolicy::best_n(std::size_t n, std::string met
       // NaN would break the sort's ordering).
       if (v && v->is_number() && std::isfinite(v->as_double())) scored.emplace_back(mode == Mode::min ? v->as_double() : -v->as_double(), i.step);
     }
+    std::set<std::int64_t> out;
+    // No step has the metric (a name mistyped, or never saved): nothing can be ranked, and a
+    // metric that is not there is no reason to delete a checkpoint. Every step is kept.
+    if (scored.empty()) {
+      for (const auto& i : s) out.insert(i.step);
+      return out;
+    }
     std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first < b.first : a.second > b.second;  // ties: the newer step
     });
-    std::set<std::int64_t> out;
     for (std::size_t i = 0; i < scored.size() && i < n; ++i) out.insert(scored[i].second);
     return out;
   });
