@@ -131,6 +131,7 @@ TEST_CASE("a file numpy wrote loads bit-exactly: every dtype, nested names into 
   CHECK(m.user_metadata.at("note").as_string() == "written by numpy");
   CHECK(m.leaves().size() == 20);
   CHECK(m.summary().find("model/layers/1/w: float32[3, 4]") != std::string::npos);
+  CHECK(m.summary().rfind("safetensors file\n", 0) == 0);  // what it is, not "cairn checkpoint"
 }
 
 TEST_CASE("a sharded Hugging Face set loads through its index, the same as the single file") {

@@ -237,6 +237,7 @@ TEST_CASE("arrays zarr-python wrote in Orbax's older layout load bit-exactly") {
   const std::string ckpt = ref + "/legacy";
   const cairn::OrbaxCheckpoint info = cairn::orbax_metadata(ckpt);
   CHECK(info.layout == "orbax (zarr v2 directories)");
+  CHECK(info.metadata.summary().rfind("Orbax checkpoint", 0) == 0);  // what it is, not "cairn checkpoint (format 0"
   REQUIRE(info.metadata.find_item("state"));
   CHECK(info.metadata.find_item("state")->leaves.size() == index.size());
   for (const auto& entry : index.items()) {

@@ -196,7 +196,15 @@ inline const std::vector<LeafRecord>& CheckpointMetadata::leaves() const {
 }
 
 inline std::string CheckpointMetadata::summary() const {
-  std::string s = "cairn checkpoint (format " + std::to_string(format_version) + ", created " + created + ")\n";
+  // What it was read from: the importers name themselves in library_version ("safetensors";
+  // "orbax", or "orbax (LAYOUT)").
+  std::string s;
+  if (library_version.rfind("orbax", 0) == 0)
+    s = "Orbax checkpoint" + library_version.substr(5) + (created.empty() ? "" : ", created " + created) + "\n";
+  else if (library_version == "safetensors")
+    s = "safetensors file\n";
+  else
+    s = "cairn checkpoint (format " + std::to_string(format_version) + ", created " + created + ")\n";
   for (const auto& item : items) {
     s += "item '" + item.name + "' (" + item_kind_name(item.kind) + ", " + std::to_string(item.leaves.size()) + " leaves)\n";
     for (const auto& l : item.leaves) {
