@@ -166,6 +166,12 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   CHECK(r.status == 0);
   CHECK(has(r.out, plain + ": directory of 2 checkpoints\n"));
   CHECK(has(r.out, "  best  "));
+  const std::string single = dir / "single";
+  cairn::save(single + "/best", std::map<std::string, std::vector<float>>{{"w", {1, 2}}});
+  CHECK(has(cli({"ls", single}).out, single + ": directory of 1 checkpoint\n"));
+  cairn::save(single + "/7", std::map<std::string, std::vector<float>>{{"w", {1, 2}}});
+  std::filesystem::remove_all(single + "/best");
+  CHECK(has(cli({"ls", single}).out, single + ": Checkpointer root, 1 step\n"));
   CHECK(!has(r.out, "warning"));
   CHECK(!has(r.out, "latest"));
   r = cli({"ls", plain, "--json"});

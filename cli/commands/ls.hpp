@@ -41,10 +41,11 @@ inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
     out << j.dump() << "\n";
     return exit_ok;
   }
+  const std::size_t n = root.steps.size();
   if (root.plain_directory)
-    out << root.path << ": directory of " << root.steps.size() << " checkpoints\n";
+    out << root.path << ": directory of " << n << (n == 1 ? " checkpoint\n" : " checkpoints\n");
   else
-    out << root.path << ": Checkpointer root, " << root.steps.size() << " steps"
+    out << root.path << ": Checkpointer root, " << n << (n == 1 ? " step" : " steps")
         << (root.latest.empty() || !root.latest_problem.empty() ? "" : ", latest " + root.latest) << "\n";
   if (!root.latest_problem.empty())
     out << "warning: " << root.latest_problem << "; the latest committed step is " << latest_committed
