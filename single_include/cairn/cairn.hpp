@@ -4585,7 +4585,15 @@ inline const std::vector<LeafRecord>& CheckpointMetadata::leaves() const {
 }
 
 inline std::string CheckpointMetadata::summary() const {
-  std::string s = "cairn checkpoint (format " + std::to_string(format_version) + ", created " + created + ")\n";
+  // What it was read from: the importers name themselves in library_version ("safetensors";
+  // "orbax", or "orbax (LAYOUT)").
+  std::string s;
+  if (library_version.rfind("orbax", 0) == 0)
+    s = "Orbax checkpoint" + library_version.substr(5) + (created.empty() ? "" : ", created " + created) + "\n";
+  else if (library_version == "safetensors")
+    s = "safetensors file\n";
+  else
+    s = "cairn checkpoint (format " + std::to_string(format_version) + ", created " + created + ")\n";
   for (const auto& item : items) {
     s += "item '" + item.name + "' (" + item_kind_name(item.kind) + ", " + std::to_string(item.leaves.size()) + " leaves)\n";
     for (const auto& l : item.leaves) {
@@ -5310,7 +5318,8 @@ class RetentionPolicy {
   CAIRN_API static RetentionPolicy keep_every_n_seconds(double seconds);
   enum class Mode { min, max };
   // The n best steps by a numeric metric saved with them. Steps without that metric are never
-  // among the best (combine with keep_latest to keep them for a while).
+  // among the best (combine with keep_latest to keep them for a while); but while no step has
+  // it (a mistyped name, or none saved yet), every step is kept: nothing can be ranked.
   CAIRN_API static RetentionPolicy best_n(std::size_t n, std::string metric, Mode mode);
   // Keeps what any of the policies keeps.
   CAIRN_API static RetentionPolicy any_of(std::vector<RetentionPolicy> policies);
@@ -9901,6 +9910,20 @@ inline bool looks_like_step_name(std::string_view name) {
   return parse_step_digits(name.substr(name.rfind("step_", 0) == 0 ? 5 : 0), step);
 }
 
+// Whether every name is one a Checkpointer gives a step: a directory of such names is a
+// Checkpointer's root (marker or not), any other a plain directory of checkpoints.
+inline bool all_step_names(const std::vector<std::string>& names) {
+  return std::all_of(names.begin(), names.end(), [](const std::string& n) { return looks_like_step_name(n); });
+}
+
+// Names for an error message: the first eight, then how many in all.
+inline std::string listed_names(const std::vector<std::string>& names) {
+  std::string list;
+  for (std::size_t i = 0; i < names.size() && i < 8; ++i) list += (i ? ", " : "") + names[i];
+  if (names.size() > 8) list += ", ... (" + std::to_string(names.size()) + " in all)";
+  return list;
+}
+
 // Sorts directory names in step order: shorter first, so that plain step numbers sort
 // numerically ("9" before "10"), then by text.
 inline void sort_in_step_order(std::vector<std::string>& names) {
@@ -9931,12 +9954,10 @@ inline std::vector<std::string> committed_children(const Store& store, const std
 inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
   const std::vector<std::string> steps = committed_children(store, key);
   if (steps.empty()) return {};
-  std::string list;
-  for (std::size_t i = 0; i < steps.size() && i < 8; ++i) list += (i ? ", " : "") + steps[i];
-  if (steps.size() > 8) list += ", ... (" + std::to_string(steps.size()) + " in all)";
+  const std::string list = listed_names(steps);
   const std::string one = store.describe(join_key(key, steps.back()));
   // The Checkpointer is suggested only where the names are steps: it would find no others.
-  if (!std::all_of(steps.begin(), steps.end(), [](const std::string& s) { return looks_like_step_name(s); }))
+  if (!all_step_names(steps))
     return "this is a directory of checkpoints (" + list + "), not one checkpoint: load one of them, such as " + one;
   return "this is a directory of checkpoints (a Checkpointer root holding " + list +
          "), not one checkpoint: load one of them, such as " + one + ", or the latest with cairn::Checkpointer(\"" +
@@ -10834,6 +10855,8 @@ CAIRN_END_NAMESPACE
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 // ----- begin cairn/io/crc32c.hpp -----
 // CRC32C (Castagnoli), the checksum of every stored chunk and metadata file. Chosen at run
@@ -11085,15 +11108,57 @@ CAIRN_END_NAMESPACE
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// Throws, saying what is there instead, where `key` holds no commit marker.
+// A data file's name as layout.hpp's data_file_name gives it.
+inline bool is_data_file_name(std::string_view name) { return name.starts_with("data-") && name.ends_with(".bin"); }
+
+// Where a directory without a commit marker holds an Orbax checkpoint: the file that says so
+// (what orbax/checkpoint.hpp's looks_like_orbax looks for, but for `_METADATA`, which a cairn
+// checkpoint has too: it counts only beside no data file and no _USER_METADATA, which are
+// cairn's; a checkpoint of an empty tree has no data file); "" otherwise.
+inline std::string orbax_sign(const std::vector<StoreEntry>& entries) {
+  bool metadata = false, cairn_data = false;
+  for (const auto& e : entries) {
+    if (e.is_prefix) continue;
+    for (const char* name : {"_CHECKPOINT_METADATA", "orbax.checkpoint", "commit_success.txt", "manifest.ocdbt"})
+      if (e.name == name) return e.name;
+    metadata |= e.name == metadata_file;
+    cairn_data |= is_data_file_name(e.name) || e.name == user_metadata_file;
+  }
+  return metadata && !cairn_data ? metadata_file : "";
+}
+
+// Throws, saying what is there instead, where `key` holds no commit marker: nothing; a file
+// (a safetensors file named as such); a directory of checkpoints; an Orbax checkpoint; cairn's
+// files without their marker (a save that did not commit, or a copy that stopped short:
+// incomplete); or a directory of something else.
 inline void require_marker(const Store& store, const std::string& key) {
   if (store.exists(join_key(key, marker_file))) return;
   const std::string dir = store.describe(key);
   if (!store.exists(key)) throw Error(ErrorKind::not_found, "no checkpoint at this path (nothing is there)", dir);
-  if (store.is_blob(key)) throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
+  if (store.is_blob(key)) {
+    if (std::string_view(key).ends_with(".safetensors") || std::string_view(key).ends_with(".index.json"))
+      throw Error(ErrorKind::not_found, "a safetensors file, not a cairn checkpoint: read it with cairn::load_safetensors", dir);
+    throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
+  }
   if (std::string root = describe_checkpointer_root(store, key); !root.empty()) throw Error(ErrorKind::not_found, root, dir);
-  throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
-              " file: not a cairn checkpoint, or a save that did not commit", dir);
+  const std::vector<StoreEntry> entries = store.list(key);
+  if (entries.empty()) throw Error(ErrorKind::not_found, "an empty directory, not a checkpoint", dir);
+  if (const std::string sign = orbax_sign(entries); !sign.empty())
+    throw Error(ErrorKind::not_found, "an Orbax checkpoint (it has " + sign + "), not a cairn one: read it with "
+                "cairn::load_orbax or cairn::orbax_metadata (include <cairn/orbax.hpp>; CMake: link cairn::orbax)", dir);
+  // What cairn writes into a checkpoint, or a store's staging (a generation on a bucket).
+  const bool cairn_files = std::any_of(entries.begin(), entries.end(), [&](const StoreEntry& e) {
+    return store.is_internal_name(e.name) || (!e.is_prefix && (e.name == metadata_file || e.name == user_metadata_file ||
+                                                              is_data_file_name(e.name)));
+  });
+  if (cairn_files)
+    throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
+                " file beside the checkpoint's other files: a save that did not commit, or a copy that stopped short", dir);
+  std::vector<std::string> names;
+  for (const auto& e : entries) names.push_back(e.name + (e.is_prefix ? "/" : ""));
+  std::sort(names.begin(), names.end());
+  throw Error(ErrorKind::not_found, std::string("not a checkpoint: no ") + marker_file +
+              " file, and nothing else cairn writes (it holds " + listed_names(names) + ")", dir);
 }
 
 // The digests a commit marker's text records (`key`: the checkpoint, named in errors).
@@ -14295,6 +14360,9 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
   StoredLeafInfo info;
   info.process = options.coordinator ? options.coordinator->rank() : 0;
   info.processes = options.coordinator ? options.coordinator->size() : 1;
+  // Leaves the target cannot take (another fixed shape, a cast it may not do): every one is
+  // named in one error, so that a changed model is seen whole and not fixed a leaf per try.
+  std::vector<Error> misfits;
   for (auto& leaf : plan.leaves) {
     const LeafRecord& s = *leaf.stored;
     // Every chunk must lie inside its file before the target allocates anything: shapes in
@@ -14317,15 +14385,22 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
       info.sharding = s.sharding ? &*s.sharding : nullptr;
       buf = leaf.prepare(info);
     } catch (const Error& e) {
-      throw Error(e.kind(), e.message(), dir, leaf.key);
+      if (e.kind() != ErrorKind::shape_mismatch && e.kind() != ErrorKind::dtype_mismatch)
+        throw Error(e.kind(), e.message(), dir, leaf.key);
+      misfits.emplace_back(e.kind(), e.message(), dir, leaf.key);
+      continue;
     }
+    const auto misfit = [&](ErrorKind kind, std::string message) { misfits.emplace_back(kind, std::move(message), dir, leaf.key); };
     if (buf.dtype != s.dtype) {
-      if (!options.allow_cast)
-        throw Error(ErrorKind::dtype_mismatch, std::string("stored as ") + dtype_name(s.dtype) + ", the target is " +
-                    dtype_name(buf.dtype) + " and casting is disabled", dir, leaf.key);
-      if (buf.dtype == DType::string || s.dtype == DType::string)
-        throw Error(ErrorKind::dtype_mismatch, std::string("cannot cast ") + dtype_name(s.dtype) + " to " +
-                    dtype_name(buf.dtype), dir, leaf.key);
+      if (!options.allow_cast) {
+        misfit(ErrorKind::dtype_mismatch, std::string("stored as ") + dtype_name(s.dtype) + ", the target is " +
+               dtype_name(buf.dtype) + " and casting is disabled");
+        continue;
+      }
+      if (buf.dtype == DType::string || s.dtype == DType::string) {
+        misfit(ErrorKind::dtype_mismatch, std::string("cannot cast ") + dtype_name(s.dtype) + " to " + dtype_name(buf.dtype));
+        continue;
+      }
       if (!cast_is_exact(s.dtype, buf.dtype) &&
           std::none_of(options.allow_lossy_cast.begin(), options.allow_lossy_cast.end(),
                        [&](const std::string& g) { return glob_matches(g, leaf.key); }))
@@ -14333,11 +14408,15 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
       plan.report.cast.push_back({leaf.key, s.dtype, buf.dtype});
     }
     const std::uint64_t want = element_count(s.shape) * dtype_size(buf.dtype);
-    if (buf.nbytes != want)
-      throw Error(ErrorKind::shape_mismatch, "target buffer holds " + std::to_string(buf.nbytes) + " bytes, " +
-                  std::to_string(want) + " needed for stored shape " + to_string(s.shape), dir, leaf.key);
-    if ((s.chunks.size() != 1 || !buf.shards.empty()) && (s.dtype == DType::string || buf.dtype == DType::string))
-      throw Error(ErrorKind::dtype_mismatch, "a string leaf cannot be stored in chunks or loaded into shards", dir, leaf.key);
+    if (buf.nbytes != want) {
+      misfit(ErrorKind::shape_mismatch, "target buffer holds " + std::to_string(buf.nbytes) + " bytes, " +
+             std::to_string(want) + " needed for stored shape " + to_string(s.shape));
+      continue;
+    }
+    if ((s.chunks.size() != 1 || !buf.shards.empty()) && (s.dtype == DType::string || buf.dtype == DType::string)) {
+      misfit(ErrorKind::dtype_mismatch, "a string leaf cannot be stored in chunks or loaded into shards");
+      continue;
+    }
     ReadTask& t = tasks.emplace_back(ReadTask{&leaf});
     t.to_shards = !buf.shards.empty();
     if (s.chunks.size() == 1) {
@@ -14356,6 +14435,22 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
       buffers.push_back(std::move(buf));
       t.buffer = static_cast<std::uint32_t>(buffers.size());
     }
+  }
+  if (misfits.size() == 1 && lossy.empty()) throw misfits.front();
+  if (!misfits.empty()) {
+    const auto name = [](const std::string& key) { return key.empty() ? std::string("the root leaf") : key; };
+    std::string list;
+    for (std::size_t i = 0; i < misfits.size() && i < 20; ++i)
+      list += (i ? "; " : "") + name(misfits[i].key_path()) + ": " + misfits[i].message();
+    if (misfits.size() > 20) list += "; ... (" + std::to_string(misfits.size()) + " in all)";
+    if (!lossy.empty()) {
+      list += "; and casts that can lose information (LoadOptions::allow_lossy_cast): ";
+      for (std::size_t i = 0; i < lossy.size() && i < 20; ++i)
+        list += (i ? ", " : "") + name(lossy[i].key) + " (" + dtype_name(lossy[i].from) + " -> " + dtype_name(lossy[i].to) + ")";
+      if (lossy.size() > 20) list += ", ... (" + std::to_string(lossy.size()) + " in all)";
+    }
+    const std::string count = misfits.size() == 1 ? "1 leaf does" : std::to_string(misfits.size()) + " leaves do";
+    throw Error(misfits.front().kind(), count + " not fit the target: " + list, dir);
   }
   if (!lossy.empty()) {
     std::string list;
@@ -15669,10 +15764,16 @@ CAIRN_API RetentionPolicy RetentionPolicy::best_n(std::size_t n, std::string met
       // NaN would break the sort's ordering).
       if (v && v->is_number() && std::isfinite(v->as_double())) scored.emplace_back(mode == Mode::min ? v->as_double() : -v->as_double(), i.step);
     }
+    std::set<std::int64_t> out;
+    // No step has the metric (a name mistyped, or never saved): nothing can be ranked, and a
+    // metric that is not there is no reason to delete a checkpoint. Every step is kept.
+    if (scored.empty()) {
+      for (const auto& i : s) out.insert(i.step);
+      return out;
+    }
     std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first < b.first : a.second > b.second;  // ties: the newer step
     });
-    std::set<std::int64_t> out;
     for (std::size_t i = 0; i < scored.size() && i < n; ++i) out.insert(scored[i].second);
     return out;
   });
@@ -16387,7 +16488,7 @@ inline Inspection inspect_root(const Location& location, std::vector<std::string
     // A Checkpointer would find and repair this root only where every name is a step (as
     // describe_checkpointer_root tells a load): else it is a plain directory of checkpoints,
     // where a marker was never missing.
-    out.plain_directory = !std::all_of(names.begin(), names.end(), [](const std::string& n) { return looks_like_step_name(n); });
+    out.plain_directory = !all_step_names(names);
     if (!out.plain_directory) out.latest_problem = "the latest marker (" + store.describe(marker) + ") is missing";
   } else {
     out.latest_marker = true;
@@ -16550,6 +16651,13 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
       if (!index.leaf(k)) {
         if (const UnreadLeaf* u = index.item().find_unread(k))
           throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u->reason, location.describe(), k);
+        if (!k.empty() && index.has_node(k)) {
+          std::vector<std::string> under;  // a subtree: name what it holds
+          for (const auto& l : index.item().leaves)
+            if (key_path_has_prefix(l.key(), k)) under.push_back(l.key());
+          throw Error(ErrorKind::not_found, "'" + k + "' is a subtree, not a leaf: its leaves are " + detail::listed_names(under),
+                      location.describe(), k);
+        }
         throw Error(ErrorKind::not_found, "no leaf '" + k + "' (cairn ls lists them)", location.describe(), k);
       }
     const std::unordered_set<std::string> wanted(keys.begin(), keys.end());  // (a find per leaf was quadratic)
@@ -16968,7 +17076,23 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
     }
     snaps.push_back(std::move(snap));
   }
-  if (snaps.empty()) throw Error(ErrorKind::invalid_argument, "no leaf matches the selection", source.path);
+  if (snaps.empty()) {
+    // What was asked and what is there, so that the next try is a glob that matches.
+    auto quoted = [](const std::vector<std::string>& globs) {
+      std::string out;
+      for (const auto& g : globs) out += (out.empty() ? "'" : ", '") + g + "'";
+      return out;
+    };
+    std::vector<std::string> keys;
+    for (const ItemRecord* item : items)
+      for (const auto& l : item->leaves) keys.push_back(l.key());
+    std::string asked = options.select.empty() ? "" : "select " + quoted(options.select);
+    if (!options.exclude.empty()) asked += (asked.empty() ? "" : "; ") + std::string("exclude ") + quoted(options.exclude);
+    throw Error(ErrorKind::invalid_argument,
+                "no leaf matches the selection (" + asked + "); " +
+                    (keys.empty() ? std::string("it has no leaves") : "its leaves: " + detail::listed_names(keys)),
+                source.path);
+  }
   ConvertReport report;
   // Leaves a rule matched and left alone (the first matching rule decides, as on save).
   for (const ItemRecord* item : items)
