@@ -167,6 +167,53 @@ TEST_CASE("commit markers, temporary directories and missing paths") {
   CHECK_CAIRN_ERROR(cairn::metadata(c), cairn::ErrorKind::corrupt, "_CHECKPOINT");
 }
 
+namespace deep {
+// A recursive type: its trees are as deep as the data makes them.
+struct Node { float v = 0; std::vector<Node> children; };
+CAIRN_TREE(Node, v, children)
+}  // namespace deep
+
+TEST_CASE("a tree deeper than max_tree_depth is refused on save and on load, never a stack overflow") {
+  test::TempDir dir;
+  // 400 levels: key paths of up to 801 entries (children/0 per level, then v), saved and back.
+  auto build = [](int levels) {
+    deep::Node root;
+    deep::Node* at = &root;
+    for (int i = 0; i < levels; ++i) {
+      at->children.resize(1);
+      at = &at->children[0];
+      at->v = static_cast<float>(i);
+    }
+    return root;
+  };
+  auto depth = [](const deep::Node& n) {
+    int d = 0;
+    for (const deep::Node* p = &n; !p->children.empty(); p = &p->children[0]) ++d;
+    return d;
+  };
+  cairn::save(dir / "ok", build(400));
+  const deep::Node back = cairn::load<deep::Node>(dir / "ok");
+  CHECK(depth(back) == 400);
+  CHECK(back.children[0].children[0].v == 1.0f);
+  // 600 levels (1,201 entries): refused before anything is written, naming where.
+  CHECK_CAIRN_ERROR(cairn::save(dir / "deep", build(600)), cairn::ErrorKind::invalid_argument,
+                    "key 'children/0/children/0/children/0/children/0/...': the tree is deeper here than key paths of 1000");
+  CHECK_FALSE(std::filesystem::exists(dir / "deep"));
+  // A checkpoint whose metadata asks for a deeper tree (a crafted file): corrupt, before any
+  // recursion, whatever the target.
+  std::string meta = test::read_file(dir / "ok/_METADATA");
+  std::string path, kinds;
+  for (int i = 0; i < 1001; ++i) {
+    path += (i ? "/" : "") + std::string("x");
+    kinds += "k";
+  }
+  const std::string leaf = "\"key\":\"v\",\"key_kinds\":\"f\"";
+  REQUIRE(meta.find(leaf) != std::string::npos);
+  replace_metadata(dir / "ok", edit(meta, leaf, "\"key\":\"" + path + "\",\"key_kinds\":\"" + kinds + "\""));
+  CHECK_CAIRN_ERROR(cairn::metadata(dir / "ok"), cairn::ErrorKind::corrupt, "a key path of 1001 entries, more than the 1000");
+  CHECK_CAIRN_ERROR(cairn::load<deep::Node>(dir / "ok"), cairn::ErrorKind::corrupt, "1001 entries");
+}
+
 TEST_CASE("a directory without a commit marker: the error says what is there instead") {
   test::TempDir dir;
   // Nothing in it.

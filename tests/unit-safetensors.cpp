@@ -286,6 +286,21 @@ TEST_CASE("every violation of the specification is a corrupt error naming the fi
   CHECK_CAIRN_ERROR(cairn::safetensors_metadata(index), cairn::ErrorKind::corrupt, "names no tensors");
 }
 
+TEST_CASE("a tensor name deeper than a key path may be is corrupt, named with its file") {
+  test::TempDir dir;
+  const std::string f = dir / "deep.safetensors";
+  std::string name = "w";
+  for (int i = 0; i < 1000; ++i) name += ".x";  // 1,001 parts
+  test::write_file(f, make_file("{\"" + name + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1));
+  CHECK_CAIRN_ERROR(cairn::safetensors_metadata(f), cairn::ErrorKind::corrupt, "a tensor name of 1001 parts, more than the 1000");
+  CHECK_CAIRN_ERROR(cairn::safetensors_metadata(f), cairn::ErrorKind::corrupt, "deep.safetensors");
+  // Kept whole (no separator), it is one entry, and reads.
+  CHECK(cairn::safetensors_metadata(f, {.separator = ""}).leaves().at(0).key() == name);
+  name.resize(name.size() - 2);  // 1,000 parts: as deep as a tree may be
+  test::write_file(f, make_file("{\"" + name + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1));
+  CHECK(cairn::safetensors_metadata(f).leaves().at(0).path.size() == 1000);
+}
+
 TEST_CASE("valid UTF-8 in names and metadata loads: every length of sequence, up to U+10FFFF") {
   test::TempDir dir;
   const std::string f = dir / "utf8.safetensors";

@@ -408,6 +408,21 @@ TEST_CASE("zarr v3 shards with several inner chunks, edges, holes and a checked 
   }
 }
 
+TEST_CASE("an Orbax key path deeper than a tree may be is corrupt, named with its file and entry") {
+  test::TempDir tmp;
+  const std::string ckpt = tmp.path + "/deep";
+  fs::create_directories(ckpt);
+  V3Writer w{ckpt};
+  std::vector<unsigned char> bytes(16, 7);
+  w.write_array("w", "float32", 4, cairn::Shape{2, 2}, {2, 2}, {2, 2}, bytes);
+  std::string keys;
+  for (int i = 0; i < 1001; ++i) keys += std::string(i ? "," : "") + R"({"key":"k","key_type":2})";
+  test::write_file(ckpt + "/_METADATA", R"J({"tree_metadata":{"('w',)":{"key_metadata":[)J" + keys +
+                                            R"J(],"value_metadata":{"value_type":"jax.Array","skip_deserialize":false}}},"use_ocdbt":false,"use_zarr3":true})J");
+  CHECK_CAIRN_ERROR(cairn::orbax_metadata(ckpt), cairn::ErrorKind::corrupt, "a key path of more than 1000 entries");
+  CHECK_CAIRN_ERROR(cairn::orbax_metadata(ckpt), cairn::ErrorKind::corrupt, "_METADATA");
+}
+
 TEST_CASE("a damaged Orbax checkpoint loads its original bits or throws cairn::Error: every byte, every cut") {
   if (!have_testdata()) return;
   for (const char* src : {"compat/v1_checkpoints/composite_checkpoint/checkpoint_metadata_present/pytree_checkpointable_has_metadata",

@@ -38,6 +38,14 @@ struct KeyEntry {
 CAIRN_API std::string escape_key_segment(std::string_view s);
 CAIRN_API std::string unescape_key_segment(std::string_view s);
 
+// The deepest a tree may be: key paths of at most this many entries (a struct field, an index
+// and a map key are an entry each). cairn walks a tree recursively, and a recursive type
+// (struct Node { std::vector<Node> children; }) can be built, or asked by an untrusted
+// checkpoint to be built, deep enough to overflow the stack: past this depth a save or load
+// refuses with an error instead (Python's pickle and JAX's tree functions stop near 1,000
+// levels of recursion too).
+inline constexpr std::size_t max_tree_depth = 1000;
+
 class KeyPath {
  public:
   KeyPath() = default;
@@ -50,7 +58,8 @@ class KeyPath {
   const KeyEntry& back() const { return entries_.back(); }
 
   // Out of line with separate compilation: every tree walk a user's file instantiates pushes
-  // and pops an entry per child.
+  // and pops an entry per child. Past max_tree_depth entries, push_back throws
+  // invalid_argument, which ends any walk before its recursion can overflow the stack.
   CAIRN_API void push_back(KeyEntry e);
   CAIRN_API void pop_back();
   KeyPath child(KeyEntry e) const { KeyPath p = *this; p.push_back(std::move(e)); return p; }

@@ -50,7 +50,16 @@ CAIRN_API std::string unescape_key_segment(std::string_view s) {
   return out;
 }
 
-CAIRN_API void KeyPath::push_back(KeyEntry e) { entries_.push_back(std::move(e)); }
+CAIRN_API void KeyPath::push_back(KeyEntry e) {
+  if (entries_.size() >= max_tree_depth) {
+    // The key names where: its first entries (all of them would be thousands of characters).
+    KeyPath first(std::vector<KeyEntry>(entries_.begin(), entries_.begin() + 8));
+    throw Error(ErrorKind::invalid_argument, "the tree is deeper here than key paths of " + std::to_string(max_tree_depth) +
+                " entries (cairn::max_tree_depth): cairn walks trees recursively, and deeper ones could overflow the "
+                "stack", {}, first.str() + "/...");
+  }
+  entries_.push_back(std::move(e));
+}
 CAIRN_API void KeyPath::pop_back() { entries_.pop_back(); }
 
 // Printed into one string, sized first: it runs for every leaf of every save and load, and
@@ -136,6 +145,10 @@ CAIRN_API KeyPath KeyPath::from_stored(std::string_view path, std::string_view k
   if (n != kinds.size())
     throw Error(ErrorKind::corrupt, "key path '" + std::string(path) + "' has " + std::to_string(n) +
                 " entries but its kinds '" + std::string(kinds) + "' name " + std::to_string(kinds.size()));
+  if (n > max_tree_depth)
+    throw Error(ErrorKind::corrupt, "a key path of " + std::to_string(n) + " entries, more than the " +
+                std::to_string(max_tree_depth) + " a tree may have (cairn::max_tree_depth): '" +
+                std::string(path.substr(0, 200)) + "...'");
   KeyPath p;
   p.entries_.reserve(n);
   std::size_t start = 0;

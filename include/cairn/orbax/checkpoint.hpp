@@ -606,6 +606,9 @@ class PytreeReader {
   static KeyPath key_path_of(const std::string& param) {
     KeyPath p;
     std::size_t start = 0;
+    if (static_cast<std::size_t>(std::count(param.begin(), param.end(), '.')) >= max_tree_depth)
+      throw Error(ErrorKind::corrupt, "a parameter name of more than " + std::to_string(max_tree_depth) +
+                  " parts (cairn::max_tree_depth)", {}, param.substr(0, 200));
     while (true) {
       const std::size_t at = param.find('.', start);
       const std::string seg = param.substr(start, at == std::string::npos ? std::string::npos : at - start);

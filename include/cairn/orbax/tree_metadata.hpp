@@ -100,6 +100,9 @@ inline TreeMetadata read_tree_metadata(std::string_view text, const std::string&
             if (!e.param.empty() || !e.path.empty()) e.param += '.';
             e.param += *key;
             std::int64_t index;
+            if (e.path.size() >= max_tree_depth)
+              throw Error(ErrorKind::corrupt, "a key path of more than " + std::to_string(max_tree_depth) +
+                          " entries (cairn::max_tree_depth)", file, tuple);
             if (*type == 1 && parse_int64(*key, index) && index >= 0) e.path.push_back(KeyEntry::index(index));
             else e.path.push_back(KeyEntry::key(*key));
           });

@@ -30,6 +30,15 @@ inline KeyPath safetensors_key_path(const std::string& name, const SafetensorsOp
     else p.push_back(KeyEntry::field(std::string(seg)));
   };
   if (name.empty()) return p;  // the root: a tree that is one leaf exports as the name ""
+  // An untrusted name: no deeper than a tree may be (a path of it would throw invalid_argument).
+  if (!names.separator.empty()) {
+    std::size_t parts = 1;
+    for (std::size_t at = name.find(names.separator); at != std::string::npos; at = name.find(names.separator, at + names.separator.size()))
+      ++parts;
+    if (parts > max_tree_depth)
+      throw Error(ErrorKind::corrupt, "a tensor name of " + std::to_string(parts) + " parts, more than the " +
+                  std::to_string(max_tree_depth) + " entries a key path may have (cairn::max_tree_depth)", {}, name.substr(0, 200));
+  }
   if (names.separator.empty()) {
     p.push_back(KeyEntry::field(name));
     return p;
@@ -109,7 +118,12 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
         throw Error(ErrorKind::corrupt, "tensor is in this file but the index puts it elsewhere or nowhere",
                     store.describe(file_key), name);
       found += is_index;
-      KeyPath p = safetensors_key_path(name, names);
+      KeyPath p;
+      try {
+        p = safetensors_key_path(name, names);
+      } catch (const Error& e) {
+        throw e.with_file(store.describe(file_key));
+      }
       if (auto [it, fresh] = owner.emplace(p.str(), name); !fresh)
         throw Error(ErrorKind::invalid_argument, "tensors '" + it->second + "' and '" + name + "' both map to the key path '" +
                     it->first + "'", store.describe(file_key));
@@ -144,7 +158,11 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
         const auto k = leaf_of.find(kept);
         if (k == leaf_of.end() || k->second == std::string::npos || leaf_of.count(alias)) continue;
         LeafRecord l = item.leaves[k->second];
-        l.path = safetensors_key_path(alias, names);
+        try {
+          l.path = safetensors_key_path(alias, names);
+        } catch (const Error& e) {
+          throw e.with_file(store.describe(file_key));
+        }
         const std::string printed = l.key();
         if (auto [it, fresh] = owner.emplace(printed, alias); !fresh)
           throw Error(ErrorKind::invalid_argument, "the alias '" + alias + "' of '" + kept + "' and the tensor '" + it->second +
