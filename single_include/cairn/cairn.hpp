@@ -193,6 +193,14 @@ struct KeyEntry {
 CAIRN_API std::string escape_key_segment(std::string_view s);
 CAIRN_API std::string unescape_key_segment(std::string_view s);
 
+// The deepest a tree may be: key paths of at most this many entries (a struct field, an index
+// and a map key are an entry each). cairn walks a tree recursively, and a recursive type
+// (struct Node { std::vector<Node> children; }) can be built, or asked by an untrusted
+// checkpoint to be built, deep enough to overflow the stack: past this depth a save or load
+// refuses with an error instead (Python's pickle and JAX's tree functions stop near 1,000
+// levels of recursion too).
+inline constexpr std::size_t max_tree_depth = 1000;
+
 class KeyPath {
  public:
   KeyPath() = default;
@@ -205,7 +213,8 @@ class KeyPath {
   const KeyEntry& back() const { return entries_.back(); }
 
   // Out of line with separate compilation: every tree walk a user's file instantiates pushes
-  // and pops an entry per child.
+  // and pops an entry per child. Past max_tree_depth entries, push_back throws
+  // invalid_argument, which ends any walk before its recursion can overflow the stack.
   CAIRN_API void push_back(KeyEntry e);
   CAIRN_API void pop_back();
   KeyPath child(KeyEntry e) const { KeyPath p = *this; p.push_back(std::move(e)); return p; }
@@ -6076,7 +6085,16 @@ CAIRN_API std::string unescape_key_segment(std::string_view s) {
   return out;
 }
 
-CAIRN_API void KeyPath::push_back(KeyEntry e) { entries_.push_back(std::move(e)); }
+CAIRN_API void KeyPath::push_back(KeyEntry e) {
+  if (entries_.size() >= max_tree_depth) {
+    // The key names where: its first entries (all of them would be thousands of characters).
+    KeyPath first(std::vector<KeyEntry>(entries_.begin(), entries_.begin() + 8));
+    throw Error(ErrorKind::invalid_argument, "the tree is deeper here than key paths of " + std::to_string(max_tree_depth) +
+                " entries (cairn::max_tree_depth): cairn walks trees recursively, and deeper ones could overflow the "
+                "stack", {}, first.str() + "/...");
+  }
+  entries_.push_back(std::move(e));
+}
 CAIRN_API void KeyPath::pop_back() { entries_.pop_back(); }
 
 // Printed into one string, sized first: it runs for every leaf of every save and load, and
@@ -6162,6 +6180,10 @@ CAIRN_API KeyPath KeyPath::from_stored(std::string_view path, std::string_view k
   if (n != kinds.size())
     throw Error(ErrorKind::corrupt, "key path '" + std::string(path) + "' has " + std::to_string(n) +
                 " entries but its kinds '" + std::string(kinds) + "' name " + std::to_string(kinds.size()));
+  if (n > max_tree_depth)
+    throw Error(ErrorKind::corrupt, "a key path of " + std::to_string(n) + " entries, more than the " +
+                std::to_string(max_tree_depth) + " a tree may have (cairn::max_tree_depth): '" +
+                std::string(path.substr(0, 200)) + "...'");
   KeyPath p;
   p.entries_.reserve(n);
   std::size_t start = 0;
@@ -15134,6 +15156,15 @@ inline KeyPath safetensors_key_path(const std::string& name, const SafetensorsOp
     else p.push_back(KeyEntry::field(std::string(seg)));
   };
   if (name.empty()) return p;  // the root: a tree that is one leaf exports as the name ""
+  // An untrusted name: no deeper than a tree may be (a path of it would throw invalid_argument).
+  if (!names.separator.empty()) {
+    std::size_t parts = 1;
+    for (std::size_t at = name.find(names.separator); at != std::string::npos; at = name.find(names.separator, at + names.separator.size()))
+      ++parts;
+    if (parts > max_tree_depth)
+      throw Error(ErrorKind::corrupt, "a tensor name of " + std::to_string(parts) + " parts, more than the " +
+                  std::to_string(max_tree_depth) + " entries a key path may have (cairn::max_tree_depth)", {}, name.substr(0, 200));
+  }
   if (names.separator.empty()) {
     p.push_back(KeyEntry::field(name));
     return p;
@@ -15213,7 +15244,12 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
         throw Error(ErrorKind::corrupt, "tensor is in this file but the index puts it elsewhere or nowhere",
                     store.describe(file_key), name);
       found += is_index;
-      KeyPath p = safetensors_key_path(name, names);
+      KeyPath p;
+      try {
+        p = safetensors_key_path(name, names);
+      } catch (const Error& e) {
+        throw e.with_file(store.describe(file_key));
+      }
       if (auto [it, fresh] = owner.emplace(p.str(), name); !fresh)
         throw Error(ErrorKind::invalid_argument, "tensors '" + it->second + "' and '" + name + "' both map to the key path '" +
                     it->first + "'", store.describe(file_key));
@@ -15248,7 +15284,11 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
         const auto k = leaf_of.find(kept);
         if (k == leaf_of.end() || k->second == std::string::npos || leaf_of.count(alias)) continue;
         LeafRecord l = item.leaves[k->second];
-        l.path = safetensors_key_path(alias, names);
+        try {
+          l.path = safetensors_key_path(alias, names);
+        } catch (const Error& e) {
+          throw e.with_file(store.describe(file_key));
+        }
         const std::string printed = l.key();
         if (auto [it, fresh] = owner.emplace(printed, alias); !fresh)
           throw Error(ErrorKind::invalid_argument, "the alias '" + alias + "' of '" + kept + "' and the tensor '" + it->second +
