@@ -148,7 +148,7 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
     std::size_t count = 0;
     for (const auto& l : stored_item->leaves) {
       const std::string k = l.key();
-      if (key.empty() || k.size() <= key.size() || k.compare(0, key.size(), key) != 0 || k[key.size()] != '/') continue;
+      if (key.empty() || !key_path_has_prefix(k, key)) continue;
       if (++count <= 8) under += (count > 1 ? ", " : "") + k;
     }
     if (count > 8) under += ", ... (" + std::to_string(count) + " in all)";

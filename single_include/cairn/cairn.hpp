@@ -9823,6 +9823,7 @@ CAIRN_END_NAMESPACE
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -9938,11 +9939,11 @@ inline bool all_step_names(const std::vector<std::string>& names) {
   return std::all_of(names.begin(), names.end(), [](const std::string& n) { return looks_like_step_name(n); });
 }
 
-// Names for an error message: the first eight, then how many in all.
-inline std::string listed_names(const std::vector<std::string>& names) {
+// Names for an error message: the first `most`, then how many in all.
+inline std::string listed_names(const std::vector<std::string>& names, std::size_t most = 8, const char* separator = ", ") {
   std::string list;
-  for (std::size_t i = 0; i < names.size() && i < 8; ++i) list += (i ? ", " : "") + names[i];
-  if (names.size() > 8) list += ", ... (" + std::to_string(names.size()) + " in all)";
+  for (std::size_t i = 0; i < names.size() && i < most; ++i) list += (i ? separator : "") + names[i];
+  if (names.size() > most) list += separator + std::string("... (") + std::to_string(names.size()) + " in all)";
   return list;
 }
 
@@ -9958,9 +9959,13 @@ inline void sort_in_step_order(std::vector<std::string>& names) {
 // other), a message saying so and how to load one; "" otherwise.
 // The names of the committed checkpoints directly under `key`, in step order (numeric for
 // plain step numbers): what a directory of checkpoints holds.
-inline std::vector<std::string> committed_children(const Store& store, const std::string& key) {
+// `listing`: the store's listing of `key`, where the caller has it (on a bucket, a round trip).
+inline std::vector<std::string> committed_children(const Store& store, const std::string& key,
+                                                   const std::vector<StoreEntry>* listing = nullptr) {
+  std::optional<std::vector<StoreEntry>> listed;
+  if (!listing) listing = &listed.emplace(store.list(key));
   std::vector<std::string> candidates;
-  for (const auto& e : store.list(key))
+  for (const auto& e : *listing)
     if (e.is_prefix && !store.is_internal_name(e.name)) candidates.push_back(e.name);
   // Looked at Store::parallel_reads() at a time (on a bucket, a round trip or two each).
   std::vector<char> committed(candidates.size(), 0);
@@ -9973,8 +9978,10 @@ inline std::vector<std::string> committed_children(const Store& store, const std
   return names;
 }
 
-inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
-  const std::vector<std::string> steps = committed_children(store, key);
+// `listing`: the store's listing of `key`, where the caller has it (committed_children).
+inline std::string describe_checkpointer_root(const Store& store, const std::string& key,
+                                              const std::vector<StoreEntry>* listing = nullptr) {
+  const std::vector<std::string> steps = committed_children(store, key, listing);
   if (steps.empty()) return {};
   const std::string list = listed_names(steps);
   const std::string one = store.describe(join_key(key, steps.back()));
@@ -11162,8 +11169,9 @@ inline void require_marker(const Store& store, const std::string& key) {
       throw Error(ErrorKind::not_found, "a safetensors file, not a cairn checkpoint: read it with cairn::load_safetensors", dir);
     throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
   }
-  if (std::string root = describe_checkpointer_root(store, key); !root.empty()) throw Error(ErrorKind::not_found, root, dir);
-  const std::vector<StoreEntry> entries = store.list(key);
+  const std::vector<StoreEntry> entries = store.list(key);  // one listing for each look below
+  if (std::string root = describe_checkpointer_root(store, key, &entries); !root.empty())
+    throw Error(ErrorKind::not_found, root, dir);
   if (entries.empty()) throw Error(ErrorKind::not_found, "an empty directory, not a checkpoint", dir);
   if (const std::string sign = orbax_sign(entries); !sign.empty())
     throw Error(ErrorKind::not_found, "an Orbax checkpoint (it has " + sign + "), not a cairn one: read it with "
@@ -14459,27 +14467,21 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
     }
   }
   if (misfits.size() == 1 && lossy.empty()) throw misfits.front();
+  const auto name = [](const std::string& key) { return key.empty() ? std::string("the root leaf") : key; };
+  std::vector<std::string> lossy_names;
+  for (const auto& c : lossy)
+    lossy_names.push_back(name(c.key) + " (" + dtype_name(c.from) + " -> " + dtype_name(c.to) + ")");
   if (!misfits.empty()) {
-    const auto name = [](const std::string& key) { return key.empty() ? std::string("the root leaf") : key; };
-    std::string list;
-    for (std::size_t i = 0; i < misfits.size() && i < 20; ++i)
-      list += (i ? "; " : "") + name(misfits[i].key_path()) + ": " + misfits[i].message();
-    if (misfits.size() > 20) list += "; ... (" + std::to_string(misfits.size()) + " in all)";
-    if (!lossy.empty()) {
-      list += "; and casts that can lose information (LoadOptions::allow_lossy_cast): ";
-      for (std::size_t i = 0; i < lossy.size() && i < 20; ++i)
-        list += (i ? ", " : "") + name(lossy[i].key) + " (" + dtype_name(lossy[i].from) + " -> " + dtype_name(lossy[i].to) + ")";
-      if (lossy.size() > 20) list += ", ... (" + std::to_string(lossy.size()) + " in all)";
-    }
+    std::vector<std::string> named;
+    for (const auto& e : misfits) named.push_back(name(e.key_path()) + ": " + e.message());
+    std::string list = listed_names(named, 20, "; ");
+    if (!lossy.empty())
+      list += "; and casts that can lose information (LoadOptions::allow_lossy_cast): " + listed_names(lossy_names, 20);
     const std::string count = misfits.size() == 1 ? "1 leaf does" : std::to_string(misfits.size()) + " leaves do";
     throw Error(misfits.front().kind(), count + " not fit the target: " + list, dir);
   }
   if (!lossy.empty()) {
-    std::string list;
-    for (std::size_t i = 0; i < lossy.size() && i < 20; ++i)
-      list += (i ? ", " : "") + (lossy[i].key.empty() ? std::string("the root leaf") : lossy[i].key) + " (" +
-              dtype_name(lossy[i].from) + " -> " + dtype_name(lossy[i].to) + ")";
-    if (lossy.size() > 20) list += ", ... (" + std::to_string(lossy.size()) + " in all)";
+    const std::string list = listed_names(lossy_names, 20);
     throw Error(ErrorKind::dtype_mismatch, "loading these leaves would need casts that can lose information: " + list +
                 ". Give the target the stored dtype, or allow it for these keys with LoadOptions::allow_lossy_cast "
                 "(key globs; \"**\" for all)", dir, lossy.size() == 1 ? lossy.front().key : "");

@@ -321,27 +321,21 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
     }
   }
   if (misfits.size() == 1 && lossy.empty()) throw misfits.front();
+  const auto name = [](const std::string& key) { return key.empty() ? std::string("the root leaf") : key; };
+  std::vector<std::string> lossy_names;
+  for (const auto& c : lossy)
+    lossy_names.push_back(name(c.key) + " (" + dtype_name(c.from) + " -> " + dtype_name(c.to) + ")");
   if (!misfits.empty()) {
-    const auto name = [](const std::string& key) { return key.empty() ? std::string("the root leaf") : key; };
-    std::string list;
-    for (std::size_t i = 0; i < misfits.size() && i < 20; ++i)
-      list += (i ? "; " : "") + name(misfits[i].key_path()) + ": " + misfits[i].message();
-    if (misfits.size() > 20) list += "; ... (" + std::to_string(misfits.size()) + " in all)";
-    if (!lossy.empty()) {
-      list += "; and casts that can lose information (LoadOptions::allow_lossy_cast): ";
-      for (std::size_t i = 0; i < lossy.size() && i < 20; ++i)
-        list += (i ? ", " : "") + name(lossy[i].key) + " (" + dtype_name(lossy[i].from) + " -> " + dtype_name(lossy[i].to) + ")";
-      if (lossy.size() > 20) list += ", ... (" + std::to_string(lossy.size()) + " in all)";
-    }
+    std::vector<std::string> named;
+    for (const auto& e : misfits) named.push_back(name(e.key_path()) + ": " + e.message());
+    std::string list = listed_names(named, 20, "; ");
+    if (!lossy.empty())
+      list += "; and casts that can lose information (LoadOptions::allow_lossy_cast): " + listed_names(lossy_names, 20);
     const std::string count = misfits.size() == 1 ? "1 leaf does" : std::to_string(misfits.size()) + " leaves do";
     throw Error(misfits.front().kind(), count + " not fit the target: " + list, dir);
   }
   if (!lossy.empty()) {
-    std::string list;
-    for (std::size_t i = 0; i < lossy.size() && i < 20; ++i)
-      list += (i ? ", " : "") + (lossy[i].key.empty() ? std::string("the root leaf") : lossy[i].key) + " (" +
-              dtype_name(lossy[i].from) + " -> " + dtype_name(lossy[i].to) + ")";
-    if (lossy.size() > 20) list += ", ... (" + std::to_string(lossy.size()) + " in all)";
+    const std::string list = listed_names(lossy_names, 20);
     throw Error(ErrorKind::dtype_mismatch, "loading these leaves would need casts that can lose information: " + list +
                 ". Give the target the stored dtype, or allow it for these keys with LoadOptions::allow_lossy_cast "
                 "(key globs; \"**\" for all)", dir, lossy.size() == 1 ? lossy.front().key : "");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,11 +75,11 @@ inline bool all_step_names(const std::vector<std::string>& names) {
   return std::all_of(names.begin(), names.end(), [](const std::string& n) { return looks_like_step_name(n); });
 }
 
-// Names for an error message: the first eight, then how many in all.
-inline std::string listed_names(const std::vector<std::string>& names) {
+// Names for an error message: the first `most`, then how many in all.
+inline std::string listed_names(const std::vector<std::string>& names, std::size_t most = 8, const char* separator = ", ") {
   std::string list;
-  for (std::size_t i = 0; i < names.size() && i < 8; ++i) list += (i ? ", " : "") + names[i];
-  if (names.size() > 8) list += ", ... (" + std::to_string(names.size()) + " in all)";
+  for (std::size_t i = 0; i < names.size() && i < most; ++i) list += (i ? separator : "") + names[i];
+  if (names.size() > most) list += separator + std::string("... (") + std::to_string(names.size()) + " in all)";
   return list;
 }
 
@@ -94,9 +95,13 @@ inline void sort_in_step_order(std::vector<std::string>& names) {
 // other), a message saying so and how to load one; "" otherwise.
 // The names of the committed checkpoints directly under `key`, in step order (numeric for
 // plain step numbers): what a directory of checkpoints holds.
-inline std::vector<std::string> committed_children(const Store& store, const std::string& key) {
+// `listing`: the store's listing of `key`, where the caller has it (on a bucket, a round trip).
+inline std::vector<std::string> committed_children(const Store& store, const std::string& key,
+                                                   const std::vector<StoreEntry>* listing = nullptr) {
+  std::optional<std::vector<StoreEntry>> listed;
+  if (!listing) listing = &listed.emplace(store.list(key));
   std::vector<std::string> candidates;
-  for (const auto& e : store.list(key))
+  for (const auto& e : *listing)
     if (e.is_prefix && !store.is_internal_name(e.name)) candidates.push_back(e.name);
   // Looked at Store::parallel_reads() at a time (on a bucket, a round trip or two each).
   std::vector<char> committed(candidates.size(), 0);
@@ -109,8 +114,10 @@ inline std::vector<std::string> committed_children(const Store& store, const std
   return names;
 }
 
-inline std::string describe_checkpointer_root(const Store& store, const std::string& key) {
-  const std::vector<std::string> steps = committed_children(store, key);
+// `listing`: the store's listing of `key`, where the caller has it (committed_children).
+inline std::string describe_checkpointer_root(const Store& store, const std::string& key,
+                                              const std::vector<StoreEntry>* listing = nullptr) {
+  const std::vector<std::string> steps = committed_children(store, key, listing);
   if (steps.empty()) return {};
   const std::string list = listed_names(steps);
   const std::string one = store.describe(join_key(key, steps.back()));

@@ -52,8 +52,9 @@ inline void require_marker(const Store& store, const std::string& key) {
       throw Error(ErrorKind::not_found, "a safetensors file, not a cairn checkpoint: read it with cairn::load_safetensors", dir);
     throw Error(ErrorKind::not_found, "this path is a file, not a checkpoint directory", dir);
   }
-  if (std::string root = describe_checkpointer_root(store, key); !root.empty()) throw Error(ErrorKind::not_found, root, dir);
-  const std::vector<StoreEntry> entries = store.list(key);
+  const std::vector<StoreEntry> entries = store.list(key);  // one listing for each look below
+  if (std::string root = describe_checkpointer_root(store, key, &entries); !root.empty())
+    throw Error(ErrorKind::not_found, root, dir);
   if (entries.empty()) throw Error(ErrorKind::not_found, "an empty directory, not a checkpoint", dir);
   if (const std::string sign = orbax_sign(entries); !sign.empty())
     throw Error(ErrorKind::not_found, "an Orbax checkpoint (it has " + sign + "), not a cairn one: read it with "
