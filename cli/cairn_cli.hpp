@@ -21,6 +21,7 @@
 #include "commands/show.hpp"
 #include "commands/verify.hpp"
 #include "output.hpp"
+#include "terminal_text.hpp"
 
 namespace cairn::cli {
 
@@ -103,10 +104,10 @@ inline double parse_double(const std::string& flag, const std::string& v) {
   return d;
 }
 
-// Runs the tool on `args` (without the program name); returns the exit status.
-// `err_is_terminal`: whether `err` is a terminal, where long work shows its progress
-// (cli/main.cpp asks isatty; in-process callers leave it off).
-inline int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, bool err_is_terminal = false) {
+// run(), with `out` and `err` escaping control characters; `progress_err` is the unfiltered
+// stderr that the progress line (with its "\r") goes to.
+inline int run_filtered(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, std::ostream& progress_err,
+                        bool err_is_terminal) {
   try {
     if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
       (args.empty() ? err : out) << usage_text;
@@ -229,7 +230,7 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     auto at = [&](const std::string& p, bool latest_if_root) { return checkpoint_of(p, step, latest_if_root, err, nullptr, names); };
     if (cmd == "ls") { need(1, "PATH"); return ls(at(pos[0], false), json, out, names); }
     // Progress of long work on stderr: where it is a terminal, or asked for; never with --quiet.
-    std::ostream* progress = !quiet && (force_progress || err_is_terminal) ? &err : nullptr;
+    std::ostream* progress = !quiet && (force_progress || err_is_terminal) ? &progress_err : nullptr;
     if (cmd == "verify") { need(1, "PATH"); return verify(at(pos[0], false), out, progress); }
     if (cmd == "show") {
       need(2, "PATH KEY[SLICE]");
@@ -249,6 +250,19 @@ inline int run(const std::vector<std::string>& args, std::ostream& out, std::ost
     err << "cairn: error: " << e.what() << "\n";
   }
   return exit_error;
+}
+
+// Runs the tool on `args` (without the program name); returns the exit status.
+// `err_is_terminal`: whether `err` is a terminal, where long work shows its progress
+// (cli/main.cpp asks isatty; in-process callers leave it off). What comes from the checkpoint
+// (keys, names, strings) is printed with its control characters escaped (cli/terminal_text.hpp).
+inline int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, bool err_is_terminal = false) {
+  TerminalSafeBuf out_buf(out.rdbuf()), err_buf(err.rdbuf());
+  std::ostream safe_out(&out_buf), safe_err(&err_buf);
+  const int status = run_filtered(args, safe_out, safe_err, err, err_is_terminal);
+  safe_out.flush();
+  safe_err.flush();
+  return status;
 }
 
 }  // namespace cairn::cli

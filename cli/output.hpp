@@ -17,6 +17,8 @@
 #include <string>
 #include <system_error>
 
+#include "terminal_text.hpp"
+
 namespace cairn::cli {
 
 inline constexpr int exit_ok = 0, exit_differs = 1, exit_error = 2;
@@ -36,7 +38,7 @@ inline std::string human_bytes(std::uint64_t n) {
 // redrawn at most ten times a second, and a last line when the work is done.
 class ProgressLine {
  public:
-  ProgressLine(std::ostream* err, std::string what) : err_(err), what_(std::move(what)) {}
+  ProgressLine(std::ostream* err, const std::string& what) : err_(err), what_(terminal_safe(what)) {}
   ProgressLine(const ProgressLine&) = delete;
   ProgressLine& operator=(const ProgressLine&) = delete;
   ~ProgressLine() {

@@ -612,6 +612,57 @@ TEST_CASE("bad command lines and paths are one-line errors with exit 2, never a 
   CHECK(has(cli({"ls", "a", "--atol=1"}).err, "cairn ls does not take --atol"));
 }
 
+TEST_CASE("what a checkpoint holds is printed with its control characters escaped: no key or string can drive the terminal") {
+  test::TempDir dir;
+  // Keys and values a hostile checkpoint could hold: an escape that retitles the terminal,
+  // one that clears it, a carriage return and backspaces that overwrite what was printed, a
+  // newline that would print a line looking like another leaf, and C1 controls in UTF-8.
+  const std::string esc_key = "w\x1b]0;owned\x07";
+  const std::string nl_key = std::string("a\n  fake   float32[9]");
+  const std::string c1_key = "c1\xc2\x9b" "2J";
+  std::map<std::string, std::string> m{{esc_key, "v\x1b[2J\r\b\bx"}, {nl_key, "ok"}, {c1_key, "caf\xc3\xa9 \xc2\xb0"}};
+  cairn::SaveOptions so;
+  so.user_metadata = cairn::Json::object({{"note", "\x7f\x1b[1m"}});
+  cairn::save(dir / "c", m, so);
+  std::filesystem::create_directories(dir / "other/x\x1b[31m");  // a listing's names too
+  auto clean = [](const std::string& text) {
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const auto b = static_cast<unsigned char>(text[i]);
+      if ((b < 0x20 && b != '\n') || b == 0x7f) return false;
+      if (b == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+          static_cast<unsigned char>(text[i + 1]) <= 0x9f)
+        return false;
+    }
+    return true;
+  };
+  std::vector<std::vector<std::string>> commands = {
+      {"ls", dir / "c"}, {"ls", dir / "c", "--json"}, {"show", dir / "c", cairn::escape_key_segment(esc_key)},
+      {"show", dir / "c", cairn::escape_key_segment(c1_key)}, {"ls", dir / "other"}, {"show", dir / "c", "no\x1b[2Jkey"},
+      {"diff", dir / "c", dir / "c"}, {"verify", dir / "c"}};
+  for (const auto& args : commands) {
+    CAPTURE(args[0]);
+    const Run r = cli(args);
+    CHECK(clean(r.out));
+    CHECK(clean(r.err));
+  }
+  const Run ls = cli({"ls", dir / "c"});
+  CHECK(has(ls.out, "w\\u001b]0;owned\\u0007"));
+  CHECK(has(ls.out, "a\\u000a  fake   float32[9]"));  // on the key's own line
+  CHECK_FALSE(has(ls.out, "\n  fake"));
+  CHECK(has(ls.out, "c1\\u009b2J"));
+  CHECK(std::count(ls.out.begin(), ls.out.end(), '\n') == 6);  // header, item, 3 leaves, user metadata
+  // The JSON output stays JSON, and reads back as the key.
+  const cairn::Json j = cairn::Json::parse(cli({"ls", dir / "c", "--json"}).out);
+  std::vector<std::string> keys;
+  for (const auto& l : j.at("items").as_array()[0].at("leaves").as_array()) keys.push_back(l.at("key").as_string());
+  CHECK(std::count(keys.begin(), keys.end(), c1_key) == 1);
+  CHECK(std::count(keys.begin(), keys.end(), esc_key) == 1);
+  // A string value: its control characters escaped, its text (UTF-8 included) as it is.
+  CHECK(has(cli({"show", dir / "c", cairn::escape_key_segment(esc_key)}).out, "v\\u001b[2J\\u000d\\u0008\\u0008x"));
+  CHECK(has(cli({"show", dir / "c", cairn::escape_key_segment(c1_key)}).out, "caf\xc3\xa9 \xc2\xb0"));
+  CHECK(has(cli({"ls", dir / "other"}).err, "x\\u001b[31m"));
+}
+
 TEST_CASE("every item: diff compares them all, show --item picks one, convert carries them or refuses to drop them") {
   test::TempDir dir;
   std::vector<float> w{1, 2, 3};

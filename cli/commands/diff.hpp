@@ -55,7 +55,7 @@ inline int diff_item(const std::string& a, const std::string& b, const ItemRecor
   const double atol = o.atol, rtol = o.rtol;
   const std::uint64_t max_report = o.max_report;
   const std::string prefix = item_a.name == default_item_name ? "" : item_a.name + ": ";
-  auto shown = [](const std::string& k) { return k.empty() ? std::string("(root)") : k; };  // as ls prints it
+  auto shown = [](const std::string& k) { return k.empty() ? std::string("(root)") : one_line(k); };  // as ls prints it
   const ReadArraysOptions from_item{.item = item_a.name, .safetensors = o.names};
   const ReadArraysOptions as_double{.as = DType::float64, .item = item_a.name, .safetensors = o.names};
   std::map<std::string, const LeafRecord*> la, lb;

@@ -106,7 +106,7 @@ inline int ls(const std::string& path, bool json, std::ostream& out, const Safet
   for (const auto& item : m.items) {
     out << "item '" << item.name << "' (" << item_kind_name(item.kind) << ", " << item.leaves.size() << " leaves"
         << (item.unread.empty() ? "" : ", " + std::to_string(item.unread.size()) + " that cairn cannot read") << ")\n";
-    auto shown = [](const LeafRecord& l) { return l.path.empty() ? std::string("(root)") : l.key(); };
+    auto shown = [](const LeafRecord& l) { return l.path.empty() ? std::string("(root)") : one_line(l.key()); };
     std::size_t width = 0;
     for (const auto& l : item.leaves) width = std::max(width, shown(l).size());
     for (const auto& l : item.leaves) {
@@ -118,7 +118,7 @@ inline int ls(const std::string& path, bool json, std::ostream& out, const Safet
       if (l.chunks.size() > 1) line += ", " + std::to_string(l.chunks.size()) + " chunks";
       out << line << "\n";
     }
-    for (const auto& u : item.unread) out << "  " << u.path.str() << "  not read: " << u.reason << "\n";
+    for (const auto& u : item.unread) out << "  " << one_line(u.path.str()) << "  not read: " << u.reason << "\n";
   }
   if (m.user_metadata.size()) out << "user metadata: " << m.user_metadata.dump() << "\n";
   return exit_ok;
