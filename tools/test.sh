@@ -14,7 +14,7 @@ say "configuring in $build"
 # -g1 (line tables, enough for backtraces) rather than -g: full debug info of these template-heavy
 # tests costs about a quarter of the compile time.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
-  "$@" >/dev/null
+  -DCAIRN_STRICT_WARNINGS=ON "$@" >/dev/null
 say "building with $(nproc) jobs: cairn's runtime once, the test programs on it, the examples and the" \
     "benchmarks header-only (6-8 minutes on 2 cores); ninja prints each program as it finishes"
 cmake --build "$build" -j "$(nproc)"

@@ -788,19 +788,19 @@ using float8_e5m2_format = narrow_float_format<5, 2, true>;
 }  // namespace detail
 
 // Each type is a bit pattern with explicit conversions; it has no arithmetic of its own.
-#define CAIRN_NARROW_FLOAT(Name, Storage, Format)                                          \
-  struct Name {                                                                          \
-    Storage bits = 0;                                                                    \
-    Name() = default;                                                                    \
-    CAIRN_HD explicit Name(float v) : bits(static_cast<Storage>(Format::encode(v))) {}   \
-    CAIRN_HD explicit Name(double v) : bits(static_cast<Storage>(Format::encode(v))) {}  \
-    CAIRN_HD static Name from_bits(Storage b) { Name n; n.bits = b; return n; }          \
-    CAIRN_HD explicit operator float() const { return Format::decode(bits); }            \
-    CAIRN_HD explicit operator double() const { return Format::decode(bits); }           \
-    CAIRN_HD float to_float() const { return Format::decode(bits); }                     \
-    /* numeric comparison, as for float: NaN != NaN, -0 == +0 */                         \
-    CAIRN_HD friend bool operator==(Name a, Name b) { return a.to_float() == b.to_float(); } \
-  };                                                                                     \
+#define CAIRN_NARROW_FLOAT(Name, Storage, Format)                                                           \
+  struct Name {                                                                                             \
+    Storage bits = 0;                                                                                       \
+    Name() = default;                                                                                       \
+    CAIRN_HD explicit Name(float v) : bits(static_cast<Storage>(Format::encode(static_cast<double>(v)))) {} \
+    CAIRN_HD explicit Name(double v) : bits(static_cast<Storage>(Format::encode(v))) {}                     \
+    CAIRN_HD static Name from_bits(Storage b) { Name n; n.bits = b; return n; }                             \
+    CAIRN_HD explicit operator float() const { return Format::decode(bits); }                               \
+    CAIRN_HD explicit operator double() const { return static_cast<double>(Format::decode(bits)); }         \
+    CAIRN_HD float to_float() const { return Format::decode(bits); }                                        \
+    /* numeric comparison, as for float: NaN != NaN, -0 == +0 */                                            \
+    CAIRN_HD friend bool operator==(Name a, Name b) { return a.to_float() == b.to_float(); }                \
+  };                                                                                                        \
   static_assert(sizeof(Name) == sizeof(Storage));
 
 CAIRN_NARROW_FLOAT(float16, std::uint16_t, detail::float16_format)
@@ -1316,8 +1316,9 @@ template <class T>
 constexpr void require_tree_type() {
   static_assert(is_tree<T>,
                 "cairn: this type is neither a tree node nor a leaf. For a struct of your own, annotate it with "
-                "CAIRN_TREE(Type, field1, field2, ...) at namespace scope (or CAIRN_TREE_INTRUSIVE inside the "
-                "class); for a type stored as one array (std::complex<float>, a tensor class), specialize "
+                "CAIRN_TREE(Type, field1, field2, ...) at namespace scope in the struct's own namespace (written in "
+                "another one, the global namespace included, it is not found), or CAIRN_TREE_INTRUSIVE inside the "
+                "class; for a type stored as one array (std::complex<float>, a tensor class), specialize "
                 "cairn::leaf_traits<T>; for a container, cairn::node_traits<T>. See docs/extending.md.");
 }
 
@@ -1453,7 +1454,8 @@ constexpr void check_field_type() {
                 "and its type are the template arguments of cairn::detail::check_field_type<Struct, Field, "
                 "FieldType> named in this diagnostic. For a type stored as one array (std::complex<float>, a "
                 "tensor class), specialize cairn::leaf_traits<FieldType>; for a container, "
-                "cairn::node_traits<FieldType>; for a struct of your own, add CAIRN_TREE(FieldType, ...). See "
+                "cairn::node_traits<FieldType>; for a struct of your own, add CAIRN_TREE(FieldType, ...) in "
+                "FieldType's own namespace (written in another one, the global one included, it is not found). See "
                 "docs/extending.md.");
 }
 
@@ -7268,7 +7270,7 @@ CAIRN_HD inline bool int_fits(From v) {
   if constexpr (std::is_signed_v<From> == std::is_signed_v<To>) {
     if constexpr (sizeof(To) >= sizeof(From)) return true;
     else if constexpr (std::is_signed_v<From>)
-      return (v >= static_cast<From>(std::numeric_limits<To>::min())) & (v <= static_cast<From>(std::numeric_limits<To>::max()));
+      return v >= static_cast<From>(std::numeric_limits<To>::min()) && v <= static_cast<From>(std::numeric_limits<To>::max());
     else return v <= static_cast<From>(std::numeric_limits<To>::max());
   } else if constexpr (std::is_signed_v<From>) {  // signed -> unsigned
     return (v >= 0) & (static_cast<std::make_unsigned_t<From>>(v) <= std::numeric_limits<To>::max());
@@ -7872,19 +7874,19 @@ inline bool cast_common_pair(DType from, const void* src, DType to, void* dst, s
   };
   auto pair = [](DType a, DType b) { return static_cast<unsigned>(a) * 16u + static_cast<unsigned>(b); };
   switch (pair(from, to)) {
-    case pair(DType::float32, DType::bfloat16): return run((float*)nullptr, (bfloat16*)nullptr);
-    case pair(DType::float32, DType::float16): return run((float*)nullptr, (float16*)nullptr);
-    case pair(DType::bfloat16, DType::float32): return run((bfloat16*)nullptr, (float*)nullptr);
-    case pair(DType::float16, DType::float32): return run((float16*)nullptr, (float*)nullptr);
-    case pair(DType::float32, DType::float64): return run((float*)nullptr, (double*)nullptr);
-    case pair(DType::float32, DType::int32): return run((float*)nullptr, (std::int32_t*)nullptr);
-    case pair(DType::int32, DType::float32): return run((std::int32_t*)nullptr, (float*)nullptr);
-    case pair(DType::int32, DType::int16): return run((std::int32_t*)nullptr, (std::int16_t*)nullptr);
-    case pair(DType::int32, DType::int8): return run((std::int32_t*)nullptr, (std::int8_t*)nullptr);
-    case pair(DType::int16, DType::int8): return run((std::int16_t*)nullptr, (std::int8_t*)nullptr);
-    case pair(DType::uint32, DType::uint16): return run((std::uint32_t*)nullptr, (std::uint16_t*)nullptr);
-    case pair(DType::uint32, DType::uint8): return run((std::uint32_t*)nullptr, (std::uint8_t*)nullptr);
-    case pair(DType::uint16, DType::uint8): return run((std::uint16_t*)nullptr, (std::uint8_t*)nullptr);
+    case pair(DType::float32, DType::bfloat16): return run(static_cast<float*>(nullptr), static_cast<bfloat16*>(nullptr));
+    case pair(DType::float32, DType::float16): return run(static_cast<float*>(nullptr), static_cast<float16*>(nullptr));
+    case pair(DType::bfloat16, DType::float32): return run(static_cast<bfloat16*>(nullptr), static_cast<float*>(nullptr));
+    case pair(DType::float16, DType::float32): return run(static_cast<float16*>(nullptr), static_cast<float*>(nullptr));
+    case pair(DType::float32, DType::float64): return run(static_cast<float*>(nullptr), static_cast<double*>(nullptr));
+    case pair(DType::float32, DType::int32): return run(static_cast<float*>(nullptr), static_cast<std::int32_t*>(nullptr));
+    case pair(DType::int32, DType::float32): return run(static_cast<std::int32_t*>(nullptr), static_cast<float*>(nullptr));
+    case pair(DType::int32, DType::int16): return run(static_cast<std::int32_t*>(nullptr), static_cast<std::int16_t*>(nullptr));
+    case pair(DType::int32, DType::int8): return run(static_cast<std::int32_t*>(nullptr), static_cast<std::int8_t*>(nullptr));
+    case pair(DType::int16, DType::int8): return run(static_cast<std::int16_t*>(nullptr), static_cast<std::int8_t*>(nullptr));
+    case pair(DType::uint32, DType::uint16): return run(static_cast<std::uint32_t*>(nullptr), static_cast<std::uint16_t*>(nullptr));
+    case pair(DType::uint32, DType::uint8): return run(static_cast<std::uint32_t*>(nullptr), static_cast<std::uint8_t*>(nullptr));
+    case pair(DType::uint16, DType::uint8): return run(static_cast<std::uint16_t*>(nullptr), static_cast<std::uint8_t*>(nullptr));
     default: return false;
   }
 }
@@ -8488,7 +8490,7 @@ class File {
   // bytes asked for, or throws as read_at does. `iov` is used up (advanced past short reads).
   void read_vectored(std::vector<iovec>& iov, std::uint64_t offset) const {
     if (int e = injected_fault("pread", path_)) throw_errno("pread", path_, e);
-    constexpr std::size_t batch = IOV_MAX < 1024 ? IOV_MAX : 1024;
+    constexpr std::size_t batch = std::min<std::size_t>(IOV_MAX, 1024);
     for (std::size_t next = 0; next < iov.size();) {
       if (iov[next].iov_len == 0) { ++next; continue; }
       const std::size_t k = std::min(batch, iov.size() - next);
@@ -10326,9 +10328,9 @@ class MetadataReader {
         case 3: ints(ids); break;
         case 4:
           r_.array([&] {
-            std::vector<std::string> names;
-            r_.array([&] { names.emplace_back(r_.string()); });
-            dims.emplace_back(std::move(names));
+            std::vector<std::string> dim_axes;
+            r_.array([&] { dim_axes.emplace_back(r_.string()); });
+            dims.emplace_back(std::move(dim_axes));
           });
           break;
         case 5: ints(processes); break;
@@ -10738,8 +10740,8 @@ void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) 
     std::vector<std::size_t> by_cell(order.size());
     for (std::size_t k = 0; k < by_cell.size(); ++k) by_cell[k] = k;
     auto cell_less = [&](std::size_t a, std::size_t b) {
-      return std::lexicographical_compare(cells.begin() + a * rank, cells.begin() + (a + 1) * rank,
-                                          cells.begin() + b * rank, cells.begin() + (b + 1) * rank);
+      auto at = [&](std::size_t k) { return cells.begin() + static_cast<std::ptrdiff_t>(k * rank); };
+      return std::lexicographical_compare(at(a), at(a + 1), at(b), at(b + 1));
     };
     std::sort(by_cell.begin(), by_cell.end(), cell_less);
     for (std::size_t k = 1; k < by_cell.size(); ++k)
@@ -10920,7 +10922,7 @@ constexpr crc_tables make_crc32c_tables() {
     t[0][i] = c;
   }
   for (std::uint32_t i = 0; i < 256; ++i)
-    for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
+    for (std::size_t s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
   return t;
 }
 
@@ -10983,10 +10985,10 @@ class Crc32cShift {
   explicit Crc32cShift(std::size_t len) {
     std::uint32_t bit[32];
     for (int i = 0; i < 32; ++i) bit[i] = crc32c_shift(1u << i, len);
-    for (int byte = 0; byte < 4; ++byte)
+    for (std::size_t byte = 0; byte < 4; ++byte)
       for (std::uint32_t v = 0; v < 256; ++v) {
         t_[byte][v] = 0;
-        for (int b = 0; b < 8; ++b)
+        for (std::size_t b = 0; b < 8; ++b)
           if (v & (1u << b)) t_[byte][v] ^= bit[8 * byte + b];
       }
   }
@@ -12037,7 +12039,7 @@ class WireReader {
   std::uint64_t u64() {
     need(8);
     std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
+    for (std::size_t i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
     pos_ += 8;
     return v;
   }
@@ -12060,7 +12062,7 @@ class WireReader {
     if (n > (in_.size() - pos_) / 4) need(in_.size() - pos_ + 1);  // cut short (and n * 4 could overflow)
     std::vector<std::uint32_t> v(static_cast<std::size_t>(n));
     for (auto& x : v) {
-      for (int i = 0; i < 4; ++i) x |= std::uint32_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
+      for (std::size_t i = 0; i < 4; ++i) x |= std::uint32_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
       pos_ += 4;
     }
     return v;
@@ -15421,7 +15423,7 @@ inline void c_order_slab(const LeafView& v, LeafEncoder& encoder, std::int64_t f
     Box rows = s.box;
     rows.start[0] = part.start[0];
     rows.shape[0] = part.shape[0];
-    const std::uint64_t row_elements = static_cast<std::uint64_t>(s.box.elements() / s.box.shape[0]);
+    const std::uint64_t row_elements = static_cast<std::uint64_t>(s.box.elements()) / static_cast<std::uint64_t>(s.box.shape[0]);
     const std::uint64_t skip = static_cast<std::uint64_t>(part.start[0] - s.box.start[0]) * row_elements;
     // Device rows cross into page-locked memory (a copy from pageable memory goes through the
     // driver's own staging, at about half the speed).

@@ -77,7 +77,7 @@ inline void c_order_slab(const LeafView& v, LeafEncoder& encoder, std::int64_t f
     Box rows = s.box;
     rows.start[0] = part.start[0];
     rows.shape[0] = part.shape[0];
-    const std::uint64_t row_elements = static_cast<std::uint64_t>(s.box.elements() / s.box.shape[0]);
+    const std::uint64_t row_elements = static_cast<std::uint64_t>(s.box.elements()) / static_cast<std::uint64_t>(s.box.shape[0]);
     const std::uint64_t skip = static_cast<std::uint64_t>(part.start[0] - s.box.start[0]) * row_elements;
     // Device rows cross into page-locked memory (a copy from pageable memory goes through the
     // driver's own staging, at about half the speed).

@@ -52,7 +52,7 @@ class WireReader {
   std::uint64_t u64() {
     need(8);
     std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
+    for (std::size_t i = 0; i < 8; ++i) v |= std::uint64_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
     pos_ += 8;
     return v;
   }
@@ -75,7 +75,7 @@ class WireReader {
     if (n > (in_.size() - pos_) / 4) need(in_.size() - pos_ + 1);  // cut short (and n * 4 could overflow)
     std::vector<std::uint32_t> v(static_cast<std::size_t>(n));
     for (auto& x : v) {
-      for (int i = 0; i < 4; ++i) x |= std::uint32_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
+      for (std::size_t i = 0; i < 4; ++i) x |= std::uint32_t{static_cast<unsigned char>(in_[pos_ + i])} << (8 * i);
       pos_ += 4;
     }
     return v;

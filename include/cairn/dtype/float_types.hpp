@@ -128,19 +128,19 @@ using float8_e5m2_format = narrow_float_format<5, 2, true>;
 }  // namespace detail
 
 // Each type is a bit pattern with explicit conversions; it has no arithmetic of its own.
-#define CAIRN_NARROW_FLOAT(Name, Storage, Format)                                          \
-  struct Name {                                                                          \
-    Storage bits = 0;                                                                    \
-    Name() = default;                                                                    \
-    CAIRN_HD explicit Name(float v) : bits(static_cast<Storage>(Format::encode(v))) {}   \
-    CAIRN_HD explicit Name(double v) : bits(static_cast<Storage>(Format::encode(v))) {}  \
-    CAIRN_HD static Name from_bits(Storage b) { Name n; n.bits = b; return n; }          \
-    CAIRN_HD explicit operator float() const { return Format::decode(bits); }            \
-    CAIRN_HD explicit operator double() const { return Format::decode(bits); }           \
-    CAIRN_HD float to_float() const { return Format::decode(bits); }                     \
-    /* numeric comparison, as for float: NaN != NaN, -0 == +0 */                         \
-    CAIRN_HD friend bool operator==(Name a, Name b) { return a.to_float() == b.to_float(); } \
-  };                                                                                     \
+#define CAIRN_NARROW_FLOAT(Name, Storage, Format)                                                           \
+  struct Name {                                                                                             \
+    Storage bits = 0;                                                                                       \
+    Name() = default;                                                                                       \
+    CAIRN_HD explicit Name(float v) : bits(static_cast<Storage>(Format::encode(static_cast<double>(v)))) {} \
+    CAIRN_HD explicit Name(double v) : bits(static_cast<Storage>(Format::encode(v))) {}                     \
+    CAIRN_HD static Name from_bits(Storage b) { Name n; n.bits = b; return n; }                             \
+    CAIRN_HD explicit operator float() const { return Format::decode(bits); }                               \
+    CAIRN_HD explicit operator double() const { return static_cast<double>(Format::decode(bits)); }         \
+    CAIRN_HD float to_float() const { return Format::decode(bits); }                                        \
+    /* numeric comparison, as for float: NaN != NaN, -0 == +0 */                                            \
+    CAIRN_HD friend bool operator==(Name a, Name b) { return a.to_float() == b.to_float(); }                \
+  };                                                                                                        \
   static_assert(sizeof(Name) == sizeof(Storage));
 
 CAIRN_NARROW_FLOAT(float16, std::uint16_t, detail::float16_format)

@@ -313,9 +313,9 @@ class MetadataReader {
         case 3: ints(ids); break;
         case 4:
           r_.array([&] {
-            std::vector<std::string> names;
-            r_.array([&] { names.emplace_back(r_.string()); });
-            dims.emplace_back(std::move(names));
+            std::vector<std::string> dim_axes;
+            r_.array([&] { dim_axes.emplace_back(r_.string()); });
+            dims.emplace_back(std::move(dim_axes));
           });
           break;
         case 5: ints(processes); break;

@@ -81,8 +81,8 @@ void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) 
     std::vector<std::size_t> by_cell(order.size());
     for (std::size_t k = 0; k < by_cell.size(); ++k) by_cell[k] = k;
     auto cell_less = [&](std::size_t a, std::size_t b) {
-      return std::lexicographical_compare(cells.begin() + a * rank, cells.begin() + (a + 1) * rank,
-                                          cells.begin() + b * rank, cells.begin() + (b + 1) * rank);
+      auto at = [&](std::size_t k) { return cells.begin() + static_cast<std::ptrdiff_t>(k * rank); };
+      return std::lexicographical_compare(at(a), at(a + 1), at(b), at(b + 1));
     };
     std::sort(by_cell.begin(), by_cell.end(), cell_less);
     for (std::size_t k = 1; k < by_cell.size(); ++k)

@@ -34,7 +34,7 @@ constexpr crc_tables make_crc32c_tables() {
     t[0][i] = c;
   }
   for (std::uint32_t i = 0; i < 256; ++i)
-    for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
+    for (std::size_t s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
   return t;
 }
 
@@ -97,10 +97,10 @@ class Crc32cShift {
   explicit Crc32cShift(std::size_t len) {
     std::uint32_t bit[32];
     for (int i = 0; i < 32; ++i) bit[i] = crc32c_shift(1u << i, len);
-    for (int byte = 0; byte < 4; ++byte)
+    for (std::size_t byte = 0; byte < 4; ++byte)
       for (std::uint32_t v = 0; v < 256; ++v) {
         t_[byte][v] = 0;
-        for (int b = 0; b < 8; ++b)
+        for (std::size_t b = 0; b < 8; ++b)
           if (v & (1u << b)) t_[byte][v] ^= bit[8 * byte + b];
       }
   }

@@ -179,7 +179,7 @@ class File {
   // bytes asked for, or throws as read_at does. `iov` is used up (advanced past short reads).
   void read_vectored(std::vector<iovec>& iov, std::uint64_t offset) const {
     if (int e = injected_fault("pread", path_)) throw_errno("pread", path_, e);
-    constexpr std::size_t batch = IOV_MAX < 1024 ? IOV_MAX : 1024;
+    constexpr std::size_t batch = std::min<std::size_t>(IOV_MAX, 1024);
     for (std::size_t next = 0; next < iov.size();) {
       if (iov[next].iov_len == 0) { ++next; continue; }
       const std::size_t k = std::min(batch, iov.size() - next);

@@ -94,19 +94,19 @@ inline bool cast_common_pair(DType from, const void* src, DType to, void* dst, s
   };
   auto pair = [](DType a, DType b) { return static_cast<unsigned>(a) * 16u + static_cast<unsigned>(b); };
   switch (pair(from, to)) {
-    case pair(DType::float32, DType::bfloat16): return run((float*)nullptr, (bfloat16*)nullptr);
-    case pair(DType::float32, DType::float16): return run((float*)nullptr, (float16*)nullptr);
-    case pair(DType::bfloat16, DType::float32): return run((bfloat16*)nullptr, (float*)nullptr);
-    case pair(DType::float16, DType::float32): return run((float16*)nullptr, (float*)nullptr);
-    case pair(DType::float32, DType::float64): return run((float*)nullptr, (double*)nullptr);
-    case pair(DType::float32, DType::int32): return run((float*)nullptr, (std::int32_t*)nullptr);
-    case pair(DType::int32, DType::float32): return run((std::int32_t*)nullptr, (float*)nullptr);
-    case pair(DType::int32, DType::int16): return run((std::int32_t*)nullptr, (std::int16_t*)nullptr);
-    case pair(DType::int32, DType::int8): return run((std::int32_t*)nullptr, (std::int8_t*)nullptr);
-    case pair(DType::int16, DType::int8): return run((std::int16_t*)nullptr, (std::int8_t*)nullptr);
-    case pair(DType::uint32, DType::uint16): return run((std::uint32_t*)nullptr, (std::uint16_t*)nullptr);
-    case pair(DType::uint32, DType::uint8): return run((std::uint32_t*)nullptr, (std::uint8_t*)nullptr);
-    case pair(DType::uint16, DType::uint8): return run((std::uint16_t*)nullptr, (std::uint8_t*)nullptr);
+    case pair(DType::float32, DType::bfloat16): return run(static_cast<float*>(nullptr), static_cast<bfloat16*>(nullptr));
+    case pair(DType::float32, DType::float16): return run(static_cast<float*>(nullptr), static_cast<float16*>(nullptr));
+    case pair(DType::bfloat16, DType::float32): return run(static_cast<bfloat16*>(nullptr), static_cast<float*>(nullptr));
+    case pair(DType::float16, DType::float32): return run(static_cast<float16*>(nullptr), static_cast<float*>(nullptr));
+    case pair(DType::float32, DType::float64): return run(static_cast<float*>(nullptr), static_cast<double*>(nullptr));
+    case pair(DType::float32, DType::int32): return run(static_cast<float*>(nullptr), static_cast<std::int32_t*>(nullptr));
+    case pair(DType::int32, DType::float32): return run(static_cast<std::int32_t*>(nullptr), static_cast<float*>(nullptr));
+    case pair(DType::int32, DType::int16): return run(static_cast<std::int32_t*>(nullptr), static_cast<std::int16_t*>(nullptr));
+    case pair(DType::int32, DType::int8): return run(static_cast<std::int32_t*>(nullptr), static_cast<std::int8_t*>(nullptr));
+    case pair(DType::int16, DType::int8): return run(static_cast<std::int16_t*>(nullptr), static_cast<std::int8_t*>(nullptr));
+    case pair(DType::uint32, DType::uint16): return run(static_cast<std::uint32_t*>(nullptr), static_cast<std::uint16_t*>(nullptr));
+    case pair(DType::uint32, DType::uint8): return run(static_cast<std::uint32_t*>(nullptr), static_cast<std::uint8_t*>(nullptr));
+    case pair(DType::uint16, DType::uint8): return run(static_cast<std::uint16_t*>(nullptr), static_cast<std::uint8_t*>(nullptr));
     default: return false;
   }
 }

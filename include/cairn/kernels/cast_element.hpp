@@ -101,7 +101,7 @@ CAIRN_HD inline bool int_fits(From v) {
   if constexpr (std::is_signed_v<From> == std::is_signed_v<To>) {
     if constexpr (sizeof(To) >= sizeof(From)) return true;
     else if constexpr (std::is_signed_v<From>)
-      return (v >= static_cast<From>(std::numeric_limits<To>::min())) & (v <= static_cast<From>(std::numeric_limits<To>::max()));
+      return v >= static_cast<From>(std::numeric_limits<To>::min()) && v <= static_cast<From>(std::numeric_limits<To>::max());
     else return v <= static_cast<From>(std::numeric_limits<To>::max());
   } else if constexpr (std::is_signed_v<From>) {  // signed -> unsigned
     return (v >= 0) & (static_cast<std::make_unsigned_t<From>>(v) <= std::numeric_limits<To>::max());

@@ -111,20 +111,20 @@ inline std::string base64url(const std::string& s) {
   std::string out;
   std::size_t i = 0;
   for (; i + 2 < s.size(); i += 3) {
-    const unsigned v = (static_cast<unsigned char>(s[i]) << 16) | (static_cast<unsigned char>(s[i + 1]) << 8) |
-                       static_cast<unsigned char>(s[i + 2]);
+    const unsigned v = (unsigned{static_cast<unsigned char>(s[i])} << 16) | (unsigned{static_cast<unsigned char>(s[i + 1])} << 8) |
+                       unsigned{static_cast<unsigned char>(s[i + 2])};
     out += a[v >> 18];
     out += a[(v >> 12) & 63];
     out += a[(v >> 6) & 63];
     out += a[v & 63];
   }
   if (i + 1 == s.size()) {
-    const unsigned v = static_cast<unsigned char>(s[i]) << 16;
+    const unsigned v = unsigned{static_cast<unsigned char>(s[i])} << 16;
     out += a[v >> 18];
     out += a[(v >> 12) & 63];
     out += "==";
   } else if (i + 2 == s.size()) {
-    const unsigned v = (static_cast<unsigned char>(s[i]) << 16) | (static_cast<unsigned char>(s[i + 1]) << 8);
+    const unsigned v = (unsigned{static_cast<unsigned char>(s[i])} << 16) | (unsigned{static_cast<unsigned char>(s[i + 1])} << 8);
     out += a[v >> 18];
     out += a[(v >> 12) & 63];
     out += a[(v >> 6) & 63];
@@ -137,7 +137,8 @@ inline std::string base64url(const std::string& s) {
 inline std::string python_repr(const std::string& s) {
   const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
   std::string out(1, quote);
-  for (unsigned char c : s) {
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
     if (c == '\\' || c == static_cast<unsigned char>(quote)) out += '\\', out += static_cast<char>(c);
     else if (c == '\n') out += "\\n";
     else if (c == '\r') out += "\\r";
@@ -636,10 +637,11 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
     if (writers <= 1) {
       for (std::size_t i = 0; i < params.size(); ++i) write_array(i);
     } else {
-      std::vector<std::size_t> side, alone;
+      std::vector<std::size_t> side, one_by_one;
       for (std::size_t i = 0; i < params.size(); ++i)
-        (params[i].by_shards || element_count(params[i].chunk) * dtype_size(params[i].dtype) > export_side_by_side_bytes ? alone
-                                                                                                                       : side)
+        (params[i].by_shards || element_count(params[i].chunk) * dtype_size(params[i].dtype) > export_side_by_side_bytes
+             ? one_by_one
+             : side)
             .push_back(i);
       std::atomic<bool> failed{false};  // the first error stops the writes not yet begun
       for_each_index(side.size(), writers, [&](std::size_t k) {
@@ -651,7 +653,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
           throw;
         }
       });
-      for (std::size_t i : alone) write_array(i);
+      for (std::size_t i : one_by_one) write_array(i);
     }
     if (db)
       for (const auto& [name, size] : db->finish()) mine[rel + (ranks > 1 ? process_db : "") + name] = size;

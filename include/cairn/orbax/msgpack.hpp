@@ -33,8 +33,8 @@ struct MsgValue {
   std::vector<std::string> keys;
   const MsgValue* find(std::string_view key) const {
     if (kind != Kind::map) return nullptr;
-    for (std::size_t i = 0; i < keys.size(); ++i)
-      if (keys[i] == key) return &items[i];
+    for (std::size_t k = 0; k < keys.size(); ++k)
+      if (keys[k] == key) return &items[k];
     return nullptr;
   }
 };
@@ -67,7 +67,7 @@ class MsgReader {
       case 0xc7: ext(v, be(1)); break;
       case 0xc8: ext(v, be(2)); break;
       case 0xc9: ext(v, be(4)); break;
-      case 0xca: { const std::uint32_t x = static_cast<std::uint32_t>(be(4)); float f; std::memcpy(&f, &x, 4); v.kind = MsgValue::Kind::float_, v.f = f; break; }
+      case 0xca: { const std::uint32_t x = static_cast<std::uint32_t>(be(4)); float f; std::memcpy(&f, &x, 4); v.kind = MsgValue::Kind::float_, v.f = static_cast<double>(f); break; }
       case 0xcb: { const std::uint64_t x = be(8); std::memcpy(&v.f, &x, 8); v.kind = MsgValue::Kind::float_; break; }
       case 0xcc: v.kind = MsgValue::Kind::uint, v.u = be(1); break;
       case 0xcd: v.kind = MsgValue::Kind::uint, v.u = be(2); break;

@@ -640,8 +640,7 @@ inline Credentials container_credentials(const std::string& relative, const std:
   const std::string where = "the container credentials endpoint";
   if (r.transport != CURLE_OK) throw Error(ErrorKind::io, where + " did not answer: " + r.transport_error, url);
   if (r.status != 200)
-    throw Error(r.status == 401 || r.status == 403 ? ErrorKind::io : ErrorKind::io,
-                where + " answered HTTP " + std::to_string(r.status), url);
+    throw Error(ErrorKind::io, where + " answered HTTP " + std::to_string(r.status), url);
   return credentials_from_json(r.body, where, "Token");
 }
 

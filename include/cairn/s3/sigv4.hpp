@@ -69,7 +69,8 @@ inline std::string uri_encode(const std::string& s, bool keep_slash) {
   static const char digits[] = "0123456789ABCDEF";
   std::string out;
   out.reserve(s.size() + s.size() / 2);
-  for (unsigned char c : s) {
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
     const bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
                             c == '.' || c == '_' || c == '~';
     if (unreserved || (keep_slash && c == '/')) {

@@ -53,7 +53,8 @@ constexpr void check_field_type() {
                 "and its type are the template arguments of cairn::detail::check_field_type<Struct, Field, "
                 "FieldType> named in this diagnostic. For a type stored as one array (std::complex<float>, a "
                 "tensor class), specialize cairn::leaf_traits<FieldType>; for a container, "
-                "cairn::node_traits<FieldType>; for a struct of your own, add CAIRN_TREE(FieldType, ...). See "
+                "cairn::node_traits<FieldType>; for a struct of your own, add CAIRN_TREE(FieldType, ...) in "
+                "FieldType's own namespace (written in another one, the global one included, it is not found). See "
                 "docs/extending.md.");
 }
 

@@ -143,8 +143,9 @@ template <class T>
 constexpr void require_tree_type() {
   static_assert(is_tree<T>,
                 "cairn: this type is neither a tree node nor a leaf. For a struct of your own, annotate it with "
-                "CAIRN_TREE(Type, field1, field2, ...) at namespace scope (or CAIRN_TREE_INTRUSIVE inside the "
-                "class); for a type stored as one array (std::complex<float>, a tensor class), specialize "
+                "CAIRN_TREE(Type, field1, field2, ...) at namespace scope in the struct's own namespace (written in "
+                "another one, the global namespace included, it is not found), or CAIRN_TREE_INTRUSIVE inside the "
+                "class; for a type stored as one array (std::complex<float>, a tensor class), specialize "
                 "cairn::leaf_traits<T>; for a container, cairn::node_traits<T>. See docs/extending.md.");
 }
 
