@@ -40,6 +40,14 @@ TEST_CASE("strict load lists every missing and unexpected key") {
   }
 }
 
+TEST_CASE("a strict load into a tree that is one leaf names it as the root") {
+  test::TempDir dir;
+  cairn::save(dir / "c", pr::make_state());
+  std::vector<float> one_leaf;
+  CHECK_CAIRN_ERROR(cairn::load(dir / "c", one_leaf), cairn::ErrorKind::structure_mismatch,
+                    "In the target but not in the checkpoint (1): (the root).");
+}
+
 TEST_CASE("partial options: ignore unexpected keys, leave missing ones, report both") {
   test::TempDir dir;
   auto s = pr::make_state();

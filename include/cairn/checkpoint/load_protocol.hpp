@@ -51,7 +51,8 @@ inline void check_strict(const LoadReport& r, const LoadOptions& options, const 
   std::string msg = "the target and the checkpoint have different keys.";
   auto list = [&](const std::vector<std::string>& keys) {
     std::string s;
-    for (std::size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : " ") + keys[i];
+    // (The key "" is a tree that is one leaf: a vector loaded from a checkpoint of a struct.)
+    for (std::size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : " ") + (keys[i].empty() ? std::string("(the root)") : keys[i]);
     return s;
   };
   if (bad_missing)
