@@ -117,6 +117,11 @@ inline std::string canonical_key(const std::string& key) {
   return out;
 }
 
+// "1 leaf", "3 leaves".
+inline std::string counted(std::uint64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
 // A decimal integer, all of `text` and nothing else.
 inline bool parse_integer(const std::string& text, std::int64_t& out) {
   const char* end = text.data() + text.size();

@@ -214,7 +214,7 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   test::write_file(mx, file + header + std::string(6, '\1'));
   r = cli({"ls", mx});
   CHECK(r.status == 0);
-  CHECK(has(r.out, "(tree, 1 leaves, 1 that cairn cannot read)"));
+  CHECK(has(r.out, "(tree, 1 leaf, 1 that cairn cannot read)"));
   CHECK(has(r.out, "  w_scales  not read: dtype F8_E8M0[2], which cairn does not read\n"));
   r = cli({"ls", mx, "--json"});
   CHECK(cairn::Json::parse(r.out).at("items").as_array().at(0).at("unread").as_array().at(0).at("key").as_string() == "w_scales");
@@ -386,6 +386,12 @@ TEST_CASE("show prints the shortest text that reads back as the value; --version
   CHECK(has(r.out, "[0.01, 0.016, 1e-08, 3]"));
   r = cli({"show", dir / "d", "x"});
   CHECK(has(r.out, "[0.1, 0.3333333333333333]"));
+  // A tree that is one leaf: its key is "", printed as ls prints it; one leaf, not "1 leaves".
+  cairn::save(dir / "root", std::vector<float>{1, 2});
+  r = cli({"show", dir / "root", ""});
+  CHECK(r.out.rfind("(root): float32[2]\n[1, 2]", 0) == 0);
+  CHECK(has(cli({"ls", dir / "root"}).out, "(tree, 1 leaf)"));
+  CHECK(has(cli({"diff", dir / "root", dir / "root"}).out, "same: 1 leaf (atol"));
   r = cli({"--version"});
   CHECK(r.status == 0);
   CHECK(has(r.out, "cairn " + std::to_string(CAIRN_VERSION_MAJOR) + "."));

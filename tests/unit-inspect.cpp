@@ -362,6 +362,7 @@ TEST_CASE("metadata().summary() names a root leaf (a JSON or per-rank item's) as
   const std::string summary = cairn::metadata(dir / "c").summary();
   CHECK(summary.find("  (root): string[") != std::string::npos);
   CHECK(summary.find("\n  : ") == std::string::npos);
+  CHECK(summary.find("item 'state' (tree, 1 leaf)\n") != std::string::npos);  // not "1 leaves"
 }
 
 TEST_CASE("verify names each bad block of a chunk with block checksums, and a wrong block list") {

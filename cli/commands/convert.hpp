@@ -20,20 +20,20 @@ inline int convert(const std::string& src, const std::string& dst, ConvertOption
     r = cairn::convert(src, dst, options);
   }
   if (r.to == ConvertTo::safetensors) {
-    out << "wrote " << dst << ": " << r.leaves << " tensors, " << human_bytes(r.bytes) << " in " << r.files.size() << " file"
-        << (r.files.size() == 1 ? "" : "s");
+    out << "wrote " << dst << ": " << counted(r.leaves, "tensor", "tensors") << ", " << human_bytes(r.bytes) << " in "
+        << counted(r.files.size(), "file", "files");
   } else if (r.to == ConvertTo::orbax) {
     const ConvertToOrbax& o = options.orbax;
     out << "wrote " << dst << ": Orbax checkpoint (" << (o.v0_standard ? "StandardCheckpointer's layout, " : "")
         << (o.ocdbt ? "OCDBT" : "a directory per parameter") << ", zarr v" << (o.zarr3 ? 3 : 2)
-        << (o.zstd_level ? ", zstd level " + std::to_string(o.zstd_level) : std::string()) << "), " << r.leaves << " leaves, "
+        << (o.zstd_level ? ", zstd level " + std::to_string(o.zstd_level) : std::string()) << "), " << counted(r.leaves, "leaf", "leaves") << ", "
         << human_bytes(r.bytes);
     if (options.link)
       out << (r.linked            ? ", reading " + src + "'s data files (hard links)"
               : r.copied_by_store ? ", its data files copied by the store (they could not be linked; no byte went through this machine)"
                                   : ", its data files copied (they could not be linked)");
   } else {
-    out << "wrote " << dst << ": cairn checkpoint, " << r.leaves << " leaves, " << human_bytes(r.bytes);
+    out << "wrote " << dst << ": cairn checkpoint, " << counted(r.leaves, "leaf", "leaves") << ", " << human_bytes(r.bytes);
   }
   if (!r.cast.empty()) out << ", " << r.cast.size() << " cast";
   out << "\n";

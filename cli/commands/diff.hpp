@@ -173,7 +173,7 @@ inline int diff(const std::string& a, const std::string& b, const DiffOptions& o
     out << differences << " difference" << (differences == 1 ? "" : "s") << "\n";
     return exit_differs;
   }
-  out << "same: " << leaves << " leaves (atol " << o.atol << ", rtol " << o.rtol << ")\n";
+  out << "same: " << counted(leaves, "leaf", "leaves") << " (atol " << o.atol << ", rtol " << o.rtol << ")\n";
   return exit_ok;
 }
 

@@ -96,7 +96,7 @@ inline int ls(const std::string& path, bool json, std::ostream& out, const Safet
     return exit_ok;
   }
   if (safetensors)
-    out << path << ": safetensors, " << m.data_files.size() << " file" << (m.data_files.size() == 1 ? "" : "s");
+    out << path << ": safetensors, " << counted(m.data_files.size(), "file", "files");
   else if (found.kind == LocationKind::orbax)
     out << path << ": " << m.library_version << " checkpoint, " << (m.created.empty() ? "no commit time" : "committed at " + m.created);
   else
@@ -104,7 +104,7 @@ inline int ls(const std::string& path, bool json, std::ostream& out, const Safet
         << m.created;
   out << ", " << human_bytes(m.total_bytes()) << "\n";
   for (const auto& item : m.items) {
-    out << "item '" << item.name << "' (" << item_kind_name(item.kind) << ", " << item.leaves.size() << " leaves"
+    out << "item '" << item.name << "' (" << item_kind_name(item.kind) << ", " << counted(item.leaves.size(), "leaf", "leaves")
         << (item.unread.empty() ? "" : ", " + std::to_string(item.unread.size()) + " that cairn cannot read") << ")\n";
     auto shown = [](const LeafRecord& l) { return l.path.empty() ? std::string("(root)") : one_line(l.key()); };
     std::size_t width = 0;

@@ -4606,7 +4606,8 @@ inline std::string CheckpointMetadata::summary() const {
   else
     s = "cairn checkpoint (format " + std::to_string(format_version) + ", created " + created + ")\n";
   for (const auto& item : items) {
-    s += "item '" + item.name + "' (" + item_kind_name(item.kind) + ", " + std::to_string(item.leaves.size()) + " leaves)\n";
+    s += "item '" + item.name + "' (" + item_kind_name(item.kind) + ", " + std::to_string(item.leaves.size()) +
+         (item.leaves.size() == 1 ? " leaf)\n" : " leaves)\n");
     for (const auto& l : item.leaves) {
       s += "  " + (l.path.empty() ? std::string("(root)") : l.key()) + ": " + dtype_name(l.dtype) + to_string(l.shape);
       if (l.shape.size() >= 2 && l.order == Order::F) s += " F-order";
@@ -14603,7 +14604,8 @@ inline void check_strict(const LoadReport& r, const LoadOptions& options, const 
   std::string msg = "the target and the checkpoint have different keys.";
   auto list = [&](const std::vector<std::string>& keys) {
     std::string s;
-    for (std::size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : " ") + keys[i];
+    // (The key "" is a tree that is one leaf: a vector loaded from a checkpoint of a struct.)
+    for (std::size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : " ") + (keys[i].empty() ? std::string("(the root)") : keys[i]);
     return s;
   };
   if (bad_missing)

@@ -206,7 +206,8 @@ inline std::string CheckpointMetadata::summary() const {
   else
     s = "cairn checkpoint (format " + std::to_string(format_version) + ", created " + created + ")\n";
   for (const auto& item : items) {
-    s += "item '" + item.name + "' (" + item_kind_name(item.kind) + ", " + std::to_string(item.leaves.size()) + " leaves)\n";
+    s += "item '" + item.name + "' (" + item_kind_name(item.kind) + ", " + std::to_string(item.leaves.size()) +
+         (item.leaves.size() == 1 ? " leaf)\n" : " leaves)\n");
     for (const auto& l : item.leaves) {
       s += "  " + (l.path.empty() ? std::string("(root)") : l.key()) + ": " + dtype_name(l.dtype) + to_string(l.shape);
       if (l.shape.size() >= 2 && l.order == Order::F) s += " F-order";
