@@ -502,6 +502,13 @@ TEST_CASE("export: a subtree, a selection, names, and what safetensors cannot ho
   std::map<std::string, std::string> strings = {{"a", "text"}};
   CHECK_CAIRN_ERROR(cairn::save_safetensors({store, "s.safetensors"}, strings), cairn::ErrorKind::invalid_argument, "string");
   CHECK(!store.exists("s.safetensors"));
+  // Every string leaf is named in one error, so that one selection leaves them all out.
+  const std::map<std::string, std::map<std::string, std::string>> tree_of_strings = {
+      {"notes", {{"a", "x"}, {"b", "y"}}}, {"more", {{"title", "t"}}}};
+  CHECK_CAIRN_ERROR(cairn::save_safetensors({store, "m.safetensors"}, tree_of_strings), cairn::ErrorKind::invalid_argument,
+                    "this tree has 3: more/title, notes/a, notes/b; leave them out with SafetensorsSaveOptions::select "
+                    "(cairn convert: --exclude GLOB)");
+  CHECK(!store.exists("m.safetensors"));
   cairn::SafetensorsSaveOptions missing;
   missing.subtree = "nothing";
   CHECK_CAIRN_ERROR(cairn::save_safetensors({store, "n.safetensors"}, net, missing), cairn::ErrorKind::not_found, "nothing");

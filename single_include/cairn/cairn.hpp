@@ -15623,6 +15623,7 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
   std::vector<ExportTensor> tensors;
   std::map<std::string, std::string> names;  // name -> key path
   SafetensorsSaveReport report;
+  std::vector<std::string> no_dtype;  // string leaves: all named at once, not one per try
   bool prefix_found = prefix.empty();
   for (const auto& leaf : item.leaves) {
     const std::string full = leaf.path.str();
@@ -15638,9 +15639,10 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
     t.view = &leaf.view;
     for (std::size_t i = depth; i < leaf.path.size(); ++i) t.name += (i > depth ? options.separator : "") + leaf.path[i].text();
     t.dtype = cast_rule_target(options.cast, rel, leaf.view.dtype);
-    if (!safetensors_dtype_name(t.dtype))
-      throw Error(ErrorKind::invalid_argument, std::string("safetensors has no dtype for ") + dtype_name(t.dtype) +
-                  " leaves; leave them out with SafetensorsSaveOptions::select", where, full);
+    if (!safetensors_dtype_name(t.dtype)) {
+      no_dtype.push_back(full);
+      continue;
+    }
     if (!leaf.view.shards.empty())
       if (const std::uint64_t held = held_elements(leaf.view); held != element_count(leaf.view.shape))
         throw uncovered_leaf_error(held, leaf.view, "a safetensors file is written by one process, which needs all "
@@ -15664,6 +15666,15 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
     tensors.push_back(std::move(t));
   }
   if (!prefix_found) throw Error(ErrorKind::not_found, "the tree has no subtree '" + prefix + "'", where, prefix);
+  if (!no_dtype.empty())
+    throw Error(ErrorKind::invalid_argument,
+                "safetensors has no dtype for string leaves, and " +
+                    (no_dtype.size() == 1 ? std::string("this tree has one: ")
+                                          : "this tree has " + std::to_string(no_dtype.size()) + ": ") +
+                    listed_names(no_dtype, 20) +
+                    "; leave them out with SafetensorsSaveOptions::select (cairn convert: --exclude GLOB), or save a "
+                    "cairn checkpoint",
+                where, no_dtype.front());
   // Larger elements first (the buffer starts at a multiple of 8).
   std::stable_sort(tensors.begin(), tensors.end(),
                    [](const ExportTensor& a, const ExportTensor& b) { return safetensors_writes_before(a.dtype, b.dtype); });
