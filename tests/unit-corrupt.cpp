@@ -230,7 +230,24 @@ TEST_CASE("a directory without a commit marker: the error says what is there ins
     test::write_file(o + "/" + sign, "{}");
     CHECK_CAIRN_ERROR(cairn::load<State>(o), cairn::ErrorKind::not_found, std::string("an Orbax checkpoint (it has ") + sign);
     CHECK_CAIRN_ERROR(cairn::load<State>(o), cairn::ErrorKind::not_found, "cairn::load_orbax");
+    CHECK_CAIRN_ERROR(cairn::load<State>(o), cairn::ErrorKind::not_found, "include <cairn/orbax.hpp>");
   }
+  // An Orbax CheckpointManager's root: step directories, the newest of them an Orbax
+  // checkpoint (named by Orbax's step_prefix or not; the step order is numeric).
+  for (const char* prefix : {"", "checkpoint_"}) {
+    const std::string root = dir / (std::string("manager-") + prefix);
+    for (const char* step : {"9", "10", "100"}) {
+      std::filesystem::create_directories(root + "/" + prefix + step);
+      test::write_file(root + "/" + prefix + step + "/_CHECKPOINT_METADATA", "{}");
+    }
+    CHECK_CAIRN_ERROR(cairn::load<State>(root), cairn::ErrorKind::not_found,
+                      std::string("an Orbax CheckpointManager's directory of steps (the newest, ") + prefix + "100, is an Orbax "
+                      "checkpoint), not a cairn checkpoint: read it with cairn::load_orbax");
+  }
+  // Folders of digits that are no Orbax checkpoints: listed as anything else is.
+  std::filesystem::create_directories(dir / "numbers/1");
+  std::filesystem::create_directories(dir / "numbers/2");
+  CHECK_CAIRN_ERROR(cairn::load<State>(dir / "numbers"), cairn::ErrorKind::not_found, "it holds 1/, 2/)");
   // A safetensors file.
   cairn::save_safetensors(dir / "m.safetensors", make_state());
   CHECK_CAIRN_ERROR(cairn::load<State>(dir / "m.safetensors"), cairn::ErrorKind::not_found, "cairn::load_safetensors");

@@ -134,6 +134,7 @@ inline ForeignExport link_item(const Location& checkpoint, const Location& dst, 
 }
 
 inline const bool format_registered = [] {
+  orbax_reader_included = true;  // (format/verified_read.hpp's hint)
   register_foreign_format({LocationKind::orbax, static_cast<bool (*)(const Store&, const std::string&, const std::vector<StoreEntry>*)>(&looks_like_orbax), &open_view, &load_orbax_planned, &export_item, &link_item,
                            [](const Store& store, const std::string& key) { return orbax_unfinished(store, key, nullptr).empty(); }});
   return true;

@@ -10884,6 +10884,8 @@ CAIRN_END_NAMESPACE
 // then each file it names, refused above its size cap and checked against the CRC32C the
 // marker records, then parsed (metadata_json.hpp) and cross-checked (validation.hpp).
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -11159,6 +11161,38 @@ inline std::string orbax_sign(const std::vector<StoreEntry>& entries) {
   return metadata && !cairn_data ? metadata_file : "";
 }
 
+// Set where the program includes cairn/orbax.hpp (its registration sets it), so that the hint
+// below says to include it only where that is what is missing.
+inline std::atomic<bool> orbax_reader_included{false};
+
+inline std::string orbax_hint() {
+  return orbax_reader_included ? "read it with cairn::load_orbax or cairn::orbax_metadata"
+                               : "read it with cairn::load_orbax or cairn::orbax_metadata (include <cairn/orbax.hpp>; "
+                                 "CMake: link cairn::orbax)";
+}
+
+// Where `entries` (the listing of `key`) are an Orbax CheckpointManager's step directories:
+// the newest step whose directory is an Orbax checkpoint (its name), "" otherwise. One more
+// listing, of that step: a root of Orbax's steps is named before it is listed as "something
+// else". Steps are Orbax's names, digits after an optional prefix ("100", "checkpoint_100").
+inline std::string orbax_manager_step(const Store& store, const std::string& key, const std::vector<StoreEntry>& entries) {
+  const StoreEntry* newest = nullptr;
+  std::string newest_digits;
+  for (const auto& e : entries) {
+    if (!e.is_prefix) continue;
+    std::size_t d = e.name.size();
+    while (d > 0 && e.name[d - 1] >= '0' && e.name[d - 1] <= '9') --d;
+    if (d == e.name.size()) continue;  // no digits at its end: no step
+    const std::size_t nonzero = e.name.find_first_not_of('0', d);
+    const std::string digits = nonzero == std::string::npos ? "0" : e.name.substr(nonzero);
+    if (digits.size() > 19) continue;
+    if (!newest || digits.size() > newest_digits.size() || (digits.size() == newest_digits.size() && digits > newest_digits))
+      newest = &e, newest_digits = digits;
+  }
+  if (!newest) return "";
+  return orbax_sign(store.list(join_key(key, newest->name))).empty() ? "" : newest->name;
+}
+
 // Throws, saying what is there instead, where `key` holds no commit marker: nothing; a file
 // (a safetensors file named as such); a directory of checkpoints; an Orbax checkpoint; cairn's
 // files without their marker (a save that did not commit, or a copy that stopped short:
@@ -11177,8 +11211,7 @@ inline void require_marker(const Store& store, const std::string& key) {
     throw Error(ErrorKind::not_found, root, dir);
   if (entries.empty()) throw Error(ErrorKind::not_found, "an empty directory, not a checkpoint", dir);
   if (const std::string sign = orbax_sign(entries); !sign.empty())
-    throw Error(ErrorKind::not_found, "an Orbax checkpoint (it has " + sign + "), not a cairn one: read it with "
-                "cairn::load_orbax or cairn::orbax_metadata (include <cairn/orbax.hpp>; CMake: link cairn::orbax)", dir);
+    throw Error(ErrorKind::not_found, "an Orbax checkpoint (it has " + sign + "), not a cairn one: " + orbax_hint(), dir);
   // What cairn writes into a checkpoint, or a store's staging (a generation on a bucket).
   const bool cairn_files = std::any_of(entries.begin(), entries.end(), [&](const StoreEntry& e) {
     return store.is_internal_name(e.name) || (!e.is_prefix && (e.name == metadata_file || e.name == user_metadata_file ||
@@ -11187,6 +11220,10 @@ inline void require_marker(const Store& store, const std::string& key) {
   if (cairn_files)
     throw Error(ErrorKind::incomplete, std::string("no ") + marker_file +
                 " file beside the checkpoint's other files: a save that did not commit, or a copy that stopped short", dir);
+  if (const std::string step = orbax_manager_step(store, key, entries); !step.empty())
+    throw Error(ErrorKind::not_found, "an Orbax CheckpointManager's directory of steps (the newest, " + step +
+                ", is an Orbax checkpoint), not a cairn checkpoint: " + orbax_hint() + ", on a step such as " +
+                store.describe(join_key(key, step)), dir);
   std::vector<std::string> names;
   for (const auto& e : entries) names.push_back(e.name + (e.is_prefix ? "/" : ""));
   std::sort(names.begin(), names.end());

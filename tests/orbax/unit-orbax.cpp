@@ -511,6 +511,14 @@ TEST_CASE("inspect, read_arrays, verify, convert and the cairn tool read Orbax c
   CHECK(ok.ok());
   CHECK(ok.chunks == 3);
   CHECK(ok.bytes == 68);
+  // cairn::load is the wrong function: it names the right one, and not the header this
+  // program includes already.
+  CHECK_CAIRN_ERROR(cairn::metadata(v1), cairn::ErrorKind::not_found, "read it with cairn::load_orbax or cairn::orbax_metadata");
+  try {
+    (void)cairn::metadata(v1);
+  } catch (const cairn::Error& e) {
+    CHECK(std::string(e.what()).find("include <cairn/orbax.hpp>") == std::string::npos);
+  }
 
   test::TempDir tmp;
   SUBCASE("convert to a cairn checkpoint and to safetensors, and back") {
