@@ -258,6 +258,7 @@ inline int run_filtered(const std::vector<std::string>& args, std::ostream& out,
 // (keys, names, strings) is printed with its control characters escaped (cli/terminal_text.hpp).
 inline int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, bool err_is_terminal = false) {
   TerminalSafeBuf out_buf(out.rdbuf()), err_buf(err.rdbuf());
+  out_buf.set_json(std::find(args.begin(), args.end(), "--json") != args.end());
   std::ostream safe_out(&out_buf), safe_err(&err_buf);
   const int status = run_filtered(args, safe_out, safe_err, err, err_is_terminal);
   safe_out.flush();

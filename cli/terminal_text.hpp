@@ -5,10 +5,12 @@
 // "\r" or "\b" would overwrite what was printed before it. So every byte the tool writes goes
 // through TerminalSafeBuf, which writes the control characters (C0 but the newline, DEL, and
 // C1 as UTF-8 spells them) as \u00XX, the escape JSON uses (so --json output stays valid
-// JSON: its strings already escape C0, and DEL and C1 may appear escaped there too). The
-// progress line, the one place the tool writes "\r" itself, goes to the unfiltered stream.
+// JSON: its strings already escape C0, and DEL and C1 may appear escaped there too), and bytes
+// that are no well-formed UTF-8 as \xNN (\udcNN in JSON). The progress line, the one place the
+// tool writes "\r" itself, goes to the unfiltered stream.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
 #include <streambuf>
@@ -21,7 +23,12 @@ class TerminalSafeBuf : public std::streambuf {
   explicit TerminalSafeBuf(std::streambuf* to) : to_(to) {}
   TerminalSafeBuf(const TerminalSafeBuf&) = delete;
   TerminalSafeBuf& operator=(const TerminalSafeBuf&) = delete;
-  ~TerminalSafeBuf() override { flush_lead(); }
+  ~TerminalSafeBuf() override { flush_pending(); }
+
+  // How a byte that is no part of well-formed UTF-8 is written: \xNN in text, and in JSON
+  // output (--json) \udcNN, the lone surrogate Python's "surrogateescape" decodes back to the
+  // byte, so that the output stays JSON and a key that is no UTF-8 can still be told apart.
+  void set_json(bool json) { json_ = json; }
 
  protected:
   int_type overflow(int_type c) override {
@@ -34,45 +41,81 @@ class TerminalSafeBuf : public std::streambuf {
     put(s, static_cast<std::size_t>(n));
     return n;
   }
-  // (A held 0xC2 stays held: a flush between the two bytes of one character must not split it.)
+  // (An incomplete UTF-8 sequence stays held: a flush between the bytes of one character must
+  // not split it.)
   int sync() override { return to_->pubsync(); }
 
  private:
-  // Writes s, its safe stretches in one call each.
   void put(const char* s, std::size_t n) {
-    std::size_t start = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto b = static_cast<unsigned char>(s[i]);
-      if (lead_) {  // the byte after a 0xC2: a C1 control is 0xC2 0x80-0x9F
-        lead_ = false;
-        if (b >= 0x80 && b <= 0x9F) {
-          escape(b);
-          start = i + 1;
-          continue;
+    std::string out;
+    out.reserve(n + 16);
+    for (std::size_t i = 0; i < n; ++i) take(static_cast<unsigned char>(s[i]), out);
+    to_->sputn(out.data(), static_cast<std::streamsize>(out.size()));
+  }
+  void take(unsigned char b, std::string& out) {
+    if (need_ > 0) {
+      if ((b & 0xC0) == 0x80) {
+        pending_ += static_cast<char>(b);
+        cp_ = (cp_ << 6) | (b & 0x3Fu);
+        if (--need_ > 0) return;
+        if (cp_ < min_ || cp_ > 0x10FFFF || (cp_ >= 0xD800 && cp_ <= 0xDFFF)) {
+          invalid_pending(out);
+        } else if (cp_ <= 0x9F) {
+          escape(cp_, out);  // a C1 control (U+0080..U+009F)
+        } else {
+          out += pending_;
         }
-        to_->sputc(static_cast<char>(0xC2));
+        pending_.clear();
+        return;
       }
-      if ((b < 0x20 && b != '\n') || b == 0x7F || b == 0xC2) {
-        to_->sputn(s + start, static_cast<std::streamsize>(i - start));
-        start = i + 1;
-        if (b == 0xC2) lead_ = true;  // held until the next byte says what it starts
-        else escape(b);
-      }
+      invalid_pending(out);  // cut short: its bytes are no character, and b starts afresh
     }
-    to_->sputn(s + start, static_cast<std::streamsize>(n - start));
+    if (b < 0x80) {
+      if ((b < 0x20 && b != '\n') || b == 0x7F) escape(b, out);
+      else out += static_cast<char>(b);
+    } else if ((b & 0xE0) == 0xC0) {
+      start(b, 1, 0x80, b & 0x1Fu);
+    } else if ((b & 0xF0) == 0xE0) {
+      start(b, 2, 0x800, b & 0x0Fu);
+    } else if ((b & 0xF8) == 0xF0) {
+      start(b, 3, 0x10000, b & 0x07u);
+    } else {
+      invalid(b, out);
+    }
   }
-  void escape(unsigned char b) {
+  void start(unsigned char b, int need, std::uint32_t min, std::uint32_t cp) {
+    pending_.assign(1, static_cast<char>(b));
+    need_ = need;
+    min_ = min;
+    cp_ = cp;
+  }
+  void invalid_pending(std::string& out) {
+    for (char c : pending_) invalid(static_cast<unsigned char>(c), out);
+    pending_.clear();
+    need_ = 0;
+  }
+  void invalid(unsigned char b, std::string& out) {
     char buf[8];
-    std::snprintf(buf, sizeof buf, "\\u%04x", b);
-    to_->sputn(buf, 6);
+    std::snprintf(buf, sizeof buf, json_ ? "\\udc%02x" : "\\x%02x", b);
+    out += buf;
   }
-  void flush_lead() {
-    if (lead_) to_->sputc(static_cast<char>(0xC2));
-    lead_ = false;
+  static void escape(std::uint32_t c, std::string& out) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+    out += buf;
+  }
+  void flush_pending() {
+    if (pending_.empty()) return;
+    std::string out;
+    invalid_pending(out);
+    to_->sputn(out.data(), static_cast<std::streamsize>(out.size()));
   }
 
   std::streambuf* to_;
-  bool lead_ = false;
+  bool json_ = false;
+  std::string pending_;  // the bytes of a UTF-8 sequence read so far
+  int need_ = 0;         // its continuation bytes still to come
+  std::uint32_t min_ = 0, cp_ = 0;
 };
 
 // `text` as TerminalSafeBuf writes it, for what goes to the unfiltered stream.
@@ -83,6 +126,14 @@ inline std::string terminal_safe(const std::string& text) {
     buf.sputn(text.data(), static_cast<std::streamsize>(text.size()));
   }
   return to.str();
+}
+
+// The columns `text` takes (printed by TerminalSafeBuf: well-formed UTF-8): one per character
+// (a character twice as wide, of CJK scripts, is counted one; keys rarely hold them).
+inline std::size_t columns(const std::string& text) {
+  std::size_t n = 0;
+  for (char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
 }
 
 // A key on one line of a listing: its newlines escaped too (TerminalSafeBuf keeps newlines,

@@ -106,11 +106,16 @@ inline int ls(const std::string& path, bool json, std::ostream& out, const Safet
   for (const auto& item : m.items) {
     out << "item '" << item.name << "' (" << item_kind_name(item.kind) << ", " << counted(item.leaves.size(), "leaf", "leaves")
         << (item.unread.empty() ? "" : ", " + std::to_string(item.unread.size()) + " that cairn cannot read") << ")\n";
-    auto shown = [](const LeafRecord& l) { return l.path.empty() ? std::string("(root)") : one_line(l.key()); };
+    // Keys as printed (escaped), padded to the widest in columns: a UTF-8 character is one.
+    std::vector<std::string> shown;
     std::size_t width = 0;
-    for (const auto& l : item.leaves) width = std::max(width, shown(l).size());
     for (const auto& l : item.leaves) {
-      std::string line = "  " + shown(l) + std::string(width - shown(l).size() + 2, ' ') + dtype_name(l.dtype) + to_string(l.shape);
+      shown.push_back(l.path.empty() ? std::string("(root)") : terminal_safe(one_line(l.key())));
+      width = std::max(width, columns(shown.back()));
+    }
+    for (std::size_t i = 0; i < item.leaves.size(); ++i) {
+      const LeafRecord& l = item.leaves[i];
+      std::string line = "  " + shown[i] + std::string(width - columns(shown[i]) + 2, ' ') + dtype_name(l.dtype) + to_string(l.shape);
       if (l.shape.size() >= 2 && l.order == Order::F) line += " F-order";
       if (l.saved_from != l.dtype) line += std::string(" (saved from ") + dtype_name(l.saved_from) + ")";
       line += "  " + human_bytes(l.nbytes());
