@@ -4,6 +4,9 @@
 #include <cairn/checkpoint/data_files.hpp>  // parallel_read_bytes, crc_piece_bytes
 #include <cairn/checkpoint/read_ahead.hpp>  // read_ahead_min_metadata_bytes, data_files_in_head
 
+#include <cereal/archives/binary.hpp>
+#include <unsupported/Eigen/CXX11/Tensor>  // Eigen::Tensor leaves (after cairn: either order works)
+
 #include <deque>
 #include <map>
 #include <optional>
@@ -234,6 +237,102 @@ TEST_CASE("Eigen keeps the logical shape across memory orders and refuses fixed 
   CHECK_CAIRN_ERROR(cairn::load(dir / "v", fixed), cairn::ErrorKind::shape_mismatch, "[3]");
   Eigen::MatrixXf as_matrix;
   CHECK_CAIRN_ERROR(cairn::load(dir / "v", as_matrix), cairn::ErrorKind::shape_mismatch, "not 2-D");
+}
+
+namespace tensors {
+struct Model {
+  Eigen::Tensor<float, 3> col;                    // the module's default: column-major
+  Eigen::Tensor<double, 4, Eigen::RowMajor> row;
+  Eigen::Tensor<std::int16_t, 1> line;
+  Eigen::Tensor<float, 0> scalar;
+  Eigen::Tensor<std::uint8_t, 2> empty;
+};
+CAIRN_TREE(Model, col, row, line, scalar, empty)
+// The same shapes in the other memory order.
+struct Flipped {
+  Eigen::Tensor<float, 3, Eigen::RowMajor> col;
+  Eigen::Tensor<double, 4> row;
+  Eigen::Tensor<std::int16_t, 1, Eigen::RowMajor> line;
+  Eigen::Tensor<float, 0> scalar;
+  Eigen::Tensor<std::uint8_t, 2, Eigen::RowMajor> empty;
+};
+CAIRN_TREE(Flipped, col, row, line, scalar, empty)
+
+template <class T>
+void fill_random(T& t) {
+  const auto bits = test::random_bits<typename T::Scalar>(static_cast<std::size_t>(t.size()));
+  std::copy(bits.begin(), bits.end(), t.data());
+}
+// Element (i, j, ...) of a and b has the same bits, whatever their memory orders.
+template <class A, class B>
+bool same_elements(const A& a, const B& b) {
+  if (a.dimensions().size() != b.dimensions().size()) return false;
+  for (std::size_t d = 0; d < a.dimensions().size(); ++d)
+    if (a.dimension(static_cast<Eigen::Index>(d)) != b.dimension(static_cast<Eigen::Index>(d))) return false;
+  std::array<Eigen::Index, A::NumDimensions> at{};
+  for (Eigen::Index n = 0; n < a.size(); ++n) {
+    Eigen::Index rest = n;  // n in C order
+    for (std::size_t d = at.size(); d-- > 0;) {
+      at[d] = rest % a.dimension(static_cast<Eigen::Index>(d));
+      rest /= a.dimension(static_cast<Eigen::Index>(d));
+    }
+    if (std::memcmp(&a(at), &b(at), sizeof(typename A::Scalar)) != 0) return false;
+  }
+  return true;
+}
+template <class A, class B>
+bool same(const A& a, const B& b) {
+  return same_elements(a.col, b.col) && same_elements(a.row, b.row) && same_elements(a.line, b.line) &&
+         std::memcmp(a.scalar.data(), b.scalar.data(), sizeof(float)) == 0 && same_elements(a.empty, b.empty);
+}
+}  // namespace tensors
+
+TEST_CASE("Eigen::Tensor leaves of any rank round-trip bit-exactly, into either memory order, and through safetensors") {
+  test::TempDir dir;
+  tensors::Model m;
+  m.col.resize(3, 4, 5);
+  m.row.resize(2, 3, 1, 4);
+  m.line.resize(7);
+  m.empty.resize(0, 3);
+  tensors::fill_random(m.col);
+  tensors::fill_random(m.row);
+  tensors::fill_random(m.line);
+  tensors::fill_random(m.scalar);
+  cairn::save(dir / "t", m);
+  const cairn::CheckpointMetadata meta = cairn::metadata(dir / "t");
+  const cairn::ItemRecord& item = meta.items.at(0);
+  REQUIRE(item.find_leaf("col"));
+  CHECK(item.find_leaf("col")->shape == cairn::Shape{3, 4, 5});
+  CHECK(item.find_leaf("col")->order == cairn::Order::F);
+  CHECK(item.find_leaf("row")->shape == cairn::Shape{2, 3, 1, 4});
+  CHECK(item.find_leaf("row")->order == cairn::Order::C);
+  CHECK(item.find_leaf("scalar")->shape == cairn::Shape{});
+  CHECK(tensors::same(cairn::load<tensors::Model>(dir / "t"), m));
+  CHECK(tensors::same(cairn::load<tensors::Flipped>(dir / "t"), m));
+  // Saved row-major, loaded column-major, and the other way: the same elements.
+  const auto flipped = cairn::load<tensors::Flipped>(dir / "t");
+  cairn::save(dir / "f", flipped);
+  CHECK(tensors::same(cairn::load<tensors::Model>(dir / "f"), m));
+  // safetensors holds C order: the column-major tensors are written transposed, and read back.
+  cairn::save_safetensors(dir / "t.safetensors", m);
+  CHECK(tensors::same(cairn::load_safetensors<tensors::Model>(dir / "t.safetensors"), m));
+  CHECK(tensors::same(cairn::load_safetensors<tensors::Flipped>(dir / "t.safetensors"), m));
+  // A rank that differs is refused, naming both.
+  using Rank2 = Eigen::Tensor<float, 2>;  // (a comma in a macro argument)
+  CHECK_CAIRN_ERROR(cairn::load_subtree<Rank2>(dir / "t", "col"), cairn::ErrorKind::shape_mismatch,
+                    "stored shape [3, 4, 5] is 3-D, but the target is an Eigen::Tensor of rank 2");
+  // A struct holding tensors serializes with cereal, as every CAIRN_TREE struct does.
+  std::stringstream bytes;
+  {
+    cereal::BinaryOutputArchive out(bytes);
+    out(m);
+  }
+  tensors::Model back;
+  {
+    cereal::BinaryInputArchive in(bytes);
+    in(back);
+  }
+  CHECK(tensors::same(back, m));
 }
 
 namespace misfit {

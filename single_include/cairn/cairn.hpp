@@ -2148,9 +2148,10 @@ CAIRN_END_NAMESPACE
 #if !defined(CAIRN_NO_EIGEN) && (__has_include(<Eigen/Core>) || __has_include(<eigen3/Eigen/Core>))
 // ----- begin cairn/leaves/eigen.hpp -----
 // Eigen dense matrices and arrays as tree leaves (fixed and dynamic size, row- and
-// column-major); their cereal support is leaves/eigen_cereal.hpp. The checkpoint keeps the
-// logical shape and the memory order it was saved in; a target of the other order is
-// converted on load. Vectors (one compile-time row or column) are 1-D arrays, everything else 2-D.
+// column-major), and the Tensor module's Eigen::Tensor of any rank; their cereal support is
+// leaves/eigen_cereal.hpp. The checkpoint keeps the logical shape and the memory order it was
+// saved in; a target of the other order is converted on load. Vectors (one compile-time row or
+// column) are 1-D arrays, other matrices 2-D, a Tensor<T, N> N-D.
 
 #if __has_include(<Eigen/Core>)
 #include <Eigen/Core>
@@ -2158,8 +2159,19 @@ CAIRN_END_NAMESPACE
 #include <eigen3/Eigen/Core>
 #endif
 
+#include <array>
+#include <string>
 #include <vector>
 
+
+// The Tensor module (unsupported/Eigen/CXX11/Tensor) is large and rarely wanted, so it is not
+// included here: Tensor is declared, as the module itself declares it (which adds the
+// defaults), and its leaf_traits below are instantiated only by a program that uses a Tensor,
+// which has included the module.
+namespace Eigen {
+template <typename Scalar_, int NumIndices_, int Options_, typename IndexType_>
+class Tensor;
+}  // namespace Eigen
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -2204,8 +2216,35 @@ struct eigen_leaf {
   }
 };
 
+// Eigen::Tensor<S, N, Options>: an N-D array, column-major (the module's default) or
+// row-major (Eigen::RowMajor), resized to the stored shape on load.
+template <class S, int N, int Options, class Index>
+struct eigen_tensor_leaf {
+  using T = Eigen::Tensor<S, N, Options, Index>;
+  static_assert(has_dtype<S>, "cairn: Eigen tensors need a scalar type with a dtype (float, double, integers, bool)");
+  static constexpr Order order = N >= 2 && !(Options & Eigen::RowMajor) ? Order::F : Order::C;
+
+  static LeafView view(const T& t) {
+    Shape shape;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(N); ++i) shape.push_back(static_cast<std::int64_t>(t.dimension(i)));
+    return {dtype_of<S>, std::move(shape), order, t.data(), static_cast<std::uint64_t>(t.size()) * sizeof(S)};
+  }
+
+  static LeafBuffer prepare(T& t, const StoredLeafInfo& stored) {
+    if (stored.shape.size() != static_cast<std::size_t>(N))
+      throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored.shape) + " is " +
+                  std::to_string(stored.shape.size()) + "-D, but the target is an Eigen::Tensor of rank " + std::to_string(N));
+    std::array<Index, static_cast<std::size_t>(N)> dims{};
+    for (std::size_t i = 0; i < dims.size(); ++i) dims[i] = static_cast<Index>(stored.shape[i]);
+    t.resize(dims);
+    return {dtype_of<S>, order, t.data(), static_cast<std::uint64_t>(t.size()) * sizeof(S)};
+  }
+};
+
 }  // namespace detail
 
+template <class S, int N, int Options, class Index>
+struct leaf_traits<Eigen::Tensor<S, N, Options, Index>> : detail::eigen_tensor_leaf<S, N, Options, Index> {};
 template <class S, int R, int C, int O, int MR, int MC>
 struct leaf_traits<Eigen::Matrix<S, R, C, O, MR, MC>> : detail::eigen_leaf<Eigen::Matrix<S, R, C, O, MR, MC>> {};
 template <class S, int R, int C, int O, int MR, int MC>
@@ -5871,6 +5910,7 @@ CAIRN_END_NAMESPACE
 // holding Eigen members serialize with any cereal archive: rows, cols, and the coefficients
 // in the matrix's own storage order.
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -5905,6 +5945,37 @@ void load(Archive& ar, Eigen::Array<S, R, C, O, MR, MC>& a) {
   Eigen::Matrix<S, R, C, O, MR, MC> m;
   load(ar, m);
   a = m.array();
+}
+// An Eigen::Tensor: its dimensions, and the coefficients in its own storage order.
+template <class Archive, class S, int N, int O, class I>
+void save(Archive& ar, const Eigen::Tensor<S, N, O, I>& t) {
+  std::vector<std::int64_t> dims;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(N); ++i) dims.push_back(static_cast<std::int64_t>(t.dimension(i)));
+  ar(make_nvp("dims", dims), make_nvp("data", std::vector<S>(t.data(), t.data() + t.size())));
+}
+template <class Archive, class S, int N, int O, class I>
+void load(Archive& ar, Eigen::Tensor<S, N, O, I>& t) {
+  std::vector<std::int64_t> dims;
+  std::vector<S> data;
+  ar(make_nvp("dims", dims), make_nvp("data", data));
+  std::array<I, static_cast<std::size_t>(N)> d{};
+  bool ok = dims.size() == d.size(), empty = false;
+  for (std::size_t i = 0; ok && i < d.size(); ++i) {
+    ok = dims[i] >= 0;
+    empty |= dims[i] == 0;
+    d[i] = static_cast<I>(dims[i]);
+  }
+  // The number of values the dimensions make, without overflow (untrusted: from an archive).
+  std::uint64_t n = empty ? 0 : 1;
+  for (std::size_t i = 0; ok && !empty && i < d.size(); ++i) {
+    ok = n <= data.size() / static_cast<std::uint64_t>(dims[i]);
+    n *= static_cast<std::uint64_t>(dims[i]);
+  }
+  if (!ok || n != data.size())
+    throw ::cairn::Error(::cairn::ErrorKind::corrupt, "Eigen tensor of rank " + std::to_string(N) + " with " +
+                         std::to_string(dims.size()) + " dimensions and " + std::to_string(data.size()) + " values");
+  t.resize(d);
+  std::copy(data.begin(), data.end(), t.data());
 }
 }  // namespace cereal
 // ----- end cairn/leaves/eigen_cereal.hpp -----

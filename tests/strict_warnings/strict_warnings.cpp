@@ -18,6 +18,8 @@
 #include <cairn/mpi.hpp>
 #endif
 
+#include <unsupported/Eigen/CXX11/Tensor>
+
 #include <array>
 #include <deque>
 #include <map>
@@ -36,6 +38,8 @@ struct Dense {
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rows;
   Eigen::Vector3f fixed;
   Eigen::ArrayXXi counts;
+  Eigen::Tensor<float, 3> conv;
+  Eigen::Tensor<std::int8_t, 2, Eigen::RowMajor> codes;
 };
 
 struct State {
@@ -54,7 +58,7 @@ struct State {
   std::int64_t step = 0;
 };
 
-CAIRN_TREE(Dense, kernel, rows, fixed, counts)
+CAIRN_TREE(Dense, kernel, rows, fixed, counts, conv, codes)
 CAIRN_TREE(State, params, by_id, flags, history, lr, misc, pair, maybe, grid, sharded, phase, note, step)
 
 // Never called: the point is what the compiler instantiates and checks.

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Eigen dense matrices and arrays as tree leaves (fixed and dynamic size, row- and
-// column-major); their cereal support is leaves/eigen_cereal.hpp. The checkpoint keeps the
-// logical shape and the memory order it was saved in; a target of the other order is
-// converted on load. Vectors (one compile-time row or column) are 1-D arrays, everything else 2-D.
+// column-major), and the Tensor module's Eigen::Tensor of any rank; their cereal support is
+// leaves/eigen_cereal.hpp. The checkpoint keeps the logical shape and the memory order it was
+// saved in; a target of the other order is converted on load. Vectors (one compile-time row or
+// column) are 1-D arrays, other matrices 2-D, a Tensor<T, N> N-D.
 #pragma once
 
 #if __has_include(<Eigen/Core>)
@@ -11,9 +12,20 @@
 #include <eigen3/Eigen/Core>
 #endif
 
+#include <array>
+#include <string>
 #include <vector>
 
 #include "cairn/tree/traits.hpp"
+
+// The Tensor module (unsupported/Eigen/CXX11/Tensor) is large and rarely wanted, so it is not
+// included here: Tensor is declared, as the module itself declares it (which adds the
+// defaults), and its leaf_traits below are instantiated only by a program that uses a Tensor,
+// which has included the module.
+namespace Eigen {
+template <typename Scalar_, int NumIndices_, int Options_, typename IndexType_>
+class Tensor;
+}  // namespace Eigen
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -58,8 +70,35 @@ struct eigen_leaf {
   }
 };
 
+// Eigen::Tensor<S, N, Options>: an N-D array, column-major (the module's default) or
+// row-major (Eigen::RowMajor), resized to the stored shape on load.
+template <class S, int N, int Options, class Index>
+struct eigen_tensor_leaf {
+  using T = Eigen::Tensor<S, N, Options, Index>;
+  static_assert(has_dtype<S>, "cairn: Eigen tensors need a scalar type with a dtype (float, double, integers, bool)");
+  static constexpr Order order = N >= 2 && !(Options & Eigen::RowMajor) ? Order::F : Order::C;
+
+  static LeafView view(const T& t) {
+    Shape shape;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(N); ++i) shape.push_back(static_cast<std::int64_t>(t.dimension(i)));
+    return {dtype_of<S>, std::move(shape), order, t.data(), static_cast<std::uint64_t>(t.size()) * sizeof(S)};
+  }
+
+  static LeafBuffer prepare(T& t, const StoredLeafInfo& stored) {
+    if (stored.shape.size() != static_cast<std::size_t>(N))
+      throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored.shape) + " is " +
+                  std::to_string(stored.shape.size()) + "-D, but the target is an Eigen::Tensor of rank " + std::to_string(N));
+    std::array<Index, static_cast<std::size_t>(N)> dims{};
+    for (std::size_t i = 0; i < dims.size(); ++i) dims[i] = static_cast<Index>(stored.shape[i]);
+    t.resize(dims);
+    return {dtype_of<S>, order, t.data(), static_cast<std::uint64_t>(t.size()) * sizeof(S)};
+  }
+};
+
 }  // namespace detail
 
+template <class S, int N, int Options, class Index>
+struct leaf_traits<Eigen::Tensor<S, N, Options, Index>> : detail::eigen_tensor_leaf<S, N, Options, Index> {};
 template <class S, int R, int C, int O, int MR, int MC>
 struct leaf_traits<Eigen::Matrix<S, R, C, O, MR, MC>> : detail::eigen_leaf<Eigen::Matrix<S, R, C, O, MR, MC>> {};
 template <class S, int R, int C, int O, int MR, int MC>

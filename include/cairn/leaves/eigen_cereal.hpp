@@ -4,6 +4,7 @@
 // in the matrix's own storage order.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,5 +40,36 @@ void load(Archive& ar, Eigen::Array<S, R, C, O, MR, MC>& a) {
   Eigen::Matrix<S, R, C, O, MR, MC> m;
   load(ar, m);
   a = m.array();
+}
+// An Eigen::Tensor: its dimensions, and the coefficients in its own storage order.
+template <class Archive, class S, int N, int O, class I>
+void save(Archive& ar, const Eigen::Tensor<S, N, O, I>& t) {
+  std::vector<std::int64_t> dims;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(N); ++i) dims.push_back(static_cast<std::int64_t>(t.dimension(i)));
+  ar(make_nvp("dims", dims), make_nvp("data", std::vector<S>(t.data(), t.data() + t.size())));
+}
+template <class Archive, class S, int N, int O, class I>
+void load(Archive& ar, Eigen::Tensor<S, N, O, I>& t) {
+  std::vector<std::int64_t> dims;
+  std::vector<S> data;
+  ar(make_nvp("dims", dims), make_nvp("data", data));
+  std::array<I, static_cast<std::size_t>(N)> d{};
+  bool ok = dims.size() == d.size(), empty = false;
+  for (std::size_t i = 0; ok && i < d.size(); ++i) {
+    ok = dims[i] >= 0;
+    empty |= dims[i] == 0;
+    d[i] = static_cast<I>(dims[i]);
+  }
+  // The number of values the dimensions make, without overflow (untrusted: from an archive).
+  std::uint64_t n = empty ? 0 : 1;
+  for (std::size_t i = 0; ok && !empty && i < d.size(); ++i) {
+    ok = n <= data.size() / static_cast<std::uint64_t>(dims[i]);
+    n *= static_cast<std::uint64_t>(dims[i]);
+  }
+  if (!ok || n != data.size())
+    throw ::cairn::Error(::cairn::ErrorKind::corrupt, "Eigen tensor of rank " + std::to_string(N) + " with " +
+                         std::to_string(dims.size()) + " dimensions and " + std::to_string(data.size()) + " values");
+  t.resize(d);
+  std::copy(data.begin(), data.end(), t.data());
 }
 }  // namespace cereal
