@@ -188,7 +188,7 @@ TEST_CASE("inspect says what is there: a checkpoint, a safetensors file, a Check
   std::filesystem::remove(root + "/latest");
   i = cairn::inspect(root);
   CHECK(!i.latest_marker);
-  CHECK(i.latest_problem.find("missing") != std::string::npos);
+  CHECK(i.latest_problem.find("there is no latest marker") != std::string::npos);
   CHECK(i.steps.size() == 3);
   CHECK(!i.plain_directory);  // its names are steps: a Checkpointer's root that lost its marker
 

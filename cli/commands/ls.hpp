@@ -47,8 +47,11 @@ inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
   else
     out << root.path << ": Checkpointer root, " << n << (n == 1 ? " step" : " steps")
         << (root.latest.empty() || !root.latest_problem.empty() ? "" : ", latest " + root.latest) << "\n";
+  // A missing marker is a note (nothing is damaged); a marker that does not read, or names no
+  // committed step, a warning.
   if (!root.latest_problem.empty())
-    out << "warning: " << root.latest_problem << "; the latest committed step is " << latest_committed
+    out << (root.latest_marker ? "warning: " : "note: ") << root.latest_problem << "; the latest committed step is "
+        << latest_committed
         << " (a Checkpointer opening this root repairs the marker)\n";
   for (std::size_t i = 0; i < root.steps.size(); ++i) {
     const Json& s = list.as_array()[i];

@@ -206,7 +206,11 @@ inline Inspection inspect_root(const Location& location, std::vector<std::string
     // describe_checkpointer_root tells a load): else it is a plain directory of checkpoints,
     // where a marker was never missing.
     out.plain_directory = !all_step_names(names);
-    if (!out.plain_directory) out.latest_problem = "the latest marker (" + store.describe(marker) + ") is missing";
+    // (Not damage: checkpoints saved by cairn::save at step-numbered paths, the README's own
+    // example, have none; nor does a Checkpointer's first step before its marker is written.)
+    if (!out.plain_directory)
+      out.latest_problem = "there is no latest marker (" + store.describe(marker) +
+                           "): steps saved by cairn::save, or a Checkpointer stopped before writing it";
   } else {
     out.latest_marker = true;
     try {
