@@ -146,4 +146,7 @@ inline std::string one_line(const std::string& text) {
   return out;
 }
 
+// A leaf's key as ls, show and diff print it: on one line, and the root leaf's "" as (root).
+inline std::string key_label(const std::string& key) { return key.empty() ? std::string("(root)") : one_line(key); }
+
 }  // namespace cairn::cli

@@ -55,7 +55,6 @@ inline int diff_item(const std::string& a, const std::string& b, const ItemRecor
   const double atol = o.atol, rtol = o.rtol;
   const std::uint64_t max_report = o.max_report;
   const std::string prefix = item_a.name == default_item_name ? "" : item_a.name + ": ";
-  auto shown = [](const std::string& k) { return k.empty() ? std::string("(root)") : one_line(k); };  // as ls prints it
   const ReadArraysOptions from_item{.item = item_a.name, .safetensors = o.names};
   const ReadArraysOptions as_double{.as = DType::float64, .item = item_a.name, .safetensors = o.names};
   std::map<std::string, const LeafRecord*> la, lb;
@@ -66,22 +65,22 @@ inline int diff_item(const std::string& a, const std::string& b, const ItemRecor
   std::vector<std::string> compare;
   for (const auto& [k, l] : la) {
     auto it = lb.find(k);
-    if (it == lb.end()) { out << "only in A: " << prefix << shown(k) << "\n"; ++differences; continue; }
+    if (it == lb.end()) { out << "only in A: " << prefix << key_label(k) << "\n"; ++differences; continue; }
     const LeafRecord& r = *it->second;
     if (l->shape != r.shape) {
-      out << "shape differs: " << prefix << shown(k) << ": " << to_string(l->shape) << " vs " << to_string(r.shape) << "\n";
+      out << "shape differs: " << prefix << key_label(k) << ": " << to_string(l->shape) << " vs " << to_string(r.shape) << "\n";
       ++differences;
       continue;
     }
     if (l->dtype != r.dtype) {
-      out << "dtype differs: " << prefix << shown(k) << ": " << dtype_name(l->dtype) << " vs " << dtype_name(r.dtype) << "\n";
+      out << "dtype differs: " << prefix << key_label(k) << ": " << dtype_name(l->dtype) << " vs " << dtype_name(r.dtype) << "\n";
       ++differences;
     }
     if ((l->dtype == DType::string) != (r.dtype == DType::string)) { ++differences; continue; }
     compare.push_back(k);
   }
   for (const auto& [k, l] : lb)
-    if (!la.count(k)) { out << "only in B: " << prefix << shown(k) << "\n"; ++differences; }
+    if (!la.count(k)) { out << "only in B: " << prefix << key_label(k) << "\n"; ++differences; }
   // Values in groups of leaves up to 256 MiB as float64, so memory stays bounded.
   for (std::size_t i = 0; i < compare.size();) {
     std::vector<std::string> group;
@@ -95,7 +94,7 @@ inline int diff_item(const std::string& a, const std::string& b, const ItemRecor
     if (!strings.empty()) {
       const auto va = progress.read(a, strings, from_item), vb = progress.read(b, strings, from_item);
       for (const auto& k : strings)
-        if (va.at(k).bytes != vb.at(k).bytes) { out << "values differ: " << prefix << shown(k) << " (strings)\n"; ++differences; }
+        if (va.at(k).bytes != vb.at(k).bytes) { out << "values differ: " << prefix << key_label(k) << " (strings)\n"; ++differences; }
     }
     if (numbers.empty()) continue;
     const auto va = progress.read(a, numbers, as_double), vb = progress.read(b, numbers, as_double);
@@ -130,7 +129,7 @@ inline int diff_item(const std::string& a, const std::string& b, const ItemRecor
         char buf[160];
         std::snprintf(buf, sizeof buf, "max abs %.6g, max rel %.6g, %zu of %zu elements beyond tolerance", max_abs,
                       max_rel, beyond, n);
-        out << "values differ: " << prefix << shown(k) << ": " << buf << "\n";
+        out << "values differ: " << prefix << key_label(k) << ": " << buf << "\n";
         for (const auto& l : listed) out << l << "\n";
         if (beyond > listed.size() && max_report) out << "  ... (--max-report N lists more)\n";
         ++differences;

@@ -113,7 +113,7 @@ inline int ls(const std::string& path, bool json, std::ostream& out, const Safet
     std::vector<std::string> shown;
     std::size_t width = 0;
     for (const auto& l : item.leaves) {
-      shown.push_back(l.path.empty() ? std::string("(root)") : terminal_safe(one_line(l.key())));
+      shown.push_back(terminal_safe(key_label(l.key())));
       width = std::max(width, columns(shown.back()));
     }
     for (std::size_t i = 0; i < item.leaves.size(); ++i) {

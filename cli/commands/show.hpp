@@ -161,7 +161,7 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
   if (leaf->dtype == DType::string) {
     const auto v = read_arrays(path, {key}, from_item);
     const auto& b = v.at(key).bytes;
-    out << (key.empty() ? "(root)" : one_line(key)) << ": string\n" << std::string(b.begin(), b.end()) << "\n";
+    out << key_label(key) << ": string\n" << std::string(b.begin(), b.end()) << "\n";
     return exit_ok;
   }
   const Box box = slice_box(s, leaf->shape, key);
@@ -224,7 +224,7 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
   for (std::size_t d = 0; d < rank; ++d)
     shown += (d ? ", " : "") + std::to_string(box.start[d]) + ":" + std::to_string(box.start[d] + box.shape[d]);
   shown += "]";
-  out << (key.empty() ? "(root)" : one_line(key)) << ": " << dtype_name(leaf->dtype) << to_string(leaf->shape);
+  out << key_label(key) << ": " << dtype_name(leaf->dtype) << to_string(leaf->shape);
   if (s.given) out << ", showing " << shown;
   out << "\n";
   // Dimensions indexed by a single number are dropped, as numpy does.

@@ -11248,17 +11248,12 @@ inline std::string orbax_hint() {
 // else". Steps are Orbax's names, digits after an optional prefix ("100", "checkpoint_100").
 inline std::string orbax_manager_step(const Store& store, const std::string& key, const std::vector<StoreEntry>& entries) {
   const StoreEntry* newest = nullptr;
-  std::string newest_digits;
+  std::int64_t newest_step = -1;
   for (const auto& e : entries) {
-    if (!e.is_prefix) continue;
-    std::size_t d = e.name.size();
-    while (d > 0 && e.name[d - 1] >= '0' && e.name[d - 1] <= '9') --d;
-    if (d == e.name.size()) continue;  // no digits at its end: no step
-    const std::size_t nonzero = e.name.find_first_not_of('0', d);
-    const std::string digits = nonzero == std::string::npos ? "0" : e.name.substr(nonzero);
-    if (digits.size() > 19) continue;
-    if (!newest || digits.size() > newest_digits.size() || (digits.size() == newest_digits.size() && digits > newest_digits))
-      newest = &e, newest_digits = digits;
+    std::int64_t step = 0;
+    const std::size_t digits = e.name.find_last_not_of("0123456789") + 1;  // (npos + 1: all digits)
+    if (e.is_prefix && parse_step_digits(std::string_view(e.name).substr(digits), step) && step > newest_step)
+      newest = &e, newest_step = step;
   }
   if (!newest) return "";
   return orbax_sign(store.list(join_key(key, newest->name))).empty() ? "" : newest->name;
