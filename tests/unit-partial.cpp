@@ -48,6 +48,23 @@ TEST_CASE("a strict load into a tree that is one leaf names it as the root") {
                     "In the target but not in the checkpoint (1): (the root).");
 }
 
+// A map's key may hold any bytes, a NUL too; what() is read as a C string, where the NUL would
+// end the message before the keys after it and the reason.
+TEST_CASE("an error about a key holding a NUL prints the whole message, the NUL as \\x00") {
+  test::TempDir dir;
+  cairn::save(dir / "c", std::map<std::string, std::vector<float>>{{std::string("a\0b", 3), {1}}, {"z", {2}}});
+  std::vector<float> one_leaf;
+  try {
+    cairn::load(dir / "c", one_leaf);
+    FAIL("loaded");
+  } catch (const cairn::Error& e) {
+    const std::string w = e.what();
+    CHECK_MESSAGE(w.find("a\\x00b") != std::string::npos, w);
+    CHECK_MESSAGE(w.find("z") != std::string::npos, w);
+    CHECK(e.message().find(std::string("a\0b", 3)) != std::string::npos);  // the accessors keep the bytes
+  }
+}
+
 TEST_CASE("partial options: ignore unexpected keys, leave missing ones, report both") {
   test::TempDir dir;
   auto s = pr::make_state();

@@ -3481,6 +3481,7 @@ CAIRN_END_NAMESPACE
 // Every store keeps the same promise (tests/store_conformance.hpp checks it): until publish()
 // returns, a reader of the final key sees the previous checkpoint or nothing, never a part.
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -3781,6 +3782,21 @@ inline std::string join_key(const std::string& prefix, const std::string& name) 
   if (prefix.empty()) return name;
   if (name.empty()) return prefix;
   return prefix + "/" + name;
+}
+
+// Whether a key read from untrusted data (a checkpoint's own metadata naming one of its
+// files) stays below the key it is joined to: relative, and no segment empty, "." or "..",
+// and no NUL (which a file system would cut the name at). A POSIX store resolves ".." on
+// disk, so such a name could read any file the process can.
+inline bool stays_below(std::string_view rel) {
+  if (rel.empty() || rel.find('\0') != std::string_view::npos) return false;
+  for (std::size_t at = 0; at <= rel.size();) {
+    const std::size_t slash = std::min(rel.find('/', at), rel.size());
+    const std::string_view seg = rel.substr(at, slash - at);
+    if (seg.empty() || seg == "." || seg == "..") return false;
+    at = slash + 1;
+  }
+  return true;
 }
 
 // A key without trailing separators, so "ckpt/100/" and "ckpt/100" name one checkpoint.
@@ -6104,6 +6120,9 @@ CAIRN_API std::string Error::format(ErrorKind kind, const std::string& message, 
   if (!file.empty()) s += ": " + file;
   if (!key.empty()) s += ": key '" + key + "'";
   s += ": " + message;
+  // what() is read as a C string: a NUL in a key (a map's key may hold any bytes) or in a name
+  // from a file would cut the message there, before the reason.
+  for (std::size_t at = 0; (at = s.find('\0', at)) != std::string::npos; at += 4) s.replace(at, 1, "\\x00");
   return s;
 }
 

@@ -769,7 +769,11 @@ TEST_CASE("zarr metadata from a hostile file: every mistake a cairn::Error namin
                           R"({"zarr_format":3,"node_type":"array","data_type":"Float 32","shape":[2]})",
                           R"({"zarr_format":2,"dtype":"int4","shape":[-2],"chunks":[2]})",
                           R"({"zarr_format":2,"dtype":"<f4","shape":[-2],"chunks":[2]})",
-                          R"({"zarr_format":2,"dtype":"<f4","shape":[2],"chunks":[2],"compressor":{"id":"blosc"}})"}) {
+                          R"({"zarr_format":2,"dtype":"<f4","shape":[2],"chunks":[2],"compressor":{"id":"blosc"}})",
+                          // A chunk key separator other than the spec's two would be spliced into file names.
+                          R"({"zarr_format":3,"node_type":"array","shape":[4],"data_type":"float32","chunk_grid":{"name":"regular",)"
+                          R"("configuration":{"chunk_shape":[4]}},"codecs":[{"name":"bytes"}],"chunk_key_encoding":{"name":"default",)"
+                          R"("configuration":{"separator":"\\"}}})"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(o::parse_zarr_metadata(bad, std::string(bad).find("\"zarr_format\":2") != std::string::npos ? 2 : 3, "f", "k"),
                     cairn::Error);
@@ -949,6 +953,48 @@ TEST_CASE("an Orbax checkpoint of a file per chunk saves, loads, verifies and co
       CHECK(v->chunks == state.size());
       CHECK(cairn::load<Flat>(dir / ("x" + std::to_string(zarr3) + std::to_string(zstd))) == state);
     }
+}
+
+// In the layout of a directory per parameter, a parameter's name is a path below the
+// checkpoint, and _METADATA is untrusted: a name that climbs out of it ("../other/w") must not
+// read the arrays it finds there, one at a time or side by side.
+TEST_CASE("an Orbax parameter name that leads out of its checkpoint is refused, not read from there") {
+  test::TempDir dir;
+  using Flat = std::map<std::string, std::vector<float>>;
+  cairn::OrbaxSaveOptions o;
+  o.ocdbt = false;
+  o.layout = cairn::OrbaxLayout::v0_standard;  // the arrays at <dir>/<name>/
+  cairn::save_orbax(dir / "other", Flat{{"w", {1, 2, 3}}}, o);
+  const auto replace_all = [](std::string s, const std::string& from, const std::string& to) {
+    for (std::size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size()) s.replace(at, from.size(), to);
+    return s;
+  };
+  for (const int arrays : {1, 40}) {  // 40: the metadata files read side by side
+    for (const std::string& name : std::vector<std::string>{"../other/w", "./w", "a//w", std::string("w\0x", 3)}) {
+      CAPTURE(arrays);
+      CAPTURE(name);
+      const std::string ckpt = dir / ("ck" + std::to_string(arrays) + "-" + std::to_string(name.size()));
+      fs::remove_all(ckpt);
+      Flat state = many_arrays(arrays, 4, 0);
+      state["w"] = {9, 9};
+      cairn::save_orbax(ckpt, state, o);
+      std::string meta = test::read_file(ckpt + "/_METADATA");
+      REQUIRE(meta.find("\"key\":\"w\"") != std::string::npos);
+      const std::string escaped = name.find('\0') != std::string::npos ? "w\\u0000x" : name;
+      meta = replace_all(replace_all(meta, "\"key\":\"w\"", "\"key\":\"" + escaped + "\""), "('w',)", "('" + escaped + "',)");
+      test::write_file(ckpt + "/_METADATA", meta);
+      if (name == "./w") fs::create_directories(ckpt + "/a");  // as it would be there
+      try {
+        const Flat back = cairn::load_orbax<Flat>(ckpt, cairn::LoadOptions::partial());
+        FAIL("loaded, w = " << (back.count(name) ? back.at(name).size() : 0) << " values");
+      } catch (const cairn::Error& e) {
+        CHECK(e.kind() == cairn::ErrorKind::corrupt);
+        CHECK(e.file() == ckpt + "/_METADATA");
+        CHECK(std::string(e.what()).find("no path inside the checkpoint") != std::string::npos);
+      }
+      CHECK_THROWS_AS(cairn::inspect(cairn::Location(ckpt)), cairn::Error);
+    }
+  }
 }
 
 // A load of many arrays of a file per chunk reads their zarr metadata files and their chunks

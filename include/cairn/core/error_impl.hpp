@@ -39,6 +39,9 @@ CAIRN_API std::string Error::format(ErrorKind kind, const std::string& message, 
   if (!file.empty()) s += ": " + file;
   if (!key.empty()) s += ": key '" + key + "'";
   s += ": " + message;
+  // what() is read as a C string: a NUL in a key (a map's key may hold any bytes) or in a name
+  // from a file would cut the message there, before the reason.
+  for (std::size_t at = 0; (at = s.find('\0', at)) != std::string::npos; at += 4) s.replace(at, 1, "\\x00");
   return s;
 }
 

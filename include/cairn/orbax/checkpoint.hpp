@@ -761,6 +761,11 @@ class PytreeReader {
   // A parameter's zarr metadata text, from the database or from its file (no stat first: one
   // call fewer per array). Errors other than its absence are thrown.
   MetadataText read_metadata_text(const std::string& param, const std::string& key) const {
+    // A parameter's name is a path below the checkpoint in this layout, and it comes from
+    // _METADATA: one that leads out of it ("../x") must not read the files there.
+    if (!db_ && !stays_below(param))
+      throw Error(ErrorKind::corrupt, "parameter name '" + param + "' is no path inside the checkpoint (an empty, '.' or '..' "
+                  "part, or a NUL)", meta_file(), key);
     for (const int format : {3, 2}) {
       if (!may_be(format)) continue;
       const std::string k = param + metadata_name(format);

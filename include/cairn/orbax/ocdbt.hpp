@@ -165,13 +165,7 @@ inline std::vector<OcdbtFile> ocdbt_read_file_table(OcdbtCursor& c, const std::s
     files[i].transitive = transitive + path.substr(0, base[i]);
     // Paths are relative to the database; none may leave it.
     const std::string& p = files[i].path;
-    if (p.empty() || p[0] == '/') c.fail("data file path '" + p + "' is empty or absolute");
-    for (std::size_t at = 0; at <= p.size();) {
-      const std::size_t slash = std::min(p.find('/', at), p.size());
-      const std::string_view seg(p.data() + at, slash - at);
-      if (seg == ".." || seg == "." || seg.empty()) c.fail("data file path '" + p + "' leaves the database or has an empty segment");
-      at = slash + 1;
-    }
+    if (!stays_below(p)) c.fail("data file path '" + p + "' is empty or absolute, leaves the database or has an empty segment");
     prev = std::move(path);
   }
   return files;

@@ -293,8 +293,12 @@ inline ZarrArray parse_zarr_metadata(const std::string& text, int format, const 
         if (name == "v2") a.key_prefix.clear(), a.separator = '.';
         else if (name != "default") zarr_unsupported("chunk_key_encoding " + enc->dump(), file, key);
         if (const Json* conf = enc->find("configuration"))
-          if (const Json* sep = conf->find("separator"); sep && sep->is_string() && !sep->as_string().empty())
+          if (const Json* sep = conf->find("separator")) {
+            // The spec allows these two; any other character would be spliced into file names.
+            if (!sep->is_string() || (sep->as_string() != "." && sep->as_string() != "/"))
+              zarr_fail("chunk_key_encoding separator " + sep->dump(), file, key);
             a.separator = sep->as_string()[0];
+          }
       }
       a.fill = zarr_fill(j.find("fill_value"), a.dtype, file, key);
     }

@@ -176,6 +176,9 @@ class HttpClient {
     } give{this, h};
     curl_easy_reset(h);
     curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
+    // S3 keys are taken as they are: "a/../b" is a key of its own, and the signature covers the
+    // path as sent. curl would otherwise remove "." and ".." segments (RFC 3986) after signing.
+    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, timeouts_.connect_seconds);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, timeouts_.low_speed_bytes);

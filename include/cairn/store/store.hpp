@@ -19,6 +19,7 @@
 // returns, a reader of the final key sees the previous checkpoint or nothing, never a part.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -320,6 +321,21 @@ inline std::string join_key(const std::string& prefix, const std::string& name) 
   if (prefix.empty()) return name;
   if (name.empty()) return prefix;
   return prefix + "/" + name;
+}
+
+// Whether a key read from untrusted data (a checkpoint's own metadata naming one of its
+// files) stays below the key it is joined to: relative, and no segment empty, "." or "..",
+// and no NUL (which a file system would cut the name at). A POSIX store resolves ".." on
+// disk, so such a name could read any file the process can.
+inline bool stays_below(std::string_view rel) {
+  if (rel.empty() || rel.find('\0') != std::string_view::npos) return false;
+  for (std::size_t at = 0; at <= rel.size();) {
+    const std::size_t slash = std::min(rel.find('/', at), rel.size());
+    const std::string_view seg = rel.substr(at, slash - at);
+    if (seg.empty() || seg == "." || seg == "..") return false;
+    at = slash + 1;
+  }
+  return true;
 }
 
 // A key without trailing separators, so "ckpt/100/" and "ckpt/100" name one checkpoint.
