@@ -184,6 +184,17 @@ inline Json step_json(const std::string& name) {
 // them: the shortest text that reads back as the same value of the stored dtype (a float32's
 // 0.01 is "0.01", not 0.0099999998). `p` holds a bool, an int64, a uint64 or a float64, as
 // `as` says; `stored` is the leaf's own dtype.
+// The dtype `show` and `diff` read a leaf as: its integers exactly (int64 or uint64: a
+// float64 holds integers exactly only up to 2^53), its floats as float64.
+inline DType printed_dtype(DType stored) {
+  switch (stored) {
+    case DType::bool_: return DType::bool_;
+    case DType::uint8: case DType::uint16: case DType::uint32: case DType::uint64: return DType::uint64;
+    case DType::int8: case DType::int16: case DType::int32: case DType::int64: return DType::int64;
+    default: return DType::float64;
+  }
+}
+
 inline std::string value_text(DType as, const unsigned char* p, DType stored = DType::float64) {
   char buf[40];
   if (as == DType::bool_) return *p ? "True" : "False";

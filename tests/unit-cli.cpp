@@ -9,6 +9,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -376,6 +378,56 @@ TEST_CASE("diff: same, different values within and beyond tolerance, different s
   CHECK(has(r.out, "  [9000] 2250 -5 2255"));
   CHECK(cli({"diff", dir / "a", dir / "e", "--max-report", "-1"}).status == 2);
   CHECK(cli({"ls", dir / "a", "--json=yes"}).status == 2);
+}
+
+// An RNG key or a step counter past 2^53 that differs in its last bits is no double: compared
+// as float64, such leaves read as the same (exit 0). Integers on both sides compare exactly,
+// signed with unsigned too; infinities of opposite signs are "max rel inf", not "-nan".
+TEST_CASE("diff compares 64-bit integers exactly, and prints no NaN's sign") {
+  test::TempDir dir;
+  std::mt19937_64& g = test::rng();
+  using U = std::map<std::string, std::vector<std::uint64_t>>;
+  using I = std::map<std::string, std::vector<std::int64_t>>;
+  U a{{"rng", {}}};
+  for (int i = 0; i < 50; ++i) a["rng"].push_back(g() | (std::uint64_t{1} << 63));
+  U b = a;
+  const std::size_t at = g() % 50;
+  b["rng"][at] ^= 1;  // the last bit only
+  cairn::save(dir / "a", a);
+  cairn::save(dir / "b", b);
+  Run r = cli({"diff", dir / "a", dir / "b"});
+  CHECK(r.status == 1);
+  CHECK(has(r.out, "values differ: rng: max abs 1, "));
+  CHECK(has(r.out, "1 of 50 elements beyond tolerance"));
+  CHECK(has(r.out, "  [" + std::to_string(at) + "] " + std::to_string(a["rng"][at]) + " " + std::to_string(b["rng"][at]) + " 1\n"));
+  CHECK(cli({"diff", dir / "a", dir / "a"}).status == 0);
+  // Signed: -2^63 against 2^63 - 1, and a counter past 2^53.
+  I c{{"n", {std::numeric_limits<std::int64_t>::min(), (std::int64_t{1} << 60) + 3, 7}}};
+  I d{{"n", {std::numeric_limits<std::int64_t>::max(), (std::int64_t{1} << 60) + 2, 7}}};
+  cairn::save(dir / "c", c);
+  cairn::save(dir / "d", d);
+  r = cli({"diff", dir / "c", dir / "d"});
+  CHECK(r.status == 1);
+  CHECK(has(r.out, "2 of 3 elements beyond tolerance"));
+  CHECK(has(r.out, "  [0] -9223372036854775808 9223372036854775807 1.84467e+19\n"));
+  CHECK(has(r.out, "  [1] 1152921504606846979 1152921504606846978 1\n"));
+  CHECK(cli({"diff", dir / "c", dir / "d", "--atol", "2e19"}).status == 0);
+  // Unsigned against signed: the dtype differs, and the values compare exactly.
+  cairn::save(dir / "e", U{{"n", {0, (std::uint64_t{1} << 60) + 2, 7}}});
+  r = cli({"diff", dir / "d", dir / "e"});
+  CHECK(has(r.out, "dtype differs: n: int64 vs uint64"));
+  CHECK(has(r.out, "1 of 3 elements beyond tolerance"));
+  CHECK(has(r.out, "  [0] 9223372036854775807 0 9.22337e+18\n"));
+  // Booleans are integers too.
+  cairn::save(dir / "f", std::map<std::string, std::vector<bool>>{{"m", {true, false, true}}});
+  cairn::save(dir / "h", std::map<std::string, std::vector<bool>>{{"m", {true, true, true}}});
+  CHECK(has(cli({"diff", dir / "f", dir / "h"}).out, "  [1] False True 1\n"));
+  // Infinities of opposite signs.
+  cairn::save(dir / "p", std::map<std::string, std::vector<float>>{{"x", {INFINITY, 1}}});
+  cairn::save(dir / "q", std::map<std::string, std::vector<float>>{{"x", {-INFINITY, 1}}});
+  r = cli({"diff", dir / "p", dir / "q"});
+  CHECK(has(r.out, "max abs inf, max rel inf, 1 of 2"));
+  CHECK(!has(r.out, "-nan"));
 }
 
 TEST_CASE("show prints the shortest text that reads back as the value; --version") {

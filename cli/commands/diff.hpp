@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // cairn diff A B [--atol X] [--rtol Y]: structure (keys, shapes, dtypes) and values, read as
-// float64 in groups of up to 256 MiB so that memory stays bounded; exit 0 same, 1 different.
+// float64 (integers exactly) in groups of up to 256 MiB so that memory stays bounded; exit 0
+// same, 1 different.
 #pragma once
 
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -97,39 +99,88 @@ inline int diff_item(const std::string& a, const std::string& b, const ItemRecor
         if (va.at(k).bytes != vb.at(k).bytes) { out << "values differ: " << prefix << key_label(k) << " (strings)\n"; ++differences; }
     }
     if (numbers.empty()) continue;
-    const auto va = progress.read(a, numbers, as_double), vb = progress.read(b, numbers, as_double);
+    // Integers on both sides compare exactly, each side read as int64 or uint64: as float64
+    // (which holds integers exactly only up to 2^53) an RNG key or a counter that differs in
+    // its low bits read as the same. Any other pair compares as float64.
+    std::vector<std::string> floats, ints;
+    for (const auto& k : numbers)
+      (is_float_dtype(la[k]->dtype) || is_float_dtype(lb[k]->dtype) ? floats : ints).push_back(k);
+    const auto read_side = [&](const std::string& at, const std::map<std::string, const LeafRecord*>& side) {
+      std::map<std::string, ArrayValue> got = floats.empty() ? std::map<std::string, ArrayValue>{} : progress.read(at, floats, as_double);
+      for (const DType as : {DType::int64, DType::uint64, DType::bool_}) {
+        std::vector<std::string> keys;
+        for (const auto& k : ints)
+          if (printed_dtype(side.at(k)->dtype) == as) keys.push_back(k);
+        ReadArraysOptions ro = from_item;
+        ro.as = as;
+        if (!keys.empty()) got.merge(progress.read(at, keys, ro));
+      }
+      return got;
+    };
+    const auto va = read_side(a, la), vb = read_side(b, lb);
+    // An integer element as a sign and a magnitude (every int64 and uint64 fits).
+    struct Exact {
+      bool negative;
+      std::uint64_t magnitude;
+    };
+    const auto exact_at = [](const ArrayValue& v, std::size_t e) -> Exact {
+      if (v.dtype == DType::bool_) return {false, v.bytes[e] ? 1u : 0u};
+      if (v.dtype == DType::uint64) {
+        std::uint64_t x;
+        std::memcpy(&x, v.bytes.data() + 8 * e, 8);
+        return {false, x};
+      }
+      std::int64_t x;
+      std::memcpy(&x, v.bytes.data() + 8 * e, 8);
+      return x < 0 ? Exact{true, std::uint64_t{0} - static_cast<std::uint64_t>(x)} : Exact{false, static_cast<std::uint64_t>(x)};
+    };
+    const auto element_text = [](const ArrayValue& v, std::size_t e, DType stored) {
+      return value_text(v.dtype, v.bytes.data() + (v.dtype == DType::bool_ ? e : 8 * e), stored);
+    };
+    const auto number_text = [](double x) {  // printf writes a NaN's sign ("-nan")
+      if (std::isnan(x)) return std::string("nan");
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.6g", x);
+      return std::string(buf);
+    };
     for (const auto& k : numbers) {
-      const auto& x = va.at(k).bytes;
-      const auto& y = vb.at(k).bytes;
-      const std::size_t n = x.size() / 8;
+      const ArrayValue& x = va.at(k);
+      const ArrayValue& y = vb.at(k);
+      const bool exact = x.dtype != DType::float64;
+      const std::size_t n = static_cast<std::size_t>(x.elements());
       double max_abs = 0, max_rel = 0;
       std::size_t beyond = 0;
       std::vector<std::string> listed;
       for (std::size_t e = 0; e < n; ++e) {
-        double p, q;
-        std::memcpy(&p, x.data() + 8 * e, 8);
-        std::memcpy(&q, y.data() + 8 * e, 8);
-        if (std::isnan(p) && std::isnan(q)) continue;
-        if (p == q) continue;  // equal, infinities included
-        const double d = std::fabs(p - q);
-        const double rel = q != 0 ? d / std::fabs(q) : INFINITY;
+        double d, q;  // |A - B| and |B|
+        if (exact) {
+          const Exact p = exact_at(x, e), r = exact_at(y, e);
+          if (p.negative == r.negative && p.magnitude == r.magnitude) continue;
+          d = p.negative == r.negative ? static_cast<double>(p.magnitude > r.magnitude ? p.magnitude - r.magnitude : r.magnitude - p.magnitude)
+                                       : static_cast<double>(p.magnitude) + static_cast<double>(r.magnitude);
+          q = static_cast<double>(r.magnitude);
+        } else {
+          double p, r;
+          std::memcpy(&p, x.bytes.data() + 8 * e, 8);
+          std::memcpy(&r, y.bytes.data() + 8 * e, 8);
+          if (std::isnan(p) && std::isnan(r)) continue;
+          if (p == r) continue;  // equal, infinities included
+          d = std::fabs(p - r);
+          q = std::fabs(r);
+        }
+        const double rel = q != 0 && std::isfinite(q) ? d / q : INFINITY;
         if (!(d <= max_abs)) max_abs = d;
         if (!(rel <= max_rel)) max_rel = rel;
-        if (!(d <= atol + rtol * std::fabs(q))) {
+        if (!(d <= atol + rtol * q)) {
           ++beyond;
-          if (listed.size() < max_report) {
-            char line[160];
-            std::snprintf(line, sizeof line, " %s %s %.6g", value_text(DType::float64, x.data() + 8 * e, la[k]->dtype).c_str(),
-                          value_text(DType::float64, y.data() + 8 * e, lb[k]->dtype).c_str(), d);
-            listed.push_back("  " + index_text(e, la[k]->shape) + line);
-          }
+          if (listed.size() < max_report)
+            listed.push_back("  " + index_text(e, la[k]->shape) + " " + element_text(x, e, la[k]->dtype) + " " +
+                             element_text(y, e, lb[k]->dtype) + " " + number_text(d));
         }
       }
       if (beyond) {
-        char buf[160];
-        std::snprintf(buf, sizeof buf, "max abs %.6g, max rel %.6g, %zu of %zu elements beyond tolerance", max_abs,
-                      max_rel, beyond, n);
-        out << "values differ: " << prefix << key_label(k) << ": " << buf << "\n";
+        out << "values differ: " << prefix << key_label(k) << ": max abs " << number_text(max_abs) << ", max rel "
+            << number_text(max_rel) << ", " << beyond << " of " << n << " elements beyond tolerance\n";
         for (const auto& l : listed) out << l << "\n";
         if (beyond > listed.size() && max_report) out << "  ... (--max-report N lists more)\n";
         ++differences;

@@ -187,11 +187,7 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
     while (d > 0 && ++pick[d - 1] == runs[d - 1].size()) pick[--d] = 0;
     if (d == 0) break;
   }
-  const DType as = leaf->dtype == DType::bool_ ? DType::bool_
-                   : is_float_dtype(leaf->dtype) ? DType::float64
-                   : (leaf->dtype == DType::uint64 || leaf->dtype == DType::uint32 || leaf->dtype == DType::uint16 ||
-                      leaf->dtype == DType::uint8) ? DType::uint64
-                                                    : DType::int64;
+  const DType as = printed_dtype(leaf->dtype);
   const bool empty = element_count(box.shape) == 0;
   std::map<std::string, ArrayValue> got;
   LoadReport report;
