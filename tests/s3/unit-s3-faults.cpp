@@ -21,6 +21,11 @@
 
 #include <spawn.h>
 #include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <poll.h>
+#include <unistd.h>
 
 extern char** environ;
 
@@ -449,6 +454,78 @@ TEST_CASE("S3 faults: transient failures are retried, each kind") {
   server().fault_at(1, "503", 10);
   CHECK_CAIRN_ERROR(cairn::load<State>({s, "ck"}), ErrorKind::io, "after 3 attempts; the last: HTTP 503 SlowDown");
   server().reset();
+}
+
+namespace {
+// A port on 127.0.0.1 with a listening socket (listener >= 0), or none (where nothing listens).
+int loopback_listener(int& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  port = ntohs(a.sin_port);
+  return fd;
+}
+}  // namespace
+
+// A wrong endpoint (a typo, a local server not started) is found in three attempts where it
+// took max_attempts (8, a quarter of a minute of backoff), and the error names the endpoint
+// and where it came from. An endpoint that has answered once gets every attempt: it is down.
+TEST_CASE("S3: an endpoint that never answered fails in three attempts, named with its source; one that did gets all") {
+  int port = 0;
+  ::close(loopback_listener(port));  // nothing listens there now
+  cairn::S3Options o;
+  o.access_key_id = "AKID";
+  o.secret_access_key = "secret";
+  o.region = "us-east-1";
+  o.max_attempts = 8;
+  o.backoff_base = std::chrono::milliseconds(1);
+  o.backoff_cap = std::chrono::milliseconds(5);
+  const std::string endpoint = "http://127.0.0.1:" + std::to_string(port);
+  {
+    o.endpoint = endpoint;
+    cairn::S3Store never("s3", "bucket", o);
+    CHECK_CAIRN_ERROR(never.exists("k"), ErrorKind::io,
+                      "HEAD failed after 3 attempts: the request to " + endpoint + " (the endpoint: S3Options::endpoint) failed: ");
+    CHECK_CAIRN_ERROR(never.exists("k"), ErrorKind::io, "it has not answered since this store was opened: check the endpoint");
+    ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
+    o.endpoint.clear();
+    cairn::S3Store from_env("s3", "bucket", o);
+    CHECK_CAIRN_ERROR(from_env.exists("k"), ErrorKind::io, "(the endpoint: AWS_ENDPOINT_URL) failed");
+    ::unsetenv("AWS_ENDPOINT_URL");
+  }
+  // An endpoint that answers (404: the key is not there), then is gone.
+  const int fd = loopback_listener(port);
+  o.endpoint = "http://127.0.0.1:" + std::to_string(port);
+  o.low_speed_time = std::chrono::seconds(2);
+  std::atomic<bool> stop{false};
+  std::thread answer([fd, &stop] {
+    while (!stop) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 20) != 1) continue;
+      const int c = ::accept(fd, nullptr, nullptr);
+      std::string request;
+      char buf[4096];
+      while (request.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = ::read(c, buf, sizeof buf);
+        if (n <= 0) break;
+        request.append(buf, static_cast<std::size_t>(n));
+      }
+      const std::string reply = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      CHECK(::write(c, reply.data(), reply.size()) == static_cast<ssize_t>(reply.size()));
+      ::close(c);
+    }
+  });
+  cairn::S3Store once("s3", "bucket", o);
+  CHECK(!once.is_blob("k"));
+  stop = true;
+  answer.join();
+  ::close(fd);
+  CHECK_CAIRN_ERROR(once.is_blob("k"), ErrorKind::io, "HEAD failed after 8 attempts; the last: the request to " + o.endpoint);
 }
 
 TEST_CASE("S3 faults: conditional writes: If-None-Match and If-Match answer 412, and cairn says so") {

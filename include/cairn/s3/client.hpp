@@ -7,6 +7,7 @@
 // status, S3's error code and message, and the request id; never a credential.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -697,10 +698,19 @@ class Client {
       if (ending_soon(*creds) && refresh_credentials(*creds, true)) creds = credentials();
       HttpResponse r = attempt(c, *creds);
       if (r.transport != CURLE_OK) {
-        last = "the request failed: " + r.transport_error;
+        last = "the request to " + config_.endpoint + " (the endpoint: " + config_.endpoint_from + ") failed: " + r.transport_error;
+        // An endpoint that has never answered and cannot be found or connected to is most
+        // likely a wrong one (a typo, a local server not started): three attempts, a second or
+        // so, rather than a quarter of a minute of backoff. Once it has answered, the same
+        // failure is an outage, and gets every attempt.
+        const bool unreachable = r.transport == CURLE_COULDNT_RESOLVE_HOST || r.transport == CURLE_COULDNT_CONNECT;
+        if (unreachable && !reached_.load() && attempt_no + 1 >= std::min(attempts, first_contact_attempts))
+          throw Error(ErrorKind::io, c.method + " failed after " + std::to_string(attempt_no + 1) + " attempts: " + last +
+                      "; it has not answered since this store was opened: check the endpoint", what);
         if (retryable_transport(r.transport)) continue;
         throw Error(r.transport == CURLE_OPERATION_TIMEDOUT ? ErrorKind::timeout : ErrorKind::io, c.method + " " + last, what);
       }
+      reached_.store(true);
       const bool ok = r.status >= 200 && r.status < 300;
       if (ok && c.sink && r.sink_received != c.sink_size) {  // a short or long body
         last = "the response carried " + std::to_string(r.sink_received) + (r.body_overflow ? "+" : "") + " of " +
@@ -784,6 +794,9 @@ class Client {
   std::chrono::steady_clock::time_point no_renewal_before_ = {};  // (under refresh_mutex_)
   HttpClient http_;
   std::atomic<std::uint64_t> requests_{0};
+  // Whether the endpoint has answered a request (any HTTP status) since the store was opened.
+  std::atomic<bool> reached_{false};
+  static constexpr int first_contact_attempts = 3;
   cairn::detail::Once region_once_;
   std::atomic<bool> conditional_ok_{true};
   std::atomic<bool> batch_delete_{true};

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "cairn/core/config.hpp"
 #include "cairn/core/error.hpp"
@@ -251,6 +252,7 @@ struct ResolvedConfig {
   Credentials credentials;
   bool path_style = true;
   bool custom_endpoint = false;
+  std::string endpoint_from;  // where the endpoint came from, for errors that name it
   bool region_known = false;  // from the caller, the environment or a profile: not asked of the bucket
   bool conditions_enforced = false;  // S3Options::conditional_writes_enforced, resolved
 };
@@ -275,9 +277,14 @@ inline ResolvedConfig resolve_config(const std::string& scheme, const std::strin
     if (!r.empty() && c.region.empty()) c.region = r;
   c.region_known = !c.region.empty();
   std::string endpoint = o.endpoint;
-  for (const std::string& e : {env("AWS_ENDPOINT_URL_S3"), env("AWS_ENDPOINT_URL"), env("S3_ENDPOINT_URL"),
-                               from_profile("endpoint_url")})
-    if (endpoint.empty()) endpoint = e;
+  c.endpoint_from = "S3Options::endpoint";
+  const std::pair<std::string, const char*> sources[] = {{env("AWS_ENDPOINT_URL_S3"), "AWS_ENDPOINT_URL_S3"},
+                                                         {env("AWS_ENDPOINT_URL"), "AWS_ENDPOINT_URL"},
+                                                         {env("S3_ENDPOINT_URL"), "S3_ENDPOINT_URL"},
+                                                         {from_profile("endpoint_url"), "the profile's endpoint_url"}};
+  for (const auto& [e, from] : sources)
+    if (endpoint.empty() && !e.empty()) endpoint = e, c.endpoint_from = from;
+  if (endpoint.empty()) c.endpoint_from = scheme == "gs" ? "Google Cloud Storage's" : "AWS's, for the region";
   if (scheme == "gs") {
     if (endpoint.empty()) endpoint = "https://storage.googleapis.com";
     if (c.region.empty()) c.region = "auto";
