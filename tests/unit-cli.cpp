@@ -300,7 +300,10 @@ TEST_CASE("show: values, slices, numpy-like abbreviation, reading only what it p
   CHECK_MESSAGE(has(r.err, "'layers' is a subtree, not a leaf: its leaves are layers/l0, layers/l1, layers/l2, layers/l3, "
                            "layers/l4, layers/l5, layers/l6, layers/l7, ... (10 in all)"), r.err);
   r = cli({"show", dir / "layered", "layer"});
-  CHECK(has(r.err, "no leaf 'layer' (cairn ls lists them)"));
+  CHECK_MESSAGE(has(r.err, "no leaf 'layer'; the top of the tree holds layers; did you mean 'layers/l0'?") == false, r.err);
+  CHECK_MESSAGE(has(r.err, "no leaf 'layer'; the top of the tree holds layers (cairn ls lists them)"), r.err);
+  r = cli({"show", dir / "layered", "layers/L3"});  // a typo: what is there, and the leaf meant
+  CHECK_MESSAGE(has(r.err, "no leaf 'layers/L3'; 'layers' holds l0, l1, l2, l3, l4, l5, l6, l7, l8, l9; did you mean 'layers/l3'?"), r.err);
   r = cli({"show", c, "w[-1]"});
   CHECK(has(r.out, "[20.5, 21.5, 22.5, 23.5]"));
   r = cli({"show", c, "w[1, 2]"});

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "test_util.hpp"
+#include <cairn/checkpoint/missing_key.hpp>
 
+#include <algorithm>
+#include <random>
 #include <set>
 #include <unordered_map>
 
@@ -122,6 +125,69 @@ TEST_CASE("a subtree loads into a smaller type, and a single leaf by key path") 
   } catch (const cairn::Error& e) {
     CHECK(e.file() == std::string(dir / "c"));
     CHECK(e.key_path() == "params/dense9");
+  }
+}
+
+// A key that is not there: the error says what the deepest part of it that is there holds,
+// and names a stored leaf a typo away.
+TEST_CASE("a subtree or leaf that is not there: what its deepest stored part holds, and a leaf a typo away") {
+  test::TempDir dir;
+  std::map<std::string, std::vector<std::vector<float>>> m{{"layers", {{1}, {2}, {3}}}, {"emb", {{4}}}};
+  cairn::save(dir / "c", m);
+  CHECK_CAIRN_ERROR(cairn::load_subtree<std::vector<float>>(dir / "c", "layer/1"), cairn::ErrorKind::not_found,
+                    "no subtree 'layer/1'; the top of the tree holds emb, layers; did you mean 'layers/1'?");
+  CHECK_CAIRN_ERROR(cairn::load_subtree<std::vector<float>>(dir / "c", "layers/7"), cairn::ErrorKind::not_found,
+                    "no subtree 'layers/7'; 'layers' holds 0, 1, 2");
+  try {
+    cairn::load_subtree<std::vector<float>>(dir / "c", "layers/7");
+  } catch (const cairn::Error& e) {
+    CHECK(std::string(e.what()).find("did you mean") == std::string::npos);  // another index is no better a guess
+  }
+  CHECK_CAIRN_ERROR(cairn::read_arrays(dir / "c", {"emb/O"}), cairn::ErrorKind::not_found,
+                    "no leaf 'emb/O'; 'emb' holds 0; did you mean 'emb/0'?");
+  CHECK_CAIRN_ERROR(cairn::read_arrays(dir / "c", {"zzzzzz"}), cairn::ErrorKind::not_found,
+                    "no leaf 'zzzzzz'; the top of the tree holds emb, layers (cairn ls lists them)");
+  // Indices listed in their order, escaped keys as they print.
+  std::map<std::string, std::vector<float>> many;
+  for (int i = 0; i < 12; ++i) many["k" + std::to_string(i)] = {1};
+  many["a/b"] = {2};
+  cairn::save(dir / "d", std::vector<std::map<std::string, std::vector<float>>>(11, many));
+  CHECK_CAIRN_ERROR(cairn::read_arrays(dir / "d", {"12/k1"}), cairn::ErrorKind::not_found,
+                    "the top of the tree holds 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 (cairn");
+  CHECK_CAIRN_ERROR(cairn::read_arrays(dir / "d", {"3/a%2Fc"}), cairn::ErrorKind::not_found,
+                    "'3' holds k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11, ... (13 in all); did you mean '3/a%2Fb'?");
+}
+
+// The bounded edit distance against the whole table, on random strings of a small alphabet.
+TEST_CASE("the bounded edit distance agrees with the full one wherever it is within its bound") {
+  std::mt19937_64& g = test::rng();
+  const auto full = [](const std::string& a, const std::string& b) {
+    std::vector<std::vector<std::size_t>> t(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+    for (std::size_t i = 0; i <= a.size(); ++i) t[i][0] = i;
+    for (std::size_t j = 0; j <= b.size(); ++j) t[0][j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i)
+      for (std::size_t j = 1; j <= b.size(); ++j)
+        t[i][j] = std::min({t[i - 1][j] + 1, t[i][j - 1] + 1, t[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    return t[a.size()][b.size()];
+  };
+  for (int round = 0; round < 3000; ++round) {
+    std::string a, b;
+    for (std::size_t n = g() % 9; n > 0; --n) a += static_cast<char>('a' + g() % 3);
+    b = a;
+    for (std::size_t edits = g() % 4; edits > 0; --edits) {  // a few edits of a, or another string
+      const std::size_t at = b.empty() ? 0 : g() % (b.size() + 1);
+      switch (g() % 3) {
+        case 0: b.insert(at, 1, static_cast<char>('a' + g() % 3)); break;
+        case 1: if (at < b.size()) b.erase(at, 1); break;
+        default: if (at < b.size()) b[at] = static_cast<char>('a' + g() % 3);
+      }
+    }
+    const std::size_t most = g() % 4;
+    const std::size_t d = full(a, b);
+    CAPTURE(a);
+    CAPTURE(b);
+    CAPTURE(most);
+    CHECK(cairn::detail::edit_distance_at_most(a, b, most) == std::min(d, most + 1));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cairn/checkpoint/load_plan.hpp"
+#include "cairn/checkpoint/missing_key.hpp"
 #include "cairn/checkpoint/stored_index.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -18,8 +19,11 @@ namespace detail {
 CAIRN_API LoadPlanner::LoadPlanner(const StoredIndex& index, const LoadOptions& options)
     : index_(index), options_(options), prefix_(canonical_key(options.subtree)), visited_(index.item().leaves.size(), 0) {
   plan_.leaves.reserve(index.item().leaves.size());  // usually each stored leaf once: no regrowth
-  if (!prefix_.empty() && !index.leaf(prefix_) && !index.has_node(prefix_))
-    throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix_ + "'", {}, prefix_);
+  if (!prefix_.empty() && !index.leaf(prefix_) && !index.has_node(prefix_)) {
+    std::vector<std::string> keys;
+    for (const auto& l : index.item().leaves) keys.push_back(l.key());
+    throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix_ + "'" + missing_key_hint(keys, prefix_), {}, prefix_);
+  }
 }
 
 CAIRN_API LoadPlanner::~LoadPlanner() = default;

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "cairn/checkpoint/load.hpp"
+#include "cairn/checkpoint/missing_key.hpp"
 #include "cairn/checkpoint/stored_index.hpp"
 #include "cairn/core/parallel.hpp"
 #include "cairn/core/utf8.hpp"
@@ -379,7 +380,10 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
           throw Error(ErrorKind::not_found, "'" + k + "' is a subtree, not a leaf: its leaves are " + detail::listed_names(under),
                       location.describe(), k);
         }
-        throw Error(ErrorKind::not_found, "no leaf '" + k + "' (cairn ls lists them)", location.describe(), k);
+        std::vector<std::string> stored;
+        for (const auto& l : index.item().leaves) stored.push_back(l.key());
+        throw Error(ErrorKind::not_found, "no leaf '" + k + "'" + detail::missing_key_hint(stored, k) + " (cairn ls lists them)",
+                    location.describe(), k);
       }
     const std::unordered_set<std::string> wanted(keys.begin(), keys.end());  // (a find per leaf was quadratic)
     for (const auto& l : index.item().leaves) {
