@@ -231,6 +231,10 @@ TEST_CASE("Eigen keeps the logical shape across memory orders and refuses fixed 
   CHECK(big_row == big.cast<float>());
   Eigen::Matrix<float, 3, 2> wrong;
   CHECK_CAIRN_ERROR(cairn::load(dir / "m", wrong), cairn::ErrorKind::shape_mismatch, "[2, 3]");
+  // A dimension of any extent says so, not Eigen::Dynamic's -1.
+  Eigen::Matrix<float, 3, Eigen::Dynamic> three_rows;
+  CHECK_CAIRN_ERROR(cairn::load(dir / "m", three_rows), cairn::ErrorKind::shape_mismatch,
+                    "stored shape [2, 3] does not fit the target's fixed shape [3, any]");
   std::array<float, 4> fixed{};
   std::vector<float> v = {1, 2, 3};
   cairn::save(dir / "v", v);

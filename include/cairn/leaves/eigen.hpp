@@ -44,6 +44,9 @@ struct eigen_leaf {
             static_cast<std::uint64_t>(m.size()) * sizeof(Scalar)};
   }
 
+  // A dimension of the target's shape for an error: Eigen::Dynamic (-1) takes any extent.
+  static std::string extent_text(Eigen::Index n) { return n == Eigen::Dynamic ? "any" : std::to_string(n); }
+
   static LeafBuffer prepare(M& m, const StoredLeafInfo& stored) {
     const Shape& s = stored.shape;
     if (is_vector) {
@@ -62,7 +65,7 @@ struct eigen_leaf {
       if ((M::RowsAtCompileTime != Eigen::Dynamic && M::RowsAtCompileTime != r) ||
           (M::ColsAtCompileTime != Eigen::Dynamic && M::ColsAtCompileTime != c))
         throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(s) + " does not fit the target's fixed shape [" +
-                    std::to_string(M::RowsAtCompileTime) + ", " + std::to_string(M::ColsAtCompileTime) + "]");
+                    extent_text(M::RowsAtCompileTime) + ", " + extent_text(M::ColsAtCompileTime) + "]");
       m.resize(r, c);
     }
     return {dtype_of<Scalar>, is_vector ? Order::C : order, m.data(),
