@@ -91,51 +91,58 @@ inline int diff_item(const std::string& a, const std::string& b, const ItemRecor
       bytes += element_count(la[compare[i]]->shape) * 8;
       group.push_back(compare[i++]);
     }
-    std::vector<std::string> strings, numbers;
-    for (const auto& k : group) (la[k]->dtype == DType::string ? strings : numbers).push_back(k);
-    if (!strings.empty()) {
-      const auto va = progress.read(a, strings, from_item), vb = progress.read(b, strings, from_item);
-      for (const auto& k : strings)
-        if (va.at(k).bytes != vb.at(k).bytes) { out << "values differ: " << prefix << key_label(k) << " (strings)\n"; ++differences; }
+    // Strings compare as bytes, and integers (and bools) on both sides exactly: both read as
+    // stored, in one read per side. As float64 (which holds integers exactly only up to 2^53)
+    // an RNG key or a counter that differs in its low bits read as the same. Any other pair
+    // of numbers is read as float64.
+    std::vector<std::string> as_stored, strings, numbers, floats;
+    for (const auto& k : group) {
+      const bool is_string = la[k]->dtype == DType::string;
+      const bool is_float = is_float_dtype(la[k]->dtype) || is_float_dtype(lb[k]->dtype);
+      (is_string ? strings : numbers).push_back(k);
+      (is_float ? floats : as_stored).push_back(k);
     }
-    if (numbers.empty()) continue;
-    // Integers on both sides compare exactly, each side read as int64 or uint64: as float64
-    // (which holds integers exactly only up to 2^53) an RNG key or a counter that differs in
-    // its low bits read as the same. Any other pair compares as float64.
-    std::vector<std::string> floats, ints;
-    for (const auto& k : numbers)
-      (is_float_dtype(la[k]->dtype) || is_float_dtype(lb[k]->dtype) ? floats : ints).push_back(k);
-    const auto read_side = [&](const std::string& at, const std::map<std::string, const LeafRecord*>& side) {
-      std::map<std::string, ArrayValue> got = floats.empty() ? std::map<std::string, ArrayValue>{} : progress.read(at, floats, as_double);
-      for (const DType as : {DType::int64, DType::uint64, DType::bool_}) {
-        std::vector<std::string> keys;
-        for (const auto& k : ints)
-          if (printed_dtype(side.at(k)->dtype) == as) keys.push_back(k);
-        ReadArraysOptions ro = from_item;
-        ro.as = as;
-        if (!keys.empty()) got.merge(progress.read(at, keys, ro));
-      }
+    const auto read_side = [&](const std::string& at) {
+      std::map<std::string, ArrayValue> got;
+      if (!as_stored.empty()) got = progress.read(at, as_stored, from_item);
+      if (!floats.empty()) got.merge(progress.read(at, floats, as_double));
       return got;
     };
-    const auto va = read_side(a, la), vb = read_side(b, lb);
+    const auto va = read_side(a), vb = read_side(b);
+    for (const auto& k : strings)
+      if (va.at(k).bytes != vb.at(k).bytes) { out << "values differ: " << prefix << key_label(k) << " (strings)\n"; ++differences; }
     // An integer element as a sign and a magnitude (every int64 and uint64 fits).
     struct Exact {
       bool negative;
       std::uint64_t magnitude;
     };
     const auto exact_at = [](const ArrayValue& v, std::size_t e) -> Exact {
-      if (v.dtype == DType::bool_) return {false, v.bytes[e] ? 1u : 0u};
-      if (v.dtype == DType::uint64) {
-        std::uint64_t x;
-        std::memcpy(&x, v.bytes.data() + 8 * e, 8);
-        return {false, x};
+      const unsigned char* p = v.bytes.data() + e * dtype_size(v.dtype);
+      const auto from = [p](auto zero) {
+        decltype(zero) x = zero;
+        std::memcpy(&x, p, sizeof x);
+        return x;
+      };
+      const auto from_signed = [](std::int64_t x) {
+        return x < 0 ? Exact{true, std::uint64_t{0} - static_cast<std::uint64_t>(x)} : Exact{false, static_cast<std::uint64_t>(x)};
+      };
+      switch (v.dtype) {
+        case DType::bool_: return {false, *p ? 1u : 0u};
+        case DType::uint8: return {false, from(std::uint8_t{0})};
+        case DType::uint16: return {false, from(std::uint16_t{0})};
+        case DType::uint32: return {false, from(std::uint32_t{0})};
+        case DType::uint64: return {false, from(std::uint64_t{0})};
+        case DType::int8: return from_signed(from(std::int8_t{0}));
+        case DType::int16: return from_signed(from(std::int16_t{0}));
+        case DType::int32: return from_signed(from(std::int32_t{0}));
+        default: return from_signed(from(std::int64_t{0}));
       }
-      std::int64_t x;
-      std::memcpy(&x, v.bytes.data() + 8 * e, 8);
-      return x < 0 ? Exact{true, std::uint64_t{0} - static_cast<std::uint64_t>(x)} : Exact{false, static_cast<std::uint64_t>(x)};
     };
-    const auto element_text = [](const ArrayValue& v, std::size_t e, DType stored) {
-      return value_text(v.dtype, v.bytes.data() + (v.dtype == DType::bool_ ? e : 8 * e), stored);
+    const auto element_text = [&](const ArrayValue& v, std::size_t e, DType stored) {
+      if (is_float_dtype(v.dtype)) return value_text(v.dtype, v.bytes.data() + 8 * e, stored);
+      if (v.dtype == DType::bool_) return value_text(DType::bool_, v.bytes.data() + e);
+      const Exact x = exact_at(v, e);
+      return (x.negative ? "-" : "") + std::to_string(x.magnitude);
     };
     const auto number_text = [](double x) {  // printf writes a NaN's sign ("-nan")
       if (std::isnan(x)) return std::string("nan");
@@ -146,7 +153,7 @@ inline int diff_item(const std::string& a, const std::string& b, const ItemRecor
     for (const auto& k : numbers) {
       const ArrayValue& x = va.at(k);
       const ArrayValue& y = vb.at(k);
-      const bool exact = x.dtype != DType::float64;
+      const bool exact = !is_float_dtype(x.dtype);
       const std::size_t n = static_cast<std::size_t>(x.elements());
       double max_abs = 0, max_rel = 0;
       std::size_t beyond = 0;

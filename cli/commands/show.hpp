@@ -154,9 +154,7 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
     }
     if (count > 8) under += ", ... (" + std::to_string(count) + " in all)";
     if (count) throw Error(ErrorKind::not_found, "'" + key + "' is a subtree, not a leaf: its leaves are " + under, path, key);
-    std::vector<std::string> stored;
-    for (const auto& l : stored_item->leaves) stored.push_back(l.key());
-    throw Error(ErrorKind::not_found, "no leaf '" + key + "'" + detail::missing_key_hint(stored, key) + " (cairn ls lists them)",
+    throw Error(ErrorKind::not_found, "no leaf '" + key + "'" + detail::missing_key_hint(stored_item->leaves, key) + " (cairn ls lists them)",
                 path, key);
   }
   ProgressLine line(progress, "reading " + key);

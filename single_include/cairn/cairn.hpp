@@ -13125,9 +13125,11 @@ inline std::size_t edit_distance_at_most(std::string_view a, std::string_view b,
   std::vector<std::size_t> prev(b.size() + 1, none), cur(b.size() + 1, none);
   for (std::size_t j = 0; j <= std::min(b.size(), most); ++j) prev[j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::fill(cur.begin(), cur.end(), none);
+    // Only the band is written; the cell left of it is read, and cells right of it were
+    // never written (none).
     const std::size_t from = i > most ? i - most : 0, to = std::min(b.size(), i + most);
     if (from == 0) cur[0] = i;
+    else cur[from - 1] = none;
     std::size_t row_best = from == 0 ? cur[0] : none;
     for (std::size_t j = std::max<std::size_t>(from, 1); j <= to; ++j) {
       std::size_t d = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
@@ -13143,8 +13145,11 @@ inline std::size_t edit_distance_at_most(std::string_view a, std::string_view b,
 
 // "; 'layers' holds 0, 1, 2" (the deepest part of `wanted` that stored leaves lie under, and
 // what it holds), then "; did you mean 'layers/1/w'?" where one stored leaf is at most two
-// edits away (looked for among up to 100,000 leaves). `leaves` are the stored leaves' keys.
-inline std::string missing_key_hint(const std::vector<std::string>& leaves, const std::string& wanted) {
+// edits away (looked for among up to 100,000 leaves).
+inline std::string missing_key_hint(const std::vector<LeafRecord>& stored, const std::string& wanted) {
+  std::vector<std::string> leaves;
+  leaves.reserve(stored.size());
+  for (const auto& l : stored) leaves.push_back(l.key());
   const std::vector<std::string> want = split_key_path(wanted);
   std::size_t depth = 0;  // segments of `wanted` that some stored leaf starts with
   std::vector<std::vector<std::string>> split;
@@ -13363,9 +13368,8 @@ CAIRN_API LoadPlanner::LoadPlanner(const StoredIndex& index, const LoadOptions& 
     : index_(index), options_(options), prefix_(canonical_key(options.subtree)), visited_(index.item().leaves.size(), 0) {
   plan_.leaves.reserve(index.item().leaves.size());  // usually each stored leaf once: no regrowth
   if (!prefix_.empty() && !index.leaf(prefix_) && !index.has_node(prefix_)) {
-    std::vector<std::string> keys;
-    for (const auto& l : index.item().leaves) keys.push_back(l.key());
-    throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix_ + "'" + missing_key_hint(keys, prefix_), {}, prefix_);
+    throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix_ + "'" + missing_key_hint(index.item().leaves, prefix_),
+                {}, prefix_);
   }
 }
 
@@ -16936,9 +16940,7 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
           throw Error(ErrorKind::not_found, "'" + k + "' is a subtree, not a leaf: its leaves are " + detail::listed_names(under),
                       location.describe(), k);
         }
-        std::vector<std::string> stored;
-        for (const auto& l : index.item().leaves) stored.push_back(l.key());
-        throw Error(ErrorKind::not_found, "no leaf '" + k + "'" + detail::missing_key_hint(stored, k) + " (cairn ls lists them)",
+        throw Error(ErrorKind::not_found, "no leaf '" + k + "'" + detail::missing_key_hint(index.item().leaves, k) + " (cairn ls lists them)",
                     location.describe(), k);
       }
     const std::unordered_set<std::string> wanted(keys.begin(), keys.end());  // (a find per leaf was quadratic)

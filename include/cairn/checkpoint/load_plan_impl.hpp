@@ -20,9 +20,8 @@ CAIRN_API LoadPlanner::LoadPlanner(const StoredIndex& index, const LoadOptions& 
     : index_(index), options_(options), prefix_(canonical_key(options.subtree)), visited_(index.item().leaves.size(), 0) {
   plan_.leaves.reserve(index.item().leaves.size());  // usually each stored leaf once: no regrowth
   if (!prefix_.empty() && !index.leaf(prefix_) && !index.has_node(prefix_)) {
-    std::vector<std::string> keys;
-    for (const auto& l : index.item().leaves) keys.push_back(l.key());
-    throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix_ + "'" + missing_key_hint(keys, prefix_), {}, prefix_);
+    throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix_ + "'" + missing_key_hint(index.item().leaves, prefix_),
+                {}, prefix_);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cairn/core/key_path.hpp"
+#include "cairn/format/records.hpp"
 #include "cairn/format/root_layout.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -24,9 +25,11 @@ inline std::size_t edit_distance_at_most(std::string_view a, std::string_view b,
   std::vector<std::size_t> prev(b.size() + 1, none), cur(b.size() + 1, none);
   for (std::size_t j = 0; j <= std::min(b.size(), most); ++j) prev[j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::fill(cur.begin(), cur.end(), none);
+    // Only the band is written; the cell left of it is read, and cells right of it were
+    // never written (none).
     const std::size_t from = i > most ? i - most : 0, to = std::min(b.size(), i + most);
     if (from == 0) cur[0] = i;
+    else cur[from - 1] = none;
     std::size_t row_best = from == 0 ? cur[0] : none;
     for (std::size_t j = std::max<std::size_t>(from, 1); j <= to; ++j) {
       std::size_t d = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
@@ -42,8 +45,11 @@ inline std::size_t edit_distance_at_most(std::string_view a, std::string_view b,
 
 // "; 'layers' holds 0, 1, 2" (the deepest part of `wanted` that stored leaves lie under, and
 // what it holds), then "; did you mean 'layers/1/w'?" where one stored leaf is at most two
-// edits away (looked for among up to 100,000 leaves). `leaves` are the stored leaves' keys.
-inline std::string missing_key_hint(const std::vector<std::string>& leaves, const std::string& wanted) {
+// edits away (looked for among up to 100,000 leaves).
+inline std::string missing_key_hint(const std::vector<LeafRecord>& stored, const std::string& wanted) {
+  std::vector<std::string> leaves;
+  leaves.reserve(stored.size());
+  for (const auto& l : stored) leaves.push_back(l.key());
   const std::vector<std::string> want = split_key_path(wanted);
   std::size_t depth = 0;  // segments of `wanted` that some stored leaf starts with
   std::vector<std::vector<std::string>> split;

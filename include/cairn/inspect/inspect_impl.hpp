@@ -380,9 +380,7 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
           throw Error(ErrorKind::not_found, "'" + k + "' is a subtree, not a leaf: its leaves are " + detail::listed_names(under),
                       location.describe(), k);
         }
-        std::vector<std::string> stored;
-        for (const auto& l : index.item().leaves) stored.push_back(l.key());
-        throw Error(ErrorKind::not_found, "no leaf '" + k + "'" + detail::missing_key_hint(stored, k) + " (cairn ls lists them)",
+        throw Error(ErrorKind::not_found, "no leaf '" + k + "'" + detail::missing_key_hint(index.item().leaves, k) + " (cairn ls lists them)",
                     location.describe(), k);
       }
     const std::unordered_set<std::string> wanted(keys.begin(), keys.end());  // (a find per leaf was quadratic)
