@@ -184,8 +184,8 @@ inline Json step_json(const std::string& name) {
 // them: the shortest text that reads back as the same value of the stored dtype (a float32's
 // 0.01 is "0.01", not 0.0099999998). `p` holds a bool, an int64, a uint64 or a float64, as
 // `as` says; `stored` is the leaf's own dtype.
-// The dtype `show` and `diff` read a leaf as: its integers exactly (int64 or uint64: a
-// float64 holds integers exactly only up to 2^53), its floats as float64.
+// The dtype `show` reads a leaf as: its integers exactly (int64 or uint64: a float64 holds
+// integers exactly only up to 2^53), its floats as float64. (`diff` reads integers as stored.)
 inline DType printed_dtype(DType stored) {
   switch (stored) {
     case DType::bool_: return DType::bool_;
