@@ -15,7 +15,7 @@ namespace cairn::cli {
 inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
   Json list = Json::array();
   for (const InspectedStep& s : root.steps) {
-    Json step = Json::object({{"step", step_json(s.name)}, {"latest", s.latest}});
+    Json step = Json::object({{"step", step_json(s.name)}, {"kind", location_kind_name(s.kind)}, {"latest", s.latest}});
     if (!s.error.empty()) {
       step["error"] = s.error;
     } else {
@@ -56,6 +56,8 @@ inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
   for (std::size_t i = 0; i < root.steps.size(); ++i) {
     const Json& s = list.as_array()[i];
     out << "  " << root.steps[i].name << (s.at("latest").as_bool() ? " (latest)" : "");
+    // Another system's checkpoint (an Orbax CheckpointManager's step, or one beside cairn's).
+    if (root.steps[i].kind != LocationKind::checkpoint) out << "  " << location_kind_name(root.steps[i].kind);
     if (const Json* e = s.find("error")) out << "  damaged: " << e->as_string();
     if (const Json* c = s.find("created")) out << "  " << c->as_string() << "  " << human_bytes(static_cast<std::uint64_t>(s.at("bytes").as_int()));
     if (const Json* m = s.find("metrics"); m && m->size()) out << "  " << m->dump();

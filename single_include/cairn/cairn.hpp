@@ -5721,6 +5721,9 @@ CAIRN_API const char* location_kind_name(LocationKind kind);
 // One step of a Checkpointer root, as inspect finds it.
 struct InspectedStep {
   std::string name;       // the step's directory name ("100")
+  // checkpoint (cairn's), or another system's checkpoint in the directory (orbax: a
+  // CheckpointManager's step, or one among cairn's)
+  LocationKind kind = LocationKind::checkpoint;
   bool latest = false;    // named by the root's `latest` marker
   std::string created;    // ISO 8601, from its metadata
   std::uint64_t bytes = 0;
@@ -5756,8 +5759,8 @@ struct Inspection {
 // Says what is at `location` and reads its metadata (no array data). A name ending in
 // ".safetensors" or ".index.json" (a sharded set's index) is safetensors; an Orbax checkpoint
 // is one where cairn/orbax.hpp is included; a directory that is not a checkpoint but holds
-// committed checkpoints (or Orbax checkpoints in step directories: a CheckpointManager's root)
-// is a Checkpointer root. Anything else is read as a checkpoint, and its errors are the
+// committed checkpoints (cairn's, or Orbax's under any names: a CheckpointManager's root, or
+// exports beside cairn's, each InspectedStep::kind saying which) is a Checkpointer root. Anything else is read as a checkpoint, and its errors are the
 // load's (not_found, incomplete, corrupt, ...).
 // `safetensors`: how a safetensors file's tensor names become key paths (its separator, and
 // whether save_model's tied names are leaves too); anything else ignores it.
@@ -16513,6 +16516,7 @@ CAIRN_END_NAMESPACE
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <unordered_set>
 
 // ----- begin cairn/inspect/formats.hpp -----
@@ -16644,7 +16648,7 @@ struct RootReading {
   bool read_steps = true;  // false (verify): the steps' metadata is read later, one at a time
   std::optional<std::vector<StoreEntry>> listing;
   std::map<std::string, InspectedStep> steps;  // the steps read that way (`error` where it failed)
-  bool foreign = false;                        // the steps are another system's (Orbax's CheckpointManager)
+  std::set<std::string> foreign;               // the steps that are another system's checkpoints (Orbax's)
 };
 
 // What `cairn ls` shows of a step.
@@ -16699,6 +16703,37 @@ inline std::vector<std::string> read_children(const Location& location, RootRead
   return names;
 }
 
+// The directories under `key` (its `listing`) that are finished checkpoints of another
+// system's format (ForeignFormat), under any name, leaving out `cairn_names` (cairn's own
+// committed checkpoints there); in step order. Each other directory is listed, parallel_reads()
+// at a time; one that cannot be listed is none.
+inline std::vector<std::string> foreign_children(const Store& store, const std::string& key,
+                                                 const std::vector<StoreEntry>& listing,
+                                                 const std::vector<std::string>& cairn_names) {
+  {
+    std::lock_guard<std::mutex> lock(foreign_formats_mutex());
+    if (foreign_formats().empty()) return {};
+  }
+  const std::unordered_set<std::string> cairn(cairn_names.begin(), cairn_names.end());
+  std::vector<std::string> candidates;
+  for (const auto& e : listing)
+    if (e.is_prefix && !store.is_internal_name(e.name) && !cairn.count(e.name)) candidates.push_back(e.name);
+  std::vector<char> found(candidates.size(), 0);
+  for_each_index(candidates.size(), store.parallel_reads(), [&](std::size_t i) {
+    const std::string at = join_key(key, candidates[i]);
+    try {
+      // (An unfinished one named like a step is listed as incomplete by inspect_root.)
+      if (const ForeignFormat* f = foreign_format_at(store, at)) found[i] = !f->finished || f->finished(store, at);
+    } catch (const Error&) {
+    }
+  });
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    if (found[i]) names.push_back(std::move(candidates[i]));
+  sort_in_step_order(names);
+  return names;
+}
+
 // What is at `location`; for a Checkpointer root, `steps` receives its committed steps (the
 // listing that decided it, so that nobody lists the root again).
 // `committed`: whether it is a committed cairn checkpoint, where the caller knows already;
@@ -16717,25 +16752,18 @@ inline LocationKind location_kind(const Location& location, std::vector<std::str
     if (format) *format = f;
     return f->kind;
   }
-  std::vector<std::string> names = root ? read_children(location, *root) : committed_children(store, location.key());
-  if (names.empty()) {
-    // Another system's manager root (Orbax's CheckpointManager): step directories that are
-    // checkpoints of a registered format.
-    bool any = false;
-    {
-      std::lock_guard<std::mutex> lock(foreign_formats_mutex());
-      any = !foreign_formats().empty();
-    }
-    if (any)
-      for (const auto& e : root ? *root->listing : store.list(location.key()))
-        if (e.is_prefix && looks_like_step_name(e.name))
-          if (const ForeignFormat* f = foreign_format_at(store, join_key(location.key(), e.name));
-              f && (!f->finished || f->finished(store, join_key(location.key(), e.name))))
-            names.push_back(e.name);  // (an unfinished one is listed as incomplete by inspect_root)
-    if (names.empty()) return LocationKind::checkpoint;  // read as one, for the load's own error
-    sort_in_step_order(names);
-    if (root) root->foreign = true;
-  }
+  std::optional<std::vector<StoreEntry>> listed;
+  if (!root) listed = store.list(location.key());
+  std::vector<std::string> names = root ? read_children(location, *root) : committed_children(store, location.key(), &*listed);
+  const std::vector<StoreEntry>& listing = root ? *root->listing : *listed;
+  // Other systems' checkpoints in it (Orbax's: a CheckpointManager's steps, or exports under
+  // any name), beside cairn's or instead of them: listed and verified with them, never left
+  // out unsaid (`cairn verify` of a directory said OK having checked only cairn's).
+  std::vector<std::string> foreign = foreign_children(store, location.key(), listing, names);
+  if (names.empty() && foreign.empty()) return LocationKind::checkpoint;  // read as one, for the load's own error
+  if (root) root->foreign.insert(foreign.begin(), foreign.end());
+  names.insert(names.end(), std::make_move_iterator(foreign.begin()), std::make_move_iterator(foreign.end()));
+  sort_in_step_order(names);
   if (steps) *steps = std::move(names);
   return LocationKind::checkpointer_root;
 }
@@ -16892,7 +16920,7 @@ CAIRN_API Inspection inspect(const Location& given, const SafetensorsOptions& sa
     Inspection out = detail::inspect_root(location, std::move(names), root.listing ? &*root.listing : nullptr);
     // Another system's manager root (Orbax's CheckpointManager) keeps no `latest` marker: its
     // latest step is the highest, and nothing is missing.
-    if (!out.latest_marker && root.foreign) out.latest_problem.clear();
+    if (!out.latest_marker && !root.foreign.empty() && root.foreign.size() == out.steps.size()) out.latest_problem.clear();
     // Each step's metadata, Store::parallel_reads() at a time (a bucket's round trips).
     detail::for_each_index(out.steps.size(), location.store().parallel_reads(), [&](std::size_t i) {
       InspectedStep& step = out.steps[i];
@@ -16903,8 +16931,12 @@ CAIRN_API Inspection inspect(const Location& given, const SafetensorsOptions& sa
         return;
       }
       try {
-        // A step the listing found committed is a cairn checkpoint: no other format is asked.
-        detail::summarize_step(detail::metadata_of(location / step.name, !root.foreign), step);
+        // A cairn checkpoint is read as one (no other format is asked); another system's through its format.
+        const Location at = location / step.name;
+        const bool foreign = root.foreign.count(step.name) != 0;
+        const detail::ForeignFormat* step_format = foreign ? detail::foreign_format_at(at.store(), at.key()) : nullptr;
+        if (step_format) step.kind = step_format->kind;
+        detail::summarize_step(detail::metadata_of(at, !foreign, step_format), step);
       } catch (const Error& e) {
         step.error = e.what();
       }
@@ -17114,8 +17146,8 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
       one.path = at.describe();
       one.checkpoints.push_back(one.path);
       try {
-        // The steps of a cairn root are cairn checkpoints: no other format is asked about them.
-        if (const detail::ForeignFormat* f = reading.foreign ? detail::foreign_format_at(store, at.key()) : nullptr) {
+        // A cairn checkpoint of the directory is one: no other format is asked about it.
+        if (const detail::ForeignFormat* f = reading.foreign.count(step.name) ? detail::foreign_format_at(store, at.key()) : nullptr) {
           one.kind = f->kind;
           one.checksummed = false;
           const detail::ForeignView view = f->open(store, at.key());

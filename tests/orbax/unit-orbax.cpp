@@ -1159,6 +1159,65 @@ TEST_CASE("an Orbax save that has not finished is incomplete, and a manager root
   CHECK(cairn::load_orbax<StepOnly>(root).step == 2);
 }
 
+// A directory holding Orbax checkpoints under any names, alone or beside cairn's: each is
+// listed and verified, none left out unsaid. (cairn ls of exports named "jax_a" and "jax_b"
+// failed, calling the directory a CheckpointManager's and pointing at load_orbax; beside a
+// cairn checkpoint they were not listed, and cairn verify said OK having checked only it.)
+TEST_CASE("a directory of Orbax checkpoints under any names, alone or beside cairn's, is listed and verified whole") {
+  test::TempDir dir;
+  const std::string only = dir / "only", mixed = dir / "mixed";
+  const std::map<std::string, std::vector<float>> params{{"w", {1.5f, -2.0f}}};
+  for (const std::string& d : {only, mixed}) {
+    cairn::save_orbax(d + "/jax_a", params);
+    cairn::OrbaxSaveOptions v0;
+    v0.layout = cairn::OrbaxLayout::v0_standard;
+    v0.ocdbt = false;
+    cairn::save_orbax(d + "/jax_b", params, v0);
+    fs::create_directories(d + "/notes");  // neither
+  }
+  cairn::save(mixed + "/cpp", params);
+
+  const cairn::Inspection o = cairn::inspect(only);
+  CHECK(o.kind == cairn::LocationKind::checkpointer_root);
+  CHECK(o.plain_directory);
+  REQUIRE(o.steps.size() == 2);
+  CHECK(o.steps[0].name == "jax_a");
+  CHECK(o.steps[0].kind == cairn::LocationKind::orbax);
+  CHECK(o.steps[0].bytes == 8);
+  CHECK(o.steps[1].name == "jax_b");
+  const cairn::Inspection m = cairn::inspect(mixed);
+  REQUIRE(m.steps.size() == 3);
+  CHECK(m.steps[0].name == "cpp");
+  CHECK(m.steps[0].kind == cairn::LocationKind::checkpoint);
+  CHECK(m.steps[1].kind == cairn::LocationKind::orbax);
+  CHECK(m.steps[2].kind == cairn::LocationKind::orbax);
+  CHECK(m.steps[2].error.empty());
+
+  Run ls = cli({"ls", mixed});
+  CHECK(ls.status == 0);
+  CHECK(ls.out.find(mixed + ": directory of 3 checkpoints") != std::string::npos);
+  CHECK(ls.out.find("  jax_b  orbax  ") != std::string::npos);
+  CHECK(ls.out.find("  cpp  orbax") == std::string::npos);
+  CHECK(cli({"ls", only}).status == 0);
+  const cairn::Json j = cairn::Json::parse(cli({"ls", only, "--json"}).out);
+  CHECK(j.at("steps").as_array().at(0).at("kind").as_string() == "orbax");
+  Run show = cli({"show", only, "--step", "jax_b", "w"});
+  CHECK(show.status == 0);
+  CHECK(show.out.find("-2") != std::string::npos);
+
+  const cairn::VerifyReport v = cairn::verify(mixed);
+  CHECK(v.ok());
+  CHECK(v.checkpoints.size() == 3);
+  CHECK(v.chunks == 3);
+  // A damaged Orbax checkpoint among them fails the directory's verify, by name.
+  for (const auto& e : fs::recursive_directory_iterator(mixed + "/jax_b"))
+    if (e.is_regular_file() && e.path().filename() == "zarr.json") fs::remove(e.path());
+  Run bad = cli({"verify", mixed});
+  CHECK(bad.status == 1);
+  CHECK(bad.out.find(mixed + "/jax_b") != std::string::npos);
+  CHECK(bad.out.find("OK " + mixed + "/jax_a") != std::string::npos);
+}
+
 // Checkpoints of what tools/orbax_write.py leaves out, written by Orbax itself
 // (tools/orbax_write_edges.py: dtypes cairn does not have, Python values, typed PRNG keys, many
 // leaves, many data files, casts on save, a manager step of two items, custom metadata). The

@@ -32,6 +32,9 @@ CAIRN_API const char* location_kind_name(LocationKind kind);
 // One step of a Checkpointer root, as inspect finds it.
 struct InspectedStep {
   std::string name;       // the step's directory name ("100")
+  // checkpoint (cairn's), or another system's checkpoint in the directory (orbax: a
+  // CheckpointManager's step, or one among cairn's)
+  LocationKind kind = LocationKind::checkpoint;
   bool latest = false;    // named by the root's `latest` marker
   std::string created;    // ISO 8601, from its metadata
   std::uint64_t bytes = 0;
@@ -67,8 +70,8 @@ struct Inspection {
 // Says what is at `location` and reads its metadata (no array data). A name ending in
 // ".safetensors" or ".index.json" (a sharded set's index) is safetensors; an Orbax checkpoint
 // is one where cairn/orbax.hpp is included; a directory that is not a checkpoint but holds
-// committed checkpoints (or Orbax checkpoints in step directories: a CheckpointManager's root)
-// is a Checkpointer root. Anything else is read as a checkpoint, and its errors are the
+// committed checkpoints (cairn's, or Orbax's under any names: a CheckpointManager's root, or
+// exports beside cairn's, each InspectedStep::kind saying which) is a Checkpointer root. Anything else is read as a checkpoint, and its errors are the
 // load's (not_found, incomplete, corrupt, ...).
 // `safetensors`: how a safetensors file's tensor names become key paths (its separator, and
 // whether save_model's tied names are leaves too); anything else ignores it.

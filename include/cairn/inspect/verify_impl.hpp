@@ -145,8 +145,8 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
       one.path = at.describe();
       one.checkpoints.push_back(one.path);
       try {
-        // The steps of a cairn root are cairn checkpoints: no other format is asked about them.
-        if (const detail::ForeignFormat* f = reading.foreign ? detail::foreign_format_at(store, at.key()) : nullptr) {
+        // A cairn checkpoint of the directory is one: no other format is asked about it.
+        if (const detail::ForeignFormat* f = reading.foreign.count(step.name) ? detail::foreign_format_at(store, at.key()) : nullptr) {
           one.kind = f->kind;
           one.checksummed = false;
           const detail::ForeignView view = f->open(store, at.key());
