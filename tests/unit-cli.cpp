@@ -568,6 +568,12 @@ TEST_CASE("convert: checkpoint to safetensors and back, with casts and a selecti
   CHECK(has(r.out, "1 cast"));
   CHECK(!has(r.out, "note:"));
   CHECK(cairn::safetensors_metadata(dir / "i64.safetensors").leaves().at(0).dtype == cairn::DType::int64);
+  // A --cast glob that matches no leaf (a typo) is refused by name, not passed over: the
+  // export would have kept float32 without a word.
+  r = cli({"convert", dir / "c", dir / "typo.safetensors", "--cast", "wieghts/**=bfloat16"});
+  CHECK(r.status == 2);
+  CHECK_MESSAGE(has(r.err, "cast 'wieghts/**=bfloat16' matches no leaf converted; its leaves: "), r.err);
+  CHECK(!std::filesystem::exists(dir / "typo.safetensors"));
   // One that does not fit is refused, naming the element (300000 in int16).
   r = cli({"convert", dir / "c", dir / "i16.safetensors", "--cast", "counts=int16", "--select", "counts"});
   CHECK(r.status == 2);

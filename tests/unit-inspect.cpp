@@ -297,16 +297,33 @@ TEST_CASE("convert: checkpoint to safetensors and back keeps every selected leaf
   CHECK(back.at("d").dtype == DType::float32);
   CHECK(!back.count("bytes"));
   CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "back"), ErrorKind::already_exists, "");
-  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.select = {"zzz"}}), ErrorKind::invalid_argument, "selection");
-  // A selection that matches nothing says what was asked and what leaves there are.
   std::string leaves;
   const cairn::CheckpointMetadata meta = cairn::metadata(dir / "c");
   for (const auto& l : meta.leaves()) leaves += (leaves.empty() ? "" : ", ") + l.key();
-  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.select = {"zzz", "y*"}, .exclude = {"g*"}}),
-                    ErrorKind::invalid_argument, "(select 'zzz', 'y*'; exclude 'g*'); its leaves: " + leaves);
+  // A glob that matches no leaf is a typo or the wrong source: refused, by the glob, with the
+  // leaves there are, rather than a conversion that selects, leaves out or casts other than
+  // what was asked. (Before 2026-11-29 only a selection left empty was.)
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.select = {"zzz"}}), ErrorKind::invalid_argument,
+                    "select 'zzz' matches no leaf; its leaves: " + leaves);
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.select = {"zzz", "f", "y*"}, .exclude = {"g*"}}),
+                    ErrorKind::invalid_argument, "select 'zzz' matches no leaf; select 'y*' matches no leaf; its leaves: ");
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.exclude = {"grid", "optimizer"}}), ErrorKind::invalid_argument,
+                    "exclude 'optimizer' matches no leaf;");
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.cast = {{"d", DType::float32}, {"params/**", DType::bfloat16}}}),
+                    ErrorKind::invalid_argument, "cast 'params/**=bfloat16' matches no leaf converted");
+  // A cast of leaves left out casts nothing.
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.cast = {{"d", DType::float32}}, .exclude = {"d"}}),
+                    ErrorKind::invalid_argument, "cast 'd=float32' matches no leaf converted");
+  // Each glob matches, and together they leave nothing: what was asked, and the leaves there are.
+  CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.select = {"f", "d"}, .exclude = {"f", "d"}}),
+                    ErrorKind::invalid_argument, "no leaf matches the selection (select 'f', 'd'; exclude 'f', 'd'); its leaves: " + leaves);
   CHECK_CAIRN_ERROR(cairn::convert(dir / "c", dir / "none", {.exclude = {"*"}}), ErrorKind::invalid_argument,
                     "(exclude '*'); its leaves: ");
   CHECK(!std::filesystem::exists(dir / "none"));
+  // A subtree's name matches its leaves (glob_matches), as a leaf's does.
+  r = cairn::convert(dir / "c", dir / "some", {.cast = {{"grid", DType::int32, false}}, .exclude = {"bytes"}});
+  CHECK(r.cast == std::vector<std::string>{"grid"});
+  CHECK(r.leaves == 4);
 }
 
 TEST_CASE("convert reads its source a batch at a time as it writes, in the writer's order, and keeps every leaf") {

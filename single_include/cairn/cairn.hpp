@@ -5879,6 +5879,8 @@ struct ConvertOptions {
   // items with its tree). A safetensors file holds one item: with several in the source, name
   // it here, or the conversion fails (it never drops an item silently).
   std::string item = {};
+  // Each glob must match a leaf (a cast's: a leaf converted), else convert throws
+  // invalid_argument naming it: a typo never converts what was not meant without a word.
   std::vector<CastRule> cast = {};          // key-path globs -> the dtype to store them as
   std::vector<std::string> select = {};     // key-path globs of the leaves to copy; empty: every leaf
   std::vector<std::string> exclude = {};    // key-path globs of leaves to leave out (applied after select)
@@ -17337,6 +17339,33 @@ CAIRN_API ConvertReport convert(const Location& src, const Location& dst, const 
   auto selected = [&](const std::string& k) {
     return (options.select.empty() || matches(options.select, k)) && !matches(options.exclude, k);
   };
+  // Every glob asked for must match a leaf: one that matches none is a typo (or the wrong
+  // source), and would have converted what was not meant without a word (an optimizer state
+  // not left out, a model not cast). Casts count among the leaves converted.
+  {
+    std::vector<std::string> keys;
+    for (const ItemRecord* item : items) {
+      for (const auto& l : item->leaves) keys.push_back(l.key());
+      for (const auto& u : item->unread) keys.push_back(u.path.str());
+    }
+    auto any_key = [&](const std::string& glob, bool converted_only) {
+      return std::any_of(keys.begin(), keys.end(),
+                         [&](const std::string& k) { return glob_matches(glob, k) && (!converted_only || selected(k)); });
+    };
+    std::vector<std::string> unmatched;
+    for (const auto& g : options.select)
+      if (!any_key(g, false)) unmatched.push_back("select '" + g + "' matches no leaf");
+    for (const auto& g : options.exclude)
+      if (!any_key(g, false)) unmatched.push_back("exclude '" + g + "' matches no leaf");
+    for (const auto& c : options.cast)
+      if (!any_key(c.pattern, true))
+        unmatched.push_back("cast '" + c.pattern + "=" + dtype_name(c.dtype) + "' matches no leaf converted");
+    if (!unmatched.empty())
+      throw Error(ErrorKind::invalid_argument,
+                  detail::listed_names(unmatched, 8, "; ") + "; " +
+                      (keys.empty() ? std::string("it has no leaves") : "its leaves: " + detail::listed_names(keys)),
+                  source.path);
+  }
   // A leaf cairn cannot read (a safetensors tensor of a dtype it does not have) is never left
   // out of a conversion silently: it must be excluded by name.
   for (const ItemRecord* item : items)

@@ -38,6 +38,8 @@ struct ConvertOptions {
   // items with its tree). A safetensors file holds one item: with several in the source, name
   // it here, or the conversion fails (it never drops an item silently).
   std::string item = {};
+  // Each glob must match a leaf (a cast's: a leaf converted), else convert throws
+  // invalid_argument naming it: a typo never converts what was not meant without a word.
   std::vector<CastRule> cast = {};          // key-path globs -> the dtype to store them as
   std::vector<std::string> select = {};     // key-path globs of the leaves to copy; empty: every leaf
   std::vector<std::string> exclude = {};    // key-path globs of leaves to leave out (applied after select)
