@@ -225,8 +225,9 @@ class FaultInjection {
       (void)(expr);                                                                        \
     } catch (const cairn::Error& e_) {                                                     \
       thrown_ = true;                                                                      \
-      CHECK_MESSAGE(e_.kind() == (error_kind), e_.what());                                 \
-      CHECK_MESSAGE(std::string(e_.what()).find(needle) != std::string::npos, e_.what());  \
+      const std::string what_ = e_.what(); /* (doctest logs a const char* as a pointer) */ \
+      CHECK_MESSAGE(e_.kind() == (error_kind), what_);                                     \
+      CHECK_MESSAGE(what_.find(needle) != std::string::npos, what_);                       \
     }                                                                                      \
     CHECK_MESSAGE(thrown_, "expected a cairn::Error from " #expr);                         \
   } while (0)

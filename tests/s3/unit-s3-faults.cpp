@@ -165,7 +165,7 @@ std::int64_t sweep_lost_answers(std::int64_t requests, Save&& save, Check&& chec
     try {
       save(k);
     } catch (const cairn::Error& e) {
-      FAIL_CHECK(e.what());
+      FAIL_CHECK(std::string(e.what()));
     }
     hit += server().stats().at("faults_hit").as_int();
     check(k);
@@ -212,7 +212,7 @@ TEST_CASE("S3 faults: every request of an overwrite fails in turn; the previous 
     } catch (const cairn::Error& e) {
       saved = false;
       ++failed;
-      CHECK_MESSAGE(std::string(e.what()).find("HTTP 403") != std::string::npos, e.what());
+      CHECK_MESSAGE(std::string(e.what()).find("HTTP 403") != std::string::npos, std::string(e.what()));
     }
     server().reset();
     const State back = cairn::load<State>({s, "ck"});
@@ -1105,8 +1105,8 @@ TEST_CASE("S3: a load's errors about the checkpoint name the location given, not
       load();
       FAIL("the load succeeded");
     } catch (const cairn::Error& e) {
-      CHECK_MESSAGE(e.kind() == kind, e.what());
-      CHECK_MESSAGE(e.file() == given, e.what());  // no ".cairn-gen-..." in it
+      CHECK_MESSAGE(e.kind() == kind, std::string(e.what()));
+      CHECK_MESSAGE(e.file() == given, std::string(e.what()));  // no ".cairn-gen-..." in it
     }
   };
   // Keys that differ; a string into a number; an item that is not there.
