@@ -18,25 +18,42 @@
 #include "cairn/orbax/link.hpp"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 CAIRN_BEGIN_NAMESPACE
 
 namespace detail::orbax {
-// An Orbax CheckpointManager root (step directories named by number, no checkpoint of its own)
-// stands for its latest finished step, the highest number, as CheckpointManager.latest_step()
-// picks it (a save in progress or one that died is passed over: orbax_unfinished).
+// An Orbax CheckpointManager root (no checkpoint of its own; step directories named as
+// Orbax's standard name format names them: "100", zero-padded "00000100", or with a
+// step_prefix "checkpoint_100") stands for its latest finished step, the highest number, as
+// CheckpointManager.latest_step() picks it (a save in progress or one that died is passed
+// over: orbax_unfinished). Steps of plain numbers where there are any; else the one prefix
+// whose highest step is an Orbax checkpoint (with several such, which is meant is not guessed).
 // Anything else is returned as it is, for the load's own error.
 inline Location latest_if_manager_root(const Location& location) {
   const Store& store = location.store();
   if (looks_like_orbax(store, location.key())) return location;
-  std::vector<std::string> steps;
-  for (const auto& e : store.list(location.key()))
-    if (e.is_prefix && !e.name.empty() && e.name.size() <= 19 &&
-        std::all_of(e.name.begin(), e.name.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      steps.push_back(e.name);
-  std::sort(steps.begin(), steps.end(), [](const std::string& a, const std::string& b) { return std::stoull(a) > std::stoull(b); });
-  for (const std::string& name : steps) {
+  std::map<std::string, std::vector<std::pair<std::int64_t, std::string>>, std::less<>> by_prefix;
+  for (const auto& e : store.list(location.key())) {
+    std::string_view prefix;
+    std::int64_t step = 0;
+    if (e.is_prefix && orbax_step_name(e.name, prefix, step)) by_prefix[std::string(prefix)].emplace_back(step, e.name);
+  }
+  for (auto& [prefix, steps] : by_prefix)  // highest first; of equal steps (padded apart), the name's order
+    std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second > b.second; });
+  const std::vector<std::pair<std::int64_t, std::string>>* steps = nullptr;
+  if (auto plain = by_prefix.find(""); plain != by_prefix.end()) {
+    steps = &plain->second;
+  } else {
+    for (const auto& [prefix, named] : by_prefix)
+      if (looks_like_orbax(store, join_key(location.key(), named.front().second))) {
+        if (steps) return location;  // two managers' steps (or a manager's and other Orbax checkpoints)
+        steps = &named;
+      }
+  }
+  if (!steps) return location;
+  for (const auto& [step, name] : *steps) {
     const std::string key = join_key(location.key(), name);
     if (looks_like_orbax(store, key) && orbax_unfinished(store, key, nullptr).empty()) return location / name;
   }

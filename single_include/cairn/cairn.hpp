@@ -10034,6 +10034,27 @@ inline bool looks_like_step_name(std::string_view name) {
   return parse_step_digits(name.substr(name.rfind("step_", 0) == 0 ? 5 : 0), step);
 }
 
+// A name Orbax's CheckpointManager gives a step (its standard name format): the step's digits,
+// zero-padded or not, after an optional "<step_prefix>_" ("100", "00000100", "checkpoint_100");
+// `prefix` receives what comes before the digits ("" or "checkpoint_").
+inline bool orbax_step_name(std::string_view name, std::string_view& prefix, std::int64_t& step) {
+  const std::size_t digits = name.find_last_not_of("0123456789") + 1;  // (npos + 1: all digits)
+  prefix = name.substr(0, digits);
+  return (prefix.empty() || prefix.back() == '_') && parse_step_digits(name.substr(digits), step);
+}
+
+// Whether `names` (at least one) are the steps of one Orbax CheckpointManager: Orbax's step
+// names, all with the same prefix.
+inline bool orbax_steps_of_one_manager(const std::vector<std::string>& names) {
+  std::string_view first, prefix;
+  std::int64_t step = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (!orbax_step_name(names[i], prefix, step) || (i > 0 && prefix != first)) return false;
+    first = prefix;
+  }
+  return !names.empty();
+}
+
 // Whether every name is one a Checkpointer gives a step: a directory of such names is a
 // Checkpointer's root (marker or not), any other a plain directory of checkpoints.
 inline bool all_step_names(const std::vector<std::string>& names) {
@@ -16922,7 +16943,14 @@ CAIRN_API Inspection inspect(const Location& given, const SafetensorsOptions& sa
     Inspection out = detail::inspect_root(location, std::move(names), root.listing ? &*root.listing : nullptr);
     // Another system's manager root (Orbax's CheckpointManager) keeps no `latest` marker: its
     // latest step is the highest, and nothing is missing.
-    if (!out.latest_marker && !root.foreign.empty() && root.foreign.size() == out.steps.size()) out.latest_problem.clear();
+    if (!out.latest_marker && !root.foreign.empty() && root.foreign.size() == out.steps.size()) {
+      out.latest_problem.clear();
+      // Steps named with Orbax's step_prefix ("checkpoint_100"): a manager root, whose latest
+      // is the highest (load_orbax's), not a plain directory of checkpoints.
+      std::vector<std::string> step_names;
+      for (const InspectedStep& s : out.steps) step_names.push_back(s.name);
+      if (out.plain_directory && detail::orbax_steps_of_one_manager(step_names)) out.plain_directory = false;
+    }
     // Each step's metadata, Store::parallel_reads() at a time (a bucket's round trips).
     detail::for_each_index(out.steps.size(), location.store().parallel_reads(), [&](std::size_t i) {
       InspectedStep& step = out.steps[i];

@@ -1218,6 +1218,42 @@ TEST_CASE("a directory of Orbax checkpoints under any names, alone or beside cai
   CHECK(bad.out.find("OK " + mixed + "/jax_a") != std::string::npos);
 }
 
+// Orbax's CheckpointManager names steps "<step_prefix>_<n>" with a step_prefix, zero-padded
+// with step_format_fixed_length (orbax.checkpoint.path.step's standard name format). Such a root
+// loads its latest step and lists as a root (load_orbax of it failed: "not an Orbax
+// checkpoint"; cairn ls and show took it for a plain directory of checkpoints).
+TEST_CASE("a CheckpointManager root with a step_prefix or padded step names loads and lists its latest step") {
+  test::TempDir dir;
+  using Params = std::map<std::string, std::int64_t>;
+  for (const std::string prefix : {"checkpoint_", ""}) {
+    const std::string root = dir / (prefix.empty() ? "padded" : "prefixed");
+    for (int step : {9, 10, 200})
+      cairn::save_orbax(root + "/" + (prefix.empty() ? std::string(8 - std::to_string(step).size(), '0') : prefix) +
+                            std::to_string(step),
+                        Params{{"step", step}});
+    CHECK(cairn::load_orbax<Params>(root).at("step") == 200);
+    CHECK(cairn::orbax_metadata(root).metadata.leaves().size() == 1);
+    const cairn::Inspection r = cairn::inspect(root);
+    CHECK(r.kind == cairn::LocationKind::checkpointer_root);
+    CHECK_FALSE(r.plain_directory);
+    CHECK(r.latest_problem.empty());
+    REQUIRE(r.steps.size() == 3);
+    CHECK(r.steps.back().name == (prefix.empty() ? "00000200" : "checkpoint_200"));
+    Run show = cli({"show", root, "step"});
+    CHECK_MESSAGE(show.status == 0, show.err);
+    CHECK(show.out.find("200") != std::string::npos);
+  }
+  // Another prefix's Orbax checkpoints beside them: which manager is meant is not guessed.
+  const std::string two = dir / "prefixed";
+  cairn::save_orbax(two + "/best_5", Params{{"step", 5}});
+  CHECK_CAIRN_ERROR(cairn::load_orbax<Params>(two), cairn::ErrorKind::not_found, "not an Orbax checkpoint");
+  CHECK(cairn::inspect(two).plain_directory);
+  CHECK(cairn::load_orbax<Params>(two + "/checkpoint_200").at("step") == 200);
+  // A directory that is not an Orbax checkpoint beside them changes nothing.
+  fs::create_directories(dir / "padded/logs_1");
+  CHECK(cairn::load_orbax<Params>(dir / "padded").at("step") == 200);
+}
+
 // Checkpoints of what tools/orbax_write.py leaves out, written by Orbax itself
 // (tools/orbax_write_edges.py: dtypes cairn does not have, Python values, typed PRNG keys, many
 // leaves, many data files, casts on save, a manager step of two items, custom metadata). The

@@ -69,6 +69,27 @@ inline bool looks_like_step_name(std::string_view name) {
   return parse_step_digits(name.substr(name.rfind("step_", 0) == 0 ? 5 : 0), step);
 }
 
+// A name Orbax's CheckpointManager gives a step (its standard name format): the step's digits,
+// zero-padded or not, after an optional "<step_prefix>_" ("100", "00000100", "checkpoint_100");
+// `prefix` receives what comes before the digits ("" or "checkpoint_").
+inline bool orbax_step_name(std::string_view name, std::string_view& prefix, std::int64_t& step) {
+  const std::size_t digits = name.find_last_not_of("0123456789") + 1;  // (npos + 1: all digits)
+  prefix = name.substr(0, digits);
+  return (prefix.empty() || prefix.back() == '_') && parse_step_digits(name.substr(digits), step);
+}
+
+// Whether `names` (at least one) are the steps of one Orbax CheckpointManager: Orbax's step
+// names, all with the same prefix.
+inline bool orbax_steps_of_one_manager(const std::vector<std::string>& names) {
+  std::string_view first, prefix;
+  std::int64_t step = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (!orbax_step_name(names[i], prefix, step) || (i > 0 && prefix != first)) return false;
+    first = prefix;
+  }
+  return !names.empty();
+}
+
 // Whether every name is one a Checkpointer gives a step: a directory of such names is a
 // Checkpointer's root (marker or not), any other a plain directory of checkpoints.
 inline bool all_step_names(const std::vector<std::string>& names) {

@@ -357,7 +357,14 @@ CAIRN_API Inspection inspect(const Location& given, const SafetensorsOptions& sa
     Inspection out = detail::inspect_root(location, std::move(names), root.listing ? &*root.listing : nullptr);
     // Another system's manager root (Orbax's CheckpointManager) keeps no `latest` marker: its
     // latest step is the highest, and nothing is missing.
-    if (!out.latest_marker && !root.foreign.empty() && root.foreign.size() == out.steps.size()) out.latest_problem.clear();
+    if (!out.latest_marker && !root.foreign.empty() && root.foreign.size() == out.steps.size()) {
+      out.latest_problem.clear();
+      // Steps named with Orbax's step_prefix ("checkpoint_100"): a manager root, whose latest
+      // is the highest (load_orbax's), not a plain directory of checkpoints.
+      std::vector<std::string> step_names;
+      for (const InspectedStep& s : out.steps) step_names.push_back(s.name);
+      if (out.plain_directory && detail::orbax_steps_of_one_manager(step_names)) out.plain_directory = false;
+    }
     // Each step's metadata, Store::parallel_reads() at a time (a bucket's round trips).
     detail::for_each_index(out.steps.size(), location.store().parallel_reads(), [&](std::size_t i) {
       InspectedStep& step = out.steps[i];
