@@ -2271,7 +2271,9 @@ TEST_CASE("convert to and from Orbax reads its source a batch at a time as it wr
     CAPTURE(out);
     const auto back = cairn::read_arrays(dir / out, {});
     REQUIRE(back.size() == tree.size());
-    for (const auto& [k, v] : tree) {
+    for (const auto& kv : tree) {  // (not a structured binding: clang 14 cannot capture one in CAPTURE)
+      const std::string& k = kv.first;
+      const auto& v = kv.second;
       CAPTURE(k);
       CHECK(back.at(k).dtype == v.dtype);
       CHECK(back.at(k).bytes == v.bytes);
