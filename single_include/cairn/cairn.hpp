@@ -5760,8 +5760,9 @@ struct Inspection {
 // ".safetensors" or ".index.json" (a sharded set's index) is safetensors; an Orbax checkpoint
 // is one where cairn/orbax.hpp is included; a directory that is not a checkpoint but holds
 // committed checkpoints (cairn's, or Orbax's under any names: a CheckpointManager's root, or
-// exports beside cairn's, each InspectedStep::kind saying which) is a Checkpointer root. Anything else is read as a checkpoint, and its errors are the
-// load's (not_found, incomplete, corrupt, ...).
+// exports beside cairn's, each InspectedStep::kind saying which) is a Checkpointer root.
+// Anything else is read as a checkpoint, and its errors are the load's (not_found,
+// incomplete, corrupt, ...).
 // `safetensors`: how a safetensors file's tensor names become key paths (its separator, and
 // whether save_model's tied names are leaves too); anything else ignores it.
 CAIRN_API Inspection inspect(const Location& location, const SafetensorsOptions& safetensors = {});
