@@ -7,7 +7,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <unordered_set>
 
 #include "cairn/checkpoint/load.hpp"
@@ -85,7 +84,9 @@ struct RootReading {
   bool read_steps = true;  // false (verify): the steps' metadata is read later, one at a time
   std::optional<std::vector<StoreEntry>> listing;
   std::map<std::string, InspectedStep> steps;  // the steps read that way (`error` where it failed)
-  std::set<std::string> foreign;               // the steps that are another system's checkpoints (Orbax's)
+  // The steps that are another system's checkpoints (Orbax's), each with the format that
+  // recognized it (not asked again: on a bucket, a listing each).
+  std::map<std::string, const ForeignFormat*> foreign;
 };
 
 // What `cairn ls` shows of a step.
@@ -142,9 +143,9 @@ inline std::vector<std::string> read_children(const Location& location, RootRead
 
 // The directories under `key` (its `listing`) that are finished checkpoints of another
 // system's format (ForeignFormat), under any name, leaving out `cairn_names` (cairn's own
-// committed checkpoints there); in step order. Each other directory is listed, parallel_reads()
-// at a time; one that cannot be listed is none.
-inline std::vector<std::string> foreign_children(const Store& store, const std::string& key,
+// committed checkpoints there), each with its format. Each other directory is listed,
+// parallel_reads() at a time; one that cannot be listed is none.
+inline std::map<std::string, const ForeignFormat*> foreign_children(const Store& store, const std::string& key,
                                                  const std::vector<StoreEntry>& listing,
                                                  const std::vector<std::string>& cairn_names) {
   {
@@ -155,20 +156,19 @@ inline std::vector<std::string> foreign_children(const Store& store, const std::
   std::vector<std::string> candidates;
   for (const auto& e : listing)
     if (e.is_prefix && !store.is_internal_name(e.name) && !cairn.count(e.name)) candidates.push_back(e.name);
-  std::vector<char> found(candidates.size(), 0);
+  std::vector<const ForeignFormat*> found(candidates.size(), nullptr);
   for_each_index(candidates.size(), store.parallel_reads(), [&](std::size_t i) {
     const std::string at = join_key(key, candidates[i]);
     try {
       // (An unfinished one named like a step is listed as incomplete by inspect_root.)
-      if (const ForeignFormat* f = foreign_format_at(store, at)) found[i] = !f->finished || f->finished(store, at);
+      if (const ForeignFormat* f = foreign_format_at(store, at); f && (!f->finished || f->finished(store, at))) found[i] = f;
     } catch (const Error&) {
     }
   });
-  std::vector<std::string> names;
+  std::map<std::string, const ForeignFormat*> out;
   for (std::size_t i = 0; i < candidates.size(); ++i)
-    if (found[i]) names.push_back(std::move(candidates[i]));
-  sort_in_step_order(names);
-  return names;
+    if (found[i]) out.emplace(std::move(candidates[i]), found[i]);
+  return out;
 }
 
 // What is at `location`; for a Checkpointer root, `steps` receives its committed steps (the
@@ -196,11 +196,11 @@ inline LocationKind location_kind(const Location& location, std::vector<std::str
   // Other systems' checkpoints in it (Orbax's: a CheckpointManager's steps, or exports under
   // any name), beside cairn's or instead of them: listed and verified with them, never left
   // out unsaid (`cairn verify` of a directory said OK having checked only cairn's).
-  std::vector<std::string> foreign = foreign_children(store, location.key(), listing, names);
+  std::map<std::string, const ForeignFormat*> foreign = foreign_children(store, location.key(), listing, names);
   if (names.empty() && foreign.empty()) return LocationKind::checkpoint;  // read as one, for the load's own error
-  if (root) root->foreign.insert(foreign.begin(), foreign.end());
-  names.insert(names.end(), std::make_move_iterator(foreign.begin()), std::make_move_iterator(foreign.end()));
+  for (const auto& [name, f] : foreign) names.push_back(name);
   sort_in_step_order(names);
+  if (root) root->foreign = std::move(foreign);
   if (steps) *steps = std::move(names);
   return LocationKind::checkpointer_root;
 }
@@ -377,10 +377,10 @@ CAIRN_API Inspection inspect(const Location& given, const SafetensorsOptions& sa
       try {
         // A cairn checkpoint is read as one (no other format is asked); another system's through its format.
         const Location at = location / step.name;
-        const bool foreign = root.foreign.count(step.name) != 0;
-        const detail::ForeignFormat* step_format = foreign ? detail::foreign_format_at(at.store(), at.key()) : nullptr;
+        const auto foreign = root.foreign.find(step.name);
+        const detail::ForeignFormat* step_format = foreign == root.foreign.end() ? nullptr : foreign->second;
         if (step_format) step.kind = step_format->kind;
-        detail::summarize_step(detail::metadata_of(at, !foreign, step_format), step);
+        detail::summarize_step(detail::metadata_of(at, !step_format, step_format), step);
       } catch (const Error& e) {
         step.error = e.what();
       }

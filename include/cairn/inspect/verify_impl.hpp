@@ -146,7 +146,8 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
       one.checkpoints.push_back(one.path);
       try {
         // A cairn checkpoint of the directory is one: no other format is asked about it.
-        if (const detail::ForeignFormat* f = reading.foreign.count(step.name) ? detail::foreign_format_at(store, at.key()) : nullptr) {
+        const auto foreign = reading.foreign.find(step.name);
+        if (const detail::ForeignFormat* f = foreign == reading.foreign.end() ? nullptr : foreign->second) {
           one.kind = f->kind;
           one.checksummed = false;
           const detail::ForeignView view = f->open(store, at.key());
