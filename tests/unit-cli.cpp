@@ -132,7 +132,8 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   CHECK(r.status == 1);
   CHECK(has(r.out, "BAD cairn: corrupt: " + root + "/10/_METADATA"));
   r = cli({"ls", root});
-  CHECK(has(r.out, "10  damaged: "));
+  // (The names are padded to the widest, "20 (latest)".)
+  CHECK_MESSAGE(has(r.out, "\n  10" + std::string(9, ' ') + "  damaged: "), r.out);
   CHECK(test::read_file(root + "/10/_METADATA") == meta);
   // A damaged `latest` marker is named, with the latest committed step; verify fails on it.
   test::write_file(root + "/latest", "0\n");
@@ -170,6 +171,25 @@ TEST_CASE("ls: the tree of a checkpoint, a Checkpointer root and a safetensors f
   CHECK(r.status == 0);
   CHECK(has(r.out, plain + ": directory of 2 checkpoints\n"));
   CHECK(has(r.out, "  best  "));
+  {
+    // Names in step order (digits as numbers), on one line each, padded into a column.
+    const std::string names = dir / "names";
+    for (const char* n : {"v10", "v2", "best", "a\nb", "v2_final"})
+      cairn::save(names + "/" + n, std::map<std::string, std::vector<float>>{{"w", {1, 2}}});
+    const Run listed = cli({"ls", names});
+    CHECK(listed.status == 0);
+    const std::string at = "  20";  // the commit time, after the padded name
+    CHECK_MESSAGE(has(listed.out, names + ": directory of 5 checkpoints\n"
+                                  "  a\\u000ab" + at),  // 8 columns, as wide as v2_final
+                  listed.out);
+    const auto line_of = [&](const std::string& name) { return listed.out.find("\n  " + name + " "); };
+    CHECK(line_of("a\\u000ab") < line_of("best"));
+    CHECK(line_of("best") < line_of("v2"));
+    CHECK(line_of("v2") < line_of("v2_final"));
+    CHECK(line_of("v2_final") < line_of("v10"));
+    CHECK(has(listed.out, "\n  v10" + std::string(5, ' ') + at));
+    CHECK(!has(listed.out, "cairn  "));  // no column of systems where every one is cairn's
+  }
   const std::string single = dir / "single";
   cairn::save(single + "/best", std::map<std::string, std::vector<float>>{{"w", {1, 2}}});
   CHECK(has(cli({"ls", single}).out, single + ": directory of 1 checkpoint\n"));

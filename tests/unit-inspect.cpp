@@ -9,6 +9,9 @@
 
 #include <filesystem>
 #include <map>
+#include <random>
+#include <algorithm>
+#include <cctype>
 
 using cairn::ArrayValue;
 using cairn::DType;
@@ -202,6 +205,57 @@ TEST_CASE("inspect says what is there: a checkpoint, a safetensors file, a Check
   CHECK(i.latest_problem.empty());  // no marker was ever missing there
   CHECK(cairn::verify(dir / "plain").ok());
   CHECK_CAIRN_ERROR(cairn::inspect(dir / "nothing"), ErrorKind::not_found, "nothing is there");
+}
+
+TEST_CASE("directory names sort in step order: digit runs as numbers, then by text") {
+  // Random names of letters and digit runs: sorted, each neighbour in order by the rule
+  // spelled out here (a strict weak order: std::sort needs one), and plain step numbers in
+  // numeric order.
+  std::mt19937 rng(11);
+  std::vector<std::string> names;
+  for (int i = 0; i < 400; ++i) {
+    std::string n;
+    const int parts = 1 + static_cast<int>(rng() % 3);
+    for (int p = 0; p < parts; ++p) {
+      if (rng() % 2) n += std::string(rng() % 3, '0') + std::to_string(rng() % 120);
+      else n += static_cast<char>('a' + rng() % 3) + std::string(rng() % 2, '_');
+    }
+    names.push_back(n);
+  }
+  for (std::uint64_t step : {0ull, 7ull, 9ull, 10ull, 99ull, 100ull, 12345678901234ull}) names.push_back(std::to_string(step));
+  std::shuffle(names.begin(), names.end(), rng);
+  cairn::detail::sort_in_step_order(names);
+  // The rule, written another way: the name as a list of tokens (a number's value as a
+  // zero-padded string of 40 digits, or a character), compared as lists; ties by length, text.
+  const auto tokens = [](const std::string& s) {
+    std::vector<std::string> t;
+    for (std::size_t i = 0; i < s.size();) {
+      if (std::isdigit(static_cast<unsigned char>(s[i]))) {
+        std::size_t e = i;
+        while (e < s.size() && std::isdigit(static_cast<unsigned char>(s[e]))) ++e;
+        std::string v = s.substr(i, e - i);
+        v.erase(0, std::min(v.find_first_not_of('0'), v.size() - 1));
+        t.push_back(std::string(40 - v.size(), '0') + v);  // digits sort below letters, as '0'-'9' do
+        i = e;
+      } else {
+        t.push_back(std::string(1, s[i++]));
+      }
+    }
+    return t;
+  };
+  for (std::size_t i = 1; i < names.size(); ++i) {
+    const auto a = tokens(names[i - 1]), b = tokens(names[i]);
+    CAPTURE(names[i - 1]);
+    CAPTURE(names[i]);
+    CHECK((a < b || (a == b && (names[i - 1].size() < names[i].size() ||
+                                (names[i - 1].size() == names[i].size() && names[i - 1] <= names[i])))));
+  }
+  std::vector<std::string> steps{"100", "9", "10", "007", "7"};
+  cairn::detail::sort_in_step_order(steps);
+  CHECK(steps == std::vector<std::string>{"7", "007", "9", "10", "100"});
+  std::vector<std::string> prefixed{"checkpoint_10", "checkpoint_9", "best_2"};
+  cairn::detail::sort_in_step_order(prefixed);
+  CHECK(prefixed == std::vector<std::string>{"best_2", "checkpoint_9", "checkpoint_10"});
 }
 
 TEST_CASE("verify reads every byte and names the chunk a flipped byte is in") {

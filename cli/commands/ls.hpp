@@ -53,18 +53,30 @@ inline int ls_root(const Inspection& root, bool json, std::ostream& out) {
     out << (root.latest_marker ? "warning: " : "note: ") << root.latest_problem << "; the latest committed step is "
         << latest_committed
         << " (a Checkpointer opening this root repairs the marker)\n";
+  // One line per step, in columns: the names (on one line each: a directory's name is the
+  // store's, untrusted) padded to the widest, and where any step is another system's
+  // checkpoint, which system wrote each.
+  const bool mixed = std::any_of(root.steps.begin(), root.steps.end(),
+                                 [](const InspectedStep& s) { return s.kind != LocationKind::checkpoint; });
+  std::vector<std::string> labels;
+  std::size_t width = 0;
+  for (const InspectedStep& s : root.steps) {
+    labels.push_back(one_line(s.name) + (s.latest ? " (latest)" : ""));
+    width = std::max(width, columns(labels.back()));
+  }
+  for (const auto& n : root.incomplete) width = std::max(width, columns(one_line(n)));
+  const auto padded = [&](const std::string& label) { return label + std::string(width - columns(label), ' '); };
   for (std::size_t i = 0; i < root.steps.size(); ++i) {
     const Json& s = list.as_array()[i];
-    out << "  " << root.steps[i].name << (s.at("latest").as_bool() ? " (latest)" : "");
-    // Another system's checkpoint (an Orbax CheckpointManager's step, or one beside cairn's).
-    if (root.steps[i].kind != LocationKind::checkpoint) out << "  " << location_kind_name(root.steps[i].kind);
+    out << "  " << padded(labels[i]);
+    if (mixed) out << "  " << (root.steps[i].kind == LocationKind::checkpoint ? "cairn" : location_kind_name(root.steps[i].kind));
     if (const Json* e = s.find("error")) out << "  damaged: " << e->as_string();
     if (const Json* c = s.find("created")) out << "  " << c->as_string() << "  " << human_bytes(static_cast<std::uint64_t>(s.at("bytes").as_int()));
     if (const Json* m = s.find("metrics"); m && m->size()) out << "  " << m->dump();
     out << "\n";
   }
   for (const auto& n : root.incomplete)
-    out << "  " << n << "  incomplete: no commit marker (a save in progress, or one that died)\n";
+    out << "  " << padded(one_line(n)) << "  incomplete: no commit marker (a save in progress, or one that died)\n";
   return exit_ok;
 }
 

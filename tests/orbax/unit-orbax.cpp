@@ -1198,6 +1198,7 @@ TEST_CASE("a directory of Orbax checkpoints under any names, alone or beside cai
   CHECK(ls.out.find(mixed + ": directory of 3 checkpoints") != std::string::npos);
   CHECK(ls.out.find("  jax_b  orbax  ") != std::string::npos);
   CHECK(ls.out.find("  cpp  orbax") == std::string::npos);
+  CHECK_MESSAGE(ls.out.find("\n  cpp    cairn  20") != std::string::npos, ls.out);  // padded to jax_b, and said to be cairn's
   CHECK(cli({"ls", only}).status == 0);
   const cairn::Json j = cairn::Json::parse(cli({"ls", only, "--json"}).out);
   CHECK(j.at("steps").as_array().at(0).at("kind").as_string() == "orbax");

@@ -104,12 +104,38 @@ inline std::string listed_names(const std::vector<std::string>& names, std::size
   return list;
 }
 
-// Sorts directory names in step order: shorter first, so that plain step numbers sort
-// numerically ("9" before "10"), then by text.
+// Whether `a` comes before `b` in step order: runs of digits compare as the numbers they
+// spell, the rest as text ("9" before "10", "checkpoint_9" before "checkpoint_10", "v2"
+// before "v10"); of two names that spell the same numbers, the shorter ("7" before "007"),
+// then by text. For plain step numbers this is numeric order.
+inline bool before_in_step_order(const std::string& a, const std::string& b) {
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      std::size_t ie = i, je = j;
+      while (ie < a.size() && digit(a[ie])) ++ie;
+      while (je < b.size() && digit(b[je])) ++je;
+      std::size_t iz = i, jz = j;  // past the leading zeros
+      while (iz + 1 < ie && a[iz] == '0') ++iz;
+      while (jz + 1 < je && b[jz] == '0') ++jz;
+      if (ie - iz != je - jz) return ie - iz < je - jz;  // fewer digits, the smaller number
+      if (const int c = a.compare(iz, ie - iz, b, jz, je - jz); c != 0) return c < 0;
+      i = ie;
+      j = je;
+    } else {
+      if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+      ++i;
+      ++j;
+    }
+  }
+  if ((i < a.size()) != (j < b.size())) return j < b.size();  // a ran out first
+  return a.size() != b.size() ? a.size() < b.size() : a < b;
+}
+
+// Sorts directory names in step order (before_in_step_order).
 inline void sort_in_step_order(std::vector<std::string>& names) {
-  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;
-  });
+  std::sort(names.begin(), names.end(), before_in_step_order);
 }
 
 // When `key` is not a checkpoint but a directory of checkpoints (a Checkpointer's root, or any
