@@ -5751,8 +5751,9 @@ struct Inspection {
   // name rather than take the last in step order.
   bool plain_directory = false;
   // A Checkpointer root: directories named like steps that hold no commit marker: a save in
-  // progress, or one that died (on an object store, a prefix holding only a generation). Never
-  // steps, never loaded; in name order.
+  // progress, or one that died (on an object store, a prefix holding only a generation); and,
+  // under any name, another system's saves that have not finished (an Orbax save's temporary
+  // directory). Never steps, never loaded; in step order.
   std::vector<std::string> incomplete;
 };
 
@@ -16700,6 +16701,9 @@ struct RootReading {
   // The steps that are another system's checkpoints (Orbax's), each with the format that
   // recognized it (not asked again: on a bucket, a listing each).
   std::map<std::string, const ForeignFormat*> foreign;
+  // Other systems' saves there that have not finished (an Orbax save's temporary directory,
+  // under any name): listed as incomplete, as a cairn step without its marker is.
+  std::vector<std::string> foreign_unfinished;
 };
 
 // What `cairn ls` shows of a step.
@@ -16757,10 +16761,12 @@ inline std::vector<std::string> read_children(const Location& location, RootRead
 // The directories under `key` (its `listing`) that are finished checkpoints of another
 // system's format (ForeignFormat), under any name, leaving out `cairn_names` (cairn's own
 // committed checkpoints there), each with its format. Each other directory is listed,
-// parallel_reads() at a time; one that cannot be listed is none.
+// parallel_reads() at a time; one that cannot be listed is none. `unfinished`, where given,
+// receives the names of those whose format says the save has not finished.
 inline std::map<std::string, const ForeignFormat*> foreign_children(const Store& store, const std::string& key,
                                                  const std::vector<StoreEntry>& listing,
-                                                 const std::vector<std::string>& cairn_names) {
+                                                 const std::vector<std::string>& cairn_names,
+                                                 std::vector<std::string>* unfinished = nullptr) {
   {
     std::lock_guard<std::mutex> lock(foreign_formats_mutex());
     if (foreign_formats().empty()) return {};
@@ -16770,17 +16776,22 @@ inline std::map<std::string, const ForeignFormat*> foreign_children(const Store&
   for (const auto& e : listing)
     if (e.is_prefix && !store.is_internal_name(e.name) && !cairn.count(e.name)) candidates.push_back(e.name);
   std::vector<const ForeignFormat*> found(candidates.size(), nullptr);
+  std::vector<char> in_progress(candidates.size(), 0);
   for_each_index(candidates.size(), store.parallel_reads(), [&](std::size_t i) {
     const std::string at = join_key(key, candidates[i]);
     try {
-      // (An unfinished one named like a step is listed as incomplete by inspect_root.)
-      if (const ForeignFormat* f = foreign_format_at(store, at); f && (!f->finished || f->finished(store, at))) found[i] = f;
+      if (const ForeignFormat* f = foreign_format_at(store, at)) {
+        if (!f->finished || f->finished(store, at)) found[i] = f;
+        else in_progress[i] = 1;
+      }
     } catch (const Error&) {
     }
   });
   std::map<std::string, const ForeignFormat*> out;
-  for (std::size_t i = 0; i < candidates.size(); ++i)
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (in_progress[i] && unfinished) unfinished->push_back(candidates[i]);
     if (found[i]) out.emplace(std::move(candidates[i]), found[i]);
+  }
   return out;
 }
 
@@ -16809,7 +16820,8 @@ inline LocationKind location_kind(const Location& location, std::vector<std::str
   // Other systems' checkpoints in it (Orbax's: a CheckpointManager's steps, or exports under
   // any name), beside cairn's or instead of them: listed and verified with them, never left
   // out unsaid (`cairn verify` of a directory said OK having checked only cairn's).
-  std::map<std::string, const ForeignFormat*> foreign = foreign_children(store, location.key(), listing, names);
+  std::map<std::string, const ForeignFormat*> foreign =
+      foreign_children(store, location.key(), listing, names, root ? &root->foreign_unfinished : nullptr);
   if (names.empty() && foreign.empty()) return LocationKind::checkpoint;  // read as one, for the load's own error
   for (const auto& [name, f] : foreign) names.push_back(name);
   sort_in_step_order(names);
@@ -16968,6 +16980,10 @@ CAIRN_API Inspection inspect(const Location& given, const SafetensorsOptions& sa
   const LocationKind kind = detail::location_kind(location, &names, committed, &format, &root);
   if (kind == LocationKind::checkpointer_root) {
     Inspection out = detail::inspect_root(location, std::move(names), root.listing ? &*root.listing : nullptr);
+    // Other systems' unfinished saves, under any name (inspect_root found those named like steps).
+    for (auto& n : root.foreign_unfinished)
+      if (std::find(out.incomplete.begin(), out.incomplete.end(), n) == out.incomplete.end()) out.incomplete.push_back(std::move(n));
+    detail::sort_in_step_order(out.incomplete);
     // Another system's manager root (Orbax's CheckpointManager) keeps no `latest` marker: its
     // latest step is the highest, and nothing is missing.
     if (!out.latest_marker && !root.foreign.empty() && root.foreign.size() == out.steps.size()) {

@@ -1176,10 +1176,14 @@ TEST_CASE("a directory of Orbax checkpoints under any names, alone or beside cai
     fs::create_directories(d + "/notes");  // neither
   }
   cairn::save(mixed + "/cpp", params);
+  // An Orbax save in progress, under a name that is no step: Orbax's temporary directory.
+  const std::string tmp = "jax_c.orbax-checkpoint-tmp-1764400000";
+  fs::copy(only + "/jax_a", only + "/" + tmp, fs::copy_options::recursive);
 
   const cairn::Inspection o = cairn::inspect(only);
   CHECK(o.kind == cairn::LocationKind::checkpointer_root);
   CHECK(o.plain_directory);
+  CHECK(o.incomplete == std::vector<std::string>{tmp});
   REQUIRE(o.steps.size() == 2);
   CHECK(o.steps[0].name == "jax_a");
   CHECK(o.steps[0].kind == cairn::LocationKind::orbax);
@@ -1199,7 +1203,9 @@ TEST_CASE("a directory of Orbax checkpoints under any names, alone or beside cai
   CHECK(ls.out.find("  jax_b  orbax  ") != std::string::npos);
   CHECK(ls.out.find("  cpp  orbax") == std::string::npos);
   CHECK_MESSAGE(ls.out.find("\n  cpp    cairn  20") != std::string::npos, ls.out);  // padded to jax_b, and said to be cairn's
-  CHECK(cli({"ls", only}).status == 0);
+  const Run ls_only = cli({"ls", only});
+  CHECK(ls_only.status == 0);
+  CHECK_MESSAGE(ls_only.out.find("  " + tmp + "  incomplete: ") != std::string::npos, ls_only.out);
   const cairn::Json j = cairn::Json::parse(cli({"ls", only, "--json"}).out);
   CHECK(j.at("steps").as_array().at(0).at("kind").as_string() == "orbax");
   Run show = cli({"show", only, "--step", "jax_b", "w"});

@@ -62,8 +62,9 @@ struct Inspection {
   // name rather than take the last in step order.
   bool plain_directory = false;
   // A Checkpointer root: directories named like steps that hold no commit marker: a save in
-  // progress, or one that died (on an object store, a prefix holding only a generation). Never
-  // steps, never loaded; in name order.
+  // progress, or one that died (on an object store, a prefix holding only a generation); and,
+  // under any name, another system's saves that have not finished (an Orbax save's temporary
+  // directory). Never steps, never loaded; in step order.
   std::vector<std::string> incomplete;
 };
 
