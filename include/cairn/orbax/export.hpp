@@ -69,7 +69,9 @@ struct OrbaxSaveOptions {
 // With several ranks, bytes and stored_bytes are what this rank wrote.
 struct OrbaxSaveReport {
   std::uint64_t leaves = 0;
-  std::uint64_t bytes = 0;         // array bytes as stored (edge blocks padded), before compression
+  // Array bytes as stored (edge blocks padded), before compression, and the bytes of string
+  // leaves (in _strings.json), as a cairn save counts them.
+  std::uint64_t bytes = 0;
   std::uint64_t stored_bytes = 0;  // the chunks as written (compressed where zstd is on)
   std::vector<std::string> cast;   // key paths stored as another dtype
 };
@@ -543,6 +545,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
         LeafView fetched;
         const LeafView& bytes = leaf_data(leaf, fetched);
         text.add_string(name, std::string(static_cast<const char*>(bytes.data), static_cast<std::size_t>(bytes.nbytes)));
+        if (primary) report.bytes += bytes.nbytes;  // (rank 0 writes _strings.json)
         continue;
       }
       // By its blocks: every rank alike, also one that holds none of them (its mesh puts no
