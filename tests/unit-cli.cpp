@@ -345,6 +345,11 @@ TEST_CASE("show: values, slices, numpy-like abbreviation, reading only what it p
   CHECK(has(r.out, "[True, False]"));
   r = cli({"show", c, "name"});
   CHECK(has(r.out, "run-7"));
+  // A string takes no index: it was passed over, and the whole string printed as if sliced.
+  r = cli({"show", c, "name[0:2]"});
+  CHECK(r.status == 2);
+  CHECK(r.out.empty());
+  CHECK_MESSAGE(has(r.err, "key 'name': 'name' is a string: it takes no index (cairn show name prints it whole)"), r.err);
   r = cli({"show", c, "big"});
   CHECK(has(r.out, "[0, 0.25, 0.5, ..., 2499.25, 2499.5, 2499.75]"));
   // The abbreviated leaf reads the blocks of its six values: its 80,000 bytes are one block,

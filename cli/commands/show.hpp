@@ -161,6 +161,11 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
   const ReadArraysOptions from_item{.item = item, .progress = line.callback(), .safetensors = names};
   if (verify_first && leaf->dtype != DType::string) (void)read_arrays(path, {key}, from_item);  // every chunk read whole and checked
   if (leaf->dtype == DType::string) {
+    // A string is one value (its shape counts bytes, which a slice could cut mid-character):
+    // an index is refused rather than passed over, so what is printed is what was asked for.
+    if (s.given)
+      throw Error(ErrorKind::invalid_argument, "'" + key + "' is a string: it takes no index (cairn show " + key +
+                  " prints it whole)", path, key);
     const auto v = read_arrays(path, {key}, from_item);
     const auto& b = v.at(key).bytes;
     out << key_label(key) << ": string\n" << std::string(b.begin(), b.end()) << "\n";
