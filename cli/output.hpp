@@ -110,13 +110,6 @@ inline Json leaf_json(const LeafRecord& l) {
   return j;
 }
 
-// A key path as the checkpoint prints it ("a/b/" and "a/b" are one key).
-inline std::string canonical_key(const std::string& key) {
-  std::string out;
-  for (const auto& segment : split_key_path(key)) out += (out.empty() ? "" : "/") + escape_key_segment(segment);
-  return out;
-}
-
 // "1 leaf", "3 leaves".
 inline std::string counted(std::uint64_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);

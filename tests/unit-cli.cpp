@@ -408,6 +408,32 @@ TEST_CASE("diff: same, different values within and beyond tolerance, different s
   CHECK(cli({"ls", dir / "a", "--json=yes"}).status == 2);
 }
 
+TEST_CASE("show and diff find a map's empty string key, which prints as an empty last segment") {
+  // {"u": {"": ..., "v": ...}} stores the leaves "u/" and "u/v"; diff read "u/" as "u", the
+  // subtree, and failed on two identical checkpoints.
+  test::TempDir dir;
+  std::map<std::string, std::map<std::string, std::vector<std::int32_t>>> t{{"u", {{"", {7, 8}}, {"v", {9}}}}};
+  cairn::save(dir / "a", t);
+  cairn::save(dir / "b", t);
+  Run r = cli({"diff", dir / "a", dir / "b"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "same: 2 leaves"));
+  t["u"][""][1] = 6;
+  cairn::save(dir / "c", t);
+  r = cli({"diff", dir / "a", dir / "c"});
+  CHECK(r.status == 1);
+  CHECK(has(r.out, "values differ: u/: max abs 2"));
+  r = cli({"show", dir / "a", "u/"});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "u/: int32[2]"));
+  CHECK(has(r.out, "[7, 8]"));
+  r = cli({"show", dir / "a", "u/v"});
+  CHECK(has(r.out, "[9]"));
+  r = cli({"show", dir / "a", "u"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "'u' is a subtree, not a leaf: its leaves are u/, u/v"));
+}
+
 // An RNG key or a step counter past 2^53 that differs in its last bits is no double: compared
 // as float64, such leaves read as the same (exit 0). Integers on both sides compare exactly,
 // signed with unsigned too; infinities of opposite signs are "max rel inf", not "-nan".

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 using cairn::KeyEntry;
 using cairn::KeyPath;
@@ -149,4 +150,24 @@ TEST_CASE("key path prefixes are segment-wise") {
   CHECK(cairn::key_path_has_prefix("params/dense/kernel", "params/dense/kernel"));
   CHECK_FALSE(cairn::key_path_has_prefix("params2/x", "params"));
   CHECK(cairn::key_path_has_prefix("x", ""));
+}
+
+TEST_CASE("a typed key path resolves to what it spells, or without empty segments where that names nothing") {
+  using cairn::detail::resolve_key;
+  CHECK(cairn::detail::canonical_key("a%2fb/c/") == "a%2Fb/c/");
+  CHECK(cairn::detail::canonical_key("a//b") == "a//b");
+  CHECK(cairn::detail::canonical_key("") == "");
+  CHECK(cairn::detail::key_without_empty_segments("/a//b/") == "a/b");
+  std::vector<std::string> asked;
+  const std::set<std::string> stored{"m/a/", "m/a", "p", "m"};
+  auto names = [&](const std::string& k) { asked.push_back(k); return stored.count(k) != 0; };
+  CHECK(resolve_key("m/a/", names) == "m/a/");  // the empty key under m/a
+  CHECK(resolve_key("p/", names) == "p");        // nothing is "p/": the trailing '/' is dropped
+  CHECK(resolve_key("/p", names) == "p");
+  CHECK(resolve_key("q/", names) == "q/");       // neither names anything: as spelled, for the error
+  CHECK(resolve_key("/", names) == "");          // the root
+  asked.clear();
+  CHECK(resolve_key("m/a", names) == "m/a");     // no empty segment: not looked up at all
+  CHECK(resolve_key("x%2fy", names) == "x%2Fy");
+  CHECK(asked.empty());
 }

@@ -537,6 +537,50 @@ TEST_CASE("empty string map keys: nested ones round-trip, one at the top and rep
   CHECK(cairn::metadata(dir / "same").items.at(0).leaves.at(0).key() == "part");
 }
 
+TEST_CASE("an empty string key is named by the key path it prints as: subtrees, leaves and reads find it") {
+  // "m/a/" is the entry "" under m/a: a subtree or a key to read spelled that way means that
+  // entry, not m/a. "params/" still means "params" where params holds no empty key.
+  using Inner = std::map<std::string, std::vector<std::uint32_t>>;
+  using Outer = std::map<std::string, Inner>;
+  test::TempDir dir;
+  Outer m{{"", {{"", test::random_bits<std::uint32_t>(3)}, {"x", test::random_bits<std::uint32_t>(4)}}},
+          {"a", {{"", test::random_bits<std::uint32_t>(5)}, {"b", test::random_bits<std::uint32_t>(6)}}}};
+  const std::map<std::string, Outer> tree{{"m", m}, {"n", {{"p", {{"q", test::random_bits<std::uint32_t>(2)}}}}}};
+  cairn::save(dir / "c", tree);
+  using V = std::vector<std::uint32_t>;
+  CHECK(cairn::load_subtree<V>(dir / "c", "m/a/") == m["a"][""]);
+  CHECK(cairn::load_subtree<V>(dir / "c", "m//") == m[""][""]);
+  CHECK(cairn::load_subtree<V>(dir / "c", "m//x") == m[""]["x"]);
+  // A map holding the empty key, loaded as a subtree: its entry "" is below the subtree, not it.
+  CHECK(cairn::load_subtree<Inner>(dir / "c", "m/a") == m["a"]);
+  CHECK(cairn::load_subtree<Inner>(dir / "c", "m/") == m[""]);
+  Inner into{{"", {}}, {"b", {}}};
+  cairn::LoadOptions under_a;
+  under_a.subtree = "m/a";
+  cairn::load(dir / "c", into, under_a);
+  CHECK(into == m["a"]);
+  // Where nothing holds an empty key, a '/' before or after still names the same subtree.
+  CHECK(cairn::load_subtree<Inner>(dir / "c", "n/p/") == tree.at("n").at("p"));
+  CHECK(cairn::load_subtree<V>(dir / "c", "/n/p/q") == tree.at("n").at("p").at("q"));
+  // read_arrays of every stored key, as `cairn diff` reads them, and of the spelled ones.
+  std::vector<std::string> every;
+  const auto md = cairn::metadata(dir / "c");
+  for (const auto& l : md.items.at(0).leaves) every.push_back(l.key());
+  CHECK(every == std::vector<std::string>{"m//", "m//x", "m/a/", "m/a/b", "n/p/q"});
+  const auto read = cairn::read_arrays(dir / "c", every);
+  REQUIRE(read.size() == every.size());
+  auto values = [&](const std::string& k) {
+    const auto v = read.at(k).values<std::uint32_t>();
+    return V(v.begin(), v.end());
+  };
+  CHECK(values("m/a/") == m["a"][""]);
+  CHECK(values("m//") == m[""][""]);
+  CHECK(values("m//x") == m[""]["x"]);
+  // A spelling that names nothing is refused as spelled, and the hint names the empty key.
+  CHECK_CAIRN_ERROR(cairn::load_subtree<V>(dir / "c", "m/c/"), cairn::ErrorKind::not_found, "no subtree 'm/c/'");
+  CHECK_CAIRN_ERROR(cairn::load_subtree<V>(dir / "c", "m/zz"), cairn::ErrorKind::not_found, "'m' holds \"\" (the empty key), a");
+}
+
 TEST_CASE("uint64 map keys of 2^63 and more round-trip and print as themselves") {
   // Integer keys are stored as int64; these used to be stored cast to it (UINT64_MAX as -1),
   // and the checkpoint then loaded into no unsigned map.

@@ -120,20 +120,20 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
                 const Inspection* inspected = nullptr, const SafetensorsOptions& names = {}) {
   if (item.empty()) item = default_item_name;
   const Slice s = parse_slice(what);
-  std::string key = canonical_key(s.key);
   std::optional<Inspection> looked;
   const Inspection& found = inspected ? *inspected : looked.emplace(inspect(path, names));
   if (found.kind == LocationKind::checkpointer_root)
     throw Error(ErrorKind::invalid_argument, "this is a Checkpointer root: show a leaf of one of its steps", path);
   const ItemRecord* stored_item = found.metadata.find_item(item);
   if (!stored_item) throw Error(ErrorKind::not_found, "no item '" + item + "' (cairn ls lists them)", path);
+  std::string key = detail::resolve_key(s.key, [&](const std::string& k) { return stored_item->names(k); });
   auto find = [&](const std::string& k) -> const LeafRecord* { return stored_item->find_leaf(k); };
   const LeafRecord* leaf = find(key);
   // A safetensors file's own names ("layers.0.w") name the leaves ls prints as layers/0/w.
   if (!leaf && found.kind == LocationKind::safetensors && s.key.find('/') == std::string::npos) {
     std::string as_path = s.key;
     std::replace(as_path.begin(), as_path.end(), '.', '/');
-    if (const LeafRecord* l = find(canonical_key(as_path))) {
+    if (const LeafRecord* l = find(detail::canonical_key(as_path))) {
       leaf = l;
       key = l->key();
     }
@@ -142,7 +142,7 @@ inline int show(const std::string& path, const std::string& what, std::ostream& 
     std::string as_path = key;  // (a safetensors name, as above)
     if (found.kind == LocationKind::safetensors) std::replace(as_path.begin(), as_path.end(), '.', '/');
     const UnreadLeaf* u = stored_item->find_unread(key);  // a leaf of a dtype cairn does not have
-    if (!u) u = stored_item->find_unread(canonical_key(as_path));
+    if (!u) u = stored_item->find_unread(detail::canonical_key(as_path));
     if (u) throw Error(ErrorKind::dtype_mismatch, "this leaf is of " + u->reason, path, u->path.str());
     // A subtree: what it holds (the first eight), so that the next try names a leaf.
     std::string under;

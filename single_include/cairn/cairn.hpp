@@ -242,8 +242,24 @@ namespace detail {
 CAIRN_API bool parse_int64(std::string_view s, std::int64_t& out);
 // Decimal digits that fit a uint64, nothing else (no sign).
 CAIRN_API bool parse_uint64(std::string_view s, std::uint64_t& out);
-// A printed key path in canonical form (segments re-escaped), so "a/b/" and "a/b" agree.
+// A printed key path in canonical form: each segment re-escaped ("a%2fb" is "a%2Fb"). Empty
+// segments are kept, since one is a map's empty-string key: "a/" is the entry "" under "a".
 CAIRN_API std::string canonical_key(const std::string& key);
+// The same with every empty segment dropped: "a/b/", "/a/b" and "a//b" are "a/b".
+CAIRN_API std::string key_without_empty_segments(const std::string& key);
+// The key a user means by the key path `given` (a subtree, a leaf to read or show): the one it
+// spells where `names(key)` says that is a leaf or node; else, where it has empty segments, the
+// same without them where that names one ("params/" is "params", unless "params" holds the
+// empty string as a key); else the one it spells, for the error to name. `names` is asked only
+// where `given` has an empty segment.
+template <class Names>
+std::string resolve_key(const std::string& given, Names&& names) {
+  std::string spelled = canonical_key(given);
+  std::string loose = key_without_empty_segments(given);
+  if (spelled == loose || names(static_cast<const std::string&>(spelled))) return spelled;
+  if (loose.empty() || names(static_cast<const std::string&>(loose))) return loose;
+  return spelled;
+}
 // True when a stored key path that KeyPath::from_stored accepted is the text its KeyPath
 // prints, so a reader copies it instead of printing it again (about 3% of `metadata()` of many
 // small leaves). Names print as stored unless the text escapes something ('%'), numbers unless
@@ -4566,6 +4582,18 @@ struct ItemRecord {
       if (u.path.str() == key) return &u;
     return nullptr;
   }
+  // Whether `key` names something here: a leaf, readable or not, or a node ("" is the root).
+  // A scan of every leaf: for resolving one key a user typed.
+  bool names(std::string_view key) const {
+    if (key.empty()) return true;
+    for (const auto& l : leaves)
+      if (key_path_has_prefix(l.key(), key)) return true;
+    for (const auto& u : unread)
+      if (key_path_has_prefix(u.path.str(), key)) return true;
+    for (const auto& n : nodes)
+      if (n.path.str() == key) return true;
+    return false;
+  }
 };
 
 struct CheckpointMetadata {
@@ -6351,6 +6379,17 @@ CAIRN_API bool glob_matches(std::string_view pattern, std::string_view path) {
 
 namespace detail {
 CAIRN_API std::string canonical_key(const std::string& key) {
+  std::string out;
+  bool first = true;
+  for (const auto& seg : split_key_path(key)) {
+    if (!first) out += '/';
+    first = false;
+    out += escape_key_segment(seg);
+  }
+  return out;
+}
+
+CAIRN_API std::string key_without_empty_segments(const std::string& key) {
   std::string out;
   for (const auto& seg : split_key_path(key)) {
     if (seg.empty()) continue;
@@ -13218,7 +13257,7 @@ inline std::string missing_key_hint(const std::vector<LeafRecord>& stored, const
   std::set<std::string> held_set;
   for (const auto& s : split)
     if (s.size() > depth && std::equal(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(depth), s.begin()))
-      held_set.insert(escape_key_segment(s[depth]));
+      held_set.insert(s[depth].empty() ? "\"\" (the empty key)" : escape_key_segment(s[depth]));
   std::string hint;
   if (!held_set.empty()) {
     std::vector<std::string> held(held_set.begin(), held_set.end());
@@ -13419,7 +13458,10 @@ CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
 CAIRN_API LoadPlanner::LoadPlanner(const StoredIndex& index, const LoadOptions& options)
-    : index_(index), options_(options), prefix_(canonical_key(options.subtree)), visited_(index.item().leaves.size(), 0) {
+    : index_(index),
+      options_(options),
+      prefix_(resolve_key(options.subtree, [&](const std::string& k) { return index.leaf(k) || index.has_node(k); })),
+      visited_(index.item().leaves.size(), 0) {
   plan_.leaves.reserve(index.item().leaves.size());  // usually each stored leaf once: no regrowth
   if (!prefix_.empty() && !index.leaf(prefix_) && !index.has_node(prefix_)) {
     throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix_ + "'" + missing_key_hint(index.item().leaves, prefix_),
@@ -13435,10 +13477,17 @@ CAIRN_API bool LoadPlanner::skipped(const std::string& key) const {
   return false;
 }
 
+// The stored key of the target's `key` (its path `p`) under the subtree `prefix`. The target's
+// own root is the subtree itself; any other path is below it, even one that prints as "" (the
+// map entry whose key is the empty string, stored as "prefix/").
+inline std::string key_under(const std::string& prefix, const KeyPath& p, const std::string& key) {
+  return p.empty() ? prefix : prefix + "/" + key;
+}
+
 CAIRN_API void LoadPlanner::node(const KeyPath& p, void* target, void (*prepare)(void*, const StoredChildren&)) {
   const std::string key = p.str();
   if (!key.empty() && skipped(key)) return;
-  const std::string stored = join_key(prefix_, key);
+  const std::string stored = prefix_.empty() ? key : key_under(prefix_, p, key);
   static const std::vector<KeyEntry> no_children;
   const auto* children = index_.children(stored);
   if (!children && !index_.has_node(stored)) return;
@@ -13456,7 +13505,7 @@ CAIRN_API void LoadPlanner::leaf(const KeyPath& p, void* target, LeafBuffer (*pr
     return;
   }
   std::string joined;  // only under a subtree: the key is not copied otherwise
-  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : (joined = join_key(prefix_, key)), next_);
+  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : (joined = key_under(prefix_, p, key)), next_);
   if (!stored) {
     plan_.report.missing.push_back(std::move(key));
     return;
@@ -14900,7 +14949,7 @@ inline void check_strict(const LoadReport& r, const LoadOptions& options, const 
 // leave out any stored leaf.
 inline void account_unread(const ItemRecord& item, const LoadOptions& options, LoadReport& report, const std::string& dir) {
   if (item.unread.empty()) return;
-  const std::string prefix = canonical_key(options.subtree);
+  const std::string prefix = resolve_key(options.subtree, [&](const std::string& k) { return item.names(k); });
   std::string refused;
   std::string first;
   std::size_t count = 0;
@@ -15893,7 +15942,9 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
   const std::string key = normalize_key(key_in);
   const std::string where = store.describe(key);
   refuse_inside_checkpoint(store, key);
-  const std::string prefix = canonical_key(options.subtree);
+  const std::string prefix = resolve_key(options.subtree, [&](const std::string& k) {
+    return std::any_of(item.leaves.begin(), item.leaves.end(), [&](const auto& l) { return key_path_has_prefix(l.path.str(), k); });
+  });
   const std::size_t depth = split_key_path(prefix).size();
   std::vector<ExportTensor> tensors;
   std::map<std::string, std::string> names;  // name -> key path
@@ -17029,11 +17080,13 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   std::optional<bool> committed;
   const Location location = detail::safetensors_set_or(given, &committed);
   std::vector<std::string> keys;
-  for (const auto& k : keys_in) keys.push_back(detail::canonical_key(k));
   std::map<std::string, ArrayValue> out;
   std::deque<detail::ArrayTarget> targets;  // the plan points into it: a deque keeps addresses
   auto plan_fn = [&](const detail::StoredIndex& index) {
     detail::LoadPlan plan;
+    keys.clear();
+    for (const auto& k : keys_in)
+      keys.push_back(detail::resolve_key(k, [&](const std::string& s) { return index.leaf(s) || index.has_node(s); }));
     for (const auto& k : keys)
       if (!index.leaf(k)) {
         if (const UnreadLeaf* u = index.item().find_unread(k))
@@ -17065,7 +17118,7 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   load_options.progress = options.progress;
   // Leaves named: the others, readable or not (ItemRecord::unread), are not asked for. Every
   // leaf: one cairn cannot read is refused (account_unread), not left out silently.
-  load_options.allow_unexpected = !keys.empty();
+  load_options.allow_unexpected = !keys_in.empty();
   const detail::ForeignFormat* foreign = detail::names_safetensors(location.key()) || committed.value_or(false)
                                               ? nullptr
                                               : detail::foreign_format_at(location.store(), location.key());

@@ -17,7 +17,10 @@ CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
 CAIRN_API LoadPlanner::LoadPlanner(const StoredIndex& index, const LoadOptions& options)
-    : index_(index), options_(options), prefix_(canonical_key(options.subtree)), visited_(index.item().leaves.size(), 0) {
+    : index_(index),
+      options_(options),
+      prefix_(resolve_key(options.subtree, [&](const std::string& k) { return index.leaf(k) || index.has_node(k); })),
+      visited_(index.item().leaves.size(), 0) {
   plan_.leaves.reserve(index.item().leaves.size());  // usually each stored leaf once: no regrowth
   if (!prefix_.empty() && !index.leaf(prefix_) && !index.has_node(prefix_)) {
     throw Error(ErrorKind::not_found, "the checkpoint has no subtree '" + prefix_ + "'" + missing_key_hint(index.item().leaves, prefix_),
@@ -33,10 +36,17 @@ CAIRN_API bool LoadPlanner::skipped(const std::string& key) const {
   return false;
 }
 
+// The stored key of the target's `key` (its path `p`) under the subtree `prefix`. The target's
+// own root is the subtree itself; any other path is below it, even one that prints as "" (the
+// map entry whose key is the empty string, stored as "prefix/").
+inline std::string key_under(const std::string& prefix, const KeyPath& p, const std::string& key) {
+  return p.empty() ? prefix : prefix + "/" + key;
+}
+
 CAIRN_API void LoadPlanner::node(const KeyPath& p, void* target, void (*prepare)(void*, const StoredChildren&)) {
   const std::string key = p.str();
   if (!key.empty() && skipped(key)) return;
-  const std::string stored = join_key(prefix_, key);
+  const std::string stored = prefix_.empty() ? key : key_under(prefix_, p, key);
   static const std::vector<KeyEntry> no_children;
   const auto* children = index_.children(stored);
   if (!children && !index_.has_node(stored)) return;
@@ -54,7 +64,7 @@ CAIRN_API void LoadPlanner::leaf(const KeyPath& p, void* target, LeafBuffer (*pr
     return;
   }
   std::string joined;  // only under a subtree: the key is not copied otherwise
-  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : (joined = join_key(prefix_, key)), next_);
+  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : (joined = key_under(prefix_, p, key)), next_);
   if (!stored) {
     plan_.report.missing.push_back(std::move(key));
     return;

@@ -72,7 +72,7 @@ inline void check_strict(const LoadReport& r, const LoadOptions& options, const 
 // leave out any stored leaf.
 inline void account_unread(const ItemRecord& item, const LoadOptions& options, LoadReport& report, const std::string& dir) {
   if (item.unread.empty()) return;
-  const std::string prefix = canonical_key(options.subtree);
+  const std::string prefix = resolve_key(options.subtree, [&](const std::string& k) { return item.names(k); });
   std::string refused;
   std::string first;
   std::size_t count = 0;

@@ -64,7 +64,7 @@ inline std::string missing_key_hint(const std::vector<LeafRecord>& stored, const
   std::set<std::string> held_set;
   for (const auto& s : split)
     if (s.size() > depth && std::equal(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(depth), s.begin()))
-      held_set.insert(escape_key_segment(s[depth]));
+      held_set.insert(s[depth].empty() ? "\"\" (the empty key)" : escape_key_segment(s[depth]));
   std::string hint;
   if (!held_set.empty()) {
     std::vector<std::string> held(held_set.begin(), held_set.end());

@@ -87,8 +87,24 @@ namespace detail {
 CAIRN_API bool parse_int64(std::string_view s, std::int64_t& out);
 // Decimal digits that fit a uint64, nothing else (no sign).
 CAIRN_API bool parse_uint64(std::string_view s, std::uint64_t& out);
-// A printed key path in canonical form (segments re-escaped), so "a/b/" and "a/b" agree.
+// A printed key path in canonical form: each segment re-escaped ("a%2fb" is "a%2Fb"). Empty
+// segments are kept, since one is a map's empty-string key: "a/" is the entry "" under "a".
 CAIRN_API std::string canonical_key(const std::string& key);
+// The same with every empty segment dropped: "a/b/", "/a/b" and "a//b" are "a/b".
+CAIRN_API std::string key_without_empty_segments(const std::string& key);
+// The key a user means by the key path `given` (a subtree, a leaf to read or show): the one it
+// spells where `names(key)` says that is a leaf or node; else, where it has empty segments, the
+// same without them where that names one ("params/" is "params", unless "params" holds the
+// empty string as a key); else the one it spells, for the error to name. `names` is asked only
+// where `given` has an empty segment.
+template <class Names>
+std::string resolve_key(const std::string& given, Names&& names) {
+  std::string spelled = canonical_key(given);
+  std::string loose = key_without_empty_segments(given);
+  if (spelled == loose || names(static_cast<const std::string&>(spelled))) return spelled;
+  if (loose.empty() || names(static_cast<const std::string&>(loose))) return loose;
+  return spelled;
+}
 // True when a stored key path that KeyPath::from_stored accepted is the text its KeyPath
 // prints, so a reader copies it instead of printing it again (about 3% of `metadata()` of many
 // small leaves). Names print as stored unless the text escapes something ('%'), numbers unless

@@ -214,6 +214,17 @@ CAIRN_API bool glob_matches(std::string_view pattern, std::string_view path) {
 namespace detail {
 CAIRN_API std::string canonical_key(const std::string& key) {
   std::string out;
+  bool first = true;
+  for (const auto& seg : split_key_path(key)) {
+    if (!first) out += '/';
+    first = false;
+    out += escape_key_segment(seg);
+  }
+  return out;
+}
+
+CAIRN_API std::string key_without_empty_segments(const std::string& key) {
+  std::string out;
   for (const auto& seg : split_key_path(key)) {
     if (seg.empty()) continue;
     if (!out.empty()) out += '/';

@@ -108,6 +108,18 @@ struct ItemRecord {
       if (u.path.str() == key) return &u;
     return nullptr;
   }
+  // Whether `key` names something here: a leaf, readable or not, or a node ("" is the root).
+  // A scan of every leaf: for resolving one key a user typed.
+  bool names(std::string_view key) const {
+    if (key.empty()) return true;
+    for (const auto& l : leaves)
+      if (key_path_has_prefix(l.key(), key)) return true;
+    for (const auto& u : unread)
+      if (key_path_has_prefix(u.path.str(), key)) return true;
+    for (const auto& n : nodes)
+      if (n.path.str() == key) return true;
+    return false;
+  }
 };
 
 struct CheckpointMetadata {

@@ -415,11 +415,13 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   std::optional<bool> committed;
   const Location location = detail::safetensors_set_or(given, &committed);
   std::vector<std::string> keys;
-  for (const auto& k : keys_in) keys.push_back(detail::canonical_key(k));
   std::map<std::string, ArrayValue> out;
   std::deque<detail::ArrayTarget> targets;  // the plan points into it: a deque keeps addresses
   auto plan_fn = [&](const detail::StoredIndex& index) {
     detail::LoadPlan plan;
+    keys.clear();
+    for (const auto& k : keys_in)
+      keys.push_back(detail::resolve_key(k, [&](const std::string& s) { return index.leaf(s) || index.has_node(s); }));
     for (const auto& k : keys)
       if (!index.leaf(k)) {
         if (const UnreadLeaf* u = index.item().find_unread(k))
@@ -451,7 +453,7 @@ CAIRN_API std::map<std::string, ArrayValue> read_arrays(const Location& given, c
   load_options.progress = options.progress;
   // Leaves named: the others, readable or not (ItemRecord::unread), are not asked for. Every
   // leaf: one cairn cannot read is refused (account_unread), not left out silently.
-  load_options.allow_unexpected = !keys.empty();
+  load_options.allow_unexpected = !keys_in.empty();
   const detail::ForeignFormat* foreign = detail::names_safetensors(location.key()) || committed.value_or(false)
                                               ? nullptr
                                               : detail::foreign_format_at(location.store(), location.key());

@@ -107,7 +107,9 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
   const std::string key = normalize_key(key_in);
   const std::string where = store.describe(key);
   refuse_inside_checkpoint(store, key);
-  const std::string prefix = canonical_key(options.subtree);
+  const std::string prefix = resolve_key(options.subtree, [&](const std::string& k) {
+    return std::any_of(item.leaves.begin(), item.leaves.end(), [&](const auto& l) { return key_path_has_prefix(l.path.str(), k); });
+  });
   const std::size_t depth = split_key_path(prefix).size();
   std::vector<ExportTensor> tensors;
   std::map<std::string, std::string> names;  // name -> key path
