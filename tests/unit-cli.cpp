@@ -814,6 +814,39 @@ TEST_CASE("what a checkpoint holds is printed with its control characters escape
   CHECK(cairn::detail::valid_utf8(text.out));
 }
 
+TEST_CASE("ls lines up keys and names as a terminal shows them: wide characters take two columns, combining marks none") {
+  // A vocabulary of Japanese tokens, an accent written as a combining mark, an emoji: the
+  // dtypes start in one column on screen. (A CJK key was counted one column a character and
+  // pushed its dtype right; a control character's escape was counted one column.)
+  test::TempDir dir;
+  const std::string jp = "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e";  // 3 characters, 6 columns
+  const std::string accent = "e\xcc\x81te";                              // e + U+0301: 3 columns
+  const std::string emoji = "\xf0\x9f\x98\x80x";                         // 3 columns
+  std::map<std::string, std::vector<float>> m{{"abcd", {1}}, {jp, {2}}, {accent, {3}}, {emoji, {4}}};
+  cairn::save(dir / "c", m);
+  const Run r = cli({"ls", dir / "c"});
+  CHECK(r.status == 0);
+  CHECK_MESSAGE(has(r.out, "\n  abcd    float32[1]"), r.out);  // the widest key is 6 columns
+  CHECK(has(r.out, "\n  " + jp + "  float32[1]"));
+  CHECK(has(r.out, "\n  " + accent + "     float32[1]"));
+  CHECK(has(r.out, "\n  " + emoji + "     float32[1]"));
+  // Directory names: an escape is as wide as it prints (\u001b: 6 columns).
+  const std::string names = dir / "names";
+  for (const char* n : {"x\x1b", "abcdefg", jp.c_str()})
+    cairn::save(names + "/" + n, std::map<std::string, std::vector<float>>{{"w", {1}}});
+  const Run listed = cli({"ls", names});
+  CHECK(listed.status == 0);
+  CHECK_MESSAGE(has(listed.out, "\n  x\\u001b  20"), listed.out);    // 7 columns, as wide as abcdefg
+  CHECK(has(listed.out, "\n  abcdefg  20"));
+  CHECK(has(listed.out, "\n  " + jp + "   20"));
+  CHECK(cairn::cli::code_point_columns(0x41) == 1);
+  CHECK(cairn::cli::code_point_columns(0x301) == 0);
+  CHECK(cairn::cli::code_point_columns(0xAC00) == 2);   // Hangul
+  CHECK(cairn::cli::code_point_columns(0xFF21) == 2);   // fullwidth A
+  CHECK(cairn::cli::code_point_columns(0x3000) == 2);   // ideographic space
+  CHECK(cairn::cli::code_point_columns(0x200B) == 0);   // zero width space
+}
+
 TEST_CASE("every item: diff compares them all, show --item picks one, convert carries them or refuses to drop them") {
   test::TempDir dir;
   std::vector<float> w{1, 2, 3};

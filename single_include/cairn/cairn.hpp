@@ -16755,6 +16755,12 @@ struct RootReading {
   // Other systems' saves there that have not finished (an Orbax save's temporary directory,
   // under any name): listed as incomplete, as a cairn step without its marker is.
   std::vector<std::string> foreign_unfinished;
+
+  // The format of the step `name` where it is another system's checkpoint, else null (cairn's).
+  const ForeignFormat* format_of(const std::string& name) const {
+    const auto f = foreign.find(name);
+    return f == foreign.end() ? nullptr : f->second;
+  }
 };
 
 // What `cairn ls` shows of a step.
@@ -17057,8 +17063,7 @@ CAIRN_API Inspection inspect(const Location& given, const SafetensorsOptions& sa
       try {
         // A cairn checkpoint is read as one (no other format is asked); another system's through its format.
         const Location at = location / step.name;
-        const auto foreign = root.foreign.find(step.name);
-        const detail::ForeignFormat* step_format = foreign == root.foreign.end() ? nullptr : foreign->second;
+        const detail::ForeignFormat* step_format = root.format_of(step.name);
         if (step_format) step.kind = step_format->kind;
         detail::summarize_step(detail::metadata_of(at, !step_format, step_format), step);
       } catch (const Error& e) {
@@ -17273,8 +17278,7 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
       one.checkpoints.push_back(one.path);
       try {
         // A cairn checkpoint of the directory is one: no other format is asked about it.
-        const auto foreign = reading.foreign.find(step.name);
-        if (const detail::ForeignFormat* f = foreign == reading.foreign.end() ? nullptr : foreign->second) {
+        if (const detail::ForeignFormat* f = reading.format_of(step.name)) {
           one.kind = f->kind;
           one.checksummed = false;
           const detail::ForeignView view = f->open(store, at.key());

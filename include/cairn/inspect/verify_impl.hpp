@@ -146,8 +146,7 @@ CAIRN_API VerifyReport verify(const Location& given, const VerifyOptions& option
       one.checkpoints.push_back(one.path);
       try {
         // A cairn checkpoint of the directory is one: no other format is asked about it.
-        const auto foreign = reading.foreign.find(step.name);
-        if (const detail::ForeignFormat* f = foreign == reading.foreign.end() ? nullptr : foreign->second) {
+        if (const detail::ForeignFormat* f = reading.format_of(step.name)) {
           one.kind = f->kind;
           one.checksummed = false;
           const detail::ForeignView view = f->open(store, at.key());
