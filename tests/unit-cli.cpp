@@ -1021,4 +1021,15 @@ TEST_CASE("ls, show, diff and convert read a safetensors file's tied names with 
   r = cli({"verify", f, "--aliases"});
   CHECK(r.status == 2);
   CHECK(has(r.err, "does not take --aliases"));
+  // Names that split into a leaf and its parent ("a", "a.b"): the error names the tool's flag,
+  // and with it the file lists.
+  const std::string parent = dir / "parent.safetensors";
+  cairn::save_safetensors(parent, Flat{{"a", {1}}, {"a.b", {2}}}, {.separator = ""});
+  r = cli({"ls", parent});
+  CHECK(r.status == 2);
+  CHECK_MESSAGE(has(r.err, "tensor 'a' is also the parent of 'a.b'"), r.err);
+  CHECK_MESSAGE(has(r.err, "--separator ''"), r.err);
+  r = cli({"ls", parent, "--separator", ""});
+  CHECK(r.status == 0);
+  CHECK(has(r.out, "a.b  float32[1]"));
 }

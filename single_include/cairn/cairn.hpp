@@ -15640,7 +15640,8 @@ inline OpenedCheckpoint open_safetensors(const Store& store, const std::string& 
       item.leaves, NodeKind::struct_, false, [&](const std::string& printed) { return owner.count(printed) != 0; },
       [&](const std::string& printed, const LeafRecord& l) {
         throw Error(ErrorKind::invalid_argument, "tensor '" + owner[printed] + "' is also the parent of '" + owner[l.key()] +
-                    "': load it with SafetensorsOptions::separator = \"\" (whole names as keys)", c.records);
+                    "': load it with SafetensorsOptions::separator = \"\" (whole names as keys; in the cairn tool, --separator '')",
+                    c.records);
       });
   m.items.push_back(std::move(item));
   return c;
