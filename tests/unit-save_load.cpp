@@ -6,6 +6,7 @@
 
 #include <cereal/archives/binary.hpp>
 #include <unsupported/Eigen/CXX11/Tensor>  // Eigen::Tensor leaves (after cairn: either order works)
+#include <Eigen/Geometry>                    // Quaternion and Transform leaves (after cairn too)
 
 #include <deque>
 #include <map>
@@ -241,6 +242,141 @@ TEST_CASE("Eigen keeps the logical shape across memory orders and refuses fixed 
   CHECK_CAIRN_ERROR(cairn::load(dir / "v", fixed), cairn::ErrorKind::shape_mismatch, "[3]");
   Eigen::MatrixXf as_matrix;
   CHECK_CAIRN_ERROR(cairn::load(dir / "v", as_matrix), cairn::ErrorKind::shape_mismatch, "not 2-D");
+}
+
+namespace maps {
+// Weights in one arena the program owns, seen through Eigen::Map.
+struct Arena {
+  Eigen::Map<Eigen::MatrixXf> w;
+  Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> r;
+  Eigen::Map<Eigen::VectorXi> v;
+  Eigen::Map<Eigen::Matrix3f> fixed;
+};
+CAIRN_TREE(Arena, w, r, v, fixed)
+struct Owned {
+  Eigen::MatrixXf w;
+  Eigen::MatrixXd r;  // column-major: the other order
+  Eigen::VectorXi v;
+  Eigen::Matrix3f fixed;
+};
+CAIRN_TREE(Owned, w, r, v, fixed)
+struct Buffers {
+  std::vector<float> w = test::random_bits<float>(5 * 7);
+  std::vector<double> r = test::random_bits<double>(4 * 6);
+  std::vector<int> v = test::random_bits<int>(9);
+  std::vector<float> fixed = test::random_bits<float>(9);
+  Arena arena() {
+    return {{w.data(), 5, 7}, {r.data(), 4, 6}, {v.data(), 9}, Eigen::Map<Eigen::Matrix3f>(fixed.data())};
+  }
+};
+}  // namespace maps
+
+TEST_CASE("Eigen::Map leaves save the memory they map and load into it in place, in its shape") {
+  test::TempDir dir;
+  maps::Buffers saved;
+  const maps::Arena arena = saved.arena();
+  cairn::save(dir / "a", arena);
+  // Into other memory through maps: the bytes land in the buffers the maps point at.
+  maps::Buffers into;
+  maps::Arena target = into.arena();
+  cairn::load(dir / "a", target);
+  CHECK(test::same_bits(into.w, saved.w));
+  CHECK(test::same_bits(into.r, saved.r));
+  CHECK(into.v == saved.v);
+  CHECK(test::same_bits(into.fixed, saved.fixed));
+  // As owned matrices, the row-major map into a column-major matrix included; and back.
+  const auto owned = cairn::load<maps::Owned>(dir / "a");
+  auto same_elements = [](const auto& a, const auto& b) {  // bit for bit (random bits hold NaNs)
+    if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
+    for (Eigen::Index i = 0; i < a.rows(); ++i)
+      for (Eigen::Index j = 0; j < a.cols(); ++j)
+        if (const auto x = a(i, j), y = b(i, j); std::memcmp(&x, &y, sizeof x) != 0) return false;
+    return true;
+  };
+  CHECK(same_elements(owned.w, arena.w));
+  CHECK(same_elements(owned.r, arena.r));
+  CHECK(owned.v == arena.v);
+  CHECK(same_elements(owned.fixed, arena.fixed));
+  cairn::save(dir / "o", owned);
+  maps::Buffers again;
+  maps::Arena from_owned = again.arena();
+  cairn::load(dir / "o", from_owned);
+  CHECK(test::same_bits(again.r, saved.r));
+  CHECK(test::same_bits(again.w, saved.w));
+  // A map of const data saves.
+  cairn::save(dir / "c", Eigen::Map<const Eigen::MatrixXf>(saved.w.data(), 7, 5));
+  CHECK(same_elements(cairn::load<Eigen::MatrixXf>(dir / "c"), Eigen::Map<const Eigen::MatrixXf>(saved.w.data(), 7, 5)));
+  // A map cannot be resized: another shape is refused before anything is written to it.
+  std::vector<float> other(35, 0.5f);
+  Eigen::Map<Eigen::MatrixXf> wrong(other.data(), 5, 7);
+  CHECK_CAIRN_ERROR(cairn::load(dir / "c", wrong), cairn::ErrorKind::shape_mismatch,
+                    "stored shape [7, 5] does not fit the target, an Eigen::Map of shape [5, 7]");
+  CHECK(std::all_of(other.begin(), other.end(), [](float x) { return x == 0.5f; }));
+}
+
+namespace geometry {
+// A rigid body's state as a simulator holds it.
+struct Body {
+  Eigen::Quaterniond orientation;
+  Eigen::Quaternionf orientation_f;
+  Eigen::Isometry3d pose;
+  Eigen::Affine2f affine;
+  Eigen::AffineCompact3f compact;
+  Eigen::Projective3d projective;
+  Eigen::Transform<double, 3, Eigen::Isometry, Eigen::RowMajor> row_pose;
+};
+CAIRN_TREE(Body, orientation, orientation_f, pose, affine, compact, projective, row_pose)
+
+template <class T>
+T random_bits_of() {
+  T t;
+  const auto bits = test::random_bits<std::decay_t<decltype(*t.data())>>(sizeof(T) / sizeof(*t.data()));
+  std::memcpy(static_cast<void*>(&t), bits.data(), sizeof(T));
+  return t;
+}
+template <class T>
+bool same_bits(const T& a, const T& b) { return std::memcmp(static_cast<const void*>(&a), static_cast<const void*>(&b), sizeof(T)) == 0; }
+}  // namespace geometry
+
+TEST_CASE("Eigen::Quaternion and Eigen::Transform leaves: coefficients and matrices, bit-exact, their shapes checked") {
+  test::TempDir dir;
+  geometry::Body b;
+  b.orientation.coeffs() = geometry::random_bits_of<Eigen::Vector4d>();
+  b.orientation_f.coeffs() = geometry::random_bits_of<Eigen::Vector4f>();
+  b.pose.matrix() = geometry::random_bits_of<Eigen::Matrix4d>();
+  b.affine.matrix() = geometry::random_bits_of<Eigen::Matrix3f>();
+  b.compact.matrix() = geometry::random_bits_of<Eigen::Matrix<float, 3, 4>>();
+  b.projective.matrix() = geometry::random_bits_of<Eigen::Matrix4d>();
+  b.row_pose.matrix() = geometry::random_bits_of<Eigen::Matrix<double, 4, 4, Eigen::RowMajor>>();
+  cairn::save(dir / "b", b);
+  const auto md = cairn::metadata(dir / "b");
+  std::map<std::string, cairn::Shape> shapes;
+  for (const auto& l : md.items.at(0).leaves) shapes[l.key()] = l.shape;
+  CHECK(shapes["orientation"] == cairn::Shape{4});
+  CHECK(shapes["pose"] == cairn::Shape{4, 4});
+  CHECK(shapes["affine"] == cairn::Shape{3, 3});
+  CHECK(shapes["compact"] == cairn::Shape{3, 4});
+  const auto back = cairn::load<geometry::Body>(dir / "b");
+  CHECK(geometry::same_bits(back.orientation.coeffs().eval(), b.orientation.coeffs().eval()));
+  CHECK(geometry::same_bits(back.orientation_f.coeffs().eval(), b.orientation_f.coeffs().eval()));
+  CHECK(geometry::same_bits(back.pose.matrix(), b.pose.matrix()));
+  CHECK(geometry::same_bits(back.affine.matrix(), b.affine.matrix()));
+  CHECK(geometry::same_bits(back.compact.matrix(), b.compact.matrix()));
+  CHECK(geometry::same_bits(back.projective.matrix(), b.projective.matrix()));
+  CHECK(geometry::same_bits(back.row_pose.matrix(), b.row_pose.matrix()));
+  // The coefficients are x, y, z, w, as Eigen stores them.
+  const Eigen::Quaterniond q(0.5, 0.1, 0.2, 0.3);  // (w, x, y, z)
+  cairn::save(dir / "q", q);
+  CHECK(cairn::load<std::vector<double>>(dir / "q") == std::vector<double>{0.1, 0.2, 0.3, 0.5});
+  // A pose loads from any matrix of its shape, in either memory order; others are refused.
+  const Eigen::Matrix4d m = Eigen::Matrix4d::Random();
+  cairn::save(dir / "m", Eigen::Matrix<double, 4, 4, Eigen::RowMajor>(m));
+  CHECK(cairn::load<Eigen::Isometry3d>(dir / "m").matrix() == m);
+  Eigen::Isometry2d planar;
+  CHECK_CAIRN_ERROR(cairn::load(dir / "m", planar), cairn::ErrorKind::shape_mismatch, "fixed shape [3, 3]");
+  Eigen::Quaterniond from_vector;
+  cairn::save(dir / "v3", std::vector<double>{1, 2, 3});
+  CHECK_CAIRN_ERROR(cairn::load(dir / "v3", from_vector), cairn::ErrorKind::shape_mismatch, "fixed shape [4]");
 }
 
 namespace tensors {

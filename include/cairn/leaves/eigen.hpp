@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Eigen dense matrices and arrays as tree leaves (fixed and dynamic size, row- and
-// column-major), and the Tensor module's Eigen::Tensor of any rank; their cereal support is
+// column-major), Eigen::Maps of them (loaded in place), Geometry's Quaternion and Transform, and the
+// Tensor module's Eigen::Tensor of any rank; their cereal support is
 // leaves/eigen_cereal.hpp. The checkpoint keeps the logical shape and the memory order it was
 // saved in; a target of the other order is converted on load. Vectors (one compile-time row or
 // column) are 1-D arrays, other matrices 2-D, a Tensor<T, N> N-D.
@@ -14,6 +15,7 @@
 
 #include <array>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cairn/tree/traits.hpp"
@@ -98,10 +100,60 @@ struct eigen_tensor_leaf {
   }
 };
 
+// Eigen::Map of a matrix or array: memory the program owns (an arena, a buffer of another
+// library), saved as the matrix it maps is, and loaded in place into the shape it maps, which a
+// Map cannot change. A Map of const data is saved, never loaded into. Only the default stride
+// (contiguous memory) is a leaf.
+template <class Mapped, class M>
+struct eigen_map_leaf {
+  static LeafView view(const Mapped& m) { return eigen_leaf<Mapped>::view(m); }
+
+  static LeafBuffer prepare(Mapped& m, const StoredLeafInfo& stored) {
+    static_assert(!std::is_const_v<M>, "cairn: an Eigen::Map of const data can be saved, but not loaded into");
+    using L = eigen_leaf<Mapped>;
+    const Shape mapped = L::view(m).shape;
+    if (stored.shape != mapped)
+      throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored.shape) + " does not fit the target, an Eigen::Map of shape " +
+                  to_string(mapped) + " (a Map cannot be resized)");
+    return {dtype_of<typename L::Scalar>, L::is_vector ? Order::C : L::order, const_cast<typename L::Scalar*>(m.data()),
+            static_cast<std::uint64_t>(m.size()) * sizeof(typename L::Scalar)};
+  }
+};
+
 }  // namespace detail
 
 template <class S, int N, int Options, class Index>
 struct leaf_traits<Eigen::Tensor<S, N, Options, Index>> : detail::eigen_tensor_leaf<S, N, Options, Index> {};
+template <class M, int MapOptions>
+struct leaf_traits<Eigen::Map<M, MapOptions, Eigen::Stride<0, 0>>>
+    : detail::eigen_map_leaf<Eigen::Map<M, MapOptions, Eigen::Stride<0, 0>>, M> {};
+
+// The Geometry module's rotations and poses, as robotics and simulation state holds them.
+// Eigen/Core declares both classes, so these are instantiated only by a program that uses
+// them, which has included Eigen/Geometry (or Eigen/Dense).
+// A Quaternion is its four coefficients in Eigen's storage order, x, y, z, w: a 1-D array of 4
+// (scipy's Rotation.as_quat order; w comes first in some other libraries).
+template <class S, int Options>
+struct leaf_traits<Eigen::Quaternion<S, Options>> {
+  static_assert(has_dtype<S>, "cairn: an Eigen::Quaternion needs a scalar type with a dtype");
+  static LeafView view(const Eigen::Quaternion<S, Options>& q) {
+    return {dtype_of<S>, Shape{4}, Order::C, q.coeffs().data(), 4 * sizeof(S)};
+  }
+  static LeafBuffer prepare(Eigen::Quaternion<S, Options>& q, const StoredLeafInfo& stored) {
+    require_shape(Shape{4}, stored.shape);
+    return {dtype_of<S>, Order::C, q.coeffs().data(), 4 * sizeof(S)};
+  }
+};
+// A Transform (Isometry3d, Affine2f, ...) is its matrix: (Dim+1) x (Dim+1), or Dim x (Dim+1)
+// for AffineCompact, in the matrix's own memory order.
+template <class S, int Dim, int Mode, int Options>
+struct leaf_traits<Eigen::Transform<S, Dim, Mode, Options>> {
+  using M = typename Eigen::Transform<S, Dim, Mode, Options>::MatrixType;
+  static LeafView view(const Eigen::Transform<S, Dim, Mode, Options>& t) { return detail::eigen_leaf<M>::view(t.matrix()); }
+  static LeafBuffer prepare(Eigen::Transform<S, Dim, Mode, Options>& t, const StoredLeafInfo& stored) {
+    return detail::eigen_leaf<M>::prepare(t.matrix(), stored);
+  }
+};
 template <class S, int R, int C, int O, int MR, int MC>
 struct leaf_traits<Eigen::Matrix<S, R, C, O, MR, MC>> : detail::eigen_leaf<Eigen::Matrix<S, R, C, O, MR, MC>> {};
 template <class S, int R, int C, int O, int MR, int MC>
