@@ -212,10 +212,12 @@ CAIRN_API bool glob_matches(std::string_view pattern, std::string_view path) {
 }
 
 namespace detail {
-CAIRN_API std::string canonical_key(const std::string& key) {
+// The segments of `key` re-escaped and joined, its empty ones kept or dropped.
+inline std::string rejoined_key(const std::string& key, bool keep_empty) {
   std::string out;
   bool first = true;
   for (const auto& seg : split_key_path(key)) {
+    if (seg.empty() && !keep_empty) continue;
     if (!first) out += '/';
     first = false;
     out += escape_key_segment(seg);
@@ -223,15 +225,8 @@ CAIRN_API std::string canonical_key(const std::string& key) {
   return out;
 }
 
-CAIRN_API std::string key_without_empty_segments(const std::string& key) {
-  std::string out;
-  for (const auto& seg : split_key_path(key)) {
-    if (seg.empty()) continue;
-    if (!out.empty()) out += '/';
-    out += escape_key_segment(seg);
-  }
-  return out;
-}
+CAIRN_API std::string canonical_key(const std::string& key) { return rejoined_key(key, true); }
+CAIRN_API std::string key_without_empty_segments(const std::string& key) { return rejoined_key(key, false); }
 }  // namespace detail
 
 CAIRN_END_NAMESPACE
