@@ -166,10 +166,9 @@ inline int code_point_columns(std::uint32_t c) {
   return in(wide) ? 2 : 1;
 }
 
-// The columns `text` takes as TerminalSafeBuf prints it: its escapes (\u001b, \xff) as the
-// characters they are spelled with, the rest by code_point_columns.
-inline std::size_t columns(const std::string& text) {
-  const std::string shown = terminal_safe(text);  // well-formed UTF-8
+// The columns text already as TerminalSafeBuf prints it (terminal_safe's, well-formed UTF-8)
+// takes, by code_point_columns.
+inline std::size_t printed_columns(const std::string& shown) {
   std::size_t n = 0;
   for (std::size_t i = 0; i < shown.size();) {
     const auto b = static_cast<unsigned char>(shown[i]);
@@ -181,6 +180,10 @@ inline std::size_t columns(const std::string& text) {
   }
   return n;
 }
+
+// The columns `text` takes as TerminalSafeBuf prints it: its escapes (\u001b, \xff) as the
+// characters they are spelled with.
+inline std::size_t columns(const std::string& text) { return printed_columns(terminal_safe(text)); }
 
 // A key on one line of a listing: its newlines escaped too (TerminalSafeBuf keeps newlines,
 // which the tool's own lines end with), so that a key cannot print lines that look like

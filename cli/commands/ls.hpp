@@ -123,16 +123,18 @@ inline int ls(const std::string& path, bool json, std::ostream& out, const Safet
   for (const auto& item : m.items) {
     out << "item '" << item.name << "' (" << item_kind_name(item.kind) << ", " << counted(item.leaves.size(), "leaf", "leaves")
         << (item.unread.empty() ? "" : ", " + std::to_string(item.unread.size()) + " that cairn cannot read") << ")\n";
-    // Keys as printed (escaped), padded to the widest in columns: a UTF-8 character is one.
+    // Keys as printed (escaped), padded to the widest in the columns a terminal shows.
     std::vector<std::string> shown;
+    std::vector<std::size_t> shown_columns;
     std::size_t width = 0;
     for (const auto& l : item.leaves) {
       shown.push_back(terminal_safe(key_label(l.key())));
-      width = std::max(width, columns(shown.back()));
+      shown_columns.push_back(printed_columns(shown.back()));
+      width = std::max(width, shown_columns.back());
     }
     for (std::size_t i = 0; i < item.leaves.size(); ++i) {
       const LeafRecord& l = item.leaves[i];
-      std::string line = "  " + shown[i] + std::string(width - columns(shown[i]) + 2, ' ') + dtype_name(l.dtype) + to_string(l.shape);
+      std::string line = "  " + shown[i] + std::string(width - shown_columns[i] + 2, ' ') + dtype_name(l.dtype) + to_string(l.shape);
       if (l.shape.size() >= 2 && l.order == Order::F) line += " F-order";
       if (l.saved_from != l.dtype) line += std::string(" (saved from ") + dtype_name(l.saved_from) + ")";
       line += "  " + human_bytes(l.nbytes());
