@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "test_util.hpp"
 
+#include <list>
+#include <memory>
 #include <sstream>
 
 #include <cereal/archives/binary.hpp>
@@ -30,6 +32,10 @@ class Model {
 
 struct WithEigen { Eigen::Matrix<double, 2, 3, Eigen::RowMajor> m; Eigen::ArrayXi a; cairn::Array<float> t; std::map<int, std::string> names; };
 CAIRN_TREE(WithEigen, m, a, t, names)
+
+// Parts held by pointer and a list: cereal's own types for them come with cairn/cairn.hpp.
+struct Owning { std::unique_ptr<WithEigen> part; std::shared_ptr<std::vector<int>> shared; std::unique_ptr<float> none; std::list<double> xs; };
+CAIRN_TREE(Owning, part, shared, none, xs)
 }  // namespace priv
 
 TEST_CASE("the macro works at its documented field limit") {
@@ -73,6 +79,34 @@ TEST_CASE("annotated structs serialize with cereal's JSON archive, Eigen and cai
   CHECK((back.a == v.a).all());
   CHECK(back.t == v.t);
   CHECK(back.names == v.names);
+}
+
+TEST_CASE("annotated structs holding smart pointers and lists serialize with cereal archives") {
+  priv::Owning v;
+  v.part = std::make_unique<priv::WithEigen>();
+  v.part->a = Eigen::ArrayXi::LinSpaced(3, 7, 9);
+  v.shared = std::make_shared<std::vector<int>>(std::vector<int>{4, 5});
+  v.xs = {0.5, -1.25};
+  for (int binary = 0; binary < 2; ++binary) {
+    std::stringstream ss;
+    priv::Owning back;
+    back.none = std::make_unique<float>(3);  // reset: it was saved null
+    if (binary) {
+      { cereal::BinaryOutputArchive ar(ss); ar(v); }
+      cereal::BinaryInputArchive ar(ss);
+      ar(back);
+    } else {
+      { cereal::JSONOutputArchive ar(ss); ar(cereal::make_nvp("state", v)); }
+      cereal::JSONInputArchive ar(ss);
+      ar(cereal::make_nvp("state", back));
+    }
+    REQUIRE(back.part);
+    CHECK((back.part->a == v.part->a).all());
+    REQUIRE(back.shared);
+    CHECK(*back.shared == *v.shared);
+    CHECK(back.none == nullptr);
+    CHECK(back.xs == v.xs);
+  }
 }
 
 TEST_CASE("a cairn::Shape is written by cereal as the std::vector<int64_t> it once was, and read back") {

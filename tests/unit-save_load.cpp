@@ -9,8 +9,10 @@
 #include <Eigen/Geometry>                    // Quaternion and Transform leaves (after cairn too)
 
 #include <deque>
+#include <list>
 #include <map>
 #include <optional>
+#include <variant>
 
 namespace rt {
 struct Leaves {
@@ -377,6 +379,256 @@ TEST_CASE("Eigen::Quaternion and Eigen::Transform leaves: coefficients and matri
   Eigen::Quaterniond from_vector;
   cairn::save(dir / "v3", std::vector<double>{1, 2, 3});
   CHECK_CAIRN_ERROR(cairn::load(dir / "v3", from_vector), cairn::ErrorKind::shape_mismatch, "fixed shape [4]");
+}
+
+namespace pointers {
+// A model as C++ code often holds one: submodules by pointer, a table shared with another
+// owner, an optional head that some configurations leave null.
+struct Layer {
+  std::vector<float> w;
+  std::vector<double> b;
+};
+CAIRN_TREE(Layer, w, b)
+struct Head {  // abstract: cairn cannot make one
+  virtual ~Head() = default;
+  virtual float apply(float) const = 0;
+  std::vector<float> scale;
+};
+CAIRN_TREE(Head, scale)
+struct Doubler : Head {
+  float apply(float x) const override { return 2 * x; }
+};
+struct Model {
+  std::vector<std::unique_ptr<Layer>> layers;
+  std::shared_ptr<std::vector<std::int32_t>> vocab;
+  std::unique_ptr<Layer> aux;                 // null in some configurations
+  std::shared_ptr<Head> head;
+  std::list<std::map<std::string, std::unique_ptr<float>>> history;
+};
+CAIRN_TREE(Model, layers, vocab, aux, head, history)
+// The same state held by value: what key paths a pointer must not change.
+struct ModelByValue {
+  std::vector<Layer> layers;
+  std::vector<std::int32_t> vocab;
+  std::optional<Layer> aux;
+  Layer head;  // scale only, as Head saves
+  std::vector<std::map<std::string, float>> history;
+};
+CAIRN_TREE(ModelByValue, layers, vocab, aux, head, history)
+struct HeadByValue {
+  std::vector<float> scale;
+};
+CAIRN_TREE(HeadByValue, scale)
+
+Model random_model(std::size_t n_layers) {
+  auto& g = test::rng();
+  Model m;
+  for (std::size_t i = 0; i < n_layers; ++i)
+    m.layers.push_back(std::make_unique<Layer>(Layer{test::random_bits<float>(g() % 50), test::random_bits<double>(g() % 9)}));
+  m.vocab = std::make_shared<std::vector<std::int32_t>>(test::random_bits<std::int32_t>(g() % 100));
+  auto head = std::make_shared<Doubler>();
+  head->scale = test::random_bits<float>(3);
+  m.head = head;
+  for (std::size_t i = g() % 4; i > 0; --i) {
+    auto& step = m.history.emplace_back();
+    for (std::size_t k = g() % 3; k > 0; --k) step["k" + std::to_string(g() % 100)] = std::make_unique<float>(test::random_bits<float>(1)[0]);
+  }
+  return m;
+}
+bool same_layer(const Layer& a, const Layer& b) { return test::same_bits(a.w, b.w) && test::same_bits(a.b, b.b); }
+}  // namespace pointers
+
+TEST_CASE("std::unique_ptr and std::shared_ptr are saved as what they point to, at the same key paths") {
+  test::TempDir dir;
+  for (int round = 0; round < 5; ++round) {
+    const pointers::Model m = pointers::random_model(test::rng()() % 5);
+    cairn::save(dir / "m", m, {.overwrite = true});
+    // No level for the pointer: the key paths of the same state held by value.
+    pointers::ModelByValue v;
+    for (const auto& l : m.layers) v.layers.push_back(*l);
+    v.vocab = *m.vocab;
+    v.head.w = m.head->scale;
+    for (const auto& step : m.history) {
+      auto& s = v.history.emplace_back();
+      for (const auto& [k, x] : step) s[k] = *x;
+    }
+    std::vector<std::string> stored;
+    const auto md = cairn::metadata(dir / "m");
+    for (const auto& l : md.items.at(0).leaves) stored.push_back(l.key());
+    CHECK(stored == cairn::key_paths(m));
+    CHECK(cairn::leaf_count(m) == stored.size());
+    std::vector<std::string> by_value = cairn::key_paths(v);
+    for (auto& k : by_value)  // Head's field is `scale` where the by-value stand-in's first is `w`
+      if (k == "head/w") k = "head/scale";
+    by_value.erase(std::remove(by_value.begin(), by_value.end(), "head/b"), by_value.end());
+    std::sort(by_value.begin(), by_value.end());
+    std::vector<std::string> sorted = stored;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(sorted == by_value);
+
+    // Into null pointers: each is pointed at a new object where the checkpoint holds a value.
+    // The abstract head cannot be made: the target points it at one first.
+    pointers::Model back;
+    back.head = std::make_shared<pointers::Doubler>();
+    const auto* head_before = back.head.get();
+    cairn::load(dir / "m", back);
+    REQUIRE(back.layers.size() == m.layers.size());
+    for (std::size_t i = 0; i < m.layers.size(); ++i) CHECK(pointers::same_layer(*back.layers[i], *m.layers[i]));
+    REQUIRE(back.vocab);
+    CHECK(*back.vocab == *m.vocab);
+    CHECK(back.aux == nullptr);  // null when saved: nothing stored, nothing made
+    CHECK(back.head.get() == head_before);  // loaded in place: whoever shares it sees the values
+    CHECK(test::same_bits(back.head->scale, m.head->scale));
+    REQUIRE(back.history.size() == m.history.size());
+    auto a = back.history.begin();
+    for (const auto& step : m.history) {
+      REQUIRE(a->size() == step.size());
+      for (const auto& [k, x] : step) CHECK(std::memcmp(a->at(k).get(), x.get(), sizeof(float)) == 0);
+      ++a;
+    }
+  }
+}
+
+TEST_CASE("a null pointer is an absent subtree: strict loads name its keys, and what cannot be made is named") {
+  test::TempDir dir;
+  pointers::Model m = pointers::random_model(2);
+  m.aux = std::make_unique<pointers::Layer>(pointers::Layer{test::random_bits<float>(4), {}});
+  cairn::save(dir / "with_aux", m);
+  const pointers::Layer aux = *m.aux;
+  m.aux.reset();
+  cairn::save(dir / "without_aux", m);
+
+  // A target whose pointer is set, from a checkpoint that saved it null: the keys it lacks.
+  pointers::Model into;
+  into.head = std::make_shared<pointers::Doubler>();
+  into.aux = std::make_unique<pointers::Layer>();
+  CHECK_CAIRN_ERROR(cairn::load(dir / "without_aux", into), cairn::ErrorKind::structure_mismatch, "aux/w, aux/b");
+  // Partial restore leaves it as it is; with the value saved, it is loaded in place.
+  into.aux->w = {1, 2};
+  const auto* aux_before = into.aux.get();
+  cairn::load(dir / "without_aux", into, cairn::LoadOptions::partial());
+  CHECK(into.aux->w == std::vector<float>{1, 2});
+  cairn::load(dir / "with_aux", into);
+  CHECK(into.aux.get() == aux_before);
+  CHECK(pointers::same_layer(*into.aux, aux));
+
+  // A skipped key is not made either.
+  pointers::Model skipping;
+  skipping.head = std::make_shared<pointers::Doubler>();
+  cairn::LoadOptions skip_aux;
+  skip_aux.skip = {"aux/*"};
+  const auto report = cairn::load(dir / "with_aux", skipping, skip_aux);
+  CHECK(skipping.aux == nullptr);
+  CHECK(report.skipped.empty());  // nothing was walked below the null pointer
+
+  // The abstract head, null: the error names its key and the way out.
+  pointers::Model no_head;
+  CHECK_CAIRN_ERROR(cairn::load(dir / "with_aux", no_head), cairn::ErrorKind::invalid_argument,
+                    "point it at an object before loading");
+  try {
+    cairn::load(dir / "with_aux", no_head);
+  } catch (const cairn::Error& e) {
+    CHECK(e.key_path() == "head");
+  }
+  // A pointer at the top of a tree, and under a subtree.
+  const auto whole = cairn::load<std::unique_ptr<pointers::Layer>>(dir / "with_aux", {.subtree = "aux"});
+  REQUIRE(whole);
+  CHECK(pointers::same_layer(*whole, aux));
+  std::unique_ptr<std::vector<float>> leaf;
+  cairn::load(dir / "with_aux", leaf, {.subtree = "aux/w"});
+  REQUIRE(leaf);
+  CHECK(test::same_bits(*leaf, aux.w));
+  // A null pointer at the top saves an empty tree, and loading it leaves a null pointer null.
+  cairn::save(dir / "null", std::unique_ptr<pointers::Layer>{});
+  CHECK(cairn::metadata(dir / "null").items.at(0).leaves.empty());
+  std::unique_ptr<pointers::Layer> stays_null;
+  cairn::load(dir / "null", stays_null);
+  CHECK(stays_null == nullptr);
+}
+
+namespace variants {
+// A simulator's bodies: each shape one of several kinds.
+struct Sphere {
+  double radius = 0;
+};
+CAIRN_TREE(Sphere, radius)
+struct Box {
+  std::vector<float> half_extents;
+};
+CAIRN_TREE(Box, half_extents)
+struct Mesh {  // no default constructor: a load cannot make one
+  explicit Mesh(int) {}
+  std::vector<std::int32_t> faces;
+};
+CAIRN_TREE(Mesh, faces)
+struct Body {
+  std::variant<Sphere, Box> shape;
+  std::variant<std::monostate, float, std::string> label;  // a leaf alternative, or none
+  std::vector<std::variant<std::int64_t, Box>> parts;
+};
+CAIRN_TREE(Body, shape, label, parts)
+}  // namespace variants
+
+TEST_CASE("a std::variant is saved as the alternative it holds, keyed by its index, and a load switches to it") {
+  test::TempDir dir;
+  auto& g = test::rng();
+  for (int round = 0; round < 8; ++round) {
+    variants::Body b;
+    if (g() & 1) b.shape = variants::Sphere{test::random_bits<double>(1)[0]};
+    else b.shape = variants::Box{test::random_bits<float>(g() % 4)};
+    switch (g() % 3) {
+      case 0: break;  // std::monostate: an empty struct, no leaf
+      case 1: b.label = test::random_bits<float>(1)[0]; break;
+      default: b.label = std::string(g() % 9, 'x');
+    }
+    for (std::size_t i = g() % 4; i > 0; --i) {
+      if (g() & 1) b.parts.emplace_back(static_cast<std::int64_t>(g()));
+      else b.parts.emplace_back(variants::Box{test::random_bits<float>(2)});
+    }
+    cairn::save(dir / "b", b, {.overwrite = true});
+    std::vector<std::string> keys = cairn::key_paths(b);
+    CHECK(keys.front() == (b.shape.index() == 0 ? "shape/0/radius" : "shape/1/half_extents"));
+    // Into a target holding other alternatives everywhere: each is switched to the stored one.
+    variants::Body back;
+    if (b.shape.index() == 0) back.shape = variants::Box{{7}};
+    else back.shape = variants::Sphere{7};
+    back.label = b.label.index() == 1 ? std::variant<std::monostate, float, std::string>("other")
+                                      : std::variant<std::monostate, float, std::string>(1.5f);
+    back.parts.assign(b.parts.size() + 1, std::variant<std::int64_t, variants::Box>(variants::Box{{1}}));
+    cairn::load(dir / "b", back);
+    REQUIRE(back.shape.index() == b.shape.index());
+    if (b.shape.index() == 0)
+      CHECK(std::memcmp(&std::get<0>(back.shape).radius, &std::get<0>(b.shape).radius, sizeof(double)) == 0);
+    else
+      CHECK(test::same_bits(std::get<1>(back.shape).half_extents, std::get<1>(b.shape).half_extents));
+    REQUIRE(back.label.index() == b.label.index());
+    if (b.label.index() == 1) CHECK(std::memcmp(&std::get<1>(back.label), &std::get<1>(b.label), sizeof(float)) == 0);
+    if (b.label.index() == 2) CHECK(std::get<2>(back.label) == std::get<2>(b.label));
+    REQUIRE(back.parts.size() == b.parts.size());
+    for (std::size_t i = 0; i < b.parts.size(); ++i) {
+      REQUIRE(back.parts[i].index() == b.parts[i].index());
+      if (b.parts[i].index() == 0) CHECK(std::get<0>(back.parts[i]) == std::get<0>(b.parts[i]));
+      else CHECK(test::same_bits(std::get<1>(back.parts[i]).half_extents, std::get<1>(b.parts[i]).half_extents));
+    }
+  }
+  // An alternative the target's variant does not have, and one it cannot make, are named.
+  cairn::save(dir / "box", variants::Body{variants::Box{{1, 2}}, {}, {}}, {.overwrite = true});
+  std::variant<variants::Sphere> only_spheres;
+  CHECK_CAIRN_ERROR(cairn::load(dir / "box", only_spheres, {.subtree = "shape"}), cairn::ErrorKind::structure_mismatch,
+                    "holds alternative 1 of a std::variant here, and the target's has 1 alternative");
+  std::variant<variants::Sphere, variants::Mesh> no_default;
+  cairn::save(dir / "mesh", std::variant<variants::Sphere, variants::Mesh>(variants::Mesh(3)), {.overwrite = true});
+  CHECK_CAIRN_ERROR(cairn::load(dir / "mesh", no_default), cairn::ErrorKind::invalid_argument,
+                    "set the target to that alternative before loading");
+  // Set to it first, it loads in place.
+  no_default = variants::Mesh(0);
+  cairn::load(dir / "mesh", no_default);
+  CHECK(no_default.index() == 1);
+  // A map's entries stored where a variant is: refused, naming what is there.
+  cairn::save(dir / "map", std::map<std::string, float>{{"a", 1}, {"b", 2}}, {.overwrite = true});
+  std::variant<float, double> from_map;
+  CHECK_CAIRN_ERROR(cairn::load(dir / "map", from_map), cairn::ErrorKind::structure_mismatch,
+                    "the checkpoint holds 2 here, the first 'a'");
 }
 
 namespace tensors {

@@ -46,12 +46,15 @@
 // serialize with cereal archives out of the box.
 #include <cereal/types/array.hpp>
 #include <cereal/types/deque.hpp>
+#include <cereal/types/list.hpp>
 #include <cereal/types/map.hpp>
+#include <cereal/types/memory.hpp>
 #include <cereal/types/optional.hpp>
 #include <cereal/types/string.hpp>
 #include <cereal/types/tuple.hpp>
 #include <cereal/types/unordered_map.hpp>
 #include <cereal/types/utility.hpp>
+#include <cereal/types/variant.hpp>
 #include <cereal/types/vector.hpp>
 
 // Thrust's vectors as leaves. With separate compilation, include this where they are used:

@@ -1324,8 +1324,64 @@ inline constexpr bool is_leaf = detail::specialized_leaf<std::remove_cvref_t<T>>
 template <class T>
 inline constexpr bool is_node = !is_leaf<T> && (detail::specialized_node<std::remove_cvref_t<T>> ||
                                                 detail::described_struct<std::remove_cvref_t<T>>);
+
+// std::unique_ptr<T> and std::shared_ptr<T> (tree/walk.hpp): a pointer is walked as the value
+// it points to, at the same key path, and a null one as an absent subtree. A C++ model holds
+// its submodules by pointer (`std::vector<std::unique_ptr<Layer>>`), and PyTorch's state_dict,
+// what such code is compared with, names their parameters without a level for the pointer.
+// Neither a leaf nor a node: the walk looks through it. Arrays (unique_ptr<T[]>) are not
+// included: their length is not in the type.
+namespace detail {
+template <class P>
+struct pointee_of {};
+template <class T, class D>
+  requires(!std::is_array_v<T>)
+struct pointee_of<std::unique_ptr<T, D>> {
+  using type = T;
+};
 template <class T>
-inline constexpr bool is_tree = is_leaf<T> || is_node<T>;
+  requires(!std::is_array_v<T>)
+struct pointee_of<std::shared_ptr<T>> {
+  using type = T;
+};
+template <class P>
+concept owning_pointer = requires { typename pointee_of<P>::type; };
+
+template <class T>
+constexpr bool tree_or_pointer_to_tree() {
+  if constexpr (owning_pointer<T>) return tree_or_pointer_to_tree<std::remove_cv_t<typename pointee_of<T>::type>>();
+  else return is_leaf<T> || is_node<T>;
+}
+}  // namespace detail
+
+template <class T>
+inline constexpr bool is_tree = detail::tree_or_pointer_to_tree<std::remove_cvref_t<T>>();
+
+namespace detail {
+template <class T>
+inline constexpr bool is_tree_pointer = owning_pointer<std::remove_cvref_t<T>> && is_tree<T>;
+
+// Makes the object a null pointer of the target points to, to load into (LoadPlanner::pointer
+// asks only where the checkpoint holds something at its key path). The pointee is made as
+// std::make_unique / std::make_shared do; a type that cannot be made so (abstract, no default
+// constructor, a unique_ptr with its own deleter) must be pointed at an object before loading.
+template <class P>
+void allocate_pointee(void* target) {
+  using T = typename pointee_of<P>::type;
+  P& p = *static_cast<P*>(target);
+  static_assert(!std::is_const_v<T>, "cairn: cannot load into a pointer to const (std::shared_ptr<const T>)");
+  if constexpr (!std::is_abstract_v<T> && std::is_default_constructible_v<T> &&
+                (std::is_same_v<P, std::unique_ptr<T>> || std::is_same_v<P, std::shared_ptr<T>>)) {
+    if constexpr (std::is_same_v<P, std::unique_ptr<T>>) p = std::make_unique<T>();
+    else p = std::make_shared<T>();
+  } else {
+    throw Error(ErrorKind::invalid_argument,
+                "the target holds a null pointer where the checkpoint has a value, and cairn cannot make the "
+                "object to load into (its type is abstract, has no default constructor, or the unique_ptr has "
+                "its own deleter): point it at an object before loading");
+  }
+}
+}  // namespace detail
 
 // Fails compilation with the type named in the diagnostic and the fix in the message.
 template <class T>
@@ -1691,9 +1747,10 @@ struct leaf_traits<std::array<T, N>, std::enable_if_t<has_dtype<T>>> {
 CAIRN_END_NAMESPACE
 // ----- end cairn/tree/std_leaves.hpp -----
 // ----- begin cairn/tree/std_nodes.hpp -----
-// Nodes from the standard library: sequences (std::vector / std::deque / std::array of
-// nodes), maps with string or integer keys (visited in sorted key order), std::tuple,
-// std::pair and std::optional (a node with zero or one child, keyed 0).
+// Nodes from the standard library: sequences (std::vector / std::deque / std::list /
+// std::array of nodes), maps with string or integer keys (visited in sorted key order),
+// std::tuple, std::pair, std::optional (a node with zero or one child, keyed 0) and
+// std::variant (one child, keyed by the index of the alternative it holds).
 
 #include <algorithm>
 #include <array>
@@ -1701,12 +1758,14 @@ CAIRN_END_NAMESPACE
 #include <deque>
 #include <iterator>
 #include <limits>
+#include <list>
 #include <map>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 
@@ -1920,6 +1979,10 @@ struct node_traits<std::vector<T, A>, std::enable_if_t<!has_dtype<T>>>
 template <class T, class A>
 struct node_traits<std::deque<T, A>> : detail::resizable_sequence_node<std::deque<T, A>> {};
 
+// So is a list: a sequence of its elements, each a leaf or a node.
+template <class T, class A>
+struct node_traits<std::list<T, A>> : detail::resizable_sequence_node<std::list<T, A>> {};
+
 template <class T, std::size_t N>
 struct node_traits<std::array<T, N>, std::enable_if_t<!has_dtype<T>>> {
   static constexpr NodeKind kind = NodeKind::sequence;
@@ -1970,6 +2033,62 @@ struct node_traits<std::optional<T>> {
   }
 };
 
+// A variant is a node of one child, the alternative it holds, keyed by that alternative's
+// index: a body's `std::variant<Sphere, Box>` holding a Box saves as "shape/1/...". The kind
+// is `custom` (docs/format.md): no format change, so every earlier cairn reads it. A load
+// switches the target to the stored alternative (made by its default constructor) and loads
+// into it; the index comes from the checkpoint, so it is checked against the alternatives.
+// std::monostate, a variant's "none": a struct without fields.
+template <>
+struct node_traits<std::monostate> {
+  static constexpr NodeKind kind = NodeKind::struct_;
+  template <class Self, class F>
+  static void for_each_child(Self&, F&&) {}
+};
+
+template <class... Ts>
+struct node_traits<std::variant<Ts...>> {
+  static constexpr NodeKind kind = NodeKind::custom;
+  template <class Self, class F>
+  static void for_each_child(Self& node, F&& f) {
+    if (node.valueless_by_exception()) return;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((node.index() == I ? f(KeyEntry::index(static_cast<std::int64_t>(I)), *std::get_if<I>(&node)) : void()), ...);
+    }(std::index_sequence_for<Ts...>{});
+  }
+  static void prepare(std::variant<Ts...>& node, const StoredChildren& stored) {
+    if (stored.keys.empty()) return;  // a valueless variant was saved: nothing to load
+    const KeyEntry& e = stored.keys.front();
+    if (stored.keys.size() != 1 || e.kind != KeyEntry::Kind::index)
+      throw Error(ErrorKind::structure_mismatch,
+                  "the target is a std::variant, stored as one child keyed by the index of the alternative it "
+                  "holds, and the checkpoint holds " + std::to_string(stored.keys.size()) + " here, the first '" +
+                      e.text() + "'");
+    if (e.number < 0 || static_cast<std::uint64_t>(e.number) >= sizeof...(Ts))
+      throw Error(ErrorKind::structure_mismatch,
+                  "the checkpoint holds alternative " + std::to_string(e.number) + " of a std::variant here, and the "
+                  "target's has " + std::to_string(sizeof...(Ts)) + (sizeof...(Ts) == 1 ? " alternative" : " alternatives"));
+    const auto index = static_cast<std::size_t>(e.number);
+    if (node.index() == index) return;  // loaded in place
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((index == I ? emplace<I>(node) : void()), ...);
+    }(std::index_sequence_for<Ts...>{});
+  }
+
+ private:
+  template <std::size_t I>
+  static void emplace(std::variant<Ts...>& node) {
+    using T = std::variant_alternative_t<I, std::variant<Ts...>>;
+    if constexpr (std::is_default_constructible_v<T>) {
+      node.template emplace<I>();
+    } else {
+      throw Error(ErrorKind::invalid_argument,
+                  "the checkpoint holds alternative " + std::to_string(I) + " of this std::variant, which has no "
+                  "default constructor to make it with: set the target to that alternative before loading");
+    }
+  }
+};
+
 CAIRN_END_NAMESPACE
 // ----- end cairn/tree/std_nodes.hpp -----
 // ----- begin cairn/tree/walk.hpp -----
@@ -1977,9 +2096,11 @@ CAIRN_END_NAMESPACE
 // fixed order, with the key path of each node. It calls
 //   on_node(node&, const KeyPath&, NodeKind) -> bool   // false skips the children
 //   on_leaf(leaf&, const KeyPath&)
-// (generic lambdas), on const and non-const trees alike.
+// (generic lambdas), on const and non-const trees alike. Smart pointers are looked through
+// (tree/traits.hpp): on_node sees one only where it is null in a mutable tree.
 
 #include <type_traits>
+#include <utility>
 
 
 CAIRN_BEGIN_NAMESPACE
@@ -1989,7 +2110,17 @@ template <class T, class OnNode, class OnLeaf>
 void walk(T& value, KeyPath& path, OnNode& on_node, OnLeaf& on_leaf) {
   using U = std::remove_cvref_t<T>;
   require_tree_type<U>();
-  if constexpr (is_leaf<U>) {
+  if constexpr (is_tree_pointer<U>) {
+    // A pointer is its pointee at the same key path. A null one is absent: a const walk (a
+    // save, a count) passes it by; a mutable one (a load's planning) offers it to on_node as an
+    // optional node first, which may point it at a new object (LoadPlanner::pointer).
+    if (!value) {
+      if constexpr (std::is_const_v<T>) return;
+      else if (!on_node(value, path, NodeKind::optional) || !value) return;
+    }
+    if constexpr (std::is_const_v<T>) walk(std::as_const(*value), path, on_node, on_leaf);
+    else walk(*value, path, on_node, on_leaf);
+  } else if constexpr (is_leaf<U>) {
     on_leaf(value, path);
   } else if constexpr (is_node<U>) {
     if (!on_node(value, path, node_traits<U>::kind)) return;
@@ -2061,7 +2192,9 @@ template <class T>
 void count_leaves(const T& value, std::size_t& n) {
   using U = std::remove_cvref_t<T>;
   require_tree_type<U>();
-  if constexpr (is_leaf<U>) {
+  if constexpr (is_tree_pointer<U>) {
+    if (value) count_leaves(*value, n);
+  } else if constexpr (is_leaf<U>) {
     ++n;
   } else if constexpr (is_node<U>) {
     node_traits<U>::for_each_child(value, [&](const KeyEntry&, const auto& child) { count_leaves(child, n); });
@@ -4998,6 +5131,9 @@ class LoadPlanner {
   // A container of the target at p whose children come from the checkpoint: prepares it with
   // the stored children (unless it is skipped or nothing is stored there).
   CAIRN_API void node(const KeyPath& p, void* target, void (*prepare)(void*, const StoredChildren&));
+  // A null pointer of the target at p: pointed at a new object when the checkpoint holds a
+  // leaf or a node there (unless it is skipped), else left null (an absent subtree).
+  CAIRN_API void pointer(const KeyPath& p, void* target, void (*allocate)(void*));
   // A leaf of the target at p: planned from its stored leaf, or reported skipped or missing.
   CAIRN_API void leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&));
   // The plan, with every stored leaf no target leaf took reported unexpected.
@@ -5023,7 +5159,9 @@ LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& optio
         using U = std::remove_cvref_t<decltype(value)>;
         // Containers whose children come from the checkpoint take the stored children now,
         // before their children are visited (so references taken below stay valid).
-        if constexpr (requires(U& u, const StoredChildren& c) { node_traits<U>::prepare(u, c); })
+        if constexpr (is_tree_pointer<U>)  // a null pointer (tree/walk.hpp)
+          planner.pointer(p, static_cast<void*>(std::addressof(value)), &allocate_pointee<U>);
+        else if constexpr (requires(U& u, const StoredChildren& c) { node_traits<U>::prepare(u, c); })
           planner.node(p, static_cast<void*>(std::addressof(value)), &prepare_node_of<U>);
         return true;
       },
@@ -6091,12 +6229,15 @@ void load(Archive& ar, Eigen::Tensor<S, N, O, I>& t) {
 // serialize with cereal archives out of the box.
 #include <cereal/types/array.hpp>
 #include <cereal/types/deque.hpp>
+#include <cereal/types/list.hpp>
 #include <cereal/types/map.hpp>
+#include <cereal/types/memory.hpp>
 #include <cereal/types/optional.hpp>
 #include <cereal/types/string.hpp>
 #include <cereal/types/tuple.hpp>
 #include <cereal/types/unordered_map.hpp>
 #include <cereal/types/utility.hpp>
+#include <cereal/types/variant.hpp>
 #include <cereal/types/vector.hpp>
 
 // Thrust's vectors as leaves. With separate compilation, include this where they are used:
@@ -13540,6 +13681,30 @@ CAIRN_API void LoadPlanner::node(const KeyPath& p, void* target, void (*prepare)
   if (!children && !index_.has_node(stored)) return;
   try {
     prepare(target, StoredChildren{children ? *children : no_children, !options_.allow_missing});
+  } catch (const Error& e) {
+    throw e.with_key(stored);
+  }
+}
+
+CAIRN_API void LoadPlanner::pointer(const KeyPath& p, void* target, void (*allocate)(void*)) {
+  const std::string key = p.str();
+  if (!key.empty() && skipped(key)) return;
+  const std::string stored = prefix_.empty() ? key : key_under(prefix_, p, key);
+  std::size_t next = next_;  // a look, not a visit: leaf() finds it again from here
+  if (!index_.leaf(stored, next) && !index_.children(stored) && !index_.has_node(stored)) return;
+  if (!options_.skip.empty()) {
+    // Nor where each stored leaf below it is skipped ("head/*" leaves a null head null).
+    std::size_t below = 0, loaded = 0;
+    for (std::size_t i = 0; i < index_.item().leaves.size() && loaded == 0; ++i) {
+      const std::string& k = index_.key(i);
+      if (!key_path_has_prefix(k, stored)) continue;
+      ++below;
+      if (!skipped(prefix_.empty() ? k : k.substr(std::min(k.size(), prefix_.size() + 1)))) ++loaded;
+    }
+    if (below > 0 && loaded == 0) return;
+  }
+  try {
+    allocate(target);
   } catch (const Error& e) {
     throw e.with_key(stored);
   }

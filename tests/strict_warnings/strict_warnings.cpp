@@ -22,11 +22,14 @@
 
 #include <array>
 #include <deque>
+#include <list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 namespace strict {
@@ -58,8 +61,17 @@ struct State {
   std::int64_t step = 0;
 };
 
+// Parts held by pointer, in a list and as a variant.
+struct Holders {
+  std::list<float> xs;
+  std::unique_ptr<Dense> dense;
+  std::shared_ptr<std::vector<float>> shared;
+  std::variant<std::monostate, float, Dense> either;
+};
+
 CAIRN_TREE(Dense, kernel, rows, fixed, counts, conv, codes)
 CAIRN_TREE(State, params, by_id, flags, history, lr, misc, pair, maybe, grid, sharded, phase, note, step)
+CAIRN_TREE(Holders, xs, dense, shared, either)
 
 // Never called: the point is what the compiler instantiates and checks.
 [[maybe_unused]] void everything(const std::string& dir) {
@@ -69,6 +81,10 @@ CAIRN_TREE(State, params, by_id, flags, history, lr, misc, pair, maybe, grid, sh
   so.user_metadata = cairn::Json::object({{"epoch", 3}, {"loss", 0.25}});
   cairn::save(dir + "/a", s, so);
   State back = cairn::load<State>(dir + "/a");
+  Holders h;
+  cairn::save(dir + "/h", h);
+  (void)cairn::load(dir + "/h", h);
+  (void)cairn::leaf_count(h);
   cairn::LoadOptions lo = cairn::LoadOptions::partial();
   lo.allow_lossy_cast = {"**"};
   (void)cairn::load(dir + "/a", back, lo);

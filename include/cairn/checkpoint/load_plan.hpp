@@ -60,6 +60,9 @@ class LoadPlanner {
   // A container of the target at p whose children come from the checkpoint: prepares it with
   // the stored children (unless it is skipped or nothing is stored there).
   CAIRN_API void node(const KeyPath& p, void* target, void (*prepare)(void*, const StoredChildren&));
+  // A null pointer of the target at p: pointed at a new object when the checkpoint holds a
+  // leaf or a node there (unless it is skipped), else left null (an absent subtree).
+  CAIRN_API void pointer(const KeyPath& p, void* target, void (*allocate)(void*));
   // A leaf of the target at p: planned from its stored leaf, or reported skipped or missing.
   CAIRN_API void leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&));
   // The plan, with every stored leaf no target leaf took reported unexpected.
@@ -85,7 +88,9 @@ LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& optio
         using U = std::remove_cvref_t<decltype(value)>;
         // Containers whose children come from the checkpoint take the stored children now,
         // before their children are visited (so references taken below stay valid).
-        if constexpr (requires(U& u, const StoredChildren& c) { node_traits<U>::prepare(u, c); })
+        if constexpr (is_tree_pointer<U>)  // a null pointer (tree/walk.hpp)
+          planner.pointer(p, static_cast<void*>(std::addressof(value)), &allocate_pointee<U>);
+        else if constexpr (requires(U& u, const StoredChildren& c) { node_traits<U>::prepare(u, c); })
           planner.node(p, static_cast<void*>(std::addressof(value)), &prepare_node_of<U>);
         return true;
       },

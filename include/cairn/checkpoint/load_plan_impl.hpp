@@ -57,6 +57,30 @@ CAIRN_API void LoadPlanner::node(const KeyPath& p, void* target, void (*prepare)
   }
 }
 
+CAIRN_API void LoadPlanner::pointer(const KeyPath& p, void* target, void (*allocate)(void*)) {
+  const std::string key = p.str();
+  if (!key.empty() && skipped(key)) return;
+  const std::string stored = prefix_.empty() ? key : key_under(prefix_, p, key);
+  std::size_t next = next_;  // a look, not a visit: leaf() finds it again from here
+  if (!index_.leaf(stored, next) && !index_.children(stored) && !index_.has_node(stored)) return;
+  if (!options_.skip.empty()) {
+    // Nor where each stored leaf below it is skipped ("head/*" leaves a null head null).
+    std::size_t below = 0, loaded = 0;
+    for (std::size_t i = 0; i < index_.item().leaves.size() && loaded == 0; ++i) {
+      const std::string& k = index_.key(i);
+      if (!key_path_has_prefix(k, stored)) continue;
+      ++below;
+      if (!skipped(prefix_.empty() ? k : k.substr(std::min(k.size(), prefix_.size() + 1)))) ++loaded;
+    }
+    if (below > 0 && loaded == 0) return;
+  }
+  try {
+    allocate(target);
+  } catch (const Error& e) {
+    throw e.with_key(stored);
+  }
+}
+
 CAIRN_API void LoadPlanner::leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&)) {
   std::string key = p.str();
   if (skipped(key)) {

@@ -40,7 +40,9 @@ template <class T>
 void count_leaves(const T& value, std::size_t& n) {
   using U = std::remove_cvref_t<T>;
   require_tree_type<U>();
-  if constexpr (is_leaf<U>) {
+  if constexpr (is_tree_pointer<U>) {
+    if (value) count_leaves(*value, n);
+  } else if constexpr (is_leaf<U>) {
     ++n;
   } else if constexpr (is_node<U>) {
     node_traits<U>::for_each_child(value, [&](const KeyEntry&, const auto& child) { count_leaves(child, n); });

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Nodes from the standard library: sequences (std::vector / std::deque / std::array of
-// nodes), maps with string or integer keys (visited in sorted key order), std::tuple,
-// std::pair and std::optional (a node with zero or one child, keyed 0).
+// Nodes from the standard library: sequences (std::vector / std::deque / std::list /
+// std::array of nodes), maps with string or integer keys (visited in sorted key order),
+// std::tuple, std::pair, std::optional (a node with zero or one child, keyed 0) and
+// std::variant (one child, keyed by the index of the alternative it holds).
 #pragma once
 
 #include <algorithm>
@@ -10,12 +11,14 @@
 #include <deque>
 #include <iterator>
 #include <limits>
+#include <list>
 #include <map>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "cairn/tree/traits.hpp"
@@ -230,6 +233,10 @@ struct node_traits<std::vector<T, A>, std::enable_if_t<!has_dtype<T>>>
 template <class T, class A>
 struct node_traits<std::deque<T, A>> : detail::resizable_sequence_node<std::deque<T, A>> {};
 
+// So is a list: a sequence of its elements, each a leaf or a node.
+template <class T, class A>
+struct node_traits<std::list<T, A>> : detail::resizable_sequence_node<std::list<T, A>> {};
+
 template <class T, std::size_t N>
 struct node_traits<std::array<T, N>, std::enable_if_t<!has_dtype<T>>> {
   static constexpr NodeKind kind = NodeKind::sequence;
@@ -277,6 +284,62 @@ struct node_traits<std::optional<T>> {
   static void prepare(std::optional<T>& node, const StoredChildren& stored) {
     if (stored.keys.empty() && stored.may_remove) node.reset();
     else if (!stored.keys.empty() && !node) node.emplace();
+  }
+};
+
+// A variant is a node of one child, the alternative it holds, keyed by that alternative's
+// index: a body's `std::variant<Sphere, Box>` holding a Box saves as "shape/1/...". The kind
+// is `custom` (docs/format.md): no format change, so every earlier cairn reads it. A load
+// switches the target to the stored alternative (made by its default constructor) and loads
+// into it; the index comes from the checkpoint, so it is checked against the alternatives.
+// std::monostate, a variant's "none": a struct without fields.
+template <>
+struct node_traits<std::monostate> {
+  static constexpr NodeKind kind = NodeKind::struct_;
+  template <class Self, class F>
+  static void for_each_child(Self&, F&&) {}
+};
+
+template <class... Ts>
+struct node_traits<std::variant<Ts...>> {
+  static constexpr NodeKind kind = NodeKind::custom;
+  template <class Self, class F>
+  static void for_each_child(Self& node, F&& f) {
+    if (node.valueless_by_exception()) return;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((node.index() == I ? f(KeyEntry::index(static_cast<std::int64_t>(I)), *std::get_if<I>(&node)) : void()), ...);
+    }(std::index_sequence_for<Ts...>{});
+  }
+  static void prepare(std::variant<Ts...>& node, const StoredChildren& stored) {
+    if (stored.keys.empty()) return;  // a valueless variant was saved: nothing to load
+    const KeyEntry& e = stored.keys.front();
+    if (stored.keys.size() != 1 || e.kind != KeyEntry::Kind::index)
+      throw Error(ErrorKind::structure_mismatch,
+                  "the target is a std::variant, stored as one child keyed by the index of the alternative it "
+                  "holds, and the checkpoint holds " + std::to_string(stored.keys.size()) + " here, the first '" +
+                      e.text() + "'");
+    if (e.number < 0 || static_cast<std::uint64_t>(e.number) >= sizeof...(Ts))
+      throw Error(ErrorKind::structure_mismatch,
+                  "the checkpoint holds alternative " + std::to_string(e.number) + " of a std::variant here, and the "
+                  "target's has " + std::to_string(sizeof...(Ts)) + (sizeof...(Ts) == 1 ? " alternative" : " alternatives"));
+    const auto index = static_cast<std::size_t>(e.number);
+    if (node.index() == index) return;  // loaded in place
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((index == I ? emplace<I>(node) : void()), ...);
+    }(std::index_sequence_for<Ts...>{});
+  }
+
+ private:
+  template <std::size_t I>
+  static void emplace(std::variant<Ts...>& node) {
+    using T = std::variant_alternative_t<I, std::variant<Ts...>>;
+    if constexpr (std::is_default_constructible_v<T>) {
+      node.template emplace<I>();
+    } else {
+      throw Error(ErrorKind::invalid_argument,
+                  "the checkpoint holds alternative " + std::to_string(I) + " of this std::variant, which has no "
+                  "default constructor to make it with: set the target to that alternative before loading");
+    }
   }
 };
 

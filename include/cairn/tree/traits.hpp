@@ -135,8 +135,64 @@ inline constexpr bool is_leaf = detail::specialized_leaf<std::remove_cvref_t<T>>
 template <class T>
 inline constexpr bool is_node = !is_leaf<T> && (detail::specialized_node<std::remove_cvref_t<T>> ||
                                                 detail::described_struct<std::remove_cvref_t<T>>);
+
+// std::unique_ptr<T> and std::shared_ptr<T> (tree/walk.hpp): a pointer is walked as the value
+// it points to, at the same key path, and a null one as an absent subtree. A C++ model holds
+// its submodules by pointer (`std::vector<std::unique_ptr<Layer>>`), and PyTorch's state_dict,
+// what such code is compared with, names their parameters without a level for the pointer.
+// Neither a leaf nor a node: the walk looks through it. Arrays (unique_ptr<T[]>) are not
+// included: their length is not in the type.
+namespace detail {
+template <class P>
+struct pointee_of {};
+template <class T, class D>
+  requires(!std::is_array_v<T>)
+struct pointee_of<std::unique_ptr<T, D>> {
+  using type = T;
+};
 template <class T>
-inline constexpr bool is_tree = is_leaf<T> || is_node<T>;
+  requires(!std::is_array_v<T>)
+struct pointee_of<std::shared_ptr<T>> {
+  using type = T;
+};
+template <class P>
+concept owning_pointer = requires { typename pointee_of<P>::type; };
+
+template <class T>
+constexpr bool tree_or_pointer_to_tree() {
+  if constexpr (owning_pointer<T>) return tree_or_pointer_to_tree<std::remove_cv_t<typename pointee_of<T>::type>>();
+  else return is_leaf<T> || is_node<T>;
+}
+}  // namespace detail
+
+template <class T>
+inline constexpr bool is_tree = detail::tree_or_pointer_to_tree<std::remove_cvref_t<T>>();
+
+namespace detail {
+template <class T>
+inline constexpr bool is_tree_pointer = owning_pointer<std::remove_cvref_t<T>> && is_tree<T>;
+
+// Makes the object a null pointer of the target points to, to load into (LoadPlanner::pointer
+// asks only where the checkpoint holds something at its key path). The pointee is made as
+// std::make_unique / std::make_shared do; a type that cannot be made so (abstract, no default
+// constructor, a unique_ptr with its own deleter) must be pointed at an object before loading.
+template <class P>
+void allocate_pointee(void* target) {
+  using T = typename pointee_of<P>::type;
+  P& p = *static_cast<P*>(target);
+  static_assert(!std::is_const_v<T>, "cairn: cannot load into a pointer to const (std::shared_ptr<const T>)");
+  if constexpr (!std::is_abstract_v<T> && std::is_default_constructible_v<T> &&
+                (std::is_same_v<P, std::unique_ptr<T>> || std::is_same_v<P, std::shared_ptr<T>>)) {
+    if constexpr (std::is_same_v<P, std::unique_ptr<T>>) p = std::make_unique<T>();
+    else p = std::make_shared<T>();
+  } else {
+    throw Error(ErrorKind::invalid_argument,
+                "the target holds a null pointer where the checkpoint has a value, and cairn cannot make the "
+                "object to load into (its type is abstract, has no default constructor, or the unique_ptr has "
+                "its own deleter): point it at an object before loading");
+  }
+}
+}  // namespace detail
 
 // Fails compilation with the type named in the diagnostic and the fix in the message.
 template <class T>

@@ -3,10 +3,12 @@
 // fixed order, with the key path of each node. It calls
 //   on_node(node&, const KeyPath&, NodeKind) -> bool   // false skips the children
 //   on_leaf(leaf&, const KeyPath&)
-// (generic lambdas), on const and non-const trees alike.
+// (generic lambdas), on const and non-const trees alike. Smart pointers are looked through
+// (tree/traits.hpp): on_node sees one only where it is null in a mutable tree.
 #pragma once
 
 #include <type_traits>
+#include <utility>
 
 #include "cairn/tree/traits.hpp"
 
@@ -17,7 +19,17 @@ template <class T, class OnNode, class OnLeaf>
 void walk(T& value, KeyPath& path, OnNode& on_node, OnLeaf& on_leaf) {
   using U = std::remove_cvref_t<T>;
   require_tree_type<U>();
-  if constexpr (is_leaf<U>) {
+  if constexpr (is_tree_pointer<U>) {
+    // A pointer is its pointee at the same key path. A null one is absent: a const walk (a
+    // save, a count) passes it by; a mutable one (a load's planning) offers it to on_node as an
+    // optional node first, which may point it at a new object (LoadPlanner::pointer).
+    if (!value) {
+      if constexpr (std::is_const_v<T>) return;
+      else if (!on_node(value, path, NodeKind::optional) || !value) return;
+    }
+    if constexpr (std::is_const_v<T>) walk(std::as_const(*value), path, on_node, on_leaf);
+    else walk(*value, path, on_node, on_leaf);
+  } else if constexpr (is_leaf<U>) {
     on_leaf(value, path);
   } else if constexpr (is_node<U>) {
     if (!on_node(value, path, node_traits<U>::kind)) return;
