@@ -335,6 +335,15 @@ TEST_CASE("show: values, slices, numpy-like abbreviation, reading only what it p
   CHECK(has(r.out, "showing [2:3, 0:4]\n[20.5, 21.5, 22.5, 23.5]\n"));
   r = cli({"show", c, "w[1, ..., 3]"});
   CHECK(has(r.out, "\n13.5\n"));
+  // numpy's chained indexing: w[1][2] is w[1, 2]; after a slice a bracket would index the same
+  // dimension again, so it is refused, naming the one-bracket form.
+  r = cli({"show", c, "w[1][2]"});
+  CHECK_MESSAGE(has(r.out, "\n12.5\n"), r.err);
+  r = cli({"show", c, "w[-1][1:3]"});
+  CHECK_MESSAGE(has(r.out, "[21.5, 22.5]\n"), r.err);
+  r = cli({"show", c, "w[0:2][1]"});
+  CHECK(r.status == 2);
+  CHECK_MESSAGE(has(r.err, "a bracket after a slice indexes that dimension again; write one bracket, as in 'w[0:2, 1]'"), r.err);
   r = cli({"show", c, "w[...]"});
   CHECK(has(r.out, "showing [0:3, 0:4]\n[[0.5, 1.5, 2.5, 3.5],"));
   r = cli({"show", c, "sharded[2:4, :]"});  // across shard boundaries

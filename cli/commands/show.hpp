@@ -45,7 +45,17 @@ inline Slice parse_slice(const std::string& arg) {
   if (arg.back() != ']') throw Error(ErrorKind::invalid_argument, "a slice ends with ']': " + arg);
   s.key = arg.substr(0, open);
   s.given = true;
-  const std::string body = arg.substr(open + 1, arg.size() - open - 2);
+  std::string body = arg.substr(open + 1, arg.size() - open - 2);
+  // numpy's chained indexing, "w[0][1]": each bracket indexes what the one before left, which is
+  // "w[0, 1]" as long as every bracket but the last holds single indices only (each drops its
+  // dimension). After a slice or "...", the next bracket would index the same dimension again.
+  for (std::size_t joint; (joint = body.find("][")) != std::string::npos;) {
+    const std::string before = body.substr(0, joint);
+    if (before.find(':') != std::string::npos || before.find("...") != std::string::npos)
+      throw Error(ErrorKind::invalid_argument, "a bracket after a slice indexes that dimension again; write one bracket, "
+                  "as in '" + s.key + "[0:2, 1]': " + arg);
+    body = before + "," + body.substr(joint + 2);
+  }
   auto number = [&](std::string t) -> std::optional<std::int64_t> {
     t.erase(std::remove(t.begin(), t.end(), ' '), t.end());
     if (t.empty()) return std::nullopt;
