@@ -2033,11 +2033,6 @@ struct node_traits<std::optional<T>> {
   }
 };
 
-// A variant is a node of one child, the alternative it holds, keyed by that alternative's
-// index: a body's `std::variant<Sphere, Box>` holding a Box saves as "shape/1/...". The kind
-// is `custom` (docs/format.md): no format change, so every earlier cairn reads it. A load
-// switches the target to the stored alternative (made by its default constructor) and loads
-// into it; the index comes from the checkpoint, so it is checked against the alternatives.
 // std::monostate, a variant's "none": a struct without fields.
 template <>
 struct node_traits<std::monostate> {
@@ -2046,6 +2041,11 @@ struct node_traits<std::monostate> {
   static void for_each_child(Self&, F&&) {}
 };
 
+// A variant is a node of one child, the alternative it holds, keyed by that alternative's
+// index: a body's `std::variant<Sphere, Box>` holding a Box saves as "shape/1/...". The kind
+// is `custom` (docs/format.md): no format change, so every earlier cairn reads it. A load
+// switches the target to the stored alternative (made by its default constructor) and loads
+// into it; the index comes from the checkpoint, so it is checked against the alternatives.
 template <class... Ts>
 struct node_traits<std::variant<Ts...>> {
   static constexpr NodeKind kind = NodeKind::custom;
