@@ -9,6 +9,7 @@
 #include <Eigen/Geometry>                    // Quaternion and Transform leaves (after cairn too)
 
 #include <deque>
+#include <fstream>
 #include <list>
 #include <map>
 #include <optional>
@@ -544,6 +545,138 @@ TEST_CASE("a null pointer is an absent subtree: strict loads name its keys, and 
   std::unique_ptr<pointers::Layer> stays_null;
   cairn::load(dir / "null", stays_null);
   CHECK(stays_null == nullptr);
+}
+
+namespace particles {
+// A simulator's particles, as C++ code holds them: a vector of small fixed-size arrays each.
+struct Cloud {
+  std::vector<Eigen::Vector3d> position;
+  std::vector<Eigen::RowVector2f> uv;
+  std::vector<Eigen::Array4i> cell;
+  std::vector<Eigen::Quaterniond> orientation;
+  std::vector<std::array<std::int16_t, 5>> code;
+};
+CAIRN_TREE(Cloud, position, uv, cell, orientation, code)
+// How a checkpoint before 2026-11-30 held the same: a sequence of one leaf per element.
+struct OldCloud {
+  std::vector<std::vector<double>> position;
+  std::vector<std::vector<float>> uv;
+  std::vector<std::vector<std::int32_t>> cell;
+  std::vector<std::vector<double>> orientation;
+  std::vector<std::vector<std::int16_t>> code;
+};
+CAIRN_TREE(OldCloud, position, uv, cell, orientation, code)
+
+template <class T>
+std::vector<T> random_elements(std::size_t n) {
+  std::vector<T> v(n);
+  if (n) {
+    const auto bits = test::random_bits<unsigned char>(n * sizeof(T));
+    std::memcpy(static_cast<void*>(v.data()), bits.data(), bits.size());
+  }
+  return v;
+}
+template <class T>
+bool same_elements(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+template <class T>
+std::vector<std::vector<typename cairn::packed_element<T>::scalar>> as_rows(const std::vector<T>& v) {
+  using S = typename cairn::packed_element<T>::scalar;
+  std::vector<std::vector<S>> rows;
+  for (const T& x : v) {
+    const auto* first = reinterpret_cast<const S*>(&x);
+    rows.emplace_back(first, first + cairn::packed_element<T>::size);
+  }
+  return rows;
+}
+}  // namespace particles
+
+TEST_CASE("a std::vector of small fixed-size arrays is one [n, size] leaf, and loads from the sequence older checkpoints hold") {
+  test::TempDir dir;
+  auto& g = test::rng();
+  for (int round = 0; round < 6; ++round) {
+    particles::Cloud c;
+    const std::size_t n = round == 0 ? 0 : g() % 2000;
+    c.position = particles::random_elements<Eigen::Vector3d>(n);
+    c.uv = particles::random_elements<Eigen::RowVector2f>(n);
+    c.cell = particles::random_elements<Eigen::Array4i>(g() % 50);
+    c.orientation = particles::random_elements<Eigen::Quaterniond>(g() % 50);
+    c.code = particles::random_elements<std::array<std::int16_t, 5>>(g() % 50);
+    cairn::save(dir / "new", c, {.overwrite = true});
+    const auto md = cairn::metadata(dir / "new");
+    std::map<std::string, cairn::Shape> shapes;
+    for (const auto& l : md.items.at(0).leaves) shapes[l.key()] = l.shape;
+    CHECK(shapes.size() == 5);  // one leaf a field
+    CHECK(shapes["position"] == cairn::Shape{static_cast<std::int64_t>(n), 3});
+    CHECK(shapes["uv"] == cairn::Shape{static_cast<std::int64_t>(n), 2});
+    CHECK(shapes["orientation"] == cairn::Shape{static_cast<std::int64_t>(c.orientation.size()), 4});
+    CHECK(shapes["code"] == cairn::Shape{static_cast<std::int64_t>(c.code.size()), 5});
+    particles::Cloud back;
+    back.position.resize(7);  // the stored length wins
+    cairn::load(dir / "new", back);
+    CHECK(particles::same_elements(back.position, c.position));
+    CHECK(particles::same_elements(back.uv, c.uv));
+    CHECK(particles::same_elements(back.cell, c.cell));
+    CHECK(particles::same_elements(back.orientation, c.orientation));
+    CHECK(particles::same_elements(back.code, c.code));
+
+    // The layout of checkpoints before 2026-11-30: position/0, position/1, ... Each element's
+    // chunk is read where it lies, verified, into its row.
+    particles::OldCloud old{particles::as_rows(c.position), particles::as_rows(c.uv), particles::as_rows(c.cell),
+                            particles::as_rows(c.orientation), particles::as_rows(c.code)};
+    cairn::save(dir / "old", old, {.overwrite = true});
+    particles::Cloud from_old;
+    const cairn::LoadReport report = cairn::load(dir / "old", from_old);
+    CHECK(report.unexpected.empty());
+    CHECK(report.cast.empty());
+    CHECK(particles::same_elements(from_old.position, c.position));
+    CHECK(particles::same_elements(from_old.uv, c.uv));
+    CHECK(particles::same_elements(from_old.cell, c.cell));
+    CHECK(particles::same_elements(from_old.orientation, c.orientation));
+    CHECK(particles::same_elements(from_old.code, c.code));
+  }
+  // Old elements of another dtype take the cast rules of any leaf: float32 into double is exact.
+  std::vector<std::vector<float>> narrow{{1.5f, 2.5f, 3.5f}, {4, 5, 6}};
+  cairn::save(dir / "narrow", narrow);
+  cairn::LoadReport report;
+  std::vector<Eigen::Vector3d> wide;
+  report = cairn::load(dir / "narrow", wide);
+  REQUIRE(wide.size() == 2);
+  CHECK(wide[0] == Eigen::Vector3d(1.5, 2.5, 3.5));
+  REQUIRE(report.cast.size() == 1);
+  CHECK(report.cast[0].key.empty());
+  // A subtree of an old checkpoint, and a flipped byte in one element: found by its checksum.
+  particles::OldCloud old{{{1, 2, 3}, {4, 5, 6}}, {}, {}, {}, {}};
+  cairn::save(dir / "one", old);
+  const auto positions = cairn::load_subtree<std::vector<Eigen::Vector3d>>(dir / "one", "position");
+  REQUIRE(positions.size() == 2);
+  CHECK(positions[1] == Eigen::Vector3d(4, 5, 6));
+  const auto md = cairn::metadata(dir / "one");
+  const cairn::ChunkRecord& second = md.items.at(0).find_leaf("position/1")->chunks.front();
+  {
+    std::fstream f(dir / ("one/" + second.file), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(second.offset + 3));
+    f.put('\x7f');
+  }
+  particles::Cloud corrupt;
+  CHECK_CAIRN_ERROR(cairn::load(dir / "one", corrupt), cairn::ErrorKind::corrupt, "position");
+  // An old sequence whose elements differ in length is not this vector: each key is named.
+  old.position = {{1, 2, 3}, {4, 5}};
+  cairn::save(dir / "ragged", old);
+  CHECK_CAIRN_ERROR(cairn::load(dir / "ragged", corrupt), cairn::ErrorKind::structure_mismatch,
+                    "In the target but not in the checkpoint (1): position. In the checkpoint but not in the target (2): "
+                    "position/0, position/1");
+  // Any [n, 3] array loads into it: here one that safetensors holds, as numpy writes positions.
+  const cairn::Array<double> rows({2, 3}, {1, 2, 3, 4, 5, 6});
+  cairn::save_safetensors(dir / "p.safetensors", std::map<std::string, cairn::Array<double>>{{"position", rows}});
+  const auto from_safetensors = cairn::load_safetensors<std::map<std::string, std::vector<Eigen::Vector3d>>>(dir / "p.safetensors");
+  REQUIRE(from_safetensors.at("position").size() == 2);
+  CHECK(from_safetensors.at("position")[1] == Eigen::Vector3d(4, 5, 6));
+  // A stored array of another width is refused with the shape the target takes.
+  cairn::save(dir / "wide", std::vector<std::array<float, 4>>(3));
+  std::vector<std::array<float, 3>> three;
+  CHECK_CAIRN_ERROR(cairn::load(dir / "wide", three), cairn::ErrorKind::shape_mismatch, "(shape [any, 3])");
 }
 
 namespace variants {

@@ -1287,6 +1287,19 @@ struct leaf_traits {
   using cairn_not_specialized = void;
 };
 
+// A small fixed-size array of numbers (a position, a colour, an orientation) that a
+// std::vector holds many of: such a vector is one leaf of shape [n, size], the elements' values
+// one after another, not a sequence of n leaves, each with a metadata record and an aligned
+// place in the data file of its own (a million Eigen::Vector3d were 30 times slower and 8 times
+// larger that way). Specialize for a type whose memory is exactly `size` scalars in order:
+//   using scalar = S; static constexpr std::int64_t size = N;
+// (tree/std_leaves.hpp: std::array of numbers; leaves/eigen.hpp: fixed-size vectors and
+// quaternions.)
+template <class T, class Enable = void>
+struct packed_element {};
+template <class T>
+concept packable_element = requires { typename packed_element<T>::scalar; };
+
 // The children a checkpoint holds for a container node. A container takes the stored
 // entries; under LoadOptions::allow_missing it also keeps its own entries that the checkpoint
 // lacks (they are reported missing) instead of dropping them.
@@ -1606,7 +1619,8 @@ CAIRN_END_NAMESPACE
 // ----- begin cairn/tree/std_leaves.hpp -----
 // Leaves from the standard library: arithmetic scalars (0-d arrays), std::string (bytes),
 // contiguous containers of numbers as 1-D arrays (std::vector<float>, std::array<int, N>,
-// std::vector<bool>), and the random number engines (std::mt19937 and the others), stored
+// std::vector<bool>), a std::vector of small fixed-size arrays as one 2-D array, and the
+// random number engines (std::mt19937 and the others), stored
 // as their standard text state.
 
 #include <array>
@@ -1731,6 +1745,38 @@ struct leaf_traits<E> {
     };
     return out;
   }
+};
+
+// A std::vector of small fixed-size arrays (traits.hpp, packed_element): one leaf of shape
+// [n, size]. Checkpoints written before 2026-11-30 hold such a vector as a sequence of n
+// leaves; the planner reads those into it too (LoadPlanner::leaf, `packed`).
+template <class T, class Alloc>
+struct leaf_traits<std::vector<T, Alloc>, std::enable_if_t<packable_element<T>>> {
+  using Scalar = typename packed_element<T>::scalar;
+  static constexpr std::int64_t packed_element_size = packed_element<T>::size;
+  static_assert(has_dtype<Scalar> && packed_element_size > 0 &&
+                    sizeof(T) == static_cast<std::size_t>(packed_element_size) * sizeof(Scalar),
+                "cairn: a packed_element<T> must be exactly `size` scalars, with nothing between or after them");
+  static constexpr DType packed_element_dtype = dtype_of<Scalar>;
+
+  static LeafView view(const std::vector<T, Alloc>& v) {
+    return {dtype_of<Scalar>, {static_cast<std::int64_t>(v.size()), packed_element_size}, Order::C,
+            static_cast<const void*>(v.data()), v.size() * sizeof(T)};
+  }
+  static LeafBuffer prepare(std::vector<T, Alloc>& v, const StoredLeafInfo& stored) {
+    if (stored.shape.size() != 2 || stored.shape[1] != packed_element_size)
+      throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored.shape) + " does not fit the target, a "
+                  "std::vector of arrays of " + std::to_string(packed_element_size) + " (shape [any, " +
+                  std::to_string(packed_element_size) + "])");
+    v.resize(static_cast<std::size_t>(stored.shape[0]));
+    return {dtype_of<Scalar>, Order::C, static_cast<void*>(v.data()), v.size() * sizeof(T)};
+  }
+};
+
+template <class T, std::size_t N>
+struct packed_element<std::array<T, N>, std::enable_if_t<has_dtype<T> && (N > 0)>> {
+  using scalar = T;
+  static constexpr std::int64_t size = static_cast<std::int64_t>(N);
 };
 
 template <class T, std::size_t N>
@@ -2449,6 +2495,29 @@ struct leaf_traits<Eigen::Transform<S, Dim, Mode, Options>> {
     return detail::eigen_leaf<M>::prepare(t.matrix(), stored);
   }
 };
+// Fixed-size vectors and quaternions are packed elements (tree/traits.hpp): a
+// std::vector<Eigen::Vector3d> of a million particles is one [n, 3] leaf.
+namespace detail {
+template <class S, int R, int C>
+inline constexpr bool eigen_fixed_vector = has_dtype<S> && (R == 1 || C == 1) && R != Eigen::Dynamic &&
+                                           C != Eigen::Dynamic && R * C > 0;
+}  // namespace detail
+template <class S, int R, int C, int O, int MR, int MC>
+struct packed_element<Eigen::Matrix<S, R, C, O, MR, MC>, std::enable_if_t<detail::eigen_fixed_vector<S, R, C>>> {
+  using scalar = S;
+  static constexpr std::int64_t size = R * C;
+};
+template <class S, int R, int C, int O, int MR, int MC>
+struct packed_element<Eigen::Array<S, R, C, O, MR, MC>, std::enable_if_t<detail::eigen_fixed_vector<S, R, C>>> {
+  using scalar = S;
+  static constexpr std::int64_t size = R * C;
+};
+template <class S, int Options>
+struct packed_element<Eigen::Quaternion<S, Options>, std::enable_if_t<has_dtype<S>>> {
+  using scalar = S;  // x, y, z, w, as the quaternion's own leaf
+  static constexpr std::int64_t size = 4;
+};
+
 template <class S, int R, int C, int O, int MR, int MC>
 struct leaf_traits<Eigen::Matrix<S, R, C, O, MR, MC>> : detail::eigen_leaf<Eigen::Matrix<S, R, C, O, MR, MC>> {};
 template <class S, int R, int C, int O, int MR, int MC>
@@ -5080,6 +5149,7 @@ CAIRN_END_NAMESPACE
 // before any data is read, so that a strict mismatch names every key at once.
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -5113,6 +5183,16 @@ LeafBuffer prepare_leaf_of(void* target, const StoredLeafInfo& info) {
 struct LoadPlan {
   std::vector<PlannedLeaf> leaves;
   LoadReport report;
+  // Records the planner made for leaves stored in pieces (LoadPlanner::leaf, `packed`); a
+  // deque, so that the leaves' pointers to them survive its growth and its move.
+  std::deque<LeafRecord> joined;
+};
+
+// A target leaf that may be stored as a sequence of leaves: a std::vector of packed elements
+// (tree/traits.hpp), which checkpoints before 2026-11-30 held as one leaf per element.
+struct PackedTarget {
+  std::int64_t element_size = 0;  // 0: not such a leaf
+  DType dtype = DType::float32;   // the target's, for an empty sequence (nothing says the stored one)
 };
 
 template <class N>
@@ -5135,12 +5215,15 @@ class LoadPlanner {
   // leaf or a node there (unless it is skipped), else left null (an absent subtree).
   CAIRN_API void pointer(const KeyPath& p, void* target, void (*allocate)(void*));
   // A leaf of the target at p: planned from its stored leaf, or reported skipped or missing.
-  CAIRN_API void leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&));
+  // A packed target is also planned from a stored sequence of its elements.
+  CAIRN_API void leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&),
+                      PackedTarget packed = {});
   // The plan, with every stored leaf no target leaf took reported unexpected.
   CAIRN_API LoadPlan finish() &&;
 
  private:
   bool skipped(const std::string& key) const;
+  const LeafRecord* joined_elements(const std::string& stored, PackedTarget packed);
 
   const StoredIndex& index_;
   const LoadOptions& options_;
@@ -5167,7 +5250,10 @@ LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& optio
       },
       [&](auto& value, const KeyPath& p) {
         using L = std::remove_cvref_t<decltype(value)>;
-        planner.leaf(p, static_cast<void*>(std::addressof(value)), &prepare_leaf_of<L>);
+        PackedTarget packed;
+        if constexpr (requires { leaf_traits<L>::packed_element_size; })
+          packed = {leaf_traits<L>::packed_element_size, leaf_traits<L>::packed_element_dtype};
+        planner.leaf(p, static_cast<void*>(std::addressof(value)), &prepare_leaf_of<L>, packed);
       });
   return std::move(planner).finish();
 }
@@ -13710,20 +13796,74 @@ CAIRN_API void LoadPlanner::pointer(const KeyPath& p, void* target, void (*alloc
   }
 }
 
-CAIRN_API void LoadPlanner::leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&)) {
+CAIRN_API void LoadPlanner::leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&),
+                                 PackedTarget packed) {
   std::string key = p.str();
   if (skipped(key)) {
     plan_.report.skipped.push_back(std::move(key));
     return;
   }
   std::string joined;  // only under a subtree: the key is not copied otherwise
-  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : (joined = key_under(prefix_, p, key)), next_);
+  const std::string& stored_key = prefix_.empty() ? key : (joined = key_under(prefix_, p, key));
+  const LeafRecord* stored = index_.leaf(stored_key, next_);
+  if (stored) {
+    visited_[index_.position(stored)] = 1;
+  } else if (packed.element_size > 0) {
+    stored = joined_elements(stored_key, packed);
+  }
   if (!stored) {
     plan_.report.missing.push_back(std::move(key));
     return;
   }
-  visited_[index_.position(stored)] = 1;
   plan_.leaves.push_back({std::move(key), stored, target, prepare});
+}
+
+// A packed target (a std::vector<Eigen::Vector3d>) whose checkpoint holds it as a sequence of
+// leaves, `stored/0`, `stored/1`, ..., each one chunk of `element_size` values: as checkpoints
+// before 2026-11-30 saved it. One record of shape [n, element_size] is made whose chunks are
+// the elements' own (the same files, offsets and checksums, each the box of its row), so the
+// load reads and verifies them as it reads a leaf saved in shards. Null where the stored
+// sequence is not that (another length per element, a missing index, several dtypes): the
+// target leaf is then missing and the elements unexpected, each named.
+const LeafRecord* LoadPlanner::joined_elements(const std::string& stored, PackedTarget packed) {
+  const std::vector<KeyEntry>* children = index_.children(stored);
+  if (!children && !index_.has_node(stored)) return nullptr;
+  const std::size_t n = children ? children->size() : 0;
+  LeafRecord record;
+  record.dtype = record.saved_from = packed.dtype;
+  record.shape = Shape{static_cast<std::int64_t>(n), packed.element_size};
+  std::vector<const LeafRecord*> elements(n, nullptr);
+  for (std::size_t k = 0; k < n; ++k) {
+    const KeyEntry& e = (*children)[k];
+    if (e.kind != KeyEntry::Kind::index || e.number < 0 || static_cast<std::uint64_t>(e.number) >= n ||
+        elements[static_cast<std::size_t>(e.number)])
+      return nullptr;
+    const auto i = static_cast<std::size_t>(e.number);
+    elements[i] = index_.leaf(stored.empty() ? std::to_string(i) : stored + "/" + std::to_string(i));
+    const LeafRecord* el = elements[i];
+    if (!el || el->chunks.size() != 1 || el->sharding || el->shape != Shape{packed.element_size} ||
+        el->chunks.front().start != Shape{0} || el->chunks.front().shape != el->shape)
+      return nullptr;
+  }
+  record.chunks.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const LeafRecord& el = *elements[i];
+    if (i == 0) {
+      record.path = el.path;
+      record.path.pop_back();
+      record.dtype = el.dtype;
+      record.saved_from = el.saved_from;
+    } else if (el.dtype != record.dtype) {
+      return nullptr;
+    }
+    ChunkRecord c = el.chunks.front();
+    c.start = Shape{static_cast<std::int64_t>(i), 0};
+    c.shape = Shape{1, packed.element_size};
+    record.chunks.push_back(std::move(c));
+  }
+  for (const LeafRecord* el : elements) visited_[index_.position(el)] = 1;
+  plan_.joined.push_back(std::move(record));
+  return &plan_.joined.back();
 }
 
 CAIRN_API LoadPlan LoadPlanner::finish() && {

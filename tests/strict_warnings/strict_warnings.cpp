@@ -67,11 +67,13 @@ struct Holders {
   std::unique_ptr<Dense> dense;
   std::shared_ptr<std::vector<float>> shared;
   std::variant<std::monostate, float, Dense> either;
+  std::vector<Eigen::Vector3d> positions;  // packed: one [n, 3] leaf
+  std::vector<std::array<std::uint8_t, 4>> colors;
 };
 
 CAIRN_TREE(Dense, kernel, rows, fixed, counts, conv, codes)
 CAIRN_TREE(State, params, by_id, flags, history, lr, misc, pair, maybe, grid, sharded, phase, note, step)
-CAIRN_TREE(Holders, xs, dense, shared, either)
+CAIRN_TREE(Holders, xs, dense, shared, either, positions, colors)
 
 // Never called: the point is what the compiler instantiates and checks.
 [[maybe_unused]] void everything(const std::string& dir) {

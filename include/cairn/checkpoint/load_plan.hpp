@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -42,6 +43,16 @@ LeafBuffer prepare_leaf_of(void* target, const StoredLeafInfo& info) {
 struct LoadPlan {
   std::vector<PlannedLeaf> leaves;
   LoadReport report;
+  // Records the planner made for leaves stored in pieces (LoadPlanner::leaf, `packed`); a
+  // deque, so that the leaves' pointers to them survive its growth and its move.
+  std::deque<LeafRecord> joined;
+};
+
+// A target leaf that may be stored as a sequence of leaves: a std::vector of packed elements
+// (tree/traits.hpp), which checkpoints before 2026-11-30 held as one leaf per element.
+struct PackedTarget {
+  std::int64_t element_size = 0;  // 0: not such a leaf
+  DType dtype = DType::float32;   // the target's, for an empty sequence (nothing says the stored one)
 };
 
 template <class N>
@@ -64,12 +75,15 @@ class LoadPlanner {
   // leaf or a node there (unless it is skipped), else left null (an absent subtree).
   CAIRN_API void pointer(const KeyPath& p, void* target, void (*allocate)(void*));
   // A leaf of the target at p: planned from its stored leaf, or reported skipped or missing.
-  CAIRN_API void leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&));
+  // A packed target is also planned from a stored sequence of its elements.
+  CAIRN_API void leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&),
+                      PackedTarget packed = {});
   // The plan, with every stored leaf no target leaf took reported unexpected.
   CAIRN_API LoadPlan finish() &&;
 
  private:
   bool skipped(const std::string& key) const;
+  const LeafRecord* joined_elements(const std::string& stored, PackedTarget packed);
 
   const StoredIndex& index_;
   const LoadOptions& options_;
@@ -96,7 +110,10 @@ LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& optio
       },
       [&](auto& value, const KeyPath& p) {
         using L = std::remove_cvref_t<decltype(value)>;
-        planner.leaf(p, static_cast<void*>(std::addressof(value)), &prepare_leaf_of<L>);
+        PackedTarget packed;
+        if constexpr (requires { leaf_traits<L>::packed_element_size; })
+          packed = {leaf_traits<L>::packed_element_size, leaf_traits<L>::packed_element_dtype};
+        planner.leaf(p, static_cast<void*>(std::addressof(value)), &prepare_leaf_of<L>, packed);
       });
   return std::move(planner).finish();
 }

@@ -81,20 +81,74 @@ CAIRN_API void LoadPlanner::pointer(const KeyPath& p, void* target, void (*alloc
   }
 }
 
-CAIRN_API void LoadPlanner::leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&)) {
+CAIRN_API void LoadPlanner::leaf(const KeyPath& p, void* target, LeafBuffer (*prepare)(void*, const StoredLeafInfo&),
+                                 PackedTarget packed) {
   std::string key = p.str();
   if (skipped(key)) {
     plan_.report.skipped.push_back(std::move(key));
     return;
   }
   std::string joined;  // only under a subtree: the key is not copied otherwise
-  const LeafRecord* stored = index_.leaf(prefix_.empty() ? key : (joined = key_under(prefix_, p, key)), next_);
+  const std::string& stored_key = prefix_.empty() ? key : (joined = key_under(prefix_, p, key));
+  const LeafRecord* stored = index_.leaf(stored_key, next_);
+  if (stored) {
+    visited_[index_.position(stored)] = 1;
+  } else if (packed.element_size > 0) {
+    stored = joined_elements(stored_key, packed);
+  }
   if (!stored) {
     plan_.report.missing.push_back(std::move(key));
     return;
   }
-  visited_[index_.position(stored)] = 1;
   plan_.leaves.push_back({std::move(key), stored, target, prepare});
+}
+
+// A packed target (a std::vector<Eigen::Vector3d>) whose checkpoint holds it as a sequence of
+// leaves, `stored/0`, `stored/1`, ..., each one chunk of `element_size` values: as checkpoints
+// before 2026-11-30 saved it. One record of shape [n, element_size] is made whose chunks are
+// the elements' own (the same files, offsets and checksums, each the box of its row), so the
+// load reads and verifies them as it reads a leaf saved in shards. Null where the stored
+// sequence is not that (another length per element, a missing index, several dtypes): the
+// target leaf is then missing and the elements unexpected, each named.
+const LeafRecord* LoadPlanner::joined_elements(const std::string& stored, PackedTarget packed) {
+  const std::vector<KeyEntry>* children = index_.children(stored);
+  if (!children && !index_.has_node(stored)) return nullptr;
+  const std::size_t n = children ? children->size() : 0;
+  LeafRecord record;
+  record.dtype = record.saved_from = packed.dtype;
+  record.shape = Shape{static_cast<std::int64_t>(n), packed.element_size};
+  std::vector<const LeafRecord*> elements(n, nullptr);
+  for (std::size_t k = 0; k < n; ++k) {
+    const KeyEntry& e = (*children)[k];
+    if (e.kind != KeyEntry::Kind::index || e.number < 0 || static_cast<std::uint64_t>(e.number) >= n ||
+        elements[static_cast<std::size_t>(e.number)])
+      return nullptr;
+    const auto i = static_cast<std::size_t>(e.number);
+    elements[i] = index_.leaf(stored.empty() ? std::to_string(i) : stored + "/" + std::to_string(i));
+    const LeafRecord* el = elements[i];
+    if (!el || el->chunks.size() != 1 || el->sharding || el->shape != Shape{packed.element_size} ||
+        el->chunks.front().start != Shape{0} || el->chunks.front().shape != el->shape)
+      return nullptr;
+  }
+  record.chunks.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const LeafRecord& el = *elements[i];
+    if (i == 0) {
+      record.path = el.path;
+      record.path.pop_back();
+      record.dtype = el.dtype;
+      record.saved_from = el.saved_from;
+    } else if (el.dtype != record.dtype) {
+      return nullptr;
+    }
+    ChunkRecord c = el.chunks.front();
+    c.start = Shape{static_cast<std::int64_t>(i), 0};
+    c.shape = Shape{1, packed.element_size};
+    record.chunks.push_back(std::move(c));
+  }
+  for (const LeafRecord* el : elements) visited_[index_.position(el)] = 1;
+  plan_.joined.push_back(std::move(record));
+  return &plan_.joined.back();
 }
 
 CAIRN_API LoadPlan LoadPlanner::finish() && {

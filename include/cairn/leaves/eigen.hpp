@@ -154,6 +154,29 @@ struct leaf_traits<Eigen::Transform<S, Dim, Mode, Options>> {
     return detail::eigen_leaf<M>::prepare(t.matrix(), stored);
   }
 };
+// Fixed-size vectors and quaternions are packed elements (tree/traits.hpp): a
+// std::vector<Eigen::Vector3d> of a million particles is one [n, 3] leaf.
+namespace detail {
+template <class S, int R, int C>
+inline constexpr bool eigen_fixed_vector = has_dtype<S> && (R == 1 || C == 1) && R != Eigen::Dynamic &&
+                                           C != Eigen::Dynamic && R * C > 0;
+}  // namespace detail
+template <class S, int R, int C, int O, int MR, int MC>
+struct packed_element<Eigen::Matrix<S, R, C, O, MR, MC>, std::enable_if_t<detail::eigen_fixed_vector<S, R, C>>> {
+  using scalar = S;
+  static constexpr std::int64_t size = R * C;
+};
+template <class S, int R, int C, int O, int MR, int MC>
+struct packed_element<Eigen::Array<S, R, C, O, MR, MC>, std::enable_if_t<detail::eigen_fixed_vector<S, R, C>>> {
+  using scalar = S;
+  static constexpr std::int64_t size = R * C;
+};
+template <class S, int Options>
+struct packed_element<Eigen::Quaternion<S, Options>, std::enable_if_t<has_dtype<S>>> {
+  using scalar = S;  // x, y, z, w, as the quaternion's own leaf
+  static constexpr std::int64_t size = 4;
+};
+
 template <class S, int R, int C, int O, int MR, int MC>
 struct leaf_traits<Eigen::Matrix<S, R, C, O, MR, MC>> : detail::eigen_leaf<Eigen::Matrix<S, R, C, O, MR, MC>> {};
 template <class S, int R, int C, int O, int MR, int MC>

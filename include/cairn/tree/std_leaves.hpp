@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Leaves from the standard library: arithmetic scalars (0-d arrays), std::string (bytes),
 // contiguous containers of numbers as 1-D arrays (std::vector<float>, std::array<int, N>,
-// std::vector<bool>), and the random number engines (std::mt19937 and the others), stored
+// std::vector<bool>), a std::vector of small fixed-size arrays as one 2-D array, and the
+// random number engines (std::mt19937 and the others), stored
 // as their standard text state.
 #pragma once
 
@@ -128,6 +129,38 @@ struct leaf_traits<E> {
     };
     return out;
   }
+};
+
+// A std::vector of small fixed-size arrays (traits.hpp, packed_element): one leaf of shape
+// [n, size]. Checkpoints written before 2026-11-30 hold such a vector as a sequence of n
+// leaves; the planner reads those into it too (LoadPlanner::leaf, `packed`).
+template <class T, class Alloc>
+struct leaf_traits<std::vector<T, Alloc>, std::enable_if_t<packable_element<T>>> {
+  using Scalar = typename packed_element<T>::scalar;
+  static constexpr std::int64_t packed_element_size = packed_element<T>::size;
+  static_assert(has_dtype<Scalar> && packed_element_size > 0 &&
+                    sizeof(T) == static_cast<std::size_t>(packed_element_size) * sizeof(Scalar),
+                "cairn: a packed_element<T> must be exactly `size` scalars, with nothing between or after them");
+  static constexpr DType packed_element_dtype = dtype_of<Scalar>;
+
+  static LeafView view(const std::vector<T, Alloc>& v) {
+    return {dtype_of<Scalar>, {static_cast<std::int64_t>(v.size()), packed_element_size}, Order::C,
+            static_cast<const void*>(v.data()), v.size() * sizeof(T)};
+  }
+  static LeafBuffer prepare(std::vector<T, Alloc>& v, const StoredLeafInfo& stored) {
+    if (stored.shape.size() != 2 || stored.shape[1] != packed_element_size)
+      throw Error(ErrorKind::shape_mismatch, "stored shape " + to_string(stored.shape) + " does not fit the target, a "
+                  "std::vector of arrays of " + std::to_string(packed_element_size) + " (shape [any, " +
+                  std::to_string(packed_element_size) + "])");
+    v.resize(static_cast<std::size_t>(stored.shape[0]));
+    return {dtype_of<Scalar>, Order::C, static_cast<void*>(v.data()), v.size() * sizeof(T)};
+  }
+};
+
+template <class T, std::size_t N>
+struct packed_element<std::array<T, N>, std::enable_if_t<has_dtype<T> && (N > 0)>> {
+  using scalar = T;
+  static constexpr std::int64_t size = static_cast<std::int64_t>(N);
 };
 
 template <class T, std::size_t N>
