@@ -395,6 +395,21 @@ TEST_CASE("zarr v3 shards with several inner chunks, edges, holes and a checked 
     bad[bad.size() - 10] ^= 1;
     test::write_file(shard, bad);
     CHECK_THROWS_WITH_AS(leaf(ckpt, "w"), doctest::Contains("checksum"), cairn::Error);
+    // The error names the shard's file as a user can open it (not as a key of the store it
+    // was read through), the key, and what of it.
+    cairn::PosixStore parent(fs::path(ckpt).parent_path().string());
+    cairn::ArrayValue v;
+    cairn::LoadOptions o;
+    o.subtree = "w";
+    bool threw = false;
+    try {
+      cairn::load_orbax(cairn::Location(parent, fs::path(ckpt).filename().string()), v, o);
+    } catch (const cairn::Error& e) {
+      threw = true;
+      CHECK(fs::path(e.file()).lexically_normal() == fs::path(shard).lexically_normal());
+      CHECK(e.key_path() == "w (shard index)");
+    }
+    CHECK(threw);
     // An entry past the shard's data, with a matching CRC32C: the bounds check names it.
     bad = s;
     const std::size_t idx = s.size() - 4 - 4 * 16;

@@ -58,7 +58,9 @@ struct Blob {
   OcdbtValue value;
   std::string path;                   // store key of a plain file
   bool file_may_be_missing = false;   // `path` not looked for yet: missing when read, it is the fill value
-  std::string name;                   // what errors name (a path a user can look at)
+  // The base store's key of what errors name, described only when one is thrown (describing
+  // each of 10,000 chunks' files up front, and keeping the text, was 3% of a load).
+  std::string name;
   std::string key;                    // the leaf's key path
   std::string bytes;                  // Kind::bytes
   // Kind::chunk: the codecs, the stored chunk's shape, the box wanted of it (offset in it).
@@ -80,7 +82,7 @@ class OrbaxView final : public Store {
   std::vector<std::unique_ptr<ZarrArray>>& arrays() { return arrays_; }
   // A chunk of `l` (the box start + shape) whose bytes blob `b` makes: the blob's number is the
   // chunk's file name.
-  void add_chunk(LeafRecord& l, Shape start, Shape shape, Blob b) {
+  void add_chunk(LeafRecord& l, Shape start, Shape shape, Blob&& b) {
     ChunkRecord c;
     c.start = std::move(start);
     c.shape = std::move(shape);
@@ -93,7 +95,7 @@ class OrbaxView final : public Store {
   std::string describe(const std::string& key) const override {
     if (key.empty()) return base_.describe(key_);
     const Blob* b = find(key);
-    return b ? b->name : base_.describe(key_) + " (" + key + ")";
+    return b ? base_.describe(b->name) : base_.describe(key_) + " (" + key + ")";
   }
   std::unique_ptr<StoreReader> open(const std::string& key) const override;
   bool exists(const std::string& key) const override { return key.empty() || find(key); }
@@ -149,6 +151,17 @@ class BlobReader final : public StoreReader {
   bool decodes() const override { return b_.kind == Blob::Kind::chunk && codecs().zstd; }
   bool opens_file_to_read() const override { return !b_.db && (b_.kind == Blob::Kind::chunk || b_.kind == Blob::Kind::range); }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
+    try {
+      read_blob_at(dst, n, offset);
+    } catch (const Error& e) {
+      // The errors below name the blob by its store key (Blob::name): described here.
+      if (e.file() != b_.name) throw;
+      throw Error(e.kind(), e.message(), view_.base().describe(b_.name), e.key_path());
+    }
+  }
+
+ private:
+  void read_blob_at(void* dst, std::uint64_t n, std::uint64_t offset) const {
     if (offset > b_.size || n > b_.size - offset)
       throw Error(ErrorKind::corrupt, "read past the end of a chunk", b_.name, b_.key);
     if (!n) return;
@@ -192,8 +205,6 @@ class BlobReader final : public StoreReader {
     consumed_ += n;
     if (consumed_ >= b_.size) std::string().swap(decoded_), decoded_done_ = false, consumed_ = 0, located_ = false;
   }
-
- private:
   const ZarrCodecs& codecs() const { return b_.inner ? b_.array->shard.inner : b_.array->codecs; }
   std::uint64_t source_size() const {
     return b_.db ? b_.value.size() : file()->size();
@@ -265,15 +276,17 @@ class BlobReader final : public StoreReader {
         zarr_fail("shard is " + std::to_string(total) + " bytes, shorter than its index (" + std::to_string(index_size) + ")",
                   b_.name, b_.key);
       const std::uint64_t index_at = a.shard.index_at_start ? 0 : total - index_size;
-      std::string index;
+      std::string own_index;
+      std::string_view index;
       if (total <= small_shard_bytes && b_.inner_count == 1) {
         shard_.resize(static_cast<std::size_t>(total));
         read_source(shard_.data(), total, 0);
         let_go_of_file();
-        index = shard_.substr(static_cast<std::size_t>(index_at), static_cast<std::size_t>(index_size));
+        index = std::string_view(shard_).substr(static_cast<std::size_t>(index_at), static_cast<std::size_t>(index_size));
       } else {
-        index.resize(static_cast<std::size_t>(index_size));
-        read_source(index.data(), index_size, index_at);
+        own_index.resize(static_cast<std::size_t>(index_size));
+        read_source(own_index.data(), index_size, index_at);
+        index = own_index;
       }
       const auto entries = zarr_parse_shard_index(a.shard, index, b_.inner_count, total, b_.name, b_.key);
       const ZarrShardEntry e = entries[static_cast<std::size_t>(b_.inner_index)];
@@ -459,8 +472,9 @@ inline std::optional<Json> read_json_file_if_there(const Store& store, const std
 // A pytree checkpointable's directory read into an item of the view.
 class PytreeReader {
  public:
-  PytreeReader(OrbaxView& view, OrbaxCheckpoint& out, std::string dir, std::string item)
-      : view_(view), out_(out), store_(view.base()), dir_(std::move(dir)), item_name_(std::move(item)) {}
+  // `keys`, if given, gets the item's leaves' printed keys at the item's position.
+  PytreeReader(OrbaxView& view, OrbaxCheckpoint& out, std::string dir, std::string item, PrintedKeys* keys = nullptr)
+      : view_(view), out_(out), store_(view.base()), dir_(std::move(dir)), item_name_(std::move(item)), keys_out_(keys) {}
 
   void read() {
     const std::string meta_key = join_key(dir_, "_METADATA");
@@ -485,6 +499,10 @@ class PytreeReader {
     ItemRecord item;
     item.name = item_name_;
     if (has_meta) {
+      // One leaf per entry, at most: growing the vector moved every record made so far, each
+      // time it doubled (a tenth of a load of 10,000 small arrays, with the page faults of the
+      // new buffers).
+      item.leaves.reserve(meta.entries.size());
       for (std::size_t from = 0; from < meta.entries.size(); from += prefetch_batch) {
         const std::size_t to = std::min(meta.entries.size(), from + prefetch_batch);
         if (!db_) prefetch_array_metadata(meta.entries, from, to);
@@ -498,6 +516,10 @@ class PytreeReader {
     if (out_.layout.empty())
       out_.layout = db_ ? std::string("orbax (OCDBT, zarr v") + (zarr3_found_ ? "3" : "2") + ")" : std::string("orbax (zarr v") + (zarr3_found_ ? "3" : "2") + " directories)";
     out_.metadata.items.push_back(std::move(item));
+    if (keys_out_) {
+      keys_out_->resize(out_.metadata.items.size());
+      keys_out_->back() = std::move(keys_);
+    }
   }
 
  private:
@@ -643,14 +665,14 @@ class PytreeReader {
       b.kind = Blob::Kind::bytes;
       b.bytes = s->as_string();
       b.size = b.bytes.size();
-      b.name = store_.describe(join_key(dir_, "_strings.json"));
+      b.name = join_key(dir_, "_strings.json");
       b.key = path.str();
       LeafRecord l;
       l.path = path;
       l.dtype = l.saved_from = DType::string;
       l.shape = Shape{static_cast<std::int64_t>(b.size)};
       add_chunk(l, Shape{0}, l.shape, std::move(b));
-      item.leaves.push_back(std::move(l));
+      push_leaf(item, std::move(l));
       return;
     }
     if (is_array(entry)) {
@@ -659,6 +681,15 @@ class PytreeReader {
     }
     if (type == "Dict" || type == "List" || type == "Tuple") return;  // empty containers: no value
     add_unread(item, path, "value type '" + printable_prefix(std::string_view(type).substr(0, 60)) + "', which cairn does not read");
+  }
+
+  // Every leaf goes in here, with its printed key path: the key is printed once, where the
+  // leaf is made, and the load's index of stored keys takes these (PrintedKeys) rather than
+  // printing each again (twice per leaf, with add_nodes, were 3% of a load of 10,000 arrays).
+  void push_leaf(ItemRecord& item, LeafRecord&& l, std::string key = {}) {
+    if (key.empty()) key = l.key();
+    item.leaves.push_back(std::move(l));
+    keys_.push_back(std::move(key));
   }
 
   // A leaf cairn cannot read (a value type it has no leaf for, an array of a dtype it does not
@@ -705,7 +736,7 @@ class PytreeReader {
     l.path = path;
     Blob b;
     b.kind = Blob::Kind::bytes;
-    b.name = file;
+    b.name = file_key;
     b.key = key;
     switch (v->kind) {
       case MsgValue::Kind::ext: {
@@ -747,7 +778,7 @@ class PytreeReader {
     l.saved_from = l.dtype;
     b.size = b.bytes.size();
     add_chunk(l, Shape(l.shape.size(), 0), l.shape, std::move(b));
-    item.leaves.push_back(std::move(l));
+    push_leaf(item, std::move(l), key);
   }
 
   // A parameter's zarr metadata may be named zarr.json (format 3) or .zarray (2), as
@@ -810,7 +841,7 @@ class PytreeReader {
     return *view_.arrays().back();
   }
 
-  void add_chunk(LeafRecord& l, Shape start, Shape shape, Blob b) { view_.add_chunk(l, std::move(start), std::move(shape), std::move(b)); }
+  void add_chunk(LeafRecord& l, Shape start, Shape shape, Blob&& b) { view_.add_chunk(l, std::move(start), std::move(shape), std::move(b)); }
 
   void add_array(ItemRecord& item, const std::string& param, const KeyPath& path) {
     const std::string key = path.str();
@@ -850,10 +881,10 @@ class PytreeReader {
     if (empty) {
       Blob b;
       b.kind = Blob::Kind::bytes;
-      b.name = store_.describe(join_key(dir_, param));
+      b.name = join_key(dir_, param);
       b.key = key;
       add_chunk(l, Shape(rank, 0), a.shape, std::move(b));
-      item.leaves.push_back(std::move(l));
+      push_leaf(item, std::move(l), key);
       finish_leaf(item.leaves.back(), param);
       return;
     }
@@ -863,7 +894,7 @@ class PytreeReader {
       Blob src;
       src.array = &a;
       src.key = key;
-      src.name = store_.describe(join_key(dir_, chunk_key));
+      src.name = join_key(dir_, chunk_key);
       bool present = true;
       if (db_) {
         const OcdbtValue* v = db_->find(chunk_key);
@@ -924,13 +955,13 @@ class PytreeReader {
       const std::uint64_t stored = b.value.size();
       if (b.kind == Blob::Kind::range && stored != b.size)
         throw Error(ErrorKind::corrupt, "chunk is " + std::to_string(stored) + " bytes, expected " + std::to_string(b.size),
-                    b.name, key);
+                    store_.describe(b.name), key);
       const std::uint64_t most = codecs.zstd ? stored * 32768 + (1u << 20) : stored;
       if (element_count(b.stored) * item_size > most)
         throw Error(ErrorKind::corrupt, "a chunk of " + std::to_string(element_count(b.stored) * item_size) +
-                    " bytes cannot come from the " + std::to_string(stored) + " bytes stored", b.name, key);
+                    " bytes cannot come from the " + std::to_string(stored) + " bytes stored", store_.describe(b.name), key);
     }
-    item.leaves.push_back(std::move(l));
+    push_leaf(item, std::move(l), key);
     finish_leaf(item.leaves.back(), param);
   }
 
@@ -976,13 +1007,13 @@ class PytreeReader {
 
   // Inner nodes: every proper prefix of a leaf's path; a map for keys, a sequence for indices.
   void add_nodes(ItemRecord& item) {
-    std::unordered_set<std::string> leaves;
-    leaves.reserve(item.leaves.size());
-    for (const auto& l : item.leaves) leaves.insert(l.key());
+    std::unordered_set<std::string_view> leaves;
+    leaves.reserve(keys_.size());
+    for (const std::string& k : keys_) leaves.insert(k);
     if (leaves.size() != item.leaves.size())
       throw Error(ErrorKind::corrupt, "two parameters map to one key path", meta_file());
     item.nodes = inner_nodes(
-        item.leaves, NodeKind::map, true, [&](const std::string& printed) { return leaves.count(printed) != 0; },
+        item.leaves, NodeKind::map, true, [&](const std::string& printed) { return leaves.count(std::string_view(printed)) != 0; },
         [&](const std::string& printed, const LeafRecord& l) {
           throw Error(ErrorKind::corrupt, "'" + printed + "' is both a leaf and the parent of '" + l.key() + "'", meta_file());
         });
@@ -994,6 +1025,8 @@ class PytreeReader {
   const Store& store_;
   std::string dir_;
   std::string item_name_;
+  PrintedKeys* keys_out_ = nullptr;
+  std::vector<std::string> keys_;  // item.leaves' printed keys (push_leaf)
   OcdbtDatabase* db_ = nullptr;
   int zarr3_ = -1;  // from _METADATA: 1 zarr v3, 0 zarr v2, -1 unsaid (look for either)
   bool zarr3_found_ = false;
@@ -1055,8 +1088,9 @@ inline std::string orbax_unfinished(const Store& store, const std::string& key, 
   return {};
 }
 
-// Reads the layout and every checkpointable's records into `view` and the returned description.
-inline OrbaxCheckpoint open_orbax(OrbaxView& view) {
+// Reads the layout and every checkpointable's records into `view` and the returned description;
+// `leaf_keys`, if given, gets the pytree items' leaves' printed keys by item (empty for others).
+inline OrbaxCheckpoint open_orbax(OrbaxView& view, PrintedKeys* leaf_keys = nullptr) {
   const Store& store = view.base();
   const std::string& key = view.key();
   OrbaxCheckpoint out;
@@ -1131,7 +1165,7 @@ inline OrbaxCheckpoint open_orbax(OrbaxView& view) {
     for (const auto& [name, kind] : kinds) {
       const std::string dk = join_key(key, name);
       if (kind == "pytree") {
-        PytreeReader(view, out, dk, name == out.pytree ? std::string(default_item_name) : name).read();
+        PytreeReader(view, out, dk, name == out.pytree ? std::string(default_item_name) : name, leaf_keys).read();
         continue;
       }
       const std::string file = store.is_blob(join_key(dk, "data.json")) ? join_key(dk, "data.json") : join_key(dk, "metadata");
@@ -1141,7 +1175,7 @@ inline OrbaxCheckpoint open_orbax(OrbaxView& view) {
       b.kind = Blob::Kind::bytes;
       b.bytes = value.dump();
       b.size = b.bytes.size();
-      b.name = store.describe(file);
+      b.name = file;
       ItemRecord item;
       item.name = name;
       item.kind = ItemKind::json;
@@ -1153,6 +1187,7 @@ inline OrbaxCheckpoint open_orbax(OrbaxView& view) {
       m.items.push_back(std::move(item));
     }
   }
+  if (leaf_keys) leaf_keys->resize(m.items.size());
   m.library_version = out.layout.empty() ? "orbax" : out.layout;
   m.data_files.reserve(view.blobs().size());
   for (std::size_t i = 0; i < view.blobs().size(); ++i) m.data_files.push_back(std::to_string(i));
@@ -1170,14 +1205,14 @@ inline LoadReport load_orbax_planned(const Store& store, const std::string& key,
   LoadOptions opts = options;
   opts.verify_checksums = false;  // the chunks' own checks (CRC32C codecs, zstd frames) run as they decode
   return load_opened(view, [&] {
-    OrbaxCheckpoint c = open_orbax(view);
+    OpenedCheckpoint o;
+    OrbaxCheckpoint c = open_orbax(view, &o.leaf_keys);
     if (!c.metadata.find_item(opts.item)) {
       std::string why = "the Orbax checkpoint has no " +
                         (opts.item == default_item_name ? std::string("pytree checkpointable") : "checkpointable '" + opts.item + "'");
       if (!c.missing.empty()) why += " (_CHECKPOINT_METADATA names '" + c.missing[0] + "', whose directory is missing)";
       throw Error(ErrorKind::not_found, why, store.describe(key));
     }
-    OpenedCheckpoint o;
     o.key = "";
     o.name = store.describe(key);
     o.records = store.describe(key);

@@ -63,7 +63,8 @@ inline TreeMetadata read_tree_metadata(std::string_view text, const std::string&
         if (member == "key_metadata") {
           if (r.peek() != '[') throw Error(ErrorKind::corrupt, "tree_metadata entry has no key_metadata list or value_metadata", file, tuple);
           has_keys = true;
-          e.path = KeyPath();
+          std::vector<KeyEntry> path;
+          path.reserve(4);  // one allocation for the usual few keys
           e.param.clear();
           r.array([&] {
             if (r.peek() != '{') throw Error(ErrorKind::corrupt, "key_metadata entry without key or key_type", file, tuple);
@@ -97,15 +98,16 @@ inline TreeMetadata read_tree_metadata(std::string_view text, const std::string&
               }
             });
             if (!key || !type) throw Error(ErrorKind::corrupt, "key_metadata entry without key or key_type", file, tuple);
-            if (!e.param.empty() || !e.path.empty()) e.param += '.';
+            if (!e.param.empty() || !path.empty()) e.param += '.';
             e.param += *key;
             std::int64_t index;
-            if (e.path.size() >= max_tree_depth)
+            if (path.size() >= max_tree_depth)
               throw Error(ErrorKind::corrupt, "a key path of more than " + std::to_string(max_tree_depth) +
                           " entries (cairn::max_tree_depth)", file, tuple);
-            if (*type == 1 && parse_int64(*key, index) && index >= 0) e.path.push_back(KeyEntry::index(index));
-            else e.path.push_back(KeyEntry::key(*key));
+            if (*type == 1 && parse_int64(*key, index) && index >= 0) path.push_back(KeyEntry::index(index));
+            else path.push_back(KeyEntry::key(std::move(*key)));
           });
+          e.path = KeyPath(std::move(path));
         } else if (member == "value_metadata") {
           if (r.peek() != '{') throw Error(ErrorKind::corrupt, "tree_metadata entry has no key_metadata list or value_metadata", file, tuple);
           has_value = true;

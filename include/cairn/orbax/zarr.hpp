@@ -334,13 +334,15 @@ inline std::string zarr_chunk_key(const ZarrArray& a, const Shape& at) {
 }
 
 // Removes and checks a trailing CRC32C (the v3 crc32c codec).
-inline std::string_view zarr_strip_crc(std::string_view b, const std::string& file, const std::string& key) {
-  if (b.size() < 4) zarr_fail("chunk is shorter than its CRC32C", file, key);
+// `what` follows the key in an error ("" for a chunk, " (shard index)"): no text is put
+// together unless one is thrown.
+inline std::string_view zarr_strip_crc(std::string_view b, const std::string& file, const std::string& key, const char* what = "") {
+  if (b.size() < 4) zarr_fail("chunk is shorter than its CRC32C", file, key + what);
   const auto* u = reinterpret_cast<const unsigned char*>(b.data() + b.size() - 4);
   const std::uint32_t stored = u[0] | (std::uint32_t(u[1]) << 8) | (std::uint32_t(u[2]) << 16) | (std::uint32_t(u[3]) << 24);
   const std::uint32_t got = crc32c(b.data(), b.size() - 4);
   if (got != stored)
-    zarr_fail("chunk checksum mismatch (CRC32C " + std::to_string(got) + ", stored " + std::to_string(stored) + ")", file, key);
+    zarr_fail("chunk checksum mismatch (CRC32C " + std::to_string(got) + ", stored " + std::to_string(stored) + ")", file, key + what);
   return b.substr(0, b.size() - 4);
 }
 
@@ -369,7 +371,7 @@ inline std::uint64_t zarr_index_bytes(const ZarrShardIndex& s, std::uint64_t inn
 inline std::vector<ZarrShardEntry> zarr_parse_shard_index(const ZarrShardIndex& s, std::string_view index,
                                                           std::uint64_t inner_count, std::uint64_t shard_size,
                                                           const std::string& file, const std::string& key) {
-  if (s.index_crc32c) index = zarr_strip_crc(index, file, key + " (shard index)");
+  if (s.index_crc32c) index = zarr_strip_crc(index, file, key, " (shard index)");
   if (index.size() != inner_count * 16) zarr_fail("shard index has the wrong size", file, key);
   std::vector<ZarrShardEntry> out(static_cast<std::size_t>(inner_count));
   const auto* u = reinterpret_cast<const unsigned char*>(index.data());
