@@ -666,13 +666,14 @@ class PytreeReader {
       b.bytes = s->as_string();
       b.size = b.bytes.size();
       b.name = join_key(dir_, "_strings.json");
-      b.key = path.str();
+      const std::string key = path.str();
+      b.key = key;
       LeafRecord l;
       l.path = path;
       l.dtype = l.saved_from = DType::string;
       l.shape = Shape{static_cast<std::int64_t>(b.size)};
       add_chunk(l, Shape{0}, l.shape, std::move(b));
-      push_leaf(item, std::move(l));
+      push_leaf(item, std::move(l), key);
       return;
     }
     if (is_array(entry)) {
@@ -686,8 +687,7 @@ class PytreeReader {
   // Every leaf goes in here, with its printed key path: the key is printed once, where the
   // leaf is made, and the load's index of stored keys takes these (PrintedKeys) rather than
   // printing each again (twice per leaf, with add_nodes, were 3% of a load of 10,000 arrays).
-  void push_leaf(ItemRecord& item, LeafRecord&& l, std::string key = {}) {
-    if (key.empty()) key = l.key();
+  void push_leaf(ItemRecord& item, LeafRecord&& l, std::string key) {
     item.leaves.push_back(std::move(l));
     keys_.push_back(std::move(key));
   }

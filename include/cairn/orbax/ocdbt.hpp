@@ -335,8 +335,8 @@ class OcdbtDatabase {
       if (run.begin >= size) return false;
       // Not zero-filled first (the read fills it): clearing a megabyte per run was 2% of a
       // load of 10,000 small arrays.
-      HeldRun bytes{std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(std::min(run.end, size) - run.begin)),
-                    std::min(run.end, size) - run.begin};
+      const std::uint64_t length = std::min(run.end, size) - run.begin;
+      HeldRun bytes{std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(length)), length};
       reader.read_at(bytes.data.get(), bytes.size, run.begin);
       // Runs are kept (values are not read in file order: keys sort otherwise), up to
       // held_run_bytes, the oldest dropped first.
