@@ -20,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -421,6 +422,111 @@ TEST_CASE("zarr v3 shards with several inner chunks, edges, holes and a checked 
     test::write_file(shard, s.substr(0, idx) + index + crc);
     CHECK_THROWS_WITH_AS(leaf(ckpt, "w"), doctest::Contains("outside the shard"), cairn::Error);
   }
+}
+
+TEST_CASE("small OCDBT shards load as byte ranges of their data file; a damaged or missing index is read as before") {
+  // Orbax v1 keeps each small array's zarr.json and its shard back to back in one data file.
+  // A load reads such a shard's chunk as a range of that file (runs of them in one request);
+  // what a damaged index does must not change with it.
+  test::TempDir tmp;
+  const std::string ckpt = tmp.path + "/small";
+  using Flat = std::map<std::string, std::vector<float>>;
+  Flat state;
+  std::mt19937_64& rng = test::rng();
+  for (int i = 0; i < 40; ++i) state["p" + std::to_string(i)] = test::random_bits<float>(30 + rng() % 150);
+  cairn::save_orbax(ckpt, state);
+  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  {
+    const Flat back = cairn::load_orbax<Flat>(ckpt);
+    REQUIRE(back.size() == state.size());
+    for (const auto& [k, v] : state) CHECK_MESSAGE(same_bits(back.at(k), v), k);
+  }
+  // What a load opens: every chunk a range of one blob (the data file); what metadata and
+  // verify open: a blob per chunk, its index read when it is.
+  {
+    namespace ob = cairn::detail::orbax;
+    const cairn::Location at(ckpt);
+    for (const bool for_load : {true, false}) {
+      CAPTURE(for_load);
+      ob::OrbaxView view(at.store(), at.key());
+      const cairn::OrbaxCheckpoint c = ob::open_orbax(view, nullptr, for_load);
+      const cairn::ItemRecord* item = c.metadata.find_item("state");
+      REQUIRE(item);
+      REQUIRE(item->leaves.size() == state.size());
+      std::set<std::string> files;
+      std::set<std::uint64_t> offsets;
+      for (const auto& l : item->leaves) {
+        REQUIRE(l.chunks.size() == 1);
+        files.insert(l.chunks.front().file);
+        offsets.insert(l.chunks.front().offset);
+        CHECK(l.chunks.front().nbytes == state.at(l.key()).size() * sizeof(float));
+      }
+      CHECK(files.size() == (for_load ? 1u : state.size()));
+      CHECK(offsets.size() == (for_load ? state.size() : 1u));
+    }
+  }
+  // The data file, and where p7's shard lies in it: its chunk, then its index (offset 0, the
+  // chunk's size) and the index's CRC32C.
+  std::string data_file;
+  for (const auto& e : fs::recursive_directory_iterator(ckpt))
+    if (e.is_regular_file() && e.path().parent_path().filename() == "d") data_file = e.path().string();
+  REQUIRE(!data_file.empty());
+  const std::string orig = test::read_file(data_file);
+  const std::vector<float>& p7 = state.at("p7");
+  const std::string chunk(reinterpret_cast<const char*>(p7.data()), p7.size() * sizeof(float));
+  const std::size_t at = orig.find(chunk);
+  REQUIRE(at != std::string::npos);
+  const std::size_t idx = at + chunk.size();
+  std::string index;
+  put_le(index, 0, 8);
+  put_le(index, chunk.size(), 8);
+  REQUIRE(orig.substr(idx, 16) == index);
+  auto with_index = [&](std::uint64_t offset, std::uint64_t nbytes) {
+    std::string i, crc;
+    put_le(i, offset, 8);
+    put_le(i, nbytes, 8);
+    put_le(crc, cairn::crc32c(i.data(), i.size()), 4);
+    std::string bad = orig;
+    bad.replace(idx, 20, i + crc);
+    test::write_file(data_file, bad);
+  };
+  auto load_error = [&](const cairn::LoadOptions& o = {}) -> std::string {
+    try {
+      (void)cairn::load_orbax<Flat>(ckpt, o);
+    } catch (const cairn::Error& e) {
+      CHECK(e.key_path().find("p7") != std::string::npos);
+      return e.message();
+    }
+    return "(loaded)";
+  };
+  SUBCASE("a flipped byte of the index is refused by its checksum, naming the key; a load that skips it loads the rest") {
+    std::string bad = orig;
+    bad[idx + 3] ^= 4;
+    test::write_file(data_file, bad);
+    CHECK(load_error().find("checksum") != std::string::npos);
+    cairn::LoadOptions o;
+    o.skip = {"p7"};
+    Flat back;
+    back["p7"] = {42};
+    cairn::load_orbax(ckpt, back, o);
+    CHECK(back.at("p7") == std::vector<float>{42});
+    CHECK(same_bits(back.at("p8"), state.at("p8")));
+  }
+  SUBCASE("an index that says the chunk is missing loads the fill value") {
+    with_index(~0ull, ~0ull);
+    const Flat back = cairn::load_orbax<Flat>(ckpt);
+    CHECK(back.at("p7") == std::vector<float>(p7.size(), 0.0f));
+    CHECK(same_bits(back.at("p6"), state.at("p6")));
+  }
+  SUBCASE("an entry of another size, or outside the shard, is refused by name") {
+    with_index(0, chunk.size() - 4);
+    CHECK(load_error().find("bytes, expected") != std::string::npos);
+    with_index(8, chunk.size());
+    CHECK(load_error().find("outside the shard") != std::string::npos);
+  }
+  test::write_file(data_file, orig);
 }
 
 TEST_CASE("an Orbax key path deeper than a tree may be is corrupt, named with its file and entry") {

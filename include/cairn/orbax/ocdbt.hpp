@@ -229,6 +229,11 @@ class OcdbtDatabase {
     if (v.length <= small_value_bytes && read_from_run(*v.file, dst, n, v.offset + offset)) return;
     value_reader(*v.file).read_at(dst, n, v.offset + offset);
   }
+  // Whether a value lies in a run of small values (read whole once, find_small_runs): reading
+  // a few of its bytes costs a copy, not a request.
+  bool in_small_run(const OcdbtValue& v) const {
+    return !v.is_inline && v.length <= small_value_bytes && run_of(*v.file, v.length, v.offset) != nullptr;
+  }
   // How many of a value's n bytes from `offset` are in memory already (StoreReader::cached_bytes).
   std::uint64_t cached_bytes(const OcdbtValue& v, std::uint64_t offset, std::uint64_t n) const {
     return v.is_inline ? n : value_reader(*v.file).cached_bytes(v.offset + offset, n);
@@ -316,14 +321,21 @@ class OcdbtDatabase {
   }
   // Copies [at, at + n) of `file` from the run holding it, read once; false where no run of
   // several values holds it (the caller reads it itself, and reports what is wrong with it).
-  bool read_from_run(const OcdbtDataFile& file, void* dst, std::uint64_t n, std::uint64_t at) const {
+  // The run of several values holding [at, at + n) of `file`, or null.
+  struct SmallRun;
+  const SmallRun* run_of(const OcdbtDataFile& file, std::uint64_t n, std::uint64_t at) const {
     auto f = small_runs_.find(&file);
-    if (f == small_runs_.end()) return false;
+    if (f == small_runs_.end()) return nullptr;
     const std::vector<SmallRun>& runs = f->second;
     auto it = std::upper_bound(runs.begin(), runs.end(), at, [](std::uint64_t a, const SmallRun& r) { return a < r.begin; });
-    if (it == runs.begin()) return false;
+    if (it == runs.begin()) return nullptr;
     const SmallRun& run = *--it;
-    if (run.values < 2 || at + n > run.end) return false;
+    return run.values < 2 || at + n > run.end ? nullptr : &run;
+  }
+  bool read_from_run(const OcdbtDataFile& file, void* dst, std::uint64_t n, std::uint64_t at) const {
+    const SmallRun* found = run_of(file, n, at);
+    if (!found) return false;
+    const SmallRun& run = *found;
     const StoreReader& reader = value_reader(file);
     std::lock_guard<std::mutex> lock(run_mutex_);
     const std::pair<const OcdbtDataFile*, std::uint64_t> id{&file, run.begin};

@@ -368,31 +368,37 @@ struct ZarrShardEntry {
 inline std::uint64_t zarr_index_bytes(const ZarrShardIndex& s, std::uint64_t inner_count) {
   return inner_count * 16 + (s.index_crc32c ? 4 : 0);
 }
+// Entry i of a shard's index, its CRC32C checked and cut already (`index`: inner_count * 16
+// bytes), checked to lie inside the shard's data.
+inline ZarrShardEntry zarr_shard_entry(const ZarrShardIndex& s, std::string_view index, std::uint64_t i,
+                                       std::uint64_t inner_count, std::uint64_t shard_size, const std::string& file,
+                                       const std::string& key) {
+  const auto* u = reinterpret_cast<const unsigned char*>(index.data()) + 16 * i;
+  auto le64 = [](const unsigned char* p) {
+    std::uint64_t v = 0;
+    for (int b = 0; b < 8; ++b) v |= std::uint64_t(p[b]) << (8 * b);
+    return v;
+  };
+  const ZarrShardEntry e{le64(u), le64(u + 8)};
+  if (!e.missing()) {
+    const std::uint64_t index_size = zarr_index_bytes(s, inner_count);
+    const std::uint64_t lo = s.index_at_start ? index_size : 0;
+    const std::uint64_t hi = s.index_at_start ? shard_size : shard_size - index_size;
+    if (e.offset < lo || e.offset > hi || e.nbytes > hi - e.offset)
+      zarr_fail("shard index entry " + std::to_string(i) + " (bytes " + std::to_string(e.offset) + " + " +
+                std::to_string(e.nbytes) + ") lies outside the shard's data (" + std::to_string(shard_size) + " bytes)",
+                file, key);
+  }
+  return e;
+}
 inline std::vector<ZarrShardEntry> zarr_parse_shard_index(const ZarrShardIndex& s, std::string_view index,
                                                           std::uint64_t inner_count, std::uint64_t shard_size,
                                                           const std::string& file, const std::string& key) {
   if (s.index_crc32c) index = zarr_strip_crc(index, file, key, " (shard index)");
   if (index.size() != inner_count * 16) zarr_fail("shard index has the wrong size", file, key);
   std::vector<ZarrShardEntry> out(static_cast<std::size_t>(inner_count));
-  const auto* u = reinterpret_cast<const unsigned char*>(index.data());
-  auto le64 = [](const unsigned char* p) {
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= std::uint64_t(p[i]) << (8 * i);
-    return v;
-  };
-  const std::uint64_t index_size = zarr_index_bytes(s, inner_count);
-  for (std::uint64_t i = 0; i < inner_count; ++i) {
-    ZarrShardEntry e{le64(u + 16 * i), le64(u + 16 * i + 8)};
-    if (!e.missing()) {
-      const std::uint64_t lo = s.index_at_start ? index_size : 0;
-      const std::uint64_t hi = s.index_at_start ? shard_size : shard_size - index_size;
-      if (e.offset < lo || e.offset > hi || e.nbytes > hi - e.offset)
-        zarr_fail("shard index entry " + std::to_string(i) + " (bytes " + std::to_string(e.offset) + " + " +
-                  std::to_string(e.nbytes) + ") lies outside the shard's data (" + std::to_string(shard_size) + " bytes)",
-                  file, key);
-    }
-    out[static_cast<std::size_t>(i)] = e;
-  }
+  for (std::uint64_t i = 0; i < inner_count; ++i)
+    out[static_cast<std::size_t>(i)] = zarr_shard_entry(s, index, i, inner_count, shard_size, file, key);
   return out;
 }
 
