@@ -15,6 +15,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -424,30 +425,51 @@ TEST_CASE("zarr v3 shards with several inner chunks, edges, holes and a checked 
   }
 }
 
-TEST_CASE("small OCDBT shards load as byte ranges of their data file; a damaged or missing index is read as before") {
-  // Orbax v1 keeps each small array's zarr.json and its shard back to back in one data file.
-  // A load reads such a shard's chunk as a range of that file (runs of them in one request);
-  // what a damaged index does must not change with it.
-  test::TempDir tmp;
-  const std::string ckpt = tmp.path + "/small";
-  using Flat = std::map<std::string, std::vector<float>>;
-  Flat state;
-  std::mt19937_64& rng = test::rng();
-  for (int i = 0; i < 40; ++i) state["p" + std::to_string(i)] = test::random_bits<float>(30 + rng() % 150);
-  cairn::save_orbax(ckpt, state);
-  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
-  {
-    const Flat back = cairn::load_orbax<Flat>(ckpt);
-    REQUIRE(back.size() == state.size());
-    for (const auto& [k, v] : state) CHECK_MESSAGE(same_bits(back.at(k), v), k);
-  }
-  // What a load opens: every chunk a range of one blob (the data file); what metadata and
-  // verify open: a blob per chunk, its index read when it is.
-  {
+TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decoded in runs; a damaged index reads as before") {
+  // Orbax keeps each small array's zarr.json and its shard back to back in one data file. A
+  // load reads such a chunk as a range of that file (zstd: of the file's chunks decoded one
+  // after another), runs of them in one request; what damage does must not change with it.
+  for (const int zstd : {0, 3}) {
+    CAPTURE(zstd);
+    test::TempDir tmp;
+    const std::string ckpt = tmp.path + "/small";
+    using Flat = std::map<std::string, std::vector<float>>;
+    Flat state;
+    std::mt19937_64& rng = test::rng();
+    for (int i = 0; i < 40; ++i) state["p" + std::to_string(i)] = test::random_bits<float>(30 + rng() % 150);
+    // Compressible for zstd: runs of repeated values.
+    for (auto& [k, v] : state)
+      for (std::size_t i = 1; i < v.size(); i += 2) v[i] = v[i - 1];
+    cairn::OrbaxSaveOptions so;
+    so.zstd_level = zstd;
+    cairn::save_orbax(ckpt, state, so);
+    auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    {
+      const Flat back = cairn::load_orbax<Flat>(ckpt);
+      REQUIRE(back.size() == state.size());
+      for (const auto& [k, v] : state) CHECK_MESSAGE(same_bits(back.at(k), v), k);
+      // Through the box reader (a cast, and a part of each chunk): whole chunks decoded, then cut.
+      const auto wide = cairn::load_orbax<std::map<std::string, std::vector<double>>>(ckpt);
+      for (const auto& [k, v] : state) {
+        REQUIRE(wide.at(k).size() == v.size());
+        bool equal = true;
+        for (std::size_t i = 0; i < v.size(); ++i)
+          equal = equal && (std::isnan(v[i]) ? std::isnan(wide.at(k)[i]) : double(v[i]) == wide.at(k)[i]);
+        CHECK_MESSAGE(equal, k);
+      }
+      std::map<std::string, cairn::ShardedArray<float>> thirds;
+      for (const auto& [k, v] : state)
+        thirds[k] = cairn::ShardedArray<float>(cairn::NamedSharding(cairn::Mesh::host({{"x", 3}}), cairn::PartitionSpec{"x"}));
+      cairn::load_orbax(ckpt, thirds);
+      for (const auto& [k, v] : state) CHECK_MESSAGE(test::same_bits(thirds.at(k).gather(), v), k);
+    }
+    // What a load opens: every chunk a range of one blob (the data file, or its decoded
+    // chunks); what metadata and verify open: a blob per chunk, its index read when it is.
     namespace ob = cairn::detail::orbax;
     const cairn::Location at(ckpt);
+    std::uint64_t p7_at = 0, p7_stored = 0;
     for (const bool for_load : {true, false}) {
       CAPTURE(for_load);
       ob::OrbaxView view(at.store(), at.key());
@@ -459,74 +481,93 @@ TEST_CASE("small OCDBT shards load as byte ranges of their data file; a damaged 
       std::set<std::uint64_t> offsets;
       for (const auto& l : item->leaves) {
         REQUIRE(l.chunks.size() == 1);
-        files.insert(l.chunks.front().file);
-        offsets.insert(l.chunks.front().offset);
-        CHECK(l.chunks.front().nbytes == state.at(l.key()).size() * sizeof(float));
+        const cairn::ChunkRecord& ch = l.chunks.front();
+        files.insert(ch.file);
+        offsets.insert(ch.offset);
+        CHECK(ch.nbytes == state.at(l.key()).size() * sizeof(float));
+        const ob::Blob& b = view.blobs()[std::stoull(ch.file)];
+        CHECK(b.kind == (!for_load ? ob::Blob::Kind::chunk : zstd ? ob::Blob::Kind::decoded : ob::Blob::Kind::range));
+        if (!for_load && l.key() == "p7") p7_at = b.value.offset, p7_stored = b.value.length;
       }
       CHECK(files.size() == (for_load ? 1u : state.size()));
       CHECK(offsets.size() == (for_load ? state.size() : 1u));
     }
-  }
-  // The data file, and where p7's shard lies in it: its chunk, then its index (offset 0, the
-  // chunk's size) and the index's CRC32C.
-  std::string data_file;
-  for (const auto& e : fs::recursive_directory_iterator(ckpt))
-    if (e.is_regular_file() && e.path().parent_path().filename() == "d") data_file = e.path().string();
-  REQUIRE(!data_file.empty());
-  const std::string orig = test::read_file(data_file);
-  const std::vector<float>& p7 = state.at("p7");
-  const std::string chunk(reinterpret_cast<const char*>(p7.data()), p7.size() * sizeof(float));
-  const std::size_t at = orig.find(chunk);
-  REQUIRE(at != std::string::npos);
-  const std::size_t idx = at + chunk.size();
-  std::string index;
-  put_le(index, 0, 8);
-  put_le(index, chunk.size(), 8);
-  REQUIRE(orig.substr(idx, 16) == index);
-  auto with_index = [&](std::uint64_t offset, std::uint64_t nbytes) {
-    std::string i, crc;
-    put_le(i, offset, 8);
-    put_le(i, nbytes, 8);
-    put_le(crc, cairn::crc32c(i.data(), i.size()), 4);
-    std::string bad = orig;
-    bad.replace(idx, 20, i + crc);
-    test::write_file(data_file, bad);
-  };
-  auto load_error = [&](const cairn::LoadOptions& o = {}) -> std::string {
-    try {
-      (void)cairn::load_orbax<Flat>(ckpt, o);
-    } catch (const cairn::Error& e) {
-      CHECK(e.key_path().find("p7") != std::string::npos);
-      return e.message();
+    // p7's shard in the data file: its chunk, then its index (offset 0, the chunk's stored
+    // size) and the index's CRC32C.
+    std::string data_file;
+    for (const auto& e : fs::recursive_directory_iterator(ckpt))
+      if (e.is_regular_file() && e.path().parent_path().filename() == "d") data_file = e.path().string();
+    REQUIRE(!data_file.empty());
+    const std::string orig = test::read_file(data_file);
+    REQUIRE(p7_stored > 20);
+    REQUIRE(p7_at + p7_stored <= orig.size());
+    const std::size_t idx = static_cast<std::size_t>(p7_at + p7_stored - 20);
+    const std::uint64_t chunk_stored = p7_stored - 20;
+    if (!zstd) CHECK(chunk_stored == state.at("p7").size() * sizeof(float));
+    std::string index;
+    put_le(index, 0, 8);
+    put_le(index, chunk_stored, 8);
+    REQUIRE(orig.substr(idx, 16) == index);
+    auto with_index = [&](std::uint64_t offset, std::uint64_t nbytes) {
+      std::string i, crc;
+      put_le(i, offset, 8);
+      put_le(i, nbytes, 8);
+      put_le(crc, cairn::crc32c(i.data(), i.size()), 4);
+      std::string bad = orig;
+      bad.replace(idx, 20, i + crc);
+      test::write_file(data_file, bad);
+    };
+    auto load_error = [&]() -> std::string {
+      try {
+        (void)cairn::load_orbax<Flat>(ckpt);
+      } catch (const cairn::Error& e) {
+        CHECK(e.key_path().find("p7") != std::string::npos);
+        return e.message();
+      }
+      return "(loaded)";
+    };
+    SUBCASE("a flipped byte of the index is refused by its checksum, naming the key; a load that skips it loads the rest") {
+      std::string bad = orig;
+      bad[idx + 3] ^= 4;
+      test::write_file(data_file, bad);
+      CHECK(load_error().find("checksum") != std::string::npos);
+      cairn::LoadOptions o;
+      o.skip = {"p7"};
+      Flat back;
+      back["p7"] = {42};
+      cairn::load_orbax(ckpt, back, o);
+      CHECK(back.at("p7") == std::vector<float>{42});
+      CHECK(same_bits(back.at("p8"), state.at("p8")));
     }
-    return "(loaded)";
-  };
-  SUBCASE("a flipped byte of the index is refused by its checksum, naming the key; a load that skips it loads the rest") {
-    std::string bad = orig;
-    bad[idx + 3] ^= 4;
-    test::write_file(data_file, bad);
-    CHECK(load_error().find("checksum") != std::string::npos);
-    cairn::LoadOptions o;
-    o.skip = {"p7"};
-    Flat back;
-    back["p7"] = {42};
-    cairn::load_orbax(ckpt, back, o);
-    CHECK(back.at("p7") == std::vector<float>{42});
-    CHECK(same_bits(back.at("p8"), state.at("p8")));
+    SUBCASE("an index that says the chunk is missing loads the fill value") {
+      with_index(~0ull, ~0ull);
+      const Flat back = cairn::load_orbax<Flat>(ckpt);
+      CHECK(back.at("p7") == std::vector<float>(state.at("p7").size(), 0.0f));
+      CHECK(same_bits(back.at("p6"), state.at("p6")));
+    }
+    SUBCASE("an entry of another size, or outside the shard, is refused by name") {
+      with_index(0, chunk_stored - 4);
+      CHECK(load_error().find(zstd ? "zstd" : "bytes, expected") != std::string::npos);
+      with_index(8, chunk_stored);
+      CHECK(load_error().find("outside the shard") != std::string::npos);
+    }
+    if (zstd) {
+      SUBCASE("a damaged zstd chunk decoded in a run is refused, naming its key and the data file") {
+        std::string bad = orig;
+        for (std::size_t i = 0; i < 4; ++i) bad[static_cast<std::size_t>(p7_at) + i] ^= 0x55;  // its frame's magic number
+        test::write_file(data_file, bad);
+        try {
+          (void)cairn::load_orbax<Flat>(ckpt);
+          FAIL("a damaged zstd frame loaded");
+        } catch (const cairn::Error& e) {
+          CHECK(e.key_path() == "p7");
+          CHECK(e.message().find("zstd") != std::string::npos);
+          CHECK(fs::path(e.file()).lexically_normal() == fs::path(data_file).lexically_normal());
+        }
+      }
+    }
+    test::write_file(data_file, orig);
   }
-  SUBCASE("an index that says the chunk is missing loads the fill value") {
-    with_index(~0ull, ~0ull);
-    const Flat back = cairn::load_orbax<Flat>(ckpt);
-    CHECK(back.at("p7") == std::vector<float>(p7.size(), 0.0f));
-    CHECK(same_bits(back.at("p6"), state.at("p6")));
-  }
-  SUBCASE("an entry of another size, or outside the shard, is refused by name") {
-    with_index(0, chunk.size() - 4);
-    CHECK(load_error().find("bytes, expected") != std::string::npos);
-    with_index(8, chunk.size());
-    CHECK(load_error().find("outside the shard") != std::string::npos);
-  }
-  test::write_file(data_file, orig);
 }
 
 TEST_CASE("an Orbax key path deeper than a tree may be is corrupt, named with its file and entry") {

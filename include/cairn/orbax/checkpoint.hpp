@@ -51,9 +51,20 @@ struct OrbaxCheckpoint {
 
 namespace detail::orbax {
 
+// The small zstd chunks of one data file, decoded one after another (Blob::Kind::decoded):
+// piece i is the chunk whose stored bytes are [stored_at, stored_at + stored) of the file and
+// whose elements are bytes [at, at + size) of the blob (PytreeReader::add_direct_chunk).
+struct DecodedChunks {
+  struct Piece {
+    std::uint64_t at = 0, stored_at = 0, stored = 0, size = 0;
+  };
+  std::vector<Piece> pieces;       // by `at`
+  std::vector<std::string> keys;   // each piece's leaf, for errors
+};
+
 // How one blob of the view is made.
 struct Blob {
-  enum class Kind { range, bytes, fill, chunk } kind = Kind::bytes;
+  enum class Kind { range, bytes, fill, chunk, decoded } kind = Kind::bytes;
   const OcdbtDatabase* db = nullptr;  // the value's database, or null: `path` is a file of the store
   OcdbtValue value;
   std::string path;                   // store key of a plain file
@@ -69,6 +80,7 @@ struct Blob {
   std::uint64_t inner_index = 0, inner_count = 0;
   Shape stored, box_start, box_shape;
   std::uint64_t size = 0;
+  std::shared_ptr<DecodedChunks> decoded;  // Kind::decoded (its database's data file: value.file)
 };
 
 // The read-only store the load reads through: blob "i" is chunk i.
@@ -151,6 +163,13 @@ class BlobReader final : public StoreReader {
   // order: box_reader.hpp's two-thread reads of one chunk stay off it) and decodes() instead.
   std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override {
     if (b_.kind == Blob::Kind::bytes || b_.kind == Blob::Kind::fill) return n;
+    if (b_.kind == Blob::Kind::decoded) {
+      const auto [first, last] = decoded_pieces(offset, n);
+      if (first == last) return n;
+      const auto [lo, hi] = stored_span(first, last);
+      const std::uint64_t in = b_.db->value_reader(*b_.value.file).cached_bytes(lo, hi - lo);
+      return in >= (hi - lo) / 4 * 3 ? n : 0;
+    }
     if (b_.file_may_be_missing && !present()) return n;  // read as the fill value
     if (b_.kind == Blob::Kind::range) return b_.db ? b_.db->cached_bytes(b_.value, offset, n) : file()->cached_bytes(offset, n);
     if (codecs().zstd) return 0;
@@ -159,7 +178,9 @@ class BlobReader final : public StoreReader {
     const std::uint64_t in = b_.db ? b_.db->cached_bytes(b_.value, 0, whole) : file()->cached_bytes(0, whole);
     return in >= whole / 4 * 3 ? n : 0;
   }
-  bool decodes() const override { return b_.kind == Blob::Kind::chunk && codecs().zstd; }
+  bool decodes() const override {
+    return b_.kind == Blob::Kind::decoded || (b_.kind == Blob::Kind::chunk && codecs().zstd);
+  }
   bool opens_file_to_read() const override { return !b_.db && (b_.kind == Blob::Kind::chunk || b_.kind == Blob::Kind::range); }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
     try {
@@ -174,6 +195,14 @@ class BlobReader final : public StoreReader {
   // PytreeReader::add_direct_chunk) is one vectored read of the file, as a cairn checkpoint's
   // run of small leaves is; anything else reads its span and copies the pieces out.
   void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const override {
+    if (b_.kind == Blob::Kind::decoded) {
+      try {
+        return read_decoded(pieces, count, offset);
+      } catch (const Error& e) {
+        if (e.file() != b_.name) throw;
+        throw Error(e.kind(), e.message(), view_.base().describe(b_.name), e.key_path());
+      }
+    }
     if (b_.kind != Blob::Kind::range || !b_.db || b_.value.is_inline) return StoreReader::read_scattered(pieces, count, offset);
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < count; ++i) total += pieces[i].n;
@@ -195,6 +224,10 @@ class BlobReader final : public StoreReader {
         read_source(dst, n, offset);
         read_from_file(n);
         return;
+      case Blob::Kind::decoded: {
+        const ReadPiece one{dst, n};
+        return read_decoded(&one, 1, offset);
+      }
       case Blob::Kind::chunk: break;
     }
     std::lock_guard<std::mutex> lock(mutex_);
@@ -226,6 +259,79 @@ class BlobReader final : public StoreReader {
     // A chunk is read once, whole or in pieces: its decoded bytes go once all were read.
     consumed_ += n;
     if (consumed_ >= b_.size) std::string().swap(decoded_), decoded_done_ = false, consumed_ = 0, located_ = false;
+  }
+  // Kind::decoded: [first, last) of the pieces that bytes [offset, offset + n) fall in.
+  std::pair<std::size_t, std::size_t> decoded_pieces(std::uint64_t offset, std::uint64_t n) const {
+    const auto& p = b_.decoded->pieces;
+    if (n == 0) return {0, 0};
+    auto first = std::upper_bound(p.begin(), p.end(), offset, [](std::uint64_t o, const DecodedChunks::Piece& x) { return o < x.at; });
+    auto last = std::lower_bound(first, p.end(), offset + n, [](const DecodedChunks::Piece& x, std::uint64_t o) { return x.at < o; });
+    return {static_cast<std::size_t>(first - p.begin()) - 1, static_cast<std::size_t>(last - p.begin())};
+  }
+  // Where the stored bytes of pieces [first, last) lie in the data file: [lo, hi).
+  std::pair<std::uint64_t, std::uint64_t> stored_span(std::size_t first, std::size_t last) const {
+    std::uint64_t lo = ~std::uint64_t(0), hi = 0;
+    for (std::size_t i = first; i < last; ++i) {
+      const auto& x = b_.decoded->pieces[i];
+      lo = std::min(lo, x.stored_at);
+      hi = std::max(hi, x.stored_at + x.stored);
+    }
+    return {lo, hi};
+  }
+  // Bytes [offset, offset + sum of the pieces' n) of a blob of decoded chunks into the pieces
+  // (a null dst skips its bytes). The chunks' stored bytes are read with one request where
+  // they lie close together in the file (as a run of small arrays written one after another
+  // does: a request per chunk was 10,000 `pread`s for 10,000 arrays), each alone otherwise, and each chunk is decoded straight into its piece where the
+  // piece takes it whole (a run of small leaves read into their targets). Safe on several
+  // threads at once: no state but the thread's own zstd decoder.
+  void read_decoded(const ReadPiece* ps, std::size_t count, std::uint64_t offset) const {
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < count; ++i) total += ps[i].n;
+    if (offset > b_.size || total > b_.size - offset)
+      throw Error(ErrorKind::corrupt, "read past the end of a chunk", b_.name, b_.key);
+    if (total == 0) return;
+    const auto [first, last] = decoded_pieces(offset, total);
+    const auto [lo, hi] = stored_span(first, last);
+    std::uint64_t stored_sum = 0;
+    for (std::size_t i = first; i < last; ++i) stored_sum += b_.decoded->pieces[i].stored;
+    const StoreReader& file = b_.db->value_reader(*b_.value.file);
+    std::unique_ptr<char[]> span;
+    // Close together: no more between them than the database's runs allow (each array's zarr
+    // metadata lies between two chunks).
+    const bool one_read = hi - lo <= stored_sum + (last - first) * OcdbtDatabase::run_gap_bytes && hi - lo <= (16u << 20);
+    if (one_read) {
+      span = std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(hi - lo));
+      file.read_at(span.get(), hi - lo, lo);
+    }
+    std::string own, whole;
+    std::uint64_t pos = offset;
+    std::size_t at = first;
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::uint64_t begin = pos, end = pos + ps[k].n;
+      pos = end;
+      if (!ps[k].dst) continue;
+      auto* dst = static_cast<unsigned char*>(ps[k].dst);
+      while (at < last && b_.decoded->pieces[at].at + b_.decoded->pieces[at].size <= begin) ++at;
+      for (std::size_t i = at; i < last && b_.decoded->pieces[i].at < end; ++i) {
+        const DecodedChunks::Piece& x = b_.decoded->pieces[i];
+        std::string_view stored;
+        if (one_read) {
+          stored = std::string_view(span.get() + (x.stored_at - lo), static_cast<std::size_t>(x.stored));
+        } else {
+          own.resize(static_cast<std::size_t>(x.stored));
+          file.read_at(own.data(), x.stored, x.stored_at);
+          stored = own;
+        }
+        const std::uint64_t from = std::max(begin, x.at), to = std::min(end, x.at + x.size);
+        if (from == x.at && to == x.at + x.size) {
+          zarr_decode_chunk({false, true, false}, stored, dst + (x.at - begin), x.size, b_.name, b_.decoded->keys[i]);
+        } else {
+          whole.resize(static_cast<std::size_t>(x.size));
+          zarr_decode_chunk({false, true, false}, stored, whole.data(), x.size, b_.name, b_.decoded->keys[i]);
+          std::memcpy(dst + (from - begin), whole.data() + (from - x.at), static_cast<std::size_t>(to - from));
+        }
+      }
+    }
   }
   const ZarrCodecs& codecs() const { return b_.inner ? b_.array->shard.inner : b_.array->codecs; }
   std::uint64_t source_size() const {
@@ -958,7 +1064,7 @@ class PytreeReader {
           if (!present) b.kind = Blob::Kind::fill;
           else if (!a.sharded && !codecs.zstd && !codecs.crc32c && shape == cs) b.kind = Blob::Kind::range;
           else b.kind = Blob::Kind::chunk;
-          if (b.kind != Blob::Kind::chunk || !add_direct_chunk(l, start, shape, b)) add_chunk(l, start, shape, std::move(b));
+          if (b.kind == Blob::Kind::fill || !add_direct_chunk(l, start, shape, b)) add_chunk(l, start, shape, std::move(b));
         }
         ++inner_index;
         std::size_t d = rank;
@@ -992,31 +1098,39 @@ class PytreeReader {
     finish_leaf(item.leaves.back(), param);
   }
 
-  // A small shard of one plain inner chunk, in a run of small values of the database (Orbax v1's
-  // layout of many small arrays: each array's zarr.json and shard back to back): its index is
-  // read and checked now, from the run read anyway for the zarr.json, and its chunk recorded as
-  // a byte range of the data file (one blob per data file: data_file_blob), so that a load
-  // reads runs of such chunks with one request each, as a cairn checkpoint's small leaves are.
-  // As blobs of their own, each chunk took a reader, a lock of the database's runs and a
-  // parse of its index while loading: 10,000 arrays of 64 floats loaded in 29 ms against 7.7
-  // for the same arrays saved by cairn (docs/benchmarks.md, "Orbax import"). A chunk whose
-  // index is missing it reads as the fill value; false for anything else (a damaged index
-  // among them): the chunk is read as before, and what is wrong reported when it is.
+  // A small chunk in a run of small values of the database (Orbax's layouts of many small
+  // arrays: each array's zarr metadata and its chunk or shard back to back in one data file),
+  // of one inner chunk where sharded: its shard's index is read and checked now, from the run
+  // read anyway for the zarr metadata, and the chunk recorded as a byte range of its data file
+  // (one blob per data file: data_file_blob), or where zstd-compressed, of the file's decoded
+  // small chunks (one blob per file: decoded_blob). A load then reads runs of such chunks with
+  // one request each, as a cairn checkpoint's small leaves are, on two threads where the file
+  // is in memory. As blobs of their own, each chunk took a reader, a lock of the database's
+  // runs and a parse of its index while loading: 10,000 arrays of 64 floats loaded in 29 ms
+  // against 7.7 for the same arrays saved by cairn (docs/benchmarks.md, "Orbax import"). A
+  // chunk its index says is missing reads as the fill value. false for anything else (an edge
+  // chunk, a CRC32C codec, a damaged index, a size that does not fit): the chunk is read as
+  // before, and what is wrong with it reported when it is.
   bool add_direct_chunk(LeafRecord& l, const Shape& start, const Shape& shape, const Blob& b) {
+    if (!for_load_ || !b.db || b.value.is_inline || b.stored != b.box_shape || !b.db->in_small_run(b.value)) return false;
     const ZarrArray& a = *b.array;
-    if (!for_load_ || !b.db || !b.inner || b.inner_count != 1 || a.shard.inner.zstd || a.shard.inner.crc32c ||
-        b.stored != b.box_shape || !b.db->in_small_run(b.value))
-      return false;
-    const std::uint64_t total = b.value.length;
-    const std::uint64_t index_size = zarr_index_bytes(a.shard, 1);
-    if (total < index_size) return false;
-    char index[20];
-    static_assert(sizeof(index) >= 16 + 4);
-    try {
-      b.db->read(b.value, index, index_size, a.shard.index_at_start ? 0 : total - index_size, b.key);
-      std::string_view entry(index, static_cast<std::size_t>(index_size));
-      if (a.shard.index_crc32c) entry = zarr_strip_crc(entry, b.name, b.key, " (shard index)");
-      const ZarrShardEntry e = zarr_shard_entry(a.shard, entry, 0, 1, total, b.name, b.key);
+    const ZarrCodecs& c = b.inner ? a.shard.inner : a.codecs;
+    if (c.crc32c || (b.inner && b.inner_count != 1)) return false;
+    std::uint64_t at = b.value.offset, stored = b.value.length;
+    if (b.inner) {
+      const std::uint64_t index_size = zarr_index_bytes(a.shard, 1);
+      if (stored < index_size) return false;
+      char index[20];
+      static_assert(sizeof(index) >= 16 + 4);
+      ZarrShardEntry e;
+      try {
+        b.db->read(b.value, index, index_size, a.shard.index_at_start ? 0 : stored - index_size, b.key);
+        std::string_view entry(index, static_cast<std::size_t>(index_size));
+        if (a.shard.index_crc32c) entry = zarr_strip_crc(entry, b.name, b.key, " (shard index)");
+        e = zarr_shard_entry(a.shard, entry, 0, 1, stored, b.name, b.key);
+      } catch (const Error&) {
+        return false;
+      }
       if (e.missing()) {
         Blob fill = b;
         fill.kind = Blob::Kind::fill;
@@ -1024,12 +1138,24 @@ class PytreeReader {
         add_chunk(l, start, shape, std::move(fill));
         return true;
       }
-      if (e.nbytes != b.size) return false;
-      view_.add_range(l, start, shape, data_file_blob(*b.value.file), b.value.offset + e.offset, e.nbytes);
-      return true;
-    } catch (const Error&) {
-      return false;
+      at += e.offset;
+      stored = e.nbytes;
     }
+    if (!c.zstd) {
+      if (stored != b.size) return false;
+      view_.add_range(l, start, shape, data_file_blob(*b.value.file), at, stored);
+      return true;
+    }
+    // (The bound add_array puts on any zstd chunk: none decodes past zstd's utmost ratio.)
+    if (stored == 0 || b.size > stored * 32768 + (1u << 20)) return false;
+    auto& [blob, name] = decoded_blob(*b.value.file);
+    Blob& d = view_.blobs()[blob];
+    d.decoded->pieces.push_back({d.size, at, stored, b.size});
+    d.decoded->keys.push_back(b.key);
+    view_.add_range(l, start, shape, name, d.size, b.size);
+    d.size += b.size;
+    d.value.length = d.size;
+    return true;
   }
   // The blob of a whole data file of the database (add_direct_chunk), made once per file.
   const std::string& data_file_blob(const OcdbtDataFile& f) {
@@ -1044,6 +1170,22 @@ class PytreeReader {
     whole.name = join_key(dir_, f.path);
     it->second = std::to_string(view_.blobs().size());
     view_.blobs().push_back(std::move(whole));
+    return it->second;
+  }
+  // The blob of a data file's small zstd chunks, decoded one after another (add_direct_chunk):
+  // its number, and that as its name.
+  std::pair<std::size_t, std::string>& decoded_blob(const OcdbtDataFile& f) {
+    auto [it, made] = decoded_blobs_.try_emplace(&f);
+    if (!made) return it->second;
+    Blob d;
+    d.kind = Blob::Kind::decoded;
+    d.db = db_;
+    d.value.is_inline = false;
+    d.value.file = &f;
+    d.name = join_key(dir_, f.path);
+    d.decoded = std::make_shared<DecodedChunks>();
+    it->second = {view_.blobs().size(), std::to_string(view_.blobs().size())};
+    view_.blobs().push_back(std::move(d));
     return it->second;
   }
 
@@ -1110,6 +1252,7 @@ class PytreeReader {
   PrintedKeys* keys_out_ = nullptr;
   bool for_load_ = false;
   std::unordered_map<const OcdbtDataFile*, std::string> data_file_blobs_;  // data_file_blob: file -> blob
+  std::unordered_map<const OcdbtDataFile*, std::pair<std::size_t, std::string>> decoded_blobs_;  // decoded_blob
   std::vector<std::string> keys_;  // item.leaves' printed keys (push_leaf)
   OcdbtDatabase* db_ = nullptr;
   int zarr3_ = -1;  // from _METADATA: 1 zarr v3, 0 zarr v2, -1 unsaid (look for either)
