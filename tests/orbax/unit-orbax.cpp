@@ -487,6 +487,17 @@ TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decod
         CHECK(ch.nbytes == state.at(l.key()).size() * sizeof(float));
         const ob::Blob& b = view.blobs()[std::stoull(ch.file)];
         CHECK(b.kind == (!for_load ? ob::Blob::Kind::chunk : zstd ? ob::Blob::Kind::decoded : ob::Blob::Kind::range));
+        // A part of a chunk (as a box of it is read), and a read of it with a skipped piece
+        // before one that starts inside it.
+        const auto& v = state.at(l.key());
+        const auto reader = view.open(ch.file);
+        float part[5];
+        reader->read_at(part, sizeof(part), ch.offset + 4 * sizeof(float));
+        CHECK_MESSAGE(std::memcmp(part, v.data() + 4, sizeof(part)) == 0, l.key());
+        float tail[3];
+        const cairn::ReadPiece pieces[] = {{nullptr, 7 * sizeof(float)}, {tail, sizeof(tail)}};
+        reader->read_scattered(pieces, 2, ch.offset + 2 * sizeof(float));
+        CHECK_MESSAGE(std::memcmp(tail, v.data() + 9, sizeof(tail)) == 0, l.key());
         if (!for_load && l.key() == "p7") p7_at = b.value.offset, p7_stored = b.value.length;
       }
       CHECK(files.size() == (for_load ? 1u : state.size()));
