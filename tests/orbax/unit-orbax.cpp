@@ -429,8 +429,12 @@ TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decod
   // Orbax keeps each small array's zarr.json and its shard back to back in one data file. A
   // load reads such a chunk as a range of that file (zstd: of the file's chunks decoded one
   // after another), runs of them in one request; what damage does must not change with it.
-  for (const int zstd : {0, 3}) {
+  // zarr v3 shards (Orbax v1), and zarr v2 chunks that are values themselves (Orbax v0).
+  for (const auto& [zstd, zarr3] : std::vector<std::pair<int, bool>>{{0, true}, {3, true}, {0, false}, {1, false}}) {
     CAPTURE(zstd);
+    CAPTURE(zarr3);
+    // (Subcases in a loop need a name per pass: doctest runs a name once.)
+    const std::string way = "zstd " + std::to_string(zstd) + (zarr3 ? ", zarr v3: " : ", zarr v2: ");
     test::TempDir tmp;
     const std::string ckpt = tmp.path + "/small";
     using Flat = std::map<std::string, std::vector<float>>;
@@ -442,6 +446,8 @@ TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decod
       for (std::size_t i = 1; i < v.size(); i += 2) v[i] = v[i - 1];
     cairn::OrbaxSaveOptions so;
     so.zstd_level = zstd;
+    so.zarr3 = zarr3;
+    if (!zarr3) so.layout = cairn::OrbaxLayout::v0_standard;
     cairn::save_orbax(ckpt, state, so);
     auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
       return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -474,7 +480,7 @@ TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decod
       CAPTURE(for_load);
       ob::OrbaxView view(at.store(), at.key());
       const cairn::OrbaxCheckpoint c = ob::open_orbax(view, nullptr, for_load);
-      const cairn::ItemRecord* item = c.metadata.find_item("state");
+      const cairn::ItemRecord* item = c.metadata.find_item(cairn::default_item_name);
       REQUIRE(item);
       REQUIRE(item->leaves.size() == state.size());
       std::set<std::string> files;
@@ -486,7 +492,8 @@ TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decod
         offsets.insert(ch.offset);
         CHECK(ch.nbytes == state.at(l.key()).size() * sizeof(float));
         const ob::Blob& b = view.blobs()[std::stoull(ch.file)];
-        CHECK(b.kind == (!for_load ? ob::Blob::Kind::chunk : zstd ? ob::Blob::Kind::decoded : ob::Blob::Kind::range));
+        const auto lazy = zarr3 || zstd ? ob::Blob::Kind::chunk : ob::Blob::Kind::range;
+        CHECK(b.kind == (!for_load ? lazy : zstd ? ob::Blob::Kind::decoded : ob::Blob::Kind::range));
         // A part of a chunk (as a box of it is read), and a read of it with a skipped piece
         // before one that starts inside it.
         const auto& v = state.at(l.key());
@@ -512,6 +519,22 @@ TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decod
     const std::string orig = test::read_file(data_file);
     REQUIRE(p7_stored > 20);
     REQUIRE(p7_at + p7_stored <= orig.size());
+    if (!zarr3) {
+      if (zstd) {
+        std::string bad = orig;
+        for (std::size_t i = 0; i < 4; ++i) bad[static_cast<std::size_t>(p7_at) + i] ^= 0x55;  // its frame's magic number
+        test::write_file(data_file, bad);
+        try {
+          (void)cairn::load_orbax<Flat>(ckpt);
+          FAIL("a damaged zstd frame loaded");
+        } catch (const cairn::Error& e) {
+          CHECK(e.key_path() == "p7");
+          CHECK(e.message().find("zstd") != std::string::npos);
+        }
+      }
+      test::write_file(data_file, orig);
+      continue;  // no shard index
+    }
     const std::size_t idx = static_cast<std::size_t>(p7_at + p7_stored - 20);
     const std::uint64_t chunk_stored = p7_stored - 20;
     if (!zstd) CHECK(chunk_stored == state.at("p7").size() * sizeof(float));
@@ -537,7 +560,7 @@ TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decod
       }
       return "(loaded)";
     };
-    SUBCASE("a flipped byte of the index is refused by its checksum, naming the key; a load that skips it loads the rest") {
+    SUBCASE((way + "a flipped byte of the index is refused by its checksum, naming the key; a load that skips it loads the rest").c_str()) {
       std::string bad = orig;
       bad[idx + 3] ^= 4;
       test::write_file(data_file, bad);
@@ -550,20 +573,20 @@ TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decod
       CHECK(back.at("p7") == std::vector<float>{42});
       CHECK(same_bits(back.at("p8"), state.at("p8")));
     }
-    SUBCASE("an index that says the chunk is missing loads the fill value") {
+    SUBCASE((way + "an index that says the chunk is missing loads the fill value").c_str()) {
       with_index(~0ull, ~0ull);
       const Flat back = cairn::load_orbax<Flat>(ckpt);
       CHECK(back.at("p7") == std::vector<float>(state.at("p7").size(), 0.0f));
       CHECK(same_bits(back.at("p6"), state.at("p6")));
     }
-    SUBCASE("an entry of another size, or outside the shard, is refused by name") {
+    SUBCASE((way + "an entry of another size, or outside the shard, is refused by name").c_str()) {
       with_index(0, chunk_stored - 4);
       CHECK(load_error().find(zstd ? "zstd" : "bytes, expected") != std::string::npos);
       with_index(8, chunk_stored);
       CHECK(load_error().find("outside the shard") != std::string::npos);
     }
     if (zstd) {
-      SUBCASE("a damaged zstd chunk decoded in a run is refused, naming its key and the data file") {
+      SUBCASE((way + "a damaged zstd chunk decoded in a run is refused, naming its key and the data file").c_str()) {
         std::string bad = orig;
         for (std::size_t i = 0; i < 4; ++i) bad[static_cast<std::size_t>(p7_at) + i] ^= 0x55;  // its frame's magic number
         test::write_file(data_file, bad);
