@@ -7,12 +7,18 @@
 //   3: a zarr v3 shard of 2 inner chunks (zstd, CRC32C-checked index), each read as a load does;
 //   4: a zstd stream decoded within a limit;
 //   5: the msgpack aggregate file of Orbax's older layout, and each flax ndarray in it;
-//   6: a pytree's _METADATA, read into its entries.
+//   6: a pytree's _METADATA, read into its entries;
+//   7: a small checkpoint as Orbax v1 writes it (OCDBT, each array's zarr.json and shard back
+//      to back; zstd by the next byte's low bit), its data file XORed with the rest from an
+//      offset (the next byte's other bits), loaded as a load does: shard indexes read at
+//      open, small chunks read in runs (PytreeReader::add_direct_chunk).
 // Every outcome is a result or a cairn::Error, never a crash or an unbounded allocation.
 #include <cairn/orbax.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -63,11 +69,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string rest(reinterpret_cast<const char*>(data) + 2, size - 2);
   namespace o = cairn::detail::orbax;
   try {
-    switch (data[0] % 7) {
+    switch (data[0] % 8) {
       case 0:
       case 1: {
         cairn::MemoryStore store;
-        const std::string manifest = data[0] % 7 == 0 ? rest : manifest_for(rest.size(), data[1] % 4);
+        const std::string manifest = data[0] % 8 == 0 ? rest : manifest_for(rest.size(), data[1] % 4);
         cairn::detail::write_blob(store, "db/manifest.ocdbt", manifest);
         cairn::detail::write_blob(store, "db/d/a", rest);
         o::OcdbtDatabase db(store, "db");
@@ -114,6 +120,34 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::size_t keys = 0;
         for (const auto& e : m.entries) keys += e.path.size();
         if (keys > rest.size()) __builtin_trap();  // every key is spelled in the text
+        break;
+      }
+      case 7: {
+        using Flat = std::map<std::string, std::vector<float>>;
+        Flat state;
+        for (int i = 0; i < 6; ++i) {
+          std::vector<float> v(static_cast<std::size_t>(20 + 13 * i));
+          for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>((k * 7 + static_cast<std::size_t>(i)) % 5);
+          state["p" + std::to_string(i)] = std::move(v);
+        }
+        cairn::MemoryStore store;
+        cairn::OrbaxSaveOptions so;
+        so.zstd_level = data[1] & 1 ? 3 : 0;
+        cairn::save_orbax(cairn::Location(store, "c"), state, so);
+        std::string file;
+        for (const std::string& k : store.keys())
+          if (k.find("/d/") != std::string::npos) file = k;
+        if (file.empty()) __builtin_trap();
+        std::string bytes = store.bytes(file);
+        const std::size_t from = (data[1] >> 1) * bytes.size() / 128;
+        for (std::size_t i = 0; i < rest.size() && from + i < bytes.size(); ++i) bytes[from + i] ^= rest[i];
+        store.put(file, bytes);
+        const Flat back = cairn::load_orbax<Flat>(cairn::Location(store, "c"));
+        // What loads has the arrays' sizes: a size comes from the zarr.json, checked against
+        // the chunk's (a changed one is refused or fits what is stored).
+        std::uint64_t elements = 0;
+        for (const auto& [k, v] : back) elements += v.size();
+        if (elements > (std::uint64_t(bytes.size()) << 15) + (1u << 20)) __builtin_trap();
         break;
       }
       case 4: {

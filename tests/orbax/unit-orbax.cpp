@@ -604,6 +604,30 @@ TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decod
   }
 }
 
+TEST_CASE("small OCDBT chunks of more than one run load bit-exactly, the runs on two threads (ThreadSanitizer runs this)") {
+  // Over 1 MiB of small arrays: several of the loader's runs, which it reads on two threads
+  // where the file is in memory (read_scheduler.hpp), each decoding into its own targets.
+  using Flat = std::map<std::string, std::vector<float>>;
+  Flat state;
+  for (int i = 0; i < 700; ++i) {
+    auto v = test::random_bits<float>(500 + static_cast<std::size_t>(i % 7) * 50);
+    for (std::size_t k = 1; k < v.size(); k += 3) v[k] = v[k - 1];
+    state["w" + std::to_string(i)] = std::move(v);
+  }
+  for (const int zstd : {0, 3}) {
+    CAPTURE(zstd);
+    test::TempDir tmp;
+    cairn::OrbaxSaveOptions o;
+    o.zstd_level = zstd;
+    cairn::save_orbax(tmp.path + "/c", state, o);
+    for (int round = 0; round < 3; ++round) {
+      const Flat back = cairn::load_orbax<Flat>(tmp.path + "/c");
+      REQUIRE(back.size() == state.size());
+      for (const auto& [k, v] : state) CHECK_MESSAGE(test::same_bits(back.at(k), v), k);
+    }
+  }
+}
+
 TEST_CASE("an Orbax key path deeper than a tree may be is corrupt, named with its file and entry") {
   test::TempDir tmp;
   const std::string ckpt = tmp.path + "/deep";
