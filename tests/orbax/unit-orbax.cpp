@@ -519,19 +519,22 @@ TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decod
     const std::string orig = test::read_file(data_file);
     REQUIRE(p7_stored > 20);
     REQUIRE(p7_at + p7_stored <= orig.size());
-    if (!zarr3) {
-      if (zstd) {
-        std::string bad = orig;
-        for (std::size_t i = 0; i < 4; ++i) bad[static_cast<std::size_t>(p7_at) + i] ^= 0x55;  // its frame's magic number
-        test::write_file(data_file, bad);
-        try {
-          (void)cairn::load_orbax<Flat>(ckpt);
-          FAIL("a damaged zstd frame loaded");
-        } catch (const cairn::Error& e) {
-          CHECK(e.key_path() == "p7");
-          CHECK(e.message().find("zstd") != std::string::npos);
-        }
+    // p7's zstd frame damaged (its magic number): refused, naming the key and the data file.
+    auto damaged_frame_refused = [&] {
+      std::string bad = orig;
+      for (std::size_t i = 0; i < 4; ++i) bad[static_cast<std::size_t>(p7_at) + i] ^= 0x55;
+      test::write_file(data_file, bad);
+      try {
+        (void)cairn::load_orbax<Flat>(ckpt);
+        FAIL("a damaged zstd frame loaded");
+      } catch (const cairn::Error& e) {
+        CHECK(e.key_path() == "p7");
+        CHECK(e.message().find("zstd") != std::string::npos);
+        CHECK(fs::path(e.file()).lexically_normal() == fs::path(data_file).lexically_normal());
       }
+    };
+    if (!zarr3) {
+      if (zstd) damaged_frame_refused();
       test::write_file(data_file, orig);
       continue;  // no shard index
     }
@@ -587,17 +590,7 @@ TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decod
     }
     if (zstd) {
       SUBCASE((way + "a damaged zstd chunk decoded in a run is refused, naming its key and the data file").c_str()) {
-        std::string bad = orig;
-        for (std::size_t i = 0; i < 4; ++i) bad[static_cast<std::size_t>(p7_at) + i] ^= 0x55;  // its frame's magic number
-        test::write_file(data_file, bad);
-        try {
-          (void)cairn::load_orbax<Flat>(ckpt);
-          FAIL("a damaged zstd frame loaded");
-        } catch (const cairn::Error& e) {
-          CHECK(e.key_path() == "p7");
-          CHECK(e.message().find("zstd") != std::string::npos);
-          CHECK(fs::path(e.file()).lexically_normal() == fs::path(data_file).lexically_normal());
-        }
+        damaged_frame_refused();
       }
     }
     test::write_file(data_file, orig);

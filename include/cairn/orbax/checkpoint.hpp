@@ -1157,35 +1157,29 @@ class PytreeReader {
     d.value.length = d.size;
     return true;
   }
-  // The blob of a whole data file of the database (add_direct_chunk), made once per file.
+  // The blob of a whole data file of the database (add_direct_chunk), made once per file: its
+  // number, and that as its name.
   const std::string& data_file_blob(const OcdbtDataFile& f) {
-    auto [it, made] = data_file_blobs_.try_emplace(&f);
-    if (!made) return it->second;
-    Blob whole;
-    whole.kind = Blob::Kind::range;
-    whole.db = db_;
-    whole.value.is_inline = false;
-    whole.value.file = &f;
-    whole.value.length = whole.size = db_->value_reader(f).size();
-    whole.name = join_key(dir_, f.path);
-    it->second = std::to_string(view_.blobs().size());
-    view_.blobs().push_back(std::move(whole));
-    return it->second;
+    return file_blob(data_file_blobs_, f, Blob::Kind::range).second;
   }
-  // The blob of a data file's small zstd chunks, decoded one after another (add_direct_chunk):
-  // its number, and that as its name.
+  // The blob of a data file's small zstd chunks, decoded one after another (add_direct_chunk).
   std::pair<std::size_t, std::string>& decoded_blob(const OcdbtDataFile& f) {
-    auto [it, made] = decoded_blobs_.try_emplace(&f);
-    if (!made) return it->second;
-    Blob d;
-    d.kind = Blob::Kind::decoded;
-    d.db = db_;
-    d.value.is_inline = false;
-    d.value.file = &f;
-    d.name = join_key(dir_, f.path);
-    d.decoded = std::make_shared<DecodedChunks>();
+    return file_blob(decoded_blobs_, f, Blob::Kind::decoded);
+  }
+  using FileBlobs = std::unordered_map<const OcdbtDataFile*, std::pair<std::size_t, std::string>>;
+  std::pair<std::size_t, std::string>& file_blob(FileBlobs& made, const OcdbtDataFile& f, Blob::Kind kind) {
+    auto [it, fresh] = made.try_emplace(&f);
+    if (!fresh) return it->second;
+    Blob b;
+    b.kind = kind;
+    b.db = db_;
+    b.value.is_inline = false;
+    b.value.file = &f;
+    b.name = join_key(dir_, f.path);
+    if (kind == Blob::Kind::decoded) b.decoded = std::make_shared<DecodedChunks>();  // grows with its chunks
+    else b.value.length = b.size = db_->value_reader(f).size();
     it->second = {view_.blobs().size(), std::to_string(view_.blobs().size())};
-    view_.blobs().push_back(std::move(d));
+    view_.blobs().push_back(std::move(b));
     return it->second;
   }
 
@@ -1251,8 +1245,7 @@ class PytreeReader {
   std::string item_name_;
   PrintedKeys* keys_out_ = nullptr;
   bool for_load_ = false;
-  std::unordered_map<const OcdbtDataFile*, std::string> data_file_blobs_;  // data_file_blob: file -> blob
-  std::unordered_map<const OcdbtDataFile*, std::pair<std::size_t, std::string>> decoded_blobs_;  // decoded_blob
+  FileBlobs data_file_blobs_, decoded_blobs_;  // data_file_blob, decoded_blob: file -> blob
   std::vector<std::string> keys_;  // item.leaves' printed keys (push_leaf)
   OcdbtDatabase* db_ = nullptr;
   int zarr3_ = -1;  // from _METADATA: 1 zarr v3, 0 zarr v2, -1 unsaid (look for either)

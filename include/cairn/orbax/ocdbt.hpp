@@ -319,8 +319,6 @@ class OcdbtDatabase {
       }
     }
   }
-  // Copies [at, at + n) of `file` from the run holding it, read once; false where no run of
-  // several values holds it (the caller reads it itself, and reports what is wrong with it).
   // The run of several values holding [at, at + n) of `file`, or null.
   struct SmallRun;
   const SmallRun* run_of(const OcdbtDataFile& file, std::uint64_t n, std::uint64_t at) const {
@@ -332,6 +330,8 @@ class OcdbtDatabase {
     const SmallRun& run = *--it;
     return run.values < 2 || at + n > run.end ? nullptr : &run;
   }
+  // Copies [at, at + n) of `file` from the run holding it, read once; false where no run of
+  // several values holds it (the caller reads it itself, and reports what is wrong with it).
   bool read_from_run(const OcdbtDataFile& file, void* dst, std::uint64_t n, std::uint64_t at) const {
     const SmallRun* found = run_of(file, n, at);
     if (!found) return false;
