@@ -95,13 +95,8 @@ class OrbaxView final : public Store {
   // A chunk of `l` (the box start + shape) whose bytes blob `b` makes: the blob's number is the
   // chunk's file name.
   void add_chunk(LeafRecord& l, Shape start, Shape shape, Blob&& b) {
-    ChunkRecord c;
-    c.start = std::move(start);
-    c.shape = std::move(shape);
-    c.file = std::to_string(blobs_.size());
-    c.nbytes = b.size;
+    add_range(l, std::move(start), std::move(shape), std::to_string(blobs_.size()), 0, b.size);
     blobs_.push_back(std::move(b));
-    l.chunks.push_back(std::move(c));
   }
   // A chunk of `l` that is bytes [offset, offset + nbytes) of blob `blob` (a data file of a
   // database: PytreeReader::add_direct_chunk).
@@ -183,26 +178,13 @@ class BlobReader final : public StoreReader {
   }
   bool opens_file_to_read() const override { return !b_.db && (b_.kind == Blob::Kind::chunk || b_.kind == Blob::Kind::range); }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
-    try {
-      read_blob_at(dst, n, offset);
-    } catch (const Error& e) {
-      // The errors below name the blob by its store key (Blob::name): described here.
-      if (e.file() != b_.name) throw;
-      throw Error(e.kind(), e.message(), view_.base().describe(b_.name), e.key_path());
-    }
+    described([&] { read_blob_at(dst, n, offset); });
   }
   // A run of small chunks of a database's data file (a blob of the whole file,
   // PytreeReader::add_direct_chunk) is one vectored read of the file, as a cairn checkpoint's
   // run of small leaves is; anything else reads its span and copies the pieces out.
   void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const override {
-    if (b_.kind == Blob::Kind::decoded) {
-      try {
-        return read_decoded(pieces, count, offset);
-      } catch (const Error& e) {
-        if (e.file() != b_.name) throw;
-        throw Error(e.kind(), e.message(), view_.base().describe(b_.name), e.key_path());
-      }
-    }
+    if (b_.kind == Blob::Kind::decoded) return described([&] { read_decoded(pieces, count, offset); });
     if (b_.kind != Blob::Kind::range || !b_.db || b_.value.is_inline) return StoreReader::read_scattered(pieces, count, offset);
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < count; ++i) total += pieces[i].n;
@@ -212,6 +194,17 @@ class BlobReader final : public StoreReader {
   }
 
  private:
+  // Runs f; the errors it throws name the blob by its store key (Blob::name), described here
+  // (describing each of 10,000 chunks' files up front was 3% of a load).
+  template <class F>
+  void described(F&& f) const {
+    try {
+      f();
+    } catch (const Error& e) {
+      if (e.file() != b_.name) throw;
+      throw Error(e.kind(), e.message(), view_.base().describe(b_.name), e.key_path());
+    }
+  }
   void read_blob_at(void* dst, std::uint64_t n, std::uint64_t offset) const {
     if (offset > b_.size || n > b_.size - offset)
       throw Error(ErrorKind::corrupt, "read past the end of a chunk", b_.name, b_.key);
@@ -281,9 +274,10 @@ class BlobReader final : public StoreReader {
   // Bytes [offset, offset + sum of the pieces' n) of a blob of decoded chunks into the pieces
   // (a null dst skips its bytes). The chunks' stored bytes are read with one request where
   // they lie close together in the file (as a run of small arrays written one after another
-  // does: a request per chunk was 10,000 `pread`s for 10,000 arrays), each alone otherwise, and each chunk is decoded straight into its piece where the
-  // piece takes it whole (a run of small leaves read into their targets). Safe on several
-  // threads at once: no state but the thread's own zstd decoder.
+  // does: a request per chunk was 10,000 `pread`s for 10,000 arrays), each alone otherwise,
+  // and each chunk is decoded straight into its piece where the piece takes it whole (a run
+  // of small leaves read into their targets). Safe on several threads at once: no state but
+  // the thread's own zstd decoder.
   void read_decoded(const ReadPiece* ps, std::size_t count, std::uint64_t offset) const {
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < count; ++i) total += ps[i].n;
