@@ -8,6 +8,7 @@
 
 #include <cairn/checkpoint/data_files.hpp>
 #include <cairn/core/parallel.hpp>
+#include <cairn/store/gathered_writer.hpp>
 
 #include <atomic>
 #include <set>
@@ -108,6 +109,95 @@ TEST_CASE("a file read ahead: its first bytes into the page cache, up to the bud
 
 TEST_CASE("MemoryStore keeps the Store contract") {
   test::check_store_conformance([] { return std::make_shared<MemoryStore>(); });
+}
+
+namespace {
+// A StoreWriter that keeps the blob's bytes and counts its calls.
+struct RecordingWriter final : cairn::StoreWriter {
+  std::vector<unsigned char> bytes;
+  int writes = 0, gathered = 0;
+  std::size_t most_pieces = 0;
+  bool fail = false;
+  void put(const void* src, std::uint64_t n, std::uint64_t offset) {
+    if (bytes.size() < offset + n) bytes.resize(static_cast<std::size_t>(offset + n));
+    if (n) std::memcpy(bytes.data() + offset, src, static_cast<std::size_t>(n));
+  }
+  void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override {
+    ++writes;
+    put(src, n, offset);
+  }
+  void write_gathered(const cairn::WritePiece* pieces, std::size_t count, std::uint64_t offset) override {
+    if (fail) throw cairn::Error(ErrorKind::io, "disk full (injected)", "blob");
+    ++gathered;
+    most_pieces = std::max(most_pieces, count);
+    for (std::size_t i = 0; i < count; ++i) put(pieces[i].src, pieces[i].n, offset), offset += pieces[i].n;
+  }
+  void finish(std::uint64_t size) override { bytes.resize(static_cast<std::size_t>(size)); }
+};
+}  // namespace
+
+TEST_CASE("GatheredWriter: copies and kept bytes in order, gathered into few writes, large values alone") {
+  using cairn::detail::GatheredWriter;
+  SUBCASE("random appends of every size, copies scrambled after the call, bit-exact") {
+    for (int round = 0; round < 4; ++round) {
+      RecordingWriter w;
+      GatheredWriter g(w);
+      std::vector<unsigned char> expected;
+      std::vector<std::vector<unsigned char>> kept;  // unchanged until finish
+      kept.reserve(4000);
+      int appends = 0;
+      for (int i = 0; i < 3000; ++i) {
+        const unsigned pick = static_cast<unsigned>(test::rng()() % 100);
+        // Mostly small; some about the copies' buffer, some between it and the size written
+        // alone, some larger.
+        const std::size_t n = pick < 90   ? static_cast<std::size_t>(test::rng()() % 400)
+                              : pick < 94 ? GatheredWriter::copies_bytes - 100 + static_cast<std::size_t>(test::rng()() % 200)
+                              : pick < 97 ? static_cast<std::size_t>(300000 + test::rng()() % 600000)
+                                          : static_cast<std::size_t>((1u << 20) + test::rng()() % 300000);
+        auto bytes = test::random_bits<unsigned char>(n);
+        expected.insert(expected.end(), bytes.begin(), bytes.end());
+        if (test::rng()() % 2) {
+          g.append(bytes.data(), bytes.size());
+          std::fill(bytes.begin(), bytes.end(), static_cast<unsigned char>(0xA5));  // the writer took a copy
+        } else {
+          kept.push_back(std::move(bytes));
+          g.append_kept(kept.back().data(), kept.back().size());
+        }
+        ++appends;
+        CHECK(g.size() == expected.size());
+      }
+      g.finish();
+      REQUIRE(w.bytes.size() == expected.size());
+      CHECK(w.bytes == expected);
+      CHECK(w.gathered + w.writes < appends / 4);
+      CHECK(w.most_pieces <= GatheredWriter::max_pieces);
+    }
+  }
+  SUBCASE("5,000 small kept values: about five gathered writes of at most 1,024 pieces; pieces that continue each other join") {
+    RecordingWriter w;
+    GatheredWriter g(w);
+    std::vector<std::vector<unsigned char>> kept;
+    std::vector<unsigned char> expected;
+    for (int i = 0; i < 5000; ++i) {
+      kept.push_back(test::random_bits<unsigned char>(100));
+      expected.insert(expected.end(), kept.back().begin(), kept.back().end());
+      g.append_kept(kept.back().data(), 50);  // one value in two parts: one piece
+      g.append_kept(kept.back().data() + 50, 50);
+    }
+    g.finish();
+    CHECK(w.bytes == expected);
+    CHECK(w.writes == 0);
+    CHECK(w.gathered == 5);  // 5,000 pieces, 1,024 a write
+    CHECK(w.most_pieces == GatheredWriter::max_pieces);
+  }
+  SUBCASE("a failed write is the caller's error") {
+    RecordingWriter w;
+    GatheredWriter g(w);
+    const auto bytes = test::random_bits<unsigned char>(1000);
+    g.append(bytes.data(), bytes.size());
+    w.fail = true;
+    CHECK_CAIRN_ERROR(g.finish(), ErrorKind::io, "disk full");
+  }
 }
 
 namespace {

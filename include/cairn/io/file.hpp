@@ -204,6 +204,33 @@ class File {
     }
   }
 
+  // Writes the buffers of `iov` one after another from `offset` (pwritev, IOV_MAX at a
+  // time); a short write goes on from where it stopped. `iov` is consumed.
+  void write_vectored(std::vector<iovec>& iov, std::uint64_t offset) {
+    if (int e = injected_fault("pwrite", path_)) throw_errno("pwrite", path_, e);
+    constexpr std::size_t batch = std::min<std::size_t>(IOV_MAX, 1024);
+    for (std::size_t next = 0; next < iov.size();) {
+      if (iov[next].iov_len == 0) { ++next; continue; }
+      const std::size_t k = std::min(batch, iov.size() - next);
+      const ssize_t w = ::pwritev(fd_, &iov[next], static_cast<int>(k), static_cast<off_t>(offset));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        throw_errno("pwritev", path_);
+      }
+      offset += static_cast<std::uint64_t>(w);
+      for (auto left = static_cast<std::size_t>(w); left > 0;) {
+        if (left >= iov[next].iov_len) {
+          left -= iov[next].iov_len;
+          ++next;
+        } else {
+          iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + left;
+          iov[next].iov_len -= left;
+          left = 0;
+        }
+      }
+    }
+  }
+
   void truncate(std::uint64_t size) {
     if (int e = injected_fault("ftruncate", path_)) throw_errno("ftruncate", path_, e);
     if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) throw_errno("ftruncate", path_);

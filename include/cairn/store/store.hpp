@@ -42,6 +42,12 @@ struct ReadPiece {
   std::uint64_t n = 0;
 };
 
+// One source of a gathered write: the next `n` bytes come from `src`.
+struct WritePiece {
+  const void* src = nullptr;
+  std::uint64_t n = 0;
+};
+
 // Reads one blob: exact byte ranges into caller memory.
 // Reads may come from several threads at once (a large chunk already in memory is read by two
 // threads, checkpoint/box_reader.hpp, and so are runs of small leaves; large leaves are read
@@ -94,6 +100,16 @@ class StoreWriter {
  public:
   virtual ~StoreWriter() = default;  // destroyed unfinished: the blob is abandoned, never published
   virtual void write_at(const void* src, std::uint64_t n, std::uint64_t offset) = 0;
+  // Consecutive ranges from `offset` on, each from its own buffer, as one request: how many
+  // small values are written from where they lie (store/gathered_writer.hpp). The default
+  // writes each with write_at; a store with a vectored write (PosixStore: pwritev) writes them
+  // with one call, and no copy gathers them first.
+  virtual void write_gathered(const WritePiece* pieces, std::size_t count, std::uint64_t offset) {
+    for (std::size_t i = 0; i < count; ++i) {
+      write_at(pieces[i].src, pieces[i].n, offset);
+      offset += pieces[i].n;
+    }
+  }
   // Sets the blob's final size and makes it durable (fsync and close for a file). A save
   // fails when this fails: on NFS this is where delayed write errors surface.
   virtual void finish(std::uint64_t size) = 0;
@@ -373,6 +389,31 @@ inline void write_blob(Store& store, const std::string& key, const std::string& 
   auto w = store.create(key);
   w->write_at(content.data(), content.size(), 0);
   w->finish(content.size());
+}
+
+// A text in parts, written one after another (write_blob_parts): a file of megabytes joined
+// from the parts only as it is written, never into one string first.
+struct TextParts {
+  std::vector<std::string_view> parts;
+  TextParts(const std::string& s) : parts{s} {}  // NOLINT: a whole text is one part
+  TextParts(std::vector<std::string_view> p) : parts(std::move(p)) {}  // NOLINT
+  std::uint64_t size() const {
+    std::uint64_t n = 0;
+    for (std::string_view p : parts) n += p.size();
+    return n;
+  }
+};
+// Writes a new blob of the parts with one gathered write (StoreWriter::write_gathered);
+// returns its size.
+inline std::uint64_t write_blob_parts(Store& store, const std::string& key, const TextParts& text) {
+  std::vector<WritePiece> pieces;
+  for (std::string_view p : text.parts)
+    if (!p.empty()) pieces.push_back({p.data(), p.size()});
+  auto w = store.create(key);
+  w->write_gathered(pieces.data(), pieces.size(), 0);
+  const std::uint64_t n = text.size();
+  w->finish(n);
+  return n;
 }
 
 }  // namespace detail
