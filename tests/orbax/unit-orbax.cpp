@@ -2616,3 +2616,57 @@ TEST_CASE("cairn convert --to orbax writes each layout Orbax restores: v0, zarr 
   CHECK(cairn::orbax_metadata(dir / "lib").layout == "orbax (OCDBT, zarr v2)");
   CHECK(cairn::load_orbax<ExportState>(dir / "lib").eigen == s.eigen);
 }
+
+TEST_CASE("an export of many small arrays: fetched leaves written before their bytes go, and the text files in blocks") {
+  test::TempDir dir;
+  SUBCASE("convert of 3,000 small leaves in batches of 4 KiB to OCDBT: each leaf's bytes as it was when fetched") {
+    // The export writes an array's own memory without a copy where it stays until the end
+    // (OcdbtWriter::put_kept); a converted leaf's bytes are a batch's, which the next batch
+    // replaces, so they are copied: written from where they were, this reads back wrong.
+    std::map<std::string, cairn::ArrayValue> tree;
+    for (int i = 0; i < 3000; ++i) {
+      cairn::ArrayValue v;
+      v.dtype = cairn::DType::float32;
+      v.shape = {1 + static_cast<std::int64_t>(test::rng()() % 60)};
+      v.bytes = test::random_bits<unsigned char>(static_cast<std::size_t>(v.shape[0]) * 4);
+      tree["p" + std::to_string(i)] = std::move(v);
+    }
+    cairn::save(dir / "c", tree);
+    cairn::ConvertOptions o;
+    o.to = cairn::ConvertTo::orbax;
+    o.batch_bytes = 4096;
+    cairn::convert(dir / "c", dir / "o", o);
+    const auto back = cairn::read_arrays(dir / "o", {});
+    REQUIRE(back.size() == tree.size());
+    for (const auto& kv : tree) {
+      CAPTURE(kv.first);
+      CHECK(back.at(kv.first).bytes == kv.second.bytes);
+    }
+  }
+  SUBCASE("TextBlocks: appends across blocks are the text, as parts and as a digest") {
+    cairn::detail::orbax::TextBlocks t;
+    std::string whole;
+    for (int i = 0; i < 500; ++i) {
+      const std::size_t n = i % 50 == 0 ? cairn::detail::orbax::TextBlocks::block_bytes + 17 : static_cast<std::size_t>(test::rng()() % 900);
+      std::string s(n, '\0');
+      for (auto& c : s) c = static_cast<char>('a' + test::rng()() % 26);
+      t += s;
+      whole += s;
+      if (i % 7 == 0) t += ',', whole += ',';
+    }
+    CHECK(t.size() == whole.size());
+    std::vector<std::string_view> parts;
+    t.add_parts(parts);
+    CHECK(parts.size() > 1);
+    std::string joined;
+    for (auto p : parts) {
+      CHECK(p.size() <= cairn::detail::orbax::TextBlocks::block_bytes);
+      joined += p;
+    }
+    CHECK(joined == whole);
+    cairn::detail::WireDigest a, b;
+    t.digest(a);
+    b.str(whole);
+    CHECK(a.value == b.value);
+  }
+}

@@ -88,6 +88,12 @@ inline void c_order_slab(const LeafView& v, LeafEncoder& encoder, std::int64_t f
   });
 }
 
+// Whether for_each_c_order_piece hands out the leaf's own memory (C order already, one
+// buffer, no cast) rather than pieces it made.
+inline bool c_order_in_place(const LeafView& v, DType to) {
+  return v.shards.empty() && (v.order == Order::C || v.shape.size() < 2) && to == v.dtype;
+}
+
 // Calls put(bytes, n) with a leaf's values in C order as dtype `to`, in order, a piece of about
 // write_piece_bytes at a time (rows along dimension 0, one row at least): reordered, gathered
 // from its shards (host or device) and cast a piece at a time by the leaf encoder, never the
@@ -96,7 +102,7 @@ inline void c_order_slab(const LeafView& v, LeafEncoder& encoder, std::int64_t f
 template <class Put>
 void for_each_c_order_piece(const LeafView& v, DType to, OnOverflow on_overflow, const std::string& key, Put&& put) {
   const std::size_t in_size = dtype_size(v.dtype), out_size = dtype_size(to);
-  if (v.shards.empty() && (v.order == Order::C || v.shape.size() < 2) && to == v.dtype) {
+  if (c_order_in_place(v, to)) {
     // Already C order, as stored: straight from the leaf's memory, no copy.
     const std::uint64_t total = element_count(v.shape) * in_size;
     const auto* bytes = static_cast<const unsigned char*>(v.data);

@@ -14,6 +14,7 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +22,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "cairn/checkpoint/c_order.hpp"
@@ -271,14 +274,19 @@ inline std::int64_t unix_nanoseconds() {
 }
 
 // Streams one array's chunk into `sink`: zarr v3, a shard (its values, then the index and the
-// index's CRC32C); zarr v2, the values alone.
-// Returns the bytes of the chunk data (compressed where zstd is on).
-template <class Sink>
-std::uint64_t write_orbax_shard(const LeafView& v, DType to, const OrbaxSaveOptions& o, const std::string& key, Sink&& sink) {
+// index's CRC32C); zarr v2, the values alone. Values written as they lie in the leaf's memory
+// (C order, no cast, no compression) go to `kept` instead, which may keep a reference to them
+// where the caller keeps the leaf (OcdbtWriter::put_stream's); a caller that does not passes
+// `sink` twice. Returns the bytes of the chunk data (compressed where zstd is on).
+template <class Sink, class Kept>
+std::uint64_t write_orbax_shard(const LeafView& v, DType to, const OrbaxSaveOptions& o, const std::string& key, Sink&& sink,
+                                Kept&& kept) {
   std::uint64_t n = 0;
   if (o.zstd_level <= 0) {
+    const bool in_place = c_order_in_place(v, to);
     for_each_c_order_piece(v, to, o.on_overflow, key, [&](const void* p, std::uint64_t len) {
-      sink(p, len);
+      if (in_place) kept(p, len);
+      else sink(p, len);
       n += len;
     });
   } else {
@@ -311,6 +319,47 @@ std::uint64_t write_orbax_shard(const LeafView& v, DType to, const OrbaxSaveOpti
   sink(index.data(), index.size());
   return n;
 }
+
+// A text made of many small appends and written once, whole (a _METADATA of 10,000 leaves is
+// megabytes): kept in blocks of 64 KiB that never move once written, so that it grows
+// without the copies of a std::string doubling, each of them into memory new to the process
+// (its page faults were most of an export's text); the blocks lie below malloc's mmap
+// threshold, so that one export's memory is reused by the next. Written as parts
+// (write_blob_parts), never joined.
+class TextBlocks {
+ public:
+  static constexpr std::size_t block_bytes = std::size_t{64} << 10;
+  TextBlocks& operator+=(std::string_view s) {
+    size_ += s.size();
+    while (!s.empty()) {
+      if (blocks_.empty() || blocks_.back().size() == block_bytes) {
+        blocks_.emplace_back();
+        blocks_.back().reserve(block_bytes);
+      }
+      std::string& b = blocks_.back();
+      const std::size_t n = std::min(s.size(), block_bytes - b.size());
+      b.append(s.data(), n);
+      s.remove_prefix(n);
+    }
+    return *this;
+  }
+  TextBlocks& operator+=(char c) { return *this += std::string_view(&c, 1); }
+  bool empty() const { return size_ == 0; }
+  std::uint64_t size() const { return size_; }
+  void add_parts(std::vector<std::string_view>& parts) const {
+    for (const std::string& b : blocks_) parts.push_back(b);
+  }
+  // As WireDigest::str of the whole text.
+  void digest(WireDigest& d) const {
+    const std::uint64_t n = size_;
+    d.bytes(&n, sizeof n);
+    for (const std::string& b : blocks_) d.bytes(b.data(), b.size());
+  }
+
+ private:
+  std::vector<std::string> blocks_;
+  std::uint64_t size_ = 0;
+};
 
 // The text of a pytree's metadata files (_METADATA's tree, _sharding, _strings.json,
 // array_metadatas/process_<i>), leaf by leaf, and then the files themselves. The objects keyed
@@ -359,9 +408,14 @@ class OrbaxMetadataText {
     ++arrays_;
     const std::string chunk_text = shape_text(chunk);
     if (sharding) add_member(shardings_, base64url(name), Json(orbax_sharding_json(*sharding, shape)).dump());
-    array_metadatas_ += array_metadatas_.empty() ? R"({"array_metadata":{"param_name":)" : R"(,{"array_metadata":{"param_name":)";
-    append_json_string(array_metadatas_, name);
-    array_metadatas_ += R"(,"write_shape":)" + chunk_text + R"(,"chunk_shape":)" + chunk_text + R"(,"ext_metadata":null}})";
+    entry_ = array_metadatas_.empty() ? R"({"array_metadata":{"param_name":)" : R"(,{"array_metadata":{"param_name":)";
+    append_json_string(entry_, name);
+    entry_ += R"(,"write_shape":)";
+    entry_ += chunk_text;
+    entry_ += R"(,"chunk_shape":)";
+    entry_ += chunk_text;
+    entry_ += R"(,"ext_metadata":null}})";
+    array_metadatas_ += entry_;
     end_leaf(sharding ? R"({"value_type":"jax.Array","write_shape":)" + chunk_text + R"(,"skip_deserialize":false})"
                       : std::string(R"({"value_type":"np.ndarray","skip_deserialize":false})"));
   }
@@ -369,19 +423,28 @@ class OrbaxMetadataText {
   std::uint64_t leaves() const { return arrays_ + string_leaves_; }
   // What every rank of a multi-process export must spell alike.
   void digest(WireDigest& d) const {
-    d.str(tree_);
+    tree_.digest(d);
     d.str(shardings_);
   }
-  std::string array_metadatas() const { return "{\"array_metadatas\":[" + array_metadatas_ + "]}"; }
+  // array_metadatas/process_<i>, in parts that point into this object.
+  TextParts array_metadatas() const {
+    std::vector<std::string_view> parts{"{\"array_metadatas\":["};
+    array_metadatas_.add_parts(parts);
+    parts.emplace_back("]}");
+    return parts;
+  }
   std::string strings() const { return string_leaves_ ? "{" + strings_ + "}" : std::string(); }
 
   // The pytree's _METADATA and _sharding under `rel`, and the checkpoint's _CHECKPOINT_METADATA
-  // and indicator files: put(name, text) writes each.
+  // and indicator files: put(name, TextParts) writes each.
   template <class Put>
   void put_files(Put&& put, const std::string& rel, const OrbaxSaveOptions& options) const {
-    put(rel + "_METADATA", "{\"tree_metadata\":{" + tree_ + "},\"use_ocdbt\":" + (options.ocdbt ? "true" : "false") +
-                               ",\"use_zarr3\":" + (options.zarr3 ? "true" : "false") + ",\"store_array_data_equal_to_fill_value\":true,"
-                               "\"custom_metadata\":null}");
+    std::vector<std::string_view> meta{"{\"tree_metadata\":{"};
+    tree_.add_parts(meta);
+    meta.insert(meta.end(), {"},\"use_ocdbt\":", options.ocdbt ? "true" : "false", ",\"use_zarr3\":",
+                             options.zarr3 ? "true" : "false",
+                             ",\"store_array_data_equal_to_fill_value\":true,\"custom_metadata\":null}"});
+    put(rel + "_METADATA", TextParts(std::move(meta)));
     if (!shardings_.empty()) put(rel + "_sharding", "{" + shardings_ + "}");
     const std::int64_t now = unix_nanoseconds();
     Json handlers = options.layout == OrbaxLayout::v1
@@ -394,7 +457,7 @@ class OrbaxMetadataText {
                                               {"commit_timestamp_nsecs", Json(now)},
                                               {"custom_metadata", options.custom_metadata}})
                                     .dump());
-    if (options.layout == OrbaxLayout::v1) put("orbax.checkpoint", "");
+    if (options.layout == OrbaxLayout::v1) put("orbax.checkpoint", std::string());
     put("commit_success.txt", "Checkpoint commit was successful to " + where_);
   }
 
@@ -407,15 +470,22 @@ class OrbaxMetadataText {
   }
   // The leaf's _METADATA entry: its keys (begin_leaf) and `value`, the value metadata's text.
   void end_leaf(const std::string& value) {
-    if (!tree_.empty()) tree_ += ',';
-    append_json_string(tree_, tuple_);
-    tree_ += R"(:{"key_metadata":)" + keys_ + R"(,"value_metadata":)" + value + "}";
+    entry_.clear();  // (one string reused for every leaf's entry)
+    if (!tree_.empty()) entry_ += ',';
+    append_json_string(entry_, tuple_);
+    entry_ += R"(:{"key_metadata":)";
+    entry_ += keys_;
+    entry_ += R"(,"value_metadata":)";
+    entry_ += value;
+    entry_ += '}';
+    tree_ += entry_;
   }
 
   std::string where_;
   std::map<std::string, std::string> names_;  // parameter name -> key path
   std::string tuple_, keys_;  // the leaf begun: its tuple's repr, its key_metadata list
-  std::string tree_, strings_, shardings_, array_metadatas_;
+  std::string strings_, shardings_, entry_;
+  TextBlocks tree_, array_metadatas_;
   std::uint64_t arrays_ = 0, string_leaves_ = 0;
 };
 
@@ -569,24 +639,30 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
     if (ranks > 1) text.digest(digest);  // (a byte at a time: 10,000 leaves' text took 9 ms)
 
     std::mutex written;  // guards mine, chunks_written and the report's sums (arrays written side by side)
-    auto put_mine = [&](const std::string& name, const std::string& content) {
-      write_blob(store, join_key(top, name), content);
+    auto put_mine = [&](const std::string& name, const TextParts& content) {
+      const std::uint64_t size = write_blob_parts(store, join_key(top, name), content);
       std::lock_guard<std::mutex> lock(written);
-      mine[name] = content.size();
+      mine[name] = size;
     };
     // The arrays: keys of one OCDBT database per rank, or files of one directory per parameter.
     if (options.ocdbt) db.emplace(store, ranks > 1 ? join_key(dir, process_db) : dir);
-    auto write_chunk = [&](const OrbaxParam& p, const LeafView& v, const std::string& chunk_key) {
+    auto write_chunk = [&](const OrbaxParam& p, const LeafView& v, const std::string& chunk_key, bool leaf_kept) {
       std::uint64_t data = 0, at = 0;
       if (db) {
-        db->put_stream(chunk_key, [&](auto&& sink) { data = write_orbax_shard(v, p.dtype, options, p.key, sink); });
+        // A leaf's own memory stays where it is until the database is finished; a fetched
+        // leaf's copy goes once its chunk is written.
+        db->put_stream(chunk_key, [&](auto&& sink, auto&& kept) {
+          if (leaf_kept) data = write_orbax_shard(v, p.dtype, options, p.key, sink, kept);
+          else data = write_orbax_shard(v, p.dtype, options, p.key, sink, sink);
+        });
       } else {
         auto w = store.create(join_key(top, rel + chunk_key));
-        data = write_orbax_shard(v, p.dtype, options, p.key, [&](const void* bytes, std::uint64_t n) {
+        auto sink = [&](const void* bytes, std::uint64_t n) {
           if (n == 0) return;
           w->write_at(bytes, n, at);
           at += n;
-        });
+        };
+        data = write_orbax_shard(v, p.dtype, options, p.key, sink, sink);
         w->finish(at);
       }
       std::lock_guard<std::mutex> lock(written);
@@ -594,24 +670,33 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       report.bytes += element_count(v.shape) * dtype_size(p.dtype);
       report.stored_bytes += data;
     };
-    // Each array's zarr metadata, in order: what every rank must agree on.
-    std::vector<std::string> zarr_json(params.size());
+    // Each array's zarr metadata, in order: what every rank must agree on. Arrays of one
+    // dtype, shape and chunk shape (a model's layers, 10,000 small arrays) share one text,
+    // made once and written from where it is (OcdbtWriter::put_kept).
+    std::vector<const std::string*> zarr_json(params.size());
+    std::map<std::tuple<DType, std::vector<std::int64_t>, std::vector<std::int64_t>>, std::string> zarr_texts;
     for (std::size_t i = 0; i < params.size(); ++i) {
       const OrbaxParam& p = params[i];
-      zarr_json[i] = options.zarr3 ? orbax_zarr_json(p.dtype, p.view->shape, p.chunk, options.zstd_level)
+      auto [it, fresh] = zarr_texts.try_emplace({p.dtype, std::vector<std::int64_t>(p.view->shape.begin(), p.view->shape.end()),
+                                                 std::vector<std::int64_t>(p.chunk.begin(), p.chunk.end())});
+      if (fresh)
+        it->second = options.zarr3 ? orbax_zarr_json(p.dtype, p.view->shape, p.chunk, options.zstd_level)
                                    : orbax_zarray(p.dtype, p.view->shape, p.chunk, options.zstd_level);
-      if (ranks > 1) digest.str(zarr_json[i]);
+      zarr_json[i] = &it->second;
+      if (ranks > 1) digest.str(*zarr_json[i]);
     }
     auto write_array = [&](std::size_t i) {
       const OrbaxParam& p = params[i];
       if (primary) {
-        if (db) db->put(orbax_metadata_key(p.name, options.zarr3), zarr_json[i]);
-        else put_mine(rel + orbax_metadata_key(p.name, options.zarr3), zarr_json[i]);
+        if (db) db->put_kept(orbax_metadata_key(p.name, options.zarr3), *zarr_json[i]);
+        else put_mine(rel + orbax_metadata_key(p.name, options.zarr3), *zarr_json[i]);
       }
       if (element_count(p.view->shape) == 0) return;  // no chunk: a zero-size array is all fill value
       if (!p.by_shards) {
         LeafView fetched;  // a fetched leaf's bytes, dropped once it is written
-        if (primary) write_chunk(p, leaf_data(*p.leaf, fetched), orbax_chunk_key(p.name, Shape(p.view->shape.size(), 0), options.zarr3));
+        if (primary)
+          write_chunk(p, leaf_data(*p.leaf, fetched), orbax_chunk_key(p.name, Shape(p.view->shape.size(), 0), options.zarr3),
+                      !p.leaf->fetch);
         return;
       }
       for (const ShardView& s : p.view->shards) {
@@ -626,7 +711,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
           index[d] = s.box.start[d] / p.chunk[d];
         }
         const std::string chunk_key = orbax_chunk_key(p.name, index, options.zarr3);
-        write_chunk(p, orbax_chunk_view(*p.view, s, p.chunk), chunk_key);
+        write_chunk(p, orbax_chunk_view(*p.view, s, p.chunk), chunk_key, false);
         std::lock_guard<std::mutex> lock(written);
         chunks_written.push_back(chunk_key);
       }
@@ -764,9 +849,8 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       if (root)
         for (const auto& [name, size] : root->finish()) expected[rel + name] = size;
       root.reset();
-      auto put_file = [&](const std::string& name, const std::string& content) {
-        write_blob(store, join_key(top, name), content);
-        expected[name] = content.size();
+      auto put_file = [&](const std::string& name, const TextParts& content) {
+        expected[name] = write_blob_parts(store, join_key(top, name), content);
       };
       text.put_files(put_file, rel, options);
       staging->publish(expected);

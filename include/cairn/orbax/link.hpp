@@ -224,14 +224,13 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
     db.put(orbax_metadata_key(name, options.zarr3), options.zarr3 ? orbax_zarr_json(v.dtype, v.shape, whole, 0)
                                                                   : orbax_zarray(v.dtype, v.shape, whole, 0));
     db.put_stream(orbax_chunk_key(name, Shape(v.shape.size(), 0), options.zarr3),
-                  [&](auto&& sink) { write_orbax_shard(view, v.dtype, options, l->key(), sink); });  // (no zstd, no cast: checked)
+                  [&](auto&& sink, auto&& kept) { write_orbax_shard(view, v.dtype, options, l->key(), sink, kept); });  // (no zstd, no cast: checked)
     report.rewritten.push_back(l->key());
     report.rewritten_bytes += v.bytes.size();
   }
   for (const auto& [name, size] : db.finish()) expected[rel + name] = size;
-  auto put_file = [&](const std::string& name, const std::string& content) {
-    write_blob(store, join_key(top, name), content);
-    expected[name] = content.size();
+  auto put_file = [&](const std::string& name, const TextParts& content) {
+    expected[name] = write_blob_parts(store, join_key(top, name), content);
   };
   put_file(rel + "array_metadatas/process_0", text.array_metadatas());
   if (const std::string strings = text.strings(); !strings.empty()) put_file(rel + "_strings.json", strings);

@@ -104,21 +104,11 @@ class OcdbtWriter {
   }
 
   // Each key once; any order.
-  void put(const std::string& key, const void* value, std::uint64_t n) {
-    check_new_key(key);
-    Entry e;
-    e.length = n;
-    if (n <= max_inline_) {
-      e.inline_value.assign(static_cast<const char*>(value), static_cast<std::size_t>(n));
-    } else {
-      e.indirect = true;
-      e.offset = out_->size();
-      out_->append(value, n);
-      indirect_bytes_ += n;
-    }
-    entries_.emplace(key, std::move(e));
-  }
-  void put(const std::string& key, const std::string& value) { put(key, value.data(), value.size()); }
+  void put(const std::string& key, const void* value, std::uint64_t n) { put(key, value, n, false); }
+  void put(const std::string& key, const std::string& value) { put(key, value.data(), value.size(), false); }
+  // A value the caller leaves where it is, unchanged, until finish() returns: written to the
+  // data file from there (GatheredWriter::append_kept), not copied.
+  void put_kept(const std::string& key, const std::string& value) { put(key, value.data(), value.size(), true); }
 
   // A value that is already in a data file of another database below this one: `length` bytes
   // at `offset` of `file` (its base path is that database's directory relative to this one,
@@ -150,15 +140,18 @@ class OcdbtWriter {
   std::size_t value_count() const { return entries_.size(); }
   const std::string& data_name() const { return data_name_; }
 
-  // A value made in pieces and never held whole (an array of gigabytes): produce(sink) calls
-  // sink(bytes, n) with the value's bytes in order. Stored indirect, in the data file.
+  // A value made in pieces and never held whole (an array of gigabytes): produce(sink, kept)
+  // calls sink(bytes, n), or kept(bytes, n) for bytes that stay where they are, unchanged,
+  // until finish() returns (not copied: GatheredWriter::append_kept), with the value's bytes
+  // in order. Stored indirect, in the data file.
   template <class Produce>
   void put_stream(const std::string& key, Produce&& produce) {
     check_new_key(key);
     Entry e;
     e.indirect = true;
     e.offset = out_->size();
-    produce([&](const void* bytes, std::uint64_t n) { out_->append(bytes, n); });
+    produce([&](const void* bytes, std::uint64_t n) { out_->append(bytes, n); },
+            [&](const void* bytes, std::uint64_t n) { out_->append_kept(bytes, n); });
     e.length = out_->size() - e.offset;
     indirect_bytes_ += e.length;
     entries_.emplace(key, std::move(e));
@@ -238,6 +231,22 @@ class OcdbtWriter {
     std::uint64_t offset = 0, length = 0;
   };
 
+  void put(const std::string& key, const void* value, std::uint64_t n, bool kept) {
+    check_new_key(key);
+    Entry e;
+    e.length = n;
+    if (n <= max_inline_) {
+      e.inline_value.assign(static_cast<const char*>(value), static_cast<std::size_t>(n));
+    } else {
+      e.indirect = true;
+      e.offset = out_->size();
+      if (kept) out_->append_kept(value, n);
+      else out_->append(value, n);
+      indirect_bytes_ += n;
+    }
+    entries_.emplace(key, std::move(e));
+  }
+
   // Every put's check, before anything is written: a key OCDBT can hold, put once.
   void check_new_key(const std::string& key) const {
     if (key.size() > ocdbt_max_path) throw Error(ErrorKind::invalid_argument, "an OCDBT key is longer than 65535 bytes", "", key);
@@ -303,7 +312,7 @@ class OcdbtWriter {
   std::string key_, data_name_, uuid_;
   std::uint64_t max_inline_;
   std::unique_ptr<StoreWriter> data_;
-  std::optional<GatheredWriter> out_;  // appends to data_ (small values gathered into 8 MiB writes)
+  std::optional<GatheredWriter> out_;  // appends to data_ (small values gathered into writes of many pieces)
   std::uint64_t indirect_bytes_ = 0;
   std::map<std::string, Entry> entries_;
   std::map<OcdbtFileName, std::size_t> files_;  // other databases' data files, numbered from 1
