@@ -179,56 +179,19 @@ class File {
   // bytes asked for, or throws as read_at does. `iov` is used up (advanced past short reads).
   void read_vectored(std::vector<iovec>& iov, std::uint64_t offset) const {
     if (int e = injected_fault("pread", path_)) throw_errno("pread", path_, e);
-    constexpr std::size_t batch = std::min<std::size_t>(IOV_MAX, 1024);
-    for (std::size_t next = 0; next < iov.size();) {
-      if (iov[next].iov_len == 0) { ++next; continue; }
-      const std::size_t k = std::min(batch, iov.size() - next);
-      const ssize_t r = ::preadv(fd_, &iov[next], static_cast<int>(k), static_cast<off_t>(offset));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        throw_errno("preadv", path_);
-      }
-      if (r == 0) throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(offset) + ", before the data its metadata describes (truncated?)", path_);
-      offset += static_cast<std::uint64_t>(r);
-      // A short read goes on from where it stopped, mid-buffer if need be.
-      for (auto left = static_cast<std::size_t>(r); left > 0;) {
-        if (left >= iov[next].iov_len) {
-          left -= iov[next].iov_len;
-          ++next;
-        } else {
-          iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + left;
-          iov[next].iov_len -= left;
-          left = 0;
-        }
-      }
-    }
+    vectored(iov, offset, "preadv", [&](const iovec* v, int k, off_t at) { return ::preadv(fd_, v, k, at); }, [&](std::uint64_t at) {
+      throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(at) + ", before the data its metadata describes (truncated?)", path_);
+    });
   }
 
-  // Writes the buffers of `iov` one after another from `offset` (pwritev, IOV_MAX at a
-  // time); a short write goes on from where it stopped. `iov` is consumed.
+  // Writes the buffers of `iov` one after another from `offset` on, with pwritev (up to
+  // IOV_MAX buffers a call): many small values from where they lie in a few system calls
+  // (GatheredWriter). `iov` is used up.
   void write_vectored(std::vector<iovec>& iov, std::uint64_t offset) {
     if (int e = injected_fault("pwrite", path_)) throw_errno("pwrite", path_, e);
-    constexpr std::size_t batch = std::min<std::size_t>(IOV_MAX, 1024);
-    for (std::size_t next = 0; next < iov.size();) {
-      if (iov[next].iov_len == 0) { ++next; continue; }
-      const std::size_t k = std::min(batch, iov.size() - next);
-      const ssize_t w = ::pwritev(fd_, &iov[next], static_cast<int>(k), static_cast<off_t>(offset));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        throw_errno("pwritev", path_);
-      }
-      offset += static_cast<std::uint64_t>(w);
-      for (auto left = static_cast<std::size_t>(w); left > 0;) {
-        if (left >= iov[next].iov_len) {
-          left -= iov[next].iov_len;
-          ++next;
-        } else {
-          iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + left;
-          iov[next].iov_len -= left;
-          left = 0;
-        }
-      }
-    }
+    vectored(iov, offset, "pwritev", [&](const iovec* v, int k, off_t at) { return ::pwritev(fd_, v, k, at); }, [&](std::uint64_t at) {
+      throw Error(ErrorKind::io, "pwritev wrote nothing at byte " + std::to_string(at), path_);
+    });
   }
 
   void truncate(std::uint64_t size) {
@@ -252,6 +215,35 @@ class File {
   }
 
  private:
+  // read_vectored's and write_vectored's loop: `call` (preadv or pwritev) on up to IOV_MAX
+  // buffers at a time; a short transfer goes on from where it stopped, mid-buffer if need be;
+  // a call that moves no byte is `nothing`'s error (given the offset).
+  template <class Call, class Nothing>
+  void vectored(std::vector<iovec>& iov, std::uint64_t offset, const char* call_name, Call&& call, Nothing&& nothing) const {
+    constexpr std::size_t batch = std::min<std::size_t>(IOV_MAX, 1024);
+    for (std::size_t next = 0; next < iov.size();) {
+      if (iov[next].iov_len == 0) { ++next; continue; }
+      const std::size_t k = std::min(batch, iov.size() - next);
+      const ssize_t n = call(&iov[next], static_cast<int>(k), static_cast<off_t>(offset));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw_errno(call_name, path_);
+      }
+      if (n == 0) nothing(offset);
+      offset += static_cast<std::uint64_t>(n);
+      for (auto left = static_cast<std::size_t>(n); left > 0;) {
+        if (left >= iov[next].iov_len) {
+          left -= iov[next].iov_len;
+          ++next;
+        } else {
+          iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + left;
+          iov[next].iov_len -= left;
+          left = 0;
+        }
+      }
+    }
+  }
+
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   void close_quietly() noexcept {
     if (fd_ >= 0) ::close(fd_);
