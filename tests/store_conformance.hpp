@@ -185,6 +185,19 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     std::vector<unsigned char> back(expected.size());
     r->read_at(back.data(), back.size(), 0);
     CHECK(back == expected);
+    // The same through an atomic blob's writer (a single safetensors file's).
+    {
+      auto w = store->create_atomically("g/atomic", false);
+      w->write_at(head.data(), head.size(), 0);
+      w->write_gathered(pieces.data(), pieces.size(), head.size());
+      w->write_at(tail.data(), tail.size(), expected.size() - tail.size());
+      w->finish(expected.size());
+    }
+    std::vector<unsigned char> atomic(expected.size());
+    auto a = store->open("g/atomic");
+    REQUIRE(a->size() == expected.size());
+    a->read_at(atomic.data(), atomic.size(), 0);
+    CHECK(atomic == expected);
   }
   SUBCASE("exists, is_blob, one-level listing and removal of a prefix") {
     auto store = make();

@@ -8950,11 +8950,15 @@ class File {
     });
   }
 
-  // Writes the buffers of `iov` one after another from `offset` on, with pwritev (up to
-  // IOV_MAX buffers a call): many small values from where they lie in a few system calls
-  // (GatheredWriter). `iov` is used up.
-  void write_vectored(std::vector<iovec>& iov, std::uint64_t offset) {
+  // Writes `count` pieces (each with `src` and `n`: a store's WritePiece) one after another
+  // from `offset` on, with pwritev (up to IOV_MAX buffers a call): many small values from
+  // where they lie in a few system calls (GatheredWriter, through PosixStore's writers).
+  template <class Piece>
+  void write_vectored(const Piece* pieces, std::size_t count, std::uint64_t offset) {
     if (int e = injected_fault("pwrite", path_)) throw_errno("pwrite", path_, e);
+    std::vector<iovec> iov;
+    iov.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) iov.push_back({const_cast<void*>(pieces[i].src), static_cast<std::size_t>(pieces[i].n)});
     vectored(iov, offset, "pwritev", [&](const iovec* v, int k, off_t at) { return ::pwritev(fd_, v, k, at); }, [&](std::uint64_t at) {
       throw Error(ErrorKind::io, "pwritev wrote nothing at byte " + std::to_string(at), path_);
     });
@@ -9583,9 +9587,7 @@ class PosixStore::Writer final : public StoreWriter {
   explicit Writer(detail::File f) : file_(std::move(f)) {}
   void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { file_.write_at(src, n, offset); }
   void write_gathered(const WritePiece* pieces, std::size_t count, std::uint64_t offset) override {
-    iov_.clear();
-    for (std::size_t i = 0; i < count; ++i) iov_.push_back({const_cast<void*>(pieces[i].src), static_cast<std::size_t>(pieces[i].n)});
-    file_.write_vectored(iov_, offset);
+    file_.write_vectored(pieces, count, offset);
   }
   void finish(std::uint64_t size) override {
     if (file_.size() != size) file_.truncate(size);
@@ -9595,7 +9597,6 @@ class PosixStore::Writer final : public StoreWriter {
 
  private:
   detail::File file_;
-  std::vector<iovec> iov_;  // write_gathered's, kept between calls
 };
 
 // Writes a claimed staging file beside the final path and renames it there at finish.
@@ -9608,6 +9609,9 @@ class PosixStore::AtomicWriter final : public StoreWriter {
     if (!published_) ::unlink(claim_.staging_path().c_str());  // best effort; the claim's lock goes too
   }
   void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { file_.write_at(src, n, offset); }
+  void write_gathered(const WritePiece* pieces, std::size_t count, std::uint64_t offset) override {
+    file_.write_vectored(pieces, count, offset);
+  }
   void finish(std::uint64_t size) override {
     if (file_.size() != size) file_.truncate(size);
     file_.sync();
@@ -16373,8 +16377,8 @@ inline std::string safetensors_header_text(const std::vector<const ExportTensor*
   return h;
 }
 
-// Writes one safetensors file: small tensors gathered into 8 MiB writes, large ones straight
-// from their memory when they need no conversion. Returns the file's size.
+// Writes one safetensors file: small tensors gathered into few writes (GatheredWriter), large
+// ones straight from their memory when they need no conversion. Returns the file's size.
 inline std::uint64_t write_safetensors_file(StoreWriter& w, const std::vector<const ExportTensor*>& tensors,
                                             const std::map<std::string, std::string>& metadata, OnOverflow on_overflow) {
   const std::string header = safetensors_header_text(tensors, metadata);

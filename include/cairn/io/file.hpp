@@ -184,11 +184,15 @@ class File {
     });
   }
 
-  // Writes the buffers of `iov` one after another from `offset` on, with pwritev (up to
-  // IOV_MAX buffers a call): many small values from where they lie in a few system calls
-  // (GatheredWriter). `iov` is used up.
-  void write_vectored(std::vector<iovec>& iov, std::uint64_t offset) {
+  // Writes `count` pieces (each with `src` and `n`: a store's WritePiece) one after another
+  // from `offset` on, with pwritev (up to IOV_MAX buffers a call): many small values from
+  // where they lie in a few system calls (GatheredWriter, through PosixStore's writers).
+  template <class Piece>
+  void write_vectored(const Piece* pieces, std::size_t count, std::uint64_t offset) {
     if (int e = injected_fault("pwrite", path_)) throw_errno("pwrite", path_, e);
+    std::vector<iovec> iov;
+    iov.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) iov.push_back({const_cast<void*>(pieces[i].src), static_cast<std::size_t>(pieces[i].n)});
     vectored(iov, offset, "pwritev", [&](const iovec* v, int k, off_t at) { return ::pwritev(fd_, v, k, at); }, [&](std::uint64_t at) {
       throw Error(ErrorKind::io, "pwritev wrote nothing at byte " + std::to_string(at), path_);
     });

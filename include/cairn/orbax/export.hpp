@@ -674,11 +674,10 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
     // dtype, shape and chunk shape (a model's layers, 10,000 small arrays) share one text,
     // made once and written from where it is (OcdbtWriter::put_kept).
     std::vector<const std::string*> zarr_json(params.size());
-    std::map<std::tuple<DType, std::vector<std::int64_t>, std::vector<std::int64_t>>, std::string> zarr_texts;
+    std::map<std::tuple<DType, Shape, Shape>, std::string> zarr_texts;
     for (std::size_t i = 0; i < params.size(); ++i) {
       const OrbaxParam& p = params[i];
-      auto [it, fresh] = zarr_texts.try_emplace({p.dtype, std::vector<std::int64_t>(p.view->shape.begin(), p.view->shape.end()),
-                                                 std::vector<std::int64_t>(p.chunk.begin(), p.chunk.end())});
+      auto [it, fresh] = zarr_texts.try_emplace({p.dtype, p.view->shape, p.chunk});
       if (fresh)
         it->second = options.zarr3 ? orbax_zarr_json(p.dtype, p.view->shape, p.chunk, options.zstd_level)
                                    : orbax_zarray(p.dtype, p.view->shape, p.chunk, options.zstd_level);

@@ -74,8 +74,8 @@ inline std::string safetensors_header_text(const std::vector<const ExportTensor*
   return h;
 }
 
-// Writes one safetensors file: small tensors gathered into 8 MiB writes, large ones straight
-// from their memory when they need no conversion. Returns the file's size.
+// Writes one safetensors file: small tensors gathered into few writes (GatheredWriter), large
+// ones straight from their memory when they need no conversion. Returns the file's size.
 inline std::uint64_t write_safetensors_file(StoreWriter& w, const std::vector<const ExportTensor*>& tensors,
                                             const std::map<std::string, std::string>& metadata, OnOverflow on_overflow) {
   const std::string header = safetensors_header_text(tensors, metadata);

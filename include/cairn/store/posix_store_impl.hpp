@@ -50,9 +50,7 @@ class PosixStore::Writer final : public StoreWriter {
   explicit Writer(detail::File f) : file_(std::move(f)) {}
   void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { file_.write_at(src, n, offset); }
   void write_gathered(const WritePiece* pieces, std::size_t count, std::uint64_t offset) override {
-    iov_.clear();
-    for (std::size_t i = 0; i < count; ++i) iov_.push_back({const_cast<void*>(pieces[i].src), static_cast<std::size_t>(pieces[i].n)});
-    file_.write_vectored(iov_, offset);
+    file_.write_vectored(pieces, count, offset);
   }
   void finish(std::uint64_t size) override {
     if (file_.size() != size) file_.truncate(size);
@@ -62,7 +60,6 @@ class PosixStore::Writer final : public StoreWriter {
 
  private:
   detail::File file_;
-  std::vector<iovec> iov_;  // write_gathered's, kept between calls
 };
 
 // Writes a claimed staging file beside the final path and renames it there at finish.
@@ -75,6 +72,9 @@ class PosixStore::AtomicWriter final : public StoreWriter {
     if (!published_) ::unlink(claim_.staging_path().c_str());  // best effort; the claim's lock goes too
   }
   void write_at(const void* src, std::uint64_t n, std::uint64_t offset) override { file_.write_at(src, n, offset); }
+  void write_gathered(const WritePiece* pieces, std::size_t count, std::uint64_t offset) override {
+    file_.write_vectored(pieces, count, offset);
+  }
   void finish(std::uint64_t size) override {
     if (file_.size() != size) file_.truncate(size);
     file_.sync();
