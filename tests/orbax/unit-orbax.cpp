@@ -878,6 +878,36 @@ TEST_CASE("OCDBT databases cairn writes read back key by key: inline and indirec
   }
 }
 
+// The writer keeps its entries in the order they come and sorts them at finish(): a key put
+// twice is refused by the put where it follows itself, else by finish(), before any node is
+// written, whichever way it was put.
+TEST_CASE("an OCDBT key put twice is refused, next to itself or far from it, and no database is written") {
+  namespace o = cairn::detail::orbax;
+  for (int way = 0; way < 3; ++way) {
+    CAPTURE(way);
+    for (bool adjacent : {true, false}) {
+      CAPTURE(adjacent);
+      cairn::MemoryStore store;
+      std::string failed;
+      try {
+        o::OcdbtWriter w(store, "db");
+        const std::vector<std::string> keys = {"b/c/0", "a/zarr.json", "b/zarr.json", "a/c/0"};
+        for (const auto& k : keys) w.put(k, std::string(k.size() * 20, 'v'));
+        const std::string again = adjacent ? keys.back() : keys.front();
+        if (way == 0) w.put(again, "short");
+        else if (way == 1) w.put_stream(again, [](auto&& sink, auto&&) { sink("0123456789", 10); });
+        else w.put_reference(again, {"ocdbt.process_1/", "d/x"}, 0, 5);
+        w.finish();
+      } catch (const cairn::Error& e) {
+        failed = e.what();
+      }
+      CHECK(failed.find("an OCDBT key was put twice") != std::string::npos);
+      CHECK(failed.find(adjacent ? "a/c/0" : "b/c/0") != std::string::npos);
+      CHECK(!store.exists("db/manifest.ocdbt"));
+    }
+  }
+}
+
 TEST_CASE("a root OCDBT database points into other databases' data files, as Orbax's merge does") {
   // Twelve process databases (base paths ocdbt.process_1/ and ocdbt.process_10/ share a
   // prefix), values of each read through the root, in one leaf node and in several.

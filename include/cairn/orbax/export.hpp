@@ -600,6 +600,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
   // Step 2. Any error from here on reaches every rank through the gather.
   OrbaxSaveReport report;
   std::vector<OrbaxParam> params;
+  params.reserve(item.leaves.size());  // (grown by doubling, 10,000 leaves' params were moved 14 times)
   OrbaxMetadataText text(where);
   WireDigest digest;                     // what every rank must agree on
   std::map<std::string, std::uint64_t> mine;  // files this rank wrote, relative to the checkpoint

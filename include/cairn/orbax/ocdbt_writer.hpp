@@ -14,11 +14,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cairn/io/crc32c.hpp"
@@ -103,26 +106,27 @@ class OcdbtWriter {
     out_.emplace(*data_);
   }
 
-  // Each key once; any order.
-  void put(const std::string& key, const void* value, std::uint64_t n) { put(key, value, n, false); }
-  void put(const std::string& key, const std::string& value) { put(key, value.data(), value.size(), false); }
+  // Each key once (a key put twice is refused, at the latest by finish(), before the tree is
+  // written); any order.
+  void put(std::string_view key, const void* value, std::uint64_t n) { put(key, value, n, false); }
+  void put(std::string_view key, const std::string& value) { put(key, value.data(), value.size(), false); }
   // A value the caller leaves where it is, unchanged, until finish() returns: written to the
   // data file from there (GatheredWriter::append_kept), not copied.
-  void put_kept(const std::string& key, const std::string& value) { put(key, value.data(), value.size(), true); }
+  void put_kept(std::string_view key, const std::string& value) { put(key, value.data(), value.size(), true); }
 
   // A value that is already in a data file of another database below this one: `length` bytes
   // at `offset` of `file` (its base path is that database's directory relative to this one,
   // ending in '/'). Nothing is copied.
-  void put_reference(const std::string& key, const OcdbtFileName& file, std::uint64_t offset, std::uint64_t length) {
-    check_new_key(key);
+  void put_reference(std::string_view key, const OcdbtFileName& file, std::uint64_t offset, std::uint64_t length) {
+    check_key(key);
     auto [at, fresh] = files_.emplace(file, files_.size() + 1);  // 0 is the database's own file
     if (fresh) file_names_.push_back(file);
     Entry e;
     e.indirect = true;
-    e.file = at->second;
+    e.file = static_cast<std::uint32_t>(at->second);
     e.offset = offset;
     e.length = length;
-    entries_.emplace(key, std::move(e));
+    add(key, e);
   }
 
   // A value as finish() stored it: inline bytes, or a byte range of the database's own data file.
@@ -135,7 +139,11 @@ class OcdbtWriter {
   // root of a multi-process export, after finish().
   template <class F>
   void for_each_value(F&& f) const {
-    for (const auto& [key, e] : entries_) f(key, StoredValue{e.indirect, e.inline_value, e.offset, e.length});
+    for (const Entry& e : entries_) {
+      const std::string k(key_of(e));
+      if (e.indirect) f(k, StoredValue{true, std::string(), e.offset, e.length});
+      else f(k, StoredValue{false, std::string(inline_value_of(e)), 0, e.length});
+    }
   }
   std::size_t value_count() const { return entries_.size(); }
   const std::string& data_name() const { return data_name_; }
@@ -145,8 +153,8 @@ class OcdbtWriter {
   // until finish() returns (not copied: GatheredWriter::append_kept), with the value's bytes
   // in order. Stored indirect, in the data file.
   template <class Produce>
-  void put_stream(const std::string& key, Produce&& produce) {
-    check_new_key(key);
+  void put_stream(std::string_view key, Produce&& produce) {
+    check_key(key);
     Entry e;
     e.indirect = true;
     e.offset = out_->size();
@@ -154,7 +162,7 @@ class OcdbtWriter {
             [&](const void* bytes, std::uint64_t n) { out_->append_kept(bytes, n); });
     e.length = out_->size() - e.offset;
     indirect_bytes_ += e.length;
-    entries_.emplace(key, std::move(e));
+    add(key, e);
   }
 
   // Writes the tree and the manifest. The database is complete when this returns. Returns the
@@ -164,15 +172,15 @@ class OcdbtWriter {
       std::string first_key;
       std::uint64_t offset, length, keys, tree_bytes, indirect;
     };
+    sort_keys();
     std::vector<Child> children;
-    std::vector<const std::pair<const std::string, Entry>*> all;
-    for (const auto& e : entries_) all.push_back(&e);
+    const auto& all = entries_;
     for (std::size_t at = 0; at < all.size(); at += max_leaf_entries) {
       const std::size_t end = std::min(all.size(), at + max_leaf_entries);
-      const std::string node = ocdbt_frame(ocdbt_btree_node_magic, leaf_body(all, at, end));
+      const std::string node = ocdbt_frame(ocdbt_btree_node_magic, leaf_body(at, end));
       std::uint64_t indirect = 0;
-      for (std::size_t i = at; i < end; ++i) indirect += all[i]->second.indirect ? all[i]->second.length : 0;
-      children.push_back({all[at]->first, append(node), node.size(), end - at, node.size(), indirect});
+      for (std::size_t i = at; i < end; ++i) indirect += all[i].indirect ? all[i].length : 0;
+      children.push_back({std::string(key_of(all[at])), append(node), node.size(), end - at, node.size(), indirect});
     }
     // An empty database has no root: a version that names no node, and no data file.
     Child root = children.empty() ? Child{std::string(), 0, 0, 0, 0, 0} : children.front();
@@ -181,7 +189,7 @@ class OcdbtWriter {
       std::string body(1, '\x01');  // height 1
       ocdbt_put_one_file(body, data_name_);
       ocdbt_put_varint(body, children.size());
-      put_keys(body, children.size(), [&](std::size_t i) -> const std::string& { return children[i].first_key; }, true);
+      put_keys(body, children.size(), [&](std::size_t i) { return std::string_view(children[i].first_key); }, true);
       for (std::size_t i = 0; i < children.size(); ++i) ocdbt_put_varint(body, 0);  // data file 0
       for (const auto& c : children) ocdbt_put_varint(body, c.offset);
       for (const auto& c : children) ocdbt_put_varint(body, c.length);
@@ -224,19 +232,50 @@ class OcdbtWriter {
   }
 
  private:
-  struct Entry {
-    bool indirect = false;
-    std::string inline_value;
-    std::size_t file = 0;  // indirect: 0 the database's own data file, else files_'s number
-    std::uint64_t offset = 0, length = 0;
+  // Bytes kept end to end in blocks of 64 KiB (a larger piece has a block of its own), never
+  // moved, so a view of them stays valid. (One std::string grown by doubling to a megabyte
+  // would be copied at each step, and its last copy is fresh pages from the system.)
+  class Pool {
+   public:
+    std::string_view keep(std::string_view s) {
+      if (s.size() > left_) {
+        const std::size_t n = std::max(block_bytes, s.size());
+        blocks_.push_back(std::make_unique_for_overwrite<char[]>(n));
+        at_ = blocks_.back().get();
+        left_ = n;
+      }
+      if (!s.empty()) std::memcpy(at_, s.data(), s.size());
+      const std::string_view kept(at_, s.size());
+      at_ += s.size();
+      left_ -= s.size();
+      return kept;
+    }
+
+   private:
+    static constexpr std::size_t block_bytes = std::size_t{64} << 10;
+    std::vector<std::unique_ptr<char[]>> blocks_;
+    char* at_ = nullptr;
+    std::size_t left_ = 0;
   };
 
-  void put(const std::string& key, const void* value, std::uint64_t n, bool kept) {
-    check_new_key(key);
+  // An entry's key and inline value are views of pool_, not strings of their own: an export of
+  // 10,000 small arrays puts 20,000 keys, and a node of a std::map per key (with a string in
+  // it) was a fifth of that export's time.
+  struct Entry {
+    std::string_view key, inline_value;
+    std::uint32_t file = 0;  // indirect: 0 the database's own data file, else files_'s number
+    bool indirect = false;
+    std::uint64_t offset = 0, length = 0;  // indirect: the range of the data file
+  };
+  static std::string_view key_of(const Entry& e) { return e.key; }
+  static std::string_view inline_value_of(const Entry& e) { return e.inline_value; }
+
+  void put(std::string_view key, const void* value, std::uint64_t n, bool kept) {
+    check_key(key);
     Entry e;
     e.length = n;
     if (n <= max_inline_) {
-      e.inline_value.assign(static_cast<const char*>(value), static_cast<std::size_t>(n));
+      e.inline_value = pool_.keep(std::string_view(static_cast<const char*>(value), static_cast<std::size_t>(n)));
     } else {
       e.indirect = true;
       e.offset = out_->size();
@@ -244,13 +283,32 @@ class OcdbtWriter {
       else out_->append(value, n);
       indirect_bytes_ += n;
     }
-    entries_.emplace(key, std::move(e));
+    add(key, e);
   }
 
-  // Every put's check, before anything is written: a key OCDBT can hold, put once.
-  void check_new_key(const std::string& key) const {
-    if (key.size() > ocdbt_max_path) throw Error(ErrorKind::invalid_argument, "an OCDBT key is longer than 65535 bytes", "", key);
-    if (entries_.count(key)) throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", key);
+  // Every put's check, before anything is written: a key OCDBT can hold. (A key put twice is
+  // found here where keys come in order, else by sort_keys.)
+  void check_key(std::string_view key) const {
+    if (key.size() > ocdbt_max_path)
+      throw Error(ErrorKind::invalid_argument, "an OCDBT key is longer than 65535 bytes", "", std::string(key));
+    if (!entries_.empty() && key == key_of(entries_.back())) twice(key);
+  }
+  [[noreturn]] static void twice(std::string_view key) {
+    throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", std::string(key));
+  }
+  void add(std::string_view key, Entry e) {
+    if (!entries_.empty() && key < key_of(entries_.back())) in_order_ = false;
+    e.key = pool_.keep(key);
+    entries_.push_back(e);
+  }
+  // The entries in key order, as a B+tree holds them; a key put twice is an error.
+  void sort_keys() {
+    if (!in_order_) {
+      std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.key < b.key; });
+      in_order_ = true;
+    }
+    for (std::size_t i = 1; i < entries_.size(); ++i)
+      if (key_of(entries_[i]) == key_of(entries_[i - 1])) twice(key_of(entries_[i]));
   }
 
   std::uint64_t append(const std::string& bytes) {
@@ -265,7 +323,7 @@ class OcdbtWriter {
   static void put_keys(std::string& body, std::size_t n, KeyAt key_at, bool interior) {
     std::vector<std::size_t> prefix(n, 0);
     for (std::size_t i = 1; i < n; ++i) {
-      const std::string &a = key_at(i - 1), &b = key_at(i);
+      const std::string_view a = key_at(i - 1), b = key_at(i);
       std::size_t p = 0;
       while (p < a.size() && p < b.size() && a[p] == b[p]) ++p;
       prefix[i] = p;
@@ -274,10 +332,11 @@ class OcdbtWriter {
     for (std::size_t i = 0; i < n; ++i) ocdbt_put_varint(body, key_at(i).size() - prefix[i]);
     if (interior)
       for (std::size_t i = 0; i < n; ++i) ocdbt_put_varint(body, 0);
-    for (std::size_t i = 0; i < n; ++i) body.append(key_at(i), prefix[i], std::string::npos);
+    for (std::size_t i = 0; i < n; ++i) body.append(key_at(i).substr(prefix[i]));
   }
 
-  std::string leaf_body(const std::vector<const std::pair<const std::string, Entry>*>& all, std::size_t at, std::size_t end) const {
+  std::string leaf_body(std::size_t at, std::size_t end) const {
+    const auto& all = entries_;
     std::string body(1, '\0');  // height 0
     // The node's file table: the database's own data file, then the other databases' files its
     // values point into, sorted (as TensorStore writes tables), each entry's index remapped.
@@ -286,7 +345,7 @@ class OcdbtWriter {
     if (!files_.empty()) {
       std::vector<std::pair<OcdbtFileName, std::size_t>> used;
       for (std::size_t i = at; i < end; ++i)
-        if (const std::size_t f = all[i]->second.file; f != 0 && index_of.emplace(f, 0).second)
+        if (const std::size_t f = all[i].file; f != 0 && index_of.emplace(f, 0).second)
           used.emplace_back(file_names_[f - 1], f);
       std::sort(used.begin(), used.end());
       for (const auto& [name, f] : used) {
@@ -296,15 +355,15 @@ class OcdbtWriter {
     }
     ocdbt_put_files(body, table);
     ocdbt_put_varint(body, end - at);
-    put_keys(body, end - at, [&](std::size_t i) -> const std::string& { return all[at + i]->first; }, false);
-    for (std::size_t i = at; i < end; ++i) ocdbt_put_varint(body, all[i]->second.length);
-    for (std::size_t i = at; i < end; ++i) body += all[i]->second.indirect ? '\x01' : '\0';
+    put_keys(body, end - at, [&](std::size_t i) { return key_of(all[at + i]); }, false);
+    for (std::size_t i = at; i < end; ++i) ocdbt_put_varint(body, all[i].length);
+    for (std::size_t i = at; i < end; ++i) body += all[i].indirect ? '\x01' : '\0';
     for (std::size_t i = at; i < end; ++i)
-      if (all[i]->second.indirect) ocdbt_put_varint(body, index_of.at(all[i]->second.file));
+      if (all[i].indirect) ocdbt_put_varint(body, index_of.at(all[i].file));
     for (std::size_t i = at; i < end; ++i)
-      if (all[i]->second.indirect) ocdbt_put_varint(body, all[i]->second.offset);
+      if (all[i].indirect) ocdbt_put_varint(body, all[i].offset);
     for (std::size_t i = at; i < end; ++i)
-      if (!all[i]->second.indirect) body += all[i]->second.inline_value;
+      if (!all[i].indirect) body += inline_value_of(all[i]);
     return body;
   }
 
@@ -314,7 +373,9 @@ class OcdbtWriter {
   std::unique_ptr<StoreWriter> data_;
   std::optional<GatheredWriter> out_;  // appends to data_ (small values gathered into writes of many pieces)
   std::uint64_t indirect_bytes_ = 0;
-  std::map<std::string, Entry> entries_;
+  std::deque<Entry> entries_;  // in the order put until finish() sorts them (blocks, as pool_'s)
+  Pool pool_;                  // the entries' keys and inline values
+  bool in_order_ = true;       // entries_ are in key order
   std::map<OcdbtFileName, std::size_t> files_;  // other databases' data files, numbered from 1
   std::vector<OcdbtFileName> file_names_;       // by number - 1
 };
