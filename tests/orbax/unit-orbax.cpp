@@ -1201,6 +1201,39 @@ TEST_CASE("an Orbax checkpoint of a file per chunk saves, loads, verifies and co
 // In the layout of a directory per parameter, a parameter's name is a path below the
 // checkpoint, and _METADATA is untrusted: a name that climbs out of it ("../other/w") must not
 // read the arrays it finds there, one at a time or side by side.
+// Two leaves that join to one parameter name (an index and a map key of one text, which a
+// custom tree node may give; they print alike) are refused with both paths named, wherever
+// they are in the tree: the names are checked after the last leaf, not one by one.
+TEST_CASE("two key paths of one Orbax parameter name are refused, both named") {
+  using cairn::KeyEntry;
+  for (std::size_t between : {0, 1, 500}) {
+    CAPTURE(between);
+    cairn::detail::orbax::OrbaxMetadataText text("ckpt");
+    std::vector<cairn::KeyPath> paths;
+    paths.emplace_back(std::vector<KeyEntry>{KeyEntry::field("params"), KeyEntry::index(3)});
+    for (std::size_t i = 0; i < between; ++i)
+      paths.emplace_back(std::vector<KeyEntry>{KeyEntry::field("params"), KeyEntry::key("w" + std::to_string(i))});
+    paths.emplace_back(std::vector<KeyEntry>{KeyEntry::field("params"), KeyEntry::key("3")});
+    for (const auto& p : paths) {
+      const std::string name = text.begin_leaf(p);
+      text.add_array(name, nullptr, {2}, {2});
+    }
+    std::string failed;
+    try {
+      text.check_names();
+    } catch (const cairn::Error& e) {
+      failed = e.what();
+    }
+    CHECK(failed.find("key paths 'params/3' and 'params/3' both become the Orbax parameter name 'params.3'") !=
+          std::string::npos);
+    CHECK(failed.find("ckpt") != std::string::npos);
+    // Without the repeated one, the same names pass.
+    cairn::detail::orbax::OrbaxMetadataText fine("ckpt");
+    for (std::size_t i = 0; i + 1 < paths.size(); ++i) fine.begin_leaf(paths[i]);
+    CHECK_NOTHROW(fine.check_names());
+  }
+}
+
 TEST_CASE("an Orbax parameter name that leads out of its checkpoint is refused, not read from there") {
   test::TempDir dir;
   using Flat = std::map<std::string, std::vector<float>>;

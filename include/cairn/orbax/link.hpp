@@ -158,6 +158,7 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
     for (const ChunkRecord& c : l.chunks) files.insert(c.file);
     text.add_array(name, l.sharding ? &*l.sharding : nullptr, l.shape, *grid);
   }
+  text.check_names();
   report.leaves = text.leaves();
 
   // The values of the leaves written anew, read before anything is staged.
