@@ -140,9 +140,9 @@ class OcdbtWriter {
   template <class F>
   void for_each_value(F&& f) const {
     for (const Entry& e : entries_) {
-      const std::string k(key_of(e));
+      const std::string k(e.key);
       if (e.indirect) f(k, StoredValue{true, std::string(), e.offset, e.length});
-      else f(k, StoredValue{false, std::string(inline_value_of(e)), 0, e.length});
+      else f(k, StoredValue{false, std::string(e.inline_value), 0, e.length});
     }
   }
   std::size_t value_count() const { return entries_.size(); }
@@ -174,13 +174,12 @@ class OcdbtWriter {
     };
     sort_keys();
     std::vector<Child> children;
-    const auto& all = entries_;
-    for (std::size_t at = 0; at < all.size(); at += max_leaf_entries) {
-      const std::size_t end = std::min(all.size(), at + max_leaf_entries);
+    for (std::size_t at = 0; at < entries_.size(); at += max_leaf_entries) {
+      const std::size_t end = std::min(entries_.size(), at + max_leaf_entries);
       const std::string node = ocdbt_frame(ocdbt_btree_node_magic, leaf_body(at, end));
       std::uint64_t indirect = 0;
-      for (std::size_t i = at; i < end; ++i) indirect += all[i].indirect ? all[i].length : 0;
-      children.push_back({std::string(key_of(all[at])), append(node), node.size(), end - at, node.size(), indirect});
+      for (std::size_t i = at; i < end; ++i) indirect += entries_[i].indirect ? entries_[i].length : 0;
+      children.push_back({std::string(entries_[at].key), append(node), node.size(), end - at, node.size(), indirect});
     }
     // An empty database has no root: a version that names no node, and no data file.
     Child root = children.empty() ? Child{std::string(), 0, 0, 0, 0, 0} : children.front();
@@ -267,8 +266,6 @@ class OcdbtWriter {
     bool indirect = false;
     std::uint64_t offset = 0, length = 0;  // indirect: the range of the data file
   };
-  static std::string_view key_of(const Entry& e) { return e.key; }
-  static std::string_view inline_value_of(const Entry& e) { return e.inline_value; }
 
   void put(std::string_view key, const void* value, std::uint64_t n, bool kept) {
     check_key(key);
@@ -291,13 +288,13 @@ class OcdbtWriter {
   void check_key(std::string_view key) const {
     if (key.size() > ocdbt_max_path)
       throw Error(ErrorKind::invalid_argument, "an OCDBT key is longer than 65535 bytes", "", std::string(key));
-    if (!entries_.empty() && key == key_of(entries_.back())) twice(key);
+    if (!entries_.empty() && key == entries_.back().key) twice(key);
   }
   [[noreturn]] static void twice(std::string_view key) {
     throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", std::string(key));
   }
   void add(std::string_view key, Entry e) {
-    if (!entries_.empty() && key < key_of(entries_.back())) in_order_ = false;
+    if (!entries_.empty() && key < entries_.back().key) in_order_ = false;
     e.key = pool_.keep(key);
     entries_.push_back(e);
   }
@@ -308,7 +305,7 @@ class OcdbtWriter {
       in_order_ = true;
     }
     for (std::size_t i = 1; i < entries_.size(); ++i)
-      if (key_of(entries_[i]) == key_of(entries_[i - 1])) twice(key_of(entries_[i]));
+      if (entries_[i].key == entries_[i - 1].key) twice(entries_[i].key);
   }
 
   std::uint64_t append(const std::string& bytes) {
@@ -336,7 +333,7 @@ class OcdbtWriter {
   }
 
   std::string leaf_body(std::size_t at, std::size_t end) const {
-    const auto& all = entries_;
+    const std::deque<Entry>& all = entries_;
     std::string body(1, '\0');  // height 0
     // The node's file table: the database's own data file, then the other databases' files its
     // values point into, sorted (as TensorStore writes tables), each entry's index remapped.
@@ -355,7 +352,7 @@ class OcdbtWriter {
     }
     ocdbt_put_files(body, table);
     ocdbt_put_varint(body, end - at);
-    put_keys(body, end - at, [&](std::size_t i) { return key_of(all[at + i]); }, false);
+    put_keys(body, end - at, [&](std::size_t i) { return all[at + i].key; }, false);
     for (std::size_t i = at; i < end; ++i) ocdbt_put_varint(body, all[i].length);
     for (std::size_t i = at; i < end; ++i) body += all[i].indirect ? '\x01' : '\0';
     for (std::size_t i = at; i < end; ++i)
@@ -363,7 +360,7 @@ class OcdbtWriter {
     for (std::size_t i = at; i < end; ++i)
       if (all[i].indirect) ocdbt_put_varint(body, all[i].offset);
     for (std::size_t i = at; i < end; ++i)
-      if (!all[i].indirect) body += inline_value_of(all[i]);
+      if (!all[i].indirect) body += all[i].inline_value;
     return body;
   }
 
