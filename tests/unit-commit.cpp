@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <csignal>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -231,6 +233,72 @@ TEST_CASE("SIGKILL during overwrites with slow renames and no atomic exchange: t
   MESSAGE(summary);
   cairn::detail::clean_leftovers(dir.path);
   CHECK(test::leftovers(dir.path).empty());
+}
+
+// A file's fsync puts its bytes on disk; its name is there only once the directory holding it
+// is fsynced, and a new directory's once its parent is. What the hook sees, in order.
+struct SyncLog {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::string>> calls;  // (call, path)
+  std::size_t index_of(const std::string& call, const std::string& path) {
+    for (std::size_t i = 0; i < calls.size(); ++i)
+      if (calls[i].first == call && calls[i].second == path) return i;
+    return calls.size();
+  }
+};
+
+TEST_CASE("every directory of a staged checkpoint, and every parent made for it, is fsynced before the publish") {
+  test::TempDir dir;
+  SyncLog log;
+  test::FaultInjection record([&](const std::string& call, const std::string& p) {
+    std::lock_guard<std::mutex> lock(log.mu);  // (the directories are fsynced on several threads)
+    log.calls.emplace_back(call, p);
+    return 0;
+  });
+  SUBCASE("a staged tree with subdirectories, under parents that did not exist") {
+    cairn::PosixStore store(dir.path);
+    auto staging = store.stage("made/for/it/c", false);
+    const std::string staged = dir / staging->key();
+    std::map<std::string, std::uint64_t> expected;
+    for (const std::string name : {"top.bin", "a/x.bin", "a/b/y.bin", "a/b/c/z.bin", "d/w.bin"}) {
+      const std::string bytes = "bytes of " + name;
+      auto w = store.create(cairn::detail::join_key(staging->key(), name));
+      w->write_at(bytes.data(), bytes.size(), 0);
+      w->finish(bytes.size());
+      expected[name] = bytes.size();
+    }
+    staging->publish(expected);
+    const std::size_t rename = std::min(log.index_of("renameat2", staged), log.index_of("rename", staged));
+    REQUIRE(rename < log.calls.size());
+    for (const std::string sub : {"", "/a", "/a/b", "/a/b/c", "/d"}) {
+      CAPTURE(sub);
+      CHECK(std::filesystem::is_directory(dir / ("made/for/it/c" + sub)));
+      CHECK(log.index_of("fsync", staged + sub) < rename);
+    }
+    // Each parent made is in its own parent's listing on disk before the checkpoint is; the
+    // checkpoint's own parent is fsynced after the rename, which puts the checkpoint there.
+    for (const std::string& parent : {dir.path, dir / "made", dir / "made/for"}) {
+      CAPTURE(parent);
+      CHECK(log.index_of("fsync", parent) < rename);
+    }
+    CHECK(log.index_of("fsync", dir / "made/for/it") > rename);
+    CHECK(log.index_of("fsync", dir / "made/for/it") < log.calls.size());
+  }
+  SUBCASE("a save into parents that did not exist") {
+    const State s = make_state(3);
+    cairn::save(dir / "x/y/c", s);
+    std::size_t publish = log.calls.size();
+    for (std::size_t i = 0; i < log.calls.size(); ++i)
+      if ((log.calls[i].first == "renameat2" || log.calls[i].first == "rename") &&
+          log.calls[i].second.find(".cairn-tmp-") != std::string::npos && log.calls[i].second.rfind(dir / "x/y/c", 0) == 0) {
+        publish = i;
+        break;
+      }
+    REQUIRE(publish < log.calls.size());
+    CHECK(log.index_of("fsync", dir.path) < publish);
+    CHECK(log.index_of("fsync", dir / "x") < publish);
+    CHECK(cairn::load<State>(dir / "x/y/c") == s);
+  }
 }
 
 TEST_CASE("interrupted plain saves leave nothing behind after the next save of the path") {

@@ -9103,6 +9103,30 @@ inline void make_dir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0) throw_errno("mkdir", dir);
 }
 
+inline std::string parent_dir(const std::string& p);
+inline bool is_directory(const std::string& p);
+
+// `mkdir -p` whose directories stay made: each one made here is fsynced into its parent, as
+// a new file is (a name is on disk only once the directory holding it is fsynced; on a
+// filesystem without a journal, or with one that does not order metadata, a crash could
+// otherwise take a new directory away under a checkpoint published in it). Another process
+// making one of them meanwhile is no error.
+inline void make_dirs_durably(const std::string& dir) {
+  std::vector<std::string> missing;  // deepest first
+  for (std::string p = dir; !p.empty() && p != "." && p != "/" && !is_directory(p); p = parent_dir(p)) {
+    missing.push_back(p);
+    if (parent_dir(p) == p) break;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (int e = injected_fault("mkdir", *it)) throw_errno("mkdir", *it, e);
+    if (::mkdir(it->c_str(), 0777) != 0) {
+      if (errno != EEXIST || !is_directory(*it)) throw_errno("mkdir", *it);
+      continue;  // made by someone else, who makes it durable
+    }
+    fsync_dir(parent_dir(*it));
+  }
+}
+
 inline bool path_exists(const std::string& p) {
   struct stat st;
   return ::lstat(p.c_str(), &st) == 0;
@@ -9238,6 +9262,56 @@ CAIRN_END_NAMESPACE
 #include <sys/stat.h>
 #include <unistd.h>
 
+// ----- begin cairn/core/parallel.hpp -----
+// for_each_index: a loop whose iterations wait on a store (a bucket's round trips), run a
+// few at a time where the store says it gains from that (Store::parallel_reads), in order on
+// this thread where it does not (a filesystem, whose calls are local: no thread is made).
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <future>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Calls f(i) for every i in [0, count). With `threads` <= 1: here, in order, as a plain loop
+// (the first exception stops it). Otherwise on up to `threads` threads at once, this one
+// among them: every call has ended when it returns, and the exception of the lowest i that
+// threw is rethrown then.
+template <class F>
+void for_each_index(std::size_t count, int threads, F&& f) {
+  if (threads <= 1 || count <= 1) {
+    for (std::size_t i = 0; i < count; ++i) f(i);
+    return;
+  }
+  std::vector<std::exception_ptr> errors(count);
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i; (i = next++) < count;) {
+      try {
+        f(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  {
+    std::vector<std::future<void>> helpers;
+    const std::size_t n = std::min(count, static_cast<std::size_t>(threads)) - 1;
+    for (std::size_t h = 0; h < n; ++h) helpers.push_back(std::async(std::launch::async, worker));
+    worker();
+  }  // (each helper's future waits for it)
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/parallel.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -9495,6 +9569,25 @@ inline void check_target(const std::string& path, bool overwrite) {
 // empty directory) is there; an atomic exchange with the previous checkpoint where the
 // filesystem has one (renameat2 RENAME_EXCHANGE); otherwise the previous checkpoint is set
 // aside under the claim's `.old` name first, and put back if the second rename fails.
+// Makes every name in the staged tree at `dir` durable before it is published: each file was
+// fsynced as it was finished, but its name is on disk only once the directory holding it is
+// fsynced, and a subdirectory's (an Orbax export's state/d/) only once its parent is. Without
+// this, on a filesystem without a journal (or one that does not order its metadata), a crash
+// after the rename could show a published checkpoint without a file under a subdirectory.
+// Each directory's fsync waits on the disk, not the CPU: many (an Orbax export of a directory
+// per parameter has two per array) go on up to eight threads. Links are not followed.
+inline void fsync_tree(const std::string& dir) {
+  std::vector<std::string> dirs{dir};
+  std::error_code ec;
+  for (std::filesystem::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_directory(type_ec) && !it->is_symlink(type_ec)) dirs.push_back(it->path().string());
+  }
+  if (ec) throw Error(ErrorKind::io, "cannot list the staged checkpoint: " + ec.message(), dir);
+  for_each_index(dirs.size(), dirs.size() > 8 ? 8 : 1,
+                 [&](std::size_t i) { fsync_dir(dirs[i]); });
+}
+
 // Until this returns, F holds either the previous complete checkpoint or the new one; a crash
 // between the fallback's two renames leaves F empty for a moment, and then load reads the
 // old one, and the next save or Checkpointer puts it back. Errors after the publish are
@@ -9658,7 +9751,7 @@ class PosixStore::Staging final : public CheckpointStaging {
   const std::string& key() const override { return key_; }
   void publish(const std::map<std::string, std::uint64_t>& expected) override {
     const std::string& dir = claim_.staging_path();
-    detail::fsync_dir(dir);
+    detail::fsync_tree(dir);  // the staging directory and every one under it
     // Never publish a checkpoint that lacks a file: had anything removed the staging
     // directory or a file in it meanwhile, the writes could have gone to unlinked files.
     for (const auto& [name, bytes] : expected) {
@@ -9764,11 +9857,7 @@ CAIRN_API std::unique_ptr<CheckpointStaging> PosixStore::stage(const std::string
     throw Error(ErrorKind::invalid_argument, std::string("checkpoint paths may not contain '") + detail::temp_infix +
                 "' or '" + detail::legacy_old_infix + "'", final_path);
   const std::string parent = detail::parent_dir(final_path);
-  if (!detail::is_directory(parent)) {
-    std::error_code ec;
-    std::filesystem::create_directories(parent, ec);
-    if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), parent);
-  }
+  if (!detail::is_directory(parent)) detail::make_dirs_durably(parent);  // (its rename's fsync of parent would not keep it)
   // The leftovers of earlier saves of this path that died: staging directories are removed,
   // and a previous checkpoint that an interrupted overwrite set aside is put back first, so
   // the overwrite rule below sees it.
@@ -9818,8 +9907,7 @@ CAIRN_API void PosixStore::remove_checkpoints(const std::vector<std::string>& ke
 
 CAIRN_API void PosixStore::write_atomically(const std::string& key, const std::string& content) {
   const std::string p = path(key);
-  std::error_code ec;
-  std::filesystem::create_directories(detail::parent_dir(p), ec);  // as create() does
+  detail::make_dirs_durably(detail::parent_dir(p));
   detail::StagingClaim claim = detail::StagingClaim::create(p);
   detail::write_whole_file(claim.staging_path(), content);
   detail::rename_path(claim.staging_path(), p);
@@ -10314,56 +10402,6 @@ CAIRN_END_NAMESPACE
 #include <string_view>
 #include <vector>
 
-// ----- begin cairn/core/parallel.hpp -----
-// for_each_index: a loop whose iterations wait on a store (a bucket's round trips), run a
-// few at a time where the store says it gains from that (Store::parallel_reads), in order on
-// this thread where it does not (a filesystem, whose calls are local: no thread is made).
-
-#include <algorithm>
-#include <atomic>
-#include <cstddef>
-#include <exception>
-#include <future>
-#include <vector>
-
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-// Calls f(i) for every i in [0, count). With `threads` <= 1: here, in order, as a plain loop
-// (the first exception stops it). Otherwise on up to `threads` threads at once, this one
-// among them: every call has ended when it returns, and the exception of the lowest i that
-// threw is rethrown then.
-template <class F>
-void for_each_index(std::size_t count, int threads, F&& f) {
-  if (threads <= 1 || count <= 1) {
-    for (std::size_t i = 0; i < count; ++i) f(i);
-    return;
-  }
-  std::vector<std::exception_ptr> errors(count);
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i; (i = next++) < count;) {
-      try {
-        f(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  };
-  {
-    std::vector<std::future<void>> helpers;
-    const std::size_t n = std::min(count, static_cast<std::size_t>(threads)) - 1;
-    for (std::size_t h = 0; h < n; ++h) helpers.push_back(std::async(std::launch::async, worker));
-    worker();
-  }  // (each helper's future waits for it)
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
-}  // namespace detail
-CAIRN_END_NAMESPACE
-// ----- end cairn/core/parallel.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {

@@ -121,7 +121,7 @@ class PosixStore::Staging final : public CheckpointStaging {
   const std::string& key() const override { return key_; }
   void publish(const std::map<std::string, std::uint64_t>& expected) override {
     const std::string& dir = claim_.staging_path();
-    detail::fsync_dir(dir);
+    detail::fsync_tree(dir);  // the staging directory and every one under it
     // Never publish a checkpoint that lacks a file: had anything removed the staging
     // directory or a file in it meanwhile, the writes could have gone to unlinked files.
     for (const auto& [name, bytes] : expected) {
@@ -227,11 +227,7 @@ CAIRN_API std::unique_ptr<CheckpointStaging> PosixStore::stage(const std::string
     throw Error(ErrorKind::invalid_argument, std::string("checkpoint paths may not contain '") + detail::temp_infix +
                 "' or '" + detail::legacy_old_infix + "'", final_path);
   const std::string parent = detail::parent_dir(final_path);
-  if (!detail::is_directory(parent)) {
-    std::error_code ec;
-    std::filesystem::create_directories(parent, ec);
-    if (ec) throw Error(ErrorKind::io, "cannot create parent directory: " + ec.message(), parent);
-  }
+  if (!detail::is_directory(parent)) detail::make_dirs_durably(parent);  // (its rename's fsync of parent would not keep it)
   // The leftovers of earlier saves of this path that died: staging directories are removed,
   // and a previous checkpoint that an interrupted overwrite set aside is put back first, so
   // the overwrite rule below sees it.
@@ -281,8 +277,7 @@ CAIRN_API void PosixStore::remove_checkpoints(const std::vector<std::string>& ke
 
 CAIRN_API void PosixStore::write_atomically(const std::string& key, const std::string& content) {
   const std::string p = path(key);
-  std::error_code ec;
-  std::filesystem::create_directories(detail::parent_dir(p), ec);  // as create() does
+  detail::make_dirs_durably(detail::parent_dir(p));
   detail::StagingClaim claim = detail::StagingClaim::create(p);
   detail::write_whole_file(claim.staging_path(), content);
   detail::rename_path(claim.staging_path(), p);
