@@ -908,6 +908,51 @@ TEST_CASE("an OCDBT key put twice is refused, next to itself or far from it, and
   }
 }
 
+TEST_CASE("a value put_kept under many keys is written once, and every key reads it; a copy of it is not shared") {
+  // An export's arrays of one dtype and shape share one zarr.json text: the data file holds it
+  // once. Three kept texts (one inline-sized) put in turn under 300 keys, between streamed
+  // chunks and a plain put of equal bytes, which is written again (only the same string is).
+  namespace o = cairn::detail::orbax;
+  cairn::MemoryStore store;
+  std::mt19937_64& rng = test::rng();
+  std::vector<std::string> texts = {std::string(450, 'a'), std::string(700, 'b'), std::string(60, 'c')};
+  for (auto& t : texts)
+    for (auto& ch : t) ch = static_cast<char>(rng());
+  const std::string equal_copy = texts[0];
+  std::map<std::string, std::string> truth;
+  std::uint64_t chunk_bytes = 0;
+  {
+    o::OcdbtWriter w(store, "db");
+    for (int i = 0; i < 300; ++i) {
+      const std::string name = "p" + std::to_string(i);
+      const std::string& text = texts[static_cast<std::size_t>(i) % 3];
+      w.put_kept(name + "/zarr.json", text);
+      truth[name + "/zarr.json"] = text;
+      std::string chunk(200 + rng() % 100, '\0');
+      for (auto& ch : chunk) ch = static_cast<char>(rng());
+      w.put_stream(name + "/c/0", [&](auto&& sink, auto&&) { sink(chunk.data(), chunk.size()); });
+      truth[name + "/c/0"] = chunk;
+      chunk_bytes += chunk.size();
+    }
+    w.put("copy/zarr.json", equal_copy);
+    truth["copy/zarr.json"] = equal_copy;
+    w.finish();
+    // The data file: the chunks, the two indirect texts once, the copy, and the tree's nodes.
+    const std::string data = "db/" + w.data_name();
+    const std::uint64_t values = chunk_bytes + texts[0].size() + texts[1].size() + equal_copy.size();
+    const std::uint64_t size = store.open(data)->size();
+    CHECK(size >= values);
+    // Each text written again for each of its 99 later keys would add this; the tree's nodes
+    // of 601 keys are far less.
+    const std::uint64_t repeats = 99 * (texts[0].size() + texts[1].size());
+    CHECK(size < values + repeats / 2);
+  }
+  o::OcdbtDatabase db(store, "db");
+  std::map<std::string, std::string> got;
+  for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);
+  CHECK(got == truth);
+}
+
 TEST_CASE("a root OCDBT database points into other databases' data files, as Orbax's merge does") {
   // Twelve process databases (base paths ocdbt.process_1/ and ocdbt.process_10/ share a
   // prefix), values of each read through the root, in one leaf node and in several.

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -450,7 +451,8 @@ class OrbaxMetadataText {
   std::string strings() const { return string_leaves_ ? "{" + strings_ + "}" : std::string(); }
 
   // The pytree's _METADATA and _sharding under `rel`, and the checkpoint's _CHECKPOINT_METADATA
-  // and indicator files: put(name, TextParts) writes each.
+  // and orbax.checkpoint: put(name, TextParts) writes each. The commit indicator is
+  // put_commit's, written last.
   template <class Put>
   void put_files(Put&& put, const std::string& rel, const OrbaxSaveOptions& options) const {
     std::vector<std::string_view> meta{"{\"tree_metadata\":{"};
@@ -472,6 +474,12 @@ class OrbaxMetadataText {
                                               {"custom_metadata", options.custom_metadata}})
                                     .dump());
     if (options.layout == OrbaxLayout::v1) put("orbax.checkpoint", std::string());
+  }
+  // commit_success.txt: on a bucket, where an export is written in place, the file whose
+  // presence says that the checkpoint is whole (as Orbax commits on GCS), so it comes after
+  // every other.
+  template <class Put>
+  void put_commit(Put&& put) const {
     put("commit_success.txt", "Checkpoint commit was successful to " + where_);
   }
 
@@ -622,6 +630,13 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
   std::vector<std::string> chunks_written;    // by shards: the chunk keys this rank wrote
   std::optional<OcdbtWriter> db;
   std::exception_ptr failure;
+  std::mutex written;  // guards mine, chunks_written and the report's sums (written side by side)
+  auto put_mine = [&](const std::string& name, const TextParts& content) {
+    const std::uint64_t size = write_blob_parts(store, join_key(top, name), content);
+    std::lock_guard<std::mutex> lock(written);
+    mine[name] = size;
+  };
+  std::future<void> metadata_files;  // (after what it uses, so that it is waited for first)
   try {
     for (const auto& leaf : item.leaves) {
       const std::string full = leaf.path.str();
@@ -655,12 +670,17 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
     report.leaves = text.leaves();
     if (ranks > 1) text.digest(digest);  // (a byte at a time: 10,000 leaves' text took 9 ms)
 
-    std::mutex written;  // guards mine, chunks_written and the report's sums (arrays written side by side)
-    auto put_mine = [&](const std::string& name, const TextParts& content) {
-      const std::uint64_t size = write_blob_parts(store, join_key(top, name), content);
-      std::lock_guard<std::mutex> lock(written);
-      mine[name] = size;
-    };
+    // The metadata files, complete once the last leaf is seen, are written on a thread of
+    // their own while the arrays are written and synced: each file's fsync waits on the
+    // disk, and one after another after the data file's, they were a fifth of an export of
+    // 10,000 small arrays (docs/benchmarks.md). All but the commit indicator (step 4). Where
+    // no thread can be had, they are written here when waited for.
+    metadata_files = std::async(std::launch::async | std::launch::deferred, [&] {
+      put_mine(rel + "array_metadatas/process_" + std::to_string(rank), text.array_metadatas());
+      if (!primary) return;
+      if (const std::string strings = text.strings(); !strings.empty()) put_mine(rel + "_strings.json", strings);
+      text.put_files(put_mine, rel, options);
+    });
     // The arrays: keys of one OCDBT database per rank, or files of one directory per parameter.
     if (options.ocdbt) db.emplace(store, ranks > 1 ? join_key(dir, process_db) : dir);
     auto write_chunk = [&](const OrbaxParam& p, const LeafView& v, const std::string& chunk_key, bool leaf_kept) {
@@ -732,12 +752,14 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
         chunks_written.push_back(chunk_key);
       }
     };
-    // A directory per parameter on a store whose requests each wait on a network (a bucket:
-    // Store::parallel_reads) writes the files of arrays with small chunks side by side, that
-    // many at once: one after another, 300 arrays 20 ms away took 12.5 s. Larger chunks, each
-    // already uploaded in parallel parts, go one after another after them, so that memory
-    // stays at about the store's parts in flight.
-    const int writers = db ? 1 : std::max(1, store.parallel_reads());
+    // A directory per parameter writes the files of arrays with small chunks side by side:
+    // on a bucket Store::parallel_reads at once (one after another, 300 arrays 20 ms away took
+    // 12.5 s), on a filesystem eight, since each file's fsync, and each directory's at the
+    // publish, waits on the disk (1,000 arrays: 1.0-1.9 s one after another, 1.0-1.2 s so,
+    // with the directories' fsyncs). Larger chunks, each already uploaded in parallel parts,
+    // go one after another after them, so that memory stays at about the store's parts in
+    // flight.
+    const int writers = db ? 1 : std::max(8, store.parallel_reads());
     if (writers <= 1) {
       for (std::size_t i = 0; i < params.size(); ++i) write_array(i);
     } else {
@@ -760,13 +782,22 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       for (std::size_t i : one_by_one) write_array(i);
     }
     if (db)
-      for (const auto& [name, size] : db->finish()) mine[rel + (ranks > 1 ? process_db : "") + name] = size;
-    put_mine(rel + "array_metadatas/process_" + std::to_string(rank), text.array_metadatas());
-    if (const std::string strings = text.strings(); primary && !strings.empty()) put_mine(rel + "_strings.json", strings);
+      for (const auto& [name, size] : db->finish()) {
+        std::lock_guard<std::mutex> lock(written);
+        mine[rel + (ranks > 1 ? process_db : "") + name] = size;
+      }
+    metadata_files.get();
   } catch (const Error& e) {
     failure = std::make_exception_ptr(e.file().empty() ? e.with_file(where) : e);
   } catch (...) {
     failure = std::current_exception();
+  }
+  // An array failed first: its error is the one reported, and the files go with the staging.
+  if (metadata_files.valid() && metadata_files.wait_for(std::chrono::seconds(0)) != std::future_status::deferred) {
+    try {
+      metadata_files.get();
+    } catch (...) {
+    }
   }
 
   // Step 3.
@@ -868,7 +899,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       auto put_file = [&](const std::string& name, const TextParts& content) {
         expected[name] = write_blob_parts(store, join_key(top, name), content);
       };
-      text.put_files(put_file, rel, options);
+      text.put_commit(put_file);
       staging->publish(expected);
       outcome.u64(1);
     } catch (...) {

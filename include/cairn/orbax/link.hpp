@@ -239,6 +239,7 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
   const auto unset = [](const Json& j) { return j.is_object() && j.size() == 0; };
   if (unset(o.custom_metadata) && unset(o.metrics)) take_user_metadata(meta.user_metadata, o);
   text.put_files(put_file, rel, o);
+  text.put_commit(put_file);
   staging->publish(expected);
   return report;
 }
