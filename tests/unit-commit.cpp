@@ -299,6 +299,26 @@ TEST_CASE("every directory of a staged checkpoint, and every parent made for it,
     CHECK(log.index_of("fsync", dir / "x") < publish);
     CHECK(cairn::load<State>(dir / "x/y/c") == s);
   }
+  SUBCASE("a single file published atomically (a safetensors export) into parents that did not exist") {
+    cairn::PosixStore store(dir.path);
+    const std::string bytes = "one blob";
+    auto w = store.create_atomically("p/q/file.bin", false);
+    w->write_at(bytes.data(), bytes.size(), 0);
+    w->finish(bytes.size());
+    CHECK(test::read_file(dir / "p/q/file.bin") == bytes);
+    std::size_t publish = log.calls.size();
+    for (std::size_t i = 0; i < log.calls.size(); ++i)
+      if ((log.calls[i].first == "renameat2" || log.calls[i].first == "rename") &&
+          log.calls[i].second.rfind(dir / "p/q/file.bin.cairn-tmp-", 0) == 0) {
+        publish = i;
+        break;
+      }
+    REQUIRE(publish < log.calls.size());
+    CHECK(log.index_of("fsync", dir.path) < publish);   // p's name
+    CHECK(log.index_of("fsync", dir / "p") < publish);  // q's name
+    CHECK(log.index_of("fsync", dir / "p/q") > publish);  // the file's name, after its rename
+    CHECK(log.index_of("fsync", dir / "p/q") < log.calls.size());
+  }
 }
 
 TEST_CASE("interrupted plain saves leave nothing behind after the next save of the path") {

@@ -9948,8 +9948,8 @@ CAIRN_API std::string PosixStore::follow_link(const std::string& key) const {
 CAIRN_API std::unique_ptr<StoreWriter> PosixStore::create_atomically(const std::string& key, bool overwrite) {
   const std::string p = path(key);
   AtomicWriter::check_target(p, overwrite);
-  std::error_code ec;
-  std::filesystem::create_directories(detail::parent_dir(p), ec);  // as create() does
+  // (finish() fsyncs the file's directory; a directory made here is fsynced into its own)
+  detail::make_dirs_durably(detail::parent_dir(p));
   return std::make_unique<AtomicWriter>(detail::StagingClaim::create(p), p, overwrite);
 }
 
