@@ -245,6 +245,12 @@ struct SyncLog {
       if (calls[i].first == call && calls[i].second == path) return i;
     return calls.size();
   }
+  // The rename (renameat2, or rename where it falls back) of a path that starts with `prefix`.
+  std::size_t rename_of(const std::string& prefix) {
+    for (std::size_t i = 0; i < calls.size(); ++i)
+      if ((calls[i].first == "renameat2" || calls[i].first == "rename") && calls[i].second.rfind(prefix, 0) == 0) return i;
+    return calls.size();
+  }
 };
 
 TEST_CASE("every directory of a staged checkpoint, and every parent made for it, is fsynced before the publish") {
@@ -268,7 +274,7 @@ TEST_CASE("every directory of a staged checkpoint, and every parent made for it,
       expected[name] = bytes.size();
     }
     staging->publish(expected);
-    const std::size_t rename = std::min(log.index_of("renameat2", staged), log.index_of("rename", staged));
+    const std::size_t rename = log.rename_of(staged);
     REQUIRE(rename < log.calls.size());
     for (const std::string sub : {"", "/a", "/a/b", "/a/b/c", "/d"}) {
       CAPTURE(sub);
@@ -287,13 +293,7 @@ TEST_CASE("every directory of a staged checkpoint, and every parent made for it,
   SUBCASE("a save into parents that did not exist") {
     const State s = make_state(3);
     cairn::save(dir / "x/y/c", s);
-    std::size_t publish = log.calls.size();
-    for (std::size_t i = 0; i < log.calls.size(); ++i)
-      if ((log.calls[i].first == "renameat2" || log.calls[i].first == "rename") &&
-          log.calls[i].second.find(".cairn-tmp-") != std::string::npos && log.calls[i].second.rfind(dir / "x/y/c", 0) == 0) {
-        publish = i;
-        break;
-      }
+    const std::size_t publish = log.rename_of(dir / "x/y/c.cairn-tmp-");
     REQUIRE(publish < log.calls.size());
     CHECK(log.index_of("fsync", dir.path) < publish);
     CHECK(log.index_of("fsync", dir / "x") < publish);
@@ -306,13 +306,7 @@ TEST_CASE("every directory of a staged checkpoint, and every parent made for it,
     w->write_at(bytes.data(), bytes.size(), 0);
     w->finish(bytes.size());
     CHECK(test::read_file(dir / "p/q/file.bin") == bytes);
-    std::size_t publish = log.calls.size();
-    for (std::size_t i = 0; i < log.calls.size(); ++i)
-      if ((log.calls[i].first == "renameat2" || log.calls[i].first == "rename") &&
-          log.calls[i].second.rfind(dir / "p/q/file.bin.cairn-tmp-", 0) == 0) {
-        publish = i;
-        break;
-      }
+    const std::size_t publish = log.rename_of(dir / "p/q/file.bin.cairn-tmp-");
     REQUIRE(publish < log.calls.size());
     CHECK(log.index_of("fsync", dir.path) < publish);   // p's name
     CHECK(log.index_of("fsync", dir / "p") < publish);  // q's name

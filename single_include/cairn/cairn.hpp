@@ -9103,30 +9103,6 @@ inline void make_dir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0) throw_errno("mkdir", dir);
 }
 
-inline std::string parent_dir(const std::string& p);
-inline bool is_directory(const std::string& p);
-
-// `mkdir -p` whose directories stay made: each one made here is fsynced into its parent, as
-// a new file is (a name is on disk only once the directory holding it is fsynced; on a
-// filesystem without a journal, or with one that does not order metadata, a crash could
-// otherwise take a new directory away under a checkpoint published in it). Another process
-// making one of them meanwhile is no error.
-inline void make_dirs_durably(const std::string& dir) {
-  std::vector<std::string> missing;  // deepest first
-  for (std::string p = dir; !p.empty() && p != "." && p != "/" && !is_directory(p); p = parent_dir(p)) {
-    missing.push_back(p);
-    if (parent_dir(p) == p) break;
-  }
-  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-    if (int e = injected_fault("mkdir", *it)) throw_errno("mkdir", *it, e);
-    if (::mkdir(it->c_str(), 0777) != 0) {
-      if (errno != EEXIST || !is_directory(*it)) throw_errno("mkdir", *it);
-      continue;  // made by someone else, who makes it durable
-    }
-    fsync_dir(parent_dir(*it));
-  }
-}
-
 inline bool path_exists(const std::string& p) {
   struct stat st;
   return ::lstat(p.c_str(), &st) == 0;
@@ -9219,6 +9195,24 @@ inline std::string parent_dir(const std::string& p) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
+// `mkdir -p` whose directories stay made: each one made here is fsynced into its parent, as
+// a new file is (a name is on disk only once the directory holding it is fsynced; on a
+// filesystem without a journal, or with one that does not order metadata, a crash could
+// otherwise take a new directory away under a checkpoint published in it). Another process
+// making one of them meanwhile is no error.
+inline void make_dirs_durably(const std::string& dir) {
+  std::vector<std::string> missing;  // deepest first
+  for (std::string p = dir; !p.empty() && p != "." && p != "/" && !is_directory(p); p = parent_dir(p))
+    missing.push_back(p);
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (int e = injected_fault("mkdir", *it)) throw_errno("mkdir", *it, e);
+    if (::mkdir(it->c_str(), 0777) != 0) {
+      if (errno != EEXIST || !is_directory(*it)) throw_errno("mkdir", *it);
+      continue;  // made by someone else, who makes it durable
+    }
+    fsync_dir(parent_dir(*it));
+  }
+}
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
@@ -9565,10 +9559,6 @@ inline void check_target(const std::string& path, bool overwrite) {
               path);
 }
 
-// Publishes the complete staging directory at `final_path`: one rename where nothing (or an
-// empty directory) is there; an atomic exchange with the previous checkpoint where the
-// filesystem has one (renameat2 RENAME_EXCHANGE); otherwise the previous checkpoint is set
-// aside under the claim's `.old` name first, and put back if the second rename fails.
 // Makes every name in the staged tree at `dir` durable before it is published: each file was
 // fsynced as it was finished, but its name is on disk only once the directory holding it is
 // fsynced, and a subdirectory's (an Orbax export's state/d/) only once its parent is. Without
@@ -9584,10 +9574,13 @@ inline void fsync_tree(const std::string& dir) {
     if (it->is_directory(type_ec) && !it->is_symlink(type_ec)) dirs.push_back(it->path().string());
   }
   if (ec) throw Error(ErrorKind::io, "cannot list the staged checkpoint: " + ec.message(), dir);
-  for_each_index(dirs.size(), dirs.size() > 8 ? 8 : 1,
-                 [&](std::size_t i) { fsync_dir(dirs[i]); });
+  for_each_index(dirs.size(), dirs.size() > 8 ? 8 : 1, [&](std::size_t i) { fsync_dir(dirs[i]); });
 }
 
+// Publishes the complete staging directory at `final_path`: one rename where nothing (or an
+// empty directory) is there; an atomic exchange with the previous checkpoint where the
+// filesystem has one (renameat2 RENAME_EXCHANGE); otherwise the previous checkpoint is set
+// aside under the claim's `.old` name first, and put back if the second rename fails.
 // Until this returns, F holds either the previous complete checkpoint or the new one; a crash
 // between the fallback's two renames leaves F empty for a moment, and then load reads the
 // old one, and the next save or Checkpointer puts it back. Errors after the publish are

@@ -337,30 +337,6 @@ inline void make_dir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0) throw_errno("mkdir", dir);
 }
 
-inline std::string parent_dir(const std::string& p);
-inline bool is_directory(const std::string& p);
-
-// `mkdir -p` whose directories stay made: each one made here is fsynced into its parent, as
-// a new file is (a name is on disk only once the directory holding it is fsynced; on a
-// filesystem without a journal, or with one that does not order metadata, a crash could
-// otherwise take a new directory away under a checkpoint published in it). Another process
-// making one of them meanwhile is no error.
-inline void make_dirs_durably(const std::string& dir) {
-  std::vector<std::string> missing;  // deepest first
-  for (std::string p = dir; !p.empty() && p != "." && p != "/" && !is_directory(p); p = parent_dir(p)) {
-    missing.push_back(p);
-    if (parent_dir(p) == p) break;
-  }
-  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-    if (int e = injected_fault("mkdir", *it)) throw_errno("mkdir", *it, e);
-    if (::mkdir(it->c_str(), 0777) != 0) {
-      if (errno != EEXIST || !is_directory(*it)) throw_errno("mkdir", *it);
-      continue;  // made by someone else, who makes it durable
-    }
-    fsync_dir(parent_dir(*it));
-  }
-}
-
 inline bool path_exists(const std::string& p) {
   struct stat st;
   return ::lstat(p.c_str(), &st) == 0;
@@ -453,6 +429,24 @@ inline std::string parent_dir(const std::string& p) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
+// `mkdir -p` whose directories stay made: each one made here is fsynced into its parent, as
+// a new file is (a name is on disk only once the directory holding it is fsynced; on a
+// filesystem without a journal, or with one that does not order metadata, a crash could
+// otherwise take a new directory away under a checkpoint published in it). Another process
+// making one of them meanwhile is no error.
+inline void make_dirs_durably(const std::string& dir) {
+  std::vector<std::string> missing;  // deepest first
+  for (std::string p = dir; !p.empty() && p != "." && p != "/" && !is_directory(p); p = parent_dir(p))
+    missing.push_back(p);
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (int e = injected_fault("mkdir", *it)) throw_errno("mkdir", *it, e);
+    if (::mkdir(it->c_str(), 0777) != 0) {
+      if (errno != EEXIST || !is_directory(*it)) throw_errno("mkdir", *it);
+      continue;  // made by someone else, who makes it durable
+    }
+    fsync_dir(parent_dir(*it));
+  }
+}
 
 }  // namespace detail
 CAIRN_END_NAMESPACE

@@ -117,15 +117,14 @@ class OcdbtWriter {
   // value is a byte range of a data file, and nothing asks that two keys' ranges differ. (Ten
   // thousand small arrays' zarr.json were 4.5 MB of an export's 7.9 MB data file.)
   void put_kept(std::string_view key, const std::string& value) {
-    if (value.size() <= max_inline_) return put(key, value.data(), value.size(), true);
-    const auto [at, fresh] = kept_at_.try_emplace(&value, out_->size());
-    if (fresh) return put(key, value.data(), value.size(), true);
-    check_key(key);
-    Entry e;
-    e.indirect = true;
-    e.offset = at->second;
-    e.length = value.size();
-    add(key, e);
+    if (value.size() > max_inline_)
+      if (const auto at = kept_at_.find(&value); at != kept_at_.end()) {
+        check_key(key);
+        return add_range(key, 0, at->second, value.size());
+      }
+    const std::uint64_t offset = out_->size();
+    put(key, value.data(), value.size(), true);
+    if (value.size() > max_inline_) kept_at_.emplace(&value, offset);
   }
 
   // A value that is already in a data file of another database below this one: `length` bytes
@@ -135,12 +134,7 @@ class OcdbtWriter {
     check_key(key);
     auto [at, fresh] = files_.emplace(file, files_.size() + 1);  // 0 is the database's own file
     if (fresh) file_names_.push_back(file);
-    Entry e;
-    e.indirect = true;
-    e.file = static_cast<std::uint32_t>(at->second);
-    e.offset = offset;
-    e.length = length;
-    add(key, e);
+    add_range(key, static_cast<std::uint32_t>(at->second), offset, length);
   }
 
   // A value as finish() stored it: inline bytes, or a byte range of the database's own data file.
@@ -306,6 +300,15 @@ class OcdbtWriter {
   }
   [[noreturn]] static void twice(std::string_view key) {
     throw Error(ErrorKind::invalid_argument, "an OCDBT key was put twice", "", std::string(key));
+  }
+  // A value that is `length` bytes at `offset` of data file `file` (0: this database's own).
+  void add_range(std::string_view key, std::uint32_t file, std::uint64_t offset, std::uint64_t length) {
+    Entry e;
+    e.indirect = true;
+    e.file = file;
+    e.offset = offset;
+    e.length = length;
+    add(key, e);
   }
   void add(std::string_view key, Entry e) {
     if (!entries_.empty() && key < entries_.back().key) in_order_ = false;

@@ -294,10 +294,6 @@ inline void check_target(const std::string& path, bool overwrite) {
               path);
 }
 
-// Publishes the complete staging directory at `final_path`: one rename where nothing (or an
-// empty directory) is there; an atomic exchange with the previous checkpoint where the
-// filesystem has one (renameat2 RENAME_EXCHANGE); otherwise the previous checkpoint is set
-// aside under the claim's `.old` name first, and put back if the second rename fails.
 // Makes every name in the staged tree at `dir` durable before it is published: each file was
 // fsynced as it was finished, but its name is on disk only once the directory holding it is
 // fsynced, and a subdirectory's (an Orbax export's state/d/) only once its parent is. Without
@@ -313,10 +309,13 @@ inline void fsync_tree(const std::string& dir) {
     if (it->is_directory(type_ec) && !it->is_symlink(type_ec)) dirs.push_back(it->path().string());
   }
   if (ec) throw Error(ErrorKind::io, "cannot list the staged checkpoint: " + ec.message(), dir);
-  for_each_index(dirs.size(), dirs.size() > 8 ? 8 : 1,
-                 [&](std::size_t i) { fsync_dir(dirs[i]); });
+  for_each_index(dirs.size(), dirs.size() > 8 ? 8 : 1, [&](std::size_t i) { fsync_dir(dirs[i]); });
 }
 
+// Publishes the complete staging directory at `final_path`: one rename where nothing (or an
+// empty directory) is there; an atomic exchange with the previous checkpoint where the
+// filesystem has one (renameat2 RENAME_EXCHANGE); otherwise the previous checkpoint is set
+// aside under the claim's `.old` name first, and put back if the second rename fails.
 // Until this returns, F holds either the previous complete checkpoint or the new one; a crash
 // between the fallback's two renames leaves F empty for a moment, and then load reads the
 // old one, and the next save or Checkpointer puts it back. Errors after the publish are
