@@ -11,6 +11,7 @@
 #include <cairn/store/gathered_writer.hpp>
 
 #include <atomic>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -104,6 +105,95 @@ TEST_CASE("a file read ahead: its first bytes into the page cache, up to the bud
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     CHECK(r->cached_bytes(0, 2 << 20) == 2u << 20);
     ahead.reset();
+  }
+}
+
+TEST_CASE("a checkpoint's files are read with O_NONBLOCK left set; an EAGAIN clears it and the read goes on") {
+  // O_NONBLOCK has no effect on a regular file (open(2)), so a load clears it with no fcntl
+  // per file (a fifth of the system calls of a load of 10,000 one-chunk files). A filesystem
+  // that answered EAGAIN all the same (injected here) gets the flag cleared, once per file.
+  test::TempDir dir;
+  auto state = test::random_conformance_state();
+  state.w = test::random_bits<float>(300000);  // read with pread; the small leaves with preadv
+  const std::string path = dir / "c";
+  cairn::save(path, state);
+  std::mutex m;
+  std::map<std::string, std::map<std::string, int>> calls;  // call -> path -> count
+  auto record = [&](const std::string& call, const std::string& p) {
+    std::lock_guard<std::mutex> lock(m);
+    return ++calls[call][p];
+  };
+  {
+    test::FaultInjection seen([&](const std::string& call, const std::string& p) {
+      record(call, p);
+      return 0;
+    });
+    test::check_same(state, cairn::load<test::ConformanceState>(path));
+  }
+  CHECK(calls["open"].size() >= 3);   // the marker, the metadata and the data file at least
+  CHECK(calls["pread"].size() >= 3);
+  CHECK(calls["fcntl"].empty());
+  const std::size_t read_files = calls["pread"].size();
+
+  // Every file's first read answers EAGAIN: each is cleared once and read on.
+  calls.clear();
+  {
+    test::FaultInjection eagain([&](const std::string& call, const std::string& p) {
+      const int n = record(call, p);
+      return call == "pread" && n == 1 ? EAGAIN : 0;
+    });
+    test::check_same(state, cairn::load<test::ConformanceState>(path));
+  }
+  CHECK(calls["pread"].size() == read_files);
+  CHECK(calls["fcntl"].size() == read_files);
+  for (const auto& [p, n] : calls["fcntl"]) {
+    CAPTURE(p);
+    CHECK(n == 1);
+  }
+
+  // Through the store's reader too, both kinds of read, and an EAGAIN once the flag is
+  // cleared is an error naming the file, as is a failed fcntl.
+  cairn::PosixStore store;
+  const std::string data = dir / "blob";
+  const auto bytes = test::random_bits<unsigned char>(100000);
+  test::write_file(data, std::string(bytes.begin(), bytes.end()));
+  // The file status flags of the one descriptor open on `p`, from /proc/self/fdinfo.
+  auto flags_of_open = [](const std::string& p) {
+    int found = -1, count = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      if (std::filesystem::read_symlink(e.path(), ec) != p) continue;
+      std::ifstream info("/proc/self/fdinfo/" + e.path().filename().string());
+      for (std::string line; std::getline(info, line);)
+        if (line.starts_with("flags:")) found = std::stoi(line.substr(6), nullptr, 8);
+      ++count;
+    }
+    REQUIRE(count == 1);
+    return found;
+  };
+  auto r = store.open(data);
+  CHECK((flags_of_open(data) & O_NONBLOCK) != 0);  // no fcntl at the open
+  {
+    int preads = 0;
+    test::FaultInjection eagain([&](const std::string& call, const std::string&) { return call == "pread" && ++preads <= 2 ? EAGAIN : 0; });
+    std::vector<unsigned char> back(bytes.size());
+    r->read_at(back.data(), 1000, 0);  // cleared here
+    CHECK((flags_of_open(data) & O_NONBLOCK) == 0);
+    CHECK_CAIRN_ERROR(r->read_at(back.data(), 1000, 0), ErrorKind::io, "blob");  // a second EAGAIN is real
+    cairn::ReadPiece pieces[2] = {{back.data(), 40000}, {back.data() + 40000, bytes.size() - 40000}};
+    r->read_scattered(pieces, 2, 0);
+    CHECK(back == bytes);
+  }
+  r.reset();
+  auto r2 = store.open(data);
+  {
+    test::FaultInjection fail([&](const std::string& call, const std::string&) {
+      return call == "pread" ? EAGAIN : call == "fcntl" ? EIO : 0;
+    });
+    std::vector<unsigned char> back(10);
+    CHECK_CAIRN_ERROR(r2->read_at(back.data(), back.size(), 0), ErrorKind::io, "fcntl");
+    cairn::ReadPiece piece{back.data(), back.size()};
+    CHECK_CAIRN_ERROR(r2->read_scattered(&piece, 1, 0), ErrorKind::io, "blob");
   }
 }
 
