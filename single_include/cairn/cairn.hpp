@@ -8806,8 +8806,9 @@ namespace detail {
 
 // The fault-injection seam: a hook that returns an errno value to make the named call fail
 // ("open", "pread", "pwrite", "ftruncate", "fsync", "close", "mkdir", "rename", "renameat2",
-// "remove", "fcntl" for the claim locks of store/posix_staging.hpp, and "mincore", whose
-// failure only means "not cached"), or 0 to let it run.
+// "remove", "fcntl" for the claim locks of store/posix_staging.hpp and for a read's clearing
+// of O_NONBLOCK, and "mincore", whose failure only means "not cached"), or 0 to let it run.
+// EAGAIN at "pread" is handled as a filesystem's real one (File::retry_blocking).
 // Tests only.
 using FaultHook = int (*)(const char* call, const std::string& path);
 inline std::atomic<FaultHook>& fault_hook() {
@@ -8824,18 +8825,22 @@ class File {
   File() = default;
   File(const File&) = delete;
   File& operator=(const File&) = delete;
-  File(File&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+  File(File&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)), blocking_(o.blocking_.load()) { o.fd_ = -1; }
   File& operator=(File&& o) noexcept {
-    if (this != &o) { close_quietly(); fd_ = o.fd_; path_ = std::move(o.path_); o.fd_ = -1; }
+    if (this != &o) { close_quietly(); fd_ = o.fd_; path_ = std::move(o.path_); blocking_ = o.blocking_.load(); o.fd_ = -1; }
     return *this;
   }
   ~File() { close_quietly(); }
 
   // Opens a file of a checkpoint for reading. Only a regular file is accepted: a symbolic
   // link (which could lead out of the checkpoint) is refused, and a FIFO or device, which
-  // could block the load forever, is refused without blocking (O_NONBLOCK until checked).
+  // could block the load forever, is refused without blocking (opened with O_NONBLOCK).
   // `size`, where given, gets the file's size from the check's fstat (a second fstat per file
   // was a seventh of the system calls of a load of 10,000 one-chunk files).
+  // O_NONBLOCK stays set: it "has no effect for regular files" (open(2); POSIX leaves it
+  // unspecified), and the fcntl that cleared it was a fifth of the system calls of a load of
+  // a file per chunk (docs/benchmarks.md, "Orbax import"). Should a filesystem answer EAGAIN
+  // all the same, the read clears it then and tries again (retry_blocking).
   static File open_read(const std::string& path, std::uint64_t* size = nullptr) {
     if (int e = injected_fault("open", path)) throw_errno("open", path, e);
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -8847,10 +8852,6 @@ class File {
     struct stat st;
     if (::fstat(fd, &st) != 0) throw_errno("fstat", path);
     if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::corrupt, "is not a regular file (a directory, FIFO or device)", path);
-    // O_NONBLOCK is the one file status flag it was opened with (O_CLOEXEC and O_NOFOLLOW are
-    // none, and F_SETFL leaves the access mode), so setting none clears it without asking
-    // for the flags first.
-    if (::fcntl(fd, F_SETFL, 0) != 0) throw_errno("fcntl", path);
     if (size) *size = static_cast<std::uint64_t>(st.st_size);
     return f;
   }
@@ -8891,12 +8892,12 @@ class File {
   // metadata says (truncated).
   void read_at(void* data, std::uint64_t n, std::uint64_t offset) const {
     char* p = static_cast<char*>(data);
-    if (int e = injected_fault("pread", path_)) throw_errno("pread", path_, e);
+    if (int e = injected_fault("pread", path_); e && !injected_eagain_retried(e)) throw_errno("pread", path_, e);
     while (n > 0) {
       const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30));
       ssize_t r = ::pread(fd_, p, step, static_cast<off_t>(offset));
       if (r < 0) {
-        if (errno == EINTR) continue;
+        if (errno == EINTR || retry_blocking()) continue;
         throw_errno("pread", path_);
       }
       if (r == 0) throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(offset) + ", before the data its metadata describes (truncated?)", path_);
@@ -8944,7 +8945,7 @@ class File {
   // call): many small leaves straight into their targets in a few system calls. Exactly the
   // bytes asked for, or throws as read_at does. `iov` is used up (advanced past short reads).
   void read_vectored(std::vector<iovec>& iov, std::uint64_t offset) const {
-    if (int e = injected_fault("pread", path_)) throw_errno("pread", path_, e);
+    if (int e = injected_fault("pread", path_); e && !injected_eagain_retried(e)) throw_errno("pread", path_, e);
     vectored(iov, offset, "preadv", [&](const iovec* v, int k, off_t at) { return ::preadv(fd_, v, k, at); }, [&](std::uint64_t at) {
       throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(at) + ", before the data its metadata describes (truncated?)", path_);
     });
@@ -8996,7 +8997,7 @@ class File {
       const std::size_t k = std::min(batch, iov.size() - next);
       const ssize_t n = call(&iov[next], static_cast<int>(k), static_cast<off_t>(offset));
       if (n < 0) {
-        if (errno == EINTR) continue;
+        if (errno == EINTR || retry_blocking()) continue;
         throw_errno(call_name, path_);
       }
       if (n == 0) nothing(offset);
@@ -9014,6 +9015,26 @@ class File {
     }
   }
 
+  // After a read failed with EAGAIN on a file opened with O_NONBLOCK (open_read): clears
+  // the flag and says to try again, once. O_NONBLOCK is the one file status flag open_read
+  // sets (O_CLOEXEC and O_NOFOLLOW are none, and F_SETFL leaves the access mode), so setting
+  // none clears it without asking for the flags first.
+  bool retry_blocking() const {
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    if (blocking_) return false;  // cleared already: a real EAGAIN, which the caller reports
+    if (int e = injected_fault("fcntl", path_)) throw_errno("fcntl", path_, e);
+    if (::fcntl(fd_, F_SETFL, 0) != 0) throw_errno("fcntl", path_);
+    blocking_ = true;
+    return true;
+  }
+
+  // An EAGAIN injected at "pread" stands for a filesystem that honours O_NONBLOCK on a
+  // regular file: handled as a real one is (the tests' only way to reach retry_blocking).
+  bool injected_eagain_retried(int e) const {
+    errno = e;
+    return retry_blocking();
+  }
+
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   void close_quietly() noexcept {
     if (fd_ >= 0) ::close(fd_);
@@ -9021,6 +9042,7 @@ class File {
   }
   int fd_ = -1;
   std::string path_;
+  mutable std::atomic<bool> blocking_{false};  // O_NONBLOCK cleared (retry_blocking); reads may run on several threads
 };
 
 // Reads up to the first `bytes` of the file at `path` into a scratch buffer, 256 KiB a step,
