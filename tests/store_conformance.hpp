@@ -298,6 +298,38 @@ inline void check_store_conformance(const std::function<std::shared_ptr<cairn::S
     CHECK_CAIRN_ERROR(got[4].take(), ErrorKind::not_found, "");
     CHECK(store->read_whole_each({}).empty());
   }
+  SUBCASE("read_whole_each of many blobs (a store may read them together): each as read_whole reads it") {
+    // Enough blobs for PosixStore's batched reads (io_uring, 64 files a batch: more than one).
+    auto store = make();
+    std::mt19937 rng(11);
+    std::vector<std::pair<std::string, std::uint64_t>> reads;
+    std::vector<std::string> want;
+    std::vector<std::optional<ErrorKind>> error;  // what read_whole throws, where it throws
+    for (int i = 0; i < 150; ++i) {
+      const std::string key = "m/" + std::to_string(i);
+      const std::size_t size = i % 10 == 0 ? 0 : rng() % (i % 7 == 0 ? 70000 : 600);
+      const auto bytes = random_bits<unsigned char>(size);
+      const std::string text(bytes.begin(), bytes.end());
+      if (i % 13 != 5) cairn::detail::write_blob(*store, key, text);  // every 13th missing
+      const bool over = i % 11 == 3 && size > 0;                          // every 11th over its limit
+      reads.emplace_back(key, over ? size - 1 : size + rng() % 3);
+      want.push_back(i % 13 == 5 || over ? "" : text);
+      error.push_back(i % 13 == 5 ? std::optional(ErrorKind::not_found) : over ? std::optional(ErrorKind::corrupt) : std::nullopt);
+    }
+    reads.emplace_back("m/7", reads[7].second);  // a blob asked for twice
+    want.push_back(want[7]);
+    error.push_back(error[7]);
+    auto got = store->read_whole_each(reads);
+    REQUIRE(got.size() == reads.size());
+    for (std::size_t i = 0; i < reads.size(); ++i) {
+      CAPTURE(i);
+      if (!error[i]) {
+        CHECK(got[i].take() == want[i]);
+      } else {
+        CHECK_CAIRN_ERROR(got[i].take(), *error[i], *error[i] == ErrorKind::corrupt ? "over the limit" : "");
+      }
+    }
+  }
   SUBCASE("write_whole_each: each new blob written whole; one already there is refused") {
     auto store = make();
     const auto a = random_bits<unsigned char>(3000);

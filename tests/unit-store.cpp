@@ -9,6 +9,7 @@
 #include <cairn/checkpoint/data_files.hpp>
 #include <cairn/core/parallel.hpp>
 #include <cairn/store/gathered_writer.hpp>
+#include <cairn/io/batched_reads.hpp>
 
 #include <atomic>
 #include <mutex>
@@ -194,6 +195,96 @@ TEST_CASE("a checkpoint's files are read with O_NONBLOCK left set; an EAGAIN cle
     CHECK_CAIRN_ERROR(r2->read_at(back.data(), back.size(), 0), ErrorKind::io, "fcntl");
     cairn::ReadPiece piece{back.data(), back.size()};
     CHECK_CAIRN_ERROR(r2->read_scattered(&piece, 1, 0), ErrorKind::io, "blob");
+  }
+}
+
+TEST_CASE("PosixStore reads many small files together: what is no regular file is refused as read_whole refuses it") {
+  // 16 or more files go through io_uring where the kernel has it (io/batched_reads.hpp); what
+  // that path does not read whole is read the ordinary way, so every result and every error
+  // is read_whole's own. A FIFO must not block it, a link not be followed.
+  test::TempDir dir;
+  cairn::PosixStore store(dir.path);
+  std::vector<std::pair<std::string, std::uint64_t>> reads;
+  std::vector<std::string> want;
+  std::size_t regular = 0;  // files read whole by the batched path
+  for (int i = 0; i < 100; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    const auto bytes = test::random_bits<unsigned char>(static_cast<std::size_t>(i * 37 % 5000));
+    test::write_file(dir / name, std::string(bytes.begin(), bytes.end()));
+    reads.emplace_back(name, bytes.size());
+    want.emplace_back(bytes.begin(), bytes.end());
+    ++regular;
+  }
+  REQUIRE(::mkfifo((dir / "fifo").c_str(), 0600) == 0);
+  REQUIRE(::symlink((dir / "f1").c_str(), (dir / "link").c_str()) == 0);
+  std::filesystem::create_directories(dir / "sub");
+  for (const std::string odd : {"fifo", "link", "sub", "missing"}) {
+    reads.insert(reads.begin() + 50, {odd, 1 << 20});
+    want.insert(want.begin() + 50, "");
+  }
+  reads.emplace_back("f99", 10);  // over its limit
+  want.emplace_back("");
+  const auto got = store.read_whole_each(reads);
+  REQUIRE(got.size() == reads.size());
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    CAPTURE(reads[i].first);
+    auto g = got[i];
+    if (!g.error) {
+      CHECK(g.take() == want[i]);
+      continue;
+    }
+    std::string batched, alone;
+    cairn::ErrorKind kb{}, ka{};
+    try {
+      g.take();
+    } catch (const cairn::Error& e) {
+      batched = e.what(), kb = e.kind();
+    }
+    try {
+      (void)store.read_whole(reads[i].first, reads[i].second);
+      FAIL("read_whole read it");
+    } catch (const cairn::Error& e) {
+      alone = e.what(), ka = e.kind();
+    }
+    CHECK(batched == alone);
+    CHECK(kb == ka);
+  }
+  int errors = 0;
+  for (const auto& g : got) errors += g.error != nullptr;
+  CHECK(errors == 5);
+
+  // The batched path itself: every regular file within its limit read whole by it, the rest
+  // left; nothing while a fault-injection hook is set.
+  std::vector<cairn::detail::WholeFileRead> files(reads.size());
+  for (std::size_t i = 0; i < reads.size(); ++i) files[i].path = store.path(reads[i].first), files[i].limit = reads[i].second;
+  const std::size_t read = cairn::detail::read_files_batched(files);
+  if (read == 0) {
+    MESSAGE("no io_uring on this machine: only the ordinary reads were checked");
+  } else {
+    CHECK(read == regular);  // f0 ... f99 within their limits; not f99 again over its limit
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      CAPTURE(reads[i].first);
+      CHECK(files[i].done == (i < reads.size() - 1 && reads[i].first.starts_with("f") && reads[i].first != "fifo"));
+      if (files[i].done) CHECK(files[i].bytes == want[i]);
+    }
+  }
+  // A device node reads like an empty file of any limit (its size is 0): refused all the same.
+  if (std::filesystem::exists("/dev/zero")) {
+    cairn::PosixStore anywhere;
+    std::vector<std::pair<std::string, std::uint64_t>> dev(20, {dir / "f3", 1 << 20});
+    dev[7] = {"/dev/zero", 1 << 20};
+    auto back = anywhere.read_whole_each(dev);
+    CHECK(back[6].take() == want[3]);
+    CHECK_CAIRN_ERROR(back[7].take(), ErrorKind::corrupt, "not a regular file");
+    std::vector<cairn::detail::WholeFileRead> zero(20);
+    for (auto& z : zero) z.path = "/dev/zero", z.limit = 1 << 20;
+    cairn::detail::read_files_batched(zero);
+    for (const auto& z : zero) CHECK_FALSE(z.done);
+  }
+  for (auto& f : files) f.done = false, f.bytes.clear();
+  {
+    test::FaultInjection none([](const std::string&, const std::string&) { return 0; });
+    CHECK(cairn::detail::read_files_batched(files) == 0);
   }
 }
 

@@ -1384,6 +1384,13 @@ TEST_CASE("an Orbax checkpoint of a file per chunk read side by side names the a
       }
       CHECK(json == 300);
       CHECK(zarray == 300);
+      // A zarr.json that is a symbolic link beside a good .zarray is refused, not passed over
+      // for the .zarray: only a name that is not there is (as a load reading them one by one).
+      const fs::path link = fs::path(ckpt) / "state" / "w1077" / "zarr.json";
+      fs::create_symlink("../w1078/.zarray", link);
+      CHECK_CAIRN_ERROR(cairn::load_orbax<Flat>(ckpt), cairn::ErrorKind::corrupt, "symbolic link");
+      fs::remove(link);
+      CHECK(cairn::load_orbax<Flat>(ckpt) == state);
     }
     // A chunk cut short: the load names its array and its file.
     const fs::path c = fs::path(ckpt) / "state" / "w1123" / chunk;

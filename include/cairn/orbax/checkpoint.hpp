@@ -659,30 +659,51 @@ class PytreeReader {
   }
 
   // The layout of a directory per parameter keeps each array's zarr metadata in a file of its
-  // own. The files of a batch of entries are read side by side (one thread per core, or as
-  // many requests as the store keeps in flight) before its arrays are added: read one after
-  // another, they were half of a load of 10,000 small arrays (docs/benchmarks.md, "Orbax
-  // import"). Batches bound the texts held at once. A parameter none was read of (an error, or
-  // neither name there) is left to array_metadata, which tries it again and reports it there.
+  // own. The files of a batch of entries are read together before its arrays are added, with
+  // Store::read_whole_each: a POSIX store reads them through io_uring, 64 files a system call
+  // (io/batched_reads.hpp), on one thread per core; an object store sends them at once. Read
+  // one after another they were half of a load of 10,000 small arrays, and one system call at
+  // a time a third (docs/benchmarks.md, "Orbax import"). The name of the format the checkpoint
+  // says it has (or zarr v3's) is read first, the other's for those it misses. Batches bound the
+  // texts held at once. A parameter none was read of (an error, or neither name there) is left
+  // to array_metadata, which tries it again and reports it there.
   static constexpr std::size_t prefetch_batch = 1024;
   void prefetch_array_metadata(const std::vector<TreeMetadataEntry>& entries, std::size_t from, std::size_t to) {
     prefetched_.clear();
     std::vector<const std::string*> params;
     for (std::size_t i = from; i < to; ++i)
-      if (is_array(entries[i])) params.push_back(&entries[i].param);
+      if (is_array(entries[i]) && stays_below(entries[i].param)) params.push_back(&entries[i].param);
     if (params.size() < parallel_small_files_min) return;
-    const std::size_t threads = std::max<std::size_t>(static_cast<std::size_t>(std::max(1, store_.parallel_reads())),
-                                                      std::min<std::size_t>(usable_cores(), 16));
-    if (threads < 2) return;
-    std::vector<MetadataText> found(params.size());
-    for_each_index(params.size(), static_cast<int>(threads), [&](std::size_t k) {
-      try {
-        found[k] = read_metadata_text(*params[k], {});
-      } catch (const Error&) {
+    // An object store keeps its own requests in flight (one call); files go on one thread per core.
+    const std::size_t slices = store_.parallel_reads() > 1 ? 1 : std::min<std::size_t>(usable_cores(), 16);
+    for (const int format : {3, 2}) {
+      if (!may_be(format) || params.empty()) continue;
+      std::vector<std::pair<std::string, std::uint64_t>> reads;
+      reads.reserve(params.size());
+      for (const std::string* p : params) reads.emplace_back(join_key(dir_, *p + metadata_name(format)), max_array_metadata_bytes);
+      std::vector<Store::WholeBlob> got(reads.size());
+      const std::size_t per = (reads.size() + slices - 1) / slices;
+      for_each_index(slices, static_cast<int>(slices), [&](std::size_t t) {
+        const std::size_t lo = std::min(reads.size(), t * per), hi = std::min(reads.size(), lo + per);
+        if (lo == hi) return;
+        auto part = store_.read_whole_each({reads.begin() + static_cast<std::ptrdiff_t>(lo), reads.begin() + static_cast<std::ptrdiff_t>(hi)});
+        std::move(part.begin(), part.end(), got.begin() + static_cast<std::ptrdiff_t>(lo));
+      });
+      std::vector<const std::string*> missed;  // not there: the other format's name next
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        if (!got[k].error) {
+          prefetched_.emplace(*params[k], MetadataText{std::move(got[k].bytes), format});
+          continue;
+        }
+        try {
+          std::rethrow_exception(got[k].error);
+        } catch (const Error& e) {
+          if (e.kind() == ErrorKind::not_found) missed.push_back(params[k]);
+        } catch (...) {  // left to array_metadata, which reads it again and reports what is wrong
+        }
       }
-    });
-    for (std::size_t k = 0; k < params.size(); ++k)
-      if (found[k].format) prefetched_.emplace(*params[k], std::move(found[k]));
+      params = std::move(missed);
+    }
   }
 
   // `_sharding`: base64url(parameter name) -> a JSON string describing the sharding.
@@ -916,6 +937,7 @@ class PytreeReader {
     std::string text;
     int format = 0;  // 3: zarr.json, 2: .zarray; 0: neither is there
   };
+  static constexpr std::uint64_t max_array_metadata_bytes = 16u << 20;  // an array's zarr.json or .zarray
   // A parameter's zarr metadata text, from the database or from its file (no stat first: one
   // call fewer per array). Errors other than its absence are thrown.
   MetadataText read_metadata_text(const std::string& param, const std::string& key) const {
@@ -932,7 +954,7 @@ class PytreeReader {
         continue;
       }
       try {
-        return {read_blob(store_, join_key(dir_, k), 16u << 20), format};
+        return {read_blob(store_, join_key(dir_, k), max_array_metadata_bytes), format};
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::not_found) throw;
       }

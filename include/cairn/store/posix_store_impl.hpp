@@ -16,6 +16,7 @@
 
 #include <sys/stat.h>
 
+#include "cairn/io/batched_reads.hpp"
 #include "cairn/io/file.hpp"
 #include "cairn/store/posix_staging.hpp"
 #include "cairn/store/posix_store.hpp"
@@ -148,6 +149,28 @@ CAIRN_API std::unique_ptr<StoreReader> PosixStore::open(const std::string& key) 
   std::uint64_t size = 0;
   detail::File f = detail::File::open_read(path(key), &size);
   return std::make_unique<Reader>(std::move(f), size);
+}
+
+CAIRN_API std::vector<Store::WholeBlob> PosixStore::read_whole_each(const std::vector<std::pair<std::string, std::uint64_t>>& reads) const {
+  std::vector<detail::WholeFileRead> files;
+  if (reads.size() >= detail::batched_read_min) {
+    files.resize(reads.size());
+    for (std::size_t i = 0; i < reads.size(); ++i) files[i].path = path(reads[i].first), files[i].limit = reads[i].second;
+    detail::read_files_batched(files);
+  }
+  std::vector<WholeBlob> out(reads.size());
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    if (!files.empty() && files[i].done) {
+      out[i].bytes = std::move(files[i].bytes);
+      continue;
+    }
+    try {  // what the batch left (or all): read the ordinary way, which names what is wrong
+      out[i].bytes = read_whole(reads[i].first, reads[i].second);
+    } catch (...) {
+      out[i].error = std::current_exception();
+    }
+  }
+  return out;
 }
 
 class PosixStore::ReadAhead final : public StoreReadAhead {

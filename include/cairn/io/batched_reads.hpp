@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: Apache-2.0
+// Many whole small files read with a few system calls: io_uring on Linux. A load of a
+// checkpoint of a file per chunk (Orbax's directory per parameter) opens 20,000 files for
+// 10,000 small arrays; one system call at a time that is four calls per file (open, fstat,
+// pread, close: File::open_read), and on a VM whose every call is dear those calls are most of
+// the load (docs/benchmarks.md, "Orbax import", 2026-12-01). Here the calls of up to 64 files
+// go to the kernel together: each batch opens every file, checks each open one with a statx
+// of its descriptor (the same check as File::open_read's fstat, on the file that was opened,
+// so nothing can be swapped in between), reads each regular one whole, and closes them all:
+// four io_uring_enter calls a batch.
+//
+// Only a fast path: a file it does not read whole (missing, no regular file, over the limit,
+// changed meanwhile, a kernel without these operations, anything unusual) is left for the
+// caller to read the ordinary way, which reports what is wrong exactly as before. Where there
+// is no io_uring (another OS, a kernel built without it, or a seccomp profile that refuses it,
+// as container runtimes often do) or a fault-injection hook is set (tests count and fail the
+// ordinary calls), it reads nothing. Raw system calls through <linux/io_uring.h>: no liburing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cairn/core/config.hpp"
+#include "cairn/io/file.hpp"
+
+#if defined(__linux__) && __has_include(<linux/io_uring.h>)
+#include <linux/io_uring.h>
+#include <sys/syscall.h>
+#endif
+// The operations used here came with Linux 5.6, as did this feature flag: older headers lack them.
+#if defined(IORING_FEAT_CUR_PERSONALITY) && defined(__NR_io_uring_setup) && defined(__NR_io_uring_enter)
+#define CAIRN_HAS_IO_URING 1
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#else
+#define CAIRN_HAS_IO_URING 0
+#endif
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// One whole file to read: `path` and the most bytes it may hold. read_files_batched sets
+// `bytes` and `done` for each file it read whole.
+struct WholeFileRead {
+  std::string path;
+  std::uint64_t limit = 0;
+  std::string bytes;
+  bool done = false;
+};
+
+// Fewer files than this are read the ordinary way: setting up a ring (a system call and three
+// mappings) costs more than the calls it saves.
+inline constexpr std::size_t batched_read_min = 16;
+
+#if CAIRN_HAS_IO_URING
+
+// A submission and completion ring of one thread, used for one call of read_files_batched.
+class UringBatch {
+ public:
+  static constexpr unsigned files_per_batch = 64;
+
+  UringBatch() {
+    io_uring_params p{};
+    fd_ = static_cast<int>(::syscall(__NR_io_uring_setup, files_per_batch, &p));
+    if (fd_ < 0) return;
+    sq_len_ = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+    cq_len_ = p.cq_off.cqes + p.cq_entries * sizeof(io_uring_cqe);
+    const bool single = (p.features & IORING_FEAT_SINGLE_MMAP) != 0;
+    if (single) sq_len_ = cq_len_ = std::max(sq_len_, cq_len_);
+    sq_ = ::mmap(nullptr, sq_len_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, IORING_OFF_SQ_RING);
+    if (sq_ == MAP_FAILED) return;
+    cq_ = single ? sq_ : ::mmap(nullptr, cq_len_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, IORING_OFF_CQ_RING);
+    if (cq_ == MAP_FAILED) return;
+    sqes_len_ = p.sq_entries * sizeof(io_uring_sqe);
+    void* sqes = ::mmap(nullptr, sqes_len_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, IORING_OFF_SQES);
+    if (sqes == MAP_FAILED) return;
+    sqes_ = static_cast<io_uring_sqe*>(sqes);
+    sq_tail_ = field(sq_, p.sq_off.tail);
+    sq_mask_ = *field(sq_, p.sq_off.ring_mask);
+    sq_array_ = field(sq_, p.sq_off.array);
+    cq_head_ = field(cq_, p.cq_off.head);
+    cq_tail_ = field(cq_, p.cq_off.tail);
+    cq_mask_ = *field(cq_, p.cq_off.ring_mask);
+    cqes_ = reinterpret_cast<io_uring_cqe*>(static_cast<char*>(cq_) + p.cq_off.cqes);
+    ok_ = p.sq_entries >= files_per_batch && p.cq_entries >= files_per_batch;
+  }
+  ~UringBatch() {
+    if (sqes_) ::munmap(sqes_, sqes_len_);
+    if (cq_ && cq_ != MAP_FAILED && cq_ != sq_) ::munmap(cq_, cq_len_);
+    if (sq_ && sq_ != MAP_FAILED) ::munmap(sq_, sq_len_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  UringBatch(const UringBatch&) = delete;
+  UringBatch& operator=(const UringBatch&) = delete;
+  bool ok() const { return ok_; }
+
+  // Reads files[0, n) (n <= files_per_batch) whole where it can. False if the ring itself
+  // failed (the caller stops using it; what was read stays read).
+  bool read(WholeFileRead* files, unsigned n) {
+    int fds[files_per_batch];
+    struct statx st[files_per_batch];
+    // 1. Open each. O_NONBLOCK: a FIFO cannot block the open (nor the read, were it reached);
+    //    O_NOFOLLOW: a symbolic link is not followed (File::open_read's rules).
+    for (unsigned k = 0; k < n; ++k) {
+      io_uring_sqe* s = next();
+      s->opcode = IORING_OP_OPENAT;
+      s->fd = AT_FDCWD;
+      s->addr = reinterpret_cast<std::uint64_t>(files[k].path.c_str());
+      s->open_flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+      s->user_data = k;
+    }
+    bool ring_ok = run(n, [&](unsigned k, int res) { fds[k] = res; });
+    // 2. Check each open one: a regular file within its limit (statx of the descriptor).
+    unsigned opened = 0;
+    for (unsigned k = 0; k < n; ++k) {
+      if (!ring_ok || fds[k] < 0) continue;
+      io_uring_sqe* s = next();
+      s->opcode = IORING_OP_STATX;
+      s->fd = fds[k];
+      s->addr = reinterpret_cast<std::uint64_t>("");
+      s->statx_flags = AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW;
+      s->len = STATX_TYPE | STATX_SIZE;
+      s->off = reinterpret_cast<std::uint64_t>(&st[k]);
+      s->user_data = k;
+      ++opened;
+    }
+    bool readable[files_per_batch] = {};
+    if (ring_ok)
+      ring_ok = run(opened, [&](unsigned k, int res) {
+        readable[k] = res == 0 && (st[k].stx_mask & (STATX_TYPE | STATX_SIZE)) == (STATX_TYPE | STATX_SIZE) &&
+                      S_ISREG(st[k].stx_mode) && st[k].stx_size <= files[k].limit && st[k].stx_size <= max_read;
+      });
+    // 3. Read each regular one whole. An empty file is read already.
+    unsigned reads = 0;
+    for (unsigned k = 0; k < n; ++k) {
+      if (!ring_ok || !readable[k]) continue;
+      files[k].bytes.resize(static_cast<std::size_t>(st[k].stx_size));
+      if (st[k].stx_size == 0) {
+        files[k].done = true;
+        continue;
+      }
+      io_uring_sqe* s = next();
+      s->opcode = IORING_OP_READ;
+      s->fd = fds[k];
+      s->addr = reinterpret_cast<std::uint64_t>(files[k].bytes.data());
+      s->len = static_cast<unsigned>(st[k].stx_size);
+      s->off = 0;
+      s->user_data = k;
+      ++reads;
+    }
+    // A short read (the file shrank meanwhile) or an error leaves the file to the ordinary
+    // read. So does EAGAIN, which io_uring answers for a file opened O_NONBLOCK whose pages
+    // must come from the disk (it does not hand such a read to a worker); it has started the
+    // disk's read-ahead by then, so the ordinary read that follows waits less.
+    if (ring_ok)
+      ring_ok = run(reads, [&](unsigned k, int res) { files[k].done = res >= 0 && static_cast<std::uint64_t>(res) == st[k].stx_size; });
+    for (unsigned k = 0; k < n; ++k)
+      if (!files[k].done) files[k].bytes.clear();
+    // 4. Close every one opened. Should the ring fail here, the calls close them.
+    unsigned to_close = 0;
+    for (unsigned k = 0; k < n; ++k) {
+      if (fds[k] < 0) continue;
+      if (ring_ok) {
+        io_uring_sqe* s = next();
+        s->opcode = IORING_OP_CLOSE;
+        s->fd = fds[k];
+        s->user_data = k;
+        ++to_close;
+      } else {
+        ::close(fds[k]);
+      }
+    }
+    if (ring_ok && !run(to_close, [](unsigned, int) {})) {
+      // Not knowing which closes ran, closing again could close another thread's new file.
+      // Leaking at most one batch's descriptors is the lesser harm; this needs a ring that
+      // accepted three submissions and then failed, which no kernel does but under ENOMEM.
+      ring_ok = false;
+    }
+    return ring_ok;
+  }
+
+ private:
+  static constexpr std::uint64_t max_read = 1u << 30;  // one READ's length is 32 bits
+
+  static unsigned* field(void* base, unsigned offset) { return reinterpret_cast<unsigned*>(static_cast<char*>(base) + offset); }
+
+  io_uring_sqe* next() {
+    const unsigned tail = *sq_tail_;
+    const unsigned i = tail & sq_mask_;
+    std::memset(&sqes_[i], 0, sizeof(io_uring_sqe));
+    sq_array_[i] = i;
+    __atomic_store_n(sq_tail_, tail + 1, __ATOMIC_RELEASE);
+    return &sqes_[i];
+  }
+
+  // Submits the `n` entries queued and waits for their `n` completions, giving each to
+  // `done(index, result)`. False if io_uring_enter itself failed: the entries it did not
+  // take are dropped from the queue, and the ring is not used again.
+  template <class Done>
+  bool run(unsigned n, Done&& done) {
+    unsigned to_submit = n, seen = 0;
+    while (seen < n) {
+      const long r = ::syscall(__NR_io_uring_enter, fd_, to_submit, n - seen, IORING_ENTER_GETEVENTS, nullptr, 0);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (to_submit) __atomic_store_n(sq_tail_, *sq_tail_ - to_submit, __ATOMIC_RELEASE);
+        return false;
+      }
+      to_submit -= std::min(to_submit, static_cast<unsigned>(r));
+      unsigned head = *cq_head_;
+      const unsigned tail = __atomic_load_n(cq_tail_, __ATOMIC_ACQUIRE);
+      for (; head != tail; ++head, ++seen) {
+        const io_uring_cqe& c = cqes_[head & cq_mask_];
+        done(static_cast<unsigned>(c.user_data), c.res);
+      }
+      __atomic_store_n(cq_head_, head, __ATOMIC_RELEASE);
+    }
+    return true;
+  }
+
+  int fd_ = -1;
+  bool ok_ = false;
+  std::size_t sq_len_ = 0, cq_len_ = 0, sqes_len_ = 0;
+  void* sq_ = nullptr;
+  void* cq_ = nullptr;
+  io_uring_sqe* sqes_ = nullptr;
+  io_uring_cqe* cqes_ = nullptr;
+  unsigned *sq_tail_ = nullptr, *sq_array_ = nullptr, *cq_head_ = nullptr, *cq_tail_ = nullptr;
+  unsigned sq_mask_ = 0, cq_mask_ = 0;
+};
+
+#endif  // CAIRN_HAS_IO_URING
+
+// Reads whole every file of `files` that it can, in batches of 64 through io_uring, marking
+// each read one `done`; the rest are the caller's to read the ordinary way. Returns how many
+// it read (0 where io_uring is not to be had, for fewer than batched_read_min files, or while
+// a fault-injection hook is set).
+inline std::size_t read_files_batched(std::vector<WholeFileRead>& files) {
+#if CAIRN_HAS_IO_URING
+  if (files.size() < batched_read_min || fault_hook().load(std::memory_order_relaxed)) return 0;
+  UringBatch ring;
+  if (!ring.ok()) return 0;
+  std::size_t read = 0;
+  for (std::size_t from = 0; from < files.size(); from += UringBatch::files_per_batch) {
+    const auto n = static_cast<unsigned>(std::min<std::size_t>(UringBatch::files_per_batch, files.size() - from));
+    const bool ring_ok = ring.read(files.data() + from, n);
+    for (unsigned k = 0; k < n; ++k) read += files[from + k].done;
+    if (!ring_ok) break;
+  }
+  return read;
+#else
+  (void)files;
+  return 0;
+#endif
+}
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
