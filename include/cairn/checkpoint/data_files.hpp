@@ -112,6 +112,13 @@ class DataFiles {
   void describe_as(std::string name) { name_ = std::move(name); }
   // How many reads of these files gain from being in flight at once (Store::parallel_reads).
   int parallel_reads() const { return store_.parallel_reads(); }
+  // The store's hint that these files are about to be read (Store::read_ahead), by name.
+  std::unique_ptr<StoreReadAhead> read_ahead(const std::vector<std::string>& names, std::uint64_t bytes) const {
+    std::vector<std::string> keys;
+    keys.reserve(names.size());
+    for (const auto& n : names) keys.push_back(key_of(n));
+    return store_.read_ahead(keys, bytes);
+  }
 
  private:
   std::string key_of(const std::string& name) const {

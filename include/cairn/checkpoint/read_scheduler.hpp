@@ -12,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <utility>
@@ -385,12 +386,33 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
   // import"). On a store whose every request waits on a network, as many at once as it keeps
   // in flight (Store::parallel_reads), whatever the cores: 300 such arrays on a bucket 20 ms
   // away were 600 requests one after another.
+  // Their files are offered to the store first, a window at a time (Store::read_ahead: an
+  // Orbax view reads a window's files whole together, through io_uring on a POSIX store, where
+  // one at a time each was four system calls), so that the reads are copies.
   if (singles.size() >= parallel_small_files_min && opens_files_to_read(tasks[singles.front()], files) &&
       host_targets(tasks, singles, buffers))
     if (const std::size_t threads = std::max<std::size_t>(leaf_threads(tasks, singles, buffers, files),
                                                           static_cast<std::size_t>(std::clamp(files.parallel_reads(), 1, 64)));
-        threads > 1)
-      read_leaves_in_parallel(tasks, singles, threads, buffers, files, options, single_reports);
+        threads > 1) {
+      std::vector<std::size_t> window;
+      std::vector<std::string> names;
+      std::vector<LoadReport> window_reports;
+      single_reports.reserve(singles.size());
+      for (std::size_t from = 0; from < singles.size();) {
+        window.clear(), names.clear();
+        std::uint64_t bytes = 0;
+        for (; from < singles.size() && window.size() < held_files_max && bytes < held_files_bytes; ++from) {
+          const ReadTask& t = tasks[singles[from]];
+          window.push_back(singles[from]);
+          bytes += stored_bytes(t);
+          for (const ChunkRecord& c : t.leaf->stored->chunks) names.push_back(c.file);
+        }
+        std::unique_ptr<StoreReadAhead> held = files.read_ahead(names, bytes);
+        read_leaves_in_parallel(tasks, window, threads, buffers, files, options, window_reports);
+        held.reset();
+        std::move(window_reports.begin(), window_reports.end(), std::back_inserter(single_reports));
+      }
+    }
   std::size_t next_run = 0, next_large = 0, next_single = 0;
   for (std::size_t i = 0; i < tasks.size();) {
     if (next_run < runs.size() && runs[next_run].first == i) {

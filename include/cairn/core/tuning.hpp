@@ -30,6 +30,10 @@ inline constexpr std::uint64_t small_run_bytes = std::uint64_t{1} << 20;
 // thread per core once a load holds at least this many: below it the threads cost more than
 // the opens they share. Not measured against other counts.
 inline constexpr std::size_t parallel_small_files_min = 64;
+// Those files are offered to the store's read_ahead (an Orbax view reads them whole together)
+// up to this many, and this many stored bytes, at a time: what the load holds at once.
+inline constexpr std::size_t held_files_max = 4096;
+inline constexpr std::uint64_t held_files_bytes = std::uint64_t{64} << 20;
 
 // ---- The cast kernels (kernels/cast.hpp) ----
 

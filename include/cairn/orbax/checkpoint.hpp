@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <optional>
@@ -81,6 +82,9 @@ struct Blob {
   Shape stored, box_start, box_shape;
   std::uint64_t size = 0;
   std::shared_ptr<DecodedChunks> decoded;  // Kind::decoded (its database's data file: value.file)
+  // `path`'s whole bytes, read ahead with many others' (OrbaxView::read_ahead) for the reads
+  // about to come, which take them from here; set before those reads start, dropped after.
+  mutable std::shared_ptr<const std::string> held;
 };
 
 // The read-only store the load reads through: blob "i" is chunk i.
@@ -116,6 +120,12 @@ class OrbaxView final : public Store {
     return b ? base_.describe(b->name) : base_.describe(key_) + " (" + key + ")";
   }
   std::unique_ptr<StoreReader> open(const std::string& key) const override;
+  // The loader's hint before it reads many small chunks each in a file of its own (a directory
+  // per parameter): their files are read whole now, together (the base store's
+  // read_whole_each: through io_uring on a POSIX store, at once on an object store), and their
+  // reads served from memory while the handle lives. A file not read so (too large, missing,
+  // anything wrong) is read as before when its chunk is, which reports what is wrong.
+  std::unique_ptr<StoreReadAhead> read_ahead(const std::vector<std::string>& keys, std::uint64_t bytes) const override;
   bool exists(const std::string& key) const override { return key.empty() || find(key); }
   bool is_blob(const std::string& key) const override { return find(key) != nullptr; }
   // A chunk's reader opens its file (of a directory per parameter) while it reads, and lets
@@ -147,6 +157,78 @@ class OrbaxView final : public Store {
   std::vector<std::unique_ptr<OcdbtDatabase>> dbs_;
   std::vector<std::unique_ptr<ZarrArray>> arrays_;
 };
+
+// Store::read_whole_each of many small files, on one thread per core where the store keeps
+// no requests in flight of its own (a POSIX store: each thread's share through io_uring where
+// there is io_uring, or one file after another where there is not, as before on as many
+// threads); at once on one that does (an object store: Store::parallel_reads).
+inline std::vector<Store::WholeBlob> read_whole_each_sliced(const Store& store, const std::vector<std::pair<std::string, std::uint64_t>>& reads) {
+  const std::size_t slices = store.parallel_reads() > 1 ? 1 : std::min<std::size_t>(usable_cores(), 16);
+  if (slices <= 1) return store.read_whole_each(reads);
+  std::vector<Store::WholeBlob> got(reads.size());
+  const std::size_t per = (reads.size() + slices - 1) / slices;
+  for_each_index(slices, static_cast<int>(slices), [&](std::size_t t) {
+    const std::size_t lo = std::min(reads.size(), t * per), hi = std::min(reads.size(), lo + per);
+    if (lo == hi) return;
+    auto part = store.read_whole_each({reads.begin() + static_cast<std::ptrdiff_t>(lo), reads.begin() + static_cast<std::ptrdiff_t>(hi)});
+    std::move(part.begin(), part.end(), got.begin() + static_cast<std::ptrdiff_t>(lo));
+  });
+  return got;
+}
+
+// A chunk's file read ahead (Blob::held): its reads are copies, and its end is where the
+// file ended, named as File::read_at names a file that ends early.
+class HeldFileReader final : public StoreReader {
+ public:
+  HeldFileReader(std::shared_ptr<const std::string> bytes, std::string name) : bytes_(std::move(bytes)), name_(std::move(name)) {}
+  std::uint64_t size() const override { return bytes_->size(); }
+  std::uint64_t cached_bytes(std::uint64_t, std::uint64_t n) const override { return n; }
+  void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
+    const std::uint64_t size = bytes_->size();
+    if (offset > size || n > size - offset)
+      throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(std::max(offset, size)) +
+                  ", before the data its metadata describes (truncated?)", name_);
+    if (n) std::memcpy(dst, bytes_->data() + offset, static_cast<std::size_t>(n));
+  }
+
+ private:
+  std::shared_ptr<const std::string> bytes_;
+  std::string name_;
+};
+
+// The handle of OrbaxView::read_ahead: drops the files it holds.
+class HeldFiles final : public StoreReadAhead {
+ public:
+  explicit HeldFiles(std::vector<const Blob*> blobs) : blobs_(std::move(blobs)) {}
+  ~HeldFiles() override {
+    for (const Blob* b : blobs_) b->held.reset();
+  }
+
+ private:
+  std::vector<const Blob*> blobs_;
+};
+
+inline std::unique_ptr<StoreReadAhead> OrbaxView::read_ahead(const std::vector<std::string>& keys, std::uint64_t bytes) const {
+  (void)bytes;  // the loader bounds what it asks for at once; each file is bounded here too
+  std::vector<const Blob*> blobs;
+  std::vector<std::pair<std::string, std::uint64_t>> reads;
+  for (const std::string& k : keys) {
+    const Blob* b = find(k);
+    if (!b || b->db || b->held || (b->kind != Blob::Kind::chunk && b->kind != Blob::Kind::range)) continue;
+    blobs.push_back(b);
+    reads.emplace_back(b->path, 2 * small_leaf_bytes);  // a small leaf's file: its chunk and index
+  }
+  if (reads.size() < parallel_small_files_min) return nullptr;
+  std::vector<WholeBlob> got = read_whole_each_sliced(base_, reads);
+  std::vector<const Blob*> held;
+  for (std::size_t i = 0; i < blobs.size(); ++i) {
+    if (got[i].error || blobs[i]->held) continue;  // (a file named twice: held once)
+    blobs[i]->held = std::make_shared<const std::string>(std::move(got[i].bytes));
+    held.push_back(blobs[i]);
+  }
+  if (held.empty()) return nullptr;
+  return std::make_unique<HeldFiles>(std::move(held));
+}
 
 class BlobReader final : public StoreReader {
  public:
@@ -338,8 +420,13 @@ class BlobReader final : public StoreReader {
   // a read on another thread (the range kind reads from two); a later read opens it again.
   std::shared_ptr<const StoreReader> file() const {
     std::lock_guard<std::mutex> lock(open_mutex_);
-    if (!file_) file_ = view_.base().open(b_.path), present_ = true;
+    if (!file_) file_ = open_file(), present_ = true;
     return file_;
+  }
+  // The file read ahead (Blob::held), or opened now.
+  std::shared_ptr<const StoreReader> open_file() const {
+    if (std::shared_ptr<const std::string> held = b_.held) return std::make_shared<HeldFileReader>(std::move(held), view_.base().describe(b_.path));
+    return view_.base().open(b_.path);
   }
   void let_go_of_file() const {
     if (b_.db) return;  // a database's values: its data files are the database's
@@ -360,7 +447,7 @@ class BlobReader final : public StoreReader {
     std::lock_guard<std::mutex> lock(open_mutex_);
     if (present_) return true;
     try {
-      file_ = view_.base().open(b_.path);
+      file_ = open_file();
       present_ = true;
       return true;
     } catch (const Error& e) {
@@ -674,21 +761,12 @@ class PytreeReader {
     for (std::size_t i = from; i < to; ++i)
       if (is_array(entries[i]) && stays_below(entries[i].param)) params.push_back(&entries[i].param);
     if (params.size() < parallel_small_files_min) return;
-    // An object store keeps its own requests in flight (one call); files go on one thread per core.
-    const std::size_t slices = store_.parallel_reads() > 1 ? 1 : std::min<std::size_t>(usable_cores(), 16);
     for (const int format : {3, 2}) {
       if (!may_be(format) || params.empty()) continue;
       std::vector<std::pair<std::string, std::uint64_t>> reads;
       reads.reserve(params.size());
       for (const std::string* p : params) reads.emplace_back(join_key(dir_, *p + metadata_name(format)), max_array_metadata_bytes);
-      std::vector<Store::WholeBlob> got(reads.size());
-      const std::size_t per = (reads.size() + slices - 1) / slices;
-      for_each_index(slices, static_cast<int>(slices), [&](std::size_t t) {
-        const std::size_t lo = std::min(reads.size(), t * per), hi = std::min(reads.size(), lo + per);
-        if (lo == hi) return;
-        auto part = store_.read_whole_each({reads.begin() + static_cast<std::ptrdiff_t>(lo), reads.begin() + static_cast<std::ptrdiff_t>(hi)});
-        std::move(part.begin(), part.end(), got.begin() + static_cast<std::ptrdiff_t>(lo));
-      });
+      std::vector<Store::WholeBlob> got = read_whole_each_sliced(store_, reads);
       std::vector<const std::string*> missed;  // not there: the other format's name next
       for (std::size_t k = 0; k < params.size(); ++k) {
         if (!got[k].error) {
