@@ -7876,6 +7876,10 @@ inline constexpr std::uint64_t small_run_bytes = std::uint64_t{1} << 20;
 // thread per core once a load holds at least this many: below it the threads cost more than
 // the opens they share. Not measured against other counts.
 inline constexpr std::size_t parallel_small_files_min = 64;
+// Those files are offered to the store's read_ahead (an Orbax view reads them whole together)
+// up to this many, and this many stored bytes, at a time: what the load holds at once.
+inline constexpr std::size_t held_files_max = 4096;
+inline constexpr std::uint64_t held_files_bytes = std::uint64_t{64} << 20;
 
 // ---- The cast kernels (kernels/cast.hpp) ----
 
@@ -14427,6 +14431,7 @@ CAIRN_END_NAMESPACE
 #include <exception>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <utility>
@@ -14572,6 +14577,13 @@ class DataFiles {
   void describe_as(std::string name) { name_ = std::move(name); }
   // How many reads of these files gain from being in flight at once (Store::parallel_reads).
   int parallel_reads() const { return store_.parallel_reads(); }
+  // The store's hint that these files are about to be read (Store::read_ahead), by name.
+  std::unique_ptr<StoreReadAhead> read_ahead(const std::vector<std::string>& names, std::uint64_t bytes) const {
+    std::vector<std::string> keys;
+    keys.reserve(names.size());
+    for (const auto& n : names) keys.push_back(key_of(n));
+    return store_.read_ahead(keys, bytes);
+  }
 
  private:
   std::string key_of(const std::string& name) const {
@@ -15622,12 +15634,33 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
   // import"). On a store whose every request waits on a network, as many at once as it keeps
   // in flight (Store::parallel_reads), whatever the cores: 300 such arrays on a bucket 20 ms
   // away were 600 requests one after another.
+  // Their files are offered to the store first, a window at a time (Store::read_ahead: an
+  // Orbax view reads a window's files whole together, through io_uring on a POSIX store, where
+  // one at a time each was four system calls), so that the reads are copies.
   if (singles.size() >= parallel_small_files_min && opens_files_to_read(tasks[singles.front()], files) &&
       host_targets(tasks, singles, buffers))
     if (const std::size_t threads = std::max<std::size_t>(leaf_threads(tasks, singles, buffers, files),
                                                           static_cast<std::size_t>(std::clamp(files.parallel_reads(), 1, 64)));
-        threads > 1)
-      read_leaves_in_parallel(tasks, singles, threads, buffers, files, options, single_reports);
+        threads > 1) {
+      std::vector<std::size_t> window;
+      std::vector<std::string> names;
+      std::vector<LoadReport> window_reports;
+      single_reports.reserve(singles.size());
+      for (std::size_t from = 0; from < singles.size();) {
+        window.clear(), names.clear();
+        std::uint64_t bytes = 0;
+        for (; from < singles.size() && window.size() < held_files_max && bytes < held_files_bytes; ++from) {
+          const ReadTask& t = tasks[singles[from]];
+          window.push_back(singles[from]);
+          bytes += stored_bytes(t);
+          for (const ChunkRecord& c : t.leaf->stored->chunks) names.push_back(c.file);
+        }
+        std::unique_ptr<StoreReadAhead> held = files.read_ahead(names, bytes);
+        read_leaves_in_parallel(tasks, window, threads, buffers, files, options, window_reports);
+        held.reset();
+        std::move(window_reports.begin(), window_reports.end(), std::back_inserter(single_reports));
+      }
+    }
   std::size_t next_run = 0, next_large = 0, next_single = 0;
   for (std::size_t i = 0; i < tasks.size();) {
     if (next_run < runs.size() && runs[next_run].first == i) {

@@ -1403,6 +1403,63 @@ TEST_CASE("an Orbax checkpoint of a file per chunk read side by side names the a
   }
 }
 
+// A load of many small chunks each in a file of its own offers a window of their files to the
+// view first (OrbaxView::read_ahead): it reads them whole together (through io_uring on a
+// POSIX store) and serves the chunks' reads from memory until the handle goes.
+TEST_CASE("small chunks' files read ahead together are served from memory while their handle lives") {
+  namespace ob = cairn::detail::orbax;
+  test::TempDir dir;
+  using Flat = std::map<std::string, std::vector<float>>;
+  const Flat state = many_arrays(100, 60, 0);
+  for (const bool zstd : {false, true}) {
+    CAPTURE(zstd);
+    const std::string ckpt = dir / (zstd ? "z" : "raw"), away = ckpt + ".away";
+    cairn::OrbaxSaveOptions o;
+    o.ocdbt = false;
+    o.zstd_level = zstd ? 3 : 0;
+    cairn::save_orbax(ckpt, state, o);
+    cairn::PosixStore store;
+    ob::OrbaxView view(store, ckpt);
+    const cairn::OrbaxCheckpoint c = ob::open_orbax(view, nullptr, true);
+    const cairn::ItemRecord* item = c.metadata.find_item(cairn::default_item_name);
+    REQUIRE(item);
+    REQUIRE(item->leaves.size() == state.size());
+    std::vector<std::string> keys;
+    for (const auto& l : item->leaves) keys.push_back(l.chunks.at(0).file);
+    auto read_all = [&](const std::string& k) {
+      const auto r = view.open(k);
+      std::string bytes(static_cast<std::size_t>(r->size()), '\0');
+      r->read_at(bytes.data(), bytes.size(), 0);
+      return bytes;
+    };
+    std::map<std::string, std::string> want;
+    for (const auto& k : keys) want[k] = read_all(k);
+    // Fewer files than the loader offers at once: nothing held.
+    CHECK(view.read_ahead({keys.begin(), keys.begin() + 10}, 1 << 20) == nullptr);
+    auto held = view.read_ahead(keys, 1 << 20);
+    REQUIRE(held != nullptr);
+    fs::rename(ckpt, away);  // every file gone: what reads now comes from memory
+    for (const auto& k : keys) {
+      CAPTURE(k);
+      CHECK(read_all(k) == want[k]);
+    }
+    held.reset();
+    // Let go: the files are read again, and are not there (a missing chunk reads as zarr's
+    // fill value, so the bytes differ, or the read fails).
+    int differ = 0;
+    for (const auto& k : keys) {
+      try {
+        differ += read_all(k) != want[k];
+      } catch (const cairn::Error&) {
+        ++differ;
+      }
+    }
+    CHECK(differ > 0);
+    fs::rename(away, ckpt);
+    CHECK(cairn::load_orbax<Flat>(ckpt) == state);
+  }
+}
+
 // A zstd chunk stored in more bytes than the decoder's input window (zstd_input_window_bytes)
 // is read as it decodes, a window at a time; before, it was read whole beside its target.
 TEST_CASE("a zstd chunk larger than the decoder's input window loads bit-exactly, whole and in shards, and damage is refused") {
