@@ -254,7 +254,11 @@ class File {
   // sets (O_CLOEXEC and O_NOFOLLOW are none, and F_SETFL leaves the access mode), so setting
   // none clears it without asking for the flags first.
   bool retry_blocking() const {
+#if EAGAIN == EWOULDBLOCK
+    if (errno != EAGAIN) return false;
+#else
     if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+#endif
     if (blocking_) return false;  // cleared already: a real EAGAIN, which the caller reports
     if (int e = injected_fault("fcntl", path_)) throw_errno("fcntl", path_, e);
     if (::fcntl(fd_, F_SETFL, 0) != 0) throw_errno("fcntl", path_);
