@@ -11,10 +11,10 @@
 //   cairn-bench-orbax [--dir DIR] [--bytes 1G] [--leaves 64] [--small 10000] [--repeat 3] [--warm] [--keep] [--export] [--samples]
 #include <cairn/orbax.hpp>
 #include <cairn/orbax/ocdbt_writer.hpp>
+#include <cairn/io/batched_reads.hpp>
 #include <zstd.h>
 
 #include "bench_util.hpp"
-#include "uring_reads.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -219,51 +219,47 @@ double plain_read(const std::string& dir, const std::vector<ArrayFiles>& arrays,
   return t;
 }
 
-// The plain read's work, with the files read through io_uring (bench/uring_reads.hpp): each
-// array's zarr.json and shard file read whole, 32 arrays a batch, on as many threads as the
-// plain read. What a reader that batched its system calls could reach on a file per chunk
-// (each file still opened, checked to be a regular file of its size, read and closed). A
-// negative time: no io_uring here.
+// The plain read's work, with the files read through io_uring as cairn reads many small files
+// (io/batched_reads.hpp: per batch of 64, each opened, checked to be a regular file within its
+// limit by a statx of its descriptor, read whole and closed, four system calls a batch): each
+// array's zarr.json and shard file, 512 arrays a call, on as many threads as the plain read.
+// What a reader that batches its system calls reaches on a file per chunk. A negative time:
+// no io_uring here.
 double uring_read(const std::vector<ArrayFiles>& arrays, bool zstd) {
   std::vector<std::vector<char>> kept(arrays.size());
   const double t0 = bench::now_s();
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false}, unavailable{false};
-  constexpr std::size_t per_batch = 32;
+  constexpr std::size_t per_batch = 512;  // one ring per call: its setup is worth 1,024 files
   auto work = [&] {
-    bench::UringReader ring(2 * per_batch);
-    if (!ring.ok()) {
-      unavailable = true;
-      return;
-    }
     std::unique_ptr<ZSTD_DCtx, std::size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
-    std::vector<std::string> json(per_batch);
-    std::vector<std::vector<char>> shard(per_batch);
-    std::vector<bench::UringRead> reads;
+    std::vector<cairn::detail::WholeFileRead> files;
     for (std::size_t from; (from = next.fetch_add(per_batch)) < arrays.size();) {
       const std::size_t to = std::min(arrays.size(), from + per_batch);
-      reads.clear();
+      files.assign(2 * (to - from), {});
       for (std::size_t i = from; i < to; ++i) {
         const ArrayFiles& a = arrays[i];
-        json[i - from].assign(a.json.size, '\0');
-        shard[i - from].assign(a.chunk.size + 20, '\0');  // the chunk, its index and the index's CRC32C
-        reads.push_back({a.json.file.c_str(), json[i - from].data(), a.json.size});
-        reads.push_back({a.chunk.file.c_str(), shard[i - from].data(), a.chunk.size + 20});
+        files[2 * (i - from)].path = a.json.file, files[2 * (i - from)].limit = a.json.size;
+        files[2 * (i - from) + 1].path = a.chunk.file, files[2 * (i - from) + 1].limit = a.chunk.size + 20;  // + its index and CRC32C
       }
-      if (!ring.read(reads.data(), reads.size())) {
+      const std::size_t read = cairn::detail::read_files_batched(files);
+      if (read == 0) {
+        unavailable = true;
+        return;
+      }
+      if (read != files.size()) {
         failed = true;
         return;
       }
       for (std::size_t i = from; i < to; ++i) {
-        std::vector<char>& buf = shard[i - from];
+        const std::string& shard = files[2 * (i - from) + 1].bytes;
         if (zstd) {
-          const unsigned long long n = ZSTD_getFrameContentSize(buf.data(), buf.size() - 20);
+          const unsigned long long n = ZSTD_getFrameContentSize(shard.data(), shard.size() - 20);
           std::vector<char> out(n);
-          if (ZSTD_isError(ZSTD_decompressDCtx(dctx.get(), out.data(), out.size(), buf.data(), buf.size() - 20))) std::abort();
+          if (ZSTD_isError(ZSTD_decompressDCtx(dctx.get(), out.data(), out.size(), shard.data(), shard.size() - 20))) std::abort();
           kept[i] = std::move(out);
         } else {
-          buf.resize(buf.size() - 20);
-          kept[i] = std::move(buf);
+          kept[i].assign(shard.begin(), shard.end() - 20);
         }
       }
     }

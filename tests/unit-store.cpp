@@ -199,7 +199,7 @@ TEST_CASE("a checkpoint's files are read with O_NONBLOCK left set; an EAGAIN cle
 }
 
 TEST_CASE("PosixStore reads many small files together: what is no regular file is refused as read_whole refuses it") {
-  // 16 or more files go through io_uring where the kernel has it (io/batched_reads.hpp); what
+  // 32 or more files go through io_uring where the kernel has it (io/batched_reads.hpp); what
   // that path does not read whole is read the ordinary way, so every result and every error
   // is read_whole's own. A FIFO must not block it, a link not be followed.
   test::TempDir dir;
@@ -271,12 +271,12 @@ TEST_CASE("PosixStore reads many small files together: what is no regular file i
   // A device node reads like an empty file of any limit (its size is 0): refused all the same.
   if (std::filesystem::exists("/dev/zero")) {
     cairn::PosixStore anywhere;
-    std::vector<std::pair<std::string, std::uint64_t>> dev(20, {dir / "f3", 1 << 20});
+    std::vector<std::pair<std::string, std::uint64_t>> dev(40, {dir / "f3", 1 << 20});
     dev[7] = {"/dev/zero", 1 << 20};
     auto back = anywhere.read_whole_each(dev);
     CHECK(back[6].take() == want[3]);
     CHECK_CAIRN_ERROR(back[7].take(), ErrorKind::corrupt, "not a regular file");
-    std::vector<cairn::detail::WholeFileRead> zero(20);
+    std::vector<cairn::detail::WholeFileRead> zero(40);
     for (auto& z : zero) z.path = "/dev/zero", z.limit = 1 << 20;
     cairn::detail::read_files_batched(zero);
     for (const auto& z : zero) CHECK_FALSE(z.done);

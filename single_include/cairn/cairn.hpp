@@ -4271,7 +4271,7 @@ class PosixStore final : public Store {
   std::string describe(const std::string& key) const override { return path(key); }
 
   std::unique_ptr<StoreReader> open(const std::string& key) const override;
-  // Many small files (16 or more: an Orbax checkpoint's zarr metadata files) are read through
+  // Many small files (32 or more: an Orbax checkpoint's zarr metadata files) are read through
   // io_uring where the kernel offers it, 64 at a time (io/batched_reads.hpp); any file that
   // path does not read whole, and every file elsewhere, is read as read_whole reads it.
   std::vector<WholeBlob> read_whole_each(const std::vector<std::pair<std::string, std::uint64_t>>& reads) const override;
@@ -9305,9 +9305,11 @@ struct WholeFileRead {
   bool done = false;
 };
 
-// Fewer files than this are read the ordinary way: setting up a ring (a system call and three
-// mappings) costs more than the calls it saves.
-inline constexpr std::size_t batched_read_min = 16;
+// Fewer files than this are read the ordinary way: setting up a ring and tearing it down (a
+// system call, three mappings, their removal) took about 100 us on the 2-core VM of
+// docs/benchmarks.md, where 16 files took 106 us one at a time and 179 us batched, and 64
+// files 466 us and 282 us (2026-12-01).
+inline constexpr std::size_t batched_read_min = 32;
 
 #if CAIRN_HAS_IO_URING
 

@@ -55,9 +55,11 @@ struct WholeFileRead {
   bool done = false;
 };
 
-// Fewer files than this are read the ordinary way: setting up a ring (a system call and three
-// mappings) costs more than the calls it saves.
-inline constexpr std::size_t batched_read_min = 16;
+// Fewer files than this are read the ordinary way: setting up a ring and tearing it down (a
+// system call, three mappings, their removal) took about 100 us on the 2-core VM of
+// docs/benchmarks.md, where 16 files took 106 us one at a time and 179 us batched, and 64
+// files 466 us and 282 us (2026-12-01).
+inline constexpr std::size_t batched_read_min = 32;
 
 #if CAIRN_HAS_IO_URING
 

@@ -33,7 +33,7 @@ class PosixStore final : public Store {
   std::string describe(const std::string& key) const override { return path(key); }
 
   std::unique_ptr<StoreReader> open(const std::string& key) const override;
-  // Many small files (16 or more: an Orbax checkpoint's zarr metadata files) are read through
+  // Many small files (32 or more: an Orbax checkpoint's zarr metadata files) are read through
   // io_uring where the kernel offers it, 64 at a time (io/batched_reads.hpp); any file that
   // path does not read whole, and every file elsewhere, is read as read_whole reads it.
   std::vector<WholeBlob> read_whole_each(const std::vector<std::pair<std::string, std::uint64_t>>& reads) const override;
