@@ -107,6 +107,7 @@ class UringBatch {
   // failed (the caller stops using it; what was read stays read).
   bool read(WholeFileRead* files, unsigned n) {
     int fds[files_per_batch];
+    std::fill(fds, fds + n, -1);  // an open the kernel refused to take leaves nothing to close
     struct statx st[files_per_batch];
     // 1. Open each. O_NONBLOCK: a FIFO cannot block the open (nor the read, were it reached);
     //    O_NOFOLLOW: a symbolic link is not followed (File::open_read's rules).
@@ -165,26 +166,21 @@ class UringBatch {
       ring_ok = run(reads, [&](unsigned k, int res) { files[k].done = res >= 0 && static_cast<std::uint64_t>(res) == st[k].stx_size; });
     for (unsigned k = 0; k < n; ++k)
       if (!files[k].done) files[k].bytes.clear();
-    // 4. Close every one opened. Should the ring fail here, the calls close them.
+    // 4. Close every one opened: through the ring, or, where it failed or refused a close, with
+    //    close(2) (a close it took has run once its completion is seen; run waits for all).
     unsigned to_close = 0;
+    bool closed[files_per_batch] = {};
     for (unsigned k = 0; k < n; ++k) {
-      if (fds[k] < 0) continue;
-      if (ring_ok) {
-        io_uring_sqe* s = next();
-        s->opcode = IORING_OP_CLOSE;
-        s->fd = fds[k];
-        s->user_data = k;
-        ++to_close;
-      } else {
-        ::close(fds[k]);
-      }
+      if (fds[k] < 0 || !ring_ok) continue;
+      io_uring_sqe* s = next();
+      s->opcode = IORING_OP_CLOSE;
+      s->fd = fds[k];
+      s->user_data = k;
+      ++to_close;
     }
-    if (ring_ok && !run(to_close, [](unsigned, int) {})) {
-      // Not knowing which closes ran, closing again could close another thread's new file.
-      // Leaking at most one batch's descriptors is the lesser harm; this needs a ring that
-      // accepted three submissions and then failed, which no kernel does but under ENOMEM.
-      ring_ok = false;
-    }
+    if (ring_ok) ring_ok = run(to_close, [&](unsigned k, int) { closed[k] = true; });
+    for (unsigned k = 0; k < n; ++k)
+      if (fds[k] >= 0 && !closed[k]) ::close(fds[k]);
     return ring_ok;
   }
 
@@ -202,20 +198,37 @@ class UringBatch {
     return &sqes_[i];
   }
 
-  // Submits the `n` entries queued and waits for their `n` completions, giving each to
-  // `done(index, result)`. False if io_uring_enter itself failed: the entries it did not
-  // take are dropped from the queue, and the ring is not used again.
+  // Submits the `n` entries queued and waits for the completions of all the kernel took,
+  // giving each to `done(index, result)`. False if io_uring_enter refused entries: those it did
+  // not take are dropped from the queue, and those it took are still waited for, since they
+  // write into the caller's buffers (nothing is in flight when this returns). The ring is not
+  // used again after a false.
   template <class Done>
   bool run(unsigned n, Done&& done) {
-    unsigned to_submit = n, seen = 0;
-    while (seen < n) {
-      const long r = ::syscall(__NR_io_uring_enter, fd_, to_submit, n - seen, IORING_ENTER_GETEVENTS, nullptr, 0);
+    unsigned to_submit = n, taken = 0, seen = 0;
+    bool refused = false;
+    for (long failures = 0; to_submit > 0 || seen < taken;) {
+      // (A call that takes fewer entries than it is given returns without waiting.)
+      const long r = ::syscall(__NR_io_uring_enter, fd_, to_submit, (to_submit ? n : taken) - seen, IORING_ENTER_GETEVENTS,
+                               nullptr, 0);
       if (r < 0) {
         if (errno == EINTR) continue;
-        if (to_submit) __atomic_store_n(sq_tail_, *sq_tail_ - to_submit, __ATOMIC_RELEASE);
-        return false;
+        if (to_submit > 0) {
+          __atomic_store_n(sq_tail_, *sq_tail_ - to_submit, __ATOMIC_RELEASE);
+          to_submit = 0;
+          refused = true;
+          continue;
+        }
+        // Waiting alone fails only with EINTR; were it to fail otherwise, returning would let
+        // the kernel write into buffers their owners free.
+        if (++failures > 1000000) std::abort();
+        continue;
       }
-      to_submit -= std::min(to_submit, static_cast<unsigned>(r));
+      if (to_submit > 0) {
+        const auto took = std::min(to_submit, static_cast<unsigned>(r));
+        taken += took;
+        to_submit -= took;
+      }
       unsigned head = *cq_head_;
       const unsigned tail = __atomic_load_n(cq_tail_, __ATOMIC_ACQUIRE);
       for (; head != tail; ++head, ++seen) {
@@ -224,7 +237,7 @@ class UringBatch {
       }
       __atomic_store_n(cq_head_, head, __ATOMIC_RELEASE);
     }
-    return true;
+    return !refused;
   }
 
   int fd_ = -1;
