@@ -12,6 +12,7 @@
 #include <cairn/io/batched_reads.hpp>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -286,6 +287,65 @@ TEST_CASE("PosixStore reads many small files together: what is no regular file i
     test::FaultInjection none([](const std::string&, const std::string&) { return 0; });
     CHECK(cairn::detail::read_files_batched(files) == 0);
   }
+}
+
+TEST_CASE("read_files_batched opens each batch's files from the directory they share: paths read as the whole path reads them") {
+  // Each batch of 64 opens the deepest directory its paths share once, and each file from it.
+  // Whatever the paths (relative ones, '..', a link to a directory, a directory that is not
+  // there, batches in different directories), each file is read whole exactly where its whole
+  // path names a regular file within its limit, and a link as the last part is still refused.
+  test::TempDir dir;
+  namespace fs = std::filesystem;
+  const fs::path root(dir.path);
+  fs::create_directories(root / "a" / "x");
+  fs::create_directories(root / "a" / "y");
+  fs::create_directories(root / "b");
+  REQUIRE(::symlink((dir / "a").c_str(), (dir / "ln").c_str()) == 0);
+  std::map<std::string, std::string> content;  // a file's whole path -> its bytes
+  std::mt19937 rng(11);
+  for (const char* sub : {"a/x", "a/y", "b"})
+    for (int i = 0; i < 70; ++i) {
+      const std::string p = (root / sub).string() + "/f" + std::to_string(i);
+      const auto bytes = test::random_bits<unsigned char>(static_cast<std::size_t>(rng() % 3000));
+      content[p].assign(bytes.begin(), bytes.end());
+      test::write_file(p, content[p]);
+    }
+  REQUIRE(::symlink((dir / "a/x/f1").c_str(), (dir / "a/x/last_link").c_str()) == 0);
+  const std::string cwd_relative = fs::relative(root / "b").string();
+  REQUIRE(cwd_relative.find('/') != std::string::npos);
+  std::vector<std::pair<std::string, std::string>> paths;  // (path asked, the file it names or "")
+  for (int i = 0; i < 64; ++i)  // one batch, all in a/x
+    paths.emplace_back(dir.path + "/a/x/f" + std::to_string(i), dir.path + "/a/x/f" + std::to_string(i));
+  for (int i = 0; i < 64; ++i) {  // one batch mixing a/x, a/y through '..' and through the link
+    const std::string n = "f" + std::to_string(i);
+    if (i % 3 == 0) paths.emplace_back(dir.path + "/a/x/../y/" + n, dir.path + "/a/y/" + n);
+    else if (i % 3 == 1) paths.emplace_back(dir.path + "/ln/x/" + n, dir.path + "/a/x/" + n);
+    else paths.emplace_back(dir.path + "/a/y/" + n, dir.path + "/a/y/" + n);
+  }
+  for (int i = 0; i < 64; ++i)  // one batch relative to the working directory
+    paths.emplace_back(cwd_relative + "/f" + std::to_string(i), dir.path + "/b/f" + std::to_string(i));
+  for (int i = 0; i < 64; ++i)  // one batch in a directory that is not there, but for two
+    paths.emplace_back(i < 62 ? dir.path + "/nothere/f" + std::to_string(i) : dir.path + "/b/f" + std::to_string(i),
+                       i < 62 ? std::string() : dir.path + "/b/f" + std::to_string(i));
+  for (int i = 0; i < 40; ++i)  // a last batch, shorter, with a link as a file's last part
+    paths.emplace_back(i == 5 ? dir.path + "/a/x/last_link" : dir.path + "/ln/y/f" + std::to_string(i),
+                       i == 5 ? std::string() : dir.path + "/a/y/f" + std::to_string(i));
+  std::vector<cairn::detail::WholeFileRead> files(paths.size());
+  for (std::size_t i = 0; i < paths.size(); ++i) files[i].path = paths[i].first, files[i].limit = 1 << 20;
+  const std::size_t read = cairn::detail::read_files_batched(files);
+  if (read == 0) {
+    MESSAGE("no io_uring on this machine: nothing to check");
+    return;
+  }
+  std::size_t expected = 0;
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    CAPTURE(paths[i].first);
+    const bool there = !paths[i].second.empty();
+    expected += there;
+    CHECK(files[i].done == there);
+    if (there && files[i].done) CHECK(files[i].bytes == content.at(paths[i].second));
+  }
+  CHECK(read == expected);
 }
 
 TEST_CASE("MemoryStore keeps the Store contract") {
