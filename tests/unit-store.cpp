@@ -348,6 +348,93 @@ TEST_CASE("read_files_batched opens each batch's files from the directory they s
   CHECK(read == expected);
 }
 
+#if CAIRN_HAS_IO_URING
+namespace {
+// The ring of read_files_batched made to refuse entries at its Nth io_uring_enter: `partial`
+// takes half of what it is given first (the kernel runs those), then refuses the rest.
+std::atomic<int> enter_calls{0}, refuse_at{0};
+std::atomic<bool> partial{false}, refused{false};
+long refusing_enter(int ring, unsigned to_submit, unsigned min_complete, unsigned flags,
+                    long (*enter)(int, unsigned, unsigned, unsigned)) {
+  const int call = ++enter_calls;
+  if (to_submit > 0 && call == refuse_at) {
+    if (partial && to_submit > 1) return enter(ring, to_submit / 2, 0, flags);  // takes half, waits for none
+    refused = true;
+    errno = EBUSY;
+    return -1;
+  }
+  if (to_submit > 0 && partial && call == refuse_at + 1) {
+    refused = true;
+    errno = EBUSY;
+    return -1;
+  }
+  return enter(ring, to_submit, min_complete, flags);
+}
+std::size_t open_descriptors() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("a ring that refuses entries midway: what it took is waited for, what it opened is closed, every file is still read") {
+  // io_uring_enter may take fewer entries than it is given, or refuse them (EBUSY, EAGAIN,
+  // ENOMEM). The entries it took write into the caller's buffers: the batch waits for them
+  // before it returns, closes what was opened with close(2), and leaves the files it did not
+  // read to the ordinary reads. Each call of a read of 150 files refused in turn, whole and
+  // after taking half: every result is the file's bytes, and no descriptor is left open.
+  test::TempDir dir;
+  cairn::PosixStore store(dir.path);
+  std::vector<std::pair<std::string, std::uint64_t>> reads;
+  std::vector<std::string> want;
+  for (int i = 0; i < 150; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    const auto bytes = test::random_bits<unsigned char>(static_cast<std::size_t>(1 + i * 53 % 4000));
+    test::write_file(dir / name, std::string(bytes.begin(), bytes.end()));
+    reads.emplace_back(name, 1 << 20);
+    want.emplace_back(bytes.begin(), bytes.end());
+  }
+  {
+    std::vector<cairn::detail::WholeFileRead> probe(40);
+    for (auto& p : probe) p.path = dir / "f1", p.limit = 1 << 20;
+    if (cairn::detail::read_files_batched(probe) == 0) {
+      MESSAGE("no io_uring on this machine: nothing to check");
+      return;
+    }
+  }
+  const std::size_t open_before = open_descriptors();
+  int refusals = 0;
+  for (const bool half : {false, true})
+    for (int at = 1; at <= 12; ++at) {
+      CAPTURE(half);
+      CAPTURE(at);
+      enter_calls = 0, refuse_at = at, partial = half, refused = false;
+      cairn::detail::uring_enter_hook() = refusing_enter;
+      const auto got = store.read_whole_each(reads);
+      std::vector<cairn::detail::WholeFileRead> files(reads.size());
+      for (std::size_t i = 0; i < reads.size(); ++i) files[i].path = store.path(reads[i].first), files[i].limit = 1 << 20;
+      enter_calls = 0, refused = false;
+      const std::size_t read = cairn::detail::read_files_batched(files);
+      cairn::detail::uring_enter_hook() = nullptr;
+      refusals += refused;
+      REQUIRE(got.size() == reads.size());
+      for (std::size_t i = 0; i < reads.size(); ++i) {
+        CAPTURE(i);
+        REQUIRE_FALSE(got[i].error);
+        CHECK(got[i].bytes == want[i]);
+        if (files[i].done) CHECK(files[i].bytes == want[i]);
+        else CHECK(files[i].bytes.empty());
+      }
+      // Each batch of 64 makes three calls (opens, reads, closes): a refusal before a batch's
+      // closes leaves files unread by the ring; a refused close, none.
+      if (refused && (at - 1) % 3 != 2) CHECK(read < files.size());
+      if (!refused) CHECK(read == files.size());
+      CHECK(open_descriptors() == open_before);
+    }
+  CHECK(refusals >= 12);  // the sweep reached the ring's calls of both batches' stages
+}
+#endif
+
 TEST_CASE("MemoryStore keeps the Store contract") {
   test::check_store_conformance([] { return std::make_shared<MemoryStore>(); });
 }

@@ -18,6 +18,7 @@
 // ordinary calls), it reads nothing. Raw system calls through <linux/io_uring.h>: no liburing.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -63,6 +64,16 @@ struct WholeFileRead {
 inline constexpr std::size_t batched_read_min = 32;
 
 #if CAIRN_HAS_IO_URING
+
+// The seam for testing a ring that refuses entries: where set, each io_uring_enter of
+// read_files_batched goes through it, with the arguments and the call itself, and it returns
+// what the call would (-1 with errno set for a failure). Tests only.
+using UringEnterHook = long (*)(int ring, unsigned to_submit, unsigned min_complete, unsigned flags,
+                                long (*enter)(int ring, unsigned to_submit, unsigned min_complete, unsigned flags));
+inline std::atomic<UringEnterHook>& uring_enter_hook() {
+  static std::atomic<UringEnterHook> hook{nullptr};
+  return hook;
+}
 
 // A submission and completion ring of one thread, used for one call of read_files_batched.
 class UringBatch {
@@ -182,6 +193,14 @@ class UringBatch {
  private:
   static constexpr std::uint64_t max_read = 1u << 30;  // one READ's length is 32 bits
 
+  static long enter(int ring, unsigned to_submit, unsigned min_complete, unsigned flags) {
+    const auto call = [](int fd, unsigned submit, unsigned complete, unsigned f) {
+      return ::syscall(__NR_io_uring_enter, fd, submit, complete, f, nullptr, 0);
+    };
+    if (const UringEnterHook h = uring_enter_hook().load(std::memory_order_relaxed)) return h(ring, to_submit, min_complete, flags, call);
+    return call(ring, to_submit, min_complete, flags);
+  }
+
   static unsigned* field(void* base, unsigned offset) { return reinterpret_cast<unsigned*>(static_cast<char*>(base) + offset); }
 
   io_uring_sqe* next() {
@@ -204,8 +223,7 @@ class UringBatch {
     bool refused = false;
     for (long failures = 0; to_submit > 0 || seen < taken;) {
       // (A call that takes fewer entries than it is given returns without waiting.)
-      const long r = ::syscall(__NR_io_uring_enter, fd_, to_submit, (to_submit ? n : taken) - seen, IORING_ENTER_GETEVENTS,
-                               nullptr, 0);
+      const long r = enter(fd_, to_submit, (to_submit ? n : taken) - seen, IORING_ENTER_GETEVENTS);
       if (r < 0) {
         if (errno == EINTR) continue;
         if (to_submit > 0) {
