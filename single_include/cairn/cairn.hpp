@@ -8780,10 +8780,11 @@ CAIRN_END_NAMESPACE
 // 10,000 small arrays; one system call at a time that is four calls per file (open, fstat,
 // pread, close: File::open_read), and on a VM whose every call is dear those calls are most of
 // the load (docs/benchmarks.md, "Orbax import", 2026-12-01). Here the calls of up to 64 files
-// go to the kernel together: each batch opens every file, checks each open one with a statx
-// of its descriptor (the same check as File::open_read's fstat, on the file that was opened,
-// so nothing can be swapped in between), reads each regular one whole, and closes them all:
-// four io_uring_enter calls a batch.
+// go to the kernel together: each batch opens every file, checks each open one with an fstat
+// of its descriptor (File::open_read's check, on the file that was opened, so nothing can be
+// swapped in between), reads each regular one whole, and closes them all: three io_uring_enter
+// calls and an fstat a file. The files are opened relative to the directory the batch's paths
+// share, opened once, so that each open looks up only the rest of its path.
 //
 // Only a fast path: a file it does not read whole (missing, no regular file, over the limit,
 // changed meanwhile, a kernel without these operations, anything unusual) is left for the
@@ -8792,6 +8793,7 @@ CAIRN_END_NAMESPACE
 // as container runtimes often do) or a fault-injection hook is set (tests count and fail the
 // ordinary calls), it reads nothing. Raw system calls through <linux/io_uring.h>: no liburing.
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -9313,6 +9315,16 @@ inline constexpr std::size_t batched_read_min = 32;
 
 #if CAIRN_HAS_IO_URING
 
+// The seam for testing a ring that refuses entries: where set, each io_uring_enter of
+// read_files_batched goes through it, with the arguments and the call itself, and it returns
+// what the call would (-1 with errno set for a failure). Tests only.
+using UringEnterHook = long (*)(int ring, unsigned to_submit, unsigned min_complete, unsigned flags,
+                                long (*enter)(int ring, unsigned to_submit, unsigned min_complete, unsigned flags));
+inline std::atomic<UringEnterHook>& uring_enter_hook() {
+  static std::atomic<UringEnterHook> hook{nullptr};
+  return hook;
+}
+
 // A submission and completion ring of one thread, used for one call of read_files_batched.
 class UringBatch {
  public:
@@ -9353,49 +9365,43 @@ class UringBatch {
   UringBatch& operator=(const UringBatch&) = delete;
   bool ok() const { return ok_; }
 
-  // Reads files[0, n) (n <= files_per_batch) whole where it can. False if the ring itself
-  // failed (the caller stops using it; what was read stays read).
-  bool read(WholeFileRead* files, unsigned n) {
+  // Reads files[0, n) (n <= files_per_batch) whole where it can, each path from its
+  // `skip`th character relative to `dir_fd` (a directory holding every one of them, or
+  // AT_FDCWD with skip 0). False if the ring itself failed (the caller stops using it; what
+  // was read stays read).
+  bool read(WholeFileRead* files, unsigned n, int dir_fd = AT_FDCWD, std::size_t skip = 0) {
     int fds[files_per_batch];
     std::fill(fds, fds + n, -1);  // an open the kernel refused to take leaves nothing to close
-    struct statx st[files_per_batch];
     // 1. Open each. O_NONBLOCK: a FIFO cannot block the open (nor the read, were it reached);
     //    O_NOFOLLOW: a symbolic link is not followed (File::open_read's rules).
     for (unsigned k = 0; k < n; ++k) {
       io_uring_sqe* s = next();
       s->opcode = IORING_OP_OPENAT;
-      s->fd = AT_FDCWD;
-      s->addr = reinterpret_cast<std::uint64_t>(files[k].path.c_str());
+      s->fd = dir_fd;
+      s->addr = reinterpret_cast<std::uint64_t>(files[k].path.c_str() + skip);
       s->open_flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
       s->user_data = k;
     }
     bool ring_ok = run(n, [&](unsigned k, int res) { fds[k] = res; });
-    // 2. Check each open one: a regular file within its limit (statx of the descriptor).
-    unsigned opened = 0;
-    for (unsigned k = 0; k < n; ++k) {
-      if (!ring_ok || fds[k] < 0) continue;
-      io_uring_sqe* s = next();
-      s->opcode = IORING_OP_STATX;
-      s->fd = fds[k];
-      s->addr = reinterpret_cast<std::uint64_t>("");
-      s->statx_flags = AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW;
-      s->len = STATX_TYPE | STATX_SIZE;
-      s->off = reinterpret_cast<std::uint64_t>(&st[k]);
-      s->user_data = k;
-      ++opened;
-    }
+    // 2. Check each open one: a regular file within its limit. An fstat of the descriptor, the
+    //    file that was opened (nothing can be swapped in between), made here one call a file:
+    //    io_uring's STATX always runs on a kernel worker thread, and handing every file to one
+    //    and back cost more than these calls (10,000 small arrays: 37 ms against 44 for the
+    //    files' reads, on the 2-core VM of docs/benchmarks.md, 2026-12-01).
     bool readable[files_per_batch] = {};
-    if (ring_ok)
-      ring_ok = run(opened, [&](unsigned k, int res) {
-        readable[k] = res == 0 && (st[k].stx_mask & (STATX_TYPE | STATX_SIZE)) == (STATX_TYPE | STATX_SIZE) &&
-                      S_ISREG(st[k].stx_mode) && st[k].stx_size <= files[k].limit && st[k].stx_size <= max_read;
-      });
+    std::uint64_t size[files_per_batch];
+    for (unsigned k = 0; k < n; ++k) {
+      struct stat st;
+      if (!ring_ok || fds[k] < 0 || ::fstat(fds[k], &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0) continue;
+      size[k] = static_cast<std::uint64_t>(st.st_size);
+      readable[k] = size[k] <= files[k].limit && size[k] <= max_read;
+    }
     // 3. Read each regular one whole. An empty file is read already.
     unsigned reads = 0;
     for (unsigned k = 0; k < n; ++k) {
       if (!ring_ok || !readable[k]) continue;
-      files[k].bytes.resize(static_cast<std::size_t>(st[k].stx_size));
-      if (st[k].stx_size == 0) {
+      files[k].bytes.resize(static_cast<std::size_t>(size[k]));
+      if (size[k] == 0) {
         files[k].done = true;
         continue;
       }
@@ -9403,7 +9409,7 @@ class UringBatch {
       s->opcode = IORING_OP_READ;
       s->fd = fds[k];
       s->addr = reinterpret_cast<std::uint64_t>(files[k].bytes.data());
-      s->len = static_cast<unsigned>(st[k].stx_size);
+      s->len = static_cast<unsigned>(size[k]);
       s->off = 0;
       s->user_data = k;
       ++reads;
@@ -9413,7 +9419,7 @@ class UringBatch {
     // must come from the disk (it does not hand such a read to a worker); it has started the
     // disk's read-ahead by then, so the ordinary read that follows waits less.
     if (ring_ok)
-      ring_ok = run(reads, [&](unsigned k, int res) { files[k].done = res >= 0 && static_cast<std::uint64_t>(res) == st[k].stx_size; });
+      ring_ok = run(reads, [&](unsigned k, int res) { files[k].done = res >= 0 && static_cast<std::uint64_t>(res) == size[k]; });
     for (unsigned k = 0; k < n; ++k)
       if (!files[k].done) files[k].bytes.clear();
     // 4. Close every one opened: through the ring, or, where it failed or refused a close, with
@@ -9437,6 +9443,14 @@ class UringBatch {
  private:
   static constexpr std::uint64_t max_read = 1u << 30;  // one READ's length is 32 bits
 
+  static long enter(int ring, unsigned to_submit, unsigned min_complete, unsigned flags) {
+    const auto call = [](int fd, unsigned submit, unsigned complete, unsigned f) {
+      return ::syscall(__NR_io_uring_enter, fd, submit, complete, f, nullptr, 0);
+    };
+    if (const UringEnterHook h = uring_enter_hook().load(std::memory_order_relaxed)) return h(ring, to_submit, min_complete, flags, call);
+    return call(ring, to_submit, min_complete, flags);
+  }
+
   static unsigned* field(void* base, unsigned offset) { return reinterpret_cast<unsigned*>(static_cast<char*>(base) + offset); }
 
   io_uring_sqe* next() {
@@ -9459,8 +9473,7 @@ class UringBatch {
     bool refused = false;
     for (long failures = 0; to_submit > 0 || seen < taken;) {
       // (A call that takes fewer entries than it is given returns without waiting.)
-      const long r = ::syscall(__NR_io_uring_enter, fd_, to_submit, (to_submit ? n : taken) - seen, IORING_ENTER_GETEVENTS,
-                               nullptr, 0);
+      const long r = enter(fd_, to_submit, (to_submit ? n : taken) - seen, IORING_ENTER_GETEVENTS);
       if (r < 0) {
         if (errno == EINTR) continue;
         if (to_submit > 0) {
@@ -9513,12 +9526,34 @@ inline std::size_t read_files_batched(std::vector<WholeFileRead>& files) {
   UringBatch ring;
   if (!ring.ok()) return 0;
   std::size_t read = 0;
+  // The deepest directory all of a batch's paths go through, opened once (following links as
+  // a path's walk does), so that each file's open walks only the rest of its path: a lookup a
+  // component, which a checkpoint's depth in the filesystem multiplied. Where it cannot be
+  // opened, the paths are opened whole.
+  std::string dir;
+  int dir_fd = AT_FDCWD;
   for (std::size_t from = 0; from < files.size(); from += UringBatch::files_per_batch) {
     const auto n = static_cast<unsigned>(std::min<std::size_t>(UringBatch::files_per_batch, files.size() - from));
-    const bool ring_ok = ring.read(files.data() + from, n);
+    std::size_t common = files[from].path.size();
+    for (unsigned k = 1; k < n; ++k) {
+      const std::string& a = files[from].path;
+      const std::string& b = files[from + k].path;
+      common = std::min(common, b.size());
+      common = static_cast<std::size_t>(std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(common), b.begin()).first - a.begin());
+    }
+    const std::size_t slash = files[from].path.rfind('/', common == 0 ? 0 : common - 1);
+    std::string here = slash == std::string::npos || slash == 0 ? std::string() : files[from].path.substr(0, slash);
+    if (here != dir) {
+      if (dir_fd >= 0) ::close(dir_fd);
+      dir_fd = here.empty() ? AT_FDCWD : ::open(here.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (dir_fd < 0) dir_fd = AT_FDCWD, here.clear();
+      dir = std::move(here);
+    }
+    const bool ring_ok = ring.read(files.data() + from, n, dir_fd, dir.empty() ? 0 : dir.size() + 1);
     for (unsigned k = 0; k < n; ++k) read += files[from + k].done;
     if (!ring_ok) break;
   }
+  if (dir_fd >= 0) ::close(dir_fd);
   return read;
 #else
   (void)files;
