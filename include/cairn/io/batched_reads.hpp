@@ -271,6 +271,20 @@ class UringBatch {
   unsigned sq_mask_ = 0, cq_mask_ = 0;
 };
 
+// The deepest directory (without its final '/') that every one of files[0, n)'s paths lies
+// below, or "" where they share none but the root or the working directory.
+inline std::string shared_directory(const WholeFileRead* files, unsigned n) {
+  const std::string& first = files[0].path;
+  std::size_t common = first.size();
+  for (unsigned k = 1; k < n; ++k) {
+    const std::string& p = files[k].path;
+    common = std::min(common, p.size());
+    common = static_cast<std::size_t>(std::mismatch(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(common), p.begin()).first - first.begin());
+  }
+  const std::size_t slash = first.rfind('/', common == 0 ? 0 : common - 1);
+  return slash == std::string::npos || slash == 0 ? std::string() : first.substr(0, slash);
+}
+
 #endif  // CAIRN_HAS_IO_URING
 
 // Reads whole every file of `files` that it can, in batches of 64 through io_uring, marking
@@ -286,31 +300,27 @@ inline std::size_t read_files_batched(std::vector<WholeFileRead>& files) {
   // The deepest directory all of a batch's paths go through, opened once (following links as
   // a path's walk does), so that each file's open walks only the rest of its path: a lookup a
   // component, which a checkpoint's depth in the filesystem multiplied. Where it cannot be
-  // opened, the paths are opened whole.
-  std::string dir;
-  int dir_fd = AT_FDCWD;
+  // opened, the paths are opened whole. Closed on the way out, also by an exception.
+  struct Directory {
+    std::string path;  // "" for none: AT_FDCWD and whole paths
+    int fd = AT_FDCWD;
+    ~Directory() {
+      if (fd >= 0) ::close(fd);
+    }
+  } dir;
   for (std::size_t from = 0; from < files.size(); from += UringBatch::files_per_batch) {
     const auto n = static_cast<unsigned>(std::min<std::size_t>(UringBatch::files_per_batch, files.size() - from));
-    std::size_t common = files[from].path.size();
-    for (unsigned k = 1; k < n; ++k) {
-      const std::string& a = files[from].path;
-      const std::string& b = files[from + k].path;
-      common = std::min(common, b.size());
-      common = static_cast<std::size_t>(std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(common), b.begin()).first - a.begin());
+    std::string here = shared_directory(files.data() + from, n);
+    if (here != dir.path) {
+      if (dir.fd >= 0) ::close(dir.fd);
+      dir.fd = here.empty() ? AT_FDCWD : ::open(here.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (dir.fd < 0) dir.fd = AT_FDCWD, here.clear();
+      dir.path = std::move(here);
     }
-    const std::size_t slash = files[from].path.rfind('/', common == 0 ? 0 : common - 1);
-    std::string here = slash == std::string::npos || slash == 0 ? std::string() : files[from].path.substr(0, slash);
-    if (here != dir) {
-      if (dir_fd >= 0) ::close(dir_fd);
-      dir_fd = here.empty() ? AT_FDCWD : ::open(here.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-      if (dir_fd < 0) dir_fd = AT_FDCWD, here.clear();
-      dir = std::move(here);
-    }
-    const bool ring_ok = ring.read(files.data() + from, n, dir_fd, dir.empty() ? 0 : dir.size() + 1);
+    const bool ring_ok = ring.read(files.data() + from, n, dir.fd, dir.path.empty() ? 0 : dir.path.size() + 1);
     for (unsigned k = 0; k < n; ++k) read += files[from + k].done;
     if (!ring_ok) break;
   }
-  if (dir_fd >= 0) ::close(dir_fd);
   return read;
 #else
   (void)files;
