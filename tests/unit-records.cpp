@@ -9,6 +9,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <charconv>
+#include <optional>
 #include <limits>
 #include <map>
 #include <random>
@@ -594,4 +596,62 @@ TEST_CASE("inner_nodes: every proper prefix of every leaf once, its kind from it
       CHECK(node.kind == want.at(node.path.str()));
     }
   }
+}
+
+namespace {
+// What JSON's grammar and the type make of an integer's text: its value where it is an
+// integer that fits I, nothing otherwise (the reference for JsonReader::integer below).
+template <class I>
+std::optional<I> json_integer(const std::string& tok) {
+  std::size_t i = tok[0] == '-' ? 1 : 0;
+  const std::size_t digits = i;
+  while (i < tok.size() && tok[i] >= '0' && tok[i] <= '9') ++i;
+  if (i == digits || i != tok.size() || (tok[digits] == '0' && i - digits > 1)) return std::nullopt;
+  I v{};
+  const auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+  if (ec != std::errc() || end != tok.data() + tok.size()) return std::nullopt;
+  return v;
+}
+
+template <class I>
+void check_integers(std::mt19937_64& rng) {
+  const std::string tails[] = {"", ",", "}", "]", " ", ".5", ".", "e3", "E-2", "0", "x"};
+  for (int n = 0; n < 20000; ++n) {
+    std::string tok = rng() % 5 == 0 ? "-" : "";
+    const std::size_t len = 1 + rng() % 22;
+    for (std::size_t d = 0; d < len; ++d) tok += static_cast<char>('0' + (d == 0 && rng() % 3 ? 1 + rng() % 9 : rng() % 10));
+    if (rng() % 4 == 0) {  // numbers near the type's limits, and one past them
+      const auto edge = static_cast<std::int64_t>(rng() % 3) - 1;
+      tok = std::to_string(static_cast<unsigned long long>(std::numeric_limits<I>::max()));
+      if (edge != 0) {
+        auto v = static_cast<unsigned long long>(std::numeric_limits<I>::max());
+        tok = edge < 0 ? std::to_string(v - 1) : (v == ~0ull ? "18446744073709551616" : std::to_string(v + 1));
+      }
+    }
+    std::string tail = tails[rng() % std::size(tails)];
+    if (tail == "0") tok += tail, tail.clear();  // a digit more is the same number, longer
+    const std::string whole = tok + tail;
+    const std::string file = "f";
+    detail::JsonReader r(whole, file, 4);
+    // A fraction or an exponent after the digits makes it no integer.
+    const bool fraction = !tail.empty() && (tail[0] == '.' || tail[0] == 'e' || tail[0] == 'E');
+    const std::optional<I> expected = fraction ? std::nullopt : json_integer<I>(tok);
+    CAPTURE(whole);
+    if (expected) {
+      const I got = r.integer<I>();
+      CHECK(got == *expected);
+      CHECK(r.position() == tok.size());
+    } else {
+      CHECK_THROWS_AS((void)r.integer<I>(), Error);
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("JsonReader::integer takes exactly the integers JSON spells that fit the type, and stops where they end") {
+  std::mt19937_64 rng(23);
+  check_integers<int>(rng);
+  check_integers<std::uint32_t>(rng);
+  check_integers<std::int64_t>(rng);
+  check_integers<std::uint64_t>(rng);
 }

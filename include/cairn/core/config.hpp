@@ -31,6 +31,16 @@
 #define CAIRN_HD
 #endif
 
+// For the few small functions a hot loop calls at many places (the JSON reader's next-character
+// test), where the compiler's inlining budget otherwise leaves a call per character.
+#if defined(__GNUC__) || defined(__clang__)
+#define CAIRN_ALWAYS_INLINE [[gnu::always_inline]] inline
+#elif defined(_MSC_VER)
+#define CAIRN_ALWAYS_INLINE __forceinline
+#else
+#define CAIRN_ALWAYS_INLINE inline
+#endif
+
 // Thrust defaults its device system to CUDA. A host compiler cannot build that, so when the
 // user has not chosen, the kernels run on Thrust's sequential C++ backend (or OpenMP when the
 // user defines THRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP and compiles with -fopenmp).
