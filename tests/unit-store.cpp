@@ -375,6 +375,16 @@ std::size_t open_descriptors() {
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
   return n;
 }
+// What each descriptor below `upto` is (device and inode; absent where none is open): a count
+// alone would not see a stray close of the process's own descriptor beside a leaked one.
+std::map<int, std::pair<dev_t, ino_t>> descriptor_identities(int upto) {
+  std::map<int, std::pair<dev_t, ino_t>> out;
+  for (int fd = 0; fd < upto; ++fd) {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) out[fd] = {st.st_dev, st.st_ino};
+  }
+  return out;
+}
 }  // namespace
 
 TEST_CASE("a ring that refuses entries midway: what it took is waited for, what it opened is closed, every file is still read") {
@@ -402,6 +412,18 @@ TEST_CASE("a ring that refuses entries midway: what it took is waited for, what 
       return;
     }
   }
+  // Every low descriptor number holds a file of the process's own (sentinels where free): a
+  // batch that closed a descriptor it never opened (one of its slots taken for open, say)
+  // would close one of these.
+  std::vector<int> sentinels;
+  while (true) {
+    const int fd = ::open(dir.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    if (fd >= 16) { ::close(fd); break; }
+    sentinels.push_back(fd);
+  }
+  const auto identities_before = descriptor_identities(16);
+  REQUIRE(identities_before.size() == 16);
   const std::size_t open_before = open_descriptors();
   int refusals = 0;
   for (const bool half : {false, true})
@@ -430,8 +452,10 @@ TEST_CASE("a ring that refuses entries midway: what it took is waited for, what 
       if (refused && (at - 1) % 3 != 2) CHECK(read < files.size());
       if (!refused) CHECK(read == files.size());
       CHECK(open_descriptors() == open_before);
+      CHECK(descriptor_identities(16) == identities_before);
     }
   CHECK(refusals >= 12);  // the sweep reached the ring's calls of both batches' stages
+  for (const int fd : sentinels) ::close(fd);
 }
 #endif
 
