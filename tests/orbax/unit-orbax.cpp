@@ -621,6 +621,57 @@ TEST_CASE("small OCDBT chunks of more than one run load bit-exactly, the runs on
   }
 }
 
+TEST_CASE("a large _METADATA is read while its OCDBT database opens: the database's error counts only where it is used, and after _METADATA's") {
+  // Over read_ahead_min_metadata_bytes of _METADATA: the database is opened beside its parse
+  // (PytreeReader::read), before _METADATA says whether there is one to use.
+  using Flat = std::map<std::string, std::vector<std::int32_t>>;
+  Flat state;
+  for (int i = 0; i < 600; ++i) state["layer" + std::to_string(i)] = test::random_bits<std::int32_t>(1 + static_cast<std::size_t>(i % 5));
+  auto damage = [](const std::string& file, std::size_t at, char c) {
+    std::string bytes = test::read_file(file);
+    REQUIRE(at < bytes.size());
+    bytes[at] = c;
+    test::write_file(file, bytes);
+  };
+  test::TempDir tmp;
+  for (const bool ocdbt : {true, false}) {
+    CAPTURE(ocdbt);
+    const std::string ckpt = tmp.path + (ocdbt ? "/db" : "/dirs");
+    cairn::OrbaxSaveOptions o;
+    o.ocdbt = ocdbt;
+    cairn::save_orbax(ckpt, state, o);
+    const std::string pytree = ckpt + "/state";
+    REQUIRE(fs::file_size(pytree + "/_METADATA") >= cairn::detail::read_ahead_min_metadata_bytes);
+    if (!ocdbt) {
+      // _METADATA says use_ocdbt=false: a damaged manifest.ocdbt beside it is never used, though
+      // the loader opened it (and failed) while parsing _METADATA.
+      test::write_file(pytree + "/manifest.ocdbt", "not a manifest");
+      for (int round = 0; round < 2; ++round) {
+        const Flat back = cairn::load_orbax<Flat>(ckpt);
+        REQUIRE(back.size() == state.size());
+        for (const auto& [k, v] : state) CHECK_MESSAGE(test::same_bits(back.at(k), v), k);
+      }
+      continue;
+    }
+    const Flat back = cairn::load_orbax<Flat>(ckpt);
+    for (const auto& [k, v] : state) CHECK_MESSAGE(test::same_bits(back.at(k), v), k);
+    // The database's own error, from the thread that opened it, where it is used.
+    const std::string manifest = test::read_file(pytree + "/manifest.ocdbt");
+    damage(pytree + "/manifest.ocdbt", manifest.size() / 2, static_cast<char>(manifest[manifest.size() / 2] ^ 0x5a));
+    CHECK_THROWS_WITH_AS(cairn::load_orbax<Flat>(ckpt), doctest::Contains("manifest.ocdbt"), cairn::Error);
+    // Both damaged: _METADATA's error, as when it was read before the database was opened.
+    damage(pytree + "/_METADATA", 0, '[');
+    try {
+      (void)cairn::load_orbax<Flat>(ckpt);
+      FAIL("a damaged _METADATA loaded");
+    } catch (const cairn::Error& e) {
+      const std::string what = e.what();
+      CHECK_MESSAGE(what.find("_METADATA") != std::string::npos, what);
+      CHECK_MESSAGE(what.find("manifest.ocdbt") == std::string::npos, what);
+    }
+  }
+}
+
 TEST_CASE("an Orbax key path deeper than a tree may be is corrupt, named with its file and entry") {
   test::TempDir tmp;
   const std::string ckpt = tmp.path + "/deep";

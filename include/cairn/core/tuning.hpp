@@ -93,7 +93,8 @@ inline constexpr std::uint64_t parallel_read_bytes = std::uint64_t{4} << 20;
 // ---- The read-ahead of a load (checkpoint/read_ahead.hpp) ----
 
 // A metadata text shorter than this parses in well under a millisecond (a few large leaves):
-// nothing to overlap.
+// nothing to overlap (with the read-ahead here, with opening its OCDBT database in an Orbax
+// import: orbax/checkpoint.hpp).
 inline constexpr std::size_t read_ahead_min_metadata_bytes = 64 << 10;
 
 // At most this much is fetched, whatever the checkpoint's size: a load that reads only some
