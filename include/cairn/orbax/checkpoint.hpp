@@ -1144,7 +1144,9 @@ class PytreeReader {
       Blob src;
       src.array = &a;
       src.key = key;
-      src.name = join_key(dir_, chunk_key);
+      // (src.name, what errors name, is joined only for a chunk that becomes a blob of its own:
+      // a small chunk read as a range of its data file needs none, and joining it for each of
+      // 10,000 arrays, and copying it into each inner chunk's blob, was a twentieth of opening.)
       bool present = true;
       if (db_) {
         const OcdbtValue* v = db_->find(chunk_key);
@@ -1160,7 +1162,7 @@ class PytreeReader {
       Shape in(rank, 0);
       std::uint64_t inner_index = 0;
       while (true) {
-        Blob b = src;
+        Blob b = inner_index + 1 == inner_count ? std::move(src) : Blob(src);  // (the last inner chunk takes src)
         const Shape& cs = a.sharded ? a.shard.inner_shape : a.chunk_shape;
         Shape start(rank, 0), shape(rank, 0), box_start(rank, 0);
         bool inside = true;
@@ -1181,7 +1183,15 @@ class PytreeReader {
           if (!present) b.kind = Blob::Kind::fill;
           else if (!a.sharded && !codecs.zstd && !codecs.crc32c && shape == cs) b.kind = Blob::Kind::range;
           else b.kind = Blob::Kind::chunk;
-          if (b.kind == Blob::Kind::fill || !add_direct_chunk(l, start, shape, b)) add_chunk(l, start, shape, std::move(b));
+          const Direct direct = b.kind == Blob::Kind::fill ? Direct::no : add_direct_chunk(l, start, shape, b);
+          if (direct == Direct::missing) {  // (the shard's index says so)
+            b.kind = Blob::Kind::fill;
+            b.db = nullptr;
+          }
+          if (direct != Direct::yes) {
+            b.name = b.path.empty() ? join_key(dir_, chunk_key) : b.path;  // (a file's path is its name)
+            add_chunk(l, start, shape, std::move(b));
+          }
         }
         ++inner_index;
         std::size_t d = rank;
@@ -1228,15 +1238,19 @@ class PytreeReader {
   // chunk its index says is missing reads as the fill value. false for anything else (an edge
   // chunk, a CRC32C codec, a damaged index, a size that does not fit): the chunk is read as
   // before, and what is wrong with it reported when it is.
-  bool add_direct_chunk(LeafRecord& l, const Shape& start, const Shape& shape, const Blob& b) {
-    if (!for_load_ || !b.db || b.value.is_inline || b.stored != b.box_shape || !b.db->in_small_run(b.value)) return false;
+  // What add_direct_chunk made of a chunk: a range of its data file (yes), nothing (no: it is
+  // to be a blob of its own), or nothing because its shard's index says it is missing (the
+  // fill value).
+  enum class Direct { no, yes, missing };
+  Direct add_direct_chunk(LeafRecord& l, const Shape& start, const Shape& shape, const Blob& b) {
+    if (!for_load_ || !b.db || b.value.is_inline || b.stored != b.box_shape || !b.db->in_small_run(b.value)) return Direct::no;
     const ZarrArray& a = *b.array;
     const ZarrCodecs& c = b.inner ? a.shard.inner : a.codecs;
-    if (c.crc32c || (b.inner && b.inner_count != 1)) return false;
+    if (c.crc32c || (b.inner && b.inner_count != 1)) return Direct::no;
     std::uint64_t at = b.value.offset, stored = b.value.length;
     if (b.inner) {
       const std::uint64_t index_size = zarr_index_bytes(a.shard, 1);
-      if (stored < index_size) return false;
+      if (stored < index_size) return Direct::no;
       char index[20];
       static_assert(sizeof(index) >= 16 + 4);
       ZarrShardEntry e;
@@ -1246,25 +1260,19 @@ class PytreeReader {
         if (a.shard.index_crc32c) entry = zarr_strip_crc(entry, b.name, b.key, " (shard index)");
         e = zarr_shard_entry(a.shard, entry, 0, 1, stored, b.name, b.key);
       } catch (const Error&) {
-        return false;
+        return Direct::no;
       }
-      if (e.missing()) {
-        Blob fill = b;
-        fill.kind = Blob::Kind::fill;
-        fill.db = nullptr;
-        add_chunk(l, start, shape, std::move(fill));
-        return true;
-      }
+      if (e.missing()) return Direct::missing;
       at += e.offset;
       stored = e.nbytes;
     }
     if (!c.zstd) {
-      if (stored != b.size) return false;
+      if (stored != b.size) return Direct::no;
       view_.add_range(l, start, shape, data_file_blob(*b.value.file), at, stored);
-      return true;
+      return Direct::yes;
     }
     // (The bound add_array puts on any zstd chunk: none decodes past zstd's utmost ratio.)
-    if (stored == 0 || b.size > stored * 32768 + (1u << 20)) return false;
+    if (stored == 0 || b.size > stored * 32768 + (1u << 20)) return Direct::no;
     auto& [blob, name] = decoded_blob(*b.value.file);
     Blob& d = view_.blobs()[blob];
     d.decoded->pieces.push_back({d.size, at, stored, b.size});
@@ -1272,7 +1280,7 @@ class PytreeReader {
     view_.add_range(l, start, shape, name, d.size, b.size);
     d.size += b.size;
     d.value.length = d.size;
-    return true;
+    return Direct::yes;
   }
   // The blob of a whole data file of the database (add_direct_chunk), made once per file: its
   // number, and that as its name.

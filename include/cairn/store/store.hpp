@@ -336,7 +336,11 @@ inline Error after_commit_error(const Error& e, const std::string& what) {
 inline std::string join_key(const std::string& prefix, const std::string& name) {
   if (prefix.empty()) return name;
   if (name.empty()) return prefix;
-  return prefix + "/" + name;
+  // One allocation (prefix + "/" + name made two): a load joins a key per chunk.
+  std::string key;
+  key.reserve(prefix.size() + 1 + name.size());
+  key.append(prefix).append(1, '/').append(name);
+  return key;
 }
 
 // Whether a key read from untrusted data (a checkpoint's own metadata naming one of its
