@@ -37,10 +37,24 @@ struct TreeMetadata {
   std::optional<bool> use_ocdbt, use_zarr3;
 };
 
+// Orbax writes each object's members in one order (json.dumps of its dicts): the reader
+// guesses the next name, and a name spelled so is taken without decoding it
+// (JsonReader::object). Members in any other order read the same.
+template <std::size_t N>
+struct MembersInOrder {
+  const std::string_view (&names)[N];
+  std::size_t next = 0;
+  std::string_view operator()() { return next < N ? names[next++] : std::string_view(); }
+};
+inline constexpr std::string_view tree_entry_members[] = {"key_metadata", "value_metadata"};
+inline constexpr std::string_view key_entry_members[] = {"key", "key_type"};
+inline constexpr std::string_view value_members[] = {"value_type", "skip_deserialize"};
+
 inline TreeMetadata read_tree_metadata(std::string_view text, const std::string& file) {
   JsonReader r(text, file, 16, "invalid Orbax _METADATA");  // its entries nest 4 deep; a key spelled as a value a little more
   TreeMetadata out;
   bool has_tree = false;
+  std::string key;  // each key_metadata entry's key, read into the same buffer
   auto optional_bool = [&](std::optional<bool>& to) {
     const char c = r.peek();
     if (c == 't' || c == 'f') to = r.boolean();
@@ -68,12 +82,16 @@ inline TreeMetadata read_tree_metadata(std::string_view text, const std::string&
           e.param.clear();
           r.array([&] {
             if (r.peek() != '{') throw Error(ErrorKind::corrupt, "key_metadata entry without key or key_type", file, tuple);
-            std::optional<std::string> key;
+            // The key is copied once, into `key` (reused: no allocation for the usual short
+            // keys), then into its path entry: made, moved into an optional and moved twice
+            // more, its copies were a sixth of reading 10,000 entries.
+            bool has_key = false;
             std::optional<std::int64_t> type;
             r.object([&](std::string_view k) {
               if (k == "key") {
+                has_key = true;
                 if (r.peek() == '"') {
-                  key = std::string(r.string());
+                  key.assign(r.string());
                 } else {
                   // A key that is not a string (rare): its JSON text, as Json::dump spells it.
                   const std::size_t at = r.position();
@@ -96,16 +114,22 @@ inline TreeMetadata read_tree_metadata(std::string_view text, const std::string&
               } else {
                 r.skip();
               }
-            });
-            if (!key || !type) throw Error(ErrorKind::corrupt, "key_metadata entry without key or key_type", file, tuple);
+            }, MembersInOrder<2>{key_entry_members});
+            if (!has_key || !type) throw Error(ErrorKind::corrupt, "key_metadata entry without key or key_type", file, tuple);
             if (!e.param.empty() || !path.empty()) e.param += '.';
-            e.param += *key;
+            e.param += key;
             std::int64_t index;
             if (path.size() >= max_tree_depth)
               throw Error(ErrorKind::corrupt, "a key path of more than " + std::to_string(max_tree_depth) +
                           " entries (cairn::max_tree_depth)", file, tuple);
-            if (*type == 1 && parse_int64(*key, index) && index >= 0) path.push_back(KeyEntry::index(index));
-            else path.push_back(KeyEntry::key(std::move(*key)));
+            KeyEntry& entry = path.emplace_back();
+            if (*type == 1 && parse_int64(key, index) && index >= 0) {
+              entry.kind = KeyEntry::Kind::index;
+              entry.number = index;
+            } else {
+              entry.kind = KeyEntry::Kind::key;
+              entry.name = key;
+            }
           });
           e.path = KeyPath(std::move(path));
         } else if (member == "value_metadata") {
@@ -117,11 +141,11 @@ inline TreeMetadata read_tree_metadata(std::string_view text, const std::string&
             if (v == "value_type" && r.peek() == '"') e.value_type = r.string();
             else if (v == "skip_deserialize" && (r.peek() == 't' || r.peek() == 'f')) e.skip_deserialize = r.boolean();
             else r.skip();
-          });
+          }, MembersInOrder<2>{value_members});
         } else {
           r.skip();
         }
-      });
+      }, MembersInOrder<2>{tree_entry_members});
       if (!has_keys || !has_value)
         throw Error(ErrorKind::corrupt, "tree_metadata entry has no key_metadata list or value_metadata", file, tuple);
       out.entries.push_back(std::move(e));
