@@ -1783,6 +1783,16 @@ TEST_CASE("a pytree's _METADATA read into its entries; every mistake a cairn::Er
   CHECK(m.entries[3].path.entries()[0].kind == cairn::KeyEntry::Kind::key);  // "x1" is no index
   CHECK(m.use_zarr3 == std::optional<bool>(false));
   CHECK_FALSE(m.use_ocdbt.has_value());  // not a boolean: unsaid
+  // Member names spelled with escapes, or beginning as the reader's guess of the next one
+  // does ("keys"), read as what they spell.
+  const o::TreeMetadata esc = o::read_tree_metadata(
+      R"J({"tree_metadata":{"('a', 'b')":{"key_metadata":[{"keys":"x","key":"a","key_type":2},{"key":"b","key_type":1}],)J"
+      R"J("value_metadata":{"value_types":"np.ndarray","value_type":"jax.Array"}}}})J",
+      "the-file");
+  REQUIRE(esc.entries.size() == 1);
+  CHECK(esc.entries[0].param == "a.b");
+  CHECK(esc.entries[0].path.str() == "a/b");  // (key_type 1 of "b", no number: a key)
+  CHECK(esc.entries[0].value_type == "jax.Array");
   const std::string entry = R"J({"tree_metadata":{"('w',)":)J";
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"", "invalid Orbax _METADATA at byte 0"},
