@@ -4080,7 +4080,11 @@ inline Error after_commit_error(const Error& e, const std::string& what) {
 inline std::string join_key(const std::string& prefix, const std::string& name) {
   if (prefix.empty()) return name;
   if (name.empty()) return prefix;
-  return prefix + "/" + name;
+  // One allocation (prefix + "/" + name made two): a load joins a key per chunk.
+  std::string key;
+  key.reserve(prefix.size() + 1 + name.size());
+  key.append(prefix).append(1, '/').append(name);
+  return key;
 }
 
 // Whether a key read from untrusted data (a checkpoint's own metadata naming one of its
@@ -7966,7 +7970,8 @@ inline constexpr std::uint64_t parallel_read_bytes = std::uint64_t{4} << 20;
 // ---- The read-ahead of a load (checkpoint/read_ahead.hpp) ----
 
 // A metadata text shorter than this parses in well under a millisecond (a few large leaves):
-// nothing to overlap.
+// nothing to overlap (with the read-ahead here, with opening its OCDBT database in an Orbax
+// import: orbax/checkpoint.hpp).
 inline constexpr std::size_t read_ahead_min_metadata_bytes = 64 << 10;
 
 // At most this much is fetched, whatever the checkpoint's size: a load that reads only some
