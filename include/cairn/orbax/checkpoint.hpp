@@ -1235,13 +1235,11 @@ class PytreeReader {
   // is in memory. As blobs of their own, each chunk took a reader, a lock of the database's
   // runs and a parse of its index while loading: 10,000 arrays of 64 floats loaded in 29 ms
   // against 7.7 for the same arrays saved by cairn (docs/benchmarks.md, "Orbax import"). A
-  // chunk its index says is missing reads as the fill value. false for anything else (an edge
-  // chunk, a CRC32C codec, a damaged index, a size that does not fit): the chunk is read as
-  // before, and what is wrong with it reported when it is.
-  // What add_direct_chunk made of a chunk: a range of its data file (yes), nothing (no: it is
-  // to be a blob of its own), or nothing because its shard's index says it is missing (the
-  // fill value).
-  enum class Direct { no, yes, missing };
+  // chunk its index says is missing is Direct::missing: the caller makes it a fill blob, which
+  // reads as the fill value. Direct::no for anything else (an edge chunk, a CRC32C codec, a
+  // damaged index, a size that does not fit): the chunk is read as before, and what is wrong
+  // with it reported when it is.
+  enum class Direct { no, yes, missing };  // a range of its data file (yes), or not (no, missing)
   Direct add_direct_chunk(LeafRecord& l, const Shape& start, const Shape& shape, const Blob& b) {
     if (!for_load_ || !b.db || b.value.is_inline || b.stored != b.box_shape || !b.db->in_small_run(b.value)) return Direct::no;
     const ZarrArray& a = *b.array;
