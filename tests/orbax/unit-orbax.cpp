@@ -676,6 +676,164 @@ TEST_CASE("a large _METADATA is read while its OCDBT database opens: the databas
   }
 }
 
+TEST_CASE("the records of many arrays in an OCDBT database are made on two threads and joined as one reader makes them (ThreadSanitizer runs this)") {
+  // At least parallel_records_min arrays: a load makes the first half's records here and the
+  // second half's on another thread, then joins them (PytreeReader::add_on_two_threads).
+  using Flat = std::map<std::string, std::vector<float>>;
+  namespace ob = cairn::detail::orbax;
+  const std::size_t n = cairn::detail::parallel_records_min + 301;
+  Flat state;
+  auto name = [](std::size_t i) {
+    std::string s = std::to_string(i);
+    return "w" + std::string(5 - s.size(), '0') + s;  // _METADATA's order is the names' order
+  };
+  const std::size_t damaged[2] = {100, n - 200};  // each of a shape of its own: its zarr.json (equal ones are stored once)
+  for (std::size_t i = 0; i < n; ++i) {
+    auto v = test::random_bits<float>(i == damaged[0] ? 20 : i == damaged[1] ? 21 : 1 + i % 13);  // and 13 shapes
+    for (std::size_t k = 1; k < v.size(); k += 2) v[k] = v[k - 1];
+    state[name(i)] = std::move(v);
+  }
+  if (cairn::detail::usable_cores() < 2) MESSAGE("one core: the records are made on one thread, as before");
+  for (const int zstd : {0, 3}) {
+    CAPTURE(zstd);
+    test::TempDir tmp;
+    const std::string ckpt = tmp.path + "/c";
+    cairn::OrbaxSaveOptions o;
+    o.zstd_level = zstd;
+    cairn::save_orbax(ckpt, state, o);
+    for (int round = 0; round < 2; ++round) {
+      const Flat back = cairn::load_orbax<Flat>(ckpt);
+      REQUIRE(back.size() == state.size());
+      for (const auto& [k, v] : state) CHECK_MESSAGE(test::same_bits(back.at(k), v), k);
+    }
+    // The joined records: every chunk a range of one blob of the view, the data file's (or its
+    // decoded small chunks'), each leaf's range the piece of that blob its own chunk makes.
+    const cairn::Location at(ckpt);
+    {
+      ob::OrbaxView view(at.store(), at.key());
+      const cairn::OrbaxCheckpoint c = ob::open_orbax(view, nullptr, true);
+      const cairn::ItemRecord* item = c.metadata.find_item(cairn::default_item_name);
+      REQUIRE(item);
+      REQUIRE(item->leaves.size() == n);
+      std::set<std::string> files;
+      std::set<std::uint64_t> offsets;
+      std::map<std::uint64_t, const ob::DecodedChunks::Piece*> pieces;  // by offset in the decoded blob
+      const ob::Blob* decoded = nullptr;
+      for (std::size_t i = 0; i < n; ++i) {
+        const cairn::LeafRecord& l = item->leaves[i];
+        CHECK(l.key() == name(i));
+        REQUIRE(l.chunks.size() == 1);
+        const cairn::ChunkRecord& ch = l.chunks.front();
+        CHECK(ch.nbytes == state.at(l.key()).size() * sizeof(float));
+        files.insert(ch.file);
+        offsets.insert(ch.offset);
+        const ob::Blob& b = view.blobs()[std::stoull(ch.file)];
+        REQUIRE(b.kind == (zstd ? ob::Blob::Kind::decoded : ob::Blob::Kind::range));
+        if (zstd && !decoded) {
+          decoded = &b;
+          REQUIRE(b.decoded->pieces.size() == n);
+          REQUIRE(b.decoded->keys.size() == n);
+          std::uint64_t end = 0;
+          for (std::size_t p = 0; p < n; ++p) {
+            const auto& piece = b.decoded->pieces[p];
+            CHECK(piece.at == end);  // one after another, the second half's after the first's
+            end += piece.size;
+            pieces[piece.at] = &piece;
+          }
+          CHECK(b.size == end);
+        }
+        if (zstd) {
+          REQUIRE(pieces.count(ch.offset) == 1);
+          const auto* piece = pieces.at(ch.offset);
+          CHECK(piece->size == ch.nbytes);
+          CHECK(b.decoded->keys[static_cast<std::size_t>(piece - b.decoded->pieces.data())] == l.key());
+        }
+        // Read through the view: the bytes of this leaf.
+        std::vector<float> got(state.at(l.key()).size());
+        view.open(ch.file)->read_at(got.data(), got.size() * sizeof(float), ch.offset);
+        CHECK_MESSAGE(test::same_bits(got, state.at(l.key())), l.key());
+      }
+      CHECK(files.size() == 1u);
+      CHECK(offsets.size() == n);
+    }
+    // An error is the one the entries in order meet first: a damaged zarr.json in each half
+    // names the first half's; in the second half alone, its own. Leaves of a dtype cairn does
+    // not read, one in each half, are listed in order and refused by name.
+    const std::string pytree = ckpt + "/state";
+    std::string data_file;
+    for (const auto& e : fs::recursive_directory_iterator(ckpt))
+      if (e.is_regular_file() && e.path().parent_path().filename() == "d") data_file = e.path().string();
+    REQUIRE(!data_file.empty());
+    const std::string orig = test::read_file(data_file);
+    std::uint64_t json_at[2];
+    {
+      ob::OcdbtDatabase db(at.store(), at.key() + "/state");
+      for (int h = 0; h < 2; ++h) {
+        const ob::OcdbtValue* v = db.find(name(damaged[h]) + "/zarr.json");
+        REQUIRE(v);
+        REQUIRE(!v->is_inline);
+        json_at[h] = v->offset;
+        REQUIRE(orig.substr(static_cast<std::size_t>(v->offset), 1) == "{");
+      }
+    }
+    auto load_error = [&](const std::string& bytes) -> cairn::Error {
+      test::write_file(data_file, bytes);
+      try {
+        (void)cairn::load_orbax<Flat>(ckpt);
+      } catch (const cairn::Error& e) {
+        return e;
+      }
+      FAIL("a damaged checkpoint loaded");
+      return cairn::Error(cairn::ErrorKind::io, "");
+    };
+    std::string both = orig, second = orig;
+    both[static_cast<std::size_t>(json_at[0])] = both[static_cast<std::size_t>(json_at[1])] = '[';
+    second[static_cast<std::size_t>(json_at[1])] = '[';
+    const cairn::Error first_error = load_error(both);
+    CHECK(first_error.key_path() == name(damaged[0]));
+    CHECK(first_error.message().find("zarr metadata") != std::string::npos);
+    const cairn::Error second_error = load_error(second);
+    CHECK(second_error.key_path() == name(damaged[1]));
+    CHECK(second_error.message().find("zarr metadata") != std::string::npos);
+    std::string unread = orig;
+    for (const std::uint64_t j : json_at) {
+      const std::size_t dtype = unread.find("\"float32\"", static_cast<std::size_t>(j));
+      REQUIRE(dtype < static_cast<std::size_t>(j) + 400);
+      unread.replace(dtype, 9, "\"int4\"   ");  // (as long: the value's size stays)
+    }
+    test::write_file(data_file, unread);
+    {
+      ob::OrbaxView view(at.store(), at.key());
+      const cairn::OrbaxCheckpoint c = ob::open_orbax(view, nullptr, true);
+      REQUIRE(c.not_read.size() == 2u);
+      CHECK(c.not_read[0].rfind(name(damaged[0]) + ": ", 0) == 0);
+      CHECK(c.not_read[1].rfind(name(damaged[1]) + ": ", 0) == 0);
+      const cairn::ItemRecord* item = c.metadata.find_item(cairn::default_item_name);
+      REQUIRE(item);
+      REQUIRE(item->unread.size() == 2u);
+      CHECK(item->unread[0].path.str() == name(damaged[0]));
+      CHECK(item->unread[1].path.str() == name(damaged[1]));
+      CHECK(item->leaves.size() == n - 2);
+    }
+    try {
+      (void)cairn::load_orbax<Flat>(ckpt);
+      FAIL("leaves cairn does not read were loaded");
+    } catch (const cairn::Error& e) {
+      const std::string what = e.what();
+      CHECK_MESSAGE(what.find(name(damaged[0])) != std::string::npos, what);
+    }
+    cairn::LoadOptions skip;
+    skip.skip = {name(damaged[0]), name(damaged[1])};
+    Flat back;
+    for (const auto& [k, v] : state) back[k];
+    back.erase(name(damaged[0]));
+    back.erase(name(damaged[1]));
+    cairn::load_orbax(ckpt, back, skip);
+    for (const auto& [k, v] : back) CHECK_MESSAGE(test::same_bits(v, state.at(k)), k);
+    test::write_file(data_file, orig);
+  }
+}
+
 TEST_CASE("an Orbax key path deeper than a tree may be is corrupt, named with its file and entry") {
   test::TempDir tmp;
   const std::string ckpt = tmp.path + "/deep";

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -712,6 +713,8 @@ class PytreeReader {
       std::future<TreeMetadata> parsed = std::async(std::launch::async, [&] { return read_tree_metadata(*meta_text, store_.describe(meta_key)); });
       try {
         opened = std::make_unique<OcdbtDatabase>(store_, dir_);
+        // (A load reads the runs of small values whole anyway; here, while the parse goes on.)
+        if (for_load_) opened->hold_small_runs();
       } catch (...) {
         open_error = std::current_exception();
       }
@@ -730,8 +733,8 @@ class PytreeReader {
       db_ = view_.databases().back().get();
     }
     zarr3_ = meta.use_zarr3 ? int(*meta.use_zarr3) : -1;
-    sharding_ = read_sharding();
-    if (auto j = read_json_file_if_there(store_, join_key(dir_, "_strings.json"))) strings_ = std::move(*j);
+    sharding_ = std::make_shared<const std::map<std::string, Json>>(read_sharding());
+    if (auto j = read_json_file_if_there(store_, join_key(dir_, "_strings.json"))) strings_ = std::make_shared<const Json>(std::move(*j));
 
     ItemRecord item;
     item.name = item_name_;
@@ -740,10 +743,12 @@ class PytreeReader {
       // time it doubled (a tenth of a load of 10,000 small arrays, with the page faults of the
       // new buffers).
       item.leaves.reserve(meta.entries.size());
-      for (std::size_t from = 0; from < meta.entries.size(); from += prefetch_batch) {
-        const std::size_t to = std::min(meta.entries.size(), from + prefetch_batch);
-        if (!db_) prefetch_array_metadata(meta.entries, from, to);
-        for (std::size_t i = from; i < to; ++i) add_from_metadata(item, meta.entries[i]);
+      if (!add_on_two_threads(item, meta.entries)) {
+        for (std::size_t from = 0; from < meta.entries.size(); from += prefetch_batch) {
+          const std::size_t to = std::min(meta.entries.size(), from + prefetch_batch);
+          if (!db_) prefetch_array_metadata(meta.entries, from, to);
+          for (std::size_t i = from; i < to; ++i) add_from_metadata(item, meta.entries[i]);
+        }
       }
       prefetched_.clear();
     } else {
@@ -766,6 +771,91 @@ class PytreeReader {
   static bool is_array(const TreeMetadataEntry& e) {
     const std::string& t = e.value_type;
     return !e.skip_deserialize && (t == "jax.Array" || t == "np.ndarray" || t == "scalar" || t.empty());
+  }
+
+  // The records of many arrays in an OCDBT database, made on two threads: this one the first
+  // half of _METADATA's entries, a second reader (sharing the database, _sharding and
+  // _strings.json, read only) the second half into a view and item of its own, joined after
+  // (join_second_half). Making them one after another was half of a load of 10,000 small arrays
+  // (docs/benchmarks.md, "Orbax import"). Only where every run of small values is in memory
+  // (OcdbtDatabase::hold_small_runs): values are then read without the lock both threads took
+  // for each one. An error is the one the entries in order meet first: the first half's, else
+  // the second's. False where the records are to be made here one by one.
+  bool add_on_two_threads(ItemRecord& item, const std::vector<TreeMetadataEntry>& entries) {
+    if (!for_load_ || !db_ || entries.size() < parallel_records_min || usable_cores() < 2 || !db_->hold_small_runs())
+      return false;
+    const std::size_t half = entries.size() / 2;
+    OrbaxView second_view(view_.base(), view_.key());
+    OrbaxCheckpoint second_out;
+    PytreeReader second(second_view, second_out, dir_, item_name_, nullptr, for_load_);
+    second.db_ = db_;
+    second.zarr3_ = zarr3_;
+    second.sharding_ = sharding_;
+    second.strings_ = strings_;
+    ItemRecord second_item;
+    second_item.leaves.reserve(entries.size() - half);
+    {
+      // (Declared after what it writes: where the first half throws, this waits for the second
+      // before they go.)
+      std::future<void> done = std::async(std::launch::async, [&] {
+        for (std::size_t i = half; i < entries.size(); ++i) second.add_from_metadata(second_item, entries[i]);
+      });
+      for (std::size_t i = 0; i < half; ++i) add_from_metadata(item, entries[i]);
+      done.get();
+    }
+    join_second_half(item, second, second_view, second_out, second_item);
+    return true;
+  }
+
+  // The second half's records appended to this reader's (add_on_two_threads): its blobs join
+  // the view, each renumbered; a data file's blob is this reader's blob of that file; the
+  // small zstd chunks it decoded from a file follow this reader's of that file, their
+  // offsets moved by as many bytes.
+  void join_second_half(ItemRecord& item, PytreeReader& second, OrbaxView& second_view, OrbaxCheckpoint& second_out,
+                        ItemRecord& second_item) {
+    std::deque<Blob>& blobs = second_view.blobs();
+    std::vector<const std::string*> name(blobs.size(), nullptr);
+    std::vector<std::uint64_t> shift(blobs.size(), 0);
+    for (const auto& [file, made] : second.data_file_blobs_) name[made.first] = &data_file_blob(*file);
+    for (const auto& [file, made] : second.decoded_blobs_) {
+      const Blob& from = blobs[made.first];
+      auto& [number, blob_name] = decoded_blob(*file);
+      Blob& to = view_.blobs()[number];
+      shift[made.first] = to.size;
+      for (const DecodedChunks::Piece& p : from.decoded->pieces) to.decoded->pieces.push_back({p.at + to.size, p.stored_at, p.stored, p.size});
+      to.decoded->keys.insert(to.decoded->keys.end(), from.decoded->keys.begin(), from.decoded->keys.end());
+      to.size += from.size;
+      to.value.length = to.size;
+      name[made.first] = &blob_name;
+    }
+    std::vector<std::string> numbers;  // the others' new names
+    numbers.reserve(blobs.size());
+    for (std::size_t i = 0; i < blobs.size(); ++i) {
+      if (name[i]) continue;
+      numbers.push_back(std::to_string(view_.blobs().size()));
+      view_.blobs().push_back(std::move(blobs[i]));
+    }
+    for (std::size_t i = 0, next = 0; i < blobs.size(); ++i)
+      if (!name[i]) name[i] = &numbers[next++];
+    for (LeafRecord& l : second_item.leaves) {
+      for (ChunkRecord& c : l.chunks) {
+        std::size_t i = 0;  // (the blob's number, as the second half's view named it)
+        std::from_chars(c.file.data(), c.file.data() + c.file.size(), i);
+        c.file = *name.at(i);
+        c.offset += shift[i];
+      }
+      item.leaves.push_back(std::move(l));
+    }
+    keys_.insert(keys_.end(), std::make_move_iterator(second.keys_.begin()), std::make_move_iterator(second.keys_.end()));
+    item.unread.insert(item.unread.end(), std::make_move_iterator(second_item.unread.begin()),
+                       std::make_move_iterator(second_item.unread.end()));
+    out_.not_read.insert(out_.not_read.end(), std::make_move_iterator(second_out.not_read.begin()),
+                         std::make_move_iterator(second_out.not_read.end()));
+    for (auto& a : second_view.arrays()) view_.arrays().push_back(std::move(a));
+    zarr3_found_ = zarr3_found_ || second.zarr3_found_;
+    // Each half counted its own chunks against the bound; together they may pass it.
+    if ((total_chunks_ += second.total_chunks_) > max_chunks)
+      throw Error(ErrorKind::corrupt, "the arrays have too many chunks (over " + std::to_string(max_chunks) + ")", store_.describe(dir_));
   }
 
   // The layout of a directory per parameter keeps each array's zarr metadata in a file of its
@@ -906,7 +996,7 @@ class PytreeReader {
       return;
     }
     if (type == "string") {
-      const Json* s = strings_.is_object() ? strings_.find(param) : nullptr;
+      const Json* s = strings_->is_object() ? strings_->find(param) : nullptr;
       if (!s || !s->is_string())
         throw Error(ErrorKind::corrupt, "string leaf '" + param + "' has no value in _strings.json",
                     store_.describe(join_key(dir_, "_strings.json")), path.str());
@@ -1309,8 +1399,8 @@ class PytreeReader {
   // The sharding _sharding records, as cairn's mesh and partition spec (host devices: where
   // the shards live when loaded is the target's business).
   void finish_leaf(LeafRecord& l, const std::string& param) {
-    auto it = sharding_.find(param);
-    if (it == sharding_.end() || !it->second.is_object()) return;
+    auto it = sharding_->find(param);
+    if (it == sharding_->end() || !it->second.is_object()) return;
     const Json& s = it->second;
     const Json* type = s.find("sharding_type");
     if (!type || !type->is_string() || type->as_string() != "NamedSharding") return;
@@ -1374,8 +1464,9 @@ class PytreeReader {
   int zarr3_ = -1;  // from _METADATA: 1 zarr v3, 0 zarr v2, -1 unsaid (look for either)
   bool zarr3_found_ = false;
   std::uint64_t total_chunks_ = 0;
-  std::map<std::string, Json> sharding_;
-  Json strings_;
+  // _sharding and _strings.json, read once (a second thread's reader shares them: add_on_two_threads).
+  std::shared_ptr<const std::map<std::string, Json>> sharding_ = std::make_shared<const std::map<std::string, Json>>();
+  std::shared_ptr<const Json> strings_ = std::make_shared<const Json>();
   std::unordered_map<std::string, const ZarrArray*> parsed_[2];  // by metadata text, zarr v2 and v3
   bool aggregate_loaded_ = false;
   std::string aggregate_text_;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -234,6 +235,33 @@ class OcdbtDatabase {
   bool in_small_run(const OcdbtValue& v) const {
     return !v.is_inline && v.length <= small_value_bytes && run_of(*v.file, v.length, v.offset) != nullptr;
   }
+  // Reads every run of small values now, where all of them fit in held_run_bytes: values are
+  // then read from them without a lock, and on any thread (PytreeReader::read makes a load's
+  // records of many small arrays on two). False, and nothing changed but runs read, where they
+  // do not fit, or a data file cannot be read (its values then fail where they are read, naming
+  // their keys, as before).
+  bool hold_small_runs() const {
+    std::lock_guard<std::mutex> lock(run_mutex_);
+    if (all_runs_held_.load(std::memory_order_relaxed)) return true;
+    std::uint64_t total = 0;
+    for (const auto& [file, runs] : small_runs_)
+      for (const SmallRun& run : runs)
+        if (run.values >= 2) total += run.end - run.begin;  // (a value alone is read as it was: run_of)
+    if (total > held_run_bytes) return false;
+    try {
+      for (const auto& [file, runs] : small_runs_) {
+        const StoreReader& reader = value_reader(*file);
+        for (const SmallRun& run : runs) {
+          const std::pair<const OcdbtDataFile*, std::uint64_t> id{file, run.begin};
+          if (held_runs_.count(id) == 0 && run.values >= 2) hold_run(reader, id, run);
+        }
+      }
+    } catch (const Error&) {
+      return false;
+    }
+    all_runs_held_.store(true, std::memory_order_release);
+    return true;
+  }
   // How many of a value's n bytes from `offset` are in memory already (StoreReader::cached_bytes).
   std::uint64_t cached_bytes(const OcdbtValue& v, std::uint64_t offset, std::uint64_t n) const {
     return v.is_inline ? n : value_reader(*v.file).cached_bytes(v.offset + offset, n);
@@ -336,37 +364,22 @@ class OcdbtDatabase {
     const SmallRun* found = run_of(file, n, at);
     if (!found) return false;
     const SmallRun& run = *found;
+    const std::pair<const OcdbtDataFile*, std::uint64_t> id{&file, run.begin};
+    if (all_runs_held_.load(std::memory_order_acquire)) {
+      // Every run is in memory and none is added or dropped any more (hold_small_runs): read
+      // without the lock, which two threads making a load's records took for every value.
+      auto held = held_runs_.find(id);
+      return held != held_runs_.end() && copy_from(held->second, run, dst, n, at);
+    }
     const StoreReader& reader = value_reader(file);
     std::lock_guard<std::mutex> lock(run_mutex_);
-    const std::pair<const OcdbtDataFile*, std::uint64_t> id{&file, run.begin};
     auto held = held_runs_.find(id);
     if (held == held_runs_.end()) {
-      // A run past the end of its (damaged) file is cut at the end: what lies beyond is read,
-      // and refused, by the caller.
-      const std::uint64_t size = reader.size();
-      if (run.begin >= size) return false;
-      // Not zero-filled first (the read fills it): clearing a megabyte per run was 2% of a
-      // load of 10,000 small arrays.
-      const std::uint64_t length = std::min(run.end, size) - run.begin;
-      HeldRun bytes{std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(length)), length};
-      reader.read_at(bytes.data.get(), bytes.size, run.begin);
-      // Runs are kept (values are not read in file order: keys sort otherwise), up to
-      // held_run_bytes, the oldest dropped first.
-      while (held_bytes_ + bytes.size > held_run_bytes && !held_order_.empty()) {
-        auto oldest = held_runs_.find(held_order_.front());
-        held_bytes_ -= oldest->second.size;
-        held_runs_.erase(oldest);
-        held_order_.pop_front();
-      }
-      held_bytes_ += bytes.size;
-      held_order_.push_back(id);
-      held = held_runs_.emplace(id, std::move(bytes)).first;
+      held = hold_run(reader, id, run);
+      if (held == held_runs_.end()) return false;
     }
-    if (at + n > run.begin + held->second.size) return false;
-    if (n) std::memcpy(dst, held->second.data.get() + (at - run.begin), static_cast<std::size_t>(n));
-    return true;
+    return copy_from(held->second, run, dst, n, at);
   }
-
   void read_manifest() {
     std::string manifest_key = join_key(key_, "manifest.ocdbt");
     std::string text = read_blob(store_, manifest_key, ocdbt_max_manifest_bytes);
@@ -567,6 +580,37 @@ class OcdbtDatabase {
     std::uint64_t size = 0;
   };
   mutable std::map<std::pair<const OcdbtDataFile*, std::uint64_t>, HeldRun> held_runs_;  // (file, begin) -> bytes
+  mutable std::atomic<bool> all_runs_held_{false};  // hold_small_runs: held_runs_ holds every run, and changes no more
+  // Reads a run whole and keeps it (run_mutex_ held), the oldest dropped first beyond
+  // held_run_bytes; held_runs_.end() for a run past the end of its (damaged) file, whose values
+  // the caller reads itself, and refuses.
+  std::map<std::pair<const OcdbtDataFile*, std::uint64_t>, HeldRun>::iterator hold_run(
+      const StoreReader& reader, const std::pair<const OcdbtDataFile*, std::uint64_t>& id, const SmallRun& run) const {
+    const std::uint64_t size = reader.size();
+    if (run.begin >= size) return held_runs_.end();
+    // Not zero-filled first (the read fills it): clearing a megabyte per run was 2% of a
+    // load of 10,000 small arrays.
+    const std::uint64_t length = std::min(run.end, size) - run.begin;
+    HeldRun bytes{std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(length)), length};
+    reader.read_at(bytes.data.get(), bytes.size, run.begin);
+    // Runs are kept (values are not read in file order: keys sort otherwise), up to
+    // held_run_bytes, the oldest dropped first.
+    while (held_bytes_ + bytes.size > held_run_bytes && !held_order_.empty()) {
+      auto oldest = held_runs_.find(held_order_.front());
+      held_bytes_ -= oldest->second.size;
+      held_runs_.erase(oldest);
+      held_order_.pop_front();
+    }
+    held_bytes_ += bytes.size;
+    held_order_.push_back(id);
+    return held_runs_.emplace(id, std::move(bytes)).first;
+  }
+  static bool copy_from(const HeldRun& held, const SmallRun& run, void* dst, std::uint64_t n, std::uint64_t at) {
+    if (at + n > run.begin + held.size) return false;
+    if (n) std::memcpy(dst, held.data.get() + (at - run.begin), static_cast<std::size_t>(n));
+    return true;
+  }
+
   mutable std::deque<std::pair<const OcdbtDataFile*, std::uint64_t>> held_order_;          // oldest first
   mutable std::uint64_t held_bytes_ = 0;
 };
