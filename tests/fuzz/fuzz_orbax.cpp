@@ -80,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         o::OcdbtDatabase db(store, "db");
         std::uint64_t total = 0;
         for (const auto& [k, v] : db.entries())
-          if (v.size() < (1u << 20)) total += db.read(v, k).size();
+          if (v.size() < (1u << 20)) total += db.read(v, std::string(k)).size();
         if (total > (std::uint64_t(db.entries().size()) + 1) * (1u << 20)) __builtin_trap();
         break;
       }

@@ -109,7 +109,7 @@ TEST_CASE("OCDBT databases TensorStore wrote read key by key as the files they h
     std::map<std::string, std::string> got;
     std::size_t indirect = 0;
     for (const auto& [k, v] : d.entries()) {
-      got[k] = d.read(v, k);
+      got[std::string(k)] = d.read(v, std::string(k));
       indirect += !v.is_inline;
     }
     CHECK(got == expected);
@@ -1086,7 +1086,7 @@ TEST_CASE("OCDBT databases cairn writes read back key by key: inline and indirec
     }
     cairn::detail::orbax::OcdbtDatabase db(store, "db");
     std::map<std::string, std::string> got;
-    for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);
+    for (const auto& [k, v] : db.entries()) got[std::string(k)] = db.read(v, std::string(k));
     CHECK(got == truth);
   }
 }
@@ -1162,7 +1162,7 @@ TEST_CASE("a value put_kept under many keys is written once, and every key reads
   }
   o::OcdbtDatabase db(store, "db");
   std::map<std::string, std::string> got;
-  for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);
+  for (const auto& [k, v] : db.entries()) got[std::string(k)] = db.read(v, std::string(k));
   CHECK(got == truth);
 }
 
@@ -1197,7 +1197,7 @@ TEST_CASE("a root OCDBT database points into other databases' data files, as Orb
     root.finish();
     o::OcdbtDatabase db(store, "ckpt");
     std::map<std::string, std::string> got;
-    for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);
+    for (const auto& [k, v] : db.entries()) got[std::string(k)] = db.read(v, std::string(k));
     CHECK(got == truth);
   }
 }
@@ -1235,8 +1235,8 @@ TEST_CASE("a root OCDBT database over more process databases than the open-file 
     test::LowFileLimit low(40);  // 80 data files; 16 kept open at once
     try {
       o::OcdbtDatabase db(store, "ckpt");
-      for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);
-      for (const auto& [k, v] : db.entries()) got[k] = db.read(v, k);  // each file a second time
+      for (const auto& [k, v] : db.entries()) got[std::string(k)] = db.read(v, std::string(k));
+      for (const auto& [k, v] : db.entries()) got[std::string(k)] = db.read(v, std::string(k));  // each file a second time
     } catch (const std::exception& e) {
       failed = e.what();
     }
@@ -2635,9 +2635,9 @@ TEST_CASE("a cairn checkpoint shown to Orbax without copying its data: its data 
       cairn::PosixStore posix(dir / from);
       cairn::detail::orbax::OcdbtDatabase db(posix, pytree);
       for (const auto& [k, v] : db.entries()) {
-        const std::string file = mirror + (pytree.empty() ? "" : "/" + pytree) + "/" + k;
+        const std::string file = mirror + (pytree.empty() ? "" : "/" + pytree) + "/" + std::string(k);
         fs::create_directories(fs::path(file).parent_path());
-        test::write_file(file, db.read(v, k));
+        test::write_file(file, db.read(v, std::string(k)));
       }
       write_expected(std::string(keep) + "/expected/" + mirror_name, dir / from);
     }
