@@ -811,9 +811,14 @@ class PytreeReader {
     {
       // (Declared after what it writes: where the first half throws, this waits for the second
       // before they go.)
-      std::future<void> done = std::async(std::launch::async, [&] {
-        for (std::size_t i = half; i < entries.size(); ++i) second.add_from_metadata(second_item, entries[i]);
-      });
+      std::future<void> done;
+      try {
+        done = std::async(std::launch::async, [&] {
+          for (std::size_t i = half; i < entries.size(); ++i) second.add_from_metadata(second_item, entries[i]);
+        });
+      } catch (const std::system_error&) {
+        return false;  // no thread to be had: one after another, here
+      }
       for (std::size_t i = 0; i < half; ++i) add_from_metadata(item, entries[i]);
       done.get();
     }

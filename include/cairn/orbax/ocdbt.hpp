@@ -205,8 +205,7 @@ class OcdbtDatabase {
     build_index();
     find_small_runs();
   }
-  // In key order (the B+tree's).
-  // Every key and its value, in the tree's order (the keys view the database's memory).
+  // Every key and its value, in key order (the B+tree's); the keys view the database's memory.
   const std::deque<std::pair<std::string_view, OcdbtValue>>& entries() const { return entries_; }
   const OcdbtValue* find(std::string_view key) const {
     if (slots_.empty()) return nullptr;
