@@ -299,6 +299,15 @@ TEST_CASE("Orbax's 2024 layout: per-parameter zarr directories and the msgpack a
 
 namespace {
 
+// The data file of the OCDBT database cairn's export writes under `ckpt` (its one file in a
+// directory `d`), or "" where there is none.
+std::string ocdbt_data_file(const std::string& ckpt) {
+  std::string found;
+  for (const auto& e : fs::recursive_directory_iterator(ckpt))
+    if (e.is_regular_file() && e.path().parent_path().filename() == "d") found = e.path().string();
+  return found;
+}
+
 // zarr v3 with sharding_indexed, written here: a shard is its inner chunks (bytes + zstd),
 // then the index (offset, size per inner chunk; 2^64-1 twice for a missing one) and its CRC32C.
 void put_le(std::string& s, std::uint64_t v, int n) {
@@ -512,9 +521,7 @@ TEST_CASE("small OCDBT chunks load as ranges of their data file, zstd ones decod
     }
     // p7's shard in the data file: its chunk, then its index (offset 0, the chunk's stored
     // size) and the index's CRC32C.
-    std::string data_file;
-    for (const auto& e : fs::recursive_directory_iterator(ckpt))
-      if (e.is_regular_file() && e.path().parent_path().filename() == "d") data_file = e.path().string();
+    const std::string data_file = ocdbt_data_file(ckpt);
     REQUIRE(!data_file.empty());
     const std::string orig = test::read_file(data_file);
     REQUIRE(p7_stored > 20);
@@ -759,10 +766,7 @@ TEST_CASE("the records of many arrays in an OCDBT database are made on two threa
     // An error is the one the entries in order meet first: a damaged zarr.json in each half
     // names the first half's; in the second half alone, its own. Leaves of a dtype cairn does
     // not read, one in each half, are listed in order and refused by name.
-    const std::string pytree = ckpt + "/state";
-    std::string data_file;
-    for (const auto& e : fs::recursive_directory_iterator(ckpt))
-      if (e.is_regular_file() && e.path().parent_path().filename() == "d") data_file = e.path().string();
+    const std::string data_file = ocdbt_data_file(ckpt);
     REQUIRE(!data_file.empty());
     const std::string orig = test::read_file(data_file);
     std::uint64_t json_at[2];

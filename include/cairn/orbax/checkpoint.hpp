@@ -847,15 +847,13 @@ class PytreeReader {
       to.value.length = to.size;
       name[made.first] = &blob_name;
     }
-    std::vector<std::string> numbers;  // the others' new names
+    std::vector<std::string> numbers;  // the others' new names (reserved: name points into it)
     numbers.reserve(blobs.size());
     for (std::size_t i = 0; i < blobs.size(); ++i) {
       if (name[i]) continue;
-      numbers.push_back(std::to_string(view_.blobs().size()));
+      name[i] = &numbers.emplace_back(std::to_string(view_.blobs().size()));
       view_.blobs().push_back(std::move(blobs[i]));
     }
-    for (std::size_t i = 0, next = 0; i < blobs.size(); ++i)
-      if (!name[i]) name[i] = &numbers[next++];
     for (LeafRecord& l : second_item.leaves) {
       for (ChunkRecord& c : l.chunks) {
         std::size_t i = 0;  // (the blob's number, as the second half's view named it)
