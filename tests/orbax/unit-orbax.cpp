@@ -362,6 +362,42 @@ struct V3Writer {
 
 }  // namespace
 
+TEST_CASE("two Orbax parameters of one key path, or a leaf that is another's parent, are refused, naming the key") {
+  test::TempDir tmp;
+  const std::string ckpt = tmp.path + "/v3";
+  fs::create_directories(ckpt);
+  V3Writer w{ckpt};
+  const auto f32 = test::random_bits<float>(4);
+  std::vector<unsigned char> bytes(16);
+  std::memcpy(bytes.data(), f32.data(), bytes.size());
+  w.write_array("w", "float32", 4, {2, 2}, {2, 2}, {2, 2}, bytes);
+  w.write_array("w.b", "float32", 4, {2, 2}, {2, 2}, {2, 2}, bytes);
+  const std::string entry = R"J({"value_metadata":{"value_type":"jax.Array","skip_deserialize":false},"key_metadata":)J";
+  auto refused = [&](const std::string& tree, const std::string& why, const std::string& key) {
+    test::write_file(ckpt + "/_METADATA", R"J({"tree_metadata":{)J" + tree + R"J(},"use_ocdbt":false,"use_zarr3":true})J");
+    bool threw = false;
+    try {
+      (void)cairn::orbax_metadata(ckpt);
+    } catch (const cairn::Error& e) {
+      threw = true;
+      CHECK(std::string(e.what()).find(why) != std::string::npos);
+      CHECK(e.key_path() == key);
+      CHECK(fs::path(e.file()).filename() == "_METADATA");
+    }
+    CHECK(threw);
+  };
+  // Two spellings of one tuple: both entries are the parameter w.
+  refused(R"J("('w',)":)J" + entry + R"J([{"key":"w","key_type":2}]},"('w', )":)J" + entry + R"J([{"key":"w","key_type":2}]})J",
+          "two parameters map to one key path", "w");
+  refused(R"J("('w',)":)J" + entry + R"J([{"key":"w","key_type":2}]},"('w', 'b')":)J" + entry +
+              R"J([{"key":"w","key_type":2},{"key":"b","key_type":2}]})J",
+          "'w' is both a leaf and the parent of 'w/b'", "w");
+  // Either alone loads.
+  test::write_file(ckpt + "/_METADATA", R"J({"tree_metadata":{"('w', 'b')":)J" + entry +
+                                            R"J([{"key":"w","key_type":2},{"key":"b","key_type":2}]}},"use_ocdbt":false,"use_zarr3":true})J");
+  CHECK(bytes_of(leaf(ckpt, "w/b")) == std::string(bytes.begin(), bytes.end()));
+}
+
 TEST_CASE("zarr v3 shards with several inner chunks, edges, holes and a checked index") {
   test::TempDir tmp;
   const std::string ckpt = tmp.path + "/v3";

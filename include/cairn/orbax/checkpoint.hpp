@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -288,6 +289,7 @@ class BlobReader final : public StoreReader {
     for (std::size_t i = 0; i < count; ++i) total += pieces[i].n;
     if (offset > b_.size || total > b_.size - offset)
       throw Error(ErrorKind::corrupt, "read past the end of a chunk", view_.base().describe(b_.name), b_.key);
+    if (b_.db->read_held(*b_.value.file, pieces, count, b_.value.offset + offset)) return;
     b_.db->value_reader(*b_.value.file).read_scattered(pieces, count, b_.value.offset + offset);
   }
 
@@ -388,9 +390,12 @@ class BlobReader final : public StoreReader {
     for (std::size_t i = first; i < last; ++i) stored_sum += b_.decoded->pieces[i].stored;
     const StoreReader& file = b_.db->value_reader(*b_.value.file);
     std::unique_ptr<char[]> span;
-    // Close together: no more between them than the database's runs allow (each array's zarr
-    // metadata lies between two chunks).
-    const bool one_read = hi - lo <= stored_sum + (last - first) * OcdbtDatabase::run_gap_bytes && hi - lo <= (16u << 20);
+    // In the runs the database holds (OcdbtDatabase::hold_small_runs): each piece's bytes
+    // looked at where they are. Else, close together (no more between them than the
+    // database's runs allow: each array's zarr metadata lies between two chunks), one read.
+    const bool held = b_.db->held(*b_.value.file, b_.decoded->pieces[first].stored_at, b_.decoded->pieces[first].stored).has_value();
+    const bool one_read =
+        !held && hi - lo <= stored_sum + (last - first) * OcdbtDatabase::run_gap_bytes && hi - lo <= (16u << 20);
     if (one_read) {
       span = std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(hi - lo));
       file.read_at(span.get(), hi - lo, lo);
@@ -407,8 +412,11 @@ class BlobReader final : public StoreReader {
       for (std::size_t i = at; i < last && b_.decoded->pieces[i].at < end; ++i) {
         const DecodedChunks::Piece& x = b_.decoded->pieces[i];
         std::string_view stored;
+        std::optional<std::string_view> in_run;
         if (one_read) {
           stored = std::string_view(span.get() + (x.stored_at - lo), static_cast<std::size_t>(x.stored));
+        } else if (held && (in_run = b_.db->held(*b_.value.file, x.stored_at, x.stored))) {
+          stored = *in_run;
         } else {
           own.resize(static_cast<std::size_t>(x.stored));
           file.read_at(own.data(), x.stored, x.stored_at);
@@ -900,7 +908,7 @@ class PytreeReader {
       std::vector<const std::string*> missed;  // not there: the other format's name next
       for (std::size_t k = 0; k < params.size(); ++k) {
         if (!got[k].error) {
-          prefetched_.emplace(*params[k], MetadataText{std::move(got[k].bytes), format});
+          prefetched_.emplace(*params[k], MetadataText{std::move(got[k].bytes), format, std::nullopt});
           continue;
         }
         try {
@@ -1144,6 +1152,8 @@ class PytreeReader {
   struct MetadataText {
     std::string text;
     int format = 0;  // 3: zarr.json, 2: .zarray; 0: neither is there
+    std::optional<std::string_view> held;  // the text where the database holds it (then `text` is empty)
+    std::string_view bytes() const { return held ? *held : std::string_view(text); }
   };
   static constexpr std::uint64_t max_array_metadata_bytes = 16u << 20;  // an array's zarr.json or .zarray
   // A parameter's zarr metadata text, from the database or from its file (no stat first: one
@@ -1156,13 +1166,17 @@ class PytreeReader {
                   "part, or a NUL)", meta_file(), key);
     for (const int format : {3, 2}) {
       if (!may_be(format)) continue;
-      const std::string k = param + metadata_name(format);
+      std::string& k = metadata_key_;  // (a string kept: one allocation per array fewer)
+      k.assign(param).append(metadata_name(format));
       if (db_) {
-        if (const OcdbtValue* v = db_->find(k)) return {db_->read(*v, key), format};
+        if (const OcdbtValue* v = db_->find(k)) {
+          if (std::optional<std::string_view> held = db_->held(*v)) return {std::string(), format, held};
+          return {db_->read(*v, key), format, std::nullopt};
+        }
         continue;
       }
       try {
-        return {read_blob(store_, join_key(dir_, k), max_array_metadata_bytes), format};
+        return {read_blob(store_, join_key(dir_, k), max_array_metadata_bytes), format, std::nullopt};
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::not_found) throw;
       }
@@ -1185,17 +1199,24 @@ class PytreeReader {
                       (db_ ? "no key '" + name + "' in the OCDBT database" : "no file '" + name + "'") + ")",
                   store_.describe(dir_), key);
     }
-    std::string& text = m.text;
+    const std::string_view text = m.bytes();
     const int format = m.format;
     zarr3_found_ = zarr3_found_ || format == 3;
     // Arrays of one shape and dtype have the same metadata text (a model's layers): parsed once
     // (and the file named in the errors of a first parse only: described then).
+    // The array before's text is compared first: arrays in key order mostly follow one of
+    // their shape, and comparing the text is cheaper than hashing it.
     auto& parsed = parsed_[format == 3];
-    if (auto it = parsed.find(text); it != parsed.end()) return *it->second;
-    const std::string file = store_.describe(join_key(dir_, param + metadata_name(format)));
-    view_.arrays().push_back(std::make_unique<ZarrArray>(parse_zarr_metadata(text, format, file, key)));
-    parsed.emplace(std::move(text), view_.arrays().back().get());
-    return *view_.arrays().back();
+    auto& last = last_parsed_[format == 3];
+    if (last.first && *last.first == text) return *last.second;
+    auto it = parsed.find(text);
+    if (it == parsed.end()) {
+      const std::string file = store_.describe(join_key(dir_, param + metadata_name(format)));
+      view_.arrays().push_back(std::make_unique<ZarrArray>(parse_zarr_metadata(std::string(text), format, file, key)));
+      it = parsed.emplace(std::string(text), view_.arrays().back().get()).first;
+    }
+    last = {&it->first, it->second};
+    return *it->second;
   }
 
   void add_chunk(LeafRecord& l, Shape start, Shape shape, Blob&& b) { view_.add_chunk(l, std::move(start), std::move(shape), std::move(b)); }
@@ -1247,7 +1268,9 @@ class PytreeReader {
     }
     Shape at(rank, 0);
     while (true) {
-      const std::string chunk_key = param + "/" + zarr_chunk_key(a, at);
+      std::string& chunk_key = chunk_key_;  // (a string kept: two allocations per chunk fewer)
+      chunk_key.assign(param).push_back('/');
+      zarr_append_chunk_key(a, at, chunk_key);
       Blob src;
       src.array = &a;
       src.key = key;
@@ -1455,15 +1478,14 @@ class PytreeReader {
 
   // Inner nodes: every proper prefix of a leaf's path; a map for keys, a sequence for indices.
   void add_nodes(ItemRecord& item) {
-    std::unordered_set<std::string_view> leaves;
-    leaves.reserve(keys_.size());
-    for (const std::string& k : keys_) leaves.insert(k);
-    if (leaves.size() != item.leaves.size())
-      throw Error(ErrorKind::corrupt, "two parameters map to one key path", meta_file());
+    std::vector<std::string_view> keys(keys_.begin(), keys_.end());
+    const KeyTable leaves(keys);
+    if (const std::string_view* twice = leaves.repeated())
+      throw Error(ErrorKind::corrupt, "two parameters map to one key path", meta_file(), std::string(*twice));
     item.nodes = inner_nodes(
-        item.leaves, NodeKind::map, true, [&](const std::string& printed) { return leaves.count(std::string_view(printed)) != 0; },
+        item.leaves, NodeKind::map, true, [&](const std::string& printed) { return leaves.contains(printed); },
         [&](const std::string& printed, const LeafRecord& l) {
-          throw Error(ErrorKind::corrupt, "'" + printed + "' is both a leaf and the parent of '" + l.key() + "'", meta_file());
+          throw Error(ErrorKind::corrupt, "'" + printed + "' is both a leaf and the parent of '" + l.key() + "'", meta_file(), printed);
         });
   }
 
@@ -1484,7 +1506,15 @@ class PytreeReader {
   // _sharding and _strings.json, read once (a second thread's reader shares them: add_on_two_threads).
   std::shared_ptr<const std::map<std::string, Json>> sharding_ = std::make_shared<const std::map<std::string, Json>>();
   std::shared_ptr<const Json> strings_ = std::make_shared<const Json>();
-  std::unordered_map<std::string, const ZarrArray*> parsed_[2];  // by metadata text, zarr v2 and v3
+  // By metadata text, zarr v2 and v3; looked up by a view of the text (TextHash).
+  struct TextHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, const ZarrArray*, TextHash, std::equal_to<>> parsed_[2];
+  std::pair<const std::string*, const ZarrArray*> last_parsed_[2] = {};  // the last found in parsed_ (its nodes stay)
+  mutable std::string metadata_key_;  // read_metadata_text's key, kept
+  std::string chunk_key_;             // add_array's, kept
   bool aggregate_loaded_ = false;
   std::string aggregate_text_;
   MsgValue aggregate_;

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -260,6 +261,53 @@ class OcdbtDatabase {
       return false;
     }
     all_runs_held_.store(true, std::memory_order_release);
+    return true;
+  }
+  // A value's bytes where they stay in memory as long as the database: inline, or in a run of
+  // small values once every run is held (hold_small_runs); nullopt otherwise (read() it). A
+  // load's records look at each array's zarr.json this way: copying 10,000 of them out of the
+  // held runs, a string each, was a tenth of making the records (docs/benchmarks.md).
+  std::optional<std::string_view> held(const OcdbtValue& v) const {
+    if (v.is_inline) return std::string_view(v.bytes);
+    return v.length > small_value_bytes ? std::nullopt : held(*v.file, v.offset, v.length);
+  }
+  // The same for n bytes at `at` of a data file.
+  std::optional<std::string_view> held(const OcdbtDataFile& file, std::uint64_t at, std::uint64_t n) const {
+    if (!all_runs_held_.load(std::memory_order_acquire) || at + n < at) return std::nullopt;
+    const SmallRun* run = run_of(file, n, at);
+    if (!run) return std::nullopt;
+    auto it = held_runs_.find({&file, run->begin});
+    if (it == held_runs_.end() || at + n > run->begin + it->second.size) return std::nullopt;
+    return std::string_view(it->second.data.get() + (at - run->begin), static_cast<std::size_t>(n));
+  }
+  // Pieces of `file` from `at` on (a null dst skips its bytes) copied out of the held runs of
+  // small values, where every piece lies in one (hold_small_runs); false, and nothing read,
+  // where one does not (the caller reads the file). A load's small chunks in a database's
+  // data file are read so: read again from the file, the whole span between them (each
+  // array's zarr.json) was copied by the kernel a second time.
+  bool read_held(const OcdbtDataFile& file, const ReadPiece* pieces, std::size_t count, std::uint64_t at) const {
+    if (!all_runs_held_.load(std::memory_order_acquire)) return false;
+    auto runs = small_runs_.find(&file);
+    if (runs == small_runs_.end()) return false;
+    // Where each piece is in memory, looked for first (pieces in order mostly share a run).
+    std::vector<const char*> from(count, nullptr);
+    const SmallRun* run = nullptr;
+    const HeldRun* held = nullptr;
+    for (std::size_t i = 0; i < count; at += pieces[i].n, ++i) {
+      if (!pieces[i].dst || !pieces[i].n) continue;
+      if (at + pieces[i].n < at) return false;
+      if (!run || at < run->begin || at + pieces[i].n > run->begin + held->size) {
+        run = run_of(file, pieces[i].n, at);
+        if (!run) return false;
+        auto it = held_runs_.find({&file, run->begin});
+        if (it == held_runs_.end()) return false;
+        held = &it->second;
+        if (at + pieces[i].n > run->begin + held->size) return false;
+      }
+      from[i] = held->data.get() + (at - run->begin);
+    }
+    for (std::size_t i = 0; i < count; ++i)
+      if (from[i]) std::memcpy(pieces[i].dst, from[i], static_cast<std::size_t>(pieces[i].n));
     return true;
   }
   // How many of a value's n bytes from `offset` are in memory already (StoreReader::cached_bytes).

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -322,14 +323,25 @@ inline ZarrArray parse_zarr_metadata(const std::string& text, int format, const 
   return a;
 }
 
-// The chunk key of grid position `at` (relative to the array's key).
-inline std::string zarr_chunk_key(const ZarrArray& a, const Shape& at) {
-  if (a.key_prefix.empty() && at.empty()) return "0";
-  std::string k = a.key_prefix;
-  for (std::size_t i = 0; i < at.size(); ++i) {
-    if (!k.empty()) k += a.separator;
-    k += std::to_string(at[i]);
+// The chunk key of grid position `at` (relative to the array's key), appended to `out`.
+inline void zarr_append_chunk_key(const ZarrArray& a, const Shape& at, std::string& out) {
+  if (a.key_prefix.empty() && at.empty()) {
+    out += '0';
+    return;
   }
+  out += a.key_prefix;
+  bool first = a.key_prefix.empty();
+  for (std::size_t i = 0; i < at.size(); ++i) {
+    if (!first) out += a.separator;
+    first = false;
+    char digits[24];
+    const auto r = std::to_chars(digits, digits + sizeof digits, at[i]);
+    out.append(digits, static_cast<std::size_t>(r.ptr - digits));
+  }
+}
+inline std::string zarr_chunk_key(const ZarrArray& a, const Shape& at) {
+  std::string k;
+  zarr_append_chunk_key(a, at, k);
   return k;
 }
 
