@@ -287,24 +287,12 @@ class OcdbtDatabase {
   // array's zarr.json) was copied by the kernel a second time.
   bool read_held(const OcdbtDataFile& file, const ReadPiece* pieces, std::size_t count, std::uint64_t at) const {
     if (!all_runs_held_.load(std::memory_order_acquire)) return false;
-    auto runs = small_runs_.find(&file);
-    if (runs == small_runs_.end()) return false;
-    // Where each piece is in memory, looked for first (pieces in order mostly share a run).
-    std::vector<const char*> from(count, nullptr);
-    const SmallRun* run = nullptr;
-    const HeldRun* held = nullptr;
+    std::vector<const char*> from(count, nullptr);  // each piece's bytes, all found before any is copied
     for (std::size_t i = 0; i < count; at += pieces[i].n, ++i) {
       if (!pieces[i].dst || !pieces[i].n) continue;
-      if (at + pieces[i].n < at) return false;
-      if (!run || at < run->begin || at + pieces[i].n > run->begin + held->size) {
-        run = run_of(file, pieces[i].n, at);
-        if (!run) return false;
-        auto it = held_runs_.find({&file, run->begin});
-        if (it == held_runs_.end()) return false;
-        held = &it->second;
-        if (at + pieces[i].n > run->begin + held->size) return false;
-      }
-      from[i] = held->data.get() + (at - run->begin);
+      const std::optional<std::string_view> bytes = held(file, at, pieces[i].n);
+      if (!bytes) return false;
+      from[i] = bytes->data();
     }
     for (std::size_t i = 0; i < count; ++i)
       if (from[i]) std::memcpy(pieces[i].dst, from[i], static_cast<std::size_t>(pieces[i].n));
@@ -409,16 +397,17 @@ class OcdbtDatabase {
   // Copies [at, at + n) of `file` from the run holding it, read once; false where no run of
   // several values holds it (the caller reads it itself, and reports what is wrong with it).
   bool read_from_run(const OcdbtDataFile& file, void* dst, std::uint64_t n, std::uint64_t at) const {
+    if (all_runs_held_.load(std::memory_order_acquire)) {
+      // Every run is in memory and none is added or dropped any more (hold_small_runs): read
+      // without the lock, which two threads making a load's records took for every value.
+      const std::optional<std::string_view> bytes = held(file, at, n);
+      if (bytes && n) std::memcpy(dst, bytes->data(), static_cast<std::size_t>(n));
+      return bytes.has_value();
+    }
     const SmallRun* found = run_of(file, n, at);
     if (!found) return false;
     const SmallRun& run = *found;
     const std::pair<const OcdbtDataFile*, std::uint64_t> id{&file, run.begin};
-    if (all_runs_held_.load(std::memory_order_acquire)) {
-      // Every run is in memory and none is added or dropped any more (hold_small_runs): read
-      // without the lock, which two threads making a load's records took for every value.
-      auto held = held_runs_.find(id);
-      return held != held_runs_.end() && copy_from(held->second, run, dst, n, at);
-    }
     const StoreReader& reader = value_reader(file);
     std::lock_guard<std::mutex> lock(run_mutex_);
     auto held = held_runs_.find(id);
