@@ -63,6 +63,14 @@ struct StepOnly {
   std::int64_t step = 0;
 };
 CAIRN_TREE(StepOnly, step)
+// Leaves at several depths: sequence indices, integer map keys, a string.
+struct Ragged {
+  std::vector<std::vector<float>> layers;
+  std::string note;
+  std::map<int, double> by_int;
+};
+CAIRN_TREE(Ragged, layers, note, by_int)
+bool operator==(const Ragged& x, const Ragged& y) { return x.layers == y.layers && x.note == y.note && x.by_int == y.by_int; }
 
 const std::vector<std::int32_t> expected_a = {0, 1, 2, 3, 4, 5, 6, 7};
 const std::vector<std::int32_t> expected_c = {1, 2, 3};
@@ -3050,6 +3058,70 @@ TEST_CASE("cairn convert --to orbax writes each layout Orbax restores: v0, zarr 
   cairn::convert(dir / "ck", dir / "lib", o);
   CHECK(cairn::orbax_metadata(dir / "lib").layout == "orbax (OCDBT, zarr v2)");
   CHECK(cairn::load_orbax<ExportState>(dir / "lib").eigen == s.eigen);
+}
+
+// _METADATA's entries are spelled after the last leaf, each leaf's keys shared with the leaf
+// before spelled once (OrbaxMetadataText::render): every entry must still spell its own whole
+// key path, whatever depth the leaf before it had. Names that sort apart from the tree's order
+// ("a.x" after "a-b" in the database) go through the database writer's sort.
+TEST_CASE("an export's _METADATA spells every leaf's whole key path, at any depth after any leaf") {
+  test::TempDir dir;
+  using Tree = std::map<std::string, std::map<std::string, Ragged>>;
+  Tree tree;
+  for (int i = 0; i < 40; ++i) {
+    Ragged r;
+    for (int k = 0; k < i % 4; ++k) {
+      std::vector<float> layer(1 + test::rng()() % 5);
+      for (auto& x : layer) x = static_cast<float>(test::rng()() % 100000) / 7.0f;
+      r.layers.push_back(layer);
+    }
+    r.note = "it's \"n\" \\ " + std::to_string(i);
+    r.by_int[i] = i * 0.5;
+    if (i % 5 == 0) r.by_int[-i - 1] = 2;
+    tree[i % 3 == 0 ? "a" : i % 3 == 1 ? "a-b" : "z"][(i % 2 ? "x'" : "y") + std::to_string(i)] = r;
+  }
+  cairn::save_orbax(dir / "o", tree);
+  // Python's repr of a str, as Orbax keys its entries: '...' unless the key holds ' and no ".
+  auto repr = [](const std::string& k) {
+    const char q = k.find('\'') != std::string::npos && k.find('"') == std::string::npos ? '"' : '\'';
+    std::string out(1, q);
+    for (char c : k) {
+      if (c == '\\' || c == q) out += '\\';
+      out += c;
+    }
+    return out + q;
+  };
+  const auto leaves = cairn::detail::view_tree("state", tree).leaves;
+  const auto m = cairn::detail::orbax::read_tree_metadata(test::read_file(dir / "o/state/_METADATA"), "_METADATA");
+  REQUIRE(m.entries.size() == leaves.size());
+  const cairn::Json::List arrays =
+      cairn::Json::parse(test::read_file(dir / "o/state/array_metadatas/process_0")).at("array_metadatas").as_array();
+  std::size_t array = 0;
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    const cairn::KeyPath& path = leaves[i].path;
+    CAPTURE(path.str());
+    std::string tuple = "(", name;
+    for (std::size_t k = 0; k < path.size(); ++k) {
+      tuple += (k ? ", " : "") + repr(path[k].text());
+      name += (k ? "." : "") + path[k].text();
+    }
+    tuple += path.size() == 1 ? ",)" : ")";
+    CHECK(m.entries[i].tuple == tuple);
+    CHECK(m.entries[i].path.str() == path.str());
+    CHECK(m.entries[i].param == name);
+    REQUIRE(m.entries[i].path.size() == path.size());
+    for (std::size_t k = 0; k < path.size(); ++k)
+      CHECK((m.entries[i].path[k].kind == cairn::KeyEntry::Kind::index) == (path[k].kind == cairn::KeyEntry::Kind::index));
+    if (leaves[i].view.dtype == cairn::DType::string) {
+      CHECK(m.entries[i].value_type == "string");
+    } else {
+      CHECK(m.entries[i].value_type == "np.ndarray");
+      REQUIRE(array < arrays.size());
+      CHECK(arrays[array++].at("array_metadata").at("param_name").as_string() == name);
+    }
+  }
+  CHECK(array == arrays.size());
+  CHECK(cairn::load_orbax<Tree>(dir / "o") == tree);
 }
 
 TEST_CASE("an export of many small arrays: fetched leaves written before their bytes go, and the text files in blocks") {
