@@ -401,7 +401,7 @@ class OrbaxMetadataText {
     for (std::size_t i = 0; i < path.size(); ++i) {
       char digits[24];
       const std::string_view text = entry_text(path[i], digits);
-      if (text.empty() || text.find_first_of("/.") != std::string_view::npos)
+      if (text.empty() || std::any_of(text.begin(), text.end(), [](char c) { return c == '/' || c == '.'; }))
         throw Error(ErrorKind::invalid_argument, "the key '" + std::string(text) + "' cannot be part of an Orbax parameter "
                     "name ('.' joins the keys and '/' separates the arrays in the database; an empty key has no name)", where_, full);
       if (i) name += '.';
@@ -738,8 +738,8 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
   std::future<void> metadata_files;  // (after what it uses, so that it is waited for first)
   try {
     for (const auto& leaf : item.leaves) {
-      const std::string full = leaf.path.str();
-      const std::string name = text.begin_leaf(leaf.path, full);
+      std::string full = leaf.path.str();
+      std::string name = text.begin_leaf(leaf.path, full);
       const LeafView& v = leaf.view;
       if (v.dtype == DType::string) {
         LeafView fetched;
@@ -762,8 +762,8 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       if (to == DType::string) throw Error(ErrorKind::invalid_argument, "a cast rule makes an array a string", where, full);
       if (to != v.dtype) report.cast.push_back(full);
       const Shape chunk = by_shards ? orbax_shard_chunk(v) : orbax_chunk_shape(v.shape);
-      params.push_back({name, full, &leaf, &v, to, chunk, by_shards});
       text.add_array(name, v.sharding ? &*v.sharding : nullptr, v.shape, chunk);
+      params.push_back({std::move(name), std::move(full), &leaf, &v, to, chunk, by_shards});
     }
     text.check_names();
     report.leaves = text.leaves();
@@ -847,20 +847,22 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
         chunks_written.push_back(chunk_key);
       }
     };
-    // An array's metadata key goes into the database before or after its chunks so that the
-    // keys of a usual tree come in the order the database keeps (zarr v3's "<name>/c/0" sorts
-    // before "<name>/zarr.json", v2's "<name>/.zarray" before "<name>/0"), and its sort at
-    // finish() has nothing to do (sorting 20,000 keys was a tenth of an export's instructions).
+    // In a database, an array's zarr v3 metadata key goes in after its chunks, so that the
+    // keys of a usual tree come in the order the database keeps ("<name>/c/0" sorts before
+    // "<name>/zarr.json"; v2's "<name>/.zarray" before "<name>/0"), and its sort at finish()
+    // has nothing to do (sorting 20,000 keys was a tenth of an export's instructions). A
+    // directory per parameter writes an array's metadata file first, as it always has.
     auto write_metadata = [&](const OrbaxParam& p, std::size_t i) {
       if (!primary) return;
       if (db) db->put_kept(orbax_metadata_key(p.name, options.zarr3), *zarr_json[i]);
       else put_mine(rel + orbax_metadata_key(p.name, options.zarr3), *zarr_json[i]);
     };
+    const bool metadata_after_chunks = db && options.zarr3;
     auto write_array = [&](std::size_t i) {
       const OrbaxParam& p = params[i];
-      if (!options.zarr3) write_metadata(p, i);
+      if (!metadata_after_chunks) write_metadata(p, i);
       write_array_chunks(p);
-      if (options.zarr3) write_metadata(p, i);
+      if (metadata_after_chunks) write_metadata(p, i);
     };
     // A directory per parameter writes the files of arrays with small chunks side by side:
     // on a bucket Store::parallel_reads at once (one after another, 300 arrays 20 ms away took
