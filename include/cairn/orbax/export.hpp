@@ -38,6 +38,7 @@
 #include "cairn/core/parallel.hpp"
 #include "cairn/core/tuning.hpp"
 #include "cairn/coordination/wire.hpp"
+#include "cairn/format/metadata_json_writer.hpp"
 #include "cairn/format/root_layout.hpp"
 #include "cairn/format/validation.hpp"
 #include "cairn/orbax/ocdbt_writer.hpp"
@@ -169,18 +170,10 @@ inline Json json_shape(const Shape& s) {
   for (std::int64_t d : s) a.push_back(Json(d));
   return a;
 }
-// The same as JSON text: [2,3].
-inline void append_shape_text(std::string& t, const Shape& s) {
-  t += '[';
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (i) t += ',';
-    append_json_int(t, s[i]);
-  }
-  t += ']';
-}
+// The same as JSON text: [2,3] (format/metadata_json_writer.hpp's append_json_ints).
 inline std::string shape_text(const Shape& s) {
   std::string t;
-  append_shape_text(t, s);
+  append_json_ints(t, s);
   return t;
 }
 
@@ -483,7 +476,7 @@ class OrbaxMetadataText {
         append_json_string(value, name);
         value += R"(,"write_shape":)";
         const std::size_t chunk_at = value.size();
-        append_shape_text(value, l.chunk);
+        append_json_ints(value, l.chunk);
         const std::string_view chunk_text(value.data() + chunk_at, value.size() - chunk_at);
         array_metadatas_ += value;
         array_metadatas_ += R"(,"chunk_shape":)";
