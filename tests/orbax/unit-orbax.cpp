@@ -1522,7 +1522,7 @@ TEST_CASE("two key paths of one Orbax parameter name are refused, both named") {
     paths.emplace_back(std::vector<KeyEntry>{KeyEntry::field("params"), KeyEntry::key("3")});
     for (const auto& p : paths) {
       const std::string name = text.begin_leaf(p);
-      text.add_array(name, nullptr, {2}, {2});
+      text.add_array(nullptr, {2}, {2});
     }
     std::string failed;
     try {

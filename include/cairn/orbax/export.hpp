@@ -319,10 +319,9 @@ std::uint64_t write_orbax_shard(const LeafView& v, DType to, const OrbaxSaveOpti
   }
   if (!o.zarr3) return n;  // zarr v2: the chunk is its bytes (or one zstd frame), no shard index
   // The shard index: the one inner chunk's offset (0) and size, and their CRC32C, little-endian.
-  char index[20] = {};
-  for (int b = 0; b < 8; ++b) index[8 + b] = static_cast<char>((n >> (8 * b)) & 0xff);
-  const std::uint32_t check = crc32c(index, 16);
-  for (int b = 0; b < 4; ++b) index[16 + b] = static_cast<char>((check >> (8 * b)) & 0xff);
+  char index[20] = {};  // (on the stack: a std::string of 20 bytes was an allocation a chunk)
+  ocdbt_store_le(index + 8, n, 8);
+  ocdbt_store_le(index + 16, crc32c(index, 16), 4);
   sink(index, sizeof index);
   return n;
 }
@@ -409,9 +408,9 @@ class OrbaxMetadataText {
     add_member(strings_, name, Json(value).dump());
     leaves_.back().kind = Leaf::string;
   }
-  // An array of `shape` stored in chunks of `chunk`; `sharding` where it has one (a jax.Array),
-  // which must stay alive, unchanged, until the text is rendered.
-  void add_array(const std::string&, const NamedSharding* sharding, const Shape& shape, const Shape& chunk) {
+  // The leaf begun last is an array of `shape` stored in chunks of `chunk`; `sharding` where
+  // it has one (a jax.Array), which must stay alive, unchanged, until the text is rendered.
+  void add_array(const NamedSharding* sharding, const Shape& shape, const Shape& chunk) {
     ++arrays_;
     Leaf& l = leaves_.back();
     l.kind = Leaf::array;
@@ -449,7 +448,7 @@ class OrbaxMetadataText {
       // A tree's leaves share their parents' keys with the leaf before: those are spelled once.
       same = 0;
       if (before)
-        while (same < path.size() && same < before->size() && same + 1 < path.size() && (*before)[same] == path[same]) ++same;
+        while (same + 1 < path.size() && same < before->size() && (*before)[same] == path[same]) ++same;
       after.resize(same);
       if (same == 0) tuple = "(", keys = "[";
       else tuple.resize(after[same - 1].first), keys.resize(after[same - 1].second);
@@ -755,7 +754,7 @@ inline OrbaxSaveReport save_orbax_snapshot(Store& store, const std::string& key_
       if (to == DType::string) throw Error(ErrorKind::invalid_argument, "a cast rule makes an array a string", where, full);
       if (to != v.dtype) report.cast.push_back(full);
       const Shape chunk = by_shards ? orbax_shard_chunk(v) : orbax_chunk_shape(v.shape);
-      text.add_array(name, v.sharding ? &*v.sharding : nullptr, v.shape, chunk);
+      text.add_array(v.sharding ? &*v.sharding : nullptr, v.shape, chunk);
       params.push_back({std::move(name), std::move(full), &leaf, &v, to, chunk, by_shards});
     }
     text.check_names();

@@ -151,12 +151,12 @@ inline OrbaxLinkReport link_as_orbax(const Location& source, Store& store, const
     const std::optional<Shape> grid = element_count(l.shape) == 0 ? std::optional<Shape>(orbax_chunk_shape(l.shape)) : linkable_grid(l);
     if (!grid) {
       rewrite.emplace_back(&l, name);
-      text.add_array(name, l.sharding ? &*l.sharding : nullptr, l.shape, orbax_chunk_shape(l.shape));
+      text.add_array(l.sharding ? &*l.sharding : nullptr, l.shape, orbax_chunk_shape(l.shape));
       continue;
     }
     linked.push_back({&l, name, *grid});
     for (const ChunkRecord& c : l.chunks) files.insert(c.file);
-    text.add_array(name, l.sharding ? &*l.sharding : nullptr, l.shape, *grid);
+    text.add_array(l.sharding ? &*l.sharding : nullptr, l.shape, *grid);
   }
   text.check_names();
   report.leaves = text.leaves();

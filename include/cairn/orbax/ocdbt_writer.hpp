@@ -43,8 +43,14 @@ inline void ocdbt_put_varint(std::string& s, std::uint64_t v) {
   s.append(bytes, n);
 }
 
+// The n low bytes of v, little-endian, at `out` (a fixed-size field in a caller's buffer).
+inline void ocdbt_store_le(char* out, std::uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
 inline void ocdbt_put_le(std::string& s, std::uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
+  char bytes[8];
+  ocdbt_store_le(bytes, v, n);
+  s.append(bytes, static_cast<std::size_t>(n));
 }
 
 // The frame every manifest and node has: magic, length, version 0, no compression, body, CRC32C.
