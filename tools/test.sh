@@ -15,7 +15,7 @@ say "configuring in $build"
 # tests costs about a quarter of the compile time.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
   -DCAIRN_STRICT_WARNINGS=ON "$@" >/dev/null
-say "building with $(nproc) jobs: cairn's runtime once, the test programs on it, the examples and the" \
+say "building with $(nproc) jobs: cairn's runtime once, the test programs and the examples on it, the" \
     "benchmarks header-only (6-8 minutes on 2 cores); ninja prints each program as it finishes"
 cmake --build "$build" -j "$(nproc)"
 say "running the tests (about a minute)"
