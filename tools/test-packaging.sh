@@ -45,6 +45,7 @@ cmake --build "$work/fp" >/dev/null
 "$work/fp/consumer_compat" "$work/fp"
 "$work/fp/consumer_s3"  # cairn::s3: built where libcurl and OpenSSL are, as they are here
 "$work/fp/consumer_orbax" "$work/fp"  # cairn::orbax: built where libzstd is, as it is here
+"$work/fp/consumer_orbax_header_only" "$work/fp"  # cairn::orbax_header_only
 # pkg-config: `cairn` links the compiled runtime, `cairn-header-only` needs no library.
 "$root/tools/deps.sh" pkgconf
 export PKG_CONFIG_PATH="$work/prefix/share/pkgconfig"
@@ -52,10 +53,25 @@ both g++ $(pkg-config --cflags cairn) "$root/tests/package/consumer.cpp" -o "$wo
   g++ $(pkg-config --cflags cairn-header-only) -O1 "$root/tests/package/consumer.cpp" -o "$work/pc_ho" $(pkg-config --libs cairn-header-only)
 "$work/pc" "$work"
 "$work/pc_ho" "$work"
-both g++ $(pkg-config --cflags cairn cairn-s3) "$root/tests/package/consumer_s3.cpp" -o "$work/pc_s3" $(pkg-config --libs cairn cairn-s3) -- \
-  g++ $(pkg-config --cflags cairn cairn-orbax) "$root/tests/package/consumer_orbax.cpp" -o "$work/pc_orbax" $(pkg-config --libs cairn cairn-orbax)
+# The opt-in parts compiled once (cairn-s3, cairn-orbax: libcairn-s3, libcairn-orbax).
+both g++ $(pkg-config --cflags cairn-s3) "$root/tests/package/consumer_s3.cpp" -o "$work/pc_s3" $(pkg-config --libs cairn-s3) -- \
+  g++ $(pkg-config --cflags cairn-orbax) "$root/tests/package/consumer_orbax.cpp" -o "$work/pc_orbax" $(pkg-config --libs cairn-orbax)
 "$work/pc_s3"
 "$work/pc_orbax" "$work"
+# And header-only (cairn-s3-header-only, cairn-orbax-header-only): their flags are those of
+# cairn-header-only and the part's libraries, without a cairn library or separate
+# compilation. (A header-only program with the Orbax part is compiled and run through CMake
+# above, consumer_orbax_header_only; each such compile costs half a minute.)
+for part in s3 orbax; do
+  flags=$(pkg-config --cflags --libs "cairn-$part-header-only")
+  case "$part" in s3) want="-lcurl -lcrypto" ;; orbax) want="-lzstd" ;; esac
+  for w in $want -pthread; do
+    grep -qe "$w" <<<"$flags" || { echo "cairn-$part-header-only lacks $w: $flags"; exit 1; }
+  done
+  if grep -qE "CAIRN_SEPARATE_COMPILATION|-lcairn" <<<"$flags"; then
+    echo "cairn-$part-header-only is not header-only: $flags"; exit 1
+  fi
+done
 unset PKG_CONFIG_PATH
 
 echo "== the runtime as a shared library (CAIRN_SHARED=ON), installed, then find_package(cairn)"
@@ -65,14 +81,19 @@ cmake -S "$root" -B "$work/shared-build" "${gen[@]}" -DCAIRN_SHARED=ON -DCAIRN_B
 cmake --build "$work/shared-build" >/dev/null
 cmake --install "$work/shared-build" >/dev/null
 cmake -S "$root/tests/package/find_package" -B "$work/fps" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/shared-prefix" >/dev/null
-cmake --build "$work/fps" >/dev/null
+# Only the programs run here: the others are the same compiles as in fp above.
+cmake --build "$work/fps" --target consumer_compiled consumer_orbax >/dev/null
 "$work/fps/consumer_compiled" "$work/fps"
+"$work/fps/consumer_orbax" "$work/fps"
 # It runs on the installed libcairn.so.0.1 (the name carries the minor version), not a copy.
 # ldd's output is taken whole first: piped into grep -q under pipefail, grep leaving at the
 # first match can kill ldd with SIGPIPE and fail the check on a correct listing.
 libs=$(ldd "$work/fps/consumer_compiled")
 grep -q "libcairn.so.0.1 => $work/shared-prefix/" <<<"$libs" ||
   { echo "consumer_compiled does not load the installed libcairn.so.0.1:"; echo "$libs"; exit 1; }
+libs=$(ldd "$work/fps/consumer_orbax")
+grep -q "libcairn-orbax.so.0.1 => $work/shared-prefix/" <<<"$libs" ||
+  { echo "consumer_orbax does not load the installed libcairn-orbax.so.0.1:"; echo "$libs"; exit 1; }
 
 echo "== add_subdirectory(cairn)"
 cmake -S "$root/tests/package/subdirectory" -B "$work/sd" "${gen[@]}" -DCAIRN_SOURCE_DIR="$root" >/dev/null
@@ -98,4 +119,4 @@ grep -q "cairn needs C++20" "$work/cxx17.log" || { cat "$work/cxx17.log"; exit 1
 # The #error, then the fatal error that stops the compiler there, and nothing else.
 [ "$(grep -cE ': (fatal )?error:' "$work/cxx17.log")" -eq 2 ] && grep -q "compilation stopped" "$work/cxx17.log" ||
   { echo "not stopped at the first error without C++20:"; head -20 "$work/cxx17.log"; exit 1; }
-echo "packaging: 12 passed, 0 failed"
+echo "packaging: 16 passed, 0 failed"

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // cairn in S3-compatible object stores, opt-in: include this after (or instead of)
-// cairn/cairn.hpp and link libcurl and OpenSSL's libcrypto (CMake: cairn::s3; pkg-config:
-// cairn-s3). Then s3:// and gs:// URIs work wherever a path does:
+// cairn/cairn.hpp and link its code compiled once with libcurl and OpenSSL's libcrypto (CMake:
+// cairn::s3; pkg-config and meson: cairn-s3), or, header-only, those two alone
+// (cairn::s3_header_only; docs/compile-time.md). Then s3:// and gs:// URIs work wherever a path does:
 //
 //   cairn::save("s3://my-bucket/run7/100", state);
 //   auto s = cairn::load<State>("s3://my-bucket/run7/100");
@@ -23,6 +24,10 @@
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
+// s3:// and gs:// in register_store_scheme's table, so that URI strings open an S3Store.
+CAIRN_API bool register_s3_schemes();
+
+#if CAIRN_DEFINES_S3
 // The store a URI string opens. Stores are kept between calls, one per bucket and per the
 // environment's configuration (s3::detail::configuration_environment: a changed variable
 // opens another), so that saves and loads by URI reuse a store's connections, its transfer
@@ -54,11 +59,16 @@ inline Location open_s3_uri(const std::string& scheme, const std::string& rest) 
   return Location(store, u.key);
 }
 
-inline const bool s3_schemes_registered = [] {
+CAIRN_API bool register_s3_schemes() {
   register_store_scheme("s3", [](const std::string& rest) { return open_s3_uri("s3", rest); });
   register_store_scheme("gs", [](const std::string& rest) { return open_s3_uri("gs", rest); });
   return true;
-}();
+}
+#endif  // CAIRN_DEFINES_S3
+
+// Registered once per program, by whichever file includes this header first (a file of
+// cairn::s3's library itself where it is compiled once).
+inline const bool s3_schemes_registered = register_s3_schemes();
 
 }  // namespace detail
 CAIRN_END_NAMESPACE

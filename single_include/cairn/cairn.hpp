@@ -87,6 +87,21 @@
 #define CAIRN_API inline
 #define CAIRN_DEFINES_RUNTIME 1
 #endif
+// The opt-in parts follow the same rule, each with a library of its own (CMake: cairn::orbax,
+// cairn::s3): with CAIRN_SEPARATE_COMPILATION, cairn/orbax.hpp and cairn/s3.hpp declare their
+// entry points (CAIRN_API) and compile none of their code into the including file; their
+// definitions are compiled once, where CAIRN_BUILDING_ORBAX or CAIRN_BUILDING_S3 is defined
+// (src/orbax.cpp, src/s3.cpp). Header-only, every file that includes them compiles them.
+#if defined(CAIRN_SEPARATE_COMPILATION) && !defined(CAIRN_BUILDING_ORBAX)
+#define CAIRN_DEFINES_ORBAX 0
+#else
+#define CAIRN_DEFINES_ORBAX 1
+#endif
+#if defined(CAIRN_SEPARATE_COMPILATION) && !defined(CAIRN_BUILDING_S3)
+#define CAIRN_DEFINES_S3 0
+#else
+#define CAIRN_DEFINES_S3 1
+#endif
 
 // The on-disk format is little-endian and data is written straight from memory.
 static_assert(std::endian::native == std::endian::little,
@@ -3889,7 +3904,11 @@ class CheckpointStaging {
 
 class Store {
  public:
-  virtual ~Store() = default;
+  // Defined in cairn's runtime (below): with CAIRN_SEPARATE_COMPILATION it is the class's key
+  // function, so the virtual table and the default members below are compiled there once, and
+  // g++ has no reason to compile a store's members into a file that only calls them (at -O2 it
+  // devirtualizes the calls of these defaults into the one store class it sees, cairn/s3.hpp's).
+  CAIRN_API virtual ~Store();
 
   // The name of a key a user can look at (a path, a URL); errors name blobs with it.
   virtual std::string describe(const std::string& key) const = 0;
@@ -4166,6 +4185,7 @@ inline std::uint64_t write_blob_parts(Store& store, const std::string& key, cons
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
+
 // ----- end cairn/store/store.hpp -----
 // ----- begin cairn/store/location.hpp -----
 // Location: where a checkpoint, a Checkpointer root or a safetensors file is: a store and a key
@@ -8681,6 +8701,17 @@ CAIRN_END_NAMESPACE
 // The host copy's definition: in every translation unit when header-only, only in
 // cairn/src.hpp's with CAIRN_SEPARATE_COMPILATION.
 // ----- end cairn/kernels/box_copy.hpp -----
+// ----- begin cairn/store/store_impl.hpp -----
+// Store's destructor (store/store.hpp), the class's key function: with separate compilation,
+// Store's virtual table and its default members are compiled once, in the runtime.
+
+
+CAIRN_BEGIN_NAMESPACE
+
+CAIRN_API Store::~Store() = default;
+
+CAIRN_END_NAMESPACE
+// ----- end cairn/store/store_impl.hpp -----
 // ----- begin cairn/store/location_impl.hpp -----
 // The runtime of store/location.hpp: the URI scheme registry and the store of paths.
 

@@ -67,6 +67,21 @@
 #define CAIRN_API inline
 #define CAIRN_DEFINES_RUNTIME 1
 #endif
+// The opt-in parts follow the same rule, each with a library of its own (CMake: cairn::orbax,
+// cairn::s3): with CAIRN_SEPARATE_COMPILATION, cairn/orbax.hpp and cairn/s3.hpp declare their
+// entry points (CAIRN_API) and compile none of their code into the including file; their
+// definitions are compiled once, where CAIRN_BUILDING_ORBAX or CAIRN_BUILDING_S3 is defined
+// (src/orbax.cpp, src/s3.cpp). Header-only, every file that includes them compiles them.
+#if defined(CAIRN_SEPARATE_COMPILATION) && !defined(CAIRN_BUILDING_ORBAX)
+#define CAIRN_DEFINES_ORBAX 0
+#else
+#define CAIRN_DEFINES_ORBAX 1
+#endif
+#if defined(CAIRN_SEPARATE_COMPILATION) && !defined(CAIRN_BUILDING_S3)
+#define CAIRN_DEFINES_S3 0
+#else
+#define CAIRN_DEFINES_S3 1
+#endif
 
 // The on-disk format is little-endian and data is written straight from memory.
 static_assert(std::endian::native == std::endian::little,

@@ -135,13 +135,16 @@ class OrbaxView final : public Store {
     const Blob* b = find(key);
     return b ? base_.describe(b->name) : base_.describe(key_) + " (" + key + ")";
   }
-  std::unique_ptr<StoreReader> open(const std::string& key) const override;
+  // (inline here as well as where defined below: a virtual function declared without it would
+  // be the class's key function, and g++ would then compile the class's whole virtual table
+  // into every file that includes this header, even with CAIRN_SEPARATE_COMPILATION)
+  inline std::unique_ptr<StoreReader> open(const std::string& key) const override;
   // The loader's hint before it reads many small chunks each in a file of its own (a directory
   // per parameter): their files are read whole now, together (the base store's
   // read_whole_each: through io_uring on a POSIX store, at once on an object store), and their
   // reads served from memory while the handle lives. A file not read so (too large, missing,
   // anything wrong) is read as before when its chunk is, which reports what is wrong.
-  std::unique_ptr<StoreReadAhead> read_ahead(const std::vector<std::string>& keys, std::uint64_t bytes) const override;
+  inline std::unique_ptr<StoreReadAhead> read_ahead(const std::vector<std::string>& keys, std::uint64_t bytes) const override;
   bool exists(const std::string& key) const override { return key.empty() || find(key); }
   bool is_blob(const std::string& key) const override { return find(key) != nullptr; }
   // A chunk's reader opens its file (of a directory per parameter) while it reads, and lets

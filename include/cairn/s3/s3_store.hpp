@@ -53,12 +53,11 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // A store over one bucket, or over the keys under `root` in it (a store of its own for a
   // team or a test: its keys, its listings and its cleanup stay under that prefix). `scheme`
   // is "s3" or "gs" (Google Cloud Storage's XML API, with HMAC keys as the credentials).
-  S3Store(const std::string& scheme, const std::string& bucket, S3Options options = {}, const std::string& root = {})
-      : options_(checked(std::move(options))),
-        client_(bucket, detail::normalize_key(root == "/" ? std::string() : root), options_,
-                s3::resolve_config(scheme, bucket, options_)),
-        buffers_(static_cast<std::size_t>(options_.part_size), static_cast<std::size_t>(options_.concurrency) + 2,
-                 options_.keep_buffers_for) {}
+  S3Store(const std::string& scheme, const std::string& bucket, S3Options options = {}, const std::string& root = {});
+  // Declared here and defined below, out of the class: with CAIRN_SEPARATE_COMPILATION it is
+  // the class's key function, so its virtual table, and with it every member below, is
+  // compiled once, in src/s3.cpp, not in each file that makes an S3Store.
+  ~S3Store() override;
 
   const std::string& bucket() const { return client_.bucket(); }
   const S3Options& options() const { return options_; }
@@ -1467,11 +1466,26 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
 //   cairn::save(cairn::s3_location("s3://bucket/run7/100", {.endpoint = "http://127.0.0.1:9000"}), state);
 // Plain URI strings ("s3://bucket/run7/100") work wherever a path does once cairn/s3.hpp is
 // included; they share one store per bucket, configured from the environment.
-inline Location s3_location(const std::string& uri, const S3Options& options = {}) {
+CAIRN_API Location s3_location(const std::string& uri, const S3Options& options = {});
+
+#if CAIRN_DEFINES_S3
+// The definitions: in every including file when header-only; with CAIRN_SEPARATE_COMPILATION,
+// only in src/s3.cpp (CAIRN_BUILDING_S3).
+CAIRN_API S3Store::S3Store(const std::string& scheme, const std::string& bucket, S3Options options, const std::string& root)
+    : options_(checked(std::move(options))),
+      client_(bucket, detail::normalize_key(root == "/" ? std::string() : root), options_,
+              s3::resolve_config(scheme, bucket, options_)),
+      buffers_(static_cast<std::size_t>(options_.part_size), static_cast<std::size_t>(options_.concurrency) + 2,
+               options_.keep_buffers_for) {}
+
+CAIRN_API S3Store::~S3Store() = default;
+
+CAIRN_API Location s3_location(const std::string& uri, const S3Options& options) {
   const std::string scheme = detail::uri_scheme(uri);
   if (scheme != "s3" && scheme != "gs") throw Error(ErrorKind::invalid_argument, "an S3 URI starts with s3:// or gs://", uri);
   const s3::BucketUri u = s3::parse_bucket_uri(scheme, uri.substr(scheme.size() + 3));
   return Location(std::make_shared<S3Store>(scheme, u.bucket, options), u.key);
 }
+#endif  // CAIRN_DEFINES_S3
 
 CAIRN_END_NAMESPACE

@@ -145,7 +145,11 @@ class CheckpointStaging {
 
 class Store {
  public:
-  virtual ~Store() = default;
+  // Defined in cairn's runtime (below): with CAIRN_SEPARATE_COMPILATION it is the class's key
+  // function, so the virtual table and the default members below are compiled there once, and
+  // g++ has no reason to compile a store's members into a file that only calls them (at -O2 it
+  // devirtualizes the calls of these defaults into the one store class it sees, cairn/s3.hpp's).
+  CAIRN_API virtual ~Store();
 
   // The name of a key a user can look at (a path, a URL); errors name blobs with it.
   virtual std::string describe(const std::string& key) const = 0;
@@ -422,3 +426,7 @@ inline std::uint64_t write_blob_parts(Store& store, const std::string& key, cons
 
 }  // namespace detail
 CAIRN_END_NAMESPACE
+
+#if CAIRN_DEFINES_RUNTIME
+#include "cairn/store/store_impl.hpp"
+#endif
