@@ -3,7 +3,8 @@
 // an S3 store: tests/opt_in/light_check.sh looks in its object file for any code of the Orbax
 // reader and writer or of the S3 store, which must be compiled once, in libcairn-orbax and
 // libcairn-s3, and never into the files that include cairn/orbax.hpp and cairn/s3.hpp
-// (docs/internals.md, "Light headers, the runtime, and separate compilation").
+// (docs/internals.md, "Light headers, the runtime, and separate compilation"). It calls no
+// inline member of theirs, which an unoptimized build (the sanitizers') compiles here.
 #include <cairn/cairn.hpp>
 #include <cairn/orbax.hpp>
 #include <cairn/s3.hpp>
@@ -25,5 +26,5 @@ bool s3_round_trip(const std::string& uri, const State& state) {
   auto store = std::make_shared<cairn::S3Store>("s3", "bucket", cairn::S3Options{.endpoint = "http://127.0.0.1:9"});
   cairn::save(cairn::Location(store, "a"), state);
   cairn::save(cairn::s3_location(uri), state);
-  return cairn::load<State>(uri) == state && store->requests() > 0;
+  return cairn::load<State>(uri) == state;
 }
