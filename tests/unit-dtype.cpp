@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "test_util.hpp"
 
+#include "cairn/kernels/cast_element.hpp"  // cast_value, cast_fits: kernels a separately compiled program does not get from cairn.hpp
+
 #include <cmath>
 #include <cstring>
 #include <limits>
