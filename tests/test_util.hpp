@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -47,12 +48,23 @@ inline std::mt19937_64& rng() {
   return g;
 }
 
-// Random bits for any trivially copyable element type (every bit pattern, NaNs included).
+// Random bits for any trivially copyable element type (every bit pattern, NaNs included). All
+// eight bytes of each draw are used: a draw per byte made the tests that fill hundreds of
+// megabytes spend most of their time here (GatheredWriter's case of unit-store: 21 s).
 template <class T>
 std::vector<T> random_bits(std::size_t n, std::mt19937_64& g = rng()) {
   std::vector<T> v(n);
   auto* bytes = reinterpret_cast<unsigned char*>(v.data());
-  for (std::size_t i = 0; i < n * sizeof(T); ++i) bytes[i] = static_cast<unsigned char>(g());
+  const std::size_t total = n * sizeof(T);
+  std::size_t i = 0;
+  for (; i + 8 <= total; i += 8) {
+    const std::uint64_t x = g();
+    std::memcpy(bytes + i, &x, 8);
+  }
+  if (i < total) {
+    const std::uint64_t x = g();
+    std::memcpy(bytes + i, &x, total - i);
+  }
   return v;
 }
 
