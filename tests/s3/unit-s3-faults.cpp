@@ -964,7 +964,24 @@ TEST_CASE("S3 faults: a cleanup removes a dead save's generation beside an inlin
   server().reset();
 }
 
-TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every committed checkpoint loads bit-exactly") {
+// 100 kills in the optimized build (issue 35's count); under a sanitizer, whose saving process
+// is as slow to start and save as the test's own (unit-s3-faults was the longest test of CI's
+// ASan step, 76 s), 30: the same code, checked for memory errors, in 11-12.5 s there. In an
+// ASan run of 100, saves had committed by the 10th kill (latest step 16) and 71 steps by the
+// 30th; in three runs of 30, 54-84 steps.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr int s3_kills = 30;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr int s3_kills = 30;
+#else
+constexpr int s3_kills = 100;
+#endif
+#else
+constexpr int s3_kills = 100;
+#endif
+
+TEST_CASE("S3 faults: a saving process SIGKILLed at random moments (100; 30 under a sanitizer): every committed checkpoint loads bit-exactly") {
   if (server().endpoint().empty()) return;
   server().reset();
   const std::string root = "kill" + std::to_string(::getpid());
@@ -975,7 +992,7 @@ TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every co
   // (a sanitizer build starts and saves many times slower: with a fixed 5-155 ms window, CI's
   // AddressSanitizer run saw one commit in 100 kills) and shrinks back when they do.
   std::int64_t window_ms = 150;
-  for (int kill = 0; kill < 100; ++kill) {
+  for (int kill = 0; kill < s3_kills; ++kill) {
     CAPTURE(kill);
     pid_t pid = 0;
     std::string endpoint = server().endpoint(), child = CAIRN_S3_SAVE_CHILD;
@@ -1012,8 +1029,8 @@ TEST_CASE("S3 faults: a saving process SIGKILLed at 100 random moments: every co
       ++committed_seen;
     }
   }
-  CHECK(last_latest > 10);     // the kills let saves commit in between
-  CHECK(committed_seen > 100);
+  CHECK(last_latest > 10);           // the kills let saves commit in between
+  CHECK(committed_seen > s3_kills);  // and each restart found steps to load (three kept)
   // Kills between commits and their retention (an async save's comes later) leave more steps
   // than kept (5 were seen under ThreadSanitizer); the next save's retention prunes them all.
   {
