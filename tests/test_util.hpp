@@ -43,6 +43,21 @@ struct TempDir {
   std::string operator/(const std::string& name) const { return path + "/" + name; }
 };
 
+// Whether this build runs under AddressSanitizer or ThreadSanitizer (g++ defines
+// __SANITIZE_*; clang answers __has_feature): tests that repeat a slow step many times run
+// fewer rounds there, where each is many times slower and the same code is what is checked.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool under_sanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool under_sanitizer = true;
+#else
+inline constexpr bool under_sanitizer = false;
+#endif
+#else
+inline constexpr bool under_sanitizer = false;
+#endif
+
 inline std::mt19937_64& rng() {
   static std::mt19937_64 g(0xC0FFEE ^ static_cast<unsigned>(::getpid()));
   return g;

@@ -499,17 +499,7 @@ void check_race_rounds(Racer kind, bool fallback, bool processes, int rounds) {
 // 1,000 rounds (200 with the fallback) in the optimized build, where the race is measured;
 // under a sanitizer, which checks the same code for memory and thread errors at a tenth of the
 // speed (a fork of an ASan process is slow), a tenth of them.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int race_rounds = 100;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr int race_rounds = 100;
-#else
-constexpr int race_rounds = 1000;
-#endif
-#else
-constexpr int race_rounds = 1000;
-#endif
+constexpr int race_rounds = test::under_sanitizer ? 100 : 1000;
 
 TEST_CASE("two saves racing to one new path on threads: one publishes, the other gets already_exists") {
   for (Racer kind : {Racer::save, Racer::safetensors})

@@ -969,17 +969,7 @@ TEST_CASE("S3 faults: a cleanup removes a dead save's generation beside an inlin
 // ASan step, 76 s), 30: the same code, checked for memory errors, in 11-12.5 s there. In an
 // ASan run of 100, saves had committed by the 10th kill (latest step 16) and 71 steps by the
 // 30th; in three runs of 30, 54-84 steps.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int s3_kills = 30;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr int s3_kills = 30;
-#else
-constexpr int s3_kills = 100;
-#endif
-#else
-constexpr int s3_kills = 100;
-#endif
+constexpr int s3_kills = test::under_sanitizer ? 30 : 100;
 
 TEST_CASE("S3 faults: a saving process SIGKILLed at random moments (100; 30 under a sanitizer): every committed checkpoint loads bit-exactly") {
   if (server().endpoint().empty()) return;
