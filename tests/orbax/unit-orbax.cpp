@@ -1664,6 +1664,74 @@ TEST_CASE("an Orbax checkpoint of a file per chunk read side by side names the a
   }
 }
 
+TEST_CASE("the records of many arrays of a file per chunk are made on two threads, each half reading its own metadata files (ThreadSanitizer runs this)") {
+  // At least parallel_records_min arrays: each half of _METADATA's entries has its zarr
+  // metadata files read and parsed on a thread of its own (PytreeReader::add_on_two_threads),
+  // and the halves' records are joined in order.
+  using Flat = std::map<std::string, std::vector<float>>;
+  const int n = static_cast<int>(cairn::detail::parallel_records_min) + 301;
+  const Flat state = many_arrays(n, 9, 10000);  // (names of one length: _METADATA's order is the map's)
+  std::vector<std::string> names;
+  for (const auto& [k, v] : state) names.push_back(k);
+  const std::size_t half = names.size() / 2;
+  if (cairn::detail::usable_cores() < 2) MESSAGE("one core: the records are made on one thread, as before");
+  for (const bool zarr3 : {true, false}) {
+    CAPTURE(zarr3);
+    test::TempDir dir;
+    const std::string ckpt = dir / "c";
+    cairn::OrbaxSaveOptions o;
+    o.ocdbt = false;
+    o.zarr3 = zarr3;
+    cairn::save_orbax(ckpt, state, o);
+    const Flat back = cairn::load_orbax<Flat>(ckpt);
+    REQUIRE(back.size() == state.size());
+    for (const auto& [k, v] : state) CHECK_MESSAGE(test::same_bits(back.at(k), v), k);
+    const std::string meta = zarr3 ? "zarr.json" : ".zarray";
+    // Which thread opened each array's metadata file (with a hook set, each is opened the
+    // ordinary way, on the thread that reads it): every file of a half on its half's thread.
+    if (cairn::detail::usable_cores() >= 2) {
+      std::mutex mu;
+      std::map<std::string, std::thread::id> opened_on;
+      {
+        test::FaultInjection watch([&](const std::string& call, const std::string& path) {
+          if (call == "open" && path.ends_with("/" + meta)) {
+            std::lock_guard<std::mutex> lock(mu);
+            opened_on[fs::path(path).parent_path().filename().string()] = std::this_thread::get_id();
+          }
+          return 0;
+        });
+        REQUIRE(cairn::load_orbax<Flat>(ckpt) == state);
+      }
+      REQUIRE(opened_on.size() == names.size());
+      const std::thread::id first = opened_on.at(names.front()), second = opened_on.at(names.back());
+      CHECK(first != second);
+      std::size_t off_thread = 0;
+      for (std::size_t i = 0; i < names.size(); ++i) off_thread += opened_on.at(names[i]) != (i < half ? first : second);
+      CHECK(off_thread == 0);
+    }
+    // An error is the one the entries in order meet first: a metadata file gone in each half
+    // names the first half's; in the second half alone, its own.
+    const fs::path a = fs::path(ckpt) / "state" / names[100] / meta, b = fs::path(ckpt) / "state" / names[half + 50] / meta;
+    auto load_error = [&] {
+      try {
+        (void)cairn::load_orbax<Flat>(ckpt);
+      } catch (const cairn::Error& e) {
+        return std::string(e.what());
+      }
+      return std::string("(loaded)");
+    };
+    fs::rename(b, b.string() + ".away");
+    const std::string second_only = load_error();
+    CHECK_MESSAGE(second_only.find("'" + names[half + 50] + "' has no zarr metadata") != std::string::npos, second_only);
+    fs::rename(a, a.string() + ".away");
+    for (int round = 0; round < 2; ++round) {
+      const std::string both = load_error();
+      CHECK_MESSAGE(both.find("'" + names[100] + "' has no zarr metadata") != std::string::npos, both);
+      CHECK(both.find(names[half + 50]) == std::string::npos);
+    }
+  }
+}
+
 // A load of many small chunks each in a file of its own offers a window of their files to the
 // view first (OrbaxView::read_ahead): it reads them whole together (through io_uring on a
 // POSIX store) and serves the chunks' reads from memory until the handle goes.

@@ -767,14 +767,7 @@ class PytreeReader {
       // time it doubled (a tenth of a load of 10,000 small arrays, with the page faults of the
       // new buffers).
       item.leaves.reserve(meta.entries.size());
-      if (!add_on_two_threads(item, meta.entries)) {
-        for (std::size_t from = 0; from < meta.entries.size(); from += prefetch_batch) {
-          const std::size_t to = std::min(meta.entries.size(), from + prefetch_batch);
-          if (!db_) prefetch_array_metadata(meta.entries, from, to);
-          for (std::size_t i = from; i < to; ++i) add_from_metadata(item, meta.entries[i]);
-        }
-      }
-      prefetched_.clear();
+      if (!add_on_two_threads(item, meta.entries)) add_records(item, meta.entries, 0, meta.entries.size());
     } else {
       for (const std::string& param : params_without_metadata()) add_array(item, param, key_path_of(param));
     }
@@ -798,17 +791,31 @@ class PytreeReader {
     return !e.skip_deserialize && (t == "jax.Array" || t == "np.ndarray" || t == "scalar" || t.empty());
   }
 
-  // The records of many arrays in an OCDBT database, made on two threads: this one the first
-  // half of _METADATA's entries, a second reader (sharing the database, _sharding and
-  // _strings.json, read only) the second half into a view and item of its own, joined after
-  // (join_second_half). Making them one after another was half of a load of 10,000 small arrays
-  // (docs/benchmarks.md, "Orbax import"). Only where every run of small values is in memory
+  // The records of entries [from, to) of _METADATA, in order. In a directory per parameter, a
+  // batch's zarr metadata files are read together first (prefetch_array_metadata).
+  void add_records(ItemRecord& item, const std::vector<TreeMetadataEntry>& entries, std::size_t from, std::size_t to) {
+    for (std::size_t at = from; at < to; at += prefetch_batch) {
+      const std::size_t end = std::min(to, at + prefetch_batch);
+      if (!db_) prefetch_array_metadata(entries, at, end);
+      for (std::size_t i = at; i < end; ++i) add_from_metadata(item, entries[i]);
+    }
+    prefetched_.clear();
+  }
+
+  // The records of many arrays, made on two threads: this one the first half of _METADATA's
+  // entries, a second reader (sharing the database, _sharding and _strings.json, read only)
+  // the second half into a view and item of its own, joined after (join_second_half). Making
+  // them one after another was half of a load of 10,000 small arrays (docs/benchmarks.md,
+  // "Orbax import"). In an OCDBT database, only where every run of small values is in memory
   // (OcdbtDatabase::hold_small_runs): values are then read without the lock both threads took
-  // for each one. An error is the one the entries in order meet first: the first half's, else
-  // the second's. False where the records are to be made here one by one.
+  // for each one. In a directory per parameter, each half reads its own arrays' zarr metadata
+  // files (one thread each, where one reader alone reads them on every core and parses them
+  // on one), on a store that reads on this thread (a filesystem; an object store's requests
+  // are in flight together already). An error is the one the entries in order meet first:
+  // the first half's, else the second's. False where the records are to be made here one by one.
   bool add_on_two_threads(ItemRecord& item, const std::vector<TreeMetadataEntry>& entries) {
-    if (!for_load_ || !db_ || entries.size() < parallel_records_min || usable_cores() < 2 || !db_->hold_small_runs())
-      return false;
+    if (!for_load_ || entries.size() < parallel_records_min || usable_cores() < 2) return false;
+    if (db_ ? !db_->hold_small_runs() : store_.parallel_reads() > 1) return false;
     const std::size_t half = entries.size() / 2;
     OrbaxView second_view(view_.base(), view_.key());
     OrbaxCheckpoint second_out;
@@ -817,6 +824,7 @@ class PytreeReader {
     second.zarr3_ = zarr3_;
     second.sharding_ = sharding_;
     second.strings_ = strings_;
+    sliced_reads_ = second.sliced_reads_ = false;  // (one thread each already)
     ItemRecord second_item;
     second_item.leaves.reserve(entries.size() - half);
     {
@@ -824,15 +832,15 @@ class PytreeReader {
       // before they go.)
       std::future<void> done;
       try {
-        done = std::async(std::launch::async, [&] {
-          for (std::size_t i = half; i < entries.size(); ++i) second.add_from_metadata(second_item, entries[i]);
-        });
+        done = std::async(std::launch::async, [&] { second.add_records(second_item, entries, half, entries.size()); });
       } catch (const std::system_error&) {
+        sliced_reads_ = true;
         return false;  // no thread to be had: one after another, here
       }
-      for (std::size_t i = 0; i < half; ++i) add_from_metadata(item, entries[i]);
+      add_records(item, entries, 0, half);
       done.get();
     }
+    sliced_reads_ = true;
     join_second_half(item, second, second_view, second_out, second_item);
     return true;
   }
@@ -907,7 +915,7 @@ class PytreeReader {
       std::vector<std::pair<std::string, std::uint64_t>> reads;
       reads.reserve(params.size());
       for (const std::string* p : params) reads.emplace_back(join_key(dir_, *p + metadata_name(format)), max_array_metadata_bytes);
-      std::vector<Store::WholeBlob> got = read_whole_each_sliced(store_, reads);
+      std::vector<Store::WholeBlob> got = sliced_reads_ ? read_whole_each_sliced(store_, reads) : store_.read_whole_each(reads);
       std::vector<const std::string*> missed;  // not there: the other format's name next
       for (std::size_t k = 0; k < params.size(); ++k) {
         if (!got[k].error) {
@@ -1523,6 +1531,7 @@ class PytreeReader {
   MsgValue aggregate_;
   // The zarr metadata of a batch of parameters, read side by side (prefetch_array_metadata).
   std::unordered_map<std::string, MetadataText> prefetched_;
+  bool sliced_reads_ = true;  // prefetch_array_metadata reads on every core (not while on two threads)
 };
 
 // Whether the directory at `key` is a pytree's (its _METADATA or its OCDBT database).
