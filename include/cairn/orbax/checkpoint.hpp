@@ -767,7 +767,7 @@ class PytreeReader {
       // time it doubled (a tenth of a load of 10,000 small arrays, with the page faults of the
       // new buffers).
       item.leaves.reserve(meta.entries.size());
-      if (!add_on_two_threads(item, meta.entries)) add_records(item, meta.entries, 0, meta.entries.size());
+      if (!add_on_two_threads(item, meta.entries)) add_records(item, meta.entries, 0, meta.entries.size(), true);
     } else {
       for (const std::string& param : params_without_metadata()) add_array(item, param, key_path_of(param));
     }
@@ -792,11 +792,13 @@ class PytreeReader {
   }
 
   // The records of entries [from, to) of _METADATA, in order. In a directory per parameter, a
-  // batch's zarr metadata files are read together first (prefetch_array_metadata).
-  void add_records(ItemRecord& item, const std::vector<TreeMetadataEntry>& entries, std::size_t from, std::size_t to) {
+  // batch's zarr metadata files are read together first (prefetch_array_metadata), on every
+  // core where `all_cores`, else on this thread (add_on_two_threads: one thread each already).
+  void add_records(ItemRecord& item, const std::vector<TreeMetadataEntry>& entries, std::size_t from, std::size_t to,
+                   bool all_cores) {
     for (std::size_t at = from; at < to; at += prefetch_batch) {
       const std::size_t end = std::min(to, at + prefetch_batch);
-      if (!db_) prefetch_array_metadata(entries, at, end);
+      if (!db_) prefetch_array_metadata(entries, at, end, all_cores);
       for (std::size_t i = at; i < end; ++i) add_from_metadata(item, entries[i]);
     }
     prefetched_.clear();
@@ -824,7 +826,6 @@ class PytreeReader {
     second.zarr3_ = zarr3_;
     second.sharding_ = sharding_;
     second.strings_ = strings_;
-    sliced_reads_ = second.sliced_reads_ = false;  // (one thread each already)
     ItemRecord second_item;
     second_item.leaves.reserve(entries.size() - half);
     {
@@ -832,15 +833,13 @@ class PytreeReader {
       // before they go.)
       std::future<void> done;
       try {
-        done = std::async(std::launch::async, [&] { second.add_records(second_item, entries, half, entries.size()); });
+        done = std::async(std::launch::async, [&] { second.add_records(second_item, entries, half, entries.size(), false); });
       } catch (const std::system_error&) {
-        sliced_reads_ = true;
         return false;  // no thread to be had: one after another, here
       }
-      add_records(item, entries, 0, half);
+      add_records(item, entries, 0, half, false);
       done.get();
     }
-    sliced_reads_ = true;
     join_second_half(item, second, second_view, second_out, second_item);
     return true;
   }
@@ -904,7 +903,7 @@ class PytreeReader {
   // texts held at once. A parameter none was read of (an error, or neither name there) is left
   // to array_metadata, which tries it again and reports it there.
   static constexpr std::size_t prefetch_batch = 1024;
-  void prefetch_array_metadata(const std::vector<TreeMetadataEntry>& entries, std::size_t from, std::size_t to) {
+  void prefetch_array_metadata(const std::vector<TreeMetadataEntry>& entries, std::size_t from, std::size_t to, bool all_cores) {
     prefetched_.clear();
     std::vector<const std::string*> params;
     for (std::size_t i = from; i < to; ++i)
@@ -915,7 +914,7 @@ class PytreeReader {
       std::vector<std::pair<std::string, std::uint64_t>> reads;
       reads.reserve(params.size());
       for (const std::string* p : params) reads.emplace_back(join_key(dir_, *p + metadata_name(format)), max_array_metadata_bytes);
-      std::vector<Store::WholeBlob> got = sliced_reads_ ? read_whole_each_sliced(store_, reads) : store_.read_whole_each(reads);
+      std::vector<Store::WholeBlob> got = all_cores ? read_whole_each_sliced(store_, reads) : store_.read_whole_each(reads);
       std::vector<const std::string*> missed;  // not there: the other format's name next
       for (std::size_t k = 0; k < params.size(); ++k) {
         if (!got[k].error) {
@@ -1531,7 +1530,6 @@ class PytreeReader {
   MsgValue aggregate_;
   // The zarr metadata of a batch of parameters, read side by side (prefetch_array_metadata).
   std::unordered_map<std::string, MetadataText> prefetched_;
-  bool sliced_reads_ = true;  // prefetch_array_metadata reads on every core (not while on two threads)
 };
 
 // Whether the directory at `key` is a pytree's (its _METADATA or its OCDBT database).
