@@ -457,6 +457,120 @@ TEST_CASE("a ring that refuses entries midway: what it took is waited for, what 
   CHECK(refusals >= 12);  // the sweep reached the ring's calls of both batches' stages
   for (const int fd : sentinels) ::close(fd);
 }
+
+TEST_CASE("read_files_batched reads a file that fits its first read with no call of its own, and the rest of a larger one after its check") {
+  // Each file's first read asks for its limit and a byte more, at most probe_bytes: what comes
+  // back shorter is the whole file (no statx); what fills it, or comes back empty, is checked
+  // with a statx and, a regular file within its limit, read on from there. Sizes and limits on
+  // both sides of the probe and of each other: each file is read whole exactly where it is
+  // within its limit, bit-exact, and only the files the rule names are checked. Then the same
+  // files with the ring refusing each of its calls in turn.
+  constexpr std::uint64_t probe = cairn::detail::UringBatch::probe_bytes;
+  test::TempDir dir;
+  cairn::PosixStore store(dir.path);
+  std::mt19937_64 rng(23);
+  const std::vector<std::uint64_t> sizes_at_edges{0, 1, 2, probe - 2, probe - 1, probe, probe + 1, 2 * probe - 1,
+                                                  2 * probe, 2 * probe + 1, 65536, 300001};
+  std::vector<std::uint64_t> sizes = sizes_at_edges;
+  while (sizes.size() < 200) {
+    const auto kind = rng() % 4;  // small files (most of a checkpoint of small arrays), the probe's edge, larger
+    sizes.push_back(kind < 2 ? rng() % probe : kind == 2 ? probe - 8 + rng() % 16 : rng() % (5 * probe));
+  }
+  std::vector<cairn::detail::WholeFileRead> files;
+  std::vector<std::string> want;
+  std::uint64_t checked = 0;  // the files the rule sends to a statx
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const std::uint64_t size = sizes[i];
+    const auto bytes = test::random_bits<unsigned char>(static_cast<std::size_t>(size));
+    const std::string name = "f" + std::to_string(i);
+    test::write_file(dir / name, std::string(bytes.begin(), bytes.end()));
+    // Limits: the size, a byte less, a byte more, the probe's edges, plenty.
+    const std::uint64_t choices[] = {size, size == 0 ? 0 : size - 1, size + 1, probe - 1, probe, probe + 1, 1 << 20};
+    for (const std::uint64_t limit : {choices[i % 7], choices[(i / 7) % 7]}) {
+      cairn::detail::WholeFileRead f;
+      f.path = store.path(name), f.limit = limit;
+      files.push_back(f);
+      want.push_back(size <= limit ? std::string(bytes.begin(), bytes.end()) : std::string());
+      const std::uint64_t first = std::min(limit, probe - 1) + 1;  // what the first read asks for
+      const std::uint64_t have = std::min(size, first);
+      checked += have == 0 || (have == first && limit >= probe);
+    }
+  }
+  {
+    std::vector<cairn::detail::WholeFileRead> probe_ring(40);
+    for (auto& p : probe_ring) p.path = store.path("f1"), p.limit = 1 << 20;
+    if (cairn::detail::read_files_batched(probe_ring) == 0) {
+      MESSAGE("no io_uring on this machine: nothing to check");
+      return;
+    }
+  }
+  REQUIRE(checked > 20);  // both kinds, in numbers
+  REQUIRE(checked + 20 < files.size());
+  const std::uint64_t checks_before = cairn::detail::batched_read_checks().load();
+  const std::size_t read = cairn::detail::read_files_batched(files);
+  CHECK(cairn::detail::batched_read_checks().load() - checks_before == checked);
+  std::size_t within = 0;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    CAPTURE(files[i].path);
+    CAPTURE(files[i].limit);
+    const bool fits = sizes[i / 2] <= files[i].limit;
+    within += fits;
+    CHECK(files[i].done == fits);
+    CHECK(files[i].bytes == want[i]);
+  }
+  CHECK(read == within);
+
+  // A FIFO never makes it wait: with a writer and nothing written it is left to the ordinary
+  // read (which refuses it); with a few bytes written it is left too or, on a kernel whose
+  // FIFOs take a read that does not wait, read as those bytes (the one difference from the
+  // ordinary read, batched_reads.hpp).
+  const std::string fifo = dir / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const int writer = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);  // a writer that needs no reader
+  REQUIRE(writer >= 0);
+  std::vector<cairn::detail::WholeFileRead> with_fifo(40);
+  for (auto& f : with_fifo) f.path = store.path("f1"), f.limit = 1 << 20;
+  with_fifo[3].path = fifo;
+  CHECK(cairn::detail::read_files_batched(with_fifo) == 39);
+  CHECK_FALSE(with_fifo[3].done);
+  REQUIRE(::write(writer, "0123456789", 10) == 10);
+  for (auto& f : with_fifo) f.done = false, f.bytes.clear();
+  const std::size_t with_bytes = cairn::detail::read_files_batched(with_fifo);
+  CHECK(with_bytes == 39 + with_fifo[3].done);
+  CHECK(with_fifo[3].bytes == (with_fifo[3].done ? "0123456789" : ""));
+  ::close(writer);
+
+  // The ring refusing each of its calls in turn (whole, then after taking half): every file
+  // it reads is bit-exact, every other is left empty, the store's reads are all right, and no
+  // descriptor is left open.
+  std::vector<std::pair<std::string, std::uint64_t>> reads;
+  for (const auto& f : files) reads.emplace_back(f.path.substr(dir.path.size() + 1), f.limit);
+  const std::size_t open_before = open_descriptors();
+  int refusals = 0;
+  for (const bool half : {false, true})
+    for (int at = 1; at <= 30; ++at) {
+      CAPTURE(half);
+      CAPTURE(at);
+      for (auto& f : files) f.done = false, f.bytes.clear();
+      enter_calls = 0, refuse_at = at, partial = half, refused = false;
+      cairn::detail::uring_enter_hook() = refusing_enter;
+      const std::size_t got = cairn::detail::read_files_batched(files);
+      enter_calls = 0;
+      const auto whole = store.read_whole_each(reads);
+      cairn::detail::uring_enter_hook() = nullptr;
+      refusals += refused;
+      if (!refused) CHECK(got == within);
+      for (std::size_t i = 0; i < files.size(); ++i) {
+        CAPTURE(i);
+        if (files[i].done) CHECK(files[i].bytes == want[i]);
+        else CHECK(files[i].bytes.empty());
+        if (sizes[i / 2] <= files[i].limit) CHECK(whole[i].bytes == want[i]);
+        CHECK(static_cast<bool>(whole[i].error) == (sizes[i / 2] > files[i].limit));
+      }
+      CHECK(open_descriptors() == open_before);
+    }
+  CHECK(refusals >= 30);
+}
 #endif
 
 TEST_CASE("MemoryStore keeps the Store contract") {

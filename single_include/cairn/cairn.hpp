@@ -8848,18 +8848,23 @@ CAIRN_END_NAMESPACE
 // 10,000 small arrays; one system call at a time that is four calls per file (open, fstat,
 // pread, close: File::open_read), and on a VM whose every call is dear those calls are most of
 // the load (docs/benchmarks.md, "Orbax import", 2026-12-01). Here the calls of up to 64 files
-// go to the kernel together: each batch opens every file, checks each open one with a statx
-// of its descriptor (File::open_read's fstat check, on the file that was opened, so nothing can be
-// swapped in between), reads each regular one whole, and closes them all: three io_uring_enter
-// calls and a statx a file. The files are opened relative to the directory the batch's paths
-// share, opened once, so that each open looks up only the rest of its path.
+// go to the kernel together: each batch opens every file, reads each one's first 4 KiB (its
+// limit and a byte more, where that is less), and closes them all: three io_uring_enter calls
+// a batch. A file that fits is read whole with no further call. One that fills its read, reads
+// empty or would wait for the disk is checked with a statx of its descriptor (File::open_read's fstat check, on the file
+// that was opened, so nothing can be swapped in between) and, where it is a regular file within
+// its limit, its rest read in a fourth round. The files are opened relative to the directory
+// the batch's paths share, opened once, so that each open looks up only the rest of its path.
 //
 // Only a fast path: a file it does not read whole (missing, no regular file, over the limit,
 // changed meanwhile, a kernel without these operations, anything unusual) is left for the
-// caller to read the ordinary way, which reports what is wrong exactly as before. Where there
-// is no io_uring (another OS, a kernel built without it, or a seccomp profile that refuses it,
-// as container runtimes often do) or a fault-injection hook is set (tests count and fail the
-// ordinary calls), it reads nothing. Raw system calls through <linux/io_uring.h>: no liburing.
+// caller to read the ordinary way, which reports what is wrong exactly as before. One
+// difference, by design (step 2 below): a FIFO whose writer has put a few bytes in it may be
+// read as those bytes, where the ordinary read refuses it as no regular file; it is never
+// waited on.
+// Where there is no io_uring (another OS, a kernel built without it, or a seccomp profile that
+// refuses it, as container runtimes often do) or a fault-injection hook is set (tests count
+// and fail the ordinary calls), it reads nothing. Raw system calls through <linux/io_uring.h>: no liburing.
 
 #include <atomic>
 #include <cstdint>
@@ -9359,6 +9364,7 @@ CAIRN_END_NAMESPACE
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #else
 #define CAIRN_HAS_IO_URING 0
 #endif
@@ -9393,10 +9399,21 @@ inline std::atomic<UringEnterHook>& uring_enter_hook() {
   return hook;
 }
 
+// How many files read_files_batched checked with a statx (those that filled their first read,
+// read empty or would have waited for the disk) in this process. Tests count by it that a file that fits its first read costs
+// no system call of its own.
+inline std::atomic<std::uint64_t>& batched_read_checks() {
+  static std::atomic<std::uint64_t> checks{0};
+  return checks;
+}
+
 // A submission and completion ring of one thread, used for one call of read_files_batched.
 class UringBatch {
  public:
   static constexpr unsigned files_per_batch = 64;
+  // A file's first read asks for this much at most: a zarr.json or a small array's chunk
+  // fits, and a batch's slots (256 KiB) are touched only as far as its files reach.
+  static constexpr unsigned probe_bytes = 4096;
 
   UringBatch() {
     io_uring_params p{};
@@ -9451,50 +9468,95 @@ class UringBatch {
       s->user_data = k;
     }
     bool ring_ok = run(n, [&](unsigned k, int res) { fds[k] = res; });
-    // 2. Check each open one: a regular file within its limit. A statx of the descriptor, the
-    //    file that was opened (nothing can be swapped in between), made here one call a file:
-    //    io_uring's STATX always runs on a kernel worker thread, and handing every file to one
-    //    and back cost more than these calls (10,000 small arrays: 37 ms against 44 for the
-    //    files' reads, on the 2-core VM of docs/benchmarks.md, 2026-12-01). A system call of
-    //    its own, not glibc's fstat: the ring opens and closes these descriptors out of
-    //    ThreadSanitizer's sight, and a call it intercepts on one made it believe the
-    //    descriptor outlived the ring's close, and report the next close of that number on
-    //    another thread as a race (CI, 2026-12-01).
-    bool readable[files_per_batch] = {};
+    // 2. Read each open one into its slot of the scratch: its limit and one byte more, at most
+    //    `probe_bytes`. What comes back shorter than that is the whole file, within its limit,
+    //    with no further call: a statx of each file, one system call each, was a third of the
+    //    time of a load of 10,000 small arrays of a file per chunk on the 2-core VM of
+    //    docs/benchmarks.md (2026-12-02: 2.2 us a call, 20,000 calls). A read that fills the
+    //    probe (a larger file, or one over its limit) or comes back empty is checked below
+    //    with a statx. Why that suffices for what is no regular file: a directory's read
+    //    fails (EISDIR); the read is made RWF_NOWAIT, which a FIFO, socket or terminal answers
+    //    with EOPNOTSUPP (a FIFO on Linux 6.18), EAGAIN, end of file or the bytes it holds,
+    //    and never waits on (without it io_uring waits on a FIFO with a writer until it gives
+    //    bytes, O_NONBLOCK or not: unit-store's FIFO case hung so); a device that gives bytes
+    //    (/dev/zero, a disk) fills any probe and goes to the check. Left: a kernel on which a
+    //    FIFO's writer has put fewer bytes in it than the probe asks reads it as those bytes,
+    //    as untrusted as any file's. A regular file whose first page
+    //    is not in memory answers EAGAIN then, having started the disk's read-ahead, and goes
+    //    to the check and a read that may wait. The probe lies within the file's first page,
+    //    which the page cache holds whole or not at all, so a read that does not wait cannot
+    //    return part of it: a short answer is the file's end. An error leaves the file to the
+    //    ordinary read.
+    int got[files_per_batch];
+    unsigned want[files_per_batch];
+    unsigned probes = 0;
+    for (unsigned k = 0; k < n; ++k) {
+      got[k] = -1;
+      if (!ring_ok || fds[k] < 0) continue;
+      want[k] = static_cast<unsigned>(std::min<std::uint64_t>(files[k].limit, probe_bytes - 1) + 1);
+      io_uring_sqe* s = next();
+      s->opcode = IORING_OP_READ;
+      s->fd = fds[k];
+      s->addr = reinterpret_cast<std::uint64_t>(slot(k));
+      s->len = want[k];
+      s->off = 0;
+      s->rw_flags = RWF_NOWAIT;
+      s->user_data = k;
+      ++probes;
+    }
+    if (ring_ok) ring_ok = run(probes, [&](unsigned k, int res) { got[k] = res; });
+    // 3. Each probe's answer: the whole file; over its limit (it asked for one byte more than
+    //    the limit allows, and got it); or, where it filled a probe that the limit allows, came
+    //    back empty or would have waited, a statx of the descriptor (the file that was opened: nothing can be
+    //    swapped in between) for what it is, and the rest of a regular file within its limit
+    //    read at the probe's end. The statx is made here, not through the ring: io_uring's
+    //    STATX always runs on a kernel worker thread, and handing each file to one and back
+    //    cost more than the call (2026-12-01). A system call of its own, not glibc's fstat: the ring opens
+    //    and closes these descriptors out of ThreadSanitizer's sight, and a call it intercepts
+    //    on one made it believe the descriptor outlived the ring's close, and report the next
+    //    close of that number on another thread as a race (CI, 2026-12-01). Anything else (an
+    //    error, a short read of the rest, a file that changed meanwhile) is left for the
+    //    ordinary read.
+    unsigned rests = 0;
     std::uint64_t size[files_per_batch];
     for (unsigned k = 0; k < n; ++k) {
+      const bool would_wait = got[k] == -EAGAIN;
+      if (!ring_ok || (got[k] < 0 && !would_wait)) continue;
+      const unsigned have = would_wait ? 0 : static_cast<unsigned>(got[k]);
+      if (have > 0 && have < want[k]) {
+        files[k].bytes.assign(slot(k), have);
+        files[k].done = true;
+        continue;
+      }
+      if (have > 0 && have == want[k] && files[k].limit < probe_bytes) continue;  // over its limit
       struct statx st {};
-      if (!ring_ok || fds[k] < 0 ||
-          ::syscall(__NR_statx, fds[k], "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_TYPE | STATX_SIZE, &st) != 0 ||
-          (st.stx_mask & (STATX_TYPE | STATX_SIZE)) != (STATX_TYPE | STATX_SIZE) || !S_ISREG(st.stx_mode))
+      batched_read_checks().fetch_add(1, std::memory_order_relaxed);
+      if (::syscall(__NR_statx, fds[k], "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_TYPE | STATX_SIZE, &st) != 0 ||
+          (st.stx_mask & (STATX_TYPE | STATX_SIZE)) != (STATX_TYPE | STATX_SIZE) || !S_ISREG(st.stx_mode) ||
+          st.stx_size < have || st.stx_size > files[k].limit || st.stx_size > max_read)
         continue;
       size[k] = st.stx_size;
-      readable[k] = size[k] <= files[k].limit && size[k] <= max_read;
-    }
-    // 3. Read each regular one whole. An empty file is read already.
-    unsigned reads = 0;
-    for (unsigned k = 0; k < n; ++k) {
-      if (!ring_ok || !readable[k]) continue;
       files[k].bytes.resize(static_cast<std::size_t>(size[k]));
-      if (size[k] == 0) {
+      std::memcpy(files[k].bytes.data(), slot(k), have);
+      if (size[k] == have) {
         files[k].done = true;
         continue;
       }
       io_uring_sqe* s = next();
       s->opcode = IORING_OP_READ;
       s->fd = fds[k];
-      s->addr = reinterpret_cast<std::uint64_t>(files[k].bytes.data());
-      s->len = static_cast<unsigned>(size[k]);
-      s->off = 0;
+      s->addr = reinterpret_cast<std::uint64_t>(files[k].bytes.data() + have);
+      s->len = static_cast<unsigned>(size[k] - have);
+      s->off = have;
       s->user_data = k;
-      ++reads;
+      ++rests;
     }
-    // A short read (the file shrank meanwhile) or an error leaves the file to the ordinary
-    // read. So does EAGAIN, which io_uring answers for a file opened O_NONBLOCK whose pages
-    // must come from the disk (it does not hand such a read to a worker); it has started the
-    // disk's read-ahead by then, so the ordinary read that follows waits less.
-    if (ring_ok)
-      ring_ok = run(reads, [&](unsigned k, int res) { files[k].done = res >= 0 && static_cast<std::uint64_t>(res) == size[k]; });
+    // A short read of the rest (the file shrank meanwhile), an error or EAGAIN leaves the file
+    // to the ordinary read.
+    if (ring_ok && rests > 0)
+      ring_ok = run(rests, [&](unsigned k, int res) {
+        files[k].done = res >= 0 && static_cast<std::uint64_t>(res) + static_cast<unsigned>(std::max(got[k], 0)) == size[k];
+      });
     for (unsigned k = 0; k < n; ++k)
       if (!files[k].done) files[k].bytes.clear();
     // 4. Close every one opened: through the ring, or, where it failed or refused a close, with
@@ -9517,6 +9579,7 @@ class UringBatch {
 
  private:
   static constexpr std::uint64_t max_read = 1u << 30;  // one READ's length is 32 bits
+  char* slot(unsigned k) { return scratch_.get() + std::size_t{k} * probe_bytes; }
 
   static long enter(int ring, unsigned to_submit, unsigned min_complete, unsigned flags) {
     const auto call = [](int fd, unsigned submit, unsigned complete, unsigned f) {
@@ -9578,6 +9641,7 @@ class UringBatch {
     return !refused;
   }
 
+  std::unique_ptr<char[]> scratch_{new char[std::size_t{files_per_batch} * probe_bytes]};
   int fd_ = -1;
   bool ok_ = false;
   std::size_t sq_len_ = 0, cq_len_ = 0, sqes_len_ = 0;
