@@ -222,8 +222,8 @@ double plain_read(const std::string& dir, const std::vector<ArrayFiles>& arrays,
 // The plain read's work, with the files read through io_uring as cairn reads many small files
 // (io/batched_reads.hpp: per batch of 64, each opened, read (4 KiB at most at first; one that
 // fills that checked to be a regular file within its limit by a statx and read on) and closed,
-// three io_uring_enter calls a batch): each
-// array's zarr.json and shard file, 512 arrays a call, on as many threads as the plain read.
+// three io_uring_enter calls a batch): each array's zarr.json and shard file, 512 arrays a
+// call, on as many threads as the plain read.
 // What a reader that batches its system calls reaches on a file per chunk. A negative time:
 // no io_uring here.
 double uring_read(const std::vector<ArrayFiles>& arrays, bool zstd) {

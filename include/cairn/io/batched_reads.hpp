@@ -6,21 +6,22 @@
 // the load (docs/benchmarks.md, "Orbax import", 2026-12-01). Here the calls of up to 64 files
 // go to the kernel together: each batch opens every file, reads each one's first 4 KiB (its
 // limit and a byte more, where that is less), and closes them all: three io_uring_enter calls
-// a batch. A file that fits is read whole with no further call. One that fills its read, reads
-// empty or would wait for the disk is checked with a statx of its descriptor (File::open_read's fstat check, on the file
-// that was opened, so nothing can be swapped in between) and, where it is a regular file within
-// its limit, its rest read in a fourth round. The files are opened relative to the directory
-// the batch's paths share, opened once, so that each open looks up only the rest of its path.
+// a batch. A file that fits is read whole with no further call. One that fills its read,
+// reads empty or would wait for the disk is checked with a statx of its descriptor
+// (File::open_read's fstat check, on the file that was opened, so nothing can be swapped in
+// between) and, where it is a regular file within its limit, its rest read in a fourth round.
+// The files are opened relative to the directory the batch's paths share, opened once, so that
+// each open looks up only the rest of its path.
 //
 // Only a fast path: a file it does not read whole (missing, no regular file, over the limit,
 // changed meanwhile, a kernel without these operations, anything unusual) is left for the
 // caller to read the ordinary way, which reports what is wrong exactly as before. One
 // difference, by design (step 2 below): a FIFO whose writer has put a few bytes in it may be
 // read as those bytes, where the ordinary read refuses it as no regular file; it is never
-// waited on.
-// Where there is no io_uring (another OS, a kernel built without it, or a seccomp profile that
-// refuses it, as container runtimes often do) or a fault-injection hook is set (tests count
-// and fail the ordinary calls), it reads nothing. Raw system calls through <linux/io_uring.h>: no liburing.
+// waited on. Where there is no io_uring (another OS, a kernel built without it, or a seccomp
+// profile that refuses it, as container runtimes often do) or a fault-injection hook is set
+// (tests count and fail the ordinary calls), it reads nothing. Raw system calls through
+// <linux/io_uring.h>: no liburing.
 #pragma once
 
 #include <atomic>
@@ -82,8 +83,8 @@ inline std::atomic<UringEnterHook>& uring_enter_hook() {
 }
 
 // How many files read_files_batched checked with a statx (those that filled their first read,
-// read empty or would have waited for the disk) in this process. Tests count by it that a file that fits its first read costs
-// no system call of its own.
+// read empty or would have waited for the disk) in this process. Tests count by it that a file
+// that fits its first read costs no system call of its own.
 inline std::atomic<std::uint64_t>& batched_read_checks() {
   static std::atomic<std::uint64_t> checks{0};
   return checks;
@@ -163,9 +164,9 @@ class UringBatch {
     //    bytes, O_NONBLOCK or not: unit-store's FIFO case hung so); a device that gives bytes
     //    (/dev/zero, a disk) fills any probe and goes to the check. Left: a kernel on which a
     //    FIFO's writer has put fewer bytes in it than the probe asks reads it as those bytes,
-    //    as untrusted as any file's. A regular file whose first page
-    //    is not in memory answers EAGAIN then, having started the disk's read-ahead, and goes
-    //    to the check and a read that may wait. The probe lies within the file's first page,
+    //    as untrusted as any file's. A regular file whose first page is not in memory answers
+    //    EAGAIN then, having started the disk's read-ahead, and goes to the check and a read
+    //    that may wait. The probe lies within the file's first page,
     //    which the page cache holds whole or not at all, so a read that does not wait cannot
     //    return part of it: a short answer is the file's end. An error leaves the file to the
     //    ordinary read.
@@ -189,18 +190,18 @@ class UringBatch {
     if (ring_ok) ring_ok = run(probes, [&](unsigned k, int res) { got[k] = res; });
     // 3. Each probe's answer: the whole file; over its limit (it asked for one byte more than
     //    the limit allows, and got it); or, where it filled a probe that the limit allows, came
-    //    back empty or would have waited, a statx of the descriptor (the file that was opened: nothing can be
-    //    swapped in between) for what it is, and the rest of a regular file within its limit
-    //    read at the probe's end. The statx is made here, not through the ring: io_uring's
-    //    STATX always runs on a kernel worker thread, and handing each file to one and back
-    //    cost more than the call (2026-12-01). A system call of its own, not glibc's fstat: the ring opens
-    //    and closes these descriptors out of ThreadSanitizer's sight, and a call it intercepts
-    //    on one made it believe the descriptor outlived the ring's close, and report the next
-    //    close of that number on another thread as a race (CI, 2026-12-01). Anything else (an
-    //    error, a short read of the rest, a file that changed meanwhile) is left for the
-    //    ordinary read.
+    //    back empty or would have waited, a statx of the descriptor (the file that was opened:
+    //    nothing can be swapped in between) for what it is, and the rest of a regular file
+    //    within its limit read at the probe's end. The statx is made here, not through the
+    //    ring: io_uring's STATX always runs on a kernel worker thread, and handing each file to
+    //    one and back cost more than the call (2026-12-01). A system call of its own, not
+    //    glibc's fstat: the ring opens and closes these descriptors out of ThreadSanitizer's
+    //    sight, and a call it intercepts on one made it believe the descriptor outlived the
+    //    ring's close, and report the next close of that number on another thread as a race
+    //    (CI, 2026-12-01). Anything else (an error, a short read of the rest, a file that
+    //    changed meanwhile) is left for the ordinary read.
     unsigned rests = 0;
-    std::uint64_t size[files_per_batch];
+    unsigned rest[files_per_batch];  // the bytes of each file after its probe, read in round 4
     for (unsigned k = 0; k < n; ++k) {
       const bool would_wait = got[k] == -EAGAIN;
       if (!ring_ok || (got[k] < 0 && !would_wait)) continue;
@@ -210,17 +211,17 @@ class UringBatch {
         files[k].done = true;
         continue;
       }
-      if (have > 0 && have == want[k] && files[k].limit < probe_bytes) continue;  // over its limit
+      if (have == want[k] && files[k].limit < probe_bytes) continue;  // over its limit
       struct statx st {};
       batched_read_checks().fetch_add(1, std::memory_order_relaxed);
       if (::syscall(__NR_statx, fds[k], "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_TYPE | STATX_SIZE, &st) != 0 ||
           (st.stx_mask & (STATX_TYPE | STATX_SIZE)) != (STATX_TYPE | STATX_SIZE) || !S_ISREG(st.stx_mode) ||
           st.stx_size < have || st.stx_size > files[k].limit || st.stx_size > max_read)
         continue;
-      size[k] = st.stx_size;
-      files[k].bytes.resize(static_cast<std::size_t>(size[k]));
+      files[k].bytes.resize(static_cast<std::size_t>(st.stx_size));
       std::memcpy(files[k].bytes.data(), slot(k), have);
-      if (size[k] == have) {
+      rest[k] = static_cast<unsigned>(st.stx_size - have);
+      if (rest[k] == 0) {
         files[k].done = true;
         continue;
       }
@@ -228,7 +229,7 @@ class UringBatch {
       s->opcode = IORING_OP_READ;
       s->fd = fds[k];
       s->addr = reinterpret_cast<std::uint64_t>(files[k].bytes.data() + have);
-      s->len = static_cast<unsigned>(size[k] - have);
+      s->len = rest[k];
       s->off = have;
       s->user_data = k;
       ++rests;
@@ -236,9 +237,7 @@ class UringBatch {
     // A short read of the rest (the file shrank meanwhile), an error or EAGAIN leaves the file
     // to the ordinary read.
     if (ring_ok && rests > 0)
-      ring_ok = run(rests, [&](unsigned k, int res) {
-        files[k].done = res >= 0 && static_cast<std::uint64_t>(res) + static_cast<unsigned>(std::max(got[k], 0)) == size[k];
-      });
+      ring_ok = run(rests, [&](unsigned k, int res) { files[k].done = res >= 0 && static_cast<unsigned>(res) == rest[k]; });
     for (unsigned k = 0; k < n; ++k)
       if (!files[k].done) files[k].bytes.clear();
     // 4. Close every one opened: through the ring, or, where it failed or refused a close, with
