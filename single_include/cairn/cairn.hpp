@@ -3825,10 +3825,6 @@ class StoreReader {
     (void)n;
     return 0;
   }
-  // Whether reading this blob decodes it (decompresses, as an Orbax checkpoint's zstd chunks):
-  // such reads are bound by the CPU, whatever the medium, and the loader reads several such
-  // blobs at once on several threads. false (the default) is always safe.
-  virtual bool decodes() const { return false; }
   // Whether a read of this blob opens a file of its own (Orbax's layout of a file per chunk):
   // the loader reads many such small blobs side by side on one thread per core, since opening
   // a file is work the kernel does on the calling thread. Small blobs served from memory (an
@@ -14744,7 +14740,6 @@ class CountingReader final : public StoreReader {
   CountingReader(std::unique_ptr<StoreReader> r, ProgressMeter& m) : r_(std::move(r)), m_(m) {}
   std::uint64_t size() const override { return r_->size(); }
   std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override { return r_->cached_bytes(offset, n); }
-  bool decodes() const override { return r_->decodes(); }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
     r_->read_at(dst, n, offset);
     m_.add(n);
@@ -14829,7 +14824,6 @@ class DataFiles {
       return size_;
     }
     std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override { return acquire()->cached_bytes(offset, n); }
-    bool decodes() const override { return acquire()->decodes(); }
     void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { acquire()->read_at(dst, n, offset); }
     void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const override {
       acquire()->read_scattered(pieces, count, offset);
@@ -15648,13 +15642,6 @@ inline std::uint64_t stored_bytes(const ReadTask& t) {
   return n;
 }
 
-// How many threads read the large leaves `leaves` (indices into tasks, of at least
-// small_leaf_bytes, none of a run) side by side: one per core this process may use (at most
-// 16: usable_cores), when there are at least two and their reads are bound by the CPU rather
-// than the medium: bytes mostly in memory already (sampled on the first leaf's first chunk, as
-// parallel_small_runs does) or blobs that decode (StoreReader::decodes: Orbax's zstd chunks).
-// Device targets stay on one thread (their copies use the CUDA stream and pinned buffers of
-// this one). From a disk that is the limit, one thread reads in file order.
 // Whether every one of these leaves' targets is in host memory (a device target's copies use
 // the CUDA stream and pinned buffers of the loading thread).
 inline bool host_targets(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves, const ReadBuffers& buffers) {
@@ -15667,15 +15654,24 @@ inline bool host_targets(const std::vector<ReadTask>& tasks, const std::vector<s
   return true;
 }
 
+// How many threads read the leaves `leaves` (indices into tasks: large ones, none of a run, or
+// small ones each in a file of its own) side by side: one per core this process may use (at
+// most 16: usable_cores), when there are at least two, wherever their bytes are. Device
+// targets stay on one thread (their copies use the CUDA stream and pinned buffers of this
+// one).
+// From the page cache the cores share the copies and checksums. From the disk too: a load of
+// 64 arrays of 16 MiB read on one thread was 0.75-0.83x of two threads' plain reads, and 1.36-
+// 1.40x on two threads (docs/benchmarks.md, 2026-12-03). Two things a second thread overlaps
+// there: the disk's requests (a virtual disk served two streams, each a leaf's chunk, at 0.42
+// GiB/s and one at 0.23), and the first touch of the new targets' pages, kernel work on the
+// reading thread (a fresh GiB took 2.6 s to touch on one core of that VM, 1.4 s on two). Each
+// thread reads its leaf's chunks in order, so that the kernel's readahead sees a sequential
+// stream (two threads taking every other piece of one chunk, or the two halves of a file, were
+// as slow as one).
 inline std::size_t leaf_threads(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves,
-                                const ReadBuffers& buffers, DataFiles& files) {
+                                const ReadBuffers& buffers) {
   static const std::size_t cores = std::min<std::size_t>(usable_cores(), 16);
   if (cores < 2 || leaves.size() < 2 || !host_targets(tasks, leaves, buffers)) return 1;
-  const LeafRecord& first = *tasks[leaves.front()].leaf->stored;
-  if (first.chunks.empty()) return 1;
-  const ChunkRecord& c = first.chunks.front();
-  const StoreReader& r = files.get(c.file);
-  if (!r.decodes() && r.cached_bytes(c.offset, c.nbytes) < c.nbytes / 4 * 3) return 1;
   return std::min(cores, leaves.size());
 }
 
@@ -15840,8 +15836,8 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
     }
     i = j;
   }
-  // In memory, the runs first, on two threads, and the large leaves (each read on its own) side
-  // by side on one thread per core where that helps, and small leaves each in a file of its own
+  // The runs first, on two threads where their bytes are in memory; the large leaves (each read
+  // on its own) side by side on one thread per core, and small leaves each in a file of its own
   // the same way; then the other leaves (and from the disk the runs too, on this thread) in
   // file order, the reports of those read side by side added up in their place.
   const bool runs_read = parallel_small_runs(tasks, runs);
@@ -15853,7 +15849,7 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
     else singles.push_back(i++);
   }
   std::vector<LoadReport> large_reports, single_reports;
-  if (const std::size_t threads = leaf_threads(tasks, large, buffers, files); threads > 1)
+  if (const std::size_t threads = leaf_threads(tasks, large, buffers); threads > 1)
     read_leaves_in_parallel(tasks, large, threads, buffers, files, options, large_reports);
   // Small leaves that are neither in a run nor served from memory, each in a file of its own
   // (Orbax's layout of a file per chunk), are read side by side too: the load of 10,000 such
@@ -15866,7 +15862,7 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
   // one at a time each was four system calls), so that the reads are copies.
   if (singles.size() >= parallel_small_files_min && opens_files_to_read(tasks[singles.front()], files) &&
       host_targets(tasks, singles, buffers))
-    if (const std::size_t threads = std::max<std::size_t>(leaf_threads(tasks, singles, buffers, files),
+    if (const std::size_t threads = std::max<std::size_t>(leaf_threads(tasks, singles, buffers),
                                                           static_cast<std::size_t>(std::clamp(files.parallel_reads(), 1, 64)));
         threads > 1) {
       std::vector<std::size_t> window;

@@ -58,7 +58,6 @@ class CountingReader final : public StoreReader {
   CountingReader(std::unique_ptr<StoreReader> r, ProgressMeter& m) : r_(std::move(r)), m_(m) {}
   std::uint64_t size() const override { return r_->size(); }
   std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override { return r_->cached_bytes(offset, n); }
-  bool decodes() const override { return r_->decodes(); }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
     r_->read_at(dst, n, offset);
     m_.add(n);
@@ -143,7 +142,6 @@ class DataFiles {
       return size_;
     }
     std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override { return acquire()->cached_bytes(offset, n); }
-    bool decodes() const override { return acquire()->decodes(); }
     void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override { acquire()->read_at(dst, n, offset); }
     void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const override {
       acquire()->read_scattered(pieces, count, offset);

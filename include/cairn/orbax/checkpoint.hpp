@@ -257,7 +257,7 @@ class BlobReader final : public StoreReader {
   // A value read in place is in memory as much as its bytes in the data file are, and so is an
   // inner chunk stored plainly (estimated over its whole shard: where it lies in the shard is
   // known once the index is read); a chunk that decodes says 0 (its pieces must be read in
-  // order: box_reader.hpp's two-thread reads of one chunk stay off it) and decodes() instead.
+  // order: box_reader.hpp's two-thread reads of one chunk stay off it).
   std::uint64_t cached_bytes(std::uint64_t offset, std::uint64_t n) const override {
     if (b_.kind == Blob::Kind::bytes || b_.kind == Blob::Kind::fill) return n;
     if (b_.kind == Blob::Kind::decoded) {
@@ -274,9 +274,6 @@ class BlobReader final : public StoreReader {
     if (whole == 0) return n;
     const std::uint64_t in = b_.db ? b_.db->cached_bytes(b_.value, 0, whole) : file()->cached_bytes(0, whole);
     return in >= whole / 4 * 3 ? n : 0;
-  }
-  bool decodes() const override {
-    return b_.kind == Blob::Kind::decoded || (b_.kind == Blob::Kind::chunk && codecs().zstd);
   }
   bool opens_file_to_read() const override { return !b_.db && (b_.kind == Blob::Kind::chunk || b_.kind == Blob::Kind::range); }
   void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {

@@ -66,10 +66,6 @@ class StoreReader {
     (void)n;
     return 0;
   }
-  // Whether reading this blob decodes it (decompresses, as an Orbax checkpoint's zstd chunks):
-  // such reads are bound by the CPU, whatever the medium, and the loader reads several such
-  // blobs at once on several threads. false (the default) is always safe.
-  virtual bool decodes() const { return false; }
   // Whether a read of this blob opens a file of its own (Orbax's layout of a file per chunk):
   // the loader reads many such small blobs side by side on one thread per core, since opening
   // a file is work the kernel does on the calling thread. Small blobs served from memory (an
