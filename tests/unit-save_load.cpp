@@ -14,10 +14,10 @@
 #include <fstream>
 #include <list>
 #include <map>
-#include <thread>
-#include <set>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <thread>
 #include <variant>
 
 namespace rt {

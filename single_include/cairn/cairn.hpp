@@ -15654,11 +15654,10 @@ inline bool host_targets(const std::vector<ReadTask>& tasks, const std::vector<s
   return true;
 }
 
-// How many threads read the leaves `leaves` (indices into tasks: large ones, none of a run, or
-// small ones each in a file of its own) side by side: one per core this process may use (at
-// most 16: usable_cores), when there are at least two, wherever their bytes are. Device
-// targets stay on one thread (their copies use the CUDA stream and pinned buffers of this
-// one).
+// How many threads read `leaves` leaves side by side (large ones, none of a run, or small ones
+// each in a file of its own, every target in host memory: host_targets): one per core this
+// process may use (at most 16: usable_cores), when there are at least two, wherever their
+// bytes are.
 // From the page cache the cores share the copies and checksums. From the disk too: a load of
 // 64 arrays of 16 MiB read on one thread was 0.75-0.83x of two threads' plain reads, and 1.36-
 // 1.40x on two threads (docs/benchmarks.md, 2026-12-03). Two things a second thread overlaps
@@ -15668,11 +15667,9 @@ inline bool host_targets(const std::vector<ReadTask>& tasks, const std::vector<s
 // thread reads its leaf's chunks in order, so that the kernel's readahead sees a sequential
 // stream (two threads taking every other piece of one chunk, or the two halves of a file, were
 // as slow as one).
-inline std::size_t leaf_threads(const std::vector<ReadTask>& tasks, const std::vector<std::size_t>& leaves,
-                                const ReadBuffers& buffers) {
+inline std::size_t leaf_threads(std::size_t leaves) {
   static const std::size_t cores = std::min<std::size_t>(usable_cores(), 16);
-  if (cores < 2 || leaves.size() < 2 || !host_targets(tasks, leaves, buffers)) return 1;
-  return std::min(cores, leaves.size());
+  return cores < 2 || leaves < 2 ? 1 : std::min(cores, leaves);
 }
 
 // Whether reading the leaf opens a file of its own (StoreReader::opens_file_to_read), judged
@@ -15849,7 +15846,9 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
     else singles.push_back(i++);
   }
   std::vector<LoadReport> large_reports, single_reports;
-  if (const std::size_t threads = leaf_threads(tasks, large, buffers); threads > 1)
+  // Device targets stay on one thread (their copies use the CUDA stream and pinned buffers of
+  // this one).
+  if (const std::size_t threads = host_targets(tasks, large, buffers) ? leaf_threads(large.size()) : 1; threads > 1)
     read_leaves_in_parallel(tasks, large, threads, buffers, files, options, large_reports);
   // Small leaves that are neither in a run nor served from memory, each in a file of its own
   // (Orbax's layout of a file per chunk), are read side by side too: the load of 10,000 such
@@ -15862,7 +15861,7 @@ inline void execute_plan_reads(LoadPlan& plan, DataFiles& files, const LoadOptio
   // one at a time each was four system calls), so that the reads are copies.
   if (singles.size() >= parallel_small_files_min && opens_files_to_read(tasks[singles.front()], files) &&
       host_targets(tasks, singles, buffers))
-    if (const std::size_t threads = std::max<std::size_t>(leaf_threads(tasks, singles, buffers),
+    if (const std::size_t threads = std::max<std::size_t>(leaf_threads(singles.size()),
                                                           static_cast<std::size_t>(std::clamp(files.parallel_reads(), 1, 64)));
         threads > 1) {
       std::vector<std::size_t> window;
