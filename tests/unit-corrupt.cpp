@@ -79,7 +79,7 @@ TEST_CASE("impossible metadata is a clear error") {
   const std::string c = dir / "c";
   cairn::save(c, make_state());
   const std::string meta = test::compact_json(test::read_file(c + "/_METADATA"));
-  const std::string version = "\"format_version\":" + std::to_string(cairn::format_version);
+  const std::string version = "\"format_version\":2";  // few leaves: no leaf table
   struct Case { std::string from, to, error; };
   const std::vector<Case> cases = {
       {"\"shape\":[1000]", "\"shape\":[4294967296,4294967296,4294967296]", "overflows"},

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <optional>
 #include <limits>
 #include <map>
@@ -300,7 +301,8 @@ TEST_CASE("malformed metadata JSON is a corrupt error naming the file, the byte 
       {"\"file\":0", "\"file\":2", "names data file 2, and data_files lists 2"},
       {"\"file\":0", "\"file\":4294967296", "fits in 32 bits"},
       {"\"key_kinds\":\"f\"", "\"key_kinds\":\"ff\"", "has 1 entries but its kinds"},
-      {"\"format_version\":2", "\"format_version\":3", "format version 3"},
+      {"\"format_version\":2", "\"format_version\":" + std::to_string(cairn::format_version + 1),
+       "format version " + std::to_string(cairn::format_version + 1)},
       {"\"format_version\":2", "\"format_version\":0", "format version 0"},
       {"\"format\":\"cairn\"", "\"format\":\"zarr\"", "not a cairn metadata file"},
       {"\"items\":[", "\"items\":[{\"name\":\"x\",\"kind\":\"tree\",\"nodes\":[],\"leaves\":[]},", ""},  // fine
@@ -399,6 +401,226 @@ TEST_CASE("format 1's full records read the same as format 2's short ones") {
   // Written again, it is format 2 (the version says what the text's form is).
   CHECK(detail::metadata_to_json(back) == detail::metadata_to_json(m));
   CHECK(detail::metadata_to_json(back).find("\"format_version\":2") != std::string::npos);
+}
+
+namespace {
+
+// An item of `n` plain leaves (one chunk, the whole array, in a listed file, stored as saved,
+// C order, unsharded), as a save writes many small leaves, with keys of any bytes that share
+// prefixes as a tree's do, any dtype and rank, offsets in and out of order and in several files.
+ItemRecord plain_item(std::mt19937_64& rng, std::size_t n, const std::vector<std::string>& files) {
+  ItemRecord item;
+  item.name = "state";
+  std::uint64_t offset = rng() % 100;
+  std::set<std::string> keys;
+  for (std::size_t k = 0; k < n; ++k) {
+    LeafRecord l;
+    switch (rng() % 4) {
+      case 0: l.path = random_path(rng); break;
+      case 1: l.path = KeyPath({KeyEntry::field("layers"), KeyEntry::index(static_cast<std::int64_t>(k)), KeyEntry::field("w")}); break;
+      case 2: {  // 局, 屁 or 层: keys that share the first two bytes of a character
+        const char* han[] = {"\xe5\xb1\x80", "\xe5\xb1\x81", "\xe5\xb1\x82"};
+        l.path = KeyPath({KeyEntry::field("\xc3\xa9t\xc3\xa9"), KeyEntry::key(han[rng() % 3] + std::to_string(rng() % 100000))});
+        break;
+      }
+      default: l.path = KeyPath({KeyEntry::field("p"), KeyEntry::int_key(static_cast<std::int64_t>(rng()))});
+    }
+    if (!keys.insert(l.path.str()).second) { --k; continue; }
+    l.dtype = l.saved_from = static_cast<DType>(rng() % 15);
+    for (std::size_t d = 0, rank = rng() % 5; d < rank; ++d) l.shape.push_back(static_cast<std::int64_t>(rng() % 7));
+    ChunkRecord c;
+    c.start.assign(l.shape.size(), 0);
+    c.shape = l.shape;
+    c.file = files[rng() % 8 == 0 ? rng() % files.size() : 0];
+    c.nbytes = byte_count(l.shape, dtype_size(l.dtype));
+    // Mostly one after another; sometimes a gap, a step back, or far out.
+    switch (rng() % 8) {
+      case 0: offset += rng() % 1000; break;
+      case 1: offset = offset > 500 ? offset - rng() % 500 : offset; break;
+      case 2: offset = (std::uint64_t{1} << 62) + rng() % 1000; break;
+      default: break;
+    }
+    c.offset = offset;
+    offset += c.nbytes;
+    c.crc32c = rng() % 4 ? static_cast<std::uint32_t>(rng()) : (rng() % 2 ? 0u : 0xffffffffu);
+    l.chunks.push_back(c);
+    item.leaves.push_back(std::move(l));
+  }
+  return item;
+}
+
+bool valid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    for (std::size_t k = 1; k < len; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += len;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("format 3's leaf table: an item of many plain leaves in columns reads back as the records it was written from") {
+  std::mt19937_64 rng(20261203);
+  const std::vector<std::string> files = {"data-0-0.bin", "data-0-1.bin", "data-1-0.bin"};
+  for (int trial = 0; trial < 12; ++trial) {
+    CAPTURE(trial);
+    CheckpointMetadata m;
+    m.library_version = "x";
+    m.data_files = files;
+    m.items.push_back(plain_item(rng, detail::leaf_table_min_leaves + rng() % 2000, files));
+    m.items[0].nodes.push_back({KeyPath(), NodeKind::struct_});
+    // A second item of few leaves keeps its records beside it.
+    m.items.push_back(plain_item(rng, 3, files));
+    m.items[1].name = "other";
+    int version = 0;
+    const std::string json = detail::metadata_to_json(m, &version);
+    CHECK(version == 3);
+    CHECK(json.find("\"format_version\":3") != std::string::npos);
+    CHECK(json.find("\"leaf_table\"") != std::string::npos);
+    CHECK(json.find("\"leaves\":[{") != std::string::npos);  // the small item's records
+    detail::PrintedKeys printed;
+    const CheckpointMetadata back = detail::metadata_from_json(json, "meta", &printed);
+    CHECK(back.format_version == 3);
+    check_same(m, back);
+    REQUIRE(printed.size() == 2);
+    REQUIRE(printed[0].size() == m.items[0].leaves.size());
+    for (std::size_t k = 0; k < printed[0].size(); ++k) REQUIRE(printed[0][k] == m.items[0].leaves[k].key());
+    CHECK(detail::metadata_to_json(back) == json);
+    CHECK(Json::parse(json).at("items").size() == 2);
+    // Smaller than the same leaves' records: what the table is for (a usual tree's, a sixth:
+    // the next test).
+    {
+      const detail::DataFileNumbers numbers(m.data_files);
+      std::string table, records;
+      detail::append_item_json(table, m.items[0], &numbers, true);
+      detail::append_item_json(records, m.items[0], &numbers, false);
+      CHECK(table.size() < records.size());
+    }
+    // Keys cut between UTF-8 characters: valid keys give a valid text.
+    CheckpointMetadata utf8 = m;
+    utf8.items.resize(1);
+    auto& leaves = utf8.items[0].leaves;
+    leaves.erase(std::remove_if(leaves.begin(), leaves.end(), [](const LeafRecord& l) { return !valid_utf8(l.key()); }), leaves.end());
+    if (leaves.size() >= detail::leaf_table_min_leaves) {
+      const std::string text = detail::metadata_to_json(utf8);
+      CHECK(text.find("\"leaf_table\"") != std::string::npos);
+      CHECK(valid_utf8(text));
+    }
+  }
+  // Where one leaf cannot go in a table (two chunks, a cast, F order, block checksums, a file
+  // not listed, an offset past 2^63), the item keeps its records: format 2.
+  const std::vector<std::function<void(LeafRecord&)>> odd = {
+      [](LeafRecord& l) { l.chunks.push_back(l.chunks[0]); },
+      [](LeafRecord& l) { l.saved_from = l.dtype == DType::float32 ? DType::float64 : DType::float32; },
+      [](LeafRecord& l) { l.order = Order::F; },
+      [](LeafRecord& l) { l.chunks[0].blocks.emplace(BlockChecksums{4, {1, 2}}); },
+      [](LeafRecord& l) { l.chunks[0].file = "elsewhere"; },
+      [](LeafRecord& l) { l.chunks[0].offset = std::uint64_t{1} << 63; },
+      [](LeafRecord& l) { l.chunks[0].nbytes += 1; },
+  };
+  for (std::size_t k = 0; k < odd.size(); ++k) {
+    CAPTURE(k);
+    CheckpointMetadata m;
+    m.data_files = files;
+    m.items.push_back(plain_item(rng, detail::leaf_table_min_leaves, files));
+    odd[k](m.items[0].leaves[rng() % m.items[0].leaves.size()]);
+    int version = 0;
+    const std::string json = detail::metadata_to_json(m, &version);
+    CHECK(version == 2);
+    CHECK(json.find("\"leaf_table\"") == std::string::npos);
+    check_same(m, detail::metadata_from_json(json, "meta"));
+  }
+  // Fewer leaves than leaf_table_min_leaves: records.
+  CheckpointMetadata few;
+  few.data_files = files;
+  few.items.push_back(plain_item(rng, detail::leaf_table_min_leaves - 1, files));
+  CHECK(detail::metadata_to_json(few).find("\"leaf_table\"") == std::string::npos);
+}
+
+TEST_CASE("a damaged leaf table is a corrupt error naming the file and, where it is one leaf's, its key") {
+  // 1,024 leaves "a/0" .. "a/1023" of int8[2], one after another in data-0-0.bin.
+  CheckpointMetadata m;
+  m.data_files = {"data-0-0.bin"};
+  ItemRecord item;
+  item.name = "state";
+  for (std::size_t k = 0; k < detail::leaf_table_min_leaves; ++k) {
+    LeafRecord l;
+    l.path = KeyPath({KeyEntry::field("a"), KeyEntry::index(static_cast<std::int64_t>(k))});
+    l.dtype = l.saved_from = DType::int8;
+    l.shape = {2};
+    ChunkRecord c;
+    c.start = {0};
+    c.shape = {2};
+    c.file = "data-0-0.bin";
+    c.offset = 2 * k;
+    c.nbytes = 2;
+    c.crc32c = 0xabcdef01u + static_cast<std::uint32_t>(k);
+    l.chunks.push_back(c);
+    item.leaves.push_back(std::move(l));
+  }
+  m.items.push_back(std::move(item));
+  const std::string json = detail::metadata_to_json(m);
+  REQUIRE(json.find("\"keys\":[0,\"a/0\",2,\"1\",2,\"2\",") != std::string::npos);
+  REQUIRE(json.find("\"key_kinds\":[[\"fi\",1024]],\"dtype\":[[\"int8\",1024]],\"rank\":[[1,1024]],\"shape\":[2,2,") != std::string::npos);
+  REQUIRE(json.find("\"file\":[[0,1024]],\"offset\":[0,0,0,") != std::string::npos);
+  REQUIRE(json.find("\"crc32c\":\"abcdef01abcdef02") != std::string::npos);
+  check_same(m, detail::metadata_from_json(json, "meta"));
+  {  // less than a sixth of their records here
+    const detail::DataFileNumbers numbers(m.data_files);
+    std::string records;
+    detail::append_item_json(records, m.items[0], &numbers, false);
+    CHECK(6 * json.size() < records.size());
+  }
+  struct Case { std::string from, to, error, key; };
+  const std::vector<Case> cases = {
+      {"\"keys\":[0,\"a/0\",2,\"1\"", "\"keys\":[0,\"a/0\",4,\"1\"", "shares 4 bytes with a key of 3", ""},
+      {"\"keys\":[0,\"a/0\"", "\"keys\":[1,\"a/0\"", "shares 1 bytes with a key of 0", ""},
+      {"\"keys\":[0,\"a/0\",", "\"keys\":[0,\"a/0\",2,", "expected a string", ""},  // every pair off by one
+      {"\"],\"key_kinds\":", "\",1],\"key_kinds\":", "not [shared, suffix, ...] pairs", ""},
+      {"[[\"fi\",1024]]", "[[\"fi\",1023]]", "'key_kinds' runs cover fewer than its 1024 keys", ""},
+      {"[[\"fi\",1024]]", "[[\"fi\",1024],[\"fi\",1]]", "'key_kinds' runs cover more than its 1024 keys", ""},
+      {"[[\"fi\",1024]]", "[[\"fi\",18446744073709551615],[\"fi\",2]]", "'key_kinds' runs cover more", ""},
+      {"[[\"fi\",1024]]", "[[\"fi\",0],[\"fi\",1024]]", "with a count of at least 1", ""},
+      {"[[\"fi\",1024]]", "[[\"fi\",1024,1]]", "not [value, count]", ""},
+      {"[[\"fi\",1024]]", "[[\"fi\"]]", "not [value, count]", ""},
+      {"[[\"int8\",1024]]", "[[\"int9\",1024]]", "unknown dtype 'int9'", ""},
+      {"[[1,1024]]", "[[1,1023],[2,1]]", "shape column ends before this leaf's 2 dimensions", "a/1023"},
+      {"[[1,1024]]", "[[1,1023],[0,1]]", "dimensions past its leaves'", ""},
+      {"\"file\":[[0,1024]]", "\"file\":[[0,1000],[1,24]]", "names data file 1, and data_files lists 1", "a/1000"},
+      {"\"offset\":[0,", "\"offset\":[-1,", "negative offset", "a/0"},
+      {"\"offset\":[0,0,", "\"offset\":[0,-3,", "before the start of its file", "a/1"},
+      {"\"offset\":[0,0,", "\"offset\":[0,-9223372036854775808,", "before the start of its file", "a/1"},
+      {"\"offset\":[0,0,", "\"offset\":[9223372036854775807,9223372036854775807,", "overflows 64 bits", "a/1"},
+      {"\"offset\":[0,0,", "\"offset\":[0,", "1023 offsets for 1024 keys", ""},
+      {"\"crc32c\":\"abcdef01", "\"crc32c\":\"abcdef0", "8191 digits for 1024 keys", ""},
+      {"\"crc32c\":\"abcdef01abcdef02", "\"crc32c\":\"abcdef01abcdeF02", "not a lowercase hexadecimal digit", "a/1"},
+      {"\"leaf_table\":{", "\"leaves\":[],\"leaf_table\":{", "both 'leaves' and 'leaf_table'", ""},
+      {"\"leaf_table\":{", "\"leaf_tables\":{", "has no 'leaves'", ""},
+      {"\"keys\":[", "\"shape\":[],\"keys\":[", "a leaf table has 'shape' twice", ""},
+      {"\"leaf_count\":1024", "\"leaf_count\":1025", "leaf_count 1025 but lists 1024", ""},
+  };
+  for (const auto& k : cases) {
+    CAPTURE(k.to);
+    std::string bad = json;
+    const auto at = bad.find(k.from);
+    REQUIRE(at != std::string::npos);
+    bad.replace(at, k.from.size(), k.to);
+    try {
+      (void)detail::metadata_from_json(bad, "dir/_METADATA");
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::corrupt);
+      CHECK(std::string(e.what()).find(k.error) != std::string::npos);
+      CHECK(e.file() == "dir/_METADATA");
+      CHECK(e.key_path() == k.key);
+    }
+  }
+  // Truncated anywhere: an error, never a crash or a read past the end.
+  for (std::size_t n = 0; n < json.size(); n += 5) CHECK_THROWS_AS(detail::metadata_from_json(json.substr(0, n), "m"), Error);
 }
 
 TEST_CASE("strings of every length with a quote, backslash, control or high byte at every position read back exactly") {

@@ -1409,9 +1409,61 @@ TEST_CASE("a checkpoint written before the storage seam loads bit-exactly, and t
   // and the writer's short form is lossless (unit-records).
   const cairn::CheckpointMetadata old_meta = cairn::metadata(old);
   CHECK(old_meta.format_version == 1);
-  CHECK(cairn::metadata(dir / "new").format_version == cairn::format_version);
+  CHECK(cairn::metadata(dir / "new").format_version == 2);  // few leaves: records, no leaf table
   CHECK(without_times(test::read_file(dir / "new/_METADATA")) == without_times(cairn::detail::metadata_to_json(old_meta)));
   CHECK(test::read_file(old + "/_METADATA").find("\"saved_from\"") != std::string::npos);
+}
+
+namespace {
+struct ManyLeaves {
+  std::map<std::string, std::vector<std::int16_t>> params;
+  std::vector<std::vector<float>> layers;
+};
+CAIRN_TREE(ManyLeaves, params, layers)
+}  // namespace
+
+TEST_CASE("a tree of many small leaves is written with a leaf table (format 3) and loads bit-exactly; damage is named") {
+  test::TempDir dir;
+  ManyLeaves s;
+  for (int i = 0; i < 700; ++i)
+    s.params["p\xc3\xa9/" + std::to_string(test::rng()())] = test::random_bits<std::int16_t>(test::rng()() % 40);
+  for (int i = 0; i < 900; ++i) s.layers.push_back(test::random_bits<float>(test::rng()() % 300));
+  const std::string c = dir / "c";
+  cairn::save(c, s);
+  CHECK(test::read_file(c + "/_METADATA").find("\"leaf_table\"") != std::string::npos);
+  CHECK(test::read_file(c + "/_CHECKPOINT").find("\"format_version\":3") != std::string::npos);
+  const cairn::CheckpointMetadata meta = cairn::metadata(c);
+  CHECK(meta.format_version == 3);
+  REQUIRE(meta.leaves().size() == 1600);
+  ManyLeaves back = cairn::load<ManyLeaves>(c);
+  CHECK(back.params == s.params);
+  REQUIRE(back.layers.size() == s.layers.size());
+  for (std::size_t i = 0; i < s.layers.size(); ++i)
+    CHECK(std::memcmp(back.layers[i].data(), s.layers[i].data(), s.layers[i].size() * sizeof(float)) == 0);
+  // Few leaves: their records, format 2, as before.
+  ManyLeaves few;
+  few.layers = {{1.0f}, {2.0f, 3.0f}};
+  cairn::save(dir / "few", few);
+  CHECK(cairn::metadata(dir / "few").format_version == 2);
+  CHECK(test::read_file(dir / "few/_CHECKPOINT").find("\"format_version\":2") != std::string::npos);
+  // A flipped byte in any leaf is found by its checksum and named by its key.
+  for (int round = 0; round < 4; ++round) {
+    const auto& victim = meta.leaves()[test::rng()() % meta.leaves().size()];
+    if (victim.chunks.front().nbytes == 0) continue;
+    const std::string file = c + "/" + victim.chunks.front().file;
+    const std::string good = test::read_file(file);
+    std::string bytes = good;
+    bytes[victim.chunks.front().offset + test::rng()() % victim.chunks.front().nbytes] ^= 0x10;
+    test::write_file(file, bytes);
+    CHECK_CAIRN_ERROR((void)cairn::load<ManyLeaves>(c), cairn::ErrorKind::corrupt, "");
+    try {
+      (void)cairn::load<ManyLeaves>(c);
+    } catch (const cairn::Error& e) {
+      CHECK(e.key_path() == victim.key());
+      CHECK(e.file() == file);
+    }
+    test::write_file(file, good);
+  }
 }
 
 namespace {
@@ -1692,7 +1744,8 @@ TEST_CASE("a load that reads its data file ahead while it parses: bit-exact from
   test::TempDir dir;
   const std::string c = dir / "c";
   std::map<std::string, std::vector<float>> s;
-  for (int i = 0; i < 1500; ++i) s["layer" + std::to_string(i) + ".weight"] = test::random_bits<float>(1 + test::rng()() % 1024);
+  // Enough leaves for a leaf table (format 3) of 64 KiB.
+  for (int i = 0; i < 6000; ++i) s["layer" + std::to_string(i) + ".weight"] = test::random_bits<float>(1 + test::rng()() % 256);
   cairn::save(c, s);
   const std::string text = test::read_file(c + "/_METADATA");
   REQUIRE(text.size() >= cairn::detail::read_ahead_min_metadata_bytes);
@@ -1718,7 +1771,7 @@ TEST_CASE("a load that reads its data file ahead while it parses: bit-exact from
     o.skip = {"layer1*"};
     test::drop_from_page_cache(file);
     const cairn::LoadReport r = cairn::load(c, some, o);
-    CHECK(r.loaded.size() == 1500 - 611);  // layer1, layer10-19, layer100-199, layer1000-1499
+    CHECK(r.loaded.size() == 6000 - 1111);  // layer1, layer10-19, layer100-199, layer1000-1999
     for (const auto& [k, v] : s) {
       if (k.rfind("layer1", 0) == 0) CHECK(std::all_of(some.at(k).begin(), some.at(k).end(), [](float x) { return x == 0.0f; }));
       else CHECK(bit_equal(some.at(k), v));

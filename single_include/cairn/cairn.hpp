@@ -4828,8 +4828,10 @@ CAIRN_END_NAMESPACE
 
 CAIRN_BEGIN_NAMESPACE
 
-// Version 2 writes leaves in a short form (docs/format.md); this version reads 1 and 2.
-inline constexpr int format_version = 2;
+// The newest format this version reads and writes (docs/format.md, "Versions"): it reads 1, 2
+// and 3; it writes 3 where an item's leaves go in a leaf table (items of many small leaves),
+// 2 otherwise, so that a checkpoint without one stays readable by cairn since format 2.
+inline constexpr int format_version = 3;
 
 // The CRC32Cs of a chunk's consecutive blocks of `block_bytes` bytes (the last may be shorter),
 // kept for chunks larger than one block, so that a load reading part of the chunk verifies
@@ -10884,12 +10886,13 @@ struct FileDigest {
   std::uint32_t crc32c = 0;
 };
 
-inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
+// `version`: the format version of the metadata's text (metadata_to_json's).
+inline Json marker_json(const FileDigest& metadata, const FileDigest& user, int version = cairn::format_version) {
   auto digest = [](const FileDigest& d) {
     return Json::object({{"bytes", static_cast<std::int64_t>(d.bytes)}, {"crc32c", static_cast<std::int64_t>(d.crc32c)}});
   };
   return Json::object({{"format", "cairn"},
-                       {"format_version", cairn::format_version},
+                       {"format_version", version},
                        {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
 }
 
@@ -11108,6 +11111,7 @@ CAIRN_END_NAMESPACE
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 
@@ -11228,16 +11232,17 @@ class MetadataReader {
  private:
   ItemRecord item() {
     ItemRecord i;
-    static constexpr std::string_view names[] = {"name", "kind", "nodes", "leaves", "node_count", "leaf_count"};
+    static constexpr std::string_view names[] = {"name", "kind", "nodes", "leaves", "node_count", "leaf_count", "leaf_table"};
     RecordReader rec(r_, "an item record", names);
     std::uint64_t node_count = 0, leaf_count = 0;
+    LeafTable table;
     // A count is a hint from an untrusted file: it sizes the array only as far as the rest of
     // the text could hold records of the smallest size (so memory stays proportional to the
     // file), and must match what follows.
     auto reserve = [&](auto& records, std::uint64_t count, std::size_t smallest_record) {
       records.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(count, r_.remaining() / smallest_record)));
     };
-    rec.read(0xf, [&](int member) {
+    rec.read(0x7, [&](int member) {  // name, kind, nodes; then leaves or leaf_table
       switch (member) {
         case 0: i.name = r_.string(); break;
         case 1: i.kind = item_kind(r_.string()); break;
@@ -11254,8 +11259,12 @@ class MetadataReader {
           break;
         case 4: node_count = r_.uint64(); break;
         case 5: leaf_count = r_.uint64(); break;
+        case 6: leaf_table(table); break;
       }
     });
+    if (rec.seen(3) == rec.seen(6))
+      r_.fail(rec.seen(3) ? "an item record has both 'leaves' and 'leaf_table'" : "an item record has no 'leaves'");
+    if (rec.seen(6)) table_leaves(table, i);
     if (rec.seen(4) && node_count != i.nodes.size())
       r_.fail("item '" + i.name + "' has node_count " + std::to_string(node_count) + " but lists " +
               std::to_string(i.nodes.size()) + " nodes");
@@ -11337,6 +11346,171 @@ class MetadataReader {
     } catch (const Error& e) {
       throw Error(e.kind(), e.message(), path_, key_);
     }
+  }
+
+  // Format 3's leaf table (docs/format.md, "Leaf tables"), read column by column, then made
+  // into the item's leaf records (table_leaves). Runs are [value, count] pairs whose counts
+  // are checked against the number of keys as they are expanded, never trusted to size
+  // anything.
+  template <class T>
+  using Runs = std::vector<std::pair<T, std::uint64_t>>;
+  struct LeafTable {
+    std::vector<std::string> keys;  // printed, whole
+    Runs<std::string> kinds;
+    Runs<DType> dtypes;
+    Runs<std::size_t> ranks;
+    std::vector<std::int64_t> dims;
+    Runs<std::uint64_t> files;
+    std::vector<std::int64_t> offsets;
+    std::string crc32c;  // 8 hexadecimal digits a leaf
+  };
+
+  template <class T, class F>
+  void runs(Runs<T>& out, F&& value) {
+    r_.array([&] {
+      int at = 0;
+      T v{};
+      std::uint64_t count = 0;
+      r_.array([&] {
+        if (at == 0) v = value();
+        else if (at == 1) count = r_.uint64();
+        else r_.fail("a run of a leaf table is not [value, count]");
+        ++at;
+      });
+      if (at != 2 || count == 0) r_.fail("a run of a leaf table is not [value, count] with a count of at least 1");
+      out.emplace_back(std::move(v), count);
+    });
+  }
+
+  void leaf_table(LeafTable& t) {
+    static constexpr std::string_view names[] = {"keys", "key_kinds", "dtype", "rank", "shape", "file", "offset", "crc32c"};
+    RecordReader rec(r_, "a leaf table", names);
+    rec.read(0xff, [&](int member) {
+      switch (member) {
+        case 0: {
+          // [shared, suffix, ...]: each key is the first `shared` bytes of the key before it
+          // and then its suffix.
+          bool suffix_next = false;
+          std::uint64_t shared = 0;
+          r_.array([&] {
+            if (!suffix_next) {
+              shared = r_.uint64();
+              const std::size_t most = t.keys.empty() ? 0 : t.keys.back().size();
+              if (shared > most)
+                r_.fail("a leaf table's key shares " + std::to_string(shared) + " bytes with a key of " + std::to_string(most));
+            } else {
+              const std::string_view suffix = r_.string();
+              std::string key;
+              key.reserve(static_cast<std::size_t>(shared) + suffix.size());
+              if (shared) key.append(t.keys.back(), 0, static_cast<std::size_t>(shared));
+              key.append(suffix);
+              t.keys.push_back(std::move(key));
+            }
+            suffix_next = !suffix_next;
+          });
+          if (suffix_next) r_.fail("a leaf table's keys are not [shared, suffix, ...] pairs");
+          break;
+        }
+        case 1: runs(t.kinds, [&] { return std::string(r_.string()); }); break;
+        case 2: runs(t.dtypes, [&] { return dtype(r_.string()); }); break;
+        case 3: runs(t.ranks, [&] { return r_.integer<std::size_t>(); }); break;
+        case 4: ints(t.dims); break;
+        case 5: runs(t.files, [&] { return static_cast<std::uint64_t>(r_.integer<std::uint32_t>()); }); break;
+        case 6: ints(t.offsets); break;
+        case 7: t.crc32c = r_.string(); break;
+      }
+    });
+  }
+
+  // The table's leaves as records: every column must describe exactly as many leaves as it
+  // has keys. Errors name the leaf's key.
+  void table_leaves(LeafTable& t, ItemRecord& item) {
+    const std::size_t n = t.keys.size();
+    auto check_runs = [&](const auto& runs, const char* column) {
+      std::uint64_t total = 0;
+      for (const auto& r : runs)
+        if (!checked_add(total, r.second, total) || total > n) break;
+      if (total != n)
+        r_.fail(std::string("a leaf table's '") + column + "' runs cover " + (total > n ? "more" : "fewer") +
+                " than its " + std::to_string(n) + " keys");
+    };
+    check_runs(t.kinds, "key_kinds");
+    check_runs(t.dtypes, "dtype");
+    check_runs(t.ranks, "rank");
+    check_runs(t.files, "file");
+    if (t.offsets.size() != n) r_.fail("a leaf table has " + std::to_string(t.offsets.size()) + " offsets for " + std::to_string(n) + " keys");
+    if (t.crc32c.size() != 8 * n)
+      r_.fail("a leaf table's crc32c has " + std::to_string(t.crc32c.size()) + " digits for " + std::to_string(n) + " keys");
+    item.leaves.reserve(n);
+    // A cursor over runs: the value for the next leaf.
+    auto cursor = [](const auto& runs) {
+      return [&runs, at = std::size_t{0}, left = runs.empty() ? std::uint64_t{0} : runs[0].second]() mutable -> const auto& {
+        if (left == 0) left = runs[++at].second;
+        --left;
+        return runs[at].first;
+      };
+    };
+    auto kinds = cursor(t.kinds);
+    auto dtypes = cursor(t.dtypes);
+    auto ranks = cursor(t.ranks);
+    auto files = cursor(t.files);
+    std::size_t dim = 0;
+    std::uint64_t before_file = 0, before_end = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::string& key = t.keys[i];
+      try {
+        LeafRecord& l = item.leaves.emplace_back();
+        const std::string& k = kinds();
+        l.path = KeyPath::from_stored(key, k);
+        l.dtype = l.saved_from = dtypes();
+        const std::size_t rank = ranks();
+        if (rank > t.dims.size() - dim)
+          throw Error(ErrorKind::corrupt, "a leaf table's shape column ends before this leaf's " + std::to_string(rank) + " dimensions");
+        l.shape.assign(t.dims.data() + dim, t.dims.data() + dim + rank);
+        dim += rank;
+        ChunkRecord& c = l.chunks.emplace_back();
+        c.start.assign(rank, 0);
+        c.shape = l.shape;
+        c.nbytes = byte_count(c.shape, dtype_size(l.dtype));
+        const std::uint64_t file = files();
+        // The offset is relative to the end of the leaf before where both are in one file.
+        const std::int64_t delta = t.offsets[i];
+        std::uint64_t offset = 0;
+        if (i == 0 || file != before_file) {
+          if (delta < 0) throw Error(ErrorKind::corrupt, "a leaf table gives a negative offset");
+          offset = static_cast<std::uint64_t>(delta);
+        } else if (delta >= 0) {
+          if (!checked_add(before_end, static_cast<std::uint64_t>(delta), offset))
+            throw Error(ErrorKind::corrupt, "a leaf table's offset overflows 64 bits");
+        } else {
+          const std::uint64_t back = static_cast<std::uint64_t>(-(delta + 1)) + 1;  // -delta, also for INT64_MIN
+          if (back > before_end) throw Error(ErrorKind::corrupt, "a leaf table's offset lies before the start of its file");
+          offset = before_end - back;
+        }
+        c.offset = offset;
+        if (!checked_add(offset, c.nbytes, before_end)) throw Error(ErrorKind::corrupt, "a leaf table's offset and size overflow");
+        before_file = file;
+        std::uint32_t crc = 0;
+        for (std::size_t d = 8 * i; d < 8 * i + 8; ++d) {
+          const char h = t.crc32c[d];
+          const int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
+          if (v < 0) throw Error(ErrorKind::corrupt, "a leaf table's crc32c has a character that is not a lowercase hexadecimal digit");
+          crc = crc << 4 | static_cast<std::uint32_t>(v);
+        }
+        c.crc32c = crc;
+        if (!data_files_)
+          unresolved_.push_back({item_index_, i, 0, file});
+        else if (file >= data_files_->size())
+          throw Error(ErrorKind::corrupt, unknown_file(0, file, data_files_->size()));
+        else
+          c.file = (*data_files_)[file];
+        if (printed_ && !printed_->empty())  // the table's key, taken: nothing reads it after this
+          printed_->back().push_back(prints_as_stored(key, k) ? std::move(t.keys[i]) : l.path.str());
+      } catch (const Error& e) {
+        throw Error(e.kind(), e.message(), path_, key);
+      }
+    }
+    if (dim != t.dims.size()) r_.fail("a leaf table's shape column has dimensions past its leaves'");
   }
 
   static std::string unknown_file(std::size_t chunk, std::uint64_t number, std::size_t files) {
@@ -11500,6 +11674,7 @@ CAIRN_END_NAMESPACE
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -11680,9 +11855,116 @@ inline void append_leaf_json(std::string& out, const LeafRecord& l, const DataFi
   out += '}';
 }
 
+// Format 3's leaf table (docs/format.md, "Leaf tables"): the leaves of an item of many plain
+// leaves in columns rather than a record each, about 25 bytes a leaf where a record takes
+// about 127 (issue 35: the metadata of 10,000 small leaves was 1.27 MB beside their 2.9 MB,
+// and its parse most of a load's CPU). Smaller items keep their records, which any cairn since
+// format 2 reads and people read more easily.
+inline constexpr std::size_t leaf_table_min_leaves = 1024;
+
+// A leaf the table can hold: one chunk, the whole array, in a listed file, no block
+// checksums, stored as it was in memory, C order, unsharded (what every small leaf is).
+inline bool table_leaf(const LeafRecord& l, const DataFileNumbers& files) {
+  if (l.chunks.size() != 1 || l.sharding || l.saved_from != l.dtype || l.order != Order::C) return false;
+  const ChunkRecord& c = l.chunks[0];
+  std::uint64_t bytes = 0;
+  return !c.blocks && c.shape == l.shape && c.start.size() == l.shape.size() &&
+         std::all_of(c.start.begin(), c.start.end(), [](std::int64_t v) { return v == 0; }) &&
+         try_byte_count(l.shape, dtype_size(l.dtype), bytes) && bytes == c.nbytes &&
+         c.offset <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
+         bytes <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) - c.offset &&
+         files.find(c.file) >= 0;
+}
+inline bool writes_leaf_table(const ItemRecord& item, const DataFileNumbers* files) {
+  return files && item.leaves.size() >= leaf_table_min_leaves &&
+         std::all_of(item.leaves.begin(), item.leaves.end(), [&](const LeafRecord& l) { return table_leaf(l, *files); });
+}
+
+// Runs of equal values: [[value, count], ...].
+template <class Value, class Append>
+void append_runs(std::string& out, const std::vector<LeafRecord>& leaves, Value value, Append append) {
+  out += '[';
+  for (std::size_t i = 0; i < leaves.size();) {
+    const auto v = value(leaves[i]);
+    std::size_t j = i + 1;
+    while (j < leaves.size() && value(leaves[j]) == v) ++j;
+    out += i ? ",[" : "[";
+    append(v);
+    out += ',';
+    append_json_int(out, static_cast<std::uint64_t>(j - i));
+    out += ']';
+    i = j;
+  }
+  out += ']';
+}
+
+inline void append_leaf_table_json(std::string& out, const std::vector<LeafRecord>& leaves, const DataFileNumbers& files) {
+  // keys: [shared, suffix, ...]: the bytes each printed key shares with the one before, and
+  // the rest (cut between UTF-8 characters, so that the text stays valid UTF-8).
+  out += "{\"keys\":[";
+  std::string before, key;
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    key = leaves[i].path.str();
+    std::size_t shared = 0;
+    const std::size_t most = std::min(before.size(), key.size());
+    while (shared < most && before[shared] == key[shared]) ++shared;
+    while (shared > 0 && shared < key.size() && (static_cast<unsigned char>(key[shared]) & 0xC0) == 0x80) --shared;
+    if (i) out += ',';
+    append_json_int(out, static_cast<std::uint64_t>(shared));
+    out += ',';
+    append_json_string(out, std::string_view(key).substr(shared));
+    before.swap(key);
+  }
+  out += "],\"key_kinds\":";
+  append_runs(out, leaves, [](const LeafRecord& l) { return l.path.kinds(); },
+              [&](const std::string& k) { append_json_string(out, k); });
+  out += ",\"dtype\":";
+  append_runs(out, leaves, [](const LeafRecord& l) { return l.dtype; }, [&](DType d) {
+    out += '"';
+    out += dtype_name(d);
+    out += '"';
+  });
+  out += ",\"rank\":";
+  append_runs(out, leaves, [](const LeafRecord& l) { return l.shape.size(); },
+              [&](std::size_t r) { append_json_int(out, static_cast<std::uint64_t>(r)); });
+  out += ",\"shape\":[";
+  bool first = true;
+  for (const auto& l : leaves)
+    for (std::int64_t d : l.shape) {
+      if (!first) out += ',';
+      first = false;
+      append_json_int(out, d);
+    }
+  out += "],\"file\":";
+  append_runs(out, leaves, [&](const LeafRecord& l) { return files.find(l.chunks[0].file); },
+              [&](std::int64_t f) { append_json_int(out, f); });
+  // Each offset less the end of the leaf before where that leaf is in the same file (0 for
+  // leaves written one after another); the offset itself where the file changes.
+  out += ",\"offset\":[";
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    const ChunkRecord& c = leaves[i].chunks[0];
+    if (i) out += ',';
+    if (i && leaves[i - 1].chunks[0].file == c.file) {
+      const ChunkRecord& b = leaves[i - 1].chunks[0];
+      append_json_int(out, static_cast<std::int64_t>(c.offset) - static_cast<std::int64_t>(b.offset + b.nbytes));
+    } else {
+      append_json_int(out, c.offset);
+    }
+  }
+  // The CRC32Cs as 8 hexadecimal digits each, in one string.
+  out += "],\"crc32c\":\"";
+  static constexpr char hex[] = "0123456789abcdef";
+  for (const auto& l : leaves) {
+    const std::uint32_t crc = l.chunks[0].crc32c;
+    for (int shift = 28; shift >= 0; shift -= 4) out += hex[(crc >> shift) & 0xF];
+  }
+  out += "\"}";
+}
+
 // `files`: null where the item is written on its own (a rank's per-rank items sent to the
-// primary), whose chunks then name their files.
-inline void append_item_json(std::string& out, const ItemRecord& item, const DataFileNumbers* files) {
+// primary), whose chunks then name their files. `table`: its leaves as a leaf table
+// (writes_leaf_table).
+inline void append_item_json(std::string& out, const ItemRecord& item, const DataFileNumbers* files, bool table) {
   out += "{\"name\":";
   append_json_string(out, item.name);
   out += ",\"kind\":\"";
@@ -11704,6 +11986,12 @@ inline void append_item_json(std::string& out, const ItemRecord& item, const Dat
   }
   out += "],\"leaf_count\":";
   append_json_int(out, static_cast<std::int64_t>(item.leaves.size()));
+  if (table) {
+    out += ",\"leaf_table\":";
+    append_leaf_table_json(out, item.leaves, *files);
+    out += '}';
+    return;
+  }
   out += ",\"leaves\":[";
   for (std::size_t i = 0; i < item.leaves.size(); ++i) {
     if (i) out += ',';
@@ -11713,15 +12001,22 @@ inline void append_item_json(std::string& out, const ItemRecord& item, const Dat
 }
 
 // The text of _METADATA: everything but the user metadata, which has a file of its own.
-inline std::string metadata_to_json(const CheckpointMetadata& m) {
+// `version`, where given, is set to the text's format version, which the commit marker repeats.
+inline std::string metadata_to_json(const CheckpointMetadata& m, int* version = nullptr) {
   std::string out;
   std::size_t leaves = 0;
   for (const auto& i : m.items) leaves += i.leaves.size() + i.nodes.size();
   out.reserve(256 + 160 * leaves);
-  // Always this version's number: the text is in this version's form, whichever version the
-  // records were read from.
+  const DataFileNumbers files(m.data_files);
+  std::vector<char> tables(m.items.size());
+  for (std::size_t i = 0; i < m.items.size(); ++i) tables[i] = writes_leaf_table(m.items[i], &files);
+  // The text is in this version's form, whichever version the records were read from:
+  // format 3 where an item's leaves are a table, format 2 otherwise (which cairn reads since
+  // 2026-11-23).
+  const int text_version = std::find(tables.begin(), tables.end(), 1) != tables.end() ? 3 : 2;
+  if (version) *version = text_version;
   out += "{\"format\":\"cairn\",\"format_version\":";
-  append_json_int(out, cairn::format_version);
+  append_json_int(out, text_version);
   out += ",\"library_version\":";
   append_json_string(out, m.library_version);
   out += ",\"created_unix_ms\":";
@@ -11731,10 +12026,9 @@ inline std::string metadata_to_json(const CheckpointMetadata& m) {
   out += ",\"data_files\":";
   append_json_strings(out, m.data_files);
   out += ",\"items\":[";
-  const DataFileNumbers files(m.data_files);
   for (std::size_t i = 0; i < m.items.size(); ++i) {
     if (i) out += ',';
-    append_item_json(out, m.items[i], &files);
+    append_item_json(out, m.items[i], &files, tables[i]);
   }
   out += "]}";
   return out;
@@ -11743,7 +12037,7 @@ inline std::string metadata_to_json(const CheckpointMetadata& m) {
 // One item's records (how a rank sends its per-rank items to the primary).
 inline std::string item_to_json(const ItemRecord& item) {
   std::string out;
-  append_item_json(out, item, nullptr);
+  append_item_json(out, item, nullptr, false);
   return out;
 }
 
@@ -13703,10 +13997,11 @@ class SaveSession {
     }
     metadata_.created_unix_ms = created_unix_ms;
     metadata_.created = iso8601_utc(created_unix_ms);
-    const std::string meta = metadata_to_json(metadata_);
+    int version = 0;
+    const std::string meta = metadata_to_json(metadata_, &version);
     const std::string user = user_metadata.is_null() ? std::string("{}") : user_metadata.dump();
     const std::string marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
-                                           {user.size(), crc32c(user.data(), user.size())}).dump();
+                                           {user.size(), crc32c(user.data(), user.size())}, version).dump();
     const std::string& staged = staging_->key();
     // One after another, the marker last, on a filesystem; at once on an object store, whose
     // commit is the marker it writes at the publish (Store::write_whole_each).

@@ -1204,7 +1204,7 @@ TEST_CASE("S3: a load's read-ahead fetches the data objects the marker lists who
   // And a whole load of a checkpoint of many leaves (its _METADATA asks for the read-ahead),
   // bit-exact, with a fetch that fails on the way.
   std::map<std::string, std::vector<float>> many;
-  for (int i = 0; i < 2000; ++i) many["leaf" + std::to_string(i)] = test::random_bits<float>(1 + i % 7);
+  for (int i = 0; i < 6000; ++i) many["leaf" + std::to_string(i)] = test::random_bits<float>(1 + i % 7);
   cairn::save({s, "many"}, many);
   auto same_many = [&](const std::map<std::string, std::vector<float>>& got) {
     if (got.size() != many.size()) return false;

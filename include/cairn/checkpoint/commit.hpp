@@ -403,10 +403,11 @@ class SaveSession {
     }
     metadata_.created_unix_ms = created_unix_ms;
     metadata_.created = iso8601_utc(created_unix_ms);
-    const std::string meta = metadata_to_json(metadata_);
+    int version = 0;
+    const std::string meta = metadata_to_json(metadata_, &version);
     const std::string user = user_metadata.is_null() ? std::string("{}") : user_metadata.dump();
     const std::string marker = marker_json({meta.size(), crc32c(meta.data(), meta.size())},
-                                           {user.size(), crc32c(user.data(), user.size())}).dump();
+                                           {user.size(), crc32c(user.data(), user.size())}, version).dump();
     const std::string& staged = staging_->key();
     // One after another, the marker last, on a filesystem; at once on an object store, whose
     // commit is the marker it writes at the publish (Store::write_whole_each).

@@ -46,12 +46,13 @@ struct FileDigest {
   std::uint32_t crc32c = 0;
 };
 
-inline Json marker_json(const FileDigest& metadata, const FileDigest& user) {
+// `version`: the format version of the metadata's text (metadata_to_json's).
+inline Json marker_json(const FileDigest& metadata, const FileDigest& user, int version = cairn::format_version) {
   auto digest = [](const FileDigest& d) {
     return Json::object({{"bytes", static_cast<std::int64_t>(d.bytes)}, {"crc32c", static_cast<std::int64_t>(d.crc32c)}});
   };
   return Json::object({{"format", "cairn"},
-                       {"format_version", cairn::format_version},
+                       {"format_version", version},
                        {"files", Json::object({{metadata_file, digest(metadata)}, {user_metadata_file, digest(user)}})}});
 }
 

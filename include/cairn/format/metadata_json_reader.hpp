@@ -16,6 +16,7 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cairn/core/json_reader.hpp"
@@ -138,16 +139,17 @@ class MetadataReader {
  private:
   ItemRecord item() {
     ItemRecord i;
-    static constexpr std::string_view names[] = {"name", "kind", "nodes", "leaves", "node_count", "leaf_count"};
+    static constexpr std::string_view names[] = {"name", "kind", "nodes", "leaves", "node_count", "leaf_count", "leaf_table"};
     RecordReader rec(r_, "an item record", names);
     std::uint64_t node_count = 0, leaf_count = 0;
+    LeafTable table;
     // A count is a hint from an untrusted file: it sizes the array only as far as the rest of
     // the text could hold records of the smallest size (so memory stays proportional to the
     // file), and must match what follows.
     auto reserve = [&](auto& records, std::uint64_t count, std::size_t smallest_record) {
       records.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(count, r_.remaining() / smallest_record)));
     };
-    rec.read(0xf, [&](int member) {
+    rec.read(0x7, [&](int member) {  // name, kind, nodes; then leaves or leaf_table
       switch (member) {
         case 0: i.name = r_.string(); break;
         case 1: i.kind = item_kind(r_.string()); break;
@@ -164,8 +166,12 @@ class MetadataReader {
           break;
         case 4: node_count = r_.uint64(); break;
         case 5: leaf_count = r_.uint64(); break;
+        case 6: leaf_table(table); break;
       }
     });
+    if (rec.seen(3) == rec.seen(6))
+      r_.fail(rec.seen(3) ? "an item record has both 'leaves' and 'leaf_table'" : "an item record has no 'leaves'");
+    if (rec.seen(6)) table_leaves(table, i);
     if (rec.seen(4) && node_count != i.nodes.size())
       r_.fail("item '" + i.name + "' has node_count " + std::to_string(node_count) + " but lists " +
               std::to_string(i.nodes.size()) + " nodes");
@@ -247,6 +253,171 @@ class MetadataReader {
     } catch (const Error& e) {
       throw Error(e.kind(), e.message(), path_, key_);
     }
+  }
+
+  // Format 3's leaf table (docs/format.md, "Leaf tables"), read column by column, then made
+  // into the item's leaf records (table_leaves). Runs are [value, count] pairs whose counts
+  // are checked against the number of keys as they are expanded, never trusted to size
+  // anything.
+  template <class T>
+  using Runs = std::vector<std::pair<T, std::uint64_t>>;
+  struct LeafTable {
+    std::vector<std::string> keys;  // printed, whole
+    Runs<std::string> kinds;
+    Runs<DType> dtypes;
+    Runs<std::size_t> ranks;
+    std::vector<std::int64_t> dims;
+    Runs<std::uint64_t> files;
+    std::vector<std::int64_t> offsets;
+    std::string crc32c;  // 8 hexadecimal digits a leaf
+  };
+
+  template <class T, class F>
+  void runs(Runs<T>& out, F&& value) {
+    r_.array([&] {
+      int at = 0;
+      T v{};
+      std::uint64_t count = 0;
+      r_.array([&] {
+        if (at == 0) v = value();
+        else if (at == 1) count = r_.uint64();
+        else r_.fail("a run of a leaf table is not [value, count]");
+        ++at;
+      });
+      if (at != 2 || count == 0) r_.fail("a run of a leaf table is not [value, count] with a count of at least 1");
+      out.emplace_back(std::move(v), count);
+    });
+  }
+
+  void leaf_table(LeafTable& t) {
+    static constexpr std::string_view names[] = {"keys", "key_kinds", "dtype", "rank", "shape", "file", "offset", "crc32c"};
+    RecordReader rec(r_, "a leaf table", names);
+    rec.read(0xff, [&](int member) {
+      switch (member) {
+        case 0: {
+          // [shared, suffix, ...]: each key is the first `shared` bytes of the key before it
+          // and then its suffix.
+          bool suffix_next = false;
+          std::uint64_t shared = 0;
+          r_.array([&] {
+            if (!suffix_next) {
+              shared = r_.uint64();
+              const std::size_t most = t.keys.empty() ? 0 : t.keys.back().size();
+              if (shared > most)
+                r_.fail("a leaf table's key shares " + std::to_string(shared) + " bytes with a key of " + std::to_string(most));
+            } else {
+              const std::string_view suffix = r_.string();
+              std::string key;
+              key.reserve(static_cast<std::size_t>(shared) + suffix.size());
+              if (shared) key.append(t.keys.back(), 0, static_cast<std::size_t>(shared));
+              key.append(suffix);
+              t.keys.push_back(std::move(key));
+            }
+            suffix_next = !suffix_next;
+          });
+          if (suffix_next) r_.fail("a leaf table's keys are not [shared, suffix, ...] pairs");
+          break;
+        }
+        case 1: runs(t.kinds, [&] { return std::string(r_.string()); }); break;
+        case 2: runs(t.dtypes, [&] { return dtype(r_.string()); }); break;
+        case 3: runs(t.ranks, [&] { return r_.integer<std::size_t>(); }); break;
+        case 4: ints(t.dims); break;
+        case 5: runs(t.files, [&] { return static_cast<std::uint64_t>(r_.integer<std::uint32_t>()); }); break;
+        case 6: ints(t.offsets); break;
+        case 7: t.crc32c = r_.string(); break;
+      }
+    });
+  }
+
+  // The table's leaves as records: every column must describe exactly as many leaves as it
+  // has keys. Errors name the leaf's key.
+  void table_leaves(LeafTable& t, ItemRecord& item) {
+    const std::size_t n = t.keys.size();
+    auto check_runs = [&](const auto& runs, const char* column) {
+      std::uint64_t total = 0;
+      for (const auto& r : runs)
+        if (!checked_add(total, r.second, total) || total > n) break;
+      if (total != n)
+        r_.fail(std::string("a leaf table's '") + column + "' runs cover " + (total > n ? "more" : "fewer") +
+                " than its " + std::to_string(n) + " keys");
+    };
+    check_runs(t.kinds, "key_kinds");
+    check_runs(t.dtypes, "dtype");
+    check_runs(t.ranks, "rank");
+    check_runs(t.files, "file");
+    if (t.offsets.size() != n) r_.fail("a leaf table has " + std::to_string(t.offsets.size()) + " offsets for " + std::to_string(n) + " keys");
+    if (t.crc32c.size() != 8 * n)
+      r_.fail("a leaf table's crc32c has " + std::to_string(t.crc32c.size()) + " digits for " + std::to_string(n) + " keys");
+    item.leaves.reserve(n);
+    // A cursor over runs: the value for the next leaf.
+    auto cursor = [](const auto& runs) {
+      return [&runs, at = std::size_t{0}, left = runs.empty() ? std::uint64_t{0} : runs[0].second]() mutable -> const auto& {
+        if (left == 0) left = runs[++at].second;
+        --left;
+        return runs[at].first;
+      };
+    };
+    auto kinds = cursor(t.kinds);
+    auto dtypes = cursor(t.dtypes);
+    auto ranks = cursor(t.ranks);
+    auto files = cursor(t.files);
+    std::size_t dim = 0;
+    std::uint64_t before_file = 0, before_end = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::string& key = t.keys[i];
+      try {
+        LeafRecord& l = item.leaves.emplace_back();
+        const std::string& k = kinds();
+        l.path = KeyPath::from_stored(key, k);
+        l.dtype = l.saved_from = dtypes();
+        const std::size_t rank = ranks();
+        if (rank > t.dims.size() - dim)
+          throw Error(ErrorKind::corrupt, "a leaf table's shape column ends before this leaf's " + std::to_string(rank) + " dimensions");
+        l.shape.assign(t.dims.data() + dim, t.dims.data() + dim + rank);
+        dim += rank;
+        ChunkRecord& c = l.chunks.emplace_back();
+        c.start.assign(rank, 0);
+        c.shape = l.shape;
+        c.nbytes = byte_count(c.shape, dtype_size(l.dtype));
+        const std::uint64_t file = files();
+        // The offset is relative to the end of the leaf before where both are in one file.
+        const std::int64_t delta = t.offsets[i];
+        std::uint64_t offset = 0;
+        if (i == 0 || file != before_file) {
+          if (delta < 0) throw Error(ErrorKind::corrupt, "a leaf table gives a negative offset");
+          offset = static_cast<std::uint64_t>(delta);
+        } else if (delta >= 0) {
+          if (!checked_add(before_end, static_cast<std::uint64_t>(delta), offset))
+            throw Error(ErrorKind::corrupt, "a leaf table's offset overflows 64 bits");
+        } else {
+          const std::uint64_t back = static_cast<std::uint64_t>(-(delta + 1)) + 1;  // -delta, also for INT64_MIN
+          if (back > before_end) throw Error(ErrorKind::corrupt, "a leaf table's offset lies before the start of its file");
+          offset = before_end - back;
+        }
+        c.offset = offset;
+        if (!checked_add(offset, c.nbytes, before_end)) throw Error(ErrorKind::corrupt, "a leaf table's offset and size overflow");
+        before_file = file;
+        std::uint32_t crc = 0;
+        for (std::size_t d = 8 * i; d < 8 * i + 8; ++d) {
+          const char h = t.crc32c[d];
+          const int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
+          if (v < 0) throw Error(ErrorKind::corrupt, "a leaf table's crc32c has a character that is not a lowercase hexadecimal digit");
+          crc = crc << 4 | static_cast<std::uint32_t>(v);
+        }
+        c.crc32c = crc;
+        if (!data_files_)
+          unresolved_.push_back({item_index_, i, 0, file});
+        else if (file >= data_files_->size())
+          throw Error(ErrorKind::corrupt, unknown_file(0, file, data_files_->size()));
+        else
+          c.file = (*data_files_)[file];
+        if (printed_ && !printed_->empty())  // the table's key, taken: nothing reads it after this
+          printed_->back().push_back(prints_as_stored(key, k) ? std::move(t.keys[i]) : l.path.str());
+      } catch (const Error& e) {
+        throw Error(e.kind(), e.message(), path_, key);
+      }
+    }
+    if (dim != t.dims.size()) r_.fail("a leaf table's shape column has dimensions past its leaves'");
   }
 
   static std::string unknown_file(std::size_t chunk, std::uint64_t number, std::size_t files) {

@@ -25,8 +25,10 @@
 
 CAIRN_BEGIN_NAMESPACE
 
-// Version 2 writes leaves in a short form (docs/format.md); this version reads 1 and 2.
-inline constexpr int format_version = 2;
+// The newest format this version reads and writes (docs/format.md, "Versions"): it reads 1, 2
+// and 3; it writes 3 where an item's leaves go in a leaf table (items of many small leaves),
+// 2 otherwise, so that a checkpoint without one stays readable by cairn since format 2.
+inline constexpr int format_version = 3;
 
 // The CRC32Cs of a chunk's consecutive blocks of `block_bytes` bytes (the last may be shorter),
 // kept for chunks larger than one block, so that a load reading part of the chunk verifies
