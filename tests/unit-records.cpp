@@ -125,6 +125,13 @@ TEST_CASE("box_inside: rank, negative numbers and sums that would overflow") {
 
 namespace {
 
+// `text` with the first `from` in it replaced by `to` (which must be there).
+std::string replaced_once(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE_MESSAGE(at != std::string::npos, from);
+  return text.replace(at, from.size(), to);
+}
+
 // A string of random bytes, with a bias towards what JSON must escape.
 std::string random_text(std::mt19937_64& rng, std::size_t max_len) {
   static const std::string special = "\"\\/\b\f\n\r\t%\x01\x1f\x7f";
@@ -309,10 +316,7 @@ TEST_CASE("malformed metadata JSON is a corrupt error naming the file, the byte 
   };
   for (const auto& k : cases) {
     CAPTURE(k.to);
-    std::string bad = json;
-    const auto at = bad.find(k.from);
-    REQUIRE(at != std::string::npos);
-    bad.replace(at, k.from.size(), k.to);
+    const std::string bad = replaced_once(json, k.from, k.to);
     if (k.error.empty()) {
       CHECK(detail::metadata_from_json(bad, "dir/_METADATA").items.size() == 4);
       continue;
@@ -534,6 +538,18 @@ TEST_CASE("format 3's leaf table: an item of many plain leaves in columns reads 
     CHECK(json.find("\"leaf_table\"") == std::string::npos);
     check_same(m, detail::metadata_from_json(json, "meta"));
   }
+  // Keys longer than a reader takes from a table that size (64 MiB and 64 bytes a byte of
+  // table): records.
+  {
+    CheckpointMetadata longer;
+    longer.data_files = files;
+    longer.items.push_back(plain_item(rng, detail::leaf_table_min_leaves, files));
+    const detail::DataFileNumbers numbers(files);
+    CHECK(detail::writes_leaf_table(longer.items[0], &numbers));
+    const std::string name(80 << 10, 'n');
+    for (auto& l : longer.items[0].leaves) l.path = KeyPath({KeyEntry::field(name), KeyEntry::index(static_cast<std::int64_t>(&l - longer.items[0].leaves.data()))});
+    CHECK_FALSE(detail::writes_leaf_table(longer.items[0], &numbers));
+  }
   // Fewer leaves than leaf_table_min_leaves: records.
   CheckpointMetadata few;
   few.data_files = files;
@@ -605,10 +621,7 @@ TEST_CASE("a damaged leaf table is a corrupt error naming the file and, where it
   };
   for (const auto& k : cases) {
     CAPTURE(k.to);
-    std::string bad = json;
-    const auto at = bad.find(k.from);
-    REQUIRE(at != std::string::npos);
-    bad.replace(at, k.from.size(), k.to);
+    const std::string bad = replaced_once(json, k.from, k.to);
     try {
       (void)detail::metadata_from_json(bad, "dir/_METADATA");
       FAIL("no error");
@@ -621,6 +634,14 @@ TEST_CASE("a damaged leaf table is a corrupt error naming the file and, where it
   }
   // Truncated anywhere: an error, never a crash or a read past the end.
   for (std::size_t n = 0; n < json.size(); n += 5) CHECK_THROWS_AS(detail::metadata_from_json(json.substr(0, n), "m"), Error);
+  // Keys that each share all of the key before and add a byte: 20,000 of them are 8 bytes of
+  // text each and would spell 200 MB; refused once past the bound, before the memory is taken.
+  std::string growing = "[0,\"a\"";
+  for (int k = 1; k < 20000; ++k) growing += "," + std::to_string(k) + ",\"a\"";
+  growing += ']';
+  const std::string keys = json.substr(json.find("\"keys\":[") + 7, json.find("],\"key_kinds\"") - json.find("\"keys\":[") - 6);
+  CHECK_THROWS_WITH_AS(detail::metadata_from_json(replaced_once(json, keys, growing), "m"),
+                       doctest::Contains("a leaf table's keys come to more than"), Error);
 }
 
 TEST_CASE("strings of every length with a quote, backslash, control or high byte at every position read back exactly") {

@@ -4833,6 +4833,14 @@ CAIRN_BEGIN_NAMESPACE
 // 2 otherwise, so that a checkpoint without one stays readable by cairn since format 2.
 inline constexpr int format_version = 3;
 
+namespace detail {
+// A leaf table's keys (format 3), spelled out, come to at most this many bytes for each byte of
+// the metadata's text, and 64 MiB: the reader refuses more (a few bytes of table can spell a
+// long key), and the writer writes records instead (a tree of long names shares most of each
+// key: 10,000 keys of 1,000 bytes are about 100 KB of table).
+inline constexpr std::uint64_t max_table_key_bytes_per_text_byte = 64;
+}  // namespace detail
+
 // The CRC32Cs of a chunk's consecutive blocks of `block_bytes` bytes (the last may be shorter),
 // kept for chunks larger than one block, so that a load reading part of the chunk verifies
 // the blocks it reads (docs/format.md, "Block checksums"). A chunk without them is one block.
@@ -11389,9 +11397,14 @@ class MetadataReader {
       switch (member) {
         case 0: {
           // [shared, suffix, ...]: each key is the first `shared` bytes of the key before it
-          // and then its suffix.
+          // and then its suffix. A few bytes of text can spell a long key, so the keys' total
+          // is bounded by the text's size (keys growing a byte each, from 1 MB of text, would
+          // otherwise be gigabytes).
           bool suffix_next = false;
           std::uint64_t shared = 0;
+          const std::uint64_t text = r_.position() + r_.remaining();
+          const std::uint64_t most_key_bytes = max_table_key_bytes_per_text_byte * text + (std::uint64_t{64} << 20);
+          std::uint64_t key_bytes = 0;
           r_.array([&] {
             if (!suffix_next) {
               shared = r_.uint64();
@@ -11404,6 +11417,10 @@ class MetadataReader {
               key.reserve(static_cast<std::size_t>(shared) + suffix.size());
               if (shared) key.append(t.keys.back(), 0, static_cast<std::size_t>(shared));
               key.append(suffix);
+              key_bytes += key.size();
+              if (key_bytes > most_key_bytes)
+                r_.fail("a leaf table's keys come to more than " + std::to_string(most_key_bytes) + " bytes (" +
+                        std::to_string(max_table_key_bytes_per_text_byte) + " a byte of the text, and 64 MiB)");
               t.keys.push_back(std::move(key));
             }
             suffix_next = !suffix_next;
@@ -11875,9 +11892,17 @@ inline bool table_leaf(const LeafRecord& l, const DataFileNumbers& files) {
          bytes <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) - c.offset &&
          files.find(c.file) >= 0;
 }
+// Also only where the keys come to no more than a reader takes from a table of that many
+// leaves (max_table_key_bytes_per_text_byte, against the fewest bytes a table spends on a
+// leaf: 15), so that what is written is always read.
 inline bool writes_leaf_table(const ItemRecord& item, const DataFileNumbers* files) {
-  return files && item.leaves.size() >= leaf_table_min_leaves &&
-         std::all_of(item.leaves.begin(), item.leaves.end(), [&](const LeafRecord& l) { return table_leaf(l, *files); });
+  if (!files || item.leaves.size() < leaf_table_min_leaves) return false;
+  std::uint64_t key_bytes = 0;
+  for (const auto& l : item.leaves) {
+    if (!table_leaf(l, *files)) return false;
+    key_bytes += l.path.str().size();
+  }
+  return key_bytes <= max_table_key_bytes_per_text_byte * 15 * item.leaves.size() + (std::uint64_t{64} << 20);
 }
 
 // Runs of equal values: [[value, count], ...].

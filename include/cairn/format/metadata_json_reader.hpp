@@ -296,9 +296,14 @@ class MetadataReader {
       switch (member) {
         case 0: {
           // [shared, suffix, ...]: each key is the first `shared` bytes of the key before it
-          // and then its suffix.
+          // and then its suffix. A few bytes of text can spell a long key, so the keys' total
+          // is bounded by the text's size (keys growing a byte each, from 1 MB of text, would
+          // otherwise be gigabytes).
           bool suffix_next = false;
           std::uint64_t shared = 0;
+          const std::uint64_t text = r_.position() + r_.remaining();
+          const std::uint64_t most_key_bytes = max_table_key_bytes_per_text_byte * text + (std::uint64_t{64} << 20);
+          std::uint64_t key_bytes = 0;
           r_.array([&] {
             if (!suffix_next) {
               shared = r_.uint64();
@@ -311,6 +316,10 @@ class MetadataReader {
               key.reserve(static_cast<std::size_t>(shared) + suffix.size());
               if (shared) key.append(t.keys.back(), 0, static_cast<std::size_t>(shared));
               key.append(suffix);
+              key_bytes += key.size();
+              if (key_bytes > most_key_bytes)
+                r_.fail("a leaf table's keys come to more than " + std::to_string(most_key_bytes) + " bytes (" +
+                        std::to_string(max_table_key_bytes_per_text_byte) + " a byte of the text, and 64 MiB)");
               t.keys.push_back(std::move(key));
             }
             suffix_next = !suffix_next;

@@ -209,9 +209,17 @@ inline bool table_leaf(const LeafRecord& l, const DataFileNumbers& files) {
          bytes <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) - c.offset &&
          files.find(c.file) >= 0;
 }
+// Also only where the keys come to no more than a reader takes from a table of that many
+// leaves (max_table_key_bytes_per_text_byte, against the fewest bytes a table spends on a
+// leaf: 15), so that what is written is always read.
 inline bool writes_leaf_table(const ItemRecord& item, const DataFileNumbers* files) {
-  return files && item.leaves.size() >= leaf_table_min_leaves &&
-         std::all_of(item.leaves.begin(), item.leaves.end(), [&](const LeafRecord& l) { return table_leaf(l, *files); });
+  if (!files || item.leaves.size() < leaf_table_min_leaves) return false;
+  std::uint64_t key_bytes = 0;
+  for (const auto& l : item.leaves) {
+    if (!table_leaf(l, *files)) return false;
+    key_bytes += l.path.str().size();
+  }
+  return key_bytes <= max_table_key_bytes_per_text_byte * 15 * item.leaves.size() + (std::uint64_t{64} << 20);
 }
 
 // Runs of equal values: [[value, count], ...].

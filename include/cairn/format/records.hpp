@@ -30,6 +30,14 @@ CAIRN_BEGIN_NAMESPACE
 // 2 otherwise, so that a checkpoint without one stays readable by cairn since format 2.
 inline constexpr int format_version = 3;
 
+namespace detail {
+// A leaf table's keys (format 3), spelled out, come to at most this many bytes for each byte of
+// the metadata's text, and 64 MiB: the reader refuses more (a few bytes of table can spell a
+// long key), and the writer writes records instead (a tree of long names shares most of each
+// key: 10,000 keys of 1,000 bytes are about 100 KB of table).
+inline constexpr std::uint64_t max_table_key_bytes_per_text_byte = 64;
+}  // namespace detail
+
 // The CRC32Cs of a chunk's consecutive blocks of `block_bytes` bytes (the last may be shorter),
 // kept for chunks larger than one block, so that a load reading part of the chunk verifies
 // the blocks it reads (docs/format.md, "Block checksums"). A chunk without them is one block.
