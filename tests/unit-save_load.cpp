@@ -1420,6 +1420,38 @@ struct ManyLeaves {
   std::vector<std::vector<float>> layers;
 };
 CAIRN_TREE(ManyLeaves, params, layers)
+
+// For tests/format_ref.py, which reads the checkpoint by docs/format.md alone (a ctest of its
+// own, after this one): a copy of it, and each leaf's key, dtype, shape and bytes as this
+// test knows them, not as cairn's records say.
+void export_for_reference_reader([[maybe_unused]] const std::string& name, [[maybe_unused]] const std::string& checkpoint,
+                                 [[maybe_unused]] const ManyLeaves& s, [[maybe_unused]] int format_version) {
+#ifdef CAIRN_FORMAT_EXPORT
+  const std::filesystem::path dir = std::filesystem::path(CAIRN_FORMAT_EXPORT) / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(checkpoint, dir / "checkpoint", std::filesystem::copy_options::recursive);
+  std::string bytes;
+  cairn::Json leaves = cairn::Json::array();
+  auto add = [&](const std::string& key, const char* dtype, const void* data, std::size_t count, std::size_t size) {
+    leaves.push_back(cairn::Json::object({{"key", key}, {"dtype", dtype},
+                                          {"shape", cairn::Json::array({static_cast<std::int64_t>(count)})},
+                                          {"offset", static_cast<std::int64_t>(bytes.size())},
+                                          {"nbytes", static_cast<std::int64_t>(count * size)}}));
+    bytes.append(static_cast<const char*>(data), count * size);
+  };
+  for (const auto& [k, v] : s.params) {
+    std::string escaped;  // a map key's '/' and '%' as docs/format.md spells them
+    for (char ch : k) escaped += ch == '/' ? std::string("%2F") : ch == '%' ? std::string("%25") : std::string(1, ch);
+    add("params/" + escaped, "int16", v.data(), v.size(), sizeof(std::int16_t));
+  }
+  for (std::size_t i = 0; i < s.layers.size(); ++i)
+    add("layers/" + std::to_string(i), "float32", s.layers[i].data(), s.layers[i].size(), sizeof(float));
+  test::write_file((dir / "expected.bin").string(), bytes);
+  test::write_file((dir / "expected.json").string(),
+                   cairn::Json::object({{"format_version", format_version}, {"leaves", leaves}}).dump());
+#endif
+}
 }  // namespace
 
 TEST_CASE("a tree of many small leaves is written with a leaf table (format 3) and loads bit-exactly; damage is named") {
@@ -1446,6 +1478,8 @@ TEST_CASE("a tree of many small leaves is written with a leaf table (format 3) a
   cairn::save(dir / "few", few);
   CHECK(cairn::metadata(dir / "few").format_version == 2);
   CHECK(test::read_file(dir / "few/_CHECKPOINT").find("\"format_version\":2") != std::string::npos);
+  export_for_reference_reader("table", c, s, 3);
+  export_for_reference_reader("records", dir / "few", few, 2);
   // A flipped byte in any leaf is found by its checksum and named by its key.
   for (int round = 0; round < 4; ++round) {
     const auto& victim = meta.leaves()[test::rng()() % meta.leaves().size()];
