@@ -344,11 +344,15 @@ class MetadataReader {
     const std::size_t n = t.keys.size();
     auto check_runs = [&](const auto& runs, const char* column) {
       std::uint64_t total = 0;
+      bool more = false;  // (counts are untrusted: summed with a check, never past n)
       for (const auto& r : runs)
-        if (!checked_add(total, r.second, total) || total > n) break;
-      if (total != n)
-        r_.fail(std::string("a leaf table's '") + column + "' runs cover " + (total > n ? "more" : "fewer") +
-                " than its " + std::to_string(n) + " keys");
+        if (!checked_add(total, r.second, total) || total > n) {
+          more = true;
+          break;
+        }
+      if (more || total != n)
+        r_.fail(std::string("a leaf table's '") + column + "' runs cover " + (more ? "more" : "fewer") + " than its " +
+                std::to_string(n) + " keys");
     };
     check_runs(t.kinds, "key_kinds");
     check_runs(t.dtypes, "dtype");
