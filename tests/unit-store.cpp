@@ -7,11 +7,14 @@
 #include "store_conformance.hpp"
 
 #include <cairn/checkpoint/data_files.hpp>
+#include <cairn/core/bulk_bytes.hpp>
 #include <cairn/core/parallel.hpp>
 #include <cairn/store/gathered_writer.hpp>
 #include <cairn/io/batched_reads.hpp>
 
 #include <atomic>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -26,6 +29,79 @@
 
 using cairn::ErrorKind;
 using cairn::MemoryStore;
+
+// The VmFlags line of the mapping of /proc/self/smaps that holds `p` ("" where none does).
+static std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = at >= lo && at < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST_CASE("BulkBytes: every byte writable; megabytes in a mapping aligned to 2 MiB that asked for huge pages") {
+  using cairn::detail::BulkBytes;
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, (std::size_t{2} << 20) - 1,
+                              std::size_t{2} << 20, (std::size_t{3} << 20) + 5, std::size_t{17} << 20}) {
+    CAPTURE(n);
+    BulkBytes b(n);
+    CHECK(b.size() == n);
+    CHECK(static_cast<bool>(b) == (n > 0));
+    if (n == 0) continue;
+    for (std::size_t i = 0; i < n; ++i) b.data()[i] = static_cast<unsigned char>(i * 7 + 3);
+    bool same = true;
+    for (std::size_t i = 0; i < n; ++i) same = same && b.data()[i] == static_cast<unsigned char>(i * 7 + 3);
+    CHECK(same);
+    const bool big = n >= cairn::detail::huge_page_buffer_min;
+#if CAIRN_BULK_BYTES_MAPPED
+    CHECK(b.huge_pages_asked() == big);
+    if (big) {
+      CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % cairn::detail::huge_page_bytes == 0);
+      CHECK(b.allocated() % cairn::detail::huge_page_bytes == 0);
+      CHECK(b.allocated() >= n);
+      CHECK(b.allocated() < n + cairn::detail::huge_page_bytes);
+      // The kernel took the advice ("hg" among the mapping's flags), at its first and last byte.
+      CHECK(vm_flags_of(b.data()).find(" hg") != std::string::npos);
+      CHECK(vm_flags_of(b.data() + n - 1).find(" hg") != std::string::npos);
+    }
+#else
+    (void)big;
+    CHECK(b.allocated() == n);
+    CHECK_FALSE(b.huge_pages_asked());  // under ASan (or off Linux): from new[], bounds checked
+#endif
+    // Moves hand the bytes over whole; the one moved from is empty.
+    unsigned char* at = b.data();
+    BulkBytes c(std::move(b));
+    CHECK(c.data() == at);
+    CHECK(c.size() == n);
+    CHECK_FALSE(b);
+    BulkBytes d(64);
+    d = std::move(c);
+    CHECK(d.data() == at);
+    CHECK(d.data()[n - 1] == static_cast<unsigned char>((n - 1) * 7 + 3));
+    CHECK_FALSE(c);
+  }
+#if CAIRN_BULK_BYTES_MAPPED
+  // A mapping let go is gone from the process (no leak of address space).
+  const void* gone = nullptr;
+  {
+    BulkBytes b(std::size_t{4} << 20);
+    gone = b.data();
+    CHECK_FALSE(vm_flags_of(gone).empty());
+  }
+  CHECK(vm_flags_of(gone).empty());
+#endif
+}
 
 TEST_CASE("PosixStore keeps the Store contract") {
   test::TempDir dir;

@@ -426,7 +426,7 @@ TEST_CASE("S3 buffer pool: blocks come back and are handed out again, at most `k
     std::memset(a->data(), 7, block);  // every byte writable
     auto b = pool.take(block / 2);     // half a block or more: a block
     CHECK(b->size() == block / 2);
-    CHECK(b->capacity == block);
+    CHECK(b->capacity() == block);
     auto c = pool.take(block);
     CHECK(pool.kept() == 0);
     kept_blocks = {b->data(), c->data()};  // given back first (reverse order): the two kept
@@ -440,7 +440,7 @@ TEST_CASE("S3 buffer pool: blocks come back and are handed out again, at most `k
   }
   // Sizes a block would waste or not hold are the caller's alone: never kept.
   CHECK(pool.kept() == 2);
-  { auto small = pool.take(100), large = pool.take(block + 1); CHECK(small->capacity == 100); CHECK(large->size() == block + 1); }
+  { auto small = pool.take(100), large = pool.take(block + 1); CHECK(small->capacity() == 100); CHECK(large->size() == block + 1); }
   CHECK(pool.kept() == 2);
   // Idle for 200 ms: the trimmer frees them (waited for up to 10 s on a loaded machine).
   const auto start = std::chrono::steady_clock::now();

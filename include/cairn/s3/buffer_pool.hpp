@@ -21,24 +21,25 @@
 #include <thread>
 #include <vector>
 
+#include "cairn/core/bulk_bytes.hpp"
 #include "cairn/core/config.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 namespace s3 {
 
 // Bytes a transfer fills whole (a GET, or a part written from its start): not zeroed first, as
-// a std::vector would (a memset of every byte on pages not touched yet).
+// a std::vector would (a memset of every byte on pages not touched yet); in huge pages from
+// 2 MiB up (core/bulk_bytes.hpp: a process's first load of an object of megabytes faulted in
+// every 4 KiB page of its buffer, most of that load's time on a VM).
 struct Buffer {
-  std::unique_ptr<unsigned char[]> bytes;
-  std::size_t n = 0;         // bytes in use
-  std::size_t capacity = 0;  // bytes allocated
-  explicit Buffer(std::size_t size)
-      : bytes(std::make_unique_for_overwrite<unsigned char[]>(size)), n(size), capacity(size) {}
-  Buffer(std::unique_ptr<unsigned char[]> b, std::size_t size, std::size_t cap)
-      : bytes(std::move(b)), n(size), capacity(cap) {}
-  unsigned char* data() { return bytes.get(); }
-  const unsigned char* data() const { return bytes.get(); }
+  cairn::detail::BulkBytes bytes;
+  std::size_t n = 0;  // bytes in use
+  explicit Buffer(std::size_t size) : bytes(size), n(size) {}
+  Buffer(cairn::detail::BulkBytes b, std::size_t size) : bytes(std::move(b)), n(size) {}
+  unsigned char* data() { return bytes.data(); }
+  const unsigned char* data() const { return bytes.data(); }
   std::size_t size() const { return n; }
+  std::size_t capacity() const { return bytes.size(); }  // bytes allocated
 };
 
 class BufferPool {
@@ -76,7 +77,7 @@ class BufferPool {
   std::shared_ptr<Buffer> take_block(std::size_t n) {
     State& s = *state_;
     if (s.keep == 0 || n > s.block) return std::make_shared<Buffer>(n);
-    std::unique_ptr<unsigned char[]> bytes;
+    cairn::detail::BulkBytes bytes;
     {
       std::lock_guard<std::mutex> lock(s.mutex);
       s.last_use = std::chrono::steady_clock::now();
@@ -86,8 +87,8 @@ class BufferPool {
       }
       if (!trimmer_.joinable()) trimmer_ = std::thread([state = state_] { trim(*state); });
     }
-    if (!bytes) bytes = std::make_unique_for_overwrite<unsigned char[]>(s.block);
-    auto* buffer = new Buffer(std::move(bytes), n, s.block);
+    if (!bytes) bytes = cairn::detail::BulkBytes(s.block);
+    auto* buffer = new Buffer(std::move(bytes), n);
     return std::shared_ptr<Buffer>(buffer, [state = state_](Buffer* b) {
       std::unique_ptr<Buffer> owned(b);
       std::lock_guard<std::mutex> lock(state->mutex);
@@ -109,7 +110,7 @@ class BufferPool {
   struct State {
     mutable std::mutex mutex;
     std::condition_variable wake;
-    std::vector<std::unique_ptr<unsigned char[]>> kept;
+    std::vector<cairn::detail::BulkBytes> kept;
     std::size_t block = 0, keep = 0;
     std::chrono::milliseconds idle{0};
     std::chrono::steady_clock::time_point last_use{};
@@ -130,7 +131,7 @@ class BufferPool {
         s.wake.wait_until(lock, due);
         continue;
       }
-      std::vector<std::unique_ptr<unsigned char[]>> freed;
+      std::vector<cairn::detail::BulkBytes> freed;
       freed.swap(s.kept);
       lock.unlock();
       freed.clear();

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <functional>
 #include <memory>
@@ -24,6 +25,7 @@
 #include "cairn/core/config.hpp"
 #include "cairn/core/error.hpp"
 #include "cairn/core/once.hpp"
+#include "cairn/s3/buffer_pool.hpp"
 #include "cairn/s3/credentials.hpp"
 #include "cairn/s3/http.hpp"
 #include "cairn/s3/options.hpp"
@@ -170,32 +172,37 @@ class Client {
   // carry a small checkpoint inline is read (S3Store::read_generation). A server that ignores
   // the Range header answers 200 with the whole object: cut off at n (not sent again), its
   // size from Content-Length.
-  std::string get_first(const std::string& key, std::uint64_t n, std::uint64_t& total, std::string* etag = nullptr) {
+  Buffer get_first(const std::string& key, std::uint64_t n, std::uint64_t& total, std::string* etag = nullptr) {
     Call c;
     c.method = "GET";
     c.key = key;
     c.headers.push_back({"range", "bytes=0-" + std::to_string(n == 0 ? 0 : n - 1)});
     c.max_body = n;
     c.accept = {200, 206, 416};
+    c.bulk_body = true;
     HttpResponse r = send(c);
+    // The bytes as read: in huge pages where the body was megabytes (HttpRequest::bulk_body).
+    const bool bulk = static_cast<bool>(r.bulk);
+    Buffer got = bulk ? Buffer(std::move(r.bulk), r.bulk_size) : Buffer(r.body.size());
+    if (!bulk && !r.body.empty()) std::memcpy(got.data(), r.body.data(), r.body.size());
     if (r.status == 416) {  // an empty object: no byte 0
       total = 0;
-      r.body.clear();
+      got.n = 0;
     } else if (r.status == 206) {
       const std::string range = r.header("content-range");  // "bytes 0-N/TOTAL"
       const auto slash = range.rfind('/');
       char* end = nullptr;
       total = slash == std::string::npos ? 0 : std::strtoull(range.c_str() + slash + 1, &end, 10);
-      if (slash == std::string::npos || end == range.c_str() + slash + 1 || total < r.body.size())
+      if (slash == std::string::npos || end == range.c_str() + slash + 1 || total < got.size())
         throw Error(ErrorKind::io, "a ranged GET answered without a usable Content-Range (" + range + ")", uri(key));
     } else {
       const std::string length = r.header("content-length");
-      total = length.empty() ? r.body.size() : std::strtoull(length.c_str(), nullptr, 10);
-      if (total < r.body.size()) total = r.body.size();
+      total = length.empty() ? got.size() : std::strtoull(length.c_str(), nullptr, 10);
+      if (total < got.size()) total = got.size();
     }
-    if (r.body.size() > n) r.body.resize(static_cast<std::size_t>(n));
+    if (got.size() > n) got.n = static_cast<std::size_t>(n);
     if (etag) *etag = r.header("etag");
-    return std::move(r.body);
+    return got;
   }
 
   // A PUT of a whole object; returns its ETag, or nullopt where the condition failed (412, or
@@ -429,6 +436,7 @@ class Client {
     void* sink = nullptr;
     std::uint64_t sink_size = 0;
     std::uint64_t max_body = 1 << 20;
+    bool bulk_body = false;    // HttpRequest::bulk_body
     std::vector<long> accept = {200};  // statuses returned to the caller rather than raised
     bool error_in_200 = false;
     int attempts = 0;          // 0: options.max_attempts
@@ -640,6 +648,7 @@ class Client {
     h.sink = c.sink;
     h.sink_size = c.sink_size;
     h.max_body = c.max_body;
+    h.bulk_body = c.bulk_body;
     ++requests_;
     return http_.perform(h);
   }

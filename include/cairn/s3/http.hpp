@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "cairn/core/bulk_bytes.hpp"
 #include "cairn/core/config.hpp"
 #include "cairn/core/error.hpp"
 
@@ -44,6 +45,10 @@ struct HttpRequest {
   void* sink = nullptr;                 // a 2xx response body goes here, exactly sink_size bytes
   std::uint64_t sink_size = 0;
   std::uint64_t max_body = 1 << 20;     // otherwise into HttpResponse::body, at most this much
+  // A 2xx body of a Content-Length of megabytes goes into HttpResponse::bulk instead (huge
+  // pages: core/bulk_bytes.hpp), also at most max_body: a commit marker with its checkpoint
+  // inline, whose fresh string a process's first load faulted in 4 KiB at a time.
+  bool bulk_body = false;
   bool head = false;                    // no response body expected (HEAD)
 };
 
@@ -51,6 +56,8 @@ struct HttpResponse {
   long status = 0;
   std::map<std::string, std::string> headers;  // names lowercased
   std::string body;
+  cairn::detail::BulkBytes bulk;               // the body instead, bulk_size bytes (HttpRequest::bulk_body)
+  std::size_t bulk_size = 0;
   std::uint64_t sink_received = 0;             // bytes written into the request's sink
   bool body_overflow = false;                  // more than the sink or max_body: the rest dropped
   CURLcode transport = CURLE_OK;               // not OK: no response (connection, timeout)
@@ -89,17 +96,30 @@ inline std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user)
     r.sink_received += take;
     if (take < len) r.body_overflow = true;
   } else {
-    if (r.body.empty() && x.ok_status()) {
+    if (r.body.empty() && !r.bulk && x.ok_status()) {
       // Room for the announced size (up to what is kept) at once: a body of megabytes (a
       // commit marker with its checkpoint inline) was grown by doubling, each step a new
       // allocation, its pages faulted in, and a copy.
       const std::string announced = r.header("content-length");
-      if (!announced.empty())
-        r.body.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(std::strtoull(announced.c_str(), nullptr, 10), x.request->max_body)));
+      if (!announced.empty()) {
+        const auto expected = static_cast<std::size_t>(
+            std::min<std::uint64_t>(std::strtoull(announced.c_str(), nullptr, 10), x.request->max_body));
+        if (x.request->bulk_body && expected >= cairn::detail::huge_page_buffer_min) r.bulk = cairn::detail::BulkBytes(expected);
+        else r.body.reserve(expected);
+      }
     }
-    const std::uint64_t room = x.request->max_body > r.body.size() ? x.request->max_body - r.body.size() : 0;
+    // Into the bulk buffer while the body fits the size it announced (a server cannot send
+    // more than that through curl; a longer one is cut here like any body over max_body).
+    const std::uint64_t held = r.bulk ? r.bulk_size : r.body.size();
+    const std::uint64_t cap = r.bulk ? r.bulk.size() : x.request->max_body;
+    const std::uint64_t room = cap > held ? cap - held : 0;
     const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(room, len));
-    r.body.append(p, take);
+    if (r.bulk) {
+      std::memcpy(r.bulk.data() + r.bulk_size, p, take);
+      r.bulk_size += take;
+    } else {
+      r.body.append(p, take);
+    }
     if (take < len) {
       r.body_overflow = true;
       // A successful answer larger than the caller takes (a hostile size): the transfer ends

@@ -449,11 +449,13 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   std::string read_generation(const std::string& key, std::string* etag = nullptr, bool* inlined = nullptr,
                               std::uint64_t first = first_marker_read) const {
     const std::string marker = detail::join_key(key, detail::commit_marker_name);
-    std::string text, version;
+    std::string version;
+    s3::Buffer text(0);
     std::uint64_t total = 0;
+    auto has_line = [&] { return text.size() && std::memchr(text.data(), '\n', text.size()) != nullptr; };
     try {
       text = client().get_first(marker, first, total, &version);
-      if (text.find('\n') == std::string::npos && total > text.size() && text.size() < max_marker_line)
+      if (!has_line() && total > text.size() && text.size() < max_marker_line)
         text = client().get_first(marker, max_marker_line, total, &version);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::not_found) return {};
@@ -463,7 +465,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     // The marker is the first line; a checkpoint written inline follows it (format.md).
     s3::CommitMarker m;
     try {
-      m = s3::parse_commit_marker(text, total);
+      m = s3::parse_commit_marker(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), total);
     } catch (const Error& e) {
       throw Error(e.kind(), e.message(), describe(marker));
     }
@@ -480,15 +482,15 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   struct InlineCheckpoint {
     std::string marker_key, etag;
     std::map<std::string, s3::InlineFile> files;  // (parse_commit_marker checked each is in the marker)
-    std::shared_ptr<const std::string> head;  // the marker's first bytes, as read (null: let go)
+    std::shared_ptr<const s3::Buffer> head;  // the marker's first bytes, as read (null: let go)
   };
   void remember_inline(const std::string& gen_key, const std::string& marker, std::map<std::string, s3::InlineFile> files,
-                       std::string text, const std::string& etag) const {
+                       s3::Buffer text, const std::string& etag) const {
     auto c = std::make_shared<InlineCheckpoint>();
     c->marker_key = marker;
     c->etag = etag;
     c->files = std::move(files);
-    c->head = std::make_shared<const std::string>(std::move(text));
+    c->head = std::make_shared<const s3::Buffer>(std::move(text));
     std::lock_guard<std::mutex> lock(known_mutex_);
     // The same version read again (a check that the checkpoint did not change): the longer
     // read of its bytes is kept.
@@ -500,15 +502,15 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       inline_bytes_ = 0;
     }
     auto& slot = inline_[gen_key];
-    if (slot && slot->head) inline_bytes_ -= slot->head->size();
+    if (slot && slot->head) inline_bytes_ -= slot->head->bytes.allocated();
     slot = c;
-    inline_bytes_ += c->head->size();
+    inline_bytes_ += c->head->bytes.allocated();
     // The bytes of at most 64 MiB of markers (and of the one just read) are kept; the others'
     // are let go, and read again, in ranges of their markers, where they are still asked for.
     const std::uint64_t keep = std::uint64_t{64} << 20;
     for (auto it = inline_.begin(); inline_bytes_ > keep && it != inline_.end(); ++it) {
       if (it->first == gen_key || !it->second->head) continue;
-      inline_bytes_ -= it->second->head->size();
+      inline_bytes_ -= it->second->head->bytes.allocated();
       auto copy = std::make_shared<InlineCheckpoint>(*it->second);
       copy->head = nullptr;
       it->second = copy;
@@ -605,7 +607,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         ++it;
         continue;
       }
-      if (it->second->head) inline_bytes_ -= it->second->head->size();
+      if (it->second->head) inline_bytes_ -= it->second->head->bytes.allocated();
       it = inline_.erase(it);
     }
   }
@@ -839,8 +841,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
    public:
     HeldReader(Bytes bytes, std::string name)
         : owner_(bytes), data_(bytes->data()), size_(bytes->size()), name_(std::move(name)) {}
-    HeldReader(std::shared_ptr<const std::string> text, std::uint64_t offset, std::uint64_t size, std::string name)
-        : owner_(text), data_(reinterpret_cast<const unsigned char*>(text->data()) + offset), size_(size), name_(std::move(name)) {}
+    HeldReader(Bytes bytes, std::uint64_t offset, std::uint64_t size, std::string name)
+        : owner_(bytes), data_(bytes->data() + offset), size_(size), name_(std::move(name)) {}
     std::uint64_t size() const override { return size_; }
     std::uint64_t cached_bytes(std::uint64_t, std::uint64_t n) const override { return n; }
     void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
@@ -1107,7 +1109,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       bool sent = false;
       // Room for `need` bytes in a buffer of at most `full` (a part), the bytes defined kept.
       void reserve(std::uint64_t need, std::uint64_t full, s3::BufferPool& pool) {
-        if (bytes && bytes->capacity >= need) return;
+        if (bytes && bytes->capacity() >= need) return;
         const std::uint64_t small = std::max<std::uint64_t>(std::uint64_t{64} << 10, std::bit_ceil(need));
         std::shared_ptr<s3::Buffer> grown = need >= full / 2 || small >= full / 2
                                                 ? pool.take(static_cast<std::size_t>(full))
@@ -1444,7 +1446,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   mutable std::unordered_map<std::string, std::uint64_t> known_sizes_;  // remember_sizes
   mutable std::set<std::string> known_generations_;  // whose marker was read (learn_generation)
   mutable std::map<std::string, std::shared_ptr<const InlineCheckpoint>> inline_;  // by generation key
-  mutable std::uint64_t inline_bytes_ = 0;  // of the heads inline_ holds
+  mutable std::uint64_t inline_bytes_ = 0;  // of the heads inline_ holds (as allocated: a huge page is resident whole)
   mutable std::mutex in_place_mutex_;
   // Exports being written in place (stage_foreign), by key: how many stagings, and the object
   // created last (the format's commit).

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host buffers of megabytes that a save or load fills once (an object store's transfer parts
+// and read-ahead objects, a commit marker's body), in transparent huge pages where the system
+// offers them.
+//
+// Why: a buffer fresh from the allocator is mapped one 4 KiB page at a time as it is first
+// written, and each of those page faults costs the kernel a trap and a page to zero. On the
+// benchmark VM (docs/benchmarks.md, "Huge pages for the S3 store's buffers") one costs about
+// 10 us: filling a new 4 MiB buffer took 11 ms, so that the first load of 10,000 small leaves
+// from an object store spent most of its time in page faults its limit never makes. Asked for
+// with madvise(MADV_HUGEPAGE) on a region aligned to 2 MiB, the same buffer is two faults of
+// 2 MiB pages: 0.5 ms. Linux's default setting ("madvise" on Debian and Ubuntu) gives huge
+// pages to exactly such requests; where huge pages are off ("never"), or on other systems, the
+// buffer is plain memory, as before. The cost: a buffer takes whole 2 MiB pages once touched
+// (at most 2 MiB more than it fills), so only buffers of at least `huge_page_buffer_min` take
+// them. Not for a buffer the allocator would hand out again to the next save or load (the data
+// file's staging of small leaves: a mapping of its own was slower there, docs/benchmarks.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <utility>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+// Under AddressSanitizer every buffer comes from new[], whose bounds it checks (it does not
+// watch a mapping's).
+#if defined(__SANITIZE_ADDRESS__)
+#define CAIRN_BULK_BYTES_MAPPED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CAIRN_BULK_BYTES_MAPPED 0
+#endif
+#endif
+#if !defined(CAIRN_BULK_BYTES_MAPPED) && defined(__linux__) && defined(MADV_HUGEPAGE)
+#define CAIRN_BULK_BYTES_MAPPED 1
+#elif !defined(CAIRN_BULK_BYTES_MAPPED)
+#define CAIRN_BULK_BYTES_MAPPED 0
+#endif
+
+#include "cairn/core/config.hpp"
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
+// Smaller buffers come from the allocator (rounding them up to a huge page would waste more
+// than it saves; the allocator also reuses their memory between operations).
+inline constexpr std::size_t huge_page_buffer_min = std::size_t{2} << 20;
+
+// `size` bytes, contents undefined (never zeroed: its users fill what they use). Move-only.
+class BulkBytes {
+ public:
+  BulkBytes() = default;
+  explicit BulkBytes(std::size_t size) : size_(size) {
+    if (size == 0) return;
+#if CAIRN_BULK_BYTES_MAPPED
+    if (size >= huge_page_buffer_min) {
+      // A mapping of the size rounded up to whole huge pages, plus one more so that an aligned
+      // start lies inside it; the unaligned head and tail are unmapped again.
+      const std::size_t whole = (size + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+      void* m = ::mmap(nullptr, whole + huge_page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m != MAP_FAILED) {
+        const auto start = reinterpret_cast<std::uintptr_t>(m);
+        const auto aligned = (start + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+        if (aligned > start) ::munmap(m, aligned - start);
+        const std::size_t tail = start + whole + huge_page_bytes - (aligned + whole);
+        if (tail) ::munmap(reinterpret_cast<void*>(aligned + whole), tail);
+        p_ = reinterpret_cast<unsigned char*>(aligned);
+        mapped_ = whole;
+        // A refusal (huge pages off, an old kernel) leaves plain pages: nothing else changes.
+        (void)::madvise(p_, whole, MADV_HUGEPAGE);
+        return;
+      }
+      // Out of address space for the mapping: the allocator throws bad_alloc below if it is too.
+    }
+#endif
+    p_ = new unsigned char[size];
+  }
+  BulkBytes(BulkBytes&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), size_(std::exchange(o.size_, 0)), mapped_(std::exchange(o.mapped_, 0)) {}
+  BulkBytes& operator=(BulkBytes&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      mapped_ = std::exchange(o.mapped_, 0);
+    }
+    return *this;
+  }
+  BulkBytes(const BulkBytes&) = delete;
+  BulkBytes& operator=(const BulkBytes&) = delete;
+  ~BulkBytes() { release(); }
+
+  unsigned char* data() { return p_; }
+  const unsigned char* data() const { return p_; }
+  std::size_t size() const { return size_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  // The memory it may hold once touched: its size rounded up to whole huge pages where it is
+  // in them (what a cache of such buffers counts against its bound).
+  std::size_t allocated() const { return mapped_ ? mapped_ : size_; }
+  // Whether the buffer is a mapping that asked for huge pages (for tests).
+  bool huge_pages_asked() const { return mapped_ != 0; }
+
+ private:
+  void release() {
+    if (!p_) return;
+#if CAIRN_BULK_BYTES_MAPPED
+    if (mapped_) {
+      ::munmap(p_, mapped_);
+      p_ = nullptr;
+      return;
+    }
+#endif
+    delete[] p_;
+    p_ = nullptr;
+  }
+
+  unsigned char* p_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t mapped_ = 0;  // bytes mapped (whole huge pages), or 0: from new[]
+};
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
