@@ -1031,6 +1031,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       }
       send_full_parts();
     }
+    bool copies_writes() const override { return true; }  // into its parts
     void finish(std::uint64_t size) override {
       const std::uint64_t last = size == 0 ? 0 : (size - 1) / part_;
       for (const auto& [index, part] : parts_)
@@ -1100,9 +1101,11 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     // define() zeroes the gap up to where the next write starts (or up to the part's end
     // before it is sent), so a range never written reads as zeros, as a file's hole does,
     // while a part written from its start (every save) is never memset. A part of at least
-    // half the part size is a block of the store's pool; a smaller one (the first part of a
-    // small object: metadata of a few kilobytes) is a buffer of its own that grows as it is
-    // written, so that three small objects written side by side do not take three blocks.
+    // half the part size, or one that grows past part_block_from, is a block of the store's
+    // pool; a smaller one (the first part of a small object: metadata of a few kilobytes) is a
+    // buffer of its own that grows as it is written, so that three small objects written side
+    // by side do not take three blocks.
+    static constexpr std::uint64_t part_block_from = std::uint64_t{1} << 20;
     struct Part {
       std::shared_ptr<s3::Buffer> bytes;
       std::uint64_t filled = 0, end = 0, defined = 0;
@@ -1111,7 +1114,10 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       void reserve(std::uint64_t need, std::uint64_t full, s3::BufferPool& pool) {
         if (bytes && bytes->capacity() >= need) return;
         const std::uint64_t small = std::max<std::uint64_t>(std::uint64_t{64} << 10, std::bit_ceil(need));
-        std::shared_ptr<s3::Buffer> grown = need >= full / 2 || small >= full / 2
+        // Past 1 MiB (a data object of small leaves, written a leaf at a time), a block: one
+        // the store kept from its last operation has its pages already, where each doubling
+        // would be new memory faulted in and a copy.
+        std::shared_ptr<s3::Buffer> grown = need >= full / 2 || small >= std::min(full / 2, part_block_from)
                                                 ? pool.take(static_cast<std::size_t>(full))
                                                 : std::make_shared<s3::Buffer>(static_cast<std::size_t>(small));
         if (bytes && defined) std::memcpy(grown->data(), bytes->data(), static_cast<std::size_t>(defined));

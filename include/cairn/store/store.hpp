@@ -106,6 +106,10 @@ class StoreWriter {
       offset += pieces[i].n;
     }
   }
+  // Whether every write is copied into buffers of the writer's own before it goes anywhere (an
+  // object store's upload parts): a caller then writes small pieces as they come, where for a
+  // file it gathers them into one buffer first, one system call for many (DataFileWriter).
+  virtual bool copies_writes() const { return false; }
   // Sets the blob's final size and makes it durable (fsync and close for a file). A save
   // fails when this fails: on NFS this is where delayed write errors surface.
   virtual void finish(std::uint64_t size) = 0;
