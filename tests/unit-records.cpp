@@ -776,7 +776,7 @@ TEST_CASE("the data files named at the head of a metadata text: found without pa
 TEST_CASE("inner_nodes: every proper prefix of every leaf once, its kind from its children, conflicts found in any order") {
   {
     // A parent's key child, then its index child, side by side: the parent is a sequence.
-    std::vector<LeafRecord> leaves(2);
+    LeafRecords leaves(2);
     leaves[0].path = KeyPath().child(KeyEntry::key("p")).child(KeyEntry::key("a"));
     leaves[1].path = KeyPath().child(KeyEntry::key("p")).child(KeyEntry::index(0));
     const auto nodes = detail::inner_nodes(
@@ -790,7 +790,7 @@ TEST_CASE("inner_nodes: every proper prefix of every leaf once, its kind from it
   for (int round = 0; round < 200; ++round) {
     CAPTURE(round);
     // Random leaves of depth 1 to 4 over a small alphabet, so that parents are shared often.
-    std::vector<LeafRecord> leaves;
+    LeafRecords leaves;
     std::set<std::string> printed_leaves;
     const int n = 1 + static_cast<int>(rng() % 40);
     for (int i = 0; i < n; ++i) {

@@ -12,11 +12,13 @@
 #include <cairn/store/gathered_writer.hpp>
 #include <cairn/io/batched_reads.hpp>
 
+#include <array>
 #include <atomic>
 #include <fstream>
 #include <sstream>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -101,6 +103,49 @@ TEST_CASE("BulkBytes: every byte writable; megabytes in a mapping aligned to 2 M
   }
   CHECK(vm_flags_of(gone).empty());
 #endif
+}
+
+TEST_CASE("BulkAllocator: a vector of megabytes lies in huge pages, a smaller one on the heap; elements survive growth across") {
+  using Rec = std::array<std::uint64_t, 34>;  // 272 bytes, as a LeafRecord
+  std::vector<Rec, cairn::detail::BulkAllocator<Rec>> v;
+  std::mt19937_64 g(99);
+  const std::uint64_t seed = g();
+  auto value = [&](std::size_t i, std::size_t j) { return seed ^ (i * 1000003 + j); };
+  bool was_small = false, is_big = false;
+  for (std::size_t i = 0; i < 20000; ++i) {  // 5.4 MB: grows from the heap into mappings
+    Rec r;
+    for (std::size_t j = 0; j < r.size(); ++j) r[j] = value(i, j);
+    v.push_back(r);
+    const bool big = v.capacity() * sizeof(Rec) >= cairn::detail::huge_page_buffer_min;
+#if CAIRN_BULK_BYTES_MAPPED
+    if (!big && !was_small) {
+      was_small = true;
+      CHECK(vm_flags_of(v.data()).find(" hg") == std::string::npos);
+    }
+    if (big && !is_big) {
+      is_big = true;
+      CHECK(reinterpret_cast<std::uintptr_t>(v.data()) % cairn::detail::huge_page_bytes == 0);
+      CHECK(vm_flags_of(v.data()).find(" hg") != std::string::npos);
+    }
+#else
+    was_small = was_small || !big;
+    is_big = is_big || big;
+#endif
+  }
+  CHECK(was_small);
+  CHECK(is_big);
+  bool same = true;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    for (std::size_t j = 0; j < v[i].size(); ++j) same = same && v[i][j] == value(i, j);
+  CHECK(same);
+#if CAIRN_BULK_BYTES_MAPPED
+  CHECK(vm_flags_of(v.data() + v.size() - 1).find(" hg") != std::string::npos);
+  const void* gone = v.data();
+  v = decltype(v)();
+  CHECK(vm_flags_of(gone).empty());  // the mapping let go with the vector's memory
+#endif
+  // A format-3 item's records are such a vector.
+  static_assert(std::is_same_v<decltype(cairn::ItemRecord::leaves)::allocator_type, cairn::detail::BulkAllocator<cairn::LeafRecord>>);
 }
 
 TEST_CASE("PosixStore keeps the Store contract") {

@@ -4829,6 +4829,183 @@ CAIRN_END_NAMESPACE
 #include <string_view>
 #include <type_traits>
 
+// ----- begin cairn/core/bulk_bytes.hpp -----
+// Host buffers of megabytes that a save or load fills once (an object store's transfer parts
+// and read-ahead objects, a commit marker's body, the leaf records of thousands of leaves), in
+// transparent huge pages where the system offers them.
+//
+// Why: a buffer fresh from the allocator is mapped one 4 KiB page at a time as it is first
+// written, and each of those page faults costs the kernel a trap and a page to zero. On the
+// benchmark VM (docs/benchmarks.md, "Huge pages for the S3 store's buffers") one costs about
+// 10 us: filling a new 4 MiB buffer took 11 ms, so that the first load of 10,000 small leaves
+// from an object store spent most of its time in page faults its limit never makes. Asked for
+// with madvise(MADV_HUGEPAGE) on a region aligned to 2 MiB, the same buffer is two faults of
+// 2 MiB pages: 0.5 ms. Linux's default setting ("madvise" on Debian and Ubuntu) gives huge
+// pages to exactly such requests; where huge pages are off ("never"), or on other systems, the
+// buffer is plain memory, as before. The cost: a buffer takes whole 2 MiB pages once touched
+// (at most 2 MiB more than it fills), so only buffers of at least `huge_page_buffer_min` take
+// them. Not for a buffer the allocator would hand out again to the next save or load (the data
+// file's staging of small leaves: a mapping of its own was slower there, docs/benchmarks.md).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <utility>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+// Under AddressSanitizer every buffer comes from new[], whose bounds it checks (it does not
+// watch a mapping's).
+#if defined(__SANITIZE_ADDRESS__)
+#define CAIRN_BULK_BYTES_MAPPED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CAIRN_BULK_BYTES_MAPPED 0
+#endif
+#endif
+#if !defined(CAIRN_BULK_BYTES_MAPPED) && defined(__linux__) && defined(MADV_HUGEPAGE)
+#define CAIRN_BULK_BYTES_MAPPED 1
+#elif !defined(CAIRN_BULK_BYTES_MAPPED)
+#define CAIRN_BULK_BYTES_MAPPED 0
+#endif
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
+// Smaller buffers come from the allocator (rounding them up to a huge page would waste more
+// than it saves; the allocator also reuses their memory between operations).
+inline constexpr std::size_t huge_page_buffer_min = std::size_t{2} << 20;
+
+#if CAIRN_BULK_BYTES_MAPPED
+inline std::size_t huge_pages_for(std::size_t size) { return (size + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes; }
+// A mapping of `size` bytes rounded up to whole huge pages (that many into `mapped`), at an
+// address aligned to one, that asked for huge pages; null where there is no address space for
+// it. Unmapped with munmap(p, huge_pages_for(size)).
+inline void* map_huge_pages(std::size_t size, std::size_t& mapped) {
+  // One huge page more than needed, so that an aligned start lies inside it; the unaligned
+  // head and tail are unmapped again.
+  const std::size_t whole = huge_pages_for(size);
+  void* m = ::mmap(nullptr, whole + huge_page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<std::uintptr_t>(m);
+  const auto aligned = (start + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+  if (aligned > start) ::munmap(m, aligned - start);
+  const std::size_t tail = start + whole + huge_page_bytes - (aligned + whole);
+  if (tail) ::munmap(reinterpret_cast<void*>(aligned + whole), tail);
+  // A refusal (huge pages off, an old kernel) leaves plain pages: nothing else changes.
+  (void)::madvise(reinterpret_cast<void*>(aligned), whole, MADV_HUGEPAGE);
+  mapped = whole;
+  return reinterpret_cast<void*>(aligned);
+}
+#endif
+
+// `size` bytes, contents undefined (never zeroed: its users fill what they use). Move-only.
+class BulkBytes {
+ public:
+  BulkBytes() = default;
+  explicit BulkBytes(std::size_t size) : size_(size) {
+    if (size == 0) return;
+#if CAIRN_BULK_BYTES_MAPPED
+    if (size >= huge_page_buffer_min) {
+      if (void* m = map_huge_pages(size, mapped_)) {
+        p_ = static_cast<unsigned char*>(m);
+        return;
+      }
+      // Out of address space for the mapping: the allocator throws bad_alloc below if it is too.
+    }
+#endif
+    p_ = new unsigned char[size];
+  }
+  BulkBytes(BulkBytes&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), size_(std::exchange(o.size_, 0)), mapped_(std::exchange(o.mapped_, 0)) {}
+  BulkBytes& operator=(BulkBytes&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      mapped_ = std::exchange(o.mapped_, 0);
+    }
+    return *this;
+  }
+  BulkBytes(const BulkBytes&) = delete;
+  BulkBytes& operator=(const BulkBytes&) = delete;
+  ~BulkBytes() { release(); }
+
+  unsigned char* data() { return p_; }
+  const unsigned char* data() const { return p_; }
+  std::size_t size() const { return size_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  // The memory it may hold once touched: its size rounded up to whole huge pages where it is
+  // in them (what a cache of such buffers counts against its bound).
+  std::size_t allocated() const { return mapped_ ? mapped_ : size_; }
+  // Whether the buffer is a mapping that asked for huge pages (for tests).
+  bool huge_pages_asked() const { return mapped_ != 0; }
+
+ private:
+  void release() {
+    if (!p_) return;
+#if CAIRN_BULK_BYTES_MAPPED
+    if (mapped_) {
+      ::munmap(p_, mapped_);
+      p_ = nullptr;
+      return;
+    }
+#endif
+    delete[] p_;
+    p_ = nullptr;
+  }
+
+  unsigned char* p_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t mapped_ = 0;  // bytes mapped (whole huge pages), or 0: from new[]
+};
+
+// An allocator whose arrays of at least `huge_page_buffer_min` bytes are mappings in huge pages
+// (map_huge_pages), and smaller ones std::allocator's: for a vector of records that a save or
+// load fills once (LeafRecords: 10,000 leaves' records are 2.7 MB, which took 600 page faults,
+// 6 ms of a 30 ms load from an object store). Which of the two an array came from follows
+// from its size, so that deallocate needs nothing stored. No mapping: std::bad_alloc.
+template <class T>
+struct BulkAllocator {
+  using value_type = T;
+  BulkAllocator() = default;
+  template <class U>
+  BulkAllocator(const BulkAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
+    const std::size_t bytes = n * sizeof(T);
+#if CAIRN_BULK_BYTES_MAPPED
+    if (bytes >= huge_page_buffer_min) {
+      std::size_t mapped = 0;
+      void* p = map_huge_pages(bytes, mapped);
+      if (!p) throw std::bad_alloc();
+      return static_cast<T*>(p);
+    }
+#endif
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    const std::size_t bytes = n * sizeof(T);
+#if CAIRN_BULK_BYTES_MAPPED
+    if (bytes >= huge_page_buffer_min) {
+      ::munmap(p, huge_pages_for(bytes));
+      return;
+    }
+#endif
+    std::allocator<T>().deallocate(p, n);
+  }
+  template <class U>
+  friend bool operator==(const BulkAllocator&, const BulkAllocator<U>&) { return true; }
+};
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/core/bulk_bytes.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 
@@ -4881,6 +5058,11 @@ struct LeafRecord {
   std::uint64_t nbytes() const { return byte_count(shape, dtype_size(dtype)); }
 };
 
+// A tree's leaf records: a vector whose memory, for thousands of leaves, is in huge pages
+// (core/bulk_bytes.hpp): a load of 10,000 small leaves otherwise spends more on the page
+// faults of their 2.7 MB of records than on parsing them.
+using LeafRecords = std::vector<LeafRecord, detail::BulkAllocator<LeafRecord>>;
+
 struct NodeRecord {
   KeyPath path;
   NodeKind kind = NodeKind::struct_;
@@ -4912,7 +5094,7 @@ struct ItemRecord {
   std::string name;
   ItemKind kind = ItemKind::tree;
   std::vector<NodeRecord> nodes;  // inner nodes, pre-order (the root has the empty path)
-  std::vector<LeafRecord> leaves; // leaves in tree order
+  LeafRecords leaves; // leaves in tree order
   std::vector<UnreadLeaf> unread; // an import's leaves that cairn cannot read (empty for cairn's own)
 
   const LeafRecord* find_leaf(std::string_view key) const {
@@ -4954,7 +5136,7 @@ struct CheckpointMetadata {
     return nullptr;
   }
   // The leaves of the main tree item ("state").
-  const std::vector<LeafRecord>& leaves() const;
+  const LeafRecords& leaves() const;
   std::uint64_t total_bytes() const {
     std::uint64_t n = 0;
     for (const auto& i : items)
@@ -4975,7 +5157,7 @@ namespace detail {
 // tree of no leaves). A prefix that is itself a leaf cannot be a node: `conflict(prefix, leaf)`
 // is called for it and must throw; `is_leaf(printed)` says which prefixes are leaves.
 template <class IsLeaf, class Conflict>
-std::vector<NodeRecord> inner_nodes(const std::vector<LeafRecord>& leaves, NodeKind kind, bool with_root, IsLeaf is_leaf,
+std::vector<NodeRecord> inner_nodes(const LeafRecords& leaves, NodeKind kind, bool with_root, IsLeaf is_leaf,
                                     Conflict conflict) {
   std::map<std::string, NodeRecord> nodes;
   if (with_root) nodes.emplace("", NodeRecord{KeyPath(), kind});
@@ -5018,8 +5200,8 @@ std::vector<NodeRecord> inner_nodes(const std::vector<LeafRecord>& leaves, NodeK
 // The stored name of rank r's value of a per-rank item: "iterator" of rank 3 is "iterator@3".
 inline std::string per_rank_item_name(const std::string& name, int rank) { return name + "@" + std::to_string(rank); }
 
-inline const std::vector<LeafRecord>& CheckpointMetadata::leaves() const {
-  static const std::vector<LeafRecord> none;
+inline const LeafRecords& CheckpointMetadata::leaves() const {
+  static const LeafRecords none;
   const ItemRecord* item = find_item(default_item_name);
   return item ? item->leaves : none;
 }
@@ -11367,7 +11549,15 @@ class MetadataReader {
   template <class T>
   using Runs = std::vector<std::pair<T, std::uint64_t>>;
   struct LeafTable {
-    std::vector<std::string> keys;  // printed, whole
+    // The keys, printed whole, one after another in one string (not a string each: 10,000
+    // keys were 320 KB of strings, and their vector's growth, in new memory).
+    std::string key_text;
+    std::vector<std::size_t> key_ends;  // where each key ends in key_text
+    std::size_t size() const { return key_ends.size(); }
+    std::string_view key(std::size_t i) const {
+      const std::size_t from = i ? key_ends[i - 1] : 0;
+      return std::string_view(key_text).substr(from, key_ends[i] - from);
+    }
     Runs<std::string> kinds;
     Runs<DType> dtypes;
     Runs<std::size_t> ranks;
@@ -11412,20 +11602,20 @@ class MetadataReader {
           r_.array([&] {
             if (!suffix_next) {
               shared = r_.uint64();
-              const std::size_t most = t.keys.empty() ? 0 : t.keys.back().size();
+              const std::size_t most = t.size() ? t.key(t.size() - 1).size() : 0;
               if (shared > most)
                 r_.fail("a leaf table's key shares " + std::to_string(shared) + " bytes with a key of " + std::to_string(most));
             } else {
               const std::string_view suffix = r_.string();
-              std::string key;
-              key.reserve(static_cast<std::size_t>(shared) + suffix.size());
-              if (shared) key.append(t.keys.back(), 0, static_cast<std::size_t>(shared));
-              key.append(suffix);
-              key_bytes += key.size();
+              key_bytes += static_cast<std::size_t>(shared) + suffix.size();
               if (key_bytes > most_key_bytes)
                 r_.fail("a leaf table's keys come to more than " + std::to_string(most_key_bytes) + " bytes (" +
                         std::to_string(max_table_key_bytes_per_text_byte) + " a byte of the text, and 64 MiB)");
-              t.keys.push_back(std::move(key));
+              // (the key before ends where key_text ends: its first `shared` bytes, copied from there)
+              const std::size_t before = t.size() > 1 ? t.key_ends[t.size() - 2] : 0;
+              if (shared) t.key_text.append(t.key_text, before, static_cast<std::size_t>(shared));
+              t.key_text.append(suffix);
+              t.key_ends.push_back(t.key_text.size());
             }
             suffix_next = !suffix_next;
           });
@@ -11446,7 +11636,7 @@ class MetadataReader {
   // The table's leaves as records: every column must describe exactly as many leaves as it
   // has keys. Errors name the leaf's key.
   void table_leaves(LeafTable& t, ItemRecord& item) {
-    const std::size_t n = t.keys.size();
+    const std::size_t n = t.size();
     auto check_runs = [&](const auto& runs, const char* column) {
       std::uint64_t total = 0;
       bool more = false;  // (counts are untrusted: summed with a check, never past n)
@@ -11467,6 +11657,7 @@ class MetadataReader {
     if (t.crc32c.size() != 8 * n)
       r_.fail("a leaf table's crc32c has " + std::to_string(t.crc32c.size()) + " digits for " + std::to_string(n) + " keys");
     item.leaves.reserve(n);
+    if (printed_ && !printed_->empty()) printed_->back().reserve(printed_->back().size() + n);
     // A cursor over runs: the value for the next leaf.
     auto cursor = [](const auto& runs) {
       return [&runs, at = std::size_t{0}, left = runs.empty() ? std::uint64_t{0} : runs[0].second]() mutable -> const auto& {
@@ -11482,7 +11673,7 @@ class MetadataReader {
     std::size_t dim = 0;
     std::uint64_t before_file = 0, before_end = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      std::string& key = t.keys[i];
+      const std::string_view key = t.key(i);
       try {
         LeafRecord& l = item.leaves.emplace_back();
         const std::string& k = kinds();
@@ -11530,9 +11721,9 @@ class MetadataReader {
         else
           c.file = (*data_files_)[file];
         if (printed_ && !printed_->empty())  // the table's key, taken: nothing reads it after this
-          printed_->back().push_back(prints_as_stored(key, k) ? std::move(t.keys[i]) : l.path.str());
+          printed_->back().push_back(prints_as_stored(key, k) ? std::string(key) : l.path.str());
       } catch (const Error& e) {
-        throw Error(e.kind(), e.message(), path_, key);
+        throw Error(e.kind(), e.message(), path_, std::string(key));
       }
     }
     if (dim != t.dims.size()) r_.fail("a leaf table's shape column has dimensions past its leaves'");
@@ -11915,7 +12106,7 @@ inline bool writes_leaf_table(const ItemRecord& item, const DataFileNumbers* fil
 
 // Runs of equal values: [[value, count], ...].
 template <class Value, class Append>
-void append_runs(std::string& out, const std::vector<LeafRecord>& leaves, Value value, Append append) {
+void append_runs(std::string& out, const LeafRecords& leaves, Value value, Append append) {
   out += '[';
   for (std::size_t i = 0; i < leaves.size();) {
     const auto v = value(leaves[i]);
@@ -11931,7 +12122,7 @@ void append_runs(std::string& out, const std::vector<LeafRecord>& leaves, Value 
   out += ']';
 }
 
-inline void append_leaf_table_json(std::string& out, const std::vector<LeafRecord>& leaves, const DataFileNumbers& files) {
+inline void append_leaf_table_json(std::string& out, const LeafRecords& leaves, const DataFileNumbers& files) {
   // keys: [shared, suffix, ...]: the bytes each printed key shares with the one before, and
   // the rest (cut between UTF-8 characters, so that the text stays valid UTF-8).
   out += "{\"keys\":[";
@@ -14483,7 +14674,7 @@ inline std::size_t edit_distance_at_most(std::string_view a, std::string_view b,
 // "; 'layers' holds 0, 1, 2" (the deepest part of `wanted` that stored leaves lie under, and
 // what it holds), then "; did you mean 'layers/1/w'?" where one stored leaf is at most two
 // edits away (looked for among up to 100,000 leaves).
-inline std::string missing_key_hint(const std::vector<LeafRecord>& stored, const std::string& wanted) {
+inline std::string missing_key_hint(const LeafRecords& stored, const std::string& wanted) {
   std::vector<std::string> leaves;
   leaves.reserve(stored.size());
   for (const auto& l : stored) leaves.push_back(l.key());

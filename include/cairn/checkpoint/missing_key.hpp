@@ -46,7 +46,7 @@ inline std::size_t edit_distance_at_most(std::string_view a, std::string_view b,
 // "; 'layers' holds 0, 1, 2" (the deepest part of `wanted` that stored leaves lie under, and
 // what it holds), then "; did you mean 'layers/1/w'?" where one stored leaf is at most two
 // edits away (looked for among up to 100,000 leaves).
-inline std::string missing_key_hint(const std::vector<LeafRecord>& stored, const std::string& wanted) {
+inline std::string missing_key_hint(const LeafRecords& stored, const std::string& wanted) {
   std::vector<std::string> leaves;
   leaves.reserve(stored.size());
   for (const auto& l : stored) leaves.push_back(l.key());

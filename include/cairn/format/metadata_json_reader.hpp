@@ -262,7 +262,15 @@ class MetadataReader {
   template <class T>
   using Runs = std::vector<std::pair<T, std::uint64_t>>;
   struct LeafTable {
-    std::vector<std::string> keys;  // printed, whole
+    // The keys, printed whole, one after another in one string (not a string each: 10,000
+    // keys were 320 KB of strings, and their vector's growth, in new memory).
+    std::string key_text;
+    std::vector<std::size_t> key_ends;  // where each key ends in key_text
+    std::size_t size() const { return key_ends.size(); }
+    std::string_view key(std::size_t i) const {
+      const std::size_t from = i ? key_ends[i - 1] : 0;
+      return std::string_view(key_text).substr(from, key_ends[i] - from);
+    }
     Runs<std::string> kinds;
     Runs<DType> dtypes;
     Runs<std::size_t> ranks;
@@ -307,20 +315,20 @@ class MetadataReader {
           r_.array([&] {
             if (!suffix_next) {
               shared = r_.uint64();
-              const std::size_t most = t.keys.empty() ? 0 : t.keys.back().size();
+              const std::size_t most = t.size() ? t.key(t.size() - 1).size() : 0;
               if (shared > most)
                 r_.fail("a leaf table's key shares " + std::to_string(shared) + " bytes with a key of " + std::to_string(most));
             } else {
               const std::string_view suffix = r_.string();
-              std::string key;
-              key.reserve(static_cast<std::size_t>(shared) + suffix.size());
-              if (shared) key.append(t.keys.back(), 0, static_cast<std::size_t>(shared));
-              key.append(suffix);
-              key_bytes += key.size();
+              key_bytes += static_cast<std::size_t>(shared) + suffix.size();
               if (key_bytes > most_key_bytes)
                 r_.fail("a leaf table's keys come to more than " + std::to_string(most_key_bytes) + " bytes (" +
                         std::to_string(max_table_key_bytes_per_text_byte) + " a byte of the text, and 64 MiB)");
-              t.keys.push_back(std::move(key));
+              // (the key before ends where key_text ends: its first `shared` bytes, copied from there)
+              const std::size_t before = t.size() > 1 ? t.key_ends[t.size() - 2] : 0;
+              if (shared) t.key_text.append(t.key_text, before, static_cast<std::size_t>(shared));
+              t.key_text.append(suffix);
+              t.key_ends.push_back(t.key_text.size());
             }
             suffix_next = !suffix_next;
           });
@@ -341,7 +349,7 @@ class MetadataReader {
   // The table's leaves as records: every column must describe exactly as many leaves as it
   // has keys. Errors name the leaf's key.
   void table_leaves(LeafTable& t, ItemRecord& item) {
-    const std::size_t n = t.keys.size();
+    const std::size_t n = t.size();
     auto check_runs = [&](const auto& runs, const char* column) {
       std::uint64_t total = 0;
       bool more = false;  // (counts are untrusted: summed with a check, never past n)
@@ -362,6 +370,7 @@ class MetadataReader {
     if (t.crc32c.size() != 8 * n)
       r_.fail("a leaf table's crc32c has " + std::to_string(t.crc32c.size()) + " digits for " + std::to_string(n) + " keys");
     item.leaves.reserve(n);
+    if (printed_ && !printed_->empty()) printed_->back().reserve(printed_->back().size() + n);
     // A cursor over runs: the value for the next leaf.
     auto cursor = [](const auto& runs) {
       return [&runs, at = std::size_t{0}, left = runs.empty() ? std::uint64_t{0} : runs[0].second]() mutable -> const auto& {
@@ -377,7 +386,7 @@ class MetadataReader {
     std::size_t dim = 0;
     std::uint64_t before_file = 0, before_end = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      std::string& key = t.keys[i];
+      const std::string_view key = t.key(i);
       try {
         LeafRecord& l = item.leaves.emplace_back();
         const std::string& k = kinds();
@@ -425,9 +434,9 @@ class MetadataReader {
         else
           c.file = (*data_files_)[file];
         if (printed_ && !printed_->empty())  // the table's key, taken: nothing reads it after this
-          printed_->back().push_back(prints_as_stored(key, k) ? std::move(t.keys[i]) : l.path.str());
+          printed_->back().push_back(prints_as_stored(key, k) ? std::string(key) : l.path.str());
       } catch (const Error& e) {
-        throw Error(e.kind(), e.message(), path_, key);
+        throw Error(e.kind(), e.message(), path_, std::string(key));
       }
     }
     if (dim != t.dims.size()) r_.fail("a leaf table's shape column has dimensions past its leaves'");

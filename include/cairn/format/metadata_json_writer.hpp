@@ -224,7 +224,7 @@ inline bool writes_leaf_table(const ItemRecord& item, const DataFileNumbers* fil
 
 // Runs of equal values: [[value, count], ...].
 template <class Value, class Append>
-void append_runs(std::string& out, const std::vector<LeafRecord>& leaves, Value value, Append append) {
+void append_runs(std::string& out, const LeafRecords& leaves, Value value, Append append) {
   out += '[';
   for (std::size_t i = 0; i < leaves.size();) {
     const auto v = value(leaves[i]);
@@ -240,7 +240,7 @@ void append_runs(std::string& out, const std::vector<LeafRecord>& leaves, Value 
   out += ']';
 }
 
-inline void append_leaf_table_json(std::string& out, const std::vector<LeafRecord>& leaves, const DataFileNumbers& files) {
+inline void append_leaf_table_json(std::string& out, const LeafRecords& leaves, const DataFileNumbers& files) {
   // keys: [shared, suffix, ...]: the bytes each printed key shares with the one before, and
   // the rest (cut between UTF-8 characters, so that the text stays valid UTF-8).
   out += "{\"keys\":[";
