@@ -18,6 +18,35 @@ TEST_CASE("key paths print with '/' and escape separators so every path round-tr
   CHECK(KeyPath().str().empty());
 }
 
+TEST_CASE("a key path of up to three entries keeps them in itself; a deeper one, copies and moves keep every entry") {
+  auto inside = [](const KeyPath& p) {
+    const auto* at = reinterpret_cast<const char*>(p.entries().data());
+    return at >= reinterpret_cast<const char*>(&p) && at < reinterpret_cast<const char*>(&p + 1);
+  };
+  KeyPath p;
+  std::vector<KeyEntry> all;
+  for (int i = 0; i < 6; ++i) {
+    const KeyEntry e = i % 2 ? KeyEntry::index(i) : KeyEntry::field("name-long-enough-to-allocate-" + std::to_string(i));
+    p.push_back(e);
+    all.push_back(e);
+    CAPTURE(i);
+    CHECK(inside(p) == (p.size() <= cairn::inline_key_entries));
+    const KeyPath copy = p;  // (copies: the same entries, each in its own storage)
+    CHECK(copy == p);
+    CHECK(inside(copy) == inside(p));
+    CHECK(KeyPath::from_stored(p.str(), p.kinds()) == p);
+    KeyPath moved = KeyPath(copy);
+    KeyPath target = std::move(moved);
+    CHECK(target == KeyPath(all));
+    CHECK(std::equal(target.entries().begin(), target.entries().end(), all.begin(), all.end()));
+  }
+  while (!p.empty()) {
+    p.pop_back();
+    all.pop_back();
+    CHECK(p == KeyPath(all));
+  }
+}
+
 TEST_CASE("random keys with separators and escapes round-trip") {
   const std::string alphabet = "ab/%2F5_";
   for (int trial = 0; trial < 500; ++trial) {

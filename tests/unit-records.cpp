@@ -17,6 +17,7 @@
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
 using namespace cairn;
 
@@ -549,6 +550,15 @@ TEST_CASE("format 3's leaf table: an item of many plain leaves in columns reads 
     const std::string name(80 << 10, 'n');
     for (auto& l : longer.items[0].leaves) l.path = KeyPath({KeyEntry::field(name), KeyEntry::index(static_cast<std::int64_t>(&l - longer.items[0].leaves.data()))});
     CHECK_FALSE(detail::writes_leaf_table(longer.items[0], &numbers));
+    // 30 KiB names: 30 MiB of keys, within (printed to tell: a bound of 3 bytes a character is
+    // past it); 25 KiB of '/', each printed as "%2F": 75 MiB, past it.
+    for (const auto& [fill, ch, table] : {std::tuple{std::size_t{30} << 10, 'n', true}, std::tuple{std::size_t{25} << 10, '/', false}}) {
+      CAPTURE(ch);
+      const std::string named(fill, ch);
+      for (auto& l : longer.items[0].leaves) l.path = KeyPath({KeyEntry::key(named), KeyEntry::index(static_cast<std::int64_t>(&l - longer.items[0].leaves.data()))});
+      CHECK(detail::writes_leaf_table(longer.items[0], &numbers) == table);
+      if (table) check_same(longer, detail::metadata_from_json(detail::metadata_to_json(longer), "meta"));
+    }
   }
   // Fewer leaves than leaf_table_min_leaves: records.
   CheckpointMetadata few;

@@ -46,7 +46,9 @@ struct ItemSnapshot {
   std::string name;
   ItemKind kind = ItemKind::tree;
   std::vector<NodeRecord> nodes;
-  std::vector<SnapshotLeaf> leaves;
+  // (Its memory for thousands of leaves in huge pages, as LeafRecords': the walk of 10,000
+  // leaves grows it to 3 MB, which were 1,300 page faults of a save in new memory.)
+  std::vector<SnapshotLeaf, BulkAllocator<SnapshotLeaf>> leaves;
   bool per_rank = false;  // each rank's own value, stored as "<name>@<rank>" (see Items)
 
   std::uint64_t leaf_bytes() const {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cairn/core/error.hpp"
+#include "cairn/core/inline_vector.hpp"
 
 CAIRN_BEGIN_NAMESPACE
 
@@ -46,12 +47,20 @@ CAIRN_API std::string unescape_key_segment(std::string_view s);
 // levels of recursion too).
 inline constexpr std::size_t max_tree_depth = 1000;
 
+// The entries of a key path: the first `inline_key_entries` kept in the path itself, so that
+// a path such as "layers/0/w" is no allocation of its own (a save and a load of 10,000 leaves
+// made 10,000 each, a quarter of a first load's page faults, docs/benchmarks.md).
+inline constexpr std::size_t inline_key_entries = 3;
+using KeyEntries = InlineVector<KeyEntry, inline_key_entries>;
+
 class KeyPath {
  public:
   KeyPath() = default;
-  KeyPath(std::vector<KeyEntry> entries) : entries_(std::move(entries)) {}
+  KeyPath(const std::vector<KeyEntry>& entries) : entries_(entries) {}
+  KeyPath(std::initializer_list<KeyEntry> entries) : entries_(entries) {}
+  KeyPath(KeyEntries entries) : entries_(std::move(entries)) {}
 
-  const std::vector<KeyEntry>& entries() const { return entries_; }
+  const KeyEntries& entries() const { return entries_; }
   std::size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
   const KeyEntry& operator[](std::size_t i) const { return entries_[i]; }
@@ -76,7 +85,7 @@ class KeyPath {
   friend bool operator==(const KeyPath& a, const KeyPath& b) { return a.entries_ == b.entries_; }
 
  private:
-  std::vector<KeyEntry> entries_;
+  KeyEntries entries_;
 };
 
 // Split a printed path into unescaped segments: "a%2Fb/c" -> {"a/b", "c"}; "" -> {}.

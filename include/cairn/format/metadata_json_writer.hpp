@@ -190,7 +190,7 @@ inline void append_leaf_json(std::string& out, const LeafRecord& l, const DataFi
 }
 
 // Format 3's leaf table (docs/format.md, "Leaf tables"): the leaves of an item of many plain
-// leaves in columns rather than a record each, about 25 bytes a leaf where a record takes
+// leaves in columns rather than a record each, about 21 bytes a leaf where a record takes
 // about 127 (issue 35: the metadata of 10,000 small leaves was 1.27 MB beside their 2.9 MB,
 // and its parse most of a load's CPU). Smaller items keep their records, which any cairn since
 // format 2 reads and people read more easily.
@@ -212,14 +212,20 @@ inline bool table_leaf(const LeafRecord& l, const DataFileNumbers& files) {
 // Also only where the keys come to no more than a reader takes from a table of that many
 // leaves (max_table_key_bytes_per_text_byte, against the fewest bytes a table spends on a
 // leaf: 15), so that what is written is always read.
+// The keys are printed only where a bound of their size (every character escaped, every number
+// of 20 characters) does not already show it: append_leaf_table_json prints each once more.
 inline bool writes_leaf_table(const ItemRecord& item, const DataFileNumbers* files) {
   if (!files || item.leaves.size() < leaf_table_min_leaves) return false;
-  std::uint64_t key_bytes = 0;
+  std::uint64_t most_key_bytes = 0;
   for (const auto& l : item.leaves) {
     if (!table_leaf(l, *files)) return false;
-    key_bytes += l.path.str().size();
+    for (const KeyEntry& e : l.path.entries()) most_key_bytes += 1 + (e.name.empty() ? 20 : 3 * std::uint64_t{e.name.size()});
   }
-  return key_bytes <= max_table_key_bytes_per_text_byte * 15 * item.leaves.size() + (std::uint64_t{64} << 20);
+  const std::uint64_t limit = max_table_key_bytes_per_text_byte * 15 * item.leaves.size() + (std::uint64_t{64} << 20);
+  if (most_key_bytes <= limit) return true;
+  std::uint64_t key_bytes = 0;
+  for (const auto& l : item.leaves) key_bytes += l.path.str().size();
+  return key_bytes <= limit;
 }
 
 // Runs of equal values: [[value, count], ...].
@@ -345,13 +351,16 @@ inline void append_item_json(std::string& out, const ItemRecord& item, const Dat
 // The text of _METADATA: everything but the user metadata, which has a file of its own.
 // `version`, where given, is set to the text's format version, which the commit marker repeats.
 inline std::string metadata_to_json(const CheckpointMetadata& m, int* version = nullptr) {
-  std::string out;
-  std::size_t leaves = 0;
-  for (const auto& i : m.items) leaves += i.leaves.size() + i.nodes.size();
-  out.reserve(256 + 160 * leaves);
   const DataFileNumbers files(m.data_files);
   std::vector<char> tables(m.items.size());
   for (std::size_t i = 0; i < m.items.size(); ++i) tables[i] = writes_leaf_table(m.items[i], &files);
+  // Room for the text at once: a record takes about 130 bytes a leaf, a table about 21 and
+  // each key's suffix (a guess: growing past it costs one copy).
+  std::string out;
+  std::size_t room = 256;
+  for (std::size_t i = 0; i < m.items.size(); ++i)
+    room += 80 * m.items[i].nodes.size() + (tables[i] ? 40 : 160) * m.items[i].leaves.size();
+  out.reserve(room);
   // The text is in this version's form, whichever version the records were read from:
   // format 3 where an item's leaves are a table, format 2 otherwise (which cairn reads since
   // 2026-11-23).
