@@ -17,7 +17,6 @@
 #include <random>
 #include <set>
 #include <stdexcept>
-#include <tuple>
 
 using namespace cairn;
 
@@ -552,12 +551,17 @@ TEST_CASE("format 3's leaf table: an item of many plain leaves in columns reads 
     CHECK_FALSE(detail::writes_leaf_table(longer.items[0], &numbers));
     // 30 KiB names: 30 MiB of keys, within (printed to tell: a bound of 3 bytes a character is
     // past it); 25 KiB of '/', each printed as "%2F": 75 MiB, past it.
-    for (const auto& [fill, ch, table] : {std::tuple{std::size_t{30} << 10, 'n', true}, std::tuple{std::size_t{25} << 10, '/', false}}) {
-      CAPTURE(ch);
-      const std::string named(fill, ch);
+    struct Names {
+      std::size_t fill;
+      char ch;
+      bool table;
+    };
+    for (const Names& c : {Names{std::size_t{30} << 10, 'n', true}, Names{std::size_t{25} << 10, '/', false}}) {
+      CAPTURE(c.ch);  // (a member, not a structured binding: clang 14 captures none in CAPTURE's lambda)
+      const std::string named(c.fill, c.ch);
       for (auto& l : longer.items[0].leaves) l.path = KeyPath({KeyEntry::key(named), KeyEntry::index(static_cast<std::int64_t>(&l - longer.items[0].leaves.data()))});
-      CHECK(detail::writes_leaf_table(longer.items[0], &numbers) == table);
-      if (table) check_same(longer, detail::metadata_from_json(detail::metadata_to_json(longer), "meta"));
+      CHECK(detail::writes_leaf_table(longer.items[0], &numbers) == c.table);
+      if (c.table) check_same(longer, detail::metadata_from_json(detail::metadata_to_json(longer), "meta"));
     }
   }
   // Fewer leaves than leaf_table_min_leaves: records.
