@@ -4891,10 +4891,10 @@ inline constexpr std::size_t huge_page_buffer_min = std::size_t{2} << 20;
 
 #if CAIRN_BULK_BYTES_MAPPED
 inline std::size_t huge_pages_for(std::size_t size) { return (size + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes; }
-// A mapping of `size` bytes rounded up to whole huge pages (that many into `mapped`), at an
-// address aligned to one, that asked for huge pages; null where there is no address space for
-// it. Unmapped with munmap(p, huge_pages_for(size)).
-inline void* map_huge_pages(std::size_t size, std::size_t& mapped) {
+// A mapping of huge_pages_for(size) bytes, at an address aligned to a huge page, that asked for
+// huge pages; null where there is no address space for it. Unmapped with
+// munmap(p, huge_pages_for(size)).
+inline void* map_huge_pages(std::size_t size) {
   // One huge page more than needed, so that an aligned start lies inside it; the unaligned
   // head and tail are unmapped again.
   const std::size_t whole = huge_pages_for(size);
@@ -4907,7 +4907,6 @@ inline void* map_huge_pages(std::size_t size, std::size_t& mapped) {
   if (tail) ::munmap(reinterpret_cast<void*>(aligned + whole), tail);
   // A refusal (huge pages off, an old kernel) leaves plain pages: nothing else changes.
   (void)::madvise(reinterpret_cast<void*>(aligned), whole, MADV_HUGEPAGE);
-  mapped = whole;
   return reinterpret_cast<void*>(aligned);
 }
 #endif
@@ -4920,8 +4919,9 @@ class BulkBytes {
     if (size == 0) return;
 #if CAIRN_BULK_BYTES_MAPPED
     if (size >= huge_page_buffer_min) {
-      if (void* m = map_huge_pages(size, mapped_)) {
+      if (void* m = map_huge_pages(size)) {
         p_ = static_cast<unsigned char*>(m);
+        mapped_ = huge_pages_for(size);
         return;
       }
       // Out of address space for the mapping: the allocator throws bad_alloc below if it is too.
@@ -4989,10 +4989,8 @@ struct BulkAllocator {
     const std::size_t bytes = n * sizeof(T);
 #if CAIRN_BULK_BYTES_MAPPED
     if (bytes >= huge_page_buffer_min) {
-      std::size_t mapped = 0;
-      void* p = map_huge_pages(bytes, mapped);
-      if (!p) throw std::bad_alloc();
-      return static_cast<T*>(p);
+      if (void* p = map_huge_pages(bytes)) return static_cast<T*>(p);
+      throw std::bad_alloc();
     }
 #endif
     return std::allocator<T>().allocate(n);
@@ -5278,7 +5276,7 @@ struct ItemSnapshot {
   ItemKind kind = ItemKind::tree;
   std::vector<NodeRecord> nodes;
   // (Its memory for thousands of leaves in huge pages, as LeafRecords': the walk of 10,000
-  // leaves grows it to 3 MB, which were 1,300 page faults of a save in new memory.)
+  // leaves grows it by doubling to 3 MB, hundreds of 4 KiB page faults of a save in new memory.)
   std::vector<SnapshotLeaf, BulkAllocator<SnapshotLeaf>> leaves;
   bool per_rank = false;  // each rank's own value, stored as "<name>@<rank>" (see Items)
 

@@ -47,7 +47,7 @@ struct ItemSnapshot {
   ItemKind kind = ItemKind::tree;
   std::vector<NodeRecord> nodes;
   // (Its memory for thousands of leaves in huge pages, as LeafRecords': the walk of 10,000
-  // leaves grows it to 3 MB, which were 1,300 page faults of a save in new memory.)
+  // leaves grows it by doubling to 3 MB, hundreds of 4 KiB page faults of a save in new memory.)
   std::vector<SnapshotLeaf, BulkAllocator<SnapshotLeaf>> leaves;
   bool per_rank = false;  // each rank's own value, stored as "<name>@<rank>" (see Items)
 
