@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cairn/core/once.hpp>
+#include <cairn/s3/arriving_body.hpp>
 #include <cairn/s3/buffer_pool.hpp>
 #include <cairn/s3/credentials.hpp>
 #include <cairn/s3/options.hpp>
@@ -16,6 +17,7 @@
 #include "../test_util.hpp"  // test::ScopedEnv
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -495,4 +497,114 @@ TEST_CASE("detail::Once: a throw leaves the work for the next caller; callers at
   CHECK(returned_before_done.load() == 0);
   once([&] { done_runs.fetch_add(1); });  // done: never again
   CHECK(done_runs.load() == 1);
+}
+
+namespace {
+cairn::s3::HttpResponse answer(std::uint64_t length, const std::string& etag, long status = 206) {
+  cairn::s3::HttpResponse r;
+  r.status = status;
+  r.headers["content-length"] = std::to_string(length);
+  r.headers["etag"] = etag;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("S3 ArrivingBody: readers wait for their own bytes; a retry does not rewrite them; a changed object or a failure reaches every waiter") {
+  using cairn::s3::ArrivingBody;
+  std::string body = "{\"generation\":\"g\"}\n";
+  for (int i = 0; body.size() < 300000; ++i) body += static_cast<char>('a' + i % 26);
+  const std::uint64_t n = body.size();
+  SUBCASE("the first line before the rest; each reader gets its range whole, from another thread") {
+    auto b = std::make_shared<ArrivingBody>(1 << 20, "s3://b/m");
+    std::atomic<bool> line_seen{false};
+    std::vector<std::thread> readers;
+    std::vector<std::string> got(4);
+    for (int r = 0; r < 4; ++r)
+      readers.emplace_back([&, r] {
+        const std::uint64_t line = b->wait_for_line();
+        CHECK(line == body.find('\n') + 1);
+        line_seen = true;
+        const std::uint64_t end = n * static_cast<std::uint64_t>(r + 1) / 4;
+        b->wait_for(end);
+        got[r] = std::string(reinterpret_cast<const char*>(b->bytes()->data()), end);
+      });
+    REQUIRE(b->start(answer(n, "\"e1\"")));
+    for (std::uint64_t at = 0; at < n; at += 1000) {
+      REQUIRE(b->take(body.data() + at, static_cast<std::size_t>(std::min<std::uint64_t>(1000, n - at))));
+      if (at == 0) {  // the line is in: the readers go on before the rest arrives
+        for (int i = 0; i < 2000 && !line_seen; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        CHECK(line_seen.load());
+      }
+    }
+    b->finish(answer(n, "\"e1\""));
+    for (auto& t : readers) t.join();
+    for (int r = 0; r < 4; ++r) CHECK(got[r] == body.substr(0, got[r].size()));
+    CHECK(b->bytes()->size() == n);
+  }
+  SUBCASE("a retry of the same version: bytes already in are kept, the rest written") {
+    auto b = std::make_shared<ArrivingBody>(1 << 20, "s3://b/m");
+    REQUIRE(b->start(answer(n, "\"e1\"")));
+    REQUIRE(b->take(body.data(), 5000));
+    // A reader holds the first bytes; the retry's copy of them (here different bytes, which a
+    // rewrite would show) must not be written.
+    std::string second = body;
+    for (std::size_t i = 0; i < 5000; ++i) second[i] = 'X';
+    REQUIRE(b->start(answer(n, "\"e1\"")));
+    REQUIRE(b->take(second.data(), second.size()));
+    b->finish(answer(n, "\"e1\""));
+    b->wait_for(n);
+    CHECK(std::string(reinterpret_cast<const char*>(b->bytes()->data()), n) == body);
+  }
+  SUBCASE("a retry that got another version is refused: waiters get an error naming the object") {
+    auto b = std::make_shared<ArrivingBody>(1 << 20, "s3://b/m");
+    REQUIRE(b->start(answer(n, "\"e1\"")));
+    REQUIRE(b->take(body.data(), 5000));
+    std::thread waiter([&] { CHECK_CAIRN_ERROR(b->wait_for(n), cairn::ErrorKind::io, "the object changed"); });
+    CHECK_FALSE(b->start(answer(n, "\"e2\"")));
+    b->finish(answer(n, "\"e2\""));
+    waiter.join();
+    CHECK_CAIRN_ERROR(b->wait_for_line(), cairn::ErrorKind::io, "the object changed");
+  }
+  SUBCASE("a failed transfer: every reader waiting, and every later one, gets its error") {
+    auto b = std::make_shared<ArrivingBody>(1 << 20, "s3://b/m");
+    std::vector<std::thread> waiters;
+    for (int r = 0; r < 3; ++r)
+      waiters.emplace_back([&] { CHECK_CAIRN_ERROR(b->wait_for(n), cairn::ErrorKind::timeout, "stalled"); });
+    REQUIRE(b->start(answer(n, "\"e1\"")));
+    REQUIRE(b->take(body.data(), 100));
+    b->fail(cairn::Error(cairn::ErrorKind::timeout, "GET stalled", "s3://b/m"));
+    for (auto& t : waiters) t.join();
+    CHECK_CAIRN_ERROR(b->wait_for(n), cairn::ErrorKind::timeout, "stalled");
+    b->wait_for(100);  // what arrived stays readable
+  }
+  SUBCASE("a body longer than the limit is cut there; one shorter than announced is an error at its end") {
+    auto cut = std::make_shared<ArrivingBody>(1000, "s3://b/m");
+    REQUIRE(cut->start(answer(n, "\"e1\"", 200)));
+    CHECK_FALSE(cut->take(body.data(), 5000));  // the transfer ends
+    cut->finish(answer(n, "\"e1\"", 200));
+    cut->wait_for(1000);
+    CHECK(cut->bytes()->size() == 1000);
+    auto shorter = std::make_shared<ArrivingBody>(1 << 20, "s3://b/m");
+    REQUIRE(shorter->start(answer(n, "\"e1\"")));
+    REQUIRE(shorter->take(body.data(), 100));
+    shorter->finish(answer(n, "\"e1\""));
+    CHECK_CAIRN_ERROR(shorter->wait_for(n), cairn::ErrorKind::io, "ended at byte 100");
+  }
+  SUBCASE("no Content-Length: the readers look once it has all arrived") {
+    auto b = std::make_shared<ArrivingBody>(1 << 20, "s3://b/m");
+    cairn::s3::HttpResponse r;
+    r.status = 200;
+    REQUIRE(b->start(r));
+    REQUIRE(b->take(body.data(), 500));
+    std::atomic<bool> looked{false};
+    std::thread reader([&] {
+      CHECK(b->wait_for_line() == 500);
+      looked = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK_FALSE(looked.load());
+    b->finish(r);
+    reader.join();
+    CHECK(b->bytes()->size() == 500);
+  }
 }

@@ -185,24 +185,43 @@ class Client {
     const bool bulk = static_cast<bool>(r.bulk);
     Buffer got = bulk ? Buffer(std::move(r.bulk), r.bulk_size) : Buffer(r.body.size());
     if (!bulk && !r.body.empty()) std::memcpy(got.data(), r.body.data(), r.body.size());
-    if (r.status == 416) {  // an empty object: no byte 0
-      total = 0;
-      got.n = 0;
-    } else if (r.status == 206) {
-      const std::string range = r.header("content-range");  // "bytes 0-N/TOTAL"
-      const auto slash = range.rfind('/');
-      char* end = nullptr;
-      total = slash == std::string::npos ? 0 : std::strtoull(range.c_str() + slash + 1, &end, 10);
-      if (slash == std::string::npos || end == range.c_str() + slash + 1 || total < got.size())
-        throw Error(ErrorKind::io, "a ranged GET answered without a usable Content-Range (" + range + ")", uri(key));
-    } else {
-      const std::string length = r.header("content-length");
-      total = length.empty() ? got.size() : std::strtoull(length.c_str(), nullptr, 10);
-      if (total < got.size()) total = got.size();
-    }
+    total = first_bytes_total(r, got.size(), key);
+    if (r.status == 416) got.n = 0;  // an empty object: no byte 0
     if (got.size() > n) got.n = static_cast<std::size_t>(n);
     if (etag) *etag = r.header("etag");
     return got;
+  }
+
+  // get_first with the body handed to `into` as it arrives (BodyStream; s3/arriving_body.hpp),
+  // not kept in the response: returns the response (its status and headers) once the body
+  // has all arrived. first_bytes_total gives the object's size from the headers.
+  HttpResponse get_first_streamed(const std::string& key, std::uint64_t n, BodyStream& into) {
+    Call c;
+    c.method = "GET";
+    c.key = key;
+    c.headers.push_back({"range", "bytes=0-" + std::to_string(n == 0 ? 0 : n - 1)});
+    c.max_body = n;
+    c.accept = {200, 206, 416};
+    c.stream = &into;
+    return send(c);
+  }
+  // The whole size of an object from the answer to a GET of its first bytes, of which `got`
+  // came (get_first): Content-Range's total where the answer is a range (206), Content-Length
+  // where the server sent the whole object (200), 0 for an empty object (416).
+  std::uint64_t first_bytes_total(const HttpResponse& r, std::uint64_t got, const std::string& key) const {
+    if (r.status == 416) return 0;
+    if (r.status == 206) {
+      const std::string range = r.header("content-range");  // "bytes 0-N/TOTAL"
+      const auto slash = range.rfind('/');
+      char* end = nullptr;
+      const std::uint64_t total = slash == std::string::npos ? 0 : std::strtoull(range.c_str() + slash + 1, &end, 10);
+      if (slash == std::string::npos || end == range.c_str() + slash + 1 || total < got)
+        throw Error(ErrorKind::io, "a ranged GET answered without a usable Content-Range (" + range + ")", uri(key));
+      return total;
+    }
+    const std::string length = r.header("content-length");
+    const std::uint64_t total = length.empty() ? got : std::strtoull(length.c_str(), nullptr, 10);
+    return std::max(total, got);
   }
 
   // A PUT of a whole object; returns its ETag, or nullopt where the condition failed (412, or
@@ -437,6 +456,7 @@ class Client {
     std::uint64_t sink_size = 0;
     std::uint64_t max_body = 1 << 20;
     bool bulk_body = false;    // HttpRequest::bulk_body
+    BodyStream* stream = nullptr;  // HttpRequest::stream
     std::vector<long> accept = {200};  // statuses returned to the caller rather than raised
     bool error_in_200 = false;
     int attempts = 0;          // 0: options.max_attempts
@@ -649,6 +669,7 @@ class Client {
     h.sink_size = c.sink_size;
     h.max_body = c.max_body;
     h.bulk_body = c.bulk_body;
+    h.stream = c.stream;
     ++requests_;
     return http_.perform(h);
   }

@@ -36,6 +36,23 @@ struct HttpTimeouts {
   long total_seconds = 0;
 };
 
+struct HttpResponse;
+
+// Where a 2xx body goes as it arrives, for a caller that uses its first bytes while the rest
+// are on their way (S3Store::read_generation: a marker with its checkpoint inline is parsed,
+// and the load planned, while its data arrive; s3/arriving_body.hpp). start() is called with
+// the response's status and headers before its first byte, once per attempt (a retried
+// request starts again); take() with each piece, in order. False from either ends the
+// transfer (HttpResponse::body_overflow, no transport error).
+class BodyStream {
+ public:
+  virtual bool start(const HttpResponse& response) = 0;
+  virtual bool take(const char* p, std::size_t n) = 0;
+
+ protected:
+  ~BodyStream() = default;
+};
+
 struct HttpRequest {
   std::string method;
   std::string url;
@@ -50,6 +67,7 @@ struct HttpRequest {
   // inline, whose fresh string a process's first load faulted in 4 KiB at a time.
   bool bulk_body = false;
   bool head = false;                    // no response body expected (HEAD)
+  BodyStream* stream = nullptr;         // a 2xx body goes here as it arrives, instead of the above
 };
 
 struct HttpResponse {
@@ -82,6 +100,7 @@ struct Exchange {
   const HttpRequest* request;
   HttpResponse* response;
   std::uint64_t sent = 0;
+  bool streaming = false;  // the request's stream has been started in this exchange
   bool ok_status() const { return response->status >= 200 && response->status < 300; }
 };
 
@@ -89,6 +108,20 @@ inline std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user)
   auto& x = *static_cast<Exchange*>(user);
   const std::size_t len = size * n;
   HttpResponse& r = *x.response;
+  if (x.request->stream && x.ok_status()) {
+    if (!x.streaming) {  // the headers are all in before the first byte
+      x.streaming = true;
+      if (!x.request->stream->start(r)) {
+        r.body_overflow = true;
+        return 0;
+      }
+    }
+    if (!x.request->stream->take(p, len)) {
+      r.body_overflow = true;
+      return 0;
+    }
+    return len;
+  }
   if (x.request->sink && x.ok_status()) {
     const std::uint64_t room = x.request->sink_size - r.sink_received;
     const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(room, len));

@@ -40,6 +40,7 @@
 
 #include "cairn/core/json.hpp"
 #include "cairn/core/parallel.hpp"
+#include "cairn/s3/arriving_body.hpp"
 #include "cairn/s3/buffer_pool.hpp"
 #include "cairn/s3/client.hpp"
 #include "cairn/s3/commit_marker.hpp"
@@ -450,13 +451,36 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
                               std::uint64_t first = first_marker_read) const {
     const std::string marker = detail::join_key(key, detail::commit_marker_name);
     std::string version;
-    s3::Buffer text(0);
-    std::uint64_t total = 0;
-    auto has_line = [&] { return text.size() && std::memchr(text.data(), '\n', text.size()) != nullptr; };
+    std::shared_ptr<const s3::Buffer> text;
+    std::shared_ptr<const s3::ArrivingBody> arriving;  // null: all of `text` is in
+    std::uint64_t total = 0, readable = 0;  // the marker's size; how many of text's bytes are in
     try {
-      text = client().get_first(marker, first, total, &version);
-      if (!has_line() && total > text.size() && text.size() < max_marker_line)
-        text = client().get_first(marker, max_marker_line, total, &version);
+      if (first > max_marker_line) {
+        // A load's read of a marker that may hold its checkpoint inline (megabytes): on a
+        // thread of its own, and looked at once its first line is in (s3/arriving_body.hpp).
+        auto body = std::make_shared<s3::ArrivingBody>(first, describe(marker));
+        start_transfer([this, marker, first, body] {
+          try {
+            body->finish(client().get_first_streamed(marker, first, *body));
+          } catch (const Error& e) {
+            body->fail(e);
+          } catch (const std::exception& e) {
+            body->fail(Error(ErrorKind::io, e.what(), describe(marker)));
+          }
+        });
+        readable = body->wait_for_line();
+        text = body->bytes();
+        total = client().first_bytes_total(body->response(), text->size(), marker);
+        version = body->response().header("etag");
+        if (readable < text->size()) arriving = std::move(body);
+      } else {
+        s3::Buffer got = client().get_first(marker, first, total, &version);
+        const bool has_line = got.size() && std::memchr(got.data(), '\n', got.size()) != nullptr;
+        if (!has_line && total > got.size() && got.size() < max_marker_line)
+          got = client().get_first(marker, max_marker_line, total, &version);
+        readable = got.size();
+        text = std::make_shared<const s3::Buffer>(std::move(got));
+      }
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::not_found) return {};
       throw;
@@ -465,14 +489,14 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     // The marker is the first line; a checkpoint written inline follows it (format.md).
     s3::CommitMarker m;
     try {
-      m = s3::parse_commit_marker(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), total);
+      m = s3::parse_commit_marker(std::string_view(reinterpret_cast<const char*>(text->data()), readable), total);
     } catch (const Error& e) {
       throw Error(e.kind(), e.message(), describe(marker));
     }
     const std::string gen_key = detail::join_key(key, m.generation);
     remember_sizes(gen_key, m.sizes);
     if (inlined) *inlined = m.inlined;
-    if (m.inlined) remember_inline(gen_key, marker, std::move(m.files), std::move(text), version);
+    if (m.inlined) remember_inline(gen_key, marker, std::move(m.files), std::move(text), std::move(arriving), version);
     return m.generation;
   }
 
@@ -483,14 +507,18 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::string marker_key, etag;
     std::map<std::string, s3::InlineFile> files;  // (parse_commit_marker checked each is in the marker)
     std::shared_ptr<const s3::Buffer> head;  // the marker's first bytes, as read (null: let go)
+    // Where head's bytes are still arriving: what a reader waits on (null: all in).
+    std::shared_ptr<const s3::ArrivingBody> arriving;
   };
   void remember_inline(const std::string& gen_key, const std::string& marker, std::map<std::string, s3::InlineFile> files,
-                       s3::Buffer text, const std::string& etag) const {
+                       std::shared_ptr<const s3::Buffer> text, std::shared_ptr<const s3::ArrivingBody> arriving,
+                       const std::string& etag) const {
     auto c = std::make_shared<InlineCheckpoint>();
     c->marker_key = marker;
     c->etag = etag;
     c->files = std::move(files);
-    c->head = std::make_shared<const s3::Buffer>(std::move(text));
+    c->head = std::move(text);
+    c->arriving = std::move(arriving);
     std::lock_guard<std::mutex> lock(known_mutex_);
     // The same version read again (a check that the checkpoint did not change): the longer
     // read of its bytes is kept.
@@ -513,6 +541,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       inline_bytes_ -= it->second->head->bytes.allocated();
       auto copy = std::make_shared<InlineCheckpoint>(*it->second);
       copy->head = nullptr;
+      copy->arriving = nullptr;
       it->second = copy;
     }
   }
@@ -547,7 +576,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     const auto& c = l.in;
     const s3::InlineFile& file = f->second;
     if (c->head && file.offset + file.size <= c->head->size())
-      return std::make_unique<HeldReader>(c->head, file.offset, file.size, describe(key));
+      return std::make_unique<HeldReader>(c->head, file.offset, file.size, describe(key), c->arriving);
     return std::make_unique<Reader>(const_cast<S3Store&>(*this), c->marker_key, s3::ObjectInfo{file.size, c->etag}, file.offset,
                                     describe(key));
   }
@@ -571,6 +600,14 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     } catch (const Error&) {
       // Nothing learnt: the object is read as any other (a HEAD, then its bytes).
     }
+  }
+  // Runs `f` (a marker's GET, read_generation) on a thread of its own; the store waits for it
+  // before it goes. Transfers that ended are let go here.
+  template <class F>
+  void start_transfer(F&& f) const {
+    std::lock_guard<std::mutex> lock(transfers_mutex_);
+    std::erase_if(transfers_, [](const std::future<void>& t) { return t.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
+    transfers_.push_back(std::async(std::launch::async, std::forward<F>(f)));
   }
   // How much of a marker a load reads with it: the marker, and the most a checkpoint written
   // inline holds (S3Options::inline_limit is at most that).
@@ -841,14 +878,18 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
    public:
     HeldReader(Bytes bytes, std::string name)
         : owner_(bytes), data_(bytes->data()), size_(bytes->size()), name_(std::move(name)) {}
-    HeldReader(Bytes bytes, std::uint64_t offset, std::uint64_t size, std::string name)
-        : owner_(bytes), data_(bytes->data() + offset), size_(size), name_(std::move(name)) {}
+    // `arriving`: the bytes are still coming (ArrivingBody); each read waits for its own.
+    HeldReader(Bytes bytes, std::uint64_t offset, std::uint64_t size, std::string name,
+               std::shared_ptr<const s3::ArrivingBody> arriving = nullptr)
+        : owner_(bytes), data_(bytes->data() + offset), size_(size), name_(std::move(name)), arriving_(std::move(arriving)),
+          base_(offset) {}
     std::uint64_t size() const override { return size_; }
     std::uint64_t cached_bytes(std::uint64_t, std::uint64_t n) const override { return n; }
     void read_at(void* dst, std::uint64_t n, std::uint64_t offset) const override {
       if (offset > size_ || n > size_ - offset)
         throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(size_) +
                     ", before the data its metadata describes (truncated?)", name_);
+      arrived(offset + n);
       if (n) std::memcpy(dst, data_ + offset, static_cast<std::size_t>(n));
     }
     // Straight from memory into each piece (the default reads the span into a buffer first).
@@ -858,16 +899,29 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       if (offset > size_ || total > size_ - offset)
         throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(size_) +
                     ", before the data its metadata describes (truncated?)", name_);
+      arrived(offset + total);
       for (std::size_t i = 0; i < count; ++i) {
         if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, data_ + offset, static_cast<std::size_t>(pieces[i].n));
         offset += pieces[i].n;
       }
     }
    private:
+    // Waits until the file's first `end` bytes are in; the transfer's failure names this file
+    // (and, in its message, the marker it was read from).
+    void arrived(std::uint64_t end) const {
+      if (!arriving_) return;
+      try {
+        arriving_->wait_for(base_ + end);
+      } catch (const Error& e) {
+        throw Error(e.kind(), "reading it from its commit marker (" + e.file() + "): " + e.message(), name_);
+      }
+    }
     std::shared_ptr<const void> owner_;
     const unsigned char* data_;
     std::uint64_t size_;
     std::string name_;
+    std::shared_ptr<const s3::ArrivingBody> arriving_;
+    std::uint64_t base_ = 0;  // data_'s offset in the bytes arriving_ fills
   };
 
   // Reads of an object. A large read is split into ranges fetched in parallel straight into
@@ -1467,6 +1521,10 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   std::set<std::string> multipart_in_;  // generations with multipart uploads (abort_orphan_uploads)
   std::map<std::string, std::map<std::string, std::uint64_t>> written_;  // note_written: by generation, name -> size
   std::map<std::string, InlineSave> inline_saves_;  // by generation key: saves that may go inline (hold_inline)
+  // Markers being read on threads of their own (read_generation): waited for before the
+  // store goes, as they use its client.
+  mutable std::mutex transfers_mutex_;
+  mutable std::vector<std::future<void>> transfers_;
 };
 
 // The Location of an s3:// or gs:// URI, in a store of its own with these options (where the
@@ -1486,7 +1544,10 @@ CAIRN_API S3Store::S3Store(const std::string& scheme, const std::string& bucket,
       buffers_(static_cast<std::size_t>(options_.part_size), static_cast<std::size_t>(options_.concurrency) + 2,
                options_.keep_buffers_for) {}
 
-CAIRN_API S3Store::~S3Store() = default;
+CAIRN_API S3Store::~S3Store() {
+  std::lock_guard<std::mutex> lock(transfers_mutex_);
+  for (auto& t : transfers_) t.wait();
+}
 
 CAIRN_API Location s3_location(const std::string& uri, const S3Options& options) {
   const std::string scheme = detail::uri_scheme(uri);
