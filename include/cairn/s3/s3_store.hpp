@@ -466,6 +466,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
             body->fail(e);
           } catch (const std::exception& e) {
             body->fail(Error(ErrorKind::io, e.what(), describe(marker)));
+          } catch (...) {
+            body->fail(Error(ErrorKind::io, "the marker's GET failed", describe(marker)));
           }
         });
         readable = body->wait_for_line();
@@ -601,13 +603,29 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       // Nothing learnt: the object is read as any other (a HEAD, then its bytes).
     }
   }
-  // Runs `f` (a marker's GET, read_generation) on a thread of its own; the store waits for it
-  // before it goes. Transfers that ended are let go here.
+  // Runs `f` (a marker's GET, read_generation; it must not throw) on a thread of its own; the
+  // store waits for it before it goes. Detached, not kept as a future: a store that lives to
+  // the process's end (the one of plain s3:// URIs) would otherwise keep every ended thread
+  // unjoined (ThreadSanitizer's "thread leak"). The count drops, and the waiter is woken,
+  // under the lock, after which the thread touches nothing of the store.
   template <class F>
   void start_transfer(F&& f) const {
-    std::lock_guard<std::mutex> lock(transfers_mutex_);
-    std::erase_if(transfers_, [](const std::future<void>& t) { return t.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
-    transfers_.push_back(std::async(std::launch::async, std::forward<F>(f)));
+    {
+      std::lock_guard<std::mutex> lock(transfers_mutex_);
+      ++transfers_;
+    }
+    try {
+      std::thread([this, f = std::forward<F>(f)]() mutable {
+        f();
+        std::lock_guard<std::mutex> lock(transfers_mutex_);
+        --transfers_;
+        transfers_done_.notify_all();
+      }).detach();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(transfers_mutex_);
+      --transfers_;
+      throw;
+    }
   }
   // How much of a marker a load reads with it: the marker, and the most a checkpoint written
   // inline holds (S3Options::inline_limit is at most that).
@@ -1524,7 +1542,8 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // Markers being read on threads of their own (read_generation): waited for before the
   // store goes, as they use its client.
   mutable std::mutex transfers_mutex_;
-  mutable std::vector<std::future<void>> transfers_;
+  mutable std::condition_variable transfers_done_;
+  mutable int transfers_ = 0;  // running
 };
 
 // The Location of an s3:// or gs:// URI, in a store of its own with these options (where the
@@ -1545,8 +1564,8 @@ CAIRN_API S3Store::S3Store(const std::string& scheme, const std::string& bucket,
                options_.keep_buffers_for) {}
 
 CAIRN_API S3Store::~S3Store() {
-  std::lock_guard<std::mutex> lock(transfers_mutex_);
-  for (auto& t : transfers_) t.wait();
+  std::unique_lock<std::mutex> lock(transfers_mutex_);
+  transfers_done_.wait(lock, [this] { return transfers_ == 0; });
 }
 
 CAIRN_API Location s3_location(const std::string& uri, const S3Options& options) {
