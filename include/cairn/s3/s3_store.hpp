@@ -945,9 +945,18 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
   // Reads of an object. A large read is split into ranges fetched in parallel straight into
   // the caller's memory. Small reads that follow one another (a load reads a
   // large leaf in 256 KiB pieces, checksumming each) switch to read-ahead: blocks of
-  // read_part_size, `concurrency` of them in flight ahead of the reader, copied out as the
-  // pieces are asked for; a small read that does not follow the last is one ranged GET (a
-  // partial load reads only what it needs). Every GET is pinned to the ETag seen at open().
+  // read_part_size, up to `concurrency` of them fetched ahead of the reads, copied out as the
+  // pieces are asked for; a small read that follows none is one ranged GET (a partial load
+  // reads only what it needs). Every GET is pinned to the ETag seen at open().
+  //
+  // Several streams of reads share one object: a load reads its large leaves side by side, a
+  // thread each (read_scheduler.hpp), and two threads may take every other piece of one
+  // chunk. A read follows a stream when it starts where one of the last reads ended
+  // (streams_), and the blocks are one cache for all: a block is let go, least recently
+  // read first, only to make room (`concurrency` + 2 blocks), and a block fetched ahead is
+  // kept until it is read or the reads have passed it. (One position for the whole reader saw
+  // the reads of two threads as jumps: each block of 16 MiB was fetched two or three times, and
+  // a load of 1 GiB in 64 leaves ran at half the limit's speed.)
   class Reader : public StoreReader {
    public:
     // `base`: the object's bytes start there in the object at `key` (a file of a checkpoint
@@ -957,7 +966,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
           name_(name.empty() ? store.describe(key_) : std::move(name)) {}
     ~Reader() override {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (auto& [index, block] : blocks_) block.wait();  // no fetch outlives the reader
+      for (auto& [index, block] : blocks_) block.fetch.wait();  // no fetch outlives the reader
     }
     std::uint64_t size() const override { return info_.size; }
     // The bytes of the range in blocks the read-ahead has already brought: a loader reads a
@@ -969,7 +978,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       for (const auto& [index, block] : blocks_) {
         const std::uint64_t start = index * part, end = std::min(info_.size, start + part);
         const std::uint64_t a = std::max(start, offset), b = std::min(end, offset + n);
-        if (a < b && block.wait_for(std::chrono::seconds(0)) == std::future_status::ready) here += b - a;
+        if (a < b && ready(block.fetch)) here += b - a;
       }
       return here;
     }
@@ -995,10 +1004,27 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         return;
       }
       bool sequential;
+      std::uint64_t read;
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        sequential = offset == next_offset_ || blocks_.count(offset / part);
-        next_offset_ = offset + n;
+        read = ++reads_;
+        // The stream this read goes on with, and one it closes the gap to (two threads taking
+        // every other piece, one ahead of the other: their reads join into one stream).
+        Stream joined{offset, offset + n};
+        bool follows = false;
+        for (auto it = streams_.begin(); it != streams_.end();) {
+          if (it->end == offset || it->start == offset + n) {
+            follows = follows || it->end == offset;
+            joined.start = std::min(joined.start, it->start);
+            joined.end = std::max(joined.end, it->end);
+            it = streams_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        sequential = follows || blocks_.count(offset / part);
+        streams_.insert(streams_.begin(), joined);  // the most recent first
+        if (streams_.size() > max_streams) streams_.pop_back();
       }
       if (!sequential) {
         store_.client_.get_range(key_, dst, n, base_ + offset, info_.etag);
@@ -1008,7 +1034,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       for (std::uint64_t at = offset; at < offset + n;) {
         const std::uint64_t index = at / part, in = at % part;
         const std::uint64_t take = std::min(n - (at - offset), part - in);
-        const Block fetched = block(index).get();
+        const Block fetched = block(index, read, take).get();
         if (fetched.error) throw Error(*fetched.error);  // what the fetch threw, a copy of this thread's own
         std::memcpy(out + (at - offset), fetched.bytes->data() + in, static_cast<std::size_t>(take));
         at += take;
@@ -1017,40 +1043,103 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
 
    private:
     using Block = Fetched;
-    // Block `index`, fetched or being fetched, with the `concurrency` blocks after it started.
-    std::shared_future<Block> block(std::uint64_t index) const {
+    struct Slot {
+      std::shared_future<Block> fetch;
+      std::uint64_t length = 0;
+      std::uint64_t taken = 0;      // bytes reads have copied out of it (each byte once, in a whole load)
+      std::uint64_t last_read = 0;  // the read that last took bytes from it; 0: none yet
+    };
+    // A stream: reads one after another, which have read [start, end). A read that starts at
+    // no stream's end begins one, and one that ends where a stream starts joins it; at most
+    // max_streams are followed, the least recent forgotten.
+    struct Stream {
+      std::uint64_t start, end;
+    };
+    static constexpr std::size_t max_streams = 32;
+    // Whether a stream has read all of block `b` already (a block behind a stream that started
+    // before it: the reads of another stream need it no more, and it is not fetched ahead).
+    bool read_by_a_stream(std::uint64_t b) const {
+      const std::uint64_t part = store_.options_.read_part_size;
+      const std::uint64_t from = b * part, to = std::min(info_.size, from + part);
+      return std::any_of(streams_.begin(), streams_.end(), [&](const Stream& st) { return st.start <= from && to <= st.end; });
+    }
+
+    // Block `index`, fetched or being fetched, for read number `read`, which takes `take` bytes
+    // of it, with the blocks after it started while there is room.
+    std::shared_future<Block> block(std::uint64_t index, std::uint64_t read, std::uint64_t take) const {
       const std::uint64_t part = store_.options_.read_part_size;
       const std::uint64_t blocks = (info_.size + part - 1) / part;
       const std::uint64_t window = static_cast<std::uint64_t>(store_.options_.concurrency);
       std::lock_guard<std::mutex> lock(mutex_);
-      for (std::uint64_t b = index; b < std::min(blocks, index + window); ++b) {
-        if (blocks_.count(b)) continue;
-        const std::uint64_t start = b * part, len = std::min(part, info_.size - start);
-        blocks_[b] = std::async(std::launch::async, [this, start, len] {
-                       try {
-                         auto bytes = store_.buffers_.take(static_cast<std::size_t>(len));
-                         store_.client_.get_range(key_, bytes->data(), len, base_ + start, info_.etag);
-                         return Block{Bytes(std::move(bytes)), std::nullopt};
-                       } catch (const Error& e) {
-                         return Block{nullptr, e};
-                       }
-                     }).share();
+      // A failed fetch is dropped so that the next read tries again.
+      for (auto it = blocks_.begin(); it != blocks_.end();)
+        if (it->first != index && ready(it->second.fetch) && has_error(it->second.fetch)) it = blocks_.erase(it);
+        else ++it;
+      if (!blocks_.count(index)) {
+        make_room(index, true);
+        fetch(index);
       }
-      std::shared_future<Block> f = blocks_.at(index);
-      // Blocks behind the reader are done with (two threads may read neighbouring blocks, so
-      // one behind is kept); a failed fetch is dropped so that the next read tries again.
-      for (auto it = blocks_.begin(); it != blocks_.end();) {
-        const bool behind = it->first + 1 < index;
-        const bool failed = it->first != index && it->second.wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
-                            has_error(it->second);
-        if (behind || failed) {
-          it->second.wait();
-          it = blocks_.erase(it);
-        } else {
-          ++it;
+      Slot& wanted = blocks_.at(index);
+      wanted.taken += take;
+      wanted.last_read = read;
+      const std::shared_future<Block> f = wanted.fetch;
+      for (std::uint64_t b = index + 1; b < std::min(blocks, index + window); ++b)
+        if (!blocks_.count(b) && !read_by_a_stream(b)) {
+          if (!make_room(index, false)) break;
+          fetch(b);
         }
-      }
       return f;
+    }
+    void fetch(std::uint64_t b) const {
+      const std::uint64_t part = store_.options_.read_part_size;
+      const std::uint64_t start = b * part, len = std::min(part, info_.size - start);
+      Slot& slot = blocks_[b];
+      slot.length = len;
+      slot.fetch = std::async(std::launch::async, [this, start, len] {
+                     try {
+                       auto bytes = store_.buffers_.take(static_cast<std::size_t>(len));
+                       store_.client_.get_range(key_, bytes->data(), len, base_ + start, info_.etag);
+                       return Block{Bytes(std::move(bytes)), std::nullopt};
+                     } catch (const Error& e) {
+                       return Block{nullptr, e};
+                     }
+                   }).share();
+    }
+    // Room for one more block beside block `index` (`concurrency` + 2 are kept). What goes: a
+    // fetched block that is done with, whose every byte was read or that lies behind every
+    // stream (a partial load passed it by), least recently read first. A block fetched ahead and
+    // not yet read, or one a stream is still reading, goes only to make room for a block a read
+    // needs now (`needed`): then the one furthest ahead of those not yet read (a guess), or else
+    // the one read least recently (a stream that lags behind, which will read it again).
+    // False where nothing can go (every block still being fetched, or none done with and the
+    // block not needed now). (A reader in the middle of a block that goes keeps its bytes: its
+    // future holds them.)
+    bool make_room(std::uint64_t index, bool needed) const {
+      const std::size_t room = static_cast<std::size_t>(store_.options_.concurrency) + 2;
+      const std::uint64_t part = store_.options_.read_part_size;
+      std::uint64_t passed = info_.size;  // the blocks before passed / part are behind every stream
+      for (const Stream& st : streams_) passed = std::min(passed, st.end);
+      passed /= part;
+      while (blocks_.size() >= room) {
+        auto done = blocks_.end(), other = blocks_.end();
+        for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+          const Slot& b = it->second;
+          if (it->first == index || !ready(b.fetch)) continue;
+          if (b.taken >= b.length || it->first < passed) {
+            if (done == blocks_.end() || b.last_read < done->second.last_read) done = it;
+          } else if (other == blocks_.end() || (b.last_read == 0 && (other->second.last_read != 0 || it->first > other->first)) ||
+                     (b.last_read != 0 && other->second.last_read != 0 && b.last_read < other->second.last_read)) {
+            other = it;
+          }
+        }
+        if (done != blocks_.end()) blocks_.erase(done);
+        else if (needed && other != blocks_.end()) blocks_.erase(other);
+        else return false;
+      }
+      return true;
+    }
+    static bool ready(const std::shared_future<Block>& f) {
+      return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
     }
     static bool has_error(const std::shared_future<Block>& f) {
       try {
@@ -1066,8 +1155,9 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     std::uint64_t base_;
     std::string name_;
     mutable std::mutex mutex_;
-    mutable std::map<std::uint64_t, std::shared_future<Block>> blocks_;
-    mutable std::uint64_t next_offset_ = 0;
+    mutable std::map<std::uint64_t, Slot> blocks_;
+    mutable std::vector<Stream> streams_{Stream{0, 0}};  // the most recent first (a read from 0 needs no other before it)
+    mutable std::uint64_t reads_ = 0;
   };
 
   // Bytes come in any order of ranges; they are gathered into parts of part_size, and a full
