@@ -1225,8 +1225,9 @@ TEST_CASE("S3 reads: streams of small reads side by side share the read-ahead, e
   cairn::detail::write_blob(*s, "streams", bytes);
   const std::uint64_t half = 11 * part + 512;  // where the second stream starts (inside a block)
   std::string back(bytes.size(), '\0');
-  auto read = [&](const cairn::StoreReader& r, std::uint64_t at) {
-    r.read_at(back.data() + at, std::min(piece, size - at), at);
+  // A piece at `at` of a stream that ends at `end`.
+  auto read = [&](const cairn::StoreReader& r, std::uint64_t at, std::uint64_t end) {
+    r.read_at(back.data() + at, std::min(piece, end - at), at);
   };
   // Two threads that go at about the same pace (each waits while it is more than a block ahead
   // of the other): a thread that lags further behind may find a block it had begun let go to
@@ -1243,8 +1244,8 @@ TEST_CASE("S3 reads: streams of small reads side by side share the read-ahead, e
     const std::uint64_t before = s->requests();
     auto r = s->open("streams");
     for (std::uint64_t a = 0, b = half; a < half || b < size; a += piece, b += piece) {
-      if (a < half) r->read_at(back.data() + a, std::min(piece, half - a), a);
-      if (b < size) read(*r, b);
+      if (a < half) read(*r, a, half);
+      if (b < size) read(*r, b, size);
     }
     used = s->requests() - before;
   }
@@ -1252,10 +1253,10 @@ TEST_CASE("S3 reads: streams of small reads side by side share the read-ahead, e
     const std::uint64_t before = s->requests();
     auto r = s->open("streams");
     std::thread second([&] {
-      for (std::uint64_t b = half; b < size; b += piece) in_step(1, b - half), read(*r, b);
+      for (std::uint64_t b = half; b < size; b += piece) in_step(1, b - half), read(*r, b, size);
       finished[1] = true;
     });
-    for (std::uint64_t a = 0; a < half; a += piece) in_step(0, a), r->read_at(back.data() + a, std::min(piece, half - a), a);
+    for (std::uint64_t a = 0; a < half; a += piece) in_step(0, a), read(*r, a, half);
     finished[0] = true;
     second.join();
     used = s->requests() - before;
@@ -1265,10 +1266,10 @@ TEST_CASE("S3 reads: streams of small reads side by side share the read-ahead, e
     auto r = s->open("streams");
     const std::uint64_t pieces = (size + piece - 1) / piece;
     std::thread second([&] {
-      for (std::uint64_t k = 1; k < pieces; k += 2) in_step(1, k * piece), read(*r, k * piece);
+      for (std::uint64_t k = 1; k < pieces; k += 2) in_step(1, k * piece), read(*r, k * piece, size);
       finished[1] = true;
     });
-    for (std::uint64_t k = 0; k < pieces; k += 2) in_step(0, k * piece), read(*r, k * piece);
+    for (std::uint64_t k = 0; k < pieces; k += 2) in_step(0, k * piece), read(*r, k * piece, size);
     finished[0] = true;
     second.join();
     used = s->requests() - before;

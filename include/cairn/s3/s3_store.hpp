@@ -1120,6 +1120,11 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       std::uint64_t passed = info_.size;  // the blocks before passed / part are behind every stream
       for (const Stream& st : streams_) passed = std::min(passed, st.end);
       passed /= part;
+      // Of the blocks not done with, which goes first: the unread one furthest ahead, then the
+      // one read least recently.
+      const auto order = [](const auto& it) {
+        return it->second.last_read == 0 ? std::pair<int, std::uint64_t>{0, ~it->first} : std::pair<int, std::uint64_t>{1, it->second.last_read};
+      };
       while (blocks_.size() >= room) {
         auto done = blocks_.end(), other = blocks_.end();
         for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
@@ -1127,8 +1132,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
           if (it->first == index || !ready(b.fetch)) continue;
           if (b.taken >= b.length || it->first < passed) {
             if (done == blocks_.end() || b.last_read < done->second.last_read) done = it;
-          } else if (other == blocks_.end() || (b.last_read == 0 && (other->second.last_read != 0 || it->first > other->first)) ||
-                     (b.last_read != 0 && other->second.last_read != 0 && b.last_read < other->second.last_read)) {
+          } else if (other == blocks_.end() || order(it) < order(other)) {
             other = it;
           }
         }
