@@ -13,6 +13,7 @@
 #include <cairn/io/batched_reads.hpp>
 
 #include <array>
+#include <cstring>
 #include <atomic>
 #include <fstream>
 #include <sstream>
@@ -27,6 +28,7 @@
 #include <sys/stat.h>
 #include <linux/magic.h>
 #include <sys/statfs.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 using cairn::ErrorKind;
@@ -94,14 +96,91 @@ TEST_CASE("BulkBytes: every byte writable; megabytes in a mapping aligned to 2 M
     CHECK_FALSE(c);
   }
 #if CAIRN_BULK_BYTES_MAPPED
-  // A mapping let go is gone from the process (no leak of address space).
+  // A mapping larger than those kept for reuse, let go, is gone from the process (no leak of
+  // address space).
   const void* gone = nullptr;
   {
-    BulkBytes b(std::size_t{4} << 20);
+    BulkBytes b(cairn::detail::kept_mapping_bytes_max + 1);
     gone = b.data();
     CHECK_FALSE(vm_flags_of(gone).empty());
   }
   CHECK(vm_flags_of(gone).empty());
+#endif
+}
+
+TEST_CASE("BulkBytes: a mapping let go serves the next buffer of its size, without new page faults; at most four of "
+          "at most 4 MiB are kept, the oldest let go first") {
+#if CAIRN_BULK_BYTES_MAPPED
+  using cairn::detail::BulkBytes;
+  using cairn::detail::huge_page_bytes;
+  auto& kept = cairn::detail::KeptMappings::instance();
+  // Buffers of one and of two huge pages.
+  const std::size_t one = huge_page_bytes, two = 2 * huge_page_bytes - 100;
+  std::mt19937_64 g(std::random_device{}());
+  const unsigned char fill = static_cast<unsigned char>(g() | 1);
+  unsigned char* first = nullptr;
+  {
+    BulkBytes b(two);
+    first = b.data();
+    std::memset(b.data(), fill, two);
+  }
+  // The same mapping, its pages in place: its bytes are the ones written (a buffer's contents
+  // are undefined, so a user never sees this), and writing them again faults in nothing.
+  {
+    BulkBytes b(two - 12345);
+    CHECK(b.data() == first);
+    CHECK(b.allocated() == 2 * huge_page_bytes);
+    CHECK(b.data()[0] == fill);
+    CHECK(b.data()[two - 1] == fill);
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
+    std::memset(b.data(), fill ^ 0xff, two - 12345);
+    getrusage(RUSAGE_SELF, &after);
+    CHECK(after.ru_minflt - before.ru_minflt < 8);
+  }
+  // Another size is not served from it.
+  {
+    BulkBytes b(one);
+    CHECK(b.data() != first);
+    CHECK(b.allocated() == huge_page_bytes);
+  }
+  // Six let go at once: the four last are kept, the two first unmapped.
+  std::vector<BulkBytes> held;
+  for (int i = 0; i < 6; ++i) held.emplace_back(two);
+  std::vector<const void*> at;
+  for (const auto& b : held) at.push_back(b.data());
+  held.clear();  // (in order: the first is let go first)
+  CHECK(kept.size() == cairn::detail::kept_mappings_max);
+  CHECK(vm_flags_of(at[0]).empty());
+  CHECK(vm_flags_of(at[1]).empty());
+  for (int i = 2; i < 6; ++i) CHECK_FALSE(vm_flags_of(at[i]).empty());
+  // The vector of records takes them too, the newest first.
+  {
+    std::vector<std::uint64_t, cairn::detail::BulkAllocator<std::uint64_t>> v;
+    v.reserve(two / sizeof(std::uint64_t));
+    CHECK(static_cast<const void*>(v.data()) == at[5]);
+    v.assign(v.capacity(), 7);
+    CHECK(v[v.size() - 1] == 7);
+  }
+  // Threads taking and letting go side by side each get a mapping of their own.
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        BulkBytes b(t % 2 ? one : two);
+        const auto mark = static_cast<unsigned char>(t * 31 + i);
+        b.data()[0] = mark;
+        b.data()[b.size() - 1] = mark;
+        std::this_thread::yield();
+        if (b.data()[0] != mark || b.data()[b.size() - 1] != mark) ++bad;
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(bad == 0);
+  CHECK(kept.size() <= cairn::detail::kept_mappings_max);
+#else
+  MESSAGE("buffers come from new[] in this build (AddressSanitizer, or not Linux): nothing is kept");
 #endif
 }
 

@@ -4840,7 +4840,8 @@ CAIRN_END_NAMESPACE
 // ----- begin cairn/core/bulk_bytes.hpp -----
 // Host buffers of megabytes that a save or load fills once (an object store's transfer parts
 // and read-ahead objects, a commit marker's body, the leaf records of thousands of leaves), in
-// transparent huge pages where the system offers them.
+// transparent huge pages where the system offers them; the smaller of those mappings, let go,
+// kept for the next buffer of their size (KeptMappings).
 //
 // Why: a buffer fresh from the allocator is mapped one 4 KiB page at a time as it is first
 // written, and each of those page faults costs the kernel a trap and a page to zero. On the
@@ -4858,6 +4859,7 @@ CAIRN_END_NAMESPACE
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <utility>
 
@@ -4909,6 +4911,77 @@ inline void* map_huge_pages(std::size_t size) {
   (void)::madvise(reinterpret_cast<void*>(aligned), whole, MADV_HUGEPAGE);
   return reinterpret_cast<void*>(aligned);
 }
+
+// Mappings let go, kept for the next buffer of the same size: a program that loads a
+// checkpoint again (an evaluation loop, a server reloading weights) otherwise maps, faults in
+// and zeroes the same huge pages every time (the leaf records and the commit marker's body of
+// a load of 10,000 small leaves from an object store: four 2 MiB pages, most of a repeated
+// load's page faults, docs/benchmarks.md). At most `kept_mappings_max` of them, each of at most
+// `kept_mapping_bytes_max`: 16 MiB, less than glibc's malloc keeps of freed memory (it serves
+// blocks of up to 32 MiB from its heap and holds on to them). Larger mappings (a transfer part
+// of 16 MiB, the records of 100,000 leaves) are unmapped at once, as before; so are those
+// beyond the bound (the oldest kept goes first). Shared by every thread: a mutex guards it.
+inline constexpr std::size_t kept_mappings_max = 4;
+inline constexpr std::size_t kept_mapping_bytes_max = std::size_t{4} << 20;
+class KeptMappings {
+ public:
+  static KeptMappings& instance() {
+    // Never destroyed: a buffer freed while the program exits (a static's) may still come here.
+    static KeptMappings* k = new KeptMappings;
+    return *k;
+  }
+  // A kept mapping of exactly `whole` bytes, or null.
+  void* take(std::size_t whole) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t i = count_; i-- > 0;)
+      if (kept_[i].bytes == whole) {
+        void* p = kept_[i].p;
+        for (std::size_t j = i + 1; j < count_; ++j) kept_[j - 1] = kept_[j];
+        --count_;
+        return p;
+      }
+    return nullptr;
+  }
+  // Keeps the mapping at `p` of `whole` bytes, or unmaps it (or the oldest kept, to make room).
+  void give(void* p, std::size_t whole) {
+    void* unmap = p;
+    std::size_t unmap_bytes = whole;
+    if (whole <= kept_mapping_bytes_max) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (count_ == kept_mappings_max) {
+        unmap = kept_[0].p;
+        unmap_bytes = kept_[0].bytes;
+        for (std::size_t j = 1; j < count_; ++j) kept_[j - 1] = kept_[j];
+        --count_;
+      } else {
+        unmap = nullptr;
+      }
+      kept_[count_++] = {p, whole};
+    }
+    if (unmap) ::munmap(unmap, unmap_bytes);
+  }
+  std::size_t size() const {  // (for tests)
+    std::lock_guard<std::mutex> lock(mutex_);
+    return count_;
+  }
+
+ private:
+  struct Kept {
+    void* p;
+    std::size_t bytes;
+  };
+  mutable std::mutex mutex_;
+  Kept kept_[kept_mappings_max] = {};
+  std::size_t count_ = 0;  // kept_[0, count_), oldest first
+};
+
+// huge_pages_for(size) bytes in huge pages (a kept mapping of that size, or a new one);
+// null where there is no address space. Let go with unmap_huge_pages.
+inline void* take_huge_pages(std::size_t size) {
+  if (void* p = KeptMappings::instance().take(huge_pages_for(size))) return p;
+  return map_huge_pages(size);
+}
+inline void unmap_huge_pages(void* p, std::size_t size) { KeptMappings::instance().give(p, huge_pages_for(size)); }
 #endif
 
 // `size` bytes, contents undefined (never zeroed: its users fill what they use). Move-only.
@@ -4919,7 +4992,7 @@ class BulkBytes {
     if (size == 0) return;
 #if CAIRN_BULK_BYTES_MAPPED
     if (size >= huge_page_buffer_min) {
-      if (void* m = map_huge_pages(size)) {
+      if (void* m = take_huge_pages(size)) {
         p_ = static_cast<unsigned char*>(m);
         mapped_ = huge_pages_for(size);
         return;
@@ -4959,7 +5032,7 @@ class BulkBytes {
     if (!p_) return;
 #if CAIRN_BULK_BYTES_MAPPED
     if (mapped_) {
-      ::munmap(p_, mapped_);
+      unmap_huge_pages(p_, mapped_);
       p_ = nullptr;
       return;
     }
@@ -4989,7 +5062,7 @@ struct BulkAllocator {
     const std::size_t bytes = n * sizeof(T);
 #if CAIRN_BULK_BYTES_MAPPED
     if (bytes >= huge_page_buffer_min) {
-      if (void* p = map_huge_pages(bytes)) return static_cast<T*>(p);
+      if (void* p = take_huge_pages(bytes)) return static_cast<T*>(p);
       throw std::bad_alloc();
     }
 #endif
@@ -4999,7 +5072,7 @@ struct BulkAllocator {
     const std::size_t bytes = n * sizeof(T);
 #if CAIRN_BULK_BYTES_MAPPED
     if (bytes >= huge_page_buffer_min) {
-      ::munmap(p, huge_pages_for(bytes));
+      unmap_huge_pages(p, bytes);
       return;
     }
 #endif
@@ -11307,6 +11380,7 @@ CAIRN_END_NAMESPACE
 // error. Files written by cereal's JSON archive (cairn before 0.2) read the same.
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -11641,6 +11715,15 @@ class MetadataReader {
     });
   }
 
+  // A lowercase hexadecimal digit's value; 0x10 for any other character.
+  static constexpr auto hex_values = [] {
+    std::array<std::uint8_t, 256> v{};
+    for (auto& x : v) x = 0x10;
+    for (std::size_t c = 0; c < 10; ++c) v['0' + c] = static_cast<std::uint8_t>(c);
+    for (std::size_t c = 0; c < 6; ++c) v['a' + c] = static_cast<std::uint8_t>(10 + c);
+    return v;
+  }();
+
   // The table's leaves as records: every column must describe exactly as many leaves as it
   // has keys. Errors name the leaf's key.
   void table_leaves(LeafTable& t, ItemRecord& item) {
@@ -11714,13 +11797,15 @@ class MetadataReader {
         c.offset = offset;
         if (!checked_add(offset, c.nbytes, before_end)) throw Error(ErrorKind::corrupt, "a leaf table's offset and size overflow");
         before_file = file;
-        std::uint32_t crc = 0;
+        // Through a table, without a branch a digit: checksums' digits are random, and the
+        // branches' mispredictions were a tenth of this loop's time.
+        std::uint32_t crc = 0, bad = 0;
         for (std::size_t d = 8 * i; d < 8 * i + 8; ++d) {
-          const char h = t.crc32c[d];
-          const int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
-          if (v < 0) throw Error(ErrorKind::corrupt, "a leaf table's crc32c has a character that is not a lowercase hexadecimal digit");
-          crc = crc << 4 | static_cast<std::uint32_t>(v);
+          const std::uint8_t v = hex_values[static_cast<unsigned char>(t.crc32c[d])];
+          bad |= v;
+          crc = crc << 4 | (v & 0xfu);
         }
+        if (bad & 0x10u) throw Error(ErrorKind::corrupt, "a leaf table's crc32c has a character that is not a lowercase hexadecimal digit");
         c.crc32c = crc;
         if (!data_files_)
           unresolved_.push_back({item_index_, i, 0, file});

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host buffers of megabytes that a save or load fills once (an object store's transfer parts
 // and read-ahead objects, a commit marker's body, the leaf records of thousands of leaves), in
-// transparent huge pages where the system offers them.
+// transparent huge pages where the system offers them; the smaller of those mappings, let go,
+// kept for the next buffer of their size (KeptMappings).
 //
 // Why: a buffer fresh from the allocator is mapped one 4 KiB page at a time as it is first
 // written, and each of those page faults costs the kernel a trap and a page to zero. On the
@@ -20,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <utility>
 
@@ -72,6 +74,77 @@ inline void* map_huge_pages(std::size_t size) {
   (void)::madvise(reinterpret_cast<void*>(aligned), whole, MADV_HUGEPAGE);
   return reinterpret_cast<void*>(aligned);
 }
+
+// Mappings let go, kept for the next buffer of the same size: a program that loads a
+// checkpoint again (an evaluation loop, a server reloading weights) otherwise maps, faults in
+// and zeroes the same huge pages every time (the leaf records and the commit marker's body of
+// a load of 10,000 small leaves from an object store: four 2 MiB pages, most of a repeated
+// load's page faults, docs/benchmarks.md). At most `kept_mappings_max` of them, each of at most
+// `kept_mapping_bytes_max`: 16 MiB, less than glibc's malloc keeps of freed memory (it serves
+// blocks of up to 32 MiB from its heap and holds on to them). Larger mappings (a transfer part
+// of 16 MiB, the records of 100,000 leaves) are unmapped at once, as before; so are those
+// beyond the bound (the oldest kept goes first). Shared by every thread: a mutex guards it.
+inline constexpr std::size_t kept_mappings_max = 4;
+inline constexpr std::size_t kept_mapping_bytes_max = std::size_t{4} << 20;
+class KeptMappings {
+ public:
+  static KeptMappings& instance() {
+    // Never destroyed: a buffer freed while the program exits (a static's) may still come here.
+    static KeptMappings* k = new KeptMappings;
+    return *k;
+  }
+  // A kept mapping of exactly `whole` bytes, or null.
+  void* take(std::size_t whole) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t i = count_; i-- > 0;)
+      if (kept_[i].bytes == whole) {
+        void* p = kept_[i].p;
+        for (std::size_t j = i + 1; j < count_; ++j) kept_[j - 1] = kept_[j];
+        --count_;
+        return p;
+      }
+    return nullptr;
+  }
+  // Keeps the mapping at `p` of `whole` bytes, or unmaps it (or the oldest kept, to make room).
+  void give(void* p, std::size_t whole) {
+    void* unmap = p;
+    std::size_t unmap_bytes = whole;
+    if (whole <= kept_mapping_bytes_max) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (count_ == kept_mappings_max) {
+        unmap = kept_[0].p;
+        unmap_bytes = kept_[0].bytes;
+        for (std::size_t j = 1; j < count_; ++j) kept_[j - 1] = kept_[j];
+        --count_;
+      } else {
+        unmap = nullptr;
+      }
+      kept_[count_++] = {p, whole};
+    }
+    if (unmap) ::munmap(unmap, unmap_bytes);
+  }
+  std::size_t size() const {  // (for tests)
+    std::lock_guard<std::mutex> lock(mutex_);
+    return count_;
+  }
+
+ private:
+  struct Kept {
+    void* p;
+    std::size_t bytes;
+  };
+  mutable std::mutex mutex_;
+  Kept kept_[kept_mappings_max] = {};
+  std::size_t count_ = 0;  // kept_[0, count_), oldest first
+};
+
+// huge_pages_for(size) bytes in huge pages (a kept mapping of that size, or a new one);
+// null where there is no address space. Let go with unmap_huge_pages.
+inline void* take_huge_pages(std::size_t size) {
+  if (void* p = KeptMappings::instance().take(huge_pages_for(size))) return p;
+  return map_huge_pages(size);
+}
+inline void unmap_huge_pages(void* p, std::size_t size) { KeptMappings::instance().give(p, huge_pages_for(size)); }
 #endif
 
 // `size` bytes, contents undefined (never zeroed: its users fill what they use). Move-only.
@@ -82,7 +155,7 @@ class BulkBytes {
     if (size == 0) return;
 #if CAIRN_BULK_BYTES_MAPPED
     if (size >= huge_page_buffer_min) {
-      if (void* m = map_huge_pages(size)) {
+      if (void* m = take_huge_pages(size)) {
         p_ = static_cast<unsigned char*>(m);
         mapped_ = huge_pages_for(size);
         return;
@@ -122,7 +195,7 @@ class BulkBytes {
     if (!p_) return;
 #if CAIRN_BULK_BYTES_MAPPED
     if (mapped_) {
-      ::munmap(p_, mapped_);
+      unmap_huge_pages(p_, mapped_);
       p_ = nullptr;
       return;
     }
@@ -152,7 +225,7 @@ struct BulkAllocator {
     const std::size_t bytes = n * sizeof(T);
 #if CAIRN_BULK_BYTES_MAPPED
     if (bytes >= huge_page_buffer_min) {
-      if (void* p = map_huge_pages(bytes)) return static_cast<T*>(p);
+      if (void* p = take_huge_pages(bytes)) return static_cast<T*>(p);
       throw std::bad_alloc();
     }
 #endif
@@ -162,7 +235,7 @@ struct BulkAllocator {
     const std::size_t bytes = n * sizeof(T);
 #if CAIRN_BULK_BYTES_MAPPED
     if (bytes >= huge_page_buffer_min) {
-      ::munmap(p, huge_pages_for(bytes));
+      unmap_huge_pages(p, bytes);
       return;
     }
 #endif
