@@ -81,11 +81,12 @@ class StoreReader {
   virtual void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const {
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < count; ++i) total += pieces[i].n;
-    std::vector<unsigned char> span(static_cast<std::size_t>(total));
-    read_at(span.data(), total, offset);
+    // Not zeroed first: read_at writes every byte of it.
+    const auto span = std::make_unique_for_overwrite<unsigned char[]>(static_cast<std::size_t>(total));
+    read_at(span.get(), total, offset);
     std::uint64_t at = 0;
     for (std::size_t i = 0; i < count; ++i) {
-      if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, span.data() + at, static_cast<std::size_t>(pieces[i].n));
+      if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, span.get() + at, static_cast<std::size_t>(pieces[i].n));
       at += pieces[i].n;
     }
   }
