@@ -3809,6 +3809,17 @@ struct ReadPiece {
   std::uint64_t n = 0;
 };
 
+// The bytes at `from`, the span `pieces` cover one after another, copied into each piece that
+// has somewhere to go (a read_scattered from memory).
+namespace detail {
+inline void copy_to_pieces(const unsigned char* from, const ReadPiece* pieces, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, from, static_cast<std::size_t>(pieces[i].n));
+    from += pieces[i].n;
+  }
+}
+}  // namespace detail
+
 // One source of a gathered write: the next `n` bytes come from `src`.
 struct WritePiece {
   const void* src = nullptr;
@@ -3851,11 +3862,7 @@ class StoreReader {
     // Not zeroed first: read_at writes every byte of it.
     const auto span = std::make_unique_for_overwrite<unsigned char[]>(static_cast<std::size_t>(total));
     read_at(span.get(), total, offset);
-    std::uint64_t at = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, span.get() + at, static_cast<std::size_t>(pieces[i].n));
-      at += pieces[i].n;
-    }
+    detail::copy_to_pieces(span.get(), pieces, count);
   }
 };
 
@@ -4977,12 +4984,12 @@ class KeptMappings {
 };
 
 // huge_pages_for(size) bytes in huge pages (a kept mapping of that size, or a new one);
-// null where there is no address space. Let go with unmap_huge_pages.
+// null where there is no address space. Let go with give_back_huge_pages (kept or unmapped).
 inline void* take_huge_pages(std::size_t size) {
   if (void* p = KeptMappings::instance().take(huge_pages_for(size))) return p;
   return map_huge_pages(size);
 }
-inline void unmap_huge_pages(void* p, std::size_t size) { KeptMappings::instance().give(p, huge_pages_for(size)); }
+inline void give_back_huge_pages(void* p, std::size_t size) { KeptMappings::instance().give(p, huge_pages_for(size)); }
 #endif
 
 // `size` bytes, contents undefined (never zeroed: its users fill what they use). Move-only.
@@ -5033,7 +5040,7 @@ class BulkBytes {
     if (!p_) return;
 #if CAIRN_BULK_BYTES_MAPPED
     if (mapped_) {
-      unmap_huge_pages(p_, mapped_);
+      give_back_huge_pages(p_, mapped_);
       p_ = nullptr;
       return;
     }
@@ -5073,7 +5080,7 @@ struct BulkAllocator {
     const std::size_t bytes = n * sizeof(T);
 #if CAIRN_BULK_BYTES_MAPPED
     if (bytes >= huge_page_buffer_min) {
-      unmap_huge_pages(p, bytes);
+      give_back_huge_pages(p, bytes);
       return;
     }
 #endif
@@ -10776,10 +10783,7 @@ class MemoryStore::Reader final : public StoreReader {
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < count; ++i) total += pieces[i].n;
     check_read(total, offset);
-    for (std::size_t i = 0; i < count; ++i) {
-      if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, bytes_->data() + offset, static_cast<std::size_t>(pieces[i].n));
-      offset += pieces[i].n;
-    }
+    detail::copy_to_pieces(bytes_->data() + offset, pieces, count);
   }
 
  private:

@@ -139,12 +139,12 @@ class KeptMappings {
 };
 
 // huge_pages_for(size) bytes in huge pages (a kept mapping of that size, or a new one);
-// null where there is no address space. Let go with unmap_huge_pages.
+// null where there is no address space. Let go with give_back_huge_pages (kept or unmapped).
 inline void* take_huge_pages(std::size_t size) {
   if (void* p = KeptMappings::instance().take(huge_pages_for(size))) return p;
   return map_huge_pages(size);
 }
-inline void unmap_huge_pages(void* p, std::size_t size) { KeptMappings::instance().give(p, huge_pages_for(size)); }
+inline void give_back_huge_pages(void* p, std::size_t size) { KeptMappings::instance().give(p, huge_pages_for(size)); }
 #endif
 
 // `size` bytes, contents undefined (never zeroed: its users fill what they use). Move-only.
@@ -195,7 +195,7 @@ class BulkBytes {
     if (!p_) return;
 #if CAIRN_BULK_BYTES_MAPPED
     if (mapped_) {
-      unmap_huge_pages(p_, mapped_);
+      give_back_huge_pages(p_, mapped_);
       p_ = nullptr;
       return;
     }
@@ -235,7 +235,7 @@ struct BulkAllocator {
     const std::size_t bytes = n * sizeof(T);
 #if CAIRN_BULK_BYTES_MAPPED
     if (bytes >= huge_page_buffer_min) {
-      unmap_huge_pages(p, bytes);
+      give_back_huge_pages(p, bytes);
       return;
     }
 #endif

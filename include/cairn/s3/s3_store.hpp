@@ -918,10 +918,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         throw Error(ErrorKind::corrupt, "file ends at byte " + std::to_string(size_) +
                     ", before the data its metadata describes (truncated?)", name_);
       arrived(offset + total);
-      for (std::size_t i = 0; i < count; ++i) {
-        if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, data_ + offset, static_cast<std::size_t>(pieces[i].n));
-        offset += pieces[i].n;
-      }
+      detail::copy_to_pieces(data_ + offset, pieces, count);
     }
    private:
     // Waits until the file's first `end` bytes are in; the transfer's failure names this file

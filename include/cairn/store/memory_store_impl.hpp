@@ -31,10 +31,7 @@ class MemoryStore::Reader final : public StoreReader {
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < count; ++i) total += pieces[i].n;
     check_read(total, offset);
-    for (std::size_t i = 0; i < count; ++i) {
-      if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, bytes_->data() + offset, static_cast<std::size_t>(pieces[i].n));
-      offset += pieces[i].n;
-    }
+    detail::copy_to_pieces(bytes_->data() + offset, pieces, count);
   }
 
  private:

@@ -42,6 +42,17 @@ struct ReadPiece {
   std::uint64_t n = 0;
 };
 
+// The bytes at `from`, the span `pieces` cover one after another, copied into each piece that
+// has somewhere to go (a read_scattered from memory).
+namespace detail {
+inline void copy_to_pieces(const unsigned char* from, const ReadPiece* pieces, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, from, static_cast<std::size_t>(pieces[i].n));
+    from += pieces[i].n;
+  }
+}
+}  // namespace detail
+
 // One source of a gathered write: the next `n` bytes come from `src`.
 struct WritePiece {
   const void* src = nullptr;
@@ -84,11 +95,7 @@ class StoreReader {
     // Not zeroed first: read_at writes every byte of it.
     const auto span = std::make_unique_for_overwrite<unsigned char[]>(static_cast<std::size_t>(total));
     read_at(span.get(), total, offset);
-    std::uint64_t at = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      if (pieces[i].dst && pieces[i].n) std::memcpy(pieces[i].dst, span.get() + at, static_cast<std::size_t>(pieces[i].n));
-      at += pieces[i].n;
-    }
+    detail::copy_to_pieces(span.get(), pieces, count);
   }
 };
 
