@@ -48,7 +48,13 @@ struct cairn::node_traits<user::Bag> {
     std::int64_t i = 0;
     for (auto& x : bag.items) f(KeyEntry::index(i++), x);
   }
-  static void prepare(user::Bag& bag, const StoredChildren& stored) { bag.items.resize(stored.keys.size()); }
+  static void prepare(user::Bag& bag, const StoredChildren& stored) {
+    // The stored children, as entries (a load's index keeps 0..n-1 as a count until asked).
+    for (std::size_t i = 0; i < stored.keys.size(); ++i)
+      if (!(stored.keys[i] == KeyEntry::index(static_cast<std::int64_t>(i))))
+        throw Error(ErrorKind::corrupt, "stored child " + std::to_string(i) + " is not index " + std::to_string(i));
+    bag.items.resize(stored.keys.size());
+  }
 };
 
 TEST_CASE("flatten gives leaves in declaration, index and sorted key order with typed key paths") {

@@ -1341,6 +1341,29 @@ struct StoredChildren {
   bool may_remove = true;
 };
 
+namespace detail {
+
+// Children of a resizable sequence: the loader resizes it to the stored count, which must
+// be the indices 0..n-1. Checked before anything is allocated: an index in untrusted
+// metadata ("layers/100000000/w") must not size a vector.
+inline std::size_t stored_sequence_length(const std::vector<KeyEntry>& stored) {
+  std::uint64_t count = 0, largest_plus_one = 0;
+  for (const auto& e : stored) {
+    if (e.kind != KeyEntry::Kind::index) continue;
+    ++count;
+    if (e.number < 0 || static_cast<std::uint64_t>(e.number) >= stored.size())
+      throw Error(ErrorKind::corrupt, "a sequence with " + std::to_string(stored.size()) + " stored children has index " +
+                  std::to_string(e.number) + " (indices must be 0.." + std::to_string(stored.size() - 1) + ")");
+    largest_plus_one = std::max<std::uint64_t>(largest_plus_one, static_cast<std::uint64_t>(e.number) + 1);
+  }
+  if (largest_plus_one != count)
+    throw Error(ErrorKind::corrupt, "a sequence's stored indices are not 0.." + std::to_string(count ? count - 1 : 0) +
+                " (largest " + std::to_string(largest_plus_one ? largest_plus_one - 1 : 0) + ")");
+  return static_cast<std::size_t>(count);
+}
+
+}  // namespace detail
+
 // Specialize for a node type:
 //   static constexpr NodeKind kind = ...;
 //   template <class Self, class F> static void for_each_child(Self& node, F&& f);
@@ -1851,25 +1874,6 @@ CAIRN_END_NAMESPACE
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// Children of a resizable sequence: the loader resizes it to the stored count, which must
-// be the indices 0..n-1. Checked before anything is allocated: an index in untrusted
-// metadata ("layers/100000000/w") must not size a vector.
-inline std::size_t stored_sequence_length(const std::vector<KeyEntry>& stored) {
-  std::uint64_t count = 0, largest_plus_one = 0;
-  for (const auto& e : stored) {
-    if (e.kind != KeyEntry::Kind::index) continue;
-    ++count;
-    if (e.number < 0 || static_cast<std::uint64_t>(e.number) >= stored.size())
-      throw Error(ErrorKind::corrupt, "a sequence with " + std::to_string(stored.size()) + " stored children has index " +
-                  std::to_string(e.number) + " (indices must be 0.." + std::to_string(stored.size() - 1) + ")");
-    largest_plus_one = std::max<std::uint64_t>(largest_plus_one, static_cast<std::uint64_t>(e.number) + 1);
-  }
-  if (largest_plus_one != count)
-    throw Error(ErrorKind::corrupt, "a sequence's stored indices are not 0.." + std::to_string(count ? count - 1 : 0) +
-                " (largest " + std::to_string(largest_plus_one ? largest_plus_one - 1 : 0) + ")");
-  return static_cast<std::size_t>(count);
-}
-
 template <class Seq>
 struct resizable_sequence_node {
   static constexpr NodeKind kind = NodeKind::sequence;
@@ -1879,8 +1883,12 @@ struct resizable_sequence_node {
     for (auto& child : node) f(KeyEntry::index(i++), child);
   }
   static void prepare(Seq& node, const StoredChildren& stored) {
-    std::size_t n = stored_sequence_length(stored.keys);
-    if (!stored.may_remove) n = std::max(n, node.size());
+    resize_to_stored(node, stored_sequence_length(stored.keys), stored.may_remove);
+  }
+  // What a load calls (checkpoint/load_plan.hpp), with the stored length that its index counted
+  // without a KeyEntry per element.
+  static void resize_to_stored(Seq& node, std::size_t n, bool may_remove) {
+    if (!may_remove) n = std::max(n, node.size());
     node.resize(n);
   }
 };
@@ -5559,6 +5567,10 @@ template <class N>
 void prepare_node_of(void* node, const StoredChildren& children) {
   node_traits<N>::prepare(*static_cast<N*>(node), children);
 }
+template <class N>
+void resize_sequence_of(void* node, std::size_t length, bool may_remove) {
+  node_traits<N>::resize_to_stored(*static_cast<N*>(node), length, may_remove);
+}
 
 // The half of plan_load that does not depend on the target's types: in the runtime with
 // separate compilation, so that a file that loads instantiates only the tree's walk and one
@@ -5571,6 +5583,9 @@ class LoadPlanner {
   // A container of the target at p whose children come from the checkpoint: prepares it with
   // the stored children (unless it is skipped or nothing is stored there).
   CAIRN_API void node(const KeyPath& p, void* target, void (*prepare)(void*, const StoredChildren&));
+  // The same for a resizable sequence (tree/std_nodes.hpp): resized to the stored length,
+  // which the index counts without a KeyEntry per element.
+  CAIRN_API void sequence(const KeyPath& p, void* target, void (*resize)(void*, std::size_t, bool));
   // A null pointer of the target at p: pointed at a new object when the checkpoint holds a
   // leaf or a node there (unless it is skipped), else left null (an absent subtree).
   CAIRN_API void pointer(const KeyPath& p, void* target, void (*allocate)(void*));
@@ -5582,7 +5597,7 @@ class LoadPlanner {
   CAIRN_API LoadPlan finish() &&;
 
  private:
-  bool skipped(const std::string& key) const;
+  bool skipped(std::string_view key) const;
   const LeafRecord* joined_elements(const std::string& stored, PackedTarget packed);
 
   const StoredIndex& index_;
@@ -5604,6 +5619,8 @@ LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& optio
         // before their children are visited (so references taken below stay valid).
         if constexpr (is_tree_pointer<U>)  // a null pointer (tree/walk.hpp)
           planner.pointer(p, static_cast<void*>(std::addressof(value)), &allocate_pointee<U>);
+        else if constexpr (requires(U& u) { node_traits<U>::resize_to_stored(u, std::size_t{0}, true); })
+          planner.sequence(p, static_cast<void*>(std::addressof(value)), &resize_sequence_of<U>);
         else if constexpr (requires(U& u, const StoredChildren& c) { node_traits<U>::prepare(u, c); })
           planner.node(p, static_cast<void*>(std::addressof(value)), &prepare_node_of<U>);
         return true;
@@ -11418,6 +11435,77 @@ CAIRN_END_NAMESPACE
 #include <utility>
 #include <vector>
 
+// ----- begin cairn/format/printed_keys.hpp -----
+// The printed key paths of an item's leaves, kept one after another in one string: what the
+// metadata parsers hand to validate_metadata and to a load's index of stored keys, so that no
+// key is printed twice.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+CAIRN_BEGIN_NAMESPACE
+namespace detail {
+
+// Keys in one string and where each ends, not a std::string each: 10,000 keys were 320 KB of
+// std::string (each short one inside its 32 bytes), in memory new to a load, where the text
+// of the keys is 110 KB. A leaf table's keys are spelled this way already (format/
+// metadata_json_reader.hpp), and where they print as stored the list takes them whole.
+class PrintedKeyList {
+ public:
+  PrintedKeyList() = default;
+  // Takes `text` and the end of each key in it (ascending, the last at most text.size()).
+  PrintedKeyList(std::string text, std::vector<std::size_t> ends) : text_(std::move(text)), ends_(std::move(ends)) {}
+
+  std::size_t size() const { return ends_.size(); }
+  bool empty() const { return ends_.empty(); }
+  std::string_view operator[](std::size_t i) const {
+    const std::size_t from = i ? ends_[i - 1] : 0;
+    return std::string_view(text_).substr(from, ends_[i] - from);
+  }
+  std::string_view back() const { return (*this)[size() - 1]; }
+
+  void push_back(std::string_view key) {
+    text_.append(key);
+    ends_.push_back(text_.size());
+  }
+  // Room for `keys` more keys of `key_bytes` bytes together.
+  void reserve_more(std::size_t keys, std::size_t key_bytes) {
+    ends_.reserve(ends_.size() + keys);
+    text_.reserve(text_.size() + key_bytes);
+  }
+  void append(const PrintedKeyList& more) {
+    reserve_more(more.size(), more.text_.size());
+    for (std::size_t i = 0; i < more.size(); ++i) push_back(more[i]);
+  }
+  void clear() {
+    text_.clear();
+    ends_.clear();
+  }
+  // Views of every key, in order (for KeyTable, format/validation.hpp).
+  std::vector<std::string_view> views() const {
+    std::vector<std::string_view> v;
+    v.reserve(size());
+    for (std::size_t i = 0; i < size(); ++i) v.push_back((*this)[i]);
+    return v;
+  }
+
+ private:
+  std::string text_;
+  std::vector<std::size_t> ends_;
+};
+
+// Each item's leaves' printed key paths, in order: printed while the parser has each record
+// in cache, for validate_metadata and a load's index (at 100,000 leaves, printing them again
+// from records spread over 50 MB of heap took about 10 ms a time).
+using PrintedKeys = std::vector<PrintedKeyList>;
+
+}  // namespace detail
+CAIRN_END_NAMESPACE
+// ----- end cairn/format/printed_keys.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -11470,11 +11558,6 @@ class RecordReader {
   std::uint32_t seen_ = 0;
   int next_ = 0;
 };
-
-// Each item's leaves' printed key paths, in order: printed while the parser has each record
-// in cache, for validate_metadata and a load's index (at 100,000 leaves, printing them again
-// from records spread over 50 MB of heap took about 10 ms a time).
-using PrintedKeys = std::vector<std::vector<std::string>>;
 
 class MetadataReader {
  public:
@@ -11622,8 +11705,10 @@ class MetadataReader {
         }
       });
       l.path = KeyPath::from_stored(key_, kinds_);
-      if (printed_ && !printed_->empty())
-        printed_->back().push_back(prints_as_stored(key_, kinds_) ? std::string(key_) : l.path.str());  // a copy, most often
+      if (printed_ && !printed_->empty()) {
+        if (prints_as_stored(key_, kinds_)) printed_->back().push_back(key_);
+        else printed_->back().push_back(l.path.str());
+      }
       if (!rec.seen(5)) l.saved_from = l.dtype;
       for (std::size_t i = 0; i < l.chunks.size(); ++i) {
         ChunkRecord& c = l.chunks[i];
@@ -11775,8 +11860,9 @@ class MetadataReader {
     if (t.offsets.size() != n) r_.fail("a leaf table has " + std::to_string(t.offsets.size()) + " offsets for " + std::to_string(n) + " keys");
     if (t.crc32c.size() != 8 * n)
       r_.fail("a leaf table's crc32c has " + std::to_string(t.crc32c.size()) + " digits for " + std::to_string(n) + " keys");
-    item.leaves.reserve(n);
-    if (printed_ && !printed_->empty()) printed_->back().reserve(printed_->back().size() + n);
+    const std::size_t first = item.leaves.size();
+    item.leaves.reserve(first + n);
+    std::vector<std::size_t> printed_otherwise;  // the keys that do not print as stored (escapes)
     // A cursor over runs: the value for the next leaf.
     auto cursor = [](const auto& runs) {
       return [&runs, at = std::size_t{0}, left = runs.empty() ? std::uint64_t{0} : runs[0].second]() mutable -> const auto& {
@@ -11841,13 +11927,31 @@ class MetadataReader {
           throw Error(ErrorKind::corrupt, unknown_file(0, file, data_files_->size()));
         else
           c.file = (*data_files_)[file];
-        if (printed_ && !printed_->empty())  // the table's key, taken: nothing reads it after this
-          printed_->back().push_back(prints_as_stored(key, k) ? std::string(key) : l.path.str());
+        if (printed_ && !prints_as_stored(key, k)) printed_otherwise.push_back(i);
       } catch (const Error& e) {
         throw Error(e.kind(), e.message(), path_, std::string(key));
       }
     }
     if (dim != t.dims.size()) r_.fail("a leaf table's shape column has dimensions past its leaves'");
+    if (printed_ && !printed_->empty()) {
+      // The table's keys, taken whole where each prints as stored (nothing reads them after
+      // this): the printed keys then cost no memory or copy of their own.
+      PrintedKeyList& out = printed_->back();
+      if (out.empty() && printed_otherwise.empty()) {
+        out = PrintedKeyList(std::move(t.key_text), std::move(t.key_ends));
+      } else {
+        out.reserve_more(n, t.key_text.size());
+        std::size_t other = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          if (other < printed_otherwise.size() && printed_otherwise[other] == i) {
+            out.push_back(item.leaves[first + i].path.str());
+            ++other;
+          } else {
+            out.push_back(t.key(i));
+          }
+        }
+      }
+    }
   }
 
   static std::string unknown_file(std::size_t chunk, std::uint64_t number, std::size_t files) {
@@ -12419,7 +12523,7 @@ inline bool boxes_overlap(const ChunkRecord& a, const ChunkRecord& b) {
 // chunks sorted by their start in dimension 0, bounded in work so a hostile file cannot
 // make it quadratic.
 template <class Fail>
-void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) {
+void check_no_overlap(const LeafRecord& l, std::string_view key, Fail&& fail) {
   if (l.chunks.size() < 2) return;  // most leaves: nothing to compare
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < l.chunks.size(); ++i)
@@ -12528,8 +12632,8 @@ inline const std::string_view* find_repeated(const std::vector<std::string_view>
 // used instead of printing them again; or empty, to be filled here. A load's index then takes
 // them too.
 inline void validate_metadata(const CheckpointMetadata& m, const std::string& path, PrintedKeys* leaf_keys = nullptr) {
-  auto fail = [&](const std::string& why, const std::string& key = {}) {
-    throw Error(ErrorKind::corrupt, why, path, key);
+  auto fail = [&](const std::string& why, std::string_view key = {}) {
+    throw Error(ErrorKind::corrupt, why, path, std::string(key));
   };
   std::unordered_set<std::string> files;
   for (const auto& f : m.data_files) {
@@ -12541,27 +12645,28 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
   std::vector<std::pair<std::uint64_t, std::uint64_t>>* last_ranges = nullptr;
   std::unordered_set<std::string> item_names;
   if (leaf_keys && leaf_keys->size() != m.items.size()) leaf_keys->assign(m.items.size(), {});
-  std::vector<std::string> node_keys, own_leaf_keys;
+  std::vector<std::string> node_keys;
+  PrintedKeyList own_leaf_keys;
   std::vector<std::string_view> printed;  // each key once, nodes then leaves
   for (std::size_t item_at = 0; item_at < m.items.size(); ++item_at) {
     const ItemRecord& item = m.items[item_at];
     if (item.name.empty() || !item_names.insert(item.name).second) fail("empty or repeated item name '" + item.name + "'");
     node_keys.clear();
     for (const auto& n : item.nodes) node_keys.push_back(n.path.str());
-    std::vector<std::string>& leaf_key = leaf_keys ? (*leaf_keys)[item_at] : own_leaf_keys;
-    if (leaf_key.size() != item.leaves.size()) {
+    PrintedKeyList& leaf_key = leaf_keys ? (*leaf_keys)[item_at] : own_leaf_keys;
+    if (!leaf_keys || leaf_key.size() != item.leaves.size()) {  // (own_leaf_keys: each item's own)
       leaf_key.clear();
-      leaf_key.reserve(item.leaves.size());
+      leaf_key.reserve_more(item.leaves.size(), 0);
       for (const auto& l : item.leaves) leaf_key.push_back(l.key());
     }
     printed.clear();
     printed.reserve(node_keys.size() + leaf_key.size());
     printed.insert(printed.end(), node_keys.begin(), node_keys.end());
-    printed.insert(printed.end(), leaf_key.begin(), leaf_key.end());
+    for (std::size_t i = 0; i < leaf_key.size(); ++i) printed.push_back(leaf_key[i]);
     if (const std::string_view* twice = find_repeated(printed)) fail("key path listed twice", std::string(*twice));
     for (std::size_t leaf = 0; leaf < item.leaves.size(); ++leaf) {
       const LeafRecord& l = item.leaves[leaf];
-      const std::string& key = leaf_key[leaf];
+      const std::string_view key = leaf_key[leaf];
       try {
         const std::uint64_t count = element_count(l.shape);
         (void)byte_count(l.shape, dtype_size(l.dtype));
@@ -12604,7 +12709,7 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
           fail("chunks cover " + std::to_string(covered) + " of the array's " + std::to_string(count) +
                " elements (a chunk is missing)", key);
       } catch (const Error& e) {
-        throw Error(e.kind(), e.message(), path, key);
+        throw Error(e.kind(), e.message(), path, std::string(key));
       }
     }
   }
@@ -14861,6 +14966,8 @@ CAIRN_END_NAMESPACE
 // maps.
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -14912,12 +15019,12 @@ namespace detail {
 class StoredIndex {
  public:
   // `printed`: the leaves' keys as the metadata parser printed them (PrintedKeys), if at hand.
-  explicit StoredIndex(const ItemRecord& item, std::vector<std::string> printed = {}) : item_(item) {
+  explicit StoredIndex(const ItemRecord& item, PrintedKeyList printed = {}) : item_(item) {
     if (printed.size() == item.leaves.size()) {
       keys_ = std::move(printed);
       return;
     }
-    keys_.reserve(item.leaves.size());
+    keys_.reserve_more(item.leaves.size(), 0);
     for (const auto& l : item.leaves) keys_.push_back(l.key());
   }
   StoredIndex(const StoredIndex&) = delete;  // the maps view keys_ and node_keys_
@@ -14939,17 +15046,35 @@ class StoredIndex {
     return found;
   }
   bool has_node(std::string_view key) const { return nodes().count(key) != 0; }
+  bool has_children(std::string_view key) const { return find_children(key) != nullptr; }
   const std::vector<KeyEntry>* children(std::string_view key) const {
-    if (!children_made_) make_children();
-    auto it = children_.find(key);
-    return it == children_.end() ? nullptr : &it->second.keys;
+    Children* c = find_children(key);
+    if (!c) return nullptr;
+    if (c->indices && c->keys.empty()) {  // made now, for the one container that asks
+      c->keys.reserve(c->count);
+      for (std::size_t i = 0; i < c->count; ++i) c->keys.push_back(KeyEntry::index(static_cast<std::int64_t>(i)));
+    }
+    return &c->keys;
+  }
+  // n where the stored children of `key` are the indices 0..n-1, in order (a sequence as
+  // cairn saves it); else, or with none, nothing.
+  std::optional<std::size_t> index_children(std::string_view key) const {
+    const Children* c = find_children(key);
+    if (!c || !c->indices) return std::nullopt;
+    return c->count;
   }
   const ItemRecord& item() const { return item_; }
   // The printed key of item().leaves[i], and the position of a stored leaf there.
-  const std::string& key(std::size_t i) const { return keys_[i]; }
+  std::string_view key(std::size_t i) const { return keys_[i]; }
   std::size_t position(const LeafRecord* leaf) const { return static_cast<std::size_t>(leaf - item_.leaves.data()); }
 
  private:
+  struct Children;
+  Children* find_children(std::string_view key) const {
+    if (!children_made_) make_children();
+    auto it = children_.find(key);
+    return it == children_.end() ? nullptr : &it->second;
+  }
   const std::unordered_map<std::string_view, const NodeRecord*>& nodes() const {
     if (node_keys_.size() != item_.nodes.size()) {
       node_keys_.reserve(item_.nodes.size());
@@ -14968,24 +15093,41 @@ class StoredIndex {
     // 10,000 (perf): so the counting pass reads only the printed keys, the second asks for the
     // records ahead (core/prefetch.hpp), and siblings, stored one after another, find their
     // parent's list without a lookup. Together 7 -> 3.3 ms of a 100,000-leaf load.
-    auto parent = [](const std::string& key) {
+    // A list of the indices 0..n-1 in order (a sequence's children, the most numerous) is kept
+    // as its count, its KeyEntries made only if a container asks for them (children()): a
+    // sequence is resized from the count (index_children), and 10,000 entries of 48 bytes
+    // were 117 page faults of a first load.
+    auto parent = [](std::string_view key) {
       const std::size_t slash = key.rfind('/');
-      return std::string_view(key).substr(0, slash == std::string::npos ? 0 : slash);
+      return key.substr(0, slash == std::string_view::npos ? 0 : slash);
     };
     for (int pass = 0; pass < 2; ++pass) {
       std::string_view last_parent;
       Children* last = nullptr;
       // The root has the printed path "", and so has a one-entry path of an empty string key:
       // only there does the counting pass look at the record.
-      auto add_child = [&](const std::string& key, const KeyPath& p) {
+      auto add_child = [&](std::string_view key, const KeyPath& p) {
         if (key.empty() && p.empty()) return;
         const std::string_view par = parent(key);
         if (!last || par != last_parent) {
           last = &children_[par];
           last_parent = par;
         }
-        if (pass == 0) last->count += 1;
-        else last->keys.push_back(p.back());
+        if (pass == 0) {
+          last->count += 1;
+          return;
+        }
+        const KeyEntry& e = p.back();
+        if (last->indices) {
+          if (e.kind == KeyEntry::Kind::index && e.number == static_cast<std::int64_t>(last->seen)) {
+            ++last->seen;
+            return;
+          }
+          last->indices = false;  // not 0..n-1 in order: the list is made, as far as it went
+          last->keys.reserve(last->count);
+          for (std::size_t j = 0; j < last->seen; ++j) last->keys.push_back(KeyEntry::index(static_cast<std::int64_t>(j)));
+        }
+        last->keys.push_back(e);
       };
       for (std::size_t i = 0; i < node_keys_.size(); ++i) add_child(node_keys_[i], item_.nodes[i].path);
       for (std::size_t i = 0; i < keys_.size(); ++i) {
@@ -14996,20 +15138,20 @@ class StoredIndex {
         }
         add_child(keys_[i], item_.leaves[i].path);
       }
-      if (pass == 0)
-        for (auto& [key, list] : children_) list.keys.reserve(list.count);
     }
     children_made_ = true;
   }
 
   const ItemRecord& item_;
-  std::vector<std::string> keys_;
+  PrintedKeyList keys_;
   mutable std::vector<std::string> node_keys_;
   mutable std::unordered_map<std::string_view, const LeafRecord*> leaves_;
   mutable std::unordered_map<std::string_view, const NodeRecord*> nodes_;
   struct Children {
     std::size_t count = 0;
-    std::vector<KeyEntry> keys;
+    bool indices = true;    // the children are KeyEntry::index(0), (1), ... (count of them)
+    std::size_t seen = 0;   // of them, while the list is made
+    std::vector<KeyEntry> keys;  // the children, unless `indices` (then made on request)
   };
   mutable std::unordered_map<std::string_view, Children> children_;
   mutable bool children_made_ = false;
@@ -15036,7 +15178,7 @@ CAIRN_API LoadPlanner::LoadPlanner(const StoredIndex& index, const LoadOptions& 
 
 CAIRN_API LoadPlanner::~LoadPlanner() = default;
 
-CAIRN_API bool LoadPlanner::skipped(const std::string& key) const {
+CAIRN_API bool LoadPlanner::skipped(std::string_view key) const {
   for (const auto& g : options_.skip)
     if (glob_matches(g, key)) return true;
   return false;
@@ -15063,17 +15205,32 @@ CAIRN_API void LoadPlanner::node(const KeyPath& p, void* target, void (*prepare)
   }
 }
 
+CAIRN_API void LoadPlanner::sequence(const KeyPath& p, void* target, void (*resize)(void*, std::size_t, bool)) {
+  const std::string key = p.str();
+  if (!key.empty() && skipped(key)) return;
+  const std::string stored = prefix_.empty() ? key : key_under(prefix_, p, key);
+  try {
+    std::size_t length = 0;
+    if (const auto n = index_.index_children(stored)) length = *n;
+    else if (const auto* children = index_.children(stored)) length = stored_sequence_length(*children);  // (throws)
+    else if (!index_.has_node(stored)) return;
+    resize(target, length, !options_.allow_missing);
+  } catch (const Error& e) {
+    throw e.with_key(stored);
+  }
+}
+
 CAIRN_API void LoadPlanner::pointer(const KeyPath& p, void* target, void (*allocate)(void*)) {
   const std::string key = p.str();
   if (!key.empty() && skipped(key)) return;
   const std::string stored = prefix_.empty() ? key : key_under(prefix_, p, key);
   std::size_t next = next_;  // a look, not a visit: leaf() finds it again from here
-  if (!index_.leaf(stored, next) && !index_.children(stored) && !index_.has_node(stored)) return;
+  if (!index_.leaf(stored, next) && !index_.has_children(stored) && !index_.has_node(stored)) return;
   if (!options_.skip.empty()) {
     // Nor where each stored leaf below it is skipped ("head/*" leaves a null head null).
     std::size_t below = 0, loaded = 0;
     for (std::size_t i = 0; i < index_.item().leaves.size() && loaded == 0; ++i) {
-      const std::string& k = index_.key(i);
+      const std::string_view k = index_.key(i);
       if (!key_path_has_prefix(k, stored)) continue;
       ++below;
       if (!skipped(prefix_.empty() ? k : k.substr(std::min(k.size(), prefix_.size() + 1)))) ++loaded;
@@ -15160,9 +15317,9 @@ const LeafRecord* LoadPlanner::joined_elements(const std::string& stored, Packed
 CAIRN_API LoadPlan LoadPlanner::finish() && {
   for (std::size_t i = 0; i < visited_.size(); ++i) {
     if (visited_[i]) continue;
-    const std::string& key = index_.key(i);
+    const std::string_view key = index_.key(i);
     if (!key_path_has_prefix(key, prefix_)) continue;
-    std::string rel = prefix_.empty() ? key : key.substr(std::min(key.size(), prefix_.size() + 1));
+    std::string rel(prefix_.empty() ? key : key.substr(std::min(key.size(), prefix_.size() + 1)));
     if (skipped(rel)) continue;  // skipped target keys are not "unexpected" either
     plan_.report.unexpected.push_back(std::move(rel));
   }
@@ -16748,7 +16905,7 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
       LoadPlan plan = [&] {
         try {
           const auto at = static_cast<std::size_t>(item - ck.metadata.items.data());
-          const StoredIndex index(*item, at < ck.leaf_keys.size() ? std::move(ck.leaf_keys[at]) : std::vector<std::string>{});
+          const StoredIndex index(*item, at < ck.leaf_keys.size() ? std::move(ck.leaf_keys[at]) : PrintedKeyList{});
           ck.leaf_keys.clear();
           return plan_fn(index);
         } catch (const Error& e) {

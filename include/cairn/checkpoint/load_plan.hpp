@@ -59,6 +59,10 @@ template <class N>
 void prepare_node_of(void* node, const StoredChildren& children) {
   node_traits<N>::prepare(*static_cast<N*>(node), children);
 }
+template <class N>
+void resize_sequence_of(void* node, std::size_t length, bool may_remove) {
+  node_traits<N>::resize_to_stored(*static_cast<N*>(node), length, may_remove);
+}
 
 // The half of plan_load that does not depend on the target's types: in the runtime with
 // separate compilation, so that a file that loads instantiates only the tree's walk and one
@@ -71,6 +75,9 @@ class LoadPlanner {
   // A container of the target at p whose children come from the checkpoint: prepares it with
   // the stored children (unless it is skipped or nothing is stored there).
   CAIRN_API void node(const KeyPath& p, void* target, void (*prepare)(void*, const StoredChildren&));
+  // The same for a resizable sequence (tree/std_nodes.hpp): resized to the stored length,
+  // which the index counts without a KeyEntry per element.
+  CAIRN_API void sequence(const KeyPath& p, void* target, void (*resize)(void*, std::size_t, bool));
   // A null pointer of the target at p: pointed at a new object when the checkpoint holds a
   // leaf or a node there (unless it is skipped), else left null (an absent subtree).
   CAIRN_API void pointer(const KeyPath& p, void* target, void (*allocate)(void*));
@@ -82,7 +89,7 @@ class LoadPlanner {
   CAIRN_API LoadPlan finish() &&;
 
  private:
-  bool skipped(const std::string& key) const;
+  bool skipped(std::string_view key) const;
   const LeafRecord* joined_elements(const std::string& stored, PackedTarget packed);
 
   const StoredIndex& index_;
@@ -104,6 +111,8 @@ LoadPlan plan_load(T& target, const StoredIndex& index, const LoadOptions& optio
         // before their children are visited (so references taken below stay valid).
         if constexpr (is_tree_pointer<U>)  // a null pointer (tree/walk.hpp)
           planner.pointer(p, static_cast<void*>(std::addressof(value)), &allocate_pointee<U>);
+        else if constexpr (requires(U& u) { node_traits<U>::resize_to_stored(u, std::size_t{0}, true); })
+          planner.sequence(p, static_cast<void*>(std::addressof(value)), &resize_sequence_of<U>);
         else if constexpr (requires(U& u, const StoredChildren& c) { node_traits<U>::prepare(u, c); })
           planner.node(p, static_cast<void*>(std::addressof(value)), &prepare_node_of<U>);
         return true;

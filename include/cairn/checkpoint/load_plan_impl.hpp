@@ -30,7 +30,7 @@ CAIRN_API LoadPlanner::LoadPlanner(const StoredIndex& index, const LoadOptions& 
 
 CAIRN_API LoadPlanner::~LoadPlanner() = default;
 
-CAIRN_API bool LoadPlanner::skipped(const std::string& key) const {
+CAIRN_API bool LoadPlanner::skipped(std::string_view key) const {
   for (const auto& g : options_.skip)
     if (glob_matches(g, key)) return true;
   return false;
@@ -57,17 +57,32 @@ CAIRN_API void LoadPlanner::node(const KeyPath& p, void* target, void (*prepare)
   }
 }
 
+CAIRN_API void LoadPlanner::sequence(const KeyPath& p, void* target, void (*resize)(void*, std::size_t, bool)) {
+  const std::string key = p.str();
+  if (!key.empty() && skipped(key)) return;
+  const std::string stored = prefix_.empty() ? key : key_under(prefix_, p, key);
+  try {
+    std::size_t length = 0;
+    if (const auto n = index_.index_children(stored)) length = *n;
+    else if (const auto* children = index_.children(stored)) length = stored_sequence_length(*children);  // (throws)
+    else if (!index_.has_node(stored)) return;
+    resize(target, length, !options_.allow_missing);
+  } catch (const Error& e) {
+    throw e.with_key(stored);
+  }
+}
+
 CAIRN_API void LoadPlanner::pointer(const KeyPath& p, void* target, void (*allocate)(void*)) {
   const std::string key = p.str();
   if (!key.empty() && skipped(key)) return;
   const std::string stored = prefix_.empty() ? key : key_under(prefix_, p, key);
   std::size_t next = next_;  // a look, not a visit: leaf() finds it again from here
-  if (!index_.leaf(stored, next) && !index_.children(stored) && !index_.has_node(stored)) return;
+  if (!index_.leaf(stored, next) && !index_.has_children(stored) && !index_.has_node(stored)) return;
   if (!options_.skip.empty()) {
     // Nor where each stored leaf below it is skipped ("head/*" leaves a null head null).
     std::size_t below = 0, loaded = 0;
     for (std::size_t i = 0; i < index_.item().leaves.size() && loaded == 0; ++i) {
-      const std::string& k = index_.key(i);
+      const std::string_view k = index_.key(i);
       if (!key_path_has_prefix(k, stored)) continue;
       ++below;
       if (!skipped(prefix_.empty() ? k : k.substr(std::min(k.size(), prefix_.size() + 1)))) ++loaded;
@@ -154,9 +169,9 @@ const LeafRecord* LoadPlanner::joined_elements(const std::string& stored, Packed
 CAIRN_API LoadPlan LoadPlanner::finish() && {
   for (std::size_t i = 0; i < visited_.size(); ++i) {
     if (visited_[i]) continue;
-    const std::string& key = index_.key(i);
+    const std::string_view key = index_.key(i);
     if (!key_path_has_prefix(key, prefix_)) continue;
-    std::string rel = prefix_.empty() ? key : key.substr(std::min(key.size(), prefix_.size() + 1));
+    std::string rel(prefix_.empty() ? key : key.substr(std::min(key.size(), prefix_.size() + 1)));
     if (skipped(rel)) continue;  // skipped target keys are not "unexpected" either
     plan_.report.unexpected.push_back(std::move(rel));
   }

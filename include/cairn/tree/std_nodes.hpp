@@ -26,25 +26,6 @@
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
 
-// Children of a resizable sequence: the loader resizes it to the stored count, which must
-// be the indices 0..n-1. Checked before anything is allocated: an index in untrusted
-// metadata ("layers/100000000/w") must not size a vector.
-inline std::size_t stored_sequence_length(const std::vector<KeyEntry>& stored) {
-  std::uint64_t count = 0, largest_plus_one = 0;
-  for (const auto& e : stored) {
-    if (e.kind != KeyEntry::Kind::index) continue;
-    ++count;
-    if (e.number < 0 || static_cast<std::uint64_t>(e.number) >= stored.size())
-      throw Error(ErrorKind::corrupt, "a sequence with " + std::to_string(stored.size()) + " stored children has index " +
-                  std::to_string(e.number) + " (indices must be 0.." + std::to_string(stored.size() - 1) + ")");
-    largest_plus_one = std::max<std::uint64_t>(largest_plus_one, static_cast<std::uint64_t>(e.number) + 1);
-  }
-  if (largest_plus_one != count)
-    throw Error(ErrorKind::corrupt, "a sequence's stored indices are not 0.." + std::to_string(count ? count - 1 : 0) +
-                " (largest " + std::to_string(largest_plus_one ? largest_plus_one - 1 : 0) + ")");
-  return static_cast<std::size_t>(count);
-}
-
 template <class Seq>
 struct resizable_sequence_node {
   static constexpr NodeKind kind = NodeKind::sequence;
@@ -54,8 +35,12 @@ struct resizable_sequence_node {
     for (auto& child : node) f(KeyEntry::index(i++), child);
   }
   static void prepare(Seq& node, const StoredChildren& stored) {
-    std::size_t n = stored_sequence_length(stored.keys);
-    if (!stored.may_remove) n = std::max(n, node.size());
+    resize_to_stored(node, stored_sequence_length(stored.keys), stored.may_remove);
+  }
+  // What a load calls (checkpoint/load_plan.hpp), with the stored length that its index counted
+  // without a KeyEntry per element.
+  static void resize_to_stored(Seq& node, std::size_t n, bool may_remove) {
+    if (!may_remove) n = std::max(n, node.size());
     node.resize(n);
   }
 };

@@ -119,6 +119,29 @@ struct StoredChildren {
   bool may_remove = true;
 };
 
+namespace detail {
+
+// Children of a resizable sequence: the loader resizes it to the stored count, which must
+// be the indices 0..n-1. Checked before anything is allocated: an index in untrusted
+// metadata ("layers/100000000/w") must not size a vector.
+inline std::size_t stored_sequence_length(const std::vector<KeyEntry>& stored) {
+  std::uint64_t count = 0, largest_plus_one = 0;
+  for (const auto& e : stored) {
+    if (e.kind != KeyEntry::Kind::index) continue;
+    ++count;
+    if (e.number < 0 || static_cast<std::uint64_t>(e.number) >= stored.size())
+      throw Error(ErrorKind::corrupt, "a sequence with " + std::to_string(stored.size()) + " stored children has index " +
+                  std::to_string(e.number) + " (indices must be 0.." + std::to_string(stored.size() - 1) + ")");
+    largest_plus_one = std::max<std::uint64_t>(largest_plus_one, static_cast<std::uint64_t>(e.number) + 1);
+  }
+  if (largest_plus_one != count)
+    throw Error(ErrorKind::corrupt, "a sequence's stored indices are not 0.." + std::to_string(count ? count - 1 : 0) +
+                " (largest " + std::to_string(largest_plus_one ? largest_plus_one - 1 : 0) + ")");
+  return static_cast<std::size_t>(count);
+}
+
+}  // namespace detail
+
 // Specialize for a node type:
 //   static constexpr NodeKind kind = ...;
 //   template <class Self, class F> static void for_each_child(Self& node, F&& f);
