@@ -11435,77 +11435,6 @@ CAIRN_END_NAMESPACE
 #include <utility>
 #include <vector>
 
-// ----- begin cairn/format/printed_keys.hpp -----
-// The printed key paths of an item's leaves, kept one after another in one string: what the
-// metadata parsers hand to validate_metadata and to a load's index of stored keys, so that no
-// key is printed twice.
-
-#include <cstddef>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-
-CAIRN_BEGIN_NAMESPACE
-namespace detail {
-
-// Keys in one string and where each ends, not a std::string each: 10,000 keys were 320 KB of
-// std::string (each short one inside its 32 bytes), in memory new to a load, where the text
-// of the keys is 110 KB. A leaf table's keys are spelled this way already (format/
-// metadata_json_reader.hpp), and where they print as stored the list takes them whole.
-class PrintedKeyList {
- public:
-  PrintedKeyList() = default;
-  // Takes `text` and the end of each key in it (ascending, the last at most text.size()).
-  PrintedKeyList(std::string text, std::vector<std::size_t> ends) : text_(std::move(text)), ends_(std::move(ends)) {}
-
-  std::size_t size() const { return ends_.size(); }
-  bool empty() const { return ends_.empty(); }
-  std::string_view operator[](std::size_t i) const {
-    const std::size_t from = i ? ends_[i - 1] : 0;
-    return std::string_view(text_).substr(from, ends_[i] - from);
-  }
-  std::string_view back() const { return (*this)[size() - 1]; }
-
-  void push_back(std::string_view key) {
-    text_.append(key);
-    ends_.push_back(text_.size());
-  }
-  // Room for `keys` more keys of `key_bytes` bytes together.
-  void reserve_more(std::size_t keys, std::size_t key_bytes) {
-    ends_.reserve(ends_.size() + keys);
-    text_.reserve(text_.size() + key_bytes);
-  }
-  void append(const PrintedKeyList& more) {
-    reserve_more(more.size(), more.text_.size());
-    for (std::size_t i = 0; i < more.size(); ++i) push_back(more[i]);
-  }
-  void clear() {
-    text_.clear();
-    ends_.clear();
-  }
-  // Views of every key, in order (for KeyTable, format/validation.hpp).
-  std::vector<std::string_view> views() const {
-    std::vector<std::string_view> v;
-    v.reserve(size());
-    for (std::size_t i = 0; i < size(); ++i) v.push_back((*this)[i]);
-    return v;
-  }
-
- private:
-  std::string text_;
-  std::vector<std::size_t> ends_;
-};
-
-// Each item's leaves' printed key paths, in order: printed while the parser has each record
-// in cache, for validate_metadata and a load's index (at 100,000 leaves, printing them again
-// from records spread over 50 MB of heap took about 10 ms a time).
-using PrintedKeys = std::vector<PrintedKeyList>;
-
-}  // namespace detail
-CAIRN_END_NAMESPACE
-// ----- end cairn/format/printed_keys.hpp -----
 
 CAIRN_BEGIN_NAMESPACE
 namespace detail {
@@ -11558,6 +11487,11 @@ class RecordReader {
   std::uint32_t seen_ = 0;
   int next_ = 0;
 };
+
+// Each item's leaves' printed key paths, in order: printed while the parser has each record
+// in cache, for validate_metadata and a load's index (at 100,000 leaves, printing them again
+// from records spread over 50 MB of heap took about 10 ms a time).
+using PrintedKeys = std::vector<std::vector<std::string>>;
 
 class MetadataReader {
  public:
@@ -11705,10 +11639,8 @@ class MetadataReader {
         }
       });
       l.path = KeyPath::from_stored(key_, kinds_);
-      if (printed_ && !printed_->empty()) {
-        if (prints_as_stored(key_, kinds_)) printed_->back().push_back(key_);
-        else printed_->back().push_back(l.path.str());
-      }
+      if (printed_ && !printed_->empty())
+        printed_->back().push_back(prints_as_stored(key_, kinds_) ? std::string(key_) : l.path.str());  // a copy, most often
       if (!rec.seen(5)) l.saved_from = l.dtype;
       for (std::size_t i = 0; i < l.chunks.size(); ++i) {
         ChunkRecord& c = l.chunks[i];
@@ -11860,9 +11792,8 @@ class MetadataReader {
     if (t.offsets.size() != n) r_.fail("a leaf table has " + std::to_string(t.offsets.size()) + " offsets for " + std::to_string(n) + " keys");
     if (t.crc32c.size() != 8 * n)
       r_.fail("a leaf table's crc32c has " + std::to_string(t.crc32c.size()) + " digits for " + std::to_string(n) + " keys");
-    const std::size_t first = item.leaves.size();
-    item.leaves.reserve(first + n);
-    std::vector<std::size_t> printed_otherwise;  // the keys that do not print as stored (escapes)
+    item.leaves.reserve(n);
+    if (printed_ && !printed_->empty()) printed_->back().reserve(printed_->back().size() + n);
     // A cursor over runs: the value for the next leaf.
     auto cursor = [](const auto& runs) {
       return [&runs, at = std::size_t{0}, left = runs.empty() ? std::uint64_t{0} : runs[0].second]() mutable -> const auto& {
@@ -11927,31 +11858,13 @@ class MetadataReader {
           throw Error(ErrorKind::corrupt, unknown_file(0, file, data_files_->size()));
         else
           c.file = (*data_files_)[file];
-        if (printed_ && !prints_as_stored(key, k)) printed_otherwise.push_back(i);
+        if (printed_ && !printed_->empty())  // the table's key, taken: nothing reads it after this
+          printed_->back().push_back(prints_as_stored(key, k) ? std::string(key) : l.path.str());
       } catch (const Error& e) {
         throw Error(e.kind(), e.message(), path_, std::string(key));
       }
     }
     if (dim != t.dims.size()) r_.fail("a leaf table's shape column has dimensions past its leaves'");
-    if (printed_ && !printed_->empty()) {
-      // The table's keys, taken whole where each prints as stored (nothing reads them after
-      // this): the printed keys then cost no memory or copy of their own.
-      PrintedKeyList& out = printed_->back();
-      if (out.empty() && printed_otherwise.empty()) {
-        out = PrintedKeyList(std::move(t.key_text), std::move(t.key_ends));
-      } else {
-        out.reserve_more(n, t.key_text.size());
-        std::size_t other = 0;
-        for (std::size_t i = 0; i < n; ++i) {
-          if (other < printed_otherwise.size() && printed_otherwise[other] == i) {
-            out.push_back(item.leaves[first + i].path.str());
-            ++other;
-          } else {
-            out.push_back(t.key(i));
-          }
-        }
-      }
-    }
   }
 
   static std::string unknown_file(std::size_t chunk, std::uint64_t number, std::size_t files) {
@@ -12523,7 +12436,7 @@ inline bool boxes_overlap(const ChunkRecord& a, const ChunkRecord& b) {
 // chunks sorted by their start in dimension 0, bounded in work so a hostile file cannot
 // make it quadratic.
 template <class Fail>
-void check_no_overlap(const LeafRecord& l, std::string_view key, Fail&& fail) {
+void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) {
   if (l.chunks.size() < 2) return;  // most leaves: nothing to compare
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < l.chunks.size(); ++i)
@@ -12632,8 +12545,8 @@ inline const std::string_view* find_repeated(const std::vector<std::string_view>
 // used instead of printing them again; or empty, to be filled here. A load's index then takes
 // them too.
 inline void validate_metadata(const CheckpointMetadata& m, const std::string& path, PrintedKeys* leaf_keys = nullptr) {
-  auto fail = [&](const std::string& why, std::string_view key = {}) {
-    throw Error(ErrorKind::corrupt, why, path, std::string(key));
+  auto fail = [&](const std::string& why, const std::string& key = {}) {
+    throw Error(ErrorKind::corrupt, why, path, key);
   };
   std::unordered_set<std::string> files;
   for (const auto& f : m.data_files) {
@@ -12645,28 +12558,27 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
   std::vector<std::pair<std::uint64_t, std::uint64_t>>* last_ranges = nullptr;
   std::unordered_set<std::string> item_names;
   if (leaf_keys && leaf_keys->size() != m.items.size()) leaf_keys->assign(m.items.size(), {});
-  std::vector<std::string> node_keys;
-  PrintedKeyList own_leaf_keys;
+  std::vector<std::string> node_keys, own_leaf_keys;
   std::vector<std::string_view> printed;  // each key once, nodes then leaves
   for (std::size_t item_at = 0; item_at < m.items.size(); ++item_at) {
     const ItemRecord& item = m.items[item_at];
     if (item.name.empty() || !item_names.insert(item.name).second) fail("empty or repeated item name '" + item.name + "'");
     node_keys.clear();
     for (const auto& n : item.nodes) node_keys.push_back(n.path.str());
-    PrintedKeyList& leaf_key = leaf_keys ? (*leaf_keys)[item_at] : own_leaf_keys;
+    std::vector<std::string>& leaf_key = leaf_keys ? (*leaf_keys)[item_at] : own_leaf_keys;
     if (!leaf_keys || leaf_key.size() != item.leaves.size()) {  // (own_leaf_keys: each item's own)
       leaf_key.clear();
-      leaf_key.reserve_more(item.leaves.size(), 0);
+      leaf_key.reserve(item.leaves.size());
       for (const auto& l : item.leaves) leaf_key.push_back(l.key());
     }
     printed.clear();
     printed.reserve(node_keys.size() + leaf_key.size());
     printed.insert(printed.end(), node_keys.begin(), node_keys.end());
-    for (std::size_t i = 0; i < leaf_key.size(); ++i) printed.push_back(leaf_key[i]);
+    printed.insert(printed.end(), leaf_key.begin(), leaf_key.end());
     if (const std::string_view* twice = find_repeated(printed)) fail("key path listed twice", std::string(*twice));
     for (std::size_t leaf = 0; leaf < item.leaves.size(); ++leaf) {
       const LeafRecord& l = item.leaves[leaf];
-      const std::string_view key = leaf_key[leaf];
+      const std::string& key = leaf_key[leaf];
       try {
         const std::uint64_t count = element_count(l.shape);
         (void)byte_count(l.shape, dtype_size(l.dtype));
@@ -12709,7 +12621,7 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
           fail("chunks cover " + std::to_string(covered) + " of the array's " + std::to_string(count) +
                " elements (a chunk is missing)", key);
       } catch (const Error& e) {
-        throw Error(e.kind(), e.message(), path, std::string(key));
+        throw Error(e.kind(), e.message(), path, key);
       }
     }
   }
@@ -15019,12 +14931,12 @@ namespace detail {
 class StoredIndex {
  public:
   // `printed`: the leaves' keys as the metadata parser printed them (PrintedKeys), if at hand.
-  explicit StoredIndex(const ItemRecord& item, PrintedKeyList printed = {}) : item_(item) {
+  explicit StoredIndex(const ItemRecord& item, std::vector<std::string> printed = {}) : item_(item) {
     if (printed.size() == item.leaves.size()) {
       keys_ = std::move(printed);
       return;
     }
-    keys_.reserve_more(item.leaves.size(), 0);
+    keys_.reserve(item.leaves.size());
     for (const auto& l : item.leaves) keys_.push_back(l.key());
   }
   StoredIndex(const StoredIndex&) = delete;  // the maps view keys_ and node_keys_
@@ -15143,7 +15055,7 @@ class StoredIndex {
   }
 
   const ItemRecord& item_;
-  PrintedKeyList keys_;
+  std::vector<std::string> keys_;
   mutable std::vector<std::string> node_keys_;
   mutable std::unordered_map<std::string_view, const LeafRecord*> leaves_;
   mutable std::unordered_map<std::string_view, const NodeRecord*> nodes_;
@@ -16905,7 +16817,7 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
       LoadPlan plan = [&] {
         try {
           const auto at = static_cast<std::size_t>(item - ck.metadata.items.data());
-          const StoredIndex index(*item, at < ck.leaf_keys.size() ? std::move(ck.leaf_keys[at]) : PrintedKeyList{});
+          const StoredIndex index(*item, at < ck.leaf_keys.size() ? std::move(ck.leaf_keys[at]) : std::vector<std::string>{});
           ck.leaf_keys.clear();
           return plan_fn(index);
         } catch (const Error& e) {

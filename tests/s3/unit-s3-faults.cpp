@@ -1285,6 +1285,72 @@ TEST_CASE("S3 reads: streams of small reads side by side share the read-ahead, e
   CHECK(used <= 1 + blocks + 1 + slack);
 }
 
+// A run of small leaves is one scattered read (checkpoint/read_scheduler.hpp): the reader
+// copies the read-ahead's blocks straight into the pieces, across blocks, past pieces with
+// nowhere to go; a read that follows no stream is one ranged GET, and one of a block or more
+// parallel ranges, copied into the pieces after.
+TEST_CASE("S3 reads: scattered reads go from the read-ahead's blocks into their pieces, bit-exact") {
+  if (server().endpoint().empty()) return;
+  const cairn::S3Options o = options();  // blocks of 64 KiB
+  auto s = store(o);
+  const std::uint64_t part = o.read_part_size, blocks = 10, size = blocks * part - 333;
+  std::mt19937_64 g(::getpid());
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  for (auto& c : bytes) c = static_cast<char>(g());
+  cairn::detail::write_blob(*s, "scattered", bytes);
+  // A scattered read of random pieces from `at` (some with nowhere to go, some empty) of at
+  // most `most` bytes in all; each piece that has somewhere to go is checked.
+  auto scattered = [&](const cairn::StoreReader& r, std::uint64_t at, std::uint64_t most) {
+    std::vector<std::vector<unsigned char>> into;
+    std::vector<cairn::ReadPiece> pieces;
+    std::vector<std::uint64_t> starts;
+    std::uint64_t n = 0;
+    while (true) {
+      const std::uint64_t len = g() % 5 == 0 ? 0 : 1 + g() % 9000;
+      if (n + len > most || at + n + len > size) break;
+      if (g() % 4 == 0) {
+        pieces.push_back({nullptr, len});
+      } else {
+        into.emplace_back(static_cast<std::size_t>(len));
+        pieces.push_back({into.back().data(), len});
+        starts.push_back(at + n);
+      }
+      n += len;
+    }
+    r.read_scattered(pieces.data(), pieces.size(), at);
+    std::size_t k = 0;
+    for (const auto& p : pieces) {
+      if (!p.dst) continue;
+      CHECK(std::memcmp(into[k].data(), bytes.data() + starts[k], into[k].size()) == 0);
+      ++k;
+    }
+    return n;
+  };
+  const std::uint64_t before = s->requests();
+  auto r = s->open("scattered");
+  std::vector<unsigned char> first(1000);
+  r->read_at(first.data(), first.size(), 0);  // a stream begins
+  CHECK(std::memcmp(first.data(), bytes.data(), first.size()) == 0);
+  // Runs one after another, each under a block, most across a block's end.
+  std::uint64_t at = first.size();
+  while (at < 6 * part) at += scattered(*r, at, part - 1);
+  r.reset();  // (its fetches ahead done: the count is final)
+  const std::uint64_t streamed = s->requests() - before;
+  CAPTURE(streamed);
+  CHECK(streamed <= 1 + 1 + 7 + 2);  // the HEAD, the first read's GET, the blocks read (and ahead)
+  // A run that follows no stream (a reader of its own, so that no fetch ahead is counted): one
+  // ranged GET.
+  r = s->open("scattered");
+  const std::uint64_t used = s->requests();
+  scattered(*r, 9 * part + 77, part / 2);
+  CHECK(s->requests() - used == 1);
+  // A block's worth or more: parallel ranges.
+  scattered(*r, 3, 3 * part);
+  std::vector<unsigned char> a(100), b(50);
+  cairn::ReadPiece over[] = {{a.data(), 100}, {nullptr, 300}, {b.data(), 50}};
+  CHECK_CAIRN_ERROR(r->read_scattered(over, 3, size - 400), cairn::ErrorKind::corrupt, "ends at byte");
+}
+
 TEST_CASE("S3: a load's read-ahead fetches the data objects the marker lists whole, once; a failed fetch is read again") {
   if (server().endpoint().empty()) return;
   cairn::S3Options o = options();

@@ -194,7 +194,7 @@ inline LoadReport load_opened(const Store& store, FunctionRef<OpenedCheckpoint()
       LoadPlan plan = [&] {
         try {
           const auto at = static_cast<std::size_t>(item - ck.metadata.items.data());
-          const StoredIndex index(*item, at < ck.leaf_keys.size() ? std::move(ck.leaf_keys[at]) : PrintedKeyList{});
+          const StoredIndex index(*item, at < ck.leaf_keys.size() ? std::move(ck.leaf_keys[at]) : std::vector<std::string>{});
           ck.leaf_keys.clear();
           return plan_fn(index);
         } catch (const Error& e) {

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "cairn/core/prefetch.hpp"
-#include "cairn/format/printed_keys.hpp"
 #include "cairn/format/records.hpp"
 
 CAIRN_BEGIN_NAMESPACE
@@ -29,12 +28,12 @@ namespace detail {
 class StoredIndex {
  public:
   // `printed`: the leaves' keys as the metadata parser printed them (PrintedKeys), if at hand.
-  explicit StoredIndex(const ItemRecord& item, PrintedKeyList printed = {}) : item_(item) {
+  explicit StoredIndex(const ItemRecord& item, std::vector<std::string> printed = {}) : item_(item) {
     if (printed.size() == item.leaves.size()) {
       keys_ = std::move(printed);
       return;
     }
-    keys_.reserve_more(item.leaves.size(), 0);
+    keys_.reserve(item.leaves.size());
     for (const auto& l : item.leaves) keys_.push_back(l.key());
   }
   StoredIndex(const StoredIndex&) = delete;  // the maps view keys_ and node_keys_
@@ -153,7 +152,7 @@ class StoredIndex {
   }
 
   const ItemRecord& item_;
-  PrintedKeyList keys_;
+  std::vector<std::string> keys_;
   mutable std::vector<std::string> node_keys_;
   mutable std::unordered_map<std::string_view, const LeafRecord*> leaves_;
   mutable std::unordered_map<std::string_view, const NodeRecord*> nodes_;

@@ -37,7 +37,7 @@ inline bool boxes_overlap(const ChunkRecord& a, const ChunkRecord& b) {
 // chunks sorted by their start in dimension 0, bounded in work so a hostile file cannot
 // make it quadratic.
 template <class Fail>
-void check_no_overlap(const LeafRecord& l, std::string_view key, Fail&& fail) {
+void check_no_overlap(const LeafRecord& l, const std::string& key, Fail&& fail) {
   if (l.chunks.size() < 2) return;  // most leaves: nothing to compare
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < l.chunks.size(); ++i)
@@ -146,8 +146,8 @@ inline const std::string_view* find_repeated(const std::vector<std::string_view>
 // used instead of printing them again; or empty, to be filled here. A load's index then takes
 // them too.
 inline void validate_metadata(const CheckpointMetadata& m, const std::string& path, PrintedKeys* leaf_keys = nullptr) {
-  auto fail = [&](const std::string& why, std::string_view key = {}) {
-    throw Error(ErrorKind::corrupt, why, path, std::string(key));
+  auto fail = [&](const std::string& why, const std::string& key = {}) {
+    throw Error(ErrorKind::corrupt, why, path, key);
   };
   std::unordered_set<std::string> files;
   for (const auto& f : m.data_files) {
@@ -159,28 +159,27 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
   std::vector<std::pair<std::uint64_t, std::uint64_t>>* last_ranges = nullptr;
   std::unordered_set<std::string> item_names;
   if (leaf_keys && leaf_keys->size() != m.items.size()) leaf_keys->assign(m.items.size(), {});
-  std::vector<std::string> node_keys;
-  PrintedKeyList own_leaf_keys;
+  std::vector<std::string> node_keys, own_leaf_keys;
   std::vector<std::string_view> printed;  // each key once, nodes then leaves
   for (std::size_t item_at = 0; item_at < m.items.size(); ++item_at) {
     const ItemRecord& item = m.items[item_at];
     if (item.name.empty() || !item_names.insert(item.name).second) fail("empty or repeated item name '" + item.name + "'");
     node_keys.clear();
     for (const auto& n : item.nodes) node_keys.push_back(n.path.str());
-    PrintedKeyList& leaf_key = leaf_keys ? (*leaf_keys)[item_at] : own_leaf_keys;
+    std::vector<std::string>& leaf_key = leaf_keys ? (*leaf_keys)[item_at] : own_leaf_keys;
     if (!leaf_keys || leaf_key.size() != item.leaves.size()) {  // (own_leaf_keys: each item's own)
       leaf_key.clear();
-      leaf_key.reserve_more(item.leaves.size(), 0);
+      leaf_key.reserve(item.leaves.size());
       for (const auto& l : item.leaves) leaf_key.push_back(l.key());
     }
     printed.clear();
     printed.reserve(node_keys.size() + leaf_key.size());
     printed.insert(printed.end(), node_keys.begin(), node_keys.end());
-    for (std::size_t i = 0; i < leaf_key.size(); ++i) printed.push_back(leaf_key[i]);
+    printed.insert(printed.end(), leaf_key.begin(), leaf_key.end());
     if (const std::string_view* twice = find_repeated(printed)) fail("key path listed twice", std::string(*twice));
     for (std::size_t leaf = 0; leaf < item.leaves.size(); ++leaf) {
       const LeafRecord& l = item.leaves[leaf];
-      const std::string_view key = leaf_key[leaf];
+      const std::string& key = leaf_key[leaf];
       try {
         const std::uint64_t count = element_count(l.shape);
         (void)byte_count(l.shape, dtype_size(l.dtype));
@@ -223,7 +222,7 @@ inline void validate_metadata(const CheckpointMetadata& m, const std::string& pa
           fail("chunks cover " + std::to_string(covered) + " of the array's " + std::to_string(count) +
                " elements (a chunk is missing)", key);
       } catch (const Error& e) {
-        throw Error(e.kind(), e.message(), path, std::string(key));
+        throw Error(e.kind(), e.message(), path, key);
       }
     }
   }

@@ -878,7 +878,7 @@ class PytreeReader {
       }
       item.leaves.push_back(std::move(l));
     }
-    keys_.append(second.keys_);
+    keys_.insert(keys_.end(), std::make_move_iterator(second.keys_.begin()), std::make_move_iterator(second.keys_.end()));
     item.unread.insert(item.unread.end(), std::make_move_iterator(second_item.unread.begin()),
                        std::make_move_iterator(second_item.unread.end()));
     out_.not_read.insert(out_.not_read.end(), std::make_move_iterator(second_out.not_read.begin()),
@@ -1058,9 +1058,9 @@ class PytreeReader {
   // Every leaf goes in here, with its printed key path: the key is printed once, where the
   // leaf is made, and the load's index of stored keys takes these (PrintedKeys) rather than
   // printing each again (twice per leaf, with add_nodes, were 3% of a load of 10,000 arrays).
-  void push_leaf(ItemRecord& item, LeafRecord&& l, std::string_view key) {
+  void push_leaf(ItemRecord& item, LeafRecord&& l, std::string key) {
     item.leaves.push_back(std::move(l));
-    keys_.push_back(key);
+    keys_.push_back(std::move(key));
   }
 
   // A leaf cairn cannot read (a value type it has no leaf for, an array of a dtype it does not
@@ -1485,7 +1485,7 @@ class PytreeReader {
 
   // Inner nodes: every proper prefix of a leaf's path; a map for keys, a sequence for indices.
   void add_nodes(ItemRecord& item) {
-    const std::vector<std::string_view> keys = keys_.views();
+    std::vector<std::string_view> keys(keys_.begin(), keys_.end());
     const KeyTable leaves(keys);
     if (const std::string_view* twice = leaves.repeated())
       throw Error(ErrorKind::corrupt, "two parameters map to one key path", meta_file(), std::string(*twice));
@@ -1505,7 +1505,7 @@ class PytreeReader {
   PrintedKeys* keys_out_ = nullptr;
   bool for_load_ = false;
   FileBlobs data_file_blobs_, decoded_blobs_;  // data_file_blob, decoded_blob: file -> blob
-  PrintedKeyList keys_;  // item.leaves' printed keys (push_leaf)
+  std::vector<std::string> keys_;  // item.leaves' printed keys (push_leaf)
   OcdbtDatabase* db_ = nullptr;
   int zarr3_ = -1;  // from _METADATA: 1 zarr v3, 0 zarr v2, -1 unsaid (look for either)
   bool zarr3_found_ = false;
