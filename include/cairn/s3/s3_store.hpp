@@ -993,9 +993,9 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
         store_.client_.get_range(key_, dst, n, base_ + offset, info_.etag);
     }
     // Straight from the read-ahead's blocks into each piece, where the default copied the span
-    // into a buffer of its own first: a load of 100,000 small leaves (29 MB) from data objects
-    // allocated a buffer of up to 1 MiB a run of leaves (small_run_bytes), each new memory
-    // (glibc maps one of that size afresh each time), and copied every byte twice.
+    // into a buffer of its own first (up to 1 MiB a run of leaves, small_run_bytes) and every
+    // byte twice. (100,000 small leaves, 29 MB in one data object, in a loop: within noise of
+    // the default on s3rver; docs/benchmarks.md.)
     void read_scattered(const ReadPiece* pieces, std::size_t count, std::uint64_t offset) const override {
       std::uint64_t n = 0;
       for (std::size_t i = 0; i < count; ++i) n += pieces[i].n;
