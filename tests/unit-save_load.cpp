@@ -1388,7 +1388,7 @@ std::string without_times(std::string meta) {
 }
 }  // namespace
 
-TEST_CASE("a checkpoint written before the storage seam loads bit-exactly, and the same state is written with the same bytes and records") {
+TEST_CASE("a checkpoint written before the storage seam loads bit-exactly, and the same state is written with the same chunks and records, aligned as format.md says") {
   const std::string old = std::string(CAIRN_TEST_DATA) + "/v1-checkpoint";
   const compat::State want = compat::make();
   compat::State got;
@@ -1402,14 +1402,49 @@ TEST_CASE("a checkpoint written before the storage seam loads bit-exactly, and t
   options.cast = {{"cast_on_save", cairn::DType::bfloat16}};
   options.user_metadata = cairn::Json::object({{"epoch", 3}, {"note", "written before the storage seam"}});
   cairn::save(dir / "new", want, options);
-  for (const char* file : {"data-0-0.bin", "_USER_METADATA"})
-    CHECK_MESSAGE(test::read_file(dir / "new" + "/" + file) == test::read_file(old + "/" + file), file);
+  CHECK(test::read_file(dir / "new/_USER_METADATA") == test::read_file(old + "/_USER_METADATA"));
+  // The same chunks, byte for byte, each where docs/format.md's alignment puts it today: the
+  // old file started every chunk under 64 KiB at a multiple of 64 bytes, a writer's choice
+  // (readers take offsets from the records) that became 16 bytes below 4 KiB on 2026-12-04.
+  cairn::CheckpointMetadata old_meta = cairn::metadata(old);
+  const cairn::CheckpointMetadata new_meta = cairn::metadata(dir / "new");
+  const std::string old_data = test::read_file(old + "/data-0-0.bin"), new_data = test::read_file(dir / "new/data-0-0.bin");
+  REQUIRE(old_meta.items.size() == new_meta.items.size());
+  std::string covered(new_data.size(), '\0');  // bytes of the new file some chunk holds
+  std::uint64_t end = 0;
+  for (std::size_t i = 0; i < old_meta.items.size(); ++i) {
+    auto& old_leaves = old_meta.items[i].leaves;
+    const auto& new_leaves = new_meta.items[i].leaves;
+    REQUIRE(old_leaves.size() == new_leaves.size());
+    for (std::size_t l = 0; l < old_leaves.size(); ++l) {
+      auto& old_chunks = old_leaves[l].chunks;
+      const auto& new_chunks = new_leaves[l].chunks;
+      REQUIRE(old_chunks.size() == new_chunks.size());
+      for (std::size_t c = 0; c < old_chunks.size(); ++c) {
+        const auto& oc = old_chunks[c];
+        const auto& nc = new_chunks[c];
+        INFO(new_leaves[l].key(), " chunk ", c);
+        REQUIRE(oc.nbytes == nc.nbytes);
+        const std::uint64_t align = nc.nbytes >= (64u << 10) ? 4096 : nc.nbytes >= (4u << 10) ? 64 : 16;
+        CHECK(nc.offset % align == 0);
+        CHECK(nc.offset >= end);  // in order, none overlapping, and packed: no more than the alignment's gap
+        CHECK(nc.offset < end + align);
+        REQUIRE(nc.offset + nc.nbytes <= new_data.size());
+        CHECK(new_data.compare(nc.offset, nc.nbytes, old_data, oc.offset, oc.nbytes) == 0);
+        covered.replace(nc.offset, nc.nbytes, nc.nbytes, '\1');
+        end = std::max(end, nc.offset + nc.nbytes);
+        old_chunks[c].offset = nc.offset;  // for the records' comparison below
+      }
+    }
+  }
+  CHECK(new_data.size() == end);
+  for (std::size_t b = 0; b < new_data.size(); ++b)
+    if (!covered[b] && new_data[b] != 0) FAIL_CHECK("a gap's byte ", b, " is not zero");
   // The stored file is format 1, written through cereal, one value per line; the records are
-  // the same: written again they give the new file's text (format 2, with its record counts),
-  // and the writer's short form is lossless (unit-records).
-  const cairn::CheckpointMetadata old_meta = cairn::metadata(old);
+  // the same (at the new offsets): written again they give the new file's text (format 2, with
+  // its record counts), and the writer's short form is lossless (unit-records).
   CHECK(old_meta.format_version == 1);
-  CHECK(cairn::metadata(dir / "new").format_version == 2);  // few leaves: records, no leaf table
+  CHECK(new_meta.format_version == 2);  // few leaves: records, no leaf table
   CHECK(without_times(test::read_file(dir / "new/_METADATA")) == without_times(cairn::detail::metadata_to_json(old_meta)));
   CHECK(test::read_file(old + "/_METADATA").find("\"saved_from\"") != std::string::npos);
 }
