@@ -50,6 +50,11 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+// The value below which a fraction q of the values lie (the nearest one; q in [0, 1]).
+inline double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
 
 // A field of /proc/self/status in KiB (0 where it is not there).
 inline std::uint64_t proc_status_kib(const char* field) {
