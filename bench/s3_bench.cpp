@@ -93,43 +93,60 @@ struct Limit {
   double put, get;
   Usage put_used, get_used;
 };
-// The limit: `bytes` PUT as multipart parts and GET as ranges, `concurrency` at once.
-Limit raw_limit(cairn::s3::Client& client, const std::string& key, const std::vector<unsigned char>& src,
-                                    std::uint64_t part, int concurrency) {
-  const std::uint64_t n = src.size();
-  const std::size_t parts = static_cast<std::size_t>((n + part - 1) / part);
-  settle();
-  Usage u0 = usage();
-  double t0 = bench::now_s();
-  const std::string id = client.create_multipart(key);
-  std::vector<std::string> etags(parts);
-  auto run = [&](auto&& job) {
-    std::vector<std::future<void>> running;
-    for (std::size_t i = 0; i < parts; ++i) {
-      if (running.size() >= static_cast<std::size_t>(concurrency)) {
-        running.front().get();
-        running.erase(running.begin());
-      }
-      running.push_back(std::async(std::launch::async, job, i));
+// job(i) for each of `parts` parts, `concurrency` at once, each on a thread of its own.
+template <class Job>
+void on_parts(std::size_t parts, int concurrency, Job&& job) {
+  std::vector<std::future<void>> running;
+  for (std::size_t i = 0; i < parts; ++i) {
+    if (running.size() >= static_cast<std::size_t>(concurrency)) {
+      running.front().get();
+      running.erase(running.begin());
     }
-    for (auto& f : running) f.get();
-  };
-  run([&](std::size_t i) {
+    running.push_back(std::async(std::launch::async, job, i));
+  }
+  for (auto& f : running) f.get();
+}
+std::size_t part_count(std::uint64_t n, std::uint64_t part) { return static_cast<std::size_t>((n + part - 1) / part); }
+
+// `src` PUT at `key` as multipart parts of `part` bytes, `concurrency` at once.
+void raw_put(cairn::s3::Client& client, const std::string& key, const std::vector<unsigned char>& src, std::uint64_t part,
+             int concurrency) {
+  const std::uint64_t n = src.size();
+  const std::string id = client.create_multipart(key);
+  std::vector<std::string> etags(part_count(n, part));
+  on_parts(etags.size(), concurrency, [&](std::size_t i) {
     const std::uint64_t at = i * part, len = std::min(part, n - at);
     etags[i] = client.upload_part(key, id, static_cast<int>(i + 1), src.data() + at, len);
   });
   client.complete_multipart(key, id, etags);
+}
+
+// The object at `key` (of dst.size() bytes, version `etag`) GET into `dst` as ranges of `part`
+// bytes, `concurrency` at once.
+void raw_get(cairn::s3::Client& client, const std::string& key, std::vector<unsigned char>& dst, std::uint64_t part,
+             int concurrency, const std::string& etag) {
+  const std::uint64_t n = dst.size();
+  on_parts(part_count(n, part), concurrency, [&](std::size_t i) {
+    const std::uint64_t at = i * part, len = std::min(part, n - at);
+    client.get_range(key, dst.data() + at, len, at, etag);
+  });
+}
+
+// The limit: `bytes` PUT as multipart parts and GET as ranges, `concurrency` at once.
+Limit raw_limit(cairn::s3::Client& client, const std::string& key, const std::vector<unsigned char>& src,
+                                    std::uint64_t part, int concurrency) {
+  settle();
+  Usage u0 = usage();
+  double t0 = bench::now_s();
+  raw_put(client, key, src, part, concurrency);
   const double put = bench::now_s() - t0;
   const Usage put_used = usage() - u0;
-  std::vector<unsigned char> back(n);
+  std::vector<unsigned char> back(src.size());
   const auto info = client.head(key);
   settle();
   u0 = usage();
   t0 = bench::now_s();
-  run([&](std::size_t i) {
-    const std::uint64_t at = i * part, len = std::min(part, n - at);
-    client.get_range(key, back.data() + at, len, at, info->etag);
-  });
+  raw_get(client, key, back, part, concurrency, info->etag);
   const double get = bench::now_s() - t0;
   const Usage get_used = usage() - u0;
   if (back != src) {
@@ -300,17 +317,15 @@ int main(int argc, char** argv) {
     std::printf("%-26s the checkpoint's objects (data and metadata, %.1f MB) read the limit's way: %.1f ms (the data alone: "
                 "%.1f ms)\n", "", static_cast<double>(checkpoint_bytes) / 1e6, bench::median(whole_get) * 1e3,
                 bench::median(gt) * 1e3);
-    // In a loop, taking turns: the limit's GET of the small leaves' bytes (uploaded once as
-    // above), then a load of the checkpoint into a state loaded before, 41 times. Measured
+    // In a loop, taking turns: the limit's GET of the small leaves' bytes (uploaded once, as
+    // raw_limit does), then a load of the checkpoint into a state loaded before, 41 times. Measured
     // once a round as above, the two drifted apart between runs (the limit's GET alone took
     // 5.2 to 8.3 ms); in turns they meet the server in the same state, and the median of each
     // turn's ratio is the steady figure.
     {
       const std::string key = "small/turns", rkey = "raw/small-turns";
       cairn::save({store, key}, sm);
-      const std::string id = raw.create_multipart(rkey);
-      std::vector<std::string> etags{raw.upload_part(rkey, id, 1, small_flat.data(), small_flat.size())};
-      raw.complete_multipart(rkey, id, etags);
+      raw_put(raw, rkey, small_flat, part, concurrency);
       const auto info = raw.head(rkey);
       std::vector<unsigned char> got(small_flat.size());
       Small back;
@@ -320,8 +335,7 @@ int main(int argc, char** argv) {
       for (int r = 0; r < 41; ++r) {
         settle();
         double t0 = bench::now_s();
-        // (on a thread of its own, as raw_limit's GETs)
-        std::async(std::launch::async, [&] { raw.get_range(rkey, got.data(), got.size(), 0, info->etag); }).get();
+        raw_get(raw, rkey, got, part, concurrency, info->etag);
         tg.push_back(bench::now_s() - t0);
         settle();
         t0 = bench::now_s();
