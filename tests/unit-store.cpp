@@ -109,7 +109,7 @@ TEST_CASE("BulkBytes: every byte writable; megabytes in a mapping aligned to 2 M
 }
 
 TEST_CASE("BulkBytes: a mapping let go serves the next buffer of its size, without new page faults; at most four of "
-          "at most 4 MiB are kept, the oldest let go first") {
+          "at most 8 MiB and 16 MiB in all are kept, the oldest let go first") {
 #if CAIRN_BULK_BYTES_MAPPED
   using cairn::detail::BulkBytes;
   using cairn::detail::huge_page_bytes;
@@ -154,11 +154,40 @@ TEST_CASE("BulkBytes: a mapping let go serves the next buffer of its size, witho
   CHECK(vm_flags_of(at[0]).empty());
   CHECK(vm_flags_of(at[1]).empty());
   for (int i = 2; i < 6; ++i) CHECK_FALSE(vm_flags_of(at[i]).empty());
+  // Three of 8 MiB let go: the two last are kept (16 MiB in all), and every smaller one and
+  // the first of them unmapped to make room.
+  {
+    const std::size_t most = cairn::detail::kept_mapping_bytes_max;
+    std::vector<BulkBytes> large;
+    for (int i = 0; i < 3; ++i) large.emplace_back(most - 7);
+    std::vector<const void*> large_at;
+    for (const auto& b : large) large_at.push_back(b.data());
+    large.clear();
+    CHECK(kept.size() == 2);
+    CHECK(kept.kept_bytes() == 2 * most);
+    CHECK(kept.kept_bytes() <= cairn::detail::kept_bytes_max);
+    CHECK(vm_flags_of(large_at[0]).empty());
+    for (int i = 2; i < 6; ++i) CHECK(vm_flags_of(at[i]).empty());
+    CHECK_FALSE(vm_flags_of(large_at[1]).empty());
+    CHECK_FALSE(vm_flags_of(large_at[2]).empty());
+    // Taken again: the newest of them, and the count goes down with it.
+    BulkBytes b(most);
+    CHECK(static_cast<const void*>(b.data()) == large_at[2]);
+    CHECK(kept.kept_bytes() == most);
+  }
+  // Four of two huge pages kept again (the 8 MiB one goes to make room for the fourth).
+  held.clear();
+  for (int i = 0; i < 4; ++i) held.emplace_back(two);
+  at.clear();
+  for (const auto& b : held) at.push_back(b.data());
+  held.clear();
+  CHECK(kept.size() == cairn::detail::kept_mappings_max);
+  CHECK(kept.kept_bytes() == 4 * 2 * huge_page_bytes);
   // The vector of records takes them too, the newest first.
   {
     std::vector<std::uint64_t, cairn::detail::BulkAllocator<std::uint64_t>> v;
     v.reserve(two / sizeof(std::uint64_t));
-    CHECK(static_cast<const void*>(v.data()) == at[5]);
+    CHECK(static_cast<const void*>(v.data()) == at[3]);
     v.assign(v.capacity(), 7);
     CHECK(v[v.size() - 1] == 7);
   }
