@@ -6,11 +6,14 @@
 #include <cairn/cairn.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -131,6 +134,82 @@ std::vector<Driver> all_but(std::initializer_list<Driver> out) {
     if (std::find(out.begin(), out.end(), d) == out.end()) v.push_back(d);
   return v;
 }
+
+// A leaf whose view says it was taken (and may fail), for a store that looks at when.
+struct Watched {
+  std::vector<float> values;
+  bool fail = false;
+};
+struct ViewsBegan {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool began = false;
+  void reset() {
+    std::lock_guard<std::mutex> lock(mutex);
+    began = false;
+  }
+  void signal() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      began = true;
+    }
+    cv.notify_all();
+  }
+  // Whether the views began within `wait`.
+  bool within(std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return cv.wait_for(lock, wait, [&] { return began; });
+  }
+};
+ViewsBegan views_began;
+
+}  // namespace
+
+template <>
+struct cairn::leaf_traits<Watched> {
+  static LeafView view(const Watched& w) {
+    views_began.signal();
+    if (w.fail) throw cairn::Error(cairn::ErrorKind::invalid_argument, "this leaf cannot be viewed");
+    return {DType::float32, {static_cast<std::int64_t>(w.values.size())}, Order::C, w.values.data(),
+            w.values.size() * sizeof(float)};
+  }
+  static LeafBuffer prepare(Watched& w, const StoredLeafInfo& s) {
+    w.values.resize(static_cast<std::size_t>(element_count(s.shape)));
+    return {DType::float32, Order::C, w.values.data(), w.values.size() * sizeof(float)};
+  }
+};
+
+namespace {
+
+// A MemoryStore that says its small requests wait on a network (parallel_reads, as S3Store
+// does) or not, and whose staging notes whether the save's views began while it staged: it
+// waits up to 5 s for them.
+class StagingWatcher final : public cairn::Store {
+ public:
+  explicit StagingWatcher(int parallel) : parallel_(parallel) {}
+  int parallel_reads() const override { return parallel_; }
+  std::string describe(const std::string& key) const override { return "watched:" + key; }
+  std::unique_ptr<cairn::StoreReader> open(const std::string& key) const override { return inner.open(key); }
+  std::unique_ptr<cairn::StoreWriter> create(const std::string& key) override { return inner.create(key); }
+  bool exists(const std::string& key) const override { return inner.exists(key); }
+  bool is_blob(const std::string& key) const override { return inner.is_blob(key); }
+  std::vector<cairn::StoreEntry> list(const std::string& prefix) const override { return inner.list(prefix); }
+  void remove(const std::string& key) override { inner.remove(key); }
+  std::unique_ptr<cairn::CheckpointStaging> stage(const std::string& key, bool overwrite) override {
+    views_while_staging = views_began.within(std::chrono::milliseconds(parallel_ > 1 ? 5000 : 50));
+    return inner.stage(key, overwrite);
+  }
+  void remove_checkpoints(const std::vector<std::string>& keys) override { inner.remove_checkpoints(keys); }
+  void write_atomically(const std::string& key, const std::string& content) override { inner.write_atomically(key, content); }
+  std::unique_ptr<cairn::StoreWriter> create_atomically(const std::string& key, bool overwrite) override {
+    return inner.create_atomically(key, overwrite);
+  }
+  bool views_while_staging = false;
+  cairn::MemoryStore inner;
+
+ private:
+  int parallel_;
+};
 
 struct Holder {
   std::vector<float> a{1, 2, 3};
@@ -271,4 +350,57 @@ TEST_CASE("the Checkpointer's save returns the report, or nothing when the polic
   CHECK(r->leaves == 1);
   CHECK(r->bytes_written == 8);
   CHECK(r->path.find("root/2") != std::string::npos);
+}
+
+// Also under ThreadSanitizer in CI. One process saving to a store whose staging waits on a
+// network (a bucket) takes the tree's views while it stages (SaveJob::run); staging's refusal
+// still comes first, and a view's failure still commits nothing.
+TEST_CASE("a save to a bucket takes its views while it stages; staging's refusal comes first, and nothing is committed") {
+  using State = std::pair<std::vector<double>, Watched>;
+  auto make = [](bool fail) {
+    State s{test::random_bits<double>(1 + test::rng()() % 5000), {test::random_bits<float>(1 + test::rng()() % 5000), fail}};
+    return s;
+  };
+  StagingWatcher store(8);
+  const State first = make(false);
+  views_began.reset();
+  cairn::save({store, "c"}, first);
+  CHECK(store.views_while_staging);
+  auto check_first = [&] {
+    const State back = cairn::load<State>({store, "c"});
+    CHECK(test::same_bits(back.first, first.first));
+    CHECK(test::same_bits(back.second.values, first.second.values));
+  };
+  check_first();
+  const auto keys_after_first = store.inner.list("");
+  // A view that fails while staging succeeds: its error, and nothing of the save is left.
+  views_began.reset();
+  CHECK_CAIRN_ERROR(cairn::save({store, "d"}, make(true)), cairn::ErrorKind::invalid_argument, "cannot be viewed");
+  CHECK(store.views_while_staging);
+  CHECK_FALSE(store.exists("d"));
+  CHECK(store.inner.list("").size() == keys_after_first.size());
+  // Staging refuses (a checkpoint is there) and a view fails too: staging's refusal.
+  views_began.reset();
+  CHECK_CAIRN_ERROR(cairn::save({store, "c"}, make(true)), cairn::ErrorKind::already_exists, "");
+  check_first();
+  // An overwrite whose view fails: the earlier checkpoint stays, whole.
+  cairn::SaveOptions over;
+  over.overwrite = true;
+  views_began.reset();
+  CHECK_CAIRN_ERROR(cairn::save({store, "c"}, make(true), over), cairn::ErrorKind::invalid_argument, "cannot be viewed");
+  check_first();
+  // An overwrite that succeeds.
+  const State second = make(false);
+  views_began.reset();
+  cairn::save({store, "c"}, second, over);
+  const State back = cairn::load<State>({store, "c"});
+  CHECK(test::same_bits(back.first, second.first));
+  CHECK(test::same_bits(back.second.values, second.second.values));
+
+  // Where staging is a local call (a filesystem, memory), it comes before the views, as with
+  // several processes: nothing is gained by a thread.
+  StagingWatcher local(1);
+  views_began.reset();
+  cairn::save({local, "c"}, make(false));
+  CHECK_FALSE(local.views_while_staging);
 }

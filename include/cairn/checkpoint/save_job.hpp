@@ -8,7 +8,8 @@
 //
 //   stage()        collective: the primary stages the key; every rank learns it.
 //   take_views()   the tree's views (a leaf that cannot be viewed fails here, after staging,
-//                  so that its error reaches every rank through the commit).
+//                  so that its error reaches every rank through the commit; one process on a
+//                  bucket takes them while it stages, and fails after the staging too).
 //   snapshot()     async only, on the caller's thread: copies each leaf once the budget allows,
 //                  in the order the writer takes them; leaves over the budget are written from
 //                  the caller's memory while it waits.
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -164,14 +166,36 @@ class SaveJob {
   // driver's commit: the job's own, or the Checkpointer's, which adds `latest` and retention.
   SaveReport run(FunctionRef<std::vector<ItemSnapshot>()> snapshot,
                  FunctionRef<void(SaveJob&, std::exception_ptr)> commit) {
-    stage();
     std::exception_ptr failure;
-    try {
-      take_views(snapshot);
-      all_ready();
-      write();
-    } catch (...) {
-      failure = std::current_exception();
+    if (!multi_rank() && store_.parallel_reads() > 1) {
+      // Where staging waits on a network (a bucket: its looks at the key, a round trip or
+      // two), the tree's views are taken on this thread meanwhile: the walk of 10,000 small
+      // leaves took about as long as the staging's requests, one after the other (docs/
+      // benchmarks.md, 2026-12-04). Views only read the caller's state and touch no store.
+      // Staging's error comes first, as when it came first (the views' is then dropped:
+      // nothing was staged); the views' own reaches the commit as it did.
+      auto staged = std::async(std::launch::async, [this] { stage(); });
+      try {
+        take_views(snapshot);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      staged.get();
+    } else {
+      stage();
+      try {
+        take_views(snapshot);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    if (!failure) {
+      try {
+        all_ready();
+        write();
+      } catch (...) {
+        failure = std::current_exception();
+      }
     }
     commit(*this, failure);
     return report_;
