@@ -141,7 +141,7 @@ void raw_get(cairn::s3::Client& client, const std::string& key, std::vector<unsi
   });
 }
 
-// The limit: `bytes` PUT as multipart parts and GET as ranges, `concurrency` at once.
+// The limit: `src` PUT as raw_put does and GET as ranges, `concurrency` at once.
 Limit raw_limit(cairn::s3::Client& client, const std::string& key, const std::vector<unsigned char>& src,
                                     std::uint64_t part, int concurrency) {
   settle();

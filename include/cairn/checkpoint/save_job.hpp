@@ -166,29 +166,22 @@ class SaveJob {
   // driver's commit: the job's own, or the Checkpointer's, which adds `latest` and retention.
   SaveReport run(FunctionRef<std::vector<ItemSnapshot>()> snapshot,
                  FunctionRef<void(SaveJob&, std::exception_ptr)> commit) {
+    // Where staging waits on a network (a bucket: its looks at the key, a round trip or two),
+    // one process takes the tree's views on this thread meanwhile: the walk of 10,000 small
+    // leaves took 1.3 ms, 7.5 ms where its memory was faulted in, after staging's 3.5-8 ms
+    // (docs/benchmarks.md, 2026-12-04). Views only read the caller's state, no store.
+    // Staging's error comes first, as when it came first (the views' is then dropped: nothing
+    // was staged); the views' own reaches the commit as it did.
+    std::future<void> staged;
+    if (!multi_rank() && store_.parallel_reads() > 1) staged = std::async(std::launch::async, [this] { stage(); });
+    else stage();
     std::exception_ptr failure;
-    if (!multi_rank() && store_.parallel_reads() > 1) {
-      // Where staging waits on a network (a bucket: its looks at the key, a round trip or
-      // two), the tree's views are taken on this thread meanwhile: the walk of 10,000 small
-      // leaves took 1.3 ms, 7.5 ms where its memory was faulted in, after staging's 3.5-8 ms
-      // (docs/benchmarks.md, 2026-12-04). Views only read the caller's state, no store.
-      // Staging's error comes first, as when it came first (the views' is then dropped:
-      // nothing was staged); the views' own reaches the commit as it did.
-      auto staged = std::async(std::launch::async, [this] { stage(); });
-      try {
-        take_views(snapshot);
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      staged.get();
-    } else {
-      stage();
-      try {
-        take_views(snapshot);
-      } catch (...) {
-        failure = std::current_exception();
-      }
+    try {
+      take_views(snapshot);
+    } catch (...) {
+      failure = std::current_exception();
     }
+    if (staged.valid()) staged.get();
     if (!failure) {
       try {
         all_ready();
