@@ -11,6 +11,7 @@
 #include <cairn/orbax.hpp>
 #endif
 
+#include "fake_s3_server.hpp"
 #include "s3_kill_state.hpp"
 
 #include <chrono>
@@ -58,63 +59,12 @@ bool same(const State& a, const State& b) {
 }
 
 // The fake server, for the life of the test program.
-class FakeS3 {
- public:
-  FakeS3() {
-    dir_ = (std::filesystem::temp_directory_path() / ("cairn-fake-s3-" + std::to_string(::getpid()))).string();
-    std::filesystem::create_directories(dir_);
-    const std::string script = std::string(CAIRN_S3_TEST_DIR) + "/fake_s3.py";
-    std::vector<std::string> args = {CAIRN_PYTHON3, script, dir_, "--exit-with-parent"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
+test::FakeS3& server() {
+  static test::FakeS3 s = [] {
     ::setenv("FAKE_S3_STALL", "3", 1);
     ::setenv("FAKE_S3_DELAY", "0.5", 1);  // under the 1 s low_speed_time of options(): answered, not retried
-    if (posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) pid_ = 0;
-    for (int i = 0; i < 200 && endpoint_.empty(); ++i) {
-      std::ifstream in(dir_ + "/endpoint");
-      if (!(in >> endpoint_)) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
-  }
-  ~FakeS3() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  const std::string& endpoint() const { return endpoint_; }
-
-  std::string control(const std::string& what, const std::string& method = "POST") {
-    cairn::s3::HttpClient http({}, {});
-    cairn::s3::HttpRequest r;
-    r.method = method;
-    r.url = endpoint_ + "/" + what;
-    r.body = "";
-    const auto resp = http.perform(r);
-    REQUIRE(resp.status == 200);
-    return resp.body;
-  }
-  void reset() { control("_reset"); }
-  void fault_at(int n, const std::string& how, int count = 1) {
-    control("_fault?at=" + std::to_string(n) + "&how=" + how + "&count=" + std::to_string(count));
-  }
-  void fault_matching(const std::string& match, const std::string& how, int count = 1) {
-    control("_fault?match=" + cairn::s3::uri_encode(match, false) + "&how=" + how + "&count=" + std::to_string(count));
-  }
-  cairn::Json stats() { return cairn::Json::parse(control("_stats", "GET")); }
-  // The requests whose "METHOD path?query" holds `match`: the most in flight at once are
-  // stats()'s watched_max_in_flight (until the next reset).
-  void watch(const std::string& match) { control("_watch?match=" + cairn::s3::uri_encode(match, false)); }
-
- private:
-  std::string dir_, endpoint_;
-  pid_t pid_ = 0;
-};
-
-FakeS3& server() {
-  static FakeS3 s;
+    return test::FakeS3(CAIRN_PYTHON3, std::string(CAIRN_S3_TEST_DIR) + "/fake_s3.py");
+  }();
   return s;
 }
 
