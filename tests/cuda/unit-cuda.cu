@@ -17,23 +17,32 @@
 //   - ranks (threads of this process) holding device shards, saved together and resharded;
 //   - async saves, whose snapshot must hold the values of the moment it returned, also
 //     through a Checkpointer on a MemoryStore, with a failed step and a resume;
+//   - device leaves in a bucket (the S3 store against tests/s3/fake_s3.py, which this program
+//     starts: Python's standard library, which a GPU machine has): parts uploaded side by side
+//     from the save's staging and ranged GETs into the load's page-locked pieces, with device
+//     memory on the other side (a device pointer handed to libcurl would pass on the host-side
+//     device system and fail only here); casts, resharding, async saves and a Checkpointer;
 //   - CUDA failures as cairn::Error naming the call.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cairn/cairn.hpp>
 #include <cairn/leaves/thrust_leaves.hpp>
+#include <cairn/s3.hpp>
 
 #include "../test_util.hpp"
 #include "../orbax/device_round_trip.hpp"
+#include "../s3/fake_s3_server.hpp"
 
 #include <Eigen/Core>
 #include <thrust/device_vector.h>
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -441,15 +450,20 @@ TEST_CASE("an async save of device arrays keeps the values of the moment it retu
   CHECK(test::same_bits(cairn::load_subtree<std::vector<float>>(dir / "a", "s"), values));
 }
 
-TEST_CASE("a Checkpointer of device state on a store in memory: async steps snapshot the GPU, a failed step loses nothing, the latest resumes onto the GPU") {
-  if (!gpu_count()) return;
-  // A store that is not a filesystem (the path an object store takes: blobs written whole or
-  // streamed, published under a key), under both snapshot regimes: the default budget copies
-  // the device leaves and returns, a budget below one leaf streams them from the GPU.
+namespace {
+
+// A Checkpointer of device state on `store`, under both snapshot regimes: the default budget
+// copies the device leaves and returns, a budget below one leaf streams them from the GPU.
+// Four async steps, the device memory overwritten as each call returns; step 5 made to fail by
+// `fail` (then `clear`), its error holding `failure_holds`, the steps before it kept; then a
+// restart resumes the latest step and the one before onto fresh device memory, bit for bit.
+void device_checkpointer_steps(const std::function<std::shared_ptr<cairn::Store>(std::uint64_t budget)>& make_store,
+                               const std::function<void(std::uint64_t budget)>& fail, const std::function<void()>& clear,
+                               const std::string& failure_holds) {
   const std::size_t n = 3 * cairn::detail::write_piece_bytes / 4 + 77;
   for (const std::uint64_t budget : {std::uint64_t{1} << 30, std::uint64_t{4} << 20}) {
     CAPTURE(budget);
-    auto store = std::make_shared<cairn::MemoryStore>();
+    const std::shared_ptr<cairn::Store> store = make_store(budget);
     cairn::CheckpointerOptions options;
     options.retention = cairn::RetentionPolicy::keep_latest(2);
     options.async_memory_budget = budget;
@@ -469,8 +483,7 @@ TEST_CASE("a Checkpointer of device state on a store in memory: async steps snap
       }
       ckptr.wait();
       CHECK(ckptr.steps() == std::vector<std::int64_t>{3, 4});
-      // Step 5's first fsync fails (in the background, or in the call when it streams).
-      store->fail(cairn::MemoryStore::Op::finish, 1);
+      fail(budget);
       std::string failure;
       try {
         ckptr.save_async(5, state);
@@ -478,11 +491,10 @@ TEST_CASE("a Checkpointer of device state on a store in memory: async steps snap
       } catch (const cairn::Error& e) {
         failure = e.what();
       }
-      store->clear_failures();
-      CHECK(failure.find("(injected)") != std::string::npos);
+      clear();
+      CHECK(failure.find(failure_holds) != std::string::npos);
       CHECK(ckptr.steps() == std::vector<std::int64_t>{3, 4});
     }
-    // A restart: the latest step resumes onto fresh device memory, bit for bit.
     cairn::Checkpointer resumed({store, "run"}, options);
     REQUIRE(resumed.latest() == std::optional<std::int64_t>{4});
     for (const std::int64_t step : {std::int64_t{4}, std::int64_t{3}}) {
@@ -494,6 +506,19 @@ TEST_CASE("a Checkpointer of device state on a store in memory: async steps snap
       CHECK(test::same_bits(back.s.gather(), truth[step]));
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("a Checkpointer of device state on a store in memory: async steps snapshot the GPU, a failed step loses nothing, the latest resumes onto the GPU") {
+  if (!gpu_count()) return;
+  // A store that is not a filesystem (the path an object store takes: blobs written whole or
+  // streamed, published under a key). Step 5's first fsync fails (in the background, or in the
+  // call when it streams).
+  std::shared_ptr<cairn::MemoryStore> store;
+  device_checkpointer_steps([&](std::uint64_t) { return store = std::make_shared<cairn::MemoryStore>(); },
+                            [&](std::uint64_t) { store->fail(cairn::MemoryStore::Op::finish, 1); },
+                            [&] { store->clear_failures(); }, "(injected)");
   std::printf("unit-cuda: a Checkpointer of device state on a MemoryStore: async steps, a failed step, resumed bit-exactly\n");
 }
 
@@ -509,4 +534,138 @@ TEST_CASE("a CUDA failure is a cairn::Error naming the call") {
   const Mesh wide = Mesh::device({{"x", g + 1}}, ids);
   CHECK_CAIRN_ERROR(cairn::detail::require_devices(NamedSharding(wide, PartitionSpec{"x"}), g),
                     cairn::ErrorKind::invalid_argument, "this process sees " + std::to_string(g) + " devices");
+}
+
+// Device leaves in a bucket. The bucket is tests/s3/fake_s3.py, started on first use; run this
+// program from the repository's root (or define CAIRN_S3_TEST_DIR), with python3 on PATH.
+#ifndef CAIRN_S3_TEST_DIR
+#define CAIRN_S3_TEST_DIR "tests/s3"
+#endif
+
+namespace {
+
+test::FakeS3& server() {
+  static test::FakeS3 s("python3", std::string(CAIRN_S3_TEST_DIR) + "/fake_s3.py");
+  return s;
+}
+
+// Small parts, so a leaf of two write pieces goes up in many parts side by side and comes
+// back in many ranged GETs.
+std::shared_ptr<cairn::S3Store> bucket(const std::string& root) {
+  cairn::S3Options o;
+  o.endpoint = server().endpoint();
+  o.access_key_id = "AKID";  // never the machine's credential chain (fake_s3.py checks none)
+  o.secret_access_key = "secret";
+  o.part_size = 1 << 20;
+  o.multipart_threshold = 1 << 20;
+  o.read_part_size = 1 << 20;
+  o.concurrency = 6;
+  return std::make_shared<cairn::S3Store>("s3", "bucket", o, root);
+}
+
+// Skips where no GPU is, and fails (not skips) where a GPU is but the bucket did not start.
+bool ready() {
+  if (!gpu_count()) return false;
+  REQUIRE_MESSAGE(!server().endpoint().empty(), "tests/s3/fake_s3.py did not start (run from the repository's root, with python3 on PATH)");
+  return true;
+}
+
+NamedSharding one_gpu(PartitionSpec spec = {}) { return NamedSharding(Mesh::device({{"x", 1}}), std::move(spec)); }
+
+}  // namespace
+
+TEST_CASE("device leaves round-trip through a bucket bit-exactly, over two write pieces, with casts on the GPU") {
+  if (!ready()) return;
+  auto store = bucket("leaves");
+  const std::size_t n = 2 * cairn::detail::write_piece_bytes / 4 + 4099;
+  const auto wv = test::random_bits<float>(n);
+  const auto vv = test::random_bits<cairn::bfloat16>(6 * 7);
+  const auto sv = test::random_bits<double>(333 * 170);
+  thrust::device_vector<cairn::bfloat16> view_mem(vv.begin(), vv.end());
+  DeviceState s;
+  s.w = thrust::device_vector<float>(wv.begin(), wv.end());
+  s.view = {thrust::raw_pointer_cast(view_mem.data()), {6, 7}, 0};
+  s.sharded = ShardedArray<double>::from_host(sv, {333, 170}, one_gpu(PartitionSpec{"x"}));
+  s.step = 12;
+  cairn::save({store, "plain"}, s);
+
+  thrust::device_vector<cairn::bfloat16> view_back(vv.size());
+  DeviceState t;
+  t.view = {thrust::raw_pointer_cast(view_back.data()), {6, 7}, 0};
+  t.sharded = ShardedArray<double>(one_gpu());
+  cairn::load({store, "plain"}, t);
+  CHECK(test::same_bits(device_to_host(t.w), wv));
+  CHECK(test::same_bits(device_to_host(view_back), vv));
+  CHECK(t.sharded.shards().at(0).on_device());
+  CHECK(test::same_bits(t.sharded.gather(), sv));
+  CHECK(t.step == 12);
+  CHECK(cairn::verify({store, "plain"}).ok());
+  // The same bytes read onto the host: what the device wrote is what a host reader sees.
+  CHECK(test::same_bits(cairn::load_subtree<std::vector<float>>({store, "plain"}, "w"), wv));
+
+  // Cast on save (float32 -> bfloat16 on the GPU, in pieces), then the stored bfloat16 into
+  // float64 on the GPU; the host's cast kernels are the reference.
+  cairn::SaveOptions so;
+  so.cast = {{"w", DType::bfloat16}};
+  cairn::save({store, "cast"}, s, so);
+  std::vector<cairn::bfloat16> want16(n);
+  cairn::cast_host(DType::float32, wv.data(), DType::bfloat16, want16.data(), n, OnOverflow::error);
+  CHECK(test::same_bits(cairn::load_subtree<std::vector<cairn::bfloat16>>({store, "cast"}, "w"), want16));
+  auto wide = cairn::load_subtree<thrust::device_vector<double>>({store, "cast"}, "w");
+  std::vector<double> want64(n);
+  cairn::cast_host(DType::bfloat16, want16.data(), DType::float64, want64.data(), n, OnOverflow::error);
+  CHECK(test::same_bits(device_to_host(wide), want64));
+  std::printf("unit-cuda: %zu-element device leaf through a bucket in 1 MiB parts, cast on the GPU, bit-exact\n", n);
+}
+
+TEST_CASE("host-sharded checkpoints in a bucket load onto a device shard, and a device shard's reshards onto a host mesh") {
+  if (!ready()) return;
+  auto store = bucket("reshard");
+  const std::int64_t rows = 1031, cols = 517;  // 2 MiB of float32: chunks span parts
+  const auto truth = test::random_bits<float>(static_cast<std::size_t>(rows * cols));
+  const NamedSharding host8(Mesh::host({{"x", 2}, {"y", 4}}), PartitionSpec{"x", "y"});
+  cairn::save({store, "host8"}, ShardedArray<float>::from_host(truth, {rows, cols}, host8));
+  ShardedArray<float> dev(one_gpu());
+  cairn::load({store, "host8"}, dev);
+  CHECK(dev.shards().at(0).on_device());
+  CHECK(test::same_bits(dev.gather(), truth));
+
+  // With a cast on the GPU on the way (float32 -> float64, exact, so no option is needed).
+  ShardedArray<double> wide(one_gpu());
+  cairn::load({store, "host8"}, wide);
+  std::vector<double> want(truth.size());
+  cairn::cast_host(DType::float32, truth.data(), DType::float64, want.data(), truth.size(), OnOverflow::error);
+  CHECK(test::same_bits(wide.gather(), want));
+
+  // The device shard saved, then loaded onto 2x4 host shards: each reads its sub-box.
+  cairn::save({store, "dev1"}, dev);
+  ShardedArray<float> back(host8);
+  cairn::load({store, "dev1"}, back);
+  CHECK_FALSE(back.shards().at(0).on_device());
+  CHECK(test::same_bits(back.gather(), truth));
+}
+
+TEST_CASE("an async save of device arrays to a bucket keeps the values of the moment it returned") {
+  if (!ready()) return;
+  auto store = bucket("async");
+  const std::size_t n = 3 * cairn::detail::write_piece_bytes / 4 + 77;
+  const auto values = test::random_bits<float>(n);
+  AsyncState state{thrust::device_vector<float>(values.begin(), values.end()),
+                   ShardedArray<float>::from_host(values, {static_cast<std::int64_t>(n)}, one_gpu(PartitionSpec{"x"}))};
+  auto pending = cairn::save_async({store, "a"}, state);
+  thrust::fill(state.v.begin(), state.v.end(), -1.0f);  // the training step goes on at once
+  CAIRN_CUDA_CHECK(cudaMemset(state.s.shards()[0].data(), 0xFF, n * sizeof(float)));
+  pending.wait();
+  CHECK(test::same_bits(cairn::load_subtree<std::vector<float>>({store, "a"}, "v"), values));
+  CHECK(test::same_bits(cairn::load_subtree<std::vector<float>>({store, "a"}, "s"), values));
+}
+
+TEST_CASE("a Checkpointer of device state on a bucket: async steps, retention, a refused step loses nothing, the latest resumes onto the GPU") {
+  if (!ready()) return;
+  // Step 5's commit marker is refused (403, not retried), after its data went up.
+  const auto root = [](std::uint64_t budget) { return "ckptr" + std::to_string(budget); };
+  device_checkpointer_steps([&](std::uint64_t budget) { return bucket(root(budget)); },
+                            [&](std::uint64_t budget) { server().fault_matching("PUT /bucket/" + root(budget) + "/run/5/_CHECKPOINT", "403", 1000); },
+                            [] { server().reset(); }, "403");
+  std::printf("unit-cuda: a Checkpointer of device state on a bucket: async steps, a refused step, resumed bit-exactly\n");
 }
