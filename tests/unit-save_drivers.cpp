@@ -6,6 +6,7 @@
 #include <cairn/cairn.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -181,34 +182,81 @@ struct cairn::leaf_traits<Watched> {
 
 namespace {
 
-// A MemoryStore that says its small requests wait on a network (parallel_reads, as S3Store
-// does) or not, and whose staging notes whether the save's views began while it staged: it
-// waits up to 5 s for them.
+// A MemoryStore that says its small requests wait on a network (parallel_reads) or not.
+// Where they do, it stages as S3Store does: stage() returns at once with the staging's key,
+// its looks at the key (MemoryStore's staging, and check_also's) are answered when the save
+// asks (checked, publish), and a write into a refused staging throws the refusal, as
+// S3Store's writes do. It notes whether the save had taken its views and created its data
+// before it asked. Where they do not, stage() is MemoryStore's, and it notes whether the
+// views began within 50 ms of it (they come after it).
 class StagingWatcher final : public cairn::Store {
  public:
   explicit StagingWatcher(int parallel) : parallel_(parallel) {}
   int parallel_reads() const override { return parallel_; }
   std::string describe(const std::string& key) const override { return "watched:" + key; }
   std::unique_ptr<cairn::StoreReader> open(const std::string& key) const override { return inner.open(key); }
-  std::unique_ptr<cairn::StoreWriter> create(const std::string& key) override { return inner.create(key); }
+  std::unique_ptr<cairn::StoreWriter> create(const std::string& key) override {
+    if (refusal_ && key.rfind(refused_key_ + "/", 0) == 0) std::rethrow_exception(refusal_);
+    ++creates_;
+    return inner.create(key);
+  }
   bool exists(const std::string& key) const override { return inner.exists(key); }
   bool is_blob(const std::string& key) const override { return inner.is_blob(key); }
   std::vector<cairn::StoreEntry> list(const std::string& prefix) const override { return inner.list(prefix); }
   void remove(const std::string& key) override { inner.remove(key); }
   std::unique_ptr<cairn::CheckpointStaging> stage(const std::string& key, bool overwrite) override {
-    views_while_staging = views_began.within(std::chrono::milliseconds(parallel_ > 1 ? 5000 : 50));
-    return inner.stage(key, overwrite);
+    views_while_staging = writes_before_looks = false;
+    if (parallel_ <= 1) {
+      views_while_staging = views_began.within(std::chrono::milliseconds(50));
+      return inner.stage(key, overwrite);
+    }
+    creates_ = 0;
+    auto staging = std::make_unique<Deferred>(*this);
+    try {
+      staging->inner = inner.stage(key, overwrite);
+    } catch (...) {
+      refusal_ = std::current_exception();
+      refused_key_ = key + "/.refused";
+    }
+    return staging;
   }
   void remove_checkpoints(const std::vector<std::string>& keys) override { inner.remove_checkpoints(keys); }
   void write_atomically(const std::string& key, const std::string& content) override { inner.write_atomically(key, content); }
   std::unique_ptr<cairn::StoreWriter> create_atomically(const std::string& key, bool overwrite) override {
     return inner.create_atomically(key, overwrite);
   }
-  bool views_while_staging = false;
+  bool views_while_staging = false;  // the views began before the looks were asked for (or within 50 ms of stage)
+  bool writes_before_looks = false;  // the save created its data before it asked
   cairn::MemoryStore inner;
 
  private:
+  struct Deferred final : cairn::CheckpointStaging {
+    explicit Deferred(StagingWatcher& w) : watcher(w) {}
+    ~Deferred() override { watcher.refusal_ = nullptr; }
+    const std::string& key() const override { return inner ? inner->key() : watcher.refused_key_; }
+    void check_also(std::function<void()> look) override { also.push_back(std::move(look)); }
+    void checked() override {
+      if (!asked) {
+        asked = true;
+        watcher.views_while_staging = views_began.within(std::chrono::milliseconds(0));
+        watcher.writes_before_looks = watcher.creates_ > 0;
+      }
+      for (auto& look : also) look();  // the caller's looks first
+      if (watcher.refusal_) std::rethrow_exception(watcher.refusal_);
+    }
+    void publish(const std::map<std::string, std::uint64_t>& expected) override {
+      checked();
+      inner->publish(expected);
+    }
+    StagingWatcher& watcher;
+    std::unique_ptr<cairn::CheckpointStaging> inner;
+    std::vector<std::function<void()>> also;
+    bool asked = false;
+  };
   int parallel_;
+  std::atomic<int> creates_{0};
+  std::exception_ptr refusal_;
+  std::string refused_key_;
 };
 
 struct Holder {
@@ -352,10 +400,11 @@ TEST_CASE("the Checkpointer's save returns the report, or nothing when the polic
   CHECK(r->path.find("root/2") != std::string::npos);
 }
 
-// Also under ThreadSanitizer in CI. One process saving to a store whose staging waits on a
-// network (a bucket) takes the tree's views while it stages (SaveJob::run); staging's refusal
-// still comes first, and a view's failure still commits nothing.
-TEST_CASE("a save to a bucket takes its views while it stages; staging's refusal comes first, and nothing is committed") {
+// Also under ThreadSanitizer in CI. One process saving to a store whose looks at the key wait
+// on a network (a bucket) takes the tree's views and writes its data while the store looks
+// (SaveJob::run, CheckpointStaging::checked); the looks' refusal still comes first, and a
+// view's failure still commits nothing.
+TEST_CASE("a save to a bucket takes its views and writes while the store looks at the key; a refusal comes first, and nothing is committed") {
   using State = std::pair<std::vector<double>, Watched>;
   auto make = [](bool fail) {
     State s{test::random_bits<double>(1 + test::rng()() % 5000), {test::random_bits<float>(1 + test::rng()() % 5000), fail}};
@@ -366,6 +415,7 @@ TEST_CASE("a save to a bucket takes its views while it stages; staging's refusal
   views_began.reset();
   cairn::save({store, "c"}, first);
   CHECK(store.views_while_staging);
+  CHECK(store.writes_before_looks);
   auto check_first = [&] {
     const State back = cairn::load<State>({store, "c"});
     CHECK(test::same_bits(back.first, first.first));
@@ -383,6 +433,20 @@ TEST_CASE("a save to a bucket takes its views while it stages; staging's refusal
   views_began.reset();
   CHECK_CAIRN_ERROR(cairn::save({store, "c"}, make(true)), cairn::ErrorKind::already_exists, "");
   check_first();
+  // Refused, with views that succeed: the refusal, and nothing written.
+  views_began.reset();
+  CHECK_CAIRN_ERROR(cairn::save({store, "c"}, make(false)), cairn::ErrorKind::already_exists, "");
+  check_first();
+  CHECK(store.inner.list("").size() == keys_after_first.size());
+  // Inside a checkpoint: the save's own look (check_also), asked with the store's, refuses,
+  // also where a view fails; nothing is written.
+  for (bool fail : {false, true}) {
+    views_began.reset();
+    CHECK_CAIRN_ERROR(cairn::save({store, "c/inner"}, make(fail)), cairn::ErrorKind::invalid_argument, "inside the checkpoint");
+    CHECK(store.inner.list("").size() == keys_after_first.size());
+  }
+  check_first();
+
   // An overwrite whose view fails: the earlier checkpoint stays, whole.
   cairn::SaveOptions over;
   over.overwrite = true;

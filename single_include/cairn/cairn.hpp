@@ -3801,6 +3801,7 @@ CAIRN_END_NAMESPACE
 #include <optional>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <string>
@@ -3924,6 +3925,16 @@ class CheckpointStaging {
   // the previous one where the save allows it. Errors raised after the checkpoint became
   // visible are ErrorKind::after_commit.
   virtual void publish(const std::map<std::string, std::uint64_t>& expected) = 0;
+  // A store whose looks at the key wait on a network (S3Store) may return from stage() before
+  // they are answered: the save writes meanwhile, and its writes into the staging and the
+  // publish wait for them. This waits for them too, and throws their refusal (already_exists,
+  // an io error): a save asks before it reports an error of its own, so that a refusal of the
+  // key comes first, as where stage() made the looks. The default: nothing (stage() did).
+  virtual void checked() {}
+  // A look the caller makes at the key alongside the store's own (a save: the key is not
+  // inside a checkpoint), with the same standing: run while the save writes where the store
+  // defers its own, its error first; the default runs it at once.
+  virtual void check_also(std::function<void()> look) { look(); }
 };
 
 class Store {
@@ -13778,10 +13789,14 @@ class LeafWriter {
     // A plain leaf is one box, the whole array, in this process's memory: the same writer as a
     // shard's (the mirror of the one reader), so a cast runs a piece at a time beside the write
     // instead of into a buffer the size of the leaf.
-    const std::string key = p.str();
-    if (const DType to = cast_target(key, view, options); to != view.dtype) {
-      rec.dtype = to;
-      report.cast.push_back({key, view.dtype, to});
+    // (The printed key only where there are cast rules to match it: a third of the key paths a
+    // save of 10,000 small leaves printed.)
+    if (!options.cast.empty()) {
+      const std::string key = p.str();
+      if (const DType to = cast_target(key, view, options); to != view.dtype) {
+        rec.dtype = to;
+        report.cast.push_back({key, view.dtype, to});
+      }
     }
     const ShardView whole{Box{Shape(view.shape.size(), 0), view.shape}, view.data, MemoryKind::host, 0, true};
     if (view.dtype == DType::string) {  // bytes, not elements of a shape
@@ -13795,7 +13810,7 @@ class LeafWriter {
     try {
       write_box(rec, view, whole, whole.box, 0, options, report);
     } catch (const Error& e) {
-      throw e.key_path().empty() ? e.with_key(key) : e;
+      throw e.key_path().empty() ? e.with_key(p.str()) : e;
     }
     return rec;
   }
@@ -14056,19 +14071,21 @@ class SaveSession {
         return staging_->key();
       }
       // On a store whose every look waits on a network (a bucket), whether the key lies
-      // inside a checkpoint is asked while the store looks at the key itself: one round trip
-      // of a save's few. Where it does, the staging (which has written nothing) is abandoned,
-      // and that error comes first, as when it was asked first.
-      auto inside = std::async(std::launch::async, [&] { refuse_inside_checkpoint(store_, key_); });
+      // inside a checkpoint is asked alongside the store's own looks at the key
+      // (CheckpointStaging::check_also), and a store that can (S3Store) answers those after
+      // stage() returns: the save writes meanwhile, and a refusal reaches the commit, which
+      // asks for it first (checked). Where the key is inside a checkpoint, that error comes
+      // first, as when it was asked first. With several ranks the others write as soon as
+      // they learn the key: the primary has the answers before it tells them.
       std::unique_ptr<CheckpointStaging> staging;
-      std::exception_ptr stage_error;
       try {
         staging = store_.stage(key_, overwrite);
       } catch (...) {
-        stage_error = std::current_exception();
+        refuse_inside_checkpoint(store_, key_);
+        throw;
       }
-      inside.get();
-      if (stage_error) std::rethrow_exception(stage_error);
+      staging->check_also([&store = store_, key = key_] { refuse_inside_checkpoint(store, key); });
+      if (coordinator_.size() > 1) staging->checked();
       staging_ = std::move(staging);
       return staging_->key();
     });
@@ -14142,6 +14159,16 @@ class SaveSession {
   // nothing is published and every rank throws. `created_unix_ms` is the time recorded in
   // the metadata (a Checkpointer passes the one it also keeps in its step's metadata).
   void commit(const Json& user_metadata, std::int64_t created_unix_ms, std::exception_ptr failure = nullptr) {
+    // The staging's looks at the key, where they were still out (CheckpointStaging::checked):
+    // their refusal is the save's error, whatever failed after them, as when the staging
+    // made them before anything was written.
+    if (coordinator_.is_primary() && staging_) {
+      try {
+        staging_->checked();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
     // Step 3.
     coordinator_.set_phase("gathering chunk records");
     WireWriter mine;
@@ -14595,21 +14622,17 @@ class SaveJob {
   SaveReport run(FunctionRef<std::vector<ItemSnapshot>()> snapshot,
                  FunctionRef<void(SaveJob&, std::exception_ptr)> commit) {
     // Where staging waits on a network (a bucket: its looks at the key, a round trip or two),
-    // one process takes the tree's views on this thread meanwhile: the walk of 10,000 small
-    // leaves took 1.3 ms, 7.5 ms where its memory was faulted in, after staging's 3.5-8 ms
-    // (docs/benchmarks.md, 2026-12-04). Views only read the caller's state, no store.
-    // Staging's error comes first, as when it came first (the views' is then dropped: nothing
-    // was staged); the views' own reaches the commit as it did.
-    std::future<void> staged;
-    if (!multi_rank() && store_.parallel_reads() > 1) staged = std::async(std::launch::async, [this] { stage(); });
-    else stage();
+    // the store answers stage() at once and looks meanwhile (S3Store; CheckpointStaging::
+    // checked): the views are taken and the leaves written while it does. The views' error
+    // reaches the commit, where a refusal of the key still comes first. (Until 2026-12-04
+    // stage() waited for its looks, on a thread of its own while the views were taken.)
+    stage();
     std::exception_ptr failure;
     try {
       take_views(snapshot);
     } catch (...) {
       failure = std::current_exception();
     }
-    if (staged.valid()) staged.get();
     if (!failure) {
       try {
         all_ready();
@@ -17856,6 +17879,9 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
   // A set (or a checkpoint) already there is replaced whole with overwrite, as a checkpoint is:
   // the new set is staged beside it and published in its place at once (store.hpp).
   auto staging = store.stage(key, options.overwrite);
+  // Its looks at the key answered before a tensor is converted: a refusal of the key is the
+  // export's error, whatever a conversion would have thrown.
+  staging->checked();
   std::map<std::string, std::uint64_t> expected;
   Json weight_map = Json::object();
   for (std::size_t i = 0; i < files.size(); ++i) {

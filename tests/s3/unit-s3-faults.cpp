@@ -624,6 +624,7 @@ TEST_CASE("S3 faults: on a store known to enforce conditional writes a save send
   }
   // An overwrite staged from a marker that another save replaced since: its If-Match fails.
   auto staging = e->stage("ck2", true);
+  staging->checked();  // (the marker it replaces read: stage's looks are answered after it returns)
   cairn::save({e, "ck2"}, d, over);
   cairn::detail::write_blob(*e, cairn::detail::join_key(staging->key(), "f"), "x");
   CHECK_CAIRN_ERROR(staging->publish({{"f", 1}}), ErrorKind::already_exists, "race");
@@ -634,6 +635,7 @@ TEST_CASE("S3 faults: on a store known to enforce conditional writes a save send
   for (const auto& s : {c, e}) {
     cairn::save({s, "gone"}, a, over);
     auto replacing = s->stage("gone", true);
+    replacing->checked();
     s->remove_checkpoints({"gone"});
     cairn::detail::write_blob(*s, cairn::detail::join_key(replacing->key(), "f"), "x");
     CHECK_CAIRN_ERROR(replacing->publish({{"f", 1}}), ErrorKind::already_exists, "replaced or removed since the save began");
@@ -1462,6 +1464,7 @@ TEST_CASE("S3: a save writes its generation's _METADATA, _USER_METADATA and _CHE
     server().fault_matching("HEAD ", "delay", 1);
     server().fault_matching("list-type=2", "delay", 1);
     auto staging = foreign ? s->stage_foreign("fresh") : s->stage("fresh", false);
+    staging->checked();  // (a save's staging answers before its looks do)
     CHECK(server().stats().at("faults_hit").as_int() == 2);
     CHECK(server().stats().at("max_in_flight").as_int() >= 2);
   }
@@ -2062,6 +2065,55 @@ TEST_CASE("S3: a save's requests do not grow with its leaves: 8 for a new checkp
   }
 }
 
+// S3Store::stage answers before its looks at the key (the HEAD of the key, the listing under
+// it, the marker an overwrite replaces) are answered: the save takes its views and encodes its
+// leaves meanwhile, and every write into its generation waits for them. The listing is
+// answered 0.5 s late here (the delay fault), long after the save would have sent its first
+// parts had its writes not waited.
+TEST_CASE("S3: a save goes on while the store looks at its key; a refused one sends nothing into its generation") {
+  if (server().endpoint().empty()) return;
+  auto s = store();  // 64 KiB parts: the data object goes up in parts as it is written
+  std::map<std::string, std::vector<float>> state, other;
+  state["big"] = test::random_bits<float>(1 << 18);  // 1 MiB: 16 parts
+  state["small"] = test::random_bits<float>(7);
+  other["big"] = test::random_bits<float>(1 << 18);
+  auto late_listing = [] {
+    server().reset();
+    server().watch("/.cairn-gen");  // every write into a generation (the listings' prefixes are in their queries)
+    server().fault_matching("list-type=2", "delay");
+  };
+  auto loads_first = [&] {
+    const auto got = cairn::load<std::map<std::string, std::vector<float>>>({s, "ck"});
+    CHECK(test::same_bits(got.at("big"), state.at("big")));
+    CHECK(test::same_bits(got.at("small"), state.at("small")));
+  };
+  late_listing();
+  cairn::save({s, "ck"}, state);
+  CHECK(server().stats().at("faults_hit").as_int() == 1);
+  CHECK(server().stats().at("watched_max_in_flight").as_int() >= 1);  // (the watch sees writes)
+  loads_first();
+  // A checkpoint is there (no overwrite): refused, and not one request into the generation.
+  late_listing();
+  CHECK_CAIRN_ERROR(cairn::save({s, "ck"}, other), cairn::ErrorKind::already_exists, "already exists");
+  CHECK(server().stats().at("faults_hit").as_int() == 1);
+  CHECK(server().stats().at("watched_max_in_flight").as_int() == 0);
+  loads_first();
+  // Objects that are not cairn's under the key: the same.
+  const std::string foreign = "not cairn's";
+  s->write_atomically("other/readme.txt", foreign);
+  late_listing();
+  CHECK_CAIRN_ERROR(cairn::save({s, "other"}, other), cairn::ErrorKind::already_exists, "no cairn checkpoint");
+  CHECK(server().stats().at("watched_max_in_flight").as_int() == 0);
+  CHECK(s->list("other").size() == 1);
+  // Inside a checkpoint (the save's own look, alongside the store's): refused, nothing sent.
+  late_listing();
+  CHECK_CAIRN_ERROR(cairn::save({s, "ck/inner"}, other), cairn::ErrorKind::invalid_argument, "inside the checkpoint");
+  CHECK(server().stats().at("watched_max_in_flight").as_int() == 0);
+  loads_first();
+  CHECK(server().stats().at("open_uploads").as_int() == 0);
+  server().reset();
+}
+
 TEST_CASE("S3: a publish lists its generation only for objects another process wrote, and refuses one missing or of another size") {
   if (server().endpoint().empty()) return;
   auto s = store();
@@ -2078,6 +2130,7 @@ TEST_CASE("S3: a publish lists its generation only for objects another process w
   {
     // All its own: published without a listing (the HEAD of the marker and its PUT only).
     auto staging = s->stage("mine", false);
+    staging->checked();  // (its looks at the key: not the publish's requests)
     write(*s, staging->key() + "/a", "aaaa");
     write(*s, staging->key() + "/b", "bbbbbbbb");
     const std::uint64_t before = s->requests();
@@ -2091,6 +2144,7 @@ TEST_CASE("S3: a publish lists its generation only for objects another process w
     // the publish finds and aborts it too: it looks for open uploads wherever other processes
     // wrote (before 2026-11-27 only where this one had used multipart uploads itself).
     auto staging = s->stage("shared", false);
+    staging->checked();  // (the primary has its looks' answer before the other ranks learn the key)
     write(*s, staging->key() + "/a", "aaaa");
     write(*other, staging->key() + "/b", "bbbbbbbb");
     const std::int64_t uploads_before = server().stats().at("open_uploads").as_int();

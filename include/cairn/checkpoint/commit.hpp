@@ -62,19 +62,21 @@ class SaveSession {
         return staging_->key();
       }
       // On a store whose every look waits on a network (a bucket), whether the key lies
-      // inside a checkpoint is asked while the store looks at the key itself: one round trip
-      // of a save's few. Where it does, the staging (which has written nothing) is abandoned,
-      // and that error comes first, as when it was asked first.
-      auto inside = std::async(std::launch::async, [&] { refuse_inside_checkpoint(store_, key_); });
+      // inside a checkpoint is asked alongside the store's own looks at the key
+      // (CheckpointStaging::check_also), and a store that can (S3Store) answers those after
+      // stage() returns: the save writes meanwhile, and a refusal reaches the commit, which
+      // asks for it first (checked). Where the key is inside a checkpoint, that error comes
+      // first, as when it was asked first. With several ranks the others write as soon as
+      // they learn the key: the primary has the answers before it tells them.
       std::unique_ptr<CheckpointStaging> staging;
-      std::exception_ptr stage_error;
       try {
         staging = store_.stage(key_, overwrite);
       } catch (...) {
-        stage_error = std::current_exception();
+        refuse_inside_checkpoint(store_, key_);
+        throw;
       }
-      inside.get();
-      if (stage_error) std::rethrow_exception(stage_error);
+      staging->check_also([&store = store_, key = key_] { refuse_inside_checkpoint(store, key); });
+      if (coordinator_.size() > 1) staging->checked();
       staging_ = std::move(staging);
       return staging_->key();
     });
@@ -148,6 +150,16 @@ class SaveSession {
   // nothing is published and every rank throws. `created_unix_ms` is the time recorded in
   // the metadata (a Checkpointer passes the one it also keeps in its step's metadata).
   void commit(const Json& user_metadata, std::int64_t created_unix_ms, std::exception_ptr failure = nullptr) {
+    // The staging's looks at the key, where they were still out (CheckpointStaging::checked):
+    // their refusal is the save's error, whatever failed after them, as when the staging
+    // made them before anything was written.
+    if (coordinator_.is_primary() && staging_) {
+      try {
+        staging_->checked();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
     // Step 3.
     coordinator_.set_phase("gathering chunk records");
     WireWriter mine;

@@ -167,21 +167,17 @@ class SaveJob {
   SaveReport run(FunctionRef<std::vector<ItemSnapshot>()> snapshot,
                  FunctionRef<void(SaveJob&, std::exception_ptr)> commit) {
     // Where staging waits on a network (a bucket: its looks at the key, a round trip or two),
-    // one process takes the tree's views on this thread meanwhile: the walk of 10,000 small
-    // leaves took 1.3 ms, 7.5 ms where its memory was faulted in, after staging's 3.5-8 ms
-    // (docs/benchmarks.md, 2026-12-04). Views only read the caller's state, no store.
-    // Staging's error comes first, as when it came first (the views' is then dropped: nothing
-    // was staged); the views' own reaches the commit as it did.
-    std::future<void> staged;
-    if (!multi_rank() && store_.parallel_reads() > 1) staged = std::async(std::launch::async, [this] { stage(); });
-    else stage();
+    // the store answers stage() at once and looks meanwhile (S3Store; CheckpointStaging::
+    // checked): the views are taken and the leaves written while it does. The views' error
+    // reaches the commit, where a refusal of the key still comes first. (Until 2026-12-04
+    // stage() waited for its looks, on a thread of its own while the views were taken.)
+    stage();
     std::exception_ptr failure;
     try {
       take_views(snapshot);
     } catch (...) {
       failure = std::current_exception();
     }
-    if (staged.valid()) staged.get();
     if (!failure) {
       try {
         all_ready();

@@ -225,13 +225,16 @@ class Client {
   }
 
   // A PUT of a whole object; returns its ETag, or nullopt where the condition failed (412, or
-  // 409 from a store with a concurrent conditional write).
-  std::optional<std::string> put(const std::string& key, const void* data, std::uint64_t n, const WriteCondition& cond = {}) {
+  // 409 from a store with a concurrent conditional write). `sha256`: the body's SHA-256 in hex
+  // where the caller computed it already (Call::body_sha256), else computed here.
+  std::optional<std::string> put(const std::string& key, const void* data, std::uint64_t n, const WriteCondition& cond = {},
+                                 std::string sha256 = {}) {
     Call c;
     c.method = "PUT";
     c.key = key;
     c.body = data;
     c.body_size = n;
+    c.body_sha256 = std::move(sha256);
     add_condition(c, cond);
     c.accept = {200, 412, 409, 501, 400};
     const HttpResponse r = send_conditional(c);
@@ -452,6 +455,7 @@ class Client {
     const void* body = nullptr;
     std::uint64_t body_size = 0;
     bool data = false;         // array bytes: sent with UNSIGNED-PAYLOAD over HTTPS
+    std::string body_sha256;   // the body's SHA-256 (hex) where known before the call; else computed
     void* sink = nullptr;
     std::uint64_t sink_size = 0;
     std::uint64_t max_body = 1 << 20;
@@ -648,8 +652,9 @@ class Client {
     s.query = c.query;
     const bool https = config_.endpoint.rfind("https://", 0) == 0;
     s.payload_hash = !c.body ? empty_sha256()
-                     : (c.data && https) ? std::string("UNSIGNED-PAYLOAD")
-                                         : sha256_hex(c.body, static_cast<std::size_t>(c.body_size));
+                     : (c.data && https)       ? std::string("UNSIGNED-PAYLOAD")
+                     : !c.body_sha256.empty() ? c.body_sha256
+                                               : sha256_hex(c.body, static_cast<std::size_t>(c.body_size));
     s.headers = c.headers;
     s.headers.push_back({"host", host()});
     const std::string amz_date = amz_date_now();

@@ -192,6 +192,9 @@ CAIRN_API SafetensorsSaveReport save_safetensors_snapshot(Store& store, const st
   // A set (or a checkpoint) already there is replaced whole with overwrite, as a checkpoint is:
   // the new set is staged beside it and published in its place at once (store.hpp).
   auto staging = store.stage(key, options.overwrite);
+  // Its looks at the key answered before a tensor is converted: a refusal of the key is the
+  // export's error, whatever a conversion would have thrown.
+  staging->checked();
   std::map<std::string, std::uint64_t> expected;
   Json weight_map = Json::object();
   for (std::size_t i = 0; i < files.size(); ++i) {

@@ -25,6 +25,7 @@
 #include <optional>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <string>
@@ -149,6 +150,16 @@ class CheckpointStaging {
   // the previous one where the save allows it. Errors raised after the checkpoint became
   // visible are ErrorKind::after_commit.
   virtual void publish(const std::map<std::string, std::uint64_t>& expected) = 0;
+  // A store whose looks at the key wait on a network (S3Store) may return from stage() before
+  // they are answered: the save writes meanwhile, and its writes into the staging and the
+  // publish wait for them. This waits for them too, and throws their refusal (already_exists,
+  // an io error): a save asks before it reports an error of its own, so that a refusal of the
+  // key comes first, as where stage() made the looks. The default: nothing (stage() did).
+  virtual void checked() {}
+  // A look the caller makes at the key alongside the store's own (a save: the key is not
+  // inside a checkpoint), with the same standing: run while the save writes where the store
+  // defers its own, its error first; the default runs it at once.
+  virtual void check_also(std::function<void()> look) { look(); }
 };
 
 class Store {
