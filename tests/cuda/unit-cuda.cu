@@ -248,47 +248,62 @@ struct DeviceState {
 };
 CAIRN_TREE(DeviceState, w, view, sharded, step)
 
+// The round-trip cases' state (on disk and in a bucket): random values over two write pieces
+// of float32 (so the save's device scratch and staging run in pieces), a view of device
+// memory and a device ShardedArray of `rows` x `cols` on one GPU; and a target of the same
+// shapes to load into.
+struct DeviceRoundTrip {
+  DeviceRoundTrip(std::int64_t rows, std::int64_t cols)
+      : wv(test::random_bits<float>(n)), vv(test::random_bits<cairn::bfloat16>(6 * 7)),
+        sv(test::random_bits<double>(static_cast<std::size_t>(rows * cols))), view_mem(vv.begin(), vv.end()),
+        view_back(vv.size()) {
+    const NamedSharding gpu(Mesh::device({{"x", 1}}), PartitionSpec{"x"});
+    s.w = thrust::device_vector<float>(wv.begin(), wv.end());
+    s.view = {thrust::raw_pointer_cast(view_mem.data()), {6, 7}, 0};
+    s.sharded = ShardedArray<double>::from_host(sv, {rows, cols}, gpu);
+    s.step = 12;
+    t.view = {thrust::raw_pointer_cast(view_back.data()), {6, 7}, 0};
+    t.sharded = ShardedArray<double>(NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{}));
+  }
+  // The target loaded from what `s` saved.
+  void check_loaded() {
+    CHECK(test::same_bits(device_to_host(t.w), wv));
+    CHECK(test::same_bits(device_to_host(view_back), vv));
+    CHECK(test::same_bits(t.sharded.gather(), sv));
+    CHECK(t.step == 12);
+  }
+  // Cast on save (float32 -> bfloat16 on the GPU, in pieces) to `at`, then the stored bfloat16
+  // into float64 on the GPU; the host's cast kernels are the reference.
+  void check_casts(const cairn::Location& at) {
+    cairn::SaveOptions so;
+    so.cast = {{"w", DType::bfloat16}};
+    cairn::save(at, s, so);
+    std::vector<cairn::bfloat16> want16(n);
+    cairn::cast_host(DType::float32, wv.data(), DType::bfloat16, want16.data(), n, OnOverflow::error);
+    CHECK(test::same_bits(cairn::load_subtree<std::vector<cairn::bfloat16>>(at, "w"), want16));
+    auto wide = cairn::load_subtree<thrust::device_vector<double>>(at, "w");
+    std::vector<double> want64(n);
+    cairn::cast_host(DType::bfloat16, want16.data(), DType::float64, want64.data(), n, OnOverflow::error);
+    CHECK(test::same_bits(device_to_host(wide), want64));
+  }
+  const std::size_t n = 2 * cairn::detail::write_piece_bytes / 4 + 4099;
+  const std::vector<float> wv;
+  const std::vector<cairn::bfloat16> vv;
+  const std::vector<double> sv;
+  thrust::device_vector<cairn::bfloat16> view_mem, view_back;
+  DeviceState s, t;
+};
+
 TEST_CASE("device leaves round-trip bit-exactly, larger than a write piece, with casts on save and load") {
   if (!gpu_count()) return;
   test::TempDir dir;
-  // Over two write pieces of float32, so the save's device scratch and staging run in pieces.
-  const std::size_t n = 2 * cairn::detail::write_piece_bytes / 4 + 4099;
-  const auto wv = test::random_bits<float>(n);
-  const auto vv = test::random_bits<cairn::bfloat16>(6 * 7);
-  const auto sv = test::random_bits<double>(33 * 17);
-  thrust::device_vector<cairn::bfloat16> view_mem(vv.begin(), vv.end());
-  DeviceState s;
-  s.w = thrust::device_vector<float>(wv.begin(), wv.end());
-  s.view = {thrust::raw_pointer_cast(view_mem.data()), {6, 7}, 0};
-  s.sharded = ShardedArray<double>::from_host(sv, {33, 17}, NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{"x"}));
-  s.step = 12;
-  cairn::save(dir / "plain", s);
-
-  thrust::device_vector<cairn::bfloat16> view_back(vv.size());
-  DeviceState t;
-  t.view = {thrust::raw_pointer_cast(view_back.data()), {6, 7}, 0};
-  t.sharded = ShardedArray<double>(NamedSharding(Mesh::device({{"x", 1}}), PartitionSpec{}));
-  cairn::load(dir / "plain", t);
-  CHECK(test::same_bits(device_to_host(t.w), wv));
-  CHECK(test::same_bits(device_to_host(view_back), vv));
-  CHECK(test::same_bits(t.sharded.gather(), sv));
-  CHECK(t.step == 12);
+  DeviceRoundTrip r(33, 17);
+  cairn::save(dir / "plain", r.s);
+  cairn::load(dir / "plain", r.t);
+  r.check_loaded();
   CHECK(cairn::verify(dir / "plain").ok());
-
-  // Cast on save: the device casts float32 -> bfloat16 in pieces; the host reference casts
-  // the same values. Then the stored bfloat16 loads into float64 on the device.
-  cairn::SaveOptions so;
-  so.cast = {{"w", DType::bfloat16}};
-  cairn::save(dir / "cast", s, so);
-  std::vector<cairn::bfloat16> want16(n);
-  cairn::cast_host(DType::float32, wv.data(), DType::bfloat16, want16.data(), n, OnOverflow::error);
-  auto stored16 = cairn::load_subtree<std::vector<cairn::bfloat16>>(dir / "cast", "w");
-  CHECK(test::same_bits(stored16, want16));
-  auto wide = cairn::load_subtree<thrust::device_vector<double>>(dir / "cast", "w");
-  std::vector<double> want64(n);
-  cairn::cast_host(DType::bfloat16, want16.data(), DType::float64, want64.data(), n, OnOverflow::error);
-  CHECK(test::same_bits(device_to_host(wide), want64));
-  std::printf("unit-cuda: %zu-element device leaf saved, cast on the GPU and loaded bit-exactly\n", n);
+  r.check_casts(dir / "cast");
+  std::printf("unit-cuda: %zu-element device leaf saved, cast on the GPU and loaded bit-exactly\n", r.n);
 }
 
 TEST_CASE("host-sharded and column-major checkpoints reshard onto device shards, casting on the way, and back") {
@@ -577,45 +592,16 @@ NamedSharding one_gpu(PartitionSpec spec = {}) { return NamedSharding(Mesh::devi
 TEST_CASE("device leaves round-trip through a bucket bit-exactly, over two write pieces, with casts on the GPU") {
   if (!ready()) return;
   auto store = bucket("leaves");
-  const std::size_t n = 2 * cairn::detail::write_piece_bytes / 4 + 4099;
-  const auto wv = test::random_bits<float>(n);
-  const auto vv = test::random_bits<cairn::bfloat16>(6 * 7);
-  const auto sv = test::random_bits<double>(333 * 170);
-  thrust::device_vector<cairn::bfloat16> view_mem(vv.begin(), vv.end());
-  DeviceState s;
-  s.w = thrust::device_vector<float>(wv.begin(), wv.end());
-  s.view = {thrust::raw_pointer_cast(view_mem.data()), {6, 7}, 0};
-  s.sharded = ShardedArray<double>::from_host(sv, {333, 170}, one_gpu(PartitionSpec{"x"}));
-  s.step = 12;
-  cairn::save({store, "plain"}, s);
-
-  thrust::device_vector<cairn::bfloat16> view_back(vv.size());
-  DeviceState t;
-  t.view = {thrust::raw_pointer_cast(view_back.data()), {6, 7}, 0};
-  t.sharded = ShardedArray<double>(one_gpu());
-  cairn::load({store, "plain"}, t);
-  CHECK(test::same_bits(device_to_host(t.w), wv));
-  CHECK(test::same_bits(device_to_host(view_back), vv));
-  CHECK(t.sharded.shards().at(0).on_device());
-  CHECK(test::same_bits(t.sharded.gather(), sv));
-  CHECK(t.step == 12);
+  DeviceRoundTrip r(333, 170);
+  cairn::save({store, "plain"}, r.s);
+  cairn::load({store, "plain"}, r.t);
+  r.check_loaded();
+  CHECK(r.t.sharded.shards().at(0).on_device());
   CHECK(cairn::verify({store, "plain"}).ok());
   // The same bytes read onto the host: what the device wrote is what a host reader sees.
-  CHECK(test::same_bits(cairn::load_subtree<std::vector<float>>({store, "plain"}, "w"), wv));
-
-  // Cast on save (float32 -> bfloat16 on the GPU, in pieces), then the stored bfloat16 into
-  // float64 on the GPU; the host's cast kernels are the reference.
-  cairn::SaveOptions so;
-  so.cast = {{"w", DType::bfloat16}};
-  cairn::save({store, "cast"}, s, so);
-  std::vector<cairn::bfloat16> want16(n);
-  cairn::cast_host(DType::float32, wv.data(), DType::bfloat16, want16.data(), n, OnOverflow::error);
-  CHECK(test::same_bits(cairn::load_subtree<std::vector<cairn::bfloat16>>({store, "cast"}, "w"), want16));
-  auto wide = cairn::load_subtree<thrust::device_vector<double>>({store, "cast"}, "w");
-  std::vector<double> want64(n);
-  cairn::cast_host(DType::bfloat16, want16.data(), DType::float64, want64.data(), n, OnOverflow::error);
-  CHECK(test::same_bits(device_to_host(wide), want64));
-  std::printf("unit-cuda: %zu-element device leaf through a bucket in 1 MiB parts, cast on the GPU, bit-exact\n", n);
+  CHECK(test::same_bits(cairn::load_subtree<std::vector<float>>({store, "plain"}, "w"), r.wv));
+  r.check_casts({store, "cast"});
+  std::printf("unit-cuda: %zu-element device leaf through a bucket in 1 MiB parts, cast on the GPU, bit-exact\n", r.n);
 }
 
 TEST_CASE("host-sharded checkpoints in a bucket load onto a device shard, and a device shard's reshards onto a host mesh") {
