@@ -14074,9 +14074,10 @@ class SaveSession {
       // inside a checkpoint is asked alongside the store's own looks at the key
       // (CheckpointStaging::check_also), and a store that can (S3Store) answers those after
       // stage() returns: the save writes meanwhile, and a refusal reaches the commit, which
-      // asks for it first (checked). Where the key is inside a checkpoint, that error comes
-      // first, as when it was asked first. With several ranks the others write as soon as
-      // they learn the key: the primary has the answers before it tells them.
+      // reports it before anything else that failed (checked). Where the key is inside a
+      // checkpoint, that error comes first, as when it was asked first. With several ranks
+      // the others write as soon as they learn the key: the primary has the answers before
+      // it tells them.
       std::unique_ptr<CheckpointStaging> staging;
       try {
         staging = store_.stage(key_, overwrite);
@@ -14159,16 +14160,6 @@ class SaveSession {
   // nothing is published and every rank throws. `created_unix_ms` is the time recorded in
   // the metadata (a Checkpointer passes the one it also keeps in its step's metadata).
   void commit(const Json& user_metadata, std::int64_t created_unix_ms, std::exception_ptr failure = nullptr) {
-    // The staging's looks at the key, where they were still out (CheckpointStaging::checked):
-    // their refusal is the save's error, whatever failed after them, as when the staging
-    // made them before anything was written.
-    if (coordinator_.is_primary() && staging_) {
-      try {
-        staging_->checked();
-      } catch (...) {
-        failure = std::current_exception();
-      }
-    }
     // Step 3.
     coordinator_.set_phase("gathering chunk records");
     WireWriter mine;
@@ -14203,6 +14194,17 @@ class SaveSession {
         }
       } catch (...) {
         publish_failure = std::current_exception();
+        // The staging's looks at the key, where the store answers them after stage()
+        // (CheckpointStaging::checked; the publish waited for them where it got that far):
+        // their refusal is the save's error, whatever failed while they were out (a leaf, the
+        // metadata), as when stage() made them before anything was written.
+        try {
+          if (staging_) staging_->checked();
+        } catch (...) {
+          publish_failure = std::current_exception();
+          if (failure) failure = publish_failure;
+        }
+        outcome = WireWriter();
         outcome.u64(0);
         encode_error(outcome, as_error(publish_failure));
       }

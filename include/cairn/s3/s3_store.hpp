@@ -1600,16 +1600,16 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     // stage()'s own looks (look_before_save), started once the staging is registered.
     void look(std::function<void()> f) { looks_->start(std::move(f), false); }
     void publish(const std::map<std::string, std::uint64_t>& expected) override {
-      looks_->wait();
       const std::string marker_key = detail::join_key(key_, detail::commit_marker_name);
       // The overwrite rule once more, before the switch: where the store may ignore the
-      // condition, this HEAD is what catches a race. It goes out now, and the marker is built
-      // and hashed while it is answered (on loopback, 2-3 ms each for an inline checkpoint of
-      // 3 MB, one after the other until 2026-12-04): a race is caught where the rival's
-      // marker came before this point, a few milliseconds before the PUT rather than one
-      // request's time. Where the store is known to enforce the condition (AWS;
-      // S3Options::conditional_writes_enforced), the PUT's own condition refuses a moved
-      // marker (412, below), and this round trip is not made.
+      // condition, this HEAD is what catches a race. It goes out as the publish begins, and
+      // the marker is built and hashed while it and the last of stage()'s looks are answered
+      // (one after the other until 2026-12-04; on loopback 2-3 ms each for an inline
+      // checkpoint of 3 MB): a race is caught where the rival's marker came before this point,
+      // about a round trip before the PUT. Where the store is known to enforce the condition
+      // (AWS; S3Options::conditional_writes_enforced), the PUT's own condition refuses a moved
+      // marker (412, below), and this round trip is not made. (Nothing below sends into the
+      // generation before the looks are answered: send_held's writes wait for them.)
       std::future<std::optional<s3::ObjectInfo>> look;
       if (!store_.client_.conditions_enforced())
         look = std::async(std::launch::async, [this, &marker_key] { return store_.client_.head(marker_key); });
@@ -1666,6 +1666,7 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
       const unsigned char* put_data = body ? body->data() : reinterpret_cast<const unsigned char*>(marker.data());
       const std::size_t put_size = body ? body->size() : marker.size();
       std::string sha256 = s3::sha256_hex(put_data, put_size);
+      looks_->wait();  // their refusal, and what an overwrite replaces (replacing_, replaced_etag_)
       bool moved = false;
       if (look.valid()) {
         const auto now = look.get();
