@@ -280,6 +280,33 @@ struct ScopedEnv {
   }
 };
 
+// A store over a MemoryStore (`inner`) that a test wraps to watch or change one part: every
+// member forwards to it but describe(), which names the wrapper (`name:key`). A test derives
+// from it and overrides what it watches.
+class ForwardingStore : public cairn::Store {
+ public:
+  explicit ForwardingStore(std::string name) : name_(std::move(name)) {}
+  std::string describe(const std::string& key) const override { return name_ + ":" + key; }
+  std::unique_ptr<cairn::StoreReader> open(const std::string& key) const override { return inner.open(key); }
+  std::unique_ptr<cairn::StoreWriter> create(const std::string& key) override { return inner.create(key); }
+  bool exists(const std::string& key) const override { return inner.exists(key); }
+  bool is_blob(const std::string& key) const override { return inner.is_blob(key); }
+  std::vector<cairn::StoreEntry> list(const std::string& prefix) const override { return inner.list(prefix); }
+  void remove(const std::string& key) override { inner.remove(key); }
+  std::unique_ptr<cairn::CheckpointStaging> stage(const std::string& key, bool overwrite) override {
+    return inner.stage(key, overwrite);
+  }
+  void remove_checkpoints(const std::vector<std::string>& keys) override { inner.remove_checkpoints(keys); }
+  void write_atomically(const std::string& key, const std::string& content) override { inner.write_atomically(key, content); }
+  std::unique_ptr<cairn::StoreWriter> create_atomically(const std::string& key, bool overwrite) override {
+    return inner.create_atomically(key, overwrite);
+  }
+  cairn::MemoryStore inner;
+
+ private:
+  std::string name_;
+};
+
 // The process's limit on open files lowered to `extra` above the files open now, until the
 // object goes (so that a test can ask for more files than the limit without using thousands).
 struct LowFileLimit {

@@ -189,21 +189,15 @@ namespace {
 // S3Store's writes do. It notes whether the save had taken its views and created its data
 // before it asked. Where they do not, stage() is MemoryStore's, and it notes whether the
 // views began within 50 ms of it (they come after it).
-class StagingWatcher final : public cairn::Store {
+class StagingWatcher final : public test::ForwardingStore {
  public:
-  explicit StagingWatcher(int parallel) : parallel_(parallel) {}
+  explicit StagingWatcher(int parallel) : ForwardingStore("watched"), parallel_(parallel) {}
   int parallel_reads() const override { return parallel_; }
-  std::string describe(const std::string& key) const override { return "watched:" + key; }
-  std::unique_ptr<cairn::StoreReader> open(const std::string& key) const override { return inner.open(key); }
   std::unique_ptr<cairn::StoreWriter> create(const std::string& key) override {
     if (refusal_ && key.rfind(refused_key_ + "/", 0) == 0) std::rethrow_exception(refusal_);
     ++creates_;
     return inner.create(key);
   }
-  bool exists(const std::string& key) const override { return inner.exists(key); }
-  bool is_blob(const std::string& key) const override { return inner.is_blob(key); }
-  std::vector<cairn::StoreEntry> list(const std::string& prefix) const override { return inner.list(prefix); }
-  void remove(const std::string& key) override { inner.remove(key); }
   std::unique_ptr<cairn::CheckpointStaging> stage(const std::string& key, bool overwrite) override {
     views_while_staging = writes_before_looks = false;
     if (parallel_ <= 1) {
@@ -220,14 +214,8 @@ class StagingWatcher final : public cairn::Store {
     }
     return staging;
   }
-  void remove_checkpoints(const std::vector<std::string>& keys) override { inner.remove_checkpoints(keys); }
-  void write_atomically(const std::string& key, const std::string& content) override { inner.write_atomically(key, content); }
-  std::unique_ptr<cairn::StoreWriter> create_atomically(const std::string& key, bool overwrite) override {
-    return inner.create_atomically(key, overwrite);
-  }
   bool views_while_staging = false;  // the views began before the looks were asked for (or within 50 ms of stage)
   bool writes_before_looks = false;  // the save created its data before it asked
-  cairn::MemoryStore inner;
 
  private:
   struct Deferred final : cairn::CheckpointStaging {

@@ -1731,22 +1731,11 @@ TEST_CASE("large leaves read side by side on every core: bit-exact, cast, report
 // A store whose bytes are never in memory already (StoreReader::cached_bytes says 0, as for a
 // file that must come from the disk), over a MemoryStore, noting the threads that read.
 // (Its reads wait 5 ms each.)
-class FromDiskStore final : public cairn::Store {
+class FromDiskStore final : public test::ForwardingStore {
  public:
-  std::string describe(const std::string& key) const override { return "from-disk:" + key; }
+  FromDiskStore() : ForwardingStore("from-disk") {}
   std::unique_ptr<cairn::StoreReader> open(const std::string& key) const override {
     return std::make_unique<Reader>(inner.open(key), *this);
-  }
-  std::unique_ptr<cairn::StoreWriter> create(const std::string& key) override { return inner.create(key); }
-  bool exists(const std::string& key) const override { return inner.exists(key); }
-  bool is_blob(const std::string& key) const override { return inner.is_blob(key); }
-  std::vector<cairn::StoreEntry> list(const std::string& prefix) const override { return inner.list(prefix); }
-  void remove(const std::string& key) override { inner.remove(key); }
-  std::unique_ptr<cairn::CheckpointStaging> stage(const std::string& key, bool overwrite) override { return inner.stage(key, overwrite); }
-  void remove_checkpoints(const std::vector<std::string>& keys) override { inner.remove_checkpoints(keys); }
-  void write_atomically(const std::string& key, const std::string& content) override { inner.write_atomically(key, content); }
-  std::unique_ptr<cairn::StoreWriter> create_atomically(const std::string& key, bool overwrite) override {
-    return inner.create_atomically(key, overwrite);
   }
   std::set<std::thread::id> readers() const {
     std::lock_guard<std::mutex> lock(mutex);
@@ -1773,7 +1762,6 @@ class FromDiskStore final : public cairn::Store {
     std::unique_ptr<cairn::StoreReader> r_;
     const FromDiskStore& s_;
   };
-  cairn::MemoryStore inner;
   mutable std::mutex mutex;
   mutable std::set<std::thread::id> threads;
 };

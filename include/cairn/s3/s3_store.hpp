@@ -728,8 +728,9 @@ class S3Store : public Store, public std::enable_shared_from_this<S3Store> {
     }
     // Waits for every look, then throws the first refusal in order.
     void wait() const {
-      for (const auto& f : snapshot()) f.wait();
-      for (const auto& f : snapshot()) f.get();
+      const auto all = snapshot();
+      for (const auto& f : all) f.wait();
+      for (const auto& f : all) f.get();
     }
     void wait_all() const noexcept {
       for (const auto& f : snapshot()) f.wait();
