@@ -33,23 +33,6 @@ std::vector<std::string> key_paths(const T& tree) {
   return out;
 }
 
-namespace detail {
-// The walk without key paths: a count needs none, and building them (a string per field,
-// pushed and popped) was most of what a file calling leaf_count compiled.
-template <class T>
-void count_leaves(const T& value, std::size_t& n) {
-  using U = std::remove_cvref_t<T>;
-  require_tree_type<U>();
-  if constexpr (is_tree_pointer<U>) {
-    if (value) count_leaves(*value, n);
-  } else if constexpr (is_leaf<U>) {
-    ++n;
-  } else if constexpr (is_node<U>) {
-    node_traits<U>::for_each_child(value, [&](const KeyEntry&, const auto& child) { count_leaves(child, n); });
-  }
-}
-}  // namespace detail
-
 template <class T>
 std::size_t leaf_count(const T& tree) {
   std::size_t n = 0;

@@ -7,6 +7,7 @@
 // (tree/traits.hpp): on_node sees one only where it is null in a mutable tree.
 #pragma once
 
+#include <cstddef>
 #include <type_traits>
 #include <utility>
 
@@ -38,6 +39,22 @@ void walk(T& value, KeyPath& path, OnNode& on_node, OnLeaf& on_leaf) {
       walk(child, path, on_node, on_leaf);
       path.pop_back();
     });
+  }
+}
+
+// The walk without key paths, counting leaves (leaf_count, and a snapshot's room for its
+// leaves): a count needs none, and building them (a string per field, pushed and popped) was
+// most of what a file calling leaf_count compiled.
+template <class T>
+void count_leaves(const T& value, std::size_t& n) {
+  using U = std::remove_cvref_t<T>;
+  require_tree_type<U>();
+  if constexpr (is_tree_pointer<U>) {
+    if (value) count_leaves(*value, n);
+  } else if constexpr (is_leaf<U>) {
+    ++n;
+  } else if constexpr (is_node<U>) {
+    node_traits<U>::for_each_child(value, [&](const KeyEntry&, const auto& child) { count_leaves(child, n); });
   }
 }
 
