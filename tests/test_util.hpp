@@ -280,9 +280,9 @@ struct ScopedEnv {
   }
 };
 
-// A store over a MemoryStore (`inner`) that a test wraps to watch or change one part: every
-// member forwards to it but describe(), which names the wrapper (`name:key`). A test derives
-// from it and overrides what it watches.
+// A store over a MemoryStore (`inner`) that a test wraps to watch or change one part: the
+// members below forward to it (describe() names the wrapper, `name:key`); the rest of Store
+// keeps its defaults. A test derives from it and overrides what it watches.
 class ForwardingStore : public cairn::Store {
  public:
   explicit ForwardingStore(std::string name) : name_(std::move(name)) {}
