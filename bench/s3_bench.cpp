@@ -17,6 +17,7 @@
 // --steps N: also a Checkpointer root of N small steps, timed as a restarted job opens it
 // (the constructor and latest()) and as `cairn ls` reads it (inspect), with its requests.
 // Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (s3rver: S3RVER / S3RVER).
+#include <cairn/checkpoint/leaf_writer.hpp>  // leaf_alignment, for the floor
 #include <cairn/io/crc32c.hpp>
 #include <cairn/s3.hpp>
 
@@ -171,10 +172,9 @@ Limit raw_limit(cairn::s3::Client& client, const std::string& key, const std::ve
 
 // The floor of a save of many small leaves over plain http, where a body's SHA-256 is signed
 // before a byte of it is sent: the least work any save must do before its PUT, done directly.
-// Each leaf is copied to its place in one body (16-byte aligned, as cairn places small leaves)
-// with its CRC32C, a JSON record of it (size, offset, checksum: its key path is its place in
-// the table) is appended to a leaf table after the data, and the body is PUT by the limit's
-// client, which hashes and signs it. The body comes out a little smaller than the save's.
+// Each leaf is copied to its place in one body (aligned as cairn places it) with its CRC32C, a JSON record of it (size, offset, checksum: its key path is its place in
+// the table) is appended to a leaf table after the data, and the body is PUT as the limit's
+// bytes are (raw_put), hashed and signed by the same client. The body comes out a little smaller than the save's.
 // The body's memory is kept from one save to the next, as a loop of saves would keep it. No
 // marker, no HEAD, no looks, no dtype or shape in its records: a save with issue 35's commit
 // rules does more, so where this falls short of 0.9x of the limit, so must such a save
@@ -182,9 +182,9 @@ Limit raw_limit(cairn::s3::Client& client, const std::string& key, const std::ve
 class FloorSave {
  public:
   explicit FloorSave(const std::vector<std::vector<std::uint8_t>>& leaves) : leaves_(leaves) {
-    for (const auto& l : leaves_) data_bytes_ = (data_bytes_ + 15) / 16 * 16 + l.size();
+    for (const auto& l : leaves_) data_bytes_ = aligned(data_bytes_, l.size()) + l.size();
   }
-  void save(cairn::s3::Client& client, const std::string& key) {
+  void save(cairn::s3::Client& client, const std::string& key, std::uint64_t part, int concurrency) {
     const double t0 = bench::now_s();
     body_.resize(static_cast<std::size_t>(data_bytes_));
     table_.clear();
@@ -192,7 +192,7 @@ class FloorSave {
     char line[128];
     for (std::size_t i = 0; i < leaves_.size(); ++i) {
       const auto& l = leaves_[i];
-      const std::uint64_t at = (end + 15) / 16 * 16;
+      const std::uint64_t at = aligned(end, l.size());
       std::memset(body_.data() + end, 0, static_cast<std::size_t>(at - end));
       std::memcpy(body_.data() + at, l.data(), l.size());
       const int n = std::snprintf(line, sizeof line, "%s[%zu,%llu,%u]", i == 0 ? "[" : ",", l.size(),
@@ -204,12 +204,18 @@ class FloorSave {
     table_ += "]";
     body_.insert(body_.end(), table_.begin(), table_.end());
     work_.push_back(bench::now_s() - t0);
-    client.put(key, body_.data(), body_.size());
+    raw_put(client, key, body_, part, concurrency);
   }
   std::uint64_t body_bytes() const { return body_.size(); }
   double work_seconds() const { return bench::median(work_); }
 
  private:
+  // Where a leaf of n bytes starts after `end`, as the save's data file places it.
+  static std::uint64_t aligned(std::uint64_t end, std::uint64_t n) {
+    const std::uint64_t a = cairn::detail::leaf_alignment(n);
+    return (end + a - 1) / a * a;
+  }
+
   const std::vector<std::vector<std::uint8_t>>& leaves_;
   std::uint64_t data_bytes_ = 0;
   std::vector<unsigned char> body_;
@@ -403,7 +409,7 @@ int main(int argc, char** argv) {
         tp.push_back(bench::now_s() - t0);
         settle();
         t0 = bench::now_s();
-        floor_save.save(raw, fkey);
+        floor_save.save(raw, fkey, part, concurrency);
         tf.push_back(bench::now_s() - t0);
         settle();
         t0 = bench::now_s();
